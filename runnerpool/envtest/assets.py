@@ -110,7 +110,9 @@ def _go_build(output: Path, package: str, ldflags: str, log: Path) -> None:
         with log.open("a") as sink:
             sink.write(f"$ {' '.join(cmd)}\n")
             sink.flush()
-            done = subprocess.run(cmd, cwd=GOMOD_DIR, env=go_environment(), stdout=sink, stderr=subprocess.STDOUT)
+            done = subprocess.run(
+                cmd, check=False, cwd=GOMOD_DIR, env=go_environment(), stdout=sink, stderr=subprocess.STDOUT
+            )
         if done.returncode == 0:
             return
         if "linkname" not in log.read_text()[-4000:]:

@@ -1,0 +1,276 @@
+"""A real etcd + kube-apiserver (+ kube-controller-manager) on loopback.
+
+This is what controller-runtime's envtest does for Go; the Python ecosystem has
+no maintained equivalent, so it is written here.  There is no scheduler and no
+kubelet: pods stay Pending, which is all the operator's tests need.  The
+controller manager is optional; with it, owner-reference garbage collection,
+namespace deletion and Deployment → ReplicaSet → Pod work as in a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+
+from runnerpool.envtest import assets, certs
+
+_LOG_TAIL_LINES = 40
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as sink:
+            # A session of its own so teardown can signal every child it forks.
+            self.popen = subprocess.Popen(
+                self.args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+    def fail(self, why: str) -> ControlPlaneError:
+        return ControlPlaneError(f"{self.name} {why}; last lines of {self.log}:\n{self.tail()}")
+
+    def check_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise self.fail(f"exited with code {self.popen.returncode}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=grace)
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+
+@dataclass
+class ControlPlane:
+    """Start with ``with ControlPlane() as cp:``; ``cp.kubeconfig`` is ready to use."""
+
+    with_controller_manager: bool = True
+    start_timeout: float = 90.0
+    workdir: Path = field(init=False)
+    kubeconfig: Path = field(init=False)
+    url: str = field(init=False)
+    _processes: list[_Process] = field(init=False, default_factory=list)
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes if p.pid is not None]
+
+    def start(self) -> None:
+        binaries = assets.ensure_binaries()
+        self.workdir = Path(tempfile.mkdtemp(prefix="runnerpool-envtest-"))
+        try:
+            pki = certs.generate(self.workdir / "pki")
+            etcd_url = self._start_etcd(binaries["etcd"])
+            self._start_apiserver(binaries["kube-apiserver"], pki, etcd_url)
+            self._write_kubeconfig(pki)
+            if self.with_controller_manager:
+                self._start_controller_manager(binaries["kube-controller-manager"], pki)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes.clear()
+        if getattr(self, "workdir", None) is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _spawn(self, name: str, args: list[str]) -> _Process:
+        process = _Process(name, args, self.workdir / f"{name}.log")
+        self._processes.append(process)
+        process.start()
+        return process
+
+    def _wait(self, process: _Process, url: str, ctx: ssl.SSLContext | None) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            process.check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=ctx) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+                pass
+            time.sleep(0.1)
+        raise process.fail(f"was not ready at {url} within {self.start_timeout:.0f}s")
+
+    def _start_etcd(self, binary: Path) -> str:
+        client_url = f"http://127.0.0.1:{free_port()}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
+        process = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--data-dir",
+                str(self.workdir / "etcd"),
+                "--listen-client-urls",
+                client_url,
+                "--advertise-client-urls",
+                client_url,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"default={peer_url}",
+                "--unsafe-no-fsync=true",
+                "--log-level",
+                "warn",
+            ],
+        )
+        self._wait(process, f"{client_url}/health", None)
+        return client_url
+
+    def _admin_context(self, pki: certs.Pki) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "pki" / "serving-ca.crt"))
+        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        return ctx
+
+    def _start_apiserver(self, binary: Path, pki: certs.Pki, etcd_url: str) -> None:
+        port = free_port()
+        self.url = f"https://127.0.0.1:{port}"
+        process = self._spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                "--advertise-address=127.0.0.1",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--etcd-servers={etcd_url}",
+                f"--cert-dir={self.workdir / 'pki'}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.client_ca}",
+                f"--service-account-issuer={self.url}",
+                f"--service-account-key-file={pki.service_account_pub}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                # As envtest: no controller would create the default ServiceAccount in time.
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+                "--event-ttl=1h",
+            ],
+        )
+        self._wait(process, f"{self.url}/readyz", self._admin_context(pki))
+
+    def _write_kubeconfig(self, pki: certs.Pki) -> None:
+        self.kubeconfig = self.workdir / "kubeconfig"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority": str(self.workdir / "pki" / "serving-ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "envtest-admin",
+                    "user": {"client-certificate": str(pki.admin_cert), "client-key": str(pki.admin_key)},
+                }
+            ],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest-admin"}}],
+            "current-context": "envtest",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def _start_controller_manager(self, binary: Path, pki: certs.Pki) -> None:
+        port = free_port()
+        process = self._spawn(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={pki.service_account_key}",
+                f"--root-ca-file={self.workdir / 'pki' / 'serving-ca.crt'}",
+                "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
+                "namespace-controller,serviceaccount-controller",
+                "--concurrent-gc-syncs=5",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        self._wait(process, f"https://127.0.0.1:{port}/healthz", insecure)
+
+
+def main() -> int:
+    """Start a control plane and keep it up until Ctrl-C: handy for poking at it by hand."""
+    with ControlPlane() as cp:
+        print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

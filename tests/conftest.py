@@ -1,0 +1,90 @@
+"""Shared fixtures: one real control plane per test session, a fresh namespace per test.
+
+A control plane that cannot start fails the session with the component's log
+tail; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from runnerpool.envtest.controlplane import ControlPlane
+from tests.helpers import process_alive, wait_for
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    plane = ControlPlane()
+    plane.start()
+    try:
+        yield plane
+    finally:
+        pids = plane.pids
+        plane.stop()
+        leftovers = [pid for pid in pids if process_alive(pid)]
+        assert not leftovers, f"control plane processes still running after stop: {leftovers}"
+        assert not plane.workdir.exists(), f"control plane folder not removed: {plane.workdir}"
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as err:  # pragma: no cover - only on a broken test
+        if err.status != 404:
+            raise
+
+
+@pytest.fixture(scope="session")
+def runnerpool_crd(api_client: client.ApiClient) -> dict:  # type: ignore[type-arg]
+    """Install the generated CRD and wait until the API server serves it."""
+    manifest = yaml.safe_load(CRD_FILE.read_text())
+    ext = client.ApiextensionsV1Api(api_client)
+    try:
+        ext.create_custom_resource_definition(manifest)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    name = manifest["metadata"]["name"]
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    wait_for(established, message=f"CRD {name} to be Established")
+    group, plural = manifest["spec"]["group"], manifest["spec"]["names"]["plural"]
+    custom = client.CustomObjectsApi(api_client)
+    # Discovery can lag the Established condition by a moment.
+    wait_for(lambda: _served(custom, group, plural), message=f"{plural}.{group} to be served")
+    return manifest  # type: ignore[no-any-return]
+
+
+def _served(custom: client.CustomObjectsApi, group: str, plural: str) -> bool:
+    try:
+        custom.list_cluster_custom_object(group, "v1alpha1", plural, limit=1)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True

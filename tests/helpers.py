@@ -1,0 +1,37 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, message: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail the test with ``message`` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {message} (last value: {last!r})")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for every practical purpose.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
