@@ -1,0 +1,153 @@
+"""The in-cluster objects a RunnerPool owns, as the operator wants them to be.
+
+Pure functions of the pool: the reconciler compares these with the live objects
+(see ``drift.contains``) and writes only what differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from runnerpool import api
+
+TOKEN_MOUNT_DIR = "/runner-token"
+WORK_DIR = "/runner/_work"
+RUNNER_CONTAINER = "runner"
+_TOKEN_VOLUME = "runner-token"
+_WORK_VOLUME = "work"
+GITHUB_API_URL = "https://api.github.com"
+
+
+def pool_labels(pool: api.RunnerPool) -> dict[str, str]:
+    return {api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE, api.POOL_LABEL: pool.name}
+
+
+def selector(pool: api.RunnerPool) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(pool_labels(pool).items()))
+
+
+def owner_reference(pool: api.RunnerPool) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": pool.name,
+        "uid": pool.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(pool: api.RunnerPool, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": pool.namespace,
+        "labels": pool_labels(pool),
+        "ownerReferences": [owner_reference(pool)],
+    }
+
+
+def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
+    """An empty Secret: the secret updater fills it, the reconciler never writes a token."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _metadata(pool, api.token_secret_name(pool.name)),
+    }
+
+
+def api_url(pool: api.RunnerPool, default: str) -> str:
+    return (pool.spec.github_api_url or default).rstrip("/")
+
+
+def web_url(github_api_url: str) -> str:
+    """The URL ``config.sh --url`` wants: github.com for the public API, else the GHES host."""
+    parts = urlsplit(github_api_url)
+    if parts.hostname == "api.github.com":
+        return "https://github.com"
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def runner_labels(pool: api.RunnerPool) -> list[str]:
+    """The pool's own label first, so its runners can always be found on GitHub."""
+    own = api.pool_runner_label(pool.namespace, pool.name)
+    return [own, *(label for label in pool.spec.labels if label != own)]
+
+
+def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
+    scope = (
+        {"name": "RUNNER_ORG", "value": pool.spec.organization}
+        if pool.spec.organization
+        else {"name": "RUNNER_REPO", "value": pool.spec.repository}
+    )
+    fixed = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "RUNNER_POOL_NAME", "value": pool.name},
+        scope,
+        {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
+        {"name": "GITHUB_URL", "value": web_url(github_api_url)},
+        {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
+        {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{api.TOKEN_SECRET_KEY}"},
+    ]
+    return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
+
+
+def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
+    spec = pool.spec
+    container: dict[str, Any] = {
+        "name": RUNNER_CONTAINER,
+        "image": spec.runner_image or default_image,
+        "env": _env(pool, github_api_url),
+        "volumeMounts": [
+            # A file, not an env var: a restarted container reads the current token.
+            {"name": _TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_DIR, "readOnly": True},
+            {"name": _WORK_VOLUME, "mountPath": WORK_DIR},
+            *spec.volume_mounts,
+        ],
+    }
+    if spec.resources is not None:
+        container["resources"] = spec.resources.model_dump(by_alias=True, exclude_none=True)
+    pod: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [
+            {
+                "name": _TOKEN_VOLUME,
+                "secret": {
+                    "secretName": api.token_secret_name(pool.name),
+                    "items": [{"key": api.TOKEN_SECRET_KEY, "path": api.TOKEN_SECRET_KEY}],
+                    "defaultMode": 0o440,
+                },
+            },
+            {"name": _WORK_VOLUME, **(spec.work_volume or {"emptyDir": {}})},
+            *spec.volumes,
+        ],
+    }
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    else:
+        # Runners run untrusted workflow code; they get no API credentials unless asked for.
+        pod["automountServiceAccountToken"] = False
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
+    return pod
+
+
+def deployment(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
+    labels = pool_labels(pool)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(pool, api.deployment_name(pool.name)),
+        "spec": {
+            "replicas": pool.spec.replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": _pod_spec(pool, default_image, api_url(pool, default_api_url)),
+            },
+        },
+    }

@@ -1,0 +1,89 @@
+"""Kubernetes Events for the transitions users care about.
+
+The Python client has no event recorder (client-go's ``record`` package has no
+counterpart), so this is a minimal one: it creates ``v1`` Events and, like
+client-go's correlator, folds a repeat of the same reason and message on the
+same object into a count on the existing Event instead of writing a new one.
+Messages are written by the operator's own code and never carry a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+_COMPONENT = "runnerpool-operator"
+
+
+class Recorder(Protocol):
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class EventRecorder:
+    """Writes Events; a failure to record is logged, never raised into a reconcile."""
+
+    def __init__(self, core: client.CoreV1Api, max_remembered: int = 4096) -> None:
+        self._core = core
+        self._seen: dict[tuple[str, str, str, str], tuple[str, int]] = {}
+        self._lock = threading.Lock()
+        self._max = max_remembered
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        namespace = meta["namespace"]
+        key = (meta["uid"], type_, reason, message)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with self._lock:
+            known = self._seen.get(key)
+        try:
+            if known is not None:
+                name, count = known
+                self._core.patch_namespaced_event(
+                    name, namespace, {"count": count + 1, "lastTimestamp": now}
+                )
+                self._remember(key, name, count + 1)
+                return
+            name = f"{meta['name']}.{uuid.uuid4().hex[:12]}"
+            self._core.create_namespaced_event(
+                namespace,
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "involvedObject": {
+                        "apiVersion": obj.get("apiVersion"),
+                        "kind": obj.get("kind"),
+                        "name": meta["name"],
+                        "namespace": namespace,
+                        "uid": meta["uid"],
+                    },
+                    "type": type_,
+                    "reason": reason,
+                    "message": message,
+                    "count": 1,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "source": {"component": _COMPONENT},
+                    "reportingComponent": _COMPONENT,
+                },
+            )
+            self._remember(key, name, 1)
+        except ApiException as err:
+            if known is not None and err.status == 404:
+                with self._lock:
+                    self._seen.pop(key, None)
+            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta["name"], err.reason)
+
+    def _remember(self, key: tuple[str, str, str, str], name: str, count: int) -> None:
+        with self._lock:
+            if len(self._seen) >= self._max and key not in self._seen:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[key] = (name, count)

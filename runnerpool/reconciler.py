@@ -1,0 +1,431 @@
+"""Reconcile one RunnerPool: small steps, each returning at its first error.
+
+Reads come from the informer caches; every write is skipped when the live
+object already says what the operator wants, so reconciling a converged pool
+writes nothing.  Waiting (for a token, for a busy runner) is a requeue, not an
+error: only errors get exponential backoff from the work queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api, children, conditions
+from runnerpool.drift import contains
+from runnerpool.events import NORMAL, WARNING, Recorder
+from runnerpool.github_api import DeleteOutcome, GitHubClient, GitHubError, Scope
+from runnerpool.runtime.controller import Result
+from secret_updater.filler import PoolRef, TokenFailure
+from secret_updater.credentials import CredentialError
+
+log = logging.getLogger(__name__)
+
+
+class Cache(Protocol):
+    """Informer-backed reads; objects are plain dicts in wire (camelCase) form."""
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class TokenJobs(Protocol):
+    """The part of ``secret_updater.TokenUpdater`` the reconciler drives."""
+
+    def start(self, pool: PoolRef) -> None: ...
+    def stop(self, namespace: str, name: str) -> None: ...
+    def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
+
+
+class GitHubClients(Protocol):
+    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    default_image: str = api.DEFAULT_RUNNER_IMAGE
+    github_api_url: str = children.GITHUB_API_URL
+    token_wait: float = 10.0
+    busy_runner_wait: float = 30.0
+    pods_gone_wait: float = 5.0
+
+
+class DeregistrationError(RuntimeError):
+    """GitHub refused to deregister; the finalizer stays and the queue backs off."""
+
+
+@dataclass
+class _Pass:
+    """What one reconcile did, for the single log line that reports it."""
+
+    pool: api.RunnerPool
+    raw: dict[str, Any]
+    writes: list[str] = field(default_factory=list)
+
+    @property
+    def action(self) -> str:
+        if any(w.startswith("create") for w in self.writes):
+            return "create"
+        return "update" if self.writes else "noop"
+
+
+def scope_of(pool: api.RunnerPool) -> Scope:
+    return Scope(organization=pool.spec.organization, repository=pool.spec.repository)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        cache: Cache,
+        api_client: client.ApiClient,
+        tokens: TokenJobs,
+        github: GitHubClients,
+        recorder: Recorder,
+        settings: Settings = Settings(),
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._cache = cache
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+        self._tokens = tokens
+        self._github = github
+        self._recorder = recorder
+        self._settings = settings
+        self._clock = clock
+
+    def __call__(self, key: str) -> Result:
+        namespace, name = key.split("/", 1)
+        raw = self._cache.get_pool(namespace, name)
+        if raw is None:
+            # Deleted (finalizer already gone) or never ours: make sure no job lingers.
+            self._tokens.stop(namespace, name)
+            return Result(action="gone")
+        run = _Pass(api.RunnerPool.model_validate(raw), raw)
+        result = self._finalize(run) if run.pool.deleting else self._converge(run)
+        if result.action in ("noop", "create", "update"):
+            result = Result(requeue_after=result.requeue_after, action=run.action)
+        log.info(
+            "reconciled pool",
+            extra={"pool": name, "namespace": namespace, "action": result.action, "writes": run.writes},
+        )
+        return result
+
+    # ------------------------------------------------------------------ converge
+
+    def _converge(self, run: _Pass) -> Result:
+        self._ensure_finalizer(run)
+        secret = self._ensure_token_secret(run)
+        self._ensure_token_job(run)
+        if not _has_token(secret):
+            self._update_status(run, secret, None)
+            return Result(requeue_after=self._settings.token_wait, action="requeue")
+        deployment = self._ensure_deployment(run)
+        self._update_status(run, secret, deployment)
+        return Result()
+
+    def _ensure_finalizer(self, run: _Pass) -> None:
+        finalizers = run.pool.finalizers
+        if api.FINALIZER in finalizers:
+            return
+        # The resourceVersion makes this a compare-and-swap: no other finalizer is lost.
+        patched = self._custom.patch_namespaced_custom_object(
+            api.GROUP,
+            api.VERSION,
+            run.pool.namespace,
+            api.PLURAL,
+            run.pool.name,
+            {
+                "metadata": {
+                    "finalizers": [*finalizers, api.FINALIZER],
+                    "resourceVersion": run.raw["metadata"]["resourceVersion"],
+                }
+            },
+        )
+        run.raw = patched
+        run.writes.append("update finalizer")
+
+    def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
+        desired = children.token_secret(run.pool)
+        name = desired["metadata"]["name"]
+        live = self._cache.get_secret(run.pool.namespace, name)
+        if live is None:
+            try:
+                created = self._core.create_namespaced_secret(run.pool.namespace, desired)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                # The cache lags our own create; the next event brings the object.
+                return {"metadata": desired["metadata"]}
+            run.writes.append("create secret")
+            return dict(self._core.api_client.sanitize_for_serialization(created))
+        if contains(live.get("metadata", {}), desired["metadata"]):
+            return live
+        self._core.patch_namespaced_secret(name, run.pool.namespace, {"metadata": desired["metadata"]})
+        run.writes.append("update secret metadata")
+        return live
+
+    def _ensure_token_job(self, run: _Pass) -> None:
+        spec = run.pool.spec
+        self._tokens.start(
+            PoolRef(
+                namespace=run.pool.namespace,
+                name=run.pool.name,
+                scope=scope_of(run.pool),
+                credential_secret_name=spec.credential_secret_name,
+                github_api_url=children.api_url(run.pool, self._settings.github_api_url),
+            )
+        )
+
+    def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
+        desired = children.deployment(run.pool, self._settings.default_image, self._settings.github_api_url)
+        name = desired["metadata"]["name"]
+        namespace = run.pool.namespace
+        live = self._cache.get_deployment(namespace, name)
+        if live is None:
+            try:
+                created = self._apps.create_namespaced_deployment(namespace, desired)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+                return desired
+            run.writes.append("create deployment")
+            self._recorder.event(run.raw, NORMAL, "CreatedDeployment", f"created Deployment {name}")
+            return dict(self._apps.api_client.sanitize_for_serialization(created))
+        if contains(live, desired):
+            return live
+        # A JSON merge patch replaces lists whole (a hand-added container, env var or
+        # volume goes) and merges maps, which is exactly what ``contains`` tolerates.
+        replaced = self._apps.patch_namespaced_deployment(
+            name,
+            namespace,
+            {
+                "metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
+                "spec": desired["spec"],
+            },
+            _content_type="application/merge-patch+json",
+        )
+        run.writes.append("update deployment")
+        self._recorder.event(run.raw, NORMAL, "UpdatedDeployment", f"brought Deployment {name} back to spec")
+        return dict(self._apps.api_client.sanitize_for_serialization(replaced))
+
+    # ------------------------------------------------------------------ status
+
+    def _update_status(self, run: _Pass, secret: dict[str, Any], deployment: dict[str, Any] | None) -> None:
+        pool = run.pool
+        old = run.raw.get("status") or {}
+        now = self._clock()
+        expiry = _token_expiry(secret)
+        token_cond = self._token_condition(pool, secret, expiry, now)
+        ready_cond = _ready_condition(pool, token_cond, deployment, now)
+        dep_status = (deployment or {}).get("status") or {}
+        status: dict[str, Any] = {
+            "observedGeneration": pool.generation,
+            "replicas": dep_status.get("replicas", 0),
+            "readyReplicas": dep_status.get("readyReplicas", 0),
+            "selector": children.selector(pool),
+            "conditions": conditions.merge(old.get("conditions") or [], [token_cond, ready_cond]),
+        }
+        if expiry is not None:
+            status["tokenExpiresAt"] = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if "runners" in old:
+            status["runners"] = old["runners"]
+        if status == old:
+            return
+        self._custom.patch_namespaced_custom_object_status(
+            api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": _with_nulls(old, status)}
+        )
+        run.writes.append("update status")
+        self._record_transitions(run, old.get("conditions") or [], status["conditions"])
+
+    def _token_condition(
+        self, pool: api.RunnerPool, secret: dict[str, Any], expiry: datetime | None, now: datetime
+    ) -> dict[str, Any]:
+        failure = self._tokens.failure(pool.namespace, pool.name)
+        valid = _has_token(secret) and (expiry is None or expiry > now)
+        gen = pool.generation
+        if valid and failure is None:
+            until = f" until {expiry:%Y-%m-%dT%H:%M:%SZ}" if expiry else ""
+            return conditions.condition(
+                conditions.TOKEN_READY, True, "TokenIssued", f"registration token valid{until}", gen, now
+            )
+        if valid and failure is not None:
+            return conditions.condition(
+                conditions.TOKEN_READY,
+                True,
+                "RefreshFailing",
+                f"the current token is still valid, but refreshing it fails: {failure.reason}: {failure.message}",
+                gen,
+                now,
+            )
+        if failure is not None:
+            return conditions.condition(conditions.TOKEN_READY, False, failure.reason, failure.message, gen, now)
+        return conditions.condition(
+            conditions.TOKEN_READY,
+            False,
+            "WaitingForToken",
+            f"waiting for the secret updater to put a registration token into Secret "
+            f"{api.token_secret_name(pool.name)}",
+            gen,
+            now,
+        )
+
+    def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        for cond in new:
+            before = conditions.find(old, cond["type"])
+            if before is not None and before.get("reason") == cond["reason"]:
+                continue
+            if before is None and cond["reason"] in ("WaitingForToken", "TokenNotReady"):
+                continue  # the normal start of every pool: not news
+            healthy = cond["status"] == "True" or cond["reason"] in ("WaitingForToken", "RunnersStarting")
+            self._recorder.event(run.raw, NORMAL if healthy else WARNING, cond["reason"], cond["message"])
+
+    # ------------------------------------------------------------------ deletion
+
+    def _finalize(self, run: _Pass) -> Result:
+        """Deregister every runner of the pool, then let it go.
+
+        Order matters so that nothing stays registered and no busy runner is
+        killed: stop issuing tokens and empty the Secret (a restarted container
+        cannot register again), delete the pool's runners on GitHub (an idle one
+        is gone at once and can take no job; a busy one answers 422 and is left
+        to finish), delete the Deployment only once no runner is busy, wait for
+        its pods to go, then look once more for a late registration.
+        """
+        pool = run.pool
+        if api.FINALIZER not in pool.finalizers:
+            return Result(action="noop")
+        self._tokens.stop(pool.namespace, pool.name)
+        self._clear_token(run)
+        try:
+            github = self._github.get(
+                pool.namespace,
+                pool.spec.credential_secret_name,
+                children.api_url(pool, self._settings.github_api_url),
+            )
+            busy = self._deregister_runners(run, github)
+        except (GitHubError, CredentialError) as err:
+            reason = getattr(err, "reason", type(err).__name__)
+            self._recorder.event(
+                run.raw, WARNING, "DeregistrationFailed", f"cannot deregister runners yet: {reason}: {err}"
+            )
+            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
+        if busy:
+            self._recorder.event(
+                run.raw, NORMAL, "WaitingForBusyRunners", f"{busy} runner(s) still running a job"
+            )
+            return Result(requeue_after=self._settings.busy_runner_wait, action="requeue")
+        if self._pods_remain(run):
+            return Result(requeue_after=self._settings.pods_gone_wait, action="requeue")
+        self._remove_finalizer(run)
+        return Result(action="delete")
+
+    def _clear_token(self, run: _Pass) -> None:
+        name = api.token_secret_name(run.pool.name)
+        secret = self._cache.get_secret(run.pool.namespace, name)
+        if secret is None or not _has_token(secret):
+            return
+        self._core.patch_namespaced_secret(
+            name,
+            run.pool.namespace,
+            {"data": {api.TOKEN_SECRET_KEY: None}, "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}}},
+        )
+        run.writes.append("update secret (token removed)")
+
+    def _deregister_runners(self, run: _Pass, github: GitHubClient) -> int:
+        scope = scope_of(run.pool)
+        label = api.pool_runner_label(run.pool.namespace, run.pool.name)
+        busy = 0
+        deleted = 0
+        for runner in github.list_runners(scope):
+            if label not in runner.labels:
+                continue
+            outcome = github.delete_runner(scope, runner.id)
+            if outcome is DeleteOutcome.BUSY:
+                busy += 1
+            elif outcome is DeleteOutcome.DELETED:
+                deleted += 1
+        if deleted:
+            self._recorder.event(run.raw, NORMAL, "DeregisteredRunners", f"deregistered {deleted} runner(s)")
+        return busy
+
+    def _pods_remain(self, run: _Pass) -> bool:
+        namespace, name = run.pool.namespace, api.deployment_name(run.pool.name)
+        if self._cache.get_deployment(namespace, name) is not None:
+            try:
+                self._apps.delete_namespaced_deployment(name, namespace, propagation_policy="Background")
+                run.writes.append("delete deployment")
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        pods = self._core.list_namespaced_pod(namespace, label_selector=children.selector(run.pool), limit=1)
+        return bool(pods.items)
+
+    def _remove_finalizer(self, run: _Pass) -> None:
+        remaining = [f for f in run.pool.finalizers if f != api.FINALIZER]
+        self._custom.patch_namespaced_custom_object(
+            api.GROUP,
+            api.VERSION,
+            run.pool.namespace,
+            api.PLURAL,
+            run.pool.name,
+            {
+                "metadata": {
+                    "finalizers": remaining or None,
+                    "resourceVersion": run.raw["metadata"]["resourceVersion"],
+                }
+            },
+        )
+        run.writes.append("update finalizer removed")
+
+
+def _has_token(secret: dict[str, Any]) -> bool:
+    return bool((secret.get("data") or {}).get(api.TOKEN_SECRET_KEY))
+
+
+def _token_expiry(secret: dict[str, Any]) -> datetime | None:
+    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(api.TOKEN_EXPIRY_ANNOTATION)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _ready_condition(
+    pool: api.RunnerPool, token: dict[str, Any], deployment: dict[str, Any] | None, now: datetime
+) -> dict[str, Any]:
+    gen = pool.generation
+    desired = pool.spec.replicas
+    if token["status"] != "True":
+        return conditions.condition(
+            conditions.READY, False, "TokenNotReady", "runners cannot register without a token", gen, now
+        )
+    if deployment is None:
+        return conditions.condition(
+            conditions.READY, False, "DeploymentMissing", "the runner Deployment is being created", gen, now
+        )
+    status = deployment.get("status") or {}
+    ready = status.get("readyReplicas", 0)
+    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    if current and deployment["spec"].get("replicas") == desired and ready >= desired:
+        return conditions.condition(
+            conditions.READY, True, "RunnersReady", f"{ready}/{desired} runner pods ready", gen, now
+        )
+    return conditions.condition(
+        conditions.READY, False, "RunnersStarting", f"{ready}/{desired} runner pods ready", gen, now
+    )
+
+
+def _with_nulls(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch removes a key only when it says null: drop what we no longer report."""
+    return {**{k: None for k in old if k not in new}, **new}

@@ -1,0 +1,100 @@
+"""Test doubles and helpers for reconciling pools on the real API server.
+
+``LiveReader`` reads straight from the API server (no informer lag) so step-by-step
+reconcile tests are deterministic; the controller-level tests use the real informers.
+``RecordingTokens`` stands in for the secret updater in reconciler tests only.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api
+from secret_updater.filler import PoolRef, TokenFailure
+
+
+class LiveReader:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._api = api_client
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+
+    def _read(self, call: Any, *args: Any) -> dict[str, Any] | None:
+        try:
+            obj = call(*args)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, dict) else dict(self._api.sanitize_for_serialization(obj))
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(
+            self._custom.get_namespaced_custom_object, api.GROUP, api.VERSION, namespace, api.PLURAL, name
+        )
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self._core.read_namespaced_secret, name, namespace)
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self._apps.read_namespaced_deployment, name, namespace)
+
+
+@dataclass
+class RecordingTokens:
+    started: list[PoolRef] = field(default_factory=list)
+    stopped: list[tuple[str, str]] = field(default_factory=list)
+    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+
+    def start(self, pool: PoolRef) -> None:
+        self.started.append(pool)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.stopped.append((namespace, name))
+
+    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+        return self.failures.get((namespace, name))
+
+
+def pool_manifest(name: str, *, org: str | None = None, repo: str | None = None, **spec: Any) -> dict[str, Any]:
+    scope = {"organization": org} if org else {"repository": repo or "octo-org/octo-repo"}
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": name},
+        "spec": {**scope, **spec},
+    }
+
+
+def create_pool(api_client: client.ApiClient, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, manifest
+    )
+    return created
+
+
+def fill_token(
+    api_client: client.ApiClient, namespace: str, pool: str, token: str, expires_at: str
+) -> None:
+    """What the secret updater does: merge-patch the token and its expiry into the Secret."""
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        api.token_secret_name(pool),
+        namespace,
+        {
+            "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: expires_at}},
+            "data": {api.TOKEN_SECRET_KEY: base64.b64encode(token.encode()).decode()},
+        },
+    )
+
+
+def pat_secret(api_client: client.ApiClient, namespace: str, token: str = "ghp_test") -> None:
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": token}},
+    )

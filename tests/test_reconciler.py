@@ -1,0 +1,389 @@
+"""The reconcile of one pool, step by step, against the real API server.
+
+GitHub is mocked with ``responses`` on its real endpoints; the secret updater is
+a recording stand-in (its own tests cover it), so the token is filled by hand here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.events import EventRecorder
+from runnerpool.reconciler import DeregistrationError, Reconciler, Settings
+from secret_updater.filler import TokenFailure
+from secret_updater.credentials import ClientCache
+from tests.helpers import wait_for
+from tests.pools import LiveReader, RecordingTokens, create_pool, fill_token, pat_secret, pool_manifest
+
+def gh(path: str, tail: str = "") -> re.Pattern[str]:
+    """PyGithub spells the default port out (``api.github.com:443``); match either form."""
+    return re.compile(r"https://api\.github\.com(:443)?" + re.escape(path) + tail + r"(\?.*)?$")
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _secret_reader(api_client: client.ApiClient):  # type: ignore[no-untyped-def]
+    reader = LiveReader(api_client)
+
+    def read(namespace: str, name: str) -> dict[str, str] | None:
+        secret = reader.get_secret(namespace, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    return read
+
+
+@pytest.fixture
+def tokens() -> RecordingTokens:
+    return RecordingTokens()
+
+
+@pytest.fixture
+def reconciler(api_client: client.ApiClient, runnerpool_crd: dict, tokens: RecordingTokens) -> Reconciler:  # type: ignore[type-arg]
+    return Reconciler(
+        LiveReader(api_client),
+        api_client,
+        tokens,
+        ClientCache(_secret_reader(api_client)),
+        EventRecorder(client.CoreV1Api(api_client)),
+        Settings(busy_runner_wait=30.0),
+    )
+
+
+@pytest.fixture
+def github() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        yield mock
+
+
+def _get(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found = LiveReader(api_client).get_pool(namespace, name)
+    assert found is not None
+    return found
+
+
+def _condition(pool: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in pool["status"]["conditions"] if c["type"] == type_)
+
+
+def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[str, ...]:
+    reader = LiveReader(api_client)
+    objects = [
+        reader.get_pool(namespace, name),
+        reader.get_secret(namespace, api.token_secret_name(name)),
+        reader.get_deployment(namespace, api.deployment_name(name)),
+    ]
+    return tuple(o["metadata"]["resourceVersion"] if o else "-" for o in objects)
+
+
+def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
+    items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [(e.type, e.reason, e.message) for e in items]
+
+
+def _mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> None:
+    """Nothing runs pods here, so play kubelet: report them Running and Ready."""
+    core = client.CoreV1Api(api_client)
+    selector = f"{api.POOL_LABEL}={pool}"
+    pods = wait_for(
+        lambda: (lambda items: items if len(items) == count else None)(
+            core.list_namespaced_pod(namespace, label_selector=selector).items
+        ),
+        message=f"{count} runner pods",
+    )
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for pod in pods:
+        core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                }
+            },
+        )
+
+
+def _wait_deployment_settled(api_client: client.ApiClient, namespace: str, pool: str, replicas: int) -> None:
+    """The deployment controller keeps updating status until the ReplicaSet has its pods."""
+    reader = LiveReader(api_client)
+
+    def settled() -> bool:
+        dep = reader.get_deployment(namespace, api.deployment_name(pool)) or {"metadata": {}}
+        status = dep.get("status") or {}
+        return (
+            status.get("observedGeneration") == dep["metadata"].get("generation")
+            and status.get("replicas") == replicas
+        )
+
+    wait_for(settled, message=f"Deployment of {pool} to settle at {replicas} replicas")
+
+
+def test_a_new_pool_waits_for_its_token_without_error(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("alpha", repo="octo-org/octo-repo"))
+
+    result = reconciler(f"{namespace}/alpha")
+
+    assert result.requeue_after == 10.0
+    pool = _get(api_client, namespace, "alpha")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    token_ready = _condition(pool, "TokenReady")
+    assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
+    secret = LiveReader(api_client).get_secret(namespace, api.token_secret_name("alpha"))
+    assert secret is not None
+    assert not secret.get("data"), "the token Secret is created empty"
+    assert secret["metadata"]["labels"][api.MANAGED_BY_LABEL] == api.MANAGED_BY_VALUE
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("RunnerPool", "alpha", True)
+    assert [(p.namespace, p.name, p.scope.repository) for p in tokens.started] == [
+        (namespace, "alpha", "octo-org/octo-repo")
+    ]
+    assert LiveReader(api_client).get_deployment(namespace, api.deployment_name("alpha")) is None
+
+
+def test_a_filled_token_brings_the_deployment_then_ready(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("beta", org="octo-org", replicas=2, labels=["gpu"]))
+    reconciler(f"{namespace}/beta")
+    fill_token(api_client, namespace, "beta", "AABBCC-registration", FUTURE)
+
+    result = reconciler(f"{namespace}/beta")
+
+    assert result.requeue_after is None
+    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta"))
+    assert dep is not None and dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "RUNNER_TOKEN" not in env and "AABBCC-registration" not in json.dumps(dep)
+    assert env["RUNNER_ORG"] == "octo-org"
+    assert env["RUNNER_LABELS"] == f"{namespace}/beta,gpu"
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys()
+    token_volume = next(v for v in pod["volumes"] if "secret" in v)
+    assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
+    assert mount["readOnly"] is True
+    pool = _get(api_client, namespace, "beta")
+    assert _condition(pool, "TokenReady")["status"] == "True"
+    assert pool["status"]["tokenExpiresAt"] == FUTURE
+    assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
+
+    _mark_pods_ready(api_client, namespace, "beta", 2)
+    wait_for(
+        lambda: (LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta")) or {})
+        .get("status", {})
+        .get("readyReplicas")
+        == 2,
+        message="the Deployment to report 2 ready replicas",
+    )
+    reconciler(f"{namespace}/beta")
+    pool = _get(api_client, namespace, "beta")
+    assert (_condition(pool, "Ready")["status"], pool["status"]["readyReplicas"]) == ("True", 2)
+
+
+def test_reconciling_a_converged_pool_writes_nothing(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("gamma"))
+    reconciler(f"{namespace}/gamma")
+    fill_token(api_client, namespace, "gamma", "tok", FUTURE)
+    reconciler(f"{namespace}/gamma")
+    _wait_deployment_settled(api_client, namespace, "gamma", replicas=1)
+    reconciler(f"{namespace}/gamma")  # takes in the Deployment's final status
+    before = _versions(api_client, namespace, "gamma")
+    events_before = _events(api_client, namespace)
+
+    result = reconciler(f"{namespace}/gamma")
+
+    assert result.action == "noop"
+    assert _versions(api_client, namespace, "gamma") == before
+    assert _events(api_client, namespace) == events_before
+
+
+def test_spec_changes_and_scale_reach_the_deployment(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    create_pool(api_client, namespace, pool_manifest("delta"))
+    reconciler(f"{namespace}/delta")
+    fill_token(api_client, namespace, "delta", "tok", FUTURE)
+    reconciler(f"{namespace}/delta")
+
+    custom.patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "delta", {"spec": {"replicas": 3}}
+    )
+    reconciler(f"{namespace}/delta")
+    pool = _get(api_client, namespace, "delta")
+    assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
+    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("delta"))
+    assert dep is not None and dep["spec"]["replicas"] == 3
+
+    # What `kubectl scale runnerpool delta --replicas=5` does.
+    custom.patch_namespaced_custom_object_scale(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "delta", {"spec": {"replicas": 5}}
+    )
+    reconciler(f"{namespace}/delta")
+    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("delta"))
+    assert dep is not None and dep["spec"]["replicas"] == 5
+
+
+def test_hand_edits_and_deletions_are_repaired(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    create_pool(api_client, namespace, pool_manifest("eps"))
+    reconciler(f"{namespace}/eps")
+    fill_token(api_client, namespace, "eps", "tok", FUTURE)
+    reconciler(f"{namespace}/eps")
+    name = api.deployment_name("eps")
+
+    apps.patch_namespaced_deployment(
+        name,
+        namespace,
+        {"spec": {"template": {"spec": {"containers": [{"name": "runner", "image": "evil:latest"}]}}}},
+    )
+    reconciler(f"{namespace}/eps")
+    dep = apps.read_namespaced_deployment(name, namespace)
+    assert dep.spec.template.spec.containers[0].image == api.DEFAULT_RUNNER_IMAGE
+
+    apps.delete_namespaced_deployment(name, namespace)
+    wait_for(lambda: LiveReader(api_client).get_deployment(namespace, name) is None, message="deletion")
+    reconciler(f"{namespace}/eps")
+    assert LiveReader(api_client).get_deployment(namespace, name) is not None
+
+    core.patch_namespaced_secret(
+        api.token_secret_name("eps"), namespace, {"metadata": {"labels": {api.MANAGED_BY_LABEL: None}}}
+    )
+    reconciler(f"{namespace}/eps")
+    secret = core.read_namespaced_secret(api.token_secret_name("eps"), namespace)
+    assert secret.metadata.labels[api.MANAGED_BY_LABEL] == api.MANAGED_BY_VALUE
+    assert secret.data, "repairing the Secret's labels keeps the token"
+
+
+def test_a_token_failure_shows_its_reason(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("zeta"))
+    tokens.failures[(namespace, "zeta")] = TokenFailure(
+        reason="BadCredentials", message="GitHub rejected the credentials", since=datetime.now(UTC)
+    )
+    reconciler(f"{namespace}/zeta")
+    cond = _condition(_get(api_client, namespace, "zeta"), "TokenReady")
+    assert (cond["status"], cond["reason"]) == ("False", "BadCredentials")
+    assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in _events(api_client, namespace)
+
+
+def _runner(id_: int, name: str, labels: list[str], busy: bool = False) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "name": name,
+        "os": "linux",
+        "status": "online",
+        "busy": busy,
+        "labels": [{"id": i, "name": label, "type": "custom"} for i, label in enumerate(labels)],
+    }
+
+
+def _converged(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> None:
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo"))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(f"{namespace}/{name}")
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+
+
+def test_deleting_a_pool_deregisters_exactly_its_runners(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    tokens: RecordingTokens,
+    github: responses.RequestsMock,
+) -> None:
+    _converged(api_client, namespace, reconciler, "eta")
+    pool = _get(api_client, namespace, "eta")
+    assert pool["metadata"].get("deletionTimestamp") and api.FINALIZER in pool["metadata"]["finalizers"]
+    registered = {
+        11: _runner(11, "eta-a", [f"{namespace}/eta", "self-hosted"]),
+        12: _runner(12, "other-b", [f"{namespace}/other"]),
+        13: _runner(13, "eta-c", [f"{namespace}/eta"]),
+    }
+    runners = "/repos/octo-org/octo-repo/actions/runners"
+
+    def listing(request: Any) -> tuple[int, dict[str, str], str]:
+        body = {"total_count": len(registered), "runners": list(registered.values())}
+        return 200, {"content-type": "application/json"}, json.dumps(body)
+
+    def delete(request: Any) -> tuple[int, dict[str, str], str]:
+        gone = registered.pop(int(request.url.rsplit("/", 1)[1]), None)
+        return (204 if gone else 404), {}, ""
+
+    github.add_callback(responses.GET, gh(runners), callback=listing)
+    github.add_callback(responses.DELETE, gh(runners, r"/\d+"), callback=delete)
+
+    result = reconciler(f"{namespace}/eta")
+    while result.requeue_after:  # the Deployment's pods are going away
+        wait_for(
+            lambda: not client.CoreV1Api(api_client)
+            .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=eta")
+            .items,
+            message="runner pods to go",
+        )
+        result = reconciler(f"{namespace}/eta")
+
+    assert list(registered) == [12], "the pool's runners are gone, the other pool's runner stays"
+    assert not [c for c in github.calls if c.request.method == "DELETE" and c.request.url.endswith("/12")]
+    assert (namespace, "eta") in tokens.stopped
+    wait_for(lambda: LiveReader(api_client).get_pool(namespace, "eta") is None, message="the pool to go")
+
+
+def test_a_github_outage_keeps_the_finalizer_and_says_why(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    _converged(api_client, namespace, reconciler, "theta")
+    github.get(gh("/repos/octo-org/octo-repo/actions/runners"), status=503, json={"message": "down"})
+
+    with pytest.raises(DeregistrationError):
+        reconciler(f"{namespace}/theta")
+
+    pool = _get(api_client, namespace, "theta")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert any(reason == "DeregistrationFailed" for _, reason, _ in _events(api_client, namespace))
+
+
+def test_a_busy_runner_delays_deletion_without_error(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    _converged(api_client, namespace, reconciler, "iota")
+    runners = "/repos/octo-org/octo-repo/actions/runners"
+    github.get(gh(runners), json={"total_count": 1, "runners": [_runner(21, "iota-a", [f"{namespace}/iota"], True)]})
+    github.delete(
+        gh(f"{runners}/21"),
+        status=422,
+        json={"message": 'Bad request - Runner "iota-a" is still running a job"', "documentation_url": ""},
+    )
+
+    result = reconciler(f"{namespace}/iota")
+
+    assert result.requeue_after == 30.0
+    assert LiveReader(api_client).get_deployment(namespace, api.deployment_name("iota")) is not None, (
+        "a busy runner's pods are not deleted"
+    )
+    assert api.FINALIZER in _get(api_client, namespace, "iota")["metadata"]["finalizers"]
