@@ -1,0 +1,671 @@
+"""The RunnerPool custom resource, as pydantic models.
+
+These models are the single source of truth for the resource: the operator
+parses and writes objects with them, and ``runnerpool.crdgen`` turns their JSON
+schema into the CRD that the API server validates against.  Every validation
+rule is therefore written once, as a :class:`Rule` that carries both the CEL
+expression the API server evaluates and a Python predicate that mirrors it, so
+objects built in Python fail the same way ``kubectl apply`` would.
+
+Transition rules (those using ``oldSelf``) have no Python mirror: a model only
+ever sees one version of an object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
+
+GROUP = "runnerpool.dev"
+VERSION = "v1alpha1"
+KIND = "RunnerPool"
+PLURAL = "runnerpools"
+SINGULAR = "runnerpool"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+FINALIZER = "runnerpool.dev/deregister-runners"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "runnerpool-operator"
+POOL_LABEL = "runnerpool.dev/pool"
+TOKEN_SECRET_KEY = "runnertoken"
+TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
+DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
+DEFAULT_RUNNER_IMAGE = "ghcr.io/actions/actions-runner:2.330.0"
+
+# Pods of a pool are named "runnerpool-<pool>-<replicaset hash, up to 10>-<5 random>",
+# i.e. the pool name plus 28 characters.  The kubelet cuts pod hostnames (which the
+# runner reports to GitHub as its name) at 63 characters; past 35 the cut would eat the
+# random suffix and two runners of one pool could register under the same name.
+MAX_POOL_NAME_LENGTH = 35
+MAX_REPLICAS = 1000
+
+
+def token_secret_name(pool: str) -> str:
+    return f"runner-token-{pool}"
+
+
+def deployment_name(pool: str) -> str:
+    return f"runnerpool-{pool}"
+
+
+def pool_runner_label(namespace: str, pool: str) -> str:
+    """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
+    return f"{namespace}/{pool}"
+
+
+# --------------------------------------------------------------------------------------
+# Rules shared by Python validation and the CRD
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validation rule, stated once for the API server (CEL) and for Python.
+
+    ``check`` is ``None`` for transition rules, which need the previous object.
+    ``message`` should tell the user what to change, since kubectl shows it verbatim.
+    """
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool] | None = None
+    field_path: str | None = None
+
+    def to_schema(self) -> dict[str, str]:
+        out = {"rule": self.cel, "message": self.message}
+        if self.field_path is not None:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+def cel_string(text: str) -> str:
+    """Quote text as a CEL string literal (regexes need their backslashes kept)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def regex_rule(regex: str, message: str) -> Rule:
+    """A rule that a string matches ``regex`` entirely.
+
+    CEL's ``matches`` searches, so every regex here is anchored; Python uses
+    ``fullmatch`` so that a trailing newline cannot slip past ``$``.
+    """
+    compiled = re.compile(regex)
+    return Rule(
+        cel=f"self.matches({cel_string(regex)})",
+        message=message,
+        check=lambda value: compiled.fullmatch(value) is not None,
+    )
+
+
+def _run_rules(rules: Sequence[Rule], value: Any) -> None:
+    for rule in rules:
+        if rule.check is not None and not rule.check(value):
+            raise ValueError(rule.message)
+
+
+class Cel:
+    """``Annotated`` marker attaching rules to a scalar or list type.
+
+    It works nested (inside ``| None``, list items, dict values), where a
+    ``Field(json_schema_extra=...)`` would be ignored.
+    """
+
+    __slots__ = ("rules", "schema")
+
+    def __init__(self, *rules: Rule, schema: dict[str, Any] | None = None) -> None:
+        self.rules = rules
+        # Extra schema keys for what pydantic cannot express on the type, such as a
+        # maxLength on an int-or-string that CEL cost estimation needs.
+        self.schema = schema or {}
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        rules = self.rules
+
+        def validate(value: Any) -> Any:
+            _run_rules(rules, value)
+            return value
+
+        return core_schema.no_info_after_validator_function(validate, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out.update(self.schema)
+        out.setdefault("x-kubernetes-validations", []).extend(r.to_schema() for r in self.rules)
+        return out
+
+
+@dataclass(frozen=True)
+class ListType:
+    """``Annotated`` marker for ``x-kubernetes-list-type``.
+
+    The API server rejects duplicates in ``set`` and ``map`` lists; Python does the
+    same so a model never holds something the server would refuse.
+    """
+
+    kind: Literal["atomic", "set", "map"]
+    keys: tuple[str, ...] = ()
+
+    def _identity(self, item: Any) -> Any:
+        if self.kind == "set":
+            return item
+        if isinstance(item, BaseModel):
+            item = item.model_dump(by_alias=True)
+        return tuple(item.get(key) for key in self.keys)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        def validate(items: list[Any]) -> list[Any]:
+            if self.kind != "atomic":
+                seen: set[Any] = set()
+                for item in items:
+                    identity = self._identity(item)
+                    if identity in seen:
+                        raise ValueError(f"duplicate entry {identity!r}")
+                    seen.add(identity)
+            return items
+
+        return core_schema.no_info_after_validator_function(validate, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["x-kubernetes-list-type"] = self.kind
+        if self.keys:
+            out["x-kubernetes-list-map-keys"] = list(self.keys)
+        return out
+
+
+@dataclass(frozen=True)
+class OpaqueObject:
+    """``Annotated`` marker for a Kubernetes object kept as a plain dict.
+
+    Core types such as Volume are large and versioned with the cluster; the
+    operator passes them through untouched, so the CRD preserves them as they
+    are and only insists on the keys the operator itself relies on.
+    """
+
+    required: tuple[str, ...] = ()
+    descriptions: tuple[tuple[str, str], ...] = ()
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        def validate(value: dict[str, Any]) -> dict[str, Any]:
+            for key in self.required:
+                if not isinstance(value.get(key), str) or not value[key]:
+                    raise ValueError(f"{key} is required and must be a non-empty string")
+            return value
+
+        return core_schema.no_info_after_validator_function(validate, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        if self.required:
+            out["required"] = list(self.required)
+            described = dict(self.descriptions)
+            out["properties"] = {
+                key: {"type": "string", "minLength": 1, "description": described.get(key, key)}
+                for key in self.required
+            }
+        return out
+
+
+def _to_kube_time(value: datetime) -> datetime:
+    """Normalise to what the API server stores (metav1.Time: UTC, whole seconds).
+
+    Without this, a condition built in Python would differ from the same
+    condition read back, and the operator would keep rewriting unchanged status.
+    """
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+def _rfc3339(value: datetime) -> str:
+    return _to_kube_time(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# Serialised as a string even in python mode, so a plain model_dump() can go
+# straight into a JSON patch body.
+Timestamp = Annotated[datetime, AfterValidator(_to_kube_time), PlainSerializer(_rfc3339, return_type=str)]
+OpaqueDict = Annotated[dict[str, Any], OpaqueObject()]
+
+
+# --------------------------------------------------------------------------------------
+# Field rules
+
+GITHUB_LOGIN = r"[A-Za-z0-9](-?[A-Za-z0-9])*"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+GO_DURATION = r"^([0-9]+(h|m|s))+$"
+LABEL_FORBIDDEN = r"[,\s]"
+QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+
+Repository = Annotated[
+    str,
+    StringConstraints(max_length=140),
+    Cel(
+        regex_rule(
+            rf"^{GITHUB_LOGIN}/[A-Za-z0-9._-]+$",
+            "spec.repository must be owner/name, e.g. octo-org/hello-world "
+            "(owner: letters, digits, single hyphens; name: letters, digits, '.', '_', '-')",
+        ),
+        Rule(
+            cel="self.indexOf('/') <= 39 && size(self) - self.indexOf('/') <= 101",
+            message="spec.repository: the owner may have at most 39 characters and the name at most 100",
+            check=lambda v: v.find("/") <= 39 and len(v) - v.find("/") <= 101,
+        ),
+        Rule(
+            cel="!self.endsWith('/.') && !self.endsWith('/..')",
+            message="spec.repository: '.' and '..' are not repository names",
+            check=lambda v: not v.endswith(("/.", "/..")),
+        ),
+    ),
+]
+Organization = Annotated[
+    str,
+    StringConstraints(max_length=39),
+    Cel(
+        regex_rule(
+            rf"^{GITHUB_LOGIN}$",
+            "spec.organization must be a GitHub organization login: letters, digits and single "
+            "hyphens, not starting or ending with a hyphen",
+        )
+    ),
+]
+RunnerLabel = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    Cel(
+        Rule(
+            cel=f"!self.matches({cel_string(LABEL_FORBIDDEN)})",
+            message="runner labels must not contain commas or whitespace (the runner takes them "
+            "as one comma-separated list)",
+            check=lambda v: re.search(LABEL_FORBIDDEN, v) is None,
+        ),
+        Rule(
+            cel="!self.contains('/')",
+            message="runner labels must not contain '/': labels of the form <namespace>/<pool> "
+            "are reserved for the operator to identify pools",
+            check=lambda v: "/" not in v,
+        ),
+    ),
+]
+DnsSubdomain = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    Cel(
+        regex_rule(
+            DNS1123_SUBDOMAIN,
+            "must be a valid Kubernetes object name: lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit",
+        )
+    ),
+]
+GithubApiUrl = Annotated[
+    str,
+    StringConstraints(max_length=2048),
+    Cel(
+        regex_rule(
+            r"^https://[^\s/?#]+(/[^\s?#]*)?$",
+            "spec.githubApiUrl must be an https:// URL without query or fragment, "
+            "e.g. https://ghe.example.com/api/v3",
+        )
+    ),
+]
+ImageReference = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=512),
+    Cel(regex_rule(r"^\S+$", "spec.runnerImage must be an image reference without whitespace")),
+]
+GoDuration = Annotated[
+    str,
+    StringConstraints(max_length=32),
+    Cel(
+        regex_rule(
+            GO_DURATION,
+            "spec.recreateDeadline must be a duration made of hours, minutes and seconds, "
+            "e.g. 24h, 90m or 1h30m",
+        )
+    ),
+]
+EnvName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256),
+    Cel(
+        regex_rule(
+            r"^[A-Za-z_][A-Za-z0-9_]*$",
+            "env var names must be C identifiers: letters, digits and '_', not starting with a digit",
+        )
+    ),
+]
+Quantity = Annotated[
+    int | str,
+    Cel(
+        Rule(
+            cel=f"string(self).matches({cel_string(QUANTITY)})",
+            message="resource quantities look like 2, 500m, 1.5, 512Mi or 4Gi",
+            check=lambda v: len(str(v)) <= 64 and re.fullmatch(QUANTITY, str(v)) is not None,
+        ),
+        schema={"maxLength": 64},
+    ),
+]
+
+
+# --------------------------------------------------------------------------------------
+# Models
+
+
+class KubeModel(BaseModel):
+    """Base for all API models: camelCase on the wire, snake_case in Python.
+
+    Unknown fields are ignored so that an operator older than the CRD installed
+    in the cluster still reads the objects it understands.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        _run_rules(type(self).rules, self)
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        target = handler.resolve_ref_schema(out)
+        # Class docstrings explain the code to developers; users get field descriptions.
+        target.pop("description", None)
+        if cls.rules:
+            target["x-kubernetes-validations"] = [rule.to_schema() for rule in cls.rules]
+        return out
+
+
+class Condition(KubeModel):
+    type: str = Field(
+        max_length=316, description="Kind of condition, e.g. Ready or TokenValid (one per type)."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(
+        default="", max_length=1024, description="Machine-readable CamelCase reason for the last change."
+    )
+    message: str = Field(default="", max_length=32768, description="Human-readable detail.")
+    last_transition_time: Timestamp = Field(
+        default_factory=lambda: _to_kube_time(datetime.now(UTC)),
+        description="When status last changed (RFC 3339).",
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the pool this condition was computed from."
+    )
+
+
+class RunnerCounts(KubeModel):
+    online: int = Field(
+        default=0, ge=0, description="Runners of this pool GitHub reports as online and idle."
+    )
+    busy: int = Field(default=0, ge=0, description="Runners of this pool currently running a job.")
+    offline: int = Field(
+        default=0, ge=0, description="Runners of this pool GitHub still lists but reports as offline."
+    )
+
+
+class EnvVar(KubeModel):
+    """Typed enough to validate names; ``valueFrom`` is passed through to the pod as is."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!(has(self.value) && has(self.valueFrom))",
+            message="set either value or valueFrom on an env var, not both",
+            check=lambda e: e.value is None or e.value_from is None,
+        ),
+    )
+
+    name: EnvName = Field(description="Name of the environment variable in the runner container.")
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: OpaqueDict | None = Field(
+        default=None,
+        description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, "
+        "fieldRef or resourceFieldRef).",
+    )
+
+
+class Resources(KubeModel):
+    requests: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
+        default_factory=dict,
+        description="Minimum resources for the runner container, e.g. {cpu: 500m, memory: 1Gi}.",
+    )
+    limits: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
+        default_factory=dict,
+        description="Maximum resources for the runner container, e.g. {cpu: 2, memory: 4Gi}.",
+    )
+
+
+class Toleration(KubeModel):
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            message="a toleration with operator Exists must not set value",
+            check=lambda t: t.operator != "Exists" or not t.value,
+        ),
+        Rule(
+            cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+            message="a toleration without key must use operator Exists",
+            check=lambda t: bool(t.key) or t.operator == "Exists",
+        ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="tolerationSeconds only applies to effect NoExecute",
+            check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        ),
+    )
+
+    key: str | None = Field(
+        default=None, max_length=316, description="Taint key to tolerate; empty means every key."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists matches any value; Equal (the default) matches value exactly."
+    )
+    value: str | None = Field(
+        default=None, max_length=63, description="Taint value to match when operator is Equal."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty means every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
+    )
+
+
+VolumeDict = Annotated[
+    dict[str, Any],
+    OpaqueObject(required=("name",), descriptions=(("name", "Volume name, referenced by volumeMounts."),)),
+]
+VolumeMountDict = Annotated[
+    dict[str, Any],
+    OpaqueObject(
+        required=("name", "mountPath"),
+        descriptions=(
+            ("name", "Name of the volume to mount."),
+            ("mountPath", "Path in the runner container."),
+        ),
+    ),
+]
+
+
+class RunnerPoolSpec(KubeModel):
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="has(self.repository) != has(self.organization)",
+            message="set exactly one of spec.repository (owner/name) or spec.organization",
+            check=lambda s: (s.repository is None) != (s.organization is None),
+        ),
+        Rule(
+            cel="has(self.repository) == has(oldSelf.repository)"
+            " && (!has(self.repository) || self.repository == oldSelf.repository)"
+            " && has(self.organization) == has(oldSelf.organization)"
+            " && (!has(self.organization) || self.organization == oldSelf.organization)",
+            message="spec.repository and spec.organization are immutable: "
+            "create a new RunnerPool to register runners elsewhere",
+        ),
+    )
+
+    repository: Repository | None = Field(
+        default=None,
+        description="Repository (owner/name) the runners register with. Set this or organization. Immutable.",
+    )
+    organization: Organization | None = Field(
+        default=None,
+        description="Organization the runners register with. Set this or repository. Immutable.",
+    )
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_REPLICAS,
+        json_schema_extra={"format": "int32"},
+        description="Number of runner pods to keep.",
+    )
+    labels: Annotated[list[RunnerLabel], ListType("set"), Field(max_length=32)] = Field(
+        default_factory=list,
+        description="Extra runner labels that workflows can select with runs-on. The runner adds "
+        "self-hosted, its OS and architecture; the operator adds <namespace>/<pool>.",
+    )
+    credential_secret_name: DnsSubdomain = Field(
+        default=DEFAULT_CREDENTIAL_SECRET,
+        description="Secret in the pool's namespace with the GitHub App or token credentials used "
+        "to obtain registration tokens.",
+    )
+    github_api_url: GithubApiUrl | None = Field(
+        default=None,
+        description="GitHub Enterprise Server API base URL, e.g. https://ghe.example.com/api/v3. "
+        "Unset means github.com.",
+    )
+    runner_image: ImageReference | None = Field(
+        default=None,
+        description=f"Container image of the runner. Unset means {DEFAULT_RUNNER_IMAGE}.",
+    )
+    env: Annotated[list[EnvVar], ListType("map", ("name",)), Field(max_length=100)] = Field(
+        default_factory=list, description="Extra environment variables for the runner container."
+    )
+    resources: Resources | None = Field(
+        default=None, description="Compute resources of the runner container."
+    )
+    node_selector: Annotated[dict[str, str], Field(max_length=64)] = Field(
+        default_factory=dict, description="Node labels a runner pod's node must have."
+    )
+    tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(
+        default_factory=list, description="Taints runner pods tolerate."
+    )
+    service_account_name: DnsSubdomain | None = Field(
+        default=None,
+        description="Service account of the runner pods. Unset means the namespace's default.",
+    )
+    volumes: Annotated[list[VolumeDict], ListType("map", ("name",)), Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Extra pod volumes (core/v1 Volume objects), mounted with volumeMounts.",
+    )
+    volume_mounts: Annotated[list[VolumeMountDict], Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Extra mounts in the runner container (core/v1 VolumeMount objects).",
+    )
+    work_volume: OpaqueDict | None = Field(
+        default=None,
+        description="Volume source (a core/v1 VolumeSource such as emptyDir or ephemeral) for the "
+        "runner's _work directory. Unset means an emptyDir.",
+    )
+    recreate_deadline: GoDuration | None = Field(
+        default=None,
+        description="Idle runner pods older than this duration (e.g. 24h, 90m) are replaced, so "
+        "long-lived runners pick up new images and a clean disk. Unset means never.",
+    )
+
+
+class RunnerPoolStatus(KubeModel):
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the operator last acted on."
+    )
+    replicas: int = Field(default=0, ge=0, description="Runner pods that exist (for the scale subresource).")
+    ready_replicas: int = Field(default=0, ge=0, description="Runner pods that are ready.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the runner pods (for the scale subresource)."
+    )
+    token_expires_at: Timestamp | None = Field(
+        default=None, description="When the registration token in the pool's Secret expires."
+    )
+    runners: RunnerCounts | None = Field(
+        default=None, description="Runners GitHub lists for this pool, by state."
+    )
+    conditions: Annotated[list[Condition], ListType("map", ("type",))] = Field(
+        default_factory=list, description="Latest observations of the pool's state."
+    )
+
+
+class RunnerPool(KubeModel):
+    """A whole RunnerPool object as the API server returns it.
+
+    ``metadata`` stays a dict: the API server owns its schema, and the operator
+    needs to echo fields such as resourceVersion back unchanged.
+    """
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"size(self.metadata.name) <= {MAX_POOL_NAME_LENGTH}",
+            message=f"metadata.name may have at most {MAX_POOL_NAME_LENGTH} characters: it becomes "
+            "part of Deployment and pod names, and pod hostnames (the runner names) are cut at 63",
+            check=lambda p: len(p.name) <= MAX_POOL_NAME_LENGTH,
+        ),
+    )
+
+    api_version: str = Field(default=API_VERSION, description="API version of this object.")
+    kind: str = Field(default=KIND, description="Kind of this object: RunnerPool.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: RunnerPoolSpec = Field(description="Desired state of the pool.")
+    status: RunnerPoolStatus = Field(
+        default_factory=RunnerPoolStatus, description="Observed state of the pool, written by the operator."
+    )
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name") or "")
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "")
+
+    @property
+    def uid(self) -> str:
+        return str(self.metadata.get("uid") or "")
+
+    @property
+    def generation(self) -> int:
+        return int(self.metadata.get("generation") or 0)
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.metadata.get("deletionTimestamp"))
+
+    @property
+    def finalizers(self) -> list[str]:
+        return [str(item) for item in self.metadata.get("finalizers") or []]

@@ -1,0 +1,251 @@
+"""The generated CRD, installed in a real API server, accepts and rejects what it should.
+
+These run against kube-apiserver rather than the models because the CEL rules,
+list types and defaults only mean something once the API server compiles them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from runnerpool import api
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+
+def _custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+def _pool(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def _create(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return cast(
+        dict[str, Any],
+        _custom(api_client).create_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, body
+        ),
+    )
+
+
+def _get(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return cast(
+        dict[str, Any],
+        _custom(api_client).get_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, name),
+    )
+
+
+def _call(method: str, api_client: client.ApiClient, namespace: str, name: str, *body: Any) -> dict[str, Any]:
+    """Call a CustomObjectsApi method on one RunnerPool; the client types results as object."""
+    bound = getattr(_custom(api_client), method)
+    return cast(dict[str, Any], bound(api.GROUP, api.VERSION, namespace, api.PLURAL, name, *body))
+
+
+def _rejection(caught: pytest.ExceptionInfo[ApiException]) -> str:
+    assert caught.value.status == 422, caught.value.body
+    return str(json.loads(caught.value.body or "{}").get("message", ""))
+
+
+def _repo(**extra: Any) -> dict[str, Any]:
+    return {"repository": "octo-org/hello-world", **extra}
+
+
+INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
+    ("neither-scope", {}, "set exactly one of spec.repository (owner/name) or spec.organization"),
+    ("both-scopes", _repo(organization="octo-org"), "set exactly one of spec.repository"),
+    ("repo-without-owner", {"repository": "hello-world"}, "spec.repository must be owner/name"),
+    ("repo-owner-hyphen", {"repository": "-octo/hello"}, "spec.repository must be owner/name"),
+    ("repo-two-slashes", {"repository": "octo/hello/world"}, "spec.repository must be owner/name"),
+    ("repo-owner-too-long", {"repository": "o" * 40 + "/x"}, "the owner may have at most 39 characters"),
+    ("repo-dot-dot", {"repository": "octo/.."}, "'.' and '..' are not repository names"),
+    ("org-double-hyphen", {"organization": "octo--org"}, "must be a GitHub organization login"),
+    ("org-trailing-hyphen", {"organization": "octo-"}, "must be a GitHub organization login"),
+    ("org-too-long", {"organization": "o" * 40}, "spec.organization: Too long"),
+    ("replicas-negative", _repo(replicas=-1), "should be greater than or equal to 0"),
+    ("replicas-huge", _repo(replicas=1001), "should be less than or equal to 1000"),
+    ("label-empty", _repo(labels=[""]), "spec.labels[0]"),
+    ("label-comma", _repo(labels=["gpu,big"]), "must not contain commas or whitespace"),
+    ("label-space", _repo(labels=["gpu big"]), "must not contain commas or whitespace"),
+    ("label-slash", _repo(labels=["other-ns/other-pool"]), "reserved for the operator"),
+    ("label-duplicate", _repo(labels=["gpu", "gpu"]), "Duplicate value"),
+    ("labels-too-many", _repo(labels=[f"l{i}" for i in range(33)]), "must have at most 32 items"),
+    ("secret-name-upper", _repo(credentialSecretName="My_Secret"), "must be a valid Kubernetes object name"),
+    ("api-url-http", _repo(githubApiUrl="http://ghe.example.com/api/v3"), "must be an https:// URL"),
+    ("api-url-query", _repo(githubApiUrl="https://ghe.example.com/api/v3?x=1"), "must be an https:// URL"),
+    ("image-empty", _repo(runnerImage=""), "spec.runnerImage"),
+    ("image-whitespace", _repo(runnerImage="ghcr.io/x/y: latest"), "image reference without whitespace"),
+    ("deadline-days", _repo(recreateDeadline="1d"), "spec.recreateDeadline must be a duration"),
+    ("deadline-bare-number", _repo(recreateDeadline="90"), "spec.recreateDeadline must be a duration"),
+    ("sa-name-invalid", _repo(serviceAccountName="Runner SA"), "must be a valid Kubernetes object name"),
+    ("toleration-operator", _repo(tolerations=[{"key": "k", "operator": "Maybe"}]), "Unsupported value"),
+    ("toleration-effect", _repo(tolerations=[{"key": "k", "effect": "Sometimes"}]), "Unsupported value"),
+    (
+        "toleration-exists-value",
+        _repo(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}]),
+        "with operator Exists must not set value",
+    ),
+    ("toleration-no-key", _repo(tolerations=[{"value": "v"}]), "without key must use operator Exists"),
+    (
+        "toleration-seconds",
+        _repo(tolerations=[{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]),
+        "tolerationSeconds only applies to effect NoExecute",
+    ),
+    ("env-name-digit", _repo(env=[{"name": "1ABC", "value": "x"}]), "env var names must be C identifiers"),
+    ("env-name-missing", _repo(env=[{"value": "x"}]), "spec.env[0].name: Required value"),
+    (
+        "env-value-and-from",
+        _repo(env=[{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
+        "set either value or valueFrom on an env var, not both",
+    ),
+    ("volume-without-name", _repo(volumes=[{"emptyDir": {}}]), "spec.volumes[0].name: Required value"),
+    (
+        "mount-without-path",
+        _repo(volumeMounts=[{"name": "cache"}]),
+        "spec.volumeMounts[0].mountPath: Required value",
+    ),
+    ("quantity-garbage", _repo(resources={"requests": {"cpu": "lots"}}), "resource quantities look like"),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [pytest.param(spec, fragment, id=case) for case, spec, fragment in INVALID_SPECS],
+)
+def test_invalid_spec_is_rejected(
+    api_client: client.ApiClient, namespace: str, spec: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ApiException) as caught:
+        _create(api_client, namespace, _pool("bad", spec))
+    assert fragment in _rejection(caught)
+
+
+def test_pool_name_length_is_limited(api_client: client.ApiClient, namespace: str) -> None:
+    too_long = "p" * (api.MAX_POOL_NAME_LENGTH + 1)
+    with pytest.raises(ApiException) as caught:
+        _create(api_client, namespace, _pool(too_long, _repo()))
+    assert f"metadata.name may have at most {api.MAX_POOL_NAME_LENGTH} characters" in _rejection(caught)
+    longest = "p" * api.MAX_POOL_NAME_LENGTH
+    assert _create(api_client, namespace, _pool(longest, _repo()))["metadata"]["name"] == longest
+
+
+@pytest.mark.parametrize(
+    "scope", [{"repository": "octo-org/hello.world_2"}, {"organization": "octo-org"}], ids=["repo", "org"]
+)
+def test_valid_pool_gets_defaults(
+    api_client: client.ApiClient, namespace: str, scope: dict[str, str]
+) -> None:
+    created = _create(api_client, namespace, _pool("ok", scope))
+    assert created["spec"] == {**scope, "replicas": 1, "credentialSecretName": api.DEFAULT_CREDENTIAL_SECRET}
+    parsed = api.RunnerPool.model_validate(created)
+    assert parsed.spec.replicas == 1
+    assert parsed.name == "ok" and parsed.namespace == namespace and parsed.generation == 1
+
+
+def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, namespace: str) -> None:
+    """Every field the models know survives the API server (nothing pruned or renamed)."""
+    spec = api.RunnerPoolSpec(
+        organization="octo-org",
+        replicas=3,
+        labels=["gpu", "big-disk"],
+        credential_secret_name="github-app",
+        github_api_url="https://ghe.example.com/api/v3",
+        runner_image="registry.example.com/runner:1.2.3",
+        env=[
+            api.EnvVar(name="RUNNER_DEBUG", value="1"),
+            api.EnvVar(name="NODE", value_from={"fieldRef": {"fieldPath": "spec.nodeName"}}),
+        ],
+        resources=api.Resources(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": 2}),
+        node_selector={"kubernetes.io/arch": "amd64"},
+        tolerations=[
+            api.Toleration(key="dedicated", operator="Equal", value="ci", effect="NoSchedule"),
+            api.Toleration(operator="Exists"),
+            api.Toleration(key="node.kubernetes.io/unreachable", effect="NoExecute", toleration_seconds=30),
+        ],
+        service_account_name="runner",
+        volumes=[{"name": "cache", "persistentVolumeClaim": {"claimName": "cache"}}],
+        volume_mounts=[{"name": "cache", "mountPath": "/cache", "readOnly": True}],
+        work_volume={"ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}},
+        recreate_deadline="1h30m",
+    )
+    sent = api.RunnerPool(metadata={"name": "full"}, spec=spec)
+    created = _create(api_client, namespace, sent.model_dump(by_alias=True, exclude_none=True))
+    assert created["spec"] == spec.model_dump(by_alias=True, exclude_none=True)
+    assert api.RunnerPool.model_validate(created).spec == spec
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"repository": "octo-org/one"}, {"repository": "octo-org/two"}),
+        ({"repository": "octo-org/one"}, {"organization": "octo-org"}),
+        ({"organization": "octo-org"}, {"organization": "other-org"}),
+    ],
+    ids=["repo-renamed", "repo-to-org", "org-renamed"],
+)
+def test_scope_is_immutable(
+    api_client: client.ApiClient, namespace: str, before: dict[str, str], after: dict[str, str]
+) -> None:
+    created = _create(api_client, namespace, _pool("fixed", before))
+    created["spec"] = {**{k: v for k, v in created["spec"].items() if k not in before}, **after}
+    with pytest.raises(ApiException) as caught:
+        _call("replace_namespaced_custom_object", api_client, namespace, "fixed", created)
+    assert "spec.repository and spec.organization are immutable" in _rejection(caught)
+
+
+def test_other_fields_stay_mutable(api_client: client.ApiClient, namespace: str) -> None:
+    _create(api_client, namespace, _pool("mutable", _repo()))
+    patch = {"spec": {"replicas": 4, "labels": ["x"]}}
+    patched = _call("patch_namespaced_custom_object", api_client, namespace, "mutable", patch)
+    assert patched["spec"]["replicas"] == 4 and patched["spec"]["labels"] == ["x"]
+    assert patched["metadata"]["generation"] == 2
+
+
+def test_scale_subresource_drives_spec_replicas(api_client: client.ApiClient, namespace: str) -> None:
+    _create(api_client, namespace, _pool("scaled", _repo(replicas=2)))
+    scale = _call("get_namespaced_custom_object_scale", api_client, namespace, "scaled")
+    assert scale["spec"]["replicas"] == 2
+    _call("patch_namespaced_custom_object_scale", api_client, namespace, "scaled", {"spec": {"replicas": 5}})
+    assert _get(api_client, namespace, "scaled")["spec"]["replicas"] == 5
+    # The scale subresource reads replicas and selector from status, where the operator puts them.
+    status = api.RunnerPoolStatus(replicas=5, selector=f"{api.POOL_LABEL}=scaled")
+    body = {"status": status.model_dump(by_alias=True, exclude_none=True)}
+    _call("patch_namespaced_custom_object_status", api_client, namespace, "scaled", body)
+    scale = _call("get_namespaced_custom_object_scale", api_client, namespace, "scaled")
+    assert scale["status"]["replicas"] == 5
+    assert scale["status"]["selector"] == f"{api.POOL_LABEL}=scaled"
+
+
+def test_scale_subresource_enforces_replica_bounds(api_client: client.ApiClient, namespace: str) -> None:
+    _create(api_client, namespace, _pool("bounded", _repo()))
+    with pytest.raises(ApiException) as caught:
+        body = {"spec": {"replicas": api.MAX_REPLICAS + 1}}
+        _call("patch_namespaced_custom_object_scale", api_client, namespace, "bounded", body)
+    assert "should be less than or equal to" in _rejection(caught)
+
+
+def test_status_is_a_subresource(api_client: client.ApiClient, namespace: str) -> None:
+    created = _create(api_client, namespace, {**_pool("stat", _repo()), "status": {"replicas": 7}})
+    assert "status" not in created
+    created["status"] = {"readyReplicas": 3}
+    replaced = _call("replace_namespaced_custom_object", api_client, namespace, "stat", created)
+    assert "status" not in replaced
+    status = api.RunnerPoolStatus(
+        observed_generation=1,
+        replicas=1,
+        ready_replicas=1,
+        token_expires_at=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+        runners=api.RunnerCounts(online=1),
+        conditions=[api.Condition(type="Ready", status="True", reason="RunnersOnline", message="1/1")],
+    )
+    body = {"status": status.model_dump(by_alias=True, exclude_none=True)}
+    written = _call("patch_namespaced_custom_object_status", api_client, namespace, "stat", body)
+    assert written["metadata"]["generation"] == 1, "a status write must not bump the generation"
+    assert api.RunnerPoolStatus.model_validate(written["status"]) == status
