@@ -1,0 +1,769 @@
+"""The HTTP face of the fake: GitHub's REST routes for runners, tokens and rate limits.
+
+It runs in the test process on a loopback port so the operator under test,
+whether in-process or a separate process, talks real HTTP through its real
+GitHub client.  Answers follow GitHub's description (status codes, bodies,
+``Link`` pagination, ``ETag``/304, ``x-ratelimit-*``), checked by
+``tests/test_fakegithub.py`` against the extract in ``tests/data/github``.
+
+Order of checks per request, as seen from outside: latency, injected faults
+(hang or failure, which never reach "GitHub"), authentication (401), secondary
+limit, primary limit (403 when the budget is spent, even for a conditional
+request), then routing (404 for unknown scopes or paths, which do spend budget).
+
+``/_fake/...`` is a JSON control API for tests whose GitHub client lives in
+another process; it needs no credentials, is never logged, rate limited or
+faulted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import secrets
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from runnerpool.fakegithub.state import (
+    AuthRejectedError,
+    Credential,
+    FakeGitHubError,
+    Fault,
+    GitHubState,
+    RateWindow,
+    RegistrationRejectedError,
+    RequestRecord,
+    Scope,
+    ScopeKind,
+)
+
+log = logging.getLogger(__name__)
+
+DOCS = "https://docs.github.com/rest"
+RATE_LIMIT_DOCS = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+SECONDARY_DOCS = (
+    "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api"
+    "#about-secondary-rate-limits"
+)
+_RUNNER_DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
+DELETE_DOCS = {
+    "org": f"{_RUNNER_DOCS}#delete-a-self-hosted-runner-from-an-organization",
+    "repo": f"{_RUNNER_DOCS}#delete-a-self-hosted-runner-from-a-repository",
+}
+DEFAULT_PER_PAGE = 30
+MAX_PER_PAGE = 100
+RATE_LIMIT_ENDPOINT = "rate-limit/get"
+_HANG_POLL = 0.02
+
+
+@dataclass
+class Answer:
+    """A response before it is written, so checks can pass it along or turn it into a 304."""
+
+    status: int
+    payload: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a route handler may look at."""
+
+    params: dict[str, str]
+    query: Mapping[str, str]
+    body: bytes
+    link_base: str
+    credential: Credential
+
+
+@dataclass(frozen=True)
+class _Route:
+    endpoint: str
+    method: str
+    pattern: re.Pattern[str]
+    handler: Callable[[FakeGitHub, _Request], Answer]
+    app: bool = False
+
+
+def _error(status: int, message: str, documentation_url: str = DOCS) -> Answer:
+    return Answer(status, {"message": message, "documentation_url": documentation_url, "status": str(status)})
+
+
+def _not_found() -> Answer:
+    return _error(404, "Not Found")
+
+
+def _scope_of(fake: FakeGitHub, params: dict[str, str]) -> Scope | None:
+    kind: ScopeKind = "org" if "org" in params else "repo"
+    name = params["org"] if kind == "org" else f"{params['owner']}/{params['repo']}"
+    return fake.api_scope(kind, name)
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    """GitHub falls back to the default for values it cannot use rather than failing."""
+    try:
+        value = int(query.get(name, default))
+    except ValueError:
+        return default
+    return value if value >= 1 else default
+
+
+def _list_runners(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    query = request.query
+    runners = fake.api_list_runners(scope, query.get("name"))
+    per_page = min(_int_param(query, "per_page", DEFAULT_PER_PAGE), MAX_PER_PAGE)
+    page = _int_param(query, "page", 1)
+    start = (page - 1) * per_page
+    answer = Answer(200, {"total_count": len(runners), "runners": runners[start : start + per_page]})
+    last = max(1, -(-len(runners) // per_page))
+    link = _link_header(request.link_base, query, page, last)
+    if link:
+        answer.headers["Link"] = link
+    return answer
+
+
+def _link_header(base: str, query: Mapping[str, str], page: int, last: int) -> str:
+    """Build ``Link`` in GitHub's order (prev, next, last, first), keeping the caller's other parameters."""
+
+    def url(target: int) -> str:
+        params = dict(query)
+        params["page"] = str(target)
+        return f"<{base}?{urlencode(params)}>"
+
+    parts = []
+    if page > 1:
+        parts.append(f'{url(min(page - 1, last))}; rel="prev"')
+    if page < last:
+        parts += [f'{url(page + 1)}; rel="next"', f'{url(last)}; rel="last"']
+    if page > 1:
+        parts.append(f'{url(1)}; rel="first"')
+    return ", ".join(parts)
+
+
+def _get_runner(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    runner = None if scope is None else fake.api_get_runner(scope, int(request.params["runner_id"]))
+    return _not_found() if runner is None else Answer(200, runner)
+
+
+def _delete_runner(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    outcome, name = fake.api_delete_runner(scope, int(request.params["runner_id"]))
+    if outcome == "missing":
+        return _not_found()
+    if outcome == "busy":
+        # GitHub's message really does end with a stray quote.
+        message = f'Bad request - Runner "{name}" is still running a job"'
+        return Answer(422, {"message": message, "documentation_url": DELETE_DOCS[scope.kind]})
+    return Answer(204)
+
+
+def _registration_token(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    issued = fake.api_registration_token(scope)
+    return Answer(201, {"token": issued.token, "expires_at": issued.expires_at_text()})
+
+
+def _installation_token(fake: FakeGitHub, request: _Request) -> Answer:
+    body = request.body
+    try:
+        requested = json.loads(body) if body.strip() else {}
+    except ValueError:
+        return _error(400, "Problems parsing JSON")
+    if not isinstance(requested, dict):
+        return _error(400, "Problems parsing JSON")
+    app_id = request.credential.key.removeprefix("app:")
+    minted = fake.api_installation_token(int(request.params["installation_id"]), app_id, requested)
+    if minted is None:
+        return _not_found()
+    return Answer(
+        201,
+        {
+            "token": minted.token,
+            "expires_at": minted.expires_at_text(),
+            "permissions": dict(minted.permissions),
+            "repository_selection": minted.repository_selection,
+        },
+    )
+
+
+def _routes() -> list[_Route]:
+    scopes = {"org": r"/orgs/(?P<org>[^/]+)", "repo": r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"}
+    routes: list[_Route] = []
+    for kind, prefix in scopes.items():
+        suffix = "org" if kind == "org" else "repo"
+        runners = f"{prefix}/actions/runners"
+        routes += [
+            _Route(
+                f"actions/list-self-hosted-runners-for-{suffix}", "GET", re.compile(runners), _list_runners
+            ),
+            _Route(
+                f"actions/create-registration-token-for-{suffix}",
+                "POST",
+                re.compile(f"{runners}/registration-token"),
+                _registration_token,
+            ),
+            _Route(
+                f"actions/get-self-hosted-runner-for-{suffix}",
+                "GET",
+                re.compile(rf"{runners}/(?P<runner_id>\d+)"),
+                _get_runner,
+            ),
+            _Route(
+                f"actions/delete-self-hosted-runner-from-{suffix}",
+                "DELETE",
+                re.compile(rf"{runners}/(?P<runner_id>\d+)"),
+                _delete_runner,
+            ),
+        ]
+    routes.append(
+        _Route(
+            "apps/create-installation-access-token",
+            "POST",
+            re.compile(r"/app/installations/(?P<installation_id>\d+)/access_tokens"),
+            _installation_token,
+            app=True,
+        )
+    )
+    return routes
+
+
+ROUTES = _routes()
+
+
+def _etag_matches(if_none_match: str, etag: str) -> bool:
+    """Weak comparison, as RFC 9110 prescribes for If-None-Match."""
+    wanted = etag.removeprefix("W/")
+    for candidate in (part.strip() for part in if_none_match.split(",")):
+        if candidate == "*" or candidate.removeprefix("W/") == wanted:
+            return True
+    return False
+
+
+def _rate_headers(window: RateWindow) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit": str(window.limit),
+        "x-ratelimit-remaining": str(window.remaining),
+        "x-ratelimit-reset": str(window.reset),
+        "x-ratelimit-used": str(window.used),
+        "x-ratelimit-resource": "core",
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # An operator firing many requests at once must not hit a full accept backlog.
+    request_queue_size = 128
+    fake: FakeGitHub
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-answer is normal here (timeouts are tested on purpose).
+        log.debug("connection from %s ended abruptly", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "github.com"
+    # Idle keep-alive connections are closed after this; stop() closes them sooner.
+    timeout = 30
+
+    @property
+    def fake(self) -> FakeGitHub:
+        return cast(_Server, self.server).fake
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake._track(self.connection, threading.current_thread())
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.fake._untrack(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _write(self, answer: Answer, extra: Mapping[str, str] | None = None) -> None:
+        body = answer.raw
+        if body is None and answer.payload is not None:
+            body = json.dumps(answer.payload).encode()
+        self.send_response(answer.status)
+        headers = {**(extra or {}), **answer.headers}
+        if body is not None and "Content-Type" not in headers:
+            headers["Content-Type"] = "application/json; charset=utf-8"
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if answer.status not in (HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED):
+            self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        if body and answer.status not in (HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED):
+            self.wfile.write(body)
+
+    def _hang(self, max_seconds: float) -> None:
+        """Hold the request without answering until the client hangs up or the bound passes."""
+        generation = self.fake.hang_started()
+        deadline = time.monotonic() + max_seconds
+        try:
+            while time.monotonic() < deadline and not self.fake.hang_released(generation):
+                readable, _, _ = select.select([self.connection], [], [], _HANG_POLL)
+                if readable:
+                    try:
+                        if not self.connection.recv(1, socket.MSG_PEEK):
+                            break  # the client closed its end: it gave up
+                    except OSError:
+                        break
+                    time.sleep(_HANG_POLL)  # pipelined bytes, not a hang-up: keep holding
+        finally:
+            self.fake.hang_finished()
+            self.close_connection = True
+
+    # ------------------------------------------------------------------ the API
+
+    def _dispatch(self) -> None:
+        try:
+            self._dispatch_unguarded()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:
+            # A bug in the fake must show up as a 500 in the test, not a silent hang-up.
+            log.exception("fake GitHub failed on %s %s", self.command, self.path)
+            with contextlib.suppress(OSError):
+                self._write(_error(500, "fake GitHub internal error (see the test log)"))
+            self.close_connection = True
+
+    def _dispatch_unguarded(self) -> None:
+        split = urlsplit(self.path)
+        body = self._read_body()
+        if split.path.startswith("/_fake/"):
+            self._control(split.path, dict(parse_qsl(split.query)), body)
+            return
+        fake = self.fake
+        exchange = _Exchange.parse(self.command, split.path, split.query, body, fake.api_prefix)
+        exchange.conditional = self.headers.get("If-None-Match") is not None
+        if fake.latency:
+            fake.pause(fake.latency)
+        fault = fake.take_fault(exchange.method, exchange.path)
+        if fault is not None and fault.kind == "hang":
+            self._record(exchange, 0, None, counted=False)
+            self._hang(fault.max_seconds)
+            return
+        if fault is not None and fault.kind == "fail":
+            self._send(exchange, _fault_answer(fault), None, None, counted=False)
+            return
+        app_endpoint = exchange.route is not None and exchange.route.app
+        try:
+            credential = fake.authenticate(self.headers.get("Authorization"), app_endpoint=app_endpoint)
+        except AuthRejectedError as exc:
+            anonymous = fake.anonymous_window(self.client_address[0])
+            self._send(exchange, _error(401, str(exc)), None, anonymous, counted=False)
+            return
+        if fault is not None:  # the only kind left: a secondary rate limit
+            answer = _secondary_limit_answer(fault, exchange.request_id)
+            self._send(exchange, answer, credential, fake.rate_snapshot(credential), counted=False)
+            return
+        counts = exchange.endpoint != RATE_LIMIT_ENDPOINT
+        admitted, window = fake.rate_admit(credential, counts=counts)
+        if not admitted:
+            answer = _primary_limit_answer(fake.primary_limit_status, credential, exchange.request_id)
+            self._send(exchange, answer, credential, window, counted=False)
+            return
+        answer = self._answer(exchange, credential)
+        if exchange.method == "GET" and answer.status == 200:
+            answer = _with_etag(answer, self.headers.get("If-None-Match"))
+            if answer.status == 304 and counts:
+                window = fake.rate_refund(credential)
+                counts = False
+        self._send(exchange, answer, credential, window, counted=counts)
+
+    def _answer(self, exchange: _Exchange, credential: Credential) -> Answer:
+        fake = self.fake
+        if exchange.endpoint == RATE_LIMIT_ENDPOINT:
+            return Answer(200, fake.rate_limit_json(credential))
+        if exchange.route is None:
+            return _not_found()
+        host = self.headers.get("Host")
+        base = f"http://{host}{fake.api_prefix}" if host else fake.url
+        request = _Request(
+            exchange.params, dict(parse_qsl(exchange.query)), exchange.body, base + exchange.path, credential
+        )
+        return exchange.route.handler(fake, request)
+
+    def _send(
+        self,
+        exchange: _Exchange,
+        answer: Answer,
+        credential: Credential | None,
+        window: RateWindow | None,
+        *,
+        counted: bool,
+    ) -> None:
+        headers = {"x-github-request-id": exchange.request_id, "x-github-api-version-selected": "2022-11-28"}
+        if window is not None:
+            headers.update(_rate_headers(window))
+        if answer.status in (200, 304):
+            headers["Cache-Control"] = "private, max-age=60, s-maxage=60"
+            headers["Vary"] = "Accept, Authorization, Cookie, X-GitHub-OTP"
+        try:
+            self._write(answer, headers)
+        finally:
+            self._record(exchange, answer.status, credential, counted=counted)
+
+    def _record(
+        self, exchange: _Exchange, status: int, credential: Credential | None, *, counted: bool
+    ) -> None:
+        self.fake.record(
+            RequestRecord(
+                method=exchange.method,
+                path=exchange.path,
+                query=exchange.query,
+                endpoint=exchange.endpoint,
+                status=status,
+                conditional=exchange.conditional,
+                counted=counted,
+                credential=None if credential is None else credential.key,
+                at=self.fake.clock(),
+            )
+        )
+
+    # ------------------------------------------------------------------ the control API
+
+    def _control(self, path: str, query: dict[str, str], body: bytes) -> None:
+        try:
+            data: Any = json.loads(body) if body.strip() else {}
+            if not isinstance(data, dict):
+                raise TypeError("the control API takes a JSON object")
+            answer = _control_answer(self.fake, self.command, path.removeprefix("/_fake"), query, data)
+        except RegistrationRejectedError as exc:
+            answer = Answer(422, {"message": str(exc)})
+        except (FakeGitHubError, LookupError) as exc:
+            answer = Answer(404, {"message": str(exc)})
+        except (ValueError, TypeError) as exc:
+            answer = Answer(400, {"message": f"{type(exc).__name__}: {exc}"})
+        self._write(answer)
+
+
+@dataclass
+class _Exchange:
+    """One API request as the dispatcher sees it, path already stripped of the API prefix."""
+
+    method: str
+    path: str
+    query: str
+    body: bytes
+    endpoint: str = "unknown"
+    route: _Route | None = None
+    params: dict[str, str] = field(default_factory=dict)
+    conditional: bool = False
+    request_id: str = field(
+        default_factory=lambda: ":".join(secrets.token_hex(n).upper() for n in (2, 3, 4, 4))
+    )
+
+    @classmethod
+    def parse(cls, method: str, path: str, query: str, body: bytes, prefix: str) -> _Exchange:
+        if prefix and path != prefix and not path.startswith(prefix + "/"):
+            return cls(method, path, query, body)
+        path = path[len(prefix) :].rstrip("/") or "/"
+        exchange = cls(method, path, query, body)
+        if path == "/rate_limit" and method == "GET":
+            exchange.endpoint = RATE_LIMIT_ENDPOINT
+        for route in ROUTES:
+            found = route.pattern.fullmatch(path)
+            if found and route.method == method:
+                exchange.endpoint, exchange.route, exchange.params = route.endpoint, route, found.groupdict()
+                break
+        return exchange
+
+
+def _fault_answer(fault: Fault) -> Answer:
+    body = fault.body
+    if body is None:
+        body = json.dumps({"message": HTTPStatus(fault.status).phrase}).encode()
+    return Answer(fault.status, raw=body)
+
+
+def _secondary_limit_answer(fault: Fault, request_id: str) -> Answer:
+    message = (
+        "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
+        f"If you reach out to GitHub Support for help, please include the request ID {request_id}."
+    )
+    answer = _error(fault.status, message, SECONDARY_DOCS)
+    answer.headers["retry-after"] = str(fault.retry_after)
+    return answer
+
+
+def _primary_limit_answer(status: int, credential: Credential, request_id: str) -> Answer:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    message = (
+        f"API rate limit exceeded for {credential.who}. If you reach out to GitHub Support for help, "
+        f"please include the request ID {request_id} and timestamp {stamp}."
+    )
+    return _error(status, message, RATE_LIMIT_DOCS)
+
+
+def _with_etag(answer: Answer, if_none_match: str | None) -> Answer:
+    """Serialise once, tag the bytes, and turn a matching conditional request into a bodiless 304."""
+    raw = json.dumps(answer.payload).encode()
+    etag = '"' + hashlib.sha256(raw).hexdigest() + '"'
+    if if_none_match is not None and _etag_matches(if_none_match, etag):
+        return Answer(304, headers={**answer.headers, "ETag": etag})
+    return Answer(answer.status, answer.payload, {**answer.headers, "ETag": etag}, raw)
+
+
+# ---------------------------------------------------------------------- /_fake control routes
+
+_ControlHandler = Callable[["FakeGitHub", "re.Match[str]", Any, dict[str, Any]], Answer]
+
+
+def _runner_ref(value: str) -> int | str:
+    return int(value) if value.isdigit() else value
+
+
+def _ctl_add_scope(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict[str, Any]) -> Answer:
+    created = fake.add_scope(data.get("scope"), org=data.get("org"), repo=data.get("repo"))
+    return Answer(201, {"kind": created.kind, "name": created.name})
+
+
+def _ctl_list_runners(fake: FakeGitHub, _m: re.Match[str], scope: Any, _data: dict[str, Any]) -> Answer:
+    return Answer(200, fake.runners(scope))
+
+
+def _ctl_add_runner(fake: FakeGitHub, _m: re.Match[str], scope: Any, data: dict[str, Any]) -> Answer:
+    runner_id = fake.register_runner(
+        scope,
+        data["name"],
+        data.get("labels", ()),
+        status=data.get("status", "online"),
+        busy=bool(data.get("busy", False)),
+        ephemeral=bool(data.get("ephemeral", False)),
+    )
+    return Answer(201, fake.runner(scope, runner_id))
+
+
+def _ctl_register(fake: FakeGitHub, _m: re.Match[str], scope: Any, data: dict[str, Any]) -> Answer:
+    where = scope or data["url"]
+    runner_id = fake.register_runner_with_token(
+        where,
+        data["token"],
+        data["name"],
+        data.get("labels", ()),
+        ephemeral=bool(data.get("ephemeral", False)),
+    )
+    return Answer(201, fake.runner(where, runner_id))
+
+
+def _ctl_set_runner(fake: FakeGitHub, match: re.Match[str], scope: Any, data: dict[str, Any]) -> Answer:
+    runner = _runner_ref(match["runner"])
+    return Answer(200, fake.set_runner(scope, runner, status=data.get("status"), busy=data.get("busy")))
+
+
+def _ctl_complete_job(fake: FakeGitHub, match: re.Match[str], scope: Any, _data: dict[str, Any]) -> Answer:
+    fake.complete_job(scope, _runner_ref(match["runner"]))
+    return Answer(204)
+
+
+def _ctl_remove_runner(fake: FakeGitHub, match: re.Match[str], scope: Any, _data: dict[str, Any]) -> Answer:
+    fake.remove_runner(scope, _runner_ref(match["runner"]))
+    return Answer(204)
+
+
+def _ctl_tokens(fake: FakeGitHub, _m: re.Match[str], scope: Any, _data: dict[str, Any]) -> Answer:
+    issued = fake.tokens_issued(scope)
+    return Answer(
+        200,
+        [
+            {"token": t.token, "expires_at": t.expires_at_text(), "uses": fake.token_uses(t.token)}
+            for t in issued
+        ],
+    )
+
+
+def _ctl_requests(fake: FakeGitHub, _m: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
+    return Answer(200, [asdict(record) for record in fake.requests])
+
+
+def _ctl_faults(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict[str, Any]) -> Answer:
+    if data.get("clear"):
+        fake.clear_faults()
+    if "latency" in data:
+        fake.set_latency(float(data["latency"]))
+    where = {"method": data.get("method"), "path": data.get("path")}
+    if "fail" in data:
+        fake.fail_next(int(data["fail"]), int(data.get("status", 502)), **where)
+    if "hang" in data:
+        fake.hang_next(int(data["hang"]), max_seconds=float(data.get("max_seconds", 10.0)), **where)
+    if "secondary" in data:
+        retry_after, status = int(data.get("retry_after", 60)), int(data.get("status", 429))
+        fake.secondary_limit_next(int(data["secondary"]), retry_after=retry_after, status=status, **where)
+    return Answer(204)
+
+
+def _ctl_rate_limit(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict[str, Any]) -> Answer:
+    if "limit" in data:
+        fake.set_rate_limit(int(data["limit"]), token=data.get("token"))
+    if "remaining" in data:
+        fake.set_remaining(int(data["remaining"]), token=data.get("token"))
+    return Answer(204)
+
+
+def _ctl_reset(fake: FakeGitHub, _m: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
+    fake.reset()
+    return Answer(204)
+
+
+_RUNNER = r"/runners/(?P<runner>[^/]+)"
+CONTROL_ROUTES: list[tuple[str, re.Pattern[str], _ControlHandler]] = [
+    ("POST", re.compile(r"/scopes"), _ctl_add_scope),
+    ("GET", re.compile(r"/runners"), _ctl_list_runners),
+    ("POST", re.compile(r"/runners"), _ctl_add_runner),
+    ("POST", re.compile(r"/register"), _ctl_register),
+    ("PATCH", re.compile(_RUNNER), _ctl_set_runner),
+    ("DELETE", re.compile(_RUNNER), _ctl_remove_runner),
+    ("POST", re.compile(_RUNNER + "/complete-job"), _ctl_complete_job),
+    ("GET", re.compile(r"/tokens"), _ctl_tokens),
+    ("GET", re.compile(r"/requests"), _ctl_requests),
+    ("POST", re.compile(r"/faults"), _ctl_faults),
+    ("POST", re.compile(r"/rate-limit"), _ctl_rate_limit),
+    ("POST", re.compile(r"/reset"), _ctl_reset),
+]
+
+
+def _control_answer(
+    fake: FakeGitHub, method: str, path: str, query: dict[str, str], data: dict[str, Any]
+) -> Answer:
+    """Route ``/_fake/...``; the scope comes from the JSON body or ``?scope=``."""
+    scope = data.get("scope") or query.get("scope")
+    for route_method, pattern, handler in CONTROL_ROUTES:
+        found = pattern.fullmatch(path)
+        if found and route_method == method:
+            return handler(fake, found, scope, data)
+    return Answer(404, {"message": f"no control endpoint {method} /_fake{path}"})
+
+
+class FakeGitHub(GitHubState):
+    """A GitHub REST server on 127.0.0.1 for the operator's tests and the demo.
+
+    Use as a context manager (or `start`/`stop`); `url` is the base URL to give
+    the operator.  ``api_prefix="/api/v3"`` serves the routes the way GitHub
+    Enterprise Server does.  All control methods are inherited from
+    `GitHubState` and are safe to call from any thread while requests run.
+    """
+
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 0, api_prefix: str = "", **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+        self.port = port
+        self.api_prefix = "/" + api_prefix.strip("/") if api_prefix.strip("/") else ""
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._connections_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:41234``; only valid once started."""
+        if self._server is None:
+            raise RuntimeError("FakeGitHub is not running")
+        return f"http://{self.host}:{self.port}{self.api_prefix}"
+
+    def start(self) -> FakeGitHub:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = _Server((self.host, self.port), _Handler)
+        server.fake = self
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fakegithub", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close every connection, hung ones included, then wait for the handlers."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        self.release_hangs()
+        server.shutdown()
+        with self._connections_lock:
+            open_connections = dict(self._connections)
+        for connection in open_connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        for thread in open_connections.values():
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _track(self, connection: socket.socket, thread: threading.Thread) -> None:
+        with self._connections_lock:
+            self._connections[connection] = thread
+
+    def _untrack(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.pop(connection, None)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep that `stop` cuts short, so latency never delays a test's teardown."""
+        self._stopping.wait(seconds)
+
+    def __enter__(self) -> FakeGitHub:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,891 @@
+"""Everything the fake GitHub knows, behind one lock, with no HTTP in sight.
+
+The HTTP layer (`server.py`) and the tests' control calls both go through this
+class, so a test can change the world (a runner goes busy, a token expires)
+while the operator is in the middle of a request, and each side sees a
+consistent picture.  Time comes from an injectable clock so expiry and
+rate-limit resets can be tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import string
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from runnerpool.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
+
+DEFAULT_RATE_LIMIT = 5000
+UNAUTHENTICATED_RATE_LIMIT = 60
+RATE_WINDOW_SECONDS = 3600
+TOKEN_LIFETIME_SECONDS = 3600.0
+RUNNER_VERSION = "2.323.0"
+# Registration tokens come back with a Pacific-time offset and milliseconds
+# (see the description's example); clients must parse offsets, not assume "Z".
+GITHUB_TZ: tzinfo = timezone(timedelta(hours=-8))
+# Search has its own small budget; /rate_limit must report it (it is required).
+SEARCH_LIMIT = 30
+
+ScopeKind = Literal["org", "repo"]
+DeleteOutcome = Literal["deleted", "missing", "busy"]
+FaultKind = Literal["fail", "hang", "secondary"]
+
+_OS_LABELS = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
+_BASE32 = string.ascii_uppercase + "234567"
+_ALNUM = string.ascii_letters + string.digits
+
+
+class FakeGitHubError(Exception):
+    """Base for mistakes made through the control API (not HTTP answers)."""
+
+
+class UnknownScopeError(FakeGitHubError, LookupError):
+    """The organization or repository was never added to the fake."""
+
+
+class UnknownRunnerError(FakeGitHubError, LookupError):
+    """No runner with that id or name is registered in the scope."""
+
+
+class RegistrationRejectedError(FakeGitHubError, ValueError):
+    """The runner's config step would fail: bad, expired or foreign token, or a name clash."""
+
+
+class AuthRejectedError(FakeGitHubError):
+    """The request's credentials would get a 401; ``str(exc)`` is GitHub's message."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """An organization (``octo-org``) or a repository (``octo/hello``).
+
+    GitHub compares names case-insensitively, so `key` is what identifies a
+    scope, while `name` keeps the spelling it was created with.
+    """
+
+    kind: ScopeKind
+    name: str
+
+    @classmethod
+    def parse(cls, value: str | Scope) -> Scope:
+        """Accept ``org``, ``owner/repo`` or the ``https://github.com/...`` URL config.sh gets."""
+        if isinstance(value, Scope):
+            return value
+        text = value.strip()
+        if "://" in text:
+            text = urlsplit(text).path
+        text = text.strip("/").removesuffix(".git")
+        parts = text.split("/")
+        if len(parts) == 1 and parts[0]:
+            return cls("org", parts[0])
+        if len(parts) == 2 and all(parts):
+            return cls("repo", text)
+        raise ValueError(f"not an organization or owner/repo: {value!r}")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.name.lower())
+
+    @property
+    def api_path(self) -> str:
+        return f"/orgs/{self.name}" if self.kind == "org" else f"/repos/{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass
+class _Runner:
+    id: int
+    name: str
+    scope: Scope
+    labels: list[tuple[str, str]]
+    os: str
+    status: str
+    busy: bool
+    ephemeral: bool
+    version: str | None
+    runner_group_id: int
+
+
+@dataclass(frozen=True)
+class RegistrationToken:
+    """A token handed out by the registration-token endpoint, as the fake remembers it."""
+
+    token: str
+    scope: Scope
+    issued_at: float
+    expires_at: float
+
+    def expires_at_text(self) -> str:
+        return datetime.fromtimestamp(self.expires_at, GITHUB_TZ).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Installation:
+    """A GitHub App installation that may mint tokens."""
+
+    id: int
+    app_id: str | None = None
+    repository_selection: Literal["all", "selected"] = "all"
+    permissions: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "administration": "write",
+            "metadata": "read",
+            "organization_self_hosted_runners": "write",
+        }
+    )
+
+
+@dataclass(frozen=True)
+class InstallationToken:
+    """An installation access token minted by ``POST /app/installations/{id}/access_tokens``."""
+
+    token: str
+    installation_id: int
+    issued_at: float
+    expires_at: float
+    permissions: Mapping[str, str]
+    repository_selection: str
+
+    def expires_at_text(self) -> str:
+        return datetime.fromtimestamp(self.expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Credential:
+    """Who is calling: ``key`` names the rate-limit budget, ``who`` goes in the 403 message.
+
+    Installation tokens share their installation's budget, so refreshing the
+    token does not refill it, as on GitHub.
+    """
+
+    key: str
+    who: str
+
+
+@dataclass
+class RateWindow:
+    """One credential's primary rate-limit window."""
+
+    limit: int
+    used: int
+    reset: int
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.limit - self.used)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One API request as the fake answered it.
+
+    ``status`` is 0 when the fake hung and never answered; ``counted`` says
+    whether it spent rate-limit budget (304s and /rate_limit do not).
+    """
+
+    method: str
+    path: str
+    query: str
+    endpoint: str
+    status: int
+    conditional: bool
+    counted: bool
+    credential: str | None
+    at: float
+
+
+@dataclass
+class Fault:
+    """A queued misbehaviour, consumed by the next matching request(s)."""
+
+    kind: FaultKind
+    remaining: int
+    status: int = 502
+    body: bytes | None = None
+    max_seconds: float = 10.0
+    retry_after: int = 60
+    method: str | None = None
+    path: str | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and self.method.upper() != method:
+            return False
+        return self.path is None or self.path in path
+
+
+class GitHubState:
+    """The fake's world and its control API; `FakeGitHub` adds the HTTP server.
+
+    Scopes must be added before the API knows them (GitHub answers 404 for an
+    organization or repository that does not exist), unless ``auto_create``
+    is set, which also makes any installation id valid.  ``tokens`` is the set
+    of accepted PATs; ``None`` accepts any non-empty credential.  Installation
+    tokens the fake minted are always accepted until they expire.
+    """
+
+    def __init__(
+        self,
+        *,
+        scopes: Iterable[str] = (),
+        installations: Iterable[int] = (),
+        auto_create: bool = False,
+        tokens: Iterable[str] | None = None,
+        rate_limit: int = DEFAULT_RATE_LIMIT,
+        rate_window: int = RATE_WINDOW_SECONDS,
+        primary_limit_status: int = 403,
+        registration_token_lifetime: float = TOKEN_LIFETIME_SECONDS,
+        installation_token_lifetime: float = TOKEN_LIFETIME_SECONDS,
+        app_keys: Mapping[str, str | bytes] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._initial_scopes = tuple(scopes)
+        self._initial_installations = tuple(installations)
+        self._initial_tokens = None if tokens is None else frozenset(tokens)
+        self.auto_create = auto_create
+        self.rate_window = rate_window
+        self.primary_limit_status = primary_limit_status
+        self.registration_token_lifetime = registration_token_lifetime
+        self.installation_token_lifetime = installation_token_lifetime
+        self.app_keys = None if app_keys is None else {str(k): v for k, v in app_keys.items()}
+        self.clock = clock
+        self._initial_rate_limit = rate_limit
+        # Bumped by reset() and stop() so hanging handlers let go.
+        self._generation = 0
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._scopes: dict[tuple[str, str], Scope] = {}
+        self._runners: dict[int, _Runner] = {}
+        self._runner_ids = itertools.count(1)
+        self._label_ids: dict[str, int] = {}
+        self._registration_tokens: dict[str, RegistrationToken] = {}
+        self._token_uses: Counter[str] = Counter()
+        self._installations: dict[int, Installation] = {}
+        self._installation_tokens: dict[str, InstallationToken] = {}
+        self._accepted: set[str] | None = None if self._initial_tokens is None else set(self._initial_tokens)
+        self._default_limit = self._initial_rate_limit
+        self._limits: dict[str, int] = {}
+        self._windows: dict[str, RateWindow] = {}
+        self._user_ids: dict[str, int] = {}
+        self._faults: list[Fault] = []
+        self._latency = 0.0
+        self._hanging = 0
+        self._log: list[RequestRecord] = []
+        for scope in self._initial_scopes:
+            self.add_scope(scope)
+        for installation_id in self._initial_installations:
+            self.add_installation(installation_id)
+
+    def _notify(self) -> None:
+        self._changed.notify_all()
+
+    # ----------------------------------------------------------------- control: world
+
+    def reset(self) -> None:
+        """Forget runners, tokens, budgets, faults and the request log; keep constructor settings."""
+        with self._lock:
+            self._generation += 1
+            self._reset_state()
+            self._notify()
+
+    def add_scope(
+        self, scope: str | None = None, *, org: str | None = None, repo: str | None = None
+    ) -> Scope:
+        """Make an organization or repository exist; adding it twice is harmless."""
+        given = [value for value in (scope, org, repo) if value is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of scope, org= or repo=")
+        parsed = Scope.parse(given[0])
+        if org is not None and parsed.kind != "org":
+            raise ValueError(f"not an organization: {org!r}")
+        if repo is not None and parsed.kind != "repo":
+            raise ValueError(f"not owner/repo: {repo!r}")
+        with self._lock:
+            existing = self._scopes.setdefault(parsed.key, parsed)
+            self._notify()
+            return existing
+
+    def scopes(self) -> list[Scope]:
+        with self._lock:
+            return list(self._scopes.values())
+
+    def _scope(self, scope: str | Scope) -> Scope:
+        parsed = Scope.parse(scope)
+        found = self._scopes.get(parsed.key)
+        if found is None:
+            raise UnknownScopeError(f"scope {parsed.name!r} was not added to the fake")
+        return found
+
+    def _label_id(self, name: str) -> int:
+        return self._label_ids.setdefault(name.lower(), len(self._label_ids) + 1)
+
+    def _find_runner(self, scope: Scope, runner: int | str) -> _Runner:
+        for candidate in self._runners.values():
+            if candidate.scope.key != scope.key:
+                continue
+            if isinstance(runner, int) and candidate.id == runner:
+                return candidate
+            if isinstance(runner, str) and candidate.name.lower() == runner.lower():
+                return candidate
+        raise UnknownRunnerError(f"no runner {runner!r} in {scope.name}")
+
+    def _runner_json(self, runner: _Runner) -> dict[str, Any]:
+        return {
+            "id": runner.id,
+            "name": runner.name,
+            "os": runner.os,
+            "status": runner.status,
+            "busy": runner.busy,
+            "ephemeral": runner.ephemeral,
+            "runner_group_id": runner.runner_group_id,
+            "version": runner.version,
+            "labels": [
+                {"id": self._label_id(name), "name": name, "type": kind} for name, kind in runner.labels
+            ],
+        }
+
+    def register_runner(
+        self,
+        scope: str | Scope,
+        name: str,
+        labels: Iterable[str] = (),
+        *,
+        status: Literal["online", "offline"] = "online",
+        busy: bool = False,
+        ephemeral: bool = False,
+        os: str = "linux",
+        version: str | None = RUNNER_VERSION,
+        replace: bool = True,
+    ) -> int:
+        """Add a runner as ``config.sh`` would; returns its id.
+
+        With ``replace`` (what ``config.sh --replace`` does) a runner with the
+        same name is removed and the new one gets a fresh id; without it the
+        clash is refused like the real config step refuses it.
+        """
+        with self._lock:
+            found = self._scope(scope)
+            try:
+                old = self._find_runner(found, name)
+            except UnknownRunnerError:
+                pass
+            else:
+                if not replace:
+                    raise RegistrationRejectedError(f"A runner exists with the same name {name!r}.")
+                del self._runners[old.id]
+            builtin = ["self-hosted", _OS_LABELS.get(os.lower(), os), "X64"]
+            seen = {label.lower() for label in builtin}
+            custom: list[str] = []
+            for label in labels:
+                if label.lower() not in seen:
+                    seen.add(label.lower())
+                    custom.append(label)
+            runner = _Runner(
+                id=next(self._runner_ids),
+                name=name,
+                scope=found,
+                labels=[(label, "read-only") for label in builtin] + [(label, "custom") for label in custom],
+                os=os.lower(),
+                status=status,
+                busy=busy,
+                ephemeral=ephemeral,
+                version=version,
+                runner_group_id=1,
+            )
+            self._runners[runner.id] = runner
+            self._notify()
+            return runner.id
+
+    def register_runner_with_token(
+        self,
+        scope: str | Scope,
+        token: str,
+        name: str,
+        labels: Iterable[str] = (),
+        *,
+        ephemeral: bool = False,
+        replace: bool = True,
+    ) -> int:
+        """Register the way a runner pod does: only with a live token issued for this scope.
+
+        End-to-end tests call this (or ``POST /_fake/register``) with whatever
+        token the operator delivered, which proves the delivery worked.
+        Tokens stay reusable until they expire, like GitHub's.
+        """
+        with self._lock:
+            found = self._scope(scope)
+            issued = self._registration_tokens.get(token)
+            if issued is None:
+                raise RegistrationRejectedError("registration token is not one the fake issued")
+            if issued.scope.key != found.key:
+                raise RegistrationRejectedError(
+                    f"registration token was issued for {issued.scope.name}, not {found.name}"
+                )
+            if self.clock() >= issued.expires_at:
+                raise RegistrationRejectedError(f"registration token expired at {issued.expires_at_text()}")
+            runner_id = self.register_runner(found, name, labels, ephemeral=ephemeral, replace=replace)
+            self._token_uses[token] += 1
+            return runner_id
+
+    def set_runner(
+        self,
+        scope: str | Scope,
+        runner: int | str,
+        *,
+        status: Literal["online", "offline"] | None = None,
+        busy: bool | None = None,
+    ) -> dict[str, Any]:
+        """Change what GitHub reports for a runner (it went offline, picked up a job...)."""
+        with self._lock:
+            found = self._find_runner(self._scope(scope), runner)
+            if status is not None:
+                found.status = status
+            if busy is not None:
+                found.busy = busy
+            self._notify()
+            return self._runner_json(found)
+
+    def complete_job(self, scope: str | Scope, runner: int | str) -> None:
+        """End the runner's job: it goes idle, or disappears if it was ephemeral (as on GitHub)."""
+        with self._lock:
+            found = self._find_runner(self._scope(scope), runner)
+            if found.ephemeral:
+                del self._runners[found.id]
+            else:
+                found.busy = False
+            self._notify()
+
+    def remove_runner(self, scope: str | Scope, runner: int | str) -> None:
+        """Drop a runner without an API call, like GitHub's own clean-up of stale runners."""
+        with self._lock:
+            del self._runners[self._find_runner(self._scope(scope), runner).id]
+            self._notify()
+
+    def runners(self, scope: str | Scope) -> list[dict[str, Any]]:
+        """The scope's runners, shaped exactly as the list endpoint returns them."""
+        with self._lock:
+            found = self._scope(scope)
+            return [self._runner_json(r) for r in self._runners.values() if r.scope.key == found.key]
+
+    def runner(self, scope: str | Scope, runner: int | str) -> dict[str, Any]:
+        with self._lock:
+            return self._runner_json(self._find_runner(self._scope(scope), runner))
+
+    def tokens_issued(self, scope: str | Scope) -> list[RegistrationToken]:
+        """Registration tokens handed out for the scope, oldest first."""
+        with self._lock:
+            key = Scope.parse(scope).key
+            return [t for t in self._registration_tokens.values() if t.scope.key == key]
+
+    def token_uses(self, token: str) -> int:
+        """How many runners registered with this registration token."""
+        with self._lock:
+            return self._token_uses[token]
+
+    def add_installation(
+        self,
+        installation_id: int,
+        *,
+        app_id: str | int | None = None,
+        repository_selection: Literal["all", "selected"] = "all",
+        permissions: Mapping[str, str] | None = None,
+    ) -> Installation:
+        """Let an App installation mint tokens; with ``app_id``, only that App's JWTs may."""
+        installation = Installation(
+            id=installation_id,
+            app_id=None if app_id is None else str(app_id),
+            repository_selection=repository_selection,
+        )
+        if permissions is not None:
+            installation = replace(installation, permissions=dict(permissions))
+        with self._lock:
+            self._installations[installation_id] = installation
+            self._notify()
+            return installation
+
+    def installation_tokens(self, installation_id: int | None = None) -> list[InstallationToken]:
+        with self._lock:
+            return [
+                t
+                for t in self._installation_tokens.values()
+                if installation_id is None or t.installation_id == installation_id
+            ]
+
+    def accept_token(self, token: str) -> None:
+        """Add a PAT to the accepted set (switching from accept-any to a fixed set if needed)."""
+        with self._lock:
+            if self._accepted is None:
+                self._accepted = set()
+            self._accepted.add(token)
+
+    def revoke_token(self, token: str) -> None:
+        """Make a PAT or minted installation token answer 401 from now on."""
+        with self._lock:
+            if self._accepted is None:
+                self._accepted = set()
+            self._accepted.discard(token)
+            self._installation_tokens.pop(token, None)
+
+    # ----------------------------------------------------------------- control: rate limits
+
+    def _budget_key(self, token: str) -> str:
+        installation = self._installation_tokens.get(token)
+        return f"installation:{installation.installation_id}" if installation else f"token:{token}"
+
+    def set_rate_limit(self, limit: int, *, token: str | None = None) -> None:
+        """Change the hourly budget of one credential, or the default and every current window."""
+        with self._lock:
+            if token is None:
+                self._default_limit = limit
+                for window in self._windows.values():
+                    window.limit = limit
+            else:
+                key = self._budget_key(token)
+                self._limits[key] = limit
+                if key in self._windows:
+                    self._windows[key].limit = limit
+            self._notify()
+
+    def set_remaining(self, remaining: int, *, token: str | None = None) -> None:
+        """Pretend part of the budget is spent: for one credential, or every one seen so far."""
+        with self._lock:
+            keys = list(self._windows) if token is None else [self._budget_key(token)]
+            for key in keys:
+                window = self._window(key)
+                window.used = max(0, window.limit - remaining)
+            self._notify()
+
+    def rate_limit_status(self, token: str) -> RateWindow:
+        """A copy of the credential's current window (what ``x-ratelimit-*`` would say)."""
+        with self._lock:
+            return replace(self._window(self._budget_key(token)))
+
+    def _window(self, key: str) -> RateWindow:
+        now = self.clock()
+        window = self._windows.get(key)
+        if window is None or now >= window.reset:
+            window = RateWindow(
+                limit=self._limits.get(key, self._default_limit), used=0, reset=int(now) + self.rate_window
+            )
+            self._windows[key] = window
+        return window
+
+    # ----------------------------------------------------------------- control: faults
+
+    def fail_next(
+        self,
+        n: int = 1,
+        status: int = 502,
+        *,
+        body: bytes | str | None = None,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        """Answer the next ``n`` matching requests with ``status``, before auth or rate limiting.
+
+        The failure models a proxy or load balancer in front of GitHub: no
+        budget is spent and no ``x-ratelimit-*`` headers are sent.  ``path``
+        matches as a substring of the request path.
+        """
+        data = body.encode() if isinstance(body, str) else body
+        self._add_fault(Fault("fail", n, status=status, body=data, method=method, path=path))
+
+    def hang_next(
+        self, n: int = 1, *, max_seconds: float = 10.0, method: str | None = None, path: str | None = None
+    ) -> None:
+        """Never answer the next ``n`` matching requests.
+
+        Each hung request is held until the client closes the connection (it
+        gave up), ``max_seconds`` pass, or the fake is reset or stopped; then
+        the connection is dropped without a response.
+        """
+        self._add_fault(Fault("hang", n, max_seconds=max_seconds, method=method, path=path))
+
+    def secondary_limit_next(
+        self,
+        n: int = 1,
+        *,
+        retry_after: int = 60,
+        status: int = 429,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        """Refuse the next ``n`` matching requests with a secondary rate limit and ``retry-after``."""
+        self._add_fault(
+            Fault("secondary", n, status=status, retry_after=retry_after, method=method, path=path)
+        )
+
+    def _add_fault(self, fault: Fault) -> None:
+        if fault.remaining < 1:
+            raise ValueError("n must be at least 1")
+        with self._lock:
+            self._faults.append(fault)
+            self._notify()
+
+    def set_latency(self, seconds: float) -> None:
+        """Delay every API answer (faults included) by ``seconds``."""
+        with self._lock:
+            self._latency = max(0.0, seconds)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._latency = 0.0
+            self._generation += 1
+            self._notify()
+
+    @property
+    def latency(self) -> float:
+        with self._lock:
+            return self._latency
+
+    @property
+    def hanging(self) -> int:
+        """How many requests are being held by `hang_next` right now."""
+        with self._lock:
+            return self._hanging
+
+    # ----------------------------------------------------------------- control: observation
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """A snapshot of the request log, oldest first (control calls are not logged)."""
+        with self._lock:
+            return list(self._log)
+
+    def request_counts(self) -> Counter[str]:
+        """Requests per endpoint, keyed by GitHub's operation id (``unknown`` for anything else)."""
+        with self._lock:
+            return Counter(record.endpoint for record in self._log)
+
+    def count(
+        self,
+        endpoint: str | None = None,
+        *,
+        method: str | None = None,
+        status: int | None = None,
+        conditional: bool | None = None,
+    ) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self._log
+                if (endpoint is None or r.endpoint == endpoint)
+                and (method is None or r.method == method.upper())
+                and (status is None or r.status == status)
+                and (conditional is None or r.conditional == conditional)
+            )
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+        """Block until ``predicate()`` holds (re-checked on every change); False on timeout.
+
+        Tests wait on the operator's effects with this instead of sleeping.
+        """
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5))
+            return True
+
+    # ----------------------------------------------------------------- used by the HTTP layer
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(method, path):
+                    fault.remaining -= 1
+                    if fault.remaining == 0:
+                        self._faults.remove(fault)
+                    return replace(fault)
+            return None
+
+    def hang_started(self) -> int:
+        with self._lock:
+            self._hanging += 1
+            self._notify()
+            return self._generation
+
+    def hang_finished(self) -> None:
+        with self._lock:
+            self._hanging -= 1
+            self._notify()
+
+    def hang_released(self, generation: int) -> bool:
+        with self._lock:
+            return generation != self._generation
+
+    def release_hangs(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._notify()
+
+    def record(self, record: RequestRecord) -> None:
+        with self._lock:
+            self._log.append(record)
+            self._notify()
+
+    def authenticate(self, authorization: str | None, *, app_endpoint: bool) -> Credential:
+        """Map an ``Authorization`` header to a budget, or raise `AuthRejectedError` (→ 401).
+
+        ``/app/...`` endpoints take only an App JWT; everything else takes a
+        PAT or an installation token.
+        """
+        if not authorization or not authorization.strip():
+            raise AuthRejectedError("Requires authentication")
+        scheme, _, value = authorization.strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() not in ("token", "bearer") or not value:
+            raise AuthRejectedError("Bad credentials")
+        with self._lock:
+            if app_endpoint:
+                if not looks_like_jwt(value):
+                    raise AuthRejectedError(NOT_DECODABLE)
+                try:
+                    claims = check_app_jwt(value, self.clock(), self.app_keys)
+                except JWTRejectedError as exc:
+                    raise AuthRejectedError(str(exc)) from exc
+                return Credential(key=f"app:{claims.app_id}", who=f"app ID {claims.app_id}")
+            installation = self._installation_tokens.get(value)
+            if installation is not None:
+                if self.clock() >= installation.expires_at:
+                    raise AuthRejectedError("Bad credentials")
+                return Credential(
+                    key=f"installation:{installation.installation_id}",
+                    who=f"installation ID {installation.installation_id}",
+                )
+            if self._accepted is not None and value not in self._accepted:
+                raise AuthRejectedError("Bad credentials")
+            key = f"token:{value}"
+            user_id = self._user_ids.setdefault(key, len(self._user_ids) + 1)
+            return Credential(key=key, who=f"user ID {user_id}")
+
+    def rate_admit(self, credential: Credential, *, counts: bool) -> tuple[bool, RateWindow]:
+        """Reserve one request of budget atomically; False (and nothing spent) when none is left."""
+        with self._lock:
+            window = self._window(credential.key)
+            if counts and window.remaining == 0:
+                return False, replace(window)
+            if counts:
+                window.used += 1
+            return True, replace(window)
+
+    def rate_refund(self, credential: Credential) -> RateWindow:
+        """Give back a reserved request: the answer was a 304, which GitHub does not charge."""
+        with self._lock:
+            window = self._window(credential.key)
+            window.used = max(0, window.used - 1)
+            return replace(window)
+
+    def anonymous_window(self, address: str) -> RateWindow:
+        """The unauthenticated budget of a client address, reported on 401s (never spent here)."""
+        with self._lock:
+            key = f"ip:{address}"
+            self._limits.setdefault(key, UNAUTHENTICATED_RATE_LIMIT)
+            return replace(self._window(key))
+
+    def rate_snapshot(self, credential: Credential) -> RateWindow:
+        with self._lock:
+            return replace(self._window(credential.key))
+
+    def rate_limit_json(self, credential: Credential) -> dict[str, Any]:
+        with self._lock:
+            window = self._window(credential.key)
+            core = {
+                "limit": window.limit,
+                "remaining": window.remaining,
+                "reset": window.reset,
+                "used": window.used,
+            }
+            search = {
+                "limit": SEARCH_LIMIT,
+                "remaining": SEARCH_LIMIT,
+                "reset": int(self.clock()) + 60,
+                "used": 0,
+            }
+            return {"resources": {"core": core, "search": search}, "rate": dict(core)}
+
+    def api_scope(self, kind: ScopeKind, name: str) -> Scope | None:
+        scope = Scope(kind, name)
+        with self._lock:
+            found = self._scopes.get(scope.key)
+            if found is None and self.auto_create:
+                found = self._scopes.setdefault(scope.key, scope)
+                self._notify()
+            return found
+
+    def api_list_runners(self, scope: Scope, name: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                self._runner_json(r)
+                for r in self._runners.values()
+                if r.scope.key == scope.key and (name is None or r.name.lower() == name.lower())
+            ]
+
+    def api_get_runner(self, scope: Scope, runner_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            runner = self._runners.get(runner_id)
+            if runner is None or runner.scope.key != scope.key:
+                return None
+            return self._runner_json(runner)
+
+    def api_delete_runner(self, scope: Scope, runner_id: int) -> tuple[DeleteOutcome, str]:
+        with self._lock:
+            runner = self._runners.get(runner_id)
+            if runner is None or runner.scope.key != scope.key:
+                return "missing", ""
+            if runner.busy:
+                return "busy", runner.name
+            del self._runners[runner_id]
+            self._notify()
+            return "deleted", runner.name
+
+    def api_registration_token(self, scope: Scope) -> RegistrationToken:
+        with self._lock:
+            now = self.clock()
+            token = "".join(secrets.choice(_BASE32) for _ in range(29))
+            issued = RegistrationToken(token, scope, now, now + self.registration_token_lifetime)
+            self._registration_tokens[token] = issued
+            self._notify()
+            return issued
+
+    def api_installation_token(
+        self, installation_id: int, app_id: str, requested: Mapping[str, Any]
+    ) -> InstallationToken | None:
+        with self._lock:
+            installation = self._installations.get(installation_id)
+            if installation is None and self.auto_create:
+                installation = Installation(installation_id)
+                self._installations[installation_id] = installation
+            if installation is None or installation.app_id not in (None, app_id):
+                return None
+            permissions = requested.get("permissions")
+            narrowed = "repositories" in requested or "repository_ids" in requested
+            now = self.clock()
+            minted = InstallationToken(
+                token="ghs_" + "".join(secrets.choice(_ALNUM) for _ in range(36)),
+                installation_id=installation_id,
+                issued_at=now,
+                expires_at=now + self.installation_token_lifetime,
+                permissions=dict(permissions)
+                if isinstance(permissions, dict)
+                else dict(installation.permissions),
+                repository_selection="selected" if narrowed else installation.repository_selection,
+            )
+            self._installation_tokens[minted.token] = minted
+            self._notify()
+            return minted
