@@ -7,9 +7,8 @@ Pure functions of the pool: the reconciler compares these with the live objects
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
-
 from runnerpool import api
+from runnerpool.github_api import web_url_for
 
 TOKEN_MOUNT_DIR = "/runner-token"
 WORK_DIR = "/runner/_work"
@@ -61,14 +60,6 @@ def api_url(pool: api.RunnerPool, default: str) -> str:
     return (pool.spec.github_api_url or default).rstrip("/")
 
 
-def web_url(github_api_url: str) -> str:
-    """The URL ``config.sh --url`` wants: github.com for the public API, else the GHES host."""
-    parts = urlsplit(github_api_url)
-    if parts.hostname == "api.github.com":
-        return "https://github.com"
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def runner_labels(pool: api.RunnerPool) -> list[str]:
     """The pool's own label first, so its runners can always be found on GitHub."""
     own = api.pool_runner_label(pool.namespace, pool.name)
@@ -76,18 +67,18 @@ def runner_labels(pool: api.RunnerPool) -> list[str]:
 
 
 def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
-    scope = (
+    scope: dict[str, Any] = (
         {"name": "RUNNER_ORG", "value": pool.spec.organization}
         if pool.spec.organization
         else {"name": "RUNNER_REPO", "value": pool.spec.repository}
     )
-    fixed = [
+    fixed: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "RUNNER_POOL_NAME", "value": pool.name},
         scope,
         {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
-        {"name": "GITHUB_URL", "value": web_url(github_api_url)},
+        {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
         {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{api.TOKEN_SECRET_KEY}"},
     ]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from runnerpool import api, children, conditions
 from runnerpool.drift import contains
@@ -108,7 +109,14 @@ class Reconciler:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
             self._tokens.stop(namespace, name)
             return Result(action="gone")
-        run = _Pass(api.RunnerPool.model_validate(raw), raw)
+        try:
+            pool = api.RunnerPool.model_validate(raw)
+        except ValidationError as err:
+            # Stored under an older, looser schema: retrying cannot help until the user edits it.
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+            self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
+            return Result(action="invalid")
+        run = _Pass(pool, raw)
         result = self._finalize(run) if run.pool.deleting else self._converge(run)
         if result.action in ("noop", "create", "update"):
             result = Result(requeue_after=result.requeue_after, action=run.action)

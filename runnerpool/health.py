@@ -1,0 +1,48 @@
+"""``/healthz`` and ``/readyz`` on their own port, as kubelet probes expect.
+
+prometheus-client serves only ``/metrics``; the standard library's HTTP server is
+all a two-path probe endpoint needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ProbeServer:
+    def __init__(self, port: int, live: Callable[[], bool], ready: Callable[[], bool], host: str = "") -> None:
+        checks = {"/healthz": live, "/readyz": ready}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                check = checks.get(self.path.split("?", 1)[0])
+                if check is None:
+                    self.send_error(404)
+                    return
+                ok = check()
+                body = b"ok\n" if ok else b"not ready\n"
+                self.send_response(200 if ok else 503)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return  # probes every few seconds would drown the operator's own log
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

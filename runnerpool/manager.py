@@ -1,0 +1,172 @@
+"""Assemble the operator: caches, work queue, reconciler, token jobs, probes, leadership.
+
+Caches start on every replica so a new leader begins with warm caches; workers
+and token jobs run only while this replica holds the Lease.  Losing the Lease
+stops them at once and ends the process, as controller-runtime's manager does,
+so a replica never acts on a stale belief that it still leads.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from kubernetes import client
+from prometheus_client import start_http_server
+
+from runnerpool import api
+from runnerpool.events import EventRecorder
+from runnerpool.health import ProbeServer
+from runnerpool.reconciler import Reconciler, Settings
+from runnerpool.runtime.controller import Controller
+from runnerpool.runtime.informers import InformerSet
+from runnerpool.runtime.leader import LeaderElector
+from runnerpool.runtime.workqueue import RateLimitingQueue
+from secret_updater.credentials import ClientCache
+from secret_updater.filler import DEFAULT_MARGIN, TokenUpdater
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Options:
+    namespaces: list[str] | None = None
+    workers: int = 2
+    token_wait: float = 10.0
+    github_api_url: str = "https://api.github.com"
+    runner_image: str = api.DEFAULT_RUNNER_IMAGE
+    token_margin: timedelta = DEFAULT_MARGIN
+    metrics_port: int = 8080
+    health_port: int = 8081
+    leader_elect: bool = False
+    leader_election_namespace: str = "runnerpool-system"
+    leader_election_id: str = "runnerpool-operator"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+
+
+def _credential_refs(pool: dict[str, Any]) -> list[str]:
+    return [(pool.get("spec") or {}).get("credentialSecretName") or api.DEFAULT_CREDENTIAL_SECRET]
+
+
+class Operator:
+    def __init__(self, options: Options, api_client: client.ApiClient) -> None:
+        self.options = options
+        self._api = api_client
+        self.queue = RateLimitingQueue()
+        self.informers = InformerSet(
+            api_client, self.queue.add, options.namespaces, pool_secret_refs=_credential_refs
+        )
+        self._core = client.CoreV1Api(api_client)
+        self._stop = threading.Event()
+        self._leading = threading.Event()
+        self._controller: Controller | None = None
+        self._tokens: TokenUpdater | None = None
+        self._elector: LeaderElector | None = None
+        self._probes: ProbeServer | None = None
+
+    # -- wiring ----------------------------------------------------------------
+
+    def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
+        secret = self.informers.get_secret(namespace, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    def _patch_secret(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self._core.patch_namespaced_secret(name, namespace, body)
+
+    def _start_leading(self) -> None:
+        options = self.options
+        clients = ClientCache(self._read_credentials)
+        self._tokens = TokenUpdater(
+            clients,
+            self._patch_secret,
+            lambda namespace, name: self.queue.add(f"{namespace}/{name}"),
+            margin=options.token_margin,
+        )
+        reconciler = Reconciler(
+            self.informers,
+            self._api,
+            self._tokens,
+            clients,
+            EventRecorder(self._core),
+            Settings(
+                default_image=options.runner_image,
+                github_api_url=options.github_api_url,
+                token_wait=options.token_wait,
+            ),
+        )
+        self._controller = Controller(self.queue, reconciler, workers=options.workers)
+        self.informers.wait_for_sync()
+        self._controller.start()
+        self._leading.set()
+        log.info("leading: %d workers started", options.workers)
+
+    def _stop_leading(self) -> None:
+        self._leading.clear()
+        if self._controller is not None:
+            self._controller.stop(timeout=30)
+        if self._tokens is not None:
+            self._tokens.shutdown()
+        self._stop.set()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def ready(self) -> bool:
+        return self.informers.has_synced
+
+    def leading(self) -> bool:
+        return self._leading.is_set()
+
+    def run(self) -> None:
+        """Block until :meth:`shutdown` or until the Lease is lost."""
+        options = self.options
+        if options.metrics_port:
+            start_http_server(options.metrics_port)
+        if options.health_port:
+            self._probes = ProbeServer(options.health_port, live=lambda: True, ready=self.ready)
+            self._probes.start()
+        self.informers.start()
+        if options.leader_elect:
+            self._elector = LeaderElector(
+                self._api,
+                options.leader_election_namespace,
+                options.leader_election_id,
+                options.identity,
+                lease_duration=options.lease_duration,
+                renew_deadline=options.renew_deadline,
+                retry_period=options.retry_period,
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stop_leading,
+            )
+            threading.Thread(target=self._elector.run, name="leader-election", daemon=True).start()
+        else:
+            self._start_leading()
+        self._stop.wait()
+        self._teardown()
+
+    def shutdown(self) -> None:
+        """Stop cleanly (SIGTERM): finish in-flight reconciles, release the Lease."""
+        if self._elector is not None:
+            self._elector.stop(release=True, timeout=30)
+        else:
+            self._stop_leading()
+        self._stop.set()
+
+    def _teardown(self) -> None:
+        if self._controller is not None and self._leading.is_set():
+            self._stop_leading()
+        self.informers.stop()
+        if self._probes is not None:
+            self._probes.stop()
+        log.info("operator stopped", extra={"identity": self.options.identity, "pid": os.getpid()})
