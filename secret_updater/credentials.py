@@ -1,0 +1,209 @@
+"""From a credential Secret to a GitHub client, and one client per Secret.
+
+Pools name a Secret (meows' layout: ``token`` for a personal access token, or ``app-id``,
+``app-installation-id`` and ``app-private-key`` for a GitHub App). Many pools usually share
+one Secret; sharing one client between them also shares PyGithub's request spacing and the
+App installation token, so N pools do not mint N installation tokens.
+
+meows reads the Secret once at start-up, so rotating a credential needs a controller restart.
+Here every ``get`` re-reads the Secret through an injected reader (an informer cache in
+production, so it is free) and rebuilds the client when the content changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from cryptography.hazmat.primitives import serialization
+from github import Auth
+
+from runnerpool.github_api import DEFAULT_API_URL, ClientOptions, GitHubClient, PyGithubClient
+
+__all__ = [
+    "APP_ID_KEY",
+    "APP_INSTALLATION_ID_KEY",
+    "APP_PRIVATE_KEY_KEY",
+    "PAT_KEY",
+    "ClientCache",
+    "ClientFactory",
+    "CredentialError",
+    "SecretReader",
+    "client_from_secret_data",
+]
+
+log = logging.getLogger(__name__)
+
+PAT_KEY = "token"
+APP_ID_KEY = "app-id"
+APP_INSTALLATION_ID_KEY = "app-installation-id"
+APP_PRIVATE_KEY_KEY = "app-private-key"
+_APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
+
+SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
+
+
+class ClientFactory(Protocol):
+    def __call__(self, data: Mapping[str, str], base_url: str, /) -> GitHubClient: ...
+
+
+class CredentialError(Exception):
+    """The credential Secret is absent or unusable; the message says what to add or fix.
+
+    Messages name keys only, never values: they end up in conditions, events and logs.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def missing(cls, message: str) -> CredentialError:
+        return cls("CredentialSecretMissing", message)
+
+    @classmethod
+    def malformed(cls, message: str) -> CredentialError:
+        return cls("CredentialSecretMalformed", message)
+
+
+def _positive_int(data: Mapping[str, str], key: str) -> int:
+    raw = data[key].strip()
+    if not raw.isdigit() or int(raw) <= 0:
+        raise CredentialError.malformed(f"key {key!r} must be a positive integer")
+    return int(raw)
+
+
+def _checked_pem(data: Mapping[str, str]) -> str:
+    """Parse the key now: PyJWT would otherwise fail at the first request, deep in PyGithub."""
+    pem = data[APP_PRIVATE_KEY_KEY].strip() + "\n"
+    try:
+        serialization.load_pem_private_key(pem.encode(), password=None)
+    except (ValueError, TypeError):
+        # The parser's message is dropped on purpose: it is not guaranteed to omit key bytes.
+        raise CredentialError.malformed(
+            f"key {APP_PRIVATE_KEY_KEY!r} is not an unencrypted PEM private key "
+            "(download a new one from the GitHub App settings)"
+        ) from None
+    return pem
+
+
+def _validated_base_url(base_url: str) -> str:
+    url = (base_url or DEFAULT_API_URL).strip().rstrip("/")
+    if not url.startswith(("https://", "http://")):
+        raise CredentialError.malformed(f"GitHub API URL {url!r} must start with https://")
+    return url
+
+
+def client_from_secret_data(
+    data: Mapping[str, str],
+    base_url: str = DEFAULT_API_URL,
+    options: ClientOptions | None = None,
+) -> GitHubClient:
+    """Build a client from already-decoded Secret data.
+
+    App keys win if any of them is present, so a half-migrated Secret (PAT plus incomplete App
+    keys) is reported as malformed instead of silently using the PAT.
+    """
+    url = _validated_base_url(base_url)
+    present_app_keys = [k for k in _APP_KEYS if data.get(k, "").strip()]
+    if present_app_keys:
+        missing = [k for k in _APP_KEYS if k not in present_app_keys]
+        if missing:
+            raise CredentialError.malformed(
+                "GitHub App credentials need keys "
+                + ", ".join(repr(k) for k in _APP_KEYS)
+                + "; missing: "
+                + ", ".join(repr(k) for k in missing)
+            )
+        app_id = _positive_int(data, APP_ID_KEY)
+        installation_id = _positive_int(data, APP_INSTALLATION_ID_KEY)
+        pem = _checked_pem(data)
+        auth: Auth.Auth = Auth.AppAuth(app_id, pem).get_installation_auth(installation_id)
+    else:
+        token = data.get(PAT_KEY, "").strip()
+        if not token:
+            raise CredentialError.malformed(
+                f"add key {PAT_KEY!r} (personal access token) or keys "
+                + ", ".join(repr(k) for k in _APP_KEYS)
+                + " (GitHub App)"
+            )
+        auth = Auth.Token(token)
+    return PyGithubClient.from_auth(auth, url, options)
+
+
+def _fingerprint(data: Mapping[str, str]) -> str:
+    """Content hash, so the cache can notice rotation without keeping the values around."""
+    digest = hashlib.sha256()
+    for key in sorted(data):
+        digest.update(key.encode())
+        digest.update(b"\0")
+        digest.update(data[key].encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@dataclass
+class _Entry:
+    fingerprint: str
+    client: GitHubClient
+
+
+class ClientCache:
+    """One client per (namespace, Secret, API URL), rebuilt when the Secret's content changes.
+
+    The Secret is re-read on every ``get`` so that rotation takes effect on the next GitHub
+    call without a restart. A Secret that cannot be turned into a client raises every time
+    (nothing is cached for it), so fixing the Secret is picked up at once as well.
+    """
+
+    def __init__(
+        self,
+        read_secret: SecretReader,
+        *,
+        factory: ClientFactory = client_from_secret_data,
+    ) -> None:
+        self._read_secret = read_secret
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, str], _Entry] = {}
+
+    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
+        url = _validated_base_url(base_url or DEFAULT_API_URL)
+        try:
+            data = self._read_secret(namespace, secret_name)
+        except ValueError:
+            # Base64 or UTF-8 decoding in the reader; the value itself stays out of the message.
+            raise CredentialError.malformed(
+                f"Secret {namespace}/{secret_name} holds a value that is not base64-encoded UTF-8 text"
+            ) from None
+        if data is None:
+            raise CredentialError.missing(
+                f"Secret {namespace}/{secret_name} not found; create it with key {PAT_KEY!r} "
+                "or keys " + ", ".join(repr(k) for k in _APP_KEYS)
+            )
+        fingerprint = _fingerprint(data)
+        key = (namespace, secret_name, url)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.fingerprint == fingerprint:
+                return entry.client
+            client = self._factory(data, url)
+            if entry is not None:
+                log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
+            self._entries[key] = _Entry(fingerprint, client)
+            return client
+
+    def forget(self, namespace: str, secret_name: str) -> None:
+        """Drop cached clients for a Secret, e.g. when it is deleted."""
+        with self._lock:
+            for key in [k for k in self._entries if k[:2] == (namespace, secret_name)]:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

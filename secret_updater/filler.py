@@ -1,0 +1,460 @@
+"""Keep each pool's token Secret filled with a valid registration token.
+
+One APScheduler job per pool. A job run fetches a token, merge-patches it into the pool's
+Secret when it changed, and schedules itself for ``margin`` before the token expires. Runner
+pods mount that Secret, so a pod started at any moment finds a token with at least ``margin``
+to go.
+
+Failures are data, not crashes: each one is recorded for the reconciler (which turns it into
+a condition), counted, and retried on a schedule that fits its kind (see ``scheduler``).
+
+The token itself lives only in the patch body handed to ``patch_secret``. The updater keeps a
+SHA-256 of the last value it wrote, which is enough to skip writing an unchanged token, and
+scrubs the value out of any error text it records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
+from runnerpool.github_api import GitHubError, Scope
+from secret_updater import metrics
+from secret_updater.credentials import ClientCache, CredentialError
+from secret_updater.scheduler import (
+    DEFAULT_POLICY,
+    RetryPolicy,
+    next_run_after_failure,
+    next_run_after_success,
+)
+
+__all__ = [
+    "DEFAULT_MARGIN",
+    "INTERNAL_REASON",
+    "PATCH_FAILED_REASON",
+    "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_SECRET_KEY",
+    "PoolRef",
+    "TokenFailure",
+    "TokenUpdater",
+    "rfc3339",
+    "token_patch",
+    "utcnow",
+]
+
+log = logging.getLogger(__name__)
+
+#: Refresh this long before a registration token expires.
+#:
+#: A token lasts one hour. A pod that reads the Secret just before a refresh must still have
+#: time to pull its image, start and run ``config.sh`` with it; on a busy cluster that can
+#: take many minutes. meows refreshes 5 minutes ahead; ARC moved to 30 minutes after runners
+#: failed to register with tokens that expired on the way (actions-runner-controller #1295).
+#: 30 minutes leaves every pod at least half the token's life and still means only two
+#: GitHub calls per pool per hour.
+DEFAULT_MARGIN = timedelta(minutes=30)
+
+#: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
+PATCH_FAILED_REASON = "TokenSecretPatchFailed"
+#: Reason recorded for anything the updater did not anticipate; retried like a permanent error.
+INTERNAL_REASON = "TokenRefreshError"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(when: datetime) -> str:
+    """Whole seconds, UTC: truncating can only make the published expiry earlier, never later."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    """Everything a job needs to know about a pool; a change replaces the job."""
+
+    namespace: str
+    name: str
+    scope: Scope
+    credential_secret_name: str
+    github_api_url: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def token_secret(self) -> str:
+        return token_secret_name(self.name)
+
+
+@dataclass(frozen=True)
+class TokenFailure:
+    """The last refresh failure; ``since`` is when the current run of failures began."""
+
+    reason: str
+    message: str
+    since: datetime
+
+
+def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
+    """JSON merge-patch for the token Secret.
+
+    ``stringData`` lets the API server do the base64 encoding; the annotation tells the
+    reconciler (and humans) how long the token is good for without decoding the Secret.
+    """
+    return {
+        "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: rfc3339(expires_at)}},
+        "stringData": {TOKEN_SECRET_KEY: token},
+    }
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+#: (next run time, whether to notify the reconciler)
+_Outcome = tuple[datetime, bool]
+
+
+class _PatchFailedError(Exception):
+    """Writing the Secret failed; the message is already scrubbed.
+
+    Transient: the usual cause is the reconciler's freshly created Secret not being visible
+    yet, or an API server hiccup, and a pod may be waiting for this token.
+    """
+
+    transient = True
+
+
+@dataclass
+class _PoolState:
+    ref: PoolRef
+    generation: int
+    # Serialises a job's Secret write with stop(): once stop() returns, no write follows.
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+    active: bool = True
+    last_digest: str | None = None
+    failure: TokenFailure | None = None
+    attempt: int = 0
+    reasons: set[str] = field(default_factory=set)
+
+
+class TokenUpdater:
+    """Runs one token job per pool on an APScheduler scheduler.
+
+    Pass ``scheduler`` to control it (tests pass one that is never started and inspect its
+    jobs); otherwise the updater creates and starts a ``BackgroundScheduler`` and shuts it
+    down in ``shutdown``. Jobs carry their own ``coalesce``/``max_instances``/misfire settings
+    so they behave the same on any scheduler.
+    """
+
+    def __init__(
+        self,
+        clients: ClientCache,
+        patch_secret: Callable[[str, str, dict[str, Any]], None],
+        notify: Callable[[str, str], None],
+        *,
+        margin: timedelta = DEFAULT_MARGIN,
+        clock: Callable[[], datetime] = utcnow,
+        scheduler: BaseScheduler | None = None,
+        failure_retry: RetryPolicy = DEFAULT_POLICY,
+        rng: random.Random | None = None,
+        max_workers: int = 4,
+    ) -> None:
+        if margin <= timedelta(0):
+            raise ValueError("margin must be positive")
+        self._clients = clients
+        self._patch_secret = patch_secret
+        self._notify = notify
+        self._margin = margin
+        self._clock = clock
+        self._policy = failure_retry
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._pools: dict[str, _PoolState] = {}
+        self._generations = 0
+        self._owns_scheduler = scheduler is None
+        if scheduler is None:
+            scheduler = BackgroundScheduler(
+                timezone=UTC,
+                executors={"default": {"type": "threadpool", "max_workers": max_workers}},
+            )
+            scheduler.start()
+        self._scheduler = scheduler
+
+    @property
+    def margin(self) -> timedelta:
+        return self._margin
+
+    # -- the interface the reconciler drives -----------------------------------------------------
+
+    def start(self, pool: PoolRef) -> None:
+        """Ensure a job for ``pool``; its first run is due now, not after an interval."""
+        with self._lock:
+            state = self._pools.get(pool.key)
+            if state is not None and state.ref == pool and self._has_job(pool.key):
+                return
+            self._generations += 1
+            if state is None:
+                state = _PoolState(ref=pool, generation=self._generations)
+                self._pools[pool.key] = state
+            else:
+                if state.ref != pool:
+                    # Scope, credentials or URL changed: the token in the Secret may be for
+                    # the old scope, so the next fill must write whatever it gets.
+                    state.last_digest = None
+                    state.attempt = 0
+                state.ref = pool
+                state.generation = self._generations
+            generation = state.generation
+            # Remove first: on a scheduler that is not running yet, replace_existing would
+            # leave both versions queued.
+            self._remove_job(pool.key)
+            self._scheduler.add_job(
+                self._run,
+                # Safety net only: every run sets its own next run time. Should that ever
+                # fail, the job still comes back at the slow retry interval.
+                trigger=IntervalTrigger(seconds=self._policy.permanent_max.total_seconds(), timezone=UTC),
+                args=(pool.key, generation),
+                id=pool.key,
+                name=f"registration token {pool.key}",
+                replace_existing=True,
+                next_run_time=self._clock(),
+                coalesce=True,
+                max_instances=1,
+                misfire_grace_time=None,
+            )
+        log.info("token job started for pool %s (%s)", pool.key, pool.scope)
+
+    def stop(self, namespace: str, name: str) -> None:
+        """Remove the job and forget the pool; after this returns no Secret write happens."""
+        key = f"{namespace}/{name}"
+        with self._lock:
+            state = self._pools.pop(key, None)
+            self._remove_job(key)
+            if state is not None:
+                metrics.forget_pool(namespace, name, state.reasons)
+        if state is None:
+            return
+        with state.write_lock:  # waits for a write in flight
+            state.active = False
+        log.info("token job stopped for pool %s", key)
+
+    def running(self, namespace: str, name: str) -> bool:
+        key = f"{namespace}/{name}"
+        with self._lock:
+            return key in self._pools and self._has_job(key)
+
+    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+        with self._lock:
+            state = self._pools.get(f"{namespace}/{name}")
+            return state.failure if state is not None else None
+
+    def retry_now(self, namespace: str, name: str) -> None:
+        """Run a failing pool's job at once, e.g. when its credential Secret changed."""
+        key = f"{namespace}/{name}"
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None or state.failure is None:
+                return
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(key, next_run_time=self._clock())
+
+    def shutdown(self) -> None:
+        with self._lock:
+            keys = list(self._pools)
+        for key in keys:
+            namespace, _, name = key.partition("/")
+            self.stop(namespace, name)
+        if self._owns_scheduler and self._scheduler.state != STATE_STOPPED:
+            # Do not wait for a job stuck on a slow GitHub call; stop() above already
+            # guarantees no Secret write after this point.
+            self._scheduler.shutdown(wait=False)
+
+    # -- one job run -----------------------------------------------------------------------------
+
+    def _run(self, key: str, generation: int) -> datetime | None:
+        """Scheduler entry point: never raises, always leaves a next run behind.
+
+        Returns the next run time it scheduled (``None`` if the pool went away meanwhile), so
+        tests can drive a run synchronously and check the decision.
+        """
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None or state.generation != generation:
+                return None
+            ref = state.ref
+        try:
+            outcome = self._fill(state, ref, generation)
+        except Exception as err:  # anything: the scheduler must keep going
+            outcome = self._record_failure(state, ref, generation, err)
+        if outcome is None:
+            self._kick_successor(key, generation)
+            return None
+        next_run, tell = outcome
+        self._reschedule(key, generation, next_run)
+        if tell:
+            # Last, so the reconciler sees the Secret, the failure and the schedule all settled.
+            self._safe_notify(ref)
+        return next_run
+
+    def fill_once(self, namespace: str, name: str) -> datetime | None:
+        """Run a started pool's job body now, in this thread; returns the next run time.
+
+        For tests and debugging; production runs go through the scheduler.
+        """
+        key = f"{namespace}/{name}"
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None:
+                raise KeyError(key)
+            generation = state.generation
+        return self._run(key, generation)
+
+    def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
+        token = client.registration_token(ref.scope)
+        digest = _digest(token.token)
+        with state.write_lock:
+            if not state.active or state.generation != generation:
+                return None
+            wrote = digest != state.last_digest
+            if wrote:
+                try:
+                    self._patch_secret(
+                        ref.namespace, ref.token_secret, token_patch(token.token, token.expires_at)
+                    )
+                except Exception as err:
+                    raise _PatchFailedError(
+                        _scrub(
+                            f"cannot write the token into Secret {ref.namespace}/{ref.token_secret}: "
+                            f"{_describe(err)}",
+                            token.token,
+                        )
+                    ) from None
+        now = self._clock()
+        with self._lock:
+            if not self._is_current(ref.key, generation):
+                return None
+            recovered = state.failure is not None
+            state.failure = None
+            state.attempt = 0
+            if wrote:
+                state.last_digest = digest
+                metrics.TOKEN_FILLS.labels(ref.namespace, ref.name).inc()
+            # Under the lock so that stop() cannot drop the series just before we recreate it.
+            metrics.TOKEN_EXPIRY.labels(ref.namespace, ref.name).set(token.expires_at.timestamp())
+        if wrote:
+            log.info(
+                "registration token for pool %s refreshed; expires %s", ref.key, rfc3339(token.expires_at)
+            )
+        return next_run_after_success(token.expires_at, now, self._margin, self._policy), wrote or recovered
+
+    def _record_failure(
+        self, state: _PoolState, ref: PoolRef, generation: int, err: Exception
+    ) -> _Outcome | None:
+        reason, message = _classify(err)
+        now = self._clock()
+        with self._lock:
+            if not self._is_current(ref.key, generation):
+                return None
+            previous = state.failure
+            state.attempt += 1
+            attempt = state.attempt
+            since = previous.since if previous is not None else now
+            state.failure = TokenFailure(reason=reason, message=message, since=since)
+            state.reasons.add(reason)
+            metrics.TOKEN_FAILURES.labels(ref.namespace, ref.name, reason).inc()
+        changed = previous is None or (previous.reason, previous.message) != (reason, message)
+        delay = next_run_after_failure(attempt, err, self._rng, self._policy)
+        level = logging.WARNING if changed else logging.DEBUG
+        log.log(
+            level,
+            "registration token for pool %s: %s: %s (attempt %d, retry in %ds)",
+            ref.key,
+            reason,
+            message,
+            attempt,
+            int(delay.total_seconds()),
+            exc_info=reason == INTERNAL_REASON,
+        )
+        return now + delay, changed
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _is_current(self, key: str, generation: int) -> bool:
+        state = self._pools.get(key)
+        return state is not None and state.generation == generation
+
+    def _has_job(self, key: str) -> bool:
+        return self._scheduler.get_job(key) is not None
+
+    def _remove_job(self, key: str) -> None:
+        with contextlib.suppress(JobLookupError):
+            self._scheduler.remove_job(key)
+
+    def _reschedule(self, key: str, generation: int, when: datetime) -> None:
+        # The scheduler updates a job's next run time under its job-store lock right after
+        # submitting it; modify_job takes the same lock, so this always lands afterwards.
+        with self._lock:
+            if not self._is_current(key, generation):
+                return
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(key, next_run_time=when)
+
+    def _kick_successor(self, key: str, generation: int) -> None:
+        """Run a replacement job now if it was skipped while this outdated run was in flight.
+
+        APScheduler counts running instances per job id, so a job replaced by start() cannot
+        run while the old run is still busy and would otherwise wait for its safety-net
+        interval.
+        """
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None or state.generation == generation:
+                return
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(key, next_run_time=self._clock())
+
+    def _safe_notify(self, ref: PoolRef) -> None:
+        try:
+            self._notify(ref.namespace, ref.name)
+        except Exception:
+            log.exception("notifying the reconciler about pool %s failed", ref.key)
+
+
+def _describe(err: BaseException) -> str:
+    """Short, secret-free description of a Kubernetes client error."""
+    status = getattr(err, "status", None)
+    reason = getattr(err, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return type(err).__name__
+
+
+def _scrub(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _classify(err: Exception) -> tuple[str, str]:
+    if isinstance(err, GitHubError):
+        return err.reason, err.message
+    if isinstance(err, CredentialError):
+        return err.reason, err.message
+    if isinstance(err, _PatchFailedError):
+        return PATCH_FAILED_REASON, str(err)
+    return INTERNAL_REASON, f"unexpected {type(err).__name__} while refreshing the registration token"

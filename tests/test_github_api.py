@@ -1,0 +1,444 @@
+"""PyGithubClient against recorded GitHub shapes served by ``responses``.
+
+Bodies come from tests/data/github (the REST description's own examples); error bodies
+follow its Basic Error / Validation Error schemas. PyGithub sends requests to
+``https://api.github.com:443/...``, so mocks match the real URL with or without the default
+port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import responses
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from github import Auth
+
+from runnerpool.github_api import (
+    BadCredentials,
+    ClientOptions,
+    DeleteOutcome,
+    GitHubError,
+    MalformedResponse,
+    NotFound,
+    PyGithubClient,
+    RateLimited,
+    RegistrationToken,
+    Runner,
+    Scope,
+    Unavailable,
+    web_url_for,
+)
+
+DATA = Path(__file__).parent / "data" / "github"
+API = "https://api.github.com"
+GHES_API = "https://ghe.example.com/api/v3"
+PAT = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+NOW = 1_700_000_000.0
+
+# No waits anywhere: no backoff between transport retries, no request spacing.
+FAST = ClientOptions(timeout=5, backoff_factor=0, seconds_between_requests=None, seconds_between_writes=None)
+
+REPO = Scope(repository="octocat/Hello-World")
+ORG = Scope(organization="octo-org")
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((DATA / name).read_text())
+    return data
+
+
+def api(path: str, base: str = API) -> re.Pattern[str]:
+    """Match ``base + path`` with optional default port and any query string."""
+    parsed = re.match(r"^(https?://[^/]+)(.*)$", base)
+    assert parsed is not None
+    host, prefix = parsed.groups()
+    return re.compile(re.escape(host) + r"(:443)?" + re.escape(prefix + path) + r"(\?.*)?$")
+
+
+def basic_error(message: str, status: int) -> dict[str, str]:
+    return {
+        "message": message,
+        "documentation_url": "https://docs.github.com/rest",
+        "status": str(status),
+    }
+
+
+def client(base_url: str = API, token: str = PAT) -> PyGithubClient:
+    return PyGithubClient.from_auth(Auth.Token(token), base_url, FAST, clock=lambda: NOW)
+
+
+def make_private_key() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+@pytest.fixture(scope="session")
+def app_private_key() -> str:
+    return make_private_key()
+
+
+@pytest.fixture
+def mock() -> Any:
+    with responses.RequestsMock(assert_all_requests_are_fired=True) as rsps:
+        yield rsps
+
+
+# -- Scope ---------------------------------------------------------------------------------------
+
+
+def test_scope_paths_urls_and_keys() -> None:
+    assert REPO.path == "repos/octocat/Hello-World"
+    assert ORG.path == "orgs/octo-org"
+    assert REPO.html_url() == "https://github.com/octocat/Hello-World"
+    assert ORG.html_url("https://ghe.example.com/") == "https://ghe.example.com/octo-org"
+    assert Scope(organization="Octo-Org").key == ORG.key
+    assert REPO.key != ORG.key
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"organization": "a", "repository": "a/b"}, {"repository": "no-slash"}, {"organization": "bad/org"}],
+)
+def test_scope_rejects_ambiguous_or_invalid(kwargs: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        Scope(**kwargs)
+
+
+def test_web_url_for_api_bases() -> None:
+    assert web_url_for(API) == "https://github.com"
+    assert web_url_for(GHES_API) == "https://ghe.example.com"
+    assert web_url_for("https://api.ghe.example.com/") == "https://ghe.example.com"
+
+
+# -- registration tokens -------------------------------------------------------------------------
+
+
+def test_repository_token_uses_requester_post(mock: Any) -> None:
+    data = fixture("repo-registration-token.json")
+    mock.post(
+        api("/repos/octocat/Hello-World/actions/runners/registration-token"), json=data["body"], status=201
+    )
+
+    token = client().registration_token(REPO)
+
+    assert token.token == data["body"]["token"]
+    # "2020-01-22T12:13:35.123-08:00" normalised to aware UTC
+    assert token.expires_at == datetime(2020, 1, 22, 20, 13, 35, 123000, tzinfo=UTC)
+    request = mock.calls[0].request
+    assert request.method == "POST"
+    assert request.headers["Authorization"] == f"token {PAT}"
+
+
+def test_organization_token_uses_pygithub_method(mock: Any) -> None:
+    data = fixture("org-registration-token.json")
+    mock.post(api("/orgs/octo-org/actions/runners/registration-token"), json=data["body"], status=201)
+
+    token = client().registration_token(ORG)
+
+    assert token.token == data["body"]["token"]
+    assert token.expires_at.tzinfo is UTC
+    assert len(mock.calls) == 1  # the lazy Organization object costs no GET /orgs/{org}
+
+
+def test_ghes_base_url(mock: Any) -> None:
+    body = fixture("repo-registration-token.json")["body"]
+    mock.post(
+        api("/repos/octocat/Hello-World/actions/runners/registration-token", GHES_API), json=body, status=201
+    )
+
+    client(GHES_API).registration_token(REPO)
+
+    assert mock.calls[0].request.url.startswith("https://ghe.example.com")
+    assert "/api/v3/repos/octocat/Hello-World/" in mock.calls[0].request.url
+
+
+def test_token_never_in_repr_or_logs(mock: Any, caplog: pytest.LogCaptureFixture) -> None:
+    body = fixture("repo-registration-token.json")["body"]
+    mock.post(api("/repos/octocat/Hello-World/actions/runners/registration-token"), json=body, status=201)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="github")  # PyGithub logs response bodies at DEBUG
+
+    token = client().registration_token(REPO)
+
+    assert body["token"] not in repr(token)
+    assert body["token"] not in str(token)
+    assert body["token"] not in caplog.text
+    assert PAT not in caplog.text
+    assert any("registration-token" in r.getMessage() for r in caplog.records)  # the log line stayed
+
+
+# -- listing -------------------------------------------------------------------------------------
+
+
+def test_list_follows_link_pagination(mock: Any) -> None:
+    page = fixture("repo-runners.json")["body"]
+    first, second = page["runners"]
+    next_url = "https://api.github.com/repositories/1296269/actions/runners?per_page=100&page=2"
+    mock.get(
+        api("/repos/octocat/Hello-World/actions/runners"),
+        json={"total_count": 2, "runners": [first]},
+        headers={"Link": f'<{next_url}>; rel="next", <{next_url}>; rel="last"'},
+        match=[responses.matchers.query_param_matcher({"per_page": "100"})],
+    )
+    mock.get(
+        api("/repositories/1296269/actions/runners"),
+        json={"total_count": 2, "runners": [second]},
+        headers={"Link": f'<{next_url.replace("page=2", "page=1")}>; rel="prev"'},
+        match=[responses.matchers.query_param_matcher({"per_page": "100", "page": "2"})],
+    )
+
+    runners = client().list_runners(REPO)
+
+    assert runners == [
+        Runner(
+            id=23, name="linux_runner", status="online", busy=True, labels=("self-hosted", "X64", "Linux")
+        ),
+        Runner(
+            id=24,
+            name="mac_runner",
+            status="offline",
+            busy=False,
+            labels=("self-hosted", "X64", "macOS", "no-gpu"),
+        ),
+    ]
+
+
+def test_list_org_runners_single_page(mock: Any) -> None:
+    body = fixture("org-runners.json")["body"]
+    mock.get(api("/orgs/octo-org/actions/runners"), json=body)
+
+    runners = client().list_runners(ORG)
+
+    assert [r.id for r in runners] == [23, 24]
+
+
+def test_list_refuses_link_to_another_host(mock: Any) -> None:
+    mock.get(
+        api("/repos/octocat/Hello-World/actions/runners"),
+        json={"total_count": 0, "runners": []},
+        headers={"Link": '<https://evil.example.com/x?page=2>; rel="next"'},
+    )
+    with pytest.raises(MalformedResponse):
+        client().list_runners(REPO)
+
+
+# -- deletion ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (204, None, DeleteOutcome.DELETED),
+        (404, basic_error("Not Found", 404), DeleteOutcome.ALREADY_GONE),
+        (
+            422,
+            {
+                "message": 'Bad request - Runner "linux_runner" is still running a job"',
+                "documentation_url": "https://docs.github.com/rest/actions/self-hosted-runners",
+            },
+            DeleteOutcome.BUSY,
+        ),
+    ],
+)
+def test_delete_outcomes(mock: Any, status: int, body: Any, outcome: DeleteOutcome) -> None:
+    mock.delete(api("/orgs/octo-org/actions/runners/23"), json=body, status=status)
+
+    assert client().delete_runner(ORG, 23) is outcome
+    assert mock.calls[0].request.method == "DELETE"
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+
+def test_server_error_then_success_is_retried_in_transport(mock: Any) -> None:
+    url = api("/repos/octocat/Hello-World/actions/runners/registration-token")
+    mock.post(url, json=basic_error("Server Error", 502), status=502)
+    mock.post(url, json=fixture("repo-registration-token.json")["body"], status=201)
+
+    assert isinstance(client().registration_token(REPO), RegistrationToken)
+    assert len(mock.calls) == 2
+
+
+def test_persistent_server_error_is_unavailable(mock: Any) -> None:
+    url = api("/repos/octocat/Hello-World/actions/runners")
+    for _ in range(3):  # first try + ClientOptions.retries
+        mock.get(url, json=basic_error("Service Unavailable", 503), status=503)
+
+    with pytest.raises(Unavailable) as info:
+        client().list_runners(REPO)
+    assert info.value.status == 503
+    assert info.value.reason == "GitHubUnavailable"
+
+
+def test_server_error_with_retry_after_is_handed_to_the_caller(mock: Any) -> None:
+    mock.get(
+        api("/orgs/octo-org/actions/runners"),
+        json=basic_error("Service Unavailable", 503),
+        status=503,
+        headers={"retry-after": "120"},
+    )
+
+    with pytest.raises(Unavailable) as info:
+        client().list_runners(ORG)
+    assert info.value.retry_after == 120
+    assert len(mock.calls) == 1  # no in-transport sleep of two minutes
+
+
+def test_connection_error_is_unavailable(mock: Any) -> None:
+    # responses raises the exception directly (urllib3's connection retries are not emulated)
+    reset = requests.exceptions.ConnectionError("connection reset")
+    mock.get(api("/repos/octocat/Hello-World/actions/runners"), body=reset)
+
+    with pytest.raises(Unavailable):
+        client().list_runners(REPO)
+
+
+def test_primary_rate_limit_is_not_slept_on(mock: Any) -> None:
+    reset = int(NOW) + 1234
+    mock.post(
+        api("/orgs/octo-org/actions/runners/registration-token"),
+        json=basic_error("API rate limit exceeded for user ID 1.", 403),
+        status=403,
+        headers={"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "0", "x-ratelimit-reset": str(reset)},
+    )
+
+    with pytest.raises(RateLimited) as info:
+        client().registration_token(ORG)
+
+    assert info.value.retry_after == pytest.approx(1234)
+    assert info.value.reason == "RateLimited"
+    assert len(mock.calls) == 1  # raised at once, no retry inside the client
+
+
+def test_secondary_rate_limit_honours_retry_after(mock: Any) -> None:
+    mock.get(
+        api("/orgs/octo-org/actions/runners"),
+        json=basic_error(
+            "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", 429
+        ),
+        status=429,
+        headers={"retry-after": "90"},
+    )
+
+    with pytest.raises(RateLimited) as info:
+        client().list_runners(ORG)
+    assert info.value.retry_after == 90
+    assert len(mock.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "cls", "reason"),
+    [
+        (401, "Bad credentials", BadCredentials, "BadCredentials"),
+        (403, "Resource not accessible by integration", BadCredentials, "Forbidden"),
+        (404, "Not Found", NotFound, "ScopeNotFound"),
+    ],
+)
+def test_error_reasons(mock: Any, status: int, message: str, cls: type[GitHubError], reason: str) -> None:
+    mock.post(
+        api("/repos/octocat/Hello-World/actions/runners/registration-token"),
+        json=basic_error(message, status),
+        status=status,
+        headers={"x-ratelimit-remaining": "4999", "x-ratelimit-reset": str(int(NOW) + 60)},
+    )
+
+    with pytest.raises(cls) as info:
+        client().registration_token(REPO)
+    assert info.value.reason == reason
+    assert info.value.status == status
+    assert info.value.retry_after is None
+    assert PAT not in str(info.value)
+    assert len(mock.calls) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"body": "{not json", "content_type": "application/json"},
+        {"json": {"expires_at": "2020-01-22T12:13:35Z"}},
+        {"json": {"token": "X", "expires_at": "yesterday"}},
+        {"json": {"token": "X", "expires_at": "2020-01-22T12:13:35"}},
+        {"json": ["token"]},
+        {"body": "<html>bad gateway page</html>", "content_type": "text/html"},
+    ],
+)
+def test_malformed_token_response(mock: Any, kwargs: dict[str, Any]) -> None:
+    mock.post(api("/repos/octocat/Hello-World/actions/runners/registration-token"), status=201, **kwargs)
+
+    with pytest.raises(MalformedResponse) as info:
+        client().registration_token(REPO)
+    assert info.value.reason == "MalformedResponse"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"total_count": 1},
+        {
+            "total_count": 1,
+            "runners": [{"id": "23", "name": "r", "status": "online", "busy": False, "labels": []}],
+        },
+        {"total_count": 1, "runners": [{"id": 23, "name": "r", "status": "online", "labels": []}]},
+        {
+            "total_count": 1,
+            "runners": [{"id": 23, "name": "r", "status": "online", "busy": False, "labels": [{}]}],
+        },
+    ],
+)
+def test_malformed_runner_listing(mock: Any, body: dict[str, Any]) -> None:
+    mock.get(api("/repos/octocat/Hello-World/actions/runners"), json=body)
+
+    with pytest.raises(MalformedResponse):
+        client().list_runners(REPO)
+
+
+# -- GitHub App ----------------------------------------------------------------------------------
+
+
+def test_app_installation_auth(mock: Any, app_private_key: str) -> None:
+    access = fixture("installation-access-token.json")["body"]
+    access = {**access, "expires_at": "2099-01-01T00:00:00Z"}
+    mock.post(api("/app/installations/42/access_tokens"), json=access, status=201)
+    mock.post(
+        api("/orgs/octo-org/actions/runners/registration-token"),
+        json=fixture("org-registration-token.json")["body"],
+        status=201,
+    )
+    mock.get(api("/orgs/octo-org/actions/runners"), json=fixture("org-runners.json")["body"])
+    app = Auth.AppAuth(1234, app_private_key).get_installation_auth(42)
+    gh = PyGithubClient.from_auth(app, API, FAST, clock=lambda: NOW)
+
+    gh.registration_token(ORG)
+    gh.list_runners(ORG)
+
+    mint, token_call, list_call = mock.calls
+    assert mint.request.headers["Authorization"].startswith("Bearer ")  # the App JWT
+    assert token_call.request.headers["Authorization"] == f"token {access['token']}"
+    assert list_call.request.headers["Authorization"] == f"token {access['token']}"  # cached
+
+
+@pytest.mark.parametrize(
+    ("status", "message"), [(401, "A JSON web token could not be decoded"), (404, "Not Found")]
+)
+def test_app_installation_failure_is_a_credential_problem(
+    mock: Any, app_private_key: str, status: int, message: str
+) -> None:
+    mock.post(api("/app/installations/42/access_tokens"), json=basic_error(message, status), status=status)
+    app = Auth.AppAuth(1234, app_private_key).get_installation_auth(42)
+    gh = PyGithubClient.from_auth(app, API, FAST, clock=lambda: NOW)
+
+    with pytest.raises(BadCredentials) as info:
+        gh.registration_token(ORG)
+    assert info.value.reason == "AppInstallationTokenFailed"
+    assert len(mock.calls) == 1  # the runner endpoint was never called

@@ -1,0 +1,508 @@
+"""TokenUpdater: job bookkeeping on a scheduler that never runs, and job runs driven directly.
+
+Runs are driven with ``fill_once`` (the same code the scheduler calls) and an injected clock,
+so no test sleeps. One test uses a running BackgroundScheduler to prove the first fill really
+fires immediately; it waits on an event, not a timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import REGISTRY
+
+from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
+from runnerpool.github_api import (
+    BadCredentials,
+    DeleteOutcome,
+    GitHubClient,
+    NotFound,
+    RateLimited,
+    RegistrationToken,
+    Runner,
+    Scope,
+    Unavailable,
+)
+from secret_updater import DEFAULT_MARGIN, PoolRef, TokenFailure, TokenUpdater, token_patch
+from secret_updater.credentials import ClientCache, client_from_secret_data
+from tests.test_github_api import API, FAST, api, fixture, mock
+
+__all__ = ["mock"]
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+TOKEN_1 = "AABF3JGZDX3P5PMEXLND6TS6FCWO6"
+TOKEN_2 = "BBBF3JGZDX3P5PMEXLND6TS6FCWO7"
+POOL = PoolRef(
+    namespace="team-a",
+    name="build",
+    scope=Scope(organization="octo-org"),
+    credential_secret_name="github-cred",
+    github_api_url=None,
+)
+
+
+class Clock:
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+class FakeGitHub:
+    """Hands out queued tokens or raises queued errors."""
+
+    def __init__(self) -> None:
+        self.results: list[RegistrationToken | Exception | Callable[[], RegistrationToken]] = []
+        self.scopes: list[Scope] = []
+
+    def registration_token(self, scope: Scope) -> RegistrationToken:
+        self.scopes.append(scope)
+        result = self.results.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        if callable(result):
+            return result()
+        return result
+
+    def list_runners(self, scope: Scope) -> list[Runner]:
+        return []
+
+    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
+        return DeleteOutcome.DELETED
+
+
+@dataclass
+class Harness:
+    updater: TokenUpdater
+    scheduler: BackgroundScheduler
+    github: FakeGitHub
+    clock: Clock
+    secrets: dict[tuple[str, str], dict[str, str]]
+    patches: list[tuple[str, str, dict[str, Any]]]
+    notified: list[tuple[str, str]]
+
+    def next_run(self, pool: PoolRef = POOL) -> datetime:
+        job = self.scheduler.get_job(pool.key)
+        assert job is not None
+        when: datetime = job.next_run_time
+        return when
+
+
+def token(value: str, lifetime: timedelta = timedelta(hours=1), *, now: datetime = T0) -> RegistrationToken:
+    return RegistrationToken(token=value, expires_at=now + lifetime)
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    github = FakeGitHub()
+    clock = Clock()
+    secrets = {("team-a", "github-cred"): {"token": "ghp_x"}}
+    patches: list[tuple[str, str, dict[str, Any]]] = []
+    notified: list[tuple[str, str]] = []
+
+    def factory(data: Mapping[str, str], base_url: str) -> GitHubClient:
+        return github
+
+    cache = ClientCache(lambda ns, name: secrets.get((ns, name)), factory=factory)
+    scheduler = BackgroundScheduler(timezone=UTC)  # never started: jobs stay inspectable
+    updater = TokenUpdater(
+        cache,
+        lambda ns, name, body: patches.append((ns, name, body)),
+        lambda ns, name: notified.append((ns, name)),
+        clock=clock,
+        scheduler=scheduler,
+        rng=random.Random(3),
+    )
+    yield Harness(updater, scheduler, github, clock, secrets, patches, notified)
+    updater.shutdown()
+
+
+def sample(name: str, **labels: str) -> float | None:
+    value: float | None = REGISTRY.get_sample_value(name, labels)
+    return value
+
+
+# -- job bookkeeping --------------------------------------------------------------------------------
+
+
+def test_start_adds_one_job_due_now(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.clock.advance(timedelta(seconds=5))
+    harness.updater.start(POOL)  # same PoolRef: no-op, first run stays "now"
+
+    jobs = harness.scheduler.get_jobs()
+    assert [job.id for job in jobs] == ["team-a/build"]
+    assert jobs[0].next_run_time == T0
+    assert harness.updater.running("team-a", "build")
+    assert not harness.updater.running("team-a", "other")
+
+
+def test_changed_poolref_replaces_job_and_runs_now(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(token(TOKEN_1))
+    harness.updater.fill_once("team-a", "build")
+    harness.clock.advance(timedelta(minutes=3))
+
+    moved = PoolRef("team-a", "build", Scope(repository="octocat/Hello-World"), "github-cred", None)
+    harness.updater.start(moved)
+    harness.github.results.append(token(TOKEN_1))  # same value, new scope: must be written again
+    harness.updater.fill_once("team-a", "build")
+
+    assert len(harness.scheduler.get_jobs()) == 1
+    assert harness.github.scopes == [POOL.scope, moved.scope]
+    assert len(harness.patches) == 2
+
+
+def test_start_is_immediate_even_after_earlier_reschedule(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(token(TOKEN_1))
+    harness.updater.fill_once("team-a", "build")
+    assert harness.next_run() == T0 + timedelta(minutes=30)
+
+    harness.updater.stop("team-a", "build")
+    harness.clock.advance(timedelta(minutes=1))
+    harness.updater.start(POOL)
+    assert harness.next_run() == T0 + timedelta(minutes=1)
+
+
+def test_stop_removes_job_and_failure(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(Unavailable("down"))
+    harness.updater.fill_once("team-a", "build")
+    assert harness.updater.failure("team-a", "build") is not None
+
+    harness.updater.stop("team-a", "build")
+    harness.updater.stop("team-a", "build")  # idempotent
+
+    assert harness.scheduler.get_jobs() == []
+    assert not harness.updater.running("team-a", "build")
+    assert harness.updater.failure("team-a", "build") is None
+    with pytest.raises(KeyError):
+        harness.updater.fill_once("team-a", "build")
+
+
+# -- a successful run -------------------------------------------------------------------------------
+
+
+def test_fill_patches_secret_reschedules_and_notifies(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(token(TOKEN_1))
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    assert harness.patches == [
+        (
+            "team-a",
+            "runner-token-build",
+            {
+                "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: "2025-03-01T13:00:00Z"}},
+                "stringData": {TOKEN_SECRET_KEY: TOKEN_1},
+            },
+        )
+    ]
+    assert next_run == T0 + timedelta(hours=1) - DEFAULT_MARGIN
+    assert harness.next_run() == next_run
+    assert harness.notified == [("team-a", "build")]
+    assert harness.updater.failure("team-a", "build") is None
+    assert sample("runnerpool_token_fills_total", namespace="team-a", pool="build") == 1
+    expiry = sample("runnerpool_token_expiry_timestamp_seconds", namespace="team-a", pool="build")
+    assert expiry == (T0 + timedelta(hours=1)).timestamp()
+
+
+def test_unchanged_token_is_not_rewritten(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
+    harness.updater.fill_once("team-a", "build")
+    harness.clock.advance(timedelta(minutes=30))
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    assert len(harness.patches) == 1
+    assert len(harness.notified) == 1
+    # The token expires in 30 min, i.e. at the margin: try again after the minimum delay.
+    assert next_run == harness.clock.now + timedelta(minutes=1)
+
+
+def test_rotating_token_is_written_each_time(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(token(TOKEN_1))
+    harness.updater.fill_once("team-a", "build")
+    harness.clock.advance(timedelta(minutes=30))
+    harness.github.results.append(token(TOKEN_2, now=harness.clock.now))
+
+    harness.updater.fill_once("team-a", "build")
+
+    assert [p[2]["stringData"][TOKEN_SECRET_KEY] for p in harness.patches] == [TOKEN_1, TOKEN_2]
+    assert harness.next_run() == T0 + timedelta(minutes=60)
+    assert sample("runnerpool_token_fills_total", namespace="team-a", pool="build") == 2
+
+
+def test_token_patch_body_is_a_merge_patch() -> None:
+    body = token_patch("t", datetime(2025, 1, 1, 4, 5, 6, 789000, tzinfo=UTC))
+    assert body == {
+        "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: "2025-01-01T04:05:06Z"}},
+        "stringData": {TOKEN_SECRET_KEY: "t"},
+    }
+
+
+# -- failures ---------------------------------------------------------------------------------------
+
+
+def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results += [Unavailable("GitHub 502"), Unavailable("GitHub 502"), token(TOKEN_1)]
+
+    first = harness.updater.fill_once("team-a", "build")
+    assert first is not None
+    assert T0 + timedelta(seconds=2.5) <= first <= T0 + timedelta(seconds=5)
+    failure = harness.updater.failure("team-a", "build")
+    assert failure == TokenFailure("GitHubUnavailable", "GitHub 502", T0)
+    assert harness.notified == [("team-a", "build")]
+
+    harness.clock.advance(timedelta(seconds=5))
+    second = harness.updater.fill_once("team-a", "build")
+    assert second is not None
+    assert timedelta(seconds=5) <= second - harness.clock.now <= timedelta(seconds=10)
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.since == T0  # the streak's start
+    assert len(harness.notified) == 1  # same failure again: no new notification
+
+    harness.clock.advance(timedelta(seconds=10))
+    harness.updater.fill_once("team-a", "build")
+    assert harness.updater.failure("team-a", "build") is None
+    assert len(harness.patches) == 1
+    assert len(harness.notified) == 2
+    count = sample(
+        "runnerpool_token_failures_total", namespace="team-a", pool="build", reason="GitHubUnavailable"
+    )
+    assert count == 2
+
+
+def test_rate_limit_waits_for_reset(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(RateLimited("HTTP 403 (API rate limit exceeded)", retry_after=1200))
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    assert next_run == T0 + timedelta(seconds=1201)
+    assert harness.next_run() == next_run
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.reason == "RateLimited"
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (BadCredentials("HTTP 401 (Bad credentials)"), "BadCredentials"),
+        (BadCredentials("HTTP 403", reason="Forbidden"), "Forbidden"),
+        (NotFound("HTTP 404 (Not Found)"), "ScopeNotFound"),
+    ],
+)
+def test_permanent_failures_retry_slowly(harness: Harness, error: Exception, reason: str) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(error)
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    assert next_run is not None
+    assert timedelta(minutes=1) <= next_run - T0 <= timedelta(minutes=2)
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.reason == reason
+    assert harness.notified == [("team-a", "build")]
+    assert harness.patches == []
+
+
+def test_missing_credential_secret_then_fixed(harness: Harness) -> None:
+    del harness.secrets[("team-a", "github-cred")]
+    harness.updater.start(POOL)
+
+    harness.updater.fill_once("team-a", "build")
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.reason == "CredentialSecretMissing"
+    assert "team-a/github-cred" in failure.message
+
+    harness.secrets[("team-a", "github-cred")] = {"token": "ghp_new"}
+    harness.github.results.append(token(TOKEN_1))
+    harness.updater.retry_now("team-a", "build")
+    assert harness.next_run() == T0
+    harness.updater.fill_once("team-a", "build")
+    assert harness.updater.failure("team-a", "build") is None
+
+
+def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
+    class ApiError(Exception):
+        status = 404
+        reason = "Not Found"
+
+    def failing_patch(ns: str, name: str, body: dict[str, Any]) -> None:
+        raise ApiError(f"cannot patch with {body}")  # a careless message containing the token
+
+    harness.updater._patch_secret = failing_patch
+    harness.updater.start(POOL)
+    harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.reason == "TokenSecretPatchFailed"
+    assert "team-a/runner-token-build" in failure.message
+    assert TOKEN_1 not in failure.message
+    assert next_run is not None
+    assert next_run - T0 <= timedelta(seconds=5)
+    # Not recorded as written: the next success must write again.
+    harness.updater._patch_secret = lambda ns, name, body: harness.patches.append((ns, name, body))
+    harness.updater.fill_once("team-a", "build")
+    assert len(harness.patches) == 1
+
+
+def test_unexpected_error_never_escapes(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results.append(ZeroDivisionError("boom"))
+
+    next_run = harness.updater.fill_once("team-a", "build")
+
+    assert next_run is not None
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None
+    assert failure.reason == "TokenRefreshError"
+
+
+def test_notify_errors_are_contained(harness: Harness) -> None:
+    def broken_notify(ns: str, name: str) -> None:
+        raise RuntimeError("queue closed")
+
+    harness.updater._notify = broken_notify
+    harness.updater.start(POOL)
+    harness.github.results.append(token(TOKEN_1))
+
+    assert harness.updater.fill_once("team-a", "build") is not None
+    assert len(harness.patches) == 1
+
+
+# -- stop races, metrics and secrecy ----------------------------------------------------------------
+
+
+def test_stop_during_a_run_prevents_the_write(harness: Harness) -> None:
+    harness.updater.start(POOL)
+
+    def stop_then_token() -> RegistrationToken:
+        harness.updater.stop("team-a", "build")
+        return token(TOKEN_1)
+
+    harness.github.results.append(stop_then_token)
+
+    harness.updater._run("team-a/build", 1)
+
+    assert harness.patches == []
+    assert harness.notified == []
+    assert harness.scheduler.get_jobs() == []
+    assert sample("runnerpool_token_fills_total", namespace="team-a", pool="build") is None
+
+
+def test_stop_removes_metric_series(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.results += [NotFound("HTTP 404"), token(TOKEN_1)]
+    harness.updater.fill_once("team-a", "build")
+    harness.updater.fill_once("team-a", "build")
+    labels = {"namespace": "team-a", "pool": "build"}
+    assert sample("runnerpool_token_fills_total", **labels) == 1
+    assert sample("runnerpool_token_failures_total", reason="ScopeNotFound", **labels) == 1
+
+    harness.updater.stop("team-a", "build")
+
+    assert sample("runnerpool_token_fills_total", **labels) is None
+    assert sample("runnerpool_token_expiry_timestamp_seconds", **labels) is None
+    assert sample("runnerpool_token_failures_total", reason="ScopeNotFound", **labels) is None
+
+
+def test_token_never_in_logs_reprs_or_labels(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    harness.updater.start(POOL)
+    harness.github.results += [token(TOKEN_1), Unavailable("down"), token(TOKEN_2)]
+    for _ in range(3):
+        harness.updater.fill_once("team-a", "build")
+        harness.clock.advance(timedelta(minutes=31))
+
+    assert TOKEN_1 not in caplog.text
+    assert TOKEN_2 not in caplog.text
+    assert "refreshed" in caplog.text
+    assert TOKEN_1 not in repr(harness.updater.failure("team-a", "build"))
+    assert TOKEN_1 not in repr(token(TOKEN_1))
+    assert TOKEN_1 not in repr(harness.updater._pools)
+    exposition = "".join(str(m) for m in REGISTRY.collect())
+    assert TOKEN_1 not in exposition
+    assert TOKEN_2 not in exposition
+
+
+# -- the real scheduler, once -----------------------------------------------------------------------
+
+
+def test_running_scheduler_fires_first_fill_immediately() -> None:
+    done = threading.Event()
+    patches: list[dict[str, Any]] = []
+    github = FakeGitHub()
+    github.results.append(RegistrationToken(TOKEN_1, datetime.now(UTC) + timedelta(hours=1)))
+    cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
+    updater = TokenUpdater(cache, lambda ns, name, body: patches.append(body), lambda ns, name: done.set())
+    try:
+        updater.start(POOL)
+        assert done.wait(10), "first fill did not run"
+        assert patches[0]["stringData"][TOKEN_SECRET_KEY] == TOKEN_1
+        job = updater._scheduler.get_job(POOL.key)
+        assert job is not None
+        expected = datetime.now(UTC) + timedelta(minutes=30)
+        assert abs((job.next_run_time - expected).total_seconds()) < 60
+    finally:
+        updater.shutdown()
+    assert not updater.running("team-a", "build")
+
+
+# -- through the real client ------------------------------------------------------------------------
+
+
+def test_end_to_end_with_pygithub_client(mock: Any) -> None:
+    mock.post(
+        api("/orgs/octo-org/actions/runners/registration-token"),
+        json=fixture("org-registration-token.json")["body"],
+        status=201,
+    )
+
+    def factory(data: Mapping[str, str], url: str) -> GitHubClient:
+        return client_from_secret_data(data, url, FAST)
+
+    cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=factory)
+    patches: list[tuple[str, str, dict[str, Any]]] = []
+    updater = TokenUpdater(
+        cache,
+        lambda ns, name, body: patches.append((ns, name, body)),
+        lambda ns, name: None,
+        clock=Clock(),
+        scheduler=BackgroundScheduler(timezone=UTC),
+    )
+    updater.start(POOL)
+    try:
+        updater.fill_once("team-a", "build")
+    finally:
+        updater.shutdown()
+
+    annotations = patches[0][2]["metadata"]["annotations"]
+    assert annotations[TOKEN_EXPIRY_ANNOTATION] == "2020-01-22T20:13:35Z"
+    assert patches[0][2]["stringData"][TOKEN_SECRET_KEY] == "LLBF3JGZDX3P5PMEXLND6TS6FCWO6"
+    assert mock.calls[0].request.url.startswith(API)
