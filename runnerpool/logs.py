@@ -51,4 +51,7 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # The kubernetes client and urllib3 are chatty at INFO and could echo request bodies at DEBUG.
     for noisy in ("kubernetes", "urllib3", "github", "apscheduler"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+        logger = logging.getLogger(noisy)
+        logger.setLevel(max(logging.WARNING, root.level))
+        # PyGithub attaches a handler of its own; with ours on the root every line would print twice.
+        logger.handlers.clear()

@@ -182,6 +182,7 @@ class Reconciler:
 
     def _ensure_token_job(self, run: _Pass) -> None:
         spec = run.pool.spec
+        credentials = self._cache.get_secret(run.pool.namespace, spec.credential_secret_name)
         self._tokens.start(
             PoolRef(
                 namespace=run.pool.namespace,
@@ -189,6 +190,7 @@ class Reconciler:
                 scope=scope_of(run.pool),
                 credential_secret_name=spec.credential_secret_name,
                 github_api_url=children.api_url(run.pool, self._settings.github_api_url),
+                credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
             )
         )
 

@@ -91,6 +91,9 @@ class PoolRef:
     scope: Scope
     credential_secret_name: str
     github_api_url: str | None = None
+    # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
+    # rotated credentials are tried at once instead of at the next slow retry.
+    credentials_version: str = ""
 
     @property
     def key(self) -> str:

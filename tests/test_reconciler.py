@@ -387,3 +387,20 @@ def test_a_busy_runner_delays_deletion_without_error(
         "a busy runner's pods are not deleted"
     )
     assert api.FINALIZER in _get(api_client, namespace, "iota")["metadata"]["finalizers"]
+
+
+def test_an_edited_credential_secret_restarts_the_token_job_at_once(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+) -> None:
+    """A job in slow retry after bad credentials must not wait minutes once they are fixed."""
+    create_pool(api_client, namespace, pool_manifest("kappa"))
+    reconciler(f"{namespace}/kappa")
+    pat_secret(api_client, namespace, token="ghp_fixed")
+    reconciler(f"{namespace}/kappa")
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        api.DEFAULT_CREDENTIAL_SECRET, namespace, {"stringData": {"token": "ghp_rotated"}}
+    )
+    reconciler(f"{namespace}/kappa")
+    versions = [ref.credentials_version for ref in tokens.started]
+    assert versions[0] == "missing"
+    assert len(set(versions)) == 3, "each credential change hands the job a new PoolRef"
