@@ -48,7 +48,7 @@ POOL_LABEL = "runnerpool.dev/pool"
 TOKEN_SECRET_KEY = "runnertoken"
 TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
 DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
-DEFAULT_RUNNER_IMAGE = "ghcr.io/actions/actions-runner:2.330.0"
+DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/runner; publish and override
 
 # Pods of a pool are named "runnerpool-<pool>-<replicaset hash, up to 10>-<5 random>",
 # i.e. the pool name plus 28 characters.  The kubelet cuts pod hostnames (which the

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GOMOD_DIR = Path(__file__).with_name("gomod")
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 _DEFAULT_ASSET_DIR = Path("/usr/local/kubebuilder/bin")
 _KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    # Only for `kubectl apply --dry-run=server -k deploy/` in the tests; Debian's is too old.
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
 }
 _ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 
@@ -121,24 +123,26 @@ def _go_build(output: Path, package: str, ldflags: str, log: Path) -> None:
     raise AssetError(f"building {package} failed (full log: {log}):\n{tail}")
 
 
-def build(pins: Pins, target: Path) -> None:
+def build(pins: Pins, target: Path, names: list[str]) -> None:
+    """Build ``names`` into ``target``; each lands under its final name only when complete."""
     if shutil.which("go") is None:
         raise AssetError(
             "Go is not installed and no envtest binaries were found: install Go, or set "
             "KUBEBUILDER_ASSETS to a folder holding etcd and kube-apiserver"
         )
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    target.mkdir(parents=True, exist_ok=True)
     log = target.parent / f"{target.name}.build.log"
     log.write_text("")
     started = time.monotonic()
     kube_flags = _version_ldflags(pins.kubernetes)
-    for name, package in _KUBE_COMMANDS.items():
-        _go_build(staging / name, package, kube_flags, log)
-    _go_build(staging / "etcd", _ETCD_PACKAGE, "", log)
-    staging.rename(target)
-    print(f"built envtest binaries in {time.monotonic() - started:.0f}s into {target}", file=sys.stderr)
+    for name in names:
+        partial = target / f".{name}.partial"
+        if name == "etcd":
+            _go_build(partial, _ETCD_PACKAGE, "", log)
+        else:
+            _go_build(partial, _KUBE_COMMANDS[name], kube_flags, log)
+        partial.rename(target / name)
+    print(f"built {', '.join(names)} in {time.monotonic() - started:.0f}s into {target}", file=sys.stderr)
 
 
 def ensure_binaries() -> dict[str, Path]:
@@ -153,9 +157,9 @@ def ensure_binaries() -> dict[str, Path]:
     target = root / pins.cache_key
     with (root / f"{pins.cache_key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all((target / name).is_file() for name in BINARIES):
-            shutil.rmtree(target, ignore_errors=True)
-            build(pins, target)
+        to_build = [name for name in missing if not (target / name).is_file()]
+        if to_build:
+            build(pins, target, to_build)
     return {name: path or target / name for name, path in found.items()}
 
 

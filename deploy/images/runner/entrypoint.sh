@@ -80,6 +80,10 @@ trap on_signal TERM INT
 run_child() {
     "$@" &
     child=$!
+    # A signal that came between the fork and the line above found no child to stop.
+    if [[ "${terminating}" -eq 1 ]]; then
+        kill -TERM "${child}" 2>/dev/null || true
+    fi
     while :; do
         wait "${child}"
         child_status=$?

