@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -16,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api
 from secret_updater.filler import PoolRef, TokenFailure
+from tests.helpers import wait_for
 
 
 class LiveReader:
@@ -62,7 +64,9 @@ class RecordingTokens:
         return self.failures.get((namespace, name))
 
 
-def pool_manifest(name: str, *, org: str | None = None, repo: str | None = None, **spec: Any) -> dict[str, Any]:
+def pool_manifest(
+    name: str, *, org: str | None = None, repo: str | None = None, **spec: Any
+) -> dict[str, Any]:
     scope = {"organization": org} if org else {"repository": repo or "octo-org/octo-repo"}
     return {
         "apiVersion": api.API_VERSION,
@@ -79,9 +83,7 @@ def create_pool(api_client: client.ApiClient, namespace: str, manifest: dict[str
     return created
 
 
-def fill_token(
-    api_client: client.ApiClient, namespace: str, pool: str, token: str, expires_at: str
-) -> None:
+def fill_token(api_client: client.ApiClient, namespace: str, pool: str, token: str, expires_at: str) -> None:
     """What the secret updater does: merge-patch the token and its expiry into the Secret."""
     client.CoreV1Api(api_client).patch_namespaced_secret(
         api.token_secret_name(pool),
@@ -98,3 +100,27 @@ def pat_secret(api_client: client.ApiClient, namespace: str, token: str = "ghp_t
         namespace,
         {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": token}},
     )
+
+
+def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> None:
+    """Nothing runs pods here, so play kubelet: report them Running and Ready."""
+    core = client.CoreV1Api(api_client)
+    selector = f"{api.POOL_LABEL}={pool}"
+
+    def pods_created() -> list[Any] | None:
+        items: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
+        return items if len(items) == count else None
+
+    pods = wait_for(pods_created, message=f"{count} runner pods")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for pod in pods:
+        core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                }
+            },
+        )

@@ -80,17 +80,6 @@ def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
     return found[0]
 
 
-def rule_set(rules: list[Obj]) -> set[tuple[str, str, str]]:
-    expanded = set()
-    for rule in rules:
-        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    expanded.add((group, resource, verb))
-    return expanded
-
-
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
@@ -175,33 +164,18 @@ def test_optional_and_samples_are_not_installed_by_default() -> None:
 # --- RBAC -----------------------------------------------------------------------------------
 
 
-def test_cluster_role_is_exactly_least_privilege(objects: list[Obj]) -> None:
+def test_cluster_role_has_no_wildcards(objects: list[Obj]) -> None:
+    """Which rules are needed is proven on the API server (tests/test_deploy_on_server.py)."""
     role = one(objects, "ClusterRole", "runnerpool-operator")
     assert "*" not in yaml.safe_dump(role["rules"])
-    assert rule_set(role["rules"]) == {
-        *((GROUP, "runnerpools", v) for v in ("get", "list", "watch", "update", "patch")),
-        (GROUP, "runnerpools/status", "patch"),
-        (GROUP, "runnerpools/finalizers", "update"),
-        *(("", "secrets", v) for v in ("get", "list", "watch", "create", "patch", "delete")),
-        *(("apps", "deployments", v) for v in ("list", "watch", "create", "update", "patch", "delete")),
-        *(("", "pods", v) for v in ("list", "watch", "delete")),
-        ("", "events", "create"),
-        ("", "events", "patch"),
-    }
     assert "aggregationRule" not in role
 
 
-def test_leader_election_role_is_namespaced_and_minimal(objects: list[Obj]) -> None:
+def test_leader_election_role_is_namespaced(objects: list[Obj]) -> None:
     role = one(objects, "Role", "runnerpool-operator-leader-election")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert "*" not in yaml.safe_dump(role["rules"])
-    assert rule_set(role["rules"]) == {
-        ("coordination.k8s.io", "leases", "get"),
-        ("coordination.k8s.io", "leases", "create"),
-        ("coordination.k8s.io", "leases", "update"),
-        ("", "events", "create"),
-        ("", "events", "patch"),
-    }
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
 
 
 @pytest.mark.parametrize(

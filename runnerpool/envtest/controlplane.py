@@ -10,6 +10,7 @@ namespace deletion and Deployment → ReplicaSet → Pod work as in a cluster.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -20,9 +21,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import yaml
 
@@ -183,6 +186,47 @@ class ControlPlane:
         ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
         return ctx
 
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def audit_events(self) -> Iterator[dict[str, Any]]:
+        """Every request the API server has answered so far (audit level Metadata).
+
+        The server's own record of who did what: tests use it to prove which
+        permissions the operator uses and that it was never refused.
+        """
+        if not self.audit_log.exists():
+            return
+        with self.audit_log.open() as lines:
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+
+    def _audit_flags(self) -> list[str]:
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        # The control plane's own chatter is not what tests look at.
+                        {"level": "None", "users": ["system:kube-controller-manager", "system:apiserver"]},
+                        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+                        {"level": "Metadata"},
+                    ],
+                }
+            )
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
+
     def _start_apiserver(self, binary: Path, pki: certs.Pki, etcd_url: str) -> None:
         port = free_port()
         self.url = f"https://127.0.0.1:{port}"
@@ -206,8 +250,11 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 # As envtest: no controller would create the default ServiceAccount in time.
                 "--disable-admission-plugins=ServiceAccount",
+                # As in hardened clusters: setting blockOwnerDeletion needs update on <owner>/finalizers.
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 "--enable-priority-and-fairness=false",
                 "--event-ttl=1h",
+                *self._audit_flags(),
             ],
         )
         self._wait(process, f"{self.url}/readyz", self._admin_context(pki))

@@ -1,0 +1,261 @@
+"""deploy/ against the real API server: it applies, and its RBAC is exactly what the operator needs.
+
+The least-privilege proof runs a whole pool lifecycle with the operator logged in
+as deploy/'s ServiceAccount and reads the API server's audit log: the operator is
+never refused (so the rules suffice), and every granted rule was exercised (so
+removing any one of them would turn one of those requests into a refusal).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api
+from runnerpool.envtest import assets
+from runnerpool.envtest.controlplane import ControlPlane
+from runnerpool.fakegithub import FakeGitHub
+from runnerpool.manager import Operator, Options
+from tests.helpers import wait_for
+from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, pool_manifest
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+OPERATOR_NAMESPACE = "runnerpool-system"
+OPERATOR_SA = "runnerpool-operator"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
+# Checked by admission (OwnerReferencesPermissionEnforcement), never requested: it cannot show in
+# the audit log as a request, but without it the operator's creates with an owner reference fail.
+ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
+
+
+def kubectl(control_plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    binary = assets.ensure_binaries()["kubectl"]
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+    return subprocess.run(
+        [str(binary), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(control_plane: ControlPlane, runnerpool_crd: dict[str, Any]) -> None:
+    """What a user does: ``kubectl apply -k deploy/``."""
+    done = kubectl(control_plane, "apply", "-k", str(DEPLOY))
+    assert done.returncode == 0, done.stderr
+
+
+def test_server_side_dry_run_of_every_manifest(control_plane: ControlPlane, installed: None) -> None:
+    done = kubectl(control_plane, "apply", "--dry-run=server", "-k", str(DEPLOY))
+    assert done.returncode == 0, done.stderr
+    applied = [line for line in done.stdout.splitlines() if "(server dry run)" in line]
+    kinds = {line.split("/", 1)[0] for line in applied}
+    assert {
+        "namespace",
+        "customresourcedefinition.apiextensions.k8s.io",
+        "serviceaccount",
+        "clusterrole.rbac.authorization.k8s.io",
+        "role.rbac.authorization.k8s.io",
+        "deployment.apps",
+        "service",
+    } <= kinds
+
+
+def test_samples_apply_on_top(
+    api_client: client.ApiClient, control_plane: ControlPlane, installed: None
+) -> None:
+    samples = [yaml.safe_load(p.read_text()) for p in (DEPLOY / "samples").glob("namespace*.yaml")]
+    for ns in samples:  # a dry run cannot create the namespace its other objects go into
+        client.CoreV1Api(api_client).create_namespace(ns)
+    done = kubectl(control_plane, "apply", "--dry-run=server", "-k", str(DEPLOY / "samples"))
+    assert done.returncode == 0, done.stderr
+
+
+def _bearer_client(api_client: client.ApiClient, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = api_client.configuration.host
+    cfg.ssl_ca_cert = api_client.configuration.ssl_ca_cert
+    cfg.api_key = {"BearerToken": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+def _service_account_token(api_client: client.ApiClient, namespace: str, name: str) -> str:
+    body = {"spec": {"expirationSeconds": 3600}}
+    answer = client.CoreV1Api(api_client).create_namespaced_service_account_token(name, namespace, body)
+    return str(answer.status.token)
+
+
+def _granted(manifests: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for doc in manifests
+        if doc["kind"] in ("ClusterRole", "Role")
+        for rule in doc["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def _rbac_manifests() -> list[dict[str, Any]]:
+    return [
+        doc
+        for path in sorted((DEPLOY / "rbac").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+    ]
+
+
+@pytest.fixture
+def operator_as_service_account(api_client: client.ApiClient, installed: None) -> Iterator[FakeGitHub]:
+    with FakeGitHub() as github:
+        github.add_scope(repo="octo-org/octo-repo")
+        operator = Operator(
+            Options(
+                github_api_url=github.url,
+                metrics_port=0,
+                health_port=0,
+                leader_elect=True,
+                leader_election_namespace=OPERATOR_NAMESPACE,
+                leader_election_id="least-privilege-test",
+                lease_duration=5,
+                renew_deadline=4,
+                retry_period=1,
+            ),
+            _bearer_client(api_client, _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)),
+        )
+        runner = threading.Thread(target=operator.run, name="operator-under-test")
+        runner.start()
+        try:
+            wait_for(operator.leading, message="the operator to win the Lease")
+            yield github
+        finally:
+            operator.shutdown()
+            runner.join(timeout=60)
+            assert not runner.is_alive(), "the operator did not stop"
+
+
+def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
+    """Everything the operator does for a pool: converge, repair drift twice, deregister, let go."""
+    reader = LiveReader(api_client)
+    apps = client.AppsV1Api(api_client)
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("lp", repo="octo-org/octo-repo"))
+    deployment = api.deployment_name("lp")
+    wait_for(lambda: reader.get_deployment(namespace, deployment), message="the runner Deployment")
+    token_secret = reader.get_secret(namespace, api.token_secret_name("lp"))
+    assert token_secret is not None
+    token = base64.b64decode(token_secret["data"][api.TOKEN_SECRET_KEY]).decode()
+    pod = wait_for(
+        lambda: (
+            client.CoreV1Api(api_client)
+            .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=lp")
+            .items
+        ),
+        message="a runner pod",
+    )[0]
+    github.register_runner_with_token(
+        "octo-org/octo-repo", token, pod.metadata.name, [f"{namespace}/lp", "self-hosted"]
+    )
+    for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
+        apps.patch_namespaced_deployment(deployment, namespace, {"spec": {"replicas": 3}})
+
+        def repaired() -> bool:
+            return bool(apps.read_namespaced_deployment(deployment, namespace).spec.replicas == 1)
+
+        wait_for(repaired, message="the hand edit to be repaired")
+    mark_pods_ready(api_client, namespace, "lp", 1)
+
+    def ready() -> bool:
+        pool = reader.get_pool(namespace, "lp") or {}
+        conditions = (pool.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    wait_for(ready, message="the pool to be Ready")
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "lp"
+    )
+    wait_for(lambda: reader.get_pool(namespace, "lp") is None, timeout=60, message="the pool to be deleted")
+    assert github.runners("octo-org/octo-repo") == [], "the pool's runner was deregistered"
+
+
+def _permission(event: dict[str, Any]) -> tuple[str, str, str]:
+    ref = event["objectRef"]
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return ref.get("apiGroup", ""), resource, event["verb"]
+
+
+def test_the_operator_needs_exactly_deploys_rbac(
+    api_client: client.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator_as_service_account: FakeGitHub,
+) -> None:
+    _lifecycle(api_client, namespace, operator_as_service_account)
+
+    requests = [e for e in control_plane.audit_events() if e.get("user", {}).get("username") == OPERATOR_USER]
+    refused = {
+        (e["verb"], e.get("requestURI"), e.get("responseStatus", {}).get("code"))
+        for e in requests
+        if e.get("responseStatus", {}).get("code") == 403
+    }
+    assert not refused, f"the operator was refused: {sorted(refused)}"
+    used = {
+        (
+            e["objectRef"].get("apiGroup", ""),
+            e["objectRef"]["resource"]
+            + ("/" + e["objectRef"]["subresource"] if e["objectRef"].get("subresource") else ""),
+            e["verb"],
+        )
+        for e in requests
+        if "objectRef" in e
+    }
+    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY
+    assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
+
+
+def test_owner_references_need_the_finalizers_permission(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Why ADMISSION_ONLY holds: without update on runnerpools/finalizers, blockOwnerDeletion is refused."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "no-finalizers"}})
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "no-finalizers"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "no-finalizers"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-finalizers"},
+            "subjects": [{"kind": "ServiceAccount", "name": "no-finalizers", "namespace": namespace}],
+        },
+    )
+    pool = create_pool(api_client, namespace, pool_manifest("owner"))
+    limited = _bearer_client(api_client, _service_account_token(api_client, namespace, "no-finalizers"))
+    owner = {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": "owner",
+        "uid": pool["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(limited).create_namespaced_secret(
+            namespace, {"metadata": {"name": "child", "ownerReferences": [owner]}}
+        )
+    assert refused.value.status == 403
+    assert "cannot set blockOwnerDeletion" in refused.value.body
