@@ -1,0 +1,226 @@
+"""Lease-based leader election on top of ``kubernetes.leaderelection``.
+
+What the client library (kubernetes 37) does, read from its source:
+
+* ``LeaderElection.run()`` loops in ``acquire()`` until it holds the Lease,
+  starts ``onstarted_leading`` in a daemon thread, renews every
+  ``retry_period``; when renewals fail for ``renew_deadline`` (or
+  ``onstarted_leading`` raises) it calls ``onstopped_leading`` and returns.
+  It does not stop the ``onstarted_leading`` thread: that is the callback's job.
+* Updates go through ``replace`` with the resourceVersion just read, so two
+  candidates cannot both win a race.
+* A Lease whose ``holderIdentity`` is empty counts as free and is taken at the
+  next retry, without waiting for ``leaseDuration``.
+
+What it does not do, and is added here with as little code as possible:
+
+* **Stop.**  ``acquire()`` and ``renew_loop()`` are ``while True`` loops over
+  ``time.sleep``; there is no way to end them.  :class:`_StoppableElection`
+  overrides just those two methods with the same logic waiting on an event.
+* **Release on shutdown** (client-go's ``ReleaseOnCancel``).  Without it a new
+  leader waits a full ``lease_duration`` after a clean rollout.
+  :meth:`LeaderElector.stop` with ``release=True`` clears ``holderIdentity``
+  after ``on_stopped_leading`` has returned, so the successor starts only after
+  this replica's work has stopped.
+* **An injectable API client.**  ``LeaseLock`` builds ``CoordinationV1Api()``
+  from the global default configuration; its ``api_instance`` is replaced.
+* **Errors instead of exit.**  The library's ``Config`` validates with
+  ``sys.exit``; that is turned into ``ValueError``.  A transport error (API
+  server unreachable) escapes its loops and kills the election thread; here it
+  counts as one failed attempt, as in client-go.
+* **Ordered callbacks.**  ``onstarted_leading`` runs in a thread nobody
+  waits for; ``on_stopped_leading`` here waits until it has returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.leaderelection import electionconfig
+from kubernetes.leaderelection.leaderelection import LeaderElection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+__all__ = ["LeaderElector"]
+
+logger = logging.getLogger(__name__)
+
+
+def _noop() -> None:
+    return None
+
+
+class _StoppableElection(LeaderElection):  # type: ignore[misc]  # kubernetes is untyped (pyproject)
+    """The library's election with its two endless loops made stoppable."""
+
+    def __init__(self, config: Any, stop: threading.Event) -> None:
+        super().__init__(config)
+        self._stop = stop
+        # Set here rather than in onstarted_leading, which the library starts in
+        # a thread that may not have run yet when a stop ends the renew loop.
+        self.acquired = threading.Event()
+
+    def acquire(self) -> bool:
+        retry = self.election_config.retry_period
+        while not self._stop.is_set():
+            if self._try():
+                self.acquired.set()
+                return True
+            self._stop.wait(retry)
+        return False
+
+    def _try(self) -> bool:
+        # LeaseLock only catches ApiException; a refused connection would end
+        # the library's loop (and the thread) instead of counting as one failed try.
+        try:
+            return bool(self.try_acquire_or_renew())
+        except Exception as exc:
+            logger.warning("lease %s: %s: %s", self.election_config.lock.name, type(exc).__name__, exc)
+            return False
+
+    def renew_loop(self, leading_failed: threading.Event | None = None) -> None:
+        retry = self.election_config.retry_period
+        deadline = self.election_config.renew_deadline
+        while not self._stop.is_set():
+            if leading_failed is not None and leading_failed.is_set():
+                return
+            give_up = time.monotonic() + deadline
+            while not self._try():
+                if self._stop.is_set():
+                    return
+                if time.monotonic() >= give_up:
+                    identity = self.election_config.lock.identity
+                    logger.warning(
+                        "%s could not renew the lease for %ss; leadership lost", identity, deadline
+                    )
+                    return
+                self._stop.wait(retry)
+            self._stop.wait(retry)
+
+
+class LeaderElector:
+    """One candidate for one Lease; :meth:`run` once, from a thread of your own.
+
+    ``on_started_leading`` runs in a daemon thread once the Lease is held and
+    should start the controllers and return; ``on_stopped_leading`` runs on the
+    :meth:`run` thread when leadership ends (lost, or :meth:`stop`), always
+    after ``on_started_leading`` has returned, and must stop them.  After a
+    lost lease the process should exit, as controller-runtime's manager does:
+    :meth:`run` returns and does not compete again.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_duration: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
+        on_started_leading: Callable[[], None] = _noop,
+        on_stopped_leading: Callable[[], None] = _noop,
+    ) -> None:
+        self._api = client.CoordinationV1Api(api_client)
+        self._namespace = namespace
+        self._name = name
+        self._identity = identity
+        self._user_started = on_started_leading
+        self._user_stopped = on_stopped_leading
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._finished = threading.Event()
+        self._release = True
+        self._finished_leading = False
+        self._started_returned = threading.Event()
+
+        lock = LeaseLock(name, namespace, identity)
+        lock.api_instance = self._api
+        try:
+            config = electionconfig.Config(
+                lock, lease_duration, renew_deadline, retry_period, self._started, self._stopped
+            )
+        except SystemExit as exc:
+            raise ValueError(f"invalid leader election settings: {exc.code}") from None
+        self._election = _StoppableElection(config, self._stop)
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def is_leader(self) -> bool:
+        """True from winning the Lease until leadership ends."""
+        return self._election.acquired.is_set() and not self._finished_leading
+
+    def run(self) -> None:
+        """Compete for the Lease and lead until it is lost or :meth:`stop` is called."""
+        if self._running.is_set():
+            raise RuntimeError("LeaderElector.run() may be called only once")
+        self._running.set()
+        try:
+            self._election.run()
+        finally:
+            if self._election.acquired.is_set() and self._stop.is_set() and self._release:
+                self._release_lease()
+            self._finished.set()
+
+    def stop(self, release: bool = True, timeout: float | None = None) -> bool:
+        """End :meth:`run`; ``True`` once it has returned (or was never started).
+
+        With ``release`` the Lease is handed back after ``on_stopped_leading``,
+        so another candidate takes over after at most its ``retry_period``.
+        """
+        self._release = release
+        self._stop.set()
+        if not self._running.is_set():
+            return True
+        return self._finished.wait(timeout)
+
+    def _started(self) -> None:
+        try:
+            logger.info("%s became leader of lease %s/%s", self._identity, self._namespace, self._name)
+            self._user_started()
+        finally:
+            self._started_returned.set()
+
+    def _stopped(self) -> None:
+        self._finished_leading = True
+        # The library runs on_started_leading in a thread of its own and does not
+        # wait for it; a stop right after winning could otherwise tear down
+        # controllers that are still being started.
+        self._started_returned.wait()
+        logger.info("%s stopped leading lease %s/%s", self._identity, self._namespace, self._name)
+        try:
+            self._user_stopped()
+        except Exception:
+            logger.exception("on_stopped_leading raised")
+
+    def _release_lease(self) -> None:
+        """Clear ``holderIdentity`` if we still hold the Lease, as client-go does on cancel.
+
+        The replace carries the resourceVersion just read, so a candidate that
+        took the Lease in between makes it fail instead of being overwritten.
+        """
+        try:
+            lease = self._api.read_namespaced_lease(self._name, self._namespace)
+            if lease.spec is None or lease.spec.holder_identity != self._identity:
+                return
+            now = datetime.now(UTC)
+            # MicroTime wants six fraction digits; isoformat() drops them at .000000.
+            now = now.replace(microsecond=now.microsecond or 1)
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            lease.spec.acquire_time = now
+            lease.spec.renew_time = now
+            self._api.replace_namespaced_lease(self._name, self._namespace, lease)
+            logger.info("%s released lease %s/%s", self._identity, self._namespace, self._name)
+        except ApiException as exc:
+            logger.warning("could not release lease %s/%s: %s", self._namespace, self._name, exc.reason)

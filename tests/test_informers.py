@@ -1,0 +1,571 @@
+"""Informer caches: the adapter on fakes, then everything on a real API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
+from kubernetes.watch import Watch
+
+from runnerpool.runtime.informers import (
+    GROUP,
+    KIND,
+    MANAGED_BY_SELECTOR,
+    PLURAL,
+    POOL_LABEL,
+    VERSION,
+    InformerSet,
+    InformerStoppedError,
+    ListWatchAdapter,
+    NamespaceNotWatchedError,
+    owner_key,
+)
+from tests.helpers import wait_for
+
+# --------------------------------------------------------------------------- fakes
+
+
+class FakeSock:
+    def __init__(self, closed: threading.Event) -> None:
+        self._closed = closed
+
+    def shutdown(self, how: int) -> None:
+        self._closed.set()
+
+
+class FakeConnection:
+    def __init__(self, closed: threading.Event) -> None:
+        self.sock = FakeSock(closed)
+
+
+class FakeResponse:
+    """Enough of urllib3.HTTPResponse for the adapter's list and for ``Watch.stream``.
+
+    A watch response stays open after its scripted events until ``Watch.stop``
+    shuts its socket down, as a real one does.
+    """
+
+    status = 200
+
+    def __init__(self, body: Any = None, events: list[dict[str, Any]] | None = None, hold: bool = False):
+        self.data = json.dumps(body).encode() if body is not None else b""
+        self._events = events or []
+        self._closed = threading.Event()
+        self.connection = FakeConnection(self._closed)
+        self._hold = hold
+        self.released = False
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        for event in self._events:
+            yield (json.dumps(event) + "\n").encode()
+        if self._hold:
+            self._closed.wait(10)
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+def secret(name: str, rv: str, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, **meta}, "type": "Opaque"}
+
+
+def gone() -> dict[str, Any]:
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
+    return {"type": "ERROR", "object": {**status, "message": "too old resource version"}}
+
+
+class ScriptedApi:
+    """A list function whose list and watch answers are scripted in order."""
+
+    def __init__(self, lists: list[dict[str, Any]], watches: list[FakeResponse]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> FakeResponse:
+        self.calls.append(kwargs)
+        if kwargs.get("watch"):
+            return self.watches.pop(0) if self.watches else FakeResponse(hold=True)
+        return FakeResponse(body=self.lists.pop(0))
+
+
+class EventLog:
+    def __init__(self, informer: Any) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.errors: list[Any] = []
+        self.cond = threading.Condition()
+        for kind in (ADDED, MODIFIED, DELETED):
+            informer.add_event_handler(
+                kind, lambda obj, kind=kind: self._record(kind, obj["metadata"]["name"])
+            )
+        informer.add_event_handler(ERROR, self._error)
+
+    def _record(self, kind: str, name: str) -> None:
+        with self.cond:
+            self.events.append((kind, name))
+            self.cond.notify_all()
+
+    def _error(self, exc: Any) -> None:
+        with self.cond:
+            self.errors.append(exc)
+            self.cond.notify_all()
+
+    def wait(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(predicate, timeout), f"events={self.events} errors={self.errors}"
+
+
+# --------------------------------------------------------------------------- unit tests
+
+
+def test_library_informer_cannot_list_custom_objects_without_the_adapter() -> None:
+    """Documents why the adapter exists: a dict's ``.items`` is a method."""
+    informer = SharedInformer(lambda **kw: {"items": [], "metadata": {"resourceVersion": "1"}})
+    log = EventLog(informer)
+    informer.start()
+    try:
+        log.wait(lambda: bool(log.errors))
+    finally:
+        informer.stop()
+    assert isinstance(log.errors[0], TypeError)
+
+
+def test_adapter_list_turns_dicts_into_items_and_resource_version() -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "SecretList",
+        "metadata": {"resourceVersion": "42"},
+        "items": [{"metadata": {"name": "a", "namespace": "ns"}}],
+    }
+    seen: list[dict[str, Any]] = []
+    response = FakeResponse(body=body)
+
+    def list_fn(**kwargs: Any) -> FakeResponse:
+        seen.append(kwargs)
+        return response
+
+    adapter = ListWatchAdapter(list_fn, {"group": "g"})
+    result: Any = adapter(namespace="ns", label_selector="x=y")
+    assert seen == [{"group": "g", "namespace": "ns", "label_selector": "x=y", "_preload_content": False}]
+    assert result.metadata.resource_version == "42"
+    assert result.items == [
+        {"metadata": {"name": "a", "namespace": "ns"}, "apiVersion": "v1", "kind": "Secret"}
+    ]
+    assert response.released
+    assert not adapter.synced.is_set(), "a list alone is not a synced cache"
+
+
+def test_adapter_watch_passes_through_with_bookmarks() -> None:
+    seen: list[dict[str, Any]] = []
+    response = FakeResponse(events=[{"type": "ADDED", "object": secret("a", "1")}])
+
+    def list_fn(**kwargs: Any) -> FakeResponse:
+        seen.append(kwargs)
+        return response
+
+    adapter = ListWatchAdapter(list_fn, {"plural": "p"})
+    watched: Any = adapter(watch=True, resource_version="7", _preload_content=False)
+    assert seen == [
+        {
+            "plural": "p",
+            "watch": True,
+            "resource_version": "7",
+            "_preload_content": False,
+            "allow_watch_bookmarks": True,
+        }
+    ]
+    assert adapter.synced.is_set()
+    # Everything Watch touches is the real response's.
+    assert watched.status == 200
+    assert watched.connection is response.connection
+    assert list(watched.stream()) == list(response.stream())
+
+
+class BrokenStream(FakeResponse):
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        yield b"{}\n"
+        raise ConnectionResetError("socket shut down")
+
+
+def test_watch_stream_errors_surface_until_the_adapter_is_closed() -> None:
+    adapter = ListWatchAdapter(lambda **kw: BrokenStream())
+    with pytest.raises(ConnectionResetError):
+        list(adapter(watch=True).stream())  # type: ignore[attr-defined]
+    torn_down: Any = adapter(watch=True)
+    adapter.close()
+    assert list(torn_down.stream()) == [b"{}\n"]
+    with pytest.raises(InformerStoppedError):
+        adapter(watch=True)
+
+
+def test_close_shuts_down_the_live_watch_and_one_still_in_flight() -> None:
+    live = FakeResponse(hold=True)
+    adapter = ListWatchAdapter(lambda **kw: live)
+    adapter(watch=True)
+    adapter.close()
+    assert live._closed.is_set(), "socket of the open watch shut down"
+
+    in_flight = FakeResponse(hold=True)
+    requested = threading.Event()
+    answer = threading.Event()
+
+    def slow_watch(**kwargs: Any) -> FakeResponse:
+        requested.set()
+        assert answer.wait(5)
+        return in_flight
+
+    adapter = ListWatchAdapter(slow_watch)
+    got: list[Any] = []
+    caller = threading.Thread(target=lambda: got.append(adapter(watch=True)))
+    caller.start()
+    assert requested.wait(5)
+    adapter.close()  # the response is not known yet
+    answer.set()
+    caller.join(5)
+    assert in_flight._closed.is_set(), "response that arrived after close was shut down"
+    assert list(got[0].stream()) == []
+
+
+def test_watch_sees_the_adapter_as_returning_plain_dicts() -> None:
+    """``Watch`` picks the event type from the annotation; ``object`` keeps dicts and tracks RVs."""
+    adapter = ListWatchAdapter(lambda **kw: None)
+    watch = Watch()
+    assert watch.get_return_type(adapter) is object
+    assert watch.get_watch_argument_name(adapter) == "watch"
+    event = watch.unmarshal_event(json.dumps({"type": "ADDED", "object": secret("a", "9")}), object)
+    assert event["object"] == secret("a", "9")
+    assert watch.resource_version == "9"
+
+
+def test_informer_relists_after_410_and_diffs_the_cache() -> None:
+    api = ScriptedApi(
+        lists=[
+            {
+                "kind": "SecretList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": "10"},
+                "items": [secret("a", "5")],
+            },
+            {
+                "kind": "SecretList",
+                "apiVersion": "v1",
+                "metadata": {"resourceVersion": "20"},
+                "items": [secret("b", "11"), secret("c", "19")],
+            },
+        ],
+        watches=[
+            FakeResponse(events=[{"type": "ADDED", "object": secret("b", "11")}, gone()]),
+            FakeResponse(events=[gone()]),  # Watch retries a 410 once by itself, then raises
+            FakeResponse(events=[{"type": "MODIFIED", "object": secret("c", "21")}], hold=True),
+        ],
+    )
+    adapter = ListWatchAdapter(api)
+    informer = SharedInformer(adapter, namespace="ns")
+    log = EventLog(informer)
+    informer.start()
+    try:
+        log.wait(lambda: ("MODIFIED", "c") in log.events[-1:])
+    finally:
+        informer.stop()
+    assert log.events == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        # relist after 410: a vanished, b still there, c new
+        ("DELETED", "a"),
+        ("MODIFIED", "b"),
+        ("ADDED", "c"),
+        ("MODIFIED", "c"),
+    ]
+    assert any(isinstance(e, ApiException) and e.status == 410 for e in log.errors)
+    assert adapter.lists == 2
+    watch_rvs = [c["resource_version"] for c in api.calls if c.get("watch")]
+    assert watch_rvs == ["10", "11", "20"]
+    assert all(c["allow_watch_bookmarks"] for c in api.calls if c.get("watch"))
+    assert sorted(informer.cache.list_keys()) == ["ns/b", "ns/c"]
+    assert informer.cache.get_by_key("ns/c")["metadata"]["resourceVersion"] == "21"
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (
+            {
+                "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "controller": True},
+                    {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "pool", "controller": True},
+                ]
+            },
+            "ns/pool",
+        ),
+        # Not the controller reference: ignored, label fallback used.
+        (
+            {
+                "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "x"}],
+                "labels": {POOL_LABEL: "labelled"},
+            },
+            "ns/labelled",
+        ),
+        # Same kind name from another group is not ours.
+        (
+            {
+                "ownerReferences": [
+                    {"apiVersion": "other.io/v1", "kind": KIND, "name": "x", "controller": True}
+                ]
+            },
+            None,
+        ),
+        ({"labels": {POOL_LABEL: "p"}}, "ns/p"),
+        ({}, None),
+    ],
+)
+def test_owner_key(meta: dict[str, Any], expected: str | None) -> None:
+    assert owner_key({"metadata": {"namespace": "ns", "name": "child", **meta}}) == expected
+
+
+# --------------------------------------------------------------------------- real API server
+
+
+class Keys:
+    """An ``enqueue`` that records keys and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, key: str) -> None:
+        with self.cond:
+            self.keys.append(key)
+            self.cond.notify_all()
+
+    def wait_for(self, key: str, timeout: float = 15.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: key in self.keys, timeout), f"{key} not in {self.keys}"
+
+    def clear(self) -> None:
+        with self.cond:
+            self.keys.clear()
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys()
+
+
+@pytest.fixture
+def informers(
+    api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
+) -> Iterator[InformerSet]:
+    def refs(pool: dict[str, Any]) -> list[str]:
+        return [pool["spec"]["credentialSecretName"]]
+
+    informer_set = InformerSet(api_client, keys, [namespace], pool_secret_refs=refs)
+    yield informer_set
+    assert informer_set.stop(timeout=10), "informers did not stop"
+
+
+def make_secret(
+    name: str, *, labels: dict[str, str] | None = None, owner: dict[str, Any] | None = None
+) -> Any:
+    return client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, labels=labels, owner_references=[owner] if owner else None),
+        string_data={"token": "t0"},
+    )
+
+
+def make_deployment(name: str, labels: dict[str, str]) -> Any:
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1DeploymentSpec(
+            replicas=0,
+            selector=client.V1LabelSelector(match_labels={"app": name}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": name}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+            ),
+        ),
+    )
+
+
+def test_wait_for_sync_means_existing_objects_are_cached(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(namespace, make_secret("before-start", labels={POOL_LABEL: "p1"}))
+    assert not informers.has_synced
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    assert informers.has_synced
+    # No waiting: the initial list is in the cache and its handlers have run.
+    cached = informers.get_secret(namespace, "before-start")
+    assert cached is not None
+    assert cached["kind"] == "Secret" and cached["apiVersion"] == "v1"
+    assert cached["metadata"]["labels"] == {POOL_LABEL: "p1"}
+    assert f"{namespace}/p1" in keys.keys
+
+
+def test_wait_for_sync_times_out_when_not_started(informers: InformerSet) -> None:
+    assert informers.wait_for_sync(timeout=0.05) is False
+
+
+def test_secret_create_update_delete(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet
+) -> None:
+    core = client.CoreV1Api(api_client)
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+
+    core.create_namespaced_secret(namespace, make_secret("creds"))
+    created = wait_for(lambda: informers.get_secret(namespace, "creds"), message="secret in cache")
+    assert created is not None
+    assert created["data"]["token"] == "dDA="  # base64, as on the wire
+
+    core.patch_namespaced_secret("creds", namespace, {"stringData": {"token": "t1"}})
+    wait_for(
+        lambda: (informers.get_secret(namespace, "creds") or {}).get("data", {}).get("token") == "dDE=",
+        message="update in cache",
+    )
+
+    core.delete_namespaced_secret("creds", namespace)
+    wait_for(lambda: informers.get_secret(namespace, "creds") is None, message="delete in cache")
+
+
+def test_reads_are_copies(api_client: client.ApiClient, namespace: str, informers: InformerSet) -> None:
+    client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("copy"))
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    wait_for(lambda: informers.get_secret(namespace, "copy"), message="secret in cache")
+    first = informers.get_secret(namespace, "copy")
+    assert first is not None
+    first["data"]["token"] = "mutated"
+    second = informers.get_secret(namespace, "copy")
+    assert second is not None and second["data"]["token"] == "dDA="
+
+
+def test_unwatched_namespace_is_an_error(informers: InformerSet) -> None:
+    with pytest.raises(NamespaceNotWatchedError):
+        informers.get_secret("some-other-namespace", "x")
+
+
+def test_child_events_enqueue_owner(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys, runnerpool_crd: Any
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+
+    pool = custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": "pool-a"},
+            "spec": {"repository": "octo-org/octo-repo", "credentialSecretName": "github-credentials"},
+        },
+    )
+    keys.wait_for(f"{namespace}/pool-a")
+    cached_pool = wait_for(lambda: informers.get_pool(namespace, "pool-a"), message="pool in cache")
+    assert cached_pool is not None
+    assert cached_pool["spec"]["repository"] == "octo-org/octo-repo"
+    assert [p["metadata"]["name"] for p in informers.list_pools()] == ["pool-a"]
+    assert [p["metadata"]["name"] for p in informers.list_pools(namespace)] == ["pool-a"]
+
+    owner = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": "pool-a",
+        "uid": pool["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    keys.clear()
+    core.create_namespaced_secret(namespace, make_secret("pool-a-token", owner=owner))
+    keys.wait_for(f"{namespace}/pool-a")
+
+    # A managed Deployment with only the pool label (no owner reference) maps through the label.
+    keys.clear()
+    managed = {"app.kubernetes.io/managed-by": "runnerpool-operator", POOL_LABEL: "pool-b"}
+    apps.create_namespaced_deployment(namespace, make_deployment("pool-b-runners", managed))
+    keys.wait_for(f"{namespace}/pool-b")
+    wait_for(lambda: informers.get_deployment(namespace, "pool-b-runners"), message="deployment in cache")
+
+    # Deleting a child enqueues its owner so the pool can recreate it.
+    keys.clear()
+    apps.delete_namespaced_deployment("pool-b-runners", namespace)
+    keys.wait_for(f"{namespace}/pool-b")
+
+    # An unowned credential Secret enqueues the pools that reference it.
+    keys.clear()
+    core.create_namespaced_secret(namespace, make_secret("github-credentials"))
+    keys.wait_for(f"{namespace}/pool-a")
+
+    # Pool deletion is an event too.
+    keys.clear()
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "pool-a")
+    keys.wait_for(f"{namespace}/pool-a")
+    wait_for(lambda: informers.get_pool(namespace, "pool-a") is None, message="pool gone from cache")
+
+
+def test_owner_change_enqueues_old_and_new_owner(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+) -> None:
+    core = client.CoreV1Api(api_client)
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    core.create_namespaced_secret(namespace, make_secret("moving", labels={POOL_LABEL: "old"}))
+    keys.wait_for(f"{namespace}/old")
+    keys.clear()
+    core.patch_namespaced_secret("moving", namespace, {"metadata": {"labels": {POOL_LABEL: "new"}}})
+    keys.wait_for(f"{namespace}/new")
+    keys.wait_for(f"{namespace}/old")
+
+
+def test_unmanaged_deployments_are_not_cached(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet
+) -> None:
+    apps = client.AppsV1Api(api_client)
+    apps.create_namespaced_deployment(namespace, make_deployment("foreign", {"app": "foreign"}))
+    apps.create_namespaced_deployment(
+        namespace, make_deployment("ours", {"app.kubernetes.io/managed-by": "runnerpool-operator"})
+    )
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    assert informers.get_deployment(namespace, "ours") is not None
+    assert informers.get_deployment(namespace, "foreign") is None
+    assert MANAGED_BY_SELECTOR == "app.kubernetes.io/managed-by=runnerpool-operator"
+
+
+def test_all_namespaces_mode(
+    api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
+) -> None:
+    client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("anywhere"))
+    informer_set = InformerSet(api_client, keys, None)
+    informer_set.start()
+    try:
+        assert informer_set.wait_for_sync(timeout=30)
+        assert informer_set.get_secret(namespace, "anywhere") is not None
+        assert any(s["metadata"]["name"] == "anywhere" for s in informer_set.list_secrets(namespace))
+    finally:
+        assert informer_set.stop(timeout=10)
+
+
+def test_stop_is_prompt(api_client: client.ApiClient, namespace: str, informers: InformerSet) -> None:
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    started = time.monotonic()
+    assert informers.stop(timeout=10)
+    assert time.monotonic() - started < 5
