@@ -15,6 +15,7 @@ from kubernetes import client, config
 
 from runnerpool import api, logs
 from runnerpool.manager import Operator, Options
+from runnerpool.runtime.leader import check_timing
 from secret_updater.filler import DEFAULT_MARGIN
 
 log = logging.getLogger("runnerpool")
@@ -69,10 +70,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runner-image", default=api.DEFAULT_RUNNER_IMAGE, help="default runner image")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 turns it off")
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port; 0 turns it off")
-    p.add_argument("--leader-elect", action="store_true", help="elect a leader over a Lease (run 2+ replicas)")
+    p.add_argument(
+        "--leader-elect", action="store_true", help="elect a leader over a Lease (run 2+ replicas)"
+    )
     p.add_argument("--leader-election-namespace", default="runnerpool-system")
     p.add_argument("--leader-election-id", default="runnerpool-operator", help="name of the Lease")
-    p.add_argument("--lease-duration", type=_positive(float), default=15.0, metavar="SECONDS")
+    p.add_argument("--lease-duration", type=_positive(int), default=15, metavar="SECONDS")
     p.add_argument("--renew-deadline", type=_positive(float), default=10.0, metavar="SECONDS")
     p.add_argument("--retry-period", type=_positive(float), default=2.0, metavar="SECONDS")
     p.add_argument("--log-format", choices=("text", "json"), default="text")
@@ -91,8 +94,12 @@ def _api_client(kubeconfig: str | None) -> client.ApiClient:
 
 
 def options_from(args: argparse.Namespace) -> Options:
-    if not args.renew_deadline < args.lease_duration:
-        raise SystemExit("--renew-deadline must be shorter than --lease-duration")
+    try:
+        check_timing(args.lease_duration, args.renew_deadline, args.retry_period)
+    except ValueError as err:
+        raise SystemExit(
+            f"error: {err} (need --lease-duration > --renew-deadline > 1.2 * --retry-period >= 1 s)"
+        ) from None
     return Options(
         namespaces=args.namespaces,
         workers=args.workers,

@@ -104,6 +104,19 @@ class _StoppableElection(LeaderElection):  # type: ignore[misc]  # kubernetes is
             self._stop.wait(retry)
 
 
+def _election_config(lock: Any, lease: float, renew: float, retry: float, *callbacks: Any) -> Any:
+    """The library's Config, whose checks call ``sys.exit``: turned into a ValueError."""
+    try:
+        return electionconfig.Config(lock, lease, renew, retry, *callbacks)
+    except SystemExit as exc:
+        raise ValueError(f"invalid leader election settings: {exc.code}") from None
+
+
+def check_timing(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
+    """Raise ValueError for timings the library refuses, before anything has started."""
+    _election_config(object(), lease_duration, renew_deadline, retry_period, _noop, _noop)
+
+
 class LeaderElector:
     """One candidate for one Lease; :meth:`run` once, from a thread of your own.
 
@@ -143,12 +156,9 @@ class LeaderElector:
 
         lock = LeaseLock(name, namespace, identity)
         lock.api_instance = self._api
-        try:
-            config = electionconfig.Config(
-                lock, lease_duration, renew_deadline, retry_period, self._started, self._stopped
-            )
-        except SystemExit as exc:
-            raise ValueError(f"invalid leader election settings: {exc.code}") from None
+        config = _election_config(
+            lock, lease_duration, renew_deadline, retry_period, self._started, self._stopped
+        )
         self._election = _StoppableElection(config, self._stop)
 
     @property

@@ -1,0 +1,101 @@
+"""Two operator processes on one Lease: one reconciles; a SIGKILLed leader is replaced in time."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Any
+
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.simulator import OperatorProcess
+from tests.e2e.conftest import StartOperator
+from tests.e2e.runners import REPO, get_pool
+from tests.helpers import wait_for
+from tests.pools import create_pool, pool_manifest
+
+LEASE = "failover-test"
+LEASE_DURATION = 4
+RETRY_PERIOD = 1.0
+
+
+def _lease_holder(api_client: client.ApiClient, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(LEASE, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or None
+
+
+def _log_records(operator: OperatorProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in operator.log_text().splitlines() if line.startswith("{")]
+
+
+def _became_leader(operator: OperatorProcess) -> bool:
+    return any("became leader" in r.get("msg", "") for r in _log_records(operator))
+
+
+def _reconciled(operator: OperatorProcess, pool: str) -> bool:
+    return any(r.get("msg") == "reconciled pool" and r.get("pool") == pool for r in _log_records(operator))
+
+
+def _has_finalizer(api_client: client.ApiClient, namespace: str, name: str) -> bool:
+    pool = get_pool(api_client, namespace, name) or {}
+    return api.FINALIZER in (pool.get("metadata") or {}).get("finalizers", [])
+
+
+def test_one_leader_reconciles_and_a_killed_leader_hands_over(
+    api_client: client.ApiClient,
+    namespace: str,
+    credentials: str,
+    start_operator: StartOperator,
+) -> None:
+    flags = (
+        "--leader-elect",
+        "--leader-election-namespace",
+        namespace,
+        "--leader-election-id",
+        LEASE,
+        "--lease-duration",
+        str(LEASE_DURATION),
+        "--renew-deadline",
+        "2.5",
+        "--retry-period",
+        str(RETRY_PERIOD),
+    )
+    first, second = start_operator(*flags), start_operator(*flags)
+    holder = wait_for(lambda: _lease_holder(api_client, namespace), message="a Lease holder")
+    leader = wait_for(
+        lambda: next((op for op in (first, second) if _became_leader(op)), None),
+        message="a leader's log line",
+    )
+    standby = second if leader is first else first
+
+    create_pool(api_client, namespace, pool_manifest("before", repo=REPO))
+    wait_for(lambda: _has_finalizer(api_client, namespace, "before"), message="the leader to reconcile")
+    assert _reconciled(leader, "before")
+    assert not _reconciled(standby, "before"), "a standby replica must not reconcile"
+
+    assert leader.popen is not None
+    leader.popen.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    leader.popen.wait()
+    wait_for(
+        lambda: _lease_holder(api_client, namespace) not in (None, holder),
+        timeout=LEASE_DURATION * 3,
+        interval=0.05,
+        message="the standby to take the Lease",
+    )
+    failover = time.monotonic() - killed_at
+    print(f"leader failover after SIGKILL: {failover:.2f}s (lease duration {LEASE_DURATION}s)")
+    assert failover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1.0
+
+    create_pool(api_client, namespace, pool_manifest("after", repo=REPO))
+    wait_for(lambda: _has_finalizer(api_client, namespace, "after"), message="the new leader to reconcile")
+    assert _reconciled(standby, "after")
+
+    leader.start().wait_ready()  # back as a standby, so teardown stops both cleanly
