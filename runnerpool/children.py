@@ -7,6 +7,7 @@ Pure functions of the pool: the reconciler compares these with the live objects
 from __future__ import annotations
 
 from typing import Any
+
 from runnerpool import api
 from runnerpool.github_api import web_url_for
 

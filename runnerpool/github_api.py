@@ -11,6 +11,18 @@ Retries are split on purpose. The transport retries a couple of times, quickly, 
 failures that a second attempt usually fixes (5xx, resets, timeouts). Anything that needs
 waiting - rate limits above all - is raised at once so that the per-pool schedulers, which
 can wait without holding a worker thread, stay in charge of the backoff.
+
+Every answer also feeds the API budget bookkeeping, because the operator shares one budget
+per credential between all the pools that use it: the ``x-ratelimit-*`` headers become
+gauges labelled by the credential's identity (never the token) and are kept for the runner
+managers' slowdown rule; each answer is counted by templated endpoint and status. Runner
+listings are conditional (``If-None-Match`` with the ETag of the page's last answer): an
+unchanged page comes back as a 304, which GitHub does not count against the budget.
+
+PyGithub's ``requestJsonAndCheck`` treats a 304 as a success with a ``None`` body, which is
+indistinguishable from an empty answer, so every call here goes through the raw
+``Requester.requestJson`` (status, headers, body) and this module decides what a status
+means.
 """
 
 from __future__ import annotations
@@ -21,12 +33,14 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import requests
 import urllib3.exceptions
@@ -36,6 +50,7 @@ from github.GithubException import (
     RateLimitExceededExceedsMaxWait,
     RateLimitExceededException,
 )
+from prometheus_client import Counter, Gauge
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -48,6 +63,8 @@ __all__ = [
     "MalformedResponse",
     "NotFound",
     "PyGithubClient",
+    "RateLimit",
+    "RateLimitAware",
     "RateLimited",
     "RegistrationToken",
     "Runner",
@@ -76,6 +93,35 @@ SECONDARY_RATE_LIMIT_WAIT = 60.0
 _OWNER_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
 _REPO_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _LINK_RE = re.compile(r'<(?P<url>[^>]+)>\s*;\s*rel="(?P<rel>[^"]+)"')
+
+#: ETag'd runner pages kept per client. A page is a few kilobytes; this bounds a client that
+#: lists thousands of repositories without evicting anything in ordinary use.
+MAX_CACHED_PAGES = 2048
+
+#: Label value for answers that never came (connection reset, timeout).
+NO_ANSWER = "error"
+
+GITHUB_REQUESTS = Counter(
+    "runnerpool_github_requests",
+    "GitHub API answers by templated endpoint, method and HTTP status (error: no answer). "
+    "A 304 costs no rate-limit budget.",
+    ["endpoint", "method", "status"],
+)
+RATE_LIMIT_REMAINING = Gauge(
+    "runnerpool_github_rate_limit_remaining",
+    "Requests left in the current rate-limit window, from the last x-ratelimit-remaining seen.",
+    ["credential"],
+)
+RATE_LIMIT_LIMIT = Gauge(
+    "runnerpool_github_rate_limit_limit",
+    "Size of the rate-limit window, from the last x-ratelimit-limit seen.",
+    ["credential"],
+)
+RATE_LIMIT_RESET = Gauge(
+    "runnerpool_github_rate_limit_reset_timestamp_seconds",
+    "Unix time at which the rate-limit window resets, from the last x-ratelimit-reset seen.",
+    ["credential"],
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,6 +158,11 @@ class Scope:
         assert self.repository is not None
         owner, _, name = self.repository.partition("/")
         return f"repos/{owner}/{name}"
+
+    @property
+    def path_template(self) -> str:
+        """``path`` with the names replaced by placeholders: a metric label with bounded values."""
+        return "orgs/{org}" if self.organization is not None else "repos/{owner}/{repo}"
 
     def html_url(self, web_base: str = DEFAULT_WEB_URL) -> str:
         """The URL ``config.sh --url`` expects; on GHES pass the web (not API) base."""
@@ -151,6 +202,31 @@ class Runner:
     status: str
     busy: bool
     labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """One credential's primary budget as GitHub last reported it.
+
+    ``reset`` is Unix time (seconds), as in ``x-ratelimit-reset``.
+    """
+
+    remaining: int
+    limit: int
+    reset: float
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, Any] | None) -> RateLimit | None:
+        """``None`` when the answer carries no budget (GHES with rate limiting off, a proxy)."""
+        raw = [_header(headers, f"x-ratelimit-{name}") for name in ("remaining", "limit", "reset")]
+        if any(value is None for value in raw):
+            return None
+        try:
+            # GitHub has been seen sending floats here (PyGithub #2697).
+            remaining, limit, reset = (float(str(value)) for value in raw)
+        except ValueError:
+            return None
+        return cls(remaining=int(remaining), limit=int(limit), reset=reset)
 
 
 class DeleteOutcome(enum.Enum):
@@ -237,6 +313,17 @@ class GitHubClient(Protocol):
     def list_runners(self, scope: Scope) -> list[Runner]: ...
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome: ...
+
+
+@runtime_checkable
+class RateLimitAware(Protocol):
+    """What a client can tell about its budget; kept out of ``GitHubClient`` so that simple
+    stand-ins for the three calls stay valid clients."""
+
+    @property
+    def credential(self) -> str: ...
+
+    def rate_limit(self) -> RateLimit | None: ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,25 +546,83 @@ def _origin(url: str) -> tuple[str, str, int]:
     return parsed.scheme, (parsed.hostname or "").lower(), port
 
 
+def _structured(body: str) -> Any:
+    """Read a body as PyGithub would: JSON, or non-JSON text wrapped as ``{"data": text}``.
+
+    Text that starts like JSON but does not parse is a broken answer, not an HTML error page,
+    so it raises (``_call`` turns that into ``MalformedResponse``).
+    """
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        if body.lstrip().startswith(("{", "[")):
+            raise
+        return {"data": body}
+
+
+@dataclass(frozen=True)
+class _Page:
+    """One runner page as last answered, kept to be revalidated with its ETag."""
+
+    etag: str
+    runners: tuple[Runner, ...]
+    next_url: str | None
+
+
+class _PageCache:
+    """Bounded LRU of runner pages by URL; shared by the threads that use one client."""
+
+    def __init__(self, max_pages: int = MAX_CACHED_PAGES) -> None:
+        self._pages: OrderedDict[str, _Page] = OrderedDict()
+        self._max = max_pages
+        self._lock = threading.Lock()
+
+    def get(self, url: str) -> _Page | None:
+        with self._lock:
+            page = self._pages.get(url)
+            if page is not None:
+                self._pages.move_to_end(url)
+            return page
+
+    def put(self, url: str, page: _Page) -> None:
+        with self._lock:
+            self._pages[url] = page
+            self._pages.move_to_end(url)
+            while len(self._pages) > self._max:
+                self._pages.popitem(last=False)
+
+
 class PyGithubClient:
     """``GitHubClient`` on top of a ``github.Github`` instance.
 
-    Only PyGithub's public requester is used for the calls PyGithub lacks (the repository
-    registration token) and for the listing, so pagination and response validation are ours:
-    a half-parsed PyGithub object would surface as ``None`` deep in the caller instead of as a
-    ``MalformedResponse`` here.
+    Every call goes through PyGithub's public raw requester (see the module docstring for why
+    not ``requestJsonAndCheck``), so pagination, conditional requests and response validation
+    are ours: a half-parsed PyGithub object would surface as ``None`` deep in the caller
+    instead of as a ``MalformedResponse`` here.
 
     With GitHub App credentials, the installation token is minted lazily by PyGithub's
     ``AppInstallationAuth`` through a ``GithubIntegration`` built from this ``Github``'s
     requester settings, so it inherits our retry. (A ``GithubIntegration`` constructed on its
     own has no retry at all by default.)
+
+    The ETag cache lives here, per client and therefore per credential, because GitHub's
+    answers vary by ``Authorization``: a validator obtained with one credential says nothing
+    about what another one may see.
     """
 
-    def __init__(self, gh: Github, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, gh: Github, *, clock: Callable[[], float] = time.time, credential: str | None = None
+    ) -> None:
         self._gh = gh
         self._requester = gh.requester
         self._clock = clock
         self._origin = _origin(self._requester.base_url)
+        self._credential_name = credential
+        self._pages = _PageCache()
+        self._budget_lock = threading.Lock()
+        self._rate_limit: RateLimit | None = None
 
     @classmethod
     def from_auth(
@@ -487,6 +632,7 @@ class PyGithubClient:
         options: ClientOptions | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        credential: str | None = None,
     ) -> PyGithubClient:
         """Build the ``Github`` instance with our transport settings."""
         opts = options or ClientOptions()
@@ -501,11 +647,32 @@ class PyGithubClient:
             seconds_between_writes=opts.seconds_between_writes,
             lazy=True,
         )
-        return cls(gh, clock=clock)
+        return cls(gh, clock=clock, credential=credential)
 
     @property
     def base_url(self) -> str:
         return str(self._requester.base_url)
+
+    @property
+    def credential(self) -> str:
+        """Whose budget this client spends, fit for a metric label: never the token.
+
+        A GitHub App installation is its own budget at GitHub, so it names itself; a personal
+        access token cannot be named without a request, so it carries the name its owner gave
+        it (``name_credential``: the operator uses the credential Secret's namespace/name).
+        """
+        auth = self._requester.auth
+        if isinstance(auth, Auth.AppInstallationAuth):
+            return f"app:{auth.app_id}/installation:{auth.installation_id}"
+        return self._credential_name or "unnamed"
+
+    def name_credential(self, name: str) -> None:
+        self._credential_name = name
+
+    def rate_limit(self) -> RateLimit | None:
+        """The budget from the latest answer that carried one; ``None`` before any."""
+        with self._budget_lock:
+            return self._rate_limit
 
     def close(self) -> None:
         self._gh.close()
@@ -516,30 +683,34 @@ class PyGithubClient:
     # -- the three calls -----------------------------------------------------------------------
 
     def registration_token(self, scope: Scope) -> RegistrationToken:
-        what = f"POST /{scope.path}/actions/runners/registration-token"
-        if scope.organization is not None:
-            org = self._gh.get_organization(scope.organization)
-            result = self._call(what, org.create_self_hosted_runner_registration_token)
-            data: Any = result.raw_data
-        else:
-            _, data = self._call(
-                what,
-                functools.partial(
-                    self._requester.requestJsonAndCheck,
-                    "POST",
-                    f"/{scope.path}/actions/runners/registration-token",
-                ),
-            )
+        path = f"/{scope.path}/actions/runners/registration-token"
+        what = f"POST {path}"
+        endpoint = f"/{scope.path_template}/actions/runners/registration-token"
+        _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint))
         return _parse_token(data, what)
 
     def list_runners(self, scope: Scope) -> list[Runner]:
-        return list(self._iter_runners(scope))
+        """All pages, each revalidated with its ETag; a runner that moved between pages while
+        they were read is reported once."""
+        what = f"GET /{scope.path}/actions/runners"
+        endpoint = f"/{scope.path_template}/actions/runners"
+        url = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
+        found: dict[int, Runner] = {}
+        for _ in range(MAX_RUNNER_PAGES):
+            page = self._page(url, what, endpoint)
+            for runner in page.runners:
+                found.setdefault(runner.id, runner)
+            if page.next_url is None:
+                return list(found.values())
+            url = self._checked_next(page.next_url, what)
+        raise MalformedResponse(f"{what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         path = f"/{scope.path}/actions/runners/{runner_id}"
         what = f"DELETE {path}"
+        endpoint = f"/{scope.path_template}/actions/runners/{{runner_id}}"
         try:
-            self._call(what, functools.partial(self._requester.requestJsonAndCheck, "DELETE", path))
+            self._call(what, functools.partial(self._send, "DELETE", path, endpoint))
         except NotFound:
             return DeleteOutcome.ALREADY_GONE
         except GitHubError as err:
@@ -553,24 +724,62 @@ class PyGithubClient:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _iter_runners(self, scope: Scope) -> Iterator[Runner]:
-        what = f"GET /{scope.path}/actions/runners"
-        url: str = f"/{scope.path}/actions/runners"
-        params: dict[str, Any] | None = {"per_page": RUNNERS_PER_PAGE}
-        for _ in range(MAX_RUNNER_PAGES):
-            headers, data = self._call(
-                what, functools.partial(self._requester.requestJsonAndCheck, "GET", url, parameters=params)
+    def _page(self, url: str, what: str, endpoint: str) -> _Page:
+        cached = self._pages.get(url)
+        headers = {"If-None-Match": cached.etag} if cached is not None else {}
+        status, response_headers, data = self._call(
+            what, functools.partial(self._send, "GET", url, endpoint, headers=headers)
+        )
+        if status == 304:
+            if cached is None:
+                raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+            return cached
+        if not isinstance(data, dict) or not isinstance(data.get("runners"), list):
+            raise MalformedResponse(f"{what}: expected an object with a runners list")
+        page = _Page(
+            etag=_header(response_headers, "etag") or "",
+            runners=tuple(_parse_runner(item, what) for item in data["runners"]),
+            next_url=_next_link(response_headers),
+        )
+        if page.etag:
+            self._pages.put(url, page)
+        return page
+
+    def _send(
+        self, method: str, url: str, endpoint: str, *, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any], Any]:
+        """One request: count it, note the budget, and raise PyGithub's exception for >= 400.
+
+        ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
+        """
+        try:
+            status, response_headers, body = self._requester.requestJson(
+                method, url, headers=dict(headers or {})
             )
-            if not isinstance(data, dict) or not isinstance(data.get("runners"), list):
-                raise MalformedResponse(f"{what}: expected an object with a runners list")
-            for item in data["runners"]:
-                yield _parse_runner(item, what)
-            next_url = _next_link(headers)
-            if next_url is None:
-                return
-            url = self._checked_next(next_url, what)
-            params = None
-        raise MalformedResponse(f"{what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+        except Exception:
+            GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
+            raise
+        GITHUB_REQUESTS.labels(endpoint, method, str(status)).inc()
+        self._observe_budget(response_headers)
+        if status == 304:
+            return status, response_headers, None
+        data = _structured(body)
+        if status >= 400:
+            raise self._requester.createException(
+                status, response_headers, data if isinstance(data, dict) else {}
+            )
+        return status, response_headers, data
+
+    def _observe_budget(self, headers: Mapping[str, Any]) -> None:
+        budget = RateLimit.from_headers(headers)
+        if budget is None:
+            return
+        with self._budget_lock:
+            self._rate_limit = budget
+        label = self.credential
+        RATE_LIMIT_REMAINING.labels(label).set(budget.remaining)
+        RATE_LIMIT_LIMIT.labels(label).set(budget.limit)
+        RATE_LIMIT_RESET.labels(label).set(budget.reset)
 
     def _checked_next(self, next_url: str, what: str) -> str:
         """Refuse to follow a ``Link`` off the configured server (PyGithub only asserts)."""

@@ -12,11 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ProbeServer:
-    def __init__(self, port: int, live: Callable[[], bool], ready: Callable[[], bool], host: str = "") -> None:
+    def __init__(
+        self, port: int, live: Callable[[], bool], ready: Callable[[], bool], host: str = ""
+    ) -> None:
         checks = {"/healthz": live, "/readyz": ready}
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 check = checks.get(self.path.split("?", 1)[0])
                 if check is None:
                     self.send_error(404)
@@ -29,7 +31,7 @@ class ProbeServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 return  # probes every few seconds would drown the operator's own log
 
         self._server = ThreadingHTTPServer((host, port), Handler)

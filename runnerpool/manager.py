@@ -1,7 +1,8 @@
-"""Assemble the operator: caches, work queue, reconciler, token jobs, probes, leadership.
+"""Assemble the operator: caches, work queue, reconciler, token jobs, runner managers,
+probes, leadership.
 
-Caches start on every replica so a new leader begins with warm caches; workers
-and token jobs run only while this replica holds the Lease.  Losing the Lease
+Caches start on every replica so a new leader begins with warm caches; workers,
+token jobs and runner managers run only while this replica holds the Lease.  Losing the Lease
 stops them at once and ends the process, as controller-runtime's manager does,
 so a replica never acts on a stale belief that it still leads.
 """
@@ -23,8 +24,11 @@ from prometheus_client import start_http_server
 
 from runnerpool import api
 from runnerpool.events import EventRecorder
+from runnerpool.github_api import GitHubClient, PyGithubClient
 from runnerpool.health import ProbeServer
 from runnerpool.reconciler import Reconciler, Settings
+from runnerpool.runners.listing import SharedListing
+from runnerpool.runners.manager import DEFAULT_INTERVAL, KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.leader import LeaderElector
@@ -43,12 +47,14 @@ class Options:
     github_api_url: str = "https://api.github.com"
     runner_image: str = api.DEFAULT_RUNNER_IMAGE
     token_margin: timedelta = DEFAULT_MARGIN
+    #: Seconds between two listings of a scope's runners (stretched when the budget is low).
+    runner_sync_interval: float = DEFAULT_INTERVAL
     metrics_port: int = 8080
     health_port: int = 8081
     leader_elect: bool = False
     leader_election_namespace: str = "runnerpool-system"
     leader_election_id: str = "runnerpool-operator"
-    lease_duration: float = 15.0
+    lease_duration: int = 15  # the Lease stores whole seconds
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
@@ -56,6 +62,21 @@ class Options:
 
 def _credential_refs(pool: dict[str, Any]) -> list[str]:
     return [(pool.get("spec") or {}).get("credentialSecretName") or api.DEFAULT_CREDENTIAL_SECRET]
+
+
+class NamedClientCache(ClientCache):
+    """Names each client after its credential Secret, so that the rate-limit gauges say whose
+    budget they show (``namespace/secret``) without anything derived from the token.
+
+    Every user of a client gets it through ``get``, so the name is set before its first
+    request.
+    """
+
+    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
+        github = super().get(namespace, secret_name, base_url)
+        if isinstance(github, PyGithubClient):
+            github.name_credential(f"{namespace}/{secret_name}")
+        return github
 
 
 class Operator:
@@ -71,6 +92,7 @@ class Operator:
         self._leading = threading.Event()
         self._controller: Controller | None = None
         self._tokens: TokenUpdater | None = None
+        self._runners: RunnerManagers | None = None
         self._elector: LeaderElector | None = None
         self._probes: ProbeServer | None = None
 
@@ -87,7 +109,16 @@ class Operator:
 
     def _start_leading(self) -> None:
         options = self.options
-        clients = ClientCache(self._read_credentials)
+        clients = NamedClientCache(self._read_credentials)
+        listing = SharedListing()
+        self._runners = RunnerManagers(
+            self.informers,
+            clients,
+            KubePods(self._core),
+            self.queue.add,
+            listing=listing,
+            interval=options.runner_sync_interval,
+        )
         self._tokens = TokenUpdater(
             clients,
             self._patch_secret,
@@ -100,11 +131,13 @@ class Operator:
             self._tokens,
             clients,
             EventRecorder(self._core),
-            Settings(
+            settings=Settings(
                 default_image=options.runner_image,
                 github_api_url=options.github_api_url,
                 token_wait=options.token_wait,
             ),
+            listing=listing,
+            runners=self._runners,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
         self.informers.wait_for_sync()
@@ -116,6 +149,8 @@ class Operator:
         self._leading.clear()
         if self._controller is not None:
             self._controller.stop(timeout=30)
+        if self._runners is not None:
+            self._runners.shutdown()
         if self._tokens is not None:
             self._tokens.shutdown()
         self._stop.set()

@@ -4,6 +4,11 @@ Reads come from the informer caches; every write is skipped when the live
 object already says what the operator wants, so reconciling a converged pool
 writes nothing.  Waiting (for a token, for a busy runner) is a requeue, not an
 error: only errors get exponential backoff from the work queue.
+
+GitHub is read through the shared per-scope listing (``runnerpool.runners.listing``):
+``status.runners`` comes from the runner managers' latest listing without a request, and
+the finalizer refreshes that same listing, so a pool being deleted does not list its
+organization a second time when the runner manager already does.
 """
 
 from __future__ import annotations
@@ -22,11 +27,26 @@ from runnerpool import api, children, conditions
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github_api import DeleteOutcome, GitHubClient, GitHubError, Scope
+from runnerpool.runners.listing import ListingKey, SharedListing, pool_runners, runner_counts
+from runnerpool.runners.manager import GitHubClients
 from runnerpool.runtime.controller import Result
-from secret_updater.filler import PoolRef, TokenFailure
 from secret_updater.credentials import CredentialError
+from secret_updater.filler import PoolRef, TokenFailure
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "RUNNERS_DEREGISTERED",
+    "Cache",
+    "GitHubClients",
+    "Reconciler",
+    "RunnerJobs",
+    "Settings",
+    "TokenJobs",
+]
+
+#: Condition on a pool being deleted: are its runners gone from GitHub yet, and if not, why.
+RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
 class Cache(Protocol):
@@ -45,8 +65,11 @@ class TokenJobs(Protocol):
     def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
 
 
-class GitHubClients(Protocol):
-    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...
+class RunnerJobs(Protocol):
+    """The part of ``runnerpool.runners.manager.RunnerManagers`` the reconciler drives."""
+
+    def start(self, pool: PoolRef) -> None: ...
+    def stop(self, namespace: str, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -89,8 +112,11 @@ class Reconciler:
         tokens: TokenJobs,
         github: GitHubClients,
         recorder: Recorder,
+        *,
         settings: Settings = Settings(),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        listing: SharedListing | None = None,
+        runners: RunnerJobs | None = None,
     ) -> None:
         self._cache = cache
         self._custom = client.CustomObjectsApi(api_client)
@@ -101,13 +127,15 @@ class Reconciler:
         self._recorder = recorder
         self._settings = settings
         self._clock = clock
+        self._listing = listing or SharedListing()
+        self._runners = runners
 
     def __call__(self, key: str) -> Result:
         namespace, name = key.split("/", 1)
         raw = self._cache.get_pool(namespace, name)
         if raw is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
-            self._tokens.stop(namespace, name)
+            self._stop_jobs(namespace, name)
             return Result(action="gone")
         try:
             pool = api.RunnerPool.model_validate(raw)
@@ -131,7 +159,7 @@ class Reconciler:
     def _converge(self, run: _Pass) -> Result:
         self._ensure_finalizer(run)
         secret = self._ensure_token_secret(run)
-        self._ensure_token_job(run)
+        self._ensure_jobs(run)
         if not _has_token(secret):
             self._update_status(run, secret, None)
             return Result(requeue_after=self._settings.token_wait, action="requeue")
@@ -180,19 +208,32 @@ class Reconciler:
         run.writes.append("update secret metadata")
         return live
 
-    def _ensure_token_job(self, run: _Pass) -> None:
+    def _ensure_jobs(self, run: _Pass) -> None:
+        """The token job and the runner manager: both idempotent, both cheap to repeat."""
         spec = run.pool.spec
         credentials = self._cache.get_secret(run.pool.namespace, spec.credential_secret_name)
-        self._tokens.start(
-            PoolRef(
-                namespace=run.pool.namespace,
-                name=run.pool.name,
-                scope=scope_of(run.pool),
-                credential_secret_name=spec.credential_secret_name,
-                github_api_url=children.api_url(run.pool, self._settings.github_api_url),
-                credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
-            )
+        ref = PoolRef(
+            namespace=run.pool.namespace,
+            name=run.pool.name,
+            scope=scope_of(run.pool),
+            credential_secret_name=spec.credential_secret_name,
+            github_api_url=self._api_url(run.pool),
+            credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
         )
+        self._tokens.start(ref)
+        if self._runners is not None:
+            self._runners.start(ref)
+
+    def _stop_jobs(self, namespace: str, name: str) -> None:
+        self._tokens.stop(namespace, name)
+        if self._runners is not None:
+            self._runners.stop(namespace, name)
+
+    def _api_url(self, pool: api.RunnerPool) -> str:
+        return children.api_url(pool, self._settings.github_api_url)
+
+    def _listing_key(self, pool: api.RunnerPool) -> ListingKey:
+        return ListingKey.of(self._api_url(pool), scope_of(pool))
 
     def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
         desired = children.deployment(run.pool, self._settings.default_image, self._settings.github_api_url)
@@ -245,15 +286,43 @@ class Reconciler:
         }
         if expiry is not None:
             status["tokenExpiresAt"] = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
-        if "runners" in old:
+        runners = self._runner_counts(pool)
+        if runners is not None:
+            status["runners"] = runners
+        elif "runners" in old:
+            # No listing yet (a restart, GitHub down): the last counts beat none.
             status["runners"] = old["runners"]
         if status == old:
             return
         self._custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": _with_nulls(old, status)}
+            api.GROUP,
+            api.VERSION,
+            pool.namespace,
+            api.PLURAL,
+            pool.name,
+            {"status": _with_nulls(old, status)},
         )
         run.writes.append("update status")
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
+
+    def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
+        snapshot = self._listing.latest(self._listing_key(pool))
+        if snapshot is None:
+            return None
+        counts = runner_counts(pool_runners(snapshot.runners, pool.namespace, pool.name))
+        return counts.model_dump(by_alias=True)
+
+    def _set_condition(self, run: _Pass, cond: dict[str, Any]) -> None:
+        """Write one condition on its own (the finalizer has no full status to compute)."""
+        old = (run.raw.get("status") or {}).get("conditions") or []
+        merged = conditions.merge(old, [cond])
+        if merged == old:
+            return
+        pool = run.pool
+        run.raw = self._custom.patch_namespaced_custom_object_status(
+            api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": {"conditions": merged}}
+        )
+        run.writes.append("update status")
 
     def _token_condition(
         self, pool: api.RunnerPool, secret: dict[str, Any], expiry: datetime | None, now: datetime
@@ -271,12 +340,15 @@ class Reconciler:
                 conditions.TOKEN_READY,
                 True,
                 "RefreshFailing",
-                f"the current token is still valid, but refreshing it fails: {failure.reason}: {failure.message}",
+                "the current token is still valid, but refreshing it fails: "
+                f"{failure.reason}: {failure.message}",
                 gen,
                 now,
             )
         if failure is not None:
-            return conditions.condition(conditions.TOKEN_READY, False, failure.reason, failure.message, gen, now)
+            return conditions.condition(
+                conditions.TOKEN_READY, False, failure.reason, failure.message, gen, now
+            )
         return conditions.condition(
             conditions.TOKEN_READY,
             False,
@@ -307,31 +379,53 @@ class Reconciler:
         cannot register again), delete the pool's runners on GitHub (an idle one
         is gone at once and can take no job; a busy one answers 422 and is left
         to finish), delete the Deployment only once no runner is busy, wait for
-        its pods to go, then look once more for a late registration.
+        its pods to go, then look once more for a late registration (every pass
+        lists again, and the pass that finds the pods gone lists last).
+
+        The runner manager lets go of the pool first, so that nothing else
+        touches its runners or pods meanwhile.  ``RunnersDeregistered`` says
+        what the deletion waits for.
         """
         pool = run.pool
         if api.FINALIZER not in pool.finalizers:
             return Result(action="noop")
-        self._tokens.stop(pool.namespace, pool.name)
+        self._stop_jobs(pool.namespace, pool.name)
         self._clear_token(run)
+        now, gen = self._clock(), pool.generation
         try:
-            github = self._github.get(
-                pool.namespace,
-                pool.spec.credential_secret_name,
-                children.api_url(pool, self._settings.github_api_url),
-            )
+            github = self._github.get(pool.namespace, pool.spec.credential_secret_name, self._api_url(pool))
             busy = self._deregister_runners(run, github)
         except (GitHubError, CredentialError) as err:
             reason = getattr(err, "reason", type(err).__name__)
             self._recorder.event(
                 run.raw, WARNING, "DeregistrationFailed", f"cannot deregister runners yet: {reason}: {err}"
             )
+            try:
+                self._set_condition(
+                    run,
+                    conditions.condition(
+                        RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}", gen, now
+                    ),
+                )
+            except ApiException as api_err:
+                log.warning("cannot record the deregistration failure of %s: %s", pool.name, api_err.reason)
             raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
         if busy:
-            self._recorder.event(
-                run.raw, NORMAL, "WaitingForBusyRunners", f"{busy} runner(s) still running a job"
+            message = f"{busy} runner(s) still running a job"
+            self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
+            self._set_condition(
+                run,
+                conditions.condition(
+                    RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done", gen, now
+                ),
             )
             return Result(requeue_after=self._settings.busy_runner_wait, action="requeue")
+        self._set_condition(
+            run,
+            conditions.condition(
+                RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered", gen, now
+            ),
+        )
         if self._pods_remain(run):
             return Result(requeue_after=self._settings.pods_gone_wait, action="requeue")
         self._remove_finalizer(run)
@@ -345,17 +439,27 @@ class Reconciler:
         self._core.patch_namespaced_secret(
             name,
             run.pool.namespace,
-            {"data": {api.TOKEN_SECRET_KEY: None}, "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}}},
+            {
+                "data": {api.TOKEN_SECRET_KEY: None},
+                "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}},
+            },
         )
         run.writes.append("update secret (token removed)")
 
     def _deregister_runners(self, run: _Pass, github: GitHubClient) -> int:
-        scope = scope_of(run.pool)
-        label = api.pool_runner_label(run.pool.namespace, run.pool.name)
+        """Delete the pool's idle runners; returns how many are busy (listed busy, or 422).
+
+        A runner listed busy is not even asked for: GitHub would refuse, and the request
+        would only spend budget.  204 and 404 both mean the runner is gone.
+        """
+        pool = run.pool
+        scope = scope_of(pool)
+        snapshot = self._listing.fetch(self._listing_key(pool), scope, github)
         busy = 0
         deleted = 0
-        for runner in github.list_runners(scope):
-            if label not in runner.labels:
+        for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
+            if runner.busy:
+                busy += 1
                 continue
             outcome = github.delete_runner(scope, runner.id)
             if outcome is DeleteOutcome.BUSY:

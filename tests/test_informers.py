@@ -549,6 +549,47 @@ def test_unmanaged_deployments_are_not_cached(
     assert MANAGED_BY_SELECTOR == "app.kubernetes.io/managed-by=runnerpool-operator"
 
 
+def make_pod(name: str, labels: dict[str, str]) -> Any:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="runner", image="busybox")]),
+    )
+
+
+def test_pods_are_cached_per_pool_and_enqueue_their_pool(
+    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+) -> None:
+    core = client.CoreV1Api(api_client)
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    managed = {"app.kubernetes.io/managed-by": "runnerpool-operator"}
+
+    def names(pool: str) -> list[str]:
+        return [p["metadata"]["name"] for p in informers.list_pods(namespace, pool)]
+
+    core.create_namespaced_pod(namespace, make_pod("foreign", {POOL_LABEL: "p1"}))
+    core.create_namespaced_pod(namespace, make_pod("p1-b", {**managed, POOL_LABEL: "p1"}))
+    core.create_namespaced_pod(namespace, make_pod("p1-a", {**managed, POOL_LABEL: "p1"}))
+    core.create_namespaced_pod(namespace, make_pod("p2-a", {**managed, POOL_LABEL: "p2"}))
+    keys.wait_for(f"{namespace}/p2")
+    wait_for(lambda: names("p1") == ["p1-a", "p1-b"], message="p1's pods, sorted, without the unmanaged one")
+    assert names("p2") == ["p2-a"]
+
+    keys.clear()
+    core.patch_namespaced_pod_status("p1-a", namespace, {"status": {"phase": "Running"}})
+    keys.wait_for(f"{namespace}/p1")
+    wait_for(
+        lambda: informers.list_pods(namespace, "p1")[0]["status"]["phase"] == "Running",
+        message="the status change in the cache",
+    )
+
+    keys.clear()
+    core.delete_namespaced_pod("p1-a", namespace, grace_period_seconds=0)
+    keys.wait_for(f"{namespace}/p1")
+    wait_for(lambda: names("p1") == ["p1-b"], message="the deleted pod gone from the cache")
+    assert f"{namespace}/p2" not in keys.keys
+
+
 def test_all_namespaces_mode(
     api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
 ) -> None:

@@ -1,15 +1,13 @@
 """The reconcile of one pool, step by step, against the real API server.
 
-GitHub is mocked with ``responses`` on its real endpoints; the secret updater is
-a recording stand-in (its own tests cover it), so the token is filled by hand here.
+GitHub is mocked with ``responses`` on its real endpoints (tests/github_mocks.py);
+the secret updater is a recording stand-in (its own tests cover it), so the token is
+filled by hand here.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,29 +17,26 @@ from kubernetes import client
 
 from runnerpool import api
 from runnerpool.events import EventRecorder
-from runnerpool.reconciler import DeregistrationError, Reconciler, Settings
+from runnerpool.github_api import Scope
+from runnerpool.reconciler import RUNNERS_DEREGISTERED, DeregistrationError, Reconciler, Settings
+from runnerpool.runners.listing import ListingKey, SharedListing
 from secret_updater.filler import TokenFailure
-from secret_updater.credentials import ClientCache
+from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
-from tests.pools import LiveReader, RecordingTokens, create_pool, fill_token, pat_secret, pool_manifest
+from tests.pools import (
+    LiveReader,
+    RecordingTokens,
+    create_pool,
+    fill_token,
+    mark_pods_ready,
+    pat_secret,
+    pool_manifest,
+)
 
-def gh(path: str, tail: str = "") -> re.Pattern[str]:
-    """PyGithub spells the default port out (``api.github.com:443``); match either form."""
-    return re.compile(r"https://api\.github\.com(:443)?" + re.escape(path) + tail + r"(\?.*)?$")
+__all__ = ["github"]  # the fixture, shared with the other GitHub-facing tests
+
 
 FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _secret_reader(api_client: client.ApiClient):  # type: ignore[no-untyped-def]
-    reader = LiveReader(api_client)
-
-    def read(namespace: str, name: str) -> dict[str, str] | None:
-        secret = reader.get_secret(namespace, name)
-        if secret is None:
-            return None
-        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
-
-    return read
 
 
 @pytest.fixture
@@ -50,21 +45,26 @@ def tokens() -> RecordingTokens:
 
 
 @pytest.fixture
-def reconciler(api_client: client.ApiClient, runnerpool_crd: dict, tokens: RecordingTokens) -> Reconciler:  # type: ignore[type-arg]
+def listing() -> SharedListing:
+    return SharedListing()
+
+
+@pytest.fixture
+def reconciler(
+    api_client: client.ApiClient,
+    runnerpool_crd: dict,  # type: ignore[type-arg]
+    tokens: RecordingTokens,
+    listing: SharedListing,
+) -> Reconciler:
     return Reconciler(
         LiveReader(api_client),
         api_client,
         tokens,
-        ClientCache(_secret_reader(api_client)),
+        live_clients(api_client),
         EventRecorder(client.CoreV1Api(api_client)),
-        Settings(busy_runner_wait=30.0),
+        settings=Settings(busy_runner_wait=30.0),
+        listing=listing,
     )
-
-
-@pytest.fixture
-def github() -> Iterator[responses.RequestsMock]:
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        yield mock
 
 
 def _get(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -90,30 +90,6 @@ def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[
 def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
     items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     return [(e.type, e.reason, e.message) for e in items]
-
-
-def _mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> None:
-    """Nothing runs pods here, so play kubelet: report them Running and Ready."""
-    core = client.CoreV1Api(api_client)
-    selector = f"{api.POOL_LABEL}={pool}"
-    pods = wait_for(
-        lambda: (lambda items: items if len(items) == count else None)(
-            core.list_namespaced_pod(namespace, label_selector=selector).items
-        ),
-        message=f"{count} runner pods",
-    )
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    for pod in pods:
-        core.patch_namespaced_pod_status(
-            pod.metadata.name,
-            namespace,
-            {
-                "status": {
-                    "phase": "Running",
-                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-                }
-            },
-        )
 
 
 def _wait_deployment_settled(api_client: client.ApiClient, namespace: str, pool: str, replicas: int) -> None:
@@ -183,12 +159,14 @@ def test_a_filled_token_brings_the_deployment_then_ready(
     assert pool["status"]["tokenExpiresAt"] == FUTURE
     assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
 
-    _mark_pods_ready(api_client, namespace, "beta", 2)
+    mark_pods_ready(api_client, namespace, "beta", 2)
     wait_for(
-        lambda: (LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta")) or {})
-        .get("status", {})
-        .get("readyReplicas")
-        == 2,
+        lambda: (
+            (LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta")) or {})
+            .get("status", {})
+            .get("readyReplicas")
+            == 2
+        ),
         message="the Deployment to report 2 ready replicas",
     )
     reconciler(f"{namespace}/beta")
@@ -288,26 +266,34 @@ def test_a_token_failure_shows_its_reason(
     assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in _events(api_client, namespace)
 
 
-def _runner(id_: int, name: str, labels: list[str], busy: bool = False) -> dict[str, Any]:
-    return {
-        "id": id_,
-        "name": name,
-        "os": "linux",
-        "status": "online",
-        "busy": busy,
-        "labels": [{"id": i, "name": label, "type": "custom"} for i, label in enumerate(labels)],
-    }
-
-
-def _converged(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> None:
+def _converged(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str, *, delete: bool = True
+) -> None:
     pat_secret(api_client, namespace)
     create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo"))
     reconciler(f"{namespace}/{name}")
     fill_token(api_client, namespace, name, "tok", FUTURE)
     reconciler(f"{namespace}/{name}")
-    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, name
-    )
+    if delete:
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name
+        )
+
+
+def _finalize(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> None:
+    """Reconcile until the finalizer is done, waiting for the runner pods between passes."""
+    result = reconciler(f"{namespace}/{name}")
+    while result.requeue_after:  # the Deployment's pods are going away
+        wait_for(
+            lambda: (
+                not client.CoreV1Api(api_client)
+                .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={name}")
+                .items
+            ),
+            message="runner pods to go",
+        )
+        result = reconciler(f"{namespace}/{name}")
+    wait_for(lambda: LiveReader(api_client).get_pool(namespace, name) is None, message="the pool to go")
 
 
 def test_deleting_a_pool_deregisters_exactly_its_runners(
@@ -320,38 +306,16 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     _converged(api_client, namespace, reconciler, "eta")
     pool = _get(api_client, namespace, "eta")
     assert pool["metadata"].get("deletionTimestamp") and api.FINALIZER in pool["metadata"]["finalizers"]
-    registered = {
-        11: _runner(11, "eta-a", [f"{namespace}/eta", "self-hosted"]),
-        12: _runner(12, "other-b", [f"{namespace}/other"]),
-        13: _runner(13, "eta-c", [f"{namespace}/eta"]),
-    }
-    runners = "/repos/octo-org/octo-repo/actions/runners"
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(11, "eta-a", [f"{namespace}/eta", "self-hosted"])
+    endpoint.add(12, "other-b", [f"{namespace}/other"])
+    endpoint.add(13, "eta-c", [f"{namespace}/eta"])
 
-    def listing(request: Any) -> tuple[int, dict[str, str], str]:
-        body = {"total_count": len(registered), "runners": list(registered.values())}
-        return 200, {"content-type": "application/json"}, json.dumps(body)
+    _finalize(api_client, namespace, reconciler, "eta")
 
-    def delete(request: Any) -> tuple[int, dict[str, str], str]:
-        gone = registered.pop(int(request.url.rsplit("/", 1)[1]), None)
-        return (204 if gone else 404), {}, ""
-
-    github.add_callback(responses.GET, gh(runners), callback=listing)
-    github.add_callback(responses.DELETE, gh(runners, r"/\d+"), callback=delete)
-
-    result = reconciler(f"{namespace}/eta")
-    while result.requeue_after:  # the Deployment's pods are going away
-        wait_for(
-            lambda: not client.CoreV1Api(api_client)
-            .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=eta")
-            .items,
-            message="runner pods to go",
-        )
-        result = reconciler(f"{namespace}/eta")
-
-    assert list(registered) == [12], "the pool's runners are gone, the other pool's runner stays"
-    assert not [c for c in github.calls if c.request.method == "DELETE" and c.request.url.endswith("/12")]
+    assert list(endpoint.runners) == [12], "the pool's runners are gone, the other pool's runner stays"
+    assert sorted(runner_id for runner_id, _ in endpoint.deleted) == [11, 13]
     assert (namespace, "eta") in tokens.stopped
-    wait_for(lambda: LiveReader(api_client).get_pool(namespace, "eta") is None, message="the pool to go")
 
 
 def test_a_github_outage_keeps_the_finalizer_and_says_why(
@@ -366,19 +330,16 @@ def test_a_github_outage_keeps_the_finalizer_and_says_why(
     pool = _get(api_client, namespace, "theta")
     assert api.FINALIZER in pool["metadata"]["finalizers"]
     assert any(reason == "DeregistrationFailed" for _, reason, _ in _events(api_client, namespace))
+    cond = _condition(pool, RUNNERS_DEREGISTERED)
+    assert (cond["status"], cond["reason"]) == ("False", "GitHubUnavailable")
 
 
 def test_a_busy_runner_delays_deletion_without_error(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
 ) -> None:
     _converged(api_client, namespace, reconciler, "iota")
-    runners = "/repos/octo-org/octo-repo/actions/runners"
-    github.get(gh(runners), json={"total_count": 1, "runners": [_runner(21, "iota-a", [f"{namespace}/iota"], True)]})
-    github.delete(
-        gh(f"{runners}/21"),
-        status=422,
-        json={"message": 'Bad request - Runner "iota-a" is still running a job"', "documentation_url": ""},
-    )
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(21, "iota-a", [f"{namespace}/iota"], busy=True)
 
     result = reconciler(f"{namespace}/iota")
 
@@ -386,7 +347,80 @@ def test_a_busy_runner_delays_deletion_without_error(
     assert LiveReader(api_client).get_deployment(namespace, api.deployment_name("iota")) is not None, (
         "a busy runner's pods are not deleted"
     )
-    assert api.FINALIZER in _get(api_client, namespace, "iota")["metadata"]["finalizers"]
+    pool = _get(api_client, namespace, "iota")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert _condition(pool, RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
+    assert endpoint.deleted == [], "a runner listed busy is not even asked to go"
+
+
+def test_a_runner_that_took_a_job_is_retried_then_deregistered(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """Listed idle, busy by the time of the DELETE (422): requeue, no error; then 204."""
+    _converged(api_client, namespace, reconciler, "lambda")
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(31, "lambda-a", [f"{namespace}/lambda"])
+    endpoint.busy_on_delete.add(31)
+
+    result = reconciler(f"{namespace}/lambda")
+
+    assert result.requeue_after == 30.0
+    assert endpoint.deleted == [(31, 422)]
+    pool = _get(api_client, namespace, "lambda")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    cond = _condition(pool, RUNNERS_DEREGISTERED)
+    assert (cond["status"], cond["reason"]) == ("False", "RunnersBusy")
+    assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in _events(
+        api_client, namespace
+    )
+
+    endpoint.busy_on_delete.clear()  # the job ended
+    _finalize(api_client, namespace, reconciler, "lambda")
+
+    assert endpoint.deleted == [(31, 422), (31, 204)]
+    assert endpoint.listed[:2] == [(1, 200), (1, 304)], "the unchanged listing was revalidated for free"
+
+
+def test_a_runner_already_gone_counts_as_deregistered(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """GitHub removes an ephemeral runner after its job: a 404 on DELETE is success."""
+    _converged(api_client, namespace, reconciler, "mu")
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(41, "mu-a", [f"{namespace}/mu"])
+    endpoint.gone_on_delete.add(41)
+
+    _finalize(api_client, namespace, reconciler, "mu")
+
+    assert endpoint.deleted[0] == (41, 404)
+
+
+def test_status_runners_come_from_the_shared_listing(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    listing: SharedListing,
+    github: responses.RequestsMock,
+) -> None:
+    _converged(api_client, namespace, reconciler, "nu", delete=False)
+    assert "runners" not in _get(api_client, namespace, "nu")["status"], "no listing yet, no counts"
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(51, "nu-a", [f"{namespace}/nu"])
+    endpoint.add(52, "nu-b", [f"{namespace}/nu"], busy=True)
+    endpoint.add(53, "nu-c", [f"{namespace}/nu"], status="offline")
+    endpoint.add(54, "xi-a", [f"{namespace}/xi"])
+    scope = Scope(repository="octo-org/octo-repo")
+    # What the scope's runner manager does once per interval.
+    listing.fetch(
+        ListingKey.of(API, scope),
+        scope,
+        live_clients(api_client).get(namespace, api.DEFAULT_CREDENTIAL_SECRET, API),
+    )
+
+    reconciler(f"{namespace}/nu")
+
+    assert _get(api_client, namespace, "nu")["status"]["runners"] == {"online": 1, "busy": 1, "offline": 1}
+    assert endpoint.listed == [(1, 200)], "the reconciler reads the listing, it does not list"
 
 
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(

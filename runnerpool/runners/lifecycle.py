@@ -1,0 +1,238 @@
+"""Which runners to delete from GitHub and which pods to replace: pure decisions.
+
+Everything here is a function of a pool's pods, its runners as the shared listing saw them,
+and the time, so every rule can be tested case by case without GitHub or a cluster; the
+runner manager only carries the decisions out.
+
+The invariants, and how the rules keep them:
+
+* **A busy runner is never deleted, and neither is its pod.** A runner the listing shows as
+  busy is left alone whatever its pod looks like, and its pod gets a high
+  ``controller.kubernetes.io/pod-deletion-cost`` so that a Deployment scale-down picks idle
+  pods first. The listing can be up to one interval old, so no pod whose runner process may
+  be alive is deleted on the listing's word alone: its runner is deleted on GitHub first, and
+  only GitHub's 204 (it refuses a busy runner with 422) lets the pod go. A pod is deleted
+  without that handshake only when its runner container is not running, and then with the
+  pod's resourceVersion as a precondition, so a container restarted since the decision
+  (which changes the pod's status) makes the delete fail instead.
+* **No offline runner piles up.** A runner of the pool that is offline, not busy and has no
+  pod of that name left is deleted from GitHub. Its pod is gone, so nothing can bring it back.
+  (The pod list is read after the listing, so a runner that registered before the listing
+  finds its pod in the list.)
+* **One job per pod.** Runners register ``--ephemeral``: after one job the listener exits and
+  the kubelet restarts the container, which registers again in a used work directory. A pod
+  whose runner container has restarted or terminated, or that has finished, is replaced.
+* **recreateDeadline.** Idle pods older than the pool's ``spec.recreateDeadline`` are
+  replaced the same way, never busy ones.
+
+A deregistration that GitHub answers with 404 proves only that the runner id the listing
+knew is gone. If the container is still running it may have registered again under a new
+id, so the pod waits for the next listing; if it is not running, nothing can take a job in
+it and the pod goes.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from runnerpool.children import RUNNER_CONTAINER
+from runnerpool.github_api import Runner
+
+__all__ = [
+    "BUSY_DELETION_COST",
+    "DELETION_COST_ANNOTATION",
+    "Action",
+    "CostChange",
+    "Plan",
+    "PodDecision",
+    "PodView",
+    "decide_pod",
+    "deletion_cost_change",
+    "parse_duration",
+    "plan",
+    "runners_to_collect",
+]
+
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+#: High enough that a ReplicaSet scale-down takes every idle pod first; GitHub's "busy" is the
+#: only thing that raises it, so the operator recognises (and removes) its own value.
+BUSY_DELETION_COST = "1000000"
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+OFFLINE = "offline"
+
+_DURATION_PART = re.compile(r"(\d+)([hms])")
+_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+
+
+class Action(enum.Enum):
+    KEEP = "Keep"
+    #: The runner cannot be running: delete the pod (with its resourceVersion as precondition).
+    DELETE_POD = "DeletePod"
+    #: Delete the runner on GitHub; only a 204 (or a 404 where ``delete_if_gone``) frees the pod.
+    DEREGISTER_AND_DELETE = "DeregisterAndDelete"
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the rules need from a pod, read once from its wire form."""
+
+    name: str
+    uid: str
+    resource_version: str
+    created: datetime | None
+    deleting: bool
+    phase: str
+    #: The runner container runs right now (and the pod has not finished).
+    runner_running: bool
+    runner_restarts: int
+    #: The runner container's current state is ``terminated``.
+    runner_terminated: bool
+    deletion_cost: str | None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any], container: str = RUNNER_CONTAINER) -> PodView:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        phase = str(status.get("phase") or "Pending")
+        runner: Mapping[str, Any] = next(
+            (c for c in status.get("containerStatuses") or [] if c.get("name") == container),
+            {},
+        )
+        state = runner.get("state") or {}
+        return cls(
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            created=_timestamp(meta.get("creationTimestamp")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            phase=phase,
+            runner_running="running" in state and phase not in FINISHED_PHASES,
+            runner_restarts=int(runner.get("restartCount") or 0),
+            runner_terminated="terminated" in state,
+            deletion_cost=(meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """Its runner has had its one job (or failed): the pod is used up."""
+        return self.phase in FINISHED_PHASES or self.runner_restarts > 0 or self.runner_terminated
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    pod: PodView
+    action: Action
+    reason: str
+    runner: Runner | None = None
+    #: For DEREGISTER_AND_DELETE: does a 404 (runner already gone) free the pod?
+    delete_if_gone: bool = False
+
+
+@dataclass(frozen=True)
+class CostChange:
+    """Set (``value``) or remove (``None``) the deletion-cost annotation on one pod."""
+
+    pod: PodView
+    value: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    collect: tuple[Runner, ...]
+    replace: tuple[PodDecision, ...]
+    costs: tuple[CostChange, ...]
+
+
+def parse_duration(text: str) -> timedelta:
+    """A Go duration as the CRD admits it: whole hours, minutes and seconds (``1h30m``)."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration of hours, minutes and seconds: {text!r}")
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> list[Runner]:
+    """Offline, idle runners whose pod is gone: nothing will ever bring them back."""
+    names = set(pod_names)
+    return [r for r in runners if r.status == OFFLINE and not r.busy and r.name not in names]
+
+
+def decide_pod(
+    pod: PodView, runner: Runner | None, now: datetime, recreate_deadline: timedelta | None
+) -> PodDecision:
+    """What to do with one pod, given the runner registered under its name (if listed)."""
+    if pod.deleting:
+        return PodDecision(pod, Action.KEEP, "Terminating", runner)
+    if runner is not None and runner.busy:
+        return PodDecision(pod, Action.KEEP, "RunnerBusy", runner)
+    if pod.finished:
+        return _replace(pod, runner, "RunnerRestarted" if pod.runner_running else "RunnerFinished")
+    if recreate_deadline is not None and pod.created is not None and now - pod.created >= recreate_deadline:
+        return _replace(pod, runner, "RecreateDeadline")
+    return PodDecision(pod, Action.KEEP, "Idle" if runner is not None else "RunnerNotListed", runner)
+
+
+def _replace(pod: PodView, runner: Runner | None, reason: str) -> PodDecision:
+    if runner is not None:
+        return PodDecision(
+            pod, Action.DEREGISTER_AND_DELETE, reason, runner, delete_if_gone=not pod.runner_running
+        )
+    if pod.runner_running:
+        # Registering right now, or registered after the listing: wait for a listing that
+        # shows the runner, so that it can be deregistered first.
+        return PodDecision(pod, Action.KEEP, "RunnerNotListed")
+    return PodDecision(pod, Action.DELETE_POD, reason)
+
+
+def deletion_cost_change(pod: PodView, runner: Runner | None) -> CostChange | None:
+    """Mark busy runners' pods expensive to scale down, and unmark them when idle again.
+
+    Only the operator's own value is ever removed, so a cost set by someone else survives.
+    """
+    if pod.deleting:
+        return None
+    busy = runner is not None and runner.busy
+    if busy and pod.deletion_cost != BUSY_DELETION_COST:
+        return CostChange(pod, BUSY_DELETION_COST)
+    if not busy and pod.deletion_cost == BUSY_DELETION_COST:
+        return CostChange(pod, None)
+    return None
+
+
+def plan(
+    pods: Sequence[PodView], runners: Sequence[Runner], now: datetime, recreate_deadline: timedelta | None
+) -> Plan:
+    """All decisions for one pool. ``runners`` are the pool's own (see ``pool_runners``)."""
+    by_name: dict[str, Runner] = {}
+    for runner in runners:
+        # Two registrations under one name should not happen (``--replace``); if they do,
+        # the busy one decides, which errs on the side of keeping the pod.
+        if runner.name not in by_name or runner.busy:
+            by_name[runner.name] = runner
+    decisions = [decide_pod(pod, by_name.get(pod.name), now, recreate_deadline) for pod in pods]
+    costs = [
+        change
+        for decision in decisions
+        if decision.action is Action.KEEP
+        and (change := deletion_cost_change(decision.pod, decision.runner)) is not None
+    ]
+    return Plan(
+        collect=tuple(runners_to_collect(runners, (pod.name for pod in pods))),
+        replace=tuple(d for d in decisions if d.action is not Action.KEEP),
+        costs=tuple(costs),
+    )
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -1,0 +1,379 @@
+"""One runner manager per scope: list the scope's runners, then act for each of its pools.
+
+Scheduling: one APScheduler job per scope (repository or organization on one GitHub host,
+see ``ListingKey``), run by a small thread pool (``max_workers``, default 4) so that hundreds
+of repository-scoped pools neither need hundreds of threads nor send hundreds of concurrent
+requests (GitHub's secondary limits start at 100). ``max_instances=1`` keeps a scope from
+overlapping itself; each run sets its own next run time from the budget rule
+(``runnerpool.runners.budget``). The reconciler registers a pool with ``start`` on every
+converge and removes it with ``stop`` when the pool goes; the last pool of a scope removes
+the scope's job. The operator runs this only on the leader, like the workers.
+
+A run lists the scope once through the shared listing, then for each pool: publishes its
+runner counts (and enqueues the pool when they changed, so the reconciler writes
+``status.runners``), and carries out the pure decisions of ``runnerpool.runners.lifecycle``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
+
+from runnerpool import api
+from runnerpool.github_api import (
+    DEFAULT_API_URL,
+    BadCredentials,
+    DeleteOutcome,
+    GitHubClient,
+    GitHubError,
+    NotFound,
+    RateLimitAware,
+    RateLimited,
+)
+from runnerpool.runners import lifecycle, metrics
+from runnerpool.runners.budget import listing_cost, next_listing_delay
+from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
+from secret_updater.credentials import CredentialError
+from secret_updater.filler import PoolRef
+
+__all__ = ["DEFAULT_INTERVAL", "GitHubClients", "KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
+
+log = logging.getLogger(__name__)
+
+#: meows' runner manager period; flag ``--runner-sync-interval``.
+DEFAULT_INTERVAL = 60.0
+
+
+class GitHubClients(Protocol):
+    """One client per credential Secret (``secret_updater.ClientCache``)."""
+
+    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...
+
+
+class PoolCache(Protocol):
+    """Informer-backed reads (``InformerSet``)."""
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
+
+
+class PodWriter(Protocol):
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool: ...
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None: ...
+
+
+class KubePods:
+    """Pod writes with the guards the decisions rely on."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self._core = core
+
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
+        """Delete only the pod as it was decided on: a restart since then changed its
+        resourceVersion, and the API server answers 409 instead of deleting."""
+        try:
+            self._core.delete_namespaced_pod(
+                name, namespace, body={"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+            )
+        except ApiException as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+        try:
+            self._core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {key: value}}})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _api_url(ref: PoolRef) -> str:
+    return ref.github_api_url or DEFAULT_API_URL
+
+
+def _listing_key(ref: PoolRef) -> ListingKey:
+    return ListingKey.of(_api_url(ref), ref.scope)
+
+
+class RunnerManagers:
+    """All scopes' runner managers, on one scheduler."""
+
+    def __init__(
+        self,
+        pools: PoolCache,
+        clients: GitHubClients,
+        pods: PodWriter,
+        notify: Callable[[str], None],
+        *,
+        listing: SharedListing | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        clock: Callable[[], datetime] = _utcnow,
+        scheduler: BaseScheduler | None = None,
+        max_workers: int = 4,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self._pools = pools
+        self._clients = clients
+        self._pods = pods
+        self._notify = notify
+        self.listing = listing or SharedListing(clock)
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._refs: dict[str, PoolRef] = {}
+        self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
+        self._counts: dict[str, api.RunnerCounts] = {}
+        self._credentials: dict[ListingKey, str] = {}
+        self._stopping = threading.Event()
+        self._owns_scheduler = scheduler is None
+        if scheduler is None:
+            scheduler = BackgroundScheduler(
+                timezone=UTC, executors={"default": {"type": "threadpool", "max_workers": max_workers}}
+            )
+            scheduler.start()
+        self._scheduler = scheduler
+
+    # -- registry (driven by the reconciler) ----------------------------------------------------
+
+    def start(self, pool: PoolRef) -> None:
+        """Manage ``pool``'s runners; a new scope gets its first run now."""
+        key = _listing_key(pool)
+        with self._lock:
+            if self._refs.get(pool.key) == pool:
+                return
+            old = self._refs.get(pool.key)
+            if old is not None:
+                self._detach(old)
+            self._refs[pool.key] = pool
+            members = self._scopes.setdefault(key, {})
+            members[pool.key] = pool
+            if len(members) == 1:
+                self._scheduler.add_job(
+                    self._run,
+                    # Safety net only: every run sets its own next run time.
+                    trigger=IntervalTrigger(seconds=self._interval * 10, timezone=UTC),
+                    args=(key,),
+                    id=str(key),
+                    name=f"runner manager {key}",
+                    replace_existing=True,
+                    next_run_time=self._clock(),
+                    coalesce=True,
+                    max_instances=1,
+                    misfire_grace_time=None,
+                )
+                log.info("runner manager started for %s", key)
+
+    def stop(self, namespace: str, name: str) -> None:
+        key = f"{namespace}/{name}"
+        with self._lock:
+            ref = self._refs.pop(key, None)
+            if ref is not None:
+                self._detach(ref)
+            self._counts.pop(key, None)
+        metrics.forget_pool(namespace, name)
+
+    def _detach(self, ref: PoolRef) -> None:
+        """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""
+        key = _listing_key(ref)
+        members = self._scopes.get(key, {})
+        members.pop(ref.key, None)
+        if members:
+            return
+        self._scopes.pop(key, None)
+        self._credentials.pop(key, None)
+        with contextlib.suppress(JobLookupError):
+            self._scheduler.remove_job(str(key))
+        self.listing.forget(key)
+        metrics.forget_scope(str(key))
+        log.info("runner manager stopped for %s", key)
+
+    def scopes(self) -> list[ListingKey]:
+        with self._lock:
+            return sorted(self._scopes, key=str)
+
+    def shutdown(self) -> None:
+        """Stop for good: no GitHub or pod write starts after this returns."""
+        self._stopping.set()
+        if self._owns_scheduler and self._scheduler.state != STATE_STOPPED:
+            self._scheduler.shutdown(wait=False)
+
+    # -- one run ----------------------------------------------------------------------------------
+
+    def _run(self, key: ListingKey) -> None:
+        """Scheduler entry point: never raises, always leaves a next run behind."""
+        try:
+            delay = self.sync(key)
+        except Exception:
+            log.exception("runner manager for %s failed", key)
+            delay = self._interval
+        with self._lock:
+            if key not in self._scopes:
+                return
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(str(key), next_run_time=self._clock() + timedelta(seconds=delay))
+
+    def sync(self, key: ListingKey) -> float:
+        """List the scope once and act for each of its pools; returns seconds to the next run."""
+        with self._lock:
+            refs = sorted(self._scopes.get(key, {}).values(), key=lambda ref: ref.key)
+        if not refs:
+            return self._interval
+        try:
+            snapshot, github = self._list(key, refs)
+        except (GitHubError, CredentialError) as err:
+            metrics.LISTING_FAILURES.labels(str(key), err.reason).inc()
+            log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err)
+            delay = next_listing_delay(
+                self._interval, None, 0.0, retry_after=getattr(err, "retry_after", None)
+            )
+            metrics.SYNC_DELAY.labels(str(key)).set(delay)
+            return delay
+        retry_after: float | None = None
+        for ref in refs:
+            try:
+                self._sync_pool(ref, snapshot)
+            except RateLimited as err:
+                log.warning("runner manager for %s paused: %s", key, err)
+                retry_after = err.retry_after
+                break
+            except (GitHubError, CredentialError, ApiException) as err:
+                # One pool's trouble must not starve the others of their turn.
+                log.warning("runner manager for pool %s: %s", ref.key, err)
+        return self._next_delay(key, github, snapshot, retry_after)
+
+    def _list(self, key: ListingKey, refs: list[PoolRef]) -> tuple[Snapshot, GitHubClient]:
+        """List with the first pool credential that can: pools of one scope may use different
+        Secrets, and one that cannot see the scope must not blind the others."""
+        failure: GitHubError | CredentialError | None = None
+        tried: set[str] = set()
+        for ref in refs:
+            secret = f"{ref.namespace}/{ref.credential_secret_name}"
+            if secret in tried:
+                continue
+            tried.add(secret)
+            try:
+                github = self._clients.get(ref.namespace, ref.credential_secret_name, _api_url(ref))
+                return self.listing.fetch(key, ref.scope, github), github
+            except (BadCredentials, NotFound, CredentialError) as err:
+                failure = err
+        assert failure is not None
+        raise failure
+
+    def _sync_pool(self, ref: PoolRef, snapshot: Snapshot) -> None:
+        raw = self._pools.get_pool(ref.namespace, ref.name)
+        if raw is None:
+            return
+        try:
+            pool = api.RunnerPool.model_validate(raw)
+        except ValidationError:
+            return  # the reconciler reports it
+        if pool.deleting:
+            return  # its finalizer deregisters the runners now
+        runners = pool_runners(snapshot.runners, ref.namespace, ref.name)
+        self._publish(ref, runner_counts(runners))
+        pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
+        todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool))
+        if todo.collect or todo.replace or todo.costs:
+            github = self._clients.get(ref.namespace, ref.credential_secret_name, _api_url(ref))
+            self._carry_out(ref, github, todo)
+
+    def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:
+        with self._lock:
+            if ref.key not in self._refs:
+                return  # stopped meanwhile: do not bring its series back
+            changed = self._counts.get(ref.key) != counts
+            self._counts[ref.key] = counts
+            metrics.publish_counts(ref.namespace, ref.name, counts)
+        if changed:
+            self._notify(ref.key)
+
+    def _carry_out(self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan) -> None:
+        namespace, name, scope = ref.namespace, ref.name, ref.scope
+        for runner in todo.collect:
+            if self._stopping.is_set():
+                return
+            if github.delete_runner(scope, runner.id) is DeleteOutcome.DELETED:
+                metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
+                log.info(
+                    "deleted offline runner %s (id %d) of pool %s: its pod is gone",
+                    runner.name,
+                    runner.id,
+                    ref.key,
+                )
+        for decision in todo.replace:
+            if self._stopping.is_set():
+                return
+            pod = decision.pod
+            if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
+                assert decision.runner is not None
+                outcome = github.delete_runner(scope, decision.runner.id)
+                if outcome is DeleteOutcome.BUSY:
+                    log.info("pod %s/%s kept: its runner took a job since the listing", namespace, pod.name)
+                    continue
+                if outcome is DeleteOutcome.ALREADY_GONE and not decision.delete_if_gone:
+                    continue  # it may have registered again under a new id: see the next listing
+            if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
+                metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
+                log.info("replaced runner pod %s/%s: %s", namespace, pod.name, decision.reason)
+        for change in todo.costs:
+            if self._stopping.is_set():
+                return
+            self._pods.annotate_pod(
+                namespace, change.pod.name, lifecycle.DELETION_COST_ANNOTATION, change.value
+            )
+
+    def _next_delay(
+        self, key: ListingKey, github: GitHubClient, snapshot: Snapshot, retry_after: float | None
+    ) -> float:
+        budget = github.rate_limit() if isinstance(github, RateLimitAware) else None
+        with self._lock:
+            self._credentials[key] = snapshot.credential
+            sharing = sum(1 for credential in self._credentials.values() if credential == snapshot.credential)
+        delay = next_listing_delay(
+            self._interval,
+            budget,
+            self._clock().timestamp(),
+            pages=listing_cost(len(snapshot.runners)),
+            scopes=sharing,
+            retry_after=retry_after,
+        )
+        metrics.SYNC_DELAY.labels(str(key)).set(delay)
+        if delay > self._interval and budget is not None:
+            log.info(
+                "runner listing of %s slowed to every %.0fs: %d of %d requests left for %s",
+                key,
+                delay,
+                budget.remaining,
+                budget.limit,
+                snapshot.credential,
+            )
+        return delay
+
+
+def _deadline(pool: api.RunnerPool) -> timedelta | None:
+    text = pool.spec.recreate_deadline
+    if not text:
+        return None
+    try:
+        return lifecycle.parse_duration(text)
+    except ValueError:
+        return None  # the CRD rejects such values; an older stored object just gets no deadline

@@ -1,0 +1,173 @@
+"""GitHub behind ``responses``, shared by the tests that need runners on the other side.
+
+``RunnerEndpoint`` serves one scope's runner listing and deletion the way GitHub does:
+``per_page`` capped at 100, ``Link`` pages, an ``ETag`` per page and a bodiless 304 for a
+matching ``If-None-Match``, 204/404/422 for deletes, and optional ``x-ratelimit-*`` headers.
+Shapes follow tests/data/github (GitHub's REST description).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import responses
+from kubernetes import client
+
+from runnerpool.github_api import ClientOptions, GitHubClient
+from secret_updater.credentials import ClientCache, client_from_secret_data
+from tests.pools import LiveReader
+
+__all__ = [
+    "API",
+    "FAST",
+    "RunnerEndpoint",
+    "fast_client_factory",
+    "gh",
+    "github",
+    "runner_json",
+    "secret_reader",
+]
+
+API = "https://api.github.com"
+
+#: No waits anywhere: no backoff between transport retries, no request spacing.
+FAST = ClientOptions(timeout=5, backoff_factor=0, seconds_between_requests=None, seconds_between_writes=None)
+
+
+def gh(path: str, tail: str = "") -> re.Pattern[str]:
+    """PyGithub spells the default port out (``api.github.com:443``); match either form."""
+    return re.compile(r"https://api\.github\.com(:443)?" + re.escape(path) + tail + r"(\?.*)?$")
+
+
+def fast_client_factory(data: Mapping[str, str], base_url: str) -> GitHubClient:
+    return client_from_secret_data(data, base_url, FAST)
+
+
+def secret_reader(api_client: client.ApiClient) -> Callable[[str, str], dict[str, str] | None]:
+    """Credential Secrets read live and decoded, as the operator's informer-backed reader does."""
+    reader = LiveReader(api_client)
+
+    def read(namespace: str, name: str) -> dict[str, str] | None:
+        secret = reader.get_secret(namespace, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    return read
+
+
+def live_clients(api_client: client.ApiClient, cache: type[ClientCache] = ClientCache) -> ClientCache:
+    return cache(secret_reader(api_client), factory=fast_client_factory)
+
+
+def runner_json(
+    id_: int, name: str, labels: list[str], *, busy: bool = False, status: str = "online"
+) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "name": name,
+        "os": "linux",
+        "status": status,
+        "busy": busy,
+        "ephemeral": True,
+        "labels": [{"id": i, "name": label, "type": "custom"} for i, label in enumerate(labels)],
+    }
+
+
+@pytest.fixture
+def github() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        yield mock
+
+
+@dataclass
+class RunnerEndpoint:
+    """One scope's runners; ``scope_path`` is ``/orgs/<org>`` or ``/repos/<owner>/<repo>``."""
+
+    mock: responses.RequestsMock
+    scope_path: str = "/orgs/octo-org"
+    page_size: int = 100
+    runners: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Runners that took a job since they were listed: their delete answers 422.
+    busy_on_delete: set[int] = field(default_factory=set)
+    #: Runners GitHub removed since they were listed (an ephemeral one after its job): 404.
+    gone_on_delete: set[int] = field(default_factory=set)
+    #: (remaining, limit, reset) sent as x-ratelimit-* on every answer.
+    rate_limit: tuple[int, int, int] | None = None
+    #: (page, status) per listing request, in order.
+    listed: list[tuple[int, int]] = field(default_factory=list)
+    #: (runner id, status) per delete request, in order.
+    deleted: list[tuple[int, int]] = field(default_factory=list)
+    #: Request headers of every listing request.
+    list_headers: list[Mapping[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        base = f"{self.scope_path}/actions/runners"
+        self.mock.add_callback(responses.GET, gh(base), callback=self._list)
+        self.mock.add_callback(responses.DELETE, gh(base, r"/\d+"), callback=self._delete)
+
+    def add(
+        self, id_: int, name: str, labels: list[str], *, busy: bool = False, status: str = "online"
+    ) -> None:
+        self.runners[id_] = runner_json(id_, name, labels, busy=busy, status=status)
+
+    def _headers(self) -> dict[str, str]:
+        if self.rate_limit is None:
+            return {}
+        remaining, limit, reset = self.rate_limit
+        return {
+            "x-ratelimit-remaining": str(remaining),
+            "x-ratelimit-limit": str(limit),
+            "x-ratelimit-reset": str(reset),
+            "x-ratelimit-resource": "core",
+        }
+
+    def _list(self, request: Any) -> tuple[int, dict[str, str], str]:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.url).query)
+        page = int(query.get("page", ["1"])[0])
+        asked = query.get("per_page", ["30"])[0]
+        # GitHub caps per_page at 100; page_size lets a test get pages from a few runners.
+        per_page = min(int(asked), 100, self.page_size)
+        ordered = [self.runners[i] for i in sorted(self.runners)]
+        body = json.dumps(
+            {"total_count": len(ordered), "runners": ordered[(page - 1) * per_page : page * per_page]}
+        )
+        headers = {**self._headers(), "ETag": f'W/"{hashlib.sha256(body.encode()).hexdigest()[:20]}"'}
+        if page * per_page < len(ordered):
+            headers["Link"] = (
+                f'<{API}{self.scope_path}/actions/runners?per_page={asked}&page={page + 1}>; rel="next"'
+            )
+        self.list_headers.append(dict(request.headers))
+        status = 304 if request.headers.get("If-None-Match") == headers["ETag"] else 200
+        self.listed.append((page, status))
+        return (
+            (status, headers, "")
+            if status == 304
+            else (status, {**headers, "content-type": "application/json"}, body)
+        )
+
+    def _delete(self, request: Any) -> tuple[int, dict[str, str], str]:
+        runner_id = int(request.url.rsplit("/", 1)[1])
+        runner = self.runners.get(runner_id)
+        if runner is None or runner_id in self.gone_on_delete:
+            status, body = 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        elif runner["busy"] or runner_id in self.busy_on_delete:
+            status = 422
+            body = {
+                "message": f'Bad request - Runner "{runner["name"]}" is still running a job"',
+                "documentation_url": "https://docs.github.com/rest/actions/self-hosted-runners",
+            }
+        else:
+            del self.runners[runner_id]
+            self.deleted.append((runner_id, 204))
+            return 204, self._headers(), ""
+        self.deleted.append((runner_id, status))
+        return status, {**self._headers(), "content-type": "application/json"}, json.dumps(body)

@@ -1,0 +1,363 @@
+"""The pure decisions: which runners go, which pods are replaced, how the listing slows down.
+
+Tables, so that every combination that matters is one line and the safety rules (a busy
+runner and its pod are never deleted) are checked against every other condition.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runnerpool import api
+from runnerpool.github_api import RateLimit, Runner
+from runnerpool.runners.budget import listing_cost, next_listing_delay
+from runnerpool.runners.lifecycle import (
+    BUSY_DELETION_COST,
+    DELETION_COST_ANNOTATION,
+    Action,
+    CostChange,
+    PodView,
+    decide_pod,
+    deletion_cost_change,
+    parse_duration,
+    plan,
+    runners_to_collect,
+)
+from runnerpool.runners.listing import pool_runners, runner_counts
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+DAY = timedelta(hours=24)
+
+
+def runner(name: str = "pod-a", *, busy: bool = False, status: str = "online", id_: int = 1) -> Runner:
+    return Runner(id=id_, name=name, status=status, busy=busy, labels=("self-hosted", "ns/pool"))
+
+
+def pod_json(
+    name: str = "pod-a",
+    *,
+    age: timedelta = timedelta(minutes=5),
+    phase: str = "Running",
+    state: str | None = "running",
+    restarts: int = 0,
+    deleting: bool = False,
+    cost: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": "7",
+        "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if deleting:
+        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if cost is not None:
+        meta["annotations"] = {DELETION_COST_ANNOTATION: cost}
+    statuses = []
+    if state is not None:
+        statuses = [
+            {"name": "runner", "restartCount": restarts, "state": {state: {}}, "ready": state == "running"},
+            {"name": "sidecar", "restartCount": 9, "state": {"terminated": {}}, "ready": False},
+        ]
+    return {"metadata": meta, "status": {"phase": phase, "containerStatuses": statuses}}
+
+
+def pod(**kwargs: Any) -> PodView:
+    return PodView.of(pod_json(**kwargs))
+
+
+# -- reading pods ----------------------------------------------------------------------------
+
+
+def test_pod_view_reads_the_runner_container_only() -> None:
+    view = pod(restarts=2, cost="5")
+    assert view == PodView(
+        name="pod-a",
+        uid="uid-pod-a",
+        resource_version="7",
+        created=NOW - timedelta(minutes=5),
+        deleting=False,
+        phase="Running",
+        runner_running=True,
+        runner_restarts=2,
+        runner_terminated=False,
+        deletion_cost="5",
+    )
+
+
+def test_a_pending_pod_without_statuses_has_not_finished() -> None:
+    view = PodView.of({"metadata": {"name": "p"}, "status": {}})
+    assert (view.phase, view.runner_running, view.finished, view.created) == ("Pending", False, False, None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "finished", "running"),
+    [
+        ({}, False, True),
+        ({"state": "waiting"}, False, False),
+        ({"state": None, "phase": "Pending"}, False, False),
+        ({"restarts": 1}, True, True),
+        ({"restarts": 1, "state": "waiting"}, True, False),
+        ({"state": "terminated"}, True, False),
+        ({"phase": "Succeeded", "state": "terminated"}, True, False),
+        ({"phase": "Failed", "state": "terminated"}, True, False),
+        # A finished phase wins over a stale "running" container state.
+        ({"phase": "Succeeded"}, True, False),
+    ],
+)
+def test_finished_and_running(kwargs: dict[str, Any], finished: bool, running: bool) -> None:
+    view = pod(**kwargs)
+    assert (view.finished, view.runner_running) == (finished, running)
+
+
+# -- pod decisions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod_kwargs", "listed", "deadline", "expected"),
+    [
+        # Healthy pods stay.
+        ({}, runner(), None, (Action.KEEP, "Idle", False)),
+        ({}, None, None, (Action.KEEP, "RunnerNotListed", False)),
+        ({"state": None, "phase": "Pending"}, None, None, (Action.KEEP, "RunnerNotListed", False)),
+        # One job per pod: finished, not running any more.
+        (
+            {"phase": "Succeeded", "state": "terminated"},
+            None,
+            None,
+            (Action.DELETE_POD, "RunnerFinished", False),
+        ),
+        (
+            {"phase": "Failed", "state": "terminated"},
+            None,
+            None,
+            (Action.DELETE_POD, "RunnerFinished", False),
+        ),
+        ({"state": "terminated"}, None, None, (Action.DELETE_POD, "RunnerFinished", False)),
+        ({"restarts": 1, "state": "waiting"}, None, None, (Action.DELETE_POD, "RunnerFinished", False)),
+        # Not running but still listed: deregister first; a 404 then proves nothing runs.
+        (
+            {"state": "terminated"},
+            runner(status="offline"),
+            None,
+            (Action.DEREGISTER_AND_DELETE, "RunnerFinished", True),
+        ),
+        # Restarted and running again: it may have registered; only GitHub's 204 frees the pod.
+        ({"restarts": 1}, runner(), None, (Action.DEREGISTER_AND_DELETE, "RunnerRestarted", False)),
+        ({"restarts": 1}, None, None, (Action.KEEP, "RunnerNotListed", False)),
+        # recreateDeadline.
+        ({"age": DAY}, runner(), DAY, (Action.DEREGISTER_AND_DELETE, "RecreateDeadline", False)),
+        ({"age": DAY - timedelta(seconds=1)}, runner(), DAY, (Action.KEEP, "Idle", False)),
+        ({"age": 2 * DAY}, None, DAY, (Action.KEEP, "RunnerNotListed", False)),
+        ({"age": 2 * DAY, "state": "waiting"}, None, DAY, (Action.DELETE_POD, "RecreateDeadline", False)),
+        (
+            {"age": 2 * DAY, "state": "waiting"},
+            runner(status="offline"),
+            DAY,
+            (Action.DEREGISTER_AND_DELETE, "RecreateDeadline", True),
+        ),
+        ({"age": 10 * DAY}, runner(), None, (Action.KEEP, "Idle", False)),
+        # Already going.
+        ({"deleting": True, "phase": "Succeeded"}, None, None, (Action.KEEP, "Terminating", False)),
+    ],
+)
+def test_decide_pod(
+    pod_kwargs: dict[str, Any],
+    listed: Runner | None,
+    deadline: timedelta | None,
+    expected: tuple[Action, str, bool],
+) -> None:
+    decision = decide_pod(pod(**pod_kwargs), listed, NOW, deadline)
+    assert (decision.action, decision.reason, decision.delete_if_gone) == expected
+    assert decision.runner == listed or decision.action is Action.KEEP
+
+
+_POD_STATES: list[dict[str, Any]] = [
+    {},
+    {"state": None, "phase": "Pending"},
+    {"state": "waiting"},
+    {"state": "terminated"},
+    {"restarts": 3},
+    {"restarts": 1, "state": "waiting"},
+    {"phase": "Succeeded", "state": "terminated"},
+    {"phase": "Failed", "state": "terminated"},
+    {"deleting": True},
+]
+
+
+@pytest.mark.parametrize(
+    ("pod_kwargs", "age", "deadline", "status"),
+    list(
+        itertools.product(
+            _POD_STATES,
+            [timedelta(0), DAY, 30 * DAY],
+            [None, timedelta(seconds=1), DAY],
+            ["online", "offline"],
+        )
+    ),
+)
+def test_a_busy_runners_pod_is_never_deleted(
+    pod_kwargs: dict[str, Any], age: timedelta, deadline: timedelta | None, status: str
+) -> None:
+    view = pod(age=age, **pod_kwargs)
+    busy = runner(busy=True, status=status)
+    decision = decide_pod(view, busy, NOW, deadline)
+    assert decision.action is Action.KEEP
+    whole = plan([view], [busy], NOW, deadline)
+    assert whole.replace == () and whole.collect == ()
+
+
+@pytest.mark.parametrize(
+    ("pod_kwargs", "age", "deadline"), list(itertools.product(_POD_STATES, [DAY], [None, DAY]))
+)
+def test_a_running_container_is_only_ever_freed_by_deregistration(
+    pod_kwargs: dict[str, Any], age: timedelta, deadline: timedelta | None
+) -> None:
+    """A pod whose runner process may be alive is never deleted on the listing's word alone."""
+    view = pod(age=age, **pod_kwargs)
+    for listed in (None, runner(), runner(status="offline")):
+        decision = decide_pod(view, listed, NOW, deadline)
+        if view.runner_running:
+            assert decision.action is not Action.DELETE_POD
+            assert not decision.delete_if_gone
+
+
+# -- garbage collection ----------------------------------------------------------------------
+
+
+def test_only_offline_idle_runners_without_a_pod_are_collected() -> None:
+    runners = [
+        runner("gone-offline", status="offline", id_=1),
+        runner("gone-busy", status="offline", busy=True, id_=2),
+        runner("gone-online", status="online", id_=3),
+        runner("pod-a", status="offline", id_=4),
+        runner("pod-b", status="online", busy=True, id_=5),
+    ]
+    assert [r.id for r in runners_to_collect(runners, ["pod-a", "pod-b"])] == [1]
+    assert runners_to_collect(runners, []) == [runners[0], runners[3]]
+
+
+def test_plan_combines_collection_replacement_and_costs() -> None:
+    pods = [
+        pod(name="finished", phase="Succeeded", state="terminated"),
+        pod(name="busy"),
+        pod(name="was-busy", cost=BUSY_DELETION_COST),
+        pod(name="idle"),
+    ]
+    runners = [
+        runner("busy", busy=True, id_=1),
+        runner("was-busy", id_=2),
+        runner("idle", id_=3),
+        runner("orphan", status="offline", id_=4),
+    ]
+    result = plan(pods, runners, NOW, None)
+    assert [r.id for r in result.collect] == [4]
+    assert [(d.pod.name, d.action, d.reason) for d in result.replace] == [
+        ("finished", Action.DELETE_POD, "RunnerFinished")
+    ]
+    assert [(c.pod.name, c.value) for c in result.costs] == [("busy", BUSY_DELETION_COST), ("was-busy", None)]
+
+
+def test_two_registrations_under_one_name_count_as_busy_if_either_is() -> None:
+    view = pod(name="twin", restarts=1)
+    idle, busy = runner("twin", id_=1), runner("twin", busy=True, id_=2)
+    for runners in ([idle, busy], [busy, idle]):
+        assert plan([view], runners, NOW, None).replace == ()
+
+
+# -- deletion cost ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cost", "listed", "deleting", "change"),
+    [
+        (None, runner(busy=True), False, BUSY_DELETION_COST),
+        (BUSY_DELETION_COST, runner(busy=True), False, "unchanged"),
+        ("42", runner(busy=True), False, BUSY_DELETION_COST),
+        (BUSY_DELETION_COST, runner(), False, None),
+        (BUSY_DELETION_COST, None, False, None),
+        ("42", runner(), False, "unchanged"),  # someone else's cost stays
+        (None, None, False, "unchanged"),
+        (None, runner(busy=True), True, "unchanged"),
+    ],
+)
+def test_deletion_cost(cost: str | None, listed: Runner | None, deleting: bool, change: str | None) -> None:
+    view = pod(cost=cost, deleting=deleting)
+    expected = None if change == "unchanged" else CostChange(view, change)
+    assert deletion_cost_change(view, listed) == expected
+
+
+# -- durations, pools, counts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("24h", 86400), ("90m", 5400), ("1h30m", 5400), ("45s", 45), ("1h0m1s", 3601)]
+)
+def test_parse_duration(text: str, seconds: int) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "1d", "1.5h", "h", "1h ", "-1h"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_pool_runners_by_label_case_insensitively() -> None:
+    mine = Runner(id=1, name="a", status="online", busy=False, labels=("self-hosted", "NS/Pool"))
+    other = Runner(id=2, name="b", status="online", busy=False, labels=("ns/pool2",))
+    prefix = Runner(id=3, name="c", status="online", busy=False, labels=("ns/poo",))
+    assert pool_runners([mine, other, prefix], "ns", "pool") == [mine]
+    assert api.pool_runner_label("ns", "pool") == "ns/pool"
+
+
+def test_runner_counts_busy_wins_over_offline() -> None:
+    runners = [
+        runner(id_=1),
+        runner(busy=True, id_=2),
+        runner(busy=True, status="offline", id_=3),
+        runner(status="offline", id_=4),
+    ]
+    assert runner_counts(runners) == api.RunnerCounts(online=1, busy=2, offline=1)
+
+
+# -- listing delay ---------------------------------------------------------------------------
+
+T = 1_800_000_000.0
+
+
+def budget(remaining: int, limit: int = 5000, reset_in: float = 3600) -> RateLimit:
+    return RateLimit(remaining=remaining, limit=limit, reset=T + reset_in)
+
+
+@pytest.mark.parametrize(
+    ("rate", "kwargs", "delay"),
+    [
+        (None, {}, 60),
+        (budget(5000), {}, 60),
+        (budget(500), {}, 60),  # exactly 10 %: not low yet
+        (budget(499), {}, 60),  # low, but 499/2 listings fit easily into the hour
+        (budget(100), {}, 72.02),  # 3601 s / 50 listings
+        (budget(40), {}, 180.05),
+        (budget(40), {"scopes": 2}, 360.1),
+        (budget(40), {"pages": 3}, 540.15),
+        (budget(1), {}, 3601),  # never past the reset
+        (budget(0, reset_in=600), {}, 601),
+        (budget(0, reset_in=10), {}, 60),  # the interval is a floor
+        (budget(0, reset_in=-30), {}, 60),  # a reset in the past: refilled
+        (budget(5000), {"retry_after": 90}, 90),
+        (budget(40), {"retry_after": 900}, 900),
+        (RateLimit(remaining=0, limit=0, reset=T), {}, 60),  # GHES without limits
+    ],
+)
+def test_next_listing_delay(rate: RateLimit | None, kwargs: dict[str, Any], delay: float) -> None:
+    assert next_listing_delay(60, rate, T, **kwargs) == pytest.approx(delay)
+
+
+@pytest.mark.parametrize(("runners", "pages"), [(0, 1), (1, 1), (100, 1), (101, 2), (250, 3)])
+def test_listing_cost(runners: int, pages: int) -> None:
+    assert listing_cost(runners) == pages

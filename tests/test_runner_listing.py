@@ -1,0 +1,344 @@
+"""The shared, conditional runner listing and the API budget, against GitHub behind ``responses``.
+
+No cluster here: pools and pods come from an in-memory stand-in for the informer cache (the
+pod side runs on a real API server in test_runner_pods.py). The scheduler is never started:
+tests run a scope's round with ``sync`` and read what it would schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import REGISTRY
+
+from runnerpool import api
+from runnerpool.github_api import MalformedResponse, PyGithubClient, RateLimit, Scope
+from runnerpool.manager import NamedClientCache
+from runnerpool.runners.listing import ListingKey, SharedListing
+from runnerpool.runners.manager import RunnerManagers
+from secret_updater.credentials import PAT_KEY
+from secret_updater.filler import PoolRef
+from tests.github_mocks import API, RunnerEndpoint, fast_client_factory, gh, github
+from tests.helpers import wait_for
+from tests.pools import pool_manifest
+
+__all__ = ["github"]  # the shared fixture
+
+NS = "team-a"
+ORG = Scope(organization="octo-org")
+REPO = Scope(repository="octo-org/octo-repo")
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+CREDENTIAL = f"{NS}/{api.DEFAULT_CREDENTIAL_SECRET}"
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@dataclass
+class Cache:
+    """What the runner managers read from the informers: pools and their pods."""
+
+    pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, name: str, **spec: Any) -> PoolRef:
+        manifest = pool_manifest(name, **spec)
+        manifest["metadata"].update(namespace=NS, uid=f"uid-{name}", generation=1)
+        pool = api.RunnerPool.model_validate(manifest)
+        self.pools[(NS, name)] = manifest
+        return PoolRef(
+            namespace=NS,
+            name=name,
+            scope=Scope(organization=pool.spec.organization, repository=pool.spec.repository),
+            credential_secret_name=pool.spec.credential_secret_name,
+            github_api_url=API,
+        )
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pools.get((namespace, name))
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return self.pods.get((namespace, pool), [])
+
+
+@dataclass
+class Pods:
+    deleted: list[str] = field(default_factory=list)
+    annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
+        self.deleted.append(name)
+        return True
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+        self.annotated.append((name, key, value))
+
+
+@dataclass
+class Harness:
+    managers: RunnerManagers
+    cache: Cache
+    clients: NamedClientCache
+    secrets: dict[tuple[str, str], dict[str, str]]
+    notified: list[str]
+    scheduler: BackgroundScheduler
+
+    def client(self, secret: str = api.DEFAULT_CREDENTIAL_SECRET) -> PyGithubClient:
+        found = self.clients.get(NS, secret, API)
+        assert isinstance(found, PyGithubClient)
+        return found
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    secrets = {(NS, api.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_listing_test_token"}}
+    clients = NamedClientCache(lambda ns, name: secrets.get((ns, name)), factory=fast_client_factory)
+    cache = Cache()
+    notified: list[str] = []
+    scheduler = BackgroundScheduler(timezone=UTC)  # never started: jobs stay inspectable
+    managers = RunnerManagers(
+        cache, clients, Pods(), notified.append, interval=60, clock=lambda: NOW, scheduler=scheduler
+    )
+    yield Harness(managers, cache, clients, secrets, notified, scheduler)
+    managers.shutdown()
+
+
+# -- the client: pages, ETags, counting ------------------------------------------------------
+
+
+def test_listing_follows_link_pages_of_100(harness: Harness, github: responses.RequestsMock) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for i in range(1, 6):
+        endpoint.add(i, f"r{i}", ["ns/p"])
+
+    runners = harness.client().list_runners(ORG)
+
+    assert [r.id for r in runners] == [1, 2, 3, 4, 5]
+    assert endpoint.listed == [(1, 200), (2, 200), (3, 200)]
+    assert all("per_page=100" in call.request.url for call in github.calls)
+
+
+def test_unchanged_pages_are_revalidated_and_free(harness: Harness, github: responses.RequestsMock) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for i in range(1, 6):
+        endpoint.add(i, f"r{i}", ["ns/p"])
+    client = harness.client()
+    first = client.list_runners(ORG)
+    free_before = sample(
+        "runnerpool_github_requests_total", endpoint="/orgs/{org}/actions/runners", method="GET", status="304"
+    )
+
+    second = client.list_runners(ORG)
+
+    assert second == first
+    assert endpoint.listed[3:] == [(1, 304), (2, 304), (3, 304)]
+    assert all(headers.get("If-None-Match") for headers in endpoint.list_headers[3:])
+    free_after = sample(
+        "runnerpool_github_requests_total", endpoint="/orgs/{org}/actions/runners", method="GET", status="304"
+    )
+    assert free_after - free_before == 3
+
+    endpoint.add(3, "r3", ["ns/p"], busy=True)  # a job starts on page 2
+    third = client.list_runners(ORG)
+
+    assert endpoint.listed[6:] == [(1, 304), (2, 200), (3, 304)]
+    assert [r.busy for r in third] == [False, False, True, False, False]
+
+
+def test_a_304_to_an_unconditional_request_is_malformed(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    github.get(gh("/orgs/octo-org/actions/runners"), status=304)
+    with pytest.raises(MalformedResponse):
+        harness.client().list_runners(ORG)
+
+
+def test_requests_are_counted_by_templated_endpoint_never_by_name_or_token(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(7, "r7", ["ns/p"], status="offline")
+    labels = {"endpoint": "/orgs/{org}/actions/runners/{runner_id}", "method": "DELETE", "status": "204"}
+    before = sample("runnerpool_github_requests_total", **labels)
+
+    harness.client().delete_runner(ORG, 7)
+
+    assert sample("runnerpool_github_requests_total", **labels) - before == 1
+    for metric in REGISTRY.collect():
+        if metric.name.startswith("runnerpool_github"):
+            for s in metric.samples:
+                text = repr(s.labels)
+                assert "octo-org" not in text and "ghp_" not in text, s
+
+
+# -- one listing per scope, shared ------------------------------------------------------------
+
+
+def test_two_pools_in_one_organization_share_one_listing(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    org = RunnerEndpoint(github, "/orgs/octo-org")
+    repo = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    org.add(1, "a-1", [f"{NS}/a"])
+    org.add(2, "a-2", [f"{NS}/a"], busy=True)
+    org.add(3, "b-1", [f"{NS}/b"], status="offline")
+    for ref in (harness.cache.add("a", org="octo-org"), harness.cache.add("b", org="Octo-Org")):
+        harness.managers.start(ref)
+    harness.managers.start(harness.cache.add("c", repo="octo-org/octo-repo"))
+    org_key = ListingKey.of(API, ORG)
+
+    assert harness.managers.scopes() == [org_key, ListingKey.of(API, REPO)]
+    assert sorted(job.id for job in harness.scheduler.get_jobs()) == sorted(
+        map(str, harness.managers.scopes())
+    )
+
+    harness.managers.sync(org_key)
+
+    assert org.listed == [(1, 200)], "one request for both pools"
+    assert repo.listed == []
+    assert sample("runnerpool_runners", namespace=NS, pool="a", state="busy") == 1
+    assert sample("runnerpool_runners", namespace=NS, pool="a", state="online") == 1
+    assert sample("runnerpool_runners", namespace=NS, pool="b", state="offline") == 1
+    assert harness.notified == [f"{NS}/a", f"{NS}/b"], "new counts send the pools to the reconciler"
+    listed = harness.managers.listing.latest(org_key)
+    assert listed is not None and listed.credential == CREDENTIAL
+
+    harness.managers.sync(org_key)
+
+    assert org.listed == [(1, 200), (1, 304)]
+    assert harness.notified == [f"{NS}/a", f"{NS}/b"], "unchanged counts are not news"
+
+
+def test_stopping_the_last_pool_of_a_scope_ends_its_manager(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    RunnerEndpoint(github, "/orgs/octo-org").add(1, "a-1", [f"{NS}/a"])
+    for name in ("a", "b"):
+        harness.managers.start(harness.cache.add(name, org="octo-org"))
+    key = ListingKey.of(API, ORG)
+    harness.managers.sync(key)
+
+    harness.managers.stop(NS, "a")
+    assert harness.managers.scopes() == [key]
+    assert sample("runnerpool_runners", namespace=NS, pool="a", state="online") == 0
+    harness.managers.stop(NS, "b")
+
+    assert harness.managers.scopes() == []
+    assert harness.scheduler.get_jobs() == []
+    assert harness.managers.listing.latest(key) is None
+
+
+def test_a_credential_that_cannot_see_the_scope_does_not_blind_the_others(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(1, "b-1", [f"{NS}/b"])
+    harness.secrets[(NS, "other-cred")] = {PAT_KEY: "ghp_other_test_token"}
+    harness.managers.start(harness.cache.add("a", org="octo-org", credentialSecretName="missing-cred"))
+    harness.managers.start(harness.cache.add("b", org="octo-org", credentialSecretName="other-cred"))
+
+    harness.managers.sync(ListingKey.of(API, ORG))
+
+    assert endpoint.listed == [(1, 200)]
+    assert github.calls[0].request.headers["Authorization"] == "token ghp_other_test_token"
+    assert sample("runnerpool_runners", namespace=NS, pool="b", state="online") == 1
+
+
+def test_a_finished_listing_is_not_served_to_a_later_caller(github: responses.RequestsMock) -> None:
+    """Folding only joins a listing in flight; the finalizer always gets a fresh one."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    client = fast_client_factory({PAT_KEY: "ghp_fold"}, API)
+    listing = SharedListing()
+    key = ListingKey.of(API, ORG)
+
+    listing.fetch(key, ORG, client)
+    endpoint.add(1, "late", ["ns/p"])
+    snapshot = listing.fetch(key, ORG, client)
+
+    assert [r.name for r in snapshot.runners] == ["late"]
+    assert endpoint.listed == [(1, 200), (1, 200)]
+
+
+# -- the budget -----------------------------------------------------------------------------
+
+
+def test_low_budget_is_exported_and_slows_the_listing(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(1, "a-1", [f"{NS}/a"])
+    reset = int(NOW.timestamp()) + 3600
+    harness.managers.start(harness.cache.add("a", org="octo-org"))
+    key = ListingKey.of(API, ORG)
+
+    endpoint.rate_limit = (4000, 5000, reset)
+    assert harness.managers.sync(key) == 60
+    assert sample("runnerpool_github_rate_limit_remaining", credential=CREDENTIAL) == 4000
+
+    endpoint.rate_limit = (40, 5000, reset)
+    delay = harness.managers.sync(key)
+
+    # 40 left, half of it for the listings: one listing per 3601 s / 20.
+    assert delay == pytest.approx(3601 / 20)
+    assert sample("runnerpool_github_rate_limit_remaining", credential=CREDENTIAL) == 40
+    assert sample("runnerpool_github_rate_limit_limit", credential=CREDENTIAL) == 5000
+    assert sample("runnerpool_github_rate_limit_reset_timestamp_seconds", credential=CREDENTIAL) == reset
+    assert sample("runnerpool_runner_sync_delay_seconds", scope=str(key)) == pytest.approx(delay)
+    assert harness.client().rate_limit() == RateLimit(remaining=40, limit=5000, reset=reset)
+
+
+def test_a_rate_limited_listing_waits_for_the_reset(harness: Harness, github: responses.RequestsMock) -> None:
+    reset = int(time.time()) + 600
+    github.get(
+        gh("/orgs/octo-org/actions/runners"),
+        status=403,
+        json={"message": "API rate limit exceeded for user ID 1.", "documentation_url": ""},
+        headers={"x-ratelimit-remaining": "0", "x-ratelimit-limit": "5000", "x-ratelimit-reset": str(reset)},
+    )
+    harness.managers.start(harness.cache.add("a", org="octo-org"))
+    key = ListingKey.of(API, ORG)
+    failures = sample("runnerpool_runner_listing_failures_total", scope=str(key), reason="RateLimited")
+
+    delay = harness.managers.sync(key)
+
+    assert delay == pytest.approx(600, abs=5)
+    assert (
+        sample("runnerpool_runner_listing_failures_total", scope=str(key), reason="RateLimited")
+        == failures + 1
+    )
+    assert sample("runnerpool_github_rate_limit_remaining", credential=CREDENTIAL) == 0
+
+
+def test_a_started_manager_lists_at_once_then_every_interval(github: responses.RequestsMock) -> None:
+    """The scheduled path: the first round runs when the scope appears, and sets the next one."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    cache = Cache()
+    clients = NamedClientCache(lambda ns, name: {PAT_KEY: "ghp_scheduled"}, factory=fast_client_factory)
+    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler.start()
+    managers = RunnerManagers(cache, clients, Pods(), lambda key: None, interval=60, scheduler=scheduler)
+    key = ListingKey.of(API, ORG)
+    try:
+        started = datetime.now(UTC)
+        managers.start(cache.add("a", org="octo-org"))
+        wait_for(lambda: endpoint.listed == [(1, 200)], message="the first listing")
+
+        def next_run() -> datetime | None:
+            job = scheduler.get_job(str(key))
+            when: datetime | None = job.next_run_time if job is not None else None
+            return when if when is not None and when >= started + timedelta(seconds=59) else None
+
+        assert wait_for(next_run, message="the next round an interval later") <= started + timedelta(
+            seconds=70
+        )
+    finally:
+        managers.shutdown()
+        scheduler.shutdown()

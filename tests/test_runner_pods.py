@@ -1,0 +1,222 @@
+"""Runner pods on a real API server: replacement after a job, recreateDeadline, offline-runner GC.
+
+The Deployment's pods are created by the control plane's controller manager; nothing runs
+them, so the tests play kubelet by patching pod status (Running, Succeeded, a restarted
+container). GitHub is ``responses``. Each test runs one runner-manager round with ``sync``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from apscheduler.schedulers.background import BackgroundScheduler
+from kubernetes import client
+from prometheus_client import REGISTRY
+
+from runnerpool import api, children
+from runnerpool.github_api import Scope
+from runnerpool.manager import NamedClientCache
+from runnerpool.runners.lifecycle import BUSY_DELETION_COST, DELETION_COST_ANNOTATION
+from runnerpool.runners.listing import ListingKey
+from runnerpool.runners.manager import KubePods, RunnerManagers
+from secret_updater.filler import PoolRef
+from tests.github_mocks import API, RunnerEndpoint, github, live_clients
+from tests.helpers import wait_for
+from tests.pools import LiveReader, create_pool, pat_secret, pool_manifest
+
+__all__ = ["github"]  # the shared fixture
+
+ORG = Scope(organization="octo-org")
+KEY = ListingKey.of(API, ORG)
+
+
+class LivePools(LiveReader):
+    """``LiveReader`` plus the pod list the runner managers read, straight from the API server."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        super().__init__(api_client)
+        self._client = api_client
+        self._pods = client.CoreV1Api(api_client)
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        selector = f"{api.POOL_LABEL}={pool},{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
+        items = self._pods.list_namespaced_pod(namespace, label_selector=selector).items
+        return [self._client.sanitize_for_serialization(pod) for pod in items]
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Cluster:
+    api_client: client.ApiClient
+    namespace: str
+    managers: RunnerManagers
+    clock: Clock
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api_client)
+
+    def pool(self, name: str, replicas: int, **spec: Any) -> list[str]:
+        """A pool, its Deployment as the reconciler makes it, and its pods' names (sorted)."""
+        created = create_pool(
+            self.api_client, self.namespace, pool_manifest(name, org="octo-org", replicas=replicas, **spec)
+        )
+        pool = api.RunnerPool.model_validate(created)
+        client.AppsV1Api(self.api_client).create_namespaced_deployment(
+            self.namespace, children.deployment(pool, api.DEFAULT_RUNNER_IMAGE, API)
+        )
+        self.managers.start(
+            PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, github_api_url=API)
+        )
+        return self.wait_pods(name, replicas)
+
+    def pods(self, pool: str) -> dict[str, Any]:
+        items = self.core.list_namespaced_pod(self.namespace, label_selector=f"{api.POOL_LABEL}={pool}").items
+        return {pod.metadata.name: pod for pod in items if pod.metadata.deletion_timestamp is None}
+
+    def wait_pods(self, pool: str, count: int, without: AbstractSet[str] = frozenset()) -> list[str]:
+        def ready() -> list[str] | None:
+            names = sorted(self.pods(pool))
+            return names if len(names) == count and not without & set(names) else None
+
+        return wait_for(ready, message=f"{count} pods of {pool} without {sorted(without)}")
+
+    def kubelet(self, pod: str, *, phase: str = "Running", state: str = "running", restarts: int = 0) -> None:
+        """Report what a kubelet would: the phase and the runner container's state."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        details = {
+            "running": {"startedAt": now},
+            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now},
+            "waiting": {"reason": "CrashLoopBackOff"},
+        }[state]
+        container = {
+            "name": children.RUNNER_CONTAINER,
+            "image": api.DEFAULT_RUNNER_IMAGE,
+            "imageID": "",
+            "ready": state == "running",
+            "restartCount": restarts,
+            "state": {state: details},
+        }
+        self.core.patch_namespaced_pod_status(
+            pod, self.namespace, {"status": {"phase": phase, "containerStatuses": [container]}}
+        )
+
+
+@pytest.fixture
+def cluster(api_client: client.ApiClient, namespace: str, runnerpool_crd: Any) -> Iterator[Cluster]:
+    pat_secret(api_client, namespace)
+    clock = Clock(datetime.now(UTC))
+    managers = RunnerManagers(
+        LivePools(api_client),
+        live_clients(api_client, NamedClientCache),
+        KubePods(client.CoreV1Api(api_client)),
+        lambda key: None,
+        clock=clock,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: rounds run by sync()
+    )
+    yield Cluster(api_client, namespace, managers, clock)
+    managers.shutdown()
+
+
+def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    ns = cluster.namespace
+    done, restarted, busy = cluster.pool("alpha", 3)
+    cluster.kubelet(done, phase="Succeeded", state="terminated")  # its runner is gone from GitHub
+    cluster.kubelet(restarted, restarts=1)  # ran its job, came back and registered again
+    cluster.kubelet(busy, restarts=1)  # ... and already took another job
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(101, restarted, [f"{ns}/alpha"])
+    endpoint.add(102, busy, [f"{ns}/alpha"], busy=True)
+
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted == [(101, 204)], "deregistered first; the busy runner is not even asked"
+    fresh = cluster.wait_pods("alpha", 3, without={done, restarted})
+    assert busy in fresh
+    kept = cluster.pods("alpha")[busy]
+    assert kept.metadata.annotations[DELETION_COST_ANNOTATION] == BUSY_DELETION_COST
+
+    endpoint.runners[102]["busy"] = False  # the second job ended
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted[-1] == (102, 204)
+    cluster.wait_pods("alpha", 3, without={busy})
+
+
+def test_recreate_deadline_replaces_idle_pods_never_busy_ones(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    ns = cluster.namespace
+    idle, busy, took_a_job = cluster.pool("beta", 3, recreateDeadline="1h")
+    for pod in (idle, busy, took_a_job):
+        cluster.kubelet(pod)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(201, idle, [f"{ns}/beta"])
+    endpoint.add(202, busy, [f"{ns}/beta"], busy=True)
+    endpoint.add(203, took_a_job, [f"{ns}/beta"])
+    endpoint.busy_on_delete.add(203)  # listed idle, busy by the time of the DELETE
+
+    cluster.managers.sync(KEY)
+    assert endpoint.deleted == [], "young pods stay"
+
+    cluster.clock.now += timedelta(hours=2)
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted == [(201, 204), (203, 422)]
+    fresh = cluster.wait_pods("beta", 3, without={idle})
+    assert {busy, took_a_job} <= set(fresh)
+
+
+def test_offline_runners_without_a_pod_are_deleted_never_busy_ones(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    ns = cluster.namespace
+    (pod,) = cluster.pool("gamma", 1)
+    cluster.kubelet(pod)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(301, pod, [f"{ns}/gamma"], status="offline")  # has its pod: kept
+    endpoint.add(302, "runnerpool-gamma-old-1", [f"{ns}/gamma"], status="offline")
+    endpoint.add(303, "runnerpool-gamma-old-2", [f"{ns}/gamma"], status="offline", busy=True)
+    endpoint.add(304, "runnerpool-gamma-old-3", [f"{ns}/gamma"])  # online: not gone yet
+    endpoint.add(305, "runnerpool-delta-old", [f"{ns}/delta"], status="offline")  # not this pool's
+    collected = REGISTRY.get_sample_value(
+        "runnerpool_runners_collected_total", {"namespace": ns, "pool": "gamma"}
+    )
+
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted == [(302, 204)]
+    assert sorted(endpoint.runners) == [301, 303, 304, 305]
+    after = REGISTRY.get_sample_value(
+        "runnerpool_runners_collected_total", {"namespace": ns, "pool": "gamma"}
+    )
+    assert (after or 0) - (collected or 0) == 1
+    assert pod in cluster.pods("gamma")
+
+
+def test_a_pod_changed_since_the_decision_is_not_deleted(cluster: Cluster) -> None:
+    """The resourceVersion precondition: a container restarted after the decision wins."""
+    (pod,) = cluster.pool("delta", 1)
+    seen = cluster.core.read_namespaced_pod(pod, cluster.namespace)
+    cluster.kubelet(pod, restarts=1)
+    pods = KubePods(cluster.core)
+
+    assert not pods.delete_pod(cluster.namespace, pod, seen.metadata.uid, seen.metadata.resource_version)
+    assert pod in cluster.pods("delta")
+    current = cluster.core.read_namespaced_pod(pod, cluster.namespace)
+    assert pods.delete_pod(cluster.namespace, pod, current.metadata.uid, current.metadata.resource_version)
