@@ -15,6 +15,7 @@ from kubernetes import client, config
 
 from runnerpool import api, logs
 from runnerpool.manager import Operator, Options
+from runnerpool.runners.manager import DEFAULT_INTERVAL
 from runnerpool.runtime.leader import check_timing
 from secret_updater.filler import DEFAULT_MARGIN
 
@@ -68,6 +69,14 @@ def parser() -> argparse.ArgumentParser:
         "(a pool's spec.githubApiUrl overrides it)",
     )
     p.add_argument("--runner-image", default=api.DEFAULT_RUNNER_IMAGE, help="default runner image")
+    p.add_argument(
+        "--runner-sync-interval",
+        type=_positive(float),
+        default=DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help="how often each repository or organization's runners are listed (once per scope, "
+        "shared by its pools; stretched automatically when the GitHub budget runs low)",
+    )
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 turns it off")
     p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port; 0 turns it off")
     p.add_argument(
@@ -107,6 +116,7 @@ def options_from(args: argparse.Namespace) -> Options:
         github_api_url=args.github_api_url,
         runner_image=args.runner_image,
         token_margin=timedelta(minutes=args.token_refresh_margin),
+        runner_sync_interval=args.runner_sync_interval,
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         leader_elect=args.leader_elect,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -9,17 +10,22 @@ READY = "Ready"
 TOKEN_READY = "TokenReady"
 
 
-def condition(
-    type_: str, status: bool, reason: str, message: str, generation: int, now: datetime
-) -> dict[str, Any]:
-    return {
-        "type": type_,
-        "status": "True" if status else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "observedGeneration": generation,
-    }
+@dataclass(frozen=True)
+class Stamp:
+    """What every condition written in one reconcile shares: the generation seen and the time."""
+
+    generation: int
+    now: datetime
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "type": type_,
+            "status": "True" if status else "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "observedGeneration": self.generation,
+        }
 
 
 def merge(previous: list[dict[str, Any]], updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -29,9 +35,9 @@ def merge(previous: list[dict[str, Any]], updates: list[dict[str, Any]]) -> list
     by_type = {c["type"]: c for c in previous}
     for update in updates:
         old = by_type.get(update["type"])
-        if old is not None and old.get("status") == update["status"]:
-            update = {**update, "lastTransitionTime": old["lastTransitionTime"]}
-        by_type[update["type"]] = update
+        unchanged = old is not None and old.get("status") == update["status"]
+        since = old["lastTransitionTime"] if old is not None and unchanged else update["lastTransitionTime"]
+        by_type[update["type"]] = {**update, "lastTransitionTime": since}
     return sorted(by_type.values(), key=lambda c: str(c["type"]))
 
 

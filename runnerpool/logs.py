@@ -49,8 +49,9 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # The kubernetes client and urllib3 are chatty at INFO and could echo request bodies at DEBUG.
-    for noisy in ("kubernetes", "urllib3", "github", "apscheduler"):
+    # The libraries are chatty at INFO (leader election logs every renewal) and PyGithub echoes
+    # response bodies, tokens included, at DEBUG.
+    for noisy in ("kubernetes", "urllib3", "github", "apscheduler", "leaderelection"):
         logger = logging.getLogger(noisy)
         logger.setLevel(max(logging.WARNING, root.level))
         # PyGithub attaches a handler of its own; with ours on the root every line would print twice.

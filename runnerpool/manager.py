@@ -140,7 +140,10 @@ class Operator:
             runners=self._runners,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
-        self.informers.wait_for_sync()
+        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
+        while not self.informers.wait_for_sync(timeout=1.0):
+            if self._stop.is_set():
+                return
         self._controller.start()
         self._leading.set()
         log.info("leading: %d workers started", options.workers)

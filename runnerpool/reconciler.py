@@ -23,7 +23,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from runnerpool import api, children, conditions
+from runnerpool import api, children, conditions, metrics
+from runnerpool import status as pool_status
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github_api import DeleteOutcome, GitHubClient, GitHubError, Scope
@@ -160,7 +161,7 @@ class Reconciler:
         self._ensure_finalizer(run)
         secret = self._ensure_token_secret(run)
         self._ensure_jobs(run)
-        if not _has_token(secret):
+        if not pool_status.has_token(secret):
             self._update_status(run, secret, None)
             return Result(requeue_after=self._settings.token_wait, action="requeue")
         deployment = self._ensure_deployment(run)
@@ -168,11 +169,13 @@ class Reconciler:
         return Result()
 
     def _ensure_finalizer(self, run: _Pass) -> None:
-        finalizers = run.pool.finalizers
-        if api.FINALIZER in finalizers:
-            return
-        # The resourceVersion makes this a compare-and-swap: no other finalizer is lost.
-        patched = self._custom.patch_namespaced_custom_object(
+        if api.FINALIZER not in run.pool.finalizers:
+            self._patch_finalizers(run, [*run.pool.finalizers, api.FINALIZER])
+            run.writes.append("update finalizer")
+
+    def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
+        # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
+        run.raw = self._custom.patch_namespaced_custom_object(
             api.GROUP,
             api.VERSION,
             run.pool.namespace,
@@ -180,13 +183,11 @@ class Reconciler:
             run.pool.name,
             {
                 "metadata": {
-                    "finalizers": [*finalizers, api.FINALIZER],
+                    "finalizers": finalizers or None,
                     "resourceVersion": run.raw["metadata"]["resourceVersion"],
                 }
             },
         )
-        run.raw = patched
-        run.writes.append("update finalizer")
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
         desired = children.token_secret(run.pool)
@@ -226,6 +227,7 @@ class Reconciler:
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
         self._tokens.stop(namespace, name)
+        metrics.forget_pool(namespace, name)
         if self._runners is not None:
             self._runners.stop(namespace, name)
 
@@ -272,26 +274,16 @@ class Reconciler:
     def _update_status(self, run: _Pass, secret: dict[str, Any], deployment: dict[str, Any] | None) -> None:
         pool = run.pool
         old = run.raw.get("status") or {}
-        now = self._clock()
-        expiry = _token_expiry(secret)
-        token_cond = self._token_condition(pool, secret, expiry, now)
-        ready_cond = _ready_condition(pool, token_cond, deployment, now)
-        dep_status = (deployment or {}).get("status") or {}
-        status: dict[str, Any] = {
-            "observedGeneration": pool.generation,
-            "replicas": dep_status.get("replicas", 0),
-            "readyReplicas": dep_status.get("readyReplicas", 0),
-            "selector": children.selector(pool),
-            "conditions": conditions.merge(old.get("conditions") or [], [token_cond, ready_cond]),
-        }
-        if expiry is not None:
-            status["tokenExpiresAt"] = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
-        runners = self._runner_counts(pool)
-        if runners is not None:
-            status["runners"] = runners
-        elif "runners" in old:
-            # No listing yet (a restart, GitHub down): the last counts beat none.
-            status["runners"] = old["runners"]
+        status = pool_status.desired_status(
+            conditions.Stamp(pool.generation, self._clock()),
+            pool,
+            old=old,
+            secret=secret,
+            deployment=deployment,
+            failure=self._tokens.failure(pool.namespace, pool.name),
+            runners=self._runner_counts(pool),
+        )
+        metrics.observe_pool(pool.namespace, pool.name, pool.spec.replicas, status["readyReplicas"])
         if status == old:
             return
         self._custom.patch_namespaced_custom_object_status(
@@ -300,7 +292,7 @@ class Reconciler:
             pool.namespace,
             api.PLURAL,
             pool.name,
-            {"status": _with_nulls(old, status)},
+            {"status": pool_status.merge_patch(old, status)},
         )
         run.writes.append("update status")
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
@@ -323,41 +315,6 @@ class Reconciler:
             api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": {"conditions": merged}}
         )
         run.writes.append("update status")
-
-    def _token_condition(
-        self, pool: api.RunnerPool, secret: dict[str, Any], expiry: datetime | None, now: datetime
-    ) -> dict[str, Any]:
-        failure = self._tokens.failure(pool.namespace, pool.name)
-        valid = _has_token(secret) and (expiry is None or expiry > now)
-        gen = pool.generation
-        if valid and failure is None:
-            until = f" until {expiry:%Y-%m-%dT%H:%M:%SZ}" if expiry else ""
-            return conditions.condition(
-                conditions.TOKEN_READY, True, "TokenIssued", f"registration token valid{until}", gen, now
-            )
-        if valid and failure is not None:
-            return conditions.condition(
-                conditions.TOKEN_READY,
-                True,
-                "RefreshFailing",
-                "the current token is still valid, but refreshing it fails: "
-                f"{failure.reason}: {failure.message}",
-                gen,
-                now,
-            )
-        if failure is not None:
-            return conditions.condition(
-                conditions.TOKEN_READY, False, failure.reason, failure.message, gen, now
-            )
-        return conditions.condition(
-            conditions.TOKEN_READY,
-            False,
-            "WaitingForToken",
-            f"waiting for the secret updater to put a registration token into Secret "
-            f"{api.token_secret_name(pool.name)}",
-            gen,
-            now,
-        )
 
     def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
         for cond in new:
@@ -391,7 +348,7 @@ class Reconciler:
             return Result(action="noop")
         self._stop_jobs(pool.namespace, pool.name)
         self._clear_token(run)
-        now, gen = self._clock(), pool.generation
+        stamp = conditions.Stamp(pool.generation, self._clock())
         try:
             github = self._github.get(pool.namespace, pool.spec.credential_secret_name, self._api_url(pool))
             busy = self._deregister_runners(run, github)
@@ -403,8 +360,8 @@ class Reconciler:
             try:
                 self._set_condition(
                     run,
-                    conditions.condition(
-                        RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}", gen, now
+                    stamp.condition(
+                        RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
                     ),
                 )
             except ApiException as api_err:
@@ -415,15 +372,13 @@ class Reconciler:
             self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
             self._set_condition(
                 run,
-                conditions.condition(
-                    RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done", gen, now
-                ),
+                stamp.condition(RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"),
             )
             return Result(requeue_after=self._settings.busy_runner_wait, action="requeue")
         self._set_condition(
             run,
-            conditions.condition(
-                RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered", gen, now
+            stamp.condition(
+                RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
             ),
         )
         if self._pods_remain(run):
@@ -434,7 +389,7 @@ class Reconciler:
     def _clear_token(self, run: _Pass) -> None:
         name = api.token_secret_name(run.pool.name)
         secret = self._cache.get_secret(run.pool.namespace, name)
-        if secret is None or not _has_token(secret):
+        if secret is None or not pool_status.has_token(secret):
             return
         self._core.patch_namespaced_secret(
             name,
@@ -483,63 +438,5 @@ class Reconciler:
         return bool(pods.items)
 
     def _remove_finalizer(self, run: _Pass) -> None:
-        remaining = [f for f in run.pool.finalizers if f != api.FINALIZER]
-        self._custom.patch_namespaced_custom_object(
-            api.GROUP,
-            api.VERSION,
-            run.pool.namespace,
-            api.PLURAL,
-            run.pool.name,
-            {
-                "metadata": {
-                    "finalizers": remaining or None,
-                    "resourceVersion": run.raw["metadata"]["resourceVersion"],
-                }
-            },
-        )
+        self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
         run.writes.append("update finalizer removed")
-
-
-def _has_token(secret: dict[str, Any]) -> bool:
-    return bool((secret.get("data") or {}).get(api.TOKEN_SECRET_KEY))
-
-
-def _token_expiry(secret: dict[str, Any]) -> datetime | None:
-    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(api.TOKEN_EXPIRY_ANNOTATION)
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _ready_condition(
-    pool: api.RunnerPool, token: dict[str, Any], deployment: dict[str, Any] | None, now: datetime
-) -> dict[str, Any]:
-    gen = pool.generation
-    desired = pool.spec.replicas
-    if token["status"] != "True":
-        return conditions.condition(
-            conditions.READY, False, "TokenNotReady", "runners cannot register without a token", gen, now
-        )
-    if deployment is None:
-        return conditions.condition(
-            conditions.READY, False, "DeploymentMissing", "the runner Deployment is being created", gen, now
-        )
-    status = deployment.get("status") or {}
-    ready = status.get("readyReplicas", 0)
-    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
-    if current and deployment["spec"].get("replicas") == desired and ready >= desired:
-        return conditions.condition(
-            conditions.READY, True, "RunnersReady", f"{ready}/{desired} runner pods ready", gen, now
-        )
-    return conditions.condition(
-        conditions.READY, False, "RunnersStarting", f"{ready}/{desired} runner pods ready", gen, now
-    )
-
-
-def _with_nulls(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch removes a key only when it says null: drop what we no longer report."""
-    return {**{k: None for k in old if k not in new}, **new}

@@ -1,0 +1,121 @@
+"""A pool's status as a pure function of what the operator observed.
+
+Kept apart from the reconciler's writes so the rules (which reason when, what
+counts as ready) can be read and tested on their own, and so the same inputs
+always give the same dict: a status that re-confirms a state compares equal to
+the stored one, which is what lets a converged pool cost no write.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from runnerpool import api, children, conditions
+from secret_updater.filler import TokenFailure
+
+_TIME = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def has_token(secret: dict[str, Any]) -> bool:
+    return bool((secret.get("data") or {}).get(api.TOKEN_SECRET_KEY))
+
+
+def token_expiry(secret: dict[str, Any]) -> datetime | None:
+    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(api.TOKEN_EXPIRY_ANNOTATION)
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def token_condition(
+    stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: TokenFailure | None
+) -> dict[str, Any]:
+    expiry = token_expiry(secret)
+    valid = has_token(secret) and (expiry is None or expiry > stamp.now)
+    if valid and failure is None:
+        until = f" until {expiry:{_TIME}}" if expiry else ""
+        return stamp.condition(
+            conditions.TOKEN_READY, True, "TokenIssued", f"registration token valid{until}"
+        )
+    if valid and failure is not None:
+        return stamp.condition(
+            conditions.TOKEN_READY,
+            True,
+            "RefreshFailing",
+            f"the current token is still valid, but refreshing it fails: {failure.reason}: {failure.message}",
+        )
+    if failure is not None:
+        return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)
+    return stamp.condition(
+        conditions.TOKEN_READY,
+        False,
+        "WaitingForToken",
+        f"waiting for the secret updater to put a registration token into Secret "
+        f"{api.token_secret_name(pool.name)}",
+    )
+
+
+def ready_condition(
+    stamp: conditions.Stamp, pool: api.RunnerPool, token: dict[str, Any], deployment: dict[str, Any] | None
+) -> dict[str, Any]:
+    desired = pool.spec.replicas
+    if token["status"] != "True":
+        return stamp.condition(
+            conditions.READY, False, "TokenNotReady", "runners cannot register without a token"
+        )
+    if deployment is None:
+        return stamp.condition(
+            conditions.READY, False, "DeploymentMissing", "the runner Deployment is being created"
+        )
+    status = deployment.get("status") or {}
+    ready = status.get("readyReplicas", 0)
+    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+    settled = current and deployment["spec"].get("replicas") == desired and ready >= desired
+    return stamp.condition(
+        conditions.READY,
+        settled,
+        "RunnersReady" if settled else "RunnersStarting",
+        f"{ready}/{desired} runner pods ready",
+    )
+
+
+def desired_status(
+    stamp: conditions.Stamp,
+    pool: api.RunnerPool,
+    *,
+    old: dict[str, Any],
+    secret: dict[str, Any],
+    deployment: dict[str, Any] | None,
+    failure: TokenFailure | None,
+    runners: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The whole status subresource as it should read now."""
+    token = token_condition(stamp, pool, secret, failure)
+    ready = ready_condition(stamp, pool, token, deployment)
+    dep_status = (deployment or {}).get("status") or {}
+    status: dict[str, Any] = {
+        "observedGeneration": pool.generation,
+        "replicas": dep_status.get("replicas", 0),
+        "readyReplicas": dep_status.get("readyReplicas", 0),
+        "selector": children.selector(pool),
+        "conditions": conditions.merge(old.get("conditions") or [], [token, ready]),
+    }
+    expiry = token_expiry(secret)
+    if expiry is not None:
+        status["tokenExpiresAt"] = expiry.strftime(_TIME)
+    if runners is not None:
+        status["runners"] = runners
+    elif "runners" in old:
+        # No listing yet (a restart, GitHub down): the last counts beat none.
+        status["runners"] = old["runners"]
+    return status
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch removes a key only when it says null: drop what we no longer report."""
+    return {**{k: None for k in old if k not in new}, **new}
