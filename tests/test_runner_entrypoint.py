@@ -42,6 +42,7 @@ class Sandbox:
     runner_dir: Path
     log_dir: Path
     token_file: Path
+    state_file: Path
 
     def env(self, **overrides: str | None) -> dict[str, str]:
         env = {
@@ -50,6 +51,7 @@ class Sandbox:
             "LANG": "C.UTF-8",
             "RUNNER_DIR": str(self.runner_dir),
             "RUNNER_TOKEN_FILE": str(self.token_file),
+            "RUNNER_STATE_FILE": str(self.state_file),
             "STUB_LOG_DIR": str(self.log_dir),
             "POD_NAME": POD,
             "POD_NAMESPACE": "team-a",
@@ -92,7 +94,9 @@ def sandbox(tmp_path: Path) -> Sandbox:
     token_file = tmp_path / "runner-token" / "runnertoken"
     token_file.parent.mkdir()
     token_file.write_text(TOKEN + "\n")
-    return Sandbox(runner_dir=runner_dir, log_dir=log_dir, token_file=token_file)
+    return Sandbox(
+        runner_dir=runner_dir, log_dir=log_dir, token_file=token_file, state_file=tmp_path / "work" / ".state"
+    )
 
 
 def run_entrypoint(env: dict[str, str], *bash_flags: str) -> Result:
@@ -192,6 +196,18 @@ def test_repository_scope_registers_with_exact_flags(sandbox: Sandbox) -> None:
     assert sandbox.cwd_of("run") == str(sandbox.runner_dir)
     assert "stub config started" in result.stdout
     assert "stub run started" in result.stdout
+
+
+def test_a_restarted_container_does_not_register_again(sandbox: Sandbox) -> None:
+    """One job per pod: after the ephemeral runner's job the container restarts and must just exit."""
+    assert run_entrypoint(sandbox.env()).returncode == 0
+    (sandbox.log_dir / "config.args").unlink()
+
+    again = run_entrypoint(sandbox.env())
+
+    assert again.returncode == 0
+    assert sandbox.args_of("config") is None, "config.sh ran a second time in the same pod"
+    assert "already registered" in again.stderr
 
 
 def test_organization_scope_with_custom_url_and_workdir(sandbox: Sandbox) -> None:

@@ -14,6 +14,13 @@
 #   RUNNER_WORKDIR      job work directory (default /runner/_work)
 #   RUNNER_TOKEN_FILE   token file (default /runner-token/runnertoken)
 #   RUNNER_DIR          directory holding config.sh and run.sh (default /home/runner)
+#   RUNNER_STATE_FILE   marks a pod that already registered once (default in the work
+#                       volume, which outlives container restarts but not the pod)
+#
+# One job per pod: the runner is --ephemeral, so after its job the listener exits and the
+# container restarts. A restarted container must not register again (its work directory is
+# no longer clean, and a job could land on a pod the operator is about to replace): it exits
+# at once, and the operator replaces the pod.
 #
 # The registration token is secret: this script never traces itself and never prints it.
 
@@ -35,6 +42,7 @@ RUNNER_TOKEN_FILE="${RUNNER_TOKEN_FILE:-/runner-token/runnertoken}"
 GITHUB_URL="${GITHUB_URL:-https://github.com}"
 GITHUB_URL="${GITHUB_URL%/}"
 RUNNER_WORKDIR="${RUNNER_WORKDIR:-/runner/_work}"
+RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_WORKDIR}/.runnerpool-registered}"
 # Make the official run.sh pass our SIGTERM on to the listener as SIGINT (graceful stop).
 export RUNNER_MANUALLY_TRAP_SIG="${RUNNER_MANUALLY_TRAP_SIG:-1}"
 
@@ -51,6 +59,11 @@ elif [[ -n "${RUNNER_REPO:-}" ]]; then
     [[ "${scope}" =~ ^[^/]+/[^/]+$ ]] || die "RUNNER_REPO must be owner/name, got '${scope}'"
 else
     die "neither RUNNER_ORG nor RUNNER_REPO is set; set exactly one"
+fi
+
+if [[ -e "${RUNNER_STATE_FILE}" ]]; then
+    log "this pod already registered a runner once; exiting so the operator replaces it"
+    exit 0
 fi
 
 [[ -e "${RUNNER_TOKEN_FILE}" ]] || die "registration token file ${RUNNER_TOKEN_FILE} does not exist (is the token Secret mounted?)"
@@ -97,6 +110,9 @@ run_child() {
     child=0
 }
 
+if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
+    die "cannot write ${RUNNER_STATE_FILE} (is the work volume mounted and writable?)"
+fi
 log "registering runner ${POD_NAME} for ${GITHUB_URL}/${scope} with labels ${RUNNER_LABELS}"
 run_child ./config.sh --unattended --ephemeral --replace \
     --name "${POD_NAME}" \
