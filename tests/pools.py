@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import api, children
 from secret_updater.filler import PoolRef, TokenFailure
 from tests.helpers import wait_for
 
@@ -102,25 +102,47 @@ def pat_secret(api_client: client.ApiClient, namespace: str, token: str = "ghp_t
     )
 
 
-def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> None:
-    """Nothing runs pods here, so play kubelet: report them Running and Ready."""
+def play_kubelet(
+    api_client: client.ApiClient,
+    namespace: str,
+    pod: str,
+    *,
+    phase: str = "Running",
+    state: str = "running",
+    restarts: int = 0,
+) -> None:
+    """Nothing runs pods here, so report what a kubelet would: the phase and the runner's state."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    details = {
+        "running": {"startedAt": now},
+        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now},
+        "waiting": {"reason": "CrashLoopBackOff"},
+    }[state]
+    container = {
+        "name": children.RUNNER_CONTAINER,
+        "image": api.DEFAULT_RUNNER_IMAGE,
+        "imageID": "",
+        "ready": state == "running",
+        "restartCount": restarts,
+        "state": {state: details},
+    }
+    ready = {"type": "Ready", "status": "True" if state == "running" else "False", "lastTransitionTime": now}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": phase, "containerStatuses": [container], "conditions": [ready]}}
+    )
+
+
+def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> list[str]:
+    """Wait for ``count`` live pods of the pool and report them Running and Ready; returns their names."""
     core = client.CoreV1Api(api_client)
     selector = f"{api.POOL_LABEL}={pool}"
 
-    def pods_created() -> list[Any] | None:
-        items: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
-        return items if len(items) == count else None
+    def pods_created() -> list[str] | None:
+        items = core.list_namespaced_pod(namespace, label_selector=selector).items
+        names = sorted(p.metadata.name for p in items if p.metadata.deletion_timestamp is None)
+        return names if len(names) == count else None
 
-    pods = wait_for(pods_created, message=f"{count} runner pods")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    for pod in pods:
-        core.patch_namespaced_pod_status(
-            pod.metadata.name,
-            namespace,
-            {
-                "status": {
-                    "phase": "Running",
-                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-                }
-            },
-        )
+    names = wait_for(pods_created, message=f"{count} runner pods")
+    for name in names:
+        play_kubelet(api_client, namespace, name)
+    return names

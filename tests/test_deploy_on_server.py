@@ -26,8 +26,9 @@ from runnerpool.envtest import assets
 from runnerpool.envtest.controlplane import ControlPlane
 from runnerpool.fakegithub import FakeGitHub
 from runnerpool.manager import Operator, Options
+from runnerpool.runners.lifecycle import DELETION_COST_ANNOTATION
 from tests.helpers import wait_for
-from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, pool_manifest
+from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, play_kubelet, pool_manifest
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OPERATOR_NAMESPACE = "runnerpool-system"
@@ -129,6 +130,7 @@ def operator_as_service_account(
                 leader_elect=True,
                 leader_election_namespace=OPERATOR_NAMESPACE,
                 leader_election_id="least-privilege-test",
+                runner_sync_interval=1.0,
                 lease_duration=5,
                 renew_deadline=4,
                 retry_period=1,
@@ -147,27 +149,15 @@ def operator_as_service_account(
 
 
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: converge, repair drift twice, deregister, let go."""
+    """Everything the operator does for a pool: converge, repair drift, protect a busy runner,
+    replace a finished pod, deregister, let go."""
     reader = LiveReader(api_client)
-    apps = client.AppsV1Api(api_client)
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    scope = "octo-org/octo-repo"
     pat_secret(api_client, namespace)
-    create_pool(api_client, namespace, pool_manifest("lp", repo="octo-org/octo-repo"))
+    create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
     deployment = api.deployment_name("lp")
     wait_for(lambda: reader.get_deployment(namespace, deployment), message="the runner Deployment")
-    token_secret = reader.get_secret(namespace, api.token_secret_name("lp"))
-    assert token_secret is not None
-    token = base64.b64decode(token_secret["data"][api.TOKEN_SECRET_KEY]).decode()
-    pod = wait_for(
-        lambda: (
-            client.CoreV1Api(api_client)
-            .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=lp")
-            .items
-        ),
-        message="a runner pod",
-    )[0]
-    github.register_runner_with_token(
-        "octo-org/octo-repo", token, pod.metadata.name, [f"{namespace}/lp", "self-hosted"]
-    )
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
         apps.patch_namespaced_deployment(deployment, namespace, {"spec": {"replicas": 3}})
 
@@ -175,19 +165,35 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
             return bool(apps.read_namespaced_deployment(deployment, namespace).spec.replicas == 1)
 
         wait_for(repaired, message="the hand edit to be repaired")
-    mark_pods_ready(api_client, namespace, "lp", 1)
+    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)
+    secret = reader.get_secret(namespace, api.token_secret_name("lp")) or {}
+    token = base64.b64decode(secret["data"][api.TOKEN_SECRET_KEY]).decode()
+    github.register_runner_with_token(scope, token, pod, [f"{namespace}/lp", "self-hosted"])
+    wait_for(lambda: _pool_condition(reader, namespace, "Ready") == "True", message="the pool to be Ready")
 
-    def ready() -> bool:
-        pool = reader.get_pool(namespace, "lp") or {}
-        conditions = (pool.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    github.set_runner(scope, pod, busy=True)  # a job starts: a scale-down must take other pods first
+    wait_for(
+        lambda: (core.read_namespaced_pod(pod, namespace).metadata.annotations or {}).get(
+            DELETION_COST_ANNOTATION
+        ),
+        message="the busy runner's pod to get a high deletion cost",
+    )
+    github.complete_job(scope, pod)  # the ephemeral runner is gone; its container exits
+    play_kubelet(api_client, namespace, pod, phase="Succeeded", state="terminated")
+    mark_pods_ready(api_client, namespace, "lp", 1)  # a fresh pod replaced the finished one
+    assert pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
 
-    wait_for(ready, message="the pool to be Ready")
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "lp"
     )
     wait_for(lambda: reader.get_pool(namespace, "lp") is None, timeout=60, message="the pool to be deleted")
-    assert github.runners("octo-org/octo-repo") == [], "the pool's runner was deregistered"
+    assert github.runners(scope) == [], "no runner of the pool is left on GitHub"
+
+
+def _pool_condition(reader: LiveReader, namespace: str, type_: str) -> str | None:
+    pool = reader.get_pool(namespace, "lp") or {}
+    found = [c["status"] for c in (pool.get("status") or {}).get("conditions") or [] if c["type"] == type_]
+    return found[0] if found else None
 
 
 def _permission(event: dict[str, Any]) -> tuple[str, str, str]:

@@ -28,7 +28,7 @@ from runnerpool.runners.manager import KubePods, RunnerManagers
 from secret_updater.filler import PoolRef
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
 from tests.helpers import wait_for
-from tests.pools import LiveReader, create_pool, pat_secret, pool_manifest
+from tests.pools import LiveReader, create_pool, pat_secret, play_kubelet, pool_manifest
 
 __all__ = ["github"]  # the shared fixture
 
@@ -95,24 +95,7 @@ class Cluster:
         return wait_for(ready, message=f"{count} pods of {pool} without {sorted(without)}")
 
     def kubelet(self, pod: str, *, phase: str = "Running", state: str = "running", restarts: int = 0) -> None:
-        """Report what a kubelet would: the phase and the runner container's state."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        details = {
-            "running": {"startedAt": now},
-            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now},
-            "waiting": {"reason": "CrashLoopBackOff"},
-        }[state]
-        container = {
-            "name": children.RUNNER_CONTAINER,
-            "image": api.DEFAULT_RUNNER_IMAGE,
-            "imageID": "",
-            "ready": state == "running",
-            "restartCount": restarts,
-            "state": {state: details},
-        }
-        self.core.patch_namespaced_pod_status(
-            pod, self.namespace, {"status": {"phase": phase, "containerStatuses": [container]}}
-        )
+        play_kubelet(self.api_client, self.namespace, pod, phase=phase, state=state, restarts=restarts)
 
 
 @pytest.fixture
