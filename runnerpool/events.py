@@ -48,9 +48,7 @@ class EventRecorder:
         try:
             if known is not None:
                 name, count = known
-                self._core.patch_namespaced_event(
-                    name, namespace, {"count": count + 1, "lastTimestamp": now}
-                )
+                self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
                 self._remember(key, name, count + 1)
                 return
             name = f"{meta['name']}.{uuid.uuid4().hex[:12]}"
