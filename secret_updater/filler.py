@@ -26,12 +26,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 
 from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
 from runnerpool.github_api import GitHubError, Scope
+from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from secret_updater import metrics
 from secret_updater.credentials import ClientCache, CredentialError
 from secret_updater.scheduler import (
@@ -192,11 +191,7 @@ class TokenUpdater:
         self._generations = 0
         self._owns_scheduler = scheduler is None
         if scheduler is None:
-            scheduler = BackgroundScheduler(
-                timezone=UTC,
-                executors={"default": {"type": "threadpool", "max_workers": max_workers}},
-            )
-            scheduler.start()
+            scheduler = started_scheduler(max_workers)
         self._scheduler = scheduler
 
     @property
@@ -227,19 +222,15 @@ class TokenUpdater:
             # Remove first: on a scheduler that is not running yet, replace_existing would
             # leave both versions queued.
             self._remove_job(pool.key)
-            self._scheduler.add_job(
+            add_self_scheduling_job(
+                self._scheduler,
                 self._run,
-                # Safety net only: every run sets its own next run time. Should that ever
-                # fail, the job still comes back at the slow retry interval.
-                trigger=IntervalTrigger(seconds=self._policy.permanent_max.total_seconds(), timezone=UTC),
-                args=(pool.key, generation),
-                id=pool.key,
+                (pool.key, generation),
+                job_id=pool.key,
                 name=f"registration token {pool.key}",
-                replace_existing=True,
-                next_run_time=self._clock(),
-                coalesce=True,
-                max_instances=1,
-                misfire_grace_time=None,
+                first_run=self._clock(),
+                # Should a run ever fail to set its next run, the job still comes back.
+                safety_net_seconds=self._policy.permanent_max.total_seconds(),
             )
         log.info("token job started for pool %s (%s)", pool.key, pool.scope)
 

@@ -24,9 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
-from apscheduler.triggers.interval import IntervalTrigger
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
@@ -45,6 +43,7 @@ from runnerpool.github_api import (
 from runnerpool.runners import lifecycle, metrics
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
+from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from secret_updater.credentials import CredentialError
 from secret_updater.filler import PoolRef
 
@@ -146,10 +145,7 @@ class RunnerManagers:
         self._stopping = threading.Event()
         self._owns_scheduler = scheduler is None
         if scheduler is None:
-            scheduler = BackgroundScheduler(
-                timezone=UTC, executors={"default": {"type": "threadpool", "max_workers": max_workers}}
-            )
-            scheduler.start()
+            scheduler = started_scheduler(max_workers)
         self._scheduler = scheduler
 
     # -- registry (driven by the reconciler) ----------------------------------------------------
@@ -167,18 +163,14 @@ class RunnerManagers:
             members = self._scopes.setdefault(key, {})
             members[pool.key] = pool
             if len(members) == 1:
-                self._scheduler.add_job(
+                add_self_scheduling_job(
+                    self._scheduler,
                     self._run,
-                    # Safety net only: every run sets its own next run time.
-                    trigger=IntervalTrigger(seconds=self._interval * 10, timezone=UTC),
-                    args=(key,),
-                    id=str(key),
+                    (key,),
+                    job_id=str(key),
                     name=f"runner manager {key}",
-                    replace_existing=True,
-                    next_run_time=self._clock(),
-                    coalesce=True,
-                    max_instances=1,
-                    misfire_grace_time=None,
+                    first_run=self._clock(),
+                    safety_net_seconds=self._interval * 10,
                 )
                 log.info("runner manager started for %s", key)
 
