@@ -49,6 +49,7 @@ pool through the pool label (a pod's controller is a ReplicaSet, not the pool).
 # not the string "object".
 import contextlib
 import copy
+import functools
 import json
 import logging
 import socket
@@ -92,6 +93,7 @@ DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1,type!=kubernetes.io/se
 
 Obj = dict[str, Any]
 Enqueue = Callable[[str], None]
+Handler = Callable[[str, Obj], None]
 SecretRefs = Callable[[Obj], Iterable[str]]
 
 
@@ -369,44 +371,54 @@ class InformerSet:
         self._secrets = _Kind("Secrets")
         self._deployments = _Kind("Deployments")
         self._pods = _Kind("Pods")
-        for ns in scopes:
-            if ns is None:
-                pool_fn = ListWatchAdapter(custom.list_cluster_custom_object, crd)
-                secret_fn = ListWatchAdapter(core.list_secret_for_all_namespaces)
-                deploy_fn = ListWatchAdapter(apps.list_deployment_for_all_namespaces)
-                pod_fn = ListWatchAdapter(core.list_pod_for_all_namespaces)
-            else:
-                pool_fn = ListWatchAdapter(custom.list_namespaced_custom_object, crd)
-                secret_fn = ListWatchAdapter(core.list_namespaced_secret)
-                deploy_fn = ListWatchAdapter(apps.list_namespaced_deployment)
-                pod_fn = ListWatchAdapter(core.list_namespaced_pod)
-            self._add(
-                self._pools, namespace=ns, adapter=pool_fn, resync_period=resync_period, handler=self._on_pool
-            )
-            self._add(
+        # (cache, all-namespaces list, namespaced list, label selector, field selector, handler)
+        kinds: list[tuple[_Kind, Callable[..., Any], Callable[..., Any], str | None, str | None, Handler]] = [
+            (
+                self._pools,
+                custom.list_cluster_custom_object,
+                custom.list_namespaced_custom_object,
+                None,
+                None,
+                self._on_pool,
+            ),
+            (
                 self._secrets,
-                namespace=ns,
-                adapter=secret_fn,
-                resync_period=resync_period,
-                field_selector=secret_field_selector,
-                handler=lambda event, obj: self._on_child("Secret", event, obj),
-            )
-            self._add(
+                core.list_secret_for_all_namespaces,
+                core.list_namespaced_secret,
+                None,
+                secret_field_selector,
+                functools.partial(self._on_child, "Secret"),
+            ),
+            (
                 self._deployments,
-                namespace=ns,
-                adapter=deploy_fn,
-                resync_period=resync_period,
-                label_selector=MANAGED_BY_SELECTOR,
-                handler=lambda event, obj: self._on_child("Deployment", event, obj),
-            )
-            self._add(
+                apps.list_deployment_for_all_namespaces,
+                apps.list_namespaced_deployment,
+                MANAGED_BY_SELECTOR,
+                None,
+                functools.partial(self._on_child, "Deployment"),
+            ),
+            (
                 self._pods,
-                namespace=ns,
-                adapter=pod_fn,
-                resync_period=resync_period,
-                label_selector=MANAGED_BY_SELECTOR,
-                handler=lambda event, obj: self._on_child("Pod", event, obj),
-            )
+                core.list_pod_for_all_namespaces,
+                core.list_namespaced_pod,
+                MANAGED_BY_SELECTOR,
+                None,
+                functools.partial(self._on_child, "Pod"),
+            ),
+        ]
+        for ns in scopes:
+            for kind, list_all, list_namespaced, labels, fields, handler in kinds:
+                self._add(
+                    kind,
+                    namespace=ns,
+                    adapter=ListWatchAdapter(
+                        list_all if ns is None else list_namespaced, crd if kind is self._pools else None
+                    ),
+                    resync_period=resync_period,
+                    label_selector=labels,
+                    field_selector=fields,
+                    handler=handler,
+                )
 
     @staticmethod
     def _add(
