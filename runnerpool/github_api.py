@@ -27,6 +27,7 @@ means.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import enum
 import functools
@@ -350,16 +351,20 @@ class _TransientOnlyRetry(GithubRetry):
 class ClientOptions:
     """Transport tuning, kept apart from credentials so tests can turn every wait off.
 
-    ``retries`` is small on purpose: the scheduler owns the long backoff. The request spacing
-    follows GitHub's advice to send writes serially and not in bursts; all pools sharing one
-    credential share one client and therefore one spacing.
+    ``retries`` is small on purpose: the scheduler owns the long backoff. GitHub asks for
+    writes to be sent serially; every client does that (one write at a time per credential,
+    see ``PyGithubClient._send``). PyGithub's fixed gaps are off by default: a one-second gap
+    per write would make the hundredth new pool wait 100 s for its first token, and the few
+    writes this operator sends (a token per scope and half hour, a delete per gone runner)
+    are nowhere near the bursts the gap protects against. A secondary-limit answer (403/429
+    with ``retry-after``) is still honoured by the callers' backoff.
     """
 
     timeout: int = 15
     retries: int = 2
     backoff_factor: float = 0.5
-    seconds_between_requests: float | None = 0.25
-    seconds_between_writes: float | None = 1.0
+    seconds_between_requests: float | None = None
+    seconds_between_writes: float | None = None
     user_agent: str = "runnerpool-operator"
 
     def retry(self) -> GithubRetry:
@@ -623,6 +628,8 @@ class PyGithubClient:
         self._pages = _PageCache()
         self._budget_lock = threading.Lock()
         self._rate_limit: RateLimit | None = None
+        # GitHub asks for writes to be serial: one at a time for everything on this credential.
+        self._writes = threading.Lock()
 
     @classmethod
     def from_auth(
@@ -753,9 +760,10 @@ class PyGithubClient:
         ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
         """
         try:
-            status, response_headers, body = self._requester.requestJson(
-                method, url, headers=dict(headers or {})
-            )
+            with self._writes if method != "GET" else contextlib.nullcontext():
+                status, response_headers, body = self._requester.requestJson(
+                    method, url, headers=dict(headers or {})
+                )
         except Exception:
             GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
             raise

@@ -39,6 +39,7 @@ from secret_updater.scheduler import (
     next_run_after_failure,
     next_run_after_success,
 )
+from secret_updater.shared_tokens import SharedTokens
 
 __all__ = [
     "DEFAULT_MARGIN",
@@ -184,6 +185,7 @@ class TokenUpdater:
         self._notify = notify
         self._margin = margin
         self._clock = clock
+        self._shared = SharedTokens(margin, clock)
         self._policy = failure_retry
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -321,7 +323,8 @@ class TokenUpdater:
 
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
-        token = client.registration_token(ref.scope)
+        shared_key = (ref.namespace, ref.credential_secret_name, ref.github_api_url, ref.scope.key)
+        token = self._shared.get(shared_key, lambda: client.registration_token(ref.scope))
         digest = _digest(token.token)
         with state.write_lock:
             if not state.active or state.generation != generation:

@@ -506,3 +506,28 @@ def test_end_to_end_with_pygithub_client(mock: Any) -> None:
     assert annotations[TOKEN_EXPIRY_ANNOTATION] == "2020-01-22T20:13:35Z"
     assert patches[0][2]["stringData"][TOKEN_SECRET_KEY] == "LLBF3JGZDX3P5PMEXLND6TS6FCWO6"
     assert mock.calls[0].request.url.startswith(API)
+
+
+def test_pools_of_one_scope_share_one_token_request(harness: Harness) -> None:
+    """A new pool in a scope that already has a fresh token gets it without asking GitHub."""
+    second = PoolRef(
+        namespace="team-a", name="deploy", scope=POOL.scope, credential_secret_name="github-cred"
+    )
+    other_credential = PoolRef(
+        namespace="team-b", name="build", scope=POOL.scope, credential_secret_name="github-cred"
+    )
+    harness.secrets[("team-b", "github-cred")] = {"token": "ghp_y"}
+    for pool in (POOL, second, other_credential):
+        harness.updater.start(pool)
+    harness.github.results += [token(TOKEN_1), token(TOKEN_2)]
+
+    for pool in (POOL, second, other_credential):
+        harness.updater.fill_once(pool.namespace, pool.name)
+
+    assert len(harness.github.scopes) == 2, "one request per scope and credential, not per pool"
+    tokens = {(ns, name): body["stringData"][TOKEN_SECRET_KEY] for ns, name, body in harness.patches}
+    assert tokens == {
+        ("team-a", "runner-token-build"): TOKEN_1,
+        ("team-a", "runner-token-deploy"): TOKEN_1,
+        ("team-b", "runner-token-build"): TOKEN_2,
+    }
