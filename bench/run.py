@@ -1,0 +1,507 @@
+"""``python -m bench.run``: how the operator behaves with 10, 100 and 1000 pools.
+
+Everything is real except GitHub and the runner pods: a local control plane, the operator's
+console script as its own process, the fake GitHub and the runner simulator (the same
+pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control plane:
+
+1. Create N pools at once; from watches, time each pool's create -> token in its Secret and
+   create -> Ready=True, and the time until all N are Ready.
+2. GitHub requests per pool per hour, in compressed time: token lifetime, refresh margin and
+   the fake's rate limit are scaled by ``--time-scale`` (30: one simulated hour is 120 s) and
+   every request the fake answers in one simulated hour is counted.
+3. Switch the fake to real one-hour tokens, let every pool pick one up, then count the
+   operator's writes to the API server in a quiet window of two resync periods: from the
+   API server's audit log (mutating verbs by anything that is neither the bench nor the
+   controller manager) and by comparing resourceVersions of every pool, Secret and
+   Deployment before and after.  A converged operator should write nothing.
+4. The operator's peak RSS (VmHWM) and CPU time.
+
+Prints a table and writes JSON to bench/results/.  It is a measurement, not a test: nothing
+fails on a missed target; bench/README.md compares the figures with the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.informer import ADDED, MODIFIED
+
+from runnerpool import api
+from runnerpool.demo import install_crd
+from runnerpool.envtest.controlplane import ControlPlane
+from runnerpool.fakegithub import FakeGitHub
+from runnerpool.fakegithub.state import DEFAULT_RATE_LIMIT
+from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, _Informer
+from runnerpool.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+NAMESPACE = "bench"
+PAT = "ghp_bench000000000000000000000000000000"
+BENCH_AGENT = "runnerpool-bench"
+#: Agents whose writes are not the operator's in the audit log.
+NOT_OPERATOR = (BENCH_AGENT, "kube-controller-manager", "kube-apiserver")
+MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
+REAL_HOUR = 3600.0
+#: The operator's defaults that the time scale compresses.
+DEFAULT_MARGIN_MINUTES = 30.0
+DEFAULT_RUNNER_SYNC = 60.0
+
+
+@dataclass
+class Options:
+    sizes: list[int]
+    workers: int
+    replicas: int
+    scopes: int
+    time_scale: float
+    quiet_periods: int
+    resync_period: float
+    converge_timeout: float
+    out: Path
+
+    @property
+    def sim_hour(self) -> float:
+        return REAL_HOUR / self.time_scale
+
+
+@dataclass
+class SizeResult:
+    pools: int
+    converged: bool = False
+    pools_ready: int = 0
+    token_p50: float | None = None
+    token_p99: float | None = None
+    ready_p50: float | None = None
+    ready_p99: float | None = None
+    all_ready: float | None = None
+    create_seconds: float | None = None
+    github_per_pool_hour: float | None = None
+    github_by_endpoint: dict[str, int] = field(default_factory=dict)
+    quiet_window: float | None = None
+    audit_writes: int | None = None
+    audit_write_detail: dict[str, int] = field(default_factory=dict)
+    changed_objects: int | None = None
+    peak_rss_mib: float | None = None
+    cpu_seconds_converge: float | None = None
+    cpu_seconds_total: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------ observation
+
+
+class Watcher:
+    """First time each pool had a token and was Ready, from watches on the bench's side."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        crd = {"group": api.GROUP, "version": api.VERSION, "plural": api.PLURAL}
+        self._adapters = [
+            ListWatchAdapter(custom.list_namespaced_custom_object, crd),
+            ListWatchAdapter(core.list_namespaced_secret),
+        ]
+        self.pools = _Informer(self._adapters[0], namespace=NAMESPACE)
+        self.secrets = _Informer(self._adapters[1], namespace=NAMESPACE, label_selector=MANAGED_BY_SELECTOR)
+        self._changed = threading.Condition()
+        self.token_at: dict[str, float] = {}
+        self.ready_at: dict[str, float] = {}
+        for event in (ADDED, MODIFIED):
+            self.pools.add_event_handler(event, self._on_pool)
+            self.secrets.add_event_handler(event, self._on_secret)
+
+    def start(self) -> Watcher:
+        for informer in (self.pools, self.secrets):
+            informer.start()
+        for adapter in self._adapters:
+            adapter.synced.wait(30)
+        return self
+
+    def stop(self) -> None:
+        for informer in (self.pools, self.secrets):
+            informer.signal_stop()
+        for informer in (self.pools, self.secrets):
+            informer.join(10)
+
+    def _on_pool(self, pool: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        name = pool["metadata"]["name"]
+        conditions = (pool.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            with self._changed:
+                self.ready_at.setdefault(name, now)
+                self._changed.notify_all()
+
+    def _on_secret(self, secret: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY):
+            pool = (secret["metadata"].get("labels") or {}).get(api.POOL_LABEL, "")
+            with self._changed:
+                self.token_at.setdefault(pool, now)
+                self._changed.notify_all()
+
+    def wait_ready(self, count: int, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self.ready_at) >= count, timeout)
+
+    def long_tokens_everywhere(self, count: int, longer_than: timedelta) -> bool:
+        """Every pool's Secret and status carry a token that expires after ``longer_than`` from now."""
+        horizon = datetime.now(UTC) + longer_than
+        secrets = [s for s in self.secrets.cache.list() if (s.get("data") or {}).get(api.TOKEN_SECRET_KEY)]
+        expiries = {
+            (s["metadata"].get("labels") or {}).get(api.POOL_LABEL): (
+                s["metadata"].get("annotations") or {}
+            ).get(api.TOKEN_EXPIRY_ANNOTATION, "")
+            for s in secrets
+        }
+        if len(expiries) < count or any(not e or _parse(e) < horizon for e in expiries.values()):
+            return False
+        published = {
+            p["metadata"]["name"]: (p.get("status") or {}).get("tokenExpiresAt")
+            for p in self.pools.cache.list()
+        }
+        return all(published.get(pool) == expiry for pool, expiry in expiries.items())
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[round(q) - 1]
+
+
+class AuditTail:
+    """Mutating requests in the API server's audit log since a mark, by who is not the operator."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._offset = 0
+
+    def mark(self) -> None:
+        self._offset = self.path.stat().st_size if self.path and self.path.exists() else 0
+
+    def operator_writes(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        if self.path is None or not self.path.exists():
+            return found
+        with self.path.open("rb") as log:
+            log.seek(self._offset)
+            for line in log:
+                event = json.loads(line)
+                agent = str(event.get("userAgent", ""))
+                if event.get("stage") != "ResponseComplete" or event.get("verb") not in MUTATING:
+                    continue
+                if any(agent.startswith(a) or a in agent for a in NOT_OPERATOR):
+                    continue
+                ref = event.get("objectRef") or {}
+                what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+                found[f"{event['verb']} {what}"] += 1
+        return found
+
+
+def _versions(api_client: client.ApiClient) -> dict[str, str]:
+    """resourceVersion of every pool and every operator-owned Secret and Deployment."""
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    apps = client.AppsV1Api(api_client)
+    out = {
+        f"pool/{p['metadata']['name']}": p["metadata"]["resourceVersion"]
+        for p in custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
+    }
+    for kind, items in (
+        ("secret", core.list_namespaced_secret(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items),
+        ("deployment", apps.list_namespaced_deployment(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items),
+    ):
+        out.update({f"{kind}/{o.metadata.name}": o.metadata.resource_version for o in items})
+    return out
+
+
+# ------------------------------------------------------------------------------ one size
+
+
+def _api_client(kubeconfig: Path) -> client.ApiClient:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 32
+    api_client = client.ApiClient(configuration)
+    api_client.user_agent = BENCH_AGENT
+    return api_client
+
+
+def _supports(flag: str) -> bool:
+    import subprocess  # noqa: PLC0415 - only for this one look at --help
+
+    done = subprocess.run([*operator_command(), "--help"], capture_output=True, text=True, check=False)
+    return flag in done.stdout
+
+
+def _pool(index: int, opts: Options) -> dict[str, Any]:
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "metadata": {"name": f"pool-{index:04d}"},
+        "spec": {"repository": f"bench-org/repo-{index % opts.scopes}", "replicas": opts.replicas},
+    }
+
+
+def per_pool_hour(counts: Counter[str], n: int, opts: Options, listings_scaled: bool) -> float:
+    """Requests per pool per hour of the operator's own clock.
+
+    Token requests follow the compressed clock (lifetime and margin are scaled), so the window
+    is one hour of them; runner listings run on the real clock unless their interval could be
+    scaled too, so for them the same window is ``sim_hour`` real seconds.
+    """
+    total = 0.0
+    for endpoint, count in counts.items():
+        scaled = "registration-token" in endpoint or listings_scaled
+        hours = 1.0 if scaled else opts.sim_hour / REAL_HOUR
+        total += count / hours
+    return total / n
+
+
+class SizeRun:
+    """One size on a fresh control plane; each phase method fills in part of ``result``."""
+
+    def __init__(self, n: int, opts: Options, log_dir: Path, say: Callable[[str], None]) -> None:
+        self.n = n
+        self.opts = opts
+        self.log_dir = log_dir
+        self.say = say
+        self.result = SizeResult(pools=n)
+
+    def run(self) -> SizeResult:
+        with contextlib.ExitStack() as stack:
+            self._start(stack)
+            self._converge()
+            if not self.result.converged:
+                self.result.notes.append(
+                    f"not all Ready within {self.opts.converge_timeout:.0f}s: steady state not measured"
+                )
+            else:
+                self._github_hour()
+                self._quiet_window()
+            self.result.peak_rss_mib = self.operator.peak_rss_bytes() / 2**20
+            self.result.cpu_seconds_total = self.operator.cpu_seconds()
+        return self.result
+
+    def _start(self, stack: contextlib.ExitStack) -> None:
+        n, opts = self.n, self.opts
+        extra = [
+            "--workers",
+            str(opts.workers),
+            "--token-refresh-margin",
+            f"{DEFAULT_MARGIN_MINUTES / opts.time_scale:g}",
+        ]
+        self.runner_sync_scaled = _supports("--runner-sync-interval")
+        if self.runner_sync_scaled:
+            extra += ["--runner-sync-interval", f"{DEFAULT_RUNNER_SYNC / opts.time_scale:g}"]
+        else:
+            self.result.notes.append("no --runner-sync-interval: runner listings counted in real time")
+        plane = ControlPlane()
+        stack.callback(plane.stop)
+        plane.start()
+        self.fake = stack.enter_context(
+            FakeGitHub(
+                scopes=[f"bench-org/repo-{i}" for i in range(min(n, opts.scopes))],
+                tokens=[PAT],
+                registration_token_lifetime=opts.sim_hour,
+                rate_limit=int(DEFAULT_RATE_LIMIT * opts.time_scale),
+            )
+        )
+        self.api = _api_client(plane.kubeconfig)
+        stack.callback(self.api.close)
+        install_crd(self.api)
+        core = client.CoreV1Api(self.api)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        core.create_namespaced_secret(
+            NAMESPACE, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
+        )
+        self.operator = OperatorProcess(
+            plane.kubeconfig,
+            self.fake.url,
+            self.log_dir / f"operator-{n}.log",
+            namespaces=[NAMESPACE],
+            extra_args=extra,
+        )
+        stack.callback(self.operator.stop)
+        self.operator.start().wait_ready()
+        self.simulator = stack.enter_context(RunnerSimulator(self.api, self.fake, NAMESPACE, workers=8))
+        self.watcher = Watcher(self.api).start()
+        stack.callback(self.watcher.stop)
+        self.audit = AuditTail(getattr(plane, "audit_log", None))
+
+    def _converge(self) -> None:
+        """Create N pools at once and time each one's token and Ready from the watches."""
+        n, result, watcher = self.n, self.result, self.watcher
+        custom = client.CustomObjectsApi(self.api)
+        cpu0 = self.operator.cpu_seconds()
+        created: dict[str, float] = {}
+
+        def create(index: int) -> None:
+            body = _pool(index, self.opts)
+            created[body["metadata"]["name"]] = time.perf_counter()
+            custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, body)
+
+        self.say(f"N={n}: creating {n} pools")
+        start = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, range(n)))
+        result.create_seconds = time.perf_counter() - start
+        result.converged = watcher.wait_ready(n, self.opts.converge_timeout)
+        result.pools_ready = len(watcher.ready_at)
+        result.cpu_seconds_converge = self.operator.cpu_seconds() - cpu0
+        tokens = [watcher.token_at[p] - t for p, t in created.items() if p in watcher.token_at]
+        ready = [watcher.ready_at[p] - t for p, t in created.items() if p in watcher.ready_at]
+        if tokens:
+            result.token_p50, result.token_p99 = _percentile(tokens, 50), _percentile(tokens, 99)
+        if ready:
+            result.ready_p50, result.ready_p99 = _percentile(ready, 50), _percentile(ready, 99)
+        if result.converged:
+            result.all_ready = max(watcher.ready_at.values()) - start
+        if self.simulator.rejections:
+            result.notes.append(f"{len(self.simulator.rejections)} runner registrations refused")
+        self.say(f"N={n}: {result.pools_ready}/{n} Ready, all after {result.all_ready or float('nan'):.1f}s")
+
+    def _github_hour(self) -> None:
+        self.say(f"N={self.n}: counting GitHub requests for one simulated hour ({self.opts.sim_hour:.0f}s)")
+        first = len(self.fake.requests)
+        threading.Event().wait(self.opts.sim_hour)  # a measurement window, not a wait for a condition
+        counts = Counter(r.endpoint for r in self.fake.requests[first:])
+        self.result.github_by_endpoint = dict(counts)
+        self.result.github_per_pool_hour = per_pool_hour(counts, self.n, self.opts, self.runner_sync_scaled)
+
+    def _quiet_window(self) -> None:
+        """Real one-hour tokens first, so that no refresh is due while writes are counted."""
+        n, result = self.n, self.result
+        self.fake.registration_token_lifetime = REAL_HOUR
+        self.say(f"N={n}: switching to one-hour tokens and waiting for every pool to pick one up")
+        deadline = max(self.opts.sim_hour * 1.5 + 60, n * 0.6)
+        if not poll_until(
+            lambda: self.watcher.long_tokens_everywhere(n, timedelta(minutes=40)), deadline, 1.0
+        ):
+            result.notes.append("not every pool picked up a one-hour token: writes window skipped")
+            return
+        result.quiet_window = self.opts.quiet_periods * self.opts.resync_period
+        self.say(f"N={n}: counting API writes for {result.quiet_window:.0f}s")
+        before = _versions(self.api)
+        self.audit.mark()
+        threading.Event().wait(result.quiet_window)  # a measurement window
+        after = _versions(self.api)
+        writes = self.audit.operator_writes()
+        result.audit_writes = sum(writes.values()) if self.audit.path else None
+        result.audit_write_detail = dict(writes)
+        result.changed_objects = sum(1 for k, v in after.items() if before.get(k) != v) + len(
+            set(before) - set(after)
+        )
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def table(results: list[SizeResult], cores: int) -> str:
+    rows = [
+        ("pools", [str(r.pools) for r in results]),
+        ("create->token p50", [_fmt(r.token_p50, " s") for r in results]),
+        ("create->token p99", [_fmt(r.token_p99, " s") for r in results]),
+        ("create->Ready p50", [_fmt(r.ready_p50, " s") for r in results]),
+        ("create->Ready p99", [_fmt(r.ready_p99, " s") for r in results]),
+        ("all Ready after", [_fmt(r.all_ready, " s", 1) for r in results]),
+        ("API writes, quiet window (audit)", [_fmt(r.audit_writes, "", 0) for r in results]),
+        ("objects changed, quiet window", [_fmt(r.changed_objects, "", 0) for r in results]),
+        ("GitHub requests/pool/hour", [_fmt(r.github_per_pool_hour, "", 2) for r in results]),
+        ("operator peak RSS", [_fmt(r.peak_rss_mib, " MiB", 0) for r in results]),
+        ("operator CPU to converge", [_fmt(r.cpu_seconds_converge, " s", 1) for r in results]),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"runnerpool-operator benchmark on {cores} cores ({platform.processor() or platform.machine()})"]
+    for label, cells in rows:
+        lines.append(f"  {label.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> Options:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10,100", help="comma-separated pool counts (e.g. 10,100,1000)")
+    p.add_argument("--workers", type=int, default=2, help="operator --workers (its default is 2)")
+    p.add_argument("--replicas", type=int, default=1, help="runner pods per pool")
+    p.add_argument("--scopes", type=int, default=10, help="repositories the pools are spread over")
+    p.add_argument("--time-scale", type=float, default=30.0, help="simulated hours per real hour")
+    p.add_argument("--resync-period", type=float, default=30.0, help="seconds; the quiet window is 2 of them")
+    p.add_argument("--converge-timeout", type=float, default=600.0, help="seconds to wait for all Ready")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    return Options(
+        sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
+        workers=args.workers,
+        replicas=args.replicas,
+        scopes=args.scopes,
+        time_scale=args.time_scale,
+        quiet_periods=2,
+        resync_period=args.resync_period,
+        converge_timeout=args.converge_timeout,
+        out=args.out,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    log_dir = opts.out / f"logs-{stamp}"
+    cores = os.cpu_count() or 0
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - t0:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    results = []
+    for n in opts.sizes:
+        results.append(SizeRun(n, opts, log_dir, say).run())
+        say(f"N={n}: done {json.dumps(asdict(results[-1]))}")
+    report = {
+        "when": stamp,
+        "machine": {"cores": cores, "python": platform.python_version(), "platform": platform.platform()},
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
+        "results": [asdict(r) for r in results],
+        "operator_logs": str(log_dir),
+    }
+    path = opts.out / f"bench-{stamp}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(table(results, cores))
+    for r in results:
+        for note in r.notes:
+            print(f"  N={r.pools}: {note}")
+        if r.audit_write_detail:
+            print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
+        print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,394 @@
+"""``make demo``: the operator keeping a pool of runners, on a laptop with no cluster and no GitHub.
+
+Everything a newcomer would otherwise have to set up is started here and removed again at
+the end: a local control plane (etcd, kube-apiserver, kube-controller-manager), a fake
+GitHub on loopback, the operator as its own process (the installed console script, exactly
+as a cluster would run it), and the runner simulator standing in for the runner pods that
+nothing here can run.  The pool and its credential Secret are the ones in ``deploy/samples/``,
+so what the demo shows is what a user applies.
+
+It prints a status table whenever something a user would look at changes (token expiry,
+desired and ready runner pods, runners registered on GitHub, the Ready condition), then
+deletes the pool and shows its runners being deregistered.  It ends by itself, exit code 0,
+unless ``--keep`` asks it to stay up until Ctrl-C for poking at it with kubectl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api
+from runnerpool.envtest import assets
+from runnerpool.envtest.controlplane import ControlPlane, ControlPlaneError
+from runnerpool.fakegithub import FakeGitHub
+from runnerpool.simulator import (
+    OperatorError,
+    OperatorProcess,
+    RunnerSimulator,
+    iter_runner_labels,
+    poll_until,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = REPO_ROOT / "deploy" / "samples"
+CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
+#: The only PAT the fake GitHub accepts; it goes into the sample's credential Secret.
+DEMO_PAT = "ghp_demo0000000000000000000000000000000"
+REPLICAS = 2
+#: Generous bounds for each phase; on 2 cores the whole demo takes about 15 s.
+CONVERGE_TIMEOUT = 60.0
+DELETE_TIMEOUT = 45.0
+TICK = 0.2
+
+
+class DemoError(RuntimeError):
+    """A phase did not finish in time; the message says which and what was seen last."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The pool and credential Secret from deploy/samples, adjusted to the fake GitHub."""
+
+    namespace: dict[str, Any]
+    credentials: dict[str, Any]
+    pool: dict[str, Any]
+
+    @property
+    def ns(self) -> str:
+        return str(self.pool["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.pool["metadata"]["name"])
+
+    @property
+    def scope(self) -> str:
+        spec = self.pool["spec"]
+        return str(spec.get("repository") or spec["organization"])
+
+
+def load_sample(samples: Path = SAMPLES) -> Sample:
+    """Read the repository pool sample and its PAT Secret; give them the demo's PAT and size."""
+
+    def read(name: str) -> dict[str, Any]:
+        path = samples / name
+        if not path.exists():
+            raise DemoError(f"{path} not found: run the demo from a checkout of the repository")
+        loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+        return loaded
+
+    pool = read("runnerpool_repository.yaml")
+    credentials = read("credential_secret_pat.yaml")
+    pool["spec"]["replicas"] = REPLICAS
+    credentials["stringData"] = {"token": DEMO_PAT}
+    if pool["spec"].get("credentialSecretName") != credentials["metadata"]["name"]:
+        raise DemoError("the sample pool does not name the sample PAT Secret")
+    return Sample(read("namespace.yaml"), credentials, pool)
+
+
+class Console:
+    """Timestamped narration plus the status table, to one stream."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._t0 = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def say(self, text: str) -> None:
+        print(f"[{self.elapsed:5.1f}s] {text}", file=self._out, flush=True)
+
+    def blank(self) -> None:
+        print(file=self._out, flush=True)
+
+    def raw(self, text: str) -> None:
+        print(text, file=self._out, flush=True)
+
+
+COLUMNS = ("time", "pool", "token expires (UTC)", "pods desired/ready", "runners on GitHub", "Ready")
+WIDTHS = (7, 14, 21, 18, 17, 30)
+
+
+def _row(cells: tuple[str, ...]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, WIDTHS, strict=True)).rstrip()
+
+
+class StatusTable:
+    """One row per change of what a user would look at, so the log tells the story in order.
+
+    Rows are printed only when the state differs from the last row: a redraw-in-place table
+    would hide the order in which things happened, which is the point of the demo.
+    """
+
+    def __init__(
+        self, console: Console, custom: client.CustomObjectsApi, fake: FakeGitHub, sample: Sample
+    ) -> None:
+        self._console = console
+        self._custom = custom
+        self._fake = fake
+        self._sample = sample
+        self._last: tuple[str, ...] | None = None
+        self.runners = 0
+        self.ready = False
+        self.gone = False
+
+    def header(self) -> None:
+        self._console.raw("  " + _row(COLUMNS))
+        self._console.raw("  " + _row(tuple("-" * w for w in WIDTHS)))
+        self._last = None
+
+    def refresh(self) -> None:
+        state = self._state()
+        if state != self._last:
+            self._last = state
+            self._console.raw("  " + _row((f"{self._console.elapsed:5.1f}s", *state)))
+
+    def _state(self) -> tuple[str, ...]:
+        sample = self._sample
+        label = api.pool_runner_label(sample.ns, sample.name)
+        self.runners = sum(label in iter_runner_labels(r) for r in self._fake.runners(sample.scope))
+        try:
+            pool = self._custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, sample.ns, api.PLURAL, sample.name
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.gone, self.ready = True, False
+            return (sample.name, "-", "(deleted)", str(self.runners), "-")
+        status = pool.get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        self.ready = bool(ready and ready.get("status") == "True")
+        deleting = " (deleting)" if pool["metadata"].get("deletionTimestamp") else ""
+        return (
+            sample.name,
+            (status.get("tokenExpiresAt") or "-").replace("T", " ").removesuffix("Z"),
+            f"{pool['spec'].get('replicas', 1)}/{status.get('readyReplicas', 0)}{deleting}",
+            str(self.runners),
+            f"{ready['status']} ({ready.get('reason', '')})" if ready else "-",
+        )
+
+    def follow(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+        """Refresh until ``done()``; the table is the progress indicator."""
+
+        def check() -> bool:
+            self.refresh()
+            return done()
+
+        if not poll_until(check, timeout, TICK):
+            raise DemoError(f"{what} did not happen within {timeout:.0f}s")
+
+
+class Demo:
+    def __init__(self, *, keep: bool, out: TextIO) -> None:
+        self.keep = keep
+        self.console = Console(out)
+        self.operator: OperatorProcess | None = None
+
+    def run(self) -> int:
+        sample = load_sample()
+        self.console.raw(
+            "runnerpool demo: a local control plane, a fake GitHub and the operator; no cluster needed."
+        )
+        self.console.blank()
+        with contextlib.ExitStack() as stack:
+            workdir = Path(tempfile.mkdtemp(prefix="runnerpool-demo-"))
+            stack.callback(self._removed, workdir)
+            stack.push(self._explain_failure)
+            plane, fake, api_client = self._start(stack, sample, workdir)
+            table = StatusTable(self.console, client.CustomObjectsApi(api_client), fake, sample)
+            self._converge(stack, api_client, fake, sample, table)
+            if self.keep:
+                self._keep(plane, table, sample)
+            self._delete(api_client, fake, sample, table)
+        self.console.say("done: everything stopped and removed")
+        return 0
+
+    def _start(
+        self, stack: contextlib.ExitStack, sample: Sample, workdir: Path
+    ) -> tuple[ControlPlane, FakeGitHub, client.ApiClient]:
+        """Control plane, fake GitHub, CRD, the sample's namespace and Secret, the operator."""
+        say = self.console.say
+        say("starting etcd, kube-apiserver and kube-controller-manager (the first run builds them)")
+        plane = ControlPlane()
+        stack.callback(self._stopped_control_plane, plane)
+        plane.start()
+        say(f"control plane up at {plane.url}, its files in {plane.workdir}")
+
+        fake = stack.enter_context(FakeGitHub(scopes=[sample.scope], tokens=[DEMO_PAT]))
+        say(f"fake GitHub at {fake.url}: knows repository {sample.scope}, accepts one PAT")
+
+        api_client = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        stack.callback(api_client.close)
+        install_crd(api_client)
+        say("installed the RunnerPool CRD (crds/runnerpool.yaml)")
+        core = client.CoreV1Api(api_client)
+        core.create_namespace(sample.namespace)
+        core.create_namespaced_secret(sample.ns, sample.credentials)
+        say(
+            f"created namespace {sample.ns} and Secret {sample.credentials['metadata']['name']} "
+            "(deploy/samples, with the fake's PAT)"
+        )
+
+        self.operator = OperatorProcess(plane.kubeconfig, fake.url, workdir / "operator.log")
+        stack.callback(self._stopped_operator)
+        self.operator.start()
+        say(f"started runnerpool-operator (pid {self.operator.pid}); waiting for /readyz")
+        self.operator.wait_ready()
+        say(f"operator ready; metrics on http://127.0.0.1:{self.operator.metrics_port}/metrics")
+        return plane, fake, api_client
+
+    def _converge(
+        self,
+        stack: contextlib.ExitStack,
+        api_client: client.ApiClient,
+        fake: FakeGitHub,
+        sample: Sample,
+        table: StatusTable,
+    ) -> None:
+        say = self.console.say
+        simulator = stack.enter_context(RunnerSimulator(api_client, fake, sample.ns))
+        say("runner simulator started: it plays the runner pods (nothing runs containers here)")
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            api.GROUP, api.VERSION, sample.ns, api.PLURAL, sample.pool
+        )
+        say(
+            f"applied deploy/samples/runnerpool_repository.yaml: pool {sample.name}, "
+            f"repository {sample.scope}, replicas {REPLICAS}"
+        )
+        self.console.blank()
+        table.header()
+        table.follow(
+            lambda: table.ready and table.runners == REPLICAS, CONVERGE_TIMEOUT, "the pool becoming Ready"
+        )
+        self.console.blank()
+        self._show_runners(fake, sample)
+        if simulator.rejections:
+            raise DemoError(f"runners were refused: {simulator.rejections}")
+
+    def _delete(
+        self, api_client: client.ApiClient, fake: FakeGitHub, sample: Sample, table: StatusTable
+    ) -> None:
+        say = self.console.say
+        self.console.blank()
+        say(f"deleting RunnerPool {sample.name}: the operator deregisters its runners before letting it go")
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, sample.ns, api.PLURAL, sample.name
+        )
+        table.header()
+        table.follow(lambda: table.gone, DELETE_TIMEOUT, "the pool's deletion")
+        self.console.blank()
+        deleted = fake.count("actions/delete-self-hosted-runner-from-repo", status=204)
+        say(f"pool deleted; {table.runners} of its runners left on the fake GitHub ({deleted} deregistered)")
+        if table.runners:
+            raise DemoError(f"{table.runners} runner(s) still registered after the pool was deleted")
+
+    def _show_runners(self, fake: FakeGitHub, sample: Sample) -> None:
+        self.console.say(f"runners registered on the fake GitHub for {sample.scope}:")
+        for runner in fake.runners(sample.scope):
+            labels = ", ".join(iter_runner_labels(runner))
+            self.console.raw(f"    #{runner['id']} {runner['name']}  {runner['status']}  labels: {labels}")
+
+    def _keep(self, plane: ControlPlane, table: StatusTable, sample: Sample) -> None:
+        kubectl = assets.ensure_binaries().get("kubectl")
+        console = self.console
+        console.blank()
+        console.raw("Kept running (--keep). In another terminal:")
+        console.raw(f"    export KUBECONFIG={plane.kubeconfig}")
+        console.raw(f"    {kubectl or 'kubectl'} get runnerpools -A")
+        console.raw(f"    {kubectl or 'kubectl'} -n {sample.ns} scale runnerpool {sample.name} --replicas 3")
+        console.raw("Press Ctrl-C to delete the pool and clean up.")
+        table.header()
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+        try:
+            while not stop.wait(TICK):
+                table.refresh()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    # -- clean-up steps, in reverse order of start -------------------------------------------
+
+    def _explain_failure(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        """Show the operator's log while it still exists: the temp folder goes right after."""
+        if isinstance(exc, DemoError) and self.operator is not None:
+            self.console.raw(f"\nlast lines of the operator's log:\n{self.operator.log_tail(30)}\n")
+
+    def _stopped_operator(self) -> None:
+        if self.operator is None:
+            return
+        try:
+            code = self.operator.stop()
+        except OperatorError as err:
+            self.console.say(str(err))
+            return
+        self.console.say(f"operator stopped (SIGTERM), exit code {code}")
+
+    def _stopped_control_plane(self, plane: ControlPlane) -> None:
+        plane.stop()
+        self.console.say("control plane stopped")
+
+    def _removed(self, workdir: Path) -> None:
+        shutil.rmtree(workdir, ignore_errors=True)
+        self.console.say(f"removed {workdir}")
+
+
+def install_crd(api_client: client.ApiClient) -> None:
+    """Install crds/runnerpool.yaml and wait until the API server serves RunnerPools."""
+    manifest = yaml.safe_load(CRD_FILE.read_text())
+    client.ApiextensionsV1Api(api_client).create_custom_resource_definition(manifest)
+    custom = client.CustomObjectsApi(api_client)
+
+    def served() -> bool:
+        try:
+            custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL, limit=1)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    if not poll_until(served, 30):
+        raise DemoError("the API server did not start serving RunnerPools")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runnerpool.demo", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="stay up after the pool converges, until Ctrl-C; then delete and clean up",
+    )
+    args = parser.parse_args(argv)
+    demo = Demo(keep=args.keep, out=sys.stdout)
+    try:
+        return demo.run()
+    except (DemoError, OperatorError, ControlPlaneError, assets.AssetError) as err:
+        print(f"\ndemo failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything started was stopped and removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

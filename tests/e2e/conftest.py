@@ -1,0 +1,182 @@
+"""The operator as a separate process against the real control plane and the fake GitHub.
+
+Each test gets a fresh namespace, its own fake GitHub and its own operator, started from the
+console script with ``--namespace`` so that a slow namespace deletion left by an earlier test
+can never reach it.  Teardown is part of the test: the operator must exit 0 on SIGTERM, and
+no registration token or PAT may appear anywhere in its log.  A failing test gets the tail
+of the operator's log attached to its report.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.envtest.controlplane import ControlPlane
+from runnerpool.fakegithub import FakeGitHub
+from runnerpool.simulator import OperatorProcess, RunnerSimulator, poll_until
+from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
+from tests.pools import create_pool, pool_manifest
+
+OPERATORS = pytest.StashKey[list[OperatorProcess]]()
+LOG_TAIL_LINES = 80
+GC_TIMEOUT = 90.0
+
+StartOperator = Callable[..., OperatorProcess]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if report.failed:
+        for operator in item.stash.get(OPERATORS, []):
+            report.sections.append(
+                (
+                    f"operator log ({operator.log_path}, last {LOG_TAIL_LINES} lines)",
+                    operator.log_tail(LOG_TAIL_LINES),
+                )
+            )
+    return report
+
+
+class _GcProbe(threading.Thread):
+    """Proves that the garbage collector deletes what a deleted RunnerPool owned.
+
+    The controller manager's garbage collector learns about new resource types on its
+    discovery resync (every 30 s), so right after the CRD is installed a deleted pool's
+    Secret can outlive it by that long.  The probe starts with the first e2e test and runs
+    in the background; only tests that assert garbage collection wait for it.
+    """
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        super().__init__(name="gc-probe", daemon=True)
+        self._api = api_client
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._probe()
+        except BaseException as err:  # reported by the fixture that joins
+            self.error = err
+
+    def _probe(self) -> None:
+        core = client.CoreV1Api(self._api)
+        namespace = f"gc-probe-{uuid.uuid4().hex[:8]}"
+        core.create_namespace({"metadata": {"name": namespace}})
+        try:
+            # No operator watches this namespace, so the pool gets no finalizer.
+            owner = create_pool(self._api, namespace, pool_manifest("probe", repo=REPO))
+            ref = {
+                "apiVersion": api.API_VERSION,
+                "kind": api.KIND,
+                "name": "probe",
+                "uid": owner["metadata"]["uid"],
+            }
+            core.create_namespaced_config_map(
+                namespace, {"metadata": {"name": "owned", "ownerReferences": [ref]}}
+            )
+            client.CustomObjectsApi(self._api).delete_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, "probe"
+            )
+            if not poll_until(
+                lambda: (
+                    not core.list_namespaced_config_map(namespace, field_selector="metadata.name=owned").items
+                ),
+                timeout=GC_TIMEOUT,
+                interval=0.2,
+            ):
+                raise TimeoutError(f"the garbage collector did not follow a RunnerPool within {GC_TIMEOUT}s")
+        finally:
+            core.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gc_probe(api_client: client.ApiClient, runnerpool_crd: dict[str, Any]) -> _GcProbe:
+    probe = _GcProbe(api_client)
+    probe.start()
+    return probe
+
+
+@pytest.fixture
+def gc_follows_pools(_gc_probe: _GcProbe) -> None:
+    """For tests that assert a deleted pool's Secret and Deployment are garbage collected."""
+    _gc_probe.join(GC_TIMEOUT + 10)
+    if _gc_probe.error is not None:
+        raise _gc_probe.error
+    assert not _gc_probe.is_alive(), "garbage collector probe still running"
+
+
+@pytest.fixture
+def fake_github() -> Iterator[FakeGitHub]:
+    """Knows the e2e scopes and accepts only ``GOOD_PAT``, so a wrong PAT gets a real 401."""
+    with FakeGitHub(scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT]) as fake:
+        yield fake
+
+
+@pytest.fixture
+def credentials(api_client: client.ApiClient, namespace: str) -> str:
+    """The default credential Secret, with the PAT the fake accepts."""
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}},
+    )
+    return api.DEFAULT_CREDENTIAL_SECRET
+
+
+@pytest.fixture
+def start_operator(
+    *,
+    request: pytest.FixtureRequest,
+    control_plane: ControlPlane,
+    runnerpool_crd: dict[str, Any],
+    namespace: str,
+    fake_github: FakeGitHub,
+    tmp_path: Path,
+) -> Iterator[StartOperator]:
+    """Start the operator (extra flags as arguments) and wait until its caches are synced."""
+    started: list[OperatorProcess] = []
+    request.node.stash[OPERATORS] = started
+
+    def start(*extra_args: str) -> OperatorProcess:
+        operator = OperatorProcess(
+            control_plane.kubeconfig,
+            fake_github.url,
+            tmp_path / f"operator-{len(started)}.log",
+            namespaces=[namespace],
+            extra_args=extra_args,
+        )
+        started.append(operator)
+        operator.start().wait_ready()
+        return operator
+
+    yield start
+    for operator in started:
+        code = operator.stop()
+        assert code == 0, f"operator exited with {code} on SIGTERM:\n{operator.log_tail()}"
+    leaked = [
+        (operator.log_path.name, secret[:6] + "…")
+        for operator in started
+        for secret in issued_secrets(fake_github)
+        if secret in operator.log_text()
+    ]
+    assert not leaked, f"credentials or registration tokens in the operator log: {leaked}"
+
+
+@pytest.fixture
+def operator(start_operator: StartOperator) -> OperatorProcess:
+    return start_operator()
+
+
+@pytest.fixture
+def simulator(
+    api_client: client.ApiClient, fake_github: FakeGitHub, namespace: str
+) -> Iterator[RunnerSimulator]:
+    with RunnerSimulator(api_client, fake_github, namespace) as sim:
+        yield sim

@@ -1,0 +1,162 @@
+"""A pool's life with the operator as its own process: converge, report, delete.
+
+Nothing runs pods here, so the runner simulator plays each pod: it registers on the fake
+GitHub with the token the operator put into the pool's Secret (the fake accepts only tokens
+it issued, for that scope, before they expire) and reports the pod Ready, as a kubelet would.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from runnerpool import api
+from runnerpool.fakegithub import FakeGitHub
+from runnerpool.simulator import OperatorProcess, RunnerSimulator
+from tests.e2e.runners import (
+    REPO,
+    condition,
+    events,
+    get_pool,
+    managed_children,
+    pool_runners,
+    token_of,
+    wait_condition,
+    wait_gone,
+    wait_token,
+)
+from tests.helpers import wait_for
+from tests.pools import create_pool, pool_manifest
+
+pytestmark = pytest.mark.usefixtures("credentials")
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_pool_converges_with_a_token_the_runners_can_use(
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    operator: OperatorProcess,
+    simulator: RunnerSimulator,
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("web", repo=REPO, replicas=2))
+
+    secret = wait_token(api_client, namespace, "web")
+    token = token_of(secret)
+    expiry = _parse_time(secret["metadata"]["annotations"][api.TOKEN_EXPIRY_ANNOTATION])
+    assert expiry > datetime.now(UTC)
+    assert token in {t.token for t in fake_github.tokens_issued(REPO)}
+
+    # The token's arrival is what lets the reconciler create the Deployment: it follows.
+    deployment = wait_for(
+        lambda: next(iter(client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items), None),
+        message="the runner Deployment",
+    )
+    assert deployment.metadata.name == api.deployment_name("web")
+    assert deployment.spec.replicas == 2
+    volumes = {v.name: v for v in deployment.spec.template.spec.volumes}
+    assert volumes["runner-token"].secret.secret_name == api.token_secret_name("web")
+
+    # The simulator registered both pods with the delivered token: the fake accepted it.
+    assert simulator.wait(lambda s: len(s.registrations(namespace, "web")) == 2), simulator.rejections
+    assert not simulator.rejections
+    runners = pool_runners(fake_github, REPO, namespace, "web")
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=web")
+    assert sorted(r["name"] for r in runners) == sorted(p.metadata.name for p in pods.items)
+    assert fake_github.token_uses(token) == 2
+
+    pool = wait_condition(api_client, namespace, "web", "Ready", "True", reason="RunnersReady")
+    assert pool["status"]["readyReplicas"] == 2
+    token_ready = condition(pool, "TokenReady")
+    assert token_ready is not None
+    assert (token_ready["status"], token_ready["reason"]) == ("True", "TokenIssued")
+    assert _parse_time(pool["status"]["tokenExpiresAt"]) == expiry
+    assert ("Normal", "CreatedDeployment", f"created Deployment {api.deployment_name('web')}") in events(
+        api_client, namespace, "web"
+    )
+
+    log = operator.log_text()
+    assert '"msg": "reconciled pool"' in log  # the JSON log is there and was searched
+    assert token not in log
+
+
+def test_metrics_and_probes_after_a_pool_converges(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    simulator: RunnerSimulator,
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("metered", repo=REPO, replicas=1))
+    pool = wait_condition(api_client, namespace, "metered", "Ready", "True")
+
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(operator.metrics())
+        for s in family.samples
+    }
+
+    def value(metric: str, /, **labels: str) -> float:
+        return samples.get((metric, tuple(sorted(labels.items()))), -1.0)
+
+    assert value("runnerpool_reconcile_total", result="success") >= 2
+    assert value("runnerpool_reconcile_duration_seconds_count") >= 2
+    assert value("runnerpool_workqueue_adds_total", name="runnerpool") >= 2
+    # Only that it is exported: a late event (the Deployment's status settling) may be queued.
+    assert value("runnerpool_workqueue_depth", name="runnerpool") >= 0
+    assert value("runnerpool_token_fills_total", namespace=namespace, pool="metered") == 1
+    expiry = _parse_time(pool["status"]["tokenExpiresAt"]).timestamp()
+    # The Secret's annotation is truncated to whole seconds; the gauge is not.
+    assert (
+        0
+        <= value("runnerpool_token_expiry_timestamp_seconds", namespace=namespace, pool="metered") - expiry
+        < 1
+    )
+    assert operator.probe("/healthz") == 200
+    assert operator.probe("/readyz") == 200
+
+
+@pytest.mark.usefixtures("gc_follows_pools")
+def test_delete_deregisters_only_the_pools_runners(
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    operator: OperatorProcess,
+    simulator: RunnerSimulator,
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("doomed", repo=REPO, replicas=2))
+    create_pool(api_client, namespace, pool_manifest("kept", repo=REPO, replicas=1))
+    # A runner nobody in this namespace owns, e.g. a pool of another cluster.
+    outsider = fake_github.register_runner(REPO, "elsewhere-1", ["other-cluster/pool"])
+    for name in ("doomed", "kept"):
+        wait_condition(api_client, namespace, name, "Ready", "True")
+    assert len(pool_runners(fake_github, REPO, namespace, "doomed")) == 2
+
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "doomed"
+    )
+    wait_gone(api_client, namespace, "doomed")
+    # Checked without waiting: the finalizer may only go once every runner is deregistered.
+    assert pool_runners(fake_github, REPO, namespace, "doomed") == []
+    assert fake_github.count("actions/delete-self-hosted-runner-from-repo", status=204) == 2
+    assert fake_github.runner(REPO, outsider)["name"] == "elsewhere-1"
+    assert len(pool_runners(fake_github, REPO, namespace, "kept")) == 1
+    assert ("Normal", "DeregisteredRunners", "deregistered 2 runner(s)") in events(
+        api_client, namespace, "doomed"
+    )
+
+    wait_for(
+        lambda: "doomed" not in managed_children(api_client, namespace),
+        message="the deleted pool's Secret and Deployment to be garbage collected",
+    )
+    assert managed_children(api_client, namespace) == {"kept": {"Secret", "Deployment"}}
+    kept = get_pool(api_client, namespace, "kept")
+    assert kept is not None and api.FINALIZER in kept["metadata"]["finalizers"]
+    assert condition(kept, "Ready") == condition(
+        wait_condition(api_client, namespace, "kept", "Ready", "True"), "Ready"
+    )
