@@ -47,7 +47,7 @@ from runnerpool.demo import install_crd
 from runnerpool.envtest.controlplane import ControlPlane
 from runnerpool.fakegithub import FakeGitHub
 from runnerpool.fakegithub.state import DEFAULT_RATE_LIMIT
-from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, _Informer
+from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
 from runnerpool.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
 
 ROOT = Path(__file__).resolve().parent
@@ -118,8 +118,10 @@ class Watcher:
             ListWatchAdapter(custom.list_namespaced_custom_object, crd),
             ListWatchAdapter(core.list_namespaced_secret),
         ]
-        self.pools = _Informer(self._adapters[0], namespace=NAMESPACE)
-        self.secrets = _Informer(self._adapters[1], namespace=NAMESPACE, label_selector=MANAGED_BY_SELECTOR)
+        self.pools = StoppableInformer(self._adapters[0], namespace=NAMESPACE)
+        self.secrets = StoppableInformer(
+            self._adapters[1], namespace=NAMESPACE, label_selector=MANAGED_BY_SELECTOR
+        )
         self._changed = threading.Condition()
         self.token_at: dict[str, float] = {}
         self.ready_at: dict[str, float] = {}

@@ -212,7 +212,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Organization", "type": "string", "jsonPath": ".spec.organization"},
         {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-        {"name": "Token-Expiry", "type": "date", "jsonPath": ".status.tokenExpiresAt"},
+        # "date" renders an age, and kubectl shows <invalid> for a time in the future.
+        {"name": "Token-Expires", "type": "string", "jsonPath": ".status.tokenExpiresAt"},
         {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

@@ -43,7 +43,7 @@ from kubernetes.informer import ADDED, DELETED, MODIFIED
 from runnerpool import api
 from runnerpool.envtest.controlplane import free_port
 from runnerpool.fakegithub.state import FakeGitHubError, GitHubState
-from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, _Informer
+from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
 
 __all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator", "poll_until"]
 
@@ -308,8 +308,8 @@ class RunnerSimulator:
             pod_fn = ListWatchAdapter(self._core.list_namespaced_pod)
             secret_fn = ListWatchAdapter(self._core.list_namespaced_secret)
         self._adapters = [pod_fn, secret_fn]
-        self._pods = _Informer(pod_fn, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
-        self._secrets = _Informer(secret_fn, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
+        self._pods = StoppableInformer(pod_fn, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
+        self._secrets = StoppableInformer(secret_fn, namespace=namespace, label_selector=MANAGED_BY_SELECTOR)
         for event in (ADDED, MODIFIED):
             self._pods.add_event_handler(event, lambda pod: self._submit(_key(pod)))
             self._secrets.add_event_handler(event, self._on_secret)

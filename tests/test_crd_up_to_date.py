@@ -89,9 +89,9 @@ def test_printer_columns() -> None:
     columns = {c["name"]: c for c in _version()["additionalPrinterColumns"]}
     assert columns["Desired"]["jsonPath"] == ".spec.replicas"
     assert columns["Ready"]["jsonPath"] == ".status.readyReplicas"
-    assert columns["Token-Expiry"] == {
-        "name": "Token-Expiry",
-        "type": "date",
+    assert columns["Token-Expires"] == {
+        "name": "Token-Expires",
+        "type": "string",  # a future "date" shows as <invalid> in kubectl
         "jsonPath": ".status.tokenExpiresAt",
     }
     assert columns["Status"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'

