@@ -77,7 +77,7 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
 
     create_pool(api_client, namespace, pool_manifest("before", repo=REPO))
     wait_for(lambda: _has_finalizer(api_client, namespace, "before"), message="the leader to reconcile")
-    assert _reconciled(leader, "before")
+    wait_for(lambda: _reconciled(leader, "before"), message="the leader's log line for the pool")
     assert not _reconciled(standby, "before"), "a standby replica must not reconcile"
 
     assert leader.popen is not None
@@ -95,7 +95,7 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     assert failover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1.0
 
     create_pool(api_client, namespace, pool_manifest("after", repo=REPO))
-    wait_for(lambda: _has_finalizer(api_client, namespace, "after"), message="the new leader to reconcile")
-    assert _reconciled(standby, "after")
+    wait_for(lambda: _reconciled(standby, "after"), message="the new leader to reconcile")
+    assert _has_finalizer(api_client, namespace, "after")
 
     leader.start().wait_ready()  # back as a standby, so teardown stops both cleanly
