@@ -302,6 +302,12 @@ class ControlPlane:
                 "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
                 "namespace-controller,serviceaccount-controller",
                 "--concurrent-gc-syncs=5",
+                # The default client limit (20 qps) makes Deployments of hundreds of pools wait
+                # for ReplicaSets and pods here, which is the harness, not the operator, talking.
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--concurrent-deployment-syncs=20",
+                "--concurrent-replicaset-syncs=20",
             ],
         )
         insecure = ssl.create_default_context()
