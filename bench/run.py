@@ -449,7 +449,7 @@ def table(results: list[SizeResult], cores: int) -> str:
 def parse(argv: list[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10,100", help="comma-separated pool counts (e.g. 10,100,1000)")
-    p.add_argument("--workers", type=int, default=2, help="operator --workers (its default is 2)")
+    p.add_argument("--workers", type=int, default=4, help="operator --workers (its default is 4)")
     p.add_argument("--replicas", type=int, default=1, help="runner pods per pool")
     p.add_argument("--scopes", type=int, default=10, help="repositories the pools are spread over")
     p.add_argument("--time-scale", type=float, default=30.0, help="simulated hours per real hour")

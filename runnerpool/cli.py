@@ -47,7 +47,13 @@ def parser() -> argparse.ArgumentParser:
         metavar="NS",
         help="watch only this namespace (repeatable); default: all namespaces",
     )
-    p.add_argument("--workers", type=_positive(int), default=2, help="concurrent reconciles")
+    p.add_argument(
+        "--workers",
+        type=_positive(int),
+        default=4,
+        help="concurrent reconciles (they mostly wait on the API server; "
+        "the queue never runs one pool twice at once)",
+    )
     p.add_argument(
         "--token-wait",
         type=_positive(float),

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Options:
     namespaces: list[str] | None = None
-    workers: int = 2
+    workers: int = 4
     token_wait: float = 10.0
     github_api_url: str = "https://api.github.com"
     runner_image: str = api.DEFAULT_RUNNER_IMAGE

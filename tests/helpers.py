@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,3 +37,13 @@ def process_alive(pid: int) -> bool:
     # A zombie is gone for every practical purpose.
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def venv_tool(name: str, install_hint: str) -> str:
+    """A linter binary that a pip package puts beside the interpreter, else one on PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    assert found, f"{name} is required: {install_hint}"
+    return found

