@@ -318,10 +318,12 @@ class ControlPlane:
 
 def main() -> int:
     """Start a control plane and keep it up until Ctrl-C: handy for poking at it by hand."""
+    # Blocked first, so the signal waits for sigwait instead of killing us before teardown
+    # (the components run in sessions of their own and would outlive us).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     with ControlPlane() as cp:
         print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
     return 0
 
 
