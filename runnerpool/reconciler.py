@@ -13,6 +13,7 @@ organization a second time when the runner manager already does.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class Cache(Protocol):
     def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
 class TokenJobs(Protocol):
@@ -194,15 +196,7 @@ class Reconciler:
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            try:
-                created = self._core.create_namespaced_secret(run.pool.namespace, desired)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-                # The cache lags our own create; the next event brings the object.
-                return {"metadata": desired["metadata"]}
-            run.writes.append("create secret")
-            return dict(self._core.api_client.sanitize_for_serialization(created))
+            return self._create(run, "secret", self._core.create_namespaced_secret, desired)
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
         self._core.patch_namespaced_secret(name, run.pool.namespace, {"metadata": desired["metadata"]})
@@ -243,15 +237,10 @@ class Reconciler:
         namespace = run.pool.namespace
         live = self._cache.get_deployment(namespace, name)
         if live is None:
-            try:
-                created = self._apps.create_namespaced_deployment(namespace, desired)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
-                return desired
-            run.writes.append("create deployment")
-            self._recorder.event(run.raw, NORMAL, "CreatedDeployment", f"created Deployment {name}")
-            return dict(self._apps.api_client.sanitize_for_serialization(created))
+            created = self._create(run, "deployment", self._apps.create_namespaced_deployment, desired)
+            if created is not desired:
+                self._recorder.event(run.raw, NORMAL, "CreatedDeployment", f"created Deployment {name}")
+            return created
         if contains(live, desired):
             return live
         # A JSON merge patch replaces lists whole (a hand-added container, env var or
@@ -264,10 +253,28 @@ class Reconciler:
                 "spec": desired["spec"],
             },
             _content_type="application/merge-patch+json",
+            _preload_content=False,
         )
         run.writes.append("update deployment")
         self._recorder.event(run.raw, NORMAL, "UpdatedDeployment", f"brought Deployment {name} back to spec")
-        return dict(self._apps.api_client.sanitize_for_serialization(replaced))
+        return _json(replaced)
+
+    def _create(
+        self, run: _Pass, kind: str, create: Callable[..., Any], desired: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Create a child from the cache's miss; returns ``desired`` itself when it already exists.
+
+        A 409 means the cache has not caught up with an earlier create: the object's own
+        event brings it, and the reconcile it triggers takes it from there.
+        """
+        try:
+            answer = create(run.pool.namespace, desired, _preload_content=False)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+            return desired
+        run.writes.append(f"create {kind}")
+        return _json(answer)
 
     # ------------------------------------------------------------------ status
 
@@ -434,9 +441,15 @@ class Reconciler:
             except ApiException as err:
                 if err.status != 404:
                     raise
-        pods = self._core.list_namespaced_pod(namespace, label_selector=children.selector(run.pool), limit=1)
-        return bool(pods.items)
+        # The pod cache can only lag behind deletions, so "none left" is never early.
+        return bool(self._cache.list_pods(namespace, run.pool.name))
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
         run.writes.append("update finalizer removed")
+
+
+def _json(answer: Any) -> dict[str, Any]:
+    """The API server's answer as a dict, without building the client's model objects first."""
+    body: dict[str, Any] = json.loads(answer.data)
+    return body
