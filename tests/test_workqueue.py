@@ -150,7 +150,7 @@ def test_overall_token_bucket_dominates_when_exhausted(clock: FakeClock) -> None
 
 
 def test_add_rate_limited_goes_through_the_delay(clock: FakeClock) -> None:
-    q = RateLimitingQueue(base_delay=1.0, max_delay=8.0, clock=clock, name="t-ratelimited")
+    q = RateLimitingQueue(RateLimiter(1.0, 8.0, clock=clock), clock=clock, name="t-ratelimited")
     q.add_rate_limited("a")
     assert q.num_requeues("a") == 1
     assert q.get(timeout=0) is None

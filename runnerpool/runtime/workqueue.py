@@ -116,16 +116,13 @@ class RateLimitingQueue:
 
     def __init__(
         self,
-        base_delay: float = 0.005,
-        max_delay: float = 1000.0,
-        overall_qps: float = 10.0,
-        overall_burst: int = 100,
+        limiter: RateLimiter | None = None,
         *,
         clock: Clock = time.monotonic,
         name: str = "runnerpool",
     ) -> None:
         self._clock = clock
-        self._limiter = RateLimiter(base_delay, max_delay, overall_qps, overall_burst, clock)
+        self._limiter = limiter or RateLimiter(clock=clock)
         self._cond = threading.Condition()
         self._queue: deque[str] = deque()
         self._dirty: set[str] = set()
