@@ -16,10 +16,10 @@ venv: $(STAMP)
 
 # Builds (once, cached outside the repo) or locates etcd/kube-apiserver/kube-controller-manager.
 envtest: $(STAMP)
-	$(BIN)/python -m runnerpool.envtest.assets
+	$(BIN)/python -m testworld.envtest.assets
 
 crds: $(STAMP)
-	$(BIN)/python -m runnerpool.crdgen
+	$(BIN)/python -m testworld.crdgen
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -30,4 +30,4 @@ test: envtest lint
 	$(BIN)/pytest
 
 demo: envtest
-	$(BIN)/python -m runnerpool.demo
+	$(BIN)/python -m testworld.demo

@@ -43,12 +43,12 @@ from kubernetes import client, config
 from kubernetes.informer import ADDED, MODIFIED
 
 from runnerpool import api
-from runnerpool.demo import install_crd
-from runnerpool.envtest.controlplane import ControlPlane
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.fakegithub.state import DEFAULT_RATE_LIMIT
 from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
-from runnerpool.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
+from testworld.demo import install_crd
+from testworld.envtest.controlplane import ControlPlane
+from testworld.fakegithub import FakeGitHub
+from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
+from testworld.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

@@ -15,8 +15,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from runnerpool.envtest.controlplane import ControlPlane
 from tests.helpers import process_alive, wait_for
+from testworld.envtest.controlplane import ControlPlane
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"

@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from runnerpool.envtest.controlplane import ControlPlane, ControlPlaneError, _Process
 from tests.helpers import process_alive, wait_for
+from testworld.envtest.controlplane import ControlPlane, ControlPlaneError, _Process
 
 
 def _configmap(name: str, **extra: object) -> client.V1ConfigMap:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from runnerpool import api, crdgen
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "runnerpool.yaml"
-STALE_HINT = "run `python -m runnerpool.crdgen`"
+STALE_HINT = "run `python -m testworld.crdgen`"
 
 
 def _version() -> dict[str, Any]:

@@ -22,13 +22,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.envtest import assets
-from runnerpool.envtest.controlplane import ControlPlane
-from runnerpool.fakegithub import FakeGitHub
 from runnerpool.manager import Operator, Options
 from runnerpool.runners.lifecycle import DELETION_COST_ANNOTATION
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, play_kubelet, pool_manifest
+from testworld.envtest import assets
+from testworld.envtest.controlplane import ControlPlane
+from testworld.fakegithub import FakeGitHub
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OPERATOR_NAMESPACE = "runnerpool-system"

@@ -4,7 +4,7 @@ Every response any test here receives is checked against the operation's
 documented responses in ``tests/data/github/openapi-runners.json`` (an extract
 of GitHub's own description) by a session hook, so the behaviour tests double
 as contract tests.  `jsonschema` is not installed, so the check uses the small
-validator in `runnerpool.fakegithub.schema`.
+validator in `testworld.fakegithub.schema`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import Auth, Github, GithubIntegration
 
-from runnerpool.fakegithub import FakeGitHub, RegistrationRejectedError, UnknownScopeError
-from runnerpool.fakegithub.schema import validate
+from testworld.fakegithub import FakeGitHub, RegistrationRejectedError, UnknownScopeError
+from testworld.fakegithub.schema import validate
 
 SPEC_FILE = Path(__file__).parent / "data" / "github" / "openapi-runners.json"
 SPEC: dict[str, Any] = json.loads(SPEC_FILE.read_text())
@@ -673,7 +673,7 @@ def test_api_prefix_like_ghes() -> None:
 
 
 def test_standalone_process_prints_its_url() -> None:
-    command = [sys.executable, "-m", "runnerpool.fakegithub", "--port", "0", "--scope", ORG]
+    command = [sys.executable, "-m", "testworld.fakegithub", "--port", "0", "--scope", ORG]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

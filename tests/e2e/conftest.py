@@ -19,11 +19,11 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.envtest.controlplane import ControlPlane
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import OperatorProcess, RunnerSimulator, poll_until
 from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
 from tests.pools import create_pool, pool_manifest
+from testworld.envtest.controlplane import ControlPlane
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
 
 OPERATORS = pytest.StashKey[list[OperatorProcess]]()
 LOG_TAIL_LINES = 80

@@ -1,6 +1,6 @@
 """What the e2e tests ask of the cluster, the fake GitHub and the runner simulator.
 
-The simulator itself lives in ``runnerpool.simulator`` because the demo and the bench play
+The simulator itself lives in ``testworld.simulator`` because the demo and the bench play
 the same runner pods; this module only adds the questions tests keep asking (which runners
 belong to a pool, what a condition says) so that each test reads as its scenario.
 """
@@ -14,9 +14,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import iter_runner_labels
 from tests.helpers import wait_for
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import iter_runner_labels
 
 #: Scopes the fake knows; pools use these.
 REPO = "octo-org/hello-world"

@@ -7,9 +7,9 @@ import json
 import pytest
 from kubernetes import client
 
-from runnerpool.simulator import OperatorProcess, RunnerSimulator
 from tests.e2e.runners import ORG, OTHER_REPO, REPO, wait_condition
 from tests.pools import create_pool, pool_manifest
+from testworld.simulator import OperatorProcess, RunnerSimulator
 
 pytestmark = pytest.mark.usefixtures("credentials")
 

@@ -12,8 +12,6 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import RunnerSimulator
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import (
     BAD_PAT,
@@ -29,6 +27,8 @@ from tests.e2e.runners import (
 )
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import RunnerSimulator
 
 #: A short token life and a margin just under it make the operator refresh as soon as it may.
 TOKEN_LIFETIME = 180.0

@@ -12,7 +12,7 @@ DEMO_TIMEOUT = 120
 
 def test_demo_runs_to_the_end_and_leaves_nothing_behind() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "runnerpool.demo"],
+        [sys.executable, "-m", "testworld.demo"],
         capture_output=True,
         text=True,
         timeout=DEMO_TIMEOUT,

@@ -10,11 +10,11 @@ from typing import Any
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.simulator import OperatorProcess
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.simulator import OperatorProcess
 
 LEASE = "failover-test"
 LEASE_DURATION = 4

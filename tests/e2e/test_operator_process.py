@@ -14,8 +14,6 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from runnerpool import api
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import OperatorProcess, RunnerSimulator
 from tests.e2e.runners import (
     REPO,
     condition,
@@ -30,6 +28,8 @@ from tests.e2e.runners import (
 )
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import OperatorProcess, RunnerSimulator
 
 pytestmark = pytest.mark.usefixtures("credentials")
 

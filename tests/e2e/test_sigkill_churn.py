@@ -15,8 +15,6 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import OperatorProcess
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import (
     ORG,
@@ -30,6 +28,8 @@ from tests.e2e.runners import (
 )
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import OperatorProcess
 
 SEED = int(os.environ.get("E2E_CHURN_SEED", "20261129"))
 POOLS = 10

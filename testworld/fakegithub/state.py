@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from runnerpool.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
+from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
 
 DEFAULT_RATE_LIMIT = 5000
 UNAUTHENTICATED_RATE_LIMIT = 60

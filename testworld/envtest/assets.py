@@ -10,7 +10,7 @@ test runs build once.
 Lookup order per binary: ``TEST_ASSET_<NAME>``, ``$KUBEBUILDER_ASSETS/<name>``,
 ``/usr/local/kubebuilder/bin/<name>``, then the build cache (built on demand).
 
-``python -m runnerpool.envtest.assets`` builds or locates them and prints the
+``python -m testworld.envtest.assets`` builds or locates them and prints the
 folder, for reuse through ``KUBEBUILDER_ASSETS``.
 """
 

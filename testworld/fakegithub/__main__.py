@@ -13,12 +13,12 @@ import sys
 import threading
 from types import FrameType
 
-from runnerpool.fakegithub.server import FakeGitHub
-from runnerpool.fakegithub.state import DEFAULT_RATE_LIMIT
+from testworld.fakegithub.server import FakeGitHub
+from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runnerpool.fakegithub", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testworld.fakegithub", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default)")
     parser.add_argument("--api-prefix", default="", help='serve under a prefix, e.g. "/api/v3" like GHES')

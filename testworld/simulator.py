@@ -1,6 +1,6 @@
 """Stand-ins for what the local control plane lacks, shared by the demo, the e2e tests and the bench.
 
-The local control plane (``runnerpool.envtest``) has no kubelet and no runner image, so a
+The local control plane (``testworld.envtest``) has no kubelet and no runner image, so a
 pool's pods are never started and never register.  Three callers need the same two things
 around a real operator, and keeping them here is what stops them drifting apart:
 
@@ -41,9 +41,9 @@ from kubernetes.client.rest import ApiException
 from kubernetes.informer import ADDED, DELETED, MODIFIED
 
 from runnerpool import api
-from runnerpool.envtest.controlplane import free_port
-from runnerpool.fakegithub.state import FakeGitHubError, GitHubState
 from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
+from testworld.envtest.controlplane import free_port
+from testworld.fakegithub.state import FakeGitHubError, GitHubState
 
 __all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator", "poll_until"]
 

@@ -6,8 +6,8 @@ and status codes from GitHub's OpenAPI description, pagination, ETags, rate
 limits, plus fault injection for the failures the real service produces.
 """
 
-from runnerpool.fakegithub.server import FakeGitHub
-from runnerpool.fakegithub.state import (
+from testworld.fakegithub.server import FakeGitHub
+from testworld.fakegithub.state import (
     AuthRejectedError,
     FakeGitHubError,
     Installation,

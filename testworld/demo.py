@@ -33,10 +33,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.envtest import assets
-from runnerpool.envtest.controlplane import ControlPlane, ControlPlaneError
-from runnerpool.fakegithub import FakeGitHub
-from runnerpool.simulator import (
+from testworld.envtest import assets
+from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import (
     OperatorError,
     OperatorProcess,
     RunnerSimulator,
@@ -372,7 +372,7 @@ def install_crd(api_client: client.ApiClient) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runnerpool.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testworld.demo", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--keep",
         action="store_true",

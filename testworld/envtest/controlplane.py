@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from runnerpool.envtest import assets, certs
+from testworld.envtest import assets, certs
 
 _LOG_TAIL_LINES = 40
 

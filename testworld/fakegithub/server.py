@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from runnerpool.fakegithub.state import (
+from testworld.fakegithub.state import (
     AuthRejectedError,
     Credential,
     FakeGitHubError,
