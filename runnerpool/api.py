@@ -34,6 +34,14 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+# The names of a pool's children are shared vocabulary (the token updater needs them too);
+# they live in the domain module and are re-exported here beside the rest of the API.
+# (``x as x`` is the re-export form mypy --strict recognises.)
+from runnerpool.domain import RFC3339, Scope, pool_key
+from runnerpool.domain import deployment_name as deployment_name  # noqa: PLC0414
+from runnerpool.domain import pool_runner_label as pool_runner_label  # noqa: PLC0414
+from runnerpool.domain import token_secret_name as token_secret_name  # noqa: PLC0414
+
 GROUP = "runnerpool.dev"
 VERSION = "v1alpha1"
 KIND = "RunnerPool"
@@ -56,19 +64,6 @@ DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/run
 # random suffix and two runners of one pool could register under the same name.
 MAX_POOL_NAME_LENGTH = 35
 MAX_REPLICAS = 1000
-
-
-def token_secret_name(pool: str) -> str:
-    return f"runner-token-{pool}"
-
-
-def deployment_name(pool: str) -> str:
-    return f"runnerpool-{pool}"
-
-
-def pool_runner_label(namespace: str, pool: str) -> str:
-    """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
-    return f"{namespace}/{pool}"
 
 
 # --------------------------------------------------------------------------------------
@@ -241,7 +236,7 @@ def _to_kube_time(value: datetime) -> datetime:
 
 
 def _rfc3339(value: datetime) -> str:
-    return _to_kube_time(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _to_kube_time(value).strftime(RFC3339)
 
 
 # Serialised as a string even in python mode, so a plain model_dump() can go
@@ -665,6 +660,15 @@ class RunnerPool(KubeModel):
     @property
     def deleting(self) -> bool:
         return bool(self.metadata.get("deletionTimestamp"))
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.namespace, self.name)
+
+    @property
+    def scope(self) -> Scope:
+        """Where the pool's runners register (validated again: an older stored object may be loose)."""
+        return Scope(organization=self.spec.organization, repository=self.spec.repository)
 
     @property
     def finalizers(self) -> list[str]:

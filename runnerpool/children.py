@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from runnerpool import api
-from runnerpool.github_api import web_url_for
+from runnerpool.domain import resolve_api_url, web_url_for
 
 TOKEN_MOUNT_DIR = "/runner-token"
 WORK_DIR = "/runner/_work"
 RUNNER_CONTAINER = "runner"
 _TOKEN_VOLUME = "runner-token"
 _WORK_VOLUME = "work"
-GITHUB_API_URL = "https://api.github.com"
 
 
 def pool_labels(pool: api.RunnerPool) -> dict[str, str]:
@@ -58,7 +57,7 @@ def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
 
 
 def api_url(pool: api.RunnerPool, default: str) -> str:
-    return (pool.spec.github_api_url or default).rstrip("/")
+    return resolve_api_url(pool.spec.github_api_url, default)
 
 
 def runner_labels(pool: api.RunnerPool) -> list[str]:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runnerpool.domain import RFC3339
+
 READY = "Ready"
 TOKEN_READY = "TokenReady"
 
@@ -23,7 +25,7 @@ class Stamp:
             "status": "True" if status else "False",
             "reason": reason,
             "message": message,
-            "lastTransitionTime": self.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTransitionTime": self.now.strftime(RFC3339),
             "observedGeneration": self.generation,
         }
 

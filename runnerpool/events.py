@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from runnerpool.domain import rfc3339, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class EventRecorder:
         meta = obj["metadata"]
         namespace = meta["namespace"]
         key = (meta["uid"], type_, reason, message)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339(utcnow())
         with self._lock:
             known = self._seen.get(key)
         try:

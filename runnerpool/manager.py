@@ -23,8 +23,11 @@ from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import api
+from runnerpool.domain import DEFAULT_API_URL, pool_key
 from runnerpool.events import EventRecorder
-from runnerpool.github_api import GitHubClient, PyGithubClient
+from runnerpool.github.credentials import ClientCache
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.health import ProbeServer
 from runnerpool.reconciler import Reconciler, Settings
 from runnerpool.runners.listing import SharedListing
@@ -33,7 +36,6 @@ from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.workqueue import RateLimitingQueue
-from secret_updater.credentials import ClientCache
 from secret_updater.filler import DEFAULT_MARGIN, TokenUpdater
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ class Options:
     namespaces: list[str] | None = None
     workers: int = 4
     token_wait: float = 10.0
-    github_api_url: str = "https://api.github.com"
+    github_api_url: str = DEFAULT_API_URL
     runner_image: str = api.DEFAULT_RUNNER_IMAGE
     token_margin: timedelta = DEFAULT_MARGIN
     #: Seconds between two listings of a scope's runners (stretched when the budget is low).
@@ -75,7 +77,7 @@ class NamedClientCache(ClientCache):
     def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
         github = super().get(namespace, secret_name, base_url)
         if isinstance(github, PyGithubClient):
-            github.name_credential(f"{namespace}/{secret_name}")
+            github.name_credential(pool_key(namespace, secret_name))
         return github
 
 
@@ -122,7 +124,7 @@ class Operator:
         self._tokens = TokenUpdater(
             clients,
             self._patch_secret,
-            lambda namespace, name: self.queue.add(f"{namespace}/{name}"),
+            lambda namespace, name: self.queue.add(pool_key(namespace, name)),
             margin=options.token_margin,
         )
         reconciler = Reconciler(

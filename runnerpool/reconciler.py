@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from kubernetes import client
@@ -26,21 +26,21 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
+from runnerpool.domain import DEFAULT_API_URL, PoolRef, TokenFailure, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
-from runnerpool.github_api import DeleteOutcome, GitHubClient, GitHubError, Scope
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.protocol import GitHubClient, GitHubClients
+from runnerpool.github.types import DeleteOutcome
 from runnerpool.runners.listing import ListingKey, SharedListing, pool_runners, runner_counts
-from runnerpool.runners.manager import GitHubClients
 from runnerpool.runtime.controller import Result
-from secret_updater.credentials import CredentialError
-from secret_updater.filler import PoolRef, TokenFailure
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "RUNNERS_DEREGISTERED",
     "Cache",
-    "GitHubClients",
     "Reconciler",
     "RunnerJobs",
     "Settings",
@@ -78,7 +78,7 @@ class RunnerJobs(Protocol):
 @dataclass(frozen=True)
 class Settings:
     default_image: str = api.DEFAULT_RUNNER_IMAGE
-    github_api_url: str = children.GITHUB_API_URL
+    github_api_url: str = DEFAULT_API_URL
     token_wait: float = 10.0
     busy_runner_wait: float = 30.0
     pods_gone_wait: float = 5.0
@@ -103,10 +103,6 @@ class _Pass:
         return "update" if self.writes else "noop"
 
 
-def scope_of(pool: api.RunnerPool) -> Scope:
-    return Scope(organization=pool.spec.organization, repository=pool.spec.repository)
-
-
 class Reconciler:
     def __init__(
         self,
@@ -117,7 +113,7 @@ class Reconciler:
         recorder: Recorder,
         *,
         settings: Settings = Settings(),
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = utcnow,
         listing: SharedListing | None = None,
         runners: RunnerJobs | None = None,
     ) -> None:
@@ -134,7 +130,7 @@ class Reconciler:
         self._runners = runners
 
     def __call__(self, key: str) -> Result:
-        namespace, name = key.split("/", 1)
+        namespace, name = split_key(key)
         raw = self._cache.get_pool(namespace, name)
         if raw is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
@@ -210,7 +206,7 @@ class Reconciler:
         ref = PoolRef(
             namespace=run.pool.namespace,
             name=run.pool.name,
-            scope=scope_of(run.pool),
+            scope=run.pool.scope,
             credential_secret_name=spec.credential_secret_name,
             github_api_url=self._api_url(run.pool),
             credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
@@ -229,7 +225,7 @@ class Reconciler:
         return children.api_url(pool, self._settings.github_api_url)
 
     def _listing_key(self, pool: api.RunnerPool) -> ListingKey:
-        return ListingKey.of(self._api_url(pool), scope_of(pool))
+        return ListingKey.of(self._api_url(pool), pool.scope)
 
     def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
         desired = children.deployment(run.pool, self._settings.default_image, self._settings.github_api_url)
@@ -415,7 +411,7 @@ class Reconciler:
         would only spend budget.  204 and 404 both mean the runner is gone.
         """
         pool = run.pool
-        scope = scope_of(pool)
+        scope = pool.scope
         snapshot = self._listing.fetch(self._listing_key(pool), scope, github)
         busy = 0
         deleted = 0

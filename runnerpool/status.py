@@ -12,9 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runnerpool import api, children, conditions
-from secret_updater.filler import TokenFailure
-
-_TIME = "%Y-%m-%dT%H:%M:%SZ"
+from runnerpool.domain import RFC3339, TokenFailure
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -38,7 +36,7 @@ def token_condition(
     expiry = token_expiry(secret)
     valid = has_token(secret) and (expiry is None or expiry > stamp.now)
     if valid and failure is None:
-        until = f" until {expiry:{_TIME}}" if expiry else ""
+        until = f" until {expiry:{RFC3339}}" if expiry else ""
         return stamp.condition(
             conditions.TOKEN_READY, True, "TokenIssued", f"registration token valid{until}"
         )
@@ -107,7 +105,7 @@ def desired_status(
     }
     expiry = token_expiry(secret)
     if expiry is not None:
-        status["tokenExpiresAt"] = expiry.strftime(_TIME)
+        status["tokenExpiresAt"] = expiry.strftime(RFC3339)
     if runners is not None:
         status["runners"] = runners
     elif "runners" in old:

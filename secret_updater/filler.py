@@ -22,17 +22,18 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
-from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
-from runnerpool.github_api import GitHubError, Scope
+from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
+from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
+from runnerpool.github.credentials import ClientCache, CredentialError
+from runnerpool.github.errors import GitHubError
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from secret_updater import metrics
-from secret_updater.credentials import ClientCache, CredentialError
 from secret_updater.scheduler import (
     DEFAULT_POLICY,
     RetryPolicy,
@@ -47,12 +48,8 @@ __all__ = [
     "PATCH_FAILED_REASON",
     "TOKEN_EXPIRY_ANNOTATION",
     "TOKEN_SECRET_KEY",
-    "PoolRef",
-    "TokenFailure",
     "TokenUpdater",
-    "rfc3339",
     "token_patch",
-    "utcnow",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,46 +68,6 @@ DEFAULT_MARGIN = timedelta(minutes=30)
 PATCH_FAILED_REASON = "TokenSecretPatchFailed"
 #: Reason recorded for anything the updater did not anticipate; retried like a permanent error.
 INTERNAL_REASON = "TokenRefreshError"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def rfc3339(when: datetime) -> str:
-    """Whole seconds, UTC: truncating can only make the published expiry earlier, never later."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class PoolRef:
-    """Everything a job needs to know about a pool; a change replaces the job."""
-
-    namespace: str
-    name: str
-    scope: Scope
-    credential_secret_name: str
-    github_api_url: str | None = None
-    # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
-    # rotated credentials are tried at once instead of at the next slow retry.
-    credentials_version: str = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def token_secret(self) -> str:
-        return token_secret_name(self.name)
-
-
-@dataclass(frozen=True)
-class TokenFailure:
-    """The last refresh failure; ``since`` is when the current run of failures began."""
-
-    reason: str
-    message: str
-    since: datetime
 
 
 def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
@@ -238,7 +195,7 @@ class TokenUpdater:
 
     def stop(self, namespace: str, name: str) -> None:
         """Remove the job and forget the pool; after this returns no Secret write happens."""
-        key = f"{namespace}/{name}"
+        key = pool_key(namespace, name)
         with self._lock:
             state = self._pools.pop(key, None)
             self._remove_job(key)
@@ -251,18 +208,18 @@ class TokenUpdater:
         log.info("token job stopped for pool %s", key)
 
     def running(self, namespace: str, name: str) -> bool:
-        key = f"{namespace}/{name}"
+        key = pool_key(namespace, name)
         with self._lock:
             return key in self._pools and self._has_job(key)
 
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         with self._lock:
-            state = self._pools.get(f"{namespace}/{name}")
+            state = self._pools.get(pool_key(namespace, name))
             return state.failure if state is not None else None
 
     def retry_now(self, namespace: str, name: str) -> None:
         """Run a failing pool's job at once, e.g. when its credential Secret changed."""
-        key = f"{namespace}/{name}"
+        key = pool_key(namespace, name)
         with self._lock:
             state = self._pools.get(key)
             if state is None or state.failure is None:
@@ -274,7 +231,7 @@ class TokenUpdater:
         with self._lock:
             keys = list(self._pools)
         for key in keys:
-            namespace, _, name = key.partition("/")
+            namespace, name = split_key(key)
             self.stop(namespace, name)
         if self._owns_scheduler and self._scheduler.state != STATE_STOPPED:
             # Do not wait for a job stuck on a slow GitHub call; stop() above already
@@ -313,7 +270,7 @@ class TokenUpdater:
 
         For tests and debugging; production runs go through the scheduler.
         """
-        key = f"{namespace}/{name}"
+        key = pool_key(namespace, name)
         with self._lock:
             state = self._pools.get(key)
             if state is None:

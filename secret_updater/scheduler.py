@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from runnerpool.github_api import GitHubError, RateLimited, Unavailable
+from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 
 __all__ = [
     "RetryPolicy",

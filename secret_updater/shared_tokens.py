@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Hashable
 from datetime import datetime, timedelta
 
-from runnerpool.github_api import RegistrationToken
+from runnerpool.github.types import RegistrationToken
 
 
 class SharedTokens:

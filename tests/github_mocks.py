@@ -21,8 +21,9 @@ import pytest
 import responses
 from kubernetes import client
 
-from runnerpool.github_api import ClientOptions, GitHubClient
-from secret_updater.credentials import ClientCache, client_from_secret_data
+from runnerpool.github.credentials import ClientCache, client_from_secret_data
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.pygithub import ClientOptions
 from tests.pools import LiveReader
 
 __all__ = [

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children
-from secret_updater.filler import PoolRef, TokenFailure
+from runnerpool.domain import PoolRef, TokenFailure
 from tests.helpers import wait_for
 
 

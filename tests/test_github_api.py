@@ -22,21 +22,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import Auth
 
-from runnerpool.github_api import (
+from runnerpool.domain import Scope, web_url_for
+from runnerpool.github.errors import (
     BadCredentials,
-    ClientOptions,
-    DeleteOutcome,
     GitHubError,
     MalformedResponse,
     NotFound,
-    PyGithubClient,
     RateLimited,
-    RegistrationToken,
-    Runner,
-    Scope,
     Unavailable,
-    web_url_for,
 )
+from runnerpool.github.pygithub import ClientOptions, PyGithubClient
+from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
 
 DATA = Path(__file__).parent / "data" / "github"
 API = "https://api.github.com"

@@ -16,11 +16,10 @@ import responses
 from kubernetes import client
 
 from runnerpool import api
+from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
-from runnerpool.github_api import Scope
 from runnerpool.reconciler import RUNNERS_DEREGISTERED, DeregistrationError, Reconciler, Settings
 from runnerpool.runners.listing import ListingKey, SharedListing
-from secret_updater.filler import TokenFailure
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (

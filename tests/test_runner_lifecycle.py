@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from runnerpool import api
-from runnerpool.github_api import RateLimit, Runner
+from runnerpool.github.types import RateLimit, Runner
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.lifecycle import (
     BUSY_DELETION_COST,

@@ -19,12 +19,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import REGISTRY
 
 from runnerpool import api
-from runnerpool.github_api import MalformedResponse, PyGithubClient, RateLimit, Scope
+from runnerpool.domain import PoolRef, Scope
+from runnerpool.github.credentials import PAT_KEY
+from runnerpool.github.errors import MalformedResponse
+from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.github.types import RateLimit
 from runnerpool.manager import NamedClientCache
 from runnerpool.runners.listing import ListingKey, SharedListing
 from runnerpool.runners.manager import RunnerManagers
-from secret_updater.credentials import PAT_KEY
-from secret_updater.filler import PoolRef
 from tests.github_mocks import API, RunnerEndpoint, fast_client_factory, gh, github
 from tests.helpers import wait_for
 from tests.pools import pool_manifest

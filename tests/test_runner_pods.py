@@ -20,12 +20,11 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from runnerpool import api, children
-from runnerpool.github_api import Scope
+from runnerpool.domain import PoolRef, Scope
 from runnerpool.manager import NamedClientCache
 from runnerpool.runners.lifecycle import BUSY_DELETION_COST, DELETION_COST_ANNOTATION
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
-from secret_updater.filler import PoolRef
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, pat_secret, play_kubelet, pool_manifest

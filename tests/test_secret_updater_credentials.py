@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from runnerpool.github_api import ClientOptions, GitHubClient, PyGithubClient, Scope
-from secret_updater.credentials import ClientCache, CredentialError, client_from_secret_data
+from runnerpool.domain import Scope
+from runnerpool.github.credentials import ClientCache, CredentialError, client_from_secret_data
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.pygithub import ClientOptions, PyGithubClient
 from tests.test_github_api import (  # shared GitHub mocks and fixtures
     API,
     FAST,

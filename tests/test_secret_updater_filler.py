@@ -20,19 +20,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import REGISTRY
 
 from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
-from runnerpool.github_api import (
-    BadCredentials,
-    DeleteOutcome,
-    GitHubClient,
-    NotFound,
-    RateLimited,
-    RegistrationToken,
-    Runner,
-    Scope,
-    Unavailable,
-)
-from secret_updater import DEFAULT_MARGIN, PoolRef, TokenFailure, TokenUpdater, token_patch
-from secret_updater.credentials import ClientCache, client_from_secret_data
+from runnerpool.domain import PoolRef, Scope, TokenFailure
+from runnerpool.github.credentials import ClientCache, client_from_secret_data
+from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
+from secret_updater import DEFAULT_MARGIN, TokenUpdater, token_patch
 from tests.test_github_api import API, FAST, api, fixture, mock
 
 __all__ = ["mock"]

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runnerpool.github_api import BadCredentials, MalformedResponse, NotFound, RateLimited, Unavailable
-from secret_updater.credentials import CredentialError
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import BadCredentials, MalformedResponse, NotFound, RateLimited, Unavailable
 from secret_updater.scheduler import (
     RetryPolicy,
     is_transient,

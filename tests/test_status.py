@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runnerpool import api, conditions, status
-from secret_updater.filler import TokenFailure
+from runnerpool.domain import TokenFailure
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STAMP = conditions.Stamp(generation=3, now=NOW)

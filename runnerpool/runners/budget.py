@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from runnerpool.github_api import RUNNERS_PER_PAGE, RateLimit
+from runnerpool.github.types import RUNNERS_PER_PAGE, RateLimit
 
 __all__ = ["LOW_BUDGET_FRACTION", "listing_cost", "next_listing_delay"]
 

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerpool.children import RUNNER_CONTAINER
-from runnerpool.github_api import Runner
+from runnerpool.github.types import Runner
 
 __all__ = [
     "BUSY_DELETION_COST",

@@ -17,10 +17,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from runnerpool import api
-from runnerpool.github_api import GitHubClient, RateLimitAware, Runner, Scope
+from runnerpool.domain import Scope, utcnow
+from runnerpool.github.protocol import GitHubClient, RateLimitAware
+from runnerpool.github.types import Runner
 
 __all__ = ["ListingKey", "SharedListing", "Snapshot", "pool_runners", "runner_counts"]
 
@@ -79,7 +81,7 @@ def credential_of(client: GitHubClient) -> str:
 class SharedListing:
     """The latest listing per scope, refreshed on demand with at most one request in flight."""
 
-    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(self, clock: Callable[[], datetime] = utcnow) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._snapshots: dict[ListingKey, Snapshot] = {}

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
@@ -30,35 +30,22 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from runnerpool import api
-from runnerpool.github_api import (
-    DEFAULT_API_URL,
-    BadCredentials,
-    DeleteOutcome,
-    GitHubClient,
-    GitHubError,
-    NotFound,
-    RateLimitAware,
-    RateLimited,
-)
+from runnerpool.domain import PoolRef, pool_key, utcnow
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
+from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
+from runnerpool.github.types import DeleteOutcome
 from runnerpool.runners import lifecycle, metrics
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
-from secret_updater.credentials import CredentialError
-from secret_updater.filler import PoolRef
 
-__all__ = ["DEFAULT_INTERVAL", "GitHubClients", "KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
+__all__ = ["DEFAULT_INTERVAL", "KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
 
 log = logging.getLogger(__name__)
 
 #: meows' runner manager period; flag ``--runner-sync-interval``.
 DEFAULT_INTERVAL = 60.0
-
-
-class GitHubClients(Protocol):
-    """One client per credential Secret (``secret_updater.ClientCache``)."""
-
-    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...
 
 
 class PoolCache(Protocol):
@@ -100,16 +87,8 @@ class KubePods:
                 raise
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def _api_url(ref: PoolRef) -> str:
-    return ref.github_api_url or DEFAULT_API_URL
-
-
 def _listing_key(ref: PoolRef) -> ListingKey:
-    return ListingKey.of(_api_url(ref), ref.scope)
+    return ListingKey.of(ref.api_url, ref.scope)
 
 
 class RunnerManagers:
@@ -124,7 +103,7 @@ class RunnerManagers:
         *,
         listing: SharedListing | None = None,
         interval: float = DEFAULT_INTERVAL,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
         max_workers: int = 4,
     ) -> None:
@@ -175,7 +154,7 @@ class RunnerManagers:
                 log.info("runner manager started for %s", key)
 
     def stop(self, namespace: str, name: str) -> None:
-        key = f"{namespace}/{name}"
+        key = pool_key(namespace, name)
         with self._lock:
             ref = self._refs.pop(key, None)
             if ref is not None:
@@ -258,12 +237,12 @@ class RunnerManagers:
         failure: GitHubError | CredentialError | None = None
         tried: set[str] = set()
         for ref in refs:
-            secret = f"{ref.namespace}/{ref.credential_secret_name}"
+            secret = pool_key(ref.namespace, ref.credential_secret_name)
             if secret in tried:
                 continue
             tried.add(secret)
             try:
-                github = self._clients.get(ref.namespace, ref.credential_secret_name, _api_url(ref))
+                github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
                 return self.listing.fetch(key, ref.scope, github), github
             except (BadCredentials, NotFound, CredentialError) as err:
                 failure = err
@@ -285,7 +264,7 @@ class RunnerManagers:
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool))
         if todo.collect or todo.replace or todo.costs:
-            github = self._clients.get(ref.namespace, ref.credential_secret_name, _api_url(ref))
+            github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
             self._carry_out(ref, github, todo)
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:

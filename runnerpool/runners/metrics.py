@@ -2,7 +2,7 @@
 
 Labelled by pool (namespace, name) or scope, never by anything from a credential. A pool's
 series go when the pool does, so deleted pools do not linger on dashboards. The GitHub
-request and rate-limit series live in ``runnerpool.github_api``, next to the answers they
+request and rate-limit series live in ``runnerpool.github.metrics``, next to the answers they
 count.
 """
 

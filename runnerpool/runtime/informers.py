@@ -64,6 +64,7 @@ from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
 from kubernetes.informer.cache import ObjectCache
 
 from runnerpool import api
+from runnerpool.domain import pool_key
 
 __all__ = [
     "DEFAULT_SECRET_FIELD_SELECTOR",
@@ -106,7 +107,7 @@ class NamespaceNotWatchedError(LookupError):
 def object_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    return f"{namespace}/{name}" if namespace else name
+    return pool_key(namespace, name) if namespace else name
 
 
 def owner_key(obj: Mapping[str, Any]) -> str | None:
@@ -121,9 +122,9 @@ def owner_key(obj: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
         api_version = str(ref.get("apiVersion", ""))
         if ref.get("controller") and ref.get("kind") == KIND and api_version.partition("/")[0] == GROUP:
-            return f"{namespace}/{ref['name']}"
+            return pool_key(namespace, ref["name"])
     pool = (meta.get("labels") or {}).get(POOL_LABEL)
-    return f"{namespace}/{pool}" if pool else None
+    return pool_key(namespace, pool) if pool else None
 
 
 @dataclass
@@ -332,7 +333,7 @@ class _Kind:
         return informer
 
     def get(self, namespace: str, name: str) -> Obj | None:
-        obj = self.informer_for(namespace).cache.get_by_key(f"{namespace}/{name}")
+        obj = self.informer_for(namespace).cache.get_by_key(pool_key(namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
     def list(self, namespace: str | None, labels: Mapping[str, str] | None = None) -> list[Obj]:

@@ -22,7 +22,9 @@ from typing import Protocol
 from cryptography.hazmat.primitives import serialization
 from github import Auth
 
-from runnerpool.github_api import DEFAULT_API_URL, ClientOptions, GitHubClient, PyGithubClient
+from runnerpool.domain import DEFAULT_API_URL, resolve_api_url
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.pygithub import ClientOptions, PyGithubClient
 
 __all__ = [
     "APP_ID_KEY",
@@ -93,7 +95,7 @@ def _checked_pem(data: Mapping[str, str]) -> str:
 
 
 def _validated_base_url(base_url: str) -> str:
-    url = (base_url or DEFAULT_API_URL).strip().rstrip("/")
+    url = resolve_api_url(base_url)
     if not url.startswith(("https://", "http://")):
         raise CredentialError.malformed(f"GitHub API URL {url!r} must start with https://")
     return url

@@ -1,0 +1,195 @@
+"""The vocabulary every part of the operator shares, in one place.
+
+The reconciler, the runner managers, the token updater and the GitHub client all speak
+about the same things: which pool (``PoolRef``), where its runners register (``Scope``),
+why its token could not be refreshed (``TokenFailure``), which GitHub API it talks to,
+how a pool is keyed in queues and maps ("namespace/name"), and how a time is written into
+Kubernetes objects. Defining them here, below everything else, is what lets
+``runnerpool`` and ``secret_updater`` use them without importing each other; this module
+imports nothing from either package.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+__all__ = [
+    "DEFAULT_API_URL",
+    "DEFAULT_WEB_URL",
+    "RFC3339",
+    "PoolRef",
+    "Scope",
+    "TokenFailure",
+    "deployment_name",
+    "pool_key",
+    "pool_runner_label",
+    "resolve_api_url",
+    "rfc3339",
+    "split_key",
+    "token_secret_name",
+    "utcnow",
+    "web_url_for",
+]
+
+#: github.com's REST API; a pool's ``spec.githubApiUrl`` or ``--github-api-url`` overrides it.
+DEFAULT_API_URL = "https://api.github.com"
+DEFAULT_WEB_URL = "https://github.com"
+
+#: RFC 3339 in whole seconds and UTC, the form Kubernetes itself writes (``metav1.Time``).
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+_OWNER_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?$")
+_REPO_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(when: datetime) -> str:
+    """Whole seconds, UTC: truncating can only make a published expiry earlier, never later."""
+    return when.astimezone(UTC).strftime(RFC3339)
+
+
+# -- keys and names -------------------------------------------------------------------------------
+
+
+def pool_key(namespace: str, name: str) -> str:
+    """The "namespace/name" key of the work queue, the informer caches and every per-pool map."""
+    return f"{namespace}/{name}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``pool_key`` backwards; a key without a namespace is a cluster-scoped name."""
+    namespace, sep, name = key.partition("/")
+    return (namespace, name) if sep else ("", namespace)
+
+
+def token_secret_name(pool: str) -> str:
+    return f"runner-token-{pool}"
+
+
+def deployment_name(pool: str) -> str:
+    return f"runnerpool-{pool}"
+
+
+def pool_runner_label(namespace: str, pool: str) -> str:
+    """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
+    return pool_key(namespace, pool)
+
+
+# -- GitHub hosts ---------------------------------------------------------------------------------
+
+
+def resolve_api_url(override: str | None, default: str = DEFAULT_API_URL) -> str:
+    """The API base a pool talks to: its own ``githubApiUrl`` if set, else the operator's."""
+    return (override or default or DEFAULT_API_URL).strip().rstrip("/")
+
+
+def web_url_for(api_url: str) -> str:
+    """Derive the web base for ``config.sh --url`` from an API base.
+
+    ``https://api.github.com`` -> ``https://github.com``; GHES ``https://host/api/v3`` ->
+    ``https://host``.
+    """
+    parsed = urllib.parse.urlsplit(api_url.rstrip("/"))
+    if parsed.netloc == "api.github.com":
+        return DEFAULT_WEB_URL
+    return f"{parsed.scheme}://{parsed.netloc.removeprefix('api.')}"
+
+
+# -- value types ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where runners register: one organization or one repository, never both.
+
+    Validated on construction so that a bad spec fails in the reconciler with a clear message
+    instead of as a confusing 404 from GitHub later.
+    """
+
+    organization: str | None = None
+    repository: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.organization is None) == (self.repository is None):
+            raise ValueError("a scope needs exactly one of organization or repository")
+        if self.organization is not None and not _OWNER_RE.match(self.organization):
+            raise ValueError(f"invalid organization name {self.organization!r}")
+        if self.repository is not None:
+            owner, sep, name = self.repository.partition("/")
+            if not sep or not _OWNER_RE.match(owner) or not _REPO_NAME_RE.match(name):
+                raise ValueError(f"repository must look like owner/name, got {self.repository!r}")
+
+    @property
+    def path(self) -> str:
+        """REST path prefix; runner endpoints hang below it."""
+        if self.organization is not None:
+            return f"orgs/{self.organization}"
+        assert self.repository is not None
+        owner, _, name = self.repository.partition("/")
+        return f"repos/{owner}/{name}"
+
+    @property
+    def path_template(self) -> str:
+        """``path`` with the names replaced by placeholders: a metric label with bounded values."""
+        return "orgs/{org}" if self.organization is not None else "repos/{owner}/{repo}"
+
+    def html_url(self, web_base: str = DEFAULT_WEB_URL) -> str:
+        """The URL ``config.sh --url`` expects; on GHES pass the web (not API) base."""
+        name = self.organization if self.organization is not None else self.repository
+        return f"{web_base.rstrip('/')}/{name}"
+
+    @property
+    def key(self) -> str:
+        """Stable identity for sharing work between pools on the same scope.
+
+        GitHub treats owner and repository names case-insensitively, so two pools spelling the
+        organization differently still share one listing.
+        """
+        if self.organization is not None:
+            return f"org:{self.organization.lower()}"
+        assert self.repository is not None
+        return f"repo:{self.repository.lower()}"
+
+    def __str__(self) -> str:
+        return self.path
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    """Everything a job needs to know about a pool; a change replaces the job."""
+
+    namespace: str
+    name: str
+    scope: Scope
+    credential_secret_name: str
+    github_api_url: str | None = None
+    # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
+    # rotated credentials are tried at once instead of at the next slow retry.
+    credentials_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.namespace, self.name)
+
+    @property
+    def token_secret(self) -> str:
+        return token_secret_name(self.name)
+
+    @property
+    def api_url(self) -> str:
+        return resolve_api_url(self.github_api_url)
+
+
+@dataclass(frozen=True)
+class TokenFailure:
+    """The last refresh failure; ``since`` is when the current run of failures began."""
+
+    reason: str
+    message: str
+    since: datetime

@@ -1,0 +1,63 @@
+"""The failures a GitHub call can end in, already classified for the caller."""
+
+from __future__ import annotations
+
+__all__ = ["BadCredentials", "GitHubError", "MalformedResponse", "NotFound", "RateLimited", "Unavailable"]
+
+
+class GitHubError(Exception):
+    """Any failure talking to GitHub, already classified for the caller.
+
+    ``reason`` is CamelCase so the reconciler can copy it into a condition unchanged;
+    ``retry_after`` is GitHub's own hint (seconds) when it gave one.
+    """
+
+    default_reason = "GitHubRequestFailed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after: float | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.retry_after = retry_after
+        self.status = status
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(reason={self.reason!r}, status={self.status!r}, message={self.message!r})"
+
+
+class BadCredentials(GitHubError):  # noqa: N818 - names fixed by the shared interface
+    """401 (token invalid or expired) or 403 (valid but not allowed); fixing needs a human."""
+
+    default_reason = "BadCredentials"
+
+
+class NotFound(GitHubError):  # noqa: N818 - names fixed by the shared interface
+    """404 on a scope: a typo, a renamed owner, or credentials that cannot see it."""
+
+    default_reason = "ScopeNotFound"
+
+
+class RateLimited(GitHubError):  # noqa: N818 - names fixed by the shared interface
+    """Primary or secondary rate limit; ``retry_after`` says when asking again makes sense."""
+
+    default_reason = "RateLimited"
+
+
+class Unavailable(GitHubError):  # noqa: N818 - names fixed by the shared interface
+    """5xx, timeouts and connection errors: worth retrying soon."""
+
+    default_reason = "GitHubUnavailable"
+
+
+class MalformedResponse(GitHubError):  # noqa: N818 - names fixed by the shared interface
+    """GitHub answered 2xx but not with the documented shape."""
+
+    default_reason = "MalformedResponse"

@@ -1,0 +1,47 @@
+"""The runner pages last answered, kept to be revalidated with their ETags (a 304 is free)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from runnerpool.github.types import Runner
+
+__all__ = ["MAX_CACHED_PAGES", "Page", "PageCache"]
+
+#: ETag'd runner pages kept per client. A page is a few kilobytes; this bounds a client that
+#: lists thousands of repositories without evicting anything in ordinary use.
+MAX_CACHED_PAGES = 2048
+
+
+@dataclass(frozen=True)
+class Page:
+    """One runner page as last answered, kept to be revalidated with its ETag."""
+
+    etag: str
+    runners: tuple[Runner, ...]
+    next_url: str | None
+
+
+class PageCache:
+    """Bounded LRU of runner pages by URL; shared by the threads that use one client."""
+
+    def __init__(self, max_pages: int = MAX_CACHED_PAGES) -> None:
+        self._pages: OrderedDict[str, Page] = OrderedDict()
+        self._max = max_pages
+        self._lock = threading.Lock()
+
+    def get(self, url: str) -> Page | None:
+        with self._lock:
+            page = self._pages.get(url)
+            if page is not None:
+                self._pages.move_to_end(url)
+            return page
+
+    def put(self, url: str, page: Page) -> None:
+        with self._lock:
+            self._pages[url] = page
+            self._pages.move_to_end(url)
+            while len(self._pages) > self._max:
+                self._pages.popitem(last=False)

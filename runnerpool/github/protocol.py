@@ -1,0 +1,44 @@
+"""The small interface the operator sees GitHub through.
+
+The reconciler, the runner managers and the token updater only need three calls: mint a
+registration token, list a scope's runners and delete a runner. Keeping them behind
+``GitHubClient`` lets tests substitute ``runnerpool.github.fake.FakeGitHub`` without HTTP, and
+keeps every PyGithub and ``requests`` exception out of the callers: they only ever see
+``GitHubError`` subclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from runnerpool.domain import Scope
+from runnerpool.github.types import DeleteOutcome, RateLimit, RegistrationToken, Runner
+
+__all__ = ["GitHubClient", "GitHubClients", "RateLimitAware"]
+
+
+class GitHubClient(Protocol):
+    """The three GitHub calls the operator makes. Implementations raise only ``GitHubError``."""
+
+    def registration_token(self, scope: Scope) -> RegistrationToken: ...
+
+    def list_runners(self, scope: Scope) -> list[Runner]: ...
+
+    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome: ...
+
+
+@runtime_checkable
+class RateLimitAware(Protocol):
+    """What a client can tell about its budget; kept out of ``GitHubClient`` so that simple
+    stand-ins for the three calls stay valid clients."""
+
+    @property
+    def credential(self) -> str: ...
+
+    def rate_limit(self) -> RateLimit | None: ...
+
+
+class GitHubClients(Protocol):
+    """One client per credential Secret (``runnerpool.github.credentials.ClientCache``)."""
+
+    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...

@@ -1,0 +1,356 @@
+"""``GitHubClient`` over PyGithub: the transport, its ETag page cache and budget accounting.
+
+Callers only ever see ``GitHubError`` subclasses (``runnerpool.github.errors``) whose
+``reason`` can go straight into a Kubernetes condition and whose ``retry_after`` tells the
+caller's scheduler how long GitHub asked us to wait.
+
+Retries are split on purpose. The transport retries a couple of times, quickly, for the
+failures that a second attempt usually fixes (5xx, resets, timeouts). Anything that needs
+waiting - rate limits above all - is raised at once so that the per-pool schedulers, which
+can wait without holding a worker thread, stay in charge of the backoff.
+
+Every answer also feeds the API budget bookkeeping, because the operator shares one budget
+per credential between all the pools that use it: the ``x-ratelimit-*`` headers become
+gauges labelled by the credential's identity (never the token) and are kept for the runner
+managers' slowdown rule; each answer is counted by templated endpoint and status. Runner
+listings are conditional (``If-None-Match`` with the ETag of the page's last answer): an
+unchanged page comes back as a 304, which GitHub does not count against the budget.
+
+PyGithub's ``requestJsonAndCheck`` treats a 304 as a success with a ``None`` body, which is
+indistinguishable from an empty answer, so every call here goes through the raw
+``Requester.requestJson`` (status, headers, body) and this module decides what a status
+means.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+import urllib3.exceptions
+from github import Auth, Github, GithubException, GithubRetry
+from github.GithubException import BadAttributeException
+
+from runnerpool.domain import DEFAULT_API_URL, Scope
+from runnerpool.github import redact
+from runnerpool.github.errors import BadCredentials, GitHubError, MalformedResponse, NotFound, Unavailable
+from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
+from runnerpool.github.pages import Page, PageCache
+from runnerpool.github.parse import next_link, parse_runner, parse_token, structured
+from runnerpool.github.translate import translate_github_exception
+from runnerpool.github.types import (
+    RUNNERS_PER_PAGE,
+    DeleteOutcome,
+    RateLimit,
+    RegistrationToken,
+    Runner,
+    header,
+)
+
+__all__ = ["ClientOptions", "PyGithubClient"]
+
+log = logging.getLogger(__name__)
+
+redact.install()
+
+#: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
+#: broken ``Link`` chain rather than followed for ever.
+MAX_RUNNER_PAGES = 100
+
+
+class _TransientOnlyRetry(GithubRetry):
+    """GithubRetry restricted to failures that a quick second attempt can fix.
+
+    PyGithub's retry would otherwise sleep inside the request until a rate limit resets (up to
+    an hour) or for a secondary limit's ``Retry-After``, holding a scheduler worker and hiding
+    the condition from the operator. 403 and 429 are therefore never retried here, and any
+    answer that carries ``Retry-After`` is returned at once so the caller can honour it.
+    """
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        if status_code in (403, 429) or has_retry_after:
+            return False
+        return bool(super().is_retry(method, status_code, has_retry_after))
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Transport tuning, kept apart from credentials so tests can turn every wait off.
+
+    ``retries`` is small on purpose: the scheduler owns the long backoff. GitHub asks for
+    writes to be sent serially; every client does that (one write at a time per credential,
+    see ``PyGithubClient._send``). PyGithub's fixed gaps are off by default: a one-second gap
+    per write would make the hundredth new pool wait 100 s for its first token, and the few
+    writes this operator sends (a token per scope and half hour, a delete per gone runner)
+    are nowhere near the bursts the gap protects against. A secondary-limit answer (403/429
+    with ``retry-after``) is still honoured by the callers' backoff.
+    """
+
+    timeout: int = 15
+    retries: int = 2
+    backoff_factor: float = 0.5
+    seconds_between_requests: float | None = None
+    seconds_between_writes: float | None = None
+    user_agent: str = "runnerpool-operator"
+
+    def retry(self) -> GithubRetry:
+        return _TransientOnlyRetry(
+            total=self.retries,
+            backoff_factor=self.backoff_factor,
+            # Belt and braces: should a rate-limit 403 ever reach GithubRetry's own logic, raise
+            # instead of sleeping until the reset.
+            max_rate_limit_wait=0,
+            # Hand the final 5xx back as a response so we can report its status.
+            raise_on_status=False,
+        )
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parsed = urllib.parse.urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, (parsed.hostname or "").lower(), port
+
+
+class PyGithubClient:
+    """``GitHubClient`` on top of a ``github.Github`` instance.
+
+    Every call goes through PyGithub's public raw requester (see the module docstring for why
+    not ``requestJsonAndCheck``), so pagination, conditional requests and response validation
+    are ours: a half-parsed PyGithub object would surface as ``None`` deep in the caller
+    instead of as a ``MalformedResponse`` here.
+
+    With GitHub App credentials, the installation token is minted lazily by PyGithub's
+    ``AppInstallationAuth`` through a ``GithubIntegration`` built from this ``Github``'s
+    requester settings, so it inherits our retry. (A ``GithubIntegration`` constructed on its
+    own has no retry at all by default.)
+
+    The ETag cache lives here, per client and therefore per credential, because GitHub's
+    answers vary by ``Authorization``: a validator obtained with one credential says nothing
+    about what another one may see.
+    """
+
+    def __init__(
+        self, gh: Github, *, clock: Callable[[], float] = time.time, credential: str | None = None
+    ) -> None:
+        self._gh = gh
+        self._requester = gh.requester
+        self._clock = clock
+        self._origin = _origin(self._requester.base_url)
+        self._credential_name = credential
+        self._pages = PageCache()
+        self._budget_lock = threading.Lock()
+        self._rate_limit: RateLimit | None = None
+        # GitHub asks for writes to be serial: one at a time for everything on this credential.
+        self._writes = threading.Lock()
+
+    @classmethod
+    def from_auth(
+        cls,
+        auth: Auth.Auth,
+        base_url: str = DEFAULT_API_URL,
+        options: ClientOptions | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        credential: str | None = None,
+    ) -> PyGithubClient:
+        """Build the ``Github`` instance with our transport settings."""
+        opts = options or ClientOptions()
+        gh = Github(
+            auth=auth,
+            base_url=base_url.rstrip("/"),
+            timeout=opts.timeout,
+            user_agent=opts.user_agent,
+            per_page=RUNNERS_PER_PAGE,
+            retry=opts.retry(),
+            seconds_between_requests=opts.seconds_between_requests,
+            seconds_between_writes=opts.seconds_between_writes,
+            lazy=True,
+        )
+        return cls(gh, clock=clock, credential=credential)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._requester.base_url)
+
+    @property
+    def credential(self) -> str:
+        """Whose budget this client spends, fit for a metric label: never the token.
+
+        A GitHub App installation is its own budget at GitHub, so it names itself; a personal
+        access token cannot be named without a request, so it carries the name its owner gave
+        it (``name_credential``: the operator uses the credential Secret's namespace/name).
+        """
+        auth = self._requester.auth
+        if isinstance(auth, Auth.AppInstallationAuth):
+            return f"app:{auth.app_id}/installation:{auth.installation_id}"
+        return self._credential_name or "unnamed"
+
+    def name_credential(self, name: str) -> None:
+        self._credential_name = name
+
+    def rate_limit(self) -> RateLimit | None:
+        """The budget from the latest answer that carried one; ``None`` before any."""
+        with self._budget_lock:
+            return self._rate_limit
+
+    def close(self) -> None:
+        self._gh.close()
+
+    def __repr__(self) -> str:
+        return f"PyGithubClient(base_url={self.base_url!r})"
+
+    # -- the three calls -----------------------------------------------------------------------
+
+    def registration_token(self, scope: Scope) -> RegistrationToken:
+        path = f"/{scope.path}/actions/runners/registration-token"
+        what = f"POST {path}"
+        endpoint = f"/{scope.path_template}/actions/runners/registration-token"
+        _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint))
+        return parse_token(data, what)
+
+    def list_runners(self, scope: Scope) -> list[Runner]:
+        """All pages, each revalidated with its ETag; a runner that moved between pages while
+        they were read is reported once."""
+        what = f"GET /{scope.path}/actions/runners"
+        endpoint = f"/{scope.path_template}/actions/runners"
+        url = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
+        found: dict[int, Runner] = {}
+        for _ in range(MAX_RUNNER_PAGES):
+            page = self._page(url, what, endpoint)
+            for runner in page.runners:
+                found.setdefault(runner.id, runner)
+            if page.next_url is None:
+                return list(found.values())
+            url = self._checked_next(page.next_url, what)
+        raise MalformedResponse(f"{what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+
+    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
+        path = f"/{scope.path}/actions/runners/{runner_id}"
+        what = f"DELETE {path}"
+        endpoint = f"/{scope.path_template}/actions/runners/{{runner_id}}"
+        try:
+            self._call(what, functools.partial(self._send, "DELETE", path, endpoint))
+        except NotFound:
+            return DeleteOutcome.ALREADY_GONE
+        except GitHubError as err:
+            # GitHub answers 422 "still running a job" for a busy runner; any 422 here means
+            # the runner is still registered, so the caller must come back later.
+            if err.status == 422:
+                log.debug("runner %s in %s not deleted: %s", runner_id, scope, err.message)
+                return DeleteOutcome.BUSY
+            raise
+        return DeleteOutcome.DELETED
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _page(self, url: str, what: str, endpoint: str) -> Page:
+        cached = self._pages.get(url)
+        headers = {"If-None-Match": cached.etag} if cached is not None else {}
+        status, response_headers, data = self._call(
+            what, functools.partial(self._send, "GET", url, endpoint, headers=headers)
+        )
+        if status == 304:
+            if cached is None:
+                raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+            return cached
+        if not isinstance(data, dict) or not isinstance(data.get("runners"), list):
+            raise MalformedResponse(f"{what}: expected an object with a runners list")
+        page = Page(
+            etag=header(response_headers, "etag") or "",
+            runners=tuple(parse_runner(item, what) for item in data["runners"]),
+            next_url=next_link(response_headers),
+        )
+        if page.etag:
+            self._pages.put(url, page)
+        return page
+
+    def _send(
+        self, method: str, url: str, endpoint: str, *, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any], Any]:
+        """One request: count it, note the budget, and raise PyGithub's exception for >= 400.
+
+        ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
+        """
+        try:
+            with self._writes if method != "GET" else contextlib.nullcontext():
+                status, response_headers, body = self._requester.requestJson(
+                    method, url, headers=dict(headers or {})
+                )
+        except Exception:
+            GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
+            raise
+        GITHUB_REQUESTS.labels(endpoint, method, str(status)).inc()
+        self._observe_budget(response_headers)
+        if status == 304:
+            return status, response_headers, None
+        data = structured(body)
+        if status >= 400:
+            raise self._requester.createException(
+                status, response_headers, data if isinstance(data, dict) else {}
+            )
+        return status, response_headers, data
+
+    def _observe_budget(self, headers: Mapping[str, Any]) -> None:
+        budget = RateLimit.from_headers(headers)
+        if budget is None:
+            return
+        with self._budget_lock:
+            self._rate_limit = budget
+        publish_budget(self.credential, budget)
+
+    def _checked_next(self, next_url: str, what: str) -> str:
+        """Refuse to follow a ``Link`` off the configured server (PyGithub only asserts)."""
+        if _origin(next_url) != self._origin:
+            raise MalformedResponse(f"{what}: next page link points to another server")
+        return next_url
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Run one PyGithub call and translate whatever it raises."""
+        self._ensure_installation_token(what)
+        try:
+            return fn()
+        except GithubException as exc:
+            raise translate_github_exception(exc, what, self._clock()) from None
+        except BadAttributeException:
+            raise MalformedResponse(f"{what}: unexpected attribute type") from None
+        except json.JSONDecodeError:
+            raise MalformedResponse(f"{what}: body is not valid JSON") from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(f"{what}: {type(exc).__name__}") from exc
+        except RuntimeError as exc:
+            # PyGithub raises RuntimeError for redirects to another host or scheme, i.e. a
+            # base URL that points at the wrong place.
+            raise GitHubError(f"{what}: {exc}", reason="GitHubRedirected") from None
+
+    def _ensure_installation_token(self, what: str) -> None:
+        """Mint the App installation token up front so its failures name the right culprit.
+
+        Left to PyGithub, a 404 for an unknown installation would surface from the runner call
+        and read as "scope not found"; here it becomes a credential problem.
+        """
+        auth = self._requester.auth
+        if not isinstance(auth, Auth.AppInstallationAuth):
+            return
+        try:
+            auth.token  # noqa: B018 - fetched and cached by PyGithub until near expiry
+        except GithubException as exc:
+            err = translate_github_exception(exc, "POST /app/installations/{id}/access_tokens", self._clock())
+            if isinstance(err, (NotFound, BadCredentials)) or err.status == 422:
+                raise BadCredentials(
+                    f"{what}: GitHub App installation token could not be created ({err.message}); "
+                    "check app-id, app-installation-id and app-private-key",
+                    reason="AppInstallationTokenFailed",
+                    status=err.status,
+                ) from None
+            raise err from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(f"{what}: installation token: {type(exc).__name__}") from None

@@ -1,0 +1,94 @@
+"""PyGithub's exceptions and GitHub's status codes mapped onto ``runnerpool.github.errors``.
+
+A rate limit above all must come out as ``RateLimited`` with the wait GitHub asked for, so
+that the per-pool schedulers, not a sleeping request, own the backoff.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Mapping
+from typing import Any
+
+from github import GithubException
+from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExceededException
+
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
+from runnerpool.github.types import header
+
+__all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception"]
+
+#: GitHub asks clients that hit a secondary limit without a ``retry-after`` to wait at least a
+#: minute; used whenever a rate-limit answer carries no usable timing header.
+SECONDARY_RATE_LIMIT_WAIT = 60.0
+
+
+def _retry_after_seconds(headers: Mapping[str, Any] | None, now: float) -> float | None:
+    """Seconds GitHub asked us to wait: ``retry-after`` first, else the primary-limit reset."""
+    raw = header(headers, "retry-after")
+    if raw is not None:
+        raw = raw.strip()
+        if raw.isdigit():
+            return float(raw)
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            when = None
+        if when is not None:
+            return max(0.0, when.timestamp() - now)
+    reset = header(headers, "x-ratelimit-reset")
+    if reset is not None and header(headers, "x-ratelimit-remaining") == "0":
+        try:
+            return max(0.0, float(reset) - now)
+        except ValueError:
+            return None
+    return None
+
+
+def _github_message(data: Any) -> str:
+    if isinstance(data, dict):
+        message = data.get("message")
+        if isinstance(message, str):
+            return message
+    if isinstance(data, str):
+        return data[:200]
+    return ""
+
+
+def _is_rate_limited(status: int, headers: Mapping[str, Any] | None, message: str) -> bool:
+    if status not in (403, 429):
+        return False
+    if status == 429:
+        return True
+    if header(headers, "x-ratelimit-remaining") == "0" or header(headers, "retry-after") is not None:
+        return True
+    lowered = message.lower()
+    return lowered.startswith("api rate limit exceeded") or "secondary rate limit" in lowered
+
+
+def translate_github_exception(exc: GithubException, what: str, now: float) -> GitHubError:
+    """Map a PyGithub exception to our taxonomy; ``what`` names the call for the message."""
+    status = exc.status
+    headers = exc.headers
+    message = _github_message(exc.data)
+    detail = f"{what}: HTTP {status}" + (f" ({message})" if message else "")
+    if isinstance(exc, RateLimitExceededException) or _is_rate_limited(status, headers, message):
+        retry_after = _retry_after_seconds(headers, now)
+        if retry_after is None and isinstance(exc, RateLimitExceededExceedsMaxWait):
+            retry_after = exc.wait
+        if retry_after is None:
+            retry_after = SECONDARY_RATE_LIMIT_WAIT
+        return RateLimited(detail, retry_after=retry_after, status=status)
+    if status == 401:
+        return BadCredentials(detail + "; the token or GitHub App key was rejected", status=status)
+    if status == 403:
+        return BadCredentials(
+            detail + "; the credentials lack the permission to manage self-hosted runners",
+            reason="Forbidden",
+            status=status,
+        )
+    if status == 404:
+        return NotFound(detail + "; check the name and that the credentials can see it", status=status)
+    if status >= 500 or status == 408:
+        return Unavailable(detail, retry_after=_retry_after_seconds(headers, now), status=status)
+    return GitHubError(detail, status=status)

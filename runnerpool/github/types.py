@@ -1,0 +1,81 @@
+"""The values the GitHub client hands back, free of PyGithub and ``requests``.
+
+``Scope`` is shared vocabulary and lives in ``runnerpool.domain``; everything here is what a
+GitHub answer turns into.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["RUNNERS_PER_PAGE", "DeleteOutcome", "RateLimit", "RegistrationToken", "Runner", "header"]
+
+#: GitHub documents a maximum page size of 100 for the runner listings; anything smaller only
+#: multiplies requests against the rate limit.
+RUNNERS_PER_PAGE = 100
+
+
+@dataclass(frozen=True)
+class RegistrationToken:
+    """A ``config.sh --token`` value; ``repr`` hides it so it cannot leak into logs."""
+
+    token: str = field(repr=False)
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Runner:
+    """The subset of GitHub's runner object the operator decides on."""
+
+    id: int
+    name: str
+    status: str
+    busy: bool
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """One credential's primary budget as GitHub last reported it.
+
+    ``reset`` is Unix time (seconds), as in ``x-ratelimit-reset``.
+    """
+
+    remaining: int
+    limit: int
+    reset: float
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, Any] | None) -> RateLimit | None:
+        """``None`` when the answer carries no budget (GHES with rate limiting off, a proxy)."""
+        raw = [header(headers, f"x-ratelimit-{name}") for name in ("remaining", "limit", "reset")]
+        if any(value is None for value in raw):
+            return None
+        try:
+            # GitHub has been seen sending floats here (PyGithub #2697).
+            remaining, limit, reset = (float(str(value)) for value in raw)
+        except ValueError:
+            return None
+        return cls(remaining=int(remaining), limit=int(limit), reset=reset)
+
+
+class DeleteOutcome(enum.Enum):
+    """Deleting is a state change the caller must act on, not just success or failure."""
+
+    DELETED = "Deleted"
+    ALREADY_GONE = "AlreadyGone"
+    BUSY = "Busy"
+
+
+def header(headers: Mapping[str, Any] | None, name: str) -> str | None:
+    if not headers:
+        return None
+    wanted = name.lower()
+    for key, value in headers.items():
+        if str(key).lower() == wanted:
+            return str(value)
+    return None
