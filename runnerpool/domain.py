@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_WEB_URL",
     "RFC3339",
+    "Deregistration",
     "PoolRef",
     "Scope",
     "TokenFailure",
@@ -184,6 +185,18 @@ class PoolRef:
     @property
     def api_url(self) -> str:
         return resolve_api_url(self.github_api_url)
+
+
+@dataclass(frozen=True)
+class Deregistration:
+    """What deregistering a pool's runners on GitHub left behind, for its finalizer.
+
+    ``busy`` runners are still running a job (listed busy, or GitHub answered 422): the pool
+    must wait for them. ``deleted`` were removed by this pass (204; a 404 is not counted).
+    """
+
+    busy: int
+    deleted: int
 
 
 @dataclass(frozen=True)

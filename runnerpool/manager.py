@@ -30,7 +30,6 @@ from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.health import ProbeServer
 from runnerpool.reconciler import Reconciler, Settings
-from runnerpool.runners.listing import SharedListing
 from runnerpool.runners.manager import DEFAULT_INTERVAL, KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
@@ -112,13 +111,11 @@ class Operator:
     def _start_leading(self) -> None:
         options = self.options
         clients = NamedClientCache(self._read_credentials)
-        listing = SharedListing()
         self._runners = RunnerManagers(
             self.informers,
             clients,
             KubePods(self._core),
             self.queue.add,
-            listing=listing,
             interval=options.runner_sync_interval,
         )
         self._tokens = TokenUpdater(
@@ -131,15 +128,13 @@ class Operator:
             self.informers,
             self._api,
             self._tokens,
-            clients,
+            self._runners,
             EventRecorder(self._core),
             settings=Settings(
                 default_image=options.runner_image,
                 github_api_url=options.github_api_url,
                 token_wait=options.token_wait,
             ),
-            listing=listing,
-            runners=self._runners,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
         # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.

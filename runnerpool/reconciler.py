@@ -5,10 +5,10 @@ object already says what the operator wants, so reconciling a converged pool
 writes nothing.  Waiting (for a token, for a busy runner) is a requeue, not an
 error: only errors get exponential backoff from the work queue.
 
-GitHub is read through the shared per-scope listing (``runnerpool.runners.listing``):
-``status.runners`` comes from the runner managers' latest listing without a request, and
-the finalizer refreshes that same listing, so a pool being deleted does not list its
-organization a second time when the runner manager already does.
+GitHub is the runner managers' business (``runnerpool.runners``): ``status.runners`` is
+the counts they computed from their latest listing, read without a request, and the
+finalizer asks them to deregister the pool's runners, so one component owns every runner
+deletion on GitHub.
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
-from runnerpool.domain import DEFAULT_API_URL, PoolRef, TokenFailure, split_key, utcnow
+from runnerpool.domain import DEFAULT_API_URL, Deregistration, PoolRef, TokenFailure, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.protocol import GitHubClient, GitHubClients
-from runnerpool.github.types import DeleteOutcome
-from runnerpool.runners.listing import ListingKey, SharedListing, pool_runners, runner_counts
 from runnerpool.runtime.controller import Result
 
 log = logging.getLogger(__name__)
@@ -73,6 +70,8 @@ class RunnerJobs(Protocol):
 
     def start(self, pool: PoolRef) -> None: ...
     def stop(self, namespace: str, name: str) -> None: ...
+    def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
+    def deregister(self, pool: PoolRef) -> Deregistration: ...
 
 
 @dataclass(frozen=True)
@@ -109,24 +108,20 @@ class Reconciler:
         cache: Cache,
         api_client: client.ApiClient,
         tokens: TokenJobs,
-        github: GitHubClients,
+        runners: RunnerJobs,
         recorder: Recorder,
         *,
         settings: Settings = Settings(),
         clock: Callable[[], datetime] = utcnow,
-        listing: SharedListing | None = None,
-        runners: RunnerJobs | None = None,
     ) -> None:
         self._cache = cache
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
         self._apps = client.AppsV1Api(api_client)
         self._tokens = tokens
-        self._github = github
         self._recorder = recorder
         self._settings = settings
         self._clock = clock
-        self._listing = listing or SharedListing()
         self._runners = runners
 
     def __call__(self, key: str) -> Result:
@@ -201,9 +196,14 @@ class Reconciler:
 
     def _ensure_jobs(self, run: _Pass) -> None:
         """The token job and the runner manager: both idempotent, both cheap to repeat."""
+        ref = self._pool_ref(run)
+        self._tokens.start(ref)
+        self._runners.start(ref)
+
+    def _pool_ref(self, run: _Pass) -> PoolRef:
         spec = run.pool.spec
         credentials = self._cache.get_secret(run.pool.namespace, spec.credential_secret_name)
-        ref = PoolRef(
+        return PoolRef(
             namespace=run.pool.namespace,
             name=run.pool.name,
             scope=run.pool.scope,
@@ -211,21 +211,14 @@ class Reconciler:
             github_api_url=self._api_url(run.pool),
             credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
         )
-        self._tokens.start(ref)
-        if self._runners is not None:
-            self._runners.start(ref)
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
-        if self._runners is not None:
-            self._runners.stop(namespace, name)
+        self._runners.stop(namespace, name)
 
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github_api_url)
-
-    def _listing_key(self, pool: api.RunnerPool) -> ListingKey:
-        return ListingKey.of(self._api_url(pool), pool.scope)
 
     def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
         desired = children.deployment(run.pool, self._settings.default_image, self._settings.github_api_url)
@@ -301,11 +294,8 @@ class Reconciler:
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
 
     def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
-        snapshot = self._listing.latest(self._listing_key(pool))
-        if snapshot is None:
-            return None
-        counts = runner_counts(pool_runners(snapshot.runners, pool.namespace, pool.name))
-        return counts.model_dump(by_alias=True)
+        counts = self._runners.counts(pool.namespace, pool.name)
+        return None if counts is None else counts.model_dump(by_alias=True)
 
     def _set_condition(self, run: _Pass, cond: dict[str, Any]) -> None:
         """Write one condition on its own (the finalizer has no full status to compute)."""
@@ -353,8 +343,7 @@ class Reconciler:
         self._clear_token(run)
         stamp = conditions.Stamp(pool.generation, self._clock())
         try:
-            github = self._github.get(pool.namespace, pool.spec.credential_secret_name, self._api_url(pool))
-            busy = self._deregister_runners(run, github)
+            busy = self._deregister_runners(run)
         except (GitHubError, CredentialError) as err:
             reason = getattr(err, "reason", type(err).__name__)
             self._recorder.event(
@@ -404,29 +393,14 @@ class Reconciler:
         )
         run.writes.append("update secret (token removed)")
 
-    def _deregister_runners(self, run: _Pass, github: GitHubClient) -> int:
-        """Delete the pool's idle runners; returns how many are busy (listed busy, or 422).
-
-        A runner listed busy is not even asked for: GitHub would refuse, and the request
-        would only spend budget.  204 and 404 both mean the runner is gone.
-        """
-        pool = run.pool
-        scope = pool.scope
-        snapshot = self._listing.fetch(self._listing_key(pool), scope, github)
-        busy = 0
-        deleted = 0
-        for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
-            if runner.busy:
-                busy += 1
-                continue
-            outcome = github.delete_runner(scope, runner.id)
-            if outcome is DeleteOutcome.BUSY:
-                busy += 1
-            elif outcome is DeleteOutcome.DELETED:
-                deleted += 1
-        if deleted:
-            self._recorder.event(run.raw, NORMAL, "DeregisteredRunners", f"deregistered {deleted} runner(s)")
-        return busy
+    def _deregister_runners(self, run: _Pass) -> int:
+        """Have the runner managers delete the pool's idle runners; returns how many are busy."""
+        done = self._runners.deregister(self._pool_ref(run))
+        if done.deleted:
+            self._recorder.event(
+                run.raw, NORMAL, "DeregisteredRunners", f"deregistered {done.deleted} runner(s)"
+            )
+        return done.busy
 
     def _pods_remain(self, run: _Pass) -> bool:
         namespace, name = run.pool.namespace, api.deployment_name(run.pool.name)

@@ -207,25 +207,10 @@ class TokenUpdater:
             state.active = False
         log.info("token job stopped for pool %s", key)
 
-    def running(self, namespace: str, name: str) -> bool:
-        key = pool_key(namespace, name)
-        with self._lock:
-            return key in self._pools and self._has_job(key)
-
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         with self._lock:
             state = self._pools.get(pool_key(namespace, name))
             return state.failure if state is not None else None
-
-    def retry_now(self, namespace: str, name: str) -> None:
-        """Run a failing pool's job at once, e.g. when its credential Secret changed."""
-        key = pool_key(namespace, name)
-        with self._lock:
-            state = self._pools.get(key)
-            if state is None or state.failure is None:
-                return
-            with contextlib.suppress(JobLookupError):
-                self._scheduler.modify_job(key, next_run_time=self._clock())
 
     def shutdown(self) -> None:
         with self._lock:
@@ -243,8 +228,8 @@ class TokenUpdater:
     def _run(self, key: str, generation: int) -> datetime | None:
         """Scheduler entry point: never raises, always leaves a next run behind.
 
-        Returns the next run time it scheduled (``None`` if the pool went away meanwhile), so
-        tests can drive a run synchronously and check the decision.
+        Returns the next run time it scheduled (``None`` if the pool went away meanwhile): the
+        scheduler ignores it, tests that call the job directly check the decision with it.
         """
         with self._lock:
             state = self._pools.get(key)
@@ -265,19 +250,6 @@ class TokenUpdater:
             self._safe_notify(ref)
         return next_run
 
-    def fill_once(self, namespace: str, name: str) -> datetime | None:
-        """Run a started pool's job body now, in this thread; returns the next run time.
-
-        For tests and debugging; production runs go through the scheduler.
-        """
-        key = pool_key(namespace, name)
-        with self._lock:
-            state = self._pools.get(key)
-            if state is None:
-                raise KeyError(key)
-            generation = state.generation
-        return self._run(key, generation)
-
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
         shared_key = (ref.namespace, ref.credential_secret_name, ref.github_api_url, ref.scope.key)
@@ -288,11 +260,18 @@ class TokenUpdater:
                 return None
             wrote = digest != state.last_digest
             if wrote:
+                # The write itself enqueues the pool (the token Secret is the pool's child, and
+                # its informer event names the pool), so no notify follows a write; the
+                # reconcile it brings must already see the failure gone.
+                with self._lock:
+                    cleared, state.failure = state.failure, None
                 try:
                     self._patch_secret(
                         ref.namespace, ref.token_secret, token_patch(token.token, token.expires_at)
                     )
                 except Exception as err:
+                    with self._lock:
+                        state.failure = cleared
                     raise _PatchFailedError(
                         _scrub(
                             f"cannot write the token into Secret {ref.namespace}/{ref.token_secret}: "
@@ -316,7 +295,7 @@ class TokenUpdater:
             log.info(
                 "registration token for pool %s refreshed; expires %s", ref.key, rfc3339(token.expires_at)
             )
-        return next_run_after_success(token.expires_at, now, self._margin, self._policy), wrote or recovered
+        return next_run_after_success(token.expires_at, now, self._margin, self._policy), recovered
 
     def _record_failure(
         self, state: _PoolState, ref: PoolRef, generation: int, err: Exception

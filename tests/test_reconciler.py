@@ -8,18 +8,21 @@ filled by hand here.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import responses
+from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api
 from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
 from runnerpool.reconciler import RUNNERS_DEREGISTERED, DeregistrationError, Reconciler, Settings
-from runnerpool.runners.listing import ListingKey, SharedListing
+from runnerpool.runners.listing import ListingKey
+from runnerpool.runners.manager import KubePods, RunnerManagers
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
@@ -44,8 +47,17 @@ def tokens() -> RecordingTokens:
 
 
 @pytest.fixture
-def listing() -> SharedListing:
-    return SharedListing()
+def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
+    """The real runner managers (they deregister for the finalizer); rounds run by ``sync()``."""
+    managers = RunnerManagers(
+        LiveReader(api_client),
+        live_clients(api_client),
+        KubePods(client.CoreV1Api(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started
+    )
+    yield managers
+    managers.shutdown()
 
 
 @pytest.fixture
@@ -53,16 +65,15 @@ def reconciler(
     api_client: client.ApiClient,
     runnerpool_crd: dict,  # type: ignore[type-arg]
     tokens: RecordingTokens,
-    listing: SharedListing,
+    runners: RunnerManagers,
 ) -> Reconciler:
     return Reconciler(
         LiveReader(api_client),
         api_client,
         tokens,
-        live_clients(api_client),
+        runners,
         EventRecorder(client.CoreV1Api(api_client)),
         settings=Settings(busy_runner_wait=30.0),
-        listing=listing,
     )
 
 
@@ -394,11 +405,11 @@ def test_a_runner_already_gone_counts_as_deregistered(
     assert endpoint.deleted[0] == (41, 404)
 
 
-def test_status_runners_come_from_the_shared_listing(
+def test_status_runners_come_from_the_runner_managers_listing(
     api_client: client.ApiClient,
     namespace: str,
     reconciler: Reconciler,
-    listing: SharedListing,
+    runners: RunnerManagers,
     github: responses.RequestsMock,
 ) -> None:
     _converged(api_client, namespace, reconciler, "nu", delete=False)
@@ -409,17 +420,14 @@ def test_status_runners_come_from_the_shared_listing(
     endpoint.add(53, "nu-c", [f"{namespace}/nu"], status="offline")
     endpoint.add(54, "xi-a", [f"{namespace}/xi"])
     scope = Scope(repository="octo-org/octo-repo")
-    # What the scope's runner manager does once per interval.
-    listing.fetch(
-        ListingKey.of(API, scope),
-        scope,
-        live_clients(api_client).get(namespace, api.DEFAULT_CREDENTIAL_SECRET, API),
-    )
+    runners.sync(ListingKey.of(API, scope))  # what the scope's runner manager does once per interval
+    listed = list(endpoint.listed)
 
     reconciler(f"{namespace}/nu")
 
     assert _get(api_client, namespace, "nu")["status"]["runners"] == {"online": 1, "busy": 1, "offline": 1}
-    assert endpoint.listed == [(1, 200)], "the reconciler reads the listing, it does not list"
+    assert listed == [(1, 200)]
+    assert endpoint.listed == listed, "the reconciler reads the runner managers' counts, it does not list"
 
 
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(

@@ -1,7 +1,7 @@
 """TokenUpdater: job bookkeeping on a scheduler that never runs, and job runs driven directly.
 
-Runs are driven with ``fill_once`` (the same code the scheduler calls) and an injected clock,
-so no test sleeps. One test uses a running BackgroundScheduler to prove the first fill really
+Runs are driven with ``run_job``, which calls the job exactly as the scheduler would, and an
+injected clock, so no test sleeps. One test uses a running BackgroundScheduler to prove the first fill really
 fires immediately; it waits on an event, not a timer.
 """
 
@@ -11,12 +11,13 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
 from prometheus_client import REGISTRY
 
 from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
@@ -25,7 +26,9 @@ from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
+from runnerpool.scheduling import started_scheduler
 from secret_updater import DEFAULT_MARGIN, TokenUpdater, token_patch
+from tests.helpers import wait_for
 from tests.test_github_api import API, FAST, api, fixture, mock
 
 __all__ = ["mock"]
@@ -86,11 +89,22 @@ class Harness:
     patches: list[tuple[str, str, dict[str, Any]]]
     notified: list[tuple[str, str]]
 
+    def run(self, pool: PoolRef = POOL) -> datetime | None:
+        return run_job(self.scheduler, pool)
+
     def next_run(self, pool: PoolRef = POOL) -> datetime:
         job = self.scheduler.get_job(pool.key)
         assert job is not None
         when: datetime = job.next_run_time
         return when
+
+
+def run_job(scheduler: BaseScheduler, pool: PoolRef = POOL) -> datetime | None:
+    """Run the pool's job now, in this thread, the way the scheduler calls it."""
+    job = scheduler.get_job(pool.key)
+    assert job is not None, f"no token job for {pool.key}"
+    when: datetime | None = job.func(*job.args, **job.kwargs)
+    return when
 
 
 def token(value: str, lifetime: timedelta = timedelta(hours=1), *, now: datetime = T0) -> RegistrationToken:
@@ -138,20 +152,20 @@ def test_start_adds_one_job_due_now(harness: Harness) -> None:
     jobs = harness.scheduler.get_jobs()
     assert [job.id for job in jobs] == ["team-a/build"]
     assert jobs[0].next_run_time == T0
-    assert harness.updater.running("team-a", "build")
-    assert not harness.updater.running("team-a", "other")
+    assert harness.scheduler.get_job("team-a/build") is not None
+    assert harness.scheduler.get_job("team-a/other") is None
 
 
 def test_changed_poolref_replaces_job_and_runs_now(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(token(TOKEN_1))
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     harness.clock.advance(timedelta(minutes=3))
 
     moved = PoolRef("team-a", "build", Scope(repository="octocat/Hello-World"), "github-cred", None)
     harness.updater.start(moved)
     harness.github.results.append(token(TOKEN_1))  # same value, new scope: must be written again
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
 
     assert len(harness.scheduler.get_jobs()) == 1
     assert harness.github.scopes == [POOL.scope, moved.scope]
@@ -161,7 +175,7 @@ def test_changed_poolref_replaces_job_and_runs_now(harness: Harness) -> None:
 def test_start_is_immediate_even_after_earlier_reschedule(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(token(TOKEN_1))
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     assert harness.next_run() == T0 + timedelta(minutes=30)
 
     harness.updater.stop("team-a", "build")
@@ -173,27 +187,26 @@ def test_start_is_immediate_even_after_earlier_reschedule(harness: Harness) -> N
 def test_stop_removes_job_and_failure(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(Unavailable("down"))
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     assert harness.updater.failure("team-a", "build") is not None
 
     harness.updater.stop("team-a", "build")
     harness.updater.stop("team-a", "build")  # idempotent
 
     assert harness.scheduler.get_jobs() == []
-    assert not harness.updater.running("team-a", "build")
+    assert harness.scheduler.get_job("team-a/build") is None
     assert harness.updater.failure("team-a", "build") is None
-    with pytest.raises(KeyError):
-        harness.updater.fill_once("team-a", "build")
 
 
 # -- a successful run -------------------------------------------------------------------------------
 
 
-def test_fill_patches_secret_reschedules_and_notifies(harness: Harness) -> None:
+def test_fill_patches_secret_and_reschedules_without_notifying(harness: Harness) -> None:
+    """The write enqueues the pool by itself (the Secret's informer event): no second enqueue."""
     harness.updater.start(POOL)
     harness.github.results.append(token(TOKEN_1))
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     assert harness.patches == [
         (
@@ -207,7 +220,7 @@ def test_fill_patches_secret_reschedules_and_notifies(harness: Harness) -> None:
     ]
     assert next_run == T0 + timedelta(hours=1) - DEFAULT_MARGIN
     assert harness.next_run() == next_run
-    assert harness.notified == [("team-a", "build")]
+    assert harness.notified == []
     assert harness.updater.failure("team-a", "build") is None
     assert sample("runnerpool_token_fills_total", namespace="team-a", pool="build") == 1
     expiry = sample("runnerpool_token_expiry_timestamp_seconds", namespace="team-a", pool="build")
@@ -217,13 +230,13 @@ def test_fill_patches_secret_reschedules_and_notifies(harness: Harness) -> None:
 def test_unchanged_token_is_not_rewritten(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     harness.clock.advance(timedelta(minutes=30))
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     assert len(harness.patches) == 1
-    assert len(harness.notified) == 1
+    assert harness.notified == []
     # The token expires in 30 min, i.e. at the margin: try again after the minimum delay.
     assert next_run == harness.clock.now + timedelta(minutes=1)
 
@@ -231,11 +244,11 @@ def test_unchanged_token_is_not_rewritten(harness: Harness) -> None:
 def test_rotating_token_is_written_each_time(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(token(TOKEN_1))
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     harness.clock.advance(timedelta(minutes=30))
     harness.github.results.append(token(TOKEN_2, now=harness.clock.now))
 
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
 
     assert [p[2]["stringData"][TOKEN_SECRET_KEY] for p in harness.patches] == [TOKEN_1, TOKEN_2]
     assert harness.next_run() == T0 + timedelta(minutes=60)
@@ -257,7 +270,7 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results += [Unavailable("GitHub 502"), Unavailable("GitHub 502"), token(TOKEN_1)]
 
-    first = harness.updater.fill_once("team-a", "build")
+    first = harness.run()
     assert first is not None
     assert T0 + timedelta(seconds=2.5) <= first <= T0 + timedelta(seconds=5)
     failure = harness.updater.failure("team-a", "build")
@@ -265,7 +278,7 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     assert harness.notified == [("team-a", "build")]
 
     harness.clock.advance(timedelta(seconds=5))
-    second = harness.updater.fill_once("team-a", "build")
+    second = harness.run()
     assert second is not None
     assert timedelta(seconds=5) <= second - harness.clock.now <= timedelta(seconds=10)
     failure = harness.updater.failure("team-a", "build")
@@ -274,10 +287,14 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     assert len(harness.notified) == 1  # same failure again: no new notification
 
     harness.clock.advance(timedelta(seconds=10))
-    harness.updater.fill_once("team-a", "build")
+    failure_at_write: list[TokenFailure | None] = []
+    harness.updater._patch_secret = lambda ns, name, body: failure_at_write.append(
+        harness.updater.failure(ns, "build")
+    )
+    harness.run()
     assert harness.updater.failure("team-a", "build") is None
-    assert len(harness.patches) == 1
-    assert len(harness.notified) == 2
+    assert failure_at_write == [None], "the reconcile the write brings sees the recovery"
+    assert len(harness.notified) == 1, "the write announces the recovery: no extra enqueue"
     count = sample(
         "runnerpool_token_failures_total", namespace="team-a", pool="build", reason="GitHubUnavailable"
     )
@@ -288,7 +305,7 @@ def test_rate_limit_waits_for_reset(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(RateLimited("HTTP 403 (API rate limit exceeded)", retry_after=1200))
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     assert next_run == T0 + timedelta(seconds=1201)
     assert harness.next_run() == next_run
@@ -309,7 +326,7 @@ def test_permanent_failures_retry_slowly(harness: Harness, error: Exception, rea
     harness.updater.start(POOL)
     harness.github.results.append(error)
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     assert next_run is not None
     assert timedelta(minutes=1) <= next_run - T0 <= timedelta(minutes=2)
@@ -324,7 +341,7 @@ def test_missing_credential_secret_then_fixed(harness: Harness) -> None:
     del harness.secrets[("team-a", "github-cred")]
     harness.updater.start(POOL)
 
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     failure = harness.updater.failure("team-a", "build")
     assert failure is not None
     assert failure.reason == "CredentialSecretMissing"
@@ -332,9 +349,11 @@ def test_missing_credential_secret_then_fixed(harness: Harness) -> None:
 
     harness.secrets[("team-a", "github-cred")] = {"token": "ghp_new"}
     harness.github.results.append(token(TOKEN_1))
-    harness.updater.retry_now("team-a", "build")
-    assert harness.next_run() == T0
-    harness.updater.fill_once("team-a", "build")
+    harness.clock.advance(timedelta(seconds=1))
+    # What the reconciler does when the credential Secret's resourceVersion changes.
+    harness.updater.start(replace(POOL, credentials_version="2"))
+    assert harness.next_run() == harness.clock.now, "a fixed credential is tried at once"
+    harness.run()
     assert harness.updater.failure("team-a", "build") is None
 
 
@@ -350,7 +369,7 @@ def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     failure = harness.updater.failure("team-a", "build")
     assert failure is not None
@@ -361,7 +380,7 @@ def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
     assert next_run - T0 <= timedelta(seconds=5)
     # Not recorded as written: the next success must write again.
     harness.updater._patch_secret = lambda ns, name, body: harness.patches.append((ns, name, body))
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
     assert len(harness.patches) == 1
 
 
@@ -369,7 +388,7 @@ def test_unexpected_error_never_escapes(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(ZeroDivisionError("boom"))
 
-    next_run = harness.updater.fill_once("team-a", "build")
+    next_run = harness.run()
 
     assert next_run is not None
     failure = harness.updater.failure("team-a", "build")
@@ -385,7 +404,7 @@ def test_notify_errors_are_contained(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results.append(token(TOKEN_1))
 
-    assert harness.updater.fill_once("team-a", "build") is not None
+    assert harness.run() is not None
     assert len(harness.patches) == 1
 
 
@@ -412,8 +431,8 @@ def test_stop_during_a_run_prevents_the_write(harness: Harness) -> None:
 def test_stop_removes_metric_series(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.results += [NotFound("HTTP 404"), token(TOKEN_1)]
-    harness.updater.fill_once("team-a", "build")
-    harness.updater.fill_once("team-a", "build")
+    harness.run()
+    harness.run()
     labels = {"namespace": "team-a", "pool": "build"}
     assert sample("runnerpool_token_fills_total", **labels) == 1
     assert sample("runnerpool_token_failures_total", reason="ScopeNotFound", **labels) == 1
@@ -430,7 +449,7 @@ def test_token_never_in_logs_reprs_or_labels(harness: Harness, caplog: pytest.Lo
     harness.updater.start(POOL)
     harness.github.results += [token(TOKEN_1), Unavailable("down"), token(TOKEN_2)]
     for _ in range(3):
-        harness.updater.fill_once("team-a", "build")
+        harness.run()
         harness.clock.advance(timedelta(minutes=31))
 
     assert TOKEN_1 not in caplog.text
@@ -453,18 +472,28 @@ def test_running_scheduler_fires_first_fill_immediately() -> None:
     github = FakeGitHub()
     github.results.append(RegistrationToken(TOKEN_1, datetime.now(UTC) + timedelta(hours=1)))
     cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
-    updater = TokenUpdater(cache, lambda ns, name, body: patches.append(body), lambda ns, name: done.set())
+
+    def patch(ns: str, name: str, body: dict[str, Any]) -> None:
+        patches.append(body)
+        done.set()
+
+    scheduler = started_scheduler(2)
+    updater = TokenUpdater(cache, patch, lambda ns, name: None, scheduler=scheduler)
+    expected = datetime.now(UTC) + timedelta(minutes=30)
+
+    def rescheduled() -> bool:
+        job = scheduler.get_job(POOL.key)
+        return job is not None and abs((job.next_run_time - expected).total_seconds()) < 60
+
     try:
         updater.start(POOL)
         assert done.wait(10), "first fill did not run"
         assert patches[0]["stringData"][TOKEN_SECRET_KEY] == TOKEN_1
-        job = updater._scheduler.get_job(POOL.key)
-        assert job is not None
-        expected = datetime.now(UTC) + timedelta(minutes=30)
-        assert abs((job.next_run_time - expected).total_seconds()) < 60
-    finally:
+        wait_for(rescheduled, message="the next fill 30 minutes before expiry")
         updater.shutdown()
-    assert not updater.running("team-a", "build")
+        assert scheduler.get_jobs() == [], "shutdown leaves no job behind"
+    finally:
+        scheduler.shutdown(wait=False)
 
 
 # -- through the real client ------------------------------------------------------------------------
@@ -487,11 +516,11 @@ def test_end_to_end_with_pygithub_client(mock: Any) -> None:
         lambda ns, name, body: patches.append((ns, name, body)),
         lambda ns, name: None,
         clock=Clock(),
-        scheduler=BackgroundScheduler(timezone=UTC),
+        scheduler=(scheduler := BackgroundScheduler(timezone=UTC)),
     )
     updater.start(POOL)
     try:
-        updater.fill_once("team-a", "build")
+        run_job(scheduler)
     finally:
         updater.shutdown()
 
@@ -515,7 +544,7 @@ def test_pools_of_one_scope_share_one_token_request(harness: Harness) -> None:
     harness.github.results += [token(TOKEN_1), token(TOKEN_2)]
 
     for pool in (POOL, second, other_credential):
-        harness.updater.fill_once(pool.namespace, pool.name)
+        harness.run(pool)
 
     assert len(harness.github.scopes) == 2, "one request per scope and credential, not per pool"
     tokens = {(ns, name): body["stringData"][TOKEN_SECRET_KEY] for ns, name, body in harness.patches}

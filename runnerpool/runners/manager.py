@@ -30,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from runnerpool import api
-from runnerpool.domain import PoolRef, pool_key, utcnow
+from runnerpool.domain import Deregistration, PoolRef, pool_key, utcnow
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
@@ -161,6 +161,34 @@ class RunnerManagers:
                 self._detach(ref)
             self._counts.pop(key, None)
         metrics.forget_pool(namespace, name)
+
+    def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
+        """The pool's runner counts from the latest listing; ``None`` before its first one."""
+        with self._lock:
+            return self._counts.get(pool_key(namespace, name))
+
+    def deregister(self, pool: PoolRef) -> Deregistration:
+        """Delete the pool's idle runners on GitHub now, for its finalizer.
+
+        The listing is refreshed first (cheaply: unchanged pages are revalidated for free) so
+        that a runner that registered late is found. A runner listed busy is not even asked
+        for: GitHub would refuse, and the request would only spend budget. 204 and 404 both
+        mean the runner is gone. Raises ``GitHubError`` or ``CredentialError``.
+        """
+        github = self._clients.get(pool.namespace, pool.credential_secret_name, pool.api_url)
+        snapshot = self.listing.fetch(_listing_key(pool), pool.scope, github)
+        busy = 0
+        deleted = 0
+        for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
+            if runner.busy:
+                busy += 1
+                continue
+            outcome = github.delete_runner(pool.scope, runner.id)
+            if outcome is DeleteOutcome.BUSY:
+                busy += 1
+            elif outcome is DeleteOutcome.DELETED:
+                deleted += 1
+        return Deregistration(busy=busy, deleted=deleted)
 
     def _detach(self, ref: PoolRef) -> None:
         """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""
