@@ -31,13 +31,15 @@ from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.runtime.controller import Result
+from runnerpool.runtime.controller import Result, TerminalError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "RUNNERS_DEREGISTERED",
     "Cache",
+    "DeregistrationError",
+    "InvalidSpecError",
     "Reconciler",
     "RunnerJobs",
     "Settings",
@@ -87,6 +89,11 @@ class DeregistrationError(RuntimeError):
     """GitHub refused to deregister; the finalizer stays and the queue backs off."""
 
 
+class InvalidSpecError(TerminalError):
+    """The stored spec fails validation (written under an older, looser schema): retrying
+    cannot help until the user edits it, so the queue drops the key without backoff."""
+
+
 @dataclass
 class _Pass:
     """What one reconcile did, for the single log line that reports it."""
@@ -97,6 +104,8 @@ class _Pass:
 
     @property
     def action(self) -> str:
+        if "update finalizer removed" in self.writes:
+            return "delete"
         if any(w.startswith("create") for w in self.writes):
             return "create"
         return "update" if self.writes else "noop"
@@ -130,22 +139,19 @@ class Reconciler:
         if raw is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
             self._stop_jobs(namespace, name)
-            return Result(action="gone")
+            _log_pass(namespace, name, "gone", [])
+            return Result()
         try:
             pool = api.RunnerPool.model_validate(raw)
         except ValidationError as err:
             # Stored under an older, looser schema: retrying cannot help until the user edits it.
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
-            return Result(action="invalid")
+            _log_pass(namespace, name, "invalid", [])
+            raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}") from None
         run = _Pass(pool, raw)
         result = self._finalize(run) if run.pool.deleting else self._converge(run)
-        if result.action in ("noop", "create", "update"):
-            result = Result(requeue_after=result.requeue_after, action=run.action)
-        log.info(
-            "reconciled pool",
-            extra={"pool": name, "namespace": namespace, "action": result.action, "writes": run.writes},
-        )
+        _log_pass(namespace, name, "requeue" if result.requeue_after else run.action, run.writes)
         return result
 
     # ------------------------------------------------------------------ converge
@@ -156,7 +162,7 @@ class Reconciler:
         self._ensure_jobs(run)
         if not pool_status.has_token(secret):
             self._update_status(run, secret, None)
-            return Result(requeue_after=self._settings.token_wait, action="requeue")
+            return Result(requeue_after=self._settings.token_wait)
         deployment = self._ensure_deployment(run)
         self._update_status(run, secret, deployment)
         return Result()
@@ -338,7 +344,7 @@ class Reconciler:
         """
         pool = run.pool
         if api.FINALIZER not in pool.finalizers:
-            return Result(action="noop")
+            return Result()
         self._stop_jobs(pool.namespace, pool.name)
         self._clear_token(run)
         stamp = conditions.Stamp(pool.generation, self._clock())
@@ -366,7 +372,7 @@ class Reconciler:
                 run,
                 stamp.condition(RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"),
             )
-            return Result(requeue_after=self._settings.busy_runner_wait, action="requeue")
+            return Result(requeue_after=self._settings.busy_runner_wait)
         self._set_condition(
             run,
             stamp.condition(
@@ -374,9 +380,9 @@ class Reconciler:
             ),
         )
         if self._pods_remain(run):
-            return Result(requeue_after=self._settings.pods_gone_wait, action="requeue")
+            return Result(requeue_after=self._settings.pods_gone_wait)
         self._remove_finalizer(run)
-        return Result(action="delete")
+        return Result()
 
     def _clear_token(self, run: _Pass) -> None:
         name = api.token_secret_name(run.pool.name)
@@ -417,6 +423,14 @@ class Reconciler:
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
         run.writes.append("update finalizer removed")
+
+
+def _log_pass(namespace: str, name: str, action: str, writes: list[str]) -> None:
+    """The one line per reconcile: what it did (create, update, noop, requeue, delete, gone,
+    invalid) and which writes it made."""
+    log.info(
+        "reconciled pool", extra={"pool": name, "namespace": namespace, "action": action, "writes": writes}
+    )
 
 
 def _json(answer: Any) -> dict[str, Any]:

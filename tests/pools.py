@@ -2,13 +2,12 @@
 
 ``LiveReader`` reads straight from the API server (no informer lag) so step-by-step
 reconcile tests are deterministic; the controller-level tests use the real informers.
-``RecordingTokens`` stands in for the secret updater in reconciler tests only.
+The secret updater's stand-in is ``runnerpool.fakes.FakeTokenJobs``.
 """
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +15,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children
-from runnerpool.domain import PoolRef, TokenFailure
 from tests.helpers import wait_for
 
 
@@ -50,22 +48,6 @@ class LiveReader:
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]
-
-
-@dataclass
-class RecordingTokens:
-    started: list[PoolRef] = field(default_factory=list)
-    stopped: list[tuple[str, str]] = field(default_factory=list)
-    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
-
-    def start(self, pool: PoolRef) -> None:
-        self.started.append(pool)
-
-    def stop(self, namespace: str, name: str) -> None:
-        self.stopped.append((namespace, name))
-
-    def failure(self, namespace: str, name: str) -> TokenFailure | None:
-        return self.failures.get((namespace, name))
 
 
 def pool_manifest(

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from runnerpool.runtime.controller import Controller, Result
-from runnerpool.runtime.workqueue import RateLimitingQueue
+from runnerpool.runtime.controller import Controller, Result, TerminalError
+from runnerpool.runtime.workqueue import RateLimiter, RateLimitingQueue
 
 
 def metric(name: str, labels: dict[str, str] | None = None) -> float:
@@ -48,21 +48,26 @@ def boom(key: str) -> Result:
 
 
 @pytest.fixture
-def queue() -> RateLimitingQueue:
-    return RateLimitingQueue(name="t-controller")
+def limiter() -> RateLimiter:
+    return RateLimiter()
 
 
-def test_success_forgets_backoff(queue: RateLimitingQueue) -> None:
+@pytest.fixture
+def queue(limiter: RateLimiter) -> RateLimitingQueue:
+    return RateLimitingQueue(limiter, name="t-controller")
+
+
+def test_success_forgets_backoff(queue: RateLimitingQueue, limiter: RateLimiter) -> None:
     queue.add_rate_limited("ns/a")  # pretend earlier failures
     controller = Controller(queue, ok)
     before = metric("runnerpool_reconcile_total", {"result": "success"})
     controller.process("ns/a")
-    assert queue.num_requeues("ns/a") == 0
+    assert limiter.num_requeues("ns/a") == 0
     assert metric("runnerpool_reconcile_total", {"result": "success"}) == before + 1
 
 
 def test_error_logs_one_line_and_requeues_rate_limited(
-    queue: RateLimitingQueue, caplog: pytest.LogCaptureFixture
+    queue: RateLimitingQueue, limiter: RateLimiter, caplog: pytest.LogCaptureFixture
 ) -> None:
     reconcile = Recorder(boom, ok)
     controller = Controller(queue, reconcile, workers=1)
@@ -86,13 +91,13 @@ def test_error_logs_one_line_and_requeues_rate_limited(
     assert metric("runnerpool_reconcile_errors_total") == errors + 1
     assert metric("runnerpool_reconcile_total", {"result": "error"}) == error_total + 1
     assert metric("runnerpool_reconcile_duration_seconds_count") == count + 2
-    assert queue.num_requeues("ns/a") == 0, "the successful retry forgot the backoff"
+    assert limiter.num_requeues("ns/a") == 0, "the successful retry forgot the backoff"
 
 
 def test_requeue_after_is_a_plain_delayed_requeue(
     queue: RateLimitingQueue, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reconcile = Recorder(lambda key: Result(requeue_after=0.02, action="requeue"), ok)
+    reconcile = Recorder(lambda key: Result(requeue_after=0.02), ok)
     controller = Controller(queue, reconcile, workers=1)
     requeues = metric("runnerpool_reconcile_total", {"result": "requeue"})
     errors = metric("runnerpool_reconcile_errors_total")
@@ -110,12 +115,36 @@ def test_requeue_after_is_a_plain_delayed_requeue(
     assert metric("runnerpool_reconcile_errors_total") == errors
 
 
-def test_requeue_after_resets_backoff(queue: RateLimitingQueue) -> None:
+def test_requeue_after_resets_backoff(queue: RateLimitingQueue, limiter: RateLimiter) -> None:
     controller = Controller(queue, lambda key: Result(requeue_after=30))
     for _ in range(5):
         queue.add_rate_limited("ns/a")
     controller.process("ns/a")
-    assert queue.num_requeues("ns/a") == 0
+    assert limiter.num_requeues("ns/a") == 0
+
+
+def test_terminal_error_is_counted_apart_and_never_retried(
+    queue: RateLimitingQueue, limiter: RateLimiter, caplog: pytest.LogCaptureFixture
+) -> None:
+    def invalid(key: str) -> Result:
+        raise TerminalError("fix the spec")
+
+    controller = Controller(queue, invalid)
+    terminal = metric("runnerpool_reconcile_total", {"result": "terminal"})
+    success = metric("runnerpool_reconcile_total", {"result": "success"})
+    errors = metric("runnerpool_reconcile_errors_total")
+    queue.add_rate_limited("ns/a")  # an earlier failure's backoff: dropped too
+    caplog.set_level(logging.WARNING, logger="runnerpool.runtime.controller")
+
+    controller.process("ns/a")
+
+    assert metric("runnerpool_reconcile_total", {"result": "terminal"}) == terminal + 1
+    assert metric("runnerpool_reconcile_total", {"result": "success"}) == success, "not a success"
+    assert metric("runnerpool_reconcile_errors_total") == errors, "not an error to retry"
+    assert limiter.num_requeues("ns/a") == 0, "no backoff kept"
+    assert [r.getMessage() for r in caplog.records] == [
+        "reconcile ns/a cannot succeed until the object changes: fix the spec"
+    ]
 
 
 def test_stop_lets_in_flight_reconcile_finish(queue: RateLimitingQueue) -> None:

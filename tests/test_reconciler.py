@@ -8,6 +8,7 @@ filled by hand here.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,14 +21,21 @@ from kubernetes import client
 from runnerpool import api
 from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
-from runnerpool.reconciler import RUNNERS_DEREGISTERED, DeregistrationError, Reconciler, Settings
+from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.reconciler import (
+    RUNNERS_DEREGISTERED,
+    DeregistrationError,
+    InvalidSpecError,
+    Reconciler,
+    Settings,
+)
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.controller import TerminalError
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
-    RecordingTokens,
     create_pool,
     fill_token,
     mark_pods_ready,
@@ -42,8 +50,8 @@ FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture
-def tokens() -> RecordingTokens:
-    return RecordingTokens()
+def tokens() -> FakeTokenJobs:
+    return FakeTokenJobs()
 
 
 @pytest.fixture
@@ -64,7 +72,7 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
 def reconciler(
     api_client: client.ApiClient,
     runnerpool_crd: dict,  # type: ignore[type-arg]
-    tokens: RecordingTokens,
+    tokens: FakeTokenJobs,
     runners: RunnerManagers,
 ) -> Reconciler:
     return Reconciler(
@@ -118,7 +126,7 @@ def _wait_deployment_settled(api_client: client.ApiClient, namespace: str, pool:
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("alpha", repo="octo-org/octo-repo"))
 
@@ -185,7 +193,7 @@ def test_a_filled_token_brings_the_deployment_then_ready(
 
 
 def test_reconciling_a_converged_pool_writes_nothing(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, caplog: pytest.LogCaptureFixture
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("gamma"))
     reconciler(f"{namespace}/gamma")
@@ -196,11 +204,49 @@ def test_reconciling_a_converged_pool_writes_nothing(
     before = _versions(api_client, namespace, "gamma")
     events_before = _events(api_client, namespace)
 
+    caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
     result = reconciler(f"{namespace}/gamma")
 
-    assert result.action == "noop"
+    assert result.requeue_after is None
+    assert [(r.__dict__["action"], r.__dict__["writes"]) for r in caplog.records] == [("noop", [])]
     assert _versions(api_client, namespace, "gamma") == before
     assert _events(api_client, namespace) == events_before
+
+
+def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """A pool stored under an older, looser schema: no retry can help, so no backoff either."""
+    create_pool(api_client, namespace, pool_manifest("omicron"))
+    stored = _get(api_client, namespace, "omicron")
+    loose = {**stored, "spec": {"repository": "not a repository", "replicas": -1}}
+    invalid = Reconciler(
+        _Stored(LiveReader(api_client), loose),
+        api_client,
+        FakeTokenJobs(),
+        FakeRunnerJobs(),
+        EventRecorder(client.CoreV1Api(api_client)),
+    )
+
+    with pytest.raises(InvalidSpecError) as info:
+        invalid(f"{namespace}/omicron")
+
+    assert isinstance(info.value, TerminalError)
+    assert "spec.replicas" in str(info.value)
+    warnings = [(reason, message) for type_, reason, message in _events(api_client, namespace)]
+    assert any(reason == "InvalidSpec" and "fix the RunnerPool spec" in m for reason, m in warnings)
+    assert api.FINALIZER not in (_get(api_client, namespace, "omicron")["metadata"].get("finalizers") or [])
+
+
+class _Stored(LiveReader):
+    """Serves one pool as stored, whatever the API server's schema says today."""
+
+    def __init__(self, live: LiveReader, pool: dict[str, Any]) -> None:
+        self.__dict__.update(live.__dict__)
+        self._pool = pool
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._pool
 
 
 def test_spec_changes_and_scale_reach_the_deployment(
@@ -264,7 +310,7 @@ def test_hand_edits_and_deletions_are_repaired(
 
 
 def test_a_token_failure_shows_its_reason(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("zeta"))
     tokens.failures[(namespace, "zeta")] = TokenFailure(
@@ -310,7 +356,7 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     api_client: client.ApiClient,
     namespace: str,
     reconciler: Reconciler,
-    tokens: RecordingTokens,
+    tokens: FakeTokenJobs,
     github: responses.RequestsMock,
 ) -> None:
     _converged(api_client, namespace, reconciler, "eta")
@@ -431,7 +477,7 @@ def test_status_runners_come_from_the_runner_managers_listing(
 
 
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: RecordingTokens
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
 ) -> None:
     """A job in slow retry after bad credentials must not wait minutes once they are fixed."""
     create_pool(api_client, namespace, pool_manifest("kappa"))

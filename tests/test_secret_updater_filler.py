@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,8 +24,9 @@ from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
 from runnerpool.domain import PoolRef, Scope, TokenFailure
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
+from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
+from runnerpool.github.types import RegistrationToken
 from runnerpool.scheduling import started_scheduler
 from secret_updater import DEFAULT_MARGIN, TokenUpdater, token_patch
 from tests.helpers import wait_for
@@ -56,34 +57,11 @@ class Clock:
         self.now += delta
 
 
-class FakeGitHub:
-    """Hands out queued tokens or raises queued errors."""
-
-    def __init__(self) -> None:
-        self.results: list[RegistrationToken | Exception | Callable[[], RegistrationToken]] = []
-        self.scopes: list[Scope] = []
-
-    def registration_token(self, scope: Scope) -> RegistrationToken:
-        self.scopes.append(scope)
-        result = self.results.pop(0)
-        if isinstance(result, Exception):
-            raise result
-        if callable(result):
-            return result()
-        return result
-
-    def list_runners(self, scope: Scope) -> list[Runner]:
-        return []
-
-    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
-        return DeleteOutcome.DELETED
-
-
 @dataclass
 class Harness:
     updater: TokenUpdater
     scheduler: BackgroundScheduler
-    github: FakeGitHub
+    github: FakeGitHubClient
     clock: Clock
     secrets: dict[tuple[str, str], dict[str, str]]
     patches: list[tuple[str, str, dict[str, Any]]]
@@ -113,7 +91,7 @@ def token(value: str, lifetime: timedelta = timedelta(hours=1), *, now: datetime
 
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    github = FakeGitHub()
+    github = FakeGitHubClient()
     clock = Clock()
     secrets = {("team-a", "github-cred"): {"token": "ghp_x"}}
     patches: list[tuple[str, str, dict[str, Any]]] = []
@@ -158,23 +136,23 @@ def test_start_adds_one_job_due_now(harness: Harness) -> None:
 
 def test_changed_poolref_replaces_job_and_runs_now(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
     harness.run()
     harness.clock.advance(timedelta(minutes=3))
 
     moved = PoolRef("team-a", "build", Scope(repository="octocat/Hello-World"), "github-cred", None)
     harness.updater.start(moved)
-    harness.github.results.append(token(TOKEN_1))  # same value, new scope: must be written again
+    harness.github.tokens.append(token(TOKEN_1))  # same value, new scope: must be written again
     harness.run()
 
     assert len(harness.scheduler.get_jobs()) == 1
-    assert harness.github.scopes == [POOL.scope, moved.scope]
+    assert harness.github.token_requests == [POOL.scope, moved.scope]
     assert len(harness.patches) == 2
 
 
 def test_start_is_immediate_even_after_earlier_reschedule(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
     harness.run()
     assert harness.next_run() == T0 + timedelta(minutes=30)
 
@@ -186,7 +164,7 @@ def test_start_is_immediate_even_after_earlier_reschedule(harness: Harness) -> N
 
 def test_stop_removes_job_and_failure(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(Unavailable("down"))
+    harness.github.tokens.append(Unavailable("down"))
     harness.run()
     assert harness.updater.failure("team-a", "build") is not None
 
@@ -204,7 +182,7 @@ def test_stop_removes_job_and_failure(harness: Harness) -> None:
 def test_fill_patches_secret_and_reschedules_without_notifying(harness: Harness) -> None:
     """The write enqueues the pool by itself (the Secret's informer event): no second enqueue."""
     harness.updater.start(POOL)
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
 
     next_run = harness.run()
 
@@ -229,7 +207,7 @@ def test_fill_patches_secret_and_reschedules_without_notifying(harness: Harness)
 
 def test_unchanged_token_is_not_rewritten(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
+    harness.github.tokens += [token(TOKEN_1), token(TOKEN_1)]
     harness.run()
     harness.clock.advance(timedelta(minutes=30))
 
@@ -243,10 +221,10 @@ def test_unchanged_token_is_not_rewritten(harness: Harness) -> None:
 
 def test_rotating_token_is_written_each_time(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
     harness.run()
     harness.clock.advance(timedelta(minutes=30))
-    harness.github.results.append(token(TOKEN_2, now=harness.clock.now))
+    harness.github.tokens.append(token(TOKEN_2, now=harness.clock.now))
 
     harness.run()
 
@@ -268,7 +246,7 @@ def test_token_patch_body_is_a_merge_patch() -> None:
 
 def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results += [Unavailable("GitHub 502"), Unavailable("GitHub 502"), token(TOKEN_1)]
+    harness.github.tokens += [Unavailable("GitHub 502"), Unavailable("GitHub 502"), token(TOKEN_1)]
 
     first = harness.run()
     assert first is not None
@@ -303,7 +281,7 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
 
 def test_rate_limit_waits_for_reset(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(RateLimited("HTTP 403 (API rate limit exceeded)", retry_after=1200))
+    harness.github.tokens.append(RateLimited("HTTP 403 (API rate limit exceeded)", retry_after=1200))
 
     next_run = harness.run()
 
@@ -324,7 +302,7 @@ def test_rate_limit_waits_for_reset(harness: Harness) -> None:
 )
 def test_permanent_failures_retry_slowly(harness: Harness, error: Exception, reason: str) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(error)
+    harness.github.tokens.append(error)
 
     next_run = harness.run()
 
@@ -348,7 +326,7 @@ def test_missing_credential_secret_then_fixed(harness: Harness) -> None:
     assert "team-a/github-cred" in failure.message
 
     harness.secrets[("team-a", "github-cred")] = {"token": "ghp_new"}
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
     harness.clock.advance(timedelta(seconds=1))
     # What the reconciler does when the credential Secret's resourceVersion changes.
     harness.updater.start(replace(POOL, credentials_version="2"))
@@ -367,7 +345,7 @@ def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
 
     harness.updater._patch_secret = failing_patch
     harness.updater.start(POOL)
-    harness.github.results += [token(TOKEN_1), token(TOKEN_1)]
+    harness.github.tokens += [token(TOKEN_1), token(TOKEN_1)]
 
     next_run = harness.run()
 
@@ -386,7 +364,7 @@ def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
 
 def test_unexpected_error_never_escapes(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results.append(ZeroDivisionError("boom"))
+    harness.github.tokens.append(ZeroDivisionError("boom"))
 
     next_run = harness.run()
 
@@ -402,7 +380,7 @@ def test_notify_errors_are_contained(harness: Harness) -> None:
 
     harness.updater._notify = broken_notify
     harness.updater.start(POOL)
-    harness.github.results.append(token(TOKEN_1))
+    harness.github.tokens.append(token(TOKEN_1))
 
     assert harness.run() is not None
     assert len(harness.patches) == 1
@@ -418,7 +396,7 @@ def test_stop_during_a_run_prevents_the_write(harness: Harness) -> None:
         harness.updater.stop("team-a", "build")
         return token(TOKEN_1)
 
-    harness.github.results.append(stop_then_token)
+    harness.github.tokens.append(stop_then_token)
 
     harness.updater._run("team-a/build", 1)
 
@@ -430,7 +408,7 @@ def test_stop_during_a_run_prevents_the_write(harness: Harness) -> None:
 
 def test_stop_removes_metric_series(harness: Harness) -> None:
     harness.updater.start(POOL)
-    harness.github.results += [NotFound("HTTP 404"), token(TOKEN_1)]
+    harness.github.tokens += [NotFound("HTTP 404"), token(TOKEN_1)]
     harness.run()
     harness.run()
     labels = {"namespace": "team-a", "pool": "build"}
@@ -447,7 +425,7 @@ def test_stop_removes_metric_series(harness: Harness) -> None:
 def test_token_never_in_logs_reprs_or_labels(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     harness.updater.start(POOL)
-    harness.github.results += [token(TOKEN_1), Unavailable("down"), token(TOKEN_2)]
+    harness.github.tokens += [token(TOKEN_1), Unavailable("down"), token(TOKEN_2)]
     for _ in range(3):
         harness.run()
         harness.clock.advance(timedelta(minutes=31))
@@ -469,8 +447,8 @@ def test_token_never_in_logs_reprs_or_labels(harness: Harness, caplog: pytest.Lo
 def test_running_scheduler_fires_first_fill_immediately() -> None:
     done = threading.Event()
     patches: list[dict[str, Any]] = []
-    github = FakeGitHub()
-    github.results.append(RegistrationToken(TOKEN_1, datetime.now(UTC) + timedelta(hours=1)))
+    github = FakeGitHubClient()
+    github.tokens.append(RegistrationToken(TOKEN_1, datetime.now(UTC) + timedelta(hours=1)))
     cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
 
     def patch(ns: str, name: str, body: dict[str, Any]) -> None:
@@ -541,12 +519,12 @@ def test_pools_of_one_scope_share_one_token_request(harness: Harness) -> None:
     harness.secrets[("team-b", "github-cred")] = {"token": "ghp_y"}
     for pool in (POOL, second, other_credential):
         harness.updater.start(pool)
-    harness.github.results += [token(TOKEN_1), token(TOKEN_2)]
+    harness.github.tokens += [token(TOKEN_1), token(TOKEN_2)]
 
     for pool in (POOL, second, other_credential):
         harness.run(pool)
 
-    assert len(harness.github.scopes) == 2, "one request per scope and credential, not per pool"
+    assert len(harness.github.token_requests) == 2, "one request per scope and credential, not per pool"
     tokens = {(ns, name): body["stringData"][TOKEN_SECRET_KEY] for ns, name, body in harness.patches}
     assert tokens == {
         ("team-a", "runner-token-build"): TOKEN_1,

@@ -28,6 +28,12 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+def depth(name: str) -> float | None:
+    """Keys ready to be handed out, as the queue's depth gauge reports them."""
+    value: float | None = REGISTRY.get_sample_value("runnerpool_workqueue_depth", {"name": name})
+    return value
+
+
 def drain(q: RateLimitingQueue) -> list[str]:
     out = []
     while (key := q.get(timeout=0)) is not None:
@@ -40,9 +46,9 @@ def test_fifo_and_dedup_of_pending_keys() -> None:
     q = RateLimitingQueue(name="t-dedup")
     for key in ["a", "b", "a", "c", "b"]:
         q.add(key)
-    assert q.len() == 3
+    assert depth("t-dedup") == 3
     assert drain(q) == ["a", "b", "c"]
-    assert q.len() == 0
+    assert depth("t-dedup") == 0
 
 
 def test_key_added_while_processing_is_requeued_after_done() -> None:
@@ -52,11 +58,11 @@ def test_key_added_while_processing_is_requeued_after_done() -> None:
     q.add("a")
     q.add("a")
     # Not handed out again while a worker holds it...
-    assert q.len() == 0
+    assert depth("t-processing") == 0
     assert q.get(timeout=0) is None
     q.done("a")
     # ...but exactly once more afterwards.
-    assert q.len() == 1
+    assert depth("t-processing") == 1
     assert q.get(timeout=0) == "a"
     q.done("a")
     assert q.get(timeout=0) is None
@@ -67,7 +73,7 @@ def test_done_without_readd_does_not_requeue() -> None:
     q.add("a")
     assert q.get(timeout=0) == "a"
     q.done("a")
-    assert q.len() == 0
+    assert depth("t-done") == 0
 
 
 def test_add_after_waits_for_the_clock(clock: FakeClock) -> None:
@@ -150,9 +156,10 @@ def test_overall_token_bucket_dominates_when_exhausted(clock: FakeClock) -> None
 
 
 def test_add_rate_limited_goes_through_the_delay(clock: FakeClock) -> None:
-    q = RateLimitingQueue(RateLimiter(1.0, 8.0, clock=clock), clock=clock, name="t-ratelimited")
+    limiter = RateLimiter(1.0, 8.0, clock=clock)
+    q = RateLimitingQueue(limiter, clock=clock, name="t-ratelimited")
     q.add_rate_limited("a")
-    assert q.num_requeues("a") == 1
+    assert limiter.num_requeues("a") == 1
     assert q.get(timeout=0) is None
     clock.advance(1)
     assert q.get(timeout=0) == "a"
@@ -164,7 +171,7 @@ def test_add_rate_limited_goes_through_the_delay(clock: FakeClock) -> None:
     assert q.get(timeout=0) == "a"
     q.done("a")
     q.forget("a")
-    assert q.num_requeues("a") == 0
+    assert limiter.num_requeues("a") == 0
 
 
 def test_get_blocks_until_add() -> None:
@@ -264,7 +271,7 @@ def test_never_hands_out_a_key_twice_at_once() -> None:
     for t in producers:
         t.join(30)
     with progress:
-        assert progress.wait_for(lambda: q.len() == 0, timeout=30)
+        assert progress.wait_for(lambda: depth("t-concurrent") == 0, timeout=30)
     q.shutdown()
     for t in workers:
         t.join(10)

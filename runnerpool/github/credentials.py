@@ -199,13 +199,3 @@ class ClientCache:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
             self._entries[key] = _Entry(fingerprint, client)
             return client
-
-    def forget(self, namespace: str, secret_name: str) -> None:
-        """Drop cached clients for a Secret, e.g. when it is deleted."""
-        with self._lock:
-            for key in [k for k in self._entries if k[:2] == (namespace, secret_name)]:
-                del self._entries[key]
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)

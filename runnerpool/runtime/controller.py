@@ -21,12 +21,12 @@ from typing import Protocol
 
 from prometheus_client import Counter, Histogram
 
-__all__ = ["Controller", "Result", "WorkQueue"]
+__all__ = ["Controller", "Result", "TerminalError", "WorkQueue"]
 
 logger = logging.getLogger(__name__)
 
 RECONCILE_TOTAL = Counter(
-    "runnerpool_reconcile", "Reconciles by outcome (success, error, requeue).", ["result"]
+    "runnerpool_reconcile", "Reconciles by outcome (success, error, requeue, terminal).", ["result"]
 )
 RECONCILE_ERRORS = Counter("runnerpool_reconcile_errors", "Reconciles that raised.")
 RECONCILE_DURATION = Histogram(
@@ -42,11 +42,18 @@ class Result:
 
     ``requeue_after`` is a plain "look again in N seconds" (e.g. to poll GitHub
     for runner state): it resets the key's error backoff and is not an error.
-    ``action`` names what the reconcile did, for the debug log only.
+    What the reconcile did is the reconciler's to log; the queue needs only this.
     """
 
     requeue_after: float | None = None
-    action: str = "noop"
+
+
+class TerminalError(Exception):
+    """A reconcile that cannot succeed until the object itself changes (controller-runtime's
+    ``reconcile.TerminalError``): counted and logged, never retried, no backoff.
+
+    The object's next change brings its key back through the informer.
+    """
 
 
 class WorkQueue(Protocol):
@@ -123,6 +130,12 @@ class Controller:
         started = time.perf_counter()
         try:
             result = self._reconcile(key)
+        except TerminalError as exc:
+            RECONCILE_DURATION.observe(time.perf_counter() - started)
+            RECONCILE_TOTAL.labels(result="terminal").inc()
+            logger.warning("reconcile %s cannot succeed until the object changes: %s", key, exc)
+            self._queue.forget(key)
+            return
         except Exception as exc:
             RECONCILE_DURATION.observe(time.perf_counter() - started)
             RECONCILE_TOTAL.labels(result="error").inc()
@@ -141,4 +154,4 @@ class Controller:
         else:
             RECONCILE_TOTAL.labels(result="success").inc()
             self._queue.forget(key)
-        logger.debug("reconciled %s: action=%s requeue_after=%s", key, result.action, result.requeue_after)
+        logger.debug("reconciled %s: requeue_after=%s", key, result.requeue_after)

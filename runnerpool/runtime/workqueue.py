@@ -101,6 +101,7 @@ class RateLimiter:
             self._failures.pop(key, None)
 
     def num_requeues(self, key: str) -> int:
+        """Failures counted for ``key`` since its last ``forget`` (client-go's ``NumRequeues``)."""
         with self._lock:
             return self._failures.get(key, 0)
 
@@ -172,9 +173,6 @@ class RateLimitingQueue:
     def forget(self, key: str) -> None:
         self._limiter.forget(key)
 
-    def num_requeues(self, key: str) -> int:
-        return self._limiter.num_requeues(key)
-
     # -- consuming ---------------------------------------------------------
 
     def get(self, timeout: float | None = None) -> str | None:
@@ -223,15 +221,6 @@ class RateLimitingQueue:
     def shutting_down(self) -> bool:
         with self._cond:
             return self._shutting_down
-
-    def len(self) -> int:
-        """Keys ready to be handed out now (delayed keys not yet due excluded)."""
-        with self._cond:
-            self._promote_due_locked()
-            return len(self._queue)
-
-    def __len__(self) -> int:
-        return self.len()
 
     # -- internals ---------------------------------------------------------
 

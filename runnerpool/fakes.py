@@ -1,0 +1,67 @@
+"""Recording stand-ins for the reconciler's ports (``TokenJobs``, ``RunnerJobs``).
+
+Kept beside the protocols in the operator package so that mypy --strict checks them against
+the protocols they fake, and tests stop reaching into the production classes. Never
+imported by the operator itself (an import-linter contract says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from runnerpool import api
+from runnerpool.domain import Deregistration, PoolRef, TokenFailure, pool_key
+
+__all__ = ["FakeRunnerJobs", "FakeTokenJobs"]
+
+
+@dataclass
+class FakeTokenJobs:
+    """``TokenJobs``: records starts and stops; failures are set by the test."""
+
+    started: list[PoolRef] = field(default_factory=list)
+    stopped: list[tuple[str, str]] = field(default_factory=list)
+    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+
+    def start(self, pool: PoolRef) -> None:
+        self.started.append(pool)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.stopped.append((namespace, name))
+
+    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+        return self.failures.get((namespace, name))
+
+
+@dataclass
+class FakeRunnerJobs:
+    """``RunnerJobs``: records starts, stops and deregistrations; counts and outcomes are set
+    by the test (by default a pool has no listing yet and nothing to deregister)."""
+
+    started: list[PoolRef] = field(default_factory=list)
+    stopped: list[tuple[str, str]] = field(default_factory=list)
+    runner_counts: dict[str, api.RunnerCounts] = field(default_factory=dict)
+    deregistrations: list[PoolRef] = field(default_factory=list)
+    outcome: Deregistration = field(default_factory=lambda: Deregistration(busy=0, deleted=0))
+
+    def start(self, pool: PoolRef) -> None:
+        self.started.append(pool)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.stopped.append((namespace, name))
+
+    def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
+        return self.runner_counts.get(pool_key(namespace, name))
+
+    def deregister(self, pool: PoolRef) -> Deregistration:
+        self.deregistrations.append(pool)
+        return self.outcome
+
+
+def _conforms() -> None:
+    """Checked by mypy, never run: the fakes satisfy the protocols they stand in for."""
+    from runnerpool.reconciler import RunnerJobs, TokenJobs  # noqa: PLC0415 - type check only
+
+    tokens: TokenJobs = FakeTokenJobs()
+    runners: RunnerJobs = FakeRunnerJobs()
+    del tokens, runners

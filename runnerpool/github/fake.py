@@ -1,0 +1,77 @@
+"""An in-memory ``GitHubClient``, beside the protocol it fakes, for tests of its callers.
+
+It behaves as GitHub documents for the three calls (a busy runner answers "busy" to a
+delete, an unknown one "already gone") and records what was asked, so a caller's test can
+assert on the requests without HTTP. HTTP-level behaviour (pages, ETags, status codes) is
+``runnerpool.github.pygithub``'s and is tested against ``responses`` and the fake server.
+Never imported by the operator itself (an import-linter contract says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runnerpool.domain import Scope
+from runnerpool.github.protocol import GitHubClient, GitHubClients
+from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
+
+__all__ = ["FakeGitHubClient", "FakeGitHubClients"]
+
+#: What ``registration_token`` hands out next: a token, an error to raise, or a callable
+#: run at the moment of the request (to interleave something with it).
+TokenResult = RegistrationToken | Exception | Callable[[], RegistrationToken]
+
+
+@dataclass
+class FakeGitHubClient:
+    """Queued token answers; runners per scope; every request recorded in order."""
+
+    tokens: list[TokenResult] = field(default_factory=list)
+    runners: dict[Scope, list[Runner]] = field(default_factory=dict)
+    token_requests: list[Scope] = field(default_factory=list)
+    deleted: list[tuple[Scope, int]] = field(default_factory=list)
+
+    def registration_token(self, scope: Scope) -> RegistrationToken:
+        self.token_requests.append(scope)
+        if not self.tokens:
+            raise AssertionError(f"unexpected registration token request for {scope}")
+        result = self.tokens.pop(0)
+        if isinstance(result, Exception):
+            raise result
+        if callable(result):
+            return result()
+        return result
+
+    def list_runners(self, scope: Scope) -> list[Runner]:
+        return list(self.runners.get(scope, []))
+
+    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
+        self.deleted.append((scope, runner_id))
+        listed = self.runners.get(scope, [])
+        runner = next((r for r in listed if r.id == runner_id), None)
+        if runner is None:
+            return DeleteOutcome.ALREADY_GONE
+        if runner.busy:
+            return DeleteOutcome.BUSY
+        listed.remove(runner)
+        return DeleteOutcome.DELETED
+
+
+@dataclass
+class FakeGitHubClients:
+    """``GitHubClients`` handing out one client for every credential Secret."""
+
+    client: GitHubClient = field(default_factory=FakeGitHubClient)
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient:
+        self.asked.append((namespace, secret_name, base_url))
+        return self.client
+
+
+def _conforms() -> None:
+    """Checked by mypy, never run: the fakes satisfy the protocols they stand in for."""
+    github: GitHubClient = FakeGitHubClient()
+    clients: GitHubClients = FakeGitHubClients()
+    del github, clients
