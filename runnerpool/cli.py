@@ -3,36 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
 import threading
-from datetime import timedelta
+import typing
 from importlib.metadata import version
 from types import FrameType
+from typing import Any
 
 from kubernetes import client, config
 
-from runnerpool import api, logs
-from runnerpool.manager import Operator, Options
-from runnerpool.runners.manager import DEFAULT_INTERVAL
+from runnerpool import logs
+from runnerpool.manager import Operator
 from runnerpool.runtime.leader import check_timing
-from secret_updater.filler import DEFAULT_MARGIN
+from runnerpool.settings import Settings
 
 log = logging.getLogger("runnerpool")
 
 
-def _positive(kind: type[int] | type[float]):  # type: ignore[no-untyped-def]
-    def parse(text: str) -> int | float:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-        return value
-
-    return parse
-
-
 def parser() -> argparse.ArgumentParser:
+    """The flags, derived from ``runnerpool.settings``: names, help and defaults are the fields'."""
     p = argparse.ArgumentParser(
         prog="runnerpool-operator",
         description="Keeps pools of self-hosted GitHub Actions runners (RunnerPool objects).",
@@ -40,62 +32,43 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {version('runnerpool-operator')}")
     p.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then ~/.kube/config")
-    p.add_argument(
-        "--namespace",
-        action="append",
-        dest="namespaces",
-        metavar="NS",
-        help="watch only this namespace (repeatable); default: all namespaces",
-    )
-    p.add_argument(
-        "--workers",
-        type=_positive(int),
-        default=4,
-        help="concurrent reconciles (they mostly wait on the API server; "
-        "the queue never runs one pool twice at once)",
-    )
-    p.add_argument(
-        "--token-wait",
-        type=_positive(float),
-        default=10.0,
-        metavar="SECONDS",
-        help="requeue delay while a pool waits for its first registration token",
-    )
-    p.add_argument(
-        "--token-refresh-margin",
-        type=_positive(float),
-        default=DEFAULT_MARGIN.total_seconds() / 60,
-        metavar="MINUTES",
-        help="refresh a registration token this long before it expires",
-    )
-    p.add_argument(
-        "--github-api-url",
-        default="https://api.github.com",
-        help="GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
-        "(a pool's spec.githubApiUrl overrides it)",
-    )
-    p.add_argument("--runner-image", default=api.DEFAULT_RUNNER_IMAGE, help="default runner image")
-    p.add_argument(
-        "--runner-sync-interval",
-        type=_positive(float),
-        default=DEFAULT_INTERVAL,
-        metavar="SECONDS",
-        help="how often each repository or organization's runners are listed (once per scope, "
-        "shared by its pools; stretched automatically when the GitHub budget runs low)",
-    )
-    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 turns it off")
-    p.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port; 0 turns it off")
-    p.add_argument(
-        "--leader-elect", action="store_true", help="elect a leader over a Lease (run 2+ replicas)"
-    )
-    p.add_argument("--leader-election-namespace", default="runnerpool-system")
-    p.add_argument("--leader-election-id", default="runnerpool-operator", help="name of the Lease")
-    p.add_argument("--lease-duration", type=_positive(int), default=15, metavar="SECONDS")
-    p.add_argument("--renew-deadline", type=_positive(float), default=10.0, metavar="SECONDS")
-    p.add_argument("--retry-period", type=_positive(float), default=2.0, metavar="SECONDS")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    for top in dataclasses.fields(Settings):
+        group = _groups().get(top.name)
+        if group is None:
+            _add_flag(p, top, top.name)
+            continue
+        doc = (group.__doc__ or "").strip().splitlines()[0]
+        section = p.add_argument_group(top.name.replace("_", " "), doc)
+        for item in dataclasses.fields(group):
+            _add_flag(section, item, f"{top.name}.{item.name}")
     return p
+
+
+def _groups() -> dict[str, type[Any]]:
+    hints = typing.get_type_hints(Settings)
+    return {
+        name: kind
+        for name, kind in hints.items()
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind)
+    }
+
+
+def _add_flag(container: argparse._ActionsContainer, item: dataclasses.Field[Any], dest: str) -> None:
+    meta = item.metadata
+    if "flag" not in meta:
+        return
+    options: dict[str, Any] = {"dest": dest, "default": item.default, "help": meta["help"]}
+    if meta["switch"]:
+        options["action"] = "store_true"
+    else:
+        options["type"] = meta["parse"]
+        if meta["repeat"]:
+            options["action"] = "append"
+        if meta["choices"]:
+            options["choices"] = meta["choices"]
+        else:
+            options["metavar"] = meta["metavar"] or item.name.upper()
+    container.add_argument(meta["flag"], **options)
 
 
 def _api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -108,42 +81,37 @@ def _api_client(kubeconfig: str | None) -> client.ApiClient:
     return client.ApiClient()
 
 
-def options_from(args: argparse.Namespace) -> Options:
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The parsed flags back into their groups; refuses Lease timings the library would refuse."""
+    values = vars(args)
+    groups = {
+        name: group(
+            **{f.name: values[f"{name}.{f.name}"] for f in dataclasses.fields(group) if "flag" in f.metadata}
+        )
+        for name, group in _groups().items()
+    }
+    namespaces = values["namespaces"]
+    settings = Settings(namespaces=tuple(namespaces) if namespaces else None, **groups)
+    election = settings.leader_election
     try:
-        check_timing(args.lease_duration, args.renew_deadline, args.retry_period)
+        check_timing(election.lease_duration, election.renew_deadline, election.retry_period)
     except ValueError as err:
         raise SystemExit(
             f"error: {err} (need --lease-duration > --renew-deadline > 1.2 * --retry-period >= 1 s)"
         ) from None
-    return Options(
-        namespaces=args.namespaces,
-        workers=args.workers,
-        token_wait=args.token_wait,
-        github_api_url=args.github_api_url,
-        runner_image=args.runner_image,
-        token_margin=timedelta(minutes=args.token_refresh_margin),
-        runner_sync_interval=args.runner_sync_interval,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        leader_elect=args.leader_elect,
-        leader_election_namespace=args.leader_election_namespace,
-        leader_election_id=args.leader_election_id,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-    )
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logs.configure(args.log_format, args.log_level)
-    options = options_from(args)
+    settings = settings_from(args)
+    logs.configure(settings.logs.format, settings.logs.level)
     try:
         api_client = _api_client(args.kubeconfig)
     except config.ConfigException as err:
         print(f"error: no Kubernetes configuration: {err}; pass --kubeconfig", file=sys.stderr)
         return 2
-    operator = Operator(options, api_client)
+    operator = Operator(settings, api_client)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
@@ -154,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info(
         "starting runnerpool-operator",
-        extra={"namespaces": options.namespaces or "all", "workers": options.workers},
+        extra={"namespaces": settings.namespaces or "all", "workers": settings.queue.workers},
     )
     operator.run()
     return 0

@@ -12,53 +12,29 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import socket
 import threading
-import uuid
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import api
-from runnerpool.domain import DEFAULT_API_URL, pool_key
+from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.health import ProbeServer
-from runnerpool.reconciler import Reconciler, Settings
-from runnerpool.runners.manager import DEFAULT_INTERVAL, KubePods, RunnerManagers
+from runnerpool.reconciler import Reconciler
+from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.workqueue import RateLimitingQueue
-from secret_updater.filler import DEFAULT_MARGIN, TokenUpdater
+from runnerpool.settings import Settings
+from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Options:
-    namespaces: list[str] | None = None
-    workers: int = 4
-    token_wait: float = 10.0
-    github_api_url: str = DEFAULT_API_URL
-    runner_image: str = api.DEFAULT_RUNNER_IMAGE
-    token_margin: timedelta = DEFAULT_MARGIN
-    #: Seconds between two listings of a scope's runners (stretched when the budget is low).
-    runner_sync_interval: float = DEFAULT_INTERVAL
-    metrics_port: int = 8080
-    health_port: int = 8081
-    leader_elect: bool = False
-    leader_election_namespace: str = "runnerpool-system"
-    leader_election_id: str = "runnerpool-operator"
-    lease_duration: int = 15  # the Lease stores whole seconds
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    identity: str = field(default_factory=lambda: f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
 
 
 def _credential_refs(pool: dict[str, Any]) -> list[str]:
@@ -81,12 +57,15 @@ class NamedClientCache(ClientCache):
 
 
 class Operator:
-    def __init__(self, options: Options, api_client: client.ApiClient) -> None:
-        self.options = options
+    def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
+        self.settings = settings
         self._api = api_client
         self.queue = RateLimitingQueue()
         self.informers = InformerSet(
-            api_client, self.queue.add, options.namespaces, pool_secret_refs=_credential_refs
+            api_client,
+            self.queue.add,
+            list(settings.namespaces) if settings.namespaces else None,
+            pool_secret_refs=_credential_refs,
         )
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
@@ -109,20 +88,20 @@ class Operator:
         self._core.patch_namespaced_secret(name, namespace, body)
 
     def _start_leading(self) -> None:
-        options = self.options
+        settings = self.settings
         clients = NamedClientCache(self._read_credentials)
         self._runners = RunnerManagers(
             self.informers,
             clients,
             KubePods(self._core),
             self.queue.add,
-            interval=options.runner_sync_interval,
+            settings=settings.runners,
         )
         self._tokens = TokenUpdater(
             clients,
             self._patch_secret,
             lambda namespace, name: self.queue.add(pool_key(namespace, name)),
-            margin=options.token_margin,
+            settings=settings.tokens,
         )
         reconciler = Reconciler(
             self.informers,
@@ -130,20 +109,16 @@ class Operator:
             self._tokens,
             self._runners,
             EventRecorder(self._core),
-            settings=Settings(
-                default_image=options.runner_image,
-                github_api_url=options.github_api_url,
-                token_wait=options.token_wait,
-            ),
+            settings=settings,
         )
-        self._controller = Controller(self.queue, reconciler, workers=options.workers)
+        self._controller = Controller(self.queue, reconciler, workers=settings.queue.workers)
         # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
         while not self.informers.wait_for_sync(timeout=1.0):
             if self._stop.is_set():
                 return
         self._controller.start()
         self._leading.set()
-        log.info("leading: %d workers started", options.workers)
+        log.info("leading: %d workers started", settings.queue.workers)
 
     def _stop_leading(self) -> None:
         self._leading.clear()
@@ -165,22 +140,17 @@ class Operator:
 
     def run(self) -> None:
         """Block until :meth:`shutdown` or until the Lease is lost."""
-        options = self.options
-        if options.metrics_port:
-            start_http_server(options.metrics_port)
-        if options.health_port:
-            self._probes = ProbeServer(options.health_port, live=lambda: True, ready=self.ready)
+        settings = self.settings
+        if settings.probes.metrics_port:
+            start_http_server(settings.probes.metrics_port)
+        if settings.probes.health_port:
+            self._probes = ProbeServer(settings.probes.health_port, live=lambda: True, ready=self.ready)
             self._probes.start()
         self.informers.start()
-        if options.leader_elect:
+        if settings.leader_election.enabled:
             self._elector = LeaderElector(
                 self._api,
-                options.leader_election_namespace,
-                options.leader_election_id,
-                options.identity,
-                lease_duration=options.lease_duration,
-                renew_deadline=options.renew_deadline,
-                retry_period=options.retry_period,
+                settings.leader_election,
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stop_leading,
             )
@@ -204,4 +174,4 @@ class Operator:
         self.informers.stop()
         if self._probes is not None:
             self._probes.stop()
-        log.info("operator stopped", extra={"identity": self.options.identity, "pid": os.getpid()})
+        log.info("operator stopped", extra={"pid": os.getpid()})

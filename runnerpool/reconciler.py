@@ -26,12 +26,13 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
-from runnerpool.domain import DEFAULT_API_URL, Deregistration, PoolRef, TokenFailure, split_key, utcnow
+from runnerpool.domain import Deregistration, PoolRef, TokenFailure, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.runtime.controller import Result, TerminalError
+from runnerpool.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,6 @@ __all__ = [
     "InvalidSpecError",
     "Reconciler",
     "RunnerJobs",
-    "Settings",
     "TokenJobs",
 ]
 
@@ -74,15 +74,6 @@ class RunnerJobs(Protocol):
     def stop(self, namespace: str, name: str) -> None: ...
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
     def deregister(self, pool: PoolRef) -> Deregistration: ...
-
-
-@dataclass(frozen=True)
-class Settings:
-    default_image: str = api.DEFAULT_RUNNER_IMAGE
-    github_api_url: str = DEFAULT_API_URL
-    token_wait: float = 10.0
-    busy_runner_wait: float = 30.0
-    pods_gone_wait: float = 5.0
 
 
 class DeregistrationError(RuntimeError):
@@ -162,7 +153,7 @@ class Reconciler:
         self._ensure_jobs(run)
         if not pool_status.has_token(secret):
             self._update_status(run, secret, None)
-            return Result(requeue_after=self._settings.token_wait)
+            return Result(requeue_after=self._settings.tokens.wait)
         deployment = self._ensure_deployment(run)
         self._update_status(run, secret, deployment)
         return Result()
@@ -224,10 +215,10 @@ class Reconciler:
         self._runners.stop(namespace, name)
 
     def _api_url(self, pool: api.RunnerPool) -> str:
-        return children.api_url(pool, self._settings.github_api_url)
+        return children.api_url(pool, self._settings.github.api_url)
 
     def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
-        desired = children.deployment(run.pool, self._settings.default_image, self._settings.github_api_url)
+        desired = children.deployment(run.pool, self._settings.runners.image, self._settings.github.api_url)
         name = desired["metadata"]["name"]
         namespace = run.pool.namespace
         live = self._cache.get_deployment(namespace, name)
@@ -372,7 +363,7 @@ class Reconciler:
                 run,
                 stamp.condition(RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"),
             )
-            return Result(requeue_after=self._settings.busy_runner_wait)
+            return Result(requeue_after=self._settings.deletion.busy_runner_wait)
         self._set_condition(
             run,
             stamp.condition(
@@ -380,7 +371,7 @@ class Reconciler:
             ),
         )
         if self._pods_remain(run):
-            return Result(requeue_after=self._settings.pods_gone_wait)
+            return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         self._remove_finalizer(run)
         return Result()
 

@@ -8,7 +8,6 @@ clients in ``runnerpool.github.credentials``.
 """
 
 from secret_updater.filler import (
-    DEFAULT_MARGIN,
     TOKEN_EXPIRY_ANNOTATION,
     TOKEN_SECRET_KEY,
     TokenUpdater,
@@ -17,7 +16,6 @@ from secret_updater.filler import (
 from secret_updater.scheduler import RetryPolicy, next_run_after_failure, next_run_after_success
 
 __all__ = [
-    "DEFAULT_MARGIN",
     "TOKEN_EXPIRY_ANNOTATION",
     "TOKEN_SECRET_KEY",
     "RetryPolicy",

@@ -33,6 +33,7 @@ from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_ke
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
+from runnerpool.settings import TokenSettings
 from secret_updater import metrics
 from secret_updater.scheduler import (
     DEFAULT_POLICY,
@@ -43,7 +44,6 @@ from secret_updater.scheduler import (
 from secret_updater.shared_tokens import SharedTokens
 
 __all__ = [
-    "DEFAULT_MARGIN",
     "INTERNAL_REASON",
     "PATCH_FAILED_REASON",
     "TOKEN_EXPIRY_ANNOTATION",
@@ -53,16 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Refresh this long before a registration token expires.
-#:
-#: A token lasts one hour. A pod that reads the Secret just before a refresh must still have
-#: time to pull its image, start and run ``config.sh`` with it; on a busy cluster that can
-#: take many minutes. meows refreshes 5 minutes ahead; ARC moved to 30 minutes after runners
-#: failed to register with tokens that expired on the way (actions-runner-controller #1295).
-#: 30 minutes leaves every pod at least half the token's life and still means only two
-#: GitHub calls per pool per hour.
-DEFAULT_MARGIN = timedelta(minutes=30)
 
 #: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
 PATCH_FAILED_REASON = "TokenSecretPatchFailed"
@@ -128,13 +118,13 @@ class TokenUpdater:
         patch_secret: Callable[[str, str, dict[str, Any]], None],
         notify: Callable[[str, str], None],
         *,
-        margin: timedelta = DEFAULT_MARGIN,
+        settings: TokenSettings = TokenSettings(),
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
         failure_retry: RetryPolicy = DEFAULT_POLICY,
         rng: random.Random | None = None,
-        max_workers: int = 4,
     ) -> None:
+        margin = settings.refresh_margin
         if margin <= timedelta(0):
             raise ValueError("margin must be positive")
         self._clients = clients
@@ -150,7 +140,7 @@ class TokenUpdater:
         self._generations = 0
         self._owns_scheduler = scheduler is None
         if scheduler is None:
-            scheduler = started_scheduler(max_workers)
+            scheduler = started_scheduler(settings.threads)
         self._scheduler = scheduler
 
     @property

@@ -22,8 +22,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.manager import Operator, Options
+from runnerpool.manager import Operator
 from runnerpool.runners.lifecycle import DELETION_COST_ANNOTATION
+from runnerpool.settings import (
+    GitHubSettings,
+    LeaderElectionSettings,
+    ProbeSettings,
+    RunnerSettings,
+    Settings,
+)
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, play_kubelet, pool_manifest
 from testworld.envtest import assets
@@ -121,19 +128,20 @@ def operator_as_service_account(
     with FakeGitHub() as github:
         github.add_scope(repo="octo-org/octo-repo")
         operator = Operator(
-            Options(
+            Settings(
                 # Only the test's namespace, so other tests' pools stay out of the audit trail.
-                namespaces=[namespace],
-                github_api_url=github.url,
-                metrics_port=0,
-                health_port=0,
-                leader_elect=True,
-                leader_election_namespace=OPERATOR_NAMESPACE,
-                leader_election_id="least-privilege-test",
-                runner_sync_interval=1.0,
-                lease_duration=5,
-                renew_deadline=4,
-                retry_period=1,
+                namespaces=(namespace,),
+                github=GitHubSettings(api_url=github.url),
+                probes=ProbeSettings(metrics_port=0, health_port=0),
+                leader_election=LeaderElectionSettings(
+                    enabled=True,
+                    namespace=OPERATOR_NAMESPACE,
+                    lease_name="least-privilege-test",
+                    lease_duration=5,
+                    renew_deadline=4,
+                    retry_period=1,
+                ),
+                runners=RunnerSettings(sync_interval=1.0),
             ),
             _bearer_client(api_client, _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)),
         )

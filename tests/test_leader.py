@@ -13,9 +13,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from runnerpool.runtime.leader import LeaderElector
+from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import wait_for
 
 LEASE = "runnerpool-operator"
+
+
+def election(namespace: str, identity: str, **timings: Any) -> LeaderElectionSettings:
+    return LeaderElectionSettings(
+        enabled=True, namespace=namespace, lease_name=LEASE, identity=identity, **timings
+    )
 
 
 class Candidate:
@@ -32,12 +39,9 @@ class Candidate:
         kwargs.setdefault("retry_period", 1)
         self.elector = LeaderElector(
             api_client,
-            namespace,
-            LEASE,
-            identity,
+            election(namespace, identity, **kwargs),
             on_started_leading=self.started.set,
             on_stopped_leading=self._on_stopped,
-            **kwargs,
         )
         self.thread = threading.Thread(target=self.elector.run, name=f"elector-{identity}", daemon=True)
 
@@ -176,10 +180,7 @@ def test_on_stopped_waits_for_on_started(
 
     elector = LeaderElector(
         api_client,
-        namespace,
-        LEASE,
-        "replica-a",
-        retry_period=1,
+        election(namespace, "replica-a", retry_period=1),
         on_started_leading=slow_start,
         on_stopped_leading=lambda: order.append("stopped"),
     )
@@ -201,16 +202,16 @@ def test_on_stopped_waits_for_on_started(
 
 def test_invalid_timings_raise_value_error() -> None:
     with pytest.raises(ValueError, match="lease_duration"):
-        LeaderElector(client.ApiClient(), "ns", LEASE, "me", lease_duration=5, renew_deadline=10)
+        LeaderElector(client.ApiClient(), election("ns", "me", lease_duration=5, renew_deadline=10))
     with pytest.raises(ValueError, match="retry_period"):
-        LeaderElector(client.ApiClient(), "ns", LEASE, "me", renew_deadline=2, retry_period=2)
+        LeaderElector(client.ApiClient(), election("ns", "me", renew_deadline=2, retry_period=2))
 
 
 def test_unreachable_api_server_neither_crashes_nor_blocks_stop() -> None:
     configuration = client.Configuration()
     configuration.host = "http://127.0.0.1:9"  # discard port: connection refused
     configuration.retries = 0
-    elector = LeaderElector(client.ApiClient(configuration), "ns", LEASE, "me", retry_period=1)
+    elector = LeaderElector(client.ApiClient(configuration), election("ns", "me", retry_period=1))
     runner = threading.Thread(target=elector.run, daemon=True)
     runner.start()
     assert not elector.is_leader
@@ -222,7 +223,7 @@ def test_unreachable_api_server_neither_crashes_nor_blocks_stop() -> None:
 
 
 def test_stop_before_run() -> None:
-    elector = LeaderElector(client.ApiClient(), "ns", LEASE, "me")
+    elector = LeaderElector(client.ApiClient(), election("ns", "me"))
     assert elector.stop()
     elector.run()  # returns at once
     with pytest.raises(RuntimeError):

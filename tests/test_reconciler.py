@@ -27,11 +27,11 @@ from runnerpool.reconciler import (
     DeregistrationError,
     InvalidSpecError,
     Reconciler,
-    Settings,
 )
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import TerminalError
+from runnerpool.settings import DeletionSettings, Settings
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
@@ -81,7 +81,7 @@ def reconciler(
         tokens,
         runners,
         EventRecorder(client.CoreV1Api(api_client)),
-        settings=Settings(busy_runner_wait=30.0),
+        settings=Settings(deletion=DeletionSettings(busy_runner_wait=30.0)),
     )
 
 

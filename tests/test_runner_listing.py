@@ -27,6 +27,7 @@ from runnerpool.github.types import RateLimit
 from runnerpool.manager import NamedClientCache
 from runnerpool.runners.listing import ListingKey, SharedListing
 from runnerpool.runners.manager import RunnerManagers
+from runnerpool.settings import RunnerSettings
 from tests.github_mocks import API, RunnerEndpoint, fast_client_factory, gh, github
 from tests.helpers import wait_for
 from tests.pools import pool_manifest
@@ -107,7 +108,13 @@ def harness() -> Iterator[Harness]:
     notified: list[str] = []
     scheduler = BackgroundScheduler(timezone=UTC)  # never started: jobs stay inspectable
     managers = RunnerManagers(
-        cache, clients, Pods(), notified.append, interval=60, clock=lambda: NOW, scheduler=scheduler
+        cache,
+        clients,
+        Pods(),
+        notified.append,
+        settings=RunnerSettings(sync_interval=60),
+        clock=lambda: NOW,
+        scheduler=scheduler,
     )
     yield Harness(managers, cache, clients, secrets, notified, scheduler)
     managers.shutdown()
@@ -326,7 +333,14 @@ def test_a_started_manager_lists_at_once_then_every_interval(github: responses.R
     clients = NamedClientCache(lambda ns, name: {PAT_KEY: "ghp_scheduled"}, factory=fast_client_factory)
     scheduler = BackgroundScheduler(timezone=UTC)
     scheduler.start()
-    managers = RunnerManagers(cache, clients, Pods(), lambda key: None, interval=60, scheduler=scheduler)
+    managers = RunnerManagers(
+        cache,
+        clients,
+        Pods(),
+        lambda key: None,
+        settings=RunnerSettings(sync_interval=60),
+        scheduler=scheduler,
+    )
     key = ListingKey.of(API, ORG)
     try:
         started = datetime.now(UTC)

@@ -28,7 +28,8 @@ from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
 from runnerpool.scheduling import started_scheduler
-from secret_updater import DEFAULT_MARGIN, TokenUpdater, token_patch
+from runnerpool.settings import TokenSettings
+from secret_updater import TokenUpdater, token_patch
 from tests.helpers import wait_for
 from tests.test_github_api import API, FAST, api, fixture, mock
 
@@ -196,7 +197,7 @@ def test_fill_patches_secret_and_reschedules_without_notifying(harness: Harness)
             },
         )
     ]
-    assert next_run == T0 + timedelta(hours=1) - DEFAULT_MARGIN
+    assert next_run == T0 + timedelta(hours=1) - TokenSettings().refresh_margin
     assert harness.next_run() == next_run
     assert harness.notified == []
     assert harness.updater.failure("team-a", "build") is None

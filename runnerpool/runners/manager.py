@@ -1,7 +1,7 @@
 """One runner manager per scope: list the scope's runners, then act for each of its pools.
 
 Scheduling: one APScheduler job per scope (repository or organization on one GitHub host,
-see ``ListingKey``), run by a small thread pool (``max_workers``, default 4) so that hundreds
+see ``ListingKey``), run by a small thread pool (``RunnerSettings.threads``) so that hundreds
 of repository-scoped pools neither need hundreds of threads nor send hundreds of concurrent
 requests (GitHub's secondary limits start at 100). ``max_instances=1`` keeps a scope from
 overlapping itself; each run sets its own next run time from the budget rule
@@ -39,13 +39,11 @@ from runnerpool.runners import lifecycle, metrics
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
+from runnerpool.settings import RunnerSettings
 
-__all__ = ["DEFAULT_INTERVAL", "KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
+__all__ = ["KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
 
 log = logging.getLogger(__name__)
-
-#: meows' runner manager period; flag ``--runner-sync-interval``.
-DEFAULT_INTERVAL = 60.0
 
 
 class PoolCache(Protocol):
@@ -102,11 +100,11 @@ class RunnerManagers:
         notify: Callable[[str], None],
         *,
         listing: SharedListing | None = None,
-        interval: float = DEFAULT_INTERVAL,
+        settings: RunnerSettings = RunnerSettings(),
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
-        max_workers: int = 4,
     ) -> None:
+        interval = settings.sync_interval
         if interval <= 0:
             raise ValueError("interval must be positive")
         self._pools = pools
@@ -124,7 +122,7 @@ class RunnerManagers:
         self._stopping = threading.Event()
         self._owns_scheduler = scheduler is None
         if scheduler is None:
-            scheduler = started_scheduler(max_workers)
+            scheduler = started_scheduler(settings.threads)
         self._scheduler = scheduler
 
     # -- registry (driven by the reconciler) ----------------------------------------------------

@@ -35,8 +35,10 @@ What it does not do, and is added here with as little code as possible:
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +48,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.leaderelection import LeaderElection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+from runnerpool.settings import LeaderElectionSettings
 
 __all__ = ["LeaderElector"]
 
@@ -131,16 +135,13 @@ class LeaderElector:
     def __init__(
         self,
         api_client: client.ApiClient,
-        namespace: str,
-        name: str,
-        identity: str,
+        settings: LeaderElectionSettings,
         *,
-        lease_duration: float = 15,
-        renew_deadline: float = 10,
-        retry_period: float = 2,
         on_started_leading: Callable[[], None] = _noop,
         on_stopped_leading: Callable[[], None] = _noop,
     ) -> None:
+        namespace, name = settings.namespace, settings.lease_name
+        identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self._api = client.CoordinationV1Api(api_client)
         self._namespace = namespace
         self._name = name
@@ -157,7 +158,12 @@ class LeaderElector:
         lock = LeaseLock(name, namespace, identity)
         lock.api_instance = self._api
         config = _election_config(
-            lock, lease_duration, renew_deadline, retry_period, self._started, self._stopped
+            lock,
+            settings.lease_duration,
+            settings.renew_deadline,
+            settings.retry_period,
+            self._started,
+            self._stopped,
         )
         self._election = _StoppableElection(config, self._stop)
 

@@ -1,0 +1,291 @@
+"""Every operator setting, grouped, documented and defaulted in one place.
+
+The command line is derived from these dataclasses (``runnerpool.cli``): each field that has
+a flag carries its flag name, help text and parser in its metadata, so a flag's default *is*
+the field's default. Components are handed their group (``TokenSettings`` for the token
+updater, ``RunnerSettings`` for the runner managers, ...), never loose values with defaults
+of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from runnerpool.api import DEFAULT_RUNNER_IMAGE
+from runnerpool.domain import DEFAULT_API_URL
+
+__all__ = [
+    "DeletionSettings",
+    "GitHubSettings",
+    "LeaderElectionSettings",
+    "LogSettings",
+    "ProbeSettings",
+    "QueueSettings",
+    "RunnerSettings",
+    "Settings",
+    "TokenSettings",
+]
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number (0 turns it off), got {text}")
+    return value
+
+
+def flag(
+    name: str,
+    help: str,
+    *,
+    parse: Callable[[str], Any] = str,
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    switch: bool = False,
+    repeat: bool = False,
+) -> dict[str, Any]:
+    """Field metadata the CLI turns into one ``add_argument`` call."""
+    return {
+        "flag": name,
+        "help": help,
+        "parse": parse,
+        "metavar": metavar,
+        "choices": choices,
+        "switch": switch,
+        "repeat": repeat,
+    }
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Work queue and reconcile workers."""
+
+    workers: int = field(
+        default=4,
+        metadata=flag(
+            "--workers",
+            "concurrent reconciles (they mostly wait on the API server; "
+            "the queue never runs one pool twice at once)",
+            parse=positive_int,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    """Registration tokens (the secret updater)."""
+
+    wait: float = field(
+        default=10.0,
+        metadata=flag(
+            "--token-wait",
+            "requeue delay while a pool waits for its first registration token",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    #: A token lasts one hour. A pod that reads the Secret just before a refresh must still
+    #: have time to pull its image, start and run ``config.sh`` with it; on a busy cluster that
+    #: can take many minutes. meows refreshes 5 minutes ahead; ARC moved to 30 minutes after
+    #: runners failed to register with tokens that expired on the way
+    #: (actions-runner-controller #1295). 30 minutes leaves every pod at least half the
+    #: token's life and still means only two GitHub calls per pool per hour.
+    refresh_margin_minutes: float = field(
+        default=30.0,
+        metadata=flag(
+            "--token-refresh-margin",
+            "refresh a registration token this long before it expires",
+            parse=positive_float,
+            metavar="MINUTES",
+        ),
+    )
+    threads: int = field(
+        default=4,
+        metadata=flag(
+            "--token-threads",
+            "threads running token jobs (each mostly waits on one GitHub request)",
+            parse=positive_int,
+        ),
+    )
+
+    @property
+    def refresh_margin(self) -> timedelta:
+        return timedelta(minutes=self.refresh_margin_minutes)
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """Runner pods and the per-scope runner managers."""
+
+    image: str = field(default=DEFAULT_RUNNER_IMAGE, metadata=flag("--runner-image", "default runner image"))
+    #: meows' runner manager period.
+    sync_interval: float = field(
+        default=60.0,
+        metadata=flag(
+            "--runner-sync-interval",
+            "how often each repository or organization's runners are listed (once per scope, "
+            "shared by its pools; stretched automatically when the GitHub budget runs low)",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    #: Hundreds of repository-scoped pools need neither hundreds of threads nor hundreds of
+    #: concurrent requests (GitHub's secondary limits start at 100).
+    threads: int = field(
+        default=4,
+        metadata=flag("--runner-threads", "threads running the runner managers", parse=positive_int),
+    )
+
+
+@dataclass(frozen=True)
+class DeletionSettings:
+    """How often a pool being deleted looks again at what it waits for."""
+
+    busy_runner_wait: float = field(
+        default=30.0,
+        metadata=flag(
+            "--busy-runner-wait",
+            "requeue delay while a deleted pool waits for its busy runners to finish their jobs",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    pods_gone_wait: float = field(
+        default=5.0,
+        metadata=flag(
+            "--pods-gone-wait",
+            "requeue delay while a deleted pool waits for its runner pods to go",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class LeaderElectionSettings:
+    """Lease leader election (run 2+ replicas); the timings are client-go's defaults."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=flag("--leader-elect", "elect a leader over a Lease (run 2+ replicas)", switch=True),
+    )
+    namespace: str = field(
+        default="runnerpool-system",
+        metadata=flag("--leader-election-namespace", "namespace of the Lease"),
+    )
+    lease_name: str = field(
+        default="runnerpool-operator", metadata=flag("--leader-election-id", "name of the Lease")
+    )
+    #: Empty: the host name plus a random suffix, so two processes on one host differ.
+    identity: str = field(
+        default="",
+        metadata=flag("--leader-election-identity", "holder identity written into the Lease"),
+    )
+    lease_duration: int = field(  # the Lease stores whole seconds
+        default=15,
+        metadata=flag(
+            "--lease-duration",
+            "how long a Lease is valid without renewal",
+            parse=positive_int,
+            metavar="SECONDS",
+        ),
+    )
+    renew_deadline: float = field(
+        default=10.0,
+        metadata=flag(
+            "--renew-deadline",
+            "how long the leader keeps trying to renew before it gives up",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+    retry_period: float = field(
+        default=2.0,
+        metadata=flag(
+            "--retry-period",
+            "time between two tries to acquire or renew",
+            parse=positive_float,
+            metavar="SECONDS",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GitHubSettings:
+    """Which GitHub the operator talks to by default."""
+
+    api_url: str = field(
+        default=DEFAULT_API_URL,
+        metadata=flag(
+            "--github-api-url",
+            "GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
+            "(a pool's spec.githubApiUrl overrides it)",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Prometheus metrics and the health probes."""
+
+    metrics_port: int = field(
+        default=8080, metadata=flag("--metrics-port", "Prometheus /metrics port; 0 turns it off", parse=port)
+    )
+    health_port: int = field(
+        default=8081, metadata=flag("--health-port", "/healthz and /readyz port; 0 turns it off", parse=port)
+    )
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Log output."""
+
+    format: str = field(
+        default="text",
+        metadata=flag("--log-format", "text for people, json for log pipelines", choices=("text", "json")),
+    )
+    level: str = field(
+        default="INFO",
+        metadata=flag("--log-level", "lowest level logged", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole operator's settings; every field but ``namespaces`` is a group."""
+
+    namespaces: tuple[str, ...] | None = field(
+        default=None,
+        metadata=flag(
+            "--namespace",
+            "watch only this namespace (repeatable); default: all namespaces",
+            metavar="NS",
+            repeat=True,
+        ),
+    )
+    queue: QueueSettings = QueueSettings()
+    tokens: TokenSettings = TokenSettings()
+    runners: RunnerSettings = RunnerSettings()
+    deletion: DeletionSettings = DeletionSettings()
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    github: GitHubSettings = GitHubSettings()
+    probes: ProbeSettings = ProbeSettings()
+    logs: LogSettings = LogSettings()

@@ -1,0 +1,88 @@
+"""The command line is derived from ``runnerpool.settings``: one place for every default."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runnerpool.cli import parser, settings_from
+from runnerpool.settings import Settings
+
+
+def _setting_fields() -> dict[str, dataclasses.Field[Any]]:
+    """Every setting by the argparse dest the CLI gives it ("group.field", or the top-level name)."""
+    found: dict[str, dataclasses.Field[Any]] = {}
+    for top in dataclasses.fields(Settings):
+        group = top.default
+        if dataclasses.is_dataclass(group):
+            found.update({f"{top.name}.{f.name}": f for f in dataclasses.fields(group)})
+        else:
+            found[top.name] = top
+    return found
+
+
+def test_every_flag_default_is_the_settings_default() -> None:
+    settings = _setting_fields()
+    flags = {a.dest: a for a in parser()._actions if a.dest not in ("help", "version", "kubeconfig")}
+
+    assert set(flags) == set(settings), "every setting has a flag and every flag is a setting"
+    for dest, action in flags.items():
+        assert action.default == settings[dest].default, f"{action.option_strings[0]} default"
+        assert action.help, f"{action.option_strings[0]} has no help"
+
+
+def test_no_flags_give_the_default_settings() -> None:
+    assert settings_from(parser().parse_args([])) == Settings()
+
+
+def test_flags_reach_their_groups() -> None:
+    settings = settings_from(
+        parser().parse_args(
+            [
+                "--namespace=ci",
+                "--namespace=build",
+                "--workers=8",
+                "--token-refresh-margin=45",
+                "--runner-sync-interval=30",
+                "--busy-runner-wait=12",
+                "--leader-elect",
+                "--lease-duration=20",
+                "--github-api-url=https://ghe.example.com/api/v3",
+                "--metrics-port=0",
+                "--log-format=json",
+            ]
+        )
+    )
+
+    assert settings.namespaces == ("ci", "build")
+    assert settings.queue.workers == 8
+    assert settings.tokens.refresh_margin == timedelta(minutes=45)
+    assert settings.runners.sync_interval == 30.0
+    assert settings.deletion.busy_runner_wait == 12.0
+    assert settings.leader_election.enabled
+    assert settings.leader_election.lease_duration == 20
+    assert settings.github.api_url == "https://ghe.example.com/api/v3"
+    assert settings.probes.metrics_port == 0
+    assert settings.logs.format == "json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers=0"], "must be greater than 0"),
+        (["--metrics-port=70000"], "must be a port number"),
+        (["--log-format=xml"], "invalid choice"),
+    ],
+)
+def test_bad_flags_say_what_to_fix(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_lease_timings_the_library_refuses_are_refused_up_front() -> None:
+    with pytest.raises(SystemExit, match="--lease-duration > --renew-deadline"):
+        settings_from(parser().parse_args(["--lease-duration=5", "--renew-deadline=10"]))
