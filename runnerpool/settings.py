@@ -74,18 +74,21 @@ def flag(
     }
 
 
+def setting(default: Any, name: str, help: str, **flag_options: Any) -> Any:
+    """A settings field with its default and its flag (see ``flag``)."""
+    return field(default=default, metadata=flag(name, help, **flag_options))
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     """Work queue and reconcile workers."""
 
-    workers: int = field(
-        default=4,
-        metadata=flag(
-            "--workers",
-            "concurrent reconciles (they mostly wait on the API server; "
-            "the queue never runs one pool twice at once)",
-            parse=positive_int,
-        ),
+    workers: int = setting(
+        4,
+        "--workers",
+        "concurrent reconciles (they mostly wait on the API server; "
+        "the queue never runs one pool twice at once)",
+        parse=positive_int,
     )
 
 
@@ -93,14 +96,12 @@ class QueueSettings:
 class TokenSettings:
     """Registration tokens (the secret updater)."""
 
-    wait: float = field(
-        default=10.0,
-        metadata=flag(
-            "--token-wait",
-            "requeue delay while a pool waits for its first registration token",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    wait: float = setting(
+        10.0,
+        "--token-wait",
+        "requeue delay while a pool waits for its first registration token",
+        parse=positive_float,
+        metavar="SECONDS",
     )
     #: A token lasts one hour. A pod that reads the Secret just before a refresh must still
     #: have time to pull its image, start and run ``config.sh`` with it; on a busy cluster that
@@ -108,22 +109,18 @@ class TokenSettings:
     #: runners failed to register with tokens that expired on the way
     #: (actions-runner-controller #1295). 30 minutes leaves every pod at least half the
     #: token's life and still means only two GitHub calls per pool per hour.
-    refresh_margin_minutes: float = field(
-        default=30.0,
-        metadata=flag(
-            "--token-refresh-margin",
-            "refresh a registration token this long before it expires",
-            parse=positive_float,
-            metavar="MINUTES",
-        ),
+    refresh_margin_minutes: float = setting(
+        30.0,
+        "--token-refresh-margin",
+        "refresh a registration token this long before it expires",
+        parse=positive_float,
+        metavar="MINUTES",
     )
-    threads: int = field(
-        default=4,
-        metadata=flag(
-            "--token-threads",
-            "threads running token jobs (each mostly waits on one GitHub request)",
-            parse=positive_int,
-        ),
+    threads: int = setting(
+        4,
+        "--token-threads",
+        "threads running token jobs (each mostly waits on one GitHub request)",
+        parse=positive_int,
     )
 
     @property
@@ -135,47 +132,38 @@ class TokenSettings:
 class RunnerSettings:
     """Runner pods and the per-scope runner managers."""
 
-    image: str = field(default=DEFAULT_RUNNER_IMAGE, metadata=flag("--runner-image", "default runner image"))
+    image: str = setting(DEFAULT_RUNNER_IMAGE, "--runner-image", "default runner image")
     #: meows' runner manager period.
-    sync_interval: float = field(
-        default=60.0,
-        metadata=flag(
-            "--runner-sync-interval",
-            "how often each repository or organization's runners are listed (once per scope, "
-            "shared by its pools; stretched automatically when the GitHub budget runs low)",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    sync_interval: float = setting(
+        60.0,
+        "--runner-sync-interval",
+        "how often each repository or organization's runners are listed (once per scope, "
+        "shared by its pools; stretched automatically when the GitHub budget runs low)",
+        parse=positive_float,
+        metavar="SECONDS",
     )
     #: Hundreds of repository-scoped pools need neither hundreds of threads nor hundreds of
     #: concurrent requests (GitHub's secondary limits start at 100).
-    threads: int = field(
-        default=4,
-        metadata=flag("--runner-threads", "threads running the runner managers", parse=positive_int),
-    )
+    threads: int = setting(4, "--runner-threads", "threads running the runner managers", parse=positive_int)
 
 
 @dataclass(frozen=True)
 class DeletionSettings:
     """How often a pool being deleted looks again at what it waits for."""
 
-    busy_runner_wait: float = field(
-        default=30.0,
-        metadata=flag(
-            "--busy-runner-wait",
-            "requeue delay while a deleted pool waits for its busy runners to finish their jobs",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    busy_runner_wait: float = setting(
+        30.0,
+        "--busy-runner-wait",
+        "requeue delay while a deleted pool waits for its busy runners to finish their jobs",
+        parse=positive_float,
+        metavar="SECONDS",
     )
-    pods_gone_wait: float = field(
-        default=5.0,
-        metadata=flag(
-            "--pods-gone-wait",
-            "requeue delay while a deleted pool waits for its runner pods to go",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    pods_gone_wait: float = setting(
+        5.0,
+        "--pods-gone-wait",
+        "requeue delay while a deleted pool waits for its runner pods to go",
+        parse=positive_float,
+        metavar="SECONDS",
     )
 
 
@@ -183,22 +171,13 @@ class DeletionSettings:
 class LeaderElectionSettings:
     """Lease leader election (run 2+ replicas); the timings are client-go's defaults."""
 
-    enabled: bool = field(
-        default=False,
-        metadata=flag("--leader-elect", "elect a leader over a Lease (run 2+ replicas)", switch=True),
+    enabled: bool = setting(
+        False, "--leader-elect", "elect a leader over a Lease (run 2+ replicas)", switch=True
     )
-    namespace: str = field(
-        default="runnerpool-system",
-        metadata=flag("--leader-election-namespace", "namespace of the Lease"),
-    )
-    lease_name: str = field(
-        default="runnerpool-operator", metadata=flag("--leader-election-id", "name of the Lease")
-    )
+    namespace: str = setting("runnerpool-system", "--leader-election-namespace", "namespace of the Lease")
+    lease_name: str = setting("runnerpool-operator", "--leader-election-id", "name of the Lease")
     #: Empty: the host name plus a random suffix, so two processes on one host differ.
-    identity: str = field(
-        default="",
-        metadata=flag("--leader-election-identity", "holder identity written into the Lease"),
-    )
+    identity: str = setting("", "--leader-election-identity", "holder identity written into the Lease")
     lease_duration: int = field(  # the Lease stores whole seconds
         default=15,
         metadata=flag(
@@ -208,23 +187,19 @@ class LeaderElectionSettings:
             metavar="SECONDS",
         ),
     )
-    renew_deadline: float = field(
-        default=10.0,
-        metadata=flag(
-            "--renew-deadline",
-            "how long the leader keeps trying to renew before it gives up",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    renew_deadline: float = setting(
+        10.0,
+        "--renew-deadline",
+        "how long the leader keeps trying to renew before it gives up",
+        parse=positive_float,
+        metavar="SECONDS",
     )
-    retry_period: float = field(
-        default=2.0,
-        metadata=flag(
-            "--retry-period",
-            "time between two tries to acquire or renew",
-            parse=positive_float,
-            metavar="SECONDS",
-        ),
+    retry_period: float = setting(
+        2.0,
+        "--retry-period",
+        "time between two tries to acquire or renew",
+        parse=positive_float,
+        metavar="SECONDS",
     )
 
 
@@ -232,13 +207,11 @@ class LeaderElectionSettings:
 class GitHubSettings:
     """Which GitHub the operator talks to by default."""
 
-    api_url: str = field(
-        default=DEFAULT_API_URL,
-        metadata=flag(
-            "--github-api-url",
-            "GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
-            "(a pool's spec.githubApiUrl overrides it)",
-        ),
+    api_url: str = setting(
+        DEFAULT_API_URL,
+        "--github-api-url",
+        "GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
+        "(a pool's spec.githubApiUrl overrides it)",
     )
 
 
@@ -246,25 +219,21 @@ class GitHubSettings:
 class ProbeSettings:
     """Prometheus metrics and the health probes."""
 
-    metrics_port: int = field(
-        default=8080, metadata=flag("--metrics-port", "Prometheus /metrics port; 0 turns it off", parse=port)
+    metrics_port: int = setting(
+        8080, "--metrics-port", "Prometheus /metrics port; 0 turns it off", parse=port
     )
-    health_port: int = field(
-        default=8081, metadata=flag("--health-port", "/healthz and /readyz port; 0 turns it off", parse=port)
-    )
+    health_port: int = setting(8081, "--health-port", "/healthz and /readyz port; 0 turns it off", parse=port)
 
 
 @dataclass(frozen=True)
 class LogSettings:
     """Log output."""
 
-    format: str = field(
-        default="text",
-        metadata=flag("--log-format", "text for people, json for log pipelines", choices=("text", "json")),
+    format: str = setting(
+        "text", "--log-format", "text for people, json for log pipelines", choices=("text", "json")
     )
-    level: str = field(
-        default="INFO",
-        metadata=flag("--log-level", "lowest level logged", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    level: str = setting(
+        "INFO", "--log-level", "lowest level logged", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
 
 
@@ -272,14 +241,12 @@ class LogSettings:
 class Settings:
     """The whole operator's settings; every field but ``namespaces`` is a group."""
 
-    namespaces: tuple[str, ...] | None = field(
-        default=None,
-        metadata=flag(
-            "--namespace",
-            "watch only this namespace (repeatable); default: all namespaces",
-            metavar="NS",
-            repeat=True,
-        ),
+    namespaces: tuple[str, ...] | None = setting(
+        None,
+        "--namespace",
+        "watch only this namespace (repeatable); default: all namespaces",
+        metavar="NS",
+        repeat=True,
     )
     queue: QueueSettings = QueueSettings()
     tokens: TokenSettings = TokenSettings()
