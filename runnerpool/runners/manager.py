@@ -284,7 +284,7 @@ class RunnerManagers:
         except ValidationError:
             return  # the reconciler reports it
         if pool.deleting:
-            return  # its finalizer deregisters the runners now
+            return  # its finalizer has deregister() remove the runners now
         runners = pool_runners(snapshot.runners, ref.namespace, ref.name)
         self._publish(ref, runner_counts(runners))
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
