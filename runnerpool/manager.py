@@ -26,6 +26,8 @@ from runnerpool import api
 from runnerpool.events import EventRecorder
 from runnerpool.github_api import GitHubClient, PyGithubClient
 from runnerpool.health import ProbeServer
+from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler, Settings
 from runnerpool.runners.listing import SharedListing
 from runnerpool.runners.manager import DEFAULT_INTERVAL, KubePods, RunnerManagers
@@ -84,8 +86,14 @@ class Operator:
         self.options = options
         self._api = api_client
         self.queue = RateLimitingQueue()
+        # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
+        self._expectations = Expectations()
         self.informers = InformerSet(
-            api_client, self.queue.add, options.namespaces, pool_secret_refs=_credential_refs
+            api_client,
+            self.queue.add,
+            options.namespaces,
+            pool_secret_refs=_credential_refs,
+            on_pod=self._expectations.observe,
         )
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
@@ -118,6 +126,7 @@ class Operator:
             self.queue.add,
             listing=listing,
             interval=options.runner_sync_interval,
+            wanted_hash=lambda pool: wanted_hash(pool, options.runner_image, options.github_api_url),
         )
         self._tokens = TokenUpdater(
             clients,
@@ -138,6 +147,7 @@ class Operator:
             ),
             listing=listing,
             runners=self._runners,
+            expectations=self._expectations,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
         # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
