@@ -187,6 +187,13 @@ class Reconciler:
         created = sum(1 for w in run.writes[before:] if w == "create pod")
         if created:
             self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
+        if "update poddisruptionbudget" in run.writes:
+            self._recorder.event(
+                run.raw,
+                NORMAL,
+                "UpdatedDisruptionBudget",
+                "brought the busy runners' disruption budget back to spec",
+            )
         if self._runners is not None and (pods.surplus or pods.finished):
             # Taking pods away is the runner managers' job: ask for a round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
