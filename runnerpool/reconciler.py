@@ -357,7 +357,7 @@ class Reconciler:
         killed: stop issuing tokens and empty the Secret (a restarted container
         cannot register again), delete the pool's runners on GitHub (an idle one
         is gone at once and can take no job; a busy one answers 422 and is left
-        to finish), delete the Deployment only once no runner is busy, wait for
+        to finish), delete the pods only once no runner is busy, wait for
         its pods to go, then look once more for a late registration (every pass
         lists again, and the pass that finds the pods gone lists last).
 

@@ -429,7 +429,7 @@ class InformerSet:
     """Informers for RunnerPools and their children, feeding one work queue.
 
     Every event becomes a pool key (``ns/name``) passed to ``enqueue``:
-    RunnerPool events enqueue the pool itself; Secret, Deployment and Pod events
+    RunnerPool events enqueue the pool itself; Secret, Deployment, Pod and PDB events
     enqueue their controlling pool (see :func:`owner_key`), and on an update
     that changes the owner, the previous owner too (the informer gives no old
     object, so the last owner seen per object is remembered here).  Events for
