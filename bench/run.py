@@ -12,8 +12,8 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
 3. Switch the fake to real one-hour tokens, let every pool pick one up, then count the
    operator's writes to the API server in a quiet window of two resync periods: from the
    API server's audit log (mutating verbs by anything that is neither the bench nor the
-   controller manager) and by comparing resourceVersions of every pool, Secret and
-   Deployment before and after.  A converged operator should write nothing.
+   controller manager) and by comparing resourceVersions of every pool, Secret, runner
+   pod and disruption budget before and after.  A converged operator should write nothing.
 4. The operator's peak RSS (VmHWM) and CPU time.
 
 Prints a table and writes JSON to bench/results/.  It is a measurement, not a test: nothing
@@ -223,17 +223,21 @@ class AuditTail:
 
 
 def _versions(api_client: client.ApiClient) -> dict[str, str]:
-    """resourceVersion of every pool and every operator-owned Secret and Deployment."""
+    """resourceVersion of every pool and every operator-owned Secret, budget and runner pod."""
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
-    apps = client.AppsV1Api(api_client)
+    policy = client.PolicyV1Api(api_client)
     out = {
         f"pool/{p['metadata']['name']}": p["metadata"]["resourceVersion"]
         for p in custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)["items"]
     }
     for kind, items in (
         ("secret", core.list_namespaced_secret(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items),
-        ("deployment", apps.list_namespaced_deployment(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items),
+        (
+            "poddisruptionbudget",
+            policy.list_namespaced_pod_disruption_budget(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items,
+        ),
+        ("pod", core.list_namespaced_pod(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items),
     ):
         out.update({f"{kind}/{o.metadata.name}": o.metadata.resource_version for o in items})
     return out

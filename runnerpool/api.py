@@ -39,6 +39,7 @@ from pydantic_core import CoreSchema, core_schema
 # (``x as x`` is the re-export form mypy --strict recognises.)
 from runnerpool.domain import RFC3339, Scope, pool_key
 from runnerpool.domain import deployment_name as deployment_name  # noqa: PLC0414
+from runnerpool.domain import disruption_budget_name as disruption_budget_name  # noqa: PLC0414
 from runnerpool.domain import pool_runner_label as pool_runner_label  # noqa: PLC0414
 from runnerpool.domain import token_secret_name as token_secret_name  # noqa: PLC0414
 
@@ -58,12 +59,16 @@ TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
 DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/runner; publish and override
 
-# Pods of a pool are named "runnerpool-<pool>-<replicaset hash, up to 10>-<5 random>",
-# i.e. the pool name plus 28 characters.  The kubelet cuts pod hostnames (which the
-# runner reports to GitHub as its name) at 63 characters; past 35 the cut would eat the
-# random suffix and two runners of one pool could register under the same name.
+# Pods of a pool are named "<pool>-<5 random>" (generateName).  The kubelet cuts pod
+# hostnames (which the runner reports to GitHub as its name) at 63 characters.  Pods
+# adopted from the Deployment of earlier versions are named
+# "runnerpool-<pool>-<replicaset hash, up to 10>-<5 random>" (the pool name plus 28
+# characters): past 35 the cut would eat their random suffix, so the limit stays.
 MAX_POOL_NAME_LENGTH = 35
 MAX_REPLICAS = 1000
+#: A day: longer than any graceful stop of an idle runner needs, short enough that a stuck pod
+#: does not hold a node for ever.
+MAX_TERMINATION_GRACE_SECONDS = 86400
 
 
 # --------------------------------------------------------------------------------------
@@ -595,6 +600,15 @@ class RunnerPoolSpec(KubeModel):
         description="Idle runner pods older than this duration (e.g. 24h, 90m) are replaced, so "
         "long-lived runners pick up new images and a clean disk. Unset means never.",
     )
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TERMINATION_GRACE_SECONDS,
+        json_schema_extra={"format": "int64"},
+        description="Seconds a runner pod gets between SIGTERM and SIGKILL when it is deleted or "
+        "evicted (an idle runner exits at once on SIGTERM; busy runners' pods are never deleted "
+        "by the operator and are protected from eviction). Unset means the Kubernetes default, 30.",
+    )
 
 
 class RunnerPoolStatus(KubeModel):
@@ -603,6 +617,9 @@ class RunnerPoolStatus(KubeModel):
     )
     replicas: int = Field(default=0, ge=0, description="Runner pods that exist (for the scale subresource).")
     ready_replicas: int = Field(default=0, ge=0, description="Runner pods that are ready.")
+    updated_replicas: int | None = Field(
+        default=None, ge=0, description="Runner pods that run the pool's current pod template."
+    )
     selector: str | None = Field(
         default=None, description="Label selector of the runner pods (for the scale subresource)."
     )
@@ -628,7 +645,7 @@ class RunnerPool(KubeModel):
         Rule(
             cel=f"size(self.metadata.name) <= {MAX_POOL_NAME_LENGTH}",
             message=f"metadata.name may have at most {MAX_POOL_NAME_LENGTH} characters: it becomes "
-            "part of Deployment and pod names, and pod hostnames (the runner names) are cut at 63",
+            "part of pod names, and pod hostnames (the runner names) are cut at 63",
             check=lambda p: len(p.name) <= MAX_POOL_NAME_LENGTH,
         ),
     )

@@ -85,7 +85,8 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
 
 
-def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
+def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
+    """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods."""
     spec = pool.spec
     container: dict[str, Any] = {
         "name": RUNNER_CONTAINER,
@@ -101,6 +102,11 @@ def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> 
     if spec.resources is not None:
         container["resources"] = spec.resources.model_dump(by_alias=True, exclude_none=True)
     pod: dict[str, Any] = {
+        # One pod, one runner, one job: the ephemeral runner exits 0 after its job, which ends
+        # the pod (Succeeded) and the runner managers replace it.  A failure (say config.sh
+        # could not reach GitHub) restarts the container with the kubelet's backoff; a
+        # container that restarts after it registered exits 0 at once (entrypoint.sh).
+        "restartPolicy": "OnFailure",
         "containers": [container],
         "volumes": [
             {
@@ -115,6 +121,8 @@ def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> 
             *spec.volumes,
         ],
     }
+    if spec.termination_grace_period_seconds is not None:
+        pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
     else:
@@ -125,20 +133,3 @@ def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> 
     if spec.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
     return pod
-
-
-def deployment(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
-    labels = pool_labels(pool)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _metadata(pool, api.deployment_name(pool.name)),
-        "spec": {
-            "replicas": pool.spec.replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": _pod_spec(pool, default_image, api_url(pool, default_api_url)),
-            },
-        },
-    }

@@ -74,7 +74,12 @@ def token_secret_name(pool: str) -> str:
 
 
 def deployment_name(pool: str) -> str:
+    """The runner Deployment of operator versions before 0.2: only looked for, to adopt its pods."""
     return f"runnerpool-{pool}"
+
+
+def disruption_budget_name(pool: str) -> str:
+    return f"runnerpool-{pool}-busy"
 
 
 def pool_runner_label(namespace: str, pool: str) -> str:

@@ -35,13 +35,14 @@ class FakeTokenJobs:
 
 @dataclass
 class FakeRunnerJobs:
-    """``RunnerJobs``: records starts, stops and deregistrations; counts and outcomes are set
+    """``RunnerJobs``: records starts, stops, kicks and deregistrations; counts and outcomes are set
     by the test (by default a pool has no listing yet and nothing to deregister)."""
 
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     runner_counts: dict[str, api.RunnerCounts] = field(default_factory=dict)
     deregistrations: list[PoolRef] = field(default_factory=list)
+    kicks: list[tuple[str, str]] = field(default_factory=list)
     outcome: Deregistration = field(default_factory=lambda: Deregistration(busy=0, deleted=0))
 
     def start(self, pool: PoolRef) -> None:
@@ -49,6 +50,9 @@ class FakeRunnerJobs:
 
     def stop(self, namespace: str, name: str) -> None:
         self.stopped.append((namespace, name))
+
+    def kick(self, namespace: str, name: str) -> None:
+        self.kicks.append((namespace, name))
 
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
         return self.runner_counts.get(pool_key(namespace, name))

@@ -25,6 +25,8 @@ from runnerpool.github.credentials import ClientCache
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.health import ProbeServer
+from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
@@ -61,11 +63,14 @@ class Operator:
         self.settings = settings
         self._api = api_client
         self.queue = RateLimitingQueue()
+        # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
+        self._expectations = Expectations()
         self.informers = InformerSet(
             api_client,
             self.queue.add,
             list(settings.namespaces) if settings.namespaces else None,
             pool_secret_refs=_credential_refs,
+            on_pod=self._expectations.observe,
         )
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
@@ -96,6 +101,7 @@ class Operator:
             KubePods(self._core),
             self.queue.add,
             settings=settings.runners,
+            wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
         self._tokens = TokenUpdater(
             clients,
@@ -110,6 +116,7 @@ class Operator:
             self._runners,
             EventRecorder(self._core),
             settings=settings,
+            expectations=self._expectations,
         )
         self._controller = Controller(self.queue, reconciler, workers=settings.queue.workers)
         # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.

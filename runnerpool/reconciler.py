@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,11 +27,13 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
-from runnerpool.domain import Deregistration, PoolRef, TokenFailure, split_key, utcnow
+from runnerpool.domain import Deregistration, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.step import PodStep
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.settings import Settings
 
@@ -56,6 +59,7 @@ class Cache(Protocol):
     def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
@@ -74,6 +78,7 @@ class RunnerJobs(Protocol):
     def stop(self, namespace: str, name: str) -> None: ...
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
     def deregister(self, pool: PoolRef) -> Deregistration: ...
+    def kick(self, namespace: str, name: str) -> None: ...
 
 
 class DeregistrationError(RuntimeError):
@@ -113,16 +118,24 @@ class Reconciler:
         *,
         settings: Settings = Settings(),
         clock: Callable[[], datetime] = utcnow,
+        expectations: Expectations | None = None,
     ) -> None:
         self._cache = cache
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
-        self._apps = client.AppsV1Api(api_client)
         self._tokens = tokens
         self._recorder = recorder
         self._settings = settings
         self._clock = clock
         self._runners = runners
+        self._pods = PodStep(
+            cache,
+            api_client,
+            expectations or Expectations(),
+            default_image=settings.runners.image,
+            default_api_url=settings.github.api_url,
+        )
+        self._status_written: dict[str, float] = {}
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -154,9 +167,23 @@ class Reconciler:
         if not pool_status.has_token(secret):
             self._update_status(run, secret, None)
             return Result(requeue_after=self._settings.tokens.wait)
-        deployment = self._ensure_deployment(run)
-        self._update_status(run, secret, deployment)
-        return Result()
+        before = len(run.writes)
+        pods = self._pods.converge(run.pool, run.writes)
+        created = sum(1 for w in run.writes[before:] if w == "create pod")
+        if created:
+            self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
+        if "update poddisruptionbudget" in run.writes:
+            self._recorder.event(
+                run.raw,
+                NORMAL,
+                "UpdatedDisruptionBudget",
+                "brought the busy runners' disruption budget back to spec",
+            )
+        if pods.surplus or pods.finished:
+            # Taking pods away is the runner managers' job: ask for a round now, not in a minute.
+            self._runners.kick(run.pool.namespace, run.pool.name)
+        wait = self._update_status(run, secret, pods)
+        return Result(requeue_after=wait)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:
@@ -210,40 +237,13 @@ class Reconciler:
         )
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
+        self._status_written.pop(pool_key(namespace, name), None)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
 
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github.api_url)
-
-    def _ensure_deployment(self, run: _Pass) -> dict[str, Any]:
-        desired = children.deployment(run.pool, self._settings.runners.image, self._settings.github.api_url)
-        name = desired["metadata"]["name"]
-        namespace = run.pool.namespace
-        live = self._cache.get_deployment(namespace, name)
-        if live is None:
-            created = self._create(run, "deployment", self._apps.create_namespaced_deployment, desired)
-            if created is not desired:
-                self._recorder.event(run.raw, NORMAL, "CreatedDeployment", f"created Deployment {name}")
-            return created
-        if contains(live, desired):
-            return live
-        # A JSON merge patch replaces lists whole (a hand-added container, env var or
-        # volume goes) and merges maps, which is exactly what ``contains`` tolerates.
-        replaced = self._apps.patch_namespaced_deployment(
-            name,
-            namespace,
-            {
-                "metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
-                "spec": desired["spec"],
-            },
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )
-        run.writes.append("update deployment")
-        self._recorder.event(run.raw, NORMAL, "UpdatedDeployment", f"brought Deployment {name} back to spec")
-        return _json(replaced)
 
     def _create(
         self, run: _Pass, kind: str, create: Callable[..., Any], desired: dict[str, Any]
@@ -264,7 +264,10 @@ class Reconciler:
 
     # ------------------------------------------------------------------ status
 
-    def _update_status(self, run: _Pass, secret: dict[str, Any], deployment: dict[str, Any] | None) -> None:
+    def _update_status(
+        self, run: _Pass, secret: dict[str, Any], pods: pool_status.PodCounts | None
+    ) -> float | None:
+        """Write the status if it changed; returns seconds to wait when the write is coalesced."""
         pool = run.pool
         old = run.raw.get("status") or {}
         status = pool_status.desired_status(
@@ -272,13 +275,21 @@ class Reconciler:
             pool,
             old=old,
             secret=secret,
-            deployment=deployment,
+            pods=pods,
             failure=self._tokens.failure(pool.namespace, pool.name),
             runners=self._runner_counts(pool),
         )
         metrics.observe_pool(pool.namespace, pool.name, pool.spec.replicas, status["readyReplicas"])
         if status == old:
-            return
+            return None
+        key = pool_key(pool.namespace, pool.name)
+        now = time.monotonic()
+        last = self._status_written.get(key)
+        if last is not None and not pool_status.notable(old, status):
+            wait = last + self._settings.queue.status_coalesce - now
+            if wait > 0:
+                return wait
+        self._status_written[key] = now
         self._custom.patch_namespaced_custom_object_status(
             api.GROUP,
             api.VERSION,
@@ -289,6 +300,7 @@ class Reconciler:
         )
         run.writes.append("update status")
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
+        return None
 
     def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
         counts = self._runners.counts(pool.namespace, pool.name)
@@ -325,7 +337,7 @@ class Reconciler:
         killed: stop issuing tokens and empty the Secret (a restarted container
         cannot register again), delete the pool's runners on GitHub (an idle one
         is gone at once and can take no job; a busy one answers 422 and is left
-        to finish), delete the Deployment only once no runner is busy, wait for
+        to finish), delete the pods only once no runner is busy, wait for
         its pods to go, then look once more for a late registration (every pass
         lists again, and the pass that finds the pods gone lists last).
 
@@ -400,16 +412,7 @@ class Reconciler:
         return done.busy
 
     def _pods_remain(self, run: _Pass) -> bool:
-        namespace, name = run.pool.namespace, api.deployment_name(run.pool.name)
-        if self._cache.get_deployment(namespace, name) is not None:
-            try:
-                self._apps.delete_namespaced_deployment(name, namespace, propagation_policy="Background")
-                run.writes.append("delete deployment")
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-        # The pod cache can only lag behind deletions, so "none left" is never early.
-        return bool(self._cache.list_pods(namespace, run.pool.name))
+        return self._pods.delete_all(run.pool, run.writes)
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])

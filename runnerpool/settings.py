@@ -90,6 +90,15 @@ class QueueSettings:
         "the queue never runs one pool twice at once)",
         parse=positive_int,
     )
+    #: N starting pods cost a few status writes, not N.
+    status_coalesce: float = setting(
+        1.0,
+        "--status-coalesce",
+        "a status change that no condition reason reflects (pod counts while pods start) waits "
+        "this long after the pool's last status write",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,22 @@ class RunnerSettings:
     #: Hundreds of repository-scoped pools need neither hundreds of threads nor hundreds of
     #: concurrent requests (GitHub's secondary limits start at 100).
     threads: int = setting(4, "--runner-threads", "threads running the runner managers", parse=positive_int)
+    registration_timeout: float = setting(
+        900.0,
+        "--registration-timeout",
+        "a pod whose runner is not listed this long after its creation (and whose container is "
+        "not running) is replaced: long enough for a slow pull of the runner image",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
+    kick_gap: float = setting(
+        2.0,
+        "--runner-kick-gap",
+        "a pool with pods to retire brings its scope's next runner listing forward, at most this "
+        "often (an unchanged listing is a free 304)",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
 
 
 @dataclass(frozen=True)

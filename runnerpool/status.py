@@ -13,6 +13,18 @@ from typing import Any
 
 from runnerpool import api, children, conditions
 from runnerpool.domain import RFC3339, TokenFailure
+from runnerpool.pods.scaling import PodCounts
+
+__all__ = [
+    "PodCounts",
+    "desired_status",
+    "has_token",
+    "merge_patch",
+    "notable",
+    "ready_condition",
+    "token_condition",
+    "token_expiry",
+]
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -59,27 +71,33 @@ def token_condition(
 
 
 def ready_condition(
-    stamp: conditions.Stamp, pool: api.RunnerPool, token: dict[str, Any], deployment: dict[str, Any] | None
+    stamp: conditions.Stamp, pool: api.RunnerPool, token: dict[str, Any], pods: PodCounts | None
 ) -> dict[str, Any]:
+    """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so."""
     desired = pool.spec.replicas
     if token["status"] != "True":
         return stamp.condition(
             conditions.READY, False, "TokenNotReady", "runners cannot register without a token"
         )
-    if deployment is None:
+    pods = pods or PodCounts(desired=desired)
+    summary = f"{pods.ready}/{desired} runner pods ready"
+    if pods.ready < desired:
+        return stamp.condition(conditions.READY, False, "RunnersStarting", summary)
+    if pods.outdated:
         return stamp.condition(
-            conditions.READY, False, "DeploymentMissing", "the runner Deployment is being created"
+            conditions.READY,
+            True,
+            "RollingOut",
+            f"{summary}; {pods.outdated} pod(s) of an older template are replaced once idle",
         )
-    status = deployment.get("status") or {}
-    ready = status.get("readyReplicas", 0)
-    current = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
-    settled = current and deployment["spec"].get("replicas") == desired and ready >= desired
-    return stamp.condition(
-        conditions.READY,
-        settled,
-        "RunnersReady" if settled else "RunnersStarting",
-        f"{ready}/{desired} runner pods ready",
-    )
+    if pods.surplus:
+        return stamp.condition(
+            conditions.READY,
+            True,
+            "ScalingDown",
+            f"{summary}; {pods.surplus} pod(s) above the desired count go once their runners are idle",
+        )
+    return stamp.condition(conditions.READY, True, "RunnersReady", summary)
 
 
 def desired_status(
@@ -88,18 +106,18 @@ def desired_status(
     *,
     old: dict[str, Any],
     secret: dict[str, Any],
-    deployment: dict[str, Any] | None,
+    pods: PodCounts | None,
     failure: TokenFailure | None,
     runners: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now."""
     token = token_condition(stamp, pool, secret, failure)
-    ready = ready_condition(stamp, pool, token, deployment)
-    dep_status = (deployment or {}).get("status") or {}
+    ready = ready_condition(stamp, pool, token, pods)
     status: dict[str, Any] = {
         "observedGeneration": pool.generation,
-        "replicas": dep_status.get("replicas", 0),
-        "readyReplicas": dep_status.get("readyReplicas", 0),
+        "replicas": pods.active if pods else 0,
+        "readyReplicas": pods.ready if pods else 0,
+        "updatedReplicas": pods.updated if pods else 0,
         "selector": children.selector(pool),
         "conditions": conditions.merge(old.get("conditions") or [], [token, ready]),
     }
@@ -112,6 +130,25 @@ def desired_status(
         # No listing yet (a restart, GitHub down): the last counts beat none.
         status["runners"] = old["runners"]
     return status
+
+
+def notable(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Does the change say something new, beyond counts and messages moving along?
+
+    A new condition status or reason, a new generation, a new token or different runner
+    counts from GitHub are written at once; pod counts while pods start may wait (the
+    reconciler coalesces them), since the next write carries the latest numbers anyway.
+    """
+
+    def gist(status: dict[str, Any]) -> Any:
+        return (
+            status.get("observedGeneration"),
+            status.get("tokenExpiresAt"),
+            status.get("runners"),
+            sorted((c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []),
+        )
+
+    return bool(gist(old) != gist(new))
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,11 @@ class LiveReader:
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(self._apps.read_namespaced_deployment, name, namespace)
 
+    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(
+            client.PolicyV1Api(self._api).read_namespaced_pod_disruption_budget, name, namespace
+        )
+
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]

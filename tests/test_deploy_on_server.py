@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api
 from runnerpool.manager import Operator
-from runnerpool.runners.lifecycle import DELETION_COST_ANNOTATION
+from runnerpool.pods import template
 from runnerpool.settings import (
     GitHubSettings,
     LeaderElectionSettings,
@@ -156,35 +156,58 @@ def operator_as_service_account(
             assert not runner.is_alive(), "the operator did not stop"
 
 
+def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, scope: str) -> None:
+    """The runner Deployment an earlier operator version made for pool ``name``."""
+    pool = api.RunnerPool.model_validate(pool_manifest(name, repo=scope) | {"metadata": {"name": name}})
+    legacy = template.pod_template(pool, api.DEFAULT_RUNNER_IMAGE, "https://api.github.com")
+    legacy["spec"]["restartPolicy"] = "Always"
+    labels = legacy["metadata"]["labels"]
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": api.deployment_name(name), "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
+        },
+    )
+
+
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: converge, repair drift, protect a busy runner,
-    replace a finished pod, deregister, let go."""
+    """Everything the operator does for a pool: take over a legacy Deployment, converge, repair
+    drift, protect a busy runner, replace a finished pod, deregister, let go."""
     reader = LiveReader(api_client)
-    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    apps, core, policy = (
+        client.AppsV1Api(api_client),
+        client.CoreV1Api(api_client),
+        client.PolicyV1Api(api_client),
+    )
     scope = "octo-org/octo-repo"
     pat_secret(api_client, namespace)
+    _legacy_deployment(api_client, namespace, "lp", scope)
+    wait_for(lambda: reader.list_pods(namespace, "lp"), message="the legacy Deployment's pod")
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
-    deployment = api.deployment_name("lp")
-    wait_for(lambda: reader.get_deployment(namespace, deployment), message="the runner Deployment")
+    wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
+    budget = api.disruption_budget_name("lp")
+    wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
-        apps.patch_namespaced_deployment(deployment, namespace, {"spec": {"replicas": 3}})
+        policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 3}})
 
         def repaired() -> bool:
-            return bool(apps.read_namespaced_deployment(deployment, namespace).spec.replicas == 1)
+            return bool(
+                policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0
+            )
 
         wait_for(repaired, message="the hand edit to be repaired")
-    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)
+    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)  # the legacy pod rolled, a fresh one
+    assert (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(template.TEMPLATE_HASH_LABEL)
     secret = reader.get_secret(namespace, api.token_secret_name("lp")) or {}
     token = base64.b64decode(secret["data"][api.TOKEN_SECRET_KEY]).decode()
     github.register_runner_with_token(scope, token, pod, [f"{namespace}/lp", "self-hosted"])
     wait_for(lambda: _pool_condition(reader, namespace, "Ready") == "True", message="the pool to be Ready")
 
-    github.set_runner(scope, pod, busy=True)  # a job starts: a scale-down must take other pods first
+    github.set_runner(scope, pod, busy=True)  # a job starts: no eviction may take the pod now
     wait_for(
-        lambda: (core.read_namespaced_pod(pod, namespace).metadata.annotations or {}).get(
-            DELETION_COST_ANNOTATION
-        ),
-        message="the busy runner's pod to get a high deletion cost",
+        lambda: (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(template.BUSY_LABEL),
+        message="the busy runner's pod to be marked busy",
     )
     github.complete_job(scope, pod)  # the ephemeral runner is gone; its container exits
     play_kubelet(api_client, namespace, pod, phase="Succeeded", state="terminated")

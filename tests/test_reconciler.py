@@ -22,6 +22,7 @@ from runnerpool import api
 from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import (
     RUNNERS_DEREGISTERED,
     DeregistrationError,
@@ -31,7 +32,7 @@ from runnerpool.reconciler import (
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import TerminalError
-from runnerpool.settings import DeletionSettings, Settings
+from runnerpool.settings import DeletionSettings, QueueSettings, Settings
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
@@ -81,7 +82,11 @@ def reconciler(
         tokens,
         runners,
         EventRecorder(client.CoreV1Api(api_client)),
-        settings=Settings(deletion=DeletionSettings(busy_runner_wait=30.0)),
+        settings=Settings(
+            deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
+        ),
+        # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
+        expectations=Expectations(timeout=0),
     )
 
 
@@ -100,29 +105,23 @@ def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[
     objects = [
         reader.get_pool(namespace, name),
         reader.get_secret(namespace, api.token_secret_name(name)),
-        reader.get_deployment(namespace, api.deployment_name(name)),
+        reader.get_disruption_budget(namespace, api.disruption_budget_name(name)),
+        *reader.list_pods(namespace, name),
     ]
     return tuple(o["metadata"]["resourceVersion"] if o else "-" for o in objects)
+
+
+def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in LiveReader(api_client).list_pods(namespace, pool)
+        if not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
     items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     return [(e.type, e.reason, e.message) for e in items]
-
-
-def _wait_deployment_settled(api_client: client.ApiClient, namespace: str, pool: str, replicas: int) -> None:
-    """The deployment controller keeps updating status until the ReplicaSet has its pods."""
-    reader = LiveReader(api_client)
-
-    def settled() -> bool:
-        dep = reader.get_deployment(namespace, api.deployment_name(pool)) or {"metadata": {}}
-        status = dep.get("status") or {}
-        return (
-            status.get("observedGeneration") == dep["metadata"].get("generation")
-            and status.get("replicas") == replicas
-        )
-
-    wait_for(settled, message=f"Deployment of {pool} to settle at {replicas} replicas")
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
@@ -146,10 +145,10 @@ def test_a_new_pool_waits_for_its_token_without_error(
     assert [(p.namespace, p.name, p.scope.repository) for p in tokens.started] == [
         (namespace, "alpha", "octo-org/octo-repo")
     ]
-    assert LiveReader(api_client).get_deployment(namespace, api.deployment_name("alpha")) is None
+    assert _pods(api_client, namespace, "alpha") == [], "no pod starts without a token"
 
 
-def test_a_filled_token_brings_the_deployment_then_ready(
+def test_a_filled_token_brings_the_pods_then_ready(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("beta", org="octo-org", replicas=2, labels=["gpu"]))
@@ -159,34 +158,32 @@ def test_a_filled_token_brings_the_deployment_then_ready(
     result = reconciler(f"{namespace}/beta")
 
     assert result.requeue_after is None
-    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta"))
-    assert dep is not None and dep["spec"]["replicas"] == 2
-    pod = dep["spec"]["template"]["spec"]
-    container = pod["containers"][0]
+    pods = _pods(api_client, namespace, "beta")
+    assert len(pods) == 2
+    pod = pods[0]
+    assert pod["metadata"]["name"].startswith("beta-")
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("RunnerPool", "beta", True)
+    container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert "RUNNER_TOKEN" not in env and "AABBCC-registration" not in json.dumps(dep)
+    assert "RUNNER_TOKEN" not in env and "AABBCC-registration" not in json.dumps(pods)
     assert env["RUNNER_ORG"] == "octo-org"
     assert env["RUNNER_LABELS"] == f"{namespace}/beta,gpu"
     assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys()
-    token_volume = next(v for v in pod["volumes"] if "secret" in v)
+    token_volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
     assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
     mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
+    budget = LiveReader(api_client).get_disruption_budget(namespace, api.disruption_budget_name("beta"))
+    assert budget is not None and budget["spec"]["maxUnavailable"] == 0
     pool = _get(api_client, namespace, "beta")
     assert _condition(pool, "TokenReady")["status"] == "True"
     assert pool["status"]["tokenExpiresAt"] == FUTURE
     assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
+    assert (pool["status"]["replicas"], pool["status"]["updatedReplicas"]) == (2, 2)
+    assert ("Normal", "CreatedPods", "created 2 runner pod(s)") in _events(api_client, namespace)
 
     mark_pods_ready(api_client, namespace, "beta", 2)
-    wait_for(
-        lambda: (
-            (LiveReader(api_client).get_deployment(namespace, api.deployment_name("beta")) or {})
-            .get("status", {})
-            .get("readyReplicas")
-            == 2
-        ),
-        message="the Deployment to report 2 ready replicas",
-    )
     reconciler(f"{namespace}/beta")
     pool = _get(api_client, namespace, "beta")
     assert (_condition(pool, "Ready")["status"], pool["status"]["readyReplicas"]) == ("True", 2)
@@ -199,8 +196,8 @@ def test_reconciling_a_converged_pool_writes_nothing(
     reconciler(f"{namespace}/gamma")
     fill_token(api_client, namespace, "gamma", "tok", FUTURE)
     reconciler(f"{namespace}/gamma")
-    _wait_deployment_settled(api_client, namespace, "gamma", replicas=1)
-    reconciler(f"{namespace}/gamma")  # takes in the Deployment's final status
+    mark_pods_ready(api_client, namespace, "gamma", 1)
+    reconciler(f"{namespace}/gamma")  # takes in the pod's readiness
     before = _versions(api_client, namespace, "gamma")
     events_before = _events(api_client, namespace)
 
@@ -249,7 +246,32 @@ class _Stored(LiveReader):
         return self._pool
 
 
-def test_spec_changes_and_scale_reach_the_deployment(
+class _StaleCache(LiveReader):
+    """A pod cache that has not seen any create yet (the watch lags behind)."""
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return []
+
+
+def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
+    api_client: client.ApiClient, namespace: str, tokens: FakeTokenJobs
+) -> None:
+    stale = Reconciler(
+        _StaleCache(api_client),
+        api_client,
+        tokens,
+        FakeRunnerJobs(),
+        EventRecorder(client.CoreV1Api(api_client)),
+    )
+    create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
+    stale(f"{namespace}/omicron")
+    fill_token(api_client, namespace, "omicron", "tok", FUTURE)
+    stale(f"{namespace}/omicron")
+    stale(f"{namespace}/omicron")
+    assert len(_pods(api_client, namespace, "omicron")) == 2
+
+
+def test_scale_creates_pods_and_a_template_change_surges(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
@@ -264,41 +286,49 @@ def test_spec_changes_and_scale_reach_the_deployment(
     reconciler(f"{namespace}/delta")
     pool = _get(api_client, namespace, "delta")
     assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
-    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("delta"))
-    assert dep is not None and dep["spec"]["replicas"] == 3
+    assert len(_pods(api_client, namespace, "delta")) == 3
 
     # What `kubectl scale runnerpool delta --replicas=5` does.
     custom.patch_namespaced_custom_object_scale(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "delta", {"spec": {"replicas": 5}}
     )
     reconciler(f"{namespace}/delta")
-    dep = LiveReader(api_client).get_deployment(namespace, api.deployment_name("delta"))
-    assert dep is not None and dep["spec"]["replicas"] == 5
+    old = {p["metadata"]["name"] for p in _pods(api_client, namespace, "delta")}
+    assert len(old) == 5
+
+    custom.patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "delta", {"spec": {"runnerImage": "runner:2"}}
+    )
+    reconciler(f"{namespace}/delta")
+    pods = _pods(api_client, namespace, "delta")
+    new = [p for p in pods if p["metadata"]["name"] not in old]
+    assert old <= {p["metadata"]["name"] for p in pods}, "the reconciler never deletes a runner pod"
+    assert len(new) == 2, "surge: 25 % of 5, rounded up"
+    assert all(p["spec"]["containers"][0]["image"] == "runner:2" for p in new)
+    pool = _get(api_client, namespace, "delta")
+    assert (pool["status"]["replicas"], pool["status"]["updatedReplicas"]) == (7, 2)
+    assert _condition(pool, "Ready")["reason"] in ("RunnersStarting", "RollingOut")
 
 
-def test_hand_edits_and_deletions_are_repaired(
+def test_deleted_pods_and_hand_edits_are_repaired(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
-    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    core, policy = client.CoreV1Api(api_client), client.PolicyV1Api(api_client)
     create_pool(api_client, namespace, pool_manifest("eps"))
     reconciler(f"{namespace}/eps")
     fill_token(api_client, namespace, "eps", "tok", FUTURE)
     reconciler(f"{namespace}/eps")
-    name = api.deployment_name("eps")
+    [pod] = _pods(api_client, namespace, "eps")
 
-    apps.patch_namespaced_deployment(
-        name,
-        namespace,
-        {"spec": {"template": {"spec": {"containers": [{"name": "runner", "image": "evil:latest"}]}}}},
-    )
+    core.delete_namespaced_pod(pod["metadata"]["name"], namespace)  # a node went away, say
+    wait_for(lambda: not _pods(api_client, namespace, "eps"), message="the pod to go")
     reconciler(f"{namespace}/eps")
-    dep = apps.read_namespaced_deployment(name, namespace)
-    assert dep.spec.template.spec.containers[0].image == api.DEFAULT_RUNNER_IMAGE
+    assert len(_pods(api_client, namespace, "eps")) == 1, "replaced"
 
-    apps.delete_namespaced_deployment(name, namespace)
-    wait_for(lambda: LiveReader(api_client).get_deployment(namespace, name) is None, message="deletion")
+    budget = api.disruption_budget_name("eps")
+    policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 5}})
     reconciler(f"{namespace}/eps")
-    assert LiveReader(api_client).get_deployment(namespace, name) is not None
+    assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0
 
     core.patch_namespaced_secret(
         api.token_secret_name("eps"), namespace, {"metadata": {"labels": {api.MANAGED_BY_LABEL: None}}}
@@ -339,7 +369,7 @@ def _converged(
 def _finalize(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> None:
     """Reconcile until the finalizer is done, waiting for the runner pods between passes."""
     result = reconciler(f"{namespace}/{name}")
-    while result.requeue_after:  # the Deployment's pods are going away
+    while result.requeue_after:  # the pool's pods are going away
         wait_for(
             lambda: (
                 not client.CoreV1Api(api_client)
@@ -400,9 +430,7 @@ def test_a_busy_runner_delays_deletion_without_error(
     result = reconciler(f"{namespace}/iota")
 
     assert result.requeue_after == 30.0
-    assert LiveReader(api_client).get_deployment(namespace, api.deployment_name("iota")) is not None, (
-        "a busy runner's pods are not deleted"
-    )
+    assert _pods(api_client, namespace, "iota"), "a busy runner's pods are not deleted"
     pool = _get(api_client, namespace, "iota")
     assert api.FINALIZER in pool["metadata"]["finalizers"]
     assert _condition(pool, RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"

@@ -14,15 +14,14 @@ import pytest
 
 from runnerpool import api
 from runnerpool.github.types import RateLimit, Runner
+from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.lifecycle import (
-    BUSY_DELETION_COST,
-    DELETION_COST_ANNOTATION,
     Action,
-    CostChange,
+    BusyMark,
     PodView,
+    busy_mark_change,
     decide_pod,
-    deletion_cost_change,
     parse_duration,
     plan,
     runners_to_collect,
@@ -45,7 +44,8 @@ def pod_json(
     state: str | None = "running",
     restarts: int = 0,
     deleting: bool = False,
-    cost: str | None = None,
+    marked: bool = False,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -55,8 +55,10 @@ def pod_json(
     }
     if deleting:
         meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if cost is not None:
-        meta["annotations"] = {DELETION_COST_ANNOTATION: cost}
+    if marked:
+        meta["labels"] = {BUSY_LABEL: "true"}
+    if annotations is not None:
+        meta["annotations"] = annotations
     statuses = []
     if state is not None:
         statuses = [
@@ -74,7 +76,7 @@ def pod(**kwargs: Any) -> PodView:
 
 
 def test_pod_view_reads_the_runner_container_only() -> None:
-    view = pod(restarts=2, cost="5")
+    view = pod(restarts=2, marked=True, annotations={"karpenter.sh/do-not-disrupt": "true", "x": "y"})
     assert view == PodView(
         name="pod-a",
         uid="uid-pod-a",
@@ -85,7 +87,8 @@ def test_pod_view_reads_the_runner_container_only() -> None:
         runner_running=True,
         runner_restarts=2,
         runner_terminated=False,
-        deletion_cost="5",
+        busy_marked=True,
+        busy_annotations=frozenset({"karpenter.sh/do-not-disrupt"}),
     )
 
 
@@ -241,11 +244,11 @@ def test_only_offline_idle_runners_without_a_pod_are_collected() -> None:
     assert runners_to_collect(runners, []) == [runners[0], runners[3]]
 
 
-def test_plan_combines_collection_replacement_and_costs() -> None:
+def test_plan_combines_collection_replacement_and_busy_marks() -> None:
     pods = [
         pod(name="finished", phase="Succeeded", state="terminated"),
         pod(name="busy"),
-        pod(name="was-busy", cost=BUSY_DELETION_COST),
+        pod(name="was-busy", marked=True, annotations=dict(BUSY_ANNOTATIONS)),
         pod(name="idle"),
     ]
     runners = [
@@ -259,7 +262,7 @@ def test_plan_combines_collection_replacement_and_costs() -> None:
     assert [(d.pod.name, d.action, d.reason) for d in result.replace] == [
         ("finished", Action.DELETE_POD, "RunnerFinished")
     ]
-    assert [(c.pod.name, c.value) for c in result.costs] == [("busy", BUSY_DELETION_COST), ("was-busy", None)]
+    assert [(m.pod.name, m.busy) for m in result.marks] == [("busy", True), ("was-busy", False)]
 
 
 def test_two_registrations_under_one_name_count_as_busy_if_either_is() -> None:
@@ -269,26 +272,55 @@ def test_two_registrations_under_one_name_count_as_busy_if_either_is() -> None:
         assert plan([view], runners, NOW, None).replace == ()
 
 
-# -- deletion cost ---------------------------------------------------------------------------
+# -- busy marks ------------------------------------------------------------------------------
+
+OURS = dict(BUSY_ANNOTATIONS)
 
 
 @pytest.mark.parametrize(
-    ("cost", "listed", "deleting", "change"),
+    ("marked", "annotations", "listed", "deleting", "change"),
     [
-        (None, runner(busy=True), False, BUSY_DELETION_COST),
-        (BUSY_DELETION_COST, runner(busy=True), False, "unchanged"),
-        ("42", runner(busy=True), False, BUSY_DELETION_COST),
-        (BUSY_DELETION_COST, runner(), False, None),
-        (BUSY_DELETION_COST, None, False, None),
-        ("42", runner(), False, "unchanged"),  # someone else's cost stays
-        (None, None, False, "unchanged"),
-        (None, runner(busy=True), True, "unchanged"),
+        (False, None, runner(busy=True), False, True),
+        (True, OURS, runner(busy=True), False, "unchanged"),
+        (True, None, runner(busy=True), False, True),  # someone stripped the annotations
+        (True, OURS, runner(), False, False),
+        (True, OURS, None, False, False),
+        (False, {"karpenter.sh/do-not-disrupt": "true"}, runner(), False, "unchanged"),  # not ours
+        (False, None, None, False, "unchanged"),
+        (False, None, runner(busy=True), True, "unchanged"),
     ],
 )
-def test_deletion_cost(cost: str | None, listed: Runner | None, deleting: bool, change: str | None) -> None:
-    view = pod(cost=cost, deleting=deleting)
-    expected = None if change == "unchanged" else CostChange(view, change)
-    assert deletion_cost_change(view, listed) == expected
+def test_busy_marks(
+    marked: bool, annotations: dict[str, str] | None, listed: Runner | None, deleting: bool, change: Any
+) -> None:
+    view = pod(marked=marked, annotations=annotations, deleting=deleting)
+    expected = None if change == "unchanged" else BusyMark(view, change)
+    assert busy_mark_change(view, listed) == expected
+
+
+def test_unmarking_removes_only_the_operators_values() -> None:
+    view = pod(
+        marked=True,
+        annotations={
+            "karpenter.sh/do-not-disrupt": "true",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict": "no",
+        },
+    )
+    assert BusyMark(view, False).patch() == {
+        "metadata": {"labels": {BUSY_LABEL: None}, "annotations": {"karpenter.sh/do-not-disrupt": None}}
+    }
+    assert BusyMark(view, True).patch() == {"metadata": {"labels": {BUSY_LABEL: "true"}, "annotations": OURS}}
+
+
+def test_registration_timeout_replaces_only_pods_whose_container_is_not_running() -> None:
+    timeout = timedelta(minutes=15)
+    stuck = pod(age=timedelta(hours=1), state="waiting")
+    registering = pod(age=timedelta(hours=1))
+    young = pod(age=timedelta(minutes=1), state="waiting")
+    assert decide_pod(stuck, None, NOW, None, timeout).action is Action.DELETE_POD
+    assert decide_pod(registering, None, NOW, None, timeout).action is Action.KEEP
+    assert decide_pod(young, None, NOW, None, timeout).action is Action.KEEP
+    assert decide_pod(stuck, runner(), NOW, None, timeout).action is Action.KEEP
 
 
 # -- durations, pools, counts ----------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Runner pods on a real API server: replacement after a job, recreateDeadline, offline-runner GC.
+"""Runner pods on a real API server: replacement after a job, recreateDeadline, offline-runner GC,
+scale-down and rollout that never take a busy runner's pod, busy marks, adoption.
 
-The Deployment's pods are created by the control plane's controller manager; nothing runs
-them, so the tests play kubelet by patching pod status (Running, Succeeded, a restarted
-container). GitHub is ``responses``. Each test runs one runner-manager round with ``sync``.
+Pods are created as the reconciler creates them (``runnerpool.pods.template.runner_pod``);
+nothing runs them, so the tests play kubelet by patching pod status (Running, Succeeded, a
+restarted container). GitHub is ``responses``. Each test runs one runner-manager round with
+``sync``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,27 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from runnerpool import api, children
+from runnerpool import api
+from runnerpool.children import owner_reference as children_owner
 from runnerpool.domain import PoolRef, Scope
+from runnerpool.events import EventRecorder
+from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.manager import NamedClientCache
-from runnerpool.runners.lifecycle import BUSY_DELETION_COST, DELETION_COST_ANNOTATION
+from runnerpool.pods import template
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reconciler import Reconciler
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
 from tests.helpers import wait_for
-from tests.pools import LiveReader, create_pool, pat_secret, play_kubelet, pool_manifest
+from tests.pools import (
+    LiveReader,
+    create_pool,
+    fill_token,
+    pat_secret,
+    play_kubelet,
+    pool_manifest,
+)
 
 __all__ = ["github"]  # the shared fixture
 
@@ -47,6 +61,17 @@ class LivePools(LiveReader):
         selector = f"{api.POOL_LABEL}={pool},{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
         items = self._pods.list_namespaced_pod(namespace, label_selector=selector).items
         return [self._client.sanitize_for_serialization(pod) for pod in items]
+
+
+def pods_reconciler(api_client: client.ApiClient) -> Reconciler:
+    return Reconciler(
+        LiveReader(api_client),
+        api_client,
+        FakeTokenJobs(),
+        FakeRunnerJobs(),
+        EventRecorder(client.CoreV1Api(api_client)),
+        expectations=Expectations(timeout=0),
+    )
 
 
 @dataclass
@@ -69,29 +94,38 @@ class Cluster:
         return client.CoreV1Api(self.api_client)
 
     def pool(self, name: str, replicas: int, **spec: Any) -> list[str]:
-        """A pool, its Deployment as the reconciler makes it, and its pods' names (sorted)."""
+        """A pool and its pods as the reconciler makes them; returns the pods' names (sorted)."""
         created = create_pool(
             self.api_client, self.namespace, pool_manifest(name, org="octo-org", replicas=replicas, **spec)
         )
         pool = api.RunnerPool.model_validate(created)
-        client.AppsV1Api(self.api_client).create_namespaced_deployment(
-            self.namespace, children.deployment(pool, api.DEFAULT_RUNNER_IMAGE, API)
-        )
+        for _ in range(replicas):
+            self.add_pod(pool)
         self.managers.start(
             PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, github_api_url=API)
         )
         return self.wait_pods(name, replicas)
+
+    def add_pod(self, pool: api.RunnerPool) -> str:
+        body = template.runner_pod(pool, api.DEFAULT_RUNNER_IMAGE, API)
+        return str(self.core.create_namespaced_pod(self.namespace, body).metadata.name)
+
+    def scale(self, name: str, replicas: int, **spec: Any) -> api.RunnerPool:
+        patched = client.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, name, {"spec": {"replicas": replicas, **spec}}
+        )
+        return api.RunnerPool.model_validate(patched)
 
     def pods(self, pool: str) -> dict[str, Any]:
         items = self.core.list_namespaced_pod(self.namespace, label_selector=f"{api.POOL_LABEL}={pool}").items
         return {pod.metadata.name: pod for pod in items if pod.metadata.deletion_timestamp is None}
 
     def wait_pods(self, pool: str, count: int, without: AbstractSet[str] = frozenset()) -> list[str]:
-        def ready() -> list[str] | None:
+        def ready() -> tuple[list[str]] | None:
             names = sorted(self.pods(pool))
-            return names if len(names) == count and not without & set(names) else None
+            return (names,) if len(names) == count and not without & set(names) else None
 
-        return wait_for(ready, message=f"{count} pods of {pool} without {sorted(without)}")
+        return wait_for(ready, message=f"{count} pods of {pool} without {sorted(without)}")[0]
 
     def kubelet(self, pod: str, *, phase: str = "Running", state: str = "running", restarts: int = 0) -> None:
         play_kubelet(self.api_client, self.namespace, pod, phase=phase, state=state, restarts=restarts)
@@ -108,6 +142,7 @@ def cluster(api_client: client.ApiClient, namespace: str, runnerpool_crd: Any) -
         lambda key: None,
         clock=clock,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started: rounds run by sync()
+        wanted_hash=lambda pool: template.wanted_hash(pool, api.DEFAULT_RUNNER_IMAGE, API),
     )
     yield Cluster(api_client, namespace, managers, clock)
     managers.shutdown()
@@ -128,16 +163,16 @@ def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
     cluster.managers.sync(KEY)
 
     assert endpoint.deleted == [(101, 204)], "deregistered first; the busy runner is not even asked"
-    fresh = cluster.wait_pods("alpha", 3, without={done, restarted})
-    assert busy in fresh
+    assert cluster.wait_pods("alpha", 1, without={done, restarted}) == [busy]
     kept = cluster.pods("alpha")[busy]
-    assert kept.metadata.annotations[DELETION_COST_ANNOTATION] == BUSY_DELETION_COST
+    assert kept.metadata.labels[template.BUSY_LABEL] == "true", "covered by the disruption budget"
+    assert template.BUSY_ANNOTATIONS.items() <= kept.metadata.annotations.items()
 
     endpoint.runners[102]["busy"] = False  # the second job ended
     cluster.managers.sync(KEY)
 
     assert endpoint.deleted[-1] == (102, 204)
-    cluster.wait_pods("alpha", 3, without={busy})
+    cluster.wait_pods("alpha", 0)
 
 
 def test_recreate_deadline_replaces_idle_pods_never_busy_ones(
@@ -160,8 +195,7 @@ def test_recreate_deadline_replaces_idle_pods_never_busy_ones(
     cluster.managers.sync(KEY)
 
     assert endpoint.deleted == [(201, 204), (203, 422)]
-    fresh = cluster.wait_pods("beta", 3, without={idle})
-    assert {busy, took_a_job} <= set(fresh)
+    assert cluster.wait_pods("beta", 2, without={idle}) == sorted([busy, took_a_job])
 
 
 def test_offline_runners_without_a_pod_are_deleted_never_busy_ones(
@@ -202,3 +236,137 @@ def test_a_pod_changed_since_the_decision_is_not_deleted(cluster: Cluster) -> No
     assert pod in cluster.pods("delta")
     current = cluster.core.read_namespaced_pod(pod, cluster.namespace)
     assert pods.delete_pod(cluster.namespace, pod, current.metadata.uid, current.metadata.resource_version)
+
+
+def test_a_busy_runner_is_unmarked_when_idle_again(cluster: Cluster, github: responses.RequestsMock) -> None:
+    (pod,) = cluster.pool("zeta", 1)
+    cluster.kubelet(pod)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(601, pod, [f"{cluster.namespace}/zeta"], busy=True)
+    cluster.managers.sync(KEY)
+    assert cluster.pods("zeta")[pod].metadata.labels.get(template.BUSY_LABEL) == "true"
+
+    endpoint.runners[601]["busy"] = False  # a non-ephemeral runner, say, back to idle
+    cluster.managers.sync(KEY)
+
+    meta = cluster.pods("zeta")[pod].metadata
+    assert template.BUSY_LABEL not in meta.labels
+    assert not template.BUSY_ANNOTATIONS.keys() & (meta.annotations or {}).keys()
+
+
+def test_scale_down_below_the_busy_count_takes_only_idle_pods_and_ends_with_the_jobs(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    ns = cluster.namespace
+    pods = cluster.pool("eta", 3)
+    for pod in pods:
+        cluster.kubelet(pod)
+    busy_1, busy_2, idle = pods
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(701, busy_1, [f"{ns}/eta"], busy=True)
+    endpoint.add(702, busy_2, [f"{ns}/eta"], busy=True)
+    endpoint.add(703, idle, [f"{ns}/eta"])
+    cluster.scale("eta", 1)
+
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted == [(703, 204)], "the idle runner is deregistered first, the busy ones not asked"
+    assert cluster.wait_pods("eta", 2) == sorted([busy_1, busy_2])
+    cluster.managers.sync(KEY)
+    assert sorted(cluster.pods("eta")) == sorted([busy_1, busy_2]), "still busy: still there"
+
+    del endpoint.runners[701]  # the job ended: GitHub drops the ephemeral runner, its pod exits
+    cluster.kubelet(busy_1, phase="Succeeded", state="terminated")
+    cluster.managers.sync(KEY)
+
+    assert cluster.wait_pods("eta", 1) == [busy_2], "the pool is at 1"
+
+
+def test_a_rollout_replaces_idle_pods_once_their_replacement_registered_and_busy_ones_after_the_job(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    ns = cluster.namespace
+    busy, idle = cluster.pool("theta", 2)
+    for pod in (busy, idle):
+        cluster.kubelet(pod)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(801, busy, [f"{ns}/theta"], busy=True)
+    endpoint.add(802, idle, [f"{ns}/theta"])
+    pool = cluster.scale("theta", 2, runnerImage="runner:2")
+    surge = cluster.add_pod(pool)  # what the reconciler creates: maxSurge 1 for 2 replicas
+    cluster.kubelet(surge)
+
+    cluster.managers.sync(KEY)
+    assert endpoint.deleted == [], "the surge pod's runner has not registered yet: nothing goes"
+
+    endpoint.add(803, surge, [f"{ns}/theta"])
+    cluster.managers.sync(KEY)
+    assert endpoint.deleted == [(802, 204)], "the idle outdated pod goes, the busy one stays"
+    assert cluster.wait_pods("theta", 2) == sorted([busy, surge])
+
+    del endpoint.runners[801]  # its job ended
+    cluster.kubelet(busy, phase="Succeeded", state="terminated")
+    cluster.managers.sync(KEY)
+    assert cluster.wait_pods("theta", 1) == [surge]
+
+
+def test_a_deployment_managed_pool_is_adopted_without_killing_its_busy_runner(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    """An upgrade from the Deployment of earlier versions: its pods stay and become the pool's."""
+    ns, apps = cluster.namespace, client.AppsV1Api(cluster.api_client)
+    created = create_pool(cluster.api_client, ns, pool_manifest("iota", org="octo-org", replicas=2))
+    pool = api.RunnerPool.model_validate(created)
+    legacy = template.pod_template(pool, api.DEFAULT_RUNNER_IMAGE, API)
+    legacy["spec"]["restartPolicy"] = "Always"  # what Deployments allow
+    labels = legacy["metadata"]["labels"]
+    apps.create_namespaced_deployment(
+        ns,
+        {
+            "metadata": {
+                "name": api.deployment_name("iota"),
+                "labels": labels,
+                "ownerReferences": [children_owner(pool)],
+            },
+            "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": legacy},
+        },
+    )
+    busy, idle = cluster.wait_pods("iota", 2)
+    for pod in (busy, idle):
+        cluster.kubelet(pod)
+    reconciler = pods_reconciler(cluster.api_client)
+    reconciler(f"{ns}/iota")  # the token Secret (an upgraded pool has one already)
+    expiry = datetime.now(UTC) + timedelta(hours=1)
+    fill_token(cluster.api_client, ns, "iota", "tok", expiry.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    reconciler(f"{ns}/iota")
+
+    wait_for(lambda: not apps.list_namespaced_deployment(ns).items, message="the Deployment to go")
+    wait_for(lambda: not apps.list_namespaced_replica_set(ns).items, message="its ReplicaSets to go")
+
+    def adopted() -> bool:
+        # The garbage collector's orphaning patch may win the race with the first adoption
+        # (409): its event brings the operator back, as the next pass here does.
+        reconciler(f"{ns}/iota")
+        pods = cluster.pods("iota")
+        return all(pods[n].metadata.owner_references for n in (busy, idle))
+
+    wait_for(adopted, message="the pods to be adopted")
+    pods = cluster.pods("iota")
+    assert {busy, idle} <= set(pods), "orphaned, not deleted"
+    for name in (busy, idle):
+        [owner] = pods[name].metadata.owner_references
+        assert (owner.kind, owner.name, owner.controller) == ("RunnerPool", "iota", True)
+    assert len(pods) == 3, "one surge pod with the current template"
+
+    cluster.managers.start(PoolRef(ns, "iota", ORG, pool.spec.credential_secret_name, github_api_url=API))
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(901, busy, [f"{ns}/iota"], busy=True)
+    endpoint.add(902, idle, [f"{ns}/iota"])
+    [surge] = set(pods) - {busy, idle}
+    cluster.kubelet(surge)
+    endpoint.add(903, surge, [f"{ns}/iota"])
+    cluster.managers.sync(KEY)
+
+    assert endpoint.deleted == [(902, 204)], "the idle adopted pod is rolled, the busy one keeps its job"
+    assert busy in cluster.wait_pods("iota", 2)

@@ -42,21 +42,38 @@ def test_token_reasons() -> None:
     assert _reason(_secret(timedelta(hours=1)), FAILURE) == ("True", "RefreshFailing")
 
 
-def test_ready_needs_the_deployment_settled_at_the_desired_size() -> None:
+def test_ready_needs_enough_ready_pods_and_says_what_a_rollout_waits_for() -> None:
     token = status.token_condition(STAMP, POOL, _secret(timedelta(hours=1)), None)
-    deployment = {
-        "metadata": {"generation": 2},
-        "spec": {"replicas": 1},
-        "status": {"observedGeneration": 2, "readyReplicas": 1},
-    }
-    assert status.ready_condition(STAMP, POOL, token, deployment)["reason"] == "RunnersReady"
-    stale = {**deployment, "status": {"observedGeneration": 1, "readyReplicas": 1}}
-    assert status.ready_condition(STAMP, POOL, token, stale)["reason"] == "RunnersStarting"
-    assert status.ready_condition(STAMP, POOL, token, None)["reason"] == "DeploymentMissing"
+    desired = POOL.spec.replicas
+
+    def reason(**counts: int) -> tuple[str, str]:
+        cond = status.ready_condition(STAMP, POOL, token, status.PodCounts(desired=desired, **counts))
+        return cond["status"], cond["reason"]
+
+    assert reason(active=desired, ready=desired, updated=desired) == ("True", "RunnersReady")
+    assert reason(active=desired, ready=desired - 1, updated=desired) == ("False", "RunnersStarting")
+    assert reason(active=desired + 1, ready=desired + 1, updated=desired) == ("True", "RollingOut")
+    assert reason(active=desired + 2, ready=desired + 2, updated=desired + 2) == ("True", "ScalingDown")
+    assert status.ready_condition(STAMP, POOL, token, None)["reason"] == "RunnersStarting"
+
+
+def test_pod_counts_alone_are_not_notable_but_a_new_reason_is() -> None:
+    pool = POOL.model_copy(update={"spec": POOL.spec.model_copy(update={"replicas": 3})})
+    inputs: dict[str, Any] = {"secret": _secret(timedelta(hours=1)), "failure": None, "runners": None}
+
+    def at(ready: int, old: dict[str, Any]) -> dict[str, Any]:
+        pods = status.PodCounts(desired=3, active=3, ready=ready, updated=3)
+        return status.desired_status(STAMP, pool, old=old, pods=pods, **inputs)
+
+    one = at(1, {})
+    two = at(2, one)
+    ready = at(3, two)
+    assert two != one and not status.notable(one, two)
+    assert status.notable(two, ready)
 
 
 def test_an_unchanged_state_gives_an_identical_status_later() -> None:
-    inputs: dict[str, Any] = {"secret": _secret(timedelta(hours=1)), "deployment": None, "failure": None}
+    inputs: dict[str, Any] = {"secret": _secret(timedelta(hours=1)), "pods": None, "failure": None}
     first = status.desired_status(STAMP, POOL, old={}, runners=None, **inputs)
     later = conditions.Stamp(generation=3, now=NOW + timedelta(minutes=5))
     again = status.desired_status(later, POOL, old=first, runners=None, **inputs)

@@ -163,7 +163,7 @@ def structural_schema() -> dict[str, Any]:
             _strip_defaults(child)
     schema["description"] = (
         "RunnerPool keeps a number of self-hosted GitHub Actions runners registered with one "
-        "repository or organization, as pods of a Deployment."
+        "repository or organization, as pods the operator owns."
     )
     return _ordered(schema)
 
@@ -212,6 +212,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Organization", "type": "string", "jsonPath": ".spec.organization"},
         {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+        {"name": "Up-to-date", "type": "integer", "jsonPath": ".status.updatedReplicas"},
+        {"name": "Busy", "type": "integer", "jsonPath": ".status.runners.busy"},
         # "date" renders an age, and kubectl shows <invalid> for a time in the future.
         {"name": "Token-Expires", "type": "string", "jsonPath": ".status.tokenExpiresAt"},
         {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},

@@ -7,10 +7,12 @@ runner manager only carries the decisions out.
 The invariants, and how the rules keep them:
 
 * **A busy runner is never deleted, and neither is its pod.** A runner the listing shows as
-  busy is left alone whatever its pod looks like, and its pod gets a high
-  ``controller.kubernetes.io/pod-deletion-cost`` so that a Deployment scale-down picks idle
-  pods first. The listing can be up to one interval old, so no pod whose runner process may
-  be alive is deleted on the listing's word alone: its runner is deleted on GitHub first, and
+  busy is left alone whatever its pod looks like, and its pod is marked busy
+  (``runnerpool.pods.template.BUSY_LABEL``, which the pool's PodDisruptionBudget selects,
+  plus the cluster autoscaler's and Karpenter's do-not-disrupt annotations) until the
+  listing shows it idle again, so no voluntary eviction takes it either. The listing can
+  be up to one interval old, so no pod whose runner process may be alive is deleted on
+  the listing's word alone: its runner is deleted on GitHub first, and
   only GitHub's 204 (it refuses a busy runner with 422) lets the pod go. A pod is deleted
   without that handshake only when its runner container is not running, and then with the
   pod's resourceVersion as a precondition, so a container restarted since the decision
@@ -24,6 +26,11 @@ The invariants, and how the rules keep them:
   whose runner container has restarted or terminated, or that has finished, is replaced.
 * **recreateDeadline.** Idle pods older than the pool's ``spec.recreateDeadline`` are
   replaced the same way, never busy ones.
+* **Registration timeout.** A pod whose runner is still not listed after
+  ``registration_timeout`` and whose container is not running (stuck pulling its image,
+  crash-looping) is replaced; one whose container runs is left to register.
+
+Scale-down and rollouts choose among the pods kept here: ``runnerpool.runners.retirement``.
 
 A deregistration that GitHub answers with 404 proves only that the runner id the listing
 knew is gone. If the container is still running it may have registered again under a new
@@ -42,26 +49,21 @@ from typing import Any
 
 from runnerpool.children import RUNNER_CONTAINER
 from runnerpool.github.types import Runner
+from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL, BUSY_VALUE, TEMPLATE_HASH_LABEL
 
 __all__ = [
-    "BUSY_DELETION_COST",
-    "DELETION_COST_ANNOTATION",
     "Action",
-    "CostChange",
+    "BusyMark",
     "Plan",
     "PodDecision",
     "PodView",
+    "busy_mark_change",
     "decide_pod",
-    "deletion_cost_change",
     "parse_duration",
     "plan",
+    "replacement",
     "runners_to_collect",
 ]
-
-DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-#: High enough that a ReplicaSet scale-down takes every idle pod first; GitHub's "busy" is the
-#: only thing that raises it, so the operator recognises (and removes) its own value.
-BUSY_DELETION_COST = "1000000"
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 OFFLINE = "offline"
@@ -93,7 +95,12 @@ class PodView:
     runner_restarts: int
     #: The runner container's current state is ``terminated``.
     runner_terminated: bool
-    deletion_cost: str | None
+    #: Carries the operator's busy label (``BUSY_LABEL``).
+    busy_marked: bool = False
+    #: The busy annotations that carry the operator's own values (only those are removed).
+    busy_annotations: frozenset[str] = frozenset()
+    #: ``TEMPLATE_HASH_LABEL``: which pod template the pod was made from (none: adopted).
+    template_hash: str | None = None
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], container: str = RUNNER_CONTAINER) -> PodView:
@@ -105,6 +112,8 @@ class PodView:
             {},
         )
         state = runner.get("state") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
         return cls(
             name=str(meta.get("name") or ""),
             uid=str(meta.get("uid") or ""),
@@ -115,7 +124,9 @@ class PodView:
             runner_running="running" in state and phase not in FINISHED_PHASES,
             runner_restarts=int(runner.get("restartCount") or 0),
             runner_terminated="terminated" in state,
-            deletion_cost=(meta.get("annotations") or {}).get(DELETION_COST_ANNOTATION),
+            busy_marked=labels.get(BUSY_LABEL) == BUSY_VALUE,
+            busy_annotations=frozenset(k for k, v in BUSY_ANNOTATIONS.items() if annotations.get(k) == v),
+            template_hash=labels.get(TEMPLATE_HASH_LABEL),
         )
 
     @property
@@ -135,18 +146,29 @@ class PodDecision:
 
 
 @dataclass(frozen=True)
-class CostChange:
-    """Set (``value``) or remove (``None``) the deletion-cost annotation on one pod."""
+class BusyMark:
+    """Mark (``busy``) or unmark one pod: the busy label and the do-not-disrupt annotations."""
 
     pod: PodView
-    value: str | None
+    busy: bool
+
+    def patch(self) -> dict[str, Any]:
+        """A merge patch; unmarking removes only the annotations that carry the operator's values."""
+        if self.busy:
+            return {"metadata": {"labels": {BUSY_LABEL: BUSY_VALUE}, "annotations": dict(BUSY_ANNOTATIONS)}}
+        meta: dict[str, Any] = {"labels": {BUSY_LABEL: None}}
+        if self.pod.busy_annotations:
+            meta["annotations"] = dict.fromkeys(sorted(self.pod.busy_annotations))
+        return {"metadata": meta}
 
 
 @dataclass(frozen=True)
 class Plan:
     collect: tuple[Runner, ...]
     replace: tuple[PodDecision, ...]
-    costs: tuple[CostChange, ...]
+    marks: tuple[BusyMark, ...]
+    #: Every pod's decision, the kept ones included (what retirement chooses from).
+    decisions: tuple[PodDecision, ...] = ()
 
 
 def parse_duration(text: str) -> timedelta:
@@ -164,7 +186,11 @@ def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> l
 
 
 def decide_pod(
-    pod: PodView, runner: Runner | None, now: datetime, recreate_deadline: timedelta | None
+    pod: PodView,
+    runner: Runner | None,
+    now: datetime,
+    recreate_deadline: timedelta | None,
+    registration_timeout: timedelta | None = None,
 ) -> PodDecision:
     """What to do with one pod, given the runner registered under its name (if listed)."""
     if pod.deleting:
@@ -172,13 +198,21 @@ def decide_pod(
     if runner is not None and runner.busy:
         return PodDecision(pod, Action.KEEP, "RunnerBusy", runner)
     if pod.finished:
-        return _replace(pod, runner, "RunnerRestarted" if pod.runner_running else "RunnerFinished")
-    if recreate_deadline is not None and pod.created is not None and now - pod.created >= recreate_deadline:
-        return _replace(pod, runner, "RecreateDeadline")
+        return replacement(pod, runner, "RunnerRestarted" if pod.runner_running else "RunnerFinished")
+    if recreate_deadline is not None and _older(pod, now, recreate_deadline):
+        return replacement(pod, runner, "RecreateDeadline")
+    if runner is None and registration_timeout is not None and _older(pod, now, registration_timeout):
+        return replacement(pod, None, "RegistrationTimeout")
     return PodDecision(pod, Action.KEEP, "Idle" if runner is not None else "RunnerNotListed", runner)
 
 
-def _replace(pod: PodView, runner: Runner | None, reason: str) -> PodDecision:
+def _older(pod: PodView, now: datetime, age: timedelta) -> bool:
+    return pod.created is not None and now - pod.created >= age
+
+
+def replacement(pod: PodView, runner: Runner | None, reason: str) -> PodDecision:
+    """Take ``pod`` away the busy-safe way: deregister first if it has a runner, else delete it
+    only when its container is not running."""
     if runner is not None:
         return PodDecision(
             pod, Action.DEREGISTER_AND_DELETE, reason, runner, delete_if_gone=not pod.runner_running
@@ -190,23 +224,28 @@ def _replace(pod: PodView, runner: Runner | None, reason: str) -> PodDecision:
     return PodDecision(pod, Action.DELETE_POD, reason)
 
 
-def deletion_cost_change(pod: PodView, runner: Runner | None) -> CostChange | None:
-    """Mark busy runners' pods expensive to scale down, and unmark them when idle again.
+def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:
+    """Mark busy runners' pods (no eviction, no node scale-down), and unmark them when idle.
 
-    Only the operator's own value is ever removed, so a cost set by someone else survives.
+    Only the operator's own values are ever removed, so an annotation set by someone else
+    survives.
     """
     if pod.deleting:
         return None
     busy = runner is not None and runner.busy
-    if busy and pod.deletion_cost != BUSY_DELETION_COST:
-        return CostChange(pod, BUSY_DELETION_COST)
-    if not busy and pod.deletion_cost == BUSY_DELETION_COST:
-        return CostChange(pod, None)
+    if busy and (not pod.busy_marked or pod.busy_annotations != frozenset(BUSY_ANNOTATIONS)):
+        return BusyMark(pod, True)
+    if not busy and pod.busy_marked:
+        return BusyMark(pod, False)
     return None
 
 
 def plan(
-    pods: Sequence[PodView], runners: Sequence[Runner], now: datetime, recreate_deadline: timedelta | None
+    pods: Sequence[PodView],
+    runners: Sequence[Runner],
+    now: datetime,
+    recreate_deadline: timedelta | None,
+    registration_timeout: timedelta | None = None,
 ) -> Plan:
     """All decisions for one pool. ``runners`` are the pool's own (see ``pool_runners``)."""
     by_name: dict[str, Runner] = {}
@@ -215,17 +254,20 @@ def plan(
         # the busy one decides, which errs on the side of keeping the pod.
         if runner.name not in by_name or runner.busy:
             by_name[runner.name] = runner
-    decisions = [decide_pod(pod, by_name.get(pod.name), now, recreate_deadline) for pod in pods]
-    costs = [
+    decisions = [
+        decide_pod(pod, by_name.get(pod.name), now, recreate_deadline, registration_timeout) for pod in pods
+    ]
+    marks = [
         change
         for decision in decisions
         if decision.action is Action.KEEP
-        and (change := deletion_cost_change(decision.pod, decision.runner)) is not None
+        and (change := busy_mark_change(decision.pod, decision.runner)) is not None
     ]
     return Plan(
         collect=tuple(runners_to_collect(runners, (pod.name for pod in pods))),
         replace=tuple(d for d in decisions if d.action is not Action.KEEP),
-        costs=tuple(costs),
+        marks=tuple(marks),
+        decisions=tuple(decisions),
     )
 
 

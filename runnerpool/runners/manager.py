@@ -11,12 +11,19 @@ the scope's job. The operator runs this only on the leader, like the workers.
 
 A run lists the scope once through the shared listing, then for each pool: publishes its
 runner counts (and enqueues the pool when they changed, so the reconciler writes
-``status.runners``), and carries out the pure decisions of ``runnerpool.runners.lifecycle``.
+``status.runners``), and carries out the pure decisions of ``runnerpool.runners.lifecycle``
+(finished pods, offline runners, busy marks) and ``runnerpool.runners.retirement``
+(scale-down and rollout: the only way runner pods of a live pool are taken away).
+
+The reconciler asks for an early run with ``kick`` when it sees pods to take away, so a
+scale-down or a rollout step does not wait for the next listing; kicks are folded into one
+run at most every ``kick_gap`` seconds, and an unchanged listing costs a free 304.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -35,7 +42,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
-from runnerpool.runners import lifecycle, metrics
+from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
@@ -55,7 +62,7 @@ class PoolCache(Protocol):
 
 class PodWriter(Protocol):
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool: ...
-    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None: ...
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
 
 class KubePods:
@@ -77,9 +84,9 @@ class KubePods:
             raise
         return True
 
-    def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         try:
-            self._core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {key: value}}})
+            self._core.patch_namespaced_pod(name, namespace, patch)
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -103,6 +110,7 @@ class RunnerManagers:
         settings: RunnerSettings = RunnerSettings(),
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
+        wanted_hash: Callable[[api.RunnerPool], str] | None = None,
     ) -> None:
         interval = settings.sync_interval
         if interval <= 0:
@@ -114,6 +122,12 @@ class RunnerManagers:
         self.listing = listing or SharedListing(clock)
         self._interval = interval
         self._clock = clock
+        self._wanted_hash = wanted_hash
+        self._registration_timeout = timedelta(seconds=settings.registration_timeout)
+        self._kick_gap = settings.kick_gap
+        self._last_run: dict[ListingKey, datetime] = {}
+        self._kicked: set[ListingKey] = set()
+        self._running: set[ListingKey] = set()
         self._lock = threading.Lock()
         self._refs: dict[str, PoolRef] = {}
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
@@ -197,11 +211,34 @@ class RunnerManagers:
             return
         self._scopes.pop(key, None)
         self._credentials.pop(key, None)
+        self._last_run.pop(key, None)
+        self._kicked.discard(key)
         with contextlib.suppress(JobLookupError):
             self._scheduler.remove_job(str(key))
         self.listing.forget(key)
         metrics.forget_scope(str(key))
         log.info("runner manager stopped for %s", key)
+
+    def kick(self, namespace: str, name: str) -> None:
+        """Run the pool's scope soon (not before ``kick_gap`` after its last run)."""
+        with self._lock:
+            ref = self._refs.get(f"{namespace}/{name}")
+            if ref is None:
+                return
+            key = _listing_key(ref)
+            if key in self._kicked:
+                return  # already brought forward, or noted by the run in progress
+            self._kicked.add(key)
+            if key in self._running:
+                return  # the run's end schedules the next one ``kick_gap`` later
+            last = self._last_run.get(key)
+            soonest = self._clock()
+            if last is not None:
+                soonest = max(soonest, last + timedelta(seconds=self._kick_gap))
+            job = self._scheduler.get_job(str(key))
+            if job is None or (job.next_run_time is not None and job.next_run_time <= soonest):
+                return
+            self._scheduler.modify_job(str(key), next_run_time=soonest)
 
     def scopes(self) -> list[ListingKey]:
         with self._lock:
@@ -217,14 +254,21 @@ class RunnerManagers:
 
     def _run(self, key: ListingKey) -> None:
         """Scheduler entry point: never raises, always leaves a next run behind."""
+        with self._lock:
+            self._last_run[key] = self._clock()
+            self._kicked.discard(key)
+            self._running.add(key)
         try:
             delay = self.sync(key)
         except Exception:
             log.exception("runner manager for %s failed", key)
             delay = self._interval
         with self._lock:
+            self._running.discard(key)
             if key not in self._scopes:
                 return
+            if key in self._kicked:  # kicked while this run was going: once more, soon
+                delay = min(delay, self._kick_gap)
             with contextlib.suppress(JobLookupError):
                 self._scheduler.modify_job(str(key), next_run_time=self._clock() + timedelta(seconds=delay))
 
@@ -288,8 +332,12 @@ class RunnerManagers:
         runners = pool_runners(snapshot.runners, ref.namespace, ref.name)
         self._publish(ref, runner_counts(runners))
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
-        todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool))
-        if todo.collect or todo.replace or todo.costs:
+        todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
+        wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
+        retire = retirement.retirements(todo.decisions, pool.spec.replicas, wanted)
+        if retire:
+            todo = dataclasses.replace(todo, replace=todo.replace + retire)
+        if todo.collect or todo.replace or todo.marks:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
             self._carry_out(ref, github, todo)
 
@@ -331,12 +379,10 @@ class RunnerManagers:
             if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
                 log.info("replaced runner pod %s/%s: %s", namespace, pod.name, decision.reason)
-        for change in todo.costs:
+        for mark in todo.marks:
             if self._stopping.is_set():
                 return
-            self._pods.annotate_pod(
-                namespace, change.pod.name, lifecycle.DELETION_COST_ANNOTATION, change.value
-            )
+            self._pods.patch_pod(namespace, mark.pod.name, mark.patch())
 
     def _next_delay(
         self, key: ListingKey, github: GitHubClient, snapshot: Snapshot, retry_after: float | None

@@ -39,8 +39,8 @@ RUNNERS_COLLECTED = Counter(
 )
 PODS_REPLACED = Counter(
     "runnerpool_runner_pods_replaced",
-    "Runner pods deleted so that the Deployment starts a fresh one, by reason "
-    "(RunnerFinished, RunnerRestarted, RecreateDeadline).",
+    "Runner pods taken away by the runner managers, by reason (RunnerFinished, "
+    "RunnerRestarted, RecreateDeadline, RegistrationTimeout, Outdated, ScaleDown).",
     ["namespace", "pool", "reason"],
 )
 SYNC_DELAY = Gauge(

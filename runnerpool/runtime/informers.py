@@ -1,4 +1,5 @@
-"""Watch-backed caches of RunnerPools, their Secrets, Deployments and runner Pods.
+"""Watch-backed caches of RunnerPools, their Secrets, runner Pods and disruption budgets
+(and Deployments, only to take over pools that earlier versions ran as one).
 
 Built on the Python kubernetes client's own ``kubernetes.informer.SharedInformer``
 (list, then watch from the list's resourceVersion, relist on 410 Gone, one
@@ -39,9 +40,12 @@ are a subset, so a labelled informer would only hold duplicates.  The default
 field selector leaves out Helm release and service-account-token Secrets, which
 can be large and can never be a pool's Secret.
 
-Pods: only the operator's (``MANAGED_BY_SELECTOR``).  The runner managers read
-them on every sync to match runners with pods, and a pod event enqueues its
-pool through the pool label (a pod's controller is a ReplicaSet, not the pool).
+Pods: only the operator's (``MANAGED_BY_SELECTOR``), indexed by namespace and pool
+label: the reconciler and the runner managers read one pool's pods on every pass, and a
+scan of every cached pod per pool would make each round cost O(pools x pods).  A pod event
+enqueues its controlling pool (the pool itself, or through the pool label for a pod that
+a Deployment of an earlier version still controls), and is reported to ``on_pod``
+(the reconciler's create expectations).
 """
 
 # No ``from __future__ import annotations`` here: ``Watch`` inspects the
@@ -81,6 +85,7 @@ __all__ = [
     "StoppableInformer",
     "object_key",
     "owner_key",
+    "pool_index",
 ]
 
 logger = logging.getLogger(__name__)
@@ -95,6 +100,7 @@ POOL_LABEL = api.POOL_LABEL
 DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token"
 
 Obj = dict[str, Any]
+ObjList = list[Obj]  # ``_Kind.list`` shadows ``list`` inside that class
 Enqueue = Callable[[str], None]
 Handler = Callable[[str, Obj], None]
 SecretRefs = Callable[[Obj], Iterable[str]]
@@ -265,6 +271,68 @@ class _LeanCache(ObjectCache):  # type: ignore[misc]  # kubernetes is untyped (p
         super()._replace_all([_lean(o) for o in objects])
 
 
+class _IndexedCache(_LeanCache):
+    """The lean cache plus one index (a key per object, e.g. ``namespace/pool``).
+
+    The library's cache has no indexers (client-go's ``cache.Indexer``); this adds the one
+    the operator needs, kept under the cache's own lock so that a read never sees the
+    object store and the index disagree.
+    """
+
+    def __init__(self, index: Callable[[Obj], str | None]) -> None:
+        super().__init__()
+        self._index_of = index
+        self._index: dict[str, set[str]] = {}
+
+    def _put(self, obj: Obj) -> None:
+        key = self._key_func(obj)
+        with self._rlock:
+            old = self._objects.get(key)
+            if old is not None:
+                self._unindex(key, old)
+            super()._put(obj)
+            self._add_index(key, obj)
+
+    def _remove(self, obj: Obj) -> None:
+        key = self._key_func(obj)
+        with self._rlock:
+            old = self._objects.get(key)
+            if old is not None:
+                self._unindex(key, old)
+            super()._remove(obj)
+
+    def _replace_all(self, objects: Iterable[Obj]) -> None:
+        with self._rlock:
+            super()._replace_all(objects)
+            self._index = {}
+            for key, obj in self._objects.items():
+                self._add_index(key, obj)
+
+    def _add_index(self, key: str, obj: Obj) -> None:
+        value = self._index_of(obj)
+        if value is not None:
+            self._index.setdefault(value, set()).add(key)
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        value = self._index_of(obj)
+        keys = self._index.get(value) if value is not None else None
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._index[value]  # type: ignore[arg-type]
+
+    def by_index(self, value: str) -> list[Obj]:
+        with self._rlock:
+            return [self._objects[key] for key in self._index.get(value, ())]
+
+
+def pool_index(obj: Mapping[str, Any]) -> str | None:
+    """``namespace/pool`` by the pool label: the runner pods of one pool."""
+    meta = obj.get("metadata") or {}
+    pool = (meta.get("labels") or {}).get(POOL_LABEL)
+    return f"{meta.get('namespace') or ''}/{pool}" if pool else None
+
+
 def _lean(obj: Obj) -> Obj:
     meta = obj.get("metadata")
     if isinstance(meta, dict):
@@ -283,10 +351,12 @@ class StoppableInformer(SharedInformer):  # type: ignore[misc]  # kubernetes is 
     and the library logs a traceback.
     """
 
-    def __init__(self, adapter: ListWatchAdapter, **kwargs: Any) -> None:
+    def __init__(
+        self, adapter: ListWatchAdapter, *, index: Callable[[Obj], str | None] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(adapter, **kwargs)
         self._adapter = adapter
-        self._cache = _LeanCache()
+        self._cache = _LeanCache() if index is None else _IndexedCache(index)
 
     def signal_stop(self) -> None:
         self._stop_event.set()
@@ -345,6 +415,11 @@ class _Kind:
             objs = [o for o in objs if _has_labels(o, labels)]
         return sorted((copy.deepcopy(o) for o in objs), key=object_key)
 
+    def indexed(self, namespace: str, value: str) -> ObjList:
+        """The objects of one index value (``_IndexedCache``), without a scan."""
+        cache = self.informer_for(namespace).cache
+        return sorted((copy.deepcopy(o) for o in cache.by_index(value)), key=object_key)
+
 
 def _has_labels(obj: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -355,7 +430,7 @@ class InformerSet:
     """Informers for RunnerPools and their children, feeding one work queue.
 
     Every event becomes a pool key (``ns/name``) passed to ``enqueue``:
-    RunnerPool events enqueue the pool itself; Secret, Deployment and Pod events
+    RunnerPool events enqueue the pool itself; Secret, Deployment, Pod and PDB events
     enqueue their controlling pool (see :func:`owner_key`), and on an update
     that changes the owner, the previous owner too (the informer gives no old
     object, so the last owner seen per object is remembered here).  Events for
@@ -376,6 +451,7 @@ class InformerSet:
         resync_period: float = 0,
         secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
         pool_secret_refs: SecretRefs | None = None,
+        on_pod: Callable[[str, str], None] | None = None,
     ) -> None:
         if namespaces is not None:
             namespaces = list(dict.fromkeys(namespaces))
@@ -383,12 +459,14 @@ class InformerSet:
                 raise ValueError("namespaces must be None (all) or non-empty")
         self._enqueue = enqueue
         self._pool_secret_refs = pool_secret_refs
+        self._on_pod = on_pod
         self._owners_lock = threading.Lock()
         self._owners: dict[tuple[str, str], str] = {}
 
         core = client.CoreV1Api(api_client)
         apps = client.AppsV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
+        policy = client.PolicyV1Api(api_client)
         crd = {"group": GROUP, "version": VERSION, "plural": PLURAL}
         scopes: list[str | None] = list(namespaces) if namespaces is not None else [None]
 
@@ -396,6 +474,7 @@ class InformerSet:
         self._secrets = _Kind("Secrets")
         self._deployments = _Kind("Deployments")
         self._pods = _Kind("Pods")
+        self._budgets = _Kind("PodDisruptionBudgets")
         # (cache, all-namespaces list, namespaced list, label selector, field selector, handler)
         kinds: list[tuple[_Kind, Callable[..., Any], Callable[..., Any], str | None, str | None, Handler]] = [
             (
@@ -428,7 +507,15 @@ class InformerSet:
                 core.list_namespaced_pod,
                 MANAGED_BY_SELECTOR,
                 None,
-                functools.partial(self._on_child, "Pod"),
+                self._on_pod_event,
+            ),
+            (
+                self._budgets,
+                policy.list_pod_disruption_budget_for_all_namespaces,
+                policy.list_namespaced_pod_disruption_budget,
+                MANAGED_BY_SELECTOR,
+                None,
+                functools.partial(self._on_child, "PodDisruptionBudget"),
             ),
         ]
         for ns in scopes:
@@ -443,6 +530,7 @@ class InformerSet:
                     label_selector=labels,
                     field_selector=fields,
                     handler=handler,
+                    index=pool_index if kind is self._pods else None,
                 )
 
     @staticmethod
@@ -455,9 +543,11 @@ class InformerSet:
         handler: Callable[[str, Obj], None],
         label_selector: str | None = None,
         field_selector: str | None = None,
+        index: Callable[[Obj], str | None] | None = None,
     ) -> None:
         informer = StoppableInformer(
             adapter,
+            index=index,
             namespace=namespace,
             resync_period=resync_period,
             label_selector=label_selector,
@@ -472,7 +562,7 @@ class InformerSet:
 
     def _all(self) -> list[tuple[StoppableInformer, ListWatchAdapter]]:
         out: list[tuple[StoppableInformer, ListWatchAdapter]] = []
-        for kind in (self._pools, self._secrets, self._deployments, self._pods):
+        for kind in (self._pools, self._secrets, self._deployments, self._pods, self._budgets):
             out.extend(zip(kind.informers.values(), kind.adapters, strict=True))
         return out
 
@@ -528,14 +618,24 @@ class InformerSet:
         return self._deployments.list(namespace)
 
     def list_pods(self, namespace: str, pool: str) -> list[Obj]:
-        """The runner pods of one pool, by the pool label its Deployment stamps on them."""
-        return self._pods.list(namespace, {POOL_LABEL: pool})
+        """The runner pods of one pool, by their pool label, from the index."""
+        return self._pods.indexed(namespace, f"{namespace}/{pool}")
+
+    def get_disruption_budget(self, namespace: str, name: str) -> Obj | None:
+        return self._budgets.get(namespace, name)
 
     # -- event handlers (run on informer threads) -------------------------
 
     def _on_pool(self, event: str, obj: Obj) -> None:
         del event  # every kind of change means "look at this pool again"
         self._enqueue(object_key(obj))
+
+    def _on_pod_event(self, event: str, obj: Obj) -> None:
+        if self._on_pod is not None:
+            pool = pool_index(obj)
+            if pool is not None:
+                self._on_pod(pool, str((obj.get("metadata") or {}).get("name") or ""))
+        self._on_child("Pod", event, obj)
 
     def _on_child(self, kind: str, event: str, obj: Obj) -> None:
         key = (kind, object_key(obj))

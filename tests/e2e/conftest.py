@@ -106,7 +106,7 @@ def _gc_probe(api_client: client.ApiClient, runnerpool_crd: dict[str, Any]) -> _
 
 @pytest.fixture
 def gc_follows_pools(_gc_probe: _GcProbe) -> None:
-    """For tests that assert a deleted pool's Secret and Deployment are garbage collected."""
+    """For tests that assert a deleted pool's Secret, budget and pods are gone."""
     _gc_probe.join(GC_TIMEOUT + 10)
     if _gc_probe.error is not None:
         raise _gc_probe.error

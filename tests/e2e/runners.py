@@ -132,7 +132,10 @@ def managed_children(api_client: client.ApiClient, namespace: str) -> dict[str, 
     found: dict[str, set[str]] = {}
     objects = [
         *client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector=selector).items,
-        *client.AppsV1Api(api_client).list_namespaced_deployment(namespace, label_selector=selector).items,
+        *client.PolicyV1Api(api_client)
+        .list_namespaced_pod_disruption_budget(namespace, label_selector=selector)
+        .items,
+        *client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items,
     ]
     for obj in objects:
         pool = (obj.metadata.labels or {}).get(api.POOL_LABEL, "?")

@@ -33,6 +33,6 @@ def test_three_pools_each_log_their_actions_and_converge(
         if record.get("msg") == "reconciled pool" and record.get("namespace") == namespace:
             actions[record["pool"]].add(record["action"])
     for name, seen in actions.items():
-        # Each pool waits for its token first (requeue), then gets its Deployment (create).
+        # Each pool waits for its token first (requeue), then gets its pods (create).
         assert {"requeue", "create"} <= seen, (name, seen)
     assert "update" in actions["beta"], "scaling a pool is an update"

@@ -104,7 +104,7 @@ def test_bad_credentials_are_reported_and_fixing_the_secret_recovers(
         message="a BadCredentials Warning event",
     )
     assert token_of(token_secret(api_client, namespace, "locked")) is None
-    assert client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items == []
+    assert client.CoreV1Api(api_client).list_namespaced_pod(namespace).items == [], "no pod without a token"
     assert fake_github.count("actions/create-registration-token-for-repo", status=401) >= 1
 
     # The fix, in place and without touching the operator: the PAT in the Secret is replaced.

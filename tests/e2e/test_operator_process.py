@@ -53,14 +53,14 @@ def test_pool_converges_with_a_token_the_runners_can_use(
     assert expiry > datetime.now(UTC)
     assert token in {t.token for t in fake_github.tokens_issued(REPO)}
 
-    # The token's arrival is what lets the reconciler create the Deployment: it follows.
-    deployment = wait_for(
-        lambda: next(iter(client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items), None),
-        message="the runner Deployment",
+    # The token's arrival is what lets the reconciler create the runner pods: they follow.
+    created = wait_for(
+        lambda: client.CoreV1Api(api_client).list_namespaced_pod(namespace).items,
+        message="the runner pods",
     )
-    assert deployment.metadata.name == api.deployment_name("web")
-    assert deployment.spec.replicas == 2
-    volumes = {v.name: v for v in deployment.spec.template.spec.volumes}
+    owner = created[0].metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.controller) == ("RunnerPool", "web", True)
+    volumes = {v.name: v for v in created[0].spec.volumes}
     assert volumes["runner-token"].secret.secret_name == api.token_secret_name("web")
 
     # The simulator registered both pods with the delivered token: the fake accepted it.
@@ -77,9 +77,8 @@ def test_pool_converges_with_a_token_the_runners_can_use(
     assert token_ready is not None
     assert (token_ready["status"], token_ready["reason"]) == ("True", "TokenIssued")
     assert _parse_time(pool["status"]["tokenExpiresAt"]) == expiry
-    assert ("Normal", "CreatedDeployment", f"created Deployment {api.deployment_name('web')}") in events(
-        api_client, namespace, "web"
-    )
+    assert any(reason == "CreatedPods" for _, reason, _ in events(api_client, namespace, "web"))
+    assert len(client.CoreV1Api(api_client).list_namespaced_pod(namespace).items) == 2, "no extra create"
 
     log = operator.log_text()
     assert '"msg": "reconciled pool"' in log  # the JSON log is there and was searched
@@ -152,9 +151,9 @@ def test_delete_deregisters_only_the_pools_runners(
 
     wait_for(
         lambda: "doomed" not in managed_children(api_client, namespace),
-        message="the deleted pool's Secret and Deployment to be garbage collected",
+        message="the deleted pool's Secret, budget and pods to be gone",
     )
-    assert managed_children(api_client, namespace) == {"kept": {"Secret", "Deployment"}}
+    assert managed_children(api_client, namespace) == {"kept": {"Secret", "PodDisruptionBudget", "Pod"}}
     kept = get_pool(api_client, namespace, "kept")
     assert kept is not None and api.FINALIZER in kept["metadata"]["finalizers"]
     assert condition(kept, "Ready") == condition(

@@ -133,10 +133,11 @@ def run_churn(
     wait_for(
         lambda: set(managed_children(api_client, namespace)) == set(kept),
         timeout=60,
-        message=f"only the kept pools' Secrets and Deployments to remain; {story}",
+        message=f"only the kept pools' Secrets, budgets and pods to remain; {story}",
     )
     assert all(
-        kinds == {"Secret", "Deployment"} for kinds in managed_children(api_client, namespace).values()
+        kinds == {"Secret", "PodDisruptionBudget", "Pod"}
+        for kinds in managed_children(api_client, namespace).values()
     )
     registered = [r for scope in (REPO, OTHER_REPO, ORG) for r in fake_github.runners(scope)]
     assert len(registered) == len(kept), f"{[r['name'] for r in registered]}; {story}"

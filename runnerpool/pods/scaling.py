@@ -1,0 +1,101 @@
+"""How many runner pods a pool has, and how many to create: pure rules.
+
+The capacity rule of a rollout (and of every scale-up): **surge, never take capacity away
+first.**  ``maxUnavailable`` is 0 and ``maxSurge`` is 25 % of ``spec.replicas`` rounded up,
+at least 1 — a Deployment's defaults, except that none of the pool's capacity is given up
+for speed: a runner pool is most needed exactly when a rollout happens to run (jobs
+queue while pods start).  So:
+
+* the reconciler creates pods with the current template while fewer than ``replicas`` run
+  it, but never more than ``replicas + maxSurge`` pods in all (``creates``);
+* the runner managers retire one outdated idle pod for each pod above ``replicas``, and
+  only while at least ``replicas`` pods have a registered runner
+  (``runnerpool.runners.retirement``), so the pool never has fewer ready runners than
+  asked for because of a rollout;
+* a busy outdated pod keeps its job and its place until the job ends (then it is used up
+  and goes like every finished pod); until then it holds a surge slot.
+
+Both sides count pods the same way (:func:`active`): not being deleted and not finished
+(phase Succeeded or Failed), which is what a ReplicaSet counts too.  A pod being deleted
+is not counted, so its replacement starts at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runnerpool.pods.template import TEMPLATE_HASH_LABEL
+
+__all__ = ["SURGE_FRACTION", "PodCounts", "active", "count", "creates", "max_surge"]
+
+SURGE_FRACTION = 0.25
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def active(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not meta.get("deletionTimestamp") and phase not in _FINISHED
+
+
+def ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_hash(pod: Mapping[str, Any]) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(TEMPLATE_HASH_LABEL)
+    return str(value) if value else None
+
+
+def max_surge(replicas: int) -> int:
+    """Pods a rollout may add above ``replicas``: 25 % rounded up, at least 1 (0 at 0)."""
+    if replicas <= 0:
+        return 0
+    return max(1, math.ceil(replicas * SURGE_FRACTION))
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """A pool's pods as status reports them (``pending`` creates count as active and updated)."""
+
+    desired: int
+    active: int = 0
+    ready: int = 0
+    updated: int = 0
+    #: Pods that are used up (and not being deleted yet): the runner managers remove them.
+    finished: int = 0
+
+    @property
+    def outdated(self) -> int:
+        return self.active - self.updated
+
+    @property
+    def surplus(self) -> int:
+        return max(0, self.active - self.desired)
+
+
+def count(pods: Iterable[Mapping[str, Any]], desired: int, wanted: str, pending: int = 0) -> PodCounts:
+    """``pending``: pods created but not yet in the cache (see ``expectations``)."""
+    live = list(pods)
+    running = [p for p in live if active(p)]
+    return PodCounts(
+        desired=desired,
+        active=len(running) + pending,
+        ready=sum(1 for p in running if ready(p)),
+        updated=sum(1 for p in running if pod_hash(p) == wanted) + pending,
+        finished=sum(
+            1 for p in live if not active(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ),
+    )
+
+
+def creates(counts: PodCounts) -> int:
+    """Pods with the current template to create now (see the module docstring)."""
+    missing = counts.desired - counts.updated
+    room = counts.desired + max_surge(counts.desired) - counts.active
+    return max(0, min(missing, room))

@@ -1,0 +1,200 @@
+"""The reconciler's pod step: take over a legacy Deployment, keep the disruption budget, create pods.
+
+Reads come from the informer caches and every write is skipped when the cache already
+shows the result, so a converged pool costs no write here.  Creates are the only pod
+writes of the reconciler; scale-down, rollout replacement and finished pods are the runner
+managers' (``runnerpool.runners.retirement``), which know from GitHub which runner is busy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api, children
+from runnerpool.drift import contains
+from runnerpool.pods import adoption, scaling, template
+from runnerpool.pods.expectations import Expectations
+
+__all__ = ["PodCache", "PodStep"]
+
+log = logging.getLogger(__name__)
+
+_ORPHAN = client.V1DeleteOptions(propagation_policy="Orphan")
+
+
+class PodCache(Protocol):
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
+
+
+def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("controller") and ref.get("kind") == "ReplicaSet" for ref in refs)
+
+
+def _ignore(err: ApiException, *codes: int) -> None:
+    if err.status not in codes:
+        raise err
+
+
+class PodStep:
+    def __init__(
+        self,
+        cache: PodCache,
+        api_client: client.ApiClient,
+        expectations: Expectations,
+        *,
+        default_image: str,
+        default_api_url: str,
+    ) -> None:
+        self._cache = cache
+        self._core = client.CoreV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
+        self._expectations = expectations
+        self._image = default_image
+        self._api_url = default_api_url
+
+    def wanted_hash(self, pool: api.RunnerPool) -> str:
+        return template.wanted_hash(pool, self._image, self._api_url)
+
+    # ------------------------------------------------------------------ converge
+
+    def converge(self, pool: api.RunnerPool, writes: list[str]) -> scaling.PodCounts:
+        """Take over, keep the budget, create what is missing; returns the counts after the creates."""
+        pods = self._cache.list_pods(pool.namespace, pool.name)
+        self._take_over(pool, pods, writes)
+        self._ensure_budget(pool, writes)
+        key = f"{pool.namespace}/{pool.name}"
+        names = [str(p["metadata"].get("name")) for p in pods]
+        counts = scaling.count(
+            pods, pool.spec.replicas, self.wanted_hash(pool), self._expectations.pending(key, names)
+        )
+        wanted = scaling.creates(counts)
+        created = 0
+        for _ in range(wanted):
+            self._create_pod(pool, key)
+            created += 1
+            writes.append("create pod")
+        if not created:
+            return counts
+        return replace(counts, active=counts.active + created, updated=counts.updated + created)
+
+    def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
+        body = template.runner_pod(pool, self._image, self._api_url)
+        answer = self._core.create_namespaced_pod(pool.namespace, body, _preload_content=False)
+        name = str(json.loads(answer.data)["metadata"]["name"])
+        self._expectations.created(key, name)
+
+    def _ensure_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
+        desired = template.disruption_budget(pool)
+        name = desired["metadata"]["name"]
+        live = self._cache.get_disruption_budget(pool.namespace, name)
+        if live is None:
+            try:
+                self._policy.create_namespaced_pod_disruption_budget(
+                    pool.namespace, desired, _preload_content=False
+                )
+                writes.append("create poddisruptionbudget")
+            except ApiException as err:
+                _ignore(err, 409)  # the cache has not caught up with an earlier create
+            return
+        if contains(live, desired):
+            return
+        self._policy.patch_namespaced_pod_disruption_budget(
+            name,
+            pool.namespace,
+            {
+                "metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
+                "spec": desired["spec"],
+            },
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+        )
+        writes.append("update poddisruptionbudget")
+
+    # ------------------------------------------------------------------ take-over
+
+    def _take_over(self, pool: api.RunnerPool, pods: list[dict[str, Any]], writes: list[str]) -> None:
+        """See ``runnerpool.pods.adoption``: orphan the legacy Deployment and ReplicaSets, adopt."""
+        namespace = pool.namespace
+        deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
+        if deployment is not None or any(_controlled_by_replicaset(p) for p in pods):
+            self._orphan_legacy(pool, deployment, writes)
+        adopted = 0
+        for pod in pods:
+            patch = adoption.adoption_patch(pod, pool)
+            if patch is None:
+                continue
+            try:
+                self._core.patch_namespaced_pod(pod["metadata"]["name"], namespace, patch)
+            except ApiException as err:
+                _ignore(err, 404, 409)  # gone, or changed: its event brings the pool back
+                continue
+            adopted += 1
+            writes.append("adopt pod")
+        if adopted:
+            log.info("adopted %d runner pod(s) of pool %s/%s", adopted, namespace, pool.name)
+
+    def _orphan_legacy(
+        self, pool: api.RunnerPool, deployment: dict[str, Any] | None, writes: list[str]
+    ) -> None:
+        namespace = pool.namespace
+        if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
+            try:
+                self._apps.delete_namespaced_deployment(
+                    deployment["metadata"]["name"], namespace, body=_ORPHAN
+                )
+                writes.append("delete deployment (orphan its pods)")
+            except ApiException as err:
+                _ignore(err, 404)
+        # After the Deployment: while it lives, its controller would make a new ReplicaSet.
+        replicasets = self._apps.list_namespaced_replica_set(
+            namespace, label_selector=children.selector(pool)
+        )
+        for rs in replicasets.items:
+            if rs.metadata.deletion_timestamp is not None:
+                continue
+            try:
+                self._apps.delete_namespaced_replica_set(rs.metadata.name, namespace, body=_ORPHAN)
+                writes.append("delete replicaset (orphan its pods)")
+            except ApiException as err:
+                _ignore(err, 404)
+
+    # ------------------------------------------------------------------ deletion
+
+    def delete_all(self, pool: api.RunnerPool, writes: list[str]) -> bool:
+        """For a deleted pool whose runners are all deregistered: delete its pods (and a legacy
+        Deployment); ``True`` while some remain."""
+        namespace = pool.namespace
+        deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
+        if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
+            try:
+                self._apps.delete_namespaced_deployment(
+                    deployment["metadata"]["name"], namespace, propagation_policy="Background"
+                )
+                writes.append("delete deployment")
+            except ApiException as err:
+                _ignore(err, 404)
+        # The pod cache can only lag behind deletions, so "none left" is never early.
+        pods = self._cache.list_pods(namespace, pool.name)
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                self._core.delete_namespaced_pod(
+                    meta["name"], namespace, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
+                )
+                writes.append("delete pod")
+            except ApiException as err:
+                _ignore(err, 404, 409)
+        self._expectations.forget(f"{namespace}/{pool.name}")
+        return bool(pods)

@@ -1,0 +1,268 @@
+"""The pure rules of operator-owned runner pods: template, capacity, retirement, adoption.
+
+The safety rules (a busy runner's pod is never picked; a rollout never goes below
+``replicas`` registered runners) are checked against every combination of pool shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runnerpool import api
+from runnerpool.github.types import Runner
+from runnerpool.pods import adoption, scaling, template
+from runnerpool.pods.expectations import Expectations
+from runnerpool.runners.lifecycle import Action, PodDecision, PodView, plan
+from runnerpool.runners.retirement import OUTDATED, SCALE_DOWN, retirements
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+NEW, OLD = "newhash", "oldhash"
+
+
+def pool(**spec: Any) -> api.RunnerPool:
+    return api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "ci", "namespace": "team", "uid": "pool-uid"},
+            "spec": {"organization": "octo-org", **spec},
+        }
+    )
+
+
+# -- template --------------------------------------------------------------------------------
+
+
+def test_runner_pod_is_owned_by_the_pool_and_labelled_with_its_template_hash() -> None:
+    pod = template.runner_pod(pool(terminationGracePeriodSeconds=120), "img:1", "https://api.github.com")
+    meta = pod["metadata"]
+    assert meta["generateName"] == "ci-"
+    assert meta["ownerReferences"][0]["uid"] == "pool-uid" and meta["ownerReferences"][0]["controller"]
+    assert meta["labels"][api.POOL_LABEL] == "ci"
+    assert meta["labels"][template.TEMPLATE_HASH_LABEL] == template.wanted_hash(
+        pool(terminationGracePeriodSeconds=120), "img:1", "https://api.github.com"
+    )
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
+    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    longest = "p" * api.MAX_POOL_NAME_LENGTH
+    assert len(f"{longest}-") + 5 <= 63, "generateName adds 5 characters; hostnames are cut at 63"
+
+
+def test_the_hash_changes_with_the_template_only() -> None:
+    base = template.wanted_hash(pool(), "img:1", "https://api.github.com")
+    assert base == template.wanted_hash(pool(), "img:1", "https://api.github.com")
+    assert base == template.wanted_hash(pool(replicas=7), "img:1", "https://api.github.com")
+    changed = [
+        template.wanted_hash(pool(), "img:2", "https://api.github.com"),
+        template.wanted_hash(pool(labels=["gpu"]), "img:1", "https://api.github.com"),
+        template.wanted_hash(pool(terminationGracePeriodSeconds=5), "img:1", "https://api.github.com"),
+        template.wanted_hash(pool(), "img:1", "https://ghe.example.com/api/v3"),
+    ]
+    assert base not in changed and len(set(changed)) == len(changed)
+
+
+def test_the_disruption_budget_covers_only_busy_pods() -> None:
+    pdb = template.disruption_budget(pool())
+    assert pdb["spec"]["maxUnavailable"] == 0
+    assert pdb["spec"]["selector"]["matchLabels"] == {
+        api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE,
+        api.POOL_LABEL: "ci",
+        template.BUSY_LABEL: "true",
+    }
+
+
+# -- capacity --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replicas", "surge"), [(0, 0), (1, 1), (3, 1), (4, 1), (5, 2), (8, 2), (10, 3), (1000, 250)]
+)
+def test_max_surge_is_a_quarter_rounded_up_and_at_least_one(replicas: int, surge: int) -> None:
+    assert scaling.max_surge(replicas) == surge
+
+
+def kube_pod(
+    name: str, hash_: str | None = NEW, phase: str = "Running", deleting: bool = False
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {template.TEMPLATE_HASH_LABEL: hash_} if hash_ else {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "replicas", "pending", "creates"),
+    [
+        ([], 3, 0, 3),
+        ([], 3, 2, 1),  # two creates the cache has not shown yet
+        ([kube_pod("a"), kube_pod("b")], 3, 0, 1),
+        ([kube_pod("a", phase="Succeeded"), kube_pod("b", deleting=True)], 2, 0, 2),  # replaced at once
+        ([kube_pod(n) for n in "abcd"], 2, 0, 0),  # surplus: the runner managers' job
+        ([kube_pod(n, OLD) for n in "abc"], 3, 0, 1),  # rollout: one surge pod at a time
+        ([kube_pod(n, OLD) for n in "abc"] + [kube_pod("d")], 3, 0, 0),
+        ([kube_pod(n, OLD) for n in "ab"] + [kube_pod("d")], 3, 0, 1),
+        ([kube_pod(n, OLD) for n in "abcdefgh"], 8, 0, 2),
+        ([kube_pod(n, None) for n in "ab"], 2, 0, 1),  # adopted pods are outdated
+        ([kube_pod(n, OLD) for n in "ab"], 0, 0, 0),
+    ],
+)
+def test_creates(pods: list[dict[str, Any]], replicas: int, pending: int, creates: int) -> None:
+    assert scaling.creates(scaling.count(pods, replicas, NEW, pending)) == creates
+
+
+# -- retirement ------------------------------------------------------------------------------
+
+
+def view(name: str, hash_: str | None = NEW, *, running: bool = True, age_min: int = 10) -> PodView:
+    state = {"running": {}} if running else {"waiting": {}}
+    return PodView.of(
+        {
+            "metadata": {
+                "name": name,
+                "uid": f"uid-{name}",
+                "resourceVersion": "1",
+                "creationTimestamp": (NOW - timedelta(minutes=age_min)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "labels": {template.TEMPLATE_HASH_LABEL: hash_} if hash_ else {},
+            },
+            "status": {"phase": "Running", "containerStatuses": [{"name": "runner", "state": state}]},
+        }
+    )
+
+
+def runner(name: str, *, busy: bool = False, status: str = "online", id_: int = 0) -> Runner:
+    return Runner(id=id_ or hash(name) % 10_000, name=name, status=status, busy=busy, labels=("team/ci",))
+
+
+def decide(pods: list[PodView], runners: list[Runner]) -> list[PodDecision]:
+    return list(plan(pods, runners, NOW, None).decisions)
+
+
+def picked(pods: list[PodView], runners: list[Runner], replicas: int) -> list[tuple[str, str]]:
+    return [(d.pod.name, d.reason) for d in retirements(decide(pods, runners), replicas, NEW)]
+
+
+def test_scale_down_takes_idle_pods_never_busy_ones() -> None:
+    pods = [view("busy-1"), view("busy-2"), view("idle")]
+    runners = [runner("busy-1", busy=True), runner("busy-2", busy=True), runner("idle")]
+    assert picked(pods, runners, 1) == [("idle", SCALE_DOWN)]
+    [decision] = retirements(decide(pods, runners), 1, NEW)
+    assert decision.action is Action.DEREGISTER_AND_DELETE, "GitHub's 204 first, then the pod"
+
+
+def test_scale_down_takes_unregistered_stopped_pods_first_then_the_newest_idle() -> None:
+    pods = [view("old", age_min=60), view("young", age_min=1), view("pending", running=False)]
+    runners = [runner("old"), runner("young")]
+    assert picked(pods, runners, 1) == [("pending", SCALE_DOWN), ("young", SCALE_DOWN)]
+    [decision] = retirements(decide(pods, runners), 2, NEW)
+    assert decision.action is Action.DELETE_POD  # nothing registered: no GitHub call needed
+
+
+def test_a_registering_pod_is_not_taken() -> None:
+    assert picked([view("a"), view("registering")], [runner("a")], 1) == []
+
+
+def test_a_rollout_waits_for_the_replacement_to_register() -> None:
+    pods = [view(n, OLD) for n in "abc"] + [view("new")]
+    runners = [runner(n) for n in "abc"]
+    assert picked(pods, runners, 3) == [], "the surge pod has no runner yet"
+    [(name, reason)] = picked(pods, [*runners, runner("new")], 3)
+    assert name in "abc" and reason == OUTDATED
+
+
+def test_a_rollout_never_takes_the_new_pods_while_old_ones_are_busy() -> None:
+    pods = [view(n, OLD) for n in "abc"] + [view("new")]
+    runners = [runner(n, busy=True) for n in "abc"] + [runner("new")]
+    assert picked(pods, runners, 3) == []
+
+
+def test_scale_down_during_a_rollout_keeps_the_up_to_date_pods_it_needs() -> None:
+    pods = [view("old", OLD)] + [view(n) for n in ("n1", "n2", "n3")]
+    runners = [runner("old", busy=True)] + [runner(n) for n in ("n1", "n2", "n3")]
+    chosen = picked(pods, runners, 1)
+    assert len(chosen) == 2 and all(reason == SCALE_DOWN for _, reason in chosen)
+    assert "old" not in dict(chosen)
+
+
+_SHAPES = list(
+    itertools.product(
+        range(0, 5),  # replicas
+        range(0, 3),  # busy outdated
+        range(0, 3),  # idle outdated
+        range(0, 3),  # busy current
+        range(0, 3),  # idle current
+        range(0, 2),  # current, not registered yet
+    )
+)
+
+
+@pytest.mark.parametrize("shape", _SHAPES)
+def test_retirement_safety(shape: tuple[int, int, int, int, int, int]) -> None:
+    replicas, bo, io, bc, ic, uc = shape
+    pods: list[PodView] = []
+    runners: list[Runner] = []
+    for prefix, count_, hash_, busy, registered in (
+        ("bo", bo, OLD, True, True),
+        ("io", io, OLD, False, True),
+        ("bc", bc, NEW, True, True),
+        ("ic", ic, NEW, False, True),
+        ("uc", uc, NEW, False, False),
+    ):
+        for i in range(count_):
+            name = f"{prefix}{i}"
+            pods.append(view(name, hash_))
+            if registered:
+                runners.append(runner(name, busy=busy))
+    chosen = retirements(decide(pods, runners), replicas, NEW)
+    names = {d.pod.name for d in chosen}
+    total = len(pods)
+    assert not any(n.startswith(("bo", "bc")) for n in names), "a busy runner's pod is never picked"
+    assert len(chosen) <= max(0, total - replicas), "never below replicas"
+    online_left = sum(1 for r in runners if r.name not in names)
+    online_before = len(runners)
+    assert online_left >= min(replicas, online_before), "never fewer registered runners than replicas"
+    current_left = sum(1 for p in pods if p.template_hash == NEW and p.name not in names)
+    assert current_left >= min(replicas, bc + ic + uc), "up-to-date pods the pool needs stay"
+    if total > replicas and io > 0 and online_before - 1 >= replicas:
+        assert chosen, "an idle outdated pod above replicas goes at once"
+
+
+# -- expectations ----------------------------------------------------------------------------
+
+
+def test_expectations_until_the_cache_shows_the_pod_or_a_timeout() -> None:
+    now = [0.0]
+    expect = Expectations(timeout=10, clock=lambda: now[0])
+    expect.created("ns/ci", "ci-abcde")
+    expect.created("ns/ci", "ci-fghij")
+    assert expect.pending("ns/ci", []) == 2
+    assert expect.pending("ns/ci", ["ci-abcde"]) == 1
+    expect.observe("ns/ci", "ci-fghij")
+    assert expect.pending("ns/ci", []) == 0
+    expect.created("ns/ci", "ci-lost")
+    now[0] = 11
+    assert expect.pending("ns/ci", []) == 0
+
+
+# -- adoption --------------------------------------------------------------------------------
+
+
+def test_adoption_replaces_the_replicaset_controller_and_keeps_other_owners() -> None:
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x-uid"}
+    pod = {"metadata": {"name": "p", "resourceVersion": "9", "ownerReferences": [rs, other]}}
+    patch = adoption.adoption_patch(pod, pool())
+    assert patch is not None
+    refs = patch["metadata"]["ownerReferences"]
+    assert refs[0] == other and refs[1]["uid"] == "pool-uid" and refs[1]["controller"] is True
+    assert patch["metadata"]["resourceVersion"] == "9"
+    adopted = {"metadata": {"name": "p", "ownerReferences": refs}}
+    assert adoption.adoption_patch(adopted, pool()) is None
+    leaving = {"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert adoption.adoption_patch(leaving, pool()) is None
+
+
+def test_adopted_pods_are_outdated() -> None:
+    legacy = {"metadata": {"name": "runnerpool-ci-5d4f-abcde", "labels": {"pod-template-hash": "5d4f"}}}
+    assert scaling.count([legacy], 1, NEW).outdated == 1
