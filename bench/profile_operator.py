@@ -7,7 +7,8 @@ profiler of its own and the sessions are combined at exit.  Threads still runnin
 (daemons) are read from their profiler's running session, which pyinstrument has no public
 call for.
 
-Besides the HTML (or text, if OUT ends in ``.txt``) it writes ``OUT.top.txt``: self time per
+Besides the HTML (or text, if OUT ends in ``.txt``) and the session (``OUT.pyisession``, for
+``pyinstrument --load``) it writes ``OUT.top.txt``: self time per
 function over all threads, without the time spent blocked in waits (lock acquires, sleeps,
 selects, socket reads), which is what a wall-clock profiler of mostly-waiting threads is
 otherwise full of.  That list is the closest pyinstrument gets to "where the CPU went".
@@ -115,6 +116,7 @@ def write(out: Path, sessions: list[Session], cpu_seconds: float) -> None:
         combined = Session.combine(combined, session)
     combined.cpu_time = cpu_seconds
     out.parent.mkdir(parents=True, exist_ok=True)
+    combined.save(out.with_name(out.name + ".pyisession"))  # re-render: pyinstrument --load=...
     if out.suffix == ".txt":
         out.write_text(ConsoleRenderer(unicode=False, color=False, show_all=False).render(combined))
     else:
