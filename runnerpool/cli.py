@@ -7,10 +7,9 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
 from datetime import timedelta
+from importlib.metadata import version
 from types import FrameType
-from typing import Any
 
 from kubernetes import client, config
 
@@ -33,36 +32,13 @@ def _positive(kind: type[int] | type[float]):  # type: ignore[no-untyped-def]
     return parse
 
 
-class _VersionAction(argparse.Action):
-    """``--version``, reading the installed version only when asked.
-
-    argparse's own ``version`` action needs the string up front, and importing
-    importlib.metadata to get it cost every start about 20 ms of CPU.
-    """
-
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        from importlib.metadata import version  # noqa: PLC0415 - only for --version
-
-        print(f"{parser.prog} {version('runnerpool-operator')}")  # stdout, as argparse's own action
-        parser.exit()
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="runnerpool-operator",
         description="Keeps pools of self-hosted GitHub Actions runners (RunnerPool objects).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version('runnerpool-operator')}")
     p.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then ~/.kube/config")
     p.add_argument(
         "--namespace",
