@@ -46,8 +46,11 @@ BLOCKING = frozenset(
         "_SSLSocket.read",
         "socket.recv_into",
         "socket.accept",
+        "SimpleQueue.get",
     }
 )
+#: Python functions (name, file) whose own time is waiting: Condition.wait's timed acquire.
+BLOCKING_PYTHON = frozenset({("wait", "threading.py"), ("select", "selectors.py")})
 INTERVAL = 0.001
 
 _running: list[tuple[Profiler, str]] = []
@@ -91,7 +94,10 @@ def _still_running(profiler: Profiler) -> Session | None:
 
 
 def _is_blocking(frame: Frame) -> bool:
-    return (frame.file_path or "").startswith("<built-in>") and (
+    path = frame.file_path or ""
+    if (frame.function, Path(path).name) in BLOCKING_PYTHON:
+        return True
+    return path.startswith("<built-in>") and (
         frame.function in BLOCKING or frame.function.rsplit(".", 1)[-1] in BLOCKING
     )
 

@@ -456,7 +456,7 @@ def test_operator_image_ships_bytecode() -> None:
     instructions = parse_dockerfile(OPERATOR_DOCKERFILE)
     runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
     assert "--no-compile" not in runs, "pip must compile the installed packages"
-    assert "python -m compileall" in runs and "get_path(\"stdlib\")" in runs, "compile the stdlib too"
+    assert "python -m compileall" in runs and 'get_path("stdlib")' in runs, "compile the stdlib too"
     assert "compileall -q -j 0 -x" in runs, "skip test directories (deliberately broken files)"
 
 
