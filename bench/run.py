@@ -14,7 +14,16 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
    API server's audit log (mutating verbs by anything that is neither the bench nor the
    controller manager) and by comparing resourceVersions of every pool, Secret, runner
    pod and disruption budget before and after.  A converged operator should write nothing.
-4. The operator's peak RSS (VmHWM) and CPU time.
+4. The operator's peak RSS (VmHWM) and CPU time (user+system from /proc/<pid>/stat): from
+   exec until /readyz answers (start-up) and from the first create until all Ready (converge).
+5. The operator's writes to converge, by kind: every mutating request in the audit log
+   between the first create and the last pool's Ready, by resource (runnerpools,
+   runnerpools/status, secrets, pods, poddisruptionbudgets, events, ...), so it keeps counting
+   whatever objects the pod path creates.
+
+``--profile OUT.html`` runs the operator under pyinstrument (bench/profile_operator.py, every
+thread) and ``--converge-only`` stops each size after convergence; together they profile the
+part of the run that matters without the minutes of steady state.
 
 Prints a table and writes JSON to bench/results/.  It is a measurement, not a test: nothing
 fails on a missed target; bench/README.md compares the figures with the targets.
@@ -58,6 +67,8 @@ BENCH_AGENT = "runnerpool-bench"
 #: Agents whose writes are not the operator's in the audit log.
 NOT_OPERATOR = (BENCH_AGENT, "kube-controller-manager", "kube-apiserver")
 MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
+#: Time for the audit log to catch up with the request that made the last pool Ready.
+AUDIT_SETTLE = 2.0
 REAL_HOUR = 3600.0
 #: The operator's defaults that the time scale compresses.
 DEFAULT_MARGIN_MINUTES = 30.0
@@ -75,6 +86,8 @@ class Options:
     resync_period: float
     converge_timeout: float
     out: Path
+    profile: Path | None = None
+    converge_only: bool = False
 
     @property
     def sim_hour(self) -> float:
@@ -100,7 +113,13 @@ class SizeResult:
     changed_objects: int | None = None
     peak_rss_mib: float | None = None
     cpu_seconds_converge: float | None = None
+    cpu_ms_per_pool: float | None = None
+    cpu_seconds_startup: float | None = None
     cpu_seconds_total: float | None = None
+    converge_writes: dict[str, int] = field(default_factory=dict)
+    converge_writes_by_kind: dict[str, int] = field(default_factory=dict)
+    writes_per_pool: float | None = None
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -203,7 +222,8 @@ class AuditTail:
     def mark(self) -> None:
         self._offset = self.path.stat().st_size if self.path and self.path.exists() else 0
 
-    def operator_writes(self) -> Counter[str]:
+    def operator_writes(self, received_before: datetime | None = None) -> Counter[str]:
+        """``"verb resource[/subresource]"`` -> count, for requests received before the given time."""
         found: Counter[str] = Counter()
         if self.path is None or not self.path.exists():
             return found
@@ -216,10 +236,20 @@ class AuditTail:
                     continue
                 if any(agent.startswith(a) or a in agent for a in NOT_OPERATOR):
                     continue
+                if received_before and _parse(event["requestReceivedTimestamp"]) > received_before:
+                    continue
                 ref = event.get("objectRef") or {}
                 what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
                 found[f"{event['verb']} {what}"] += 1
         return found
+
+
+def by_kind(writes: Counter[str] | dict[str, int]) -> dict[str, int]:
+    """``"patch runnerpools/status"`` -> ``"runnerpools/status"``: writes per resource, any verb."""
+    kinds: Counter[str] = Counter()
+    for verb_resource, count in writes.items():
+        kinds[verb_resource.split(" ", 1)[1]] += count
+    return dict(kinds.most_common())
 
 
 def _versions(api_client: client.ApiClient) -> dict[str, str]:
@@ -244,6 +274,17 @@ def _versions(api_client: client.ApiClient) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------ one size
+
+
+class ProfiledOperator(OperatorProcess):
+    """The same operator process, started by bench/profile_operator.py under pyinstrument."""
+
+    profile_out: Path = RESULTS / "profile.html"
+
+    def command(self) -> list[str]:
+        operator_args = super().command()[len(operator_command()) :]
+        launcher = ROOT / "profile_operator.py"
+        return [sys.executable, str(launcher), str(self.profile_out), "--", *operator_args]
 
 
 def _api_client(kubeconfig: Path) -> client.ApiClient:
@@ -304,7 +345,7 @@ class SizeRun:
                 self.result.notes.append(
                     f"not all Ready within {self.opts.converge_timeout:.0f}s: steady state not measured"
                 )
-            else:
+            elif not self.opts.converge_only:
                 self._github_hour()
                 self._quiet_window()
             self.result.peak_rss_mib = self.operator.peak_rss_bytes() / 2**20
@@ -343,15 +384,21 @@ class SizeRun:
         core.create_namespaced_secret(
             NAMESPACE, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )
-        self.operator = OperatorProcess(
+        operator_class = ProfiledOperator if opts.profile else OperatorProcess
+        self.operator = operator_class(
             plane.kubeconfig,
             self.fake.url,
             self.log_dir / f"operator-{n}.log",
             namespaces=[NAMESPACE],
             extra_args=extra,
         )
+        if isinstance(self.operator, ProfiledOperator) and opts.profile:
+            profile = opts.profile
+            self.operator.profile_out = profile.with_name(f"{profile.stem}-{n}{profile.suffix}")
+            self.result.notes.append(f"profiled (pyinstrument): {self.operator.profile_out}")
         stack.callback(self.operator.stop)
         self.operator.start().wait_ready()
+        self.result.cpu_seconds_startup = self.operator.cpu_seconds()
         self.simulator = stack.enter_context(RunnerSimulator(self.api, self.fake, NAMESPACE, workers=8))
         self.watcher = Watcher(self.api).start()
         stack.callback(self.watcher.stop)
@@ -370,6 +417,7 @@ class SizeRun:
             custom.create_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, body)
 
         self.say(f"N={n}: creating {n} pools")
+        self.audit.mark()
         start = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(create, range(n)))
@@ -377,6 +425,9 @@ class SizeRun:
         result.converged = watcher.wait_ready(n, self.opts.converge_timeout)
         result.pools_ready = len(watcher.ready_at)
         result.cpu_seconds_converge = self.operator.cpu_seconds() - cpu0
+        converged_at = datetime.now(UTC)
+        if result.converged:
+            result.cpu_ms_per_pool = result.cpu_seconds_converge * 1000 / n
         tokens = [watcher.token_at[p] - t for p, t in created.items() if p in watcher.token_at]
         ready = [watcher.ready_at[p] - t for p, t in created.items() if p in watcher.ready_at]
         if tokens:
@@ -387,6 +438,12 @@ class SizeRun:
             result.all_ready = max(watcher.ready_at.values()) - start
         if self.simulator.rejections:
             result.notes.append(f"{len(self.simulator.rejections)} runner registrations refused")
+        if result.converged and self.audit.path:
+            threading.Event().wait(AUDIT_SETTLE)  # the audit log is written after the response
+            writes = self.audit.operator_writes(received_before=converged_at)
+            result.converge_writes = dict(writes.most_common())
+            result.converge_writes_by_kind = by_kind(writes)
+            result.writes_per_pool = sum(writes.values()) / n
         self.say(f"N={n}: {result.pools_ready}/{n} Ready, all after {result.all_ready or float('nan'):.1f}s")
 
     def _github_hour(self) -> None:
@@ -429,24 +486,96 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
 
+@dataclass(frozen=True)
+class Target:
+    """An issue-14 target: ``field`` of a SizeResult at most ``limits[n]`` (``None``: every size)."""
+
+    field: str
+    limits: dict[int | None, float]
+    unit: str
+    one_replica_only: bool = False
+
+    def limit(self, n: int, replicas: int) -> float | None:
+        if self.one_replica_only and replicas != 1:
+            return None
+        return self.limits.get(n, self.limits.get(None))
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{'' if n is None else f'N={n} '}<= {limit:g}{self.unit}" for n, limit in self.limits.items()
+        )
+
+
+TARGETS = (
+    Target("all_ready", {100: 2.5, 1000: 30.0}, " s"),
+    Target("token_p50", {100: 0.3}, " s"),
+    Target("token_p99", {100: 1.0}, " s"),
+    Target("writes_per_pool", {None: 4.5}, "", one_replica_only=True),
+    Target("audit_writes", {None: 0}, ""),
+    Target("cpu_ms_per_pool", {None: 10.0}, " ms", one_replica_only=True),
+    Target("cpu_seconds_startup", {None: 1.0}, " s"),
+    Target("peak_rss_mib", {10: 80.0, 1000: 130.0}, " MiB"),
+)
+
+
+def judge(result: SizeResult, replicas: int) -> None:
+    """Fill ``result.targets`` with each target that applies to this size: limit, figure, met."""
+    for target in TARGETS:
+        limit = target.limit(result.pools, replicas)
+        if limit is None:
+            continue
+        value = getattr(result, target.field)
+        result.targets[target.field] = {
+            "limit": limit,
+            "value": value,
+            "met": None if value is None else value <= limit,
+        }
+
+
+#: (label, SizeResult field, unit, digits) of each row of the printed table.
+ROWS = (
+    ("create->token p50", "token_p50", " s", 2),
+    ("create->token p99", "token_p99", " s", 2),
+    ("create->Ready p50", "ready_p50", " s", 2),
+    ("create->Ready p99", "ready_p99", " s", 2),
+    ("all Ready after", "all_ready", " s", 1),
+    ("API writes to converge/pool", "writes_per_pool", "", 2),
+    ("API writes, quiet window (audit)", "audit_writes", "", 0),
+    ("objects changed, quiet window", "changed_objects", "", 0),
+    ("GitHub requests/pool/hour", "github_per_pool_hour", "", 2),
+    ("operator CPU at start-up", "cpu_seconds_startup", " s", 2),
+    ("operator CPU to converge", "cpu_seconds_converge", " s", 2),
+    ("operator CPU to converge/pool", "cpu_ms_per_pool", " ms", 1),
+    ("operator peak RSS", "peak_rss_mib", " MiB", 0),
+)
+
+
+def _cell(result: SizeResult, name: str, unit: str, digits: int) -> str:
+    text = _fmt(getattr(result, name), unit, digits)
+    verdict = result.targets.get(name)
+    if verdict is None or verdict["met"] is None:
+        return text
+    return f"{text} {'met' if verdict['met'] else 'MISSED'}"
+
+
 def table(results: list[SizeResult], cores: int) -> str:
-    rows = [
-        ("pools", [str(r.pools) for r in results]),
-        ("create->token p50", [_fmt(r.token_p50, " s") for r in results]),
-        ("create->token p99", [_fmt(r.token_p99, " s") for r in results]),
-        ("create->Ready p50", [_fmt(r.ready_p50, " s") for r in results]),
-        ("create->Ready p99", [_fmt(r.ready_p99, " s") for r in results]),
-        ("all Ready after", [_fmt(r.all_ready, " s", 1) for r in results]),
-        ("API writes, quiet window (audit)", [_fmt(r.audit_writes, "", 0) for r in results]),
-        ("objects changed, quiet window", [_fmt(r.changed_objects, "", 0) for r in results]),
-        ("GitHub requests/pool/hour", [_fmt(r.github_per_pool_hour, "", 2) for r in results]),
-        ("operator peak RSS", [_fmt(r.peak_rss_mib, " MiB", 0) for r in results]),
-        ("operator CPU to converge", [_fmt(r.cpu_seconds_converge, " s", 1) for r in results]),
-    ]
-    width = max(len(label) for label, _ in rows)
+    targets = {t.field: t for t in TARGETS}
+    rows = [("pools", [str(r.pools) for r in results], "target")]
+    for label, name, unit, digits in ROWS:
+        target = targets.get(name)
+        cells = [_cell(r, name, unit, digits) for r in results]
+        rows.append((label, cells, target.describe() if target else ""))
+    kinds = sorted({k for r in results for k in r.converge_writes_by_kind})
+    for kind in kinds:
+        cells = [_fmt(r.converge_writes_by_kind.get(kind, 0) / r.pools, "", 2) for r in results]
+        rows.append((f"  writes/pool: {kind}", cells, ""))
+    width = max(len(label) for label, _, _ in rows)
+    cell_width = max(10, *(len(c) for _, cells, _ in rows for c in cells))
     lines = [f"runnerpool-operator benchmark on {cores} cores ({platform.processor() or platform.machine()})"]
-    for label, cells in rows:
-        lines.append(f"  {label.ljust(width)}  " + "  ".join(c.rjust(10) for c in cells))
+    for label, cells, target_text in rows:
+        lines.append(
+            f"  {label.ljust(width)}  " + "  ".join(c.rjust(cell_width) for c in cells) + f"  {target_text}"
+        )
     return "\n".join(lines)
 
 
@@ -460,6 +589,14 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--resync-period", type=float, default=30.0, help="seconds; the quiet window is 2 of them")
     p.add_argument("--converge-timeout", type=float, default=600.0, help="seconds to wait for all Ready")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="OUT.html",
+        help="run the operator under pyinstrument (all threads); writes OUT-<N>.html (.txt for text) "
+        "and OUT-<N>.html.top.txt (self time per function without blocking waits)",
+    )
+    p.add_argument("--converge-only", action="store_true", help="stop each size once all pools are Ready")
     args = p.parse_args(argv)
     return Options(
         sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
@@ -471,6 +608,8 @@ def parse(argv: list[str] | None) -> Options:
         resync_period=args.resync_period,
         converge_timeout=args.converge_timeout,
         out=args.out,
+        profile=args.profile.resolve() if args.profile else None,
+        converge_only=args.converge_only,
     )
 
 
@@ -488,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for n in opts.sizes:
         results.append(SizeRun(n, opts, log_dir, say).run())
+        judge(results[-1], opts.replicas)
         say(f"N={n}: done {json.dumps(asdict(results[-1]))}")
     report = {
         "when": stamp,
@@ -502,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         for note in r.notes:
             print(f"  N={r.pools}: {note}")
+        if r.converge_writes:
+            print(f"  N={r.pools}: writes to converge: {r.converge_writes}")
         if r.audit_write_detail:
             print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
         print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")

@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import wait_for
+from testworld.envtest.controlplane import ControlPlane
 
 LEASE = "runnerpool-operator"
 
@@ -103,6 +104,61 @@ def test_exactly_one_leads_and_release_hands_over_fast(
     assert holder(coordination, namespace) == follower.elector.identity
     follower.stop(release=True)
     assert holder(coordination, namespace) is None
+
+
+def lease_requests(plane: ControlPlane, namespace: str) -> list[tuple[str, int]]:
+    """(verb, HTTP code) of every request on the test's Lease, from the API server's audit log."""
+    return [
+        (e["verb"], int((e.get("responseStatus") or {}).get("code", 0)))
+        for e in plane.audit_events()
+        if e.get("stage") == "ResponseComplete"
+        and (e.get("objectRef") or {}).get("resource") == "leases"
+        and e["objectRef"].get("namespace") == namespace
+        and e["objectRef"].get("name") == LEASE
+    ]
+
+
+def renewals(plane: ControlPlane, namespace: str) -> int:
+    return sum(1 for verb, code in lease_requests(plane, namespace) if verb == "update" and code == 200)
+
+
+def gets(plane: ControlPlane, namespace: str) -> int:
+    return sum(1 for verb, _ in lease_requests(plane, namespace) if verb == "get")
+
+
+def test_the_holder_renews_without_reading_the_lease(
+    api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, candidates: list[Candidate]
+) -> None:
+    """client-go renews from its last observed Lease; a GET per renewal is 90 reads per 3 minutes."""
+    a = Candidate(api_client, namespace, "replica-a").start()
+    candidates.append(a)
+    assert a.started.wait(20)
+    wait_for(lambda: renewals(control_plane, namespace) >= 6, timeout=20, message="6 renewals")
+    assert gets(control_plane, namespace) <= 1, lease_requests(control_plane, namespace)
+    assert a.elector.is_leader
+
+
+def test_a_renewal_that_conflicts_reads_the_lease_once_and_keeps_leading(
+    api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, candidates: list[Candidate]
+) -> None:
+    coordination = client.CoordinationV1Api(api_client)
+    a = Candidate(api_client, namespace, "replica-a").start()
+    candidates.append(a)
+    assert a.started.wait(20)
+    wait_for(lambda: renewals(control_plane, namespace) >= 2, timeout=20, message="2 renewals")
+    reads_before = gets(control_plane, namespace)
+    # Anyone else's write moves the resourceVersion the holder's next replace carries.
+    coordination.patch_namespaced_lease(LEASE, namespace, {"metadata": {"labels": {"touched": "yes"}}})
+    wait_for(
+        lambda: ("update", 409) in lease_requests(control_plane, namespace),
+        timeout=10,
+        message="the stale renewal to be refused",
+    )
+    settled = renewals(control_plane, namespace)
+    wait_for(lambda: renewals(control_plane, namespace) >= settled + 3, timeout=20, message="3 more renewals")
+    assert gets(control_plane, namespace) - reads_before == 1, lease_requests(control_plane, namespace)
+    assert a.elector.is_leader and not a.stopped.is_set()
+    assert holder(coordination, namespace) == "replica-a"
 
 
 def test_stop_without_release_keeps_the_lease(
