@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,16 @@ RUNNER_STANDINS = REPO_ROOT / "testworld" / "runner_image"
 RUNNER_UID = 1001
 RUNNER_HOME = "/home/runner"
 ENTRYPOINT_PATH = "/usr/local/bin/runnerpool-runner-entrypoint"
-#: Host commands the stand-ins and the entrypoint use; coreutils comes whole.
-RUNNER_HOST_COMMANDS = ("bash", "curl")
+#: Host commands for the image: bash, curl and the coreutils a shell script reaches for
+#: (the stand-ins and the entrypoint use bash, curl, tr, date, dirname, mkdir, sleep, cat,
+#: env, rm, ls).  Named here, not read from dpkg: the sealed world hides /var/lib.
+RUNNER_HOST_COMMANDS = (
+    "bash",
+    "curl",
+    *"basename cat chmod cp cut date dirname echo env false head id ln ls mkdir mktemp mv "
+    "printf pwd readlink rm rmdir seq sleep sort stat tail tee test timeout touch tr true "
+    "uname uniq wc whoami".split(),
+)
 #: Bumped when the packing itself changes, so old archives are not reused.
 _FORMAT = "1"
 _LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -258,26 +265,17 @@ def pause_image() -> Image:
     return pack("runnerpool-pause", rootfs, {"Entrypoint": ["/pause"], "User": "65535:65535"})
 
 
-def _coreutils() -> Iterable[str]:
-    """Every command of the host's coreutils package, from the machine's own dpkg database."""
-    listed = subprocess.run(["dpkg", "-L", "coreutils"], check=False, capture_output=True, text=True)
-    if listed.returncode != 0:
-        raise AssetError(f"dpkg -L coreutils failed: {listed.stderr.strip()} (apt-get install coreutils)")
-    for line in listed.stdout.splitlines():
-        if re.match(r"^/(usr/)?bin/[^/]+$", line) and os.access(line, os.X_OK) and not os.path.isdir(line):
-            yield line
-
-
 def runner_image() -> Image:
     missing = [p for p in (RUNNER_STANDINS / "config.sh", RUNNER_STANDINS / "run.sh") if not p.is_file()]
     if missing:
         raise AssetError(f"runner image stand-ins missing: {', '.join(map(str, missing))}")
     rootfs = Rootfs()
-    commands = list(_coreutils())
+    commands = []
     for command in RUNNER_HOST_COMMANDS:
         found = shutil.which(command)
         if found is None:
-            raise AssetError(f"{command} is not installed: apt-get install -y {command}")
+            package = command if command in ("bash", "curl") else "coreutils"
+            raise AssetError(f"{command} is not installed: apt-get install -y {package}")
         commands.append(found)
     rootfs.host_binaries(commands)
     rootfs.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nrunner:x:1001:1001:runner:/home/runner:/bin/bash\n")

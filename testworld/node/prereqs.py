@@ -19,7 +19,7 @@ _COMMANDS = {
     "ip": "apt-get install -y --no-install-recommends iproute2",
     "gcc": "apt-get install -y --no-install-recommends gcc libc6-dev",
     "ldd": "apt-get install -y libc-bin",
-    "dpkg": "a Debian-based machine (the runner image is filled from its dpkg database)",
+    "curl": "apt-get install -y --no-install-recommends curl",
 }
 _SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
