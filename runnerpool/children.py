@@ -17,6 +17,10 @@ RUNNER_CONTAINER = "runner"
 _TOKEN_VOLUME = "runner-token"
 _WORK_VOLUME = "work"
 GITHUB_API_URL = "https://api.github.com"
+#: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
+#: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
+#: and the runner gets "Permission denied".
+RUNNER_GID = 1001
 
 
 def pool_labels(pool: api.RunnerPool) -> dict[str, str]:
@@ -102,6 +106,7 @@ def _pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> 
     if spec.resources is not None:
         container["resources"] = spec.resources.model_dump(by_alias=True, exclude_none=True)
     pod: dict[str, Any] = {
+        "securityContext": {"fsGroup": RUNNER_GID},
         "containers": [container],
         "volumes": [
             {

@@ -154,6 +154,8 @@ def test_a_filled_token_brings_the_deployment_then_ready(
     assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
     mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
+    # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
+    assert (token_volume["secret"]["defaultMode"], pod["securityContext"]["fsGroup"]) == (0o440, 1001)
     pool = _get(api_client, namespace, "beta")
     assert _condition(pool, "TokenReady")["status"] == "True"
     assert pool["status"]["tokenExpiresAt"] == FUTURE
