@@ -63,8 +63,6 @@ def _register(
     fake: GitHubState, _m: re.Match[str], cred: str, form: dict[str, str], _q: Mapping[str, str]
 ) -> Reply:
     name = form.get("name", "").strip()
-    if not name:
-        raise ValueError("name is required")
     labels = [label.strip() for label in form.get("labels", "").split(",") if label.strip()]
     runner_id, credential = fake.listener_register(
         cred, name, labels, ephemeral=_flag(form, "ephemeral"), replace=_flag(form, "replace")

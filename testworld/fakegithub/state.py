@@ -803,6 +803,8 @@ class GitHubState:
             token = self._tenants.get(tenant)
             if token is None:
                 raise ListenerError(401, "unknown tenant credential")
+            if not name:
+                raise ValueError("a runner needs a name")
             scope = self._registration_tokens[token].scope
             try:
                 runner_id = self.register_runner_with_token(
