@@ -648,6 +648,11 @@ class GitHubState:
             bases = self._bases()
             return [job_json(bases, j) for j in self._jobs.values() if key is None or j.repo.key == key]
 
+    def listening(self, scope: str | Scope, runner: int | str) -> bool:
+        """Whether the runner's process is in a long poll for a job right now."""
+        with self._lock:
+            return self._find_runner(self._scope(scope), runner).polls > 0
+
     def _bases(self) -> Bases:
         """Where links in job and run bodies point; `FakeGitHub` points them at itself."""
         return Bases(api="https://api.github.com", web="https://github.com")
