@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import credentials, pytest_runtest_makereport, start_operator
+from tests.e2e.conftest import (
+    _gc_probe,
+    credentials,
+    gc_follows_pools,
+    pytest_runtest_makereport,
+    start_operator,
+)
 from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO
 from tests.pools import pool_manifest
 from testworld.fakegithub import FakeGitHub
@@ -21,13 +27,19 @@ from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
 from testworld.simulator import OperatorProcess
 
-__all__ = ["credentials", "pytest_runtest_makereport", "start_operator"]
+__all__ = ["_gc_probe", "credentials", "gc_follows_pools", "pytest_runtest_makereport", "start_operator"]
 
 
 @pytest.fixture
 def fake_github() -> Iterator[FakeGitHub]:
-    """As in the e2e suite, but on the node's bridge address: runner pods talk to it."""
-    with FakeGitHub(host=seal.NODE_IP, scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT]) as fake:
+    """As in the e2e suite, but on the node's bridge address, where runner pods reach it.
+
+    Served under ``/api/v3`` as GitHub Enterprise Server is: the stand-in config.sh, like the
+    real one, derives the API from the web URL it is given that way for any host but github.com.
+    """
+    with FakeGitHub(
+        host=seal.NODE_IP, api_prefix="/api/v3", scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT]
+    ) as fake:
         yield fake
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.assets import AssetError, cache_root, go_environment, progress, run_logged
+from testworld.node import images
 
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_VERSION = "v2.4.2"
@@ -69,7 +70,11 @@ _CNI = _GoCommands(
     "cni-plugins",
     CNI_PLUGINS_MODULE,
     CNI_PLUGINS_VERSION,
-    {"bridge": "plugins/main/bridge", "loopback": "plugins/main/loopback", "host-local": "plugins/ipam/host-local"},
+    {
+        "bridge": "plugins/main/bridge",
+        "loopback": "plugins/main/loopback",
+        "host-local": "plugins/ipam/host-local",
+    },
 )
 
 
@@ -101,7 +106,9 @@ def _build_go_commands(commands: _GoCommands, started: float) -> None:
         if not missing:
             return
         if shutil.which("go") is None:
-            raise AssetError(f"Go is needed once to build {', '.join(missing)}: install Go (https://go.dev/dl)")
+            raise AssetError(
+                f"Go is needed once to build {', '.join(missing)}: install Go (https://go.dev/dl)"
+            )
         folder.mkdir(parents=True, exist_ok=True)
         log = folder.parent / f"{folder.name}.build.log"
         env = go_environment()
@@ -149,14 +156,19 @@ def ensure_node_binaries() -> NodeBinaries:
 
 
 def main() -> int:
+    started = time.monotonic()
     try:
         envtest_assets.ensure_binaries()
         binaries = ensure_node_binaries()
+        packed = [images.pause_image(), images.runner_image()]
     except AssetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for name, path in vars(binaries).items():
         print(f"{name}: {path}", file=sys.stderr)
+    for image in packed:
+        print(f"image {image.reference}: {image.archive}", file=sys.stderr)
+    progress("node binaries and images ready", started)
     return 0
 
 

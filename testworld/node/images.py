@@ -6,8 +6,8 @@ Two images, each one layer, packed as an OCI image-layout archive that
 * the pod sandbox's pause image, from ``pause.c`` compiled with ``gcc -static``;
 * the runner test image: the project's real ``deploy/images/runner/entrypoint.sh``
   at the real image's path, running as the real image's user (uid/gid 1001) with its
-  environment, plus the stand-ins ``testworld/runner_image/{config,run}.sh`` for the
-  actions runner.  Its userland is the host's own bash, curl and coreutils with the
+  environment, plus the stand-ins in ``testworld/runner_image/`` for the actions
+  runner's ``config.sh`` and ``run.sh``.  Its userland is the host's own bash, curl and coreutils with the
   shared libraries ``ldd`` names, laid out as on the host (symlinks included), so no
   registry or mirror is involved and the image is a few MiB.
 
@@ -48,13 +48,9 @@ ENTRYPOINT_PATH = "/usr/local/bin/runnerpool-runner-entrypoint"
 #: Host commands for the image: bash, curl and the coreutils a shell script reaches for
 #: (the stand-ins and the entrypoint use bash, curl, tr, date, dirname, mkdir, sleep, cat,
 #: env, rm, ls).  Named here, not read from dpkg: the sealed world hides /var/lib.
-RUNNER_HOST_COMMANDS = (
-    "bash",
-    "curl",
-    *"basename cat chmod cp cut date dirname echo env false head id ln ls mkdir mktemp mv "
-    "printf pwd readlink rm rmdir seq sleep sort stat tail tee test timeout touch tr true "
-    "uname uniq wc whoami".split(),
-)
+_COREUTILS = """basename cat chmod cp cut date dirname echo env false head id ln ls mkdir mktemp mv
+printf pwd readlink rm rmdir seq sleep sort stat tail tee test timeout touch tr true uname uniq wc whoami"""
+RUNNER_HOST_COMMANDS = ("bash", "curl", *_COREUTILS.split())
 #: Bumped when the packing itself changes, so old archives are not reused.
 _FORMAT = "1"
 _LAYER_MEDIA = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -211,7 +207,11 @@ def _oci_archive(rootfs: Rootfs, reference: str, config: dict[str, Any]) -> byte
         ("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode()),
         ("index.json", json.dumps(index, sort_keys=True).encode()),
     ]
-    for digest, data in ((layer_digest, layer_gz), (config_digest, config_bytes), (manifest_digest, manifest_bytes)):
+    for digest, data in (
+        (layer_digest, layer_gz),
+        (config_digest, config_bytes),
+        (manifest_digest, manifest_bytes),
+    ):
         members.append((f"blobs/sha256/{digest.removeprefix('sha256:')}", data))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
@@ -278,7 +278,9 @@ def runner_image() -> Image:
             raise AssetError(f"{command} is not installed: apt-get install -y {package}")
         commands.append(found)
     rootfs.host_binaries(commands)
-    rootfs.file("/etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nrunner:x:1001:1001:runner:/home/runner:/bin/bash\n")
+    rootfs.file(
+        "/etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nrunner:x:1001:1001:runner:/home/runner:/bin/bash\n"
+    )
     rootfs.file("/etc/group", b"root:x:0:\nrunner:x:1001:\n")
     rootfs.file("/etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files\n")
     rootfs.directory("/tmp", 0o1777)
@@ -287,8 +289,9 @@ def runner_image() -> Image:
     rootfs.directory("/runner", 0o755, RUNNER_UID)
     rootfs.directory("/runner/_work", 0o755, RUNNER_UID)
     rootfs.file(ENTRYPOINT_PATH, RUNNER_ENTRYPOINT.read_bytes(), 0o755)
-    for script in ("config.sh", "run.sh"):
-        rootfs.file(f"{RUNNER_HOME}/{script}", (RUNNER_STANDINS / script).read_bytes(), 0o755, RUNNER_UID)
+    # config.sh, run.sh and what they source, beside each other as in the real runner's folder.
+    for script in sorted(RUNNER_STANDINS.glob("*.sh")):
+        rootfs.file(f"{RUNNER_HOME}/{script.name}", script.read_bytes(), 0o755, RUNNER_UID)
     config = {
         "User": f"{RUNNER_UID}:{RUNNER_UID}",
         "WorkingDir": RUNNER_HOME,

@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from testworld.envtest.controlplane import ControlPlane, ControlPlaneError, Component
+from testworld.envtest.controlplane import Component, ControlPlane, ControlPlaneError
 from testworld.node import cgroups, images, seal
 from testworld.node.assets import NodeBinaries, ensure_node_binaries
 from testworld.simulator import poll_until
@@ -182,7 +182,9 @@ imports = []
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": POD_SUBNET, "rangeStart": "10.88.0.10", "gateway": seal.NODE_IP}]],
+                        "ranges": [
+                            [{"subnet": POD_SUBNET, "rangeStart": "10.88.0.10", "gateway": seal.NODE_IP}]
+                        ],
                         "routes": [],
                         "dataDir": "/run/testworld/cni-ipam",
                     },
@@ -244,7 +246,11 @@ imports = []
             "resolvConf": str(resolv),
             "registerWithTaints": [NODE_TAINT],
             # The disk is shared with everything else on the machine: evict only when nearly full.
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "evictionHard": {
+                "memory.available": "100Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+            },
             # Imported images cannot be pulled again: never collect them.
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,

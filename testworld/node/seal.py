@@ -108,7 +108,9 @@ def run_sealed(command: list[str]) -> int:
         leftovers = cgroups.members()
         left = cgroups.remove()
         if leftovers:
-            print(f"killed {len(leftovers)} survivor(s) of an earlier run: {sorted(leftovers)}", file=sys.stderr)
+            print(
+                f"killed {len(leftovers)} survivor(s) of an earlier run: {sorted(leftovers)}", file=sys.stderr
+            )
         if left:
             raise SealError(f"cgroup directories of an earlier run cannot be removed: {left}")
         unshare = prereqs.which("unshare") or "unshare"
