@@ -9,7 +9,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
-from testworld.envtest.controlplane import ControlPlane, ControlPlaneError, Component
+from testworld.envtest.controlplane import Component, ControlPlane, ControlPlaneError
 
 
 def _configmap(name: str, **extra: object) -> client.V1ConfigMap:
