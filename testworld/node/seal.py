@@ -34,6 +34,7 @@ from pathlib import Path
 
 from testworld.envtest.assets import cache_root
 from testworld.node import cgroups, prereqs
+from testworld.simulator import poll_until
 
 NODE_IP = "10.88.0.1"
 NODE_CIDR = f"{NODE_IP}/24"
@@ -136,6 +137,7 @@ def run_sealed(command: list[str]) -> int:
                 env=env,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
             )
+            _announce(child.pid)
             code = child.wait()
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -154,6 +156,24 @@ def run_sealed(command: list[str]) -> int:
             print("sealed run left traces on the host:\n  - " + "\n  - ".join(problems), file=sys.stderr)
             return code or 1
         return code
+
+
+def _announce(unshare_pid: int) -> None:
+    """Say how to enter the world by hand: PID 1 of its namespaces is unshare's only child."""
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children")
+
+    def inner_pid() -> str:
+        try:
+            return children.read_text().strip()
+        except OSError:
+            return ""
+
+    if poll_until(lambda: bool(inner_pid()), 5.0, 0.01):
+        pid = inner_pid().split()[0]
+        print(
+            f"sealed world: PID {pid} (enter with `nsenter --target {pid} --net --mount --pid`)",
+            file=sys.stderr,
+        )
 
 
 def _inner_setup() -> None:
