@@ -19,11 +19,19 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
-from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.controlplane import ComponentGroup, ControlPlane
 from testworld.node.node import Node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
+
+
+def _stop_and_check(group: ComponentGroup, what: str) -> None:
+    """Stop ``group``; none of its processes may outlive that."""
+    pids = group.pids
+    group.stop()
+    leftovers = [pid for pid in pids if process_alive(pid)]
+    assert not leftovers, f"{what} processes still running after stop: {leftovers}"
 
 
 @pytest.fixture(scope="session")
@@ -33,10 +41,7 @@ def control_plane() -> Iterator[ControlPlane]:
     try:
         yield plane
     finally:
-        pids = plane.pids
-        plane.stop()
-        leftovers = [pid for pid in pids if process_alive(pid)]
-        assert not leftovers, f"control plane processes still running after stop: {leftovers}"
+        _stop_and_check(plane, "control plane")
         assert not plane.workdir.exists(), f"control plane folder not removed: {plane.workdir}"
 
 
@@ -48,10 +53,7 @@ def node(control_plane: ControlPlane) -> Iterator[Node]:
     try:
         yield started
     finally:
-        pids = started.pids
-        started.stop()
-        leftovers = [pid for pid in pids if process_alive(pid)]
-        assert not leftovers, f"node processes still running after stop: {leftovers}"
+        _stop_and_check(started, "node")
 
 
 @pytest.fixture(scope="session")

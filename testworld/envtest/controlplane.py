@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -95,20 +95,18 @@ class Component:
         return self.popen.pid if self.popen else None
 
 
-@dataclass
-class ControlPlane:
-    """Start with ``with ControlPlane() as cp:``; ``cp.kubeconfig`` is ready to use."""
+class ComponentGroup:
+    """Processes started and stopped together: ``with group:`` and the ``pids`` they run as."""
 
-    with_controller_manager: bool = True
-    #: Also the scheduler and the controllers a real node needs (see the module docstring).
-    for_node: bool = False
-    start_timeout: float = 90.0
-    workdir: Path = field(init=False)
-    kubeconfig: Path = field(init=False)
-    url: str = field(init=False)
-    _processes: list[Component] = field(init=False, default_factory=list)
+    _processes: list[Component]
 
-    def __enter__(self) -> ControlPlane:
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -120,6 +118,20 @@ class ControlPlane:
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes if p.pid is not None]
+
+
+@dataclass
+class ControlPlane(ComponentGroup):
+    """Start with ``with ControlPlane() as cp:``; ``cp.kubeconfig`` is ready to use."""
+
+    with_controller_manager: bool = True
+    #: Also the scheduler and the controllers a real node needs (see the module docstring).
+    for_node: bool = False
+    start_timeout: float = 90.0
+    workdir: Path = field(init=False)
+    kubeconfig: Path = field(init=False)
+    url: str = field(init=False)
+    _processes: list[Component] = field(init=False, default_factory=list)
 
     def start(self) -> None:
         names = assets.BINARIES + (("kube-scheduler",) if self.for_node else ())
@@ -321,10 +333,11 @@ class ControlPlane:
         insecure.verify_mode = ssl.CERT_NONE
         return insecure
 
-    def _start_scheduler(self, binary: Path) -> None:
+    def _start_client_component(self, name: str, binary: Path, flags: list[str]) -> None:
+        """A component that talks to the API server as admin and serves /healthz on loopback."""
         port = free_port()
         process = self._spawn(
-            "kube-scheduler",
+            name,
             [
                 str(binary),
                 f"--kubeconfig={self.kubeconfig}",
@@ -333,25 +346,22 @@ class ControlPlane:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 "--leader-elect=false",
-                "--kube-api-qps=500",
-                "--kube-api-burst=1000",
+                *flags,
             ],
         )
         self._wait(process, f"https://127.0.0.1:{port}/healthz", self._insecure_health_check())
 
+    def _start_scheduler(self, binary: Path) -> None:
+        self._start_client_component(
+            "kube-scheduler", binary, ["--kube-api-qps=500", "--kube-api-burst=1000"]
+        )
+
     def _start_controller_manager(self, binary: Path, pki: certs.Pki) -> None:
-        port = free_port()
-        process = self._spawn(
+        self._start_client_component(
             "kube-controller-manager",
+            binary,
             [
-                str(binary),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
-                "--leader-elect=false",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={self.workdir / 'pki' / 'serving-ca.crt'}",
                 f"--controllers={self._controllers()}",
@@ -364,7 +374,6 @@ class ControlPlane:
                 "--concurrent-replicaset-syncs=20",
             ],
         )
-        self._wait(process, f"https://127.0.0.1:{port}/healthz", self._insecure_health_check())
 
 
 def main() -> int:

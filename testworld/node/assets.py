@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.assets import AssetError, cache_root, go_environment, progress, run_logged
-from testworld.node import images
+from testworld.node import images, prereqs
 
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_VERSION = "v2.4.2"
@@ -156,6 +156,14 @@ def ensure_node_binaries() -> NodeBinaries:
 
 
 def main() -> int:
+    missing = prereqs.problems()
+    if missing:
+        # Before minutes of building: the node could not start with these anyway.
+        print(
+            "error: the test node cannot start on this machine:\n  - " + "\n  - ".join(missing),
+            file=sys.stderr,
+        )
+        return 1
     started = time.monotonic()
     try:
         envtest_assets.ensure_binaries()

@@ -20,14 +20,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from testworld.envtest.controlplane import Component, ControlPlane, ControlPlaneError
+from testworld.envtest.controlplane import Component, ComponentGroup, ControlPlane, ControlPlaneError
 from testworld.node import cgroups, images, seal
 from testworld.node.assets import NodeBinaries, ensure_node_binaries
 from testworld.simulator import poll_until
@@ -47,7 +46,7 @@ class NodeError(ControlPlaneError):
 
 
 @dataclass
-class Node:
+class Node(ComponentGroup):
     """``with Node(plane) as node:`` until the Node object is Ready; ``node.runner_image`` to use."""
 
     plane: ControlPlane
@@ -57,19 +56,6 @@ class Node:
     runner_image: images.Image = field(init=False)
     started_in: float = field(init=False, default=0.0)
     _processes: list[Component] = field(init=False, default_factory=list)
-
-    def __enter__(self) -> Node:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self._processes if p.pid is not None]
 
     def start(self) -> None:
         if not seal.is_sealed():
