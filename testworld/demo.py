@@ -355,8 +355,10 @@ class Demo:
         for pod in self._pods(api_client, sample):
             status = pod.status
             ready = sum(1 for c in status.container_statuses or [] if c.ready)
+            # As kubectl shows it: a pod being deleted is Terminating, whatever its phase.
+            phase = "Terminating" if pod.metadata.deletion_timestamp else status.phase
             self.console.raw(
-                f"    {pod.metadata.name}  {status.phase}  ready {ready}/1  node {pod.spec.node_name}  "
+                f"    {pod.metadata.name}  {phase}  ready {ready}/1  node {pod.spec.node_name}  "
                 f"ip {status.pod_ip}  uid {images.RUNNER_UID}"
             )
 
