@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv envtest lint test demo crds
+.PHONY: venv envtest node-packages node lint test demo crds
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,19 @@ venv: $(STAMP)
 envtest: $(STAMP)
 	$(BIN)/python -m testworld.envtest.assets
 
+# Debian packages the test node needs (CI starts from a fresh machine); installed only if missing.
+NODE_DEBS := runc iproute2 util-linux mount gcc libc6-dev curl
+node-packages:
+	@missing=$$(for p in $(NODE_DEBS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages for the test node:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# Builds (once, cached beside the control plane) kubelet, kube-scheduler, containerd, the runc shim, CNI plugins.
+node: envtest node-packages
+	$(BIN)/python -m testworld.node.assets
+
 crds: $(STAMP)
 	$(BIN)/python -m testworld.crdgen
 
@@ -27,8 +40,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: envtest lint
-	$(BIN)/pytest
+# The whole session runs in namespaces of its own (testworld/node/seal.py): no packet leaves.
+test: node lint
+	$(BIN)/python -m testworld.node.seal -- $(BIN)/pytest
 
+# Runs on the node when it can start; otherwise says why and plays the pods with the stand-in.
 demo: envtest
+	-@$(MAKE) --no-print-directory node-packages
 	$(BIN)/python -m testworld.demo

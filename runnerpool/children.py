@@ -16,6 +16,10 @@ WORK_DIR = "/runner/_work"
 RUNNER_CONTAINER = "runner"
 _TOKEN_VOLUME = "runner-token"
 _WORK_VOLUME = "work"
+#: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
+#: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
+#: and the runner gets "Permission denied".
+RUNNER_GID = 1001
 
 
 def pool_labels(pool: api.RunnerPool) -> dict[str, str]:
@@ -107,6 +111,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         # could not reach GitHub) restarts the container with the kubelet's backoff; a
         # container that restarts after it registered exits 0 at once (entrypoint.sh).
         "restartPolicy": "OnFailure",
+        "securityContext": {"fsGroup": RUNNER_GID},
         "containers": [container],
         "volumes": [
             {

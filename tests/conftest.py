@@ -1,7 +1,10 @@
 """Shared fixtures: one real control plane per test session, a fresh namespace per test.
 
 A control plane that cannot start fails the session with the component's log
-tail; it is never skipped.
+tail; it is never skipped.  The control plane always has a scheduler and the
+node controllers; the real node (``node``) starts with the first test that asks
+for it, inside the sealed world that ``make test`` runs pytest in, and fails (never
+skips) every test that needs it when it cannot start.
 """
 
 from __future__ import annotations
@@ -16,24 +19,41 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
-from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.controlplane import ComponentGroup, ControlPlane
+from testworld.node.node import Node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
 
 
+def _stop_and_check(group: ComponentGroup, what: str) -> None:
+    """Stop ``group``; none of its processes may outlive that."""
+    pids = group.pids
+    group.stop()
+    leftovers = [pid for pid in pids if process_alive(pid)]
+    assert not leftovers, f"{what} processes still running after stop: {leftovers}"
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
-    plane = ControlPlane()
+    plane = ControlPlane(for_node=True)
     plane.start()
     try:
         yield plane
     finally:
-        pids = plane.pids
-        plane.stop()
-        leftovers = [pid for pid in pids if process_alive(pid)]
-        assert not leftovers, f"control plane processes still running after stop: {leftovers}"
+        _stop_and_check(plane, "control plane")
         assert not plane.workdir.exists(), f"control plane folder not removed: {plane.workdir}"
+
+
+@pytest.fixture(scope="session")
+def node(control_plane: ControlPlane) -> Iterator[Node]:
+    """The test node: kubelet + containerd + runc, Ready, tainted so only node tests' pods land on it."""
+    started = Node(control_plane)
+    started.start()
+    try:
+        yield started
+    finally:
+        _stop_and_check(started, "node")
 
 
 @pytest.fixture(scope="session")

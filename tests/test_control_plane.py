@@ -9,7 +9,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
-from testworld.envtest.controlplane import ControlPlane, ControlPlaneError, _Process
+from testworld.envtest.controlplane import Component, ControlPlane, ControlPlaneError
 
 
 def _configmap(name: str, **extra: object) -> client.V1ConfigMap:
@@ -101,7 +101,7 @@ def test_stop_leaves_no_process_and_no_folder() -> None:
 
 
 def test_a_failing_component_reports_its_log_tail(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    process = _Process(
+    process = Component(
         "broken",
         ["/bin/sh", "-c", "echo 'flag provided but not defined: --nope'; exit 3"],
         tmp_path / "broken.log",

@@ -160,6 +160,10 @@ def test_every_operation_and_documented_success_is_exercised(
     offline = fake.runners(REPO)[0]["id"]
     assert gh.delete(f"{url}/repos/{REPO}/actions/runners/{offline}").status_code == 204
     assert gh.get(f"{url}/rate_limit").status_code == 200
+    job_id = fake.queue_job(REPO, ["self-hosted"], 0)
+    (run,) = gh.get(f"{url}/repos/{REPO}/actions/runs").json()["workflow_runs"]
+    assert gh.get(f"{url}/repos/{REPO}/actions/runs/{run['id']}/jobs").status_code == 200
+    assert gh.get(f"{url}/repos/{REPO}/actions/jobs/{job_id}").status_code == 200
 
     app = requests.Session()
     app.hooks["response"].append(contract)
@@ -189,6 +193,9 @@ def test_extract_keeps_provenance_and_only_implemented_operations() -> None:
             "actions/delete-self-hosted-runner-from-repo",
             "actions/create-registration-token-for-org",
             "actions/create-registration-token-for-repo",
+            "actions/list-workflow-runs-for-repo",
+            "actions/list-jobs-for-workflow-run",
+            "actions/get-job-for-workflow-run",
             "apps/create-installation-access-token",
             "rate-limit/get",
         ]
@@ -289,6 +296,109 @@ def test_repo_and_org_runners_are_separate(fake: FakeGitHub, gh: requests.Sessio
     assert gh.get(f"{fake.url}/orgs/{ORG}/actions/runners/{org_runner}").json()["name"] == "shared"
     # Scope names are case-insensitive on GitHub.
     assert gh.get(f"{fake.url}/orgs/OCTO-ORG/actions/runners").json()["total_count"] == 1
+
+
+# ---------------------------------------------------------------------------------------- jobs
+
+
+def _clocked(now: list[float]) -> FakeGitHub:
+    return FakeGitHub(scopes=[ORG, REPO], clock=lambda: now[0])
+
+
+def test_job_runs_on_an_idle_runner_with_all_its_labels_then_completes() -> None:
+    now = [1_700_000_000.0]
+    with _clocked(now) as fake:
+        fake.register_runner(ORG, "gpu-less", ["octo-org/pool"])
+        fake.register_runner(ORG, "offline", ["octo-org/pool", "gpu"], status="offline")
+        fake.register_runner(ORG, "busy", ["octo-org/pool", "gpu"], busy=True)
+        fake.register_runner(ORG, "match", ["Octo-Org/Pool", "GPU"], ephemeral=True)
+        job_id = fake.queue_job("octo-org/app", ["self-hosted", "linux", "octo-org/pool", "gpu"], 30)
+        job = fake.job(job_id)
+        assert (job["status"], job["runner_name"], job["conclusion"]) == ("in_progress", "match", None)
+        assert job["runner_id"] == fake.runner(ORG, "match")["id"]
+        assert fake.runner(ORG, "match")["busy"] is True
+        now[0] += 29
+        assert fake.job(job_id)["status"] == "in_progress"
+        now[0] += 1
+        done = fake.job(job_id)
+        assert (done["status"], done["conclusion"]) == ("completed", "success")
+        assert done["completed_at"] == "2023-11-14T22:13:50Z"
+        # GitHub removes an ephemeral runner after its job.
+        assert [r["name"] for r in fake.runners(ORG)] == ["gpu-less", "offline", "busy"]
+
+
+def test_jobs_stay_queued_without_a_matching_runner_in_scope(fake: FakeGitHub) -> None:
+    fake.register_runner(ORG, "org-runner", ["pool"])
+    fake.register_runner(REPO, "repo-runner", ["pool"])
+    elsewhere = fake.queue_job("other-org/app", ["pool"], 5)
+    other_repo = fake.queue_job("octo/other", ["pool"], 5)
+    missing_label = fake.queue_job("octo-org/app", ["pool", "gpu"], 5)
+    assert [fake.job(j)["status"] for j in (elsewhere, other_repo, missing_label)] == ["queued"] * 3
+    assert fake.job(elsewhere)["runner_id"] is None
+    # A job of the runner's own repository, and one of a repository of the runner's org.
+    assert fake.job(fake.queue_job(REPO, ["pool"], 5))["runner_name"] == "repo-runner"
+    assert fake.job(fake.queue_job("OCTO-ORG/app", ["pool"], 5))["runner_name"] == "org-runner"
+    # Runners are busy now: the next job waits for one to finish.
+    waiting = fake.queue_job(REPO, ["pool"], 5)
+    assert fake.job(waiting)["status"] == "queued"
+    fake.complete_job(REPO, "repo-runner")
+    assert fake.job(waiting)["runner_name"] == "repo-runner"
+
+
+def test_job_refuses_bad_input(fake: FakeGitHub) -> None:
+    with pytest.raises(ValueError, match="repository"):
+        fake.queue_job(ORG, ["pool"], 1)
+    with pytest.raises(ValueError, match="labels"):
+        fake.queue_job(REPO, [], 1)
+    with pytest.raises(ValueError, match="negative"):
+        fake.queue_job(REPO, ["pool"], -1)
+    with pytest.raises(LookupError, match="no job 5"):
+        fake.job(5)
+
+
+def test_run_and_job_listings(fake: FakeGitHub, gh: requests.Session) -> None:
+    fake.register_runner(REPO, "r1", ["pool"])
+    first = fake.queue_job(REPO, ["pool"], 60)
+    queued = [fake.queue_job(REPO, ["pool"], 60, name=f"job-{n}") for n in range(34)]
+    fake.queue_job("octo/other", ["pool"], 60)
+    runs_url = f"{fake.url}/repos/{REPO}/actions/runs"
+    page = gh.get(runs_url)
+    body = page.json()
+    assert body["total_count"] == 35
+    assert len(body["workflow_runs"]) == 30
+    assert _links(page)["last"] == f"{runs_url}?page=2"
+    newest = body["workflow_runs"][0]
+    assert newest["id"] == fake.job(queued[-1])["run_id"]
+    assert (newest["status"], newest["run_number"], newest["repository"]["full_name"]) == ("queued", 35, REPO)
+    in_progress = gh.get(runs_url, params={"status": "in_progress"}).json()
+    assert [run["id"] for run in in_progress["workflow_runs"]] == [fake.job(first)["run_id"]]
+
+    job = fake.job(first)
+    listed = gh.get(f"{fake.url}/repos/{REPO}/actions/runs/{job['run_id']}/jobs").json()
+    assert listed == {"total_count": 1, "jobs": [job]}
+    single = gh.get(job["url"])
+    assert single.json() == job
+    assert job["url"] == f"{fake.url}/repos/{REPO}/actions/jobs/{first}"
+    assert job["html_url"].startswith(f"{fake.url}/{REPO}/actions/runs/")
+    etag = single.headers["ETag"]
+    assert gh.get(job["url"], headers={"If-None-Match": etag}).status_code == 304
+    fake.complete_job(REPO, "r1")
+    assert gh.get(job["url"], headers={"If-None-Match": etag}).json()["conclusion"] == "success"
+
+    assert gh.get(f"{fake.url}/repos/octo/other/actions/jobs/{first}").status_code == 404
+    assert gh.get(f"{fake.url}/repos/{REPO}/actions/runs/1/jobs").status_code == 404
+    assert gh.get(f"{fake.url}/repos/nobody/nothing/actions/runs").status_code == 404
+
+
+def test_job_control_api(fake: FakeGitHub) -> None:
+    control = f"{fake.url}/_fake"
+    created = requests.post(f"{control}/jobs", json={"scope": REPO, "labels": ["pool"], "duration_s": 1})
+    assert created.status_code == 201
+    job_id = created.json()["id"]
+    assert requests.get(f"{control}/jobs/{job_id}").json() == fake.job(job_id)
+    assert [j["id"] for j in requests.get(f"{control}/jobs", params={"scope": REPO}).json()] == [job_id]
+    assert requests.get(f"{control}/jobs/1").status_code == 404
+    assert requests.post(f"{control}/jobs", json={"scope": ORG, "labels": ["x"]}).status_code == 400
 
 
 # ---------------------------------------------------------------------------------------- caching and budget

@@ -176,6 +176,8 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert mount["readOnly"] is True
     budget = LiveReader(api_client).get_disruption_budget(namespace, api.disruption_budget_name("beta"))
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
+    # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
+    assert (token_volume["secret"]["defaultMode"], pod["spec"]["securityContext"]["fsGroup"]) == (0o440, 1001)
     pool = _get(api_client, namespace, "beta")
     assert _condition(pool, "TokenReady")["status"] == "True"
     assert pool["status"]["tokenExpiresAt"] == FUTURE

@@ -1,11 +1,18 @@
 """``make demo``: the operator keeping a pool of runners, on a laptop with no cluster and no GitHub.
 
 Everything a newcomer would otherwise have to set up is started here and removed again at
-the end: a local control plane (etcd, kube-apiserver, kube-controller-manager), a fake
-GitHub on loopback, the operator as its own process (the installed console script, exactly
-as a cluster would run it), and the runner simulator standing in for the runner pods that
-nothing here can run.  The pool and its credential Secret are the ones in ``deploy/samples/``,
-so what the demo shows is what a user applies.
+the end: a local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler),
+a real node (kubelet, containerd, runc: ``testworld.node``), a fake GitHub, and the operator
+as its own process (the installed console script, exactly as a cluster would run it).  The
+runner pods are real: the runner test image runs the project's entrypoint, registers with
+the token the operator mounts, takes a queued job and exits, and its pod is replaced.  The
+pool and its credential Secret are the ones in ``deploy/samples/``, so what the demo shows
+is what a user applies (plus a toleration for the test node's taint).
+
+The node needs root, overlayfs, cgroups and a few Debian packages, and runs in namespaces of
+its own (``testworld.node.seal``: nothing leaves the machine).  Where it cannot start the demo
+says why and runs with the runner simulator playing the pods instead, so a newcomer still
+sees the operator work.
 
 It prints a status table whenever something a user would look at changes (token expiry,
 desired and ready runner pods, runners registered on GitHub, the Ready condition), then
@@ -36,6 +43,9 @@ from runnerpool import api
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
 from testworld.fakegithub import FakeGitHub
+from testworld.node import images, prereqs, seal
+from testworld.node.assets import ensure_node_binaries
+from testworld.node.node import NODE_NAME, NODE_TOLERATION, Node
 from testworld.simulator import (
     OperatorError,
     OperatorProcess,
@@ -50,9 +60,13 @@ CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
 #: The only PAT the fake GitHub accepts; it goes into the sample's credential Secret.
 DEMO_PAT = "ghp_demo0000000000000000000000000000000"
 REPLICAS = 2
-#: Generous bounds for each phase; on 2 cores the whole demo takes about 15 s.
-CONVERGE_TIMEOUT = 60.0
-DELETE_TIMEOUT = 45.0
+#: Generous bounds for each phase; on 2 cores the whole demo takes about 15 s (40 s on the node).
+CONVERGE_TIMEOUT = 90.0
+DELETE_TIMEOUT = 60.0
+JOB_SECONDS = 3.0
+#: On the node the operator lists runners this often (default 60 s, to spare the GitHub
+#: budget): a pod whose runner finished its job is replaced after the next listing.
+NODE_RUNNER_SYNC_SECONDS = 10
 TICK = 0.2
 
 
@@ -197,10 +211,13 @@ class StatusTable:
 
 
 class Demo:
-    def __init__(self, *, keep: bool, out: TextIO) -> None:
+    def __init__(self, *, keep: bool, out: TextIO, on_node: bool) -> None:
         self.keep = keep
         self.console = Console(out)
         self.operator: OperatorProcess | None = None
+        #: Try the real node; set to None when it cannot start (the simulator plays the pods).
+        self.on_node = on_node
+        self.node: Node | None = None
 
     def run(self) -> int:
         sample = load_sample()
@@ -226,13 +243,22 @@ class Demo:
     ) -> tuple[ControlPlane, FakeGitHub, client.ApiClient]:
         """Control plane, fake GitHub, CRD, the sample's namespace and Secret, the operator."""
         say = self.console.say
-        say("starting etcd, kube-apiserver and kube-controller-manager (the first run builds them)")
-        plane = ControlPlane()
+        parts = "kube-apiserver, kube-controller-manager" + (" and kube-scheduler" if self.on_node else "")
+        say(f"starting etcd, {parts} (the first run builds them)")
+        plane = ControlPlane(for_node=self.on_node)
         stack.callback(self._stopped_control_plane, plane)
         plane.start()
         say(f"control plane up at {plane.url}, its files in {plane.workdir}")
+        if self.on_node:
+            self._start_node(stack, plane)
 
-        fake = stack.enter_context(FakeGitHub(scopes=[sample.scope], tokens=[DEMO_PAT]))
+        if self.node is not None:
+            # Where pods reach it, and under /api/v3 as GHES: config.sh derives the API that way.
+            fake = stack.enter_context(
+                FakeGitHub(host=seal.NODE_IP, api_prefix="/api/v3", scopes=[sample.scope], tokens=[DEMO_PAT])
+            )
+        else:
+            fake = stack.enter_context(FakeGitHub(scopes=[sample.scope], tokens=[DEMO_PAT]))
         say(f"fake GitHub at {fake.url}: knows repository {sample.scope}, accepts one PAT")
 
         api_client = config.new_client_from_config(config_file=str(plane.kubeconfig))
@@ -247,13 +273,38 @@ class Demo:
             "(deploy/samples, with the fake's PAT)"
         )
 
-        self.operator = OperatorProcess(plane.kubeconfig, fake.url, workdir / "operator.log")
+        extra: tuple[str, ...] = ()
+        if self.node:
+            extra = (
+                "--runner-image",
+                self.node.runner_image.reference,
+                "--runner-sync-interval",
+                str(NODE_RUNNER_SYNC_SECONDS),
+            )
+        self.operator = OperatorProcess(
+            plane.kubeconfig, fake.url, workdir / "operator.log", extra_args=extra
+        )
         stack.callback(self._stopped_operator)
         self.operator.start()
         say(f"started runnerpool-operator (pid {self.operator.pid}); waiting for /readyz")
         self.operator.wait_ready()
         say(f"operator ready; metrics on http://127.0.0.1:{self.operator.metrics_port}/metrics")
         return plane, fake, api_client
+
+    def _start_node(self, stack: contextlib.ExitStack, plane: ControlPlane) -> None:
+        say = self.console.say
+        say("starting the node: containerd, runc, CNI bridge 10.88.0.1/24 (no route out), kubelet")
+        node = Node(plane)
+        try:
+            node.start()
+        except (ControlPlaneError, assets.AssetError) as err:
+            say(f"the node did not start: {err}")
+            say("running with the runner simulator playing the pods instead")
+            self.on_node = False
+            return
+        stack.callback(self._stopped_node, node)
+        self.node = node
+        say(f"node {NODE_NAME} Ready in {node.started_in:.1f}s; runner image {node.runner_image.reference}")
 
     def _converge(
         self,
@@ -264,13 +315,19 @@ class Demo:
         table: StatusTable,
     ) -> None:
         say = self.console.say
-        simulator = stack.enter_context(RunnerSimulator(api_client, fake, sample.ns))
-        say("runner simulator started: it plays the runner pods (nothing runs containers here)")
+        simulator: RunnerSimulator | None = None
+        pool = sample.pool
+        if self.node is None:
+            simulator = stack.enter_context(RunnerSimulator(api_client, fake, sample.ns))
+            say("runner simulator started: it plays the runner pods (nothing runs containers here)")
+        else:
+            pool = {**pool, "spec": {**pool["spec"], "tolerations": [NODE_TOLERATION]}}
         client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-            api.GROUP, api.VERSION, sample.ns, api.PLURAL, sample.pool
+            api.GROUP, api.VERSION, sample.ns, api.PLURAL, pool
         )
+        on_node = ", plus a toleration for the test node" if self.node else ""
         say(
-            f"applied deploy/samples/runnerpool_repository.yaml: pool {sample.name}, "
+            f"applied deploy/samples/runnerpool_repository.yaml{on_node}: pool {sample.name}, "
             f"repository {sample.scope}, replicas {REPLICAS}"
         )
         self.console.blank()
@@ -280,8 +337,75 @@ class Demo:
         )
         self.console.blank()
         self._show_runners(fake, sample)
-        if simulator.rejections:
+        if simulator is not None and simulator.rejections:
             raise DemoError(f"runners were refused: {simulator.rejections}")
+        if self.node is not None:
+            self._show_pods(api_client, sample)
+            self._run_a_job(api_client, fake, sample, table)
+
+    def _pods(self, api_client: client.ApiClient, sample: Sample) -> list[client.V1Pod]:
+        selector = f"{api.POOL_LABEL}={sample.name}"
+        pods: list[client.V1Pod] = (
+            client.CoreV1Api(api_client).list_namespaced_pod(sample.ns, label_selector=selector).items
+        )
+        return sorted(pods, key=lambda p: p.metadata.name)
+
+    def _show_pods(self, api_client: client.ApiClient, sample: Sample) -> None:
+        self.console.say(f"runner pods on the node (namespace {sample.ns}):")
+        for pod in self._pods(api_client, sample):
+            status = pod.status
+            ready = sum(1 for c in status.container_statuses or [] if c.ready)
+            # As kubectl shows it: a pod being deleted is Terminating, whatever its phase.
+            phase = "Terminating" if pod.metadata.deletion_timestamp else status.phase
+            self.console.raw(
+                f"    {pod.metadata.name}  {phase}  ready {ready}/1  node {pod.spec.node_name}  "
+                f"ip {status.pod_ip}  uid {images.RUNNER_UID}"
+            )
+
+    def _run_a_job(
+        self, api_client: client.ApiClient, fake: FakeGitHub, sample: Sample, table: StatusTable
+    ) -> None:
+        """Queue one job for the pool: a pod takes it, runs it, exits, and is replaced."""
+        say = self.console.say
+        self.console.blank()
+        label = api.pool_runner_label(sample.ns, sample.name)
+        before = {p.metadata.name for p in self._pods(api_client, sample)}
+        job_id = fake.queue_job(sample.scope, [label], JOB_SECONDS)
+        say(f"queued workflow job #{job_id} on {sample.scope}, runs-on [{label}], {JOB_SECONDS:.0f} s long")
+        seen: list[str] = []
+
+        def job_state() -> dict[str, Any]:
+            job = fake.job(job_id)
+            state = f"{job['status']}" + (
+                f" on runner {job['runner_name']}" if job.get("runner_name") else ""
+            )
+            if job.get("conclusion"):
+                state += f", conclusion {job['conclusion']}"
+            if not seen or seen[-1] != state:
+                seen.append(state)
+                say(f"job #{job_id}: {state}")
+            return job
+
+        if not poll_until(lambda: job_state()["status"] == "completed", CONVERGE_TIMEOUT, TICK):
+            raise DemoError(f"job #{job_id} did not complete within {CONVERGE_TIMEOUT:.0f}s")
+        ran_on = str(fake.job(job_id)["runner_name"])
+        say(
+            f"one job per pod: pod {ran_on} exits after its job; the operator replaces it after its "
+            f"next runner listing (--runner-sync-interval {NODE_RUNNER_SYNC_SECONDS}, default 60 s)"
+        )
+        table.header()
+
+        def replaced() -> bool:
+            names = {
+                p.metadata.name for p in self._pods(api_client, sample) if not p.metadata.deletion_timestamp
+            }
+            return (
+                ran_on not in names and len(names - before) >= 1 and table.ready and table.runners == REPLICAS
+            )
+
+        table.follow(replaced, CONVERGE_TIMEOUT, f"a new pod replacing {ran_on}")
+        self.console.blank()
+        self._show_pods(api_client, sample)
 
     def _delete(
         self, api_client: client.ApiClient, fake: FakeGitHub, sample: Sample, table: StatusTable
@@ -299,6 +423,10 @@ class Demo:
         say(f"pool deleted; {table.runners} of its runners left on the fake GitHub ({deleted} deregistered)")
         if table.runners:
             raise DemoError(f"{table.runners} runner(s) still registered after the pool was deleted")
+        if self.node is not None:
+            if not poll_until(lambda: not self._pods(api_client, sample), DELETE_TIMEOUT, TICK):
+                raise DemoError(f"pods still on the node {DELETE_TIMEOUT:.0f}s after the pool was deleted")
+            say("its pods are gone from the node")
 
     def _show_runners(self, fake: FakeGitHub, sample: Sample) -> None:
         self.console.say(f"runners registered on the fake GitHub for {sample.scope}:")
@@ -311,6 +439,9 @@ class Demo:
         console = self.console
         console.blank()
         console.raw("Kept running (--keep). In another terminal:")
+        if self.node is not None:
+            console.raw("    # the world is sealed: first enter its namespaces (the PID is printed above)")
+            console.raw("    nsenter --target PID --net --mount --pid")
         console.raw(f"    export KUBECONFIG={plane.kubeconfig}")
         console.raw(f"    {kubectl or 'kubectl'} get runnerpools -A")
         console.raw(f"    {kubectl or 'kubectl'} -n {sample.ns} scale runnerpool {sample.name} --replicas 3")
@@ -343,6 +474,10 @@ class Demo:
             return
         self.console.say(f"operator stopped (SIGTERM), exit code {code}")
 
+    def _stopped_node(self, node: Node) -> None:
+        node.stop()
+        self.console.say("node stopped (kubelet, containerd, every container; its cgroups removed)")
+
     def _stopped_control_plane(self, plane: ControlPlane) -> None:
         plane.stop()
         self.console.say("control plane stopped")
@@ -371,6 +506,22 @@ def install_crd(api_client: client.ApiClient) -> None:
         raise DemoError("the API server did not start serving RunnerPools")
 
 
+def node_unavailable() -> str | None:
+    """Why the real node cannot run the demo here, or None: prerequisites, then the build."""
+    if seal.is_sealed():
+        return "this already runs in a sealed world with its own node (one node per machine)"
+    missing = prereqs.problems()
+    if missing:
+        return "; ".join(missing)
+    try:
+        ensure_node_binaries()
+        images.pause_image()
+        images.runner_image()
+    except assets.AssetError as err:
+        return str(err)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testworld.demo", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -378,8 +529,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stay up after the pool converges, until Ctrl-C; then delete and clean up",
     )
+    parser.add_argument(
+        "--stand-in", action="store_true", help="do not try the node: the runner simulator plays the pods"
+    )
+    parser.add_argument("--sealed", action="store_true", help=argparse.SUPPRESS)  # set by the seal
     args = parser.parse_args(argv)
-    demo = Demo(keep=args.keep, out=sys.stdout)
+    on_node = args.sealed
+    if not args.sealed and not args.stand_in:
+        reason = node_unavailable()
+        if reason is None:
+            command = [sys.executable, "-m", "testworld.demo", "--sealed", *(["--keep"] if args.keep else [])]
+            try:
+                return seal.run_sealed(command)
+            except seal.SealError as err:
+                reason = str(err)
+        print(f"The test node cannot start here: {reason}", flush=True)
+        print("Running with the runner simulator playing the pods instead.\n", flush=True)
+    demo = Demo(keep=args.keep, out=sys.stdout, on_node=on_node)
     try:
         return demo.run()
     except (DemoError, OperatorError, ControlPlaneError, assets.AssetError) as err:

@@ -2,9 +2,12 @@
 
 Each test gets a fresh namespace, its own fake GitHub and its own operator, started from the
 console script with ``--namespace`` so that a slow namespace deletion left by an earlier test
-can never reach it.  Teardown is part of the test: the operator must exit 0 on SIGTERM, and
-no registration token or PAT may appear anywhere in its log.  A failing test gets the tail
-of the operator's log attached to its report.
+can never reach it.  Where a pod matters, a test asks for ``node_operator`` and makes its
+pools with ``node_pool``: real runner pods on the test node then register with the token
+the operator mounts; elsewhere the runner simulator plays the pods.  Teardown is part of
+the test: the operator must exit 0 on SIGTERM, and no registration token or PAT may appear
+anywhere in its log.  A failing test gets the tail of the operator's log attached to its
+report.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
+from testworld.node import seal
+from testworld.node.node import NODE_TOLERATION, Node
 from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
 
 OPERATORS = pytest.StashKey[list[OperatorProcess]]()
@@ -115,8 +120,16 @@ def gc_follows_pools(_gc_probe: _GcProbe) -> None:
 
 @pytest.fixture
 def fake_github() -> Iterator[FakeGitHub]:
-    """Knows the e2e scopes and accepts only ``GOOD_PAT``, so a wrong PAT gets a real 401."""
-    with FakeGitHub(scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT]) as fake:
+    """Knows the e2e scopes and accepts only ``GOOD_PAT``, so a wrong PAT gets a real 401.
+
+    Inside the sealed world it listens on the node's bridge address, where runner pods reach
+    it, and under ``/api/v3`` as GitHub Enterprise Server does: the stand-in config.sh, like
+    the real one, derives that API from the web URL of any host but github.com.
+    """
+    host = seal.NODE_IP if seal.is_sealed() else "127.0.0.1"
+    with FakeGitHub(
+        host=host, api_prefix="/api/v3", scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT]
+    ) as fake:
         yield fake
 
 
@@ -172,6 +185,24 @@ def start_operator(
 @pytest.fixture
 def operator(start_operator: StartOperator) -> OperatorProcess:
     return start_operator()
+
+
+#: How often node tests' operators list runners (default 60 s, to spare the GitHub budget):
+#: a finished or stopped runner pod is noticed on the next listing.
+NODE_RUNNER_SYNC_SECONDS = "5"
+
+
+@pytest.fixture
+def node_operator(start_operator: StartOperator, node: Node) -> OperatorProcess:
+    """The operator process; pools that name no image get the node's runner test image."""
+    return start_operator(
+        "--runner-image", node.runner_image.reference, "--runner-sync-interval", NODE_RUNNER_SYNC_SECONDS
+    )
+
+
+def node_pool(name: str, *, replicas: int = 1, repo: str = REPO, **spec: Any) -> dict[str, Any]:
+    """A repository pool whose pods may run on the (tainted) test node."""
+    return pool_manifest(name, repo=repo, replicas=replicas, tolerations=[NODE_TOLERATION], **spec)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api
-from tests.e2e.conftest import StartOperator
+from tests.e2e.conftest import StartOperator, node_pool
 from tests.e2e.runners import (
     BAD_PAT,
     GOOD_PAT,
@@ -20,6 +20,7 @@ from tests.e2e.runners import (
     condition,
     events,
     get_pool,
+    pool_runners,
     token_of,
     token_secret,
     wait_condition,
@@ -28,6 +29,7 @@ from tests.e2e.runners import (
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
 from testworld.fakegithub import FakeGitHub
+from testworld.node.node import Node
 from testworld.simulator import RunnerSimulator
 
 #: A short token life and a margin just under it make the operator refresh as soon as it may.
@@ -36,6 +38,7 @@ MARGIN_MINUTES = 2.9
 #: The secret updater never refreshes sooner than a minute after a success
 #: (secret_updater.scheduler.RetryPolicy.min_refresh), so that is how long this test waits.
 REFRESH_WITHIN = 90.0
+NODE_TIMEOUT = 90.0
 
 
 @pytest.mark.usefixtures("credentials")
@@ -44,13 +47,16 @@ def test_token_is_refreshed_before_it_expires(
     namespace: str,
     fake_github: FakeGitHub,
     start_operator: StartOperator,
-    simulator: RunnerSimulator,
+    node: Node,
 ) -> None:
+    """On the node: a runner pod started after the refresh registers with the new token."""
     fake_github.registration_token_lifetime = TOKEN_LIFETIME
-    start_operator("--token-refresh-margin", str(MARGIN_MINUTES))
-    create_pool(api_client, namespace, pool_manifest("fresh", repo=REPO, replicas=1))
+    start_operator(
+        "--token-refresh-margin", str(MARGIN_MINUTES), "--runner-image", node.runner_image.reference
+    )
+    create_pool(api_client, namespace, node_pool("fresh", replicas=1))
     first = token_of(wait_token(api_client, namespace, "fresh"))
-    wait_condition(api_client, namespace, "fresh", "Ready", "True")
+    wait_condition(api_client, namespace, "fresh", "Ready", "True", timeout=NODE_TIMEOUT)
     [issued] = fake_github.tokens_issued(REPO)
     assert issued.token == first
 
@@ -73,9 +79,10 @@ def test_token_is_refreshed_before_it_expires(
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "fresh", {"spec": {"replicas": 2}}
     )
-    assert simulator.wait(lambda s: len(s.registrations(namespace, "fresh")) == 2), simulator.rejections
-    assert fake_github.token_uses(second.token) == 1
-    wait_condition(api_client, namespace, "fresh", "Ready", "True")
+    assert fake_github.wait_for(lambda: fake_github.token_uses(second.token) == 1, timeout=NODE_TIMEOUT)
+    assert fake_github.token_uses(first) == 1
+    assert len(pool_runners(fake_github, REPO, namespace, "fresh")) == 2
+    wait_condition(api_client, namespace, "fresh", "Ready", "True", timeout=NODE_TIMEOUT)
 
 
 def test_bad_credentials_are_reported_and_fixing_the_secret_recovers(

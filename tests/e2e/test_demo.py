@@ -1,4 +1,9 @@
-"""``make demo`` keeps working: it converges, deregisters, cleans up and exits 0 by itself."""
+"""``make demo`` keeps working: it converges, deregisters, cleans up and exits 0 by itself.
+
+Inside the test session the machine's one node is the session's, so the demo must say
+why it cannot have one and fall back to the runner simulator: the path a newcomer without
+root or overlayfs takes.  ``make demo`` itself runs it on the node.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ def test_demo_runs_to_the_end_and_leaves_nothing_behind() -> None:
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     out = done.stdout
+    assert "The test node cannot start here: this already runs in a sealed world" in out, out
+    assert "Running with the runner simulator playing the pods instead." in out
     assert "True (RunnersReady)" in out
     assert "pool deleted; 0 of its runners left on the fake GitHub (2 deregistered)" in out
     assert "operator stopped (SIGTERM), exit code 0" in out

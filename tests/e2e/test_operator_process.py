@@ -1,8 +1,9 @@
 """A pool's life with the operator as its own process: converge, report, delete.
 
-Nothing runs pods here, so the runner simulator plays each pod: it registers on the fake
-GitHub with the token the operator put into the pool's Secret (the fake accepts only tokens
-it issued, for that scope, before they expire) and reports the pod Ready, as a kubelet would.
+The first test runs real runner pods on the test node: each registers on the fake GitHub
+with the token the operator put into the pool's Secret (the fake accepts only tokens it
+issued, for that scope, before they expire).  The others, where only the operator's side
+matters, let the runner simulator play the pods.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from runnerpool import api
+from tests.e2e.conftest import node_pool
 from tests.e2e.runners import (
     REPO,
     condition,
@@ -32,6 +34,8 @@ from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
 pytestmark = pytest.mark.usefixtures("credentials")
+#: Real pods: the image is local, but containers start and register in a few seconds each.
+NODE_TIMEOUT = 90.0
 
 
 def _parse_time(text: str) -> datetime:
@@ -39,13 +43,10 @@ def _parse_time(text: str) -> datetime:
 
 
 def test_pool_converges_with_a_token_the_runners_can_use(
-    api_client: client.ApiClient,
-    namespace: str,
-    fake_github: FakeGitHub,
-    operator: OperatorProcess,
-    simulator: RunnerSimulator,
+    api_client: client.ApiClient, namespace: str, fake_github: FakeGitHub, node_operator: OperatorProcess
 ) -> None:
-    create_pool(api_client, namespace, pool_manifest("web", repo=REPO, replicas=2))
+    operator = node_operator
+    create_pool(api_client, namespace, node_pool("web", replicas=2))
 
     secret = wait_token(api_client, namespace, "web")
     token = token_of(secret)
@@ -63,15 +64,19 @@ def test_pool_converges_with_a_token_the_runners_can_use(
     volumes = {v.name: v for v in created[0].spec.volumes}
     assert volumes["runner-token"].secret.secret_name == api.token_secret_name("web")
 
-    # The simulator registered both pods with the delivered token: the fake accepted it.
-    assert simulator.wait(lambda s: len(s.registrations(namespace, "web")) == 2), simulator.rejections
-    assert not simulator.rejections
-    runners = pool_runners(fake_github, REPO, namespace, "web")
+    # Both pods registered with the delivered token: the fake accepted it.
+    runners = wait_for(
+        lambda: (found := pool_runners(fake_github, REPO, namespace, "web")) and len(found) == 2 and found,
+        NODE_TIMEOUT,
+        message="both runner pods to register",
+    )
     pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=web")
     assert sorted(r["name"] for r in runners) == sorted(p.metadata.name for p in pods.items)
     assert fake_github.token_uses(token) == 2
 
-    pool = wait_condition(api_client, namespace, "web", "Ready", "True", reason="RunnersReady")
+    pool = wait_condition(
+        api_client, namespace, "web", "Ready", "True", reason="RunnersReady", timeout=NODE_TIMEOUT
+    )
     assert pool["status"]["readyReplicas"] == 2
     token_ready = condition(pool, "TokenReady")
     assert token_ready is not None

@@ -28,12 +28,16 @@ from pathlib import Path
 
 GOMOD_DIR = Path(__file__).with_name("gomod")
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+#: Built only for the test node (``testworld.node``), into the same versioned folder.
+NODE_BINARIES = ("kube-scheduler", "kubelet")
 _DEFAULT_ASSET_DIR = Path("/usr/local/kubebuilder/bin")
 _KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     # Only for `kubectl apply --dry-run=server -k deploy/` in the tests; Debian's is too old.
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
 }
 _ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 
@@ -105,17 +109,26 @@ def _version_ldflags(kube_version: str) -> str:
     return " ".join(flags)
 
 
+def progress(what: str, started: float) -> None:
+    """One line per build step with its elapsed time, so a first run is never silent for minutes."""
+    print(f"[testworld build] {what} ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
+
+
+def run_logged(cmd: list[str], log: Path, cwd: Path, env: dict[str, str]) -> int:
+    """Run ``cmd`` with its output appended to ``log``; returns the exit code."""
+    with log.open("a") as sink:
+        sink.write(f"$ {' '.join(cmd)}\n")
+        sink.flush()
+        done = subprocess.run(cmd, check=False, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    return done.returncode
+
+
 def _go_build(output: Path, package: str, ldflags: str, log: Path) -> None:
     """Run go build; retry once with ``-checklinkname=0`` on a go:linkname link error."""
     for extra in ("", " -checklinkname=0"):
         cmd = ["go", "build", "-trimpath", "-o", str(output), f"-ldflags=-s -w {ldflags}{extra}", package]
-        with log.open("a") as sink:
-            sink.write(f"$ {' '.join(cmd)}\n")
-            sink.flush()
-            done = subprocess.run(
-                cmd, check=False, cwd=GOMOD_DIR, env=go_environment(), stdout=sink, stderr=subprocess.STDOUT
-            )
-        if done.returncode == 0:
+        returncode = run_logged(cmd, log, GOMOD_DIR, go_environment())
+        if returncode == 0:
             return
         if "linkname" not in log.read_text()[-4000:]:
             break
@@ -137,17 +150,20 @@ def build(pins: Pins, target: Path, names: list[str]) -> None:
     kube_flags = _version_ldflags(pins.kubernetes)
     for name in names:
         partial = target / f".{name}.partial"
+        progress(f"building {name} (log: {log})", started)
+        step = time.monotonic()
         if name == "etcd":
             _go_build(partial, _ETCD_PACKAGE, "", log)
         else:
             _go_build(partial, _KUBE_COMMANDS[name], kube_flags, log)
         partial.rename(target / name)
-    print(f"built {', '.join(names)} in {time.monotonic() - started:.0f}s into {target}", file=sys.stderr)
+        progress(f"built {name} in {time.monotonic() - step:.0f}s", started)
+    progress(f"built {', '.join(names)} into {target}", started)
 
 
-def ensure_binaries() -> dict[str, Path]:
-    """Return a path for each of BINARIES, building the pinned ones if none are configured."""
-    found = {name: _configured_path(name) for name in BINARIES}
+def ensure_binaries(names: tuple[str, ...] = BINARIES) -> dict[str, Path]:
+    """Return a path for each of ``names``, building the pinned ones if none are configured."""
+    found = {name: _configured_path(name) for name in names}
     missing = [name for name, path in found.items() if path is None]
     if not missing:
         return {name: path for name, path in found.items() if path is not None}

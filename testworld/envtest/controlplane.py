@@ -1,10 +1,12 @@
 """A real etcd + kube-apiserver (+ kube-controller-manager) on loopback.
 
 This is what controller-runtime's envtest does for Go; the Python ecosystem has
-no maintained equivalent, so it is written here.  There is no scheduler and no
-kubelet: pods stay Pending, which is all the operator's tests need.  The
-controller manager is optional; with it, owner-reference garbage collection,
-namespace deletion and Deployment → ReplicaSet → Pod work as in a cluster.
+no maintained equivalent, so it is written here.  Without a node pods stay
+Pending, which is all most of the operator's tests need.  The controller manager
+is optional; with it, owner-reference garbage collection, namespace deletion and
+Deployment → ReplicaSet → Pod work as in a cluster.  ``for_node=True`` adds what a
+kubelet needs around it (``testworld.node``): kube-scheduler and the node
+lifecycle, disruption, pod garbage collection and taint eviction controllers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -46,17 +48,20 @@ def free_port() -> int:
 
 
 @dataclass
-class _Process:
+class Component:
+    """One process of the test world (etcd, an API server, a kubelet ...) with its log file."""
+
     name: str
     args: list[str]
     log: Path
     popen: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] | None = None
 
     def start(self) -> None:
         with self.log.open("wb") as sink:
             # A session of its own so teardown can signal every child it forks.
             self.popen = subprocess.Popen(
-                self.args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+                self.args, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
             )
 
     def tail(self) -> str:
@@ -90,18 +95,18 @@ class _Process:
         return self.popen.pid if self.popen else None
 
 
-@dataclass
-class ControlPlane:
-    """Start with ``with ControlPlane() as cp:``; ``cp.kubeconfig`` is ready to use."""
+class ComponentGroup:
+    """Processes started and stopped together: ``with group:`` and the ``pids`` they run as."""
 
-    with_controller_manager: bool = True
-    start_timeout: float = 90.0
-    workdir: Path = field(init=False)
-    kubeconfig: Path = field(init=False)
-    url: str = field(init=False)
-    _processes: list[_Process] = field(init=False, default_factory=list)
+    _processes: list[Component]
 
-    def __enter__(self) -> ControlPlane:
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -114,8 +119,23 @@ class ControlPlane:
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes if p.pid is not None]
 
+
+@dataclass
+class ControlPlane(ComponentGroup):
+    """Start with ``with ControlPlane() as cp:``; ``cp.kubeconfig`` is ready to use."""
+
+    with_controller_manager: bool = True
+    #: Also the scheduler and the controllers a real node needs (see the module docstring).
+    for_node: bool = False
+    start_timeout: float = 90.0
+    workdir: Path = field(init=False)
+    kubeconfig: Path = field(init=False)
+    url: str = field(init=False)
+    _processes: list[Component] = field(init=False, default_factory=list)
+
     def start(self) -> None:
-        binaries = assets.ensure_binaries()
+        names = assets.BINARIES + (("kube-scheduler",) if self.for_node else ())
+        binaries = assets.ensure_binaries(names)
         self.workdir = Path(tempfile.mkdtemp(prefix="runnerpool-envtest-"))
         try:
             pki = certs.generate(self.workdir / "pki")
@@ -124,6 +144,8 @@ class ControlPlane:
             self._write_kubeconfig(pki)
             if self.with_controller_manager:
                 self._start_controller_manager(binaries["kube-controller-manager"], pki)
+            if self.for_node:
+                self._start_scheduler(binaries["kube-scheduler"])
         except BaseException:
             self.stop()
             raise
@@ -135,13 +157,13 @@ class ControlPlane:
         if getattr(self, "workdir", None) is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def _spawn(self, name: str, args: list[str]) -> _Process:
-        process = _Process(name, args, self.workdir / f"{name}.log")
+    def _spawn(self, name: str, args: list[str]) -> Component:
+        process = Component(name, args, self.workdir / f"{name}.log")
         self._processes.append(process)
         process.start()
         return process
 
-    def _wait(self, process: _Process, url: str, ctx: ssl.SSLContext | None) -> None:
+    def _wait(self, process: Component, url: str, ctx: ssl.SSLContext | None) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             process.check_alive()
@@ -254,6 +276,8 @@ class ControlPlane:
                 "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 "--enable-priority-and-fairness=false",
                 "--event-ttl=1h",
+                # Reach a kubelet (logs, exec) by its IP: its name would go to the host's DNS.
+                "--kubelet-preferred-address-types=InternalIP",
                 *self._audit_flags(),
             ],
         )
@@ -284,10 +308,36 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
-    def _start_controller_manager(self, binary: Path, pki: certs.Pki) -> None:
+    def _controllers(self) -> str:
+        controllers = [
+            "deployment-controller",
+            "replicaset-controller",
+            "garbage-collector-controller",
+            "namespace-controller",
+            "serviceaccount-controller",
+        ]
+        if self.for_node:
+            # The API server taints a new Node not-ready; only node-lifecycle removes it.
+            controllers += [
+                "node-lifecycle-controller",
+                "disruption-controller",
+                "pod-garbage-collector-controller",
+                "taint-eviction-controller",
+            ]
+        return ",".join(controllers)
+
+    def _insecure_health_check(self) -> ssl.SSLContext:
+        """The components' own self-signed serving certificates; only /healthz is read."""
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        return insecure
+
+    def _start_client_component(self, name: str, binary: Path, flags: list[str]) -> None:
+        """A component that talks to the API server as admin and serves /healthz on loopback."""
         port = free_port()
         process = self._spawn(
-            "kube-controller-manager",
+            name,
             [
                 str(binary),
                 f"--kubeconfig={self.kubeconfig}",
@@ -295,12 +345,26 @@ class ControlPlane:
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
-                f"--cert-dir={self.workdir / 'kcm-certs'}",
                 "--leader-elect=false",
+                *flags,
+            ],
+        )
+        self._wait(process, f"https://127.0.0.1:{port}/healthz", self._insecure_health_check())
+
+    def _start_scheduler(self, binary: Path) -> None:
+        self._start_client_component(
+            "kube-scheduler", binary, ["--kube-api-qps=500", "--kube-api-burst=1000"]
+        )
+
+    def _start_controller_manager(self, binary: Path, pki: certs.Pki) -> None:
+        self._start_client_component(
+            "kube-controller-manager",
+            binary,
+            [
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--root-ca-file={self.workdir / 'pki' / 'serving-ca.crt'}",
-                "--controllers=deployment-controller,replicaset-controller,garbage-collector-controller,"
-                "namespace-controller,serviceaccount-controller",
+                f"--controllers={self._controllers()}",
                 "--concurrent-gc-syncs=5",
                 # The default client limit (20 qps) makes Deployments of hundreds of pools wait
                 # for ReplicaSets and pods here, which is the harness, not the operator, talking.
@@ -310,10 +374,6 @@ class ControlPlane:
                 "--concurrent-replicaset-syncs=20",
             ],
         )
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        self._wait(process, f"https://127.0.0.1:{port}/healthz", insecure)
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""The HTTP face of the fake: GitHub's REST routes for runners, tokens and rate limits.
+"""The HTTP face of the fake: GitHub's REST routes for runners, jobs, tokens and rate limits.
 
 It runs in the test process on a loopback port so the operator under test,
 whether in-process or a separate process, talks real HTTP through its real
@@ -13,7 +13,8 @@ request), then routing (404 for unknown scopes or paths, which do spend budget).
 
 ``/_fake/...`` is a JSON control API for tests whose GitHub client lives in
 another process; it needs no credentials, is never logged, rate limited or
-faulted.
+faulted.  ``{api}/actions/runner-registration`` and ``/_actions/...`` are the
+runner's side (config.sh and run.sh), described in `testworld.fakegithub.actions`.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from testworld.fakegithub import actions
+from testworld.fakegithub.jobs import Bases
 from testworld.fakegithub.state import (
     AuthRejectedError,
     Credential,
     FakeGitHubError,
     Fault,
     GitHubState,
+    ListenerError,
     RateWindow,
     RegistrationRejectedError,
     RequestRecord,
@@ -87,6 +91,8 @@ class _Request:
     body: bytes
     link_base: str
     credential: Credential
+    bases: Bases
+    authorization: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,8 @@ class _Route:
     pattern: re.Pattern[str]
     handler: Callable[[FakeGitHub, _Request], Answer]
     app: bool = False
+    # Authenticated by the handler (RemoteAuth registration token), not by PAT or App JWT.
+    remote_auth: bool = False
 
 
 def _error(status: int, message: str, documentation_url: str = DOCS) -> Answer:
@@ -121,21 +129,63 @@ def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
     return value if value >= 1 else default
 
 
-def _list_runners(fake: FakeGitHub, request: _Request) -> Answer:
-    scope = _scope_of(fake, request.params)
-    if scope is None:
-        return _not_found()
+def _page(request: _Request, key: str, items: list[dict[str, Any]]) -> Answer:
+    """One page of a listing as GitHub pages it: ``total_count``, the items under ``key``, ``Link``."""
     query = request.query
-    runners = fake.api_list_runners(scope, query.get("name"))
     per_page = min(_int_param(query, "per_page", DEFAULT_PER_PAGE), MAX_PER_PAGE)
     page = _int_param(query, "page", 1)
     start = (page - 1) * per_page
-    answer = Answer(200, {"total_count": len(runners), "runners": runners[start : start + per_page]})
-    last = max(1, -(-len(runners) // per_page))
+    answer = Answer(200, {"total_count": len(items), key: items[start : start + per_page]})
+    last = max(1, -(-len(items) // per_page))
     link = _link_header(request.link_base, query, page, last)
     if link:
         answer.headers["Link"] = link
     return answer
+
+
+def _list_runners(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    return _page(request, "runners", fake.api_list_runners(scope, request.query.get("name")))
+
+
+def _list_runs(fake: FakeGitHub, request: _Request) -> Answer:
+    repo = _scope_of(fake, request.params)
+    if repo is None:
+        return _not_found()
+    return _page(
+        request, "workflow_runs", fake.api_list_runs(repo, request.bases, request.query.get("status"))
+    )
+
+
+def _list_run_jobs(fake: FakeGitHub, request: _Request) -> Answer:
+    repo = _scope_of(fake, request.params)
+    found = None if repo is None else fake.api_run_jobs(repo, request.bases, int(request.params["run_id"]))
+    return _not_found() if found is None else _page(request, "jobs", found)
+
+
+def _get_job(fake: FakeGitHub, request: _Request) -> Answer:
+    repo = _scope_of(fake, request.params)
+    job = None if repo is None else fake.api_get_job(repo, request.bases, int(request.params["job_id"]))
+    return _not_found() if job is None else Answer(200, job)
+
+
+def _runner_registration(fake: FakeGitHub, request: _Request) -> Answer:
+    """What config.sh calls first; refusals are GitHub's (see `actions`)."""
+    try:
+        data = json.loads(request.body) if request.body.strip() else {}
+    except ValueError:
+        return _error(400, "Problems parsing JSON")
+    url = data.get("url") if isinstance(data, dict) else None
+    if not isinstance(url, str):
+        return _error(422, "url is required")
+    try:
+        tenant = fake.runner_registration(request.authorization, url)
+    except ListenerError as exc:
+        return _error(exc.status, str(exc))
+    service = request.bases.web + actions.SERVICE_PATH
+    return Answer(200, {"url": service, "token": tenant, "token_schema": "OAuthAccessToken"})
 
 
 def _link_header(base: str, query: Mapping[str, str], page: int, last: int) -> str:
@@ -236,6 +286,29 @@ def _routes() -> list[_Route]:
                 _delete_runner,
             ),
         ]
+    repo = scopes["repo"]
+    routes += [
+        _Route("actions/list-workflow-runs-for-repo", "GET", re.compile(f"{repo}/actions/runs"), _list_runs),
+        _Route(
+            "actions/list-jobs-for-workflow-run",
+            "GET",
+            re.compile(rf"{repo}/actions/runs/(?P<run_id>\d+)/jobs"),
+            _list_run_jobs,
+        ),
+        _Route(
+            "actions/get-job-for-workflow-run",
+            "GET",
+            re.compile(rf"{repo}/actions/jobs/(?P<job_id>\d+)"),
+            _get_job,
+        ),
+        _Route(
+            "actions/runner-registration",
+            "POST",
+            re.compile(r"/actions/runner-registration"),
+            _runner_registration,
+            remote_auth=True,
+        ),
+    ]
     routes.append(
         _Route(
             "apps/create-installation-access-token",
@@ -382,6 +455,20 @@ class _Handler(BaseHTTPRequestHandler):
         if split.path.startswith("/_fake/"):
             self._control(split.path, dict(parse_qsl(split.query)), body)
             return
+        if split.path.startswith(actions.SERVICE_PATH + "/"):
+            path = split.path.removeprefix(actions.SERVICE_PATH)
+            status, text = actions.answer(
+                self.fake,
+                self.command,
+                path,
+                query=split.query,
+                authorization=self.headers.get("Authorization"),
+                body=body,
+            )
+            self._write(
+                Answer(status, raw=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"})
+            )
+            return
         fake = self.fake
         exchange = _Exchange.parse(self.command, split.path, split.query, body, fake.api_prefix)
         exchange.conditional = self.headers.get("If-None-Match") is not None
@@ -394,6 +481,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault is not None and fault.kind == "fail":
             self._send(exchange, _fault_answer(fault), None, None, counted=False)
+            return
+        if exchange.route is not None and exchange.route.remote_auth:
+            self._send(exchange, self._answer(exchange, None), None, None, counted=False)
             return
         app_endpoint = exchange.route is not None and exchange.route.app
         try:
@@ -420,16 +510,23 @@ class _Handler(BaseHTTPRequestHandler):
                 counts = False
         self._send(exchange, answer, credential, window, counted=counts)
 
-    def _answer(self, exchange: _Exchange, credential: Credential) -> Answer:
+    def _answer(self, exchange: _Exchange, credential: Credential | None) -> Answer:
+        """Route an admitted request; ``credential`` is None only for RemoteAuth routes."""
         fake = self.fake
-        if exchange.endpoint == RATE_LIMIT_ENDPOINT:
+        if exchange.endpoint == RATE_LIMIT_ENDPOINT and credential is not None:
             return Answer(200, fake.rate_limit_json(credential))
         if exchange.route is None:
             return _not_found()
         host = self.headers.get("Host")
-        base = f"http://{host}{fake.api_prefix}" if host else fake.url
+        bases = Bases(f"http://{host}{fake.api_prefix}", f"http://{host}") if host else fake._bases()
         request = _Request(
-            exchange.params, dict(parse_qsl(exchange.query)), exchange.body, base + exchange.path, credential
+            exchange.params,
+            dict(parse_qsl(exchange.query)),
+            exchange.body,
+            bases.api + exchange.path,
+            credential or Credential(key="remote-auth", who="a runner"),
+            bases,
+            self.headers.get("Authorization"),
         )
         return exchange.route.handler(fake, request)
 
@@ -650,6 +747,25 @@ def _ctl_rate_limit(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict
     return Answer(204)
 
 
+def _ctl_queue_job(fake: FakeGitHub, _m: re.Match[str], scope: Any, data: dict[str, Any]) -> Answer:
+    job_id = fake.queue_job(
+        scope or data["repo"],
+        data["labels"],
+        float(data.get("duration_s", 0.0)),
+        name=str(data.get("name", "build")),
+        workflow_name=str(data.get("workflow_name", "CI")),
+    )
+    return Answer(201, fake.job(job_id))
+
+
+def _ctl_job(fake: FakeGitHub, match: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
+    return Answer(200, fake.job(int(match["job"])))
+
+
+def _ctl_jobs(fake: FakeGitHub, _m: re.Match[str], scope: Any, _data: dict[str, Any]) -> Answer:
+    return Answer(200, fake.jobs(scope))
+
+
 def _ctl_reset(fake: FakeGitHub, _m: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
     fake.reset()
     return Answer(204)
@@ -669,6 +785,9 @@ CONTROL_ROUTES: list[tuple[str, re.Pattern[str], _ControlHandler]] = [
     ("POST", re.compile(r"/faults"), _ctl_faults),
     ("POST", re.compile(r"/rate-limit"), _ctl_rate_limit),
     ("POST", re.compile(r"/reset"), _ctl_reset),
+    ("POST", re.compile(r"/jobs"), _ctl_queue_job),
+    ("GET", re.compile(r"/jobs"), _ctl_jobs),
+    ("GET", re.compile(r"/jobs/(?P<job>\d+)"), _ctl_job),
 ]
 
 
@@ -712,6 +831,11 @@ class FakeGitHub(GitHubState):
         if self._server is None:
             raise RuntimeError("FakeGitHub is not running")
         return f"http://{self.host}:{self.port}{self.api_prefix}"
+
+    def _bases(self) -> Bases:
+        if self._server is None:
+            return super()._bases()
+        return Bases(api=self.url, web=f"http://{self.host}:{self.port}")
 
     def start(self) -> FakeGitHub:
         if self._server is not None:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
+from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, run_json
 
 DEFAULT_RATE_LIMIT = 5000
 UNAUTHENTICATED_RATE_LIMIT = 60
@@ -33,6 +34,12 @@ RUNNER_VERSION = "2.323.0"
 GITHUB_TZ: tzinfo = timezone(timedelta(hours=-8))
 # Search has its own small budget; /rate_limit must report it (it is required).
 SEARCH_LIMIT = 30
+# A listener that has not polled for this long is offline, as GitHub marks a runner
+# whose process died without closing its session.
+LISTENER_TIMEOUT_SECONDS = 60.0
+# The longest a runner's poll for a job is held before "nothing yet" (GitHub holds ~50 s).
+MAX_POLL_SECONDS = 50.0
+CONCLUSIONS: tuple[Conclusion, ...] = ("success", "failure", "cancelled")
 
 ScopeKind = Literal["org", "repo"]
 DeleteOutcome = Literal["deleted", "missing", "busy"]
@@ -61,6 +68,18 @@ class RegistrationRejectedError(FakeGitHubError, ValueError):
 
 class AuthRejectedError(FakeGitHubError):
     """The request's credentials would get a 401; ``str(exc)`` is GitHub's message."""
+
+
+class UnknownJobError(FakeGitHubError, LookupError):
+    """No job with that id was queued."""
+
+
+class ListenerError(FakeGitHubError):
+    """A runner's registration or listener call is refused; ``status`` is the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,14 @@ class _Runner:
     ephemeral: bool
     version: str | None
     runner_group_id: int
+    # Set for runners a runner process registered (config.sh): online only while its
+    # listener holds a session, and it starts and completes its jobs itself.  Runners
+    # made through the control API have no process, so the fake plays their jobs.
+    listener: bool = False
+    session: str | None = None
+    last_seen: float = 0.0
+    polls: int = 0
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +273,7 @@ class GitHubState:
         registration_token_lifetime: float = TOKEN_LIFETIME_SECONDS,
         installation_token_lifetime: float = TOKEN_LIFETIME_SECONDS,
         app_keys: Mapping[str, str | bytes] | None = None,
+        listener_timeout: float = LISTENER_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.RLock()
@@ -260,6 +288,7 @@ class GitHubState:
         self.installation_token_lifetime = installation_token_lifetime
         self.app_keys = None if app_keys is None else {str(k): v for k, v in app_keys.items()}
         self.clock = clock
+        self.listener_timeout = listener_timeout
         self._initial_rate_limit = rate_limit
         # Bumped by reset() and stop() so hanging handlers let go.
         self._generation = 0
@@ -283,6 +312,15 @@ class GitHubState:
         self._latency = 0.0
         self._hanging = 0
         self._log: list[RequestRecord] = []
+        self._jobs: dict[int, Job] = {}
+        self._open_jobs: dict[int, Job] = {}
+        # Ids in the ranges of the description's examples, so a run id is never a job id.
+        self._job_ids = itertools.count(399444496)
+        self._run_ids = itertools.count(30433642)
+        self._run_numbers: Counter[tuple[str, str]] = Counter()
+        self._tenants: dict[str, str] = {}
+        self._credentials: dict[str, int] = {}
+        self._sessions: dict[str, int] = {}
         for scope in self._initial_scopes:
             self.add_scope(scope)
         for installation_id in self._initial_installations:
@@ -384,7 +422,7 @@ class GitHubState:
             else:
                 if not replace:
                     raise RegistrationRejectedError(f"A runner exists with the same name {name!r}.")
-                del self._runners[old.id]
+                self._forget_runner(old)
             builtin = ["self-hosted", _OS_LABELS.get(os.lower(), os), "X64"]
             seen = {label.lower() for label in builtin}
             custom: list[str] = []
@@ -458,11 +496,16 @@ class GitHubState:
             return self._runner_json(found)
 
     def complete_job(self, scope: str | Scope, runner: int | str) -> None:
-        """End the runner's job: it goes idle, or disappears if it was ephemeral (as on GitHub)."""
+        """End the runner's job: it goes idle, or disappears if it was ephemeral (as on GitHub).
+
+        A queued job the runner took completes with ``success``.
+        """
         with self._lock:
             found = self._find_runner(self._scope(scope), runner)
-            if found.ephemeral:
-                del self._runners[found.id]
+            if found.job_id is not None:
+                self._finish(self._jobs[found.job_id], "success")
+            elif found.ephemeral:
+                self._forget_runner(found)
             else:
                 found.busy = False
             self._notify()
@@ -470,17 +513,19 @@ class GitHubState:
     def remove_runner(self, scope: str | Scope, runner: int | str) -> None:
         """Drop a runner without an API call, like GitHub's own clean-up of stale runners."""
         with self._lock:
-            del self._runners[self._find_runner(self._scope(scope), runner).id]
+            self._forget_runner(self._find_runner(self._scope(scope), runner))
             self._notify()
 
     def runners(self, scope: str | Scope) -> list[dict[str, Any]]:
         """The scope's runners, shaped exactly as the list endpoint returns them."""
         with self._lock:
+            self._tick()
             found = self._scope(scope)
             return [self._runner_json(r) for r in self._runners.values() if r.scope.key == found.key]
 
     def runner(self, scope: str | Scope, runner: int | str) -> dict[str, Any]:
         with self._lock:
+            self._tick()
             return self._runner_json(self._find_runner(self._scope(scope), runner))
 
     def tokens_issued(self, scope: str | Scope) -> list[RegistrationToken]:
@@ -537,6 +582,332 @@ class GitHubState:
                 self._accepted = set()
             self._accepted.discard(token)
             self._installation_tokens.pop(token, None)
+
+    # ----------------------------------------------------------------- control: jobs
+
+    def queue_job(
+        self,
+        scope: str | Scope,
+        labels: Iterable[str],
+        duration_s: float,
+        *,
+        name: str = "build",
+        workflow_name: str = "CI",
+    ) -> int:
+        """Queue a ``workflow_job`` with these ``runs-on`` labels in a repository; returns its id.
+
+        A job always belongs to a repository (``owner/repo``, added to the fake if it
+        was not), so the repository's runners and those of its owner organization can
+        take it.  It is offered to the first idle online runner whose labels contain
+        all of the job's (ignoring case), runs ``duration_s`` seconds and completes
+        with ``success``; a runner process (see ``actions.py``) starts and completes it
+        itself, a runner made through the control API has it played by the fake.
+        """
+        parsed = Scope.parse(scope)
+        if parsed.kind != "repo":
+            raise ValueError(f"a job belongs to a repository (owner/repo), not {parsed.name!r}")
+        wanted = [str(label) for label in labels]
+        if not wanted or not all(label.strip() for label in wanted):
+            raise ValueError(f"a job needs non-empty runs-on labels, got {wanted!r}")
+        if duration_s < 0:
+            raise ValueError(f"duration_s must not be negative, got {duration_s}")
+        with self._lock:
+            repo = self.add_scope(repo=parsed.name)
+            self._run_numbers[repo.key] += 1
+            job = Job(
+                id=next(self._job_ids),
+                run_id=next(self._run_ids),
+                run_number=self._run_numbers[repo.key],
+                repo=repo,
+                labels=wanted,
+                duration_s=float(duration_s),
+                name=name,
+                workflow_name=workflow_name,
+                created_at=self.clock(),
+            )
+            self._jobs[job.id] = job
+            self._open_jobs[job.id] = job
+            self._tick()
+            self._notify()
+            return job.id
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        """The job as ``GET /repos/{owner}/{repo}/actions/jobs/{job_id}`` shows it."""
+        with self._lock:
+            self._tick()
+            found = self._jobs.get(job_id)
+            if found is None:
+                raise UnknownJobError(f"no job {job_id} was queued")
+            return job_json(self._bases(), found)
+
+    def jobs(self, scope: str | Scope | None = None) -> list[dict[str, Any]]:
+        """Every job, or a repository's, oldest first."""
+        with self._lock:
+            self._tick()
+            key = None if scope is None else Scope.parse(scope).key
+            bases = self._bases()
+            return [job_json(bases, j) for j in self._jobs.values() if key is None or j.repo.key == key]
+
+    def listening(self, scope: str | Scope, runner: int | str) -> bool:
+        """Whether the runner's process is in a long poll for a job right now."""
+        with self._lock:
+            return self._find_runner(self._scope(scope), runner).polls > 0
+
+    def _bases(self) -> Bases:
+        """Where links in job and run bodies point; `FakeGitHub` points them at itself."""
+        return Bases(api="https://api.github.com", web="https://github.com")
+
+    # ----------------------------------------------------------------- jobs: the lifecycle
+
+    def _tick(self) -> None:
+        """Bring the world up to the clock: stale listeners go offline, played jobs end, jobs get runners.
+
+        Called (under the lock) by every read and write that can see jobs or runners,
+        so time-driven changes need no thread and follow an injected clock.
+        """
+        now = self.clock()
+        changed = False
+        for runner_id in list(self._sessions.values()):
+            runner = self._runners.get(runner_id)
+            if runner is not None and runner.polls == 0 and now - runner.last_seen > self.listener_timeout:
+                self._go_offline(runner)
+                changed = True
+        for job in list(self._open_jobs.values()):
+            if job.status != "in_progress" or job.started_at is None:
+                continue
+            runner = self._runners.get(job.assigned_to or 0)
+            if runner is not None and not runner.listener and now >= job.started_at + job.duration_s:
+                self._finish(job, "success")
+                changed = True
+        if self._assign(now) or changed:
+            self._notify()
+
+    def _assign(self, now: float) -> bool:
+        assigned = False
+        for job in self._open_jobs.values():
+            if job.assigned_to is not None:
+                continue
+            runner = next((r for r in self._runners.values() if self._can_take(r, job)), None)
+            if runner is None:
+                continue
+            job.assigned_to, runner.job_id = runner.id, job.id
+            if not runner.listener:
+                self._start(job, runner, now)
+            assigned = True
+        return assigned
+
+    @staticmethod
+    def _can_take(runner: _Runner, job: Job) -> bool:
+        if runner.status != "online" or runner.busy or runner.job_id is not None:
+            return False
+        if runner.scope.kind == "repo":
+            in_scope = runner.scope.key == job.repo.key
+        else:
+            in_scope = job.repo.name.split("/")[0].lower() == runner.scope.name.lower()
+        return in_scope and job.wants([name for name, _kind in runner.labels])
+
+    def _start(self, job: Job, runner: _Runner, now: float) -> None:
+        job.status, job.started_at = "in_progress", now
+        job.runner_id, job.runner_name, job.runner_group_id = runner.id, runner.name, runner.runner_group_id
+        runner.busy = True
+
+    def _finish(self, job: Job, conclusion: Conclusion) -> None:
+        """Complete a job; its runner goes idle, or is removed if ephemeral, as GitHub does."""
+        job.status, job.conclusion, job.completed_at = "completed", conclusion, self.clock()
+        self._open_jobs.pop(job.id, None)
+        runner = self._runners.get(job.assigned_to or 0)
+        if runner is None or runner.job_id != job.id:
+            return
+        runner.job_id, runner.busy = None, False
+        if runner.ephemeral:
+            self._forget_runner(runner)
+
+    def _release(self, runner: _Runner) -> None:
+        """The runner will not run its job: an offered job is queued again, a running one fails."""
+        if runner.job_id is None:
+            return
+        job = self._jobs[runner.job_id]
+        if job.status == "queued":
+            job.assigned_to, runner.job_id = None, None
+        else:
+            # GitHub fails a job whose runner lost communication.
+            self._finish(job, "failure")
+
+    def _go_offline(self, runner: _Runner) -> None:
+        if runner.session is not None:
+            self._sessions.pop(runner.session, None)
+        runner.session, runner.status = None, "offline"
+        if runner.job_id is not None and self._jobs[runner.job_id].status == "queued":
+            self._release(runner)
+
+    def _forget_runner(self, runner: _Runner) -> None:
+        self._runners.pop(runner.id, None)
+        if runner.session is not None:
+            self._sessions.pop(runner.session, None)
+            runner.session = None
+        self._release(runner)
+
+    # ----------------------------------------------------------------- jobs: the REST listings
+
+    def api_list_runs(self, repo: Scope, bases: Bases, status: str | None = None) -> list[dict[str, Any]]:
+        """Newest first, as GitHub lists runs; ``status`` matches a status or a conclusion."""
+        with self._lock:
+            self._tick()
+            runs = [
+                run_json(bases, job)
+                for job in reversed(self._jobs.values())
+                if job.repo.key == repo.key and status in (None, job.status, job.conclusion)
+            ]
+            return runs
+
+    def api_run_jobs(self, repo: Scope, bases: Bases, run_id: int) -> list[dict[str, Any]] | None:
+        with self._lock:
+            self._tick()
+            found = [
+                job_json(bases, j)
+                for j in self._jobs.values()
+                if j.run_id == run_id and j.repo.key == repo.key
+            ]
+            return found or None
+
+    def api_get_job(self, repo: Scope, bases: Bases, job_id: int) -> dict[str, Any] | None:
+        with self._lock:
+            self._tick()
+            job = self._jobs.get(job_id)
+            return None if job is None or job.repo.key != repo.key else job_json(bases, job)
+
+    # ----------------------------------------------------------------- jobs: runner processes
+
+    def runner_registration(self, authorization: str | None, url: str) -> str:
+        """``POST /actions/runner-registration``: trade a registration token for a tenant credential.
+
+        Refused as GitHub refuses it: 401 without ``RemoteAuth``, 404 for a token that
+        is unknown, expired, or issued for another repository or organization.
+        """
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "remoteauth" or not token.strip():
+            raise ListenerError(401, "Requires authentication")
+        token = token.strip()
+        with self._lock:
+            issued = self._registration_tokens.get(token)
+            try:
+                wanted = Scope.parse(url)
+            except ValueError:
+                raise ListenerError(404, "Not Found") from None
+            if issued is None or issued.scope.key != wanted.key or self.clock() >= issued.expires_at:
+                raise ListenerError(404, "Not Found")
+            tenant = secrets.token_urlsafe(24)
+            self._tenants[tenant] = token
+            return tenant
+
+    def listener_register(
+        self, tenant: str, name: str, labels: Iterable[str], *, ephemeral: bool, replace: bool
+    ) -> tuple[int, str]:
+        """Add the runner of a configured runner process; it stays offline until a session opens."""
+        with self._lock:
+            token = self._tenants.get(tenant)
+            if token is None:
+                raise ListenerError(401, "unknown tenant credential")
+            if not name:
+                raise ValueError("a runner needs a name")
+            scope = self._registration_tokens[token].scope
+            try:
+                runner_id = self.register_runner_with_token(
+                    scope, token, name, labels, ephemeral=ephemeral, replace=replace
+                )
+            except RegistrationRejectedError as exc:
+                raise ListenerError(409 if "same name" in str(exc) else 401, str(exc)) from None
+            runner = self._runners[runner_id]
+            runner.listener, runner.status = True, "offline"
+            credential = secrets.token_urlsafe(24)
+            self._credentials[credential] = runner_id
+            self._notify()
+            return runner_id, credential
+
+    def _listener(self, credential: str) -> _Runner:
+        runner = self._runners.get(self._credentials.get(credential, 0))
+        if runner is None:
+            # GitHub revokes a deleted runner's credentials.
+            raise ListenerError(401, "runner credential is not valid (the runner is not registered)")
+        return runner
+
+    def listener_open_session(self, credential: str) -> str:
+        """The runner's listener starts: the runner is online and may be offered jobs."""
+        with self._lock:
+            runner = self._listener(credential)
+            if runner.session is not None:
+                self._sessions.pop(runner.session, None)
+            runner.session = secrets.token_urlsafe(16)
+            self._sessions[runner.session] = runner.id
+            runner.status, runner.last_seen = "online", self.clock()
+            self._tick()
+            self._notify()
+            return runner.session
+
+    def listener_close_session(self, credential: str, session: str) -> None:
+        """The listener stops: the runner is offline (still registered, as with the real runner)."""
+        with self._lock:
+            runner = self._listener(credential)
+            if runner.session != session:
+                raise ListenerError(404, "no such session")
+            self._go_offline(runner)
+            self._tick()
+            self._notify()
+
+    def listener_poll(self, credential: str, session: str, wait: float) -> Job | None:
+        """Hold the listener's poll until a job is offered to it, or ``wait`` seconds pass.
+
+        Returns a copy of the offered job.  `reset`/`stop` let go of polls at once.
+        """
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_POLL_SECONDS)
+        with self._changed:
+            runner = self._listener(credential)
+            if runner.session != session:
+                raise ListenerError(404, "no such session")
+            generation = self._generation
+            runner.polls += 1
+            try:
+                while True:
+                    self._tick()
+                    if runner.session != session or self._runners.get(runner.id) is not runner:
+                        raise ListenerError(404, "the session ended")
+                    job = None if runner.job_id is None else self._jobs[runner.job_id]
+                    if job is not None and job.status == "queued":
+                        return replace(job, labels=list(job.labels))
+                    left = deadline - time.monotonic()
+                    if left <= 0 or generation != self._generation:
+                        return None
+                    self._changed.wait(min(left, 0.5))
+            finally:
+                runner.polls -= 1
+                runner.last_seen = self.clock()
+
+    def _listener_job(self, credential: str, job_id: int) -> tuple[_Runner, Job]:
+        runner = self._listener(credential)
+        job = self._jobs.get(job_id)
+        if job is None or job.assigned_to != runner.id or runner.job_id != job_id:
+            raise ListenerError(404, f"job {job_id} is not assigned to runner {runner.name}")
+        return runner, job
+
+    def listener_job_started(self, credential: str, job_id: int) -> None:
+        """The runner took its offered job: the job is in_progress and the runner busy."""
+        with self._lock:
+            runner, job = self._listener_job(credential, job_id)
+            if job.status == "queued":
+                self._start(job, runner, self.clock())
+                self._notify()
+
+    def listener_job_completed(self, credential: str, job_id: int, conclusion: str) -> None:
+        """The runner finished its job; an ephemeral runner is removed, as GitHub does."""
+        if conclusion not in CONCLUSIONS:
+            raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
+        with self._lock:
+            runner, job = self._listener_job(credential, job_id)
+            if job.status == "queued":
+                self._start(job, runner, self.clock())
+            self._finish(job, conclusion)
+            self._tick()
+            self._notify()
 
     # ----------------------------------------------------------------- control: rate limits
 
@@ -830,6 +1201,7 @@ class GitHubState:
 
     def api_list_runners(self, scope: Scope, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
+            self._tick()
             return [
                 self._runner_json(r)
                 for r in self._runners.values()
@@ -838,6 +1210,7 @@ class GitHubState:
 
     def api_get_runner(self, scope: Scope, runner_id: int) -> dict[str, Any] | None:
         with self._lock:
+            self._tick()
             runner = self._runners.get(runner_id)
             if runner is None or runner.scope.key != scope.key:
                 return None
@@ -846,11 +1219,12 @@ class GitHubState:
     def api_delete_runner(self, scope: Scope, runner_id: int) -> tuple[DeleteOutcome, str]:
         with self._lock:
             runner = self._runners.get(runner_id)
+            self._tick()
             if runner is None or runner.scope.key != scope.key:
                 return "missing", ""
             if runner.busy:
                 return "busy", runner.name
-            del self._runners[runner_id]
+            self._forget_runner(runner)
             self._notify()
             return "deleted", runner.name
 

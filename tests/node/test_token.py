@@ -1,0 +1,60 @@
+"""The runner user (uid 1001, as in the real image) can read the token the operator mounts.
+
+On a real kubelet a Secret volume with mode 0440 is owned root:root unless the pod sets an
+fsGroup: a runner running as uid 1001 then gets "Permission denied" and never registers.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import uuid
+from typing import Any
+
+from kubernetes import client
+
+from runnerpool import api, children
+from tests.helpers import wait_for
+from tests.node.conftest import node_pool
+from tests.pools import create_pool
+from testworld.node.images import RUNNER_UID
+from testworld.simulator import OperatorProcess
+
+POD_TIMEOUT = 60.0
+
+
+def _token(core: client.CoreV1Api, namespace: str, pool: str) -> str | None:
+    secret = core.read_namespaced_secret(api.token_secret_name(pool), namespace)
+    data = secret.data or {}
+    return None if api.TOKEN_SECRET_KEY not in data else str(data[api.TOKEN_SECRET_KEY])
+
+
+def test_the_runner_user_reads_the_mounted_token(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create_pool(api_client, namespace, node_pool("token", replicas=1))
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    deployment = wait_for(
+        lambda: apps.list_namespaced_deployment(namespace).items, POD_TIMEOUT, message="the pool's Deployment"
+    )[0]
+    wait_for(lambda: _token(core, namespace, "token"), POD_TIMEOUT, message="a token in the pool's Secret")
+
+    # The operator's own pod template, only the command replaced: who am I, and the token file.
+    template: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(deployment.spec.template))
+    spec = template["spec"]
+    spec["restartPolicy"] = "Never"
+    runner = next(c for c in spec["containers"] if c["name"] == children.RUNNER_CONTAINER)
+    runner["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
+    name = f"token-probe-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
+
+    def finished() -> str | None:
+        phase = core.read_namespaced_pod(name, namespace).status.phase
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(finished, POD_TIMEOUT, message=f"pod {name} to finish")
+    log = core.read_namespaced_pod_log(name, namespace, container=children.RUNNER_CONTAINER)
+    secret = core.read_namespaced_secret(api.token_secret_name("token"), namespace)
+    token = base64.b64decode(secret.data[api.TOKEN_SECRET_KEY]).decode()
+    assert phase == "Succeeded", f"the runner user could not read its token; pod log:\n{log}"
+    assert log.split() == [str(RUNNER_UID), token]

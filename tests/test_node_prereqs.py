@@ -1,0 +1,29 @@
+"""A machine that cannot run the test node is told what is missing and how to get it, at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from testworld.node import prereqs, seal
+
+
+def test_missing_root_and_runc_are_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prereqs.os, "geteuid", lambda: 1000)
+    real_which = prereqs.which
+    monkeypatch.setattr(prereqs, "which", lambda command: None if command == "runc" else real_which(command))
+
+    found = prereqs.problems()
+
+    assert any(p.startswith("not root") for p in found), found
+    assert "runc is not installed: apt-get install -y --no-install-recommends runc" in found
+
+
+def test_the_seal_refuses_to_start_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prereqs, "problems", lambda: ["overlayfs is not available to containerd: load it"])
+
+    with pytest.raises(seal.SealError, match="cannot start on this machine:\n  - overlayfs is not available"):
+        seal.run_sealed(["true"])
+
+
+def test_this_machine_has_everything_the_node_needs() -> None:
+    assert prereqs.problems() == []

@@ -1,0 +1,209 @@
+"""The runner image's real entrypoint.sh with the config.sh/run.sh stand-ins, as local processes.
+
+The stand-ins (testworld/runner_image) talk to the fake GitHub on 127.0.0.1 exactly as they
+will from a pod on the node: a runner registers with the mounted token, takes a queued job,
+completes it and disappears (ephemeral); SIGTERM while idle stops it cleanly; a token GitHub
+refuses stops the pod with a message saying so. Nothing here needs the node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from testworld.fakegithub import FakeGitHub
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENTRYPOINT = REPO_ROOT / "deploy" / "images" / "runner" / "entrypoint.sh"
+STANDINS = REPO_ROOT / "testworld" / "runner_image"
+REPO = "octo/hello"
+ORG = "octo-org"
+POD = "pool-a-5d8f9-x2k4p"
+LABELS = "team-a/pool-a,gpu"
+# Generous bounds for a busy CI machine; every wait below ends as soon as its condition holds.
+TIMEOUT = 30
+# Longer than TIMEOUT: a pod that stops on SIGTERM must not be waiting for its poll to end.
+POLL_SECONDS = 45
+
+
+@dataclass
+class Pod:
+    """One run of the entrypoint, its output kept in files so a full pipe never blocks it."""
+
+    process: subprocess.Popen[bytes]
+    out: Path
+
+    def wait(self) -> int:
+        return self.process.wait(timeout=TIMEOUT)
+
+    @property
+    def log(self) -> str:
+        return self.out.read_text()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeGitHub]:
+    with FakeGitHub(scopes=[REPO, ORG], api_prefix="/api/v3") as server:
+        yield server
+
+
+def _token(fake: FakeGitHub, scope: str) -> str:
+    path = f"repos/{scope}" if "/" in scope else f"orgs/{scope}"
+    answer = requests.post(
+        f"{fake.url}/{path}/actions/runners/registration-token",
+        headers={"Authorization": "token ghp_test"},
+        timeout=5,
+    )
+    token: str = answer.json()["token"]
+    return token
+
+
+class Pods:
+    """Starts entrypoint.sh runs in temporary runner directories; kills leftovers at the end."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: list[Pod] = []
+
+    def start(self, fake: FakeGitHub, token: str) -> Pod:
+        home = self.root / f"pod-{len(self.started)}"
+        runner_dir = home / "home-runner"
+        runner_dir.mkdir(parents=True)
+        for script in STANDINS.glob("*.sh"):
+            shutil.copy2(script, runner_dir / script.name)
+        token_file = home / "runnertoken"
+        token_file.write_text(token + "\n")
+        out = home / "pod.log"
+        environment = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(runner_dir),
+            "LANG": "C.UTF-8",
+            "POD_NAME": POD,
+            "RUNNER_REPO": REPO,
+            "RUNNER_LABELS": LABELS,
+            "GITHUB_URL": fake.url.removesuffix("/api/v3"),
+            "RUNNER_DIR": str(runner_dir),
+            "RUNNER_TOKEN_FILE": str(token_file),
+            "RUNNER_WORKDIR": str(home / "work"),
+            "RUNNER_POLL_SECONDS": str(POLL_SECONDS),
+        }
+        with out.open("wb") as sink:
+            process = subprocess.Popen(
+                ["bash", str(ENTRYPOINT)],
+                cwd=runner_dir,
+                env=environment,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        pod = Pod(process, out)
+        self.started.append(pod)
+        return pod
+
+    def stop_all(self) -> None:
+        for pod in self.started:
+            if pod.process.poll() is None:
+                pod.process.kill()
+                pod.process.wait(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[Pods]:
+    started = Pods(tmp_path)
+    yield started
+    started.stop_all()
+
+
+def _runner(fake: FakeGitHub, scope: str = REPO) -> dict[str, Any] | None:
+    return next((r for r in fake.runners(scope) if r["name"] == POD), None)
+
+
+def _online(fake: FakeGitHub) -> bool:
+    runner = _runner(fake)
+    return runner is not None and runner["status"] == "online"
+
+
+def test_runner_takes_a_job_completes_it_and_is_gone(fake: FakeGitHub, pods: Pods) -> None:
+    token = _token(fake, REPO)
+    pod = pods.start(fake, token)
+    assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+    runner = _runner(fake)
+    assert runner is not None
+    assert [label["name"] for label in runner["labels"]][-2:] == ["team-a/pool-a", "gpu"]
+    assert runner["ephemeral"] is True
+    assert fake.token_uses(token) == 1
+
+    job_id = fake.queue_job(REPO, ["self-hosted", "team-a/pool-a"], 1.0)
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "in_progress", timeout=TIMEOUT), pod.log
+    assert fake.job(job_id)["runner_name"] == POD
+    assert _runner(fake)["busy"] is True
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "completed", timeout=TIMEOUT), pod.log
+    assert fake.job(job_id)["conclusion"] == "success"
+    assert pod.wait() == 0, pod.log
+    assert _runner(fake) is None
+    assert token not in pod.log
+    assert "ephemeral runner done after one job" in pod.log
+
+
+def test_sigterm_while_idle_stops_cleanly_and_leaves_an_offline_runner(fake: FakeGitHub, pods: Pods) -> None:
+    pod = pods.start(fake, _token(fake, REPO))
+    # In its long poll, which would outlast TIMEOUT: the signal must cut it short.
+    assert fake.wait_for(lambda: _online(fake) and fake.listening(REPO, POD), timeout=TIMEOUT), pod.log
+    pod.process.send_signal(signal.SIGTERM)
+    assert pod.wait() == 0, pod.log
+    runner = _runner(fake)
+    # Offline and idle, still registered as the real runner leaves it: the operator deletes it.
+    assert runner is not None
+    assert (runner["status"], runner["busy"]) == ("offline", False)
+    answer = requests.delete(
+        f"{fake.url}/repos/{REPO}/actions/runners/{runner['id']}",
+        headers={"Authorization": "token ghp_test"},
+        timeout=5,
+    )
+    assert answer.status_code == 204
+    assert _runner(fake) is None
+    assert "stopped while idle" in pod.log
+    # Nothing queued afterwards lands on it.
+    assert fake.job(fake.queue_job(REPO, ["team-a/pool-a"], 1))["status"] == "queued"
+
+
+def test_sigterm_while_busy_cancels_the_job(fake: FakeGitHub, pods: Pods) -> None:
+    pod = pods.start(fake, _token(fake, REPO))
+    assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+    job_id = fake.queue_job(REPO, ["team-a/pool-a"], 600)
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "in_progress", timeout=TIMEOUT), pod.log
+    pod.process.send_signal(signal.SIGTERM)
+    assert pod.wait() == 0, pod.log
+    assert (fake.job(job_id)["status"], fake.job(job_id)["conclusion"]) == ("completed", "cancelled")
+    assert _runner(fake) is None
+
+
+def test_expired_token_is_refused_with_a_clear_message(pods: Pods) -> None:
+    now = [1_800_000_000.0]
+    with FakeGitHub(scopes=[REPO], api_prefix="/api/v3", clock=lambda: now[0]) as fake:
+        token = _token(fake, REPO)
+        now[0] += 3600
+        pod = pods.start(fake, token)
+        assert pod.wait() == 1
+        assert "registration token was refused (expired" in pod.log
+        assert "Http response code: 404" in pod.log
+        assert token not in pod.log
+        assert fake.runners(REPO) == []
+
+
+def test_token_of_another_scope_is_refused(fake: FakeGitHub, pods: Pods) -> None:
+    token = _token(fake, ORG)
+    pod = pods.start(fake, token)
+    assert pod.wait() == 1
+    assert "config.sh failed" in pod.log
+    assert "issued for another repository or organization" in pod.log
+    assert token not in pod.log
+    assert fake.runners(REPO) == [] and fake.runners(ORG) == []

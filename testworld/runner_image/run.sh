@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Stand-in for the actions runner's run.sh, against the fake GitHub (testworld.fakegithub).
+#
+# Runs the runner config.sh configured: opens a listener session (the runner goes online),
+# long-polls for a job assigned to it, marks it started (in_progress, runner busy), "runs"
+# it by sleeping for the job's duration, reports it completed (success) and, as an
+# ephemeral runner does, exits 0; GitHub then removes the runner. A runner configured
+# without --ephemeral keeps listening.
+#
+# Signals (entrypoint.sh forwards SIGTERM; RUNNER_MANUALLY_TRAP_SIG is irrelevant here):
+# - while idle: the session is closed, so the runner is offline but still registered, as
+#   the real runner leaves it (deleting it is the operator's job), and exit 0;
+# - while running a job: the real listener cancels its job on shutdown, and so does this
+#   one: the job completes as "cancelled", the runner goes offline, exit 0. The operator
+#   should never signal a busy runner's pod; a test sees a cancelled job if it does.
+# If GitHub revokes the runner's credential (the runner was deleted), it exits 0 like the
+# real one ("Runner OAuth token has been revoked. Shutting down.").
+#
+# RUNNER_POLL_SECONDS (default 20) bounds each long poll.
+
+STANDIN_NAME=run.sh
+# shellcheck source=testworld/runner_image/standin-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/standin-lib.sh"
+
+POLL_SECONDS="${RUNNER_POLL_SECONDS:-20}"
+[[ "${POLL_SECONDS}" =~ ^[0-9]+$ ]] || { log "error: RUNNER_POLL_SECONDS must be whole seconds"; exit 1; }
+
+if [[ ! -r "${RUNNER_FILE}" || ! -r "${CREDENTIALS_FILE}" ]]; then
+    log "error: Runner is not configured (run config.sh first)."
+    exit 1
+fi
+settings="$(cat "${RUNNER_FILE}")"
+service="$(value_of service "${settings}")"
+runner_name="$(value_of runner_name "${settings}")"
+ephemeral="$(value_of ephemeral "${settings}")"
+credential="$(value_of credential "$(cat "${CREDENTIALS_FILE}")")"
+auth="Bearer ${credential}"
+session=""
+
+trap on_signal TERM INT
+
+# Leaves the listener session, so GitHub shows the runner offline.
+go_offline() {
+    interruptible=0
+    if [[ -n "${session}" ]]; then
+        http DELETE "${service}/sessions/${session}" "${auth}"
+        session=""
+    fi
+}
+
+finish() {
+    go_offline
+    log "$1"
+    exit "${2:-0}"
+}
+
+revoked() {
+    session=""
+    finish "Runner OAuth token has been revoked. Shutting down." 0
+}
+
+http POST "${service}/sessions" "${auth}"
+case "${http_status}" in
+    201) session="$(value_of session_id "${http_body}")" ;;
+    401) revoked ;;
+    *) finish "error: cannot open a listener session (HTTP ${http_status}): $(error_message)" 1 ;;
+esac
+log "connected to GitHub as ${runner_name}; listening for jobs"
+
+# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
+run_job() {
+    local job_id="$1" duration="$2" conclusion=success
+    interruptible=0
+    http POST "${service}/jobs/${job_id}/started" "${auth}"
+    case "${http_status}" in
+        204) ;;
+        401) revoked ;;
+        *)
+            log "job ${job_id} is no longer ours (HTTP ${http_status}); listening again"
+            return 1
+            ;;
+    esac
+    log "running job ${job_id} for ${duration}s"
+    interruptible=1
+    sleep "${duration}" &
+    child=$!
+    wait_child
+    interruptible=0
+    if [[ "${stopping}" -eq 1 ]]; then
+        conclusion=cancelled
+    fi
+    http POST "${service}/jobs/${job_id}/completed" "${auth}" --data-urlencode "conclusion=${conclusion}"
+    if [[ "${http_status}" != 204 ]]; then
+        log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
+    fi
+    log "job ${job_id} completed with result: ${conclusion}"
+}
+
+while [[ "${stopping}" -eq 0 ]]; do
+    interruptible=1
+    HTTP_MAX_TIME=$((POLL_SECONDS + 15)) http GET "${service}/sessions/${session}/job?wait=${POLL_SECONDS}" "${auth}"
+    interruptible=0
+    [[ "${stopping}" -eq 0 ]] || break
+    case "${http_status}" in
+        200)
+            job_id="$(value_of job_id "${http_body}")"
+            duration="$(value_of duration_s "${http_body}")"
+            run_job "${job_id}" "${duration}" || continue
+            if [[ "${stopping}" -eq 1 ]]; then
+                # An ephemeral runner was removed with its job; a closed session is harmless.
+                finish "stopped while running job ${job_id}; it was cancelled" 0
+            fi
+            if [[ "${ephemeral}" == 1 ]]; then
+                # GitHub removed the runner with its job: there is no session left to close.
+                session=""
+                finish "ephemeral runner done after one job" 0
+            fi
+            ;;
+        204) ;;
+        401) revoked ;;
+        000)
+            log "cannot reach ${service}; retrying"
+            interruptible=1
+            sleep 1 &
+            child=$!
+            wait_child
+            ;;
+        *) finish "error: the listener session ended (HTTP ${http_status}): $(error_message)" 1 ;;
+    esac
+done
+finish "stopped while idle; runner offline" 0
