@@ -33,15 +33,16 @@ def test_the_runner_user_reads_the_mounted_token(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
     create_pool(api_client, namespace, node_pool("token", replicas=1))
-    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
-    deployment = wait_for(
-        lambda: apps.list_namespaced_deployment(namespace).items, POD_TIMEOUT, message="the pool's Deployment"
+    core = client.CoreV1Api(api_client)
+    pod = wait_for(
+        lambda: core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=token").items,
+        POD_TIMEOUT,
+        message="the pool's runner pod",
     )[0]
     wait_for(lambda: _token(core, namespace, "token"), POD_TIMEOUT, message="a token in the pool's Secret")
 
-    # The operator's own pod template, only the command replaced: who am I, and the token file.
-    template: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(deployment.spec.template))
-    spec = template["spec"]
+    # The operator's own pod, only the command replaced: who am I, and the token file.
+    spec: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(pod.spec))
     spec["restartPolicy"] = "Never"
     runner = next(c for c in spec["containers"] if c["name"] == children.RUNNER_CONTAINER)
     runner["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
