@@ -23,6 +23,8 @@ from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import api
+from runnerpool.api_errors import describe
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.events import EventRecorder
 from runnerpool.github_api import GitHubClient, PyGithubClient
 from runnerpool.health import ProbeServer
@@ -111,6 +113,7 @@ class Operator:
         options = self.options
         clients = NamedClientCache(self._read_credentials)
         listing = SharedListing()
+        protection = CredentialProtection(self.informers, self._core)
         self._runners = RunnerManagers(
             self.informers,
             clients,
@@ -138,15 +141,29 @@ class Operator:
             ),
             listing=listing,
             runners=self._runners,
+            protection=protection,
+            namespaces=self.informers,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
         # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
         while not self.informers.wait_for_sync(timeout=1.0):
             if self._stop.is_set():
                 return
+        self._release_unused_credentials(protection)
         self._controller.start()
         self._leading.set()
         log.info("leading: %d workers started", options.workers)
+
+    @staticmethod
+    def _release_unused_credentials(protection: CredentialProtection) -> None:
+        """Pools that went away while no operator ran leave protected Secrets: release them."""
+        try:
+            released = protection.release_unused()
+        except Exception as err:  # the next pool deletion asks again; leading must go on
+            log.warning("could not release unused credential Secrets: %s", describe(err))
+            return
+        if released:
+            log.info("released %d credential Secret(s) that no pool needs", released)
 
     def _stop_leading(self) -> None:
         self._leading.clear()

@@ -26,13 +26,15 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
+from runnerpool.api_errors import describe, is_namespace_terminating, status_of
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github_api import DeleteOutcome, GitHubClient, GitHubError, Scope
 from runnerpool.runners.listing import ListingKey, SharedListing, pool_runners, runner_counts
 from runnerpool.runners.manager import GitHubClients
 from runnerpool.runtime.controller import Result
-from secret_updater.credentials import CredentialError
+from secret_updater.credentials import CredentialError, KeepsLastGoodClient
 from secret_updater.filler import PoolRef, TokenFailure
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,15 @@ class TokenJobs(Protocol):
     def start(self, pool: PoolRef) -> None: ...
     def stop(self, namespace: str, name: str) -> None: ...
     def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> bool: ...
+
+
+class NamespaceStates(Protocol):
+    """Whether a namespace is being deleted (``InformerSet``)."""
+
+    def namespace_terminating(self, namespace: str) -> bool: ...
 
 
 class RunnerJobs(Protocol):
@@ -120,6 +131,8 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         listing: SharedListing | None = None,
         runners: RunnerJobs | None = None,
+        protection: CredentialProtection | None = None,
+        namespaces: NamespaceStates | None = None,
     ) -> None:
         self._cache = cache
         self._custom = client.CustomObjectsApi(api_client)
@@ -132,6 +145,8 @@ class Reconciler:
         self._clock = clock
         self._listing = listing or SharedListing()
         self._runners = runners
+        self._protection = protection
+        self._namespaces = namespaces
 
     def __call__(self, key: str) -> Result:
         namespace, name = key.split("/", 1)
@@ -139,6 +154,8 @@ class Reconciler:
         if raw is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
             self._stop_jobs(namespace, name)
+            if self._protection is not None:
+                self._protection.forget(namespace, name)
             return Result(action="gone")
         try:
             pool = api.RunnerPool.model_validate(raw)
@@ -148,7 +165,12 @@ class Reconciler:
             self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
             return Result(action="invalid")
         run = _Pass(pool, raw)
-        result = self._finalize(run) if run.pool.deleting else self._converge(run)
+        try:
+            result = self._finalize(run) if self._ending(run) else self._converge(run)
+        except ApiException as err:
+            if not self._ends_quietly(run, err):
+                raise
+            return Result()
         if result.action in ("noop", "create", "update"):
             result = Result(requeue_after=result.requeue_after, action=run.action)
         log.info(
@@ -157,14 +179,47 @@ class Reconciler:
         )
         return result
 
+    def _ending(self, run: _Pass) -> bool:
+        """Deleted, or in a namespace being deleted: nothing new may be created, deregister."""
+        if run.pool.deleting:
+            return True
+        return self._namespaces is not None and self._namespaces.namespace_terminating(run.pool.namespace)
+
+    def _ends_quietly(self, run: _Pass, err: ApiException) -> bool:
+        """A pool gone under a stale cache (404) or a namespace being deleted (403/409).
+
+        Neither is an error: the pool's deletion event, or the namespace's, brings the
+        pool back here (then to deregistration) without a retry.
+        """
+        pool = run.pool
+        status = status_of(err)
+        gone = (
+            err.status == 404
+            and status.details.get("kind") == api.PLURAL
+            and (status.details.get("name") == pool.name)
+        )
+        if not gone and not is_namespace_terminating(err):
+            return False
+        log.debug("pool %s/%s: reconcile ends: %s", pool.namespace, pool.name, describe(err))
+        return True
+
     # ------------------------------------------------------------------ converge
 
     def _converge(self, run: _Pass) -> Result:
         self._ensure_finalizer(run)
+        self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
         self._ensure_jobs(run)
+        self._tokens.check_secret(
+            run.pool.namespace,
+            run.pool.name,
+            (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
+            recreated="create secret" in run.writes,
+        )
         if not pool_status.has_token(secret):
-            self._update_status(run, secret, None)
+            # No new Deployment without a token, but an existing one still counts in the status.
+            live = self._cache.get_deployment(run.pool.namespace, api.deployment_name(run.pool.name))
+            self._update_status(run, secret, live)
             return Result(requeue_after=self._settings.token_wait, action="requeue")
         deployment = self._ensure_deployment(run)
         self._update_status(run, secret, deployment)
@@ -190,6 +245,13 @@ class Reconciler:
                 }
             },
         )
+
+    def _protect_credentials(self, run: _Pass) -> None:
+        if self._protection is None:
+            return
+        pool = run.pool
+        if self._protection.protect(pool.namespace, pool.name, pool.spec.credential_secret_name):
+            run.writes.append("protect credential secret")
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
         desired = children.token_secret(run.pool)
@@ -354,10 +416,11 @@ class Reconciler:
         if api.FINALIZER not in pool.finalizers:
             return Result(action="noop")
         self._stop_jobs(pool.namespace, pool.name)
+        self._protect_credentials(run)
         self._clear_token(run)
         stamp = conditions.Stamp(pool.generation, self._clock())
         try:
-            github = self._github.get(pool.namespace, pool.spec.credential_secret_name, self._api_url(pool))
+            github = self._deregistration_client(pool)
             busy = self._deregister_runners(run, github)
         except (GitHubError, CredentialError) as err:
             reason = getattr(err, "reason", type(err).__name__)
@@ -391,7 +454,31 @@ class Reconciler:
         if self._pods_remain(run):
             return Result(requeue_after=self._settings.pods_gone_wait, action="requeue")
         self._remove_finalizer(run)
+        if self._protection is not None:
+            self._protection.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result(action="delete")
+
+    def _deregistration_client(self, pool: api.RunnerPool) -> GitHubClient:
+        """The pool's client; if its Secret is gone, the last one that worked for it.
+
+        Credential protection keeps the Secret while the pool needs it; this covers a
+        Secret deleted before it could be protected (e.g. before an upgrade).
+        """
+        secret, url = pool.spec.credential_secret_name, self._api_url(pool)
+        try:
+            return self._github.get(pool.namespace, secret, url)
+        except CredentialError as err:
+            if err.reason != "CredentialSecretMissing" or not isinstance(self._github, KeepsLastGoodClient):
+                raise
+            last = self._github.last_good(pool.namespace, secret, url)
+            if last is None:
+                raise
+            log.info(
+                "credential Secret %s/%s is gone; deregistering with its last good client",
+                pool.namespace,
+                secret,
+            )
+            return last
 
     def _clear_token(self, run: _Pass) -> None:
         name = api.token_secret_name(run.pool.name)

@@ -15,6 +15,7 @@ scrubs the value out of any error text it records.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import logging
@@ -66,6 +67,9 @@ log = logging.getLogger(__name__)
 #: 30 minutes leaves every pod at least half the token's life and still means only two
 #: GitHub calls per pool per hour.
 DEFAULT_MARGIN = timedelta(minutes=30)
+
+#: How long after its own write the job distrusts a cache that shows another token (or none).
+CACHE_GRACE = timedelta(seconds=2)
 
 #: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
 PATCH_FAILED_REASON = "TokenSecretPatchFailed"
@@ -129,6 +133,13 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _digest_of_encoded(encoded: str) -> str | None:
+    try:
+        return _digest(base64.b64decode(encoded, validate=True).decode())
+    except ValueError:  # not base64 or not UTF-8: certainly not what the job wrote
+        return None
+
+
 #: (next run time, whether to notify the reconciler)
 _Outcome = tuple[datetime, bool]
 
@@ -154,6 +165,8 @@ class _PoolState:
     failure: TokenFailure | None = None
     attempt: int = 0
     reasons: set[str] = field(default_factory=set)
+    # When the last write landed (clock time): a cache read soon after may predate it.
+    written_at: datetime | None = None
 
 
 class TokenUpdater:
@@ -260,6 +273,38 @@ class TokenUpdater:
             state = self._pools.get(f"{namespace}/{name}")
             return state.failure if state is not None else None
 
+    def check_secret(self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool) -> bool:
+        """Refill at once a token Secret that lost the token this job wrote; ``True`` if so.
+
+        ``encoded_token`` is the Secret's ``data`` value as the reconciler's cache shows it
+        (base64, or ``None``). The job skips writing a token equal to the last one it wrote,
+        so a Secret deleted and recreated empty (``recreated``), or emptied or changed by
+        hand, would otherwise wait for the next refresh, half an hour away. The refill takes
+        the scope's shared token when it is still fresh: no GitHub request.
+
+        A failing job keeps its backoff (its next success writes anyway), and a mismatch
+        within :data:`CACHE_GRACE` of the job's own write is most likely a cache that has not
+        seen that write yet, not a lost token.
+        """
+        key = f"{namespace}/{name}"
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None or state.last_digest is None:
+                return False  # nothing written yet: the job's next run writes whatever it gets
+            if not recreated:
+                if encoded_token and _digest_of_encoded(encoded_token) == state.last_digest:
+                    return False
+                written = state.written_at
+                if written is not None and self._clock() - written < CACHE_GRACE:
+                    return False
+            state.last_digest = None
+            if state.failure is not None:
+                return False
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(key, next_run_time=self._clock())
+        log.info("token Secret of pool %s lost its token; refilling it now", key)
+        return True
+
     def retry_now(self, namespace: str, name: str) -> None:
         """Run a failing pool's job at once, e.g. when its credential Secret changed."""
         key = f"{namespace}/{name}"
@@ -352,6 +397,7 @@ class TokenUpdater:
             state.attempt = 0
             if wrote:
                 state.last_digest = digest
+                state.written_at = now
                 metrics.TOKEN_FILLS.labels(ref.namespace, ref.name).inc()
             # Under the lock so that stop() cannot drop the series just before we recreate it.
             metrics.TOKEN_EXPIRY.labels(ref.namespace, ref.name).set(token.expires_at.timestamp())

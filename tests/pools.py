@@ -51,12 +51,24 @@ class LiveReader:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]
 
+    def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            found = self._core.list_secret_for_all_namespaces()
+        else:
+            found = self._core.list_namespaced_secret(namespace)
+        return [dict(self._api.sanitize_for_serialization(s)) for s in found.items]
+
+    def scan_pools(self, namespace: str) -> list[dict[str, Any]]:
+        found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+        return list(found["items"])
+
 
 @dataclass
 class RecordingTokens:
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+    checked: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -66,6 +78,10 @@ class RecordingTokens:
 
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         return self.failures.get((namespace, name))
+
+    def check_secret(self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool) -> bool:
+        self.checked.append((namespace, name, recreated))
+        return False
 
 
 def pool_manifest(

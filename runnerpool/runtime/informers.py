@@ -42,6 +42,11 @@ can be large and can never be a pool's Secret.
 Pods: only the operator's (``MANAGED_BY_SELECTOR``).  The runner managers read
 them on every sync to match runners with pods, and a pod event enqueues its
 pool through the pool label (a pod's controller is a ReplicaSet, not the pool).
+
+Namespaces: the watched ones (all, or each ``--namespace`` by name), so the
+reconciler knows up front that a namespace is being deleted: nothing new can be
+created in it, and its pools go straight to deregistration.  A namespace that
+starts terminating enqueues its pools at once.
 """
 
 # No ``from __future__ import annotations`` here: ``Watch`` inspects the
@@ -395,6 +400,7 @@ class InformerSet:
         self._secrets = _Kind("Secrets")
         self._deployments = _Kind("Deployments")
         self._pods = _Kind("Pods")
+        self._namespaces = _Kind("Namespaces")
         # (cache, all-namespaces list, namespaced list, label selector, field selector, handler)
         kinds: list[tuple[_Kind, Callable[..., Any], Callable[..., Any], str | None, str | None, Handler]] = [
             (
@@ -443,6 +449,16 @@ class InformerSet:
                     field_selector=fields,
                     handler=handler,
                 )
+        for ns in scopes:
+            self._add(
+                self._namespaces,
+                namespace=ns,
+                adapter=ListWatchAdapter(core.list_namespace),
+                resync_period=resync_period,
+                field_selector=None if ns is None else f"metadata.name={ns}",
+                handler=self._on_namespace,
+                cluster_scoped=True,
+            )
 
     @staticmethod
     def _add(
@@ -454,10 +470,11 @@ class InformerSet:
         handler: Callable[[str, Obj], None],
         label_selector: str | None = None,
         field_selector: str | None = None,
+        cluster_scoped: bool = False,
     ) -> None:
         informer = StoppableInformer(
             adapter,
-            namespace=namespace,
+            namespace=None if cluster_scoped else namespace,
             resync_period=resync_period,
             label_selector=label_selector,
             field_selector=field_selector,
@@ -471,7 +488,7 @@ class InformerSet:
 
     def _all(self) -> list[tuple[StoppableInformer, ListWatchAdapter]]:
         out: list[tuple[StoppableInformer, ListWatchAdapter]] = []
-        for kind in (self._pools, self._secrets, self._deployments, self._pods):
+        for kind in (self._pools, self._secrets, self._deployments, self._pods, self._namespaces):
             out.extend(zip(kind.informers.values(), kind.adapters, strict=True))
         return out
 
@@ -530,11 +547,38 @@ class InformerSet:
         """The runner pods of one pool, by the pool label its Deployment stamps on them."""
         return self._pods.list(namespace, {POOL_LABEL: pool})
 
+    def scan_pools(self, namespace: str) -> list[Obj]:
+        """The cached pools of one namespace *without copying*: read them, never change them.
+
+        For questions asked of every pool on each reconcile (which pools use this Secret?),
+        where deep copies of a namespace with many pools would cost more than the answer.
+        """
+        objs = self._pools.informer_for(namespace).cache.list()
+        return [o for o in objs if (o.get("metadata") or {}).get("namespace") == namespace]
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (or already gone) as far as the cache knows."""
+        found = self._namespaces.informer_for(namespace).cache.get_by_key(namespace)
+        if found is None:
+            # Not listed yet, or deleted: only "gone" counts, and only after the first list.
+            return self.has_synced
+        return bool((found.get("metadata") or {}).get("deletionTimestamp"))
+
     # -- event handlers (run on informer threads) -------------------------
 
     def _on_pool(self, event: str, obj: Obj) -> None:
         del event  # every kind of change means "look at this pool again"
         self._enqueue(object_key(obj))
+
+    def _on_namespace(self, event: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        if event == DELETED or not meta.get("deletionTimestamp"):
+            return
+        namespace = meta.get("name") or ""
+        prefix = f"{namespace}/"
+        for key in self._pools.informer_for(namespace).cache.list_keys():
+            if key.startswith(prefix):
+                self._enqueue(key)
 
     def _on_child(self, kind: str, event: str, obj: Obj) -> None:
         key = (kind, object_key(obj))
