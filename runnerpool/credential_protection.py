@@ -127,9 +127,12 @@ class CredentialProtection:
         return True
 
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
-        """The pool's finalizer is gone: release its Secret unless another pool needs it."""
-        with self._lock:
-            self._used.pop((namespace, pool), None)
+        """The pool's finalizer is gone: release its Secret unless another pool needs it.
+
+        The memory of the pool's Secret stays until the pool is gone from the cache
+        (:meth:`forget`): pools finalized at the same moment may each still see the others
+        as needing the Secret, and the last disappearance is what decides.
+        """
         self.release_if_unused(namespace, secret_name, finalized=pool)
 
     def forget(self, namespace: str, pool: str) -> None:

@@ -70,7 +70,7 @@ class TokenJobs(Protocol):
     def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
     def check_secret(
         self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
-    ) -> bool: ...
+    ) -> float | None: ...
 
 
 class NamespaceStates(Protocol):
@@ -186,19 +186,18 @@ class Reconciler:
         return self._namespaces is not None and self._namespaces.namespace_terminating(run.pool.namespace)
 
     def _ends_quietly(self, run: _Pass, err: ApiException) -> bool:
-        """A pool gone under a stale cache (404) or a namespace being deleted (403/409).
+        """A pool gone or changed under a stale cache (404/409), or a namespace being deleted.
 
         Neither is an error: the pool's deletion event, or the namespace's, brings the
         pool back here (then to deregistration) without a retry.
         """
         pool = run.pool
         status = status_of(err)
-        gone = (
-            err.status == 404
-            and status.details.get("kind") == api.PLURAL
-            and (status.details.get("name") == pool.name)
-        )
-        if not gone and not is_namespace_terminating(err):
+        this_pool = status.details.get("kind") == api.PLURAL and status.details.get("name") == pool.name
+        # 409 on the pool itself: the cache was stale, and the newer version's event is
+        # already on its way to bring the pool back.
+        stale = this_pool and err.status in (404, 409)
+        if not stale and not is_namespace_terminating(err):
             return False
         log.debug("pool %s/%s: reconcile ends: %s", pool.namespace, pool.name, describe(err))
         return True
@@ -210,7 +209,8 @@ class Reconciler:
         self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
         self._ensure_jobs(run)
-        self._tokens.check_secret(
+        # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
+        recheck = self._tokens.check_secret(
             run.pool.namespace,
             run.pool.name,
             (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
@@ -220,10 +220,11 @@ class Reconciler:
             # No new Deployment without a token, but an existing one still counts in the status.
             live = self._cache.get_deployment(run.pool.namespace, api.deployment_name(run.pool.name))
             self._update_status(run, secret, live)
-            return Result(requeue_after=self._settings.token_wait, action="requeue")
+            wait = min(self._settings.token_wait, recheck or self._settings.token_wait)
+            return Result(requeue_after=wait, action="requeue")
         deployment = self._ensure_deployment(run)
         self._update_status(run, secret, deployment)
-        return Result()
+        return Result(requeue_after=recheck)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:

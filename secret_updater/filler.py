@@ -273,8 +273,10 @@ class TokenUpdater:
             state = self._pools.get(f"{namespace}/{name}")
             return state.failure if state is not None else None
 
-    def check_secret(self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool) -> bool:
-        """Refill at once a token Secret that lost the token this job wrote; ``True`` if so.
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None:
+        """Refill at once a token Secret that lost the token this job wrote.
 
         ``encoded_token`` is the Secret's ``data`` value as the reconciler's cache shows it
         (base64, or ``None``). The job skips writing a token equal to the last one it wrote,
@@ -282,28 +284,29 @@ class TokenUpdater:
         hand, would otherwise wait for the next refresh, half an hour away. The refill takes
         the scope's shared token when it is still fresh: no GitHub request.
 
-        A failing job keeps its backoff (its next success writes anyway), and a mismatch
-        within :data:`CACHE_GRACE` of the job's own write is most likely a cache that has not
-        seen that write yet, not a lost token.
+        A failing job keeps its backoff (its next success writes anyway). Within
+        :data:`CACHE_GRACE` of the job's own write, a mismatch is most likely a cache that
+        has not seen that write yet: the answer is then the number of seconds after which
+        asking again tells a lost token from a late cache; otherwise ``None``.
         """
         key = f"{namespace}/{name}"
         with self._lock:
             state = self._pools.get(key)
             if state is None or state.last_digest is None:
-                return False  # nothing written yet: the job's next run writes whatever it gets
+                return None  # nothing written yet: the job's next run writes whatever it gets
             if not recreated:
                 if encoded_token and _digest_of_encoded(encoded_token) == state.last_digest:
-                    return False
-                written = state.written_at
-                if written is not None and self._clock() - written < CACHE_GRACE:
-                    return False
+                    return None
+                since = self._clock() - state.written_at if state.written_at is not None else None
+                if since is not None and since < CACHE_GRACE:
+                    return (CACHE_GRACE - since).total_seconds()
             state.last_digest = None
             if state.failure is not None:
-                return False
+                return None
             with contextlib.suppress(JobLookupError):
                 self._scheduler.modify_job(key, next_run_time=self._clock())
         log.info("token Secret of pool %s lost its token; refilling it now", key)
-        return True
+        return None
 
     def retry_now(self, namespace: str, name: str) -> None:
         """Run a failing pool's job at once, e.g. when its credential Secret changed."""

@@ -79,9 +79,11 @@ class RecordingTokens:
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         return self.failures.get((namespace, name))
 
-    def check_secret(self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool) -> bool:
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None:
         self.checked.append((namespace, name, recreated))
-        return False
+        return None
 
 
 def pool_manifest(
