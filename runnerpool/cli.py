@@ -134,7 +134,8 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, early_signals: list[int] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; ``early_signals``: those that arrived before this was called."""
     args = parser().parse_args(argv)
     logs.configure(args.log_format, args.log_level)
     options = options_from(args)
@@ -145,18 +146,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     operator = Operator(options, api_client)
 
+    stopping: list[threading.Thread] = []
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("received %s, shutting down", signal.Signals(signum).name)
-        threading.Thread(target=operator.shutdown, name="shutdown", daemon=True).start()
+        if stopping:
+            return  # one shutdown is enough; a second signal must not start another
+        stopping.append(threading.Thread(target=operator.shutdown, name="shutdown", daemon=True))
+        stopping[0].start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if early_signals:
+        on_signal(early_signals[0], None)
     log.info(
         "starting runnerpool-operator",
         extra={"namespaces": options.namespaces or "all", "workers": options.workers},
     )
     operator.run()
+    for thread in stopping:
+        # Nothing of ours may still run while the interpreter finalizes (see Operator.run).
+        thread.join(timeout=30)
     return 0
 
 

@@ -83,6 +83,11 @@ class CredentialProtection:
         self._core = core
         self._lock = threading.Lock()
         self._used: dict[tuple[str, str], str] = {}
+        # Releases one at a time, remembering what this process released: pools that go
+        # together are reconciled by several workers at once, and a cache that has not yet
+        # seen the first release must not make the second fail on a stale finalizer index.
+        self._release_lock = threading.Lock()
+        self._released: set[tuple[str, str]] = set()
 
     # -- the reconciler's calls -----------------------------------------------------------
 
@@ -123,6 +128,8 @@ class CredentialProtection:
             # Changed or deleted meanwhile: its own event brings the pool back here.
             log.debug("credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err))
             return False
+        with self._release_lock:
+            self._released.discard((namespace, secret_name))
         log.info("protecting credential Secret %s/%s while pool %s uses it", namespace, secret_name, pool)
         return True
 
@@ -136,11 +143,18 @@ class CredentialProtection:
         self.release_if_unused(namespace, secret_name, finalized=pool)
 
     def forget(self, namespace: str, pool: str) -> None:
-        """The pool is gone from the cache: ask again about the Secret it used last."""
+        """The pool is gone from the cache: ask again about the Secret it used last.
+
+        Forgotten only once answered, so a release that failed is asked again on the retry.
+        """
         with self._lock:
-            previous = self._used.pop((namespace, pool), None)
-        if previous is not None:
-            self.release_if_unused(namespace, previous, finalized=pool)
+            previous = self._used.get((namespace, pool))
+        if previous is None:
+            return
+        self.release_if_unused(namespace, previous, finalized=pool)
+        with self._lock:
+            if self._used.get((namespace, pool)) == previous:
+                del self._used[(namespace, pool)]
 
     def release_unused(self) -> int:
         """Release every protected Secret that no pool needs; returns how many."""
@@ -155,6 +169,12 @@ class CredentialProtection:
 
     def release_if_unused(self, namespace: str, secret_name: str, *, finalized: str | None = None) -> bool:
         """Remove the finalizer when no pool other than ``finalized`` needs the Secret."""
+        with self._release_lock:
+            return self._release_if_unused(namespace, secret_name, finalized)
+
+    def _release_if_unused(self, namespace: str, secret_name: str, finalized: str | None) -> bool:
+        if (namespace, secret_name) in self._released:
+            return False  # released by this process; the cache may not show it yet
         secret = self._cache.get_secret(namespace, secret_name)
         if secret is None:
             return False
@@ -178,6 +198,7 @@ class CredentialProtection:
         except ApiException as err:
             if err.status == 404:
                 return False
-            raise
+            raise  # 422: the list changed under a stale cache; the retry reads a fresher one
+        self._released.add((namespace, secret_name))
         log.info("released credential Secret %s/%s: no pool needs it any more", namespace, secret_name)
         return True

@@ -91,12 +91,18 @@ class Operator:
         )
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
+        # Set first thing on a stop: a start still in progress must not build or start more.
+        self._stopping = threading.Event()
+        # Serialises building/starting the leader's parts with stopping them.
+        self._lifecycle = threading.Lock()
         self._leading = threading.Event()
         self._controller: Controller | None = None
         self._tokens: TokenUpdater | None = None
         self._runners: RunnerManagers | None = None
         self._elector: LeaderElector | None = None
         self._probes: ProbeServer | None = None
+        self._metrics_server: Any = None
+        self._election_thread: threading.Thread | None = None
 
     # -- wiring ----------------------------------------------------------------
 
@@ -110,6 +116,23 @@ class Operator:
         self._core.patch_namespaced_secret(name, namespace, body)
 
     def _start_leading(self) -> None:
+        with self._lifecycle:
+            if self._stopping.is_set():
+                return
+            protection = self._build_leader_parts()
+        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
+        while not self.informers.wait_for_sync(timeout=1.0):
+            if self._stopping.is_set():
+                return
+        self._release_unused_credentials(protection)
+        with self._lifecycle:
+            if self._stopping.is_set() or self._controller is None:
+                return
+            self._controller.start()
+            self._leading.set()
+        log.info("leading: %d workers started", self.options.workers)
+
+    def _build_leader_parts(self) -> CredentialProtection:
         options = self.options
         clients = NamedClientCache(self._read_credentials)
         listing = SharedListing()
@@ -145,14 +168,7 @@ class Operator:
             namespaces=self.informers,
         )
         self._controller = Controller(self.queue, reconciler, workers=options.workers)
-        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
-        while not self.informers.wait_for_sync(timeout=1.0):
-            if self._stop.is_set():
-                return
-        self._release_unused_credentials(protection)
-        self._controller.start()
-        self._leading.set()
-        log.info("leading: %d workers started", options.workers)
+        return protection
 
     @staticmethod
     def _release_unused_credentials(protection: CredentialProtection) -> None:
@@ -166,13 +182,16 @@ class Operator:
             log.info("released %d credential Secret(s) that no pool needs", released)
 
     def _stop_leading(self) -> None:
-        self._leading.clear()
-        if self._controller is not None:
-            self._controller.stop(timeout=30)
-        if self._runners is not None:
-            self._runners.shutdown()
-        if self._tokens is not None:
-            self._tokens.shutdown()
+        """Stop whatever of the leader's parts exists; safe to call again and from any thread."""
+        self._stopping.set()
+        with self._lifecycle:
+            self._leading.clear()
+            if self._controller is not None:
+                self._controller.stop(timeout=30)
+            if self._runners is not None:
+                self._runners.shutdown()
+            if self._tokens is not None:
+                self._tokens.shutdown()
         self._stop.set()
 
     # -- lifecycle -------------------------------------------------------------
@@ -187,7 +206,7 @@ class Operator:
         """Block until :meth:`shutdown` or until the Lease is lost."""
         options = self.options
         if options.metrics_port:
-            start_http_server(options.metrics_port)
+            self._metrics_server, _ = start_http_server(options.metrics_port)
         if options.health_port:
             self._probes = ProbeServer(options.health_port, live=lambda: True, ready=self.ready)
             self._probes.start()
@@ -204,7 +223,10 @@ class Operator:
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stop_leading,
             )
-            threading.Thread(target=self._elector.run, name="leader-election", daemon=True).start()
+            self._election_thread = threading.Thread(
+                target=self._elector.run, name="leader-election", daemon=True
+            )
+            self._election_thread.start()
         else:
             self._start_leading()
         self._stop.wait()
@@ -212,6 +234,7 @@ class Operator:
 
     def shutdown(self) -> None:
         """Stop cleanly (SIGTERM): finish in-flight reconciles, release the Lease."""
+        self._stopping.set()
         if self._elector is not None:
             self._elector.stop(release=True, timeout=30)
         else:
@@ -219,9 +242,23 @@ class Operator:
         self._stop.set()
 
     def _teardown(self) -> None:
-        if self._controller is not None and self._leading.is_set():
-            self._stop_leading()
+        """Stop every thread the operator started before ``run`` returns.
+
+        The interpreter finalizes right after ``main`` returns; a thread of ours still
+        running then (the elector releasing the Lease, a scheduler started by a start-up
+        that a SIGTERM overtook, an HTTP server thread mid-request) is cut off wherever it
+        tries to take the GIL again, and inside a C or Rust extension that can abort the
+        process after "operator stopped" instead of exiting 0.
+        """
+        if self._elector is not None:
+            self._elector.stop(release=True, timeout=30)
+            if self._election_thread is not None:
+                self._election_thread.join(timeout=30)
+        self._stop_leading()  # also what a start overtaken by the stop had built already
         self.informers.stop()
         if self._probes is not None:
             self._probes.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         log.info("operator stopped", extra={"identity": self.options.identity, "pid": os.getpid()})

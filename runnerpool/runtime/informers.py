@@ -167,6 +167,8 @@ class ListWatchAdapter:
         self._live: Any = None
         self.synced = threading.Event()
         self.lists = 0  # for tests and debugging: relists show up here
+        #: Set by the informer that owns the adapter: ends its current Watch.
+        self.stop_current_watch: Callable[[], None] | None = None
 
     @property
     def closing(self) -> bool:
@@ -207,8 +209,12 @@ class ListWatchAdapter:
 
     def _watch(self, kwargs: dict[str, Any]) -> object:
         if self._closing:
-            # Only reachable if Watch reconnects in the instant before its own
-            # stop flag is set; raising ends its retry loop.
+            if self.stop_current_watch is not None:
+                # A stop while the informer was still listing: its Watch was created
+                # after the stop, so end that Watch and hand it an empty stream, which
+                # ends the informer's loop without the library logging an error.
+                self.stop_current_watch()
+                return _EmptyWatchResponse()
             raise InformerStoppedError("informer is stopping")
         kwargs.setdefault("allow_watch_bookmarks", True)
         self.synced.set()
@@ -233,6 +239,21 @@ def _shutdown(resp: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class _EmptyWatchResponse:
+    """A watch response with no events, for a Watch that must end at once."""
+
+    status = 200
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
 
 
 class _WatchResponse:
@@ -291,6 +312,12 @@ class StoppableInformer(SharedInformer):  # type: ignore[misc]  # kubernetes is 
         super().__init__(adapter, **kwargs)
         self._adapter = adapter
         self._cache = _LeanCache()
+        adapter.stop_current_watch = self._stop_current_watch
+
+    def _stop_current_watch(self) -> None:
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
 
     def signal_stop(self) -> None:
         self._stop_event.set()
