@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
+from runnerpool.credential_protection import FINALIZER as CREDENTIAL_FINALIZER
 from runnerpool.manager import Operator, Options
 from runnerpool.runners.lifecycle import DELETION_COST_ANNOTATION
 from tests.helpers import wait_for
@@ -149,8 +150,9 @@ def operator_as_service_account(
 
 
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: converge, repair drift, protect a busy runner,
-    replace a finished pod, deregister, let go."""
+    """Everything the operator does for a pool: converge (watching the namespace too), protect
+    its credential Secret, repair drift, protect a busy runner, replace a finished pod,
+    deregister, let go of the pool and of the Secret."""
     reader = LiveReader(api_client)
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
     scope = "octo-org/octo-repo"
@@ -158,6 +160,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
     deployment = api.deployment_name("lp")
     wait_for(lambda: reader.get_deployment(namespace, deployment), message="the runner Deployment")
+    assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET)
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
         apps.patch_namespaced_deployment(deployment, namespace, {"spec": {"replicas": 3}})
 
@@ -191,6 +194,14 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     )
     wait_for(lambda: reader.get_pool(namespace, "lp") is None, timeout=60, message="the pool to be deleted")
     assert github.runners(scope) == [], "no runner of the pool is left on GitHub"
+    wait_for(
+        lambda: CREDENTIAL_FINALIZER not in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET),
+        message="the credential Secret to be released with its last pool",
+    )
+
+
+def _finalizers(reader: LiveReader, namespace: str, secret: str) -> list[str]:
+    return list(((reader.get_secret(namespace, secret) or {}).get("metadata") or {}).get("finalizers") or [])
 
 
 def _pool_condition(reader: LiveReader, namespace: str, type_: str) -> str | None:
