@@ -102,7 +102,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, early_signals: list[int] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; ``early_signals``: those that arrived before this was called."""
     args = parser().parse_args(argv)
     settings = settings_from(args)
     logs.configure(settings.logs.format, settings.logs.level)
@@ -113,18 +114,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     operator = Operator(settings, api_client)
 
+    stopping: list[threading.Thread] = []
+
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("received %s, shutting down", signal.Signals(signum).name)
-        threading.Thread(target=operator.shutdown, name="shutdown", daemon=True).start()
+        if stopping:
+            return  # one shutdown is enough; a second signal must not start another
+        stopping.append(threading.Thread(target=operator.shutdown, name="shutdown", daemon=True))
+        stopping[0].start()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if early_signals:
+        on_signal(early_signals[0], None)
     log.info(
         "starting runnerpool-operator",
         extra={"namespaces": settings.namespaces or "all", "workers": settings.queue.workers},
     )
     operator.run()
+    for thread in stopping:
+        # Nothing of ours may still run while the interpreter finalizes (see Operator.run).
+        thread.join(timeout=30)
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import rfc3339, utcnow
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,16 @@ class EventRecorder:
             if known is not None and err.status == 404:
                 with self._lock:
                     self._seen.pop(key, None)
-            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta["name"], err.reason)
+            # A namespace being deleted takes no new Events: expected, not worth a warning.
+            level = logging.DEBUG if is_namespace_terminating(err) else logging.WARNING
+            log.log(
+                level,
+                "could not record event %s on %s/%s: %s",
+                reason,
+                namespace,
+                meta["name"],
+                describe(err),
+            )
 
     def _remember(self, key: tuple[str, str, str, str], name: str, count: int) -> None:
         with self._lock:

@@ -17,11 +17,13 @@ __all__ = ["FakeRunnerJobs", "FakeTokenJobs"]
 
 @dataclass
 class FakeTokenJobs:
-    """``TokenJobs``: records starts and stops; failures are set by the test."""
+    """``TokenJobs``: records starts, stops and Secret checks; failures are set by the test."""
 
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+    #: (namespace, pool, recreated) of every ``check_secret``.
+    checked: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -31,6 +33,12 @@ class FakeTokenJobs:
 
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         return self.failures.get((namespace, name))
+
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None:
+        self.checked.append((namespace, name, recreated))
+        return None
 
 
 @dataclass

@@ -19,6 +19,8 @@ from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import api
+from runnerpool.api_errors import describe
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import ClientCache
@@ -74,12 +76,18 @@ class Operator:
         )
         self._core = client.CoreV1Api(api_client)
         self._stop = threading.Event()
+        # Set first thing on a stop: a start still in progress must not build or start more.
+        self._stopping = threading.Event()
+        # Serialises building/starting the leader's parts with stopping them.
+        self._lifecycle = threading.Lock()
         self._leading = threading.Event()
         self._controller: Controller | None = None
         self._tokens: TokenUpdater | None = None
         self._runners: RunnerManagers | None = None
         self._elector: LeaderElector | None = None
         self._probes: ProbeServer | None = None
+        self._metrics_server: Any = None
+        self._election_thread: threading.Thread | None = None
 
     # -- wiring ----------------------------------------------------------------
 
@@ -93,8 +101,26 @@ class Operator:
         self._core.patch_namespaced_secret(name, namespace, body)
 
     def _start_leading(self) -> None:
+        with self._lifecycle:
+            if self._stopping.is_set():
+                return
+            protection = self._build_leader_parts()
+        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
+        while not self.informers.wait_for_sync(timeout=1.0):
+            if self._stopping.is_set():
+                return
+        self._release_unused_credentials(protection)
+        with self._lifecycle:
+            if self._stopping.is_set() or self._controller is None:
+                return
+            self._controller.start()
+            self._leading.set()
+        log.info("leading: %d workers started", self.settings.queue.workers)
+
+    def _build_leader_parts(self) -> CredentialProtection:
         settings = self.settings
         clients = NamedClientCache(self._read_credentials)
+        protection = CredentialProtection(self.informers, self._core)
         self._runners = RunnerManagers(
             self.informers,
             clients,
@@ -117,24 +143,34 @@ class Operator:
             EventRecorder(self._core),
             settings=settings,
             expectations=self._expectations,
+            protection=protection,
+            namespaces=self.informers,
         )
         self._controller = Controller(self.queue, reconciler, workers=settings.queue.workers)
-        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
-        while not self.informers.wait_for_sync(timeout=1.0):
-            if self._stop.is_set():
-                return
-        self._controller.start()
-        self._leading.set()
-        log.info("leading: %d workers started", settings.queue.workers)
+        return protection
+
+    @staticmethod
+    def _release_unused_credentials(protection: CredentialProtection) -> None:
+        """Pools that went away while no operator ran leave protected Secrets: release them."""
+        try:
+            released = protection.release_unused()
+        except Exception as err:  # the next pool deletion asks again; leading must go on
+            log.warning("could not release unused credential Secrets: %s", describe(err))
+            return
+        if released:
+            log.info("released %d credential Secret(s) that no pool needs", released)
 
     def _stop_leading(self) -> None:
-        self._leading.clear()
-        if self._controller is not None:
-            self._controller.stop(timeout=30)
-        if self._runners is not None:
-            self._runners.shutdown()
-        if self._tokens is not None:
-            self._tokens.shutdown()
+        """Stop whatever of the leader's parts exists; safe to call again and from any thread."""
+        self._stopping.set()
+        with self._lifecycle:
+            self._leading.clear()
+            if self._controller is not None:
+                self._controller.stop(timeout=30)
+            if self._runners is not None:
+                self._runners.shutdown()
+            if self._tokens is not None:
+                self._tokens.shutdown()
         self._stop.set()
 
     # -- lifecycle -------------------------------------------------------------
@@ -149,7 +185,7 @@ class Operator:
         """Block until :meth:`shutdown` or until the Lease is lost."""
         settings = self.settings
         if settings.probes.metrics_port:
-            start_http_server(settings.probes.metrics_port)
+            self._metrics_server, _ = start_http_server(settings.probes.metrics_port)
         if settings.probes.health_port:
             self._probes = ProbeServer(settings.probes.health_port, live=lambda: True, ready=self.ready)
             self._probes.start()
@@ -161,7 +197,10 @@ class Operator:
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stop_leading,
             )
-            threading.Thread(target=self._elector.run, name="leader-election", daemon=True).start()
+            self._election_thread = threading.Thread(
+                target=self._elector.run, name="leader-election", daemon=True
+            )
+            self._election_thread.start()
         else:
             self._start_leading()
         self._stop.wait()
@@ -169,6 +208,7 @@ class Operator:
 
     def shutdown(self) -> None:
         """Stop cleanly (SIGTERM): finish in-flight reconciles, release the Lease."""
+        self._stopping.set()
         if self._elector is not None:
             self._elector.stop(release=True, timeout=30)
         else:
@@ -176,9 +216,23 @@ class Operator:
         self._stop.set()
 
     def _teardown(self) -> None:
-        if self._controller is not None and self._leading.is_set():
-            self._stop_leading()
+        """Stop every thread the operator started before ``run`` returns.
+
+        The interpreter finalizes right after ``main`` returns; a thread of ours still
+        running then (the elector releasing the Lease, a scheduler started by a start-up
+        that a SIGTERM overtook, an HTTP server thread mid-request) is cut off wherever it
+        tries to take the GIL again, and inside a C or Rust extension that can abort the
+        process after "operator stopped" instead of exiting 0.
+        """
+        if self._elector is not None:
+            self._elector.stop(release=True, timeout=30)
+            if self._election_thread is not None:
+                self._election_thread.join(timeout=30)
+        self._stop_leading()  # also what a start overtaken by the stop had built already
         self.informers.stop()
         if self._probes is not None:
             self._probes.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         log.info("operator stopped", extra={"pid": os.getpid()})

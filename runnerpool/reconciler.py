@@ -27,6 +27,8 @@ from pydantic import ValidationError
 
 from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
+from runnerpool.api_errors import describe, is_namespace_terminating, status_of
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Deregistration, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
@@ -69,6 +71,15 @@ class TokenJobs(Protocol):
     def start(self, pool: PoolRef) -> None: ...
     def stop(self, namespace: str, name: str) -> None: ...
     def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None: ...
+
+
+class NamespaceStates(Protocol):
+    """Whether a namespace is being deleted (``InformerSet``)."""
+
+    def namespace_terminating(self, namespace: str) -> bool: ...
 
 
 class RunnerJobs(Protocol):
@@ -119,6 +130,8 @@ class Reconciler:
         settings: Settings = Settings(),
         clock: Callable[[], datetime] = utcnow,
         expectations: Expectations | None = None,
+        protection: CredentialProtection | None = None,
+        namespaces: NamespaceStates | None = None,
     ) -> None:
         self._cache = cache
         self._custom = client.CustomObjectsApi(api_client)
@@ -136,6 +149,8 @@ class Reconciler:
             default_api_url=settings.github.api_url,
         )
         self._status_written: dict[str, float] = {}
+        self._protection = protection
+        self._namespaces = namespaces
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -143,6 +158,8 @@ class Reconciler:
         if raw is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
             self._stop_jobs(namespace, name)
+            if self._protection is not None:
+                self._protection.forget(namespace, name)
             _log_pass(namespace, name, "gone", [])
             return Result()
         try:
@@ -154,19 +171,57 @@ class Reconciler:
             _log_pass(namespace, name, "invalid", [])
             raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}") from None
         run = _Pass(pool, raw)
-        result = self._finalize(run) if run.pool.deleting else self._converge(run)
+        try:
+            result = self._finalize(run) if self._ending(run) else self._converge(run)
+        except ApiException as err:
+            if not self._ends_quietly(run, err):
+                raise
+            _log_pass(namespace, name, "ended", run.writes)
+            return Result()
         _log_pass(namespace, name, "requeue" if result.requeue_after else run.action, run.writes)
         return result
+
+    def _ending(self, run: _Pass) -> bool:
+        """Deleted, or in a namespace being deleted: nothing new may be created, deregister."""
+        if run.pool.deleting:
+            return True
+        return self._namespaces is not None and self._namespaces.namespace_terminating(run.pool.namespace)
+
+    def _ends_quietly(self, run: _Pass, err: ApiException) -> bool:
+        """A pool gone or changed under a stale cache (404/409), or a namespace being deleted.
+
+        Neither is an error: the pool's deletion event, or the namespace's, brings the
+        pool back here (then to deregistration) without a retry.
+        """
+        pool = run.pool
+        status = status_of(err)
+        this_pool = status.details.get("kind") == api.PLURAL and status.details.get("name") == pool.name
+        # 409 on the pool itself: the cache was stale, and the newer version's event is
+        # already on its way to bring the pool back.
+        stale = this_pool and err.status in (404, 409)
+        if not stale and not is_namespace_terminating(err):
+            return False
+        log.debug("pool %s/%s: reconcile ends: %s", pool.namespace, pool.name, describe(err))
+        return True
 
     # ------------------------------------------------------------------ converge
 
     def _converge(self, run: _Pass) -> Result:
         self._ensure_finalizer(run)
+        self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
         self._ensure_jobs(run)
+        # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
+        recheck = self._tokens.check_secret(
+            run.pool.namespace,
+            run.pool.name,
+            (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
+            recreated="create secret" in run.writes,
+        )
         if not pool_status.has_token(secret):
-            self._update_status(run, secret, None)
-            return Result(requeue_after=self._settings.tokens.wait)
+            # No new pod without a token, but the pods that run still count in the status.
+            self._update_status(run, secret, self._pods.counts(run.pool))
+            return Result(requeue_after=_sooner(self._settings.tokens.wait, recheck))
         before = len(run.writes)
         pods = self._pods.converge(run.pool, run.writes)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
@@ -183,7 +238,7 @@ class Reconciler:
             # Taking pods away is the runner managers' job: ask for a round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
         wait = self._update_status(run, secret, pods)
-        return Result(requeue_after=wait)
+        return Result(requeue_after=_sooner(wait, recheck))
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:
@@ -205,6 +260,13 @@ class Reconciler:
                 }
             },
         )
+
+    def _protect_credentials(self, run: _Pass) -> None:
+        if self._protection is None:
+            return
+        pool = run.pool
+        if self._protection.protect(pool.namespace, pool.name, pool.spec.credential_secret_name):
+            run.writes.append("protect credential secret")
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
         desired = children.token_secret(run.pool)
@@ -349,6 +411,7 @@ class Reconciler:
         if api.FINALIZER not in pool.finalizers:
             return Result()
         self._stop_jobs(pool.namespace, pool.name)
+        self._protect_credentials(run)
         self._clear_token(run)
         stamp = conditions.Stamp(pool.generation, self._clock())
         try:
@@ -385,6 +448,8 @@ class Reconciler:
         if self._pods_remain(run):
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         self._remove_finalizer(run)
+        if self._protection is not None:
+            self._protection.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result()
 
     def _clear_token(self, run: _Pass) -> None:
@@ -419,9 +484,15 @@ class Reconciler:
         run.writes.append("update finalizer removed")
 
 
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two optional requeue delays."""
+    waits = [w for w in (a, b) if w is not None]
+    return min(waits) if waits else None
+
+
 def _log_pass(namespace: str, name: str, action: str, writes: list[str]) -> None:
     """The one line per reconcile: what it did (create, update, noop, requeue, delete, gone,
-    invalid) and which writes it made."""
+    invalid, ended) and which writes it made."""
     log.info(
         "reconciled pool", extra={"pool": name, "namespace": namespace, "action": action, "writes": writes}
     )

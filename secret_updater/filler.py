@@ -15,6 +15,7 @@ scrubs the value out of any error text it records.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import logging
@@ -54,6 +55,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: How long after its own write the job distrusts a cache that shows another token (or none).
+CACHE_GRACE = timedelta(seconds=2)
+
 #: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
 PATCH_FAILED_REASON = "TokenSecretPatchFailed"
 #: Reason recorded for anything the updater did not anticipate; retried like a permanent error.
@@ -74,6 +78,13 @@ def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _digest_of_encoded(encoded: str) -> str | None:
+    try:
+        return _digest(base64.b64decode(encoded, validate=True).decode())
+    except ValueError:  # not base64 or not UTF-8: certainly not what the job wrote
+        return None
 
 
 #: (next run time, whether to notify the reconciler)
@@ -101,6 +112,8 @@ class _PoolState:
     failure: TokenFailure | None = None
     attempt: int = 0
     reasons: set[str] = field(default_factory=set)
+    # When the last write landed (clock time): a cache read soon after may predate it.
+    written_at: datetime | None = None
 
 
 class TokenUpdater:
@@ -202,6 +215,41 @@ class TokenUpdater:
             state = self._pools.get(pool_key(namespace, name))
             return state.failure if state is not None else None
 
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None:
+        """Refill at once a token Secret that lost the token this job wrote.
+
+        ``encoded_token`` is the Secret's ``data`` value as the reconciler's cache shows it
+        (base64, or ``None``). The job skips writing a token equal to the last one it wrote,
+        so a Secret deleted and recreated empty (``recreated``), or emptied or changed by
+        hand, would otherwise wait for the next refresh, half an hour away. The refill takes
+        the scope's shared token when it is still fresh: no GitHub request.
+
+        A failing job keeps its backoff (its next success writes anyway). Within
+        :data:`CACHE_GRACE` of the job's own write, a mismatch is most likely a cache that
+        has not seen that write yet: the answer is then the number of seconds after which
+        asking again tells a lost token from a late cache; otherwise ``None``.
+        """
+        key = pool_key(namespace, name)
+        with self._lock:
+            state = self._pools.get(key)
+            if state is None or state.last_digest is None:
+                return None  # nothing written yet: the job's next run writes whatever it gets
+            if not recreated:
+                if encoded_token and _digest_of_encoded(encoded_token) == state.last_digest:
+                    return None
+                since = self._clock() - state.written_at if state.written_at is not None else None
+                if since is not None and since < CACHE_GRACE:
+                    return (CACHE_GRACE - since).total_seconds()
+            state.last_digest = None
+            if state.failure is not None:
+                return None
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.modify_job(key, next_run_time=self._clock())
+        log.info("token Secret of pool %s lost its token; refilling it now", key)
+        return None
+
     def shutdown(self) -> None:
         with self._lock:
             keys = list(self._pools)
@@ -278,6 +326,7 @@ class TokenUpdater:
             state.attempt = 0
             if wrote:
                 state.last_digest = digest
+                state.written_at = now
                 metrics.TOKEN_FILLS.labels(ref.namespace, ref.name).inc()
             # Under the lock so that stop() cannot drop the series just before we recreate it.
             metrics.TOKEN_EXPIRY.labels(ref.namespace, ref.name).set(token.expires_at.timestamp())

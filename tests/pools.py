@@ -54,6 +54,17 @@ class LiveReader:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]
 
+    def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        if namespace is None:
+            found = self._core.list_secret_for_all_namespaces()
+        else:
+            found = self._core.list_namespaced_secret(namespace)
+        return [dict(self._api.sanitize_for_serialization(s)) for s in found.items]
+
+    def scan_pools(self, namespace: str) -> list[dict[str, Any]]:
+        found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+        return list(found["items"])
+
 
 def pool_manifest(
     name: str, *, org: str | None = None, repo: str | None = None, **spec: Any

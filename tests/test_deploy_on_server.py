@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
+from runnerpool.credential_protection import FINALIZER as CREDENTIAL_FINALIZER
 from runnerpool.manager import Operator
 from runnerpool.pods import template
 from runnerpool.settings import (
@@ -172,8 +173,9 @@ def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, 
 
 
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: take over a legacy Deployment, converge, repair
-    drift, protect a busy runner, replace a finished pod, deregister, let go."""
+    """Everything the operator does for a pool: take over a legacy Deployment, converge
+    (watching the namespace too), protect its credential Secret, repair drift, protect a busy
+    runner, replace a finished pod, deregister, let go of the pool and of the Secret."""
     reader = LiveReader(api_client)
     apps, core, policy = (
         client.AppsV1Api(api_client),
@@ -188,6 +190,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
     budget = api.disruption_budget_name("lp")
     wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
+    assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET)
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
         policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 3}})
 
@@ -222,6 +225,14 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     )
     wait_for(lambda: reader.get_pool(namespace, "lp") is None, timeout=60, message="the pool to be deleted")
     assert github.runners(scope) == [], "no runner of the pool is left on GitHub"
+    wait_for(
+        lambda: CREDENTIAL_FINALIZER not in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET),
+        message="the credential Secret to be released with its last pool",
+    )
+
+
+def _finalizers(reader: LiveReader, namespace: str, secret: str) -> list[str]:
+    return list(((reader.get_secret(namespace, secret) or {}).get("metadata") or {}).get("finalizers") or [])
 
 
 def _pool_condition(reader: LiveReader, namespace: str, type_: str) -> str | None:

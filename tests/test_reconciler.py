@@ -521,3 +521,22 @@ def test_an_edited_credential_secret_restarts_the_token_job_at_once(
     versions = [ref.credentials_version for ref in tokens.started]
     assert versions[0] == "missing"
     assert len(set(versions)) == 3, "each credential change hands the job a new PoolRef"
+
+
+def test_status_keeps_counting_running_pods_while_the_token_is_missing(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+) -> None:
+    """A token Secret emptied by hand: pods still run, and the status must not say 0."""
+    _converged(api_client, namespace, reconciler, "omicron", delete=False)
+    mark_pods_ready(api_client, namespace, "omicron", 1)
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        api.token_secret_name("omicron"), namespace, {"data": {api.TOKEN_SECRET_KEY: None}}
+    )
+
+    result = reconciler(f"{namespace}/omicron")
+
+    status = _get(api_client, namespace, "omicron")["status"]
+    assert (status["replicas"], status["readyReplicas"]) == (1, 1)
+    assert _condition(_get(api_client, namespace, "omicron"), "TokenReady")["status"] == "False"
+    assert result.requeue_after == 10.0, "still waiting for the token"
+    assert tokens.checked[-1] == (namespace, "omicron", False), "the secret updater was told"

@@ -7,6 +7,7 @@ fires immediately; it waits on an event, not a timer.
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import threading
@@ -532,3 +533,56 @@ def test_pools_of_one_scope_share_one_token_request(harness: Harness) -> None:
         ("team-a", "runner-token-deploy"): TOKEN_1,
         ("team-b", "runner-token-build"): TOKEN_2,
     }
+
+
+# -- a Secret that lost its token -------------------------------------------------------------------
+
+
+def _encoded(value: str) -> str:
+    return base64.b64encode(value.encode()).decode()
+
+
+def test_a_lost_token_is_refilled_now_from_the_shared_token(harness: Harness) -> None:
+    """Deleted and recreated empty, or emptied by hand: written again at once, no GitHub call."""
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+    harness.run()
+    harness.clock.advance(timedelta(minutes=5))
+
+    assert harness.updater.check_secret("team-a", "build", _encoded(TOKEN_1), recreated=False) is None
+    assert harness.next_run() > harness.clock.now, "the token is there: nothing to do"
+
+    assert harness.updater.check_secret("team-a", "build", None, recreated=False) is None
+    assert harness.next_run() == harness.clock.now, "emptied: refill now"
+    harness.run()
+
+    assert [body["stringData"][TOKEN_SECRET_KEY] for _, _, body in harness.patches] == [TOKEN_1, TOKEN_1]
+    assert len(harness.github.token_requests) == 1, "the scope's token was still fresh: no second request"
+
+
+def test_a_cache_that_lags_the_jobs_own_write_is_asked_again(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+    harness.run()
+    scheduled = harness.next_run()
+
+    recheck = harness.updater.check_secret("team-a", "build", None, recreated=False)
+
+    assert recheck is not None and 0 < recheck <= 2, "right after the write: ask again shortly"
+    assert harness.next_run() == scheduled, "and no refill yet"
+    harness.clock.advance(timedelta(seconds=recheck))
+    assert harness.updater.check_secret("team-a", "build", None, recreated=False) is None
+    assert harness.next_run() == harness.clock.now
+
+
+def test_a_failing_job_keeps_its_backoff_when_the_secret_is_recreated(harness: Harness) -> None:
+    harness.updater.start(POOL)
+    harness.github.tokens += [token(TOKEN_1), BadCredentials("revoked")]
+    harness.run()
+    harness.clock.advance(timedelta(minutes=31))
+    harness.run()
+    backoff = harness.next_run()
+
+    harness.updater.check_secret("team-a", "build", None, recreated=True)
+
+    assert harness.next_run() == backoff, "no hammering GitHub with bad credentials"

@@ -82,7 +82,7 @@ def operator_command() -> list[str]:
     found = shutil.which("runnerpool-operator")
     if found:
         return [found]
-    return [sys.executable, "-m", "runnerpool.cli"]
+    return [sys.executable, "-m", "runnerpool.launch"]
 
 
 @dataclass
@@ -161,6 +161,24 @@ class OperatorProcess:
 
         if not poll_until(ready, timeout, 0.05):
             raise self._failure(f"was not ready within {timeout:.0f}s")
+
+    def wait_catches(self, signum: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        """Until the process has a handler for ``signum`` (``SigCgt`` in /proc/PID/status).
+
+        Before that only the bare interpreter runs, and a signal takes its default action as
+        in any process; from then on the operator decides what a signal means.
+        """
+
+        def catches() -> bool:
+            if not self.alive:
+                raise self._failure("exited before it installed its signal handlers")
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+            return False
+
+        if not poll_until(catches, timeout, 0.005):
+            raise self._failure(f"did not catch signal {signum} within {timeout:.0f}s")
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait: a clean stop is part of what is tested.  Returns the exit code.

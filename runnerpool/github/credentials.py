@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives import serialization
 from github import Auth
@@ -34,6 +34,7 @@ __all__ = [
     "ClientCache",
     "ClientFactory",
     "CredentialError",
+    "KeepsLastGoodClient",
     "SecretReader",
     "client_from_secret_data",
 ]
@@ -51,6 +52,15 @@ SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
 
 class ClientFactory(Protocol):
     def __call__(self, data: Mapping[str, str], base_url: str, /) -> GitHubClient: ...
+
+
+@runtime_checkable
+class KeepsLastGoodClient(Protocol):
+    """A client source that can still hand out a client whose Secret has disappeared."""
+
+    def last_good(
+        self, namespace: str, secret_name: str, base_url: str | None = None
+    ) -> GitHubClient | None: ...
 
 
 class CredentialError(Exception):
@@ -199,3 +209,14 @@ class ClientCache:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
             self._entries[key] = _Entry(fingerprint, client)
             return client
+
+    def last_good(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient | None:
+        """The last client built from the Secret, even if the Secret is gone now (or ``None``).
+
+        For deregistering a deleted pool's runners: the credentials that worked a moment
+        ago are better than none, and GitHub still says whether they do.
+        """
+        key = (namespace, secret_name, _validated_base_url(base_url or DEFAULT_API_URL))
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry.client if entry is not None else None

@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children
+from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
 from runnerpool.pods.expectations import Expectations
@@ -67,16 +68,22 @@ class PodStep:
 
     # ------------------------------------------------------------------ converge
 
+    def counts(self, pool: api.RunnerPool) -> scaling.PodCounts:
+        """The pool's pods as they are, without any write (a pool waiting for its token)."""
+        return self._count(pool, self._cache.list_pods(pool.namespace, pool.name))
+
+    def _count(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> scaling.PodCounts:
+        names = [str(p["metadata"].get("name")) for p in pods]
+        pending = self._expectations.pending(pool_key(pool.namespace, pool.name), names)
+        return scaling.count(pods, pool.spec.replicas, self.wanted_hash(pool), pending)
+
     def converge(self, pool: api.RunnerPool, writes: list[str]) -> scaling.PodCounts:
         """Take over, keep the budget, create what is missing; returns the counts after the creates."""
         pods = self._cache.list_pods(pool.namespace, pool.name)
         self._take_over(pool, pods, writes)
         self._ensure_budget(pool, writes)
-        key = f"{pool.namespace}/{pool.name}"
-        names = [str(p["metadata"].get("name")) for p in pods]
-        counts = scaling.count(
-            pods, pool.spec.replicas, self.wanted_hash(pool), self._expectations.pending(key, names)
-        )
+        key = pool_key(pool.namespace, pool.name)
+        counts = self._count(pool, pods)
         wanted = scaling.creates(counts)
         created = 0
         for _ in range(wanted):

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from runnerpool import api
 from runnerpool.domain import Deregistration, PoolRef, pool_key, utcnow
-from runnerpool.github.credentials import CredentialError
+from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
@@ -187,7 +187,7 @@ class RunnerManagers:
         for: GitHub would refuse, and the request would only spend budget. 204 and 404 both
         mean the runner is gone. Raises ``GitHubError`` or ``CredentialError``.
         """
-        github = self._clients.get(pool.namespace, pool.credential_secret_name, pool.api_url)
+        github = self._deregistration_client(pool)
         snapshot = self.listing.fetch(_listing_key(pool), pool.scope, github)
         busy = 0
         deleted = 0
@@ -201,6 +201,29 @@ class RunnerManagers:
             elif outcome is DeleteOutcome.DELETED:
                 deleted += 1
         return Deregistration(busy=busy, deleted=deleted)
+
+    def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
+        """The pool's client; if its Secret is gone, the last one that worked for it.
+
+        Credential protection (``runnerpool.credential_protection``) keeps the Secret while
+        the pool needs it; this covers a Secret deleted before it could be protected (e.g.
+        before an upgrade), since credentials that worked a moment ago beat none.
+        """
+        secret, url = pool.credential_secret_name, pool.api_url
+        try:
+            return self._clients.get(pool.namespace, secret, url)
+        except CredentialError as err:
+            if err.reason != "CredentialSecretMissing" or not isinstance(self._clients, KeepsLastGoodClient):
+                raise
+            last = self._clients.last_good(pool.namespace, secret, url)
+            if last is None:
+                raise
+            log.info(
+                "credential Secret %s/%s is gone; deregistering with its last good client",
+                pool.namespace,
+                secret,
+            )
+            return last
 
     def _detach(self, ref: PoolRef) -> None:
         """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""

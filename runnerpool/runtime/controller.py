@@ -21,6 +21,8 @@ from typing import Protocol
 
 from prometheus_client import Counter, Histogram
 
+from runnerpool.api_errors import describe
+
 __all__ = ["Controller", "Result", "TerminalError", "WorkQueue"]
 
 logger = logging.getLogger(__name__)
@@ -142,7 +144,8 @@ class Controller:
             RECONCILE_ERRORS.inc()
             # One line per failure: a failing pool retries often, and a traceback
             # each time would drown the log.  The traceback is there at debug.
-            logger.error("reconcile %s failed: %s: %s", key, type(exc).__name__, exc)
+            # describe(): the API's reason and message, never the HTTP headers str() prints.
+            logger.error("reconcile %s failed: %s", key, describe(exc))
             logger.debug("reconcile %s traceback", key, exc_info=True)
             self._queue.add_rate_limited(key)
             return

@@ -46,6 +46,11 @@ scan of every cached pod per pool would make each round cost O(pools x pods).  A
 enqueues its controlling pool (the pool itself, or through the pool label for a pod that
 a Deployment of an earlier version still controls), and is reported to ``on_pod``
 (the reconciler's create expectations).
+
+Namespaces: the watched ones (all, or each ``--namespace`` by name), so the
+reconciler knows up front that a namespace is being deleted: nothing new can be
+created in it, and its pools go straight to deregistration.  A namespace that
+starts terminating enqueues its pools at once.
 """
 
 # No ``from __future__ import annotations`` here: ``Watch`` inspects the
@@ -169,6 +174,8 @@ class ListWatchAdapter:
         self._live: Any = None
         self.synced = threading.Event()
         self.lists = 0  # for tests and debugging: relists show up here
+        #: Set by the informer that owns the adapter: ends its current Watch.
+        self.stop_current_watch: Callable[[], None] | None = None
 
     @property
     def closing(self) -> bool:
@@ -209,8 +216,12 @@ class ListWatchAdapter:
 
     def _watch(self, kwargs: dict[str, Any]) -> object:
         if self._closing:
-            # Only reachable if Watch reconnects in the instant before its own
-            # stop flag is set; raising ends its retry loop.
+            if self.stop_current_watch is not None:
+                # A stop while the informer was still listing: its Watch was created
+                # after the stop, so end that Watch and hand it an empty stream, which
+                # ends the informer's loop without the library logging an error.
+                self.stop_current_watch()
+                return _EmptyWatchResponse()
             raise InformerStoppedError("informer is stopping")
         kwargs.setdefault("allow_watch_bookmarks", True)
         self.synced.set()
@@ -235,6 +246,21 @@ def _shutdown(resp: Any) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+class _EmptyWatchResponse:
+    """A watch response with no events, for a Watch that must end at once."""
+
+    status = 200
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
 
 
 class _WatchResponse:
@@ -357,6 +383,12 @@ class StoppableInformer(SharedInformer):  # type: ignore[misc]  # kubernetes is 
         super().__init__(adapter, **kwargs)
         self._adapter = adapter
         self._cache = _LeanCache() if index is None else _IndexedCache(index)
+        adapter.stop_current_watch = self._stop_current_watch
+
+    def _stop_current_watch(self) -> None:
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
 
     def signal_stop(self) -> None:
         self._stop_event.set()
@@ -475,6 +507,7 @@ class InformerSet:
         self._deployments = _Kind("Deployments")
         self._pods = _Kind("Pods")
         self._budgets = _Kind("PodDisruptionBudgets")
+        self._namespaces = _Kind("Namespaces")
         # (cache, all-namespaces list, namespaced list, label selector, field selector, handler)
         kinds: list[tuple[_Kind, Callable[..., Any], Callable[..., Any], str | None, str | None, Handler]] = [
             (
@@ -532,6 +565,16 @@ class InformerSet:
                     handler=handler,
                     index=pool_index if kind is self._pods else None,
                 )
+        for ns in scopes:
+            self._add(
+                self._namespaces,
+                namespace=ns,
+                adapter=ListWatchAdapter(core.list_namespace),
+                resync_period=resync_period,
+                field_selector=None if ns is None else f"metadata.name={ns}",
+                handler=self._on_namespace,
+                cluster_scoped=True,
+            )
 
     @staticmethod
     def _add(
@@ -544,11 +587,12 @@ class InformerSet:
         label_selector: str | None = None,
         field_selector: str | None = None,
         index: Callable[[Obj], str | None] | None = None,
+        cluster_scoped: bool = False,
     ) -> None:
         informer = StoppableInformer(
             adapter,
             index=index,
-            namespace=namespace,
+            namespace=None if cluster_scoped else namespace,
             resync_period=resync_period,
             label_selector=label_selector,
             field_selector=field_selector,
@@ -562,7 +606,14 @@ class InformerSet:
 
     def _all(self) -> list[tuple[StoppableInformer, ListWatchAdapter]]:
         out: list[tuple[StoppableInformer, ListWatchAdapter]] = []
-        for kind in (self._pools, self._secrets, self._deployments, self._pods, self._budgets):
+        for kind in (
+            self._pools,
+            self._secrets,
+            self._deployments,
+            self._pods,
+            self._budgets,
+            self._namespaces,
+        ):
             out.extend(zip(kind.informers.values(), kind.adapters, strict=True))
         return out
 
@@ -624,6 +675,23 @@ class InformerSet:
     def get_disruption_budget(self, namespace: str, name: str) -> Obj | None:
         return self._budgets.get(namespace, name)
 
+    def scan_pools(self, namespace: str) -> list[Obj]:
+        """The cached pools of one namespace *without copying*: read them, never change them.
+
+        For questions asked of every pool on each reconcile (which pools use this Secret?),
+        where deep copies of a namespace with many pools would cost more than the answer.
+        """
+        objs = self._pools.informer_for(namespace).cache.list()
+        return [o for o in objs if (o.get("metadata") or {}).get("namespace") == namespace]
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (or already gone) as far as the cache knows."""
+        found = self._namespaces.informer_for(namespace).cache.get_by_key(namespace)
+        if found is None:
+            # Not listed yet, or deleted: only "gone" counts, and only after the first list.
+            return self.has_synced
+        return bool((found.get("metadata") or {}).get("deletionTimestamp"))
+
     # -- event handlers (run on informer threads) -------------------------
 
     def _on_pool(self, event: str, obj: Obj) -> None:
@@ -636,6 +704,16 @@ class InformerSet:
             if pool is not None:
                 self._on_pod(pool, str((obj.get("metadata") or {}).get("name") or ""))
         self._on_child("Pod", event, obj)
+
+    def _on_namespace(self, event: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        if event == DELETED or not meta.get("deletionTimestamp"):
+            return
+        namespace = meta.get("name") or ""
+        prefix = f"{namespace}/"
+        for key in self._pools.informer_for(namespace).cache.list_keys():
+            if key.startswith(prefix):
+                self._enqueue(key)
 
     def _on_child(self, kind: str, event: str, obj: Obj) -> None:
         key = (kind, object_key(obj))

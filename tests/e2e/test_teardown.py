@@ -1,0 +1,121 @@
+"""Teardown and self-healing with the operator as a process: what users do all the time.
+
+Deleting a whole namespace (preview environments, tenant offboarding) must finish and leave
+nothing registered on GitHub, although the namespace controller deletes the credential
+Secret alongside the pools that need it to deregister.  A token Secret that loses its token
+must get one back at once, from the scope's still-fresh token, without asking GitHub.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api
+from tests.e2e.conftest import StartOperator
+from tests.e2e.runners import ORG, REPO, token_of, wait_condition, wait_token
+from tests.helpers import wait_for
+from tests.pools import create_pool, pool_manifest
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import OperatorProcess, RunnerSimulator, iter_runner_labels
+
+pytestmark = pytest.mark.usefixtures("credentials")
+
+#: The issue's promise: a deleted namespace is gone within a minute.
+NAMESPACE_GONE_WITHIN = 60.0
+#: A token Secret that lost its token has one again within this many seconds.
+TOKEN_BACK_WITHIN = 5.0
+
+
+def _runners_of_namespace(fake: FakeGitHub, namespace: str) -> list[str]:
+    """Runners on any scope carrying a pool label of ``namespace``."""
+    prefix = f"{namespace}/"
+    return [
+        runner["name"]
+        for scope in fake.scopes()
+        for runner in fake.runners(scope)
+        if any(label.startswith(prefix) for label in iter_runner_labels(runner))
+    ]
+
+
+def _namespace_gone(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespace(namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+def _error_lines(operator: OperatorProcess) -> list[str]:
+    lines = []
+    for line in operator.log_text().splitlines():
+        if not line.startswith("{"):
+            continue  # the harness's start marker
+        if json.loads(line).get("level") in ("error", "critical"):
+            lines.append(line)
+    return lines
+
+
+def test_deleting_a_namespace_deregisters_every_runner_and_finishes(
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    operator: OperatorProcess,
+    simulator: RunnerSimulator,
+) -> None:
+    """3 pools, their runners registered, the credential Secret in the same namespace."""
+    for name, scope in (("web", {"repo": REPO}), ("api", {"repo": REPO}), ("org", {"org": ORG})):
+        create_pool(api_client, namespace, pool_manifest(name, replicas=2, **scope))
+    assert simulator.wait(lambda s: len(s.registrations(namespace)) == 6), simulator.rejections
+    assert len(_runners_of_namespace(fake_github, namespace)) == 6
+
+    core = client.CoreV1Api(api_client)
+    started = time.monotonic()
+    core.delete_namespace(namespace)
+    wait_for(
+        lambda: _namespace_gone(core, namespace),
+        timeout=NAMESPACE_GONE_WITHIN,
+        interval=0.2,
+        message=f"namespace {namespace} to be gone",
+    )
+    took = time.monotonic() - started
+
+    assert _runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"
+    assert _error_lines(operator) == [], "a namespace being deleted is no error"
+    print(f"namespace gone {took:.1f}s after its deletion")
+
+
+def test_a_lost_token_comes_back_at_once_without_asking_github(
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    start_operator: StartOperator,
+    simulator: RunnerSimulator,
+) -> None:
+    # No runner listing in between: every GitHub request would be the refill's.
+    start_operator("--runner-sync-interval", "3600")
+    create_pool(api_client, namespace, pool_manifest("heal", repo=REPO, replicas=1))
+    first = token_of(wait_token(api_client, namespace, "heal"))
+    wait_condition(api_client, namespace, "heal", "Ready", "True")
+    core = client.CoreV1Api(api_client)
+    name = api.token_secret_name("heal")
+
+    for how in ("deleted", "emptied by hand"):
+        requests = fake_github.count()
+        started = time.monotonic()
+        if how == "deleted":
+            core.delete_namespaced_secret(name, namespace)  # gone once this returns
+        else:
+            core.patch_namespaced_secret(name, namespace, {"data": {api.TOKEN_SECRET_KEY: None}})
+        secret = wait_token(api_client, namespace, "heal", timeout=TOKEN_BACK_WITHIN)
+        took = time.monotonic() - started
+
+        assert token_of(secret) == first, f"{how}: the scope's fresh token, not a new one"
+        assert fake_github.count() == requests, f"{how}: no GitHub request for a token still fresh"
+        print(f"token back {took:.2f}s after the Secret was {how}")

@@ -1,0 +1,166 @@
+"""A credential Secret stays while a pool needs it to deregister, and goes once none does.
+
+Against the real API server: the finalizer on the Secret is what keeps a deleted Secret
+readable (``deletionTimestamp`` set, data intact) until the pools that use it are
+finalized, and removing it is what lets the Secret, and a namespace, go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import responses
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.credential_protection import FINALIZER, CredentialProtection
+from runnerpool.events import EventRecorder
+from runnerpool.fakes import FakeTokenJobs
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reconciler import Reconciler
+from runnerpool.runners.manager import RunnerManagers
+from tests.github_mocks import RunnerEndpoint, github
+from tests.helpers import wait_for
+from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
+from tests.test_reconciler import FUTURE, _finalize, runners
+
+__all__ = ["github", "runners"]  # the fixtures
+
+CRED = api.DEFAULT_CREDENTIAL_SECRET
+
+
+@pytest.fixture
+def protection(api_client: client.ApiClient) -> CredentialProtection:
+    return CredentialProtection(LiveReader(api_client), client.CoreV1Api(api_client))
+
+
+@pytest.fixture
+def reconciler(
+    api_client: client.ApiClient,
+    runnerpool_crd: dict[str, Any],
+    protection: CredentialProtection,
+    runners: RunnerManagers,
+) -> Reconciler:
+    return Reconciler(
+        LiveReader(api_client),
+        api_client,
+        FakeTokenJobs(),
+        runners,
+        EventRecorder(client.CoreV1Api(api_client)),
+        # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
+        expectations=Expectations(timeout=0),
+        protection=protection,
+    )
+
+
+def _secret(api_client: client.ApiClient, namespace: str, name: str = CRED) -> dict[str, Any] | None:
+    return LiveReader(api_client).get_secret(namespace, name)
+
+
+def _protected(api_client: client.ApiClient, namespace: str, name: str = CRED) -> bool:
+    return FINALIZER in (
+        (_secret(api_client, namespace, name) or {}).get("metadata", {}).get("finalizers") or []
+    )
+
+
+def _converge(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str, **spec: Any
+) -> None:
+    create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo", **spec))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(f"{namespace}/{name}")
+
+
+def _delete_pool(api_client: client.ApiClient, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+
+
+def test_a_deleted_secret_stays_until_the_last_pool_using_it_is_finalized(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    github: responses.RequestsMock,
+) -> None:
+    pat_secret(api_client, namespace)
+    _converge(api_client, namespace, reconciler, "one")
+    _converge(api_client, namespace, reconciler, "two")
+    assert _protected(api_client, namespace)
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(1, "one-a", [f"{namespace}/one"])
+    endpoint.add(2, "two-a", [f"{namespace}/two"])
+
+    # What the namespace controller does first: the Secret is deleted before the pools.
+    client.CoreV1Api(api_client).delete_namespaced_secret(CRED, namespace)
+    held = _secret(api_client, namespace)
+    assert held is not None and held["metadata"].get("deletionTimestamp"), "deleted, but held"
+    assert held["data"]["token"], "and still readable for deregistration"
+
+    _delete_pool(api_client, namespace, "one")
+    _finalize(api_client, namespace, reconciler, "one")
+    assert _protected(api_client, namespace), "pool two still needs it"
+
+    _delete_pool(api_client, namespace, "two")
+    _finalize(api_client, namespace, reconciler, "two")
+
+    assert sorted(runner_id for runner_id, _ in endpoint.deleted) == [1, 2], "both deregistered"
+    wait_for(lambda: _secret(api_client, namespace) is None, message="the Secret to go with its last pool")
+
+
+def test_moving_a_pool_to_another_secret_releases_the_old_one(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    pat_secret(api_client, namespace)
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "other"}, "stringData": {"token": "ghp_other"}}
+    )
+    _converge(api_client, namespace, reconciler, "mover")
+    assert _protected(api_client, namespace) and not _protected(api_client, namespace, "other")
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "mover", {"spec": {"credentialSecretName": "other"}}
+    )
+    reconciler(f"{namespace}/mover")
+
+    assert _protected(api_client, namespace, "other")
+    assert not _protected(api_client, namespace), "no pool uses the old Secret any more"
+
+
+def test_a_secret_whose_pools_vanished_is_released_at_start(
+    api_client: client.ApiClient, namespace: str, protection: CredentialProtection
+) -> None:
+    """A pool whose finalizer was stripped while no operator ran leaves a protected Secret."""
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "orphan", "finalizers": [FINALIZER]}, "stringData": {"token": "x"}}
+    )
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("user"))  # names the default Secret
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        CRED, namespace, {"metadata": {"finalizers": [FINALIZER]}}
+    )
+
+    assert protection.release_unused() >= 1
+
+    assert not _protected(api_client, namespace, "orphan")
+    assert _protected(api_client, namespace), "a Secret a pool names stays protected"
+
+
+def test_a_pool_gone_without_finalizing_releases_its_secret(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Its finalizer removed by hand: the pool's disappearance asks the question again."""
+    pat_secret(api_client, namespace)
+    _converge(api_client, namespace, reconciler, "stripped")
+    custom = client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "stripped", {"metadata": {"finalizers": None}}
+    )
+    _delete_pool(api_client, namespace, "stripped")
+    wait_for(lambda: LiveReader(api_client).get_pool(namespace, "stripped") is None, message="the pool to go")
+
+    reconciler(f"{namespace}/stripped")
+
+    assert not _protected(api_client, namespace)
