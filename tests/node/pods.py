@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from runnerpool import api
@@ -15,6 +16,7 @@ from runnerpool.pods import template
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
+from testworld.simulator import poll_until
 
 START_TIMEOUT = 90.0
 
@@ -77,12 +79,17 @@ def wait_busy(core: client.CoreV1Api, fake: FakeGitHub, namespace: str, jobs: li
 
 
 def wait_done(fake: FakeGitHub, jobs: list[int], timeout: float = START_TIMEOUT) -> dict[int, dict[str, Any]]:
-    def done() -> dict[int, dict[str, Any]] | None:
-        states = {j: fake.job(j) for j in jobs}
-        return states if all(s["status"] == "completed" for s in states.values()) else None
+    """Wait until every job is completed; on timeout the failure shows each job's state."""
+    states: dict[int, dict[str, Any]] = {}
 
-    finished: dict[int, dict[str, Any]] = wait_for(done, timeout, 0.2, f"jobs {jobs} to complete")
-    return finished
+    def done() -> bool:
+        states.update({j: fake.job(j) for j in jobs})
+        return all(s["status"] == "completed" for s in states.values())
+
+    if not poll_until(done, timeout, 0.2):
+        seen = {j: (s["status"], s["conclusion"], s["runner_name"]) for j, s in states.items()}
+        pytest.fail(f"jobs not completed after {timeout}s: {seen}")
+    return states
 
 
 def conclusions(fake: FakeGitHub) -> list[str | None]:
