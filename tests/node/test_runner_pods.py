@@ -7,47 +7,18 @@ actions runner talking to the fake GitHub on the node's bridge.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubernetes import client
 
 from runnerpool import api
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
+from tests.node.pods import START_TIMEOUT, online, registered_pods
 from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess
 
-START_TIMEOUT = 90.0
 JOB_SECONDS = 2.0
-
-
-def _running_pods(core: client.CoreV1Api, namespace: str, pool: str) -> list[str]:
-    pods = core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}").items
-    return sorted(
-        p.metadata.name
-        for p in pods
-        if p.status.phase == "Running" and not p.metadata.deletion_timestamp and p.spec.node_name
-    )
-
-
-def _online(fake: FakeGitHub, namespace: str, pool: str) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in pool_runners(fake, REPO, namespace, pool) if r["status"] == "online"}
-
-
-def _registered_pods(
-    core: client.CoreV1Api, fake: FakeGitHub, namespace: str, pool: str, count: int
-) -> list[str]:
-    """Wait until ``count`` running pods each have an online runner of the same name."""
-
-    def matched() -> list[str] | None:
-        pods = _running_pods(core, namespace, pool)
-        online = _online(fake, namespace, pool)
-        return pods if len(pods) == count and set(pods) <= online.keys() else None
-
-    found: list[str] = wait_for(matched, START_TIMEOUT, 0.2, f"{count} pod(s) of {pool} running and online")
-    return found
 
 
 def test_runner_pods_register_with_the_mounted_token(
@@ -56,9 +27,9 @@ def test_runner_pods_register_with_the_mounted_token(
     create_pool(api_client, namespace, node_pool("reg", replicas=2))
     core = client.CoreV1Api(api_client)
 
-    pods = _registered_pods(core, fake_github, namespace, "reg", 2)
+    pods = registered_pods(core, fake_github, namespace, "reg", 2)
 
-    runners = _online(fake_github, namespace, "reg")
+    runners = online(fake_github, namespace, "reg")
     assert sorted(runners) == pods
     wait_for(
         lambda: (get_pool(api_client, namespace, "reg") or {}).get("status", {}).get("readyReplicas") == 2,
@@ -72,7 +43,7 @@ def test_a_queued_job_runs_in_a_pod_which_is_then_replaced(
 ) -> None:
     create_pool(api_client, namespace, node_pool("jobs", replicas=1))
     core = client.CoreV1Api(api_client)
-    [first] = _registered_pods(core, fake_github, namespace, "jobs", 1)
+    [first] = registered_pods(core, fake_github, namespace, "jobs", 1)
 
     job_id = fake_github.queue_job(REPO, [api.pool_runner_label(namespace, "jobs")], JOB_SECONDS)
 
@@ -90,7 +61,7 @@ def test_a_queued_job_runs_in_a_pod_which_is_then_replaced(
     assert (done["conclusion"], done["runner_name"]) == ("success", first)
     # One job per pod: the pod that ran it is replaced by a fresh one with a fresh runner.
     [second] = wait_for(
-        lambda: (pods := _registered_pods(core, fake_github, namespace, "jobs", 1)) != [first] and pods,
+        lambda: (pods := registered_pods(core, fake_github, namespace, "jobs", 1)) != [first] and pods,
         START_TIMEOUT,
         message="a new pod to replace the one that ran the job",
     )
@@ -107,7 +78,7 @@ def test_an_idle_pod_deleted_stops_on_sigterm_and_its_runner_is_gone(
 ) -> None:
     create_pool(api_client, namespace, node_pool("idle", replicas=1))
     core = client.CoreV1Api(api_client)
-    [pod] = _registered_pods(core, fake_github, namespace, "idle", 1)
+    [pod] = registered_pods(core, fake_github, namespace, "idle", 1)
 
     # The default grace period is 30 s: a pod gone well before it stopped on SIGTERM itself.
     core.delete_namespaced_pod(pod, namespace)
@@ -122,7 +93,7 @@ def test_an_idle_pod_deleted_stops_on_sigterm_and_its_runner_is_gone(
         START_TIMEOUT,
         message=f"runner {pod} to be gone from GitHub",
     )
-    [replacement] = _registered_pods(core, fake_github, namespace, "idle", 1)
+    [replacement] = registered_pods(core, fake_github, namespace, "idle", 1)
     assert replacement != pod
 
 
@@ -135,7 +106,7 @@ def test_deleting_a_pool_leaves_no_pod_and_no_runner(
 ) -> None:
     create_pool(api_client, namespace, node_pool("gone", replicas=2))
     core = client.CoreV1Api(api_client)
-    _registered_pods(core, fake_github, namespace, "gone", 2)
+    registered_pods(core, fake_github, namespace, "gone", 2)
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "gone"
