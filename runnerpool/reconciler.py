@@ -13,7 +13,6 @@ deletion on GitHub.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import PodStep
 from runnerpool.runtime.controller import Result, TerminalError
+from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,7 @@ class Reconciler:
         namespaces: NamespaceStates | None = None,
     ) -> None:
         self._cache = cache
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
+        self._kube = Kube(api_client)
         self._tokens = tokens
         self._recorder = recorder
         self._settings = settings
@@ -247,11 +246,9 @@ class Reconciler:
 
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
         # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
-        run.raw = self._custom.patch_namespaced_custom_object(
-            api.GROUP,
-            api.VERSION,
+        run.raw = self._kube.patch(
+            RUNNER_POOLS,
             run.pool.namespace,
-            api.PLURAL,
             run.pool.name,
             {
                 "metadata": {
@@ -273,10 +270,10 @@ class Reconciler:
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            return self._create(run, "secret", self._core.create_namespaced_secret, desired)
+            return self._create(run, "secret", SECRETS, desired)
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
-        self._core.patch_namespaced_secret(name, run.pool.namespace, {"metadata": desired["metadata"]})
+        self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
         run.writes.append("update secret metadata")
         return live
 
@@ -307,22 +304,20 @@ class Reconciler:
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github.api_url)
 
-    def _create(
-        self, run: _Pass, kind: str, create: Callable[..., Any], desired: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _create(self, run: _Pass, kind: str, resource: Resource, desired: dict[str, Any]) -> dict[str, Any]:
         """Create a child from the cache's miss; returns ``desired`` itself when it already exists.
 
         A 409 means the cache has not caught up with an earlier create: the object's own
         event brings it, and the reconcile it triggers takes it from there.
         """
         try:
-            answer = create(run.pool.namespace, desired, _preload_content=False)
+            answer = self._kube.create(resource, run.pool.namespace, desired)
         except ApiException as err:
             if err.status != 409:
                 raise
             return desired
         run.writes.append(f"create {kind}")
-        return _json(answer)
+        return answer
 
     # ------------------------------------------------------------------ status
 
@@ -352,13 +347,12 @@ class Reconciler:
             if wait > 0:
                 return wait
         self._status_written[key] = now
-        self._custom.patch_namespaced_custom_object_status(
-            api.GROUP,
-            api.VERSION,
+        self._kube.patch(
+            RUNNER_POOLS,
             pool.namespace,
-            api.PLURAL,
             pool.name,
             {"status": pool_status.merge_patch(old, status)},
+            subresource="status",
         )
         run.writes.append("update status")
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
@@ -375,8 +369,8 @@ class Reconciler:
         if merged == old:
             return
         pool = run.pool
-        run.raw = self._custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": {"conditions": merged}}
+        run.raw = self._kube.patch(
+            RUNNER_POOLS, pool.namespace, pool.name, {"status": {"conditions": merged}}, subresource="status"
         )
         run.writes.append("update status")
 
@@ -457,9 +451,10 @@ class Reconciler:
         secret = self._cache.get_secret(run.pool.namespace, name)
         if secret is None or not pool_status.has_token(secret):
             return
-        self._core.patch_namespaced_secret(
-            name,
+        self._kube.patch(
+            SECRETS,
             run.pool.namespace,
+            name,
             {
                 "data": {api.TOKEN_SECRET_KEY: None},
                 "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}},
@@ -496,9 +491,3 @@ def _log_pass(namespace: str, name: str, action: str, writes: list[str]) -> None
     log.info(
         "reconciled pool", extra={"pool": name, "namespace": namespace, "action": action, "writes": writes}
     )
-
-
-def _json(answer: Any) -> dict[str, Any]:
-    """The API server's answer as a dict, without building the client's model objects first."""
-    body: dict[str, Any] = json.loads(answer.data)
-    return body

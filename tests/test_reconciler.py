@@ -32,6 +32,7 @@ from runnerpool.reconciler import (
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import TerminalError
+from runnerpool.runtime.kube import Kube
 from runnerpool.settings import DeletionSettings, QueueSettings, Settings
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
@@ -61,7 +62,7 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
     managers = RunnerManagers(
         LiveReader(api_client),
         live_clients(api_client),
-        KubePods(client.CoreV1Api(api_client)),
+        KubePods(Kube(api_client)),
         lambda key: None,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started
     )
@@ -81,7 +82,7 @@ def reconciler(
         api_client,
         tokens,
         runners,
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
         settings=Settings(
             deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
         ),
@@ -224,7 +225,7 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
     )
 
     with pytest.raises(InvalidSpecError) as info:
@@ -263,7 +264,7 @@ def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
         api_client,
         tokens,
         FakeRunnerJobs(),
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")

@@ -74,6 +74,16 @@ from kubernetes.informer.cache import ObjectCache
 
 from runnerpool import api
 from runnerpool.domain import pool_key
+from runnerpool.runtime.kube import (
+    DEPLOYMENTS,
+    NAMESPACES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    RUNNER_POOLS,
+    SECRETS,
+    Kube,
+    Resource,
+)
 
 __all__ = [
     "DEFAULT_SECRET_FIELD_SELECTOR",
@@ -495,11 +505,7 @@ class InformerSet:
         self._owners_lock = threading.Lock()
         self._owners: dict[tuple[str, str], str] = {}
 
-        core = client.CoreV1Api(api_client)
-        apps = client.AppsV1Api(api_client)
-        custom = client.CustomObjectsApi(api_client)
-        policy = client.PolicyV1Api(api_client)
-        crd = {"group": GROUP, "version": VERSION, "plural": PLURAL}
+        kube = Kube(api_client)
         scopes: list[str | None] = list(namespaces) if namespaces is not None else [None]
 
         self._pools = _Kind("RunnerPools")
@@ -508,57 +514,50 @@ class InformerSet:
         self._pods = _Kind("Pods")
         self._budgets = _Kind("PodDisruptionBudgets")
         self._namespaces = _Kind("Namespaces")
-        # (cache, all-namespaces list, namespaced list, label selector, field selector, handler)
-        kinds: list[tuple[_Kind, Callable[..., Any], Callable[..., Any], str | None, str | None, Handler]] = [
+        # (cache, resource, label selector, field selector, handler)
+        kinds: list[tuple[_Kind, Resource, str | None, str | None, Handler]] = [
             (
                 self._pools,
-                custom.list_cluster_custom_object,
-                custom.list_namespaced_custom_object,
+                RUNNER_POOLS,
                 None,
                 None,
                 self._on_pool,
             ),
             (
                 self._secrets,
-                core.list_secret_for_all_namespaces,
-                core.list_namespaced_secret,
+                SECRETS,
                 None,
                 secret_field_selector,
                 functools.partial(self._on_child, "Secret"),
             ),
             (
                 self._deployments,
-                apps.list_deployment_for_all_namespaces,
-                apps.list_namespaced_deployment,
+                DEPLOYMENTS,
                 MANAGED_BY_SELECTOR,
                 None,
                 functools.partial(self._on_child, "Deployment"),
             ),
             (
                 self._pods,
-                core.list_pod_for_all_namespaces,
-                core.list_namespaced_pod,
+                PODS,
                 MANAGED_BY_SELECTOR,
                 None,
                 self._on_pod_event,
             ),
             (
                 self._budgets,
-                policy.list_pod_disruption_budget_for_all_namespaces,
-                policy.list_namespaced_pod_disruption_budget,
+                POD_DISRUPTION_BUDGETS,
                 MANAGED_BY_SELECTOR,
                 None,
                 functools.partial(self._on_child, "PodDisruptionBudget"),
             ),
         ]
         for ns in scopes:
-            for kind, list_all, list_namespaced, labels, fields, handler in kinds:
+            for kind, resource, labels, fields, handler in kinds:
                 self._add(
                     kind,
                     namespace=ns,
-                    adapter=ListWatchAdapter(
-                        list_all if ns is None else list_namespaced, crd if kind is self._pools else None
-                    ),
+                    adapter=ListWatchAdapter(kube.lister(resource)),
                     resync_period=resync_period,
                     label_selector=labels,
                     field_selector=fields,
@@ -569,7 +568,7 @@ class InformerSet:
             self._add(
                 self._namespaces,
                 namespace=ns,
-                adapter=ListWatchAdapter(core.list_namespace),
+                adapter=ListWatchAdapter(kube.lister(NAMESPACES)),
                 resync_period=resync_period,
                 field_selector=None if ns is None else f"metadata.name={ns}",
                 handler=self._on_namespace,
