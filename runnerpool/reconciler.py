@@ -224,7 +224,9 @@ class Reconciler:
         before = len(run.writes)
         pods = self._pods.converge(run.pool, run.writes)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
-        if created:
+        if created and _was_ready(run.raw):
+            # A pool's first pods are its normal start, which the conditions tell; pods made
+            # for a pool that was ready (a scale-up, a replacement) are news.
             self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
         if "update poddisruptionbudget" in run.writes:
             self._recorder.event(
@@ -375,11 +377,15 @@ class Reconciler:
         run.writes.append("update status")
 
     def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        """An Event per condition change that is news: a failure, a recovery from one, a pool
+        that was ready starting runners again.  A pool's normal start (waiting for its
+        token, runners starting, then ready) is in its conditions and costs no Event."""
         for cond in new:
             before = conditions.find(old, cond["type"])
             if before is not None and before.get("reason") == cond["reason"]:
                 continue
-            if before is None and cond["reason"] in ("WaitingForToken", "TokenNotReady"):
+            on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
+            if on_the_way_up and (before is None or before.get("reason") in _STARTING):
                 continue  # the normal start of every pool: not news
             healthy = cond["status"] == "True" or cond["reason"] in ("WaitingForToken", "RunnersStarting")
             self._recorder.event(run.raw, NORMAL if healthy else WARNING, cond["reason"], cond["message"])
@@ -477,6 +483,16 @@ class Reconciler:
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
         run.writes.append("update finalizer removed")
+
+
+#: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
+_STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+
+
+def _was_ready(raw: dict[str, Any]) -> bool:
+    """Whether the pool's stored status says it was ready (before this pass)."""
+    ready = conditions.find((raw.get("status") or {}).get("conditions") or [], conditions.READY)
+    return ready is not None and ready.get("status") == "True"
 
 
 def _sooner(a: float | None, b: float | None) -> float | None:

@@ -121,8 +121,9 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[
 
 
 def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events on RunnerPools (not the scheduler's on pods)."""
     items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    return [(e.type, e.reason, e.message) for e in items]
+    return [(e.type, e.reason, e.message) for e in items if e.involved_object.kind == api.KIND]
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
@@ -184,12 +185,22 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert pool["status"]["tokenExpiresAt"] == FUTURE
     assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
     assert (pool["status"]["replicas"], pool["status"]["updatedReplicas"]) == (2, 2)
-    assert ("Normal", "CreatedPods", "created 2 runner pod(s)") in _events(api_client, namespace)
+    assert _events(api_client, namespace) == [], "a pool's normal start is in its conditions, not Events"
 
     mark_pods_ready(api_client, namespace, "beta", 2)
     reconciler(f"{namespace}/beta")
     pool = _get(api_client, namespace, "beta")
     assert (_condition(pool, "Ready")["status"], pool["status"]["readyReplicas"]) == ("True", 2)
+    assert _events(api_client, namespace) == []
+
+    # Pods made for a pool that was ready are news: the user scaled it up.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "beta", {"spec": {"replicas": 3}}
+    )
+    reconciler(f"{namespace}/beta")
+    assert len(_pods(api_client, namespace, "beta")) == 3
+    assert ("Normal", "CreatedPods", "created 1 runner pod(s)") in _events(api_client, namespace)
+    assert ("Normal", "RunnersStarting", "2/3 runner pods ready") in _events(api_client, namespace)
 
 
 def test_reconciling_a_converged_pool_writes_nothing(
