@@ -148,6 +148,7 @@ class Reconciler:
             default_api_url=settings.github.api_url,
         )
         self._status_written: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
         self._protection = protection
         self._namespaces = namespaces
 
@@ -219,8 +220,8 @@ class Reconciler:
         )
         if not pool_status.has_token(secret):
             # No new pod without a token, but the pods that run still count in the status.
-            self._update_status(run, secret, self._pods.counts(run.pool))
-            return Result(requeue_after=_sooner(self._settings.tokens.wait, recheck))
+            wait = self._update_status(run, secret, self._pods.counts(run.pool))
+            return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         before = len(run.writes)
         pods = self._pods.converge(run.pool, run.writes)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
@@ -299,6 +300,7 @@ class Reconciler:
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
         self._status_written.pop(pool_key(namespace, name), None)
+        self._first_seen.pop(pool_key(namespace, name), None)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
@@ -344,11 +346,19 @@ class Reconciler:
         key = pool_key(pool.namespace, pool.name)
         now = time.monotonic()
         last = self._status_written.get(key)
+        if not old and last is None and not _has_failure(status):
+            # A new pool's first status waits as long as a coalesced one: its token usually
+            # comes within that time, and "waiting for the token" would be overwritten at once.
+            first = self._first_seen.setdefault(key, now)
+            wait = first + self._settings.queue.status_coalesce - now
+            if wait > 0:
+                return wait
         if last is not None and not pool_status.notable(old, status):
             wait = last + self._settings.queue.status_coalesce - now
             if wait > 0:
                 return wait
         self._status_written[key] = now
+        self._first_seen.pop(key, None)
         self._kube.patch(
             RUNNER_POOLS,
             pool.namespace,
@@ -487,6 +497,11 @@ class Reconciler:
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
 _STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+
+
+def _has_failure(status: dict[str, Any]) -> bool:
+    """Whether a condition reports a failure (not the normal way up, not true)."""
+    return any(c["status"] != "True" and c["reason"] not in _STARTING for c in status["conditions"])
 
 
 def _was_ready(raw: dict[str, Any]) -> bool:

@@ -150,6 +150,43 @@ def test_a_new_pool_waits_for_its_token_without_error(
     assert _pods(api_client, namespace, "alpha") == [], "no pod starts without a token"
 
 
+def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
+    api_client: client.ApiClient,
+    namespace: str,
+    runnerpool_crd: dict,  # type: ignore[type-arg]
+    tokens: FakeTokenJobs,
+    runners: RunnerManagers,
+) -> None:
+    """ "Waiting for the token" is not written when the token may still come within the
+    coalescing time (the next write would replace it at once), but it is written after."""
+    coalesce = 1.5
+    reconciler = Reconciler(
+        LiveReader(api_client),
+        api_client,
+        tokens,
+        runners,
+        EventRecorder(Kube(api_client)),
+        settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
+        expectations=Expectations(timeout=0),
+    )
+    create_pool(api_client, namespace, pool_manifest("early"))
+
+    first = reconciler(f"{namespace}/early")
+
+    assert first.requeue_after is not None and 0 < first.requeue_after <= coalesce
+    pool = _get(api_client, namespace, "early")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert not pool.get("status"), "no status while the token may still come"
+
+    def written() -> dict[str, Any] | None:
+        reconciler(f"{namespace}/early")
+        return _get(api_client, namespace, "early").get("status") or None
+
+    status = wait_for(written, timeout=10 * coalesce, interval=0.2, message="the pool's first status")
+    token_ready = _condition({"status": status}, "TokenReady")
+    assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
+
+
 def test_a_filled_token_brings_the_pods_then_ready(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
