@@ -143,7 +143,9 @@ class PodStep:
             if patch is None:
                 continue
             try:
-                self._kube.patch(PODS, namespace, pod["metadata"]["name"], patch)
+                # A JSON merge patch replaces the list: a strategic one would keep the
+                # ReplicaSet's controller reference beside the pool's, which is invalid.
+                self._kube.patch(PODS, namespace, pod["metadata"]["name"], patch, patch_type=MERGE_PATCH)
             except ApiException as err:
                 _ignore(err, 404, 409)  # gone, or changed: its event brings the pool back
                 continue
