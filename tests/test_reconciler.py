@@ -106,7 +106,7 @@ def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[
     objects = [
         reader.get_pool(namespace, name),
         reader.get_secret(namespace, api.token_secret_name(name)),
-        reader.get_disruption_budget(namespace, api.disruption_budget_name(name)),
+        reader.get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET),
         *reader.list_pods(namespace, name),
     ]
     return tuple(o["metadata"]["resourceVersion"] if o else "-" for o in objects)
@@ -213,7 +213,7 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
     mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
-    budget = LiveReader(api_client).get_disruption_budget(namespace, api.disruption_budget_name("beta"))
+    budget = LiveReader(api_client).get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET)
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
     # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
     assert (token_volume["secret"]["defaultMode"], pod["spec"]["securityContext"]["fsGroup"]) == (0o440, 1001)
@@ -376,7 +376,7 @@ def test_deleted_pods_and_hand_edits_are_repaired(
     reconciler(f"{namespace}/eps")
     assert len(_pods(api_client, namespace, "eps")) == 1, "replaced"
 
-    budget = api.disruption_budget_name("eps")
+    budget = api.BUSY_DISRUPTION_BUDGET
     policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 5}})
     reconciler(f"{namespace}/eps")
     assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0

@@ -105,7 +105,7 @@ class PodStep:
         self._expectations.created(key, name)
 
     def _ensure_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
-        desired = template.disruption_budget(pool)
+        desired = template.disruption_budget(pool.namespace)
         name = desired["metadata"]["name"]
         live = self._cache.get_disruption_budget(pool.namespace, name)
         if live is None:
@@ -122,7 +122,7 @@ class PodStep:
             pool.namespace,
             name,
             {
-                "metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
+                "metadata": {"labels": desired["metadata"]["labels"]},
                 "spec": desired["spec"],
             },
             patch_type=MERGE_PATCH,

@@ -504,6 +504,7 @@ class InformerSet:
         self._on_pod = on_pod
         self._owners_lock = threading.Lock()
         self._owners: dict[tuple[str, str], str] = {}
+        self._budget_generations: dict[str, Any] = {}
 
         kube = Kube(api_client)
         scopes: list[str | None] = list(namespaces) if namespaces is not None else [None]
@@ -549,7 +550,7 @@ class InformerSet:
                 POD_DISRUPTION_BUDGETS,
                 MANAGED_BY_SELECTOR,
                 None,
-                functools.partial(self._on_child, "PodDisruptionBudget"),
+                self._on_budget,
             ),
         ]
         for ns in scopes:
@@ -708,11 +709,30 @@ class InformerSet:
         meta = obj.get("metadata") or {}
         if event == DELETED or not meta.get("deletionTimestamp"):
             return
-        namespace = meta.get("name") or ""
+        self._enqueue_namespace(meta.get("name") or "")
+
+    def _enqueue_namespace(self, namespace: str) -> None:
         prefix = f"{namespace}/"
         for key in self._pools.informer_for(namespace).cache.list_keys():
             if key.startswith(prefix):
                 self._enqueue(key)
+
+    def _on_budget(self, event: str, obj: Obj) -> None:
+        """The namespace's shared busy budget has no owner: a new spec (a hand edit) or its
+        deletion brings the namespace's pools back, whose next reconcile repairs it.  Its
+        creation and its status (the disruption controller's counts) do not."""
+        if owner_key(obj) is not None:  # a per-pool budget of an earlier version
+            self._on_child("PodDisruptionBudget", event, obj)
+            return
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or ""
+        generation = meta.get("generation")
+        with self._owners_lock:
+            before = self._budget_generations.pop(namespace, None)
+            if event != DELETED:
+                self._budget_generations[namespace] = generation
+        if event == DELETED or (before is not None and before != generation):
+            self._enqueue_namespace(namespace)
 
     def _on_child(self, kind: str, event: str, obj: Obj) -> None:
         key = (kind, object_key(obj))

@@ -159,7 +159,10 @@ def test_delete_deregisters_only_the_pools_runners(
         lambda: "doomed" not in managed_children(api_client, namespace),
         message="the deleted pool's Secret, budget and pods to be gone",
     )
-    assert managed_children(api_client, namespace) == {"kept": {"Secret", "PodDisruptionBudget", "Pod"}}
+    assert managed_children(api_client, namespace) == {
+        "kept": {"Secret", "Pod"},
+        "*": {"PodDisruptionBudget"},
+    }
     kept = get_pool(api_client, namespace, "kept")
     assert kept is not None and api.FINALIZER in kept["metadata"]["finalizers"]
     assert condition(kept, "Ready") == condition(
