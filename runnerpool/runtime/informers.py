@@ -57,7 +57,6 @@ starts terminating enqueues its pools at once.
 # adapter's return annotation at run time and needs the real ``object`` class,
 # not the string "object".
 import contextlib
-import copy
 import functools
 import json
 import logging
@@ -446,7 +445,7 @@ class _Kind:
 
     def get(self, namespace: str, name: str) -> Obj | None:
         obj = self.informer_for(namespace).cache.get_by_key(pool_key(namespace, name))
-        return copy.deepcopy(obj) if obj is not None else None
+        return _clone(obj) if obj is not None else None
 
     def list(self, namespace: str | None, labels: Mapping[str, str] | None = None) -> list[Obj]:
         informers = self.informers.values() if namespace is None else [self.informer_for(namespace)]
@@ -455,12 +454,26 @@ class _Kind:
             objs = [o for o in objs if (o.get("metadata") or {}).get("namespace") == namespace]
         if labels:  # before copying: a namespace may hold many pools' pods
             objs = [o for o in objs if _has_labels(o, labels)]
-        return sorted((copy.deepcopy(o) for o in objs), key=object_key)
+        return sorted((_clone(o) for o in objs), key=object_key)
 
     def indexed(self, namespace: str, value: str) -> ObjList:
         """The objects of one index value (``_IndexedCache``), without a scan."""
         cache = self.informer_for(namespace).cache
-        return sorted((copy.deepcopy(o) for o in cache.by_index(value)), key=object_key)
+        return sorted((_clone(o) for o in cache.by_index(value)), key=object_key)
+
+
+def _clone(value: Any) -> Any:
+    """A deep copy of a decoded JSON value (dicts, lists, immutable scalars).
+
+    Every read of the caches returns a copy; ``copy.deepcopy`` keeps a memo and dispatches
+    per type for objects that can only be these three kinds, and costs 1.7 times as much
+    on a runner pod (deepcopy was the largest pure-Python entry of the N=100 profile).
+    """
+    if isinstance(value, dict):
+        return {key: _clone(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    return value
 
 
 def _has_labels(obj: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
