@@ -178,7 +178,9 @@ class Reconciler:
                 raise
             _log_pass(namespace, name, "ended", run.writes)
             return Result()
-        _log_pass(namespace, name, "requeue" if result.requeue_after else run.action, run.writes)
+        # A pass that made pods says so even when its status write waits (coalesced).
+        waiting = result.requeue_after is not None and "create pod" not in run.writes
+        _log_pass(namespace, name, "requeue" if waiting else run.action, run.writes)
         return result
 
     def _ending(self, run: _Pass) -> bool:

@@ -150,12 +150,13 @@ def test_a_new_pool_waits_for_its_token_without_error(
     assert _pods(api_client, namespace, "alpha") == [], "no pod starts without a token"
 
 
+@pytest.mark.usefixtures("runnerpool_crd")
 def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
     api_client: client.ApiClient,
     namespace: str,
-    runnerpool_crd: dict,  # type: ignore[type-arg]
     tokens: FakeTokenJobs,
     runners: RunnerManagers,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """ "Waiting for the token" is not written when the token may still come within the
     coalescing time (the next write would replace it at once), but it is written after."""
@@ -185,6 +186,16 @@ def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
     status = wait_for(written, timeout=10 * coalesce, interval=0.2, message="the pool's first status")
     token_ready = _condition({"status": status}, "TokenReady")
     assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
+
+    # A token in time: the pass that makes the pods says so, though its status waits.
+    create_pool(api_client, namespace, pool_manifest("prompt"))
+    reconciler(f"{namespace}/prompt")
+    fill_token(api_client, namespace, "prompt", "tok", FUTURE)
+    caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
+    result = reconciler(f"{namespace}/prompt")
+    assert result.requeue_after is not None, "the first status still waits"
+    assert [r.__dict__["action"] for r in caplog.records] == ["create"]
+    assert len(_pods(api_client, namespace, "prompt")) == 1
 
 
 def test_a_filled_token_brings_the_pods_then_ready(
