@@ -37,6 +37,7 @@ from pydantic_core import CoreSchema, core_schema
 # The names of a pool's children are shared vocabulary (the token updater needs them too);
 # they live in the domain module and are re-exported here beside the rest of the API.
 # (``x as x`` is the re-export form mypy --strict recognises.)
+from runnerpool.domain import BUSY_DISRUPTION_BUDGET as BUSY_DISRUPTION_BUDGET  # noqa: PLC0414
 from runnerpool.domain import RFC3339, Scope, pool_key
 from runnerpool.domain import deployment_name as deployment_name  # noqa: PLC0414
 from runnerpool.domain import disruption_budget_name as disruption_budget_name  # noqa: PLC0414

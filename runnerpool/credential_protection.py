@@ -37,11 +37,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
 from runnerpool.api_errors import describe
+from runnerpool.runtime.kube import SECRETS, Kube
 
 __all__ = ["FINALIZER", "CredentialProtection", "ProtectionCache"]
 
@@ -78,9 +78,9 @@ class CredentialProtection:
     used last is what lets a pool's move or disappearance release the old Secret.
     """
 
-    def __init__(self, cache: ProtectionCache, core: client.CoreV1Api) -> None:
+    def __init__(self, cache: ProtectionCache, kube: Kube) -> None:
         self._cache = cache
-        self._core = core
+        self._kube = kube
         self._lock = threading.Lock()
         self._used: dict[tuple[str, str], str] = {}
         # Releases one at a time, remembering what this process released: pools that go
@@ -112,9 +112,10 @@ class CredentialProtection:
             return False
         try:
             # The resourceVersion makes it a compare-and-swap: no other finalizer is lost.
-            self._core.patch_namespaced_secret(
-                secret_name,
+            self._kube.patch(
+                SECRETS,
                 namespace,
+                secret_name,
                 {
                     "metadata": {
                         "finalizers": [*finalizers, FINALIZER],
@@ -187,9 +188,10 @@ class CredentialProtection:
         index = finalizers.index(FINALIZER)
         try:
             # test + remove: removes exactly ours, whatever else changed on the Secret.
-            self._core.patch_namespaced_secret(
-                secret_name,
+            self._kube.patch(
+                SECRETS,
                 namespace,
+                secret_name,
                 [
                     {"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
                     {"op": "remove", "path": f"/metadata/finalizers/{index}"},

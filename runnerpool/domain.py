@@ -79,7 +79,12 @@ def deployment_name(pool: str) -> str:
 
 
 def disruption_budget_name(pool: str) -> str:
+    """The per-pool budget of operator versions before 0.3 (the shared one replaced it)."""
     return f"runnerpool-{pool}-busy"
+
+
+#: The one PodDisruptionBudget per namespace that covers every pool's busy runner pods.
+BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
 
 
 def pool_runner_label(namespace: str, pool: str) -> str:

@@ -14,11 +14,11 @@ import threading
 import uuid
 from typing import Any, Protocol
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import rfc3339, utcnow
+from runnerpool.runtime.kube import EVENTS, Kube
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ class Recorder(Protocol):
 class EventRecorder:
     """Writes Events; a failure to record is logged, never raised into a reconcile."""
 
-    def __init__(self, core: client.CoreV1Api, max_remembered: int = 4096) -> None:
-        self._core = core
+    def __init__(self, kube: Kube, max_remembered: int = 4096) -> None:
+        self._kube = kube
         self._seen: dict[tuple[str, str, str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
         self._max = max_remembered
@@ -50,11 +50,12 @@ class EventRecorder:
         try:
             if known is not None:
                 name, count = known
-                self._core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
+                self._kube.patch(EVENTS, namespace, name, {"count": count + 1, "lastTimestamp": now})
                 self._remember(key, name, count + 1)
                 return
             name = f"{meta['name']}.{uuid.uuid4().hex[:12]}"
-            self._core.create_namespaced_event(
+            self._kube.create(
+                EVENTS,
                 namespace,
                 {
                     "metadata": {"name": name, "namespace": namespace},

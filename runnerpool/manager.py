@@ -33,6 +33,7 @@ from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
+from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.settings import Settings
@@ -74,7 +75,7 @@ class Operator:
             pool_secret_refs=_credential_refs,
             on_pod=self._expectations.observe,
         )
-        self._core = client.CoreV1Api(api_client)
+        self._kube = Kube(api_client)
         self._stop = threading.Event()
         # Set first thing on a stop: a start still in progress must not build or start more.
         self._stopping = threading.Event()
@@ -98,7 +99,7 @@ class Operator:
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
     def _patch_secret(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._core.patch_namespaced_secret(name, namespace, body)
+        self._kube.patch(SECRETS, namespace, name, body)
 
     def _start_leading(self) -> None:
         with self._lifecycle:
@@ -120,11 +121,11 @@ class Operator:
     def _build_leader_parts(self) -> CredentialProtection:
         settings = self.settings
         clients = NamedClientCache(self._read_credentials)
-        protection = CredentialProtection(self.informers, self._core)
+        protection = CredentialProtection(self.informers, self._kube)
         self._runners = RunnerManagers(
             self.informers,
             clients,
-            KubePods(self._core),
+            KubePods(self._kube),
             self.queue.add,
             settings=settings.runners,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
@@ -140,7 +141,7 @@ class Operator:
             self._api,
             self._tokens,
             self._runners,
-            EventRecorder(self._core),
+            EventRecorder(self._kube),
             settings=settings,
             expectations=self._expectations,
             protection=protection,

@@ -13,7 +13,6 @@ deletion on GitHub.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import PodStep
 from runnerpool.runtime.controller import Result, TerminalError
+from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,7 @@ class Reconciler:
         namespaces: NamespaceStates | None = None,
     ) -> None:
         self._cache = cache
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
+        self._kube = Kube(api_client)
         self._tokens = tokens
         self._recorder = recorder
         self._settings = settings
@@ -149,6 +148,7 @@ class Reconciler:
             default_api_url=settings.github.api_url,
         )
         self._status_written: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
         self._protection = protection
         self._namespaces = namespaces
 
@@ -178,7 +178,9 @@ class Reconciler:
                 raise
             _log_pass(namespace, name, "ended", run.writes)
             return Result()
-        _log_pass(namespace, name, "requeue" if result.requeue_after else run.action, run.writes)
+        # A pass that made pods says so even when its status write waits (coalesced).
+        waiting = result.requeue_after is not None and "create pod" not in run.writes
+        _log_pass(namespace, name, "requeue" if waiting else run.action, run.writes)
         return result
 
     def _ending(self, run: _Pass) -> bool:
@@ -220,12 +222,14 @@ class Reconciler:
         )
         if not pool_status.has_token(secret):
             # No new pod without a token, but the pods that run still count in the status.
-            self._update_status(run, secret, self._pods.counts(run.pool))
-            return Result(requeue_after=_sooner(self._settings.tokens.wait, recheck))
+            wait = self._update_status(run, secret, self._pods.counts(run.pool))
+            return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         before = len(run.writes)
         pods = self._pods.converge(run.pool, run.writes)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
-        if created:
+        if created and _was_ready(run.raw):
+            # A pool's first pods are its normal start, which the conditions tell; pods made
+            # for a pool that was ready (a scale-up, a replacement) are news.
             self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
         if "update poddisruptionbudget" in run.writes:
             self._recorder.event(
@@ -247,11 +251,9 @@ class Reconciler:
 
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
         # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
-        run.raw = self._custom.patch_namespaced_custom_object(
-            api.GROUP,
-            api.VERSION,
+        run.raw = self._kube.patch(
+            RUNNER_POOLS,
             run.pool.namespace,
-            api.PLURAL,
             run.pool.name,
             {
                 "metadata": {
@@ -273,10 +275,10 @@ class Reconciler:
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            return self._create(run, "secret", self._core.create_namespaced_secret, desired)
+            return self._create(run, "secret", SECRETS, desired)
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
-        self._core.patch_namespaced_secret(name, run.pool.namespace, {"metadata": desired["metadata"]})
+        self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
         run.writes.append("update secret metadata")
         return live
 
@@ -300,6 +302,7 @@ class Reconciler:
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
         self._status_written.pop(pool_key(namespace, name), None)
+        self._first_seen.pop(pool_key(namespace, name), None)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
@@ -307,22 +310,20 @@ class Reconciler:
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github.api_url)
 
-    def _create(
-        self, run: _Pass, kind: str, create: Callable[..., Any], desired: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _create(self, run: _Pass, kind: str, resource: Resource, desired: dict[str, Any]) -> dict[str, Any]:
         """Create a child from the cache's miss; returns ``desired`` itself when it already exists.
 
         A 409 means the cache has not caught up with an earlier create: the object's own
         event brings it, and the reconcile it triggers takes it from there.
         """
         try:
-            answer = create(run.pool.namespace, desired, _preload_content=False)
+            answer = self._kube.create(resource, run.pool.namespace, desired)
         except ApiException as err:
             if err.status != 409:
                 raise
             return desired
         run.writes.append(f"create {kind}")
-        return _json(answer)
+        return answer
 
     # ------------------------------------------------------------------ status
 
@@ -347,18 +348,25 @@ class Reconciler:
         key = pool_key(pool.namespace, pool.name)
         now = time.monotonic()
         last = self._status_written.get(key)
+        if not old and last is None and not _has_failure(status):
+            # A new pool's first status waits as long as a coalesced one: its token usually
+            # comes within that time, and "waiting for the token" would be overwritten at once.
+            first = self._first_seen.setdefault(key, now)
+            wait = first + self._settings.queue.status_coalesce - now
+            if wait > 0:
+                return wait
         if last is not None and not pool_status.notable(old, status):
             wait = last + self._settings.queue.status_coalesce - now
             if wait > 0:
                 return wait
         self._status_written[key] = now
-        self._custom.patch_namespaced_custom_object_status(
-            api.GROUP,
-            api.VERSION,
+        self._first_seen.pop(key, None)
+        self._kube.patch(
+            RUNNER_POOLS,
             pool.namespace,
-            api.PLURAL,
             pool.name,
             {"status": pool_status.merge_patch(old, status)},
+            subresource="status",
         )
         run.writes.append("update status")
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
@@ -375,17 +383,21 @@ class Reconciler:
         if merged == old:
             return
         pool = run.pool
-        run.raw = self._custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, pool.namespace, api.PLURAL, pool.name, {"status": {"conditions": merged}}
+        run.raw = self._kube.patch(
+            RUNNER_POOLS, pool.namespace, pool.name, {"status": {"conditions": merged}}, subresource="status"
         )
         run.writes.append("update status")
 
     def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        """An Event per condition change that is news: a failure, a recovery from one, a pool
+        that was ready starting runners again.  A pool's normal start (waiting for its
+        token, runners starting, then ready) is in its conditions and costs no Event."""
         for cond in new:
             before = conditions.find(old, cond["type"])
             if before is not None and before.get("reason") == cond["reason"]:
                 continue
-            if before is None and cond["reason"] in ("WaitingForToken", "TokenNotReady"):
+            on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
+            if on_the_way_up and (before is None or before.get("reason") in _STARTING):
                 continue  # the normal start of every pool: not news
             healthy = cond["status"] == "True" or cond["reason"] in ("WaitingForToken", "RunnersStarting")
             self._recorder.event(run.raw, NORMAL if healthy else WARNING, cond["reason"], cond["message"])
@@ -457,9 +469,10 @@ class Reconciler:
         secret = self._cache.get_secret(run.pool.namespace, name)
         if secret is None or not pool_status.has_token(secret):
             return
-        self._core.patch_namespaced_secret(
-            name,
+        self._kube.patch(
+            SECRETS,
             run.pool.namespace,
+            name,
             {
                 "data": {api.TOKEN_SECRET_KEY: None},
                 "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}},
@@ -484,6 +497,21 @@ class Reconciler:
         run.writes.append("update finalizer removed")
 
 
+#: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
+_STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+
+
+def _has_failure(status: dict[str, Any]) -> bool:
+    """Whether a condition reports a failure (not the normal way up, not true)."""
+    return any(c["status"] != "True" and c["reason"] not in _STARTING for c in status["conditions"])
+
+
+def _was_ready(raw: dict[str, Any]) -> bool:
+    """Whether the pool's stored status says it was ready (before this pass)."""
+    ready = conditions.find((raw.get("status") or {}).get("conditions") or [], conditions.READY)
+    return ready is not None and ready.get("status") == "True"
+
+
 def _sooner(a: float | None, b: float | None) -> float | None:
     """The earlier of two optional requeue delays."""
     waits = [w for w in (a, b) if w is not None]
@@ -496,9 +524,3 @@ def _log_pass(namespace: str, name: str, action: str, writes: list[str]) -> None
     log.info(
         "reconciled pool", extra={"pool": name, "namespace": namespace, "action": action, "writes": writes}
     )
-
-
-def _json(answer: Any) -> dict[str, Any]:
-    """The API server's answer as a dict, without building the client's model objects first."""
-    body: dict[str, Any] = json.loads(answer.data)
-    return body

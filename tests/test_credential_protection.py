@@ -20,6 +20,7 @@ from runnerpool.fakes import FakeTokenJobs
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
+from runnerpool.runtime.kube import Kube
 from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
@@ -32,7 +33,7 @@ CRED = api.DEFAULT_CREDENTIAL_SECRET
 
 @pytest.fixture
 def protection(api_client: client.ApiClient) -> CredentialProtection:
-    return CredentialProtection(LiveReader(api_client), client.CoreV1Api(api_client))
+    return CredentialProtection(LiveReader(api_client), Kube(api_client))
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def reconciler(
         api_client,
         FakeTokenJobs(),
         runners,
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
         # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
         expectations=Expectations(timeout=0),
         protection=protection,

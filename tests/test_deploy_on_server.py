@@ -188,7 +188,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(lambda: reader.list_pods(namespace, "lp"), message="the legacy Deployment's pod")
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
     wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
-    budget = api.disruption_budget_name("lp")
+    budget = api.BUSY_DISRUPTION_BUDGET
     wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
     assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET)
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)

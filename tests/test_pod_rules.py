@@ -64,13 +64,13 @@ def test_the_hash_changes_with_the_template_only() -> None:
 
 
 def test_the_disruption_budget_covers_only_busy_pods() -> None:
-    pdb = template.disruption_budget(pool())
-    assert pdb["spec"]["maxUnavailable"] == 0
+    pdb = template.disruption_budget("ns")
+    assert (pdb["metadata"]["namespace"], pdb["spec"]["maxUnavailable"]) == ("ns", 0)
     assert pdb["spec"]["selector"]["matchLabels"] == {
         api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE,
-        api.POOL_LABEL: "ci",
         template.BUSY_LABEL: "true",
     }
+    assert "ownerReferences" not in pdb["metadata"], "no pool may take it along"
 
 
 # -- capacity --------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from runnerpool.reconciler import (
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import TerminalError
+from runnerpool.runtime.kube import Kube
 from runnerpool.settings import DeletionSettings, QueueSettings, Settings
 from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
 from tests.helpers import wait_for
@@ -61,7 +62,7 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
     managers = RunnerManagers(
         LiveReader(api_client),
         live_clients(api_client),
-        KubePods(client.CoreV1Api(api_client)),
+        KubePods(Kube(api_client)),
         lambda key: None,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started
     )
@@ -81,7 +82,7 @@ def reconciler(
         api_client,
         tokens,
         runners,
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
         settings=Settings(
             deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
         ),
@@ -105,7 +106,7 @@ def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[
     objects = [
         reader.get_pool(namespace, name),
         reader.get_secret(namespace, api.token_secret_name(name)),
-        reader.get_disruption_budget(namespace, api.disruption_budget_name(name)),
+        reader.get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET),
         *reader.list_pods(namespace, name),
     ]
     return tuple(o["metadata"]["resourceVersion"] if o else "-" for o in objects)
@@ -120,8 +121,9 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[
 
 
 def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events on RunnerPools (not the scheduler's on pods)."""
     items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    return [(e.type, e.reason, e.message) for e in items]
+    return [(e.type, e.reason, e.message) for e in items if e.involved_object.kind == api.KIND]
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
@@ -146,6 +148,54 @@ def test_a_new_pool_waits_for_its_token_without_error(
         (namespace, "alpha", "octo-org/octo-repo")
     ]
     assert _pods(api_client, namespace, "alpha") == [], "no pod starts without a token"
+
+
+@pytest.mark.usefixtures("runnerpool_crd")
+def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
+    api_client: client.ApiClient,
+    namespace: str,
+    tokens: FakeTokenJobs,
+    runners: RunnerManagers,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ "Waiting for the token" is not written when the token may still come within the
+    coalescing time (the next write would replace it at once), but it is written after."""
+    coalesce = 1.5
+    reconciler = Reconciler(
+        LiveReader(api_client),
+        api_client,
+        tokens,
+        runners,
+        EventRecorder(Kube(api_client)),
+        settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
+        expectations=Expectations(timeout=0),
+    )
+    create_pool(api_client, namespace, pool_manifest("early"))
+
+    first = reconciler(f"{namespace}/early")
+
+    assert first.requeue_after is not None and 0 < first.requeue_after <= coalesce
+    pool = _get(api_client, namespace, "early")
+    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert not pool.get("status"), "no status while the token may still come"
+
+    def written() -> dict[str, Any] | None:
+        reconciler(f"{namespace}/early")
+        return _get(api_client, namespace, "early").get("status") or None
+
+    status = wait_for(written, timeout=10 * coalesce, interval=0.2, message="the pool's first status")
+    token_ready = _condition({"status": status}, "TokenReady")
+    assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
+
+    # A token in time: the pass that makes the pods says so, though its status waits.
+    create_pool(api_client, namespace, pool_manifest("prompt"))
+    reconciler(f"{namespace}/prompt")
+    fill_token(api_client, namespace, "prompt", "tok", FUTURE)
+    caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
+    result = reconciler(f"{namespace}/prompt")
+    assert result.requeue_after is not None, "the first status still waits"
+    assert [r.__dict__["action"] for r in caplog.records] == ["create"]
+    assert len(_pods(api_client, namespace, "prompt")) == 1
 
 
 def test_a_filled_token_brings_the_pods_then_ready(
@@ -174,7 +224,7 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
     mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
-    budget = LiveReader(api_client).get_disruption_budget(namespace, api.disruption_budget_name("beta"))
+    budget = LiveReader(api_client).get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET)
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
     # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
     assert (token_volume["secret"]["defaultMode"], pod["spec"]["securityContext"]["fsGroup"]) == (0o440, 1001)
@@ -183,12 +233,22 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert pool["status"]["tokenExpiresAt"] == FUTURE
     assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
     assert (pool["status"]["replicas"], pool["status"]["updatedReplicas"]) == (2, 2)
-    assert ("Normal", "CreatedPods", "created 2 runner pod(s)") in _events(api_client, namespace)
+    assert _events(api_client, namespace) == [], "a pool's normal start is in its conditions, not Events"
 
     mark_pods_ready(api_client, namespace, "beta", 2)
     reconciler(f"{namespace}/beta")
     pool = _get(api_client, namespace, "beta")
     assert (_condition(pool, "Ready")["status"], pool["status"]["readyReplicas"]) == ("True", 2)
+    assert _events(api_client, namespace) == []
+
+    # Pods made for a pool that was ready are news: the user scaled it up.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "beta", {"spec": {"replicas": 3}}
+    )
+    reconciler(f"{namespace}/beta")
+    assert len(_pods(api_client, namespace, "beta")) == 3
+    assert ("Normal", "CreatedPods", "created 1 runner pod(s)") in _events(api_client, namespace)
+    assert ("Normal", "RunnersStarting", "2/3 runner pods ready") in _events(api_client, namespace)
 
 
 def test_reconciling_a_converged_pool_writes_nothing(
@@ -224,7 +284,7 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
     )
 
     with pytest.raises(InvalidSpecError) as info:
@@ -263,7 +323,7 @@ def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
         api_client,
         tokens,
         FakeRunnerJobs(),
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")
@@ -327,7 +387,7 @@ def test_deleted_pods_and_hand_edits_are_repaired(
     reconciler(f"{namespace}/eps")
     assert len(_pods(api_client, namespace, "eps")) == 1, "replaced"
 
-    budget = api.disruption_budget_name("eps")
+    budget = api.BUSY_DISRUPTION_BUDGET
     policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 5}})
     reconciler(f"{namespace}/eps")
     assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0

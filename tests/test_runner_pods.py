@@ -32,6 +32,7 @@ from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.kube import Kube
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
@@ -69,7 +70,7 @@ def pods_reconciler(api_client: client.ApiClient) -> Reconciler:
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(client.CoreV1Api(api_client)),
+        EventRecorder(Kube(api_client)),
         expectations=Expectations(timeout=0),
     )
 
@@ -138,7 +139,7 @@ def cluster(api_client: client.ApiClient, namespace: str, runnerpool_crd: Any) -
     managers = RunnerManagers(
         LivePools(api_client),
         live_clients(api_client, NamedClientCache),
-        KubePods(client.CoreV1Api(api_client)),
+        KubePods(Kube(api_client)),
         lambda key: None,
         clock=clock,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started: rounds run by sync()
@@ -230,7 +231,7 @@ def test_a_pod_changed_since_the_decision_is_not_deleted(cluster: Cluster) -> No
     (pod,) = cluster.pool("delta", 1)
     seen = cluster.core.read_namespaced_pod(pod, cluster.namespace)
     cluster.kubelet(pod, restarts=1)
-    pods = KubePods(cluster.core)
+    pods = KubePods(Kube(cluster.api_client))
 
     assert not pods.delete_pod(cluster.namespace, pod, seen.metadata.uid, seen.metadata.resource_version)
     assert pod in cluster.pods("delta")

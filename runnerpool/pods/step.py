@@ -8,7 +8,6 @@ managers' (``runnerpool.runners.retirement``), which know from GitHub which runn
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from typing import Any, Protocol
@@ -21,12 +20,20 @@ from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
 from runnerpool.pods.expectations import Expectations
+from runnerpool.runtime.kube import (
+    DEPLOYMENTS,
+    MERGE_PATCH,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    REPLICA_SETS,
+    Kube,
+)
 
 __all__ = ["PodCache", "PodStep"]
 
 log = logging.getLogger(__name__)
 
-_ORPHAN = client.V1DeleteOptions(propagation_policy="Orphan")
+_ORPHAN = {"propagationPolicy": "Orphan"}
 
 
 class PodCache(Protocol):
@@ -56,9 +63,7 @@ class PodStep:
         default_api_url: str,
     ) -> None:
         self._cache = cache
-        self._core = client.CoreV1Api(api_client)
-        self._apps = client.AppsV1Api(api_client)
-        self._policy = client.PolicyV1Api(api_client)
+        self._kube = Kube(api_client)
         self._expectations = expectations
         self._image = default_image
         self._api_url = default_api_url
@@ -96,34 +101,31 @@ class PodStep:
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
         body = template.runner_pod(pool, self._image, self._api_url)
-        answer = self._core.create_namespaced_pod(pool.namespace, body, _preload_content=False)
-        name = str(json.loads(answer.data)["metadata"]["name"])
+        name = str(self._kube.create(PODS, pool.namespace, body)["metadata"]["name"])
         self._expectations.created(key, name)
 
     def _ensure_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
-        desired = template.disruption_budget(pool)
+        desired = template.disruption_budget(pool.namespace)
         name = desired["metadata"]["name"]
         live = self._cache.get_disruption_budget(pool.namespace, name)
         if live is None:
             try:
-                self._policy.create_namespaced_pod_disruption_budget(
-                    pool.namespace, desired, _preload_content=False
-                )
+                self._kube.create(POD_DISRUPTION_BUDGETS, pool.namespace, desired)
                 writes.append("create poddisruptionbudget")
             except ApiException as err:
                 _ignore(err, 409)  # the cache has not caught up with an earlier create
             return
         if contains(live, desired):
             return
-        self._policy.patch_namespaced_pod_disruption_budget(
-            name,
+        self._kube.patch(
+            POD_DISRUPTION_BUDGETS,
             pool.namespace,
+            name,
             {
-                "metadata": {k: desired["metadata"][k] for k in ("labels", "ownerReferences")},
+                "metadata": {"labels": desired["metadata"]["labels"]},
                 "spec": desired["spec"],
             },
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
+            patch_type=MERGE_PATCH,
         )
         writes.append("update poddisruptionbudget")
 
@@ -141,7 +143,9 @@ class PodStep:
             if patch is None:
                 continue
             try:
-                self._core.patch_namespaced_pod(pod["metadata"]["name"], namespace, patch)
+                # A JSON merge patch replaces the list: a strategic one would keep the
+                # ReplicaSet's controller reference beside the pool's, which is invalid.
+                self._kube.patch(PODS, namespace, pod["metadata"]["name"], patch, patch_type=MERGE_PATCH)
             except ApiException as err:
                 _ignore(err, 404, 409)  # gone, or changed: its event brings the pool back
                 continue
@@ -156,21 +160,17 @@ class PodStep:
         namespace = pool.namespace
         if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
             try:
-                self._apps.delete_namespaced_deployment(
-                    deployment["metadata"]["name"], namespace, body=_ORPHAN
-                )
+                self._kube.delete(DEPLOYMENTS, namespace, deployment["metadata"]["name"], _ORPHAN)
                 writes.append("delete deployment (orphan its pods)")
             except ApiException as err:
                 _ignore(err, 404)
         # After the Deployment: while it lives, its controller would make a new ReplicaSet.
-        replicasets = self._apps.list_namespaced_replica_set(
-            namespace, label_selector=children.selector(pool)
-        )
-        for rs in replicasets.items:
-            if rs.metadata.deletion_timestamp is not None:
+        replicasets = self._kube.list_items(REPLICA_SETS, namespace, label_selector=children.selector(pool))
+        for rs in replicasets:
+            if rs["metadata"].get("deletionTimestamp"):
                 continue
             try:
-                self._apps.delete_namespaced_replica_set(rs.metadata.name, namespace, body=_ORPHAN)
+                self._kube.delete(REPLICA_SETS, namespace, rs["metadata"]["name"], _ORPHAN)
                 writes.append("delete replicaset (orphan its pods)")
             except ApiException as err:
                 _ignore(err, 404)
@@ -184,8 +184,11 @@ class PodStep:
         deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
         if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
             try:
-                self._apps.delete_namespaced_deployment(
-                    deployment["metadata"]["name"], namespace, propagation_policy="Background"
+                self._kube.delete(
+                    DEPLOYMENTS,
+                    namespace,
+                    deployment["metadata"]["name"],
+                    {"propagationPolicy": "Background"},
                 )
                 writes.append("delete deployment")
             except ApiException as err:
@@ -197,9 +200,7 @@ class PodStep:
             if meta.get("deletionTimestamp"):
                 continue
             try:
-                self._core.delete_namespaced_pod(
-                    meta["name"], namespace, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
-                )
+                self._kube.delete(PODS, namespace, meta["name"], {"preconditions": {"uid": meta["uid"]}})
                 writes.append("delete pod")
             except ApiException as err:
                 _ignore(err, 404, 409)

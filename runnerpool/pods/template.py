@@ -77,19 +77,17 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
     }
 
 
-def disruption_budget(pool: api.RunnerPool) -> dict[str, Any]:
-    """Voluntary evictions of the pool's busy pods are refused; idle pods are not covered."""
+def disruption_budget(namespace: str) -> dict[str, Any]:
+    """Voluntary evictions of busy runner pods are refused; idle pods are not covered.
+
+    One budget per namespace for every pool: with ``maxUnavailable: 0`` a budget per pool
+    refuses nothing more, and a shared one costs a new pool no write.  It has no owner
+    (no pool may take it along when deleted); the namespace's deletion removes it.
+    """
+    labels = {api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": api.disruption_budget_name(pool.name),
-            "namespace": pool.namespace,
-            "labels": children.pool_labels(pool),
-            "ownerReferences": [children.owner_reference(pool)],
-        },
-        "spec": {
-            "maxUnavailable": 0,
-            "selector": {"matchLabels": {**children.pool_labels(pool), BUSY_LABEL: BUSY_VALUE}},
-        },
+        "metadata": {"name": api.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {**labels, BUSY_LABEL: BUSY_VALUE}}},
     }

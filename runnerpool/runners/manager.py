@@ -32,7 +32,6 @@ from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
@@ -45,6 +44,7 @@ from runnerpool.github.types import DeleteOutcome
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
+from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import RunnerSettings
 
@@ -68,15 +68,15 @@ class PodWriter(Protocol):
 class KubePods:
     """Pod writes with the guards the decisions rely on."""
 
-    def __init__(self, core: client.CoreV1Api) -> None:
-        self._core = core
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         """Delete only the pod as it was decided on: a restart since then changed its
         resourceVersion, and the API server answers 409 instead of deleting."""
         try:
-            self._core.delete_namespaced_pod(
-                name, namespace, body={"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+            self._kube.delete(
+                PODS, namespace, name, {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
             )
         except ApiException as err:
             if err.status in (404, 409):
@@ -86,7 +86,7 @@ class KubePods:
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         try:
-            self._core.patch_namespaced_pod(name, namespace, patch)
+            self._kube.patch(PODS, namespace, name, patch)
         except ApiException as err:
             if err.status != 404:
                 raise

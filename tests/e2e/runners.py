@@ -127,7 +127,8 @@ def wait_token(
 
 
 def managed_children(api_client: client.ApiClient, namespace: str) -> dict[str, set[str]]:
-    """Pool name -> kinds of the operator's objects that still exist for it in ``namespace``."""
+    """Pool name -> kinds of the operator's objects that still exist for it in ``namespace``
+    (``"*"``: the namespace's shared busy budget, which belongs to no pool)."""
     selector = f"{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
     found: dict[str, set[str]] = {}
     objects = [
@@ -138,7 +139,7 @@ def managed_children(api_client: client.ApiClient, namespace: str) -> dict[str, 
         *client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items,
     ]
     for obj in objects:
-        pool = (obj.metadata.labels or {}).get(api.POOL_LABEL, "?")
+        pool = (obj.metadata.labels or {}).get(api.POOL_LABEL, "*")
         found.setdefault(pool, set()).add(type(obj).__name__.removeprefix("V1"))
     return found
 
