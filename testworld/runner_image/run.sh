@@ -89,7 +89,15 @@ run_job() {
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
     fi
-    http POST "${service}/jobs/${job_id}/completed" "${auth}" --data-urlencode "conclusion=${conclusion}"
+    # The real runner retries its job-completion call; a report lost on the way (no answer,
+    # or a 5xx) is sent again, so one dropped request cannot leave the job in progress.
+    local attempt
+    for attempt in 1 2 3; do
+        HTTP_MAX_TIME=10 http POST "${service}/jobs/${job_id}/completed" "${auth}" \
+            --data-urlencode "conclusion=${conclusion}"
+        [[ "${http_status}" == 000 || "${http_status}" == 5* ]] || break
+        log "reporting job ${job_id} got no answer (attempt ${attempt}); trying again"
+    done
     if [[ "${http_status}" != 204 ]]; then
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi
