@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children
+from runnerpool.pods import template
 from tests.helpers import wait_for
 
 
@@ -148,3 +149,20 @@ def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, cou
     for name in names:
         play_kubelet(api_client, namespace, name)
     return names
+
+
+def legacy_deployment(
+    api_client: client.ApiClient, pool: api.RunnerPool, image: str, github_api_url: str
+) -> None:
+    """The runner Deployment an earlier operator version made for ``pool``, one replica
+    (what ``runnerpool.pods.adoption`` takes over)."""
+    legacy = template.pod_template(pool, image, github_api_url)
+    legacy["spec"]["restartPolicy"] = "Always"
+    labels = legacy["metadata"]["labels"]
+    client.AppsV1Api(api_client).create_namespaced_deployment(
+        pool.namespace,
+        {
+            "metadata": {"name": api.deployment_name(pool.name), "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
+        },
+    )

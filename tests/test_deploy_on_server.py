@@ -33,7 +33,15 @@ from runnerpool.settings import (
     Settings,
 )
 from tests.helpers import wait_for
-from tests.pools import LiveReader, create_pool, mark_pods_ready, pat_secret, play_kubelet, pool_manifest
+from tests.pools import (
+    LiveReader,
+    create_pool,
+    legacy_deployment,
+    mark_pods_ready,
+    pat_secret,
+    play_kubelet,
+    pool_manifest,
+)
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
@@ -159,16 +167,12 @@ def operator_as_service_account(
 
 def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, scope: str) -> None:
     """The runner Deployment an earlier operator version made for pool ``name``."""
-    pool = api.RunnerPool.model_validate(pool_manifest(name, repo=scope) | {"metadata": {"name": name}})
-    legacy = template.pod_template(pool, api.DEFAULT_RUNNER_IMAGE, "https://api.github.com")
-    legacy["spec"]["restartPolicy"] = "Always"
-    labels = legacy["metadata"]["labels"]
-    client.AppsV1Api(api_client).create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": api.deployment_name(name), "labels": labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
-        },
+    manifest = pool_manifest(name, repo=scope) | {"metadata": {"name": name, "namespace": namespace}}
+    legacy_deployment(
+        api_client,
+        api.RunnerPool.model_validate(manifest),
+        api.DEFAULT_RUNNER_IMAGE,
+        "https://api.github.com",
     )
 
 

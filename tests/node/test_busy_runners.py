@@ -34,7 +34,7 @@ from tests.node.pods import (
     wait_busy,
     wait_done,
 )
-from tests.pools import create_pool
+from tests.pools import create_pool, legacy_deployment
 from testworld.fakegithub import FakeGitHub
 from testworld.node.node import Node
 from testworld.simulator import OperatorProcess
@@ -244,18 +244,9 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
 def _legacy_deployment(
     api_client: client.ApiClient, namespace: str, name: str, node: Node, fake: FakeGitHub
 ) -> None:
-    """The runner Deployment an earlier operator version made (see ``runnerpool.pods.adoption``)."""
+    """The runner Deployment an earlier operator version made, for the node."""
     pool = api.RunnerPool.model_validate(get_pool(api_client, namespace, name))
-    legacy = template.pod_template(pool, node.runner_image.reference, fake.url)
-    legacy["spec"]["restartPolicy"] = "Always"
-    labels = legacy["metadata"]["labels"]
-    client.AppsV1Api(api_client).create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": api.deployment_name(name), "labels": labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
-        },
-    )
+    legacy_deployment(api_client, pool, node.runner_image.reference, fake.url)
 
 
 def test_an_upgrade_adopts_a_deployment_pools_busy_runner_without_killing_its_job(
