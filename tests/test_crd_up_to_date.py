@@ -15,7 +15,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from runnerpool import api, crdgen
+from runnerpool import api
+from testworld import crdgen
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "runnerpool.yaml"
 STALE_HINT = "run `python -m testworld.crdgen`"
