@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.demand.signature import HEADER, verify
+from runnerpool.health import BackgroundServer
 
 __all__ = ["DEFAULT_MAX_BODY", "PATH", "WebhookServer"]
 
@@ -37,7 +37,7 @@ PATH = "/webhook"
 DEFAULT_MAX_BODY = 1 << 20
 
 
-class WebhookServer:
+class WebhookServer(BackgroundServer):
     """``record`` stores a job and returns the number of pools it counted for; it raises to fail."""
 
     def __init__(
@@ -128,20 +128,4 @@ class WebhookServer:
             def log_message(self, format: str, *args: object) -> None:
                 return  # every delivery is counted in runnerpool_webhook_deliveries_total
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        # A short poll interval: stop() (a SIGTERM, a lost lease) waits for it.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="webhook", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(host, port, Handler, "webhook")
