@@ -1,0 +1,140 @@
+"""Polling: the repair for lost deliveries, and the whole mechanism without a webhook.
+
+GitHub does not redeliver a failed webhook delivery by itself, so a delivery lost to a
+restart, a network fault or a bad secret would leave a job queued (a runner too many, for
+ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the active jobs of
+every repository an autoscaling pool depends on - its own repository; for an organization
+pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
+hands each pool what it saw (``record.repair``): new jobs are counted, tracked ones that
+moved on are updated, and tracked ones GitHub no longer shows as active end after a grace
+period (a job just queued may not be listed yet).
+
+Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
+polled once), conditional requests throughout (``github_jobs``), and the runner listing's
+slowdown rule (``runners.budget.next_listing_delay``) on the requests the poll spent, so the
+polls use at most half of what is left when a credential's budget runs low. Runs on the
+leader only, like the runner managers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+
+from runnerpool import api
+from runnerpool.demand.github_jobs import JobsClient
+from runnerpool.demand.jobs import Job
+from runnerpool.demand.matching import job_matches
+from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
+from runnerpool.github_api import GitHubError, RateLimit
+from runnerpool.runners.budget import next_listing_delay
+
+__all__ = ["DEFAULT_POLL_INTERVAL", "DemandPoller", "polled_repositories"]
+
+log = logging.getLogger(__name__)
+
+#: Without webhooks this is the pickup delay's floor; with them, only how soon a lost
+#: delivery is repaired. An idle repository costs nothing per poll (two 304s).
+DEFAULT_POLL_INTERVAL = 30.0
+
+
+def polled_repositories(pool: api.RunnerPool) -> list[str]:
+    """``owner/name`` of every repository whose jobs the pool's demand depends on."""
+    scaling = pool.spec.autoscaling
+    if scaling is None:
+        return []
+    if pool.spec.repository is not None:
+        return [pool.spec.repository]
+    named = [f"{pool.spec.organization}/{name}" for name in scaling.repositories]
+    tracked = [
+        job.repository
+        for job in (pool.status.demand.jobs.values() if pool.status.demand else ())
+        if job.state != "completed"
+    ]
+    unique: dict[str, str] = {}
+    for repo in [*named, *tracked]:
+        unique.setdefault(repo.lower(), repo)
+    return list(unique.values())
+
+
+@dataclass
+class _Target:
+    repository: str
+    client: JobsClient
+    pools: list[api.RunnerPool] = field(default_factory=list)
+
+
+class DemandPoller:
+    def __init__(
+        self,
+        pools: PoolSource,
+        recorder: DemandRecorder,
+        clients: Callable[[api.RunnerPool], JobsClient],
+        default_api_url: str,
+        *,
+        interval: float = DEFAULT_POLL_INTERVAL,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._pools = pools
+        self._recorder = recorder
+        self._clients = clients
+        self._default_api_url = default_api_url
+        self._interval = interval
+        self._clock = clock
+        self.grace = timedelta(seconds=max(60.0, 2 * interval))
+
+    def _targets(self) -> list[_Target]:
+        targets: dict[tuple[str, str], _Target] = {}
+        for raw in self._pools.list_pools():
+            try:
+                pool = api.RunnerPool.model_validate(raw)
+            except ValidationError:
+                continue
+            if pool.spec.autoscaling is None or pool.deleting:
+                continue
+            api_url = (pool.spec.github_api_url or self._default_api_url).rstrip("/").lower()
+            for repo in polled_repositories(pool):
+                key = (api_url, repo.lower())
+                if key not in targets:
+                    try:
+                        targets[key] = _Target(repo, self._clients(pool))
+                    except Exception as err:  # a missing credential Secret, say: the others go on
+                        log.warning("cannot poll %s for %s/%s: %s", repo, pool.namespace, pool.name, err)
+                        continue
+                targets[key].pools.append(pool)
+        return list(targets.values())
+
+    def poll_once(self) -> float:
+        """Poll every repository once and record what was seen; seconds until the next poll."""
+        spent, retry_after = 0, 0.0
+        lowest: RateLimit | None = None
+        seen: dict[tuple[str, str], tuple[api.RunnerPool, list[Job], list[str]]] = {}
+        for target in self._targets():
+            try:
+                active = target.client.active_jobs(target.repository)
+            except GitHubError as err:
+                log.warning("polling jobs of %s failed: %s", target.repository, err.message)
+                retry_after = max(retry_after, err.retry_after or 0.0)
+                continue
+            finally:
+                budget = target.client.rate_limit()
+                if budget is not None and (lowest is None or budget.remaining < lowest.remaining):
+                    lowest = budget
+            spent += active.spent
+            for pool in target.pools:
+                entry = seen.setdefault((pool.namespace, pool.name), (pool, [], []))
+                entry[1].extend(job for job in active.jobs if job_matches(pool, job, self._default_api_url))
+                entry[2].append(target.repository)
+        for pool, jobs, repos in seen.values():
+            try:
+                self._recorder.repair(pool, jobs, repos, self.grace)
+            except RecordFailed as err:
+                log.warning("%s", err)
+        now = self._clock().timestamp()
+        return next_listing_delay(
+            self._interval, lowest, now, pages=max(1, spent), retry_after=retry_after or None
+        )
