@@ -35,7 +35,7 @@ def job_object(
     run_id: int = 29679449,
     api: str = API,
 ) -> dict[str, Any]:
-    job = copy.deepcopy(fixture("run-jobs.json")["jobs"][0])
+    job: dict[str, Any] = copy.deepcopy(fixture("run-jobs.json")["jobs"][0])
     job.update(
         id=job_id,
         run_id=run_id,

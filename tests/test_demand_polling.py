@@ -11,8 +11,8 @@ import pytest
 import responses
 from github import Auth, Github
 
-from runnerpool.demand.github_jobs import RestJobsClient
-from runnerpool.github_api import BadCredentials, RateLimited
+from runnerpool.github.errors import BadCredentials, RateLimited
+from runnerpool.github.pygithub import PyGithubClient
 from tests.demand_payloads import API, fixture, job_object
 
 REPO = "octo-org/hello-world"
@@ -49,9 +49,9 @@ def mock() -> Iterator[responses.RequestsMock]:
         yield rsps
 
 
-def jobs_client() -> RestJobsClient:
+def jobs_client() -> PyGithubClient:
     gh = Github(auth=Auth.Token("ghp_test"), base_url=API, retry=None, lazy=True)
-    return RestJobsClient(gh.requester, clock=lambda: NOW)
+    return PyGithubClient(gh, clock=lambda: NOW)
 
 
 def test_lists_jobs_of_queued_and_in_progress_runs(mock: responses.RequestsMock) -> None:
@@ -66,7 +66,7 @@ def test_lists_jobs_of_queued_and_in_progress_runs(mock: responses.RequestsMock)
     mock.get(
         url(f"{RUNS}/12/jobs"),
         json=jobs(
-            job_object(2, "in_progress", ["self-hosted"], run_id=12, runner="runnerpool-gpu-6f-abcde"),
+            job_object(2, "in_progress", ["self-hosted"], run_id=12, runner="gpu-abcde"),
             job_object(3, "queued", ["self-hosted", "gpu"], run_id=12),  # a matrix wider than the pool
         ),
         headers=BUDGET,

@@ -15,10 +15,10 @@ from github import Auth, Github
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.demand.github_jobs import RestJobsClient
-from runnerpool.demand.jobs import Job, parse_delivery
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.github.pygithub import PyGithubClient
 from tests.demand_payloads import API, delivery, fixture, job_object
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
@@ -30,6 +30,11 @@ class Pools:
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         self._custom = client.CustomObjectsApi(api_client)
         self._namespace = namespace
+        #: Runner pod names per pool, as the pod informer would show them.
+        self.pods: dict[str, list[str]] = {}
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": name}} for name in self.pods.get(pool, [])]
 
     def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]:
         found = self._custom.list_namespaced_custom_object(
@@ -97,9 +102,8 @@ def test_a_job_counts_in_every_autoscaling_pool_it_matches_and_nowhere_else(
     assert cpu is not None and (cpu.queued, sorted(cpu.jobs)) == (1, ["1"])
     assert demand(pools, "fixed") is None
     # Taken by a gpu runner: busy there, no longer wanted by cpu.
-    assert (
-        recorder.record_job(job(1, "in_progress", ["self-hosted"], runner="runnerpool-gpu-6d9f-x1y2z")) == 2
-    )
+    pools.pods["gpu"] = ["gpu-x1y2z"]
+    assert recorder.record_job(job(1, "in_progress", ["self-hosted"], runner="gpu-x1y2z")) == 2
     gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
     assert gpu is not None and (gpu.queued, gpu.busy) == (1, 1)
     assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
@@ -162,9 +166,7 @@ def test_polling_repairs_lost_deliveries(
     run = fixture("repo-workflow-runs.json")["workflow_runs"][0]
     github.add_callback(responses.GET, pattern, callback=answer)
     gh = Github(auth=Auth.Token("ghp_test"), base_url=API, retry=None, lazy=True)
-    poller = DemandPoller(
-        pools, recorder, lambda pool: RestJobsClient(gh.requester), API, interval=30, clock=clock
-    )
+    poller = DemandPoller(pools, recorder, lambda pool: PyGithubClient(gh), API, interval=30, clock=clock)
     clock.now += timedelta(seconds=10)
     poller.poll_once()
     gpu = demand(pools, "gpu")

@@ -10,9 +10,9 @@ import pytest
 from runnerpool import api
 from runnerpool.demand import record
 from runnerpool.demand.autoscaler import Autoscaler
-from runnerpool.demand.jobs import Job, parse_delivery
 from runnerpool.demand.matching import job_matches, pool_labels
 from runnerpool.demand.scaling import Window, recommend
+from runnerpool.github.jobs import Job, parse_delivery
 from tests.demand_payloads import API, delivery, job_object
 
 T0 = datetime(2030, 1, 20, 17, 0, tzinfo=UTC)
@@ -90,57 +90,70 @@ def test_a_job_counts_only_in_its_own_scope_and_host() -> None:
 # ------------------------------------------------------------------ demand
 
 
+#: The pool's runners: its pods' names. "gpu-2-xyz12" would pass a name-prefix test but is
+#: another pool's ("gpu-2") runner.
+OURS = frozenset({"gpu-abcde"})
+
+
 def auto(**kw: Any) -> dict[str, Any]:
     return {"maxReplicas": 10, **kw}
 
 
 def test_states_only_move_forward() -> None:
-    p = pool(autoscaling=auto())
-    demand, moved = record.apply(p, None, [job(1, "queued"), job(2, "queued")], T0)
+    demand, moved = record.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
     assert (demand.queued, demand.busy, len(moved)) == (2, 0, 2)
-    runner = f"{api.deployment_name('gpu')}-5d8f7c9b4-abcde"
-    demand, _ = record.apply(p, demand, [job(1, "in_progress", runner=runner)], T0)
+    runner = "gpu-abcde"
+    demand, _ = record.apply(demand, [job(1, "in_progress", runner=runner)], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (1, 1)
-    demand, _ = record.apply(p, demand, [job(1, "completed", runner=runner)], T0)
+    demand, _ = record.apply(demand, [job(1, "completed", runner=runner)], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (1, 0)
     # A late in_progress or queued delivery of job 1 cannot bring it back.
-    again, moved = record.apply(p, demand, [job(1, "queued"), job(1, "in_progress", runner=runner)], T0)
+    again, moved = record.apply(
+        demand, [job(1, "queued"), job(1, "in_progress", runner=runner)], T0, runners=OURS
+    )
     assert again == demand and moved == []
 
 
 def test_a_job_taken_by_another_pools_runner_no_longer_counts_here() -> None:
-    p = pool(autoscaling=auto())
-    demand, _ = record.apply(p, None, [job(1, "queued")], T0)
-    demand, _ = record.apply(p, demand, [job(1, "in_progress", runner="runnerpool-cpu-6f-xyz12")], T0)
+    demand, _ = record.apply(None, [job(1, "queued")], T0, runners=OURS)
+    demand, _ = record.apply(demand, [job(1, "in_progress", runner="gpu-2-xyz12")], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (0, 0)
 
 
 def test_states_that_want_no_runner_are_not_tracked() -> None:
-    demand, _ = record.apply(pool(autoscaling=auto()), None, [job(1, "waiting")], T0)
+    demand, _ = record.apply(None, [job(1, "waiting")], T0, runners=OURS)
     assert demand.jobs == {}
 
 
 def test_completed_jobs_are_forgotten_after_a_while() -> None:
-    p = pool(autoscaling=auto())
-    demand, _ = record.apply(p, None, [job(1, "completed")], T0)
+    demand, _ = record.apply(None, [job(1, "completed")], T0, runners=OURS)
     assert "1" in demand.jobs
-    later, _ = record.apply(p, demand, [job(2, "queued")], T0 + record.COMPLETED_TTL)
+    later, _ = record.apply(demand, [job(2, "queued")], T0 + record.COMPLETED_TTL, runners=OURS)
     assert set(later.jobs) == {"2"}
 
 
 def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> None:
-    p = pool(autoscaling=auto())
-    demand, _ = record.apply(p, None, [job(1, "queued"), job(2, "queued")], T0)
+    demand, _ = record.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
     grace = timedelta(seconds=60)
     soon, _ = record.repair(
-        p, demand, [job(2, "queued")], ["octo-org/hello-world"], now=T0 + timedelta(seconds=5), grace=grace
+        demand,
+        [job(2, "queued")],
+        ["octo-org/hello-world"],
+        now=T0 + timedelta(seconds=5),
+        grace=grace,
+        runners=OURS,
     )
     assert soon.queued == 2, "a job just queued may not be listed yet"
     late, _ = record.repair(
-        p, demand, [job(2, "queued"), job(3, "queued")], ["octo-org/hello-world"], now=T0 + grace, grace=grace
+        demand,
+        [job(2, "queued"), job(3, "queued")],
+        ["octo-org/hello-world"],
+        now=T0 + grace,
+        grace=grace,
+        runners=OURS,
     )
     assert (late.queued, late.jobs["1"].state) == (2, "completed")
-    unpolled, _ = record.repair(p, demand, [], ["octo-org/other"], now=T0 + grace, grace=grace)
+    unpolled, _ = record.repair(demand, [], ["octo-org/other"], now=T0 + grace, grace=grace, runners=OURS)
     assert unpolled.queued == 2, "only repositories that were polled say anything"
 
 

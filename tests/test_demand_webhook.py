@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from runnerpool.demand.deliveries import DeliveryLog
-from runnerpool.demand.jobs import Job
 from runnerpool.demand.receiver import PATH, WebhookServer
 from runnerpool.demand.secret import SecretFile
 from runnerpool.demand.signature import sign, verify
+from runnerpool.github.jobs import Job
 from tests.demand_payloads import delivery, job_object
 
 SECRET = b"It's a Secret to Everybody"

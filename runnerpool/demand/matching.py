@@ -14,9 +14,9 @@ itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 from __future__ import annotations
 
 from runnerpool import api
-from runnerpool.demand.jobs import Job
+from runnerpool.github.jobs import Job
 
-__all__ = ["job_matches", "pool_labels", "runner_of_pool", "scope_holds"]
+__all__ = ["job_matches", "pool_labels", "scope_holds"]
 
 _ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
 ARCH_SELECTOR = "kubernetes.io/arch"
@@ -53,8 +53,3 @@ def job_matches(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
     if not job.labels or not scope_holds(pool, job.repository) or not _same_api(pool, job, default_api_url):
         return False
     return {label.lower() for label in job.labels} <= pool_labels(pool)
-
-
-def runner_of_pool(pool: api.RunnerPool, runner_name: str) -> bool:
-    """Runners register under their pod's name, ``runnerpool-<pool>-...``."""
-    return runner_name.startswith(api.deployment_name(pool.name) + "-")

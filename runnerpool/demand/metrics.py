@@ -8,12 +8,11 @@ poller) learnt of it. They are labelled with the pool whose runner took the job.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from runnerpool import api
-from runnerpool.demand.matching import runner_of_pool
 from runnerpool.demand.record import Transition
 
 QUEUED = Gauge(
@@ -46,13 +45,16 @@ DELIVERIES = Counter(
 )
 
 
-def observe(pool: api.RunnerPool, demand: api.Demand, moved: Iterable[Transition]) -> None:
+def observe(
+    pool: api.RunnerPool, demand: api.Demand, moved: Iterable[Transition], runners: Collection[str]
+) -> None:
+    """``runners``: the names of the pool's runners (its pods' names)."""
     labels = (pool.namespace, pool.name)
     QUEUED.labels(*labels).set(demand.queued)
     BUSY.labels(*labels).set(demand.busy)
     for step in moved:
         job = step.job
-        ours = job.runner_name is not None and runner_of_pool(pool, job.runner_name)
+        ours = job.runner_name is not None and job.runner_name in runners
         if not ours:
             continue
         if step.state == "in_progress" and job.created_at and job.started_at:

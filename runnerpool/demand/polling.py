@@ -10,7 +10,7 @@ moved on are updated, and tracked ones GitHub no longer shows as active end afte
 period (a job just queued may not be listed yet).
 
 Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
-polled once), conditional requests throughout (``github_jobs``), and the runner listing's
+polled once), conditional requests throughout (``GitHubClient.active_jobs``), and the runner listing's
 slowdown rule (``runners.budget.next_listing_delay``) on the requests the poll spent, so the
 polls use at most half of what is left when a credential's budget runs low. Runs on the
 leader only, like the runner managers.
@@ -26,11 +26,12 @@ from datetime import UTC, datetime, timedelta
 from pydantic import ValidationError
 
 from runnerpool import api
-from runnerpool.demand.github_jobs import JobsClient
-from runnerpool.demand.jobs import Job
 from runnerpool.demand.matching import job_matches
 from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
-from runnerpool.github_api import GitHubError, RateLimit
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.jobs import Job
+from runnerpool.github.protocol import GitHubClient, RateLimitAware
+from runnerpool.github.types import RateLimit
 from runnerpool.runners.budget import next_listing_delay
 
 __all__ = ["DEFAULT_POLL_INTERVAL", "DemandPoller", "polled_repositories"]
@@ -64,7 +65,7 @@ def polled_repositories(pool: api.RunnerPool) -> list[str]:
 @dataclass
 class _Target:
     repository: str
-    client: JobsClient
+    client: GitHubClient
     pools: list[api.RunnerPool] = field(default_factory=list)
 
 
@@ -73,7 +74,7 @@ class DemandPoller:
         self,
         pools: PoolSource,
         recorder: DemandRecorder,
-        clients: Callable[[api.RunnerPool], JobsClient],
+        clients: Callable[[api.RunnerPool], GitHubClient],
         default_api_url: str,
         *,
         interval: float = DEFAULT_POLL_INTERVAL,
@@ -121,7 +122,7 @@ class DemandPoller:
                 retry_after = max(retry_after, err.retry_after or 0.0)
                 continue
             finally:
-                budget = target.client.rate_limit()
+                budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
                 if budget is not None and (lowest is None or budget.remaining < lowest.remaining):
                     lowest = budget
             spent += active.spent

@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler
 
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
-from runnerpool.demand.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.demand.signature import HEADER, verify
+from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.health import BackgroundServer
 
 __all__ = ["DEFAULT_MAX_BODY", "PATH", "WebhookServer"]

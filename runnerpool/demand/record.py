@@ -5,7 +5,10 @@ Rules:
 * states only move forward (queued -> in_progress -> completed); a late delivery of an
   earlier state, or a repeat, changes nothing;
 * a job in progress on a runner of another pool (or a runner the operator does not own) is
-  done as far as this pool is concerned: it wants no runner here any more;
+  done as far as this pool is concerned: it wants no runner here any more. A pool's runners
+  register under their pod's name, so ``runners`` (the names of the pool's pods, from the
+  informer cache) says which are ours; a name prefix cannot, since pool ``a``'s pods
+  ``a-x1y2z`` look like pool ``a-x1y2z``'s;
 * completed jobs are remembered for ``COMPLETED_TTL`` so that a late ``queued`` cannot
   resurrect them, then forgotten; past ``api.MAX_TRACKED_JOBS`` the oldest completed go
   first;
@@ -15,12 +18,11 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 
 from runnerpool import api
-from runnerpool.demand.jobs import STATE_RANK, Job, JobState
-from runnerpool.demand.matching import runner_of_pool
+from runnerpool.github.jobs import STATE_RANK, Job, JobState
 
 __all__ = ["COMPLETED_TTL", "Transition", "apply", "repair"]
 
@@ -37,8 +39,8 @@ class Transition:
         self.job, self.before, self.state = job, before, state
 
 
-def _state_for(pool: api.RunnerPool, job: Job) -> JobState | None:
-    if job.state == "in_progress" and job.runner_name and not runner_of_pool(pool, job.runner_name):
+def _state_for(job: Job, runners: Collection[str]) -> JobState | None:
+    if job.state == "in_progress" and job.runner_name and job.runner_name not in runners:
         return "completed"
     return job.state
 
@@ -62,13 +64,14 @@ def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.Tra
 
 
 def apply(
-    pool: api.RunnerPool, demand: api.Demand | None, jobs: Iterable[Job], now: datetime
+    demand: api.Demand | None, jobs: Iterable[Job], now: datetime, *, runners: Collection[str]
 ) -> tuple[api.Demand, list[Transition]]:
-    """``demand`` after ``jobs`` (all known to match ``pool``), and the transitions made."""
+    """``demand`` after ``jobs`` (all known to match the pool whose runner names are
+    ``runners``), and the transitions made."""
     tracked = dict((demand or api.Demand()).jobs)
     moved: list[Transition] = []
     for job in jobs:
-        state = _state_for(pool, job)
+        state = _state_for(job, runners)
         if state is None:
             continue
         key = str(job.id)
@@ -82,17 +85,17 @@ def apply(
 
 
 def repair(
-    pool: api.RunnerPool,
     demand: api.Demand | None,
     seen: Iterable[Job],
     polled: Iterable[str],
     *,
     now: datetime,
     grace: timedelta,
+    runners: Collection[str],
 ) -> tuple[api.Demand, list[Transition]]:
     """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees."""
     seen = list(seen)
-    updated, moved = apply(pool, demand, seen, now)
+    updated, moved = apply(demand, seen, now, runners=runners)
     visible = {str(job.id) for job in seen}
     repos = {repo.lower() for repo in polled}
     jobs = dict(updated.jobs)

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 
 from runnerpool import api
 from runnerpool.demand import metrics, record
-from runnerpool.demand.jobs import Job
 from runnerpool.demand.matching import job_matches
+from runnerpool.github.jobs import Job
 
 __all__ = ["DemandRecorder", "PoolSource", "RecordFailed"]
 
@@ -41,13 +41,15 @@ MAX_CONFLICTS = 8
 
 PoolKey = tuple[str, str]
 #: Turns a pool's tracked demand into the new one; pure (``record.apply`` or ``record.repair``).
-Change = Callable[[api.RunnerPool, api.Demand | None, datetime], tuple[api.Demand, list[record.Transition]]]
+#: Its arguments: the tracked demand, now, and the names of the pool's runners (its pods).
+Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[record.Transition]]]
 
 
 class PoolSource(Protocol):
-    """The informer cache of RunnerPools (``InformerSet.list_pools``)."""
+    """The informer caches of RunnerPools and their pods (``InformerSet``)."""
 
     def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
 class RecordFailed(Exception):  # noqa: N818 - reads as "recording failed"
@@ -113,7 +115,7 @@ class DemandRecorder:
         """Record one job in every pool it counts for; the number of pools. Raises RecordFailed."""
         pools = self.matching_pools(job)
         for pool in pools:
-            self.change(pool, lambda p, d, now: record.apply(p, d, [job], now))
+            self.change(pool, lambda d, now, runners: record.apply(d, [job], now, runners=runners))
         return len(pools)
 
     def repair(
@@ -121,7 +123,10 @@ class DemandRecorder:
     ) -> None:
         """Apply a poll's view (jobs already filtered to ``pool``); raises RecordFailed."""
         seen, polled = list(seen), list(polled)
-        self.change(pool, lambda p, d, now: record.repair(p, d, seen, polled, now=now, grace=grace))
+        self.change(
+            pool,
+            lambda d, now, runners: record.repair(d, seen, polled, now=now, grace=grace, runners=runners),
+        )
 
     def change(self, pool: api.RunnerPool, change: Change) -> None:
         """Group commit: whoever holds the pool's writer lock writes every pending change."""
@@ -157,8 +162,13 @@ class DemandRecorder:
             self._custom.get_namespaced_custom_object(api.GROUP, api.VERSION, key[0], api.PLURAL, key[1])
         )
 
+    def _runners(self, key: PoolKey) -> frozenset[str]:
+        """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
+        return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(*key))
+
     def _write(self, key: PoolKey, changes: list[Change]) -> None:
         raw = self._get(key)
+        runners = self._runners(key)
         for _ in range(MAX_CONFLICTS):
             pool = _pool(raw)
             if pool is None or pool.spec.autoscaling is None:
@@ -167,7 +177,7 @@ class DemandRecorder:
             now = self._clock()
             new, moved = old, []
             for change in changes:
-                new, more = change(pool, new, now)
+                new, more = change(new, now, runners)
                 moved.extend(more)
             assert new is not None
             if record.same(old, new):
@@ -187,6 +197,6 @@ class DemandRecorder:
                     raise
                 raw = self._get(key)
                 continue
-            metrics.observe(pool, new, moved)
+            metrics.observe(pool, new, moved, runners)
             return
         raise RecordFailed(f"{MAX_CONFLICTS} conflicting writes in a row")

@@ -1,4 +1,4 @@
-"""A workflow job in the shape GitHub gives it, reduced to what demand needs.
+"""A workflow job in the shape GitHub gives it, reduced to what demand (``runnerpool.demand``) needs.
 
 The ``workflow_job`` webhook payload and ``GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs``
 describe a job with the same object, so one parser serves the receiver and the poller.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-__all__ = ["STATE_RANK", "InvalidJob", "Job", "JobState", "parse_delivery", "parse_job"]
+__all__ = ["STATE_RANK", "ActiveJobs", "InvalidJob", "Job", "JobState", "parse_delivery", "parse_job"]
 
 JobState = Literal["queued", "in_progress", "completed"]
 
@@ -36,6 +36,15 @@ class Job:
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ActiveJobs:
+    """A repository's queued and running jobs, as one poll saw them."""
+
+    jobs: tuple[Job, ...]
+    #: Requests that counted against the budget (not the free 304s).
+    spent: int
 
 
 def _time(value: Any) -> datetime | None:
