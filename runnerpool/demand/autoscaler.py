@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from runnerpool import api, events
-from runnerpool.demand.scaling import Decision, Window, recommend
+from runnerpool.demand.scaling import Window, recommend
+from runnerpool.domain import Decision
 from runnerpool.runners.lifecycle import parse_duration
 
 __all__ = ["Autoscaler"]
@@ -45,7 +46,7 @@ class Autoscaler:
     def decide(self, pool: api.RunnerPool) -> Decision:
         scaling = pool.spec.autoscaling
         if scaling is None:
-            return Decision(pool.spec.replicas, "Fixed", f"spec.replicas is {pool.spec.replicas}")
+            return Decision.fixed(pool.spec.replicas)
         demand = pool.status.demand or api.Demand()
         runners_busy = pool.status.runners.busy if pool.status.runners else 0
         busy = max(demand.busy, runners_busy)

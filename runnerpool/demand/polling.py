@@ -19,6 +19,7 @@ leader only, like the runner managers.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,13 +35,9 @@ from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
 from runnerpool.runners.budget import next_listing_delay
 
-__all__ = ["DEFAULT_POLL_INTERVAL", "DemandPoller", "polled_repositories"]
+__all__ = ["DemandPoller", "polled_repositories"]
 
 log = logging.getLogger(__name__)
-
-#: Without webhooks this is the pickup delay's floor; with them, only how soon a lost
-#: delivery is repaired. An idle repository costs nothing per poll (two 304s).
-DEFAULT_POLL_INTERVAL = 30.0
 
 
 def polled_repositories(pool: api.RunnerPool) -> list[str]:
@@ -77,7 +74,7 @@ class DemandPoller:
         clients: Callable[[api.RunnerPool], GitHubClient],
         default_api_url: str,
         *,
-        interval: float = DEFAULT_POLL_INTERVAL,
+        interval: float,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._pools = pools
@@ -87,6 +84,27 @@ class DemandPoller:
         self._interval = interval
         self._clock = clock
         self.grace = timedelta(seconds=max(60.0, 2 * interval))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Poll on a thread of its own until ``stop``: one poll covers every pool."""
+        self._thread = threading.Thread(target=self._loop, name="demand-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            try:
+                delay = self.poll_once()
+            except Exception:  # the next poll tries again; the poller must not die
+                log.exception("demand poll failed")
+                delay = self._interval
 
     def _targets(self) -> list[_Target]:
         targets: dict[tuple[str, str], _Target] = {}

@@ -14,23 +14,13 @@ window, never bring it forward.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-__all__ = ["Decision", "Window", "recommend"]
+__all__ = ["Window", "recommend"]
 
 
 def recommend(min_replicas: int, max_replicas: int, busy: int, queued: int) -> int:
     return max(min_replicas, min(max_replicas, busy + queued))
-
-
-@dataclass(frozen=True)
-class Decision:
-    replicas: int
-    reason: str  # CamelCase, for an Event
-    message: str
-    #: Seconds after which the decision may fall without new demand (the reconciler requeues).
-    recheck_after: float | None = None
 
 
 class Window:
