@@ -294,7 +294,7 @@ class GitHubState:
         # Bumped by reset() and stop() so hanging handlers let go.
         self._generation = 0
         # Webhooks outlive reset(), like a repository's hook settings outlive its jobs.
-        self._webhooks: list[WebhookSender] = []
+        self._webhooks: list[Callable[[dict[str, Any]], None]] = []
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -657,18 +657,26 @@ class GitHubState:
         with self._lock:
             return self._find_runner(self._scope(scope), runner).polls > 0
 
+    def on_job_event(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``hook`` with the ``workflow_job`` payload whenever a job is queued, starts or
+        completes; it runs under the fake's lock, at the moment of the change, and must not block."""
+        with self._lock:
+            self._webhooks.append(hook)
+
+    def remove_job_event(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            if hook in self._webhooks:
+                self._webhooks.remove(hook)
+
     def send_webhooks(self, url: str, secret: bytes) -> WebhookSender:
         """From now on, deliver a signed ``workflow_job`` event to ``url`` whenever a job is
         queued, starts or completes (see ``webhooks``); ``stop_webhooks`` ends it."""
         sender = WebhookSender(url, secret)
-        with self._lock:
-            self._webhooks.append(sender)
+        self.on_job_event(sender)
         return sender
 
     def stop_webhooks(self, sender: WebhookSender) -> None:
-        with self._lock:
-            if sender in self._webhooks:
-                self._webhooks.remove(sender)
+        self.remove_job_event(sender)
         sender.close()
 
     def _job_event(self, job: Job) -> None:
