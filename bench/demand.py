@@ -224,7 +224,7 @@ class Bench:
         operator.wait_ready()
         sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
         try:
-            before = len(self.fake.requests())
+            before = len(self.fake.requests)
             started = time.monotonic()
             self.create_pool()
             bursts = [self.burst(mode, size) for size in self.args.sizes]
@@ -234,7 +234,7 @@ class Bench:
             # The operator's requests: not the runners' own (registration, job protocol).
             records = [
                 r
-                for r in self.fake.requests()[before:]
+                for r in self.fake.requests[before:]
                 if "/_actions" not in r.path and "runner-registration" not in r.path
             ]
             counted = Mode(mode, seconds)
