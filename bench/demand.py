@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.demand", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,10,50", help="jobs queued at once per burst")
     parser.add_argument("--job-seconds", type=float, default=2.0)
-    parser.add_argument("--delay", type=float, default=5.0, help="the pool's scaleDownDelay in seconds")
+    parser.add_argument("--delay", type=int, default=5, help="the pool's scaleDownDelay in seconds")
     parser.add_argument("--poll-interval", type=float, default=30.0, help="--demand-poll-interval")
     parser.add_argument("--runner-sync-interval", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=60.0, help="seconds idle at 0 counted per mode")
