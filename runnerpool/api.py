@@ -348,6 +348,28 @@ GoDuration = Annotated[
         )
     ),
 ]
+ScaleDownDelay = Annotated[
+    str,
+    StringConstraints(max_length=32),
+    Cel(
+        regex_rule(
+            GO_DURATION,
+            "spec.autoscaling.scaleDownDelay must be a duration made of hours, minutes and seconds, "
+            "e.g. 5m, 90s or 1h",
+        )
+    ),
+]
+RepositoryName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    Cel(
+        regex_rule(
+            r"^[A-Za-z0-9._-]+$",
+            "spec.autoscaling.repositories lists repository names without the owner, e.g. "
+            "hello-world (letters, digits, '.', '_', '-')",
+        )
+    ),
+]
 EnvName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=256),
@@ -516,6 +538,46 @@ VolumeMountDict = Annotated[
 ]
 
 
+DEFAULT_SCALE_DOWN_DELAY = "5m"
+
+
+class Autoscaling(KubeModel):
+    """How a pool follows demand; see runnerpool/demand/ for the rule."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.minReplicas <= self.maxReplicas",
+            message="spec.autoscaling.minReplicas must not be above spec.autoscaling.maxReplicas",
+            check=lambda a: a.min_replicas <= a.max_replicas,
+        ),
+    )
+
+    min_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLICAS,
+        json_schema_extra={"format": "int32"},
+        description="Runner pods kept even without demand; 0 lets an idle pool scale to zero.",
+    )
+    max_replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        json_schema_extra={"format": "int32"},
+        description="Most runner pods the pool runs, however many jobs are queued.",
+    )
+    scale_down_delay: ScaleDownDelay = Field(
+        default=DEFAULT_SCALE_DOWN_DELAY,
+        description="How long demand must stay low before the pool shrinks (e.g. 5m, 90s); "
+        "scaling up never waits. Only idle runners are removed.",
+    )
+    repositories: Annotated[list[RepositoryName], ListType("set"), Field(max_length=100)] = Field(
+        default_factory=list,
+        description="For an organization pool: repositories (names, without the owner) whose "
+        "queued jobs polling looks at when no webhook delivery reports them. A repository pool "
+        "polls its own repository.",
+    )
+
+
 class RunnerPoolSpec(KubeModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -530,6 +592,29 @@ class RunnerPoolSpec(KubeModel):
             " && (!has(self.organization) || self.organization == oldSelf.organization)",
             message="spec.repository and spec.organization are immutable: "
             "create a new RunnerPool to register runners elsewhere",
+        ),
+        Rule(
+            cel="!has(self.autoscaling) || self.replicas <= self.autoscaling.maxReplicas",
+            message="spec.replicas is above spec.autoscaling.maxReplicas: a pool with "
+            "spec.autoscaling follows demand and does not use spec.replicas; remove spec.replicas "
+            "or raise spec.autoscaling.maxReplicas",
+            check=lambda s: s.autoscaling is None or s.replicas <= s.autoscaling.max_replicas,
+        ),
+        Rule(
+            cel="!has(self.autoscaling) || !has(oldSelf.autoscaling) || self.replicas == oldSelf.replicas",
+            message="spec.replicas cannot change while spec.autoscaling is set (kubectl scale and "
+            "HorizontalPodAutoscalers do not apply to a pool that follows demand): change "
+            "spec.autoscaling.minReplicas or maxReplicas, or remove spec.autoscaling to set the "
+            "number of runners by hand",
+        ),
+        Rule(
+            cel="!has(self.autoscaling) || !has(self.autoscaling.repositories) "
+            "|| size(self.autoscaling.repositories) == 0 || has(self.organization)",
+            message="spec.autoscaling.repositories is for organization pools; a repository pool "
+            "polls spec.repository: remove spec.autoscaling.repositories",
+            check=lambda s: (
+                s.autoscaling is None or not s.autoscaling.repositories or s.organization is not None
+            ),
         ),
     )
 
@@ -546,7 +631,13 @@ class RunnerPoolSpec(KubeModel):
         ge=0,
         le=MAX_REPLICAS,
         json_schema_extra={"format": "int32"},
-        description="Number of runner pods to keep.",
+        description="Number of runner pods to keep, when spec.autoscaling is not set.",
+    )
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="Follow demand instead of keeping spec.replicas: as many runners as busy "
+        "plus queued jobs that this pool's labels match, between minReplicas and maxReplicas. "
+        "The operator writes its decision to status.desiredReplicas, never to spec.",
     )
     labels: Annotated[list[RunnerLabel], ListType("set"), Field(max_length=32)] = Field(
         default_factory=list,
@@ -612,11 +703,40 @@ class RunnerPoolSpec(KubeModel):
     )
 
 
+JobState = Literal["queued", "in_progress", "completed"]
+#: Jobs remembered per pool: queued and busy ones (at most maxReplicas are busy) plus recently
+#: completed ones kept so a late or repeated delivery cannot bring them back.
+MAX_TRACKED_JOBS = 2000
+
+
+class TrackedJob(KubeModel):
+    state: JobState = Field(description="The job's latest state as GitHub reported it.")
+    repository: str = Field(max_length=140, description="Repository (owner/name) the job runs for.")
+    runner: str | None = Field(
+        default=None, max_length=256, description="Runner that took the job, once in progress."
+    )
+    updated_at: Timestamp = Field(description="When the operator learnt of this state.")
+
+
+class Demand(KubeModel):
+    queued: int = Field(default=0, ge=0, description="Queued jobs this pool's labels match.")
+    busy: int = Field(default=0, ge=0, description="Jobs in progress on this pool's runners.")
+    jobs: Annotated[dict[str, TrackedJob], Field(max_length=MAX_TRACKED_JOBS)] = Field(
+        default_factory=dict,
+        description="Jobs by GitHub job id, from webhook deliveries and polling.",
+    )
+
+
 class RunnerPoolStatus(KubeModel):
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the operator last acted on."
     )
     replicas: int = Field(default=0, ge=0, description="Runner pods that exist (for the scale subresource).")
+    desired_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Runner pods the operator aims for: spec.replicas, or the autoscaling decision.",
+    )
     ready_replicas: int = Field(default=0, ge=0, description="Runner pods that are ready.")
     updated_replicas: int | None = Field(
         default=None, ge=0, description="Runner pods that run the pool's current pod template."
@@ -629,6 +749,11 @@ class RunnerPoolStatus(KubeModel):
     )
     runners: RunnerCounts | None = Field(
         default=None, description="Runners GitHub lists for this pool, by state."
+    )
+    demand: Demand | None = Field(
+        default=None,
+        description="Jobs waiting for or running on this pool (autoscaling pools only). Written "
+        "by whichever operator replica received the webhook delivery or polled GitHub.",
     )
     conditions: Annotated[list[Condition], ListType("map", ("type",))] = Field(
         default_factory=list, description="Latest observations of the pool's state."

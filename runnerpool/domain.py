@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_WEB_URL",
     "RFC3339",
+    "Decision",
     "Deregistration",
     "PoolRef",
     "Scope",
@@ -216,3 +217,21 @@ class TokenFailure:
     reason: str
     message: str
     since: datetime
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How many runner pods a pool wants now, and why: ``spec.replicas`` for a fixed pool,
+    the autoscaler's answer (``runnerpool.demand``) for one that follows demand. The
+    reconciler (pod creates, status) and the runner managers (scale-down) act on the same one.
+    """
+
+    replicas: int
+    reason: str  # CamelCase, for an Event
+    message: str
+    #: Seconds after which the decision may fall without new demand (the reconciler requeues).
+    recheck_after: float | None = None
+
+    @classmethod
+    def fixed(cls, replicas: int) -> Decision:
+        return cls(replicas, "Fixed", f"spec.replicas is {replicas}")

@@ -11,7 +11,30 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class ProbeServer:
+class BackgroundServer:
+    """A ``ThreadingHTTPServer`` on its own thread: what the probe and webhook endpoints share."""
+
+    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        # A short poll interval: stop() (a SIGTERM, a lost lease) waits up to that long.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=name, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class ProbeServer(BackgroundServer):
     def __init__(
         self, port: int, live: Callable[[], bool], ready: Callable[[], bool], host: str = ""
     ) -> None:
@@ -34,17 +57,4 @@ class ProbeServer:
             def log_message(self, format: str, *args: object) -> None:
                 return  # probes every few seconds would drown the operator's own log
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="probes", daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(host, port, Handler, "probes")

@@ -1,10 +1,11 @@
 """Assemble the operator: caches, work queue, reconciler, token jobs, runner managers,
-probes, leadership.
+demand (webhook receiver, poller, autoscaler), probes, leadership.
 
-Caches start on every replica so a new leader begins with warm caches; workers,
-token jobs and runner managers run only while this replica holds the Lease.  Losing the Lease
-stops them at once and ends the process, as controller-runtime's manager does,
-so a replica never acts on a stale belief that it still leads.
+Caches and the webhook receiver run on every replica, so a new leader begins with warm
+caches and a delivery to either replica counts (it is recorded on the pool itself); workers,
+token jobs, runner managers and the demand poller run only while this replica holds the
+Lease. Losing the Lease stops them at once and ends the process, as controller-runtime's
+manager does, so a replica never acts on a stale belief that it still leads.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from runnerpool import api
+from runnerpool import api, children
 from runnerpool.api_errors import describe
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.domain import pool_key
+from runnerpool.demand.autoscaler import Autoscaler
+from runnerpool.demand.polling import DemandPoller
+from runnerpool.demand.receiver import WebhookServer
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.secret import SecretFile
+from runnerpool.domain import Decision, pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.protocol import GitHubClient
@@ -61,6 +67,22 @@ class NamedClientCache(ClientCache):
         return github
 
 
+class _Demand:
+    """The reconciler's view of demand: the leader's autoscaler decides; a deleted pool is
+    forgotten by the autoscaler and by this replica's recorder."""
+
+    def __init__(self, autoscaler: Autoscaler, recorder: DemandRecorder) -> None:
+        self._autoscaler = autoscaler
+        self._recorder = recorder
+
+    def decide(self, pool: api.RunnerPool) -> Decision:
+        return self._autoscaler.decide(pool)
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._autoscaler.forget(namespace, name)
+        self._recorder.forget(namespace, name)
+
+
 class Operator:
     def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
         self.settings = settings
@@ -76,6 +98,10 @@ class Operator:
             on_pod=self._expectations.observe,
         )
         self._kube = Kube(api_client)
+        # Every replica records the deliveries it receives on the pools (status.demand).
+        self._demand_recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
+        self._webhook: WebhookServer | None = None
+        self._poller: DemandPoller | None = None
         self._stop = threading.Event()
         # Set first thing on a stop: a start still in progress must not build or start more.
         self._stopping = threading.Event()
@@ -115,6 +141,8 @@ class Operator:
             if self._stopping.is_set() or self._controller is None:
                 return
             self._controller.start()
+            if self._poller is not None:
+                self._poller.start()
             self._leading.set()
         log.info("leading: %d workers started", self.settings.queue.workers)
 
@@ -122,6 +150,8 @@ class Operator:
         settings = self.settings
         clients = NamedClientCache(self._read_credentials)
         protection = CredentialProtection(self.informers, self._kube)
+        events = EventRecorder(self._kube)
+        autoscaler = Autoscaler(events)
         self._runners = RunnerManagers(
             self.informers,
             clients,
@@ -129,6 +159,8 @@ class Operator:
             self.queue.add,
             settings=settings.runners,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
+            # Scale-down retires pods above the same count the reconciler creates pods for.
+            replicas=autoscaler.desired_replicas,
         )
         self._tokens = TokenUpdater(
             clients,
@@ -141,13 +173,25 @@ class Operator:
             self._api,
             self._tokens,
             self._runners,
-            EventRecorder(self._kube),
+            events,
             settings=settings,
             expectations=self._expectations,
             protection=protection,
             namespaces=self.informers,
+            demand=_Demand(autoscaler, self._demand_recorder),
         )
         self._controller = Controller(self.queue, reconciler, workers=settings.queue.workers)
+        self._poller = DemandPoller(
+            self.informers,
+            self._demand_recorder,
+            lambda pool: clients.get(
+                pool.namespace,
+                pool.spec.credential_secret_name,
+                children.api_url(pool, settings.github.api_url),
+            ),
+            settings.github.api_url,
+            interval=settings.demand.poll_interval,
+        )
         return protection
 
     @staticmethod
@@ -168,6 +212,8 @@ class Operator:
             self._leading.clear()
             if self._controller is not None:
                 self._controller.stop(timeout=30)
+            if self._poller is not None:
+                self._poller.stop()
             if self._runners is not None:
                 self._runners.shutdown()
             if self._tokens is not None:
@@ -190,6 +236,7 @@ class Operator:
         if settings.probes.health_port:
             self._probes = ProbeServer(settings.probes.health_port, live=lambda: True, ready=self.ready)
             self._probes.start()
+        self._start_webhook()
         self.informers.start()
         if settings.leader_election.enabled:
             self._elector = LeaderElector(
@@ -206,6 +253,22 @@ class Operator:
             self._start_leading()
         self._stop.wait()
         self._teardown()
+
+    def _start_webhook(self) -> None:
+        demand = self.settings.demand
+        if not demand.webhook_port:
+            return
+        if not demand.webhook_secret_file:
+            log.warning(
+                "no --webhook-secret-file: every webhook delivery is refused; polling alone follows demand"
+            )
+        secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
+        self._webhook = WebhookServer(
+            demand.webhook_port,
+            secrets.secrets if secrets is not None else tuple,
+            self._demand_recorder.record_job,
+        )
+        self._webhook.start()
 
     def shutdown(self) -> None:
         """Stop cleanly (SIGTERM): finish in-flight reconciles, release the Lease."""
@@ -233,6 +296,8 @@ class Operator:
         self.informers.stop()
         if self._probes is not None:
             self._probes.stop()
+        if self._webhook is not None:
+            self._webhook.stop()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

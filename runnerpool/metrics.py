@@ -5,7 +5,9 @@ from __future__ import annotations
 from prometheus_client import Gauge
 
 POOL_DESIRED = Gauge(
-    "runnerpool_pool_desired_replicas", "Runner pods a pool asks for (spec.replicas).", ["namespace", "pool"]
+    "runnerpool_pool_desired_replicas",
+    "Runner pods a pool asks for (spec.replicas, or the autoscaling decision).",
+    ["namespace", "pool"],
 )
 POOL_READY = Gauge(
     "runnerpool_pool_ready_replicas", "Runner pods of a pool that are ready.", ["namespace", "pool"]

@@ -28,7 +28,7 @@ from runnerpool import api, children, conditions, metrics
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe, is_namespace_terminating, status_of
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.domain import Deregistration, PoolRef, TokenFailure, pool_key, split_key, utcnow
+from runnerpool.domain import Decision, Deregistration, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "RUNNERS_DEREGISTERED",
     "Cache",
+    "DemandJobs",
     "DeregistrationError",
     "InvalidSpecError",
     "Reconciler",
@@ -92,6 +93,13 @@ class RunnerJobs(Protocol):
     def kick(self, namespace: str, name: str) -> None: ...
 
 
+class DemandJobs(Protocol):
+    """The part of ``runnerpool.demand.autoscaler.Autoscaler`` the reconciler drives."""
+
+    def decide(self, pool: api.RunnerPool) -> Decision: ...
+    def forget(self, namespace: str, name: str) -> None: ...
+
+
 class DeregistrationError(RuntimeError):
     """GitHub refused to deregister; the finalizer stays and the queue backs off."""
 
@@ -132,6 +140,7 @@ class Reconciler:
         expectations: Expectations | None = None,
         protection: CredentialProtection | None = None,
         namespaces: NamespaceStates | None = None,
+        demand: DemandJobs | None = None,
     ) -> None:
         self._cache = cache
         self._kube = Kube(api_client)
@@ -151,6 +160,7 @@ class Reconciler:
         self._first_seen: dict[str, float] = {}
         self._protection = protection
         self._namespaces = namespaces
+        self._demand = demand
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -220,12 +230,15 @@ class Reconciler:
             (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
             recreated="create secret" in run.writes,
         )
+        decision = self._decide(run.pool)
+        # A decision that may fall later (scaleDownDelay) is looked at again when it can.
+        recheck = _sooner(recheck, decision.recheck_after)
         if not pool_status.has_token(secret):
             # No new pod without a token, but the pods that run still count in the status.
-            wait = self._update_status(run, secret, self._pods.counts(run.pool))
+            wait = self._update_status(run, secret, self._pods.counts(run.pool, decision.replicas), decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         before = len(run.writes)
-        pods = self._pods.converge(run.pool, run.writes)
+        pods = self._pods.converge(run.pool, run.writes, decision.replicas)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
@@ -241,8 +254,14 @@ class Reconciler:
         if pods.surplus or pods.finished:
             # Taking pods away is the runner managers' job: ask for a round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
-        wait = self._update_status(run, secret, pods)
+        wait = self._update_status(run, secret, pods, decision)
         return Result(requeue_after=_sooner(wait, recheck))
+
+    def _decide(self, pool: api.RunnerPool) -> Decision:
+        """``spec.replicas``, or what demand asks for (the runner managers ask the same one)."""
+        if self._demand is None:
+            return Decision.fixed(pool.spec.replicas)
+        return self._demand.decide(pool)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:
@@ -306,6 +325,8 @@ class Reconciler:
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
+        if self._demand is not None:
+            self._demand.forget(namespace, name)
 
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github.api_url)
@@ -328,11 +349,16 @@ class Reconciler:
     # ------------------------------------------------------------------ status
 
     def _update_status(
-        self, run: _Pass, secret: dict[str, Any], pods: pool_status.PodCounts | None
+        self, run: _Pass, secret: dict[str, Any], pods: pool_status.PodCounts | None, decision: Decision
     ) -> float | None:
-        """Write the status if it changed; returns seconds to wait when the write is coalesced."""
+        """Write the status if it changed; returns seconds to wait when the write is coalesced.
+
+        ``status.demand`` is not the reconciler's (``runnerpool.demand.recorder`` writes it,
+        on any replica): it is left out of the comparison and of the patch, which would
+        otherwise write on every pass or null it.
+        """
         pool = run.pool
-        old = run.raw.get("status") or {}
+        old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
         status = pool_status.desired_status(
             conditions.Stamp(pool.generation, self._clock()),
             pool,
@@ -341,8 +367,9 @@ class Reconciler:
             pods=pods,
             failure=self._tokens.failure(pool.namespace, pool.name),
             runners=self._runner_counts(pool),
+            desired=decision.replicas,
         )
-        metrics.observe_pool(pool.namespace, pool.name, pool.spec.replicas, status["readyReplicas"])
+        metrics.observe_pool(pool.namespace, pool.name, decision.replicas, status["readyReplicas"])
         if status == old:
             return None
         key = pool_key(pool.namespace, pool.name)

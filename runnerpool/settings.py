@@ -20,6 +20,7 @@ from runnerpool.domain import DEFAULT_API_URL
 
 __all__ = [
     "DeletionSettings",
+    "DemandSettings",
     "GitHubSettings",
     "LeaderElectionSettings",
     "LogSettings",
@@ -251,6 +252,35 @@ class ProbeSettings:
 
 
 @dataclass(frozen=True)
+class DemandSettings:
+    """Pools that follow demand: the webhook receiver (every replica) and the poller (leader)."""
+
+    webhook_port: int = setting(
+        8082,
+        "--webhook-port",
+        "port of the GitHub workflow_job webhook receiver (POST /webhook); 0 turns it off",
+        parse=port,
+    )
+    webhook_secret_file: str = setting(
+        "",
+        "--webhook-secret-file",
+        "file holding the webhook secret (one per line; two during a rotation), re-read when it "
+        "changes; without it every delivery is refused and polling alone follows demand",
+        metavar="PATH",
+    )
+    #: Without webhooks this is the pickup delay's floor; with them, only how soon a lost
+    #: delivery is repaired. An idle repository costs nothing per poll (two free 304s).
+    poll_interval: float = setting(
+        30.0,
+        "--demand-poll-interval",
+        "how often the queued and running jobs of autoscaling pools' repositories are polled "
+        "(stretched automatically when the GitHub budget runs low)",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Log output."""
 
@@ -280,4 +310,5 @@ class Settings:
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     github: GitHubSettings = GitHubSettings()
     probes: ProbeSettings = ProbeSettings()
+    demand: DemandSettings = DemandSettings()
     logs: LogSettings = LogSettings()

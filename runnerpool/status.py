@@ -16,6 +16,7 @@ from runnerpool.domain import RFC3339, TokenFailure
 from runnerpool.pods.scaling import PodCounts
 
 __all__ = [
+    "DEMAND",
     "PodCounts",
     "desired_status",
     "has_token",
@@ -25,6 +26,10 @@ __all__ = [
     "token_condition",
     "token_expiry",
 ]
+
+
+#: ``status.demand``: written by the demand recorder, never by the reconciler's status patch.
+DEMAND = "demand"
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -71,10 +76,17 @@ def token_condition(
 
 
 def ready_condition(
-    stamp: conditions.Stamp, pool: api.RunnerPool, token: dict[str, Any], pods: PodCounts | None
+    stamp: conditions.Stamp,
+    pool: api.RunnerPool,
+    token: dict[str, Any],
+    pods: PodCounts | None,
+    desired: int | None = None,
 ) -> dict[str, Any]:
-    """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so."""
-    desired = pool.spec.replicas
+    """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so.
+
+    ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand).
+    """
+    desired = pool.spec.replicas if desired is None else desired
     if token["status"] != "True":
         return stamp.condition(
             conditions.READY, False, "TokenNotReady", "runners cannot register without a token"
@@ -109,13 +121,16 @@ def desired_status(
     pods: PodCounts | None,
     failure: TokenFailure | None,
     runners: dict[str, Any] | None,
+    desired: int | None = None,
 ) -> dict[str, Any]:
-    """The whole status subresource as it should read now."""
+    """The whole status subresource as it should read now, but ``demand`` (not the reconciler's)."""
+    desired = pool.spec.replicas if desired is None else desired
     token = token_condition(stamp, pool, secret, failure)
-    ready = ready_condition(stamp, pool, token, pods)
+    ready = ready_condition(stamp, pool, token, pods, desired)
     status: dict[str, Any] = {
         "observedGeneration": pool.generation,
         "replicas": pods.active if pods else 0,
+        "desiredReplicas": desired,
         "readyReplicas": pods.ready if pods else 0,
         "updatedReplicas": pods.updated if pods else 0,
         "selector": children.selector(pool),

@@ -88,7 +88,9 @@ def test_subresources() -> None:
 
 def test_printer_columns() -> None:
     columns = {c["name"]: c for c in _version()["additionalPrinterColumns"]}
-    assert columns["Desired"]["jsonPath"] == ".spec.replicas"
+    assert columns["Desired"]["jsonPath"] == ".status.desiredReplicas"
+    assert columns["Busy"]["jsonPath"] == ".status.runners.busy"
+    assert columns["Queued"]["jsonPath"] == ".status.demand.queued"
     assert columns["Ready"]["jsonPath"] == ".status.readyReplicas"
     assert columns["Token-Expires"] == {
         "name": "Token-Expires",

@@ -249,3 +249,118 @@ def test_status_is_a_subresource(api_client: client.ApiClient, namespace: str) -
     written = _call("patch_namespaced_custom_object_status", api_client, namespace, "stat", body)
     assert written["metadata"]["generation"] == 1, "a status write must not bump the generation"
     assert api.RunnerPoolStatus.model_validate(written["status"]) == status
+
+
+# ------------------------------------------------------------------ pools that follow demand
+
+
+def _auto(**autoscaling: Any) -> dict[str, Any]:
+    return {"maxReplicas": 5, **autoscaling}
+
+
+INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "min-above-max",
+        _repo(autoscaling=_auto(minReplicas=6)),
+        "spec.autoscaling.minReplicas must not be above spec.autoscaling.maxReplicas",
+    ),
+    ("max-missing", _repo(autoscaling={"minReplicas": 0}), "spec.autoscaling.maxReplicas: Required value"),
+    ("max-zero", _repo(autoscaling=_auto(maxReplicas=0)), "should be greater than or equal to 1"),
+    ("min-negative", _repo(autoscaling=_auto(minReplicas=-1)), "should be greater than or equal to 0"),
+    ("max-huge", _repo(autoscaling=_auto(maxReplicas=1001)), "should be less than or equal to 1000"),
+    (
+        "delay-days",
+        _repo(autoscaling=_auto(scaleDownDelay="1d")),
+        "spec.autoscaling.scaleDownDelay must be a duration",
+    ),
+    (
+        "replicas-above-max",
+        _repo(replicas=8, autoscaling=_auto()),
+        "spec.replicas is above spec.autoscaling.maxReplicas",
+    ),
+    (
+        "repositories-on-a-repository-pool",
+        _repo(autoscaling=_auto(repositories=["other"])),
+        "spec.autoscaling.repositories is for organization pools",
+    ),
+    (
+        "repositories-with-owner",
+        {"organization": "octo-org", "autoscaling": _auto(repositories=["octo-org/x"])},
+        "lists repository names without the owner",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [pytest.param(spec, fragment, id=case) for case, spec, fragment in INVALID_AUTOSCALING],
+)
+def test_contradictory_autoscaling_is_rejected(
+    api_client: client.ApiClient, namespace: str, spec: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ApiException) as caught:
+        _create(api_client, namespace, _pool("bad", spec))
+    assert fragment in _rejection(caught)
+    # The models refuse the same specs (structural checks included), so Python cannot build them.
+    with pytest.raises(ValueError, match=r".+"):
+        api.RunnerPoolSpec.model_validate(spec)
+
+
+def test_autoscaling_pool_gets_defaults_and_round_trips(api_client: client.ApiClient, namespace: str) -> None:
+    created = _create(
+        api_client,
+        namespace,
+        _pool("auto", {"organization": "octo-org", "autoscaling": _auto(repositories=["a"])}),
+    )
+    assert created["spec"]["autoscaling"] == {
+        "minReplicas": 0,
+        "maxReplicas": 5,
+        "scaleDownDelay": api.DEFAULT_SCALE_DOWN_DELAY,
+        "repositories": ["a"],
+    }
+    parsed = api.RunnerPool.model_validate(created).spec.autoscaling
+    assert parsed == api.Autoscaling(min_replicas=0, max_replicas=5, repositories=["a"])
+
+
+def test_kubectl_scale_is_refused_while_a_pool_follows_demand(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    _create(api_client, namespace, _pool("auto", _repo(autoscaling=_auto())))
+    with pytest.raises(ApiException) as caught:
+        _call(
+            "patch_namespaced_custom_object_scale", api_client, namespace, "auto", {"spec": {"replicas": 3}}
+        )
+    assert "spec.replicas cannot change while spec.autoscaling is set" in _rejection(caught)
+    # Bounds may change; so may the mode, and replicas with it.
+    patch = {"spec": {"autoscaling": _auto(maxReplicas=9, minReplicas=1)}}
+    assert (
+        _call("patch_namespaced_custom_object", api_client, namespace, "auto", patch)["spec"]["autoscaling"][
+            "minReplicas"
+        ]
+        == 1
+    )
+    fixed = {"spec": {"autoscaling": None, "replicas": 4}}
+    assert (
+        _call("patch_namespaced_custom_object", api_client, namespace, "auto", fixed)["spec"]["replicas"] == 4
+    )
+
+
+def test_demand_status_round_trips(api_client: client.ApiClient, namespace: str) -> None:
+    _create(api_client, namespace, _pool("demand", _repo(autoscaling=_auto())))
+    when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    status = api.RunnerPoolStatus(
+        desired_replicas=2,
+        demand=api.Demand(
+            queued=1,
+            busy=1,
+            jobs={
+                "11": api.TrackedJob(state="queued", repository="octo-org/hello-world", updated_at=when),
+                "12": api.TrackedJob(
+                    state="in_progress", repository="octo-org/hello-world", runner="r-1", updated_at=when
+                ),
+            },
+        ),
+    )
+    body = {"status": status.model_dump(by_alias=True, exclude_none=True)}
+    written = _call("patch_namespaced_custom_object_status", api_client, namespace, "demand", body)
+    assert api.RunnerPoolStatus.model_validate(written["status"]) == status

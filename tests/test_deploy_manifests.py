@@ -117,6 +117,7 @@ def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
             ("RoleBinding", NAMESPACE, "runnerpool-operator-leader-election"),
             ("Deployment", NAMESPACE, "runnerpool-operator"),
             ("Service", NAMESPACE, "runnerpool-operator-metrics"),
+            ("Service", NAMESPACE, "runnerpool-operator-webhook"),
             ("PodDisruptionBudget", NAMESPACE, "runnerpool-operator"),
         ]
     )
@@ -231,7 +232,7 @@ def test_deployment_security_context(deployment: Obj, container: Obj) -> None:
 
 def test_deployment_probes_and_ports(container: Obj) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook": 8082}
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
         assert get["path"] == path
@@ -277,6 +278,17 @@ def test_metrics_service_targets_the_operator(objects: list[Obj], deployment: Ob
     assert port["targetPort"] in {p["name"] for p in container["ports"] if p["containerPort"] == 8080}
 
 
+def test_webhook_service_targets_the_operators_webhook_port(
+    objects: list[Obj], deployment: Obj, container: Obj
+) -> None:
+    service = one(objects, "Service", "runnerpool-operator-webhook")
+    assert selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "webhook" and "webhook" in {p["name"] for p in container["ports"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["webhook-secret"]["readOnly"] is True
+
+
 def test_disruption_budget_keeps_one_operator(objects: list[Obj], deployment: Obj) -> None:
     pdb = one(objects, "PodDisruptionBudget")
     assert selects(
@@ -317,8 +329,10 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
     pools = [o for o in samples if o["kind"] == "RunnerPool"]
     assert sorted(("repository" in p["spec"], "organization" in p["spec"]) for p in pools) == [
         (False, True),
+        (False, True),
         (True, False),
     ]
+    assert any("autoscaling" in p["spec"] for p in pools)
     secrets = {o["metadata"]["name"]: o for o in samples if o["kind"] == "Secret"}
     namespaces = {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
     for pool in pools:
@@ -330,7 +344,8 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
 
 def test_sample_credentials_are_obvious_placeholders(samples: list[Obj]) -> None:
     secrets = {o["metadata"]["name"]: o["stringData"] for o in samples if o["kind"] == "Secret"}
-    assert set(secrets) == {"github-pat", "github-app"}
+    assert set(secrets) == {"github-pat", "github-app", "runnerpool-webhook-secret"}
+    assert secrets["runnerpool-webhook-secret"]["secret"].startswith("REPLACE-WITH-")
     assert set(secrets["github-pat"]) == {"token"}
     assert secrets["github-pat"]["token"].startswith("REPLACE-WITH-")
     app = secrets["github-app"]

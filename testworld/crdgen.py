@@ -210,10 +210,12 @@ def _printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Repository", "type": "string", "jsonPath": ".spec.repository"},
         {"name": "Organization", "type": "string", "jsonPath": ".spec.organization"},
-        {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+        # status.desiredReplicas: spec.replicas, or what demand asks for when autoscaling.
+        {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
         {"name": "Up-to-date", "type": "integer", "jsonPath": ".status.updatedReplicas"},
         {"name": "Busy", "type": "integer", "jsonPath": ".status.runners.busy"},
+        {"name": "Queued", "type": "integer", "jsonPath": ".status.demand.queued"},
         # "date" renders an age, and kubectl shows <invalid> for a time in the future.
         {"name": "Token-Expires", "type": "string", "jsonPath": ".status.tokenExpiresAt"},
         {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},

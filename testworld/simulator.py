@@ -102,6 +102,9 @@ class OperatorProcess:
     extra_args: Sequence[str] = ()
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
+    #: Two operators on one machine (failover tests) must not share the webhook's default port;
+    #: a test that sends deliveries names its own in ``extra_args`` (the last flag wins).
+    webhook_port: int = field(default_factory=free_port)
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
     starts: int = field(default=0, init=False)
 
@@ -116,6 +119,8 @@ class OperatorProcess:
             str(self.metrics_port),
             "--health-port",
             str(self.health_port),
+            "--webhook-port",
+            str(self.webhook_port),
             "--log-format",
             "json",
         ]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runnerpool.domain import Scope
+from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
 
@@ -31,6 +32,9 @@ class FakeGitHubClient:
     runners: dict[Scope, list[Runner]] = field(default_factory=dict)
     token_requests: list[Scope] = field(default_factory=list)
     deleted: list[tuple[Scope, int]] = field(default_factory=list)
+    #: Active jobs per repository (``owner/name``), as ``active_jobs`` lists them.
+    jobs: dict[str, list[Job]] = field(default_factory=dict)
+    jobs_requests: list[str] = field(default_factory=list)
 
     def registration_token(self, scope: Scope) -> RegistrationToken:
         self.token_requests.append(scope)
@@ -56,6 +60,10 @@ class FakeGitHubClient:
             return DeleteOutcome.BUSY
         listed.remove(runner)
         return DeleteOutcome.DELETED
+
+    def active_jobs(self, repository: str) -> ActiveJobs:
+        self.jobs_requests.append(repository)
+        return ActiveJobs(jobs=tuple(self.jobs.get(repository, [])), spent=1)
 
 
 @dataclass

@@ -1,31 +1,31 @@
-"""The runner pages last answered, kept to be revalidated with their ETags (a 304 is free)."""
+"""The pages last answered (runners, workflow runs, jobs), kept to be revalidated with their
+ETags (a 304 is free)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-
-from runnerpool.github.types import Runner
+from typing import Any
 
 __all__ = ["MAX_CACHED_PAGES", "Page", "PageCache"]
 
-#: ETag'd runner pages kept per client. A page is a few kilobytes; this bounds a client that
+#: ETag'd pages kept per client. A page is a few kilobytes; this bounds a client that
 #: lists thousands of repositories without evicting anything in ordinary use.
 MAX_CACHED_PAGES = 2048
 
 
 @dataclass(frozen=True)
 class Page:
-    """One runner page as last answered, kept to be revalidated with its ETag."""
+    """One page as last answered, its items parsed, kept to be revalidated with its ETag."""
 
     etag: str
-    runners: tuple[Runner, ...]
+    items: tuple[Any, ...]
     next_url: str | None
 
 
 class PageCache:
-    """Bounded LRU of runner pages by URL; shared by the threads that use one client."""
+    """Bounded LRU of pages by URL; shared by the threads that use one client."""
 
     def __init__(self, max_pages: int = MAX_CACHED_PAGES) -> None:
         self._pages: OrderedDict[str, Page] = OrderedDict()

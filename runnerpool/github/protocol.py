@@ -1,7 +1,8 @@
 """The small interface the operator sees GitHub through.
 
 The reconciler, the runner managers and the token updater only need three calls: mint a
-registration token, list a scope's runners and delete a runner. Keeping them behind
+registration token, list a scope's runners and delete a runner; the demand poller
+(``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs. Keeping them behind
 ``GitHubClient`` lets tests substitute ``runnerpool.github.fake.FakeGitHub`` without HTTP, and
 keeps every PyGithub and ``requests`` exception out of the callers: they only ever see
 ``GitHubError`` subclasses.
@@ -12,13 +13,14 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from runnerpool.domain import Scope
+from runnerpool.github.jobs import ActiveJobs
 from runnerpool.github.types import DeleteOutcome, RateLimit, RegistrationToken, Runner
 
 __all__ = ["GitHubClient", "GitHubClients", "RateLimitAware"]
 
 
 class GitHubClient(Protocol):
-    """The three GitHub calls the operator makes. Implementations raise only ``GitHubError``."""
+    """The GitHub calls the operator makes. Implementations raise only ``GitHubError``."""
 
     def registration_token(self, scope: Scope) -> RegistrationToken: ...
 
@@ -26,11 +28,13 @@ class GitHubClient(Protocol):
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome: ...
 
+    def active_jobs(self, repository: str) -> ActiveJobs: ...
+
 
 @runtime_checkable
 class RateLimitAware(Protocol):
     """What a client can tell about its budget; kept out of ``GitHubClient`` so that simple
-    stand-ins for the three calls stay valid clients."""
+    stand-ins for the calls stay valid clients."""
 
     @property
     def credential(self) -> str: ...

@@ -43,6 +43,7 @@ from github.GithubException import BadAttributeException
 from runnerpool.domain import DEFAULT_API_URL, Scope
 from runnerpool.github import redact
 from runnerpool.github.errors import BadCredentials, GitHubError, MalformedResponse, NotFound, Unavailable
+from runnerpool.github.jobs import ActiveJobs, InvalidJob, Job, parse_job
 from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
 from runnerpool.github.pages import Page, PageCache
 from runnerpool.github.parse import next_link, parse_runner, parse_token, structured
@@ -65,6 +66,8 @@ redact.install()
 #: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
 #: broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
+#: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
+MAX_RUN_PAGES = 10
 
 
 class _TransientOnlyRetry(GithubRetry):
@@ -118,6 +121,30 @@ def _origin(url: str) -> tuple[str, str, int]:
     parsed = urllib.parse.urlsplit(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return parsed.scheme, (parsed.hostname or "").lower(), port
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """One kind of paged listing: how to name it, count it, and read its items."""
+
+    what: str
+    endpoint: str
+    key: str
+    parse: Callable[[Any], Any]
+
+
+def _run_id(item: Any, prefix: str) -> int:
+    run_id = item.get("id") if isinstance(item, dict) else None
+    if not isinstance(run_id, int):
+        raise MalformedResponse(f"GET {prefix}: a workflow run without an id")
+    return run_id
+
+
+def _job(item: Any, repository: str, api_url: str, what: str) -> Job:
+    try:
+        return parse_job(item, repository, api_url)
+    except InvalidJob as err:
+        raise MalformedResponse(f"{what}: {err}") from None
 
 
 class PyGithubClient:
@@ -225,13 +252,61 @@ class PyGithubClient:
         url = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
         found: dict[int, Runner] = {}
         for _ in range(MAX_RUNNER_PAGES):
-            page = self._page(url, what, endpoint)
-            for runner in page.runners:
+            page = self._page(
+                url, _Listing(what, endpoint, "runners", functools.partial(parse_runner, what=what))
+            )
+            for runner in page.items:
                 found.setdefault(runner.id, runner)
             if page.next_url is None:
                 return list(found.values())
             url = self._checked_next(page.next_url, what)
         raise MalformedResponse(f"{what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+
+    def active_jobs(self, repository: str) -> ActiveJobs:
+        """Queued and running jobs of one repository, every page conditional.
+
+        GitHub lists workflow runs per repository only (there is no organization-wide job
+        listing), and jobs per run. The cheapest complete view: runs with ``status=queued``
+        and ``status=in_progress`` (a run in progress can still hold queued jobs, e.g. a
+        matrix wider than the pool), then the latest attempt's jobs of each. An idle
+        repository costs two 304s, which GitHub does not count.
+        """
+        owner, _, name = repository.partition("/")
+        prefix = f"/repos/{urllib.parse.quote(owner)}/{urllib.parse.quote(name)}/actions/runs"
+        spent: list[int] = []
+        runs_kind = _Listing(
+            f"GET {prefix}",
+            "/repos/{owner}/{repo}/actions/runs",
+            "workflow_runs",
+            functools.partial(_run_id, prefix=prefix),
+        )
+        runs: dict[int, None] = {}
+        for status in ("queued", "in_progress"):
+            for run_id in self._listing(f"{prefix}?status={status}&per_page=100", runs_kind, spent):
+                runs.setdefault(run_id)
+        jobs: dict[int, Job] = {}
+        for run_id in runs:
+            what = f"GET {prefix}/{run_id}/jobs"
+            jobs_kind = _Listing(
+                what,
+                "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs",
+                "jobs",
+                functools.partial(_job, repository=repository, api_url=self.base_url, what=what),
+            )
+            for job in self._listing(f"{prefix}/{run_id}/jobs?filter=latest&per_page=100", jobs_kind, spent):
+                jobs.setdefault(job.id, job)
+        return ActiveJobs(jobs=tuple(jobs.values()), spent=len(spent))
+
+    def _listing(self, url: str, kind: _Listing, spent: list[int]) -> list[Any]:
+        """Every page of one listing; each page that cost budget (a 200) appends to ``spent``."""
+        items: list[Any] = []
+        for _ in range(MAX_RUN_PAGES):
+            page = self._page(url, kind, spent)
+            items.extend(page.items)
+            if page.next_url is None:
+                break
+            url = self._checked_next(page.next_url, kind.what)
+        return items
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         path = f"/{scope.path}/actions/runners/{runner_id}"
@@ -252,21 +327,25 @@ class PyGithubClient:
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def _page(self, url: str, what: str, endpoint: str) -> Page:
+    def _page(self, url: str, kind: _Listing, spent: list[int] | None = None) -> Page:
+        """One page of a listing under ``key``, revalidated with its ETag; a 304 is free."""
+        what, key = kind.what, kind.key
         cached = self._pages.get(url)
         headers = {"If-None-Match": cached.etag} if cached is not None else {}
         status, response_headers, data = self._call(
-            what, functools.partial(self._send, "GET", url, endpoint, headers=headers)
+            what, functools.partial(self._send, "GET", url, kind.endpoint, headers=headers)
         )
         if status == 304:
             if cached is None:
                 raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
             return cached
-        if not isinstance(data, dict) or not isinstance(data.get("runners"), list):
-            raise MalformedResponse(f"{what}: expected an object with a runners list")
+        if spent is not None:
+            spent.append(1)
+        if not isinstance(data, dict) or not isinstance(data.get(key), list):
+            raise MalformedResponse(f"{what}: expected an object with a {key} list")
         page = Page(
             etag=header(response_headers, "etag") or "",
-            runners=tuple(parse_runner(item, what) for item in data["runners"]),
+            items=tuple(kind.parse(item) for item in data[key]),
             next_url=next_link(response_headers),
         )
         if page.etag:

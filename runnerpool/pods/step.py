@@ -73,22 +73,30 @@ class PodStep:
 
     # ------------------------------------------------------------------ converge
 
-    def counts(self, pool: api.RunnerPool) -> scaling.PodCounts:
+    def counts(self, pool: api.RunnerPool, replicas: int | None = None) -> scaling.PodCounts:
         """The pool's pods as they are, without any write (a pool waiting for its token)."""
-        return self._count(pool, self._cache.list_pods(pool.namespace, pool.name))
+        return self._count(pool, self._cache.list_pods(pool.namespace, pool.name), replicas)
 
-    def _count(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> scaling.PodCounts:
+    def _count(
+        self, pool: api.RunnerPool, pods: list[dict[str, Any]], replicas: int | None
+    ) -> scaling.PodCounts:
         names = [str(p["metadata"].get("name")) for p in pods]
         pending = self._expectations.pending(pool_key(pool.namespace, pool.name), names)
-        return scaling.count(pods, pool.spec.replicas, self.wanted_hash(pool), pending)
+        desired = pool.spec.replicas if replicas is None else replicas
+        return scaling.count(pods, desired, self.wanted_hash(pool), pending)
 
-    def converge(self, pool: api.RunnerPool, writes: list[str]) -> scaling.PodCounts:
-        """Take over, keep the budget, create what is missing; returns the counts after the creates."""
+    def converge(
+        self, pool: api.RunnerPool, writes: list[str], replicas: int | None = None
+    ) -> scaling.PodCounts:
+        """Take over, keep the budget, create what is missing; returns the counts after the creates.
+
+        ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand).
+        """
         pods = self._cache.list_pods(pool.namespace, pool.name)
         self._take_over(pool, pods, writes)
         self._ensure_budget(pool, writes)
         key = pool_key(pool.namespace, pool.name)
-        counts = self._count(pool, pods)
+        counts = self._count(pool, pods, replicas)
         wanted = scaling.creates(counts)
         created = 0
         for _ in range(wanted):

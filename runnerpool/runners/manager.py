@@ -111,11 +111,14 @@ class RunnerManagers:
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
         wanted_hash: Callable[[api.RunnerPool], str] | None = None,
+        replicas: Callable[[api.RunnerPool], int] | None = None,
     ) -> None:
         interval = settings.sync_interval
         if interval <= 0:
             raise ValueError("interval must be positive")
         self._pools = pools
+        #: The replica count the reconciler creates pods for (the autoscaler's, or spec.replicas).
+        self._replicas = replicas or (lambda pool: pool.spec.replicas)
         self._clients = clients
         self._pods = pods
         self._notify = notify
@@ -357,7 +360,7 @@ class RunnerManagers:
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
-        retire = retirement.retirements(todo.decisions, pool.spec.replicas, wanted)
+        retire = retirement.retirements(todo.decisions, self._replicas(pool), wanted)
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks:

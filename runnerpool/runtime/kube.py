@@ -106,6 +106,9 @@ class Kube:
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
 
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        return self._json("GET", resource.path(namespace, name))
+
     def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._json("POST", resource.path(namespace), body=body)
 

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
-from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, run_json
+from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json
+from testworld.fakegithub.webhooks import WebhookSender, workflow_job_payload
 
 DEFAULT_RATE_LIMIT = 5000
 UNAUTHENTICATED_RATE_LIMIT = 60
@@ -292,6 +293,8 @@ class GitHubState:
         self._initial_rate_limit = rate_limit
         # Bumped by reset() and stop() so hanging handlers let go.
         self._generation = 0
+        # Webhooks outlive reset(), like a repository's hook settings outlive its jobs.
+        self._webhooks: list[Callable[[dict[str, Any]], None]] = []
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -627,6 +630,7 @@ class GitHubState:
             )
             self._jobs[job.id] = job
             self._open_jobs[job.id] = job
+            self._job_event(job)
             self._tick()
             self._notify()
             return job.id
@@ -652,6 +656,39 @@ class GitHubState:
         """Whether the runner's process is in a long poll for a job right now."""
         with self._lock:
             return self._find_runner(self._scope(scope), runner).polls > 0
+
+    def on_job_event(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``hook`` with the ``workflow_job`` payload whenever a job is queued, starts or
+        completes; it runs under the fake's lock, at the moment of the change, and must not block."""
+        with self._lock:
+            self._webhooks.append(hook)
+
+    def remove_job_event(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            if hook in self._webhooks:
+                self._webhooks.remove(hook)
+
+    def send_webhooks(self, url: str, secret: bytes) -> WebhookSender:
+        """From now on, deliver a signed ``workflow_job`` event to ``url`` whenever a job is
+        queued, starts or completes (see ``webhooks``); ``stop_webhooks`` ends it."""
+        sender = WebhookSender(url, secret)
+        self.on_job_event(sender)
+        return sender
+
+    def stop_webhooks(self, sender: WebhookSender) -> None:
+        self.remove_job_event(sender)
+        sender.close()
+
+    def _job_event(self, job: Job) -> None:
+        """A job changed state (under the lock): queue its delivery to every webhook."""
+        if not self._webhooks:
+            return
+        bases = self._bases()
+        repository = repository_json(bases, job.repo)
+        sender = {**repository["owner"], "type": "User"}
+        payload = workflow_job_payload(job.status, job_json(bases, job), repository, sender)
+        for hook in self._webhooks:
+            hook(payload)
 
     def _bases(self) -> Bases:
         """Where links in job and run bodies point; `FakeGitHub` points them at itself."""
@@ -710,11 +747,13 @@ class GitHubState:
         job.status, job.started_at = "in_progress", now
         job.runner_id, job.runner_name, job.runner_group_id = runner.id, runner.name, runner.runner_group_id
         runner.busy = True
+        self._job_event(job)
 
     def _finish(self, job: Job, conclusion: Conclusion) -> None:
         """Complete a job; its runner goes idle, or is removed if ephemeral, as GitHub does."""
         job.status, job.conclusion, job.completed_at = "completed", conclusion, self.clock()
         self._open_jobs.pop(job.id, None)
+        self._job_event(job)
         runner = self._runners.get(job.assigned_to or 0)
         if runner is None or runner.job_id != job.id:
             return

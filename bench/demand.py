@@ -1,0 +1,332 @@
+"""``python -m bench.demand``: a pool at minimum 0 following demand on the real node.
+
+Run it in the sealed world, where the node lives:
+``.venv/bin/python -m testworld.node.seal -- .venv/bin/python -m bench.demand``.
+
+Everything is real except GitHub: a local control plane, the kubelet + containerd node,
+the operator's console script as its own process, runner pods from the operator's pod spec
+running the runner test image, and the fake GitHub, which delivers signed ``workflow_job``
+webhooks to the operator (``testworld.fakegithub.webhooks``). For each mode (webhooks,
+then polling only) and burst size (1, 10, 50 jobs queued at once, each running
+``--job-seconds``):
+
+* queued -> in_progress latency per job, p50 and p99, taken from the fake's own job events
+  (the moment a job is queued and the moment a runner starts it);
+* time back to 0: from the last job's completion until the pool has no pod left and
+  decides 0 (``status.desiredReplicas``), against ``scaleDownDelay`` + 10 s;
+* busy runners killed: jobs that did not end ``success`` (GitHub fails a job whose runner
+  goes away);
+* GitHub requests per hour: every request the fake answered while the mode ran, by
+  endpoint, scaled to an hour; "budget" leaves out the 304s GitHub does not count.
+
+Prints a table and writes JSON to bench/results/. It is a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from runnerpool import api
+from testworld.demo import install_crd
+from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.fakegithub import FakeGitHub
+from testworld.node import seal
+from testworld.node.node import NODE_TOLERATION, Node
+from testworld.simulator import OperatorProcess, poll_until
+
+REPO = "octo-org/hello-world"
+PAT = "ghp_bench_demand_0123456789abcdefghijkl"
+SECRET = b"bench webhook secret"
+NAMESPACE = "bench-demand"
+POOL = "follow"
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Burst:
+    mode: str
+    jobs: int
+    pickup_p50: float
+    pickup_p99: float
+    pickup_max: float
+    back_to_zero: float
+    failed_jobs: int
+
+
+@dataclass
+class Mode:
+    mode: str
+    seconds: float
+    requests: Counter[str] = field(default_factory=Counter)
+    budget_requests: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.requests.values())
+
+    def per_hour(self, count: int) -> float:
+        return count * 3600.0 / self.seconds if self.seconds else 0.0
+
+
+class JobClock:
+    """The fake's job events, timed as they happen (under the fake's lock)."""
+
+    def __init__(self) -> None:
+        self.queued: dict[int, float] = {}
+        self.started: dict[int, float] = {}
+        self.completed: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, payload: dict[str, Any]) -> None:
+        now = time.monotonic()
+        job_id = int(payload["workflow_job"]["id"])
+        table = {"queued": self.queued, "in_progress": self.started, "completed": self.completed}.get(
+            payload["action"]
+        )
+        if table is not None:
+            with self._lock:
+                table.setdefault(job_id, now)
+
+
+def _pct(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, plane: ControlPlane, node: Node, fake: FakeGitHub) -> None:
+        self.args = args
+        self.plane = plane
+        self.node = node
+        self.fake = fake
+        self.api_client = config.new_client_from_config(config_file=str(plane.kubeconfig))
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.clock = JobClock()
+        fake.on_job_event(self.clock)
+
+    def setup(self) -> None:
+        install_crd(self.api_client)
+        self.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        self.core.create_namespaced_secret(
+            NAMESPACE, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
+        )
+
+    def operator(self, workdir: Path, mode: str, port: int) -> OperatorProcess:
+        secret_file = workdir / "webhook-secret"
+        secret_file.write_bytes(SECRET + b"\n")
+        args = [
+            "--runner-image",
+            self.node.runner_image.reference,
+            "--webhook-port",
+            str(port),
+            "--demand-poll-interval",
+            str(self.args.poll_interval),
+            "--runner-sync-interval",
+            str(self.args.runner_sync_interval),
+        ]
+        if mode == "webhooks":
+            args += ["--webhook-secret-file", str(secret_file)]
+        return OperatorProcess(
+            self.plane.kubeconfig,
+            self.fake.url,
+            workdir / f"operator-{mode}.log",
+            namespaces=[NAMESPACE],
+            extra_args=args,
+        )
+
+    def create_pool(self) -> None:
+        self.custom.create_namespaced_custom_object(
+            api.GROUP,
+            api.VERSION,
+            NAMESPACE,
+            api.PLURAL,
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": api.KIND,
+                "metadata": {"name": POOL},
+                "spec": {
+                    "repository": REPO,
+                    "replicas": 0,
+                    "tolerations": [NODE_TOLERATION],
+                    "autoscaling": {
+                        "minReplicas": 0,
+                        "maxReplicas": max(self.args.sizes),
+                        "scaleDownDelay": f"{self.args.delay}s",
+                    },
+                },
+            },
+        )
+
+    def delete_pool(self) -> None:
+        self.custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, POOL)
+        poll_until(lambda: self._pool() is None, 120, 0.5)
+
+    def _pool(self) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, POOL
+            )
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def at_zero(self) -> bool:
+        pool = self._pool() or {}
+        if (pool.get("status") or {}).get("desiredReplicas") != 0:
+            return False
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{api.POOL_LABEL}={POOL}").items
+        return not pods
+
+    def burst(self, mode: str, size: int) -> Burst:
+        if not poll_until(self.at_zero, 180, 0.2):
+            raise RuntimeError("the pool did not settle at 0 before the burst")
+        labels = ["self-hosted", api.pool_runner_label(NAMESPACE, POOL)]
+        ids = [self.fake.queue_job(REPO, labels, self.args.job_seconds) for _ in range(size)]
+        done = poll_until(lambda: all(i in self.clock.completed for i in ids), self.args.timeout, 0.1)
+        if not done:
+            raise RuntimeError(f"{mode}: {size} jobs did not all complete in {self.args.timeout}s")
+        last = max(self.clock.completed[i] for i in ids)
+        poll_until(self.at_zero, self.args.delay + 120, 0.1)
+        back = time.monotonic() - last
+        pickups = sorted(self.clock.started[i] - self.clock.queued[i] for i in ids)
+        failed = sum(1 for i in ids if self.fake.job(i)["conclusion"] != "success")
+        result = Burst(mode, size, _pct(pickups, 50), _pct(pickups, 99), pickups[-1], back, failed)
+        print(
+            f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p99 {result.pickup_p99:.2f}s, "
+            f"back to 0 after {back:.1f}s, {failed} failed",
+            flush=True,
+        )
+        return result
+
+    def run_mode(self, mode: str, workdir: Path) -> tuple[list[Burst], Mode]:
+        port = free_port()
+        operator = self.operator(workdir, mode, port)
+        operator.start()
+        operator.wait_ready()
+        sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
+        try:
+            before = len(self.fake.requests)
+            started = time.monotonic()
+            self.create_pool()
+            bursts = [self.burst(mode, size) for size in self.args.sizes]
+            # Idle at 0 for a while: what an idle pool costs is most of an hour.
+            time.sleep(self.args.idle)
+            seconds = time.monotonic() - started
+            # The operator's requests: not the runners' own (registration, job protocol).
+            records = [
+                r
+                for r in self.fake.requests[before:]
+                if "/_actions" not in r.path and "runner-registration" not in r.path
+            ]
+            counted = Mode(mode, seconds)
+            for record in records:
+                counted.requests[f"{record.method} {record.endpoint}"] += 1
+            counted.budget_requests = sum(1 for r in records if r.counted)
+            self.delete_pool()
+        finally:
+            self.fake.stop_webhooks(sender)
+            operator.stop()
+        return bursts, counted
+
+
+def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
+    lines = [
+        "| mode | jobs | pickup p50 | pickup p99 | back to 0 | failed (busy killed) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for b in bursts:
+        lines.append(
+            f"| {b.mode} | {b.jobs} | {b.pickup_p50:.2f} s | {b.pickup_p99:.2f} s | "
+            f"{b.back_to_zero:.1f} s (target ≤ {delay + 10:.0f} s) | {b.failed_jobs} |"
+        )
+    lines += ["", "| mode | GitHub requests/hour | of which cost budget (not 304) |", "| --- | ---: | ---: |"]
+    for m in modes:
+        lines.append(f"| {m.mode} | {m.per_hour(m.total):.0f} | {m.per_hour(m.budget_requests):.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.demand", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,10,50", help="jobs queued at once per burst")
+    parser.add_argument("--job-seconds", type=float, default=2.0)
+    parser.add_argument("--delay", type=int, default=5, help="the pool's scaleDownDelay in seconds")
+    parser.add_argument("--poll-interval", type=float, default=30.0, help="--demand-poll-interval")
+    parser.add_argument("--runner-sync-interval", type=float, default=60.0)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds idle at 0 counted per mode")
+    parser.add_argument("--modes", default="webhooks,polling")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    if not seal.is_sealed():
+        print(
+            "run inside the seal: .venv/bin/python -m testworld.node.seal -- .venv/bin/python -m bench.demand"
+        )
+        return 2
+    RESULTS.mkdir(exist_ok=True)
+    workdir = RESULTS / f"demand-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+    workdir.mkdir()
+    bursts: list[Burst] = []
+    modes: list[Mode] = []
+    with contextlib.ExitStack() as stack:
+        plane = ControlPlane(for_node=True)
+        stack.callback(plane.stop)
+        plane.start()
+        node = Node(plane)
+        stack.callback(node.stop)
+        node.start()
+        fake = stack.enter_context(
+            FakeGitHub(host=seal.NODE_IP, api_prefix="/api/v3", scopes=[REPO], tokens=[PAT])
+        )
+        bench = Bench(args, plane, node, fake)
+        bench.setup()
+        for mode in args.modes.split(","):
+            print(f"{mode}:", flush=True)
+            found, counted = bench.run_mode(mode, workdir)
+            bursts += found
+            modes.append(counted)
+    table = _table(bursts, modes, args.delay)
+    print(table)
+    out = workdir / "demand.json"
+    out.write_text(
+        json.dumps(
+            {
+                "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+                "settings": {k: v for k, v in vars(args).items()},
+                "bursts": [asdict(b) for b in bursts],
+                "modes": [
+                    {
+                        **asdict(m),
+                        "requests": dict(m.requests),
+                        "per_hour": m.per_hour(sum(m.requests.values())),
+                    }
+                    for m in modes
+                ],
+            },
+            indent=2,
+        )
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Pools that follow demand: queued and busy jobs in, a desired replica count out.
+
+The pieces, each with one job:
+
+* ``jobs``: the workflow job as GitHub describes it (webhook ``workflow_job`` payloads and
+  the REST job listing share one shape).
+* ``matching``: which pools a job counts for (scope and runner labels).
+* ``signature``, ``deliveries``, ``secret``, ``receiver``: the webhook endpoint - verified,
+  size-limited, each delivery counted once.
+* ``record`` (pure) and ``recorder`` (writes): demand per pool in ``status.demand``, written
+  by whichever operator replica learnt of a job, so a delivery to either replica counts.
+* ``polling``: the repair for lost deliveries and the whole mechanism without a webhook.
+* ``scaling`` (pure) and ``autoscaler``: desired = clamp(min, busy + queued, max), up at once,
+  down only after the scale-down delay; ``Autoscaler.desired_replicas(pool)`` is what the
+  reconciler calls.
+"""

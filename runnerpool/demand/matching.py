@@ -1,0 +1,55 @@
+"""Which pools a job counts for.
+
+A job counts for a pool when the pool's scope holds the job's repository (the repository
+itself, or its owner organization, on the same GitHub host) and the pool's runners carry
+every label of the job's ``runs-on``. GitHub compares labels case-insensitively, so this
+does too.
+
+A pool's runners carry: ``self-hosted``; the OS and architecture labels the runner adds
+itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
+``kubernetes.io/arch`` node selector, ``X64`` without one); the pool's own
+``<namespace>/<pool>``; and ``spec.labels``.
+"""
+
+from __future__ import annotations
+
+from runnerpool import api
+from runnerpool.github.jobs import Job
+
+__all__ = ["job_matches", "pool_labels", "scope_holds"]
+
+_ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
+ARCH_SELECTOR = "kubernetes.io/arch"
+
+
+def pool_labels(pool: api.RunnerPool) -> frozenset[str]:
+    """The labels a pool's runners register with, lower-cased."""
+    arch = _ARCH_LABELS.get(pool.spec.node_selector.get(ARCH_SELECTOR, "amd64"), "X64")
+    labels = {
+        "self-hosted",
+        "linux",
+        arch,
+        api.pool_runner_label(pool.namespace, pool.name),
+        *pool.spec.labels,
+    }
+    return frozenset(label.lower() for label in labels)
+
+
+def _same_api(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
+    pool_api = (pool.spec.github_api_url or default_api_url).rstrip("/").lower()
+    return pool_api == job.api_url.lower()
+
+
+def scope_holds(pool: api.RunnerPool, repository: str) -> bool:
+    """Owner and repository names are case-insensitive on GitHub."""
+    if pool.spec.repository is not None:
+        return pool.spec.repository.lower() == repository.lower()
+    owner = repository.partition("/")[0]
+    return pool.spec.organization is not None and pool.spec.organization.lower() == owner.lower()
+
+
+def job_matches(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
+    """A job without labels (a runner group only) matches no pool: nothing says it wants ours."""
+    if not job.labels or not scope_holds(pool, job.repository) or not _same_api(pool, job, default_api_url):
+        return False
+    return {label.lower() for label in job.labels} <= pool_labels(pool)

@@ -1,0 +1,159 @@
+"""Polling: the repair for lost deliveries, and the whole mechanism without a webhook.
+
+GitHub does not redeliver a failed webhook delivery by itself, so a delivery lost to a
+restart, a network fault or a bad secret would leave a job queued (a runner too many, for
+ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the active jobs of
+every repository an autoscaling pool depends on - its own repository; for an organization
+pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
+hands each pool what it saw (``record.repair``): new jobs are counted, tracked ones that
+moved on are updated, and tracked ones GitHub no longer shows as active end after a grace
+period (a job just queued may not be listed yet).
+
+Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
+polled once), conditional requests throughout (``GitHubClient.active_jobs``), and the runner listing's
+slowdown rule (``runners.budget.next_listing_delay``) on the requests the poll spent, so the
+polls use at most half of what is left when a credential's budget runs low. Runs on the
+leader only, like the runner managers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+
+from runnerpool import api
+from runnerpool.demand.matching import job_matches
+from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.jobs import Job
+from runnerpool.github.protocol import GitHubClient, RateLimitAware
+from runnerpool.github.types import RateLimit
+from runnerpool.runners.budget import next_listing_delay
+
+__all__ = ["DemandPoller", "polled_repositories"]
+
+log = logging.getLogger(__name__)
+
+
+def polled_repositories(pool: api.RunnerPool) -> list[str]:
+    """``owner/name`` of every repository whose jobs the pool's demand depends on."""
+    scaling = pool.spec.autoscaling
+    if scaling is None:
+        return []
+    if pool.spec.repository is not None:
+        return [pool.spec.repository]
+    named = [f"{pool.spec.organization}/{name}" for name in scaling.repositories]
+    tracked = [
+        job.repository
+        for job in (pool.status.demand.jobs.values() if pool.status.demand else ())
+        if job.state != "completed"
+    ]
+    unique: dict[str, str] = {}
+    for repo in [*named, *tracked]:
+        unique.setdefault(repo.lower(), repo)
+    return list(unique.values())
+
+
+@dataclass
+class _Target:
+    repository: str
+    client: GitHubClient
+    pools: list[api.RunnerPool] = field(default_factory=list)
+
+
+class DemandPoller:
+    def __init__(
+        self,
+        pools: PoolSource,
+        recorder: DemandRecorder,
+        clients: Callable[[api.RunnerPool], GitHubClient],
+        default_api_url: str,
+        *,
+        interval: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._pools = pools
+        self._recorder = recorder
+        self._clients = clients
+        self._default_api_url = default_api_url
+        self._interval = interval
+        self._clock = clock
+        self.grace = timedelta(seconds=max(60.0, 2 * interval))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Poll on a thread of its own until ``stop``: one poll covers every pool."""
+        self._thread = threading.Thread(target=self._loop, name="demand-poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            try:
+                delay = self.poll_once()
+            except Exception:  # the next poll tries again; the poller must not die
+                log.exception("demand poll failed")
+                delay = self._interval
+
+    def _targets(self) -> list[_Target]:
+        targets: dict[tuple[str, str], _Target] = {}
+        for raw in self._pools.list_pools():
+            try:
+                pool = api.RunnerPool.model_validate(raw)
+            except ValidationError:
+                continue
+            if pool.spec.autoscaling is None or pool.deleting:
+                continue
+            api_url = (pool.spec.github_api_url or self._default_api_url).rstrip("/").lower()
+            for repo in polled_repositories(pool):
+                key = (api_url, repo.lower())
+                if key not in targets:
+                    try:
+                        targets[key] = _Target(repo, self._clients(pool))
+                    except Exception as err:  # a missing credential Secret, say: the others go on
+                        log.warning("cannot poll %s for %s/%s: %s", repo, pool.namespace, pool.name, err)
+                        continue
+                targets[key].pools.append(pool)
+        return list(targets.values())
+
+    def poll_once(self) -> float:
+        """Poll every repository once and record what was seen; seconds until the next poll."""
+        spent, retry_after = 0, 0.0
+        lowest: RateLimit | None = None
+        seen: dict[tuple[str, str], tuple[api.RunnerPool, list[Job], list[str]]] = {}
+        for target in self._targets():
+            try:
+                active = target.client.active_jobs(target.repository)
+            except GitHubError as err:
+                log.warning("polling jobs of %s failed: %s", target.repository, err.message)
+                retry_after = max(retry_after, err.retry_after or 0.0)
+                continue
+            finally:
+                budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
+                if budget is not None and (lowest is None or budget.remaining < lowest.remaining):
+                    lowest = budget
+            spent += active.spent
+            for pool in target.pools:
+                entry = seen.setdefault((pool.namespace, pool.name), (pool, [], []))
+                entry[1].extend(job for job in active.jobs if job_matches(pool, job, self._default_api_url))
+                entry[2].append(target.repository)
+        for pool, jobs, repos in seen.values():
+            try:
+                self._recorder.repair(pool, jobs, repos, self.grace)
+            except RecordFailed as err:
+                log.warning("%s", err)
+        now = self._clock().timestamp()
+        return next_listing_delay(
+            self._interval, lowest, now, pages=max(1, spent), retry_after=retry_after or None
+        )

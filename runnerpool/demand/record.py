@@ -1,0 +1,115 @@
+"""What a job's news does to a pool's ``status.demand``: pure functions, no I/O.
+
+Rules:
+
+* states only move forward (queued -> in_progress -> completed); a late delivery of an
+  earlier state, or a repeat, changes nothing;
+* a job in progress on a runner of another pool (or a runner the operator does not own) is
+  done as far as this pool is concerned: it wants no runner here any more. A pool's runners
+  register under their pod's name, so ``runners`` (the names of the pool's pods, from the
+  informer cache) says which are ours; a name prefix cannot, since pool ``a``'s pods
+  ``a-x1y2z`` look like pool ``a-x1y2z``'s;
+* completed jobs are remembered for ``COMPLETED_TTL`` so that a late ``queued`` cannot
+  resurrect them, then forgotten; past ``api.MAX_TRACKED_JOBS`` the oldest completed go
+  first;
+* polling (``repair``) sees every active job of a repository: a tracked job it no longer
+  sees, and that has not changed for ``grace``, ended while its delivery was lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import datetime, timedelta
+
+from runnerpool import api
+from runnerpool.github.jobs import STATE_RANK, Job, JobState
+
+__all__ = ["COMPLETED_TTL", "Transition", "apply", "repair"]
+
+COMPLETED_TTL = timedelta(minutes=10)
+ACTIVE = ("queued", "in_progress")
+
+
+class Transition:
+    """A job that moved forward in one pool: what the metrics observe."""
+
+    __slots__ = ("before", "job", "state")
+
+    def __init__(self, job: Job, before: str | None, state: JobState) -> None:
+        self.job, self.before, self.state = job, before, state
+
+
+def _state_for(job: Job, runners: Collection[str]) -> JobState | None:
+    if job.state == "in_progress" and job.runner_name and job.runner_name not in runners:
+        return "completed"
+    return job.state
+
+
+def _counted(demand: api.Demand) -> api.Demand:
+    states = [job.state for job in demand.jobs.values()]
+    return api.Demand(queued=states.count("queued"), busy=states.count("in_progress"), jobs=demand.jobs)
+
+
+def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.TrackedJob]:
+    kept = {
+        key: job
+        for key, job in jobs.items()
+        if job.state != "completed" or now - job.updated_at < COMPLETED_TTL
+    }
+    if len(kept) > api.MAX_TRACKED_JOBS:
+        completed = sorted((job.updated_at, key) for key, job in kept.items() if job.state == "completed")
+        for _, key in completed[: len(kept) - api.MAX_TRACKED_JOBS]:
+            del kept[key]
+    return kept
+
+
+def apply(
+    demand: api.Demand | None, jobs: Iterable[Job], now: datetime, *, runners: Collection[str]
+) -> tuple[api.Demand, list[Transition]]:
+    """``demand`` after ``jobs`` (all known to match the pool whose runner names are
+    ``runners``), and the transitions made."""
+    tracked = dict((demand or api.Demand()).jobs)
+    moved: list[Transition] = []
+    for job in jobs:
+        state = _state_for(job, runners)
+        if state is None:
+            continue
+        key = str(job.id)
+        old = tracked.get(key)
+        if old is not None and STATE_RANK[state] <= STATE_RANK[old.state]:
+            continue
+        runner = job.runner_name if state == "in_progress" else (old.runner if old else None)
+        tracked[key] = api.TrackedJob(state=state, repository=job.repository, runner=runner, updated_at=now)
+        moved.append(Transition(job, old.state if old else None, state))
+    return _counted(api.Demand(jobs=_pruned(tracked, now))), moved
+
+
+def repair(
+    demand: api.Demand | None,
+    seen: Iterable[Job],
+    polled: Iterable[str],
+    *,
+    now: datetime,
+    grace: timedelta,
+    runners: Collection[str],
+) -> tuple[api.Demand, list[Transition]]:
+    """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees."""
+    seen = list(seen)
+    updated, moved = apply(demand, seen, now, runners=runners)
+    visible = {str(job.id) for job in seen}
+    repos = {repo.lower() for repo in polled}
+    jobs = dict(updated.jobs)
+    for key, job in jobs.items():
+        if (
+            job.state in ACTIVE
+            and key not in visible
+            and job.repository.lower() in repos
+            and now - job.updated_at >= grace
+        ):
+            jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
+    return _counted(api.Demand(jobs=jobs)), moved
+
+
+def same(a: api.Demand | None, b: api.Demand) -> bool:
+    """Equal as stored: a write that changes nothing is not sent."""
+    return (a or api.Demand()) == b

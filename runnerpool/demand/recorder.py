@@ -1,0 +1,198 @@
+"""Writes demand into ``status.demand`` of the pools a job counts for.
+
+Where demand lives decides what two operator replicas do with a webhook delivery. GitHub's
+webhook goes to a Service, i.e. to either replica; only the leader reconciles. Recording
+on the RunnerPool itself means the receiving replica, leader or not, makes the delivery
+take effect, the leader sees it through the informer it already has (the status write is
+a watch event, so the pool is reconciled at once), a new leader starts with the demand its
+predecessor knew, and ``kubectl get runnerpools`` shows it. ARC's answer, a single listener
+pod, has no such failover; forwarding to the leader would lose deliveries during a failover.
+
+Writes are read-modify-write with the object's ``resourceVersion`` as precondition (a merge
+patch carrying ``metadata.resourceVersion`` is refused with 409 when someone else wrote in
+between), re-read and retried on conflict, so two replicas recording at once never lose a
+job. Within one replica, concurrent records for one pool are folded into one write (group
+commit): 50 jobs queued at once cost a few writes, not 50.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
+
+from runnerpool import api
+from runnerpool.demand import metrics, record
+from runnerpool.demand.matching import job_matches
+from runnerpool.github.jobs import Job
+from runnerpool.runtime.kube import RUNNER_POOLS, Kube
+
+__all__ = ["DemandRecorder", "PoolSource", "RecordFailed"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONFLICTS = 8
+
+PoolKey = tuple[str, str]
+#: Turns a pool's tracked demand into the new one; pure (``record.apply`` or ``record.repair``).
+#: Its arguments: the tracked demand, now, and the names of the pool's runners (its pods).
+Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[record.Transition]]]
+
+
+class PoolSource(Protocol):
+    """The informer caches of RunnerPools and their pods (``InformerSet``)."""
+
+    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
+
+
+class RecordFailed(Exception):  # noqa: N818 - reads as "recording failed"
+    """The API server did not take the write; the caller answers GitHub with 503."""
+
+
+@dataclass
+class _Pending:
+    change: Change
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+
+def _pool(raw: dict[str, Any]) -> api.RunnerPool | None:
+    try:
+        return api.RunnerPool.model_validate(raw)
+    except ValidationError:
+        return None  # the CRD refuses such objects; an old stored one just gets no demand
+
+
+def demand_patch(old: api.Demand | None, new: api.Demand) -> dict[str, Any]:
+    """A merge patch removes a map key only when it says null."""
+    body = new.model_dump(by_alias=True, exclude_none=True)
+    for key in old.jobs if old else {}:
+        if key not in new.jobs:
+            body["jobs"][key] = None
+    return body
+
+
+class DemandRecorder:
+    def __init__(
+        self,
+        kube: Kube,
+        pools: PoolSource,
+        default_api_url: str,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._kube = kube
+        self._pools = pools
+        self._default_api_url = default_api_url
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pending: dict[PoolKey, list[_Pending]] = {}
+        self._writers: dict[PoolKey, threading.Lock] = {}
+
+    # -- what callers use ------------------------------------------------------------------
+
+    def matching_pools(self, job: Job) -> list[api.RunnerPool]:
+        """Autoscaling pools, from the cache, that ``job`` counts for."""
+        found = []
+        for raw in self._pools.list_pools():
+            pool = _pool(raw)
+            if (
+                pool is not None
+                and pool.spec.autoscaling is not None
+                and not pool.deleting
+                and job_matches(pool, job, self._default_api_url)
+            ):
+                found.append(pool)
+        return found
+
+    def record_job(self, job: Job) -> int:
+        """Record one job in every pool it counts for; the number of pools. Raises RecordFailed."""
+        pools = self.matching_pools(job)
+        for pool in pools:
+            self.change(pool, lambda d, now, runners: record.apply(d, [job], now, runners=runners))
+        return len(pools)
+
+    def repair(
+        self, pool: api.RunnerPool, seen: Iterable[Job], polled: Iterable[str], grace: timedelta
+    ) -> None:
+        """Apply a poll's view (jobs already filtered to ``pool``); raises RecordFailed."""
+        seen, polled = list(seen), list(polled)
+        self.change(
+            pool,
+            lambda d, now, runners: record.repair(d, seen, polled, now=now, grace=grace, runners=runners),
+        )
+
+    def change(self, pool: api.RunnerPool, change: Change) -> None:
+        """Group commit: whoever holds the pool's writer lock writes every pending change."""
+        key = (pool.namespace, pool.name)
+        mine = _Pending(change)
+        with self._lock:
+            self._pending.setdefault(key, []).append(mine)
+            writer = self._writers.setdefault(key, threading.Lock())
+        with writer:
+            if not mine.done.is_set():
+                with self._lock:
+                    batch = self._pending.pop(key, [])
+                error: Exception | None = None
+                try:
+                    self._write(key, [item.change for item in batch])
+                except Exception as err:
+                    error = err
+                for item in batch:
+                    item.error = error
+                    item.done.set()
+        if mine.error is not None:
+            raise RecordFailed(f"could not record demand on {key[0]}/{key[1]}: {mine.error}") from mine.error
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._writers.pop((namespace, name), None)
+        metrics.forget_pool(namespace, name)
+
+    # -- the write -------------------------------------------------------------------------
+
+    def _get(self, key: PoolKey) -> dict[str, Any]:
+        return self._kube.get(RUNNER_POOLS, key[0], key[1])
+
+    def _runners(self, key: PoolKey) -> frozenset[str]:
+        """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
+        return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(*key))
+
+    def _write(self, key: PoolKey, changes: list[Change]) -> None:
+        raw = self._get(key)
+        runners = self._runners(key)
+        for _ in range(MAX_CONFLICTS):
+            pool = _pool(raw)
+            if pool is None or pool.spec.autoscaling is None:
+                return
+            old = pool.status.demand
+            now = self._clock()
+            new, moved = old, []
+            for change in changes:
+                new, more = change(new, now, runners)
+                moved.extend(more)
+            assert new is not None
+            if record.same(old, new):
+                return
+            body = {
+                "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
+                "status": {"demand": demand_patch(old, new)},
+            }
+            try:
+                self._kube.patch(RUNNER_POOLS, key[0], key[1], body, subresource="status")
+            except ApiException as err:
+                if err.status == 404:
+                    return  # the pool is gone: so is its demand
+                if err.status != 409:
+                    raise
+                raw = self._get(key)
+                continue
+            metrics.observe(pool, new, moved, runners)
+            return
+        raise RecordFailed(f"{MAX_CONFLICTS} conflicting writes in a row")

@@ -1,0 +1,179 @@
+"""Demand recorded on real RunnerPool objects (real API server), from deliveries and from polls."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from github import Auth, Github
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.demand.polling import DemandPoller
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.runtime.kube import Kube
+from tests.demand_payloads import API, delivery, fixture, job_object
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+
+class Pools:
+    """The pool cache, read live so each step sees the previous one's write."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self._namespace = namespace
+        #: Runner pod names per pool, as the pod informer would show them.
+        self.pods: dict[str, list[str]] = {}
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return [{"metadata": {"name": name}} for name in self.pods.get(pool, [])]
+
+    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        found = self._custom.list_namespaced_custom_object(
+            api.GROUP, api.VERSION, self._namespace, api.PLURAL
+        )
+        return list(found["items"])
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(
+            self._custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, self._namespace, api.PLURAL, name
+            )
+        )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 20, 17, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def create(api_client: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
+    body = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name}, "spec": spec}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, body
+    )
+
+
+def job(job_id: int, status: str, labels: list[str], **kw: Any) -> Job:
+    return parse_delivery(delivery(job_object(job_id, status, labels, **kw)))
+
+
+@pytest.fixture
+def pools(api_client: client.ApiClient, namespace: str) -> Pools:
+    create(
+        api_client,
+        namespace,
+        "gpu",
+        repository="octo-org/hello-world",
+        labels=["gpu"],
+        autoscaling={"maxReplicas": 50},
+    )
+    create(api_client, namespace, "cpu", repository="octo-org/hello-world", autoscaling={"maxReplicas": 50})
+    create(api_client, namespace, "fixed", repository="octo-org/hello-world", replicas=2)
+    return Pools(api_client, namespace)
+
+
+def demand(pools: Pools, name: str) -> api.Demand | None:
+    return api.RunnerPool.model_validate(pools.get(name)).status.demand
+
+
+def test_a_job_counts_in_every_autoscaling_pool_it_matches_and_nowhere_else(
+    api_client: client.ApiClient, pools: Pools
+) -> None:
+    recorder = DemandRecorder(Kube(api_client), pools, API)
+    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 2
+    assert recorder.record_job(job(2, "queued", ["self-hosted", "gpu"])) == 1
+    before = {name: pools.get(name)["metadata"]["resourceVersion"] for name in ("gpu", "cpu", "fixed")}
+    assert recorder.record_job(job(3, "queued", ["self-hosted", "no-such-label"])) == 0
+    assert {name: pools.get(name)["metadata"]["resourceVersion"] for name in before} == before
+    gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
+    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (2, ["1", "2"])
+    assert cpu is not None and (cpu.queued, sorted(cpu.jobs)) == (1, ["1"])
+    assert demand(pools, "fixed") is None
+    # Taken by a gpu runner: busy there, no longer wanted by cpu.
+    pools.pods["gpu"] = ["gpu-x1y2z"]
+    assert recorder.record_job(job(1, "in_progress", ["self-hosted"], runner="gpu-x1y2z")) == 2
+    gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
+    assert gpu is not None and (gpu.queued, gpu.busy) == (1, 1)
+    assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
+
+
+def test_deliveries_to_two_replicas_at_once_all_count(api_client: client.ApiClient, pools: Pools) -> None:
+    replicas = [DemandRecorder(Kube(api_client), pools, API) for _ in range(2)]
+    jobs = [job(100 + i, "queued", ["self-hosted", "gpu"]) for i in range(30)]
+    errors: list[Exception] = []
+
+    def deliver(recorder: DemandRecorder, item: Job) -> None:
+        try:
+            recorder.record_job(item)
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=deliver, args=(replicas[i % 2], item)) for i, item in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 30
+
+
+@pytest.fixture
+def github() -> Iterator[responses.RequestsMock]:
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        yield rsps
+
+
+def test_polling_repairs_lost_deliveries(
+    api_client: client.ApiClient, pools: Pools, github: responses.RequestsMock
+) -> None:
+    clock = Clock()
+    recorder = DemandRecorder(Kube(api_client), pools, API, clock=clock)
+    # Delivered: job 1 queued. Lost: job 1's completion, and job 2 being queued.
+    recorder.record_job(job(1, "queued", ["self-hosted", "gpu"]))
+    runs = "/repos/octo-org/hello-world/actions/runs"
+    pattern = re.compile(r"https://api\.github\.com(:443)?" + re.escape(runs) + r"(/\d+/jobs)?(\?.*)?$")
+
+    def answer(request: Any) -> tuple[int, dict[str, str], str]:
+        if "/jobs" in request.url:
+            return (
+                200,
+                {},
+                json.dumps(
+                    {"total_count": 1, "jobs": [job_object(2, "queued", ["self-hosted", "gpu"], run_id=21)]}
+                ),
+            )
+        if "status=queued" in request.url:
+            return (
+                200,
+                {},
+                json.dumps({"total_count": 1, "workflow_runs": [run | {"id": 21, "status": "queued"}]}),
+            )
+        return 200, {}, json.dumps({"total_count": 0, "workflow_runs": []})
+
+    run = fixture("repo-workflow-runs.json")["workflow_runs"][0]
+    github.add_callback(responses.GET, pattern, callback=answer)
+    gh = Github(auth=Auth.Token("ghp_test"), base_url=API, retry=None, lazy=True)
+    poller = DemandPoller(pools, recorder, lambda pool: PyGithubClient(gh), API, interval=30, clock=clock)
+    clock.now += timedelta(seconds=10)
+    poller.poll_once()
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 2, "job 1 stays until the grace passes; job 2 counts at once"
+    clock.now += poller.grace
+    delay = poller.poll_once()
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 1 and gpu.jobs["1"].state == "completed"
+    assert delay == 30

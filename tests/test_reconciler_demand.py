@@ -1,0 +1,159 @@
+"""The reconciler of a pool that follows demand, against the real API server.
+
+Demand is recorded the way the webhook receiver records it (``DemandRecorder`` writing
+``status.demand``); the reconciler must act on the autoscaler's decision, write it as
+``status.desiredReplicas``, and leave ``status.demand`` alone: not null it in its status
+patch, and not see a difference in it on every pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+from kubernetes import client
+
+from runnerpool import api
+from runnerpool.demand.autoscaler import Autoscaler
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.events import EventRecorder
+from runnerpool.fakes import FakeTokenJobs
+from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reconciler import Reconciler
+from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import QueueSettings, Settings
+from tests.demand_payloads import API, delivery, job_object
+from tests.github_mocks import live_clients
+from tests.pools import LiveReader, create_pool, fill_token, pool_manifest
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+REPO = "octo-org/hello-world"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Cache(LiveReader):
+    """The live reader, plus the pool listing the recorder matches jobs against."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        super().__init__(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._namespace = namespace
+
+    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        found = self._custom.list_namespaced_custom_object(
+            api.GROUP, api.VERSION, self._namespace, api.PLURAL
+        )
+        return list(found["items"])
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cache(api_client: client.ApiClient, namespace: str) -> Cache:
+    return Cache(api_client, namespace)
+
+
+@pytest.fixture
+def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iterator[Reconciler]:
+    events = EventRecorder(Kube(api_client))
+    runners = RunnerManagers(
+        cache,
+        live_clients(api_client),
+        KubePods(Kube(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started
+    )
+    yield Reconciler(
+        cache,
+        api_client,
+        FakeTokenJobs(),
+        runners,
+        events,
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        expectations=Expectations(timeout=0),
+        demand=Autoscaler(events, clock=clock),
+    )
+    runners.shutdown()
+
+
+def _job(job_id: int, status: str, namespace: str, pool: str) -> Job:
+    labels = ["self-hosted", api.pool_runner_label(namespace, pool)]
+    return parse_delivery(delivery(job_object(job_id, status, labels, repository=REPO)))
+
+
+def _pool(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found = LiveReader(api_client).get_pool(namespace, name)
+    assert found is not None
+    return found
+
+
+def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> int:
+    return sum(
+        1
+        for p in LiveReader(api_client).list_pods(namespace, pool)
+        if not p["metadata"].get("deletionTimestamp")
+    )
+
+
+def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(  # noqa: PLR0917 - fixtures
+    api_client: client.ApiClient,
+    namespace: str,
+    cache: Cache,
+    reconciler: Reconciler,
+    clock: Clock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    manifest = pool_manifest(
+        "auto", repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/auto"
+    reconciler(key)
+    fill_token(api_client, namespace, "auto", "tok", FUTURE)
+    reconciler(key)
+    assert _pods(api_client, namespace, "auto") == 0
+    assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 0
+
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    for job_id in (1, 2, 3):
+        assert recorder.record_job(_job(job_id, "queued", namespace, "auto")) == 1
+    reconciler(key)
+
+    status = _pool(api_client, namespace, "auto")["status"]
+    assert (_pods(api_client, namespace, "auto"), status["desiredReplicas"]) == (3, 3)
+    assert status["demand"]["queued"] == 3, "the reconciler's status patch left demand alone"
+    caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
+    reconciler(key)
+    assert [r.__dict__["writes"] for r in caplog.records] == [[]], "demand in the status is no change"
+
+    # Demand gone: the decision holds for scaleDownDelay from when it fell, and the
+    # reconciler comes back then.
+    for job_id in (1, 2, 3):
+        recorder.record_job(_job(job_id, "completed", namespace, "auto"))
+    clock.now += timedelta(seconds=10)
+    result = reconciler(key)
+    assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 3
+    assert result.requeue_after == 60
+    clock.now += timedelta(seconds=60)
+    reconciler(key)
+    status = _pool(api_client, namespace, "auto")["status"]
+    assert status["desiredReplicas"] == 0
+    assert status["demand"]["queued"] == 0 and set(status["demand"]["jobs"]) == {"1", "2", "3"}
