@@ -550,9 +550,13 @@ def test_unmanaged_deployments_are_not_cached(
 
 
 def make_pod(name: str, labels: dict[str, str]) -> Any:
+    """A pod no scheduler picks up: in the sealed run the control plane has a kube-scheduler,
+    whose status update (Unschedulable) would be an event at a moment the test cannot know."""
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="runner", image="busybox")]),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="runner", image="busybox")], scheduler_name="none"
+        ),
     )
 
 
