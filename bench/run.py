@@ -54,6 +54,7 @@ from kubernetes.informer import ADDED, MODIFIED
 from runnerpool import api
 from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
+from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
@@ -220,27 +221,24 @@ class AuditTail:
         self._offset = 0
 
     def mark(self) -> None:
-        self._offset = self.path.stat().st_size if self.path and self.path.exists() else 0
+        self._offset = audit.end_of_complete_events(self.path) if self.path else 0
 
     def operator_writes(self, received_before: datetime | None = None) -> Counter[str]:
         """``"verb resource[/subresource]"`` -> count, for requests received before the given time."""
         found: Counter[str] = Counter()
-        if self.path is None or not self.path.exists():
+        if self.path is None:
             return found
-        with self.path.open("rb") as log:
-            log.seek(self._offset)
-            for line in log:
-                event = json.loads(line)
-                agent = str(event.get("userAgent", ""))
-                if event.get("stage") != "ResponseComplete" or event.get("verb") not in MUTATING:
-                    continue
-                if any(agent.startswith(a) or a in agent for a in NOT_OPERATOR):
-                    continue
-                if received_before and _parse(event["requestReceivedTimestamp"]) > received_before:
-                    continue
-                ref = event.get("objectRef") or {}
-                what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-                found[f"{event['verb']} {what}"] += 1
+        for event in audit.complete_events(self.path, self._offset):
+            agent = str(event.get("userAgent", ""))
+            if event.get("stage") != "ResponseComplete" or event.get("verb") not in MUTATING:
+                continue
+            if any(agent.startswith(a) or a in agent for a in NOT_OPERATOR):
+                continue
+            if received_before and _parse(event["requestReceivedTimestamp"]) > received_before:
+                continue
+            ref = event.get("objectRef") or {}
+            what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            found[f"{event['verb']} {what}"] += 1
         return found
 
 

@@ -12,7 +12,6 @@ lifecycle, disruption, pod garbage collection and taint eviction controllers.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -31,7 +30,7 @@ from typing import Any, Self
 
 import yaml
 
-from testworld.envtest import assets, certs
+from testworld.envtest import assets, audit, certs
 
 _LOG_TAIL_LINES = 40
 
@@ -218,12 +217,7 @@ class ControlPlane(ComponentGroup):
         The server's own record of who did what: tests use it to prove which
         permissions the operator uses and that it was never refused.
         """
-        if not self.audit_log.exists():
-            return
-        with self.audit_log.open() as lines:
-            for line in lines:
-                if line.strip():
-                    yield json.loads(line)
+        yield from audit.complete_events(self.audit_log)
 
     def _audit_flags(self) -> list[str]:
         policy = self.workdir / "audit-policy.yaml"
