@@ -159,6 +159,23 @@ def test_idle_listener_stopping_leaves_an_offline_runner(fake: FakeGitHub) -> No
     assert fake.job(job_id)["status"] == "queued"
 
 
+def test_every_listener_request_is_logged_with_its_runner_and_how_long_it_took(fake: FakeGitHub) -> None:
+    """What a failing node test shows of each pod: which runner asked what, and when."""
+    runner = Listener(fake, ORG, "pod-log")
+    runner.open()
+    assert runner.poll(0.3).status_code == 204
+    assert runner.close().status_code == 204
+    logged = [(r.method, r.path.split("/")[1], r.status, r.runner) for r in fake.listener_requests]
+    assert logged == [
+        ("POST", "runners", 201, None),  # the tenant credential names no runner yet
+        ("POST", "sessions", 201, "pod-log"),
+        ("GET", "sessions", 204, "pod-log"),
+        ("DELETE", "sessions", 204, "pod-log"),
+    ]
+    poll = fake.listener_requests[2]
+    assert poll.finished - poll.started >= 0.3
+
+
 def test_poll_wakes_when_a_job_is_queued(fake: FakeGitHub) -> None:
     runner = Listener(fake, ORG, "pod-3")
     runner.open()

@@ -7,12 +7,13 @@ pools with ``node_pool``: real runner pods on the test node then register with t
 the operator mounts; elsewhere the runner simulator plays the pods.  Teardown is part of
 the test: the operator must exit 0 on SIGTERM, and no registration token or PAT may appear
 anywhere in its log.  A failing test gets the tail of the operator's log attached to its
-report.
+report, and so do the runner stand-ins' requests to the fake GitHub.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -48,7 +49,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     operator.log_tail(LOG_TAIL_LINES),
                 )
             )
+        fake = item.funcargs.get("fake_github") if isinstance(item, pytest.Function) else None
+        if isinstance(fake, FakeGitHub) and fake.listener_requests:
+            report.sections.append(
+                (f"runner stand-ins' requests (last {LOG_TAIL_LINES})", _listener_log(fake, LOG_TAIL_LINES))
+            )
     return report
+
+
+def _listener_log(fake: FakeGitHub, lines: int) -> str:
+    """What each runner in a pod asked the fake and when: a busy pod that went quiet shows here."""
+    return "\n".join(
+        f"{time.strftime('%H:%M:%S', time.gmtime(r.started))}+{r.finished - r.started:5.1f}s "
+        f"{r.status} {r.method} {r.path} ({r.runner or '?'})"
+        for r in fake.listener_requests[-lines:]
+    )
 
 
 class _GcProbe(threading.Thread):

@@ -34,7 +34,7 @@ under the service URL (``http://HOST:PORT/_actions``), requests carry
 A runner credential answers 401 once its runner is deleted (GitHub revokes it).  A
 listener that has not polled for ``listener_timeout`` seconds is offline, as GitHub
 marks a runner whose process died.  These requests are not GitHub REST calls: they
-are not logged, rate limited or faulted.
+are not in the REST request log, rate limited or faulted; they have a log of their own.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Mapping
 from urllib.parse import parse_qsl
 
-from testworld.fakegithub.state import GitHubState, ListenerError
+from testworld.fakegithub.state import GitHubState, ListenerError, ListenerRecord
 
 SERVICE_PATH = "/_actions"
 
@@ -129,16 +129,30 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
 def answer(
     fake: GitHubState, method: str, path: str, *, query: str, authorization: str | None, body: bytes
 ) -> Reply:
-    """Serve one request of the listener protocol; ``path`` is below `SERVICE_PATH`."""
+    """Serve one request of the listener protocol; ``path`` is below `SERVICE_PATH`.
+
+    Every request lands in the fake's listener log (`GitHubState.listener_requests`).
+    """
+    started = fake.clock()
     scheme, _, credential = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not credential.strip():
+    credential = credential.strip()
+    runner = fake.runner_of(credential) if credential else None
+    status, text = _answer(fake, method, path, query=query, scheme=scheme, credential=credential, body=body)
+    fake.record_listener(ListenerRecord(method, path, status, runner, started, fake.clock()))
+    return status, text
+
+
+def _answer(
+    fake: GitHubState, method: str, path: str, *, query: str, scheme: str, credential: str, body: bytes
+) -> Reply:
+    if scheme.lower() != "bearer" or not credential:
         return 401, _lines(message="Bearer credential required")
     form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
     for route_method, pattern, handler in _ROUTES:
         found = pattern.fullmatch(path)
         if found and route_method == method:
             try:
-                return handler(fake, found, credential.strip(), form, dict(parse_qsl(query)))
+                return handler(fake, found, credential, form, dict(parse_qsl(query)))
             except ListenerError as exc:
                 return exc.status, _lines(message=str(exc))
             except ValueError as exc:

@@ -232,6 +232,22 @@ class RequestRecord:
     at: float
 
 
+@dataclass(frozen=True)
+class ListenerRecord:
+    """One request of a runner stand-in (the listener protocol), for a failing test to show.
+
+    ``started``/``finished`` are clock times, so a long poll or a report that took
+    long is visible; ``runner`` is the runner's name when the credential named one.
+    """
+
+    method: str
+    path: str
+    status: int
+    runner: str | None
+    started: float
+    finished: float
+
+
 @dataclass
 class Fault:
     """A queued misbehaviour, consumed by the next matching request(s)."""
@@ -315,6 +331,7 @@ class GitHubState:
         self._latency = 0.0
         self._hanging = 0
         self._log: list[RequestRecord] = []
+        self._listener_log: list[ListenerRecord] = []
         self._jobs: dict[int, Job] = {}
         self._open_jobs: dict[int, Job] = {}
         # Ids in the ranges of the description's examples, so a run id is never a job id.
@@ -1148,6 +1165,22 @@ class GitHubState:
         with self._lock:
             self._log.append(record)
             self._notify()
+
+    def runner_of(self, credential: str) -> str | None:
+        """The name of the runner a listener credential belongs to, if it is still registered."""
+        with self._lock:
+            runner = self._runners.get(self._credentials.get(credential, 0))
+            return runner.name if runner else None
+
+    def record_listener(self, record: ListenerRecord) -> None:
+        with self._lock:
+            self._listener_log.append(record)
+
+    @property
+    def listener_requests(self) -> list[ListenerRecord]:
+        """What the runner stand-ins asked, oldest first: how a failing node test tells what a pod did."""
+        with self._lock:
+            return list(self._listener_log)
 
     def authenticate(self, authorization: str | None, *, app_endpoint: bool) -> Credential:
         """Map an ``Authorization`` header to a budget, or raise `AuthRejectedError` (→ 401).
