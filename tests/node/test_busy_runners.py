@@ -205,6 +205,42 @@ def _refused(core: client.CoreV1Api, namespace: str, name: str) -> ApiException:
     return refused.value
 
 
+def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
+) -> None:
+    """What ``kubectl drain`` (and the cluster autoscaler, Karpenter) meet: the eviction API."""
+    core = client.CoreV1Api(api_client)
+    create_pool(api_client, namespace, node_pool("drain", replicas=2))
+    first = registered_pods(core, fake_github, namespace, "drain", 2)
+    jobs = queue_jobs(fake_github, namespace, "drain", 1, JOB_SECONDS)
+    [busy] = wait_busy(core, fake_github, namespace, jobs)
+    [idle] = set(first) - {busy}
+    annotations = core.read_namespaced_pod(busy, namespace).metadata.annotations or {}
+    assert template.BUSY_ANNOTATIONS.items() <= annotations.items()
+
+    err = _refused(core, namespace, busy)
+    assert err.status == 429 and "disruption budget" in str(err.body), err.body
+
+    _evict(core, namespace, idle)  # allowed: no budget covers an idle pod
+    wait_for(
+        lambda: idle not in pool_pods(core, namespace, "drain"), 20.0, 0.2, f"evicted pod {idle} to stop"
+    )
+    wait_for(
+        lambda: idle not in {r["name"] for r in pool_runners(fake_github, REPO, namespace, "drain")},
+        START_TIMEOUT,
+        0.2,
+        f"evicted runner {idle} to be deregistered",
+    )
+    # Still refused later in the same job, while the evicted pod's replacement starts.
+    assert fake_github.job(jobs[0])["status"] == "in_progress"
+    assert _refused(core, namespace, busy).status == 429
+    assert_alive(core, namespace, "drain", [busy])
+
+    wait_done(fake_github, jobs)
+    _assert_agree(core, fake_github, namespace, "drain", 2)
+    assert conclusions(fake_github) == ["success"]
+
+
 def _legacy_deployment(
     api_client: client.ApiClient, namespace: str, name: str, node: Node, fake: FakeGitHub
 ) -> None:

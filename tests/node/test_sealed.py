@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -69,6 +70,42 @@ def test_a_pod_has_no_way_out_and_its_lookups_fail_at_once(
     assert "Could not resolve host: api.github.com" in log and "curl=6" in log, log
     elapsed_ms = int(log.rsplit("ms=", 1)[1].split()[0])
     assert elapsed_ms < LOOKUP_LIMIT * 1000, log
+
+
+def _bridge_mac() -> str:
+    shown = subprocess.run(
+        ["ip", "-o", "link", "show", seal.BRIDGE], capture_output=True, text=True, check=True
+    )
+    return shown.stdout.split("link/ether ", 1)[1].split()[0]
+
+
+def test_the_node_address_keeps_its_mac_when_a_pod_joins_the_bridge(node: Node) -> None:
+    """Pods cache 10.88.0.1's MAC; if it changed as pods came and went, their packets to the
+    node were dropped for ~20 s (a runner's job report lost, a session close 20 s late)."""
+    port = f"rpt{uuid.uuid4().hex[:8]}"
+    # The lowest MAC a port can have: a bridge that follows its ports would take it.
+    subprocess.run(
+        [
+            "ip",
+            "link",
+            "add",
+            port,
+            "address",
+            "02:00:00:00:00:01",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            port + "p",
+        ],
+        check=True,
+    )
+    try:
+        subprocess.run(["ip", "link", "set", port, "master", seal.BRIDGE, "up"], check=True)
+        assert _bridge_mac() == seal.BRIDGE_MAC
+    finally:
+        subprocess.run(["ip", "link", "del", port], check=True)
+    assert _bridge_mac() == seal.BRIDGE_MAC
 
 
 def test_the_host_sysctls_the_kubelet_sets_are_untouched(node: Node) -> None:

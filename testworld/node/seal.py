@@ -9,7 +9,7 @@
 5. runs ``unshare --net --mount --propagation private --pid --fork --mount-proc
    --kill-child`` with PR_SET_PDEATHSIG, so nothing outlives this process, and inside
    it (PID 1 of the new PID namespace) sets up the world and runs CMD:
-   ``lo`` up, a bridge ``10.88.0.1/24`` with no default route (nothing can leave the
+   ``lo`` up, a bridge ``10.88.0.1/24`` with a fixed MAC and no default route (nothing can leave the
    machine, no DNS lookup can succeed), tmpfs on ``/run``, ``/var/lib`` and ``/var/log``,
    files bind-mounted over the sysctls the kubelet sets (so it finds them set and never
    writes the host's), a private ``KUBECACHEDIR``;
@@ -39,6 +39,12 @@ from testworld.simulator import poll_until
 NODE_IP = "10.88.0.1"
 NODE_CIDR = f"{NODE_IP}/24"
 BRIDGE = "rpbr0"
+#: The bridge's own, fixed MAC (locally administered).  A Linux bridge without one takes
+#: the lowest MAC of its ports, so it changed whenever a pod came or went; pods kept the
+#: old MAC for 10.88.0.1 in their neighbour cache and their packets to the node (the fake
+#: GitHub) were dropped for ~20 s, until the entry was re-resolved.  Seen as a runner's
+#: job report or session close taking 20 s right after another pod started.
+BRIDGE_MAC = "02:72:70:00:00:01"
 #: Set inside the seal; the node refuses to start anywhere else.
 SEALED_ENV = "RUNNERPOOL_SEALED"
 #: The host's sysctl values as read before the seal, JSON, for the test that compares them.
@@ -180,7 +186,7 @@ def _inner_setup() -> None:
     """Inside the new namespaces, before the command: network, filesystems, sysctls."""
     ip = prereqs.which("ip") or "ip"
     _run(ip, "link", "set", "lo", "up")
-    _run(ip, "link", "add", BRIDGE, "type", "bridge")
+    _run(ip, "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge")
     _run(ip, "addr", "add", NODE_CIDR, "dev", BRIDGE)
     _run(ip, "link", "set", BRIDGE, "up")
     for folder in ("/run", "/var/lib", "/var/log"):
