@@ -19,6 +19,7 @@ from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
+from tests.node.pods import conclusions, queue_jobs, registered_pods, wait_done
 from tests.pools import create_pool
 from testworld.envtest.controlplane import free_port
 from testworld.fakegithub import FakeGitHub
@@ -29,6 +30,8 @@ SECRET = b"a webhook secret for the node tests"
 TIMEOUT = 90.0
 #: Long enough that no poll happens during a test that must see the webhook alone.
 NO_POLLING = "3600"
+#: Long enough for the idle pods to be deregistered and go while the job runs.
+BUSY_JOB_SECONDS = 25.0
 
 StartDemand = Callable[..., WebhookSender]
 
@@ -65,10 +68,11 @@ def demand_operator(
         fake_github.stop_webhooks(sender)
 
 
-def _auto_pool(name: str, *, max_replicas: int = 4, delay: str = "3s") -> dict[str, Any]:
-    return node_pool(
-        name, replicas=0, autoscaling={"minReplicas": 0, "maxReplicas": max_replicas, "scaleDownDelay": delay}
-    )
+def _auto_pool(
+    name: str, *, min_replicas: int = 0, max_replicas: int = 4, delay: str = "3s"
+) -> dict[str, Any]:
+    autoscaling = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "scaleDownDelay": delay}
+    return node_pool(name, replicas=0, autoscaling=autoscaling)
 
 
 def _status(api_client: client.ApiClient, namespace: str, pool: str) -> dict[str, Any]:
@@ -194,3 +198,41 @@ def test_a_job_whose_labels_no_pool_has_scales_nothing(
     assert str(foreign) not in (status.get("demand") or {}).get("jobs", {})
     assert fake_github.job(foreign)["status"] == "queued", "no runner of the pool was made for it"
     _settled_at_zero(api_client, namespace, "picky")
+
+
+def test_scaling_down_never_kills_a_busy_runner(
+    api_client: client.ApiClient,
+    namespace: str,
+    credentials: str,
+    fake_github: FakeGitHub,
+    demand_operator: StartDemand,
+) -> None:
+    """The demand falls below the pods while one runs a job: only idle runners go.
+
+    The minimum drops the moment GitHub shows the job in progress, before the operator's
+    runner listing has marked the pod busy: the deregistration GitHub refuses for a busy
+    runner is what keeps it.
+    """
+    demand_operator()
+    core = client.CoreV1Api(api_client)
+    create_pool(api_client, namespace, _auto_pool("shrink", min_replicas=3))
+    first = registered_pods(core, fake_github, namespace, "shrink", 3)
+    jobs = queue_jobs(fake_github, namespace, "shrink", 1, BUSY_JOB_SECONDS)
+    [busy] = [j["runner_name"] for j in _wait_jobs(fake_github, jobs, "in_progress")]
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "shrink", {"spec": {"autoscaling": {"minReplicas": 0}}}
+    )
+    wait_for(
+        lambda: _pods(api_client, namespace, "shrink") == [busy],
+        TIMEOUT,
+        0.2,
+        f"the idle pods {sorted(set(first) - {busy})} to go and the busy {busy} to stay",
+    )
+    assert fake_github.job(jobs[0])["status"] == "in_progress"
+    assert _status(api_client, namespace, "shrink").get("desiredReplicas") == 1, "busy 1 + queued 0"
+
+    [done] = wait_done(fake_github, jobs).values()
+    assert (done["conclusion"], done["runner_name"]) == ("success", busy)
+    _settled_at_zero(api_client, namespace, "shrink")
+    assert conclusions(fake_github) == ["success"]
