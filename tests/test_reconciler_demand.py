@@ -113,7 +113,7 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> int:
     )
 
 
-def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(  # noqa: PLR0917 - fixtures
+def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     api_client: client.ApiClient,
     namespace: str,
     cache: Cache,

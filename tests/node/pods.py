@@ -26,6 +26,13 @@ def pool_pods(core: client.CoreV1Api, namespace: str, pool: str) -> dict[str, An
     return {p.metadata.name: p for p in items}
 
 
+def live_pods(core: client.CoreV1Api, namespace: str, pool: str) -> list[str]:
+    """The pool's pods that are not being deleted, by name."""
+    return sorted(
+        name for name, p in pool_pods(core, namespace, pool).items() if not p.metadata.deletion_timestamp
+    )
+
+
 def running_pods(core: client.CoreV1Api, namespace: str, pool: str) -> list[str]:
     return sorted(
         name
