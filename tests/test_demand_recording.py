@@ -146,8 +146,11 @@ def test_polling_repairs_lost_deliveries(
     recorder.record_job(job(1, "queued", ["self-hosted", "gpu"]))
     runs = "/repos/octo-org/hello-world/actions/runs"
     pattern = re.compile(r"https://api\.github\.com(:443)?" + re.escape(runs) + r"(/\d+/jobs)?(\?.*)?$")
+    job_2_queued = [True]
 
     def answer(request: Any) -> tuple[int, dict[str, str], str]:
+        if not job_2_queued[0]:
+            return 200, {}, json.dumps({"total_count": 0, "workflow_runs": []})
         if "/jobs" in request.url:
             return (
                 200,
@@ -177,3 +180,9 @@ def test_polling_repairs_lost_deliveries(
     gpu = demand(pools, "gpu")
     assert gpu is not None and gpu.queued == 1 and gpu.jobs["1"].state == "completed"
     assert delay == 30
+    # Job 2 ran and completed, its completion lost too: listed before, gone now, so ended at once.
+    job_2_queued[0] = False
+    clock.now += timedelta(seconds=30)
+    poller.poll_once()
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 0 and gpu.jobs["2"].state == "completed"

@@ -157,6 +157,28 @@ def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> Non
     assert unpolled.queued == 2, "only repositories that were polled say anything"
 
 
+def test_repair_ends_at_once_a_job_an_earlier_poll_listed() -> None:
+    """GitHub lists a job until it completes: listed once and gone now, it has ended.
+
+    Waiting out the grace for it kept a pool that polls (no webhook) a runner too many for a
+    minute after every job (the demand benchmark's back-to-0 of 62 s).
+    """
+    demand, _ = record.apply(
+        None, [job(1, "queued"), job(2, "in_progress", runner="gpu-abcde")], T0, runners=OURS
+    )
+    after, _ = record.repair(
+        demand,
+        [],
+        ["octo-org/hello-world"],
+        now=T0 + timedelta(seconds=30),
+        grace=timedelta(seconds=60),
+        runners=OURS,
+        listed_before={"1", "2"},
+    )
+    assert (after.queued, after.busy) == (0, 0)
+    assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "completed"}
+
+
 # ------------------------------------------------------------------ scaling
 
 

@@ -6,8 +6,10 @@ ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the activ
 every repository an autoscaling pool depends on - its own repository; for an organization
 pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
 hands each pool what it saw (``record.repair``): new jobs are counted, tracked ones that
-moved on are updated, and tracked ones GitHub no longer shows as active end after a grace
-period (a job just queued may not be listed yet).
+moved on are updated, and tracked ones GitHub no longer shows as active have ended: at once
+if an earlier poll listed them, after a grace period if not (a job just queued may not be
+listed yet). Which jobs were listed is kept in memory, so a new leader's first polls fall
+back on the grace.
 
 Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
 polled once), conditional requests throughout (``GitHubClient.active_jobs``), and the runner listing's
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +30,7 @@ from pydantic import ValidationError
 
 from runnerpool import api
 from runnerpool.demand.matching import job_matches
+from runnerpool.demand.record import ACTIVE
 from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.jobs import Job
@@ -36,6 +39,10 @@ from runnerpool.github.types import RateLimit
 from runnerpool.runners.budget import next_listing_delay
 
 __all__ = ["DemandPoller", "polled_repositories"]
+
+#: How long a listed job is remembered after the last poll that listed it: longer than any
+#: interval between two polls, so a job that ends between them is known as listed.
+LISTED_TTL = timedelta(hours=1)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +91,8 @@ class DemandPoller:
         self._interval = interval
         self._clock = clock
         self.grace = timedelta(seconds=max(60.0, 2 * interval))
+        #: Ids of jobs a poll listed as active -> when it last did; forgotten after `LISTED_TTL`.
+        self._listed: dict[str, datetime] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -127,6 +136,14 @@ class DemandPoller:
                 targets[key].pools.append(pool)
         return list(targets.values())
 
+    def _remember_listed(self, jobs: Iterable[Job]) -> None:
+        now = self._clock()
+        for job in jobs:
+            if job.state in ACTIVE:
+                self._listed[str(job.id)] = now
+        for key in [k for k, at in self._listed.items() if now - at > LISTED_TTL]:
+            del self._listed[key]
+
     def poll_once(self) -> float:
         """Poll every repository once and record what was seen; seconds until the next poll."""
         spent, retry_after = 0, 0.0
@@ -148,11 +165,13 @@ class DemandPoller:
                 entry = seen.setdefault((pool.namespace, pool.name), (pool, [], []))
                 entry[1].extend(job for job in active.jobs if job_matches(pool, job, self._default_api_url))
                 entry[2].append(target.repository)
+        listed_before = frozenset(self._listed)
         for pool, jobs, repos in seen.values():
             try:
-                self._recorder.repair(pool, jobs, repos, self.grace)
+                self._recorder.repair(pool, jobs, repos, self.grace, listed_before)
             except RecordFailed as err:
                 log.warning("%s", err)
+        self._remember_listed(job for _, jobs, _ in seen.values() for job in jobs)
         now = self._clock().timestamp()
         return next_listing_delay(
             self._interval, lowest, now, pages=max(1, spent), retry_after=retry_after or None

@@ -13,7 +13,9 @@ Rules:
   resurrect them, then forgotten; past ``api.MAX_TRACKED_JOBS`` the oldest completed go
   first;
 * polling (``repair``) sees every active job of a repository: a tracked job it no longer
-  sees, and that has not changed for ``grace``, ended while its delivery was lost.
+  sees ended while its delivery was lost. If an earlier poll listed it, it has ended now
+  (GitHub lists a job until it completes); a job known only from a delivery may just not
+  be listed yet, so it ends only once it has not changed for ``grace``.
 """
 
 from __future__ import annotations
@@ -92,8 +94,12 @@ def repair(
     now: datetime,
     grace: timedelta,
     runners: Collection[str],
+    listed_before: Collection[str] = (),
 ) -> tuple[api.Demand, list[Transition]]:
-    """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees."""
+    """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees.
+
+    ``listed_before``: ids (as strings) of jobs an earlier poll listed as active.
+    """
     seen = list(seen)
     updated, moved = apply(demand, seen, now, runners=runners)
     visible = {str(job.id) for job in seen}
@@ -104,7 +110,7 @@ def repair(
             job.state in ACTIVE
             and key not in visible
             and job.repository.lower() in repos
-            and now - job.updated_at >= grace
+            and (key in listed_before or now - job.updated_at >= grace)
         ):
             jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
     return _counted(api.Demand(jobs=jobs)), moved

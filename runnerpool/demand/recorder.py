@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -119,13 +119,20 @@ class DemandRecorder:
         return len(pools)
 
     def repair(
-        self, pool: api.RunnerPool, seen: Iterable[Job], polled: Iterable[str], grace: timedelta
+        self,
+        pool: api.RunnerPool,
+        seen: Iterable[Job],
+        polled: Iterable[str],
+        grace: timedelta,
+        listed_before: Collection[str] = (),
     ) -> None:
         """Apply a poll's view (jobs already filtered to ``pool``); raises RecordFailed."""
         seen, polled = list(seen), list(polled)
         self.change(
             pool,
-            lambda d, now, runners: record.repair(d, seen, polled, now=now, grace=grace, runners=runners),
+            lambda d, now, runners: record.repair(
+                d, seen, polled, now=now, grace=grace, runners=runners, listed_before=listed_before
+            ),
         )
 
     def change(self, pool: api.RunnerPool, change: Change) -> None:
