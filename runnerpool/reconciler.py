@@ -258,10 +258,14 @@ class Reconciler:
         return Result(requeue_after=_sooner(wait, recheck))
 
     def _decide(self, pool: api.RunnerPool) -> Decision:
-        """``spec.replicas``, or what demand asks for (the runner managers ask the same one)."""
+        """``spec.replicas``, or what demand asks for (the runner managers ask the same one),
+        held during the scale-down delay only by the pods that are still up (``held_by``)."""
         if self._demand is None:
             return Decision.fixed(pool.spec.replicas)
-        return self._demand.decide(pool)
+        decision = self._demand.decide(pool)
+        if decision.wanted is None or decision.replicas <= decision.wanted:
+            return decision
+        return decision.held_by(self._pods.counts(pool, decision.replicas).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:

@@ -157,3 +157,38 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     status = _pool(api_client, namespace, "auto")["status"]
     assert status["desiredReplicas"] == 0
     assert status["demand"]["queued"] == 0 and set(status["demand"]["jobs"]) == {"1", "2", "3"}
+
+
+def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
+    api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
+) -> None:
+    """After its job an ephemeral runner's pod is used up; while only the delay holds the
+    count, a new pod for it would be a registration and a deregistration for nothing."""
+    manifest = pool_manifest(
+        "held", repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/held"
+    reconciler(key)
+    fill_token(api_client, namespace, "held", "tok", FUTURE)
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    for job_id in (1, 2, 3):
+        recorder.record_job(_job(job_id, "queued", namespace, "held"))
+    reconciler(key)
+    pods = LiveReader(api_client).list_pods(namespace, "held")
+    assert len(pods) == 3
+
+    # Job 1 ran and its pod is used up; jobs 2 and 3 were cancelled: demand is 0.
+    used_up = pods[0]["metadata"]["name"]
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        used_up, namespace, {"status": {"phase": "Succeeded"}}
+    )
+    for job_id in (1, 2, 3):
+        recorder.record_job(_job(job_id, "completed", namespace, "held"))
+    clock.now += timedelta(seconds=10)
+    reconciler(key)
+
+    names = {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "held")}
+    assert names == {p["metadata"]["name"] for p in pods}, "no pod made for the used-up one"
+    status = _pool(api_client, namespace, "held")["status"]
+    assert status["desiredReplicas"] == 2, "the delay holds the two idle runners that are still up"

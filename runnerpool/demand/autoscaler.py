@@ -68,9 +68,9 @@ class Autoscaler:
         )
         if replicas > wanted:
             message = f"holding {replicas} for scaleDownDelay {scaling.scale_down_delay}: {counts}"
-            decision = Decision(replicas, "WaitingToScaleDown", message, recheck)
+            decision = Decision(replicas, "WaitingToScaleDown", message, recheck, wanted)
         else:
-            decision = Decision(replicas, "FollowingDemand", counts, recheck)
+            decision = Decision(replicas, "FollowingDemand", counts, recheck, wanted)
         if previous is not None and replicas != previous:
             verb = "ScaledUp" if replicas > previous else "ScaledDown"
             self._events.event(
