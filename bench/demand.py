@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -39,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from runnerpool import api
 from testworld.demo import install_crd
@@ -66,6 +67,8 @@ class Burst:
     pickup_max: float
     back_to_zero: float
     failed_jobs: int
+    #: p50 of each of `STAGES` (seconds), for the jobs whose every stage was seen.
+    stages_p50: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,7 +87,11 @@ class Mode:
 
 
 class JobClock:
-    """The fake's job events, timed as they happen (under the fake's lock)."""
+    """The fake's job events, timed as they happen (under the fake's lock).
+
+    Wall-clock seconds, like the fake's listener log and the pod watch, so that the
+    stages of one pickup can be told apart.
+    """
 
     def __init__(self) -> None:
         self.queued: dict[int, float] = {}
@@ -93,7 +100,7 @@ class JobClock:
         self._lock = threading.Lock()
 
     def __call__(self, payload: dict[str, Any]) -> None:
-        now = time.monotonic()
+        now = time.time()
         job_id = int(payload["workflow_job"]["id"])
         table = {"queued": self.queued, "in_progress": self.started, "completed": self.completed}.get(
             payload["action"]
@@ -101,6 +108,48 @@ class JobClock:
         if table is not None:
             with self._lock:
                 table.setdefault(job_id, now)
+
+
+class PodClock(threading.Thread):
+    """When each runner pod first appeared in the API and when its container first ran.
+
+    A watch of the bench namespace: the times are when the bench saw it, which is what
+    a user waiting for a runner sees too.
+    """
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        super().__init__(daemon=True, name="pod-clock")
+        self.core = core
+        self.created: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            stream = watch.Watch().stream(self.core.list_namespaced_pod, NAMESPACE, timeout_seconds=30)
+            for event in stream:
+                now = time.time()
+                pod = event["object"]
+                name = pod.metadata.name
+                self.created.setdefault(name, now)
+                statuses = (pod.status and pod.status.container_statuses) or []
+                if any(c.state and c.state.running for c in statuses):
+                    self.running.setdefault(name, now)
+                if self._stopping.is_set():
+                    break
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+#: The stages of one pickup, queued -> in progress, in order; each from the previous one.
+STAGES = ("pod created", "container running", "runner online", "job started")
+
+
+def _stages(queued: float, started: float, created: float, running: float, online: float) -> list[float]:
+    """Seconds spent in each of `STAGES`."""
+    marks = [queued, created, running, online, started]
+    return [later - earlier for earlier, later in itertools.pairwise(marks)]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -120,6 +169,8 @@ class Bench:
         self.custom = client.CustomObjectsApi(self.api_client)
         self.clock = JobClock()
         fake.on_job_event(self.clock)
+        self.pods = PodClock(self.core)
+        self.pods.start()
 
     def setup(self) -> None:
         install_crd(self.api_client)
@@ -206,16 +257,40 @@ class Bench:
             raise RuntimeError(f"{mode}: {size} jobs did not all complete in {self.args.timeout}s")
         last = max(self.clock.completed[i] for i in ids)
         poll_until(self.at_zero, self.args.delay + 120, 0.1)
-        back = time.monotonic() - last
+        back = time.time() - last
         pickups = sorted(self.clock.started[i] - self.clock.queued[i] for i in ids)
         failed = sum(1 for i in ids if self.fake.job(i)["conclusion"] != "success")
         result = Burst(mode, size, _pct(pickups, 50), _pct(pickups, 99), pickups[-1], back, failed)
+        result.stages_p50 = self._stages_p50(ids)
         print(
             f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p99 {result.pickup_p99:.2f}s, "
             f"back to 0 after {back:.1f}s, {failed} failed",
             flush=True,
         )
         return result
+
+    def _stages_p50(self, ids: list[int]) -> dict[str, float]:
+        """Where the pickup time went: the p50 of each stage over the burst's jobs."""
+        online = {
+            r.runner: r.finished
+            for r in self.fake.listener_requests
+            if r.method == "POST" and r.path == "/sessions" and r.status == 201 and r.runner
+        }
+        per_stage: list[list[float]] = [[] for _ in STAGES]
+        for i in ids:
+            runner = self.fake.job(i)["runner_name"]
+            if not all(runner in seen for seen in (self.pods.created, self.pods.running, online)):
+                continue
+            stages = _stages(
+                self.clock.queued[i],
+                self.clock.started[i],
+                self.pods.created[runner],
+                self.pods.running[runner],
+                online[runner],
+            )
+            for values, seconds in zip(per_stage, stages, strict=True):
+                values.append(seconds)
+        return {name: _pct(sorted(v), 50) for name, v in zip(STAGES, per_stage, strict=True) if v}
 
     def run_mode(self, mode: str, workdir: Path) -> tuple[list[Burst], Mode]:
         port = free_port()
@@ -258,6 +333,11 @@ def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
             f"| {b.mode} | {b.jobs} | {b.pickup_p50:.2f} s | {b.pickup_p99:.2f} s | "
             f"{b.back_to_zero:.1f} s (target ≤ {delay + 10:.0f} s) | {b.failed_jobs} |"
         )
+    lines += ["", "| mode | jobs | " + " | ".join(f"→ {s} (p50)" for s in STAGES) + " |"]
+    lines.append("| --- | ---: |" + " ---: |" * len(STAGES))
+    for b in bursts:
+        cells = " | ".join(f"{b.stages_p50[s]:.2f} s" if s in b.stages_p50 else "-" for s in STAGES)
+        lines.append(f"| {b.mode} | {b.jobs} | {cells} |")
     lines += ["", "| mode | GitHub requests/hour | of which cost budget (not 304) |", "| --- | ---: | ---: |"]
     for m in modes:
         lines.append(f"| {m.mode} | {m.per_hour(m.total):.0f} | {m.per_hour(m.budget_requests):.0f} |")
@@ -297,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             FakeGitHub(host=seal.NODE_IP, api_prefix="/api/v3", scopes=[REPO], tokens=[PAT])
         )
         bench = Bench(args, plane, node, fake)
+        stack.callback(bench.pods.stop)
         bench.setup()
         for mode in args.modes.split(","):
             print(f"{mode}:", flush=True)
