@@ -12,12 +12,16 @@ then polling only) and burst size (1, 10, 50 jobs queued at once, each running
 
 * queued -> in_progress latency per job, p50 and p99, taken from the fake's own job events
   (the moment a job is queued and the moment a runner starts it);
+* where a pickup's time goes, p50 per stage: queued -> pod created (the operator) ->
+  runner online (the node starts the pod, the runner registers and listens; from the
+  fake's listener log) -> job started (GitHub offers it, the runner takes it);
 * time back to 0: from the last job's completion until the pool has no pod left and
   decides 0 (``status.desiredReplicas``), against ``scaleDownDelay`` + 10 s;
 * busy runners killed: jobs that did not end ``success`` (GitHub fails a job whose runner
   goes away);
-* GitHub requests per hour: every request the fake answered while the mode ran, by
-  endpoint, scaled to an hour; "budget" leaves out the 304s GitHub does not count.
+* GitHub requests: the operator's requests the fake answered while the bursts ran, per
+  job, and while the pool then sat idle at 0 for ``--idle`` seconds, scaled to an hour;
+  "budget" leaves out the 304s GitHub does not count.
 
 Prints a table and writes JSON to bench/results/. It is a measurement, not a test.
 """
@@ -46,6 +50,7 @@ from runnerpool import api
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane, free_port
 from testworld.fakegithub import FakeGitHub
+from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
 from testworld.simulator import OperatorProcess, poll_until
@@ -73,17 +78,26 @@ class Burst:
 
 @dataclass
 class Mode:
+    """The operator's GitHub requests in one mode: while it ran the bursts, and idle at 0."""
+
     mode: str
     seconds: float
     requests: Counter[str] = field(default_factory=Counter)
     budget_requests: int = 0
+    jobs: int = 0
+    idle_seconds: float = 0.0
+    idle_requests: int = 0
+    idle_budget_requests: int = 0
 
     @property
     def total(self) -> int:
         return sum(self.requests.values())
 
-    def per_hour(self, count: int) -> float:
-        return count * 3600.0 / self.seconds if self.seconds else 0.0
+    def per_job(self, count: int) -> float:
+        return count / self.jobs if self.jobs else 0.0
+
+    def idle_per_hour(self, count: int) -> float:
+        return count * 3600.0 / self.idle_seconds if self.idle_seconds else 0.0
 
 
 class JobClock:
@@ -111,44 +125,45 @@ class JobClock:
 
 
 class PodClock(threading.Thread):
-    """When each runner pod first appeared in the API and when its container first ran.
+    """When each runner pod first appeared in the API (a watch of the bench namespace).
 
-    A watch of the bench namespace: the times are when the bench saw it, which is what
-    a user waiting for a runner sees too.
+    The container's start is not taken from the pod's status: with 50 pods starting the
+    kubelet's status updates came seconds after the runner inside was already online.
     """
 
     def __init__(self, core: client.CoreV1Api) -> None:
         super().__init__(daemon=True, name="pod-clock")
         self.core = core
         self.created: dict[str, float] = {}
-        self.running: dict[str, float] = {}
         self._stopping = threading.Event()
 
     def run(self) -> None:
         while not self._stopping.is_set():
-            stream = watch.Watch().stream(self.core.list_namespaced_pod, NAMESPACE, timeout_seconds=30)
-            for event in stream:
-                now = time.time()
-                pod = event["object"]
-                name = pod.metadata.name
-                self.created.setdefault(name, now)
-                statuses = (pod.status and pod.status.container_statuses) or []
-                if any(c.state and c.state.running for c in statuses):
-                    self.running.setdefault(name, now)
-                if self._stopping.is_set():
-                    break
+            try:
+                self._watch()
+            except Exception:  # the API server went away (teardown) or the watch broke: again
+                self._stopping.wait(0.5)
+
+    def _watch(self) -> None:
+        stream = watch.Watch().stream(self.core.list_namespaced_pod, NAMESPACE, timeout_seconds=30)
+        for event in stream:
+            self.created.setdefault(event["object"].metadata.name, time.time())
+            if self._stopping.is_set():
+                return
 
     def stop(self) -> None:
         self._stopping.set()
 
 
-#: The stages of one pickup, queued -> in progress, in order; each from the previous one.
-STAGES = ("pod created", "container running", "runner online", "job started")
+#: The stages of one pickup, queued -> in progress, in order; each from the previous one:
+#: the operator creates the pod; the node starts it and the runner registers and listens;
+#: GitHub offers the job and the runner starts it.
+STAGES = ("pod created", "runner online", "job started")
 
 
-def _stages(queued: float, started: float, created: float, running: float, online: float) -> list[float]:
+def _stages(queued: float, started: float, created: float, online: float) -> list[float]:
     """Seconds spent in each of `STAGES`."""
-    marks = [queued, created, running, online, started]
+    marks = [queued, created, online, started]
     return [later - earlier for earlier, later in itertools.pairwise(marks)]
 
 
@@ -279,14 +294,10 @@ class Bench:
         per_stage: list[list[float]] = [[] for _ in STAGES]
         for i in ids:
             runner = self.fake.job(i)["runner_name"]
-            if not all(runner in seen for seen in (self.pods.created, self.pods.running, online)):
+            if runner not in self.pods.created or runner not in online:
                 continue
             stages = _stages(
-                self.clock.queued[i],
-                self.clock.started[i],
-                self.pods.created[runner],
-                self.pods.running[runner],
-                online[runner],
+                self.clock.queued[i], self.clock.started[i], self.pods.created[runner], online[runner]
             )
             for values, seconds in zip(per_stage, stages, strict=True):
                 values.append(seconds)
@@ -304,23 +315,28 @@ class Bench:
             self.create_pool()
             bursts = [self.burst(mode, size) for size in self.args.sizes]
             # Idle at 0 for a while: what an idle pool costs is most of an hour.
+            busy_until, idle_from = time.monotonic(), len(self.fake.requests)
             time.sleep(self.args.idle)
             seconds = time.monotonic() - started
-            # The operator's requests: not the runners' own (registration, job protocol).
-            records = [
-                r
-                for r in self.fake.requests[before:]
-                if "/_actions" not in r.path and "runner-registration" not in r.path
-            ]
-            counted = Mode(mode, seconds)
+            records = _operator_requests(self.fake.requests[before:idle_from])
+            idle = _operator_requests(self.fake.requests[idle_from:])
+            counted = Mode(mode, busy_until - started, jobs=sum(self.args.sizes))
             for record in records:
                 counted.requests[f"{record.method} {record.endpoint}"] += 1
             counted.budget_requests = sum(1 for r in records if r.counted)
+            counted.idle_seconds = seconds - counted.seconds
+            counted.idle_requests = len(idle)
+            counted.idle_budget_requests = sum(1 for r in idle if r.counted)
             self.delete_pool()
         finally:
             self.fake.stop_webhooks(sender)
             operator.stop()
         return bursts, counted
+
+
+def _operator_requests(records: list[RequestRecord]) -> list[RequestRecord]:
+    """The operator's requests: not the runners' own (registration, job protocol)."""
+    return [r for r in records if "/_actions" not in r.path and "runner-registration" not in r.path]
 
 
 def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
@@ -338,9 +354,16 @@ def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
     for b in bursts:
         cells = " | ".join(f"{b.stages_p50[s]:.2f} s" if s in b.stages_p50 else "-" for s in STAGES)
         lines.append(f"| {b.mode} | {b.jobs} | {cells} |")
-    lines += ["", "| mode | GitHub requests/hour | of which cost budget (not 304) |", "| --- | ---: | ---: |"]
+    lines += [
+        "",
+        "| mode | GitHub requests per job | of which budget | idle at 0: requests/hour | of which budget |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for m in modes:
-        lines.append(f"| {m.mode} | {m.per_hour(m.total):.0f} | {m.per_hour(m.budget_requests):.0f} |")
+        lines.append(
+            f"| {m.mode} | {m.per_job(m.total):.2f} | {m.per_job(m.budget_requests):.2f} | "
+            f"{m.idle_per_hour(m.idle_requests):.0f} | {m.idle_per_hour(m.idle_budget_requests):.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -397,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         **asdict(m),
                         "requests": dict(m.requests),
-                        "per_hour": m.per_hour(sum(m.requests.values())),
+                        "per_job": m.per_job(m.total),
+                        "idle_per_hour": m.idle_per_hour(m.idle_requests),
                     }
                     for m in modes
                 ],
