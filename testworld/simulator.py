@@ -85,6 +85,16 @@ def operator_command() -> list[str]:
     return [sys.executable, "-m", "runnerpool.launch"]
 
 
+def _dies_with_its_starter() -> list[str]:
+    """``setpriv --pdeathsig KILL``: the kernel kills the operator when the thread that
+    started it goes, so a test or demo killed hard outside the seal leaves no operator
+    spinning against a vanished control plane (four did for 1½ h once).  util-linux's
+    setpriv execs the command: the PID is the operator's.  Start operators from a thread
+    that outlives them (the main thread does)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
+
+
 @dataclass
 class OperatorProcess:
     """``runnerpool-operator`` as a child process with its JSON log in ``log_path``.
@@ -148,7 +158,7 @@ class OperatorProcess:
             sink.write(f"--- operator start #{self.starts}: {' '.join(self.command())}\n".encode())
             sink.flush()
             self.popen = subprocess.Popen(
-                self.command(),
+                [*_dies_with_its_starter(), *self.command()],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

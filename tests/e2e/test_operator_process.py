@@ -8,7 +8,12 @@ matters, let the runner simulator play the pods.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -30,6 +35,7 @@ from tests.e2e.runners import (
 )
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
@@ -168,3 +174,41 @@ def test_delete_deregisters_only_the_pools_runners(
     assert condition(kept, "Ready") == condition(
         wait_condition(api_client, namespace, "kept", "Ready", "True"), "Ready"
     )
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody has reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_an_operator_dies_with_the_process_that_started_it(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """A test process killed hard must not leave its operator running against nothing."""
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from testworld.simulator import OperatorProcess\n"
+        f"op = OperatorProcess(Path({str(control_plane.kubeconfig)!r}), 'http://127.0.0.1:9/api/v3',\n"
+        f"    Path({str(tmp_path / 'operator.log')!r}), namespaces=[{namespace!r}]).start()\n"
+        "op.wait_ready()\n"
+        "print(op.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    starter = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2]
+    )
+    assert starter.stdout is not None
+    pid = int(starter.stdout.readline())
+    try:
+        assert not _gone(pid)
+        starter.kill()
+        starter.wait()
+        wait_for(lambda: _gone(pid), 10.0, 0.05, f"operator {pid} to die with its starter")
+    finally:
+        starter.kill()
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)

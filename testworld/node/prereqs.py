@@ -15,6 +15,8 @@ CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "devices", "freezer
 _COMMANDS = {
     "runc": "apt-get install -y --no-install-recommends runc",
     "unshare": "apt-get install -y util-linux",
+    # Test operators die with the process that started them (testworld.simulator).
+    "setpriv": "apt-get install -y util-linux",
     "mount": "apt-get install -y mount",
     "ip": "apt-get install -y --no-install-recommends iproute2",
     "gcc": "apt-get install -y --no-install-recommends gcc libc6-dev",
