@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from testworld.node import prereqs, seal
@@ -27,3 +32,16 @@ def test_the_seal_refuses_to_start_and_says_why(monkeypatch: pytest.MonkeyPatch)
 
 def test_this_machine_has_everything_the_node_needs() -> None:
     assert prereqs.problems() == []
+
+
+def test_one_node_lock_per_machine_whatever_binary_cache_a_run_uses(tmp_path: Path) -> None:
+    """The node's cgroup subtree is per machine; a lock per cache would let two nodes run."""
+
+    def lock_path(cache: Path) -> str:
+        env = {**os.environ, "RUNNERPOOL_ENVTEST_CACHE": str(cache)}
+        code = "from testworld.node import seal; print(seal.NODE_LOCK)"
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    assert lock_path(tmp_path / "a") == lock_path(tmp_path / "b")

@@ -32,7 +32,6 @@ import sys
 import time
 from pathlib import Path
 
-from testworld.envtest.assets import cache_root
 from testworld.node import cgroups, prereqs
 from testworld.simulator import poll_until
 
@@ -46,6 +45,10 @@ BRIDGE = "rpbr0"
 #: job report or session close taking 20 s right after another pod started.
 BRIDGE_MAC = "02:72:70:00:00:01"
 #: Set inside the seal; the node refuses to start anywhere else.
+#: One per machine, like the node's cgroup subtree it guards (``cgroups``): not under the
+#: binary cache, which another ``RUNNERPOOL_ENVTEST_CACHE`` would move, letting a second
+#: run's cgroup clean-up kill the first run's pods.
+NODE_LOCK = Path("/run/lock" if Path("/run/lock").is_dir() else "/tmp") / "runnerpool-test-node.lock"
 SEALED_ENV = "RUNNERPOOL_SEALED"
 #: The host's sysctl values as read before the seal, JSON, for the test that compares them.
 HOST_SYSCTLS_ENV = "RUNNERPOOL_HOST_SYSCTLS"
@@ -104,13 +107,11 @@ def run_sealed(command: list[str]) -> int:
     if missing:
         raise SealError("the test node cannot start on this machine:\n  - " + "\n  - ".join(missing))
     before = read_sysctls()
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / "node.lock").open("w") as lock:
+    with NODE_LOCK.open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"waiting for another run's test node to finish ({root / 'node.lock'})", file=sys.stderr)
+            print(f"waiting for another run's test node to finish ({NODE_LOCK})", file=sys.stderr)
             fcntl.flock(lock, fcntl.LOCK_EX)
         leftovers = cgroups.members()
         left = cgroups.remove()
