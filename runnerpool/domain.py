@@ -56,6 +56,18 @@ def rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).strftime(RFC3339)
 
 
+def parse_rfc3339(value: object) -> datetime | None:
+    """A timestamp as GitHub and Kubernetes write them (``Z`` or an offset; none means UTC);
+    ``None`` for anything else, so a malformed field reads as absent."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 # -- keys and names -------------------------------------------------------------------------------
 
 

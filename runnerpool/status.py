@@ -8,11 +8,11 @@ the stored one, which is what lets a converged pool cost no write.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from runnerpool import api, children, conditions
-from runnerpool.domain import RFC3339, TokenFailure
+from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
 from runnerpool.pods.scaling import PodCounts
 
 __all__ = [
@@ -38,13 +38,7 @@ def has_token(secret: dict[str, Any]) -> bool:
 
 def token_expiry(secret: dict[str, Any]) -> datetime | None:
     value = ((secret.get("metadata") or {}).get("annotations") or {}).get(api.TOKEN_EXPIRY_ANNOTATION)
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parse_rfc3339(value)
 
 
 def token_condition(

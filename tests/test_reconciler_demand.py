@@ -113,6 +113,19 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> int:
     )
 
 
+def _pool_at_zero(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> str:
+    """A pool following demand (min 0, max 5, 1 min delay) with its token, reconciled: its key."""
+    manifest = pool_manifest(
+        name, repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/{name}"
+    reconciler(key)
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(key)
+    return key
+
+
 def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     api_client: client.ApiClient,
     namespace: str,
@@ -121,14 +134,7 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     clock: Clock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    manifest = pool_manifest(
-        "auto", repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
-    )
-    create_pool(api_client, namespace, manifest)
-    key = f"{namespace}/auto"
-    reconciler(key)
-    fill_token(api_client, namespace, "auto", "tok", FUTURE)
-    reconciler(key)
+    key = _pool_at_zero(api_client, namespace, reconciler, "auto")
     assert _pods(api_client, namespace, "auto") == 0
     assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 0
 
@@ -164,13 +170,7 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
 ) -> None:
     """After its job an ephemeral runner's pod is used up; while only the delay holds the
     count, a new pod for it would be a registration and a deregistration for nothing."""
-    manifest = pool_manifest(
-        "held", repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
-    )
-    create_pool(api_client, namespace, manifest)
-    key = f"{namespace}/held"
-    reconciler(key)
-    fill_token(api_client, namespace, "held", "tok", FUTURE)
+    key = _pool_at_zero(api_client, namespace, reconciler, "held")
     recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
     for job_id in (1, 2, 3):
         recorder.record_job(_job(job_id, "queued", namespace, "held"))

@@ -10,8 +10,10 @@ has it) and ``completed``. GitHub's other states (``waiting`` for an environment
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
+
+from runnerpool.domain import parse_rfc3339
 
 __all__ = ["STATE_RANK", "ActiveJobs", "InvalidJob", "Job", "JobState", "parse_delivery", "parse_job"]
 
@@ -47,16 +49,6 @@ class ActiveJobs:
     spent: int
 
 
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def parse_job(item: Any, repository: str, api_url: str) -> Job:
     """Parse one job object; ``repository`` and ``api_url`` come from the payload or the poller."""
     if not isinstance(item, dict):
@@ -79,9 +71,9 @@ def parse_job(item: Any, repository: str, api_url: str) -> Job:
         repository=repository,
         api_url=api_url.rstrip("/"),
         runner_name=runner if isinstance(runner, str) and runner else None,
-        created_at=_time(item.get("created_at")),
-        started_at=_time(item.get("started_at")),
-        completed_at=_time(item.get("completed_at")),
+        created_at=parse_rfc3339(item.get("created_at")),
+        started_at=parse_rfc3339(item.get("started_at")),
+        completed_at=parse_rfc3339(item.get("completed_at")),
     )
 
 

@@ -72,6 +72,23 @@ def _runner_env(pod: Any) -> dict[str, str]:
     return {e.name: e.value for e in runner.env or []}
 
 
+def _pool_with_busy(
+    core: client.CoreV1Api,
+    api_client: client.ApiClient,
+    namespace: str,
+    fake: FakeGitHub,
+    pool: str,
+    replicas: int,
+    busy: int,
+) -> tuple[list[str], list[int], list[str]]:
+    """A pool whose ``replicas`` pods are online, ``busy`` of them running a job and marked busy:
+    all its pods, the jobs, and the busy pods in job order."""
+    create_pool(api_client, namespace, node_pool(pool, replicas=replicas))
+    first = registered_pods(core, fake, namespace, pool, replicas)
+    jobs = queue_jobs(fake, namespace, pool, busy, JOB_SECONDS)
+    return first, jobs, wait_busy(core, fake, namespace, jobs)
+
+
 def _assert_agree(
     core: client.CoreV1Api, fake: FakeGitHub, namespace: str, pool: str, count: int
 ) -> list[str]:
@@ -101,10 +118,7 @@ def test_a_rollout_updates_idle_pods_at_once_and_busy_ones_after_their_job(
     sigkill: bool,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_pool(api_client, namespace, node_pool("roll", replicas=2))
-    first = registered_pods(core, fake_github, namespace, "roll", 2)
-    jobs = queue_jobs(fake_github, namespace, "roll", 1, JOB_SECONDS)
-    [busy] = wait_busy(core, fake_github, namespace, jobs)
+    first, jobs, [busy] = _pool_with_busy(core, api_client, namespace, fake_github, "roll", 2, 1)
     [idle] = set(first) - {busy}
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
@@ -157,10 +171,7 @@ def test_scaling_3_to_1_with_2_busy_keeps_them_and_reaches_1_after_their_jobs(
     sigkill: bool,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_pool(api_client, namespace, node_pool("down", replicas=3))
-    first = registered_pods(core, fake_github, namespace, "down", 3)
-    jobs = queue_jobs(fake_github, namespace, "down", 2, JOB_SECONDS)
-    busy = wait_busy(core, fake_github, namespace, jobs)
+    first, jobs, busy = _pool_with_busy(core, api_client, namespace, fake_github, "down", 3, 2)
     [idle] = set(first) - set(busy)
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object_scale(
@@ -210,10 +221,7 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
 ) -> None:
     """What ``kubectl drain`` (and the cluster autoscaler, Karpenter) meet: the eviction API."""
     core = client.CoreV1Api(api_client)
-    create_pool(api_client, namespace, node_pool("drain", replicas=2))
-    first = registered_pods(core, fake_github, namespace, "drain", 2)
-    jobs = queue_jobs(fake_github, namespace, "drain", 1, JOB_SECONDS)
-    [busy] = wait_busy(core, fake_github, namespace, jobs)
+    first, jobs, [busy] = _pool_with_busy(core, api_client, namespace, fake_github, "drain", 2, 1)
     [idle] = set(first) - {busy}
     annotations = core.read_namespaced_pod(busy, namespace).metadata.annotations or {}
     assert template.BUSY_ANNOTATIONS.items() <= annotations.items()
