@@ -35,6 +35,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import PodStep
+from runnerpool.pods.template import BUSY_LABEL, BUSY_VALUE
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
@@ -251,8 +252,9 @@ class Reconciler:
                 "UpdatedDisruptionBudget",
                 "brought the busy runners' disruption budget back to spec",
             )
-        if pods.surplus or pods.finished:
-            # Taking pods away is the runner managers' job: ask for a round now, not in a minute.
+        if pods.surplus or pods.finished or _busy_not_marked(run.pool, self._cache):
+            # Taking pods away and marking busy ones are the runner managers' job: ask for a
+            # round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
         wait = self._update_status(run, secret, pods, decision)
         return Result(requeue_after=_sooner(wait, recheck))
@@ -526,6 +528,25 @@ class Reconciler:
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
         run.writes.append("update finalizer removed")
+
+
+def _busy_not_marked(pool: api.RunnerPool, cache: Cache) -> bool:
+    """A delivery or poll says a job runs on one of the pool's pods, and the pod has no busy mark.
+
+    The mark (and with it the eviction protection) follows the runner listing, which would
+    reach it only at the next ``--runner-sync-interval``; a round brought forward reaches it
+    within ``kick_gap``, so a drain right after a job starts finds the pod protected.
+    """
+    demand = pool.status.demand
+    running = {j.runner for j in demand.jobs.values() if j.state == "in_progress"} if demand else set()
+    running.discard(None)
+    if not running:
+        return False
+    return any(
+        str(pod["metadata"].get("name")) in running
+        and (pod["metadata"].get("labels") or {}).get(BUSY_LABEL) != BUSY_VALUE
+        for pod in cache.list_pods(pool.namespace, pool.name)
+    )
 
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.

@@ -21,9 +21,10 @@ from runnerpool import api
 from runnerpool.demand.autoscaler import Autoscaler
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.events import EventRecorder
-from runnerpool.fakes import FakeTokenJobs
+from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.template import BUSY_LABEL, BUSY_VALUE
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
@@ -192,3 +193,41 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     assert names == {p["metadata"]["name"] for p in pods}, "no pod made for the used-up one"
     status = _pool(api_client, namespace, "held")["status"]
     assert status["desiredReplicas"] == 2, "the delay holds the two idle runners that are still up"
+
+
+def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forward(
+    api_client: client.ApiClient, namespace: str, cache: Cache, clock: Clock
+) -> None:
+    """The busy mark (eviction protection) follows the runner listing; a delivery saying a job
+    runs on a pod without the mark asks for the listing now instead of at the next interval."""
+    runners = FakeRunnerJobs()
+    reconciler = Reconciler(
+        cache,
+        api_client,
+        FakeTokenJobs(),
+        runners,
+        EventRecorder(Kube(api_client)),
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        expectations=Expectations(timeout=0),
+        demand=Autoscaler(EventRecorder(Kube(api_client)), clock=clock),
+    )
+    key = _pool_at_zero(api_client, namespace, reconciler, "mark")
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    recorder.record_job(_job(1, "queued", namespace, "mark"))
+    reconciler(key)
+    [pod] = LiveReader(api_client).list_pods(namespace, "mark")
+    name = pod["metadata"]["name"]
+    runners.kicks.clear()
+
+    labels = ["self-hosted", api.pool_runner_label(namespace, "mark")]
+    recorder.record_job(
+        parse_delivery(delivery(job_object(1, "in_progress", labels, repository=REPO, runner=name)))
+    )
+    reconciler(key)
+    assert runners.kicks == [(namespace, "mark")]
+
+    client.CoreV1Api(api_client).patch_namespaced_pod(
+        name, namespace, {"metadata": {"labels": {BUSY_LABEL: BUSY_VALUE}}}
+    )
+    reconciler(key)
+    assert runners.kicks == [(namespace, "mark")], "a marked pod needs no early round"
