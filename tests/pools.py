@@ -166,3 +166,28 @@ def legacy_deployment(
             "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
         },
     )
+
+
+def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> str:
+    """The per-pool disruption budget an earlier operator version kept for pool ``name``."""
+    stored = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+    pool = api.RunnerPool.model_validate(stored)
+    labels = children.pool_labels(pool)
+    budget = api.disruption_budget_name(name)
+    client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(
+        namespace,
+        {
+            "metadata": {
+                "name": budget,
+                "labels": labels,
+                "ownerReferences": [children.owner_reference(pool)],
+            },
+            "spec": {
+                "maxUnavailable": 0,
+                "selector": {"matchLabels": {**labels, template.BUSY_LABEL: "true"}},
+            },
+        },
+    )
+    return budget

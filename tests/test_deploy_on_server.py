@@ -36,6 +36,7 @@ from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
     create_pool,
+    legacy_budget,
     legacy_deployment,
     mark_pods_ready,
     pat_secret,
@@ -177,7 +178,7 @@ def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, 
 
 
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: take over a legacy Deployment, converge
+    """Everything the operator does for a pool: take over a legacy Deployment and budget, converge
     (watching the namespace too), protect its credential Secret, repair drift, protect a busy
     runner, replace a finished pod, deregister, let go of the pool and of the Secret."""
     reader = LiveReader(api_client)
@@ -192,6 +193,10 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(lambda: reader.list_pods(namespace, "lp"), message="the legacy Deployment's pod")
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
     wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
+    old_budget = legacy_budget(api_client, namespace, "lp")
+    wait_for(
+        lambda: not reader.get_disruption_budget(namespace, old_budget), message="the per-pool budget to go"
+    )
     budget = api.BUSY_DISRUPTION_BUDGET
     wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
     assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET)

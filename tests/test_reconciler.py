@@ -40,6 +40,7 @@ from tests.pools import (
     LiveReader,
     create_pool,
     fill_token,
+    legacy_budget,
     mark_pods_ready,
     pat_secret,
     pool_manifest,
@@ -399,6 +400,21 @@ def test_deleted_pods_and_hand_edits_are_repaired(
     secret = core.read_namespaced_secret(api.token_secret_name("eps"), namespace)
     assert secret.metadata.labels[api.MANAGED_BY_LABEL] == api.MANAGED_BY_VALUE
     assert secret.data, "repairing the Secret's labels keeps the token"
+
+
+def test_the_per_pool_budget_of_an_earlier_version_goes(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Two budgets over one busy pod make the eviction API answer 500, so drains stop waiting."""
+    policy = client.PolicyV1Api(api_client)
+    create_pool(api_client, namespace, pool_manifest("old"))
+    legacy_budget(api_client, namespace, "old")
+    reconciler(f"{namespace}/old")
+    fill_token(api_client, namespace, "old", "tok", FUTURE)
+    reconciler(f"{namespace}/old")
+
+    names = [b.metadata.name for b in policy.list_namespaced_pod_disruption_budget(namespace).items]
+    assert names == [api.BUSY_DISRUPTION_BUDGET]
 
 
 def test_a_token_failure_shows_its_reason(

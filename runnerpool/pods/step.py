@@ -73,9 +73,17 @@ class PodStep:
 
     # ------------------------------------------------------------------ converge
 
-    def counts(self, pool: api.RunnerPool, replicas: int | None = None) -> scaling.PodCounts:
-        """The pool's pods as they are, without any write (a pool waiting for its token)."""
-        return self._count(pool, self._cache.list_pods(pool.namespace, pool.name), replicas)
+    def counts(
+        self, pool: api.RunnerPool, replicas: int | None = None, pods: list[dict[str, Any]] | None = None
+    ) -> scaling.PodCounts:
+        """The pool's pods as they are, without any write (a pool waiting for its token).
+
+        ``pods``: the pool's pods from the cache when the caller has them already.
+        """
+        return self._count(pool, self._pods_of(pool) if pods is None else pods, replicas)
+
+    def _pods_of(self, pool: api.RunnerPool) -> list[dict[str, Any]]:
+        return self._cache.list_pods(pool.namespace, pool.name)
 
     def _count(
         self, pool: api.RunnerPool, pods: list[dict[str, Any]], replicas: int | None
@@ -86,13 +94,18 @@ class PodStep:
         return scaling.count(pods, desired, self.wanted_hash(pool), pending)
 
     def converge(
-        self, pool: api.RunnerPool, writes: list[str], replicas: int | None = None
+        self,
+        pool: api.RunnerPool,
+        writes: list[str],
+        replicas: int | None = None,
+        pods: list[dict[str, Any]] | None = None,
     ) -> scaling.PodCounts:
         """Take over, keep the budget, create what is missing; returns the counts after the creates.
 
-        ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand).
+        ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
+        ``pods``: as for ``counts``.
         """
-        pods = self._cache.list_pods(pool.namespace, pool.name)
+        pods = self._pods_of(pool) if pods is None else pods
         self._take_over(pool, pods, writes)
         self._ensure_budget(pool, writes)
         key = pool_key(pool.namespace, pool.name)
@@ -113,6 +126,7 @@ class PodStep:
         self._expectations.created(key, name)
 
     def _ensure_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
+        self._drop_legacy_budget(pool, writes)
         desired = template.disruption_budget(pool.namespace)
         name = desired["metadata"]["name"]
         live = self._cache.get_disruption_budget(pool.namespace, name)
@@ -136,6 +150,19 @@ class PodStep:
             patch_type=MERGE_PATCH,
         )
         writes.append("update poddisruptionbudget")
+
+    def _drop_legacy_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
+        """Earlier versions kept a budget per pool. Left beside the namespace's, a busy pod
+        would match two budgets, and the eviction API answers that with a 500, not the 429
+        that makes ``kubectl drain`` wait."""
+        legacy = self._cache.get_disruption_budget(pool.namespace, api.disruption_budget_name(pool.name))
+        if legacy is None or not adoption.controlled_by(legacy, pool.uid):
+            return
+        try:
+            self._kube.delete(POD_DISRUPTION_BUDGETS, pool.namespace, legacy["metadata"]["name"])
+            writes.append("delete poddisruptionbudget (per pool, of an earlier version)")
+        except ApiException as err:
+            _ignore(err, 404)
 
     # ------------------------------------------------------------------ take-over
 
