@@ -35,7 +35,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import PodStep
-from runnerpool.pods.template import BUSY_LABEL, BUSY_VALUE
+from runnerpool.pods.template import busy_marked
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
@@ -231,15 +231,18 @@ class Reconciler:
             (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
             recreated="create secret" in run.writes,
         )
-        decision = self._decide(run.pool)
+        # One read of the pool's pods for the whole pass: the decision, the creates, the kick.
+        live = self._cache.list_pods(run.pool.namespace, run.pool.name)
+        decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
         recheck = _sooner(recheck, decision.recheck_after)
         if not pool_status.has_token(secret):
             # No new pod without a token, but the pods that run still count in the status.
-            wait = self._update_status(run, secret, self._pods.counts(run.pool, decision.replicas), decision)
+            counts = self._pods.counts(run.pool, decision.replicas, live)
+            wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         before = len(run.writes)
-        pods = self._pods.converge(run.pool, run.writes, decision.replicas)
+        pods = self._pods.converge(run.pool, run.writes, decision.replicas, live)
         created = sum(1 for w in run.writes[before:] if w == "create pod")
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
@@ -252,22 +255,23 @@ class Reconciler:
                 "UpdatedDisruptionBudget",
                 "brought the busy runners' disruption budget back to spec",
             )
-        if pods.surplus or pods.finished or _busy_not_marked(run.pool, self._cache):
+        if pods.surplus or pods.finished or _busy_not_marked(run.pool, live):
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
         wait = self._update_status(run, secret, pods, decision)
         return Result(requeue_after=_sooner(wait, recheck))
 
-    def _decide(self, pool: api.RunnerPool) -> Decision:
-        """``spec.replicas``, or what demand asks for (the runner managers ask the same one),
-        held during the scale-down delay only by the pods that are still up (``held_by``)."""
+    def _decide(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> Decision:
+        """``spec.replicas``, or what demand asks for, held during the scale-down delay only
+        by the pods that are still up (``held_by``). The runner managers retire above the
+        autoscaler's count before ``held_by``, which is never below this one."""
         if self._demand is None:
             return Decision.fixed(pool.spec.replicas)
         decision = self._demand.decide(pool)
         if decision.wanted is None or decision.replicas <= decision.wanted:
-            return decision
-        return decision.held_by(self._pods.counts(pool, decision.replicas).active)
+            return decision  # nothing held: no need to count the pods
+        return decision.held_by(self._pods.counts(pool, decision.replicas, pods).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:
@@ -530,7 +534,7 @@ class Reconciler:
         run.writes.append("update finalizer removed")
 
 
-def _busy_not_marked(pool: api.RunnerPool, cache: Cache) -> bool:
+def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
     """A delivery or poll says a job runs on one of the pool's pods, and the pod has no busy mark.
 
     The mark (and with it the eviction protection) follows the runner listing, which would
@@ -542,11 +546,7 @@ def _busy_not_marked(pool: api.RunnerPool, cache: Cache) -> bool:
     running.discard(None)
     if not running:
         return False
-    return any(
-        str(pod["metadata"].get("name")) in running
-        and (pod["metadata"].get("labels") or {}).get(BUSY_LABEL) != BUSY_VALUE
-        for pod in cache.list_pods(pool.namespace, pool.name)
-    )
+    return any(str(pod["metadata"].get("name")) in running and not busy_marked(pod) for pod in pods)
 
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from runnerpool import api, children
@@ -26,6 +27,7 @@ __all__ = [
     "BUSY_ANNOTATIONS",
     "BUSY_LABEL",
     "TEMPLATE_HASH_LABEL",
+    "busy_marked",
     "disruption_budget",
     "pod_template",
     "runner_pod",
@@ -75,6 +77,11 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
         },
         "spec": template["spec"],
     }
+
+
+def busy_marked(pod: Mapping[str, Any]) -> bool:
+    """The pod carries the operator's busy mark (the disruption budget selects it)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(BUSY_LABEL) == BUSY_VALUE
 
 
 def disruption_budget(namespace: str) -> dict[str, Any]:

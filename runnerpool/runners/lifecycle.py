@@ -48,8 +48,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerpool.children import RUNNER_CONTAINER
+from runnerpool.domain import parse_rfc3339
 from runnerpool.github.types import Runner
-from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL, BUSY_VALUE, TEMPLATE_HASH_LABEL
+from runnerpool.pods.template import (
+    BUSY_ANNOTATIONS,
+    BUSY_LABEL,
+    BUSY_VALUE,
+    TEMPLATE_HASH_LABEL,
+    busy_marked,
+)
 
 __all__ = [
     "Action",
@@ -118,13 +125,13 @@ class PodView:
             name=str(meta.get("name") or ""),
             uid=str(meta.get("uid") or ""),
             resource_version=str(meta.get("resourceVersion") or ""),
-            created=_timestamp(meta.get("creationTimestamp")),
+            created=parse_rfc3339(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             phase=phase,
             runner_running="running" in state and phase not in FINISHED_PHASES,
             runner_restarts=int(runner.get("restartCount") or 0),
             runner_terminated="terminated" in state,
-            busy_marked=labels.get(BUSY_LABEL) == BUSY_VALUE,
+            busy_marked=busy_marked(pod),
             busy_annotations=frozenset(k for k, v in BUSY_ANNOTATIONS.items() if annotations.get(k) == v),
             template_hash=labels.get(TEMPLATE_HASH_LABEL),
         )
@@ -269,12 +276,3 @@ def plan(
         marks=tuple(marks),
         decisions=tuple(decisions),
     )
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
