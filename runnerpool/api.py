@@ -38,7 +38,7 @@ from pydantic_core import CoreSchema, core_schema
 # they live in the domain module and are re-exported here beside the rest of the API.
 # (``x as x`` is the re-export form mypy --strict recognises.)
 from runnerpool.domain import BUSY_DISRUPTION_BUDGET as BUSY_DISRUPTION_BUDGET  # noqa: PLC0414
-from runnerpool.domain import RFC3339, Scope, pool_key
+from runnerpool.domain import RFC3339, JobState, Scope, pool_key
 from runnerpool.domain import deployment_name as deployment_name  # noqa: PLC0414
 from runnerpool.domain import disruption_budget_name as disruption_budget_name  # noqa: PLC0414
 from runnerpool.domain import pool_runner_label as pool_runner_label  # noqa: PLC0414
@@ -703,7 +703,6 @@ class RunnerPoolSpec(KubeModel):
     )
 
 
-JobState = Literal["queued", "in_progress", "completed"]
 #: Jobs remembered per pool: queued and busy ones (at most maxReplicas are busy) plus recently
 #: completed ones kept so a late or repeated delivery cannot bring them back.
 MAX_TRACKED_JOBS = 2000

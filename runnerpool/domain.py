@@ -15,6 +15,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Literal
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -22,6 +23,7 @@ __all__ = [
     "RFC3339",
     "Decision",
     "Deregistration",
+    "JobState",
     "PoolRef",
     "Scope",
     "TokenFailure",
@@ -229,6 +231,10 @@ class TokenFailure:
     reason: str
     message: str
     since: datetime
+
+
+#: A workflow job's state as GitHub reports it, in the order states move.
+JobState = Literal["queued", "in_progress", "completed"]
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from runnerpool import api, events
 from runnerpool.demand.scaling import Window, recommend
-from runnerpool.domain import Decision
+from runnerpool.domain import Decision, utcnow
 from runnerpool.runners.lifecycle import parse_duration
 
 __all__ = ["Autoscaler"]
@@ -31,9 +31,7 @@ def _event_object(pool: api.RunnerPool) -> dict[str, object]:
 
 
 class Autoscaler:
-    def __init__(
-        self, recorder: events.Recorder, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    ) -> None:
+    def __init__(self, recorder: events.Recorder, clock: Callable[[], datetime] = utcnow) -> None:
         self._events = recorder
         self._clock = clock
         self._lock = threading.Lock()

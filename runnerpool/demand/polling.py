@@ -24,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
@@ -32,6 +32,7 @@ from runnerpool import api
 from runnerpool.demand.matching import job_matches
 from runnerpool.demand.record import ACTIVE
 from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
+from runnerpool.domain import utcnow
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.jobs import Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
@@ -82,7 +83,7 @@ class DemandPoller:
         default_api_url: str,
         *,
         interval: float,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._pools = pools
         self._recorder = recorder

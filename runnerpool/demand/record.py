@@ -35,10 +35,10 @@ ACTIVE = ("queued", "in_progress")
 class Transition:
     """A job that moved forward in one pool: what the metrics observe."""
 
-    __slots__ = ("before", "job", "state")
+    __slots__ = ("job", "state")
 
-    def __init__(self, job: Job, before: str | None, state: JobState) -> None:
-        self.job, self.before, self.state = job, before, state
+    def __init__(self, job: Job, state: JobState) -> None:
+        self.job, self.state = job, state
 
 
 def _state_for(job: Job, runners: Collection[str]) -> JobState | None:
@@ -82,7 +82,7 @@ def apply(
             continue
         runner = job.runner_name if state == "in_progress" else (old.runner if old else None)
         tracked[key] = api.TrackedJob(state=state, repository=job.repository, runner=runner, updated_at=now)
-        moved.append(Transition(job, old.state if old else None, state))
+        moved.append(Transition(job, state))
     return _counted(api.Demand(jobs=_pruned(tracked, now))), moved
 
 

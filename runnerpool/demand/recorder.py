@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from runnerpool import api
 from runnerpool.demand import metrics, record
 from runnerpool.demand.matching import job_matches
+from runnerpool.domain import utcnow
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 
@@ -85,7 +86,7 @@ class DemandRecorder:
         kube: Kube,
         pools: PoolSource,
         default_api_url: str,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._kube = kube
         self._pools = pools

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from runnerpool.domain import parse_rfc3339
+from runnerpool.domain import JobState, parse_rfc3339
 
 __all__ = ["STATE_RANK", "ActiveJobs", "InvalidJob", "Job", "JobState", "parse_delivery", "parse_job"]
 
-JobState = Literal["queued", "in_progress", "completed"]
 
 #: States only move forward; a late or repeated delivery of an earlier state changes nothing.
 STATE_RANK: dict[str, int] = {"queued": 0, "in_progress": 1, "completed": 2}
