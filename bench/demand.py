@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -44,9 +43,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
+from kubernetes.informer import ADDED
 
+from bench.stats import percentile
 from runnerpool import api
+from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane, free_port
 from testworld.fakegithub import FakeGitHub
@@ -124,35 +126,28 @@ class JobClock:
                 table.setdefault(job_id, now)
 
 
-class PodClock(threading.Thread):
-    """When each runner pod first appeared in the API (a watch of the bench namespace).
+class PodClock:
+    """When each runner pod first appeared in the API (an informer on the bench namespace).
 
     The container's start is not taken from the pod's status: with 50 pods starting the
     kubelet's status updates came seconds after the runner inside was already online.
     """
 
     def __init__(self, core: client.CoreV1Api) -> None:
-        super().__init__(daemon=True, name="pod-clock")
-        self.core = core
         self.created: dict[str, float] = {}
-        self._stopping = threading.Event()
+        self._adapter = ListWatchAdapter(core.list_namespaced_pod)
+        self._informer = StoppableInformer(self._adapter, namespace=NAMESPACE)
+        self._informer.add_event_handler(ADDED, self._added)
 
-    def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                self._watch()
-            except Exception:  # the API server went away (teardown) or the watch broke: again
-                self._stopping.wait(0.5)
+    def _added(self, pod: dict[str, Any]) -> None:
+        self.created.setdefault(pod["metadata"]["name"], time.time())
 
-    def _watch(self) -> None:
-        stream = watch.Watch().stream(self.core.list_namespaced_pod, NAMESPACE, timeout_seconds=30)
-        for event in stream:
-            self.created.setdefault(event["object"].metadata.name, time.time())
-            if self._stopping.is_set():
-                return
+    def start(self) -> None:
+        self._informer.start()
+        self._adapter.synced.wait(30)
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._informer.signal_stop()
 
 
 #: The stages of one pickup, queued -> in progress, in order; each from the previous one:
@@ -165,12 +160,6 @@ def _stages(queued: float, started: float, created: float, online: float) -> lis
     """Seconds spent in each of `STAGES`."""
     marks = [queued, created, online, started]
     return [later - earlier for earlier, later in itertools.pairwise(marks)]
-
-
-def _pct(values: list[float], q: float) -> float:
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 class Bench:
@@ -200,8 +189,6 @@ class Bench:
         args = [
             "--runner-image",
             self.node.runner_image.reference,
-            "--webhook-port",
-            str(port),
             "--demand-poll-interval",
             str(self.args.poll_interval),
             "--runner-sync-interval",
@@ -214,6 +201,7 @@ class Bench:
             self.fake.url,
             workdir / f"operator-{mode}.log",
             namespaces=[NAMESPACE],
+            webhook_port=port,
             extra_args=args,
         )
 
@@ -271,11 +259,14 @@ class Bench:
         if not done:
             raise RuntimeError(f"{mode}: {size} jobs did not all complete in {self.args.timeout}s")
         last = max(self.clock.completed[i] for i in ids)
-        poll_until(self.at_zero, self.args.delay + 120, 0.1)
+        if not poll_until(self.at_zero, self.args.delay + 120, 0.1):
+            raise RuntimeError(f"{mode}: the pool was not back at 0 within {self.args.delay + 120}s")
         back = time.time() - last
-        pickups = sorted(self.clock.started[i] - self.clock.queued[i] for i in ids)
+        pickups = [self.clock.started[i] - self.clock.queued[i] for i in ids]
         failed = sum(1 for i in ids if self.fake.job(i)["conclusion"] != "success")
-        result = Burst(mode, size, _pct(pickups, 50), _pct(pickups, 99), pickups[-1], back, failed)
+        result = Burst(
+            mode, size, percentile(pickups, 50), percentile(pickups, 99), max(pickups), back, failed
+        )
         result.stages_p50 = self._stages_p50(ids)
         print(
             f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p99 {result.pickup_p99:.2f}s, "
@@ -301,7 +292,7 @@ class Bench:
             )
             for values, seconds in zip(per_stage, stages, strict=True):
                 values.append(seconds)
-        return {name: _pct(sorted(v), 50) for name, v in zip(STAGES, per_stage, strict=True) if v}
+        return {name: percentile(v, 50) for name, v in zip(STAGES, per_stage, strict=True) if v}
 
     def run_mode(self, mode: str, workdir: Path) -> tuple[list[Burst], Mode]:
         port = free_port()
@@ -317,14 +308,13 @@ class Bench:
             # Idle at 0 for a while: what an idle pool costs is most of an hour.
             busy_until, idle_from = time.monotonic(), len(self.fake.requests)
             time.sleep(self.args.idle)
-            seconds = time.monotonic() - started
             records = _operator_requests(self.fake.requests[before:idle_from])
             idle = _operator_requests(self.fake.requests[idle_from:])
             counted = Mode(mode, busy_until - started, jobs=sum(self.args.sizes))
             for record in records:
                 counted.requests[f"{record.method} {record.endpoint}"] += 1
             counted.budget_requests = sum(1 for r in records if r.counted)
-            counted.idle_seconds = seconds - counted.seconds
+            counted.idle_seconds = time.monotonic() - busy_until
             counted.idle_requests = len(idle)
             counted.idle_budget_requests = sum(1 for r in idle if r.counted)
             self.delete_pool()
@@ -335,8 +325,9 @@ class Bench:
 
 
 def _operator_requests(records: list[RequestRecord]) -> list[RequestRecord]:
-    """The operator's requests: not the runners' own (registration, job protocol)."""
-    return [r for r in records if "/_actions" not in r.path and "runner-registration" not in r.path]
+    """The operator's requests: not the runners' registrations (their job protocol is not
+    in the REST request log at all)."""
+    return [r for r in records if "runner-registration" not in r.path]
 
 
 def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
@@ -414,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
-                "settings": {k: v for k, v in vars(args).items()},
+                "settings": vars(args),
                 "bursts": [asdict(b) for b in bursts],
                 "modes": [
                     {

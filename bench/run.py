@@ -36,7 +36,6 @@ import contextlib
 import json
 import os
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -51,6 +50,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.informer import ADDED, MODIFIED
 
+from bench.stats import percentile
 from runnerpool import api
 from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
@@ -204,13 +204,6 @@ class Watcher:
 
 def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    return statistics.quantiles(ordered, n=100, method="inclusive")[round(q) - 1]
 
 
 class AuditTail:
@@ -429,9 +422,9 @@ class SizeRun:
         tokens = [watcher.token_at[p] - t for p, t in created.items() if p in watcher.token_at]
         ready = [watcher.ready_at[p] - t for p, t in created.items() if p in watcher.ready_at]
         if tokens:
-            result.token_p50, result.token_p99 = _percentile(tokens, 50), _percentile(tokens, 99)
+            result.token_p50, result.token_p99 = percentile(tokens, 50), percentile(tokens, 99)
         if ready:
-            result.ready_p50, result.ready_p99 = _percentile(ready, 50), _percentile(ready, 99)
+            result.ready_p50, result.ready_p99 = percentile(ready, 50), percentile(ready, 99)
         if result.converged:
             result.all_ready = max(watcher.ready_at.values()) - start
         if self.simulator.rejections:

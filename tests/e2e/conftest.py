@@ -172,13 +172,14 @@ def start_operator(
     started: list[OperatorProcess] = []
     request.node.stash[OPERATORS] = started
 
-    def start(*extra_args: str) -> OperatorProcess:
+    def start(*extra_args: str, webhook_port: int = 0) -> OperatorProcess:
         operator = OperatorProcess(
             control_plane.kubeconfig,
             fake_github.url,
             tmp_path / f"operator-{len(started)}.log",
             namespaces=[namespace],
             extra_args=extra_args,
+            webhook_port=webhook_port,
         )
         started.append(operator)
         operator.start().wait_ready()

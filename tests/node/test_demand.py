@@ -61,12 +61,11 @@ class Demand:
             self.node.runner_image.reference,
             "--runner-sync-interval",
             NODE_RUNNER_SYNC_SECONDS,
-            "--webhook-port",
-            str(port),
             "--webhook-secret-file",
             str(secret_file),
             "--demand-poll-interval",
             poll_interval,
+            webhook_port=port,
         )
         sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
         self.senders.append(sender)

@@ -1169,8 +1169,10 @@ class GitHubState:
     def runner_of(self, credential: str) -> str | None:
         """The name of the runner a listener credential belongs to, if it is still registered."""
         with self._lock:
-            runner = self._runners.get(self._credentials.get(credential, 0))
-            return runner.name if runner else None
+            try:
+                return self._listener(credential).name
+            except ListenerError:
+                return None
 
     def record_listener(self, record: ListenerRecord) -> None:
         with self._lock:

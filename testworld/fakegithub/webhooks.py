@@ -46,7 +46,7 @@ def workflow_job_payload(
     """The ``workflow_job`` event body; ``job`` and ``repository`` in their REST shapes."""
     payload: dict[str, Any] = {
         "action": action,
-        "workflow_job": {**job, "steps": job.get("steps") or []},
+        "workflow_job": dict(job),
         "repository": repository,
         "sender": sender,
     }
@@ -113,10 +113,6 @@ class WebhookSender:
         """Wait until every queued delivery has been answered (or failed)."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def answered(self, action: str | None = None) -> list[Delivery]:
-        with self._lock:
-            return [d for d in self.deliveries if d.status is not None and action in (None, d.action)]
 
     def close(self) -> None:
         for _ in self._threads:
