@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-__all__ = ["ApiStatus", "describe", "is_namespace_terminating", "is_not_found", "status_of"]
+__all__ = ["ApiStatus", "describe", "is_namespace_terminating", "status_of"]
 
 #: ``metav1.StatusCause`` reason the NamespaceLifecycle admission plugin gives.
 _NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
@@ -64,10 +64,6 @@ def describe(err: BaseException) -> str:
         text = f"{status.code} {status.reason}".strip()
         return f"{text}: {status.message}" if status.message else text
     return f"{type(err).__name__}: {err}"
-
-
-def is_not_found(err: BaseException) -> bool:
-    return isinstance(err, ApiException) and err.status == 404
 
 
 def is_namespace_terminating(err: BaseException) -> bool:

@@ -21,7 +21,7 @@ from prometheus_client import start_http_server
 
 from runnerpool import api, children
 from runnerpool.api_errors import describe
-from runnerpool.credential_protection import CredentialProtection
+from runnerpool.credential_protection import CredentialProtection, credential_secret_name
 from runnerpool.demand.autoscaler import Autoscaler
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 
 def _credential_refs(pool: dict[str, Any]) -> list[str]:
-    return [(pool.get("spec") or {}).get("credentialSecretName") or api.DEFAULT_CREDENTIAL_SECRET]
+    return [credential_secret_name(pool)]
 
 
 class NamedClientCache(ClientCache):

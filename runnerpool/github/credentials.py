@@ -69,6 +69,9 @@ class CredentialError(Exception):
     Messages name keys only, never values: they end up in conditions, events and logs.
     """
 
+    #: ``reason`` of a Secret that does not exist (``missing``).
+    MISSING = "CredentialSecretMissing"
+
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
@@ -76,7 +79,7 @@ class CredentialError(Exception):
 
     @classmethod
     def missing(cls, message: str) -> CredentialError:
-        return cls("CredentialSecretMissing", message)
+        return cls(cls.MISSING, message)
 
     @classmethod
     def malformed(cls, message: str) -> CredentialError:

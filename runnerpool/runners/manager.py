@@ -216,7 +216,7 @@ class RunnerManagers:
         try:
             return self._clients.get(pool.namespace, secret, url)
         except CredentialError as err:
-            if err.reason != "CredentialSecretMissing" or not isinstance(self._clients, KeepsLastGoodClient):
+            if err.reason != CredentialError.MISSING or not isinstance(self._clients, KeepsLastGoodClient):
                 raise
             last = self._clients.last_good(pool.namespace, secret, url)
             if last is None:
