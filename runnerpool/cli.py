@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import signal
 import sys
-import threading
 import typing
 from importlib.metadata import version
 from types import FrameType
@@ -129,15 +128,10 @@ def main(argv: list[str] | None = None, *, early_signals: list[int] | None = Non
         return 2
     operator = Operator(settings, api_client)
 
-    stopping: list[threading.Thread] = []
-
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("received %s, shutting down", signal.Signals(signum).name)
-        if stopping:
-            return  # one shutdown is enough; a second signal must not start another
-        stopping.append(threading.Thread(target=operator.shutdown, name="shutdown", daemon=True))
-        stopping[0].start()
+        operator.shutdown()  # only sets an event: the stop path runs on the main thread
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -148,9 +142,6 @@ def main(argv: list[str] | None = None, *, early_signals: list[int] | None = Non
         extra={"namespaces": settings.namespaces or "all", "workers": settings.queue.workers},
     )
     operator.run()
-    for thread in stopping:
-        # Nothing of ours may still run while the interpreter finalizes (see Operator.run).
-        thread.join(timeout=30)
     return 0
 
 

@@ -10,6 +10,8 @@ from runnerpool.domain import RFC3339
 
 READY = "Ready"
 TOKEN_READY = "TokenReady"
+#: Pools that follow demand: the scaling decision and why (``runnerpool.autoscaling``).
+SCALING = "Scaling"
 
 
 @dataclass(frozen=True)

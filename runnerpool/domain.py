@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_WEB_URL",
     "RFC3339",
-    "Decision",
-    "Deregistration",
+    "Drain",
     "JobState",
     "PoolRef",
     "Scope",
     "TokenFailure",
     "deployment_name",
+    "parse_duration",
     "pool_key",
     "pool_runner_label",
     "resolve_api_url",
@@ -68,6 +68,18 @@ def parse_rfc3339(value: object) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+_DURATION_PART = re.compile(r"(\d+)([hms])")
+_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str) -> timedelta:
+    """A Go duration as the CRD admits it: whole hours, minutes and seconds (``1h30m``)."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration of hours, minutes and seconds: {text!r}")
+    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 # -- keys and names -------------------------------------------------------------------------------
@@ -213,15 +225,19 @@ class PoolRef:
 
 
 @dataclass(frozen=True)
-class Deregistration:
-    """What deregistering a pool's runners on GitHub left behind, for its finalizer.
+class Drain:
+    """What draining a deleted pool (its runners on GitHub, then its pods) left behind.
 
     ``busy`` runners are still running a job (listed busy, or GitHub answered 422): the pool
-    must wait for them. ``deleted`` were removed by this pass (204; a 404 is not counted).
+    must wait for them, and none of its pods is deleted meanwhile. ``deregistered`` runners
+    were removed by this pass (204; a 404 is not counted). ``pods_deleted`` by this pass, and
+    ``pods_left`` still there (being deleted or not): the finalizer waits until none is.
     """
 
     busy: int
-    deleted: int
+    deregistered: int
+    pods_deleted: int = 0
+    pods_left: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,39 +251,3 @@ class TokenFailure:
 
 #: A workflow job's state as GitHub reports it, in the order states move.
 JobState = Literal["queued", "in_progress", "completed"]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """How many runner pods a pool wants now, and why: ``spec.replicas`` for a fixed pool,
-    the autoscaler's answer (``runnerpool.demand``) for one that follows demand. The
-    reconciler (pod creates, status) and the runner managers (scale-down) act on the same one.
-    """
-
-    replicas: int
-    reason: str  # CamelCase, for an Event
-    message: str
-    #: Seconds after which the decision may fall without new demand (the reconciler requeues).
-    recheck_after: float | None = None
-    #: What demand asks for right now, before the scale-down delay (``None``: a fixed pool).
-    wanted: int | None = None
-
-    @classmethod
-    def fixed(cls, replicas: int) -> Decision:
-        return cls(replicas, "Fixed", f"spec.replicas is {replicas}")
-
-    def held_by(self, active: int) -> Decision:
-        """The scale-down delay keeps runners that exist; it never makes new ones.
-
-        An ephemeral runner's pod is used up after its job. Replacing it while demand is
-        already lower and only the delay holds the count made a pod, a registration and a
-        deregistration for nothing after every job (the demand benchmark: 112 pods for 61
-        jobs). So above ``wanted`` the decision is capped at the ``active`` pods.
-        """
-        if self.wanted is None or self.replicas <= self.wanted:
-            return self
-        held = max(self.wanted, min(self.replicas, active))
-        if held == self.replicas:
-            return self
-        message = f"{self.message}; {held} still up (used-up runners are not replaced meanwhile)"
-        return replace(self, replicas=held, message=message)

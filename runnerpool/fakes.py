@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runnerpool import api
-from runnerpool.domain import Deregistration, PoolRef, TokenFailure, pool_key
+from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key
 
 __all__ = ["FakeRunnerJobs", "FakeTokenJobs"]
 
@@ -24,6 +24,8 @@ class FakeTokenJobs:
     failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
     #: (namespace, pool, recreated) of every ``check_secret``.
     checked: list[tuple[str, str, bool]] = field(default_factory=list)
+    #: (namespace, pool) of every ``withdraw`` that found a token to empty.
+    emptied: list[tuple[str, str]] = field(default_factory=list)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -40,18 +42,24 @@ class FakeTokenJobs:
         self.checked.append((namespace, name, recreated))
         return None
 
+    def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool:
+        self.stop(namespace, name)
+        if has_token:
+            self.emptied.append((namespace, name))
+        return has_token
+
 
 @dataclass
 class FakeRunnerJobs:
-    """``RunnerJobs``: records starts, stops, kicks and deregistrations; counts and outcomes are set
-    by the test (by default a pool has no listing yet and nothing to deregister)."""
+    """``RunnerJobs``: records starts, stops, kicks and drains; counts and outcomes are set by the
+    test (by default a pool has no listing yet, nothing to deregister and no pod left)."""
 
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     runner_counts: dict[str, api.RunnerCounts] = field(default_factory=dict)
-    deregistrations: list[PoolRef] = field(default_factory=list)
+    drains: list[PoolRef] = field(default_factory=list)
     kicks: list[tuple[str, str]] = field(default_factory=list)
-    outcome: Deregistration = field(default_factory=lambda: Deregistration(busy=0, deleted=0))
+    outcome: Drain = field(default_factory=lambda: Drain(busy=0, deregistered=0))
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -65,8 +73,8 @@ class FakeRunnerJobs:
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
         return self.runner_counts.get(pool_key(namespace, name))
 
-    def deregister(self, pool: PoolRef) -> Deregistration:
-        self.deregistrations.append(pool)
+    def drain(self, pool: PoolRef) -> Drain:
+        self.drains.append(pool)
         return self.outcome
 
 

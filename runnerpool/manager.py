@@ -1,37 +1,33 @@
-"""Assemble the operator: caches, work queue, reconciler, token jobs, runner managers,
-demand (webhook receiver, poller, autoscaler), probes, leadership.
+"""Assemble the operator: the parts, and which of them run on every replica or on the leader.
 
-Caches and the webhook receiver run on every replica, so a new leader begins with warm
-caches and a delivery to either replica counts (it is recorded on the pool itself); workers,
-token jobs, runner managers and the demand poller run only while this replica holds the
-Lease. Losing the Lease stops them at once and ends the process, as controller-runtime's
-manager does, so a replica never acts on a stale belief that it still leads.
+Caches, probes, metrics and the webhook receiver run on every replica, so a new leader begins
+with warm caches and a delivery to either replica counts (it is recorded on the pool itself);
+workers, token jobs, runner managers and the demand poller run only while this replica holds
+the Lease. ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop
+path, whether a SIGTERM or a lost Lease asks for the stop.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import os
-import threading
+from collections.abc import Callable
 from typing import Any
 
+from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from runnerpool import api, children
+from runnerpool import children
 from runnerpool.api_errors import describe
 from runnerpool.credential_protection import CredentialProtection, credential_secret_name
-from runnerpool.demand.autoscaler import Autoscaler
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import SecretFile
-from runnerpool.domain import Decision, pool_key
+from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
-from runnerpool.github.credentials import ClientCache
-from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
@@ -41,149 +37,68 @@ from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
+from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager
 from runnerpool.runtime.workqueue import RateLimitingQueue
+from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import Settings
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
 
 
-def _credential_refs(pool: dict[str, Any]) -> list[str]:
-    return [credential_secret_name(pool)]
-
-
-class NamedClientCache(ClientCache):
-    """Names each client after its credential Secret, so that the rate-limit gauges say whose
-    budget they show (``namespace/secret``) without anything derived from the token.
-
-    Every user of a client gets it through ``get``, so the name is set before its first
-    request.
-    """
-
-    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
-        github = super().get(namespace, secret_name, base_url)
-        if isinstance(github, PyGithubClient):
-            github.name_credential(pool_key(namespace, secret_name))
-        return github
-
-
-class _Demand:
-    """The reconciler's view of demand: the leader's autoscaler decides; a deleted pool is
-    forgotten by the autoscaler and by this replica's recorder."""
-
-    def __init__(self, autoscaler: Autoscaler, recorder: DemandRecorder) -> None:
-        self._autoscaler = autoscaler
-        self._recorder = recorder
-
-    def decide(self, pool: api.RunnerPool) -> Decision:
-        return self._autoscaler.decide(pool)
-
-    def forget(self, namespace: str, name: str) -> None:
-        self._autoscaler.forget(namespace, name)
-        self._recorder.forget(namespace, name)
-
-
 class Operator:
     def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
         self.settings = settings
         self._api = api_client
-        self.queue = RateLimitingQueue()
+        queue = RateLimitingQueue()
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
-        self._expectations = Expectations()
+        expectations = Expectations()
         self.informers = InformerSet(
             api_client,
-            self.queue.add,
+            queue.add,
             list(settings.namespaces) if settings.namespaces else None,
-            pool_secret_refs=_credential_refs,
-            on_pod=self._expectations.observe,
+            pool_secret_refs=lambda pool: [credential_secret_name(pool)],
+            on_pod=expectations.observe,
         )
-        self._kube = Kube(api_client)
+        kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
-        self._demand_recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
-        self._webhook: WebhookServer | None = None
-        self._poller: DemandPoller | None = None
-        self._stop = threading.Event()
-        # Set first thing on a stop: a start still in progress must not build or start more.
-        self._stopping = threading.Event()
-        # Serialises building/starting the leader's parts with stopping them.
-        self._lifecycle = threading.Lock()
-        self._leading = threading.Event()
-        self._controller: Controller | None = None
-        self._tokens: TokenUpdater | None = None
-        self._runners: RunnerManagers | None = None
-        self._elector: LeaderElector | None = None
-        self._probes: ProbeServer | None = None
-        self._metrics_server: Any = None
-        self._election_thread: threading.Thread | None = None
-
-    # -- wiring ----------------------------------------------------------------
-
-    def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
-        secret = self.informers.get_secret(namespace, name)
-        if secret is None:
-            return None
-        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
-
-    def _patch_secret(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._kube.patch(SECRETS, namespace, name, body)
-
-    def _start_leading(self) -> None:
-        with self._lifecycle:
-            if self._stopping.is_set():
-                return
-            protection = self._build_leader_parts()
-        # Workers on a half-filled cache would recreate what exists; wait, but not past a shutdown.
-        while not self.informers.wait_for_sync(timeout=1.0):
-            if self._stopping.is_set():
-                return
-        self._release_unused_credentials(protection)
-        with self._lifecycle:
-            if self._stopping.is_set() or self._controller is None:
-                return
-            self._controller.start()
-            if self._poller is not None:
-                self._poller.start()
-            self._leading.set()
-        log.info("leading: %d workers started", self.settings.queue.workers)
-
-    def _build_leader_parts(self) -> CredentialProtection:
-        settings = self.settings
+        recorder = DemandRecorder(kube, self.informers, settings.github.api_url)
         clients = NamedClientCache(self._read_credentials)
-        protection = CredentialProtection(self.informers, self._kube)
-        events = EventRecorder(self._kube)
-        autoscaler = Autoscaler(events)
-        self._runners = RunnerManagers(
+        token_scheduler = background_scheduler(settings.tokens.threads)
+        runner_scheduler = background_scheduler(settings.runners.threads)
+        tokens = TokenUpdater(
+            clients,
+            lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
+            lambda namespace, name: queue.add(pool_key(namespace, name)),
+            settings=settings.tokens,
+            scheduler=token_scheduler,
+        )
+        runners = RunnerManagers(
             self.informers,
             clients,
-            KubePods(self._kube),
-            self.queue.add,
+            KubePods(kube),
+            queue.add,
             settings=settings.runners,
+            scheduler=runner_scheduler,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
-            # Scale-down retires pods above the same count the reconciler creates pods for.
-            replicas=autoscaler.desired_replicas,
         )
-        self._tokens = TokenUpdater(
-            clients,
-            self._patch_secret,
-            lambda namespace, name: self.queue.add(pool_key(namespace, name)),
-            settings=settings.tokens,
-        )
+        protection = CredentialProtection(self.informers, kube)
         reconciler = Reconciler(
             self.informers,
-            self._api,
-            self._tokens,
-            self._runners,
-            events,
+            api_client,
+            tokens,
+            runners,
+            EventRecorder(kube),
             settings=settings,
-            expectations=self._expectations,
+            expectations=expectations,
             protection=protection,
             namespaces=self.informers,
-            demand=_Demand(autoscaler, self._demand_recorder),
+            forgetters=(recorder,),
         )
-        self._controller = Controller(self.queue, reconciler, workers=settings.queue.workers)
-        self._poller = DemandPoller(
+        controller = Controller(queue, reconciler, workers=settings.queue.workers)
+        poller = DemandPoller(
             self.informers,
-            self._demand_recorder,
+            recorder,
             lambda pool: clients.get(
                 pool.namespace,
                 pool.spec.credential_secret_name,
@@ -192,113 +107,113 @@ class Operator:
             settings.github.api_url,
             interval=settings.demand.poll_interval,
         )
-        return protection
+        self._manager = RunnableManager(
+            [
+                *self._servers(recorder),
+                Runnable("caches", self.informers.start, self.informers.stop),
+                Runnable("caches synced", self._wait_for_caches, _nothing, leader_only=True),
+                Runnable(
+                    "credential release", lambda: _release_unused(protection), _nothing, leader_only=True
+                ),
+                _scheduled("token jobs", token_scheduler, tokens.shutdown),
+                _scheduled("runner managers", runner_scheduler, runners.shutdown),
+                Runnable("demand poller", poller.start, poller.stop, leader_only=True),
+                Runnable("workers", controller.start, controller.stop, leader_only=True),
+            ],
+            elector=self._elector if settings.leader_election.enabled else None,
+        )
 
-    @staticmethod
-    def _release_unused_credentials(protection: CredentialProtection) -> None:
-        """Pools that went away while no operator ran leave protected Secrets: release them."""
-        try:
-            released = protection.release_unused()
-        except Exception as err:  # the next pool deletion asks again; leading must go on
-            log.warning("could not release unused credential Secrets: %s", describe(err))
-            return
-        if released:
-            log.info("released %d credential Secret(s) that no pool needs", released)
+    def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
+        secret = self.informers.get_secret(namespace, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
-    def _stop_leading(self) -> None:
-        """Stop whatever of the leader's parts exists; safe to call again and from any thread."""
-        self._stopping.set()
-        with self._lifecycle:
-            self._leading.clear()
-            if self._controller is not None:
-                self._controller.stop(timeout=30)
-            if self._poller is not None:
-                self._poller.stop()
-            if self._runners is not None:
-                self._runners.shutdown()
-            if self._tokens is not None:
-                self._tokens.shutdown()
-        self._stop.set()
+    def _servers(self, recorder: DemandRecorder) -> list[Runnable]:
+        """The always-on endpoints whose port is set: metrics, probes, webhook receiver."""
+        probes, demand = self.settings.probes, self.settings.demand
+        servers: list[Runnable] = []
+        if probes.metrics_port:
+            servers.append(_metrics(probes.metrics_port))
+        if probes.health_port:
+            health = ProbeServer(probes.health_port, live=lambda: True, ready=self.ready)
+            servers.append(Runnable("probes", health.start, lambda timeout: health.stop()))
+        if demand.webhook_port:
+            if not demand.webhook_secret_file:
+                log.warning(
+                    "no --webhook-secret-file: every webhook delivery is refused; "
+                    "polling alone follows demand"
+                )
+            secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
+            webhook = WebhookServer(
+                demand.webhook_port, secrets.secrets if secrets is not None else tuple, recorder.record_job
+            )
+            servers.append(Runnable("webhook receiver", webhook.start, lambda timeout: webhook.stop()))
+        return servers
 
-    # -- lifecycle -------------------------------------------------------------
+    def _elector(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:
+        return LeaderElector(
+            self._api,
+            self.settings.leader_election,
+            on_started_leading=on_started,
+            on_stopped_leading=on_stopped,
+        )
+
+    def _wait_for_caches(self) -> None:
+        """Workers on a half-filled cache would recreate what exists; wait, but not past a stop."""
+        while not self.informers.wait_for_sync(timeout=1.0):
+            if self._manager.stopping.is_set():
+                return
 
     def ready(self) -> bool:
         return self.informers.has_synced
 
     def leading(self) -> bool:
-        return self._leading.is_set()
+        return self._manager.leading
 
     def run(self) -> None:
-        """Block until :meth:`shutdown` or until the Lease is lost."""
-        settings = self.settings
-        if settings.probes.metrics_port:
-            self._metrics_server, _ = start_http_server(settings.probes.metrics_port)
-        if settings.probes.health_port:
-            self._probes = ProbeServer(settings.probes.health_port, live=lambda: True, ready=self.ready)
-            self._probes.start()
-        self._start_webhook()
-        self.informers.start()
-        if settings.leader_election.enabled:
-            self._elector = LeaderElector(
-                self._api,
-                settings.leader_election,
-                on_started_leading=self._start_leading,
-                on_stopped_leading=self._stop_leading,
-            )
-            self._election_thread = threading.Thread(
-                target=self._elector.run, name="leader-election", daemon=True
-            )
-            self._election_thread.start()
-        else:
-            self._start_leading()
-        self._stop.wait()
-        self._teardown()
-
-    def _start_webhook(self) -> None:
-        demand = self.settings.demand
-        if not demand.webhook_port:
-            return
-        if not demand.webhook_secret_file:
-            log.warning(
-                "no --webhook-secret-file: every webhook delivery is refused; polling alone follows demand"
-            )
-        secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
-        self._webhook = WebhookServer(
-            demand.webhook_port,
-            secrets.secrets if secrets is not None else tuple,
-            self._demand_recorder.record_job,
-        )
-        self._webhook.start()
+        """Block until :meth:`shutdown` or until the Lease is lost; everything started is stopped."""
+        self._manager.run()
 
     def shutdown(self) -> None:
-        """Stop cleanly (SIGTERM): finish in-flight reconciles, release the Lease."""
-        self._stopping.set()
-        if self._elector is not None:
-            self._elector.stop(release=True, timeout=30)
-        else:
-            self._stop_leading()
-        self._stop.set()
+        """Stop cleanly (SIGTERM): in-flight reconciles finish, the Lease is released."""
+        self._manager.stop()
 
-    def _teardown(self) -> None:
-        """Stop every thread the operator started before ``run`` returns.
 
-        The interpreter finalizes right after ``main`` returns; a thread of ours still
-        running then (the elector releasing the Lease, a scheduler started by a start-up
-        that a SIGTERM overtook, an HTTP server thread mid-request) is cut off wherever it
-        tries to take the GIL again, and inside a C or Rust extension that can abort the
-        process after "operator stopped" instead of exiting 0.
-        """
-        if self._elector is not None:
-            self._elector.stop(release=True, timeout=30)
-            if self._election_thread is not None:
-                self._election_thread.join(timeout=30)
-        self._stop_leading()  # also what a start overtaken by the stop had built already
-        self.informers.stop()
-        if self._probes is not None:
-            self._probes.stop()
-        if self._webhook is not None:
-            self._webhook.stop()
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
-        log.info("operator stopped", extra={"pid": os.getpid()})
+def _metrics(port: int) -> Runnable:
+    """prometheus-client's own server for ``/metrics``."""
+    started: list[Any] = []
+
+    def stop(timeout: float) -> None:
+        for server in started:
+            server.shutdown()
+            server.server_close()
+
+    return Runnable("metrics", lambda: started.append(start_http_server(port)[0]), stop)
+
+
+def _nothing(timeout: float) -> None:
+    del timeout
+
+
+def _scheduled(name: str, scheduler: BaseScheduler, stop_jobs: Callable[[], None]) -> Runnable:
+    """A leader-only scheduler: its jobs are added by the reconciler and end with leadership."""
+
+    def stop(timeout: float) -> None:
+        del timeout  # a job stuck on a slow GitHub call is not waited for: stop_jobs bars writes
+        stop_jobs()
+        if scheduler.state != STATE_STOPPED:
+            scheduler.shutdown(wait=False)
+
+    return Runnable(name, scheduler.start, stop, leader_only=True)
+
+
+def _release_unused(protection: CredentialProtection) -> None:
+    """Pools that went away while no operator ran leave protected Secrets: release them."""
+    try:
+        released = protection.release_unused()
+    except Exception as err:  # the next pool deletion asks again; leading must go on
+        log.warning("could not release unused credential Secrets: %s", describe(err))
+        return
+    if released:
+        log.info("released %d credential Secret(s) that no pool needs", released)

@@ -24,11 +24,12 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from runnerpool import api, children, conditions, metrics
+from runnerpool import api, autoscaling, children, conditions, metrics
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe, is_namespace_terminating, status_of
+from runnerpool.autoscaling import Decision, Window
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.domain import Decision, Deregistration, PoolRef, TokenFailure, pool_key, split_key, utcnow
+from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
@@ -39,15 +40,16 @@ from runnerpool.pods.template import busy_marked
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
+from runnerpool.writes import Write, Writes
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "RUNNERS_DEREGISTERED",
     "Cache",
-    "DemandJobs",
     "DeregistrationError",
     "InvalidSpecError",
+    "PoolState",
     "Reconciler",
     "RunnerJobs",
     "TokenJobs",
@@ -76,6 +78,7 @@ class TokenJobs(Protocol):
     def check_secret(
         self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
     ) -> float | None: ...
+    def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
 
 
 class NamespaceStates(Protocol):
@@ -90,14 +93,14 @@ class RunnerJobs(Protocol):
     def start(self, pool: PoolRef) -> None: ...
     def stop(self, namespace: str, name: str) -> None: ...
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
-    def deregister(self, pool: PoolRef) -> Deregistration: ...
+    def drain(self, pool: PoolRef) -> Drain: ...
     def kick(self, namespace: str, name: str) -> None: ...
 
 
-class DemandJobs(Protocol):
-    """The part of ``runnerpool.demand.autoscaler.Autoscaler`` the reconciler drives."""
+class PoolState(Protocol):
+    """Anything else that keeps per-pool state and must let go of a pool that is gone
+    (the demand recorder); the reconciler tells it, without knowing what it is."""
 
-    def decide(self, pool: api.RunnerPool) -> Decision: ...
     def forget(self, namespace: str, name: str) -> None: ...
 
 
@@ -112,19 +115,11 @@ class InvalidSpecError(TerminalError):
 
 @dataclass
 class _Pass:
-    """What one reconcile did, for the single log line that reports it."""
+    """One reconcile: the pool as read (``raw`` follows the pool's own writes) and its writes."""
 
     pool: api.RunnerPool
     raw: dict[str, Any]
-    writes: list[str] = field(default_factory=list)
-
-    @property
-    def action(self) -> str:
-        if "update finalizer removed" in self.writes:
-            return "delete"
-        if any(w.startswith("create") for w in self.writes):
-            return "create"
-        return "update" if self.writes else "noop"
+    writes: Writes = field(default_factory=Writes)
 
 
 class Reconciler:
@@ -141,7 +136,7 @@ class Reconciler:
         expectations: Expectations | None = None,
         protection: CredentialProtection | None = None,
         namespaces: NamespaceStates | None = None,
-        demand: DemandJobs | None = None,
+        forgetters: tuple[PoolState, ...] = (),
     ) -> None:
         self._cache = cache
         self._kube = Kube(api_client)
@@ -161,7 +156,9 @@ class Reconciler:
         self._first_seen: dict[str, float] = {}
         self._protection = protection
         self._namespaces = namespaces
-        self._demand = demand
+        self._forgetters = forgetters
+        #: The scale-down window of each pool that follows demand (see ``runnerpool.autoscaling``).
+        self._windows: dict[str, Window] = {}
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
@@ -171,7 +168,7 @@ class Reconciler:
             self._stop_jobs(namespace, name)
             if self._protection is not None:
                 self._protection.forget(namespace, name)
-            _log_pass(namespace, name, "gone", [])
+            _log_pass(namespace, name, "gone", Writes())
             return Result()
         try:
             pool = api.RunnerPool.model_validate(raw)
@@ -179,7 +176,7 @@ class Reconciler:
             # Stored under an older, looser schema: retrying cannot help until the user edits it.
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
-            _log_pass(namespace, name, "invalid", [])
+            _log_pass(namespace, name, "invalid", Writes())
             raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}") from None
         run = _Pass(pool, raw)
         try:
@@ -190,8 +187,8 @@ class Reconciler:
             _log_pass(namespace, name, "ended", run.writes)
             return Result()
         # A pass that made pods says so even when its status write waits (coalesced).
-        waiting = result.requeue_after is not None and "create pod" not in run.writes
-        _log_pass(namespace, name, "requeue" if waiting else run.action, run.writes)
+        waiting = result.requeue_after is not None and Write.POD_CREATED not in run.writes
+        _log_pass(namespace, name, "requeue" if waiting else run.writes.action, run.writes)
         return result
 
     def _ending(self, run: _Pass) -> bool:
@@ -220,6 +217,7 @@ class Reconciler:
     # ------------------------------------------------------------------ converge
 
     def _converge(self, run: _Pass) -> Result:
+        """Gather, then status, then act: the decision is on the pool before any pod is made."""
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
@@ -229,26 +227,38 @@ class Reconciler:
             run.pool.namespace,
             run.pool.name,
             (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
-            recreated="create secret" in run.writes,
+            recreated=Write.SECRET_CREATED in run.writes,
         )
         # One read of the pool's pods for the whole pass: the decision, the creates, the kick.
         live = self._cache.list_pods(run.pool.namespace, run.pool.name)
         decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
         recheck = _sooner(recheck, decision.recheck_after)
-        if not pool_status.has_token(secret):
+        token = pool_status.has_token(secret)
+        if run.pool.spec.autoscaling is not None:
+            # The runner managers retire above status.desiredReplicas: it must be there before
+            # the pods this decision makes, or they could take the new pods for surplus.
+            planned = self._pods.counts(run.pool, decision.replicas, live, with_creates=token)
+            self._update_status(run, secret, planned, decision)
+        if not token:
             # No new pod without a token, but the pods that run still count in the status.
             counts = self._pods.counts(run.pool, decision.replicas, live)
             wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        before = len(run.writes)
+        pods = self._act_on_pods(run, decision, live)
+        wait = self._update_status(run, secret, pods, decision)
+        return Result(requeue_after=_sooner(wait, recheck))
+
+    def _act_on_pods(
+        self, run: _Pass, decision: Decision, live: list[dict[str, Any]]
+    ) -> pool_status.PodCounts:
         pods = self._pods.converge(run.pool, run.writes, decision.replicas, live)
-        created = sum(1 for w in run.writes[before:] if w == "create pod")
+        created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
             # for a pool that was ready (a scale-up, a replacement) are news.
             self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
-        if "update poddisruptionbudget" in run.writes:
+        if Write.BUDGET_UPDATED in run.writes:
             self._recorder.event(
                 run.raw,
                 NORMAL,
@@ -259,24 +269,23 @@ class Reconciler:
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._runners.kick(run.pool.namespace, run.pool.name)
-        wait = self._update_status(run, secret, pods, decision)
-        return Result(requeue_after=_sooner(wait, recheck))
+        return pods
 
     def _decide(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
-        by the pods that are still up (``held_by``). The runner managers retire above the
-        autoscaler's count before ``held_by``, which is never below this one."""
-        if self._demand is None:
-            return Decision.fixed(pool.spec.replicas)
-        decision = self._demand.decide(pool)
-        if decision.wanted is None or decision.replicas <= decision.wanted:
+        by the pods that are still up (``held_by``)."""
+        key = pool_key(pool.namespace, pool.name)
+        decision, window = autoscaling.decide(pool, self._windows.get(key, Window()), self._clock())
+        if pool.spec.autoscaling is not None:
+            self._windows[key] = window
+        if not decision.holding:
             return decision  # nothing held: no need to count the pods
         return decision.held_by(self._pods.counts(pool, decision.replicas, pods).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if api.FINALIZER not in run.pool.finalizers:
             self._patch_finalizers(run, [*run.pool.finalizers, api.FINALIZER])
-            run.writes.append("update finalizer")
+            run.writes.add(Write.FINALIZER_ADDED)
 
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
         # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
@@ -297,18 +306,19 @@ class Reconciler:
             return
         pool = run.pool
         if self._protection.protect(pool.namespace, pool.name, pool.spec.credential_secret_name):
-            run.writes.append("protect credential secret")
+            run.writes.add(Write.CREDENTIALS_PROTECTED)
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
+        """The empty, owned Secret the token updater fills: the reconciler never writes its data."""
         desired = children.token_secret(run.pool)
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            return self._create(run, "secret", SECRETS, desired)
+            return self._create(run, Write.SECRET_CREATED, SECRETS, desired)
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
         self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
-        run.writes.append("update secret metadata")
+        run.writes.add(Write.SECRET_METADATA)
         return live
 
     def _ensure_jobs(self, run: _Pass) -> None:
@@ -330,18 +340,22 @@ class Reconciler:
         )
 
     def _stop_jobs(self, namespace: str, name: str) -> None:
-        self._status_written.pop(pool_key(namespace, name), None)
-        self._first_seen.pop(pool_key(namespace, name), None)
+        key = pool_key(namespace, name)
+        self._status_written.pop(key, None)
+        self._first_seen.pop(key, None)
+        self._windows.pop(key, None)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
-        if self._demand is not None:
-            self._demand.forget(namespace, name)
+        for state in self._forgetters:
+            state.forget(namespace, name)
 
     def _api_url(self, pool: api.RunnerPool) -> str:
         return children.api_url(pool, self._settings.github.api_url)
 
-    def _create(self, run: _Pass, kind: str, resource: Resource, desired: dict[str, Any]) -> dict[str, Any]:
+    def _create(
+        self, run: _Pass, write: Write, resource: Resource, desired: dict[str, Any]
+    ) -> dict[str, Any]:
         """Create a child from the cache's miss; returns ``desired`` itself when it already exists.
 
         A 409 means the cache has not caught up with an earlier create: the object's own
@@ -353,7 +367,7 @@ class Reconciler:
             if err.status != 409:
                 raise
             return desired
-        run.writes.append(f"create {kind}")
+        run.writes.add(write)
         return answer
 
     # ------------------------------------------------------------------ status
@@ -377,11 +391,29 @@ class Reconciler:
             pods=pods,
             failure=self._tokens.failure(pool.namespace, pool.name),
             runners=self._runner_counts(pool),
-            desired=decision.replicas,
+            decision=decision,
         )
         metrics.observe_pool(pool.namespace, pool.name, decision.replicas, status["readyReplicas"])
         if status == old:
             return None
+        wait = self._coalesced(pool, old, status)
+        if wait is not None:
+            return wait
+        run.raw = self._kube.patch(
+            RUNNER_POOLS,
+            pool.namespace,
+            pool.name,
+            {"status": pool_status.merge_patch(old, status)},
+            subresource="status",
+        )
+        run.writes.add(Write.STATUS)
+        self._record_transitions(run, old.get("conditions") or [], status["conditions"])
+        self._record_scaling(run, old.get("desiredReplicas"), decision)
+        return None
+
+    def _coalesced(self, pool: api.RunnerPool, old: dict[str, Any], status: dict[str, Any]) -> float | None:
+        """Seconds a status change waits (pod counts while pods start fold into one write),
+        or ``None`` to write it now (and remember when)."""
         key = pool_key(pool.namespace, pool.name)
         now = time.monotonic()
         last = self._status_written.get(key)
@@ -390,7 +422,7 @@ class Reconciler:
             # comes within that time, and "waiting for the token" would be overwritten at once.
             first = self._first_seen.setdefault(key, now)
             wait = first + self._settings.queue.status_coalesce - now
-            if wait > 0:
+            if wait > 0 and pool.spec.autoscaling is None:
                 return wait
         if last is not None and not pool_status.notable(old, status):
             wait = last + self._settings.queue.status_coalesce - now
@@ -398,15 +430,6 @@ class Reconciler:
                 return wait
         self._status_written[key] = now
         self._first_seen.pop(key, None)
-        self._kube.patch(
-            RUNNER_POOLS,
-            pool.namespace,
-            pool.name,
-            {"status": pool_status.merge_patch(old, status)},
-            subresource="status",
-        )
-        run.writes.append("update status")
-        self._record_transitions(run, old.get("conditions") or [], status["conditions"])
         return None
 
     def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
@@ -423,15 +446,18 @@ class Reconciler:
         run.raw = self._kube.patch(
             RUNNER_POOLS, pool.namespace, pool.name, {"status": {"conditions": merged}}, subresource="status"
         )
-        run.writes.append("update status")
+        run.writes.add(Write.STATUS)
 
     def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
         """An Event per condition change that is news: a failure, a recovery from one, a pool
         that was ready starting runners again.  A pool's normal start (waiting for its
-        token, runners starting, then ready) is in its conditions and costs no Event."""
+        token, runners starting, then ready) is in its conditions and costs no Event; the
+        Scaling condition's moves are told by ``_record_scaling``."""
         for cond in new:
             before = conditions.find(old, cond["type"])
-            if before is not None and before.get("reason") == cond["reason"]:
+            if cond["type"] == conditions.SCALING or (
+                before is not None and before.get("reason") == cond["reason"]
+            ):
                 continue
             on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
             if on_the_way_up and (before is None or before.get("reason") in _STARTING):
@@ -439,49 +465,40 @@ class Reconciler:
             healthy = cond["status"] == "True" or cond["reason"] in ("WaitingForToken", "RunnersStarting")
             self._recorder.event(run.raw, NORMAL if healthy else WARNING, cond["reason"], cond["message"])
 
+    def _record_scaling(self, run: _Pass, before: Any, decision: Decision) -> None:
+        """``ScaledUp``/``ScaledDown`` once the new count is written, with the decision's why."""
+        if run.pool.spec.autoscaling is None or not isinstance(before, int) or before == decision.replicas:
+            return
+        verb = "ScaledUp" if decision.replicas > before else "ScaledDown"
+        message = f"{before} -> {decision.replicas} runners: {decision.message}"
+        self._recorder.event(run.raw, NORMAL, verb, message)
+
     # ------------------------------------------------------------------ deletion
 
     def _finalize(self, run: _Pass) -> Result:
         """Deregister every runner of the pool, then let it go.
 
         Order matters so that nothing stays registered and no busy runner is
-        killed: stop issuing tokens and empty the Secret (a restarted container
-        cannot register again), delete the pool's runners on GitHub (an idle one
-        is gone at once and can take no job; a busy one answers 422 and is left
-        to finish), delete the pods only once no runner is busy, wait for
-        its pods to go, then look once more for a late registration (every pass
+        killed: stop issuing tokens and have the token updater empty the Secret (a
+        restarted container cannot register again), have the runner managers drain the
+        pool (an idle runner is deleted on GitHub at once and can take no job; a busy one
+        answers 422 and is left to finish; the pods go only once no runner is busy), wait
+        for its pods to go, then look once more for a late registration (every pass
         lists again, and the pass that finds the pods gone lists last).
 
-        The runner manager lets go of the pool first, so that nothing else
-        touches its runners or pods meanwhile.  ``RunnersDeregistered`` says
-        what the deletion waits for.
+        The runner managers let go of the pool first, so that nothing else touches its
+        runners or pods meanwhile.  ``RunnersDeregistered`` says what the deletion waits for.
         """
         pool = run.pool
         if api.FINALIZER not in pool.finalizers:
             return Result()
         self._stop_jobs(pool.namespace, pool.name)
         self._protect_credentials(run)
-        self._clear_token(run)
+        self._withdraw_token(run)
+        drained = self._drain(run)
         stamp = conditions.Stamp(pool.generation, self._clock())
-        try:
-            busy = self._deregister_runners(run)
-        except (GitHubError, CredentialError) as err:
-            reason = getattr(err, "reason", type(err).__name__)
-            self._recorder.event(
-                run.raw, WARNING, "DeregistrationFailed", f"cannot deregister runners yet: {reason}: {err}"
-            )
-            try:
-                self._set_condition(
-                    run,
-                    stamp.condition(
-                        RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
-                    ),
-                )
-            except ApiException as api_err:
-                log.warning("cannot record the deregistration failure of %s: %s", pool.name, api_err.reason)
-            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
-        if busy:
-            message = f"{busy} runner(s) still running a job"
+        if drained.busy:
+            message = f"{drained.busy} runner(s) still running a job"
             self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
             self._set_condition(
                 run,
@@ -494,44 +511,53 @@ class Reconciler:
                 RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
             ),
         )
-        if self._pods_remain(run):
+        run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
+        self._pods.delete_legacy_deployment(pool, run.writes)
+        if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         self._remove_finalizer(run)
         if self._protection is not None:
             self._protection.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result()
 
-    def _clear_token(self, run: _Pass) -> None:
-        name = api.token_secret_name(run.pool.name)
-        secret = self._cache.get_secret(run.pool.namespace, name)
-        if secret is None or not pool_status.has_token(secret):
-            return
-        self._kube.patch(
-            SECRETS,
-            run.pool.namespace,
-            name,
-            {
-                "data": {api.TOKEN_SECRET_KEY: None},
-                "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: None}},
-            },
-        )
-        run.writes.append("update secret (token removed)")
+    def _withdraw_token(self, run: _Pass) -> None:
+        secret = self._cache.get_secret(run.pool.namespace, api.token_secret_name(run.pool.name))
+        has_token = secret is not None and pool_status.has_token(secret)
+        if self._tokens.withdraw(run.pool.namespace, run.pool.name, has_token=has_token):
+            run.writes.add(Write.TOKEN_EMPTIED)
 
-    def _deregister_runners(self, run: _Pass) -> int:
-        """Have the runner managers delete the pool's idle runners; returns how many are busy."""
-        done = self._runners.deregister(self._pool_ref(run))
-        if done.deleted:
+    def _drain(self, run: _Pass) -> Drain:
+        """Have the runner managers deregister the pool's runners and, once none is busy,
+        delete its pods. A GitHub or credential failure keeps the finalizer and says why."""
+        pool = run.pool
+        try:
+            drained = self._runners.drain(self._pool_ref(run))
+        except (GitHubError, CredentialError) as err:
+            reason = getattr(err, "reason", type(err).__name__)
             self._recorder.event(
-                run.raw, NORMAL, "DeregisteredRunners", f"deregistered {done.deleted} runner(s)"
+                run.raw, WARNING, "DeregistrationFailed", f"cannot deregister runners yet: {reason}: {err}"
             )
-        return done.busy
-
-    def _pods_remain(self, run: _Pass) -> bool:
-        return self._pods.delete_all(run.pool, run.writes)
+            stamp = conditions.Stamp(pool.generation, self._clock())
+            failed = stamp.condition(
+                RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
+            )
+            try:
+                self._set_condition(run, failed)
+            except ApiException as api_err:
+                log.warning(
+                    "cannot record the deregistration failure of %s: %s", pool.name, describe(api_err)
+                )
+            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
+        if drained.deregistered:
+            self._recorder.event(
+                run.raw, NORMAL, "DeregisteredRunners", f"deregistered {drained.deregistered} runner(s)"
+            )
+        return drained
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
-        run.writes.append("update finalizer removed")
+        self._pods.forget(run.pool)
+        run.writes.add(Write.FINALIZER_REMOVED)
 
 
 def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
@@ -570,9 +596,10 @@ def _sooner(a: float | None, b: float | None) -> float | None:
     return min(waits) if waits else None
 
 
-def _log_pass(namespace: str, name: str, action: str, writes: list[str]) -> None:
+def _log_pass(namespace: str, name: str, action: str, writes: Writes) -> None:
     """The one line per reconcile: what it did (create, update, noop, requeue, delete, gone,
     invalid, ended) and which writes it made."""
     log.info(
-        "reconciled pool", extra={"pool": name, "namespace": namespace, "action": action, "writes": writes}
+        "reconciled pool",
+        extra={"pool": name, "namespace": namespace, "action": action, "writes": writes.as_log()},
     )

@@ -17,10 +17,15 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 
-def started_scheduler(max_workers: int) -> BaseScheduler:
-    scheduler = BackgroundScheduler(
+def background_scheduler(max_workers: int) -> BaseScheduler:
+    """Not started: jobs added before ``start()`` wait for it (the operator starts it on leading)."""
+    return BackgroundScheduler(
         timezone=UTC, executors={"default": {"type": "threadpool", "max_workers": max_workers}}
     )
+
+
+def started_scheduler(max_workers: int) -> BaseScheduler:
+    scheduler = background_scheduler(max_workers)
     scheduler.start()
     return scheduler
 

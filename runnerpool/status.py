@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from runnerpool import api, children, conditions
+from runnerpool.autoscaling import Decision
 from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
 from runnerpool.pods.scaling import PodCounts
 
@@ -23,6 +24,7 @@ __all__ = [
     "merge_patch",
     "notable",
     "ready_condition",
+    "scaling_condition",
     "token_condition",
     "token_expiry",
 ]
@@ -106,6 +108,11 @@ def ready_condition(
     return stamp.condition(conditions.READY, True, "RunnersReady", summary)
 
 
+def scaling_condition(stamp: conditions.Stamp, decision: Decision) -> dict[str, Any]:
+    """Where users look for why a pool that follows demand has the count it has."""
+    return stamp.condition(conditions.SCALING, True, decision.reason, decision.message)
+
+
 def desired_status(
     stamp: conditions.Stamp,
     pool: api.RunnerPool,
@@ -115,12 +122,23 @@ def desired_status(
     pods: PodCounts | None,
     failure: TokenFailure | None,
     runners: dict[str, Any] | None,
-    desired: int | None = None,
+    decision: Decision | None = None,
 ) -> dict[str, Any]:
-    """The whole status subresource as it should read now, but ``demand`` (not the reconciler's)."""
-    desired = pool.spec.replicas if desired is None else desired
+    """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
+
+    ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
+    demand); a pool that follows demand also gets its ``Scaling`` condition.
+    """
+    decision = decision or Decision.fixed(pool.spec.replicas)
+    desired = decision.replicas
     token = token_condition(stamp, pool, secret, failure)
     ready = ready_condition(stamp, pool, token, pods, desired)
+    updates = [token, ready]
+    previous = old.get("conditions") or []
+    if pool.spec.autoscaling is not None:
+        updates.append(scaling_condition(stamp, decision))
+    else:
+        previous = [c for c in previous if c.get("type") != conditions.SCALING]
     status: dict[str, Any] = {
         "observedGeneration": pool.generation,
         "replicas": pods.active if pods else 0,
@@ -128,7 +146,7 @@ def desired_status(
         "readyReplicas": pods.ready if pods else 0,
         "updatedReplicas": pods.updated if pods else 0,
         "selector": children.selector(pool),
-        "conditions": conditions.merge(old.get("conditions") or [], [token, ready]),
+        "conditions": conditions.merge(previous, updates),
     }
     expiry = token_expiry(secret)
     if expiry is not None:
@@ -144,14 +162,16 @@ def desired_status(
 def notable(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Does the change say something new, beyond counts and messages moving along?
 
-    A new condition status or reason, a new generation, a new token or different runner
-    counts from GitHub are written at once; pod counts while pods start may wait (the
-    reconciler coalesces them), since the next write carries the latest numbers anyway.
+    A new condition status or reason, a new generation, a new token, a new desired count
+    (the runner managers act on it) or different runner counts from GitHub are written at
+    once; pod counts while pods start may wait (the reconciler coalesces them), since the
+    next write carries the latest numbers anyway.
     """
 
     def gist(status: dict[str, Any]) -> Any:
         return (
             status.get("observedGeneration"),
+            status.get("desiredReplicas"),
             status.get("tokenExpiresAt"),
             status.get("runners"),
             sorted((c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []),

@@ -30,7 +30,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
 from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
-from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
+from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, token_secret_name, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
@@ -74,6 +74,13 @@ def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
         "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: rfc3339(expires_at)}},
         "stringData": {TOKEN_SECRET_KEY: token},
     }
+
+
+#: Empties a token Secret: a restarted runner container finds nothing to register with.
+EMPTY_TOKEN_PATCH: dict[str, Any] = {
+    "data": {TOKEN_SECRET_KEY: None},
+    "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: None}},
+}
 
 
 def _digest(token: str) -> str:
@@ -128,7 +135,7 @@ class TokenUpdater:
     def __init__(
         self,
         clients: ClientCache,
-        patch_secret: Callable[[str, str, dict[str, Any]], None],
+        patch_secret: Callable[[str, str, dict[str, Any]], object],
         notify: Callable[[str, str], None],
         *,
         settings: TokenSettings = TokenSettings(),
@@ -209,6 +216,20 @@ class TokenUpdater:
         with state.write_lock:  # waits for a write in flight
             state.active = False
         log.info("token job stopped for pool %s", key)
+
+    def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool:
+        """Stop the pool's job and empty its token Secret (``has_token``: the cache shows one).
+
+        The updater is the one writer of a token's data: it fills it, and for a pool being
+        deleted it empties it. Once :meth:`stop` returned no fill can follow, so the Secret
+        stays empty. Returns whether it wrote; raises what the Secret's patch raises.
+        """
+        self.stop(namespace, name)
+        if not has_token:
+            return False
+        self._patch_secret(namespace, token_secret_name(name), EMPTY_TOKEN_PATCH)
+        log.info("token Secret of pool %s emptied: the pool is being deleted", pool_key(namespace, name))
+        return True
 
     def failure(self, namespace: str, name: str) -> TokenFailure | None:
         with self._lock:

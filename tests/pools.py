@@ -191,3 +191,9 @@ def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> st
         },
     )
     return budget
+
+
+def pool_events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events on RunnerPools (not the scheduler's on pods)."""
+    items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [(e.type, e.reason, e.message) for e in items if e.involved_object.kind == api.KIND]

@@ -9,9 +9,7 @@ import pytest
 
 from runnerpool import api
 from runnerpool.demand import record
-from runnerpool.demand.autoscaler import Autoscaler
 from runnerpool.demand.matching import job_matches, pool_labels
-from runnerpool.demand.scaling import Window, recommend
 from runnerpool.github.jobs import Job, parse_delivery
 from tests.demand_payloads import API, delivery, job_object
 
@@ -177,88 +175,3 @@ def test_repair_ends_at_once_a_job_an_earlier_poll_listed() -> None:
     )
     assert (after.queued, after.busy) == (0, 0)
     assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "completed"}
-
-
-# ------------------------------------------------------------------ scaling
-
-
-@pytest.mark.parametrize(
-    ("minimum", "maximum", "busy", "queued", "want"),
-    [(0, 5, 0, 0, 0), (0, 5, 1, 2, 3), (2, 5, 0, 0, 2), (0, 5, 3, 9, 5), (1, 1, 0, 4, 1)],
-)
-def test_recommendation_is_clamped(minimum: int, maximum: int, busy: int, queued: int, want: int) -> None:
-    assert recommend(minimum, maximum, busy, queued) == want
-
-
-def test_window_holds_the_peak_from_when_demand_fell() -> None:
-    window, delay = Window(), timedelta(minutes=5)
-    window.add(T0, 5)
-    window.add(T0 + timedelta(minutes=4), 1)  # demand fell at 4 min: 5 holds until 9 min
-    assert window.decide(T0 + timedelta(minutes=8), delay) == (5, 60.0)
-    assert window.decide(T0 + timedelta(minutes=9), delay) == (1, None)
-    window.add(T0 + timedelta(minutes=10), 7)  # up at once
-    assert window.decide(T0 + timedelta(minutes=10), delay) == (7, None)
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str]] = []
-
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.seen.append((obj["metadata"]["name"], reason, message))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def demand_status(
-    queued: int, busy: int = 0, desired: int | None = None, runners_busy: int = 0
-) -> dict[str, Any]:
-    status: dict[str, Any] = {"demand": {"queued": queued, "busy": busy}, "runners": {"busy": runners_busy}}
-    if desired is not None:
-        status["desiredReplicas"] = desired
-    return status
-
-
-def test_scales_up_at_once_and_down_only_after_the_delay_with_events() -> None:
-    events, clock = Events(), Clock()
-    scaler = Autoscaler(events, clock)
-    spec = auto(minReplicas=0, maxReplicas=4, scaleDownDelay="2m")
-    assert scaler.desired_replicas(pool(autoscaling=spec, status=demand_status(0, desired=0))) == 0
-    up = scaler.decide(pool(autoscaling=spec, status=demand_status(3, desired=0)))
-    assert up.replicas == 3
-    clock.now += timedelta(seconds=30)
-    held = scaler.decide(pool(autoscaling=spec, status=demand_status(0, desired=3)))
-    assert (held.replicas, held.reason, held.recheck_after) == (3, "WaitingToScaleDown", 120.0)
-    clock.now += timedelta(seconds=120)
-    assert scaler.desired_replicas(pool(autoscaling=spec, status=demand_status(0, desired=3))) == 0
-    assert [(reason, message.split(":")[0]) for _, reason, message in events.seen] == [
-        ("ScaledUp", "0 -> 3 runners"),
-        ("ScaledDown", "3 -> 0 runners"),
-    ]
-
-
-def test_busy_runners_github_lists_count_even_without_deliveries() -> None:
-    scaler = Autoscaler(Events(), Clock())
-    spec = auto(maxReplicas=4)
-    assert (
-        scaler.desired_replicas(pool(autoscaling=spec, status=demand_status(1, busy=0, runners_busy=2))) == 3
-    )
-
-
-def test_a_new_leader_does_not_scale_down_before_the_delay() -> None:
-    clock = Clock()
-    spec = auto(scaleDownDelay="1m")
-    fresh = Autoscaler(Events(), clock)  # no history: the last decision stands for one delay
-    assert fresh.desired_replicas(pool(autoscaling=spec, status=demand_status(0, desired=4))) == 4
-    clock.now += timedelta(minutes=1)
-    assert fresh.desired_replicas(pool(autoscaling=spec, status=demand_status(0, desired=4))) == 0
-
-
-def test_fixed_pools_keep_spec_replicas() -> None:
-    assert Autoscaler(Events(), Clock()).desired_replicas(pool(replicas=3, status=demand_status(9))) == 3

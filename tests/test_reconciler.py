@@ -42,6 +42,7 @@ from tests.pools import (
     fill_token,
     legacy_budget,
     mark_pods_ready,
+    pool_events,
     pat_secret,
     pool_manifest,
 )
@@ -119,12 +120,6 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[
         for p in LiveReader(api_client).list_pods(namespace, pool)
         if not p["metadata"].get("deletionTimestamp")
     ]
-
-
-def _events(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of the Events on RunnerPools (not the scheduler's on pods)."""
-    items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
-    return [(e.type, e.reason, e.message) for e in items if e.involved_object.kind == api.KIND]
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
@@ -234,13 +229,13 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert pool["status"]["tokenExpiresAt"] == FUTURE
     assert _condition(pool, "Ready")["reason"] == "RunnersStarting"
     assert (pool["status"]["replicas"], pool["status"]["updatedReplicas"]) == (2, 2)
-    assert _events(api_client, namespace) == [], "a pool's normal start is in its conditions, not Events"
+    assert pool_events(api_client, namespace) == [], "a pool's normal start is in its conditions, not Events"
 
     mark_pods_ready(api_client, namespace, "beta", 2)
     reconciler(f"{namespace}/beta")
     pool = _get(api_client, namespace, "beta")
     assert (_condition(pool, "Ready")["status"], pool["status"]["readyReplicas"]) == ("True", 2)
-    assert _events(api_client, namespace) == []
+    assert pool_events(api_client, namespace) == []
 
     # Pods made for a pool that was ready are news: the user scaled it up.
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
@@ -248,8 +243,8 @@ def test_a_filled_token_brings_the_pods_then_ready(
     )
     reconciler(f"{namespace}/beta")
     assert len(_pods(api_client, namespace, "beta")) == 3
-    assert ("Normal", "CreatedPods", "created 1 runner pod(s)") in _events(api_client, namespace)
-    assert ("Normal", "RunnersStarting", "2/3 runner pods ready") in _events(api_client, namespace)
+    assert ("Normal", "CreatedPods", "created 1 runner pod(s)") in pool_events(api_client, namespace)
+    assert ("Normal", "RunnersStarting", "2/3 runner pods ready") in pool_events(api_client, namespace)
 
 
 def test_reconciling_a_converged_pool_writes_nothing(
@@ -262,7 +257,7 @@ def test_reconciling_a_converged_pool_writes_nothing(
     mark_pods_ready(api_client, namespace, "gamma", 1)
     reconciler(f"{namespace}/gamma")  # takes in the pod's readiness
     before = _versions(api_client, namespace, "gamma")
-    events_before = _events(api_client, namespace)
+    events_before = pool_events(api_client, namespace)
 
     caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
     result = reconciler(f"{namespace}/gamma")
@@ -270,7 +265,7 @@ def test_reconciling_a_converged_pool_writes_nothing(
     assert result.requeue_after is None
     assert [(r.__dict__["action"], r.__dict__["writes"]) for r in caplog.records] == [("noop", [])]
     assert _versions(api_client, namespace, "gamma") == before
-    assert _events(api_client, namespace) == events_before
+    assert pool_events(api_client, namespace) == events_before
 
 
 def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
@@ -293,7 +288,7 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
 
     assert isinstance(info.value, TerminalError)
     assert "spec.replicas" in str(info.value)
-    warnings = [(reason, message) for type_, reason, message in _events(api_client, namespace)]
+    warnings = [(reason, message) for type_, reason, message in pool_events(api_client, namespace)]
     assert any(reason == "InvalidSpec" and "fix the RunnerPool spec" in m for reason, m in warnings)
     assert api.FINALIZER not in (_get(api_client, namespace, "omicron")["metadata"].get("finalizers") or [])
 
@@ -427,7 +422,7 @@ def test_a_token_failure_shows_its_reason(
     reconciler(f"{namespace}/zeta")
     cond = _condition(_get(api_client, namespace, "zeta"), "TokenReady")
     assert (cond["status"], cond["reason"]) == ("False", "BadCredentials")
-    assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in _events(api_client, namespace)
+    assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in pool_events(api_client, namespace)
 
 
 def _converged(
@@ -493,7 +488,7 @@ def test_a_github_outage_keeps_the_finalizer_and_says_why(
 
     pool = _get(api_client, namespace, "theta")
     assert api.FINALIZER in pool["metadata"]["finalizers"]
-    assert any(reason == "DeregistrationFailed" for _, reason, _ in _events(api_client, namespace))
+    assert any(reason == "DeregistrationFailed" for _, reason, _ in pool_events(api_client, namespace))
     cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "GitHubUnavailable")
 
@@ -532,7 +527,7 @@ def test_a_runner_that_took_a_job_is_retried_then_deregistered(
     assert api.FINALIZER in pool["metadata"]["finalizers"]
     cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "RunnersBusy")
-    assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in _events(
+    assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in pool_events(
         api_client, namespace
     )
 

@@ -18,7 +18,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api
-from runnerpool.demand.autoscaler import Autoscaler
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
@@ -31,7 +30,7 @@ from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
-from tests.pools import LiveReader, create_pool, fill_token, pool_manifest
+from tests.pools import LiveReader, create_pool, fill_token, pool_events, pool_manifest
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -89,8 +88,8 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         runners,
         events,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        clock=clock,
         expectations=Expectations(timeout=0),
-        demand=Autoscaler(events, clock=clock),
     )
     runners.shutdown()
 
@@ -147,6 +146,11 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     status = _pool(api_client, namespace, "auto")["status"]
     assert (_pods(api_client, namespace, "auto"), status["desiredReplicas"]) == (3, 3)
     assert status["demand"]["queued"] == 3, "the reconciler's status patch left demand alone"
+    scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
+    assert (scaling["reason"], scaling["message"]) == (
+        "FollowingDemand",
+        "3 runner(s) for 3 queued, 0 busy job(s); min 0, max 5",
+    )
     caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
     reconciler(key)
     assert [r.__dict__["writes"] for r in caplog.records] == [[]], "demand in the status is no change"
@@ -157,13 +161,22 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
         recorder.record_job(_job(job_id, "completed", namespace, "auto"))
     clock.now += timedelta(seconds=10)
     result = reconciler(key)
-    assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 3
+    status = _pool(api_client, namespace, "auto")["status"]
+    assert status["desiredReplicas"] == 3
     assert result.requeue_after == 60
+    scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
+    assert scaling["reason"] == "WaitingToScaleDown"
+    assert scaling["message"].startswith("holding 3 for scaleDownDelay 1m (demand wants 0)"), scaling
     clock.now += timedelta(seconds=60)
     reconciler(key)
     status = _pool(api_client, namespace, "auto")["status"]
     assert status["desiredReplicas"] == 0
     assert status["demand"]["queued"] == 0 and set(status["demand"]["jobs"]) == {"1", "2", "3"}
+    scaled = [(reason, message.split(":")[0]) for _, reason, message in pool_events(api_client, namespace)]
+    assert sorted(s for s in scaled if s[0].startswith("Scaled")) == [
+        ("ScaledDown", "3 -> 0 runners"),
+        ("ScaledUp", "0 -> 3 runners"),
+    ]
 
 
 def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
@@ -208,8 +221,8 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
         runners,
         EventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        clock=clock,
         expectations=Expectations(timeout=0),
-        demand=Autoscaler(EventRecorder(Kube(api_client)), clock=clock),
     )
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
     recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)

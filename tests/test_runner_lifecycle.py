@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from runnerpool import api
+from runnerpool.domain import parse_duration
 from runnerpool.github.types import RateLimit, Runner
 from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL
 from runnerpool.runners.budget import listing_cost, next_listing_delay
@@ -22,7 +23,6 @@ from runnerpool.runners.lifecycle import (
     PodView,
     busy_mark_change,
     decide_pod,
-    parse_duration,
     plan,
     runners_to_collect,
 )

@@ -20,11 +20,10 @@ from prometheus_client import REGISTRY
 
 from runnerpool import api
 from runnerpool.domain import PoolRef, Scope
-from runnerpool.github.credentials import PAT_KEY
+from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.github.types import RateLimit
-from runnerpool.manager import NamedClientCache
 from runnerpool.runners.listing import ListingKey, SharedListing
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import RunnerSettings

@@ -26,7 +26,7 @@ from runnerpool.children import owner_reference as children_owner
 from runnerpool.domain import PoolRef, Scope
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
-from runnerpool.manager import NamedClientCache
+from runnerpool.github.credentials import NamedClientCache
 from runnerpool.pods import template
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler

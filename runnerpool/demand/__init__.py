@@ -10,7 +10,7 @@ The pieces, each with one job:
 * ``record`` (pure) and ``recorder`` (writes): demand per pool in ``status.demand``, written
   by whichever operator replica learnt of a job, so a delivery to either replica counts.
 * ``polling``: the repair for lost deliveries and the whole mechanism without a webhook.
-* ``scaling`` (pure) and ``autoscaler``: desired = clamp(min, busy + queued, max), up at once,
-  down only after the scale-down delay; ``Autoscaler.desired_replicas(pool)`` is what the
-  reconciler calls.
+
+The scaling decision itself is not here: the reconciler makes it from the pool's
+``status.demand`` with the pure rules of ``runnerpool.autoscaling``.
 """

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 from cryptography.hazmat.primitives import serialization
 from github import Auth
 
-from runnerpool.domain import DEFAULT_API_URL, resolve_api_url
+from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import ClientOptions, PyGithubClient
 
@@ -223,3 +223,18 @@ class ClientCache:
         with self._lock:
             entry = self._entries.get(key)
         return entry.client if entry is not None else None
+
+
+class NamedClientCache(ClientCache):
+    """Names each client after its credential Secret, so that the rate-limit gauges say whose
+    budget they show (``namespace/secret``) without anything derived from the token.
+
+    Every user of a client gets it through ``get``, so the name is set before its first
+    request.
+    """
+
+    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
+        github = super().get(namespace, secret_name, base_url)
+        if isinstance(github, PyGithubClient):
+            github.name_credential(pool_key(namespace, secret_name))
+        return github

@@ -28,6 +28,7 @@ from runnerpool.runtime.kube import (
     REPLICA_SETS,
     Kube,
 )
+from runnerpool.writes import Write, Writes
 
 __all__ = ["PodCache", "PodStep"]
 
@@ -74,58 +75,51 @@ class PodStep:
     # ------------------------------------------------------------------ converge
 
     def counts(
-        self, pool: api.RunnerPool, replicas: int | None = None, pods: list[dict[str, Any]] | None = None
-    ) -> scaling.PodCounts:
-        """The pool's pods as they are, without any write (a pool waiting for its token).
-
-        ``pods``: the pool's pods from the cache when the caller has them already.
-        """
-        return self._count(pool, self._pods_of(pool) if pods is None else pods, replicas)
-
-    def _pods_of(self, pool: api.RunnerPool) -> list[dict[str, Any]]:
-        return self._cache.list_pods(pool.namespace, pool.name)
-
-    def _count(
-        self, pool: api.RunnerPool, pods: list[dict[str, Any]], replicas: int | None
-    ) -> scaling.PodCounts:
-        names = [str(p["metadata"].get("name")) for p in pods]
-        pending = self._expectations.pending(pool_key(pool.namespace, pool.name), names)
-        desired = pool.spec.replicas if replicas is None else replicas
-        return scaling.count(pods, desired, self.wanted_hash(pool), pending)
-
-    def converge(
         self,
         pool: api.RunnerPool,
-        writes: list[str],
-        replicas: int | None = None,
-        pods: list[dict[str, Any]] | None = None,
+        replicas: int,
+        pods: list[dict[str, Any]],
+        *,
+        with_creates: bool = False,
+    ) -> scaling.PodCounts:
+        """The pool's pods as they are (``pods``: from the cache), without any write;
+        ``with_creates``: as they will be once :meth:`converge` made the missing ones."""
+        counts = self._count(pool, pods, replicas)
+        return _after(counts, scaling.creates(counts)) if with_creates else counts
+
+    def _count(self, pool: api.RunnerPool, pods: list[dict[str, Any]], replicas: int) -> scaling.PodCounts:
+        names = [str(p["metadata"].get("name")) for p in pods]
+        pending = self._expectations.pending(pool_key(pool.namespace, pool.name), names)
+        return scaling.count(pods, replicas, self.wanted_hash(pool), pending)
+
+    def converge(
+        self, pool: api.RunnerPool, writes: Writes, replicas: int, pods: list[dict[str, Any]]
     ) -> scaling.PodCounts:
         """Take over, keep the budget, create what is missing; returns the counts after the creates.
 
         ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
-        ``pods``: as for ``counts``.
+        ``pods``: the pool's pods from the cache.
         """
-        pods = self._pods_of(pool) if pods is None else pods
         self._take_over(pool, pods, writes)
         self._ensure_budget(pool, writes)
         key = pool_key(pool.namespace, pool.name)
         counts = self._count(pool, pods, replicas)
         wanted = scaling.creates(counts)
-        created = 0
         for _ in range(wanted):
             self._create_pod(pool, key)
-            created += 1
-            writes.append("create pod")
-        if not created:
-            return counts
-        return replace(counts, active=counts.active + created, updated=counts.updated + created)
+            writes.add(Write.POD_CREATED)
+        return _after(counts, wanted)
+
+    def forget(self, pool: api.RunnerPool) -> None:
+        """A finalized pool's create expectations go with it."""
+        self._expectations.forget(pool_key(pool.namespace, pool.name))
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
         body = template.runner_pod(pool, self._image, self._api_url)
         name = str(self._kube.create(PODS, pool.namespace, body)["metadata"]["name"])
         self._expectations.created(key, name)
 
-    def _ensure_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
+    def _ensure_budget(self, pool: api.RunnerPool, writes: Writes) -> None:
         self._drop_legacy_budget(pool, writes)
         desired = template.disruption_budget(pool.namespace)
         name = desired["metadata"]["name"]
@@ -133,7 +127,7 @@ class PodStep:
         if live is None:
             try:
                 self._kube.create(POD_DISRUPTION_BUDGETS, pool.namespace, desired)
-                writes.append("create poddisruptionbudget")
+                writes.add(Write.BUDGET_CREATED)
             except ApiException as err:
                 _ignore(err, 409)  # the cache has not caught up with an earlier create
             return
@@ -149,9 +143,9 @@ class PodStep:
             },
             patch_type=MERGE_PATCH,
         )
-        writes.append("update poddisruptionbudget")
+        writes.add(Write.BUDGET_UPDATED)
 
-    def _drop_legacy_budget(self, pool: api.RunnerPool, writes: list[str]) -> None:
+    def _drop_legacy_budget(self, pool: api.RunnerPool, writes: Writes) -> None:
         """Earlier versions kept a budget per pool. Left beside the namespace's, a busy pod
         would match two budgets, and the eviction API answers that with a 500, not the 429
         that makes ``kubectl drain`` wait."""
@@ -160,13 +154,13 @@ class PodStep:
             return
         try:
             self._kube.delete(POD_DISRUPTION_BUDGETS, pool.namespace, legacy["metadata"]["name"])
-            writes.append("delete poddisruptionbudget (per pool, of an earlier version)")
+            writes.add(Write.LEGACY_BUDGET_DELETED)
         except ApiException as err:
             _ignore(err, 404)
 
     # ------------------------------------------------------------------ take-over
 
-    def _take_over(self, pool: api.RunnerPool, pods: list[dict[str, Any]], writes: list[str]) -> None:
+    def _take_over(self, pool: api.RunnerPool, pods: list[dict[str, Any]], writes: Writes) -> None:
         """See ``runnerpool.pods.adoption``: orphan the legacy Deployment and ReplicaSets, adopt."""
         namespace = pool.namespace
         deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
@@ -185,18 +179,16 @@ class PodStep:
                 _ignore(err, 404, 409)  # gone, or changed: its event brings the pool back
                 continue
             adopted += 1
-            writes.append("adopt pod")
+            writes.add(Write.POD_ADOPTED)
         if adopted:
             log.info("adopted %d runner pod(s) of pool %s/%s", adopted, namespace, pool.name)
 
-    def _orphan_legacy(
-        self, pool: api.RunnerPool, deployment: dict[str, Any] | None, writes: list[str]
-    ) -> None:
+    def _orphan_legacy(self, pool: api.RunnerPool, deployment: dict[str, Any] | None, writes: Writes) -> None:
         namespace = pool.namespace
         if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
             try:
                 self._kube.delete(DEPLOYMENTS, namespace, deployment["metadata"]["name"], _ORPHAN)
-                writes.append("delete deployment (orphan its pods)")
+                writes.add(Write.DEPLOYMENT_ORPHANED)
             except ApiException as err:
                 _ignore(err, 404)
         # After the Deployment: while it lives, its controller would make a new ReplicaSet.
@@ -206,38 +198,32 @@ class PodStep:
                 continue
             try:
                 self._kube.delete(REPLICA_SETS, namespace, rs["metadata"]["name"], _ORPHAN)
-                writes.append("delete replicaset (orphan its pods)")
+                writes.add(Write.REPLICASET_ORPHANED)
             except ApiException as err:
                 _ignore(err, 404)
 
     # ------------------------------------------------------------------ deletion
 
-    def delete_all(self, pool: api.RunnerPool, writes: list[str]) -> bool:
-        """For a deleted pool whose runners are all deregistered: delete its pods (and a legacy
-        Deployment); ``True`` while some remain."""
-        namespace = pool.namespace
-        deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
-        if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
-            try:
-                self._kube.delete(
-                    DEPLOYMENTS,
-                    namespace,
-                    deployment["metadata"]["name"],
-                    {"propagationPolicy": "Background"},
-                )
-                writes.append("delete deployment")
-            except ApiException as err:
-                _ignore(err, 404)
-        # The pod cache can only lag behind deletions, so "none left" is never early.
-        pods = self._cache.list_pods(namespace, pool.name)
-        for pod in pods:
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                continue
-            try:
-                self._kube.delete(PODS, namespace, meta["name"], {"preconditions": {"uid": meta["uid"]}})
-                writes.append("delete pod")
-            except ApiException as err:
-                _ignore(err, 404, 409)
-        self._expectations.forget(f"{namespace}/{pool.name}")
-        return bool(pods)
+    def delete_legacy_deployment(self, pool: api.RunnerPool, writes: Writes) -> None:
+        """For a deleted pool: the Deployment an earlier version ran it as (its pods go with
+        it, by garbage collection; the runner managers delete the pool's own pods)."""
+        deployment = self._cache.get_deployment(pool.namespace, api.deployment_name(pool.name))
+        if deployment is None or deployment["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            self._kube.delete(
+                DEPLOYMENTS,
+                pool.namespace,
+                deployment["metadata"]["name"],
+                {"propagationPolicy": "Background"},
+            )
+            writes.add(Write.DEPLOYMENT_DELETED)
+        except ApiException as err:
+            _ignore(err, 404)
+
+
+def _after(counts: scaling.PodCounts, created: int) -> scaling.PodCounts:
+    """``counts`` once ``created`` pods with the current template exist."""
+    if not created:
+        return counts
+    return replace(counts, active=counts.active + created, updated=counts.updated + created)

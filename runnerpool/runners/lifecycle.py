@@ -41,7 +41,6 @@ it and the pod goes.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -66,7 +65,6 @@ __all__ = [
     "PodView",
     "busy_mark_change",
     "decide_pod",
-    "parse_duration",
     "plan",
     "replacement",
     "runners_to_collect",
@@ -74,9 +72,6 @@ __all__ = [
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 OFFLINE = "offline"
-
-_DURATION_PART = re.compile(r"(\d+)([hms])")
-_UNIT_SECONDS = {"h": 3600, "m": 60, "s": 1}
 
 
 class Action(enum.Enum):
@@ -176,14 +171,6 @@ class Plan:
     marks: tuple[BusyMark, ...]
     #: Every pod's decision, the kept ones included (what retirement chooses from).
     decisions: tuple[PodDecision, ...] = ()
-
-
-def parse_duration(text: str) -> timedelta:
-    """A Go duration as the CRD admits it: whole hours, minutes and seconds (``1h30m``)."""
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration of hours, minutes and seconds: {text!r}")
-    return timedelta(seconds=sum(int(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> list[Runner]:

@@ -35,8 +35,8 @@ from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from runnerpool import api
-from runnerpool.domain import Deregistration, PoolRef, pool_key, utcnow
+from runnerpool import api, autoscaling
+from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
@@ -61,7 +61,7 @@ class PoolCache(Protocol):
 
 
 class PodWriter(Protocol):
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool: ...
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool: ...
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
 
@@ -71,13 +71,15 @@ class KubePods:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
 
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
         """Delete only the pod as it was decided on: a restart since then changed its
-        resourceVersion, and the API server answers 409 instead of deleting."""
+        resourceVersion, and the API server answers 409 instead of deleting (``None``: any
+        version of that pod, for a pool being deleted whose runners are all gone)."""
+        preconditions = {"uid": uid}
+        if resource_version is not None:
+            preconditions["resourceVersion"] = resource_version
         try:
-            self._kube.delete(
-                PODS, namespace, name, {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
-            )
+            self._kube.delete(PODS, namespace, name, {"preconditions": preconditions})
         except ApiException as err:
             if err.status in (404, 409):
                 return False
@@ -111,14 +113,11 @@ class RunnerManagers:
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
         wanted_hash: Callable[[api.RunnerPool], str] | None = None,
-        replicas: Callable[[api.RunnerPool], int] | None = None,
     ) -> None:
         interval = settings.sync_interval
         if interval <= 0:
             raise ValueError("interval must be positive")
         self._pools = pools
-        #: The replica count the reconciler creates pods for (the autoscaler's, or spec.replicas).
-        self._replicas = replicas or (lambda pool: pool.spec.replicas)
         self._clients = clients
         self._pods = pods
         self._notify = notify
@@ -182,8 +181,9 @@ class RunnerManagers:
         with self._lock:
             return self._counts.get(pool_key(namespace, name))
 
-    def deregister(self, pool: PoolRef) -> Deregistration:
-        """Delete the pool's idle runners on GitHub now, for its finalizer.
+    def drain(self, pool: PoolRef) -> Drain:
+        """For a deleted pool's finalizer: delete its idle runners on GitHub now, and once none
+        is busy, its pods. The only other place runner pods are deleted is a live pool's round.
 
         The listing is refreshed first (cheaply: unchanged pages are revalidated for free) so
         that a runner that registered late is found. A runner listed busy is not even asked
@@ -193,7 +193,7 @@ class RunnerManagers:
         github = self._deregistration_client(pool)
         snapshot = self.listing.fetch(_listing_key(pool), pool.scope, github)
         busy = 0
-        deleted = 0
+        deregistered = 0
         for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
             if runner.busy:
                 busy += 1
@@ -202,8 +202,18 @@ class RunnerManagers:
             if outcome is DeleteOutcome.BUSY:
                 busy += 1
             elif outcome is DeleteOutcome.DELETED:
-                deleted += 1
-        return Deregistration(busy=busy, deleted=deleted)
+                deregistered += 1
+        # The pod cache can only lag behind deletions, so "none left" is never early.
+        pods = self._pools.list_pods(pool.namespace, pool.name)
+        if busy:
+            return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
+        deleted = sum(
+            1
+            for pod in pods
+            if not pod["metadata"].get("deletionTimestamp")
+            and self._pods.delete_pod(pool.namespace, pod["metadata"]["name"], pod["metadata"]["uid"], None)
+        )
+        return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
 
     def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
         """The pool's client; if its Secret is gone, the last one that worked for it.
@@ -360,7 +370,8 @@ class RunnerManagers:
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
-        retire = retirement.retirements(todo.decisions, self._replicas(pool), wanted)
+        desired = autoscaling.desired_replicas(pool)  # the reconciler's decision, on the pool
+        retire = retirement.retirements(todo.decisions, desired, wanted) if desired is not None else ()
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks:
@@ -443,6 +454,6 @@ def _deadline(pool: api.RunnerPool) -> timedelta | None:
     if not text:
         return None
     try:
-        return lifecycle.parse_duration(text)
+        return parse_duration(text)
     except ValueError:
         return None  # the CRD rejects such values; an older stored object just gets no deadline

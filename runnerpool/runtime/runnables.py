@@ -1,0 +1,140 @@
+"""One start path and one stop path for every long-running part of the operator.
+
+controller-runtime's manager, reduced to what this operator needs: each part is a
+:class:`Runnable` with ``start()`` and ``stop(timeout)``, marked always-on (every replica:
+caches, probes, metrics, the webhook receiver) or leader-only (``NeedLeaderElection``:
+workers, token jobs, runner managers, the poller). :class:`RunnableManager` starts the
+always-on parts in order, then, once this replica holds the Lease (or at once without
+leader election), the leader-only ones. Whatever asks for the stop - SIGTERM, a lost Lease,
+a failed start - takes the same path: the leader-only parts stop in reverse order, the Lease
+is released, then the always-on parts stop in reverse order. A stop asked for before or
+during start-up starts nothing more.
+
+After a lost Lease the process ends, as controller-runtime's does, so a replica never acts
+on a stale belief that it still leads. Written here because neither the kubernetes client
+nor kopf has a runnable manager that leaves the reconciler a plain callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Elector", "Runnable", "RunnableManager"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """One part: ``start`` returns once it runs (it may block, watching ``stopping``)."""
+
+    name: str
+    start: Callable[[], object]
+    stop: Callable[[float], object]
+    leader_only: bool = False
+
+
+class Elector(Protocol):
+    """The slice of ``runnerpool.runtime.leader.LeaderElector`` the manager drives."""
+
+    def run(self) -> None: ...
+    def stop(self, release: bool = True, timeout: float | None = None) -> bool: ...
+
+
+#: Builds the elector with the two callbacks the manager gives it.
+ElectorFactory = Callable[[Callable[[], None], Callable[[], None]], Elector]
+
+
+class RunnableManager:
+    def __init__(
+        self,
+        runnables: Sequence[Runnable],
+        *,
+        elector: ElectorFactory | None = None,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self._always = [r for r in runnables if not r.leader_only]
+        self._leader = [r for r in runnables if r.leader_only]
+        self._elector_factory = elector
+        self._timeout = stop_timeout
+        #: Set by :meth:`stop`: nothing starts after it, and :meth:`run` tears down.
+        self.stopping = threading.Event()
+        self._leading = threading.Event()
+        # Serialises starting the leader-only parts with stopping them.
+        self._lock = threading.Lock()
+        self._started: list[Runnable] = []
+
+    @property
+    def leading(self) -> bool:
+        return self._leading.is_set()
+
+    def stop(self) -> None:
+        """Ask for the stop (SIGTERM, a lost Lease); safe from any thread and a signal handler."""
+        self.stopping.set()
+
+    def run(self) -> None:
+        """Start everything, block until :meth:`stop`, then stop everything that started."""
+        elector: Elector | None = None
+        thread: threading.Thread | None = None
+        try:
+            self._start_all(self._always)
+            if self._elector_factory is not None and not self.stopping.is_set():
+                elector = self._elector_factory(self._start_leading, self._lost_lease)
+                thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
+                thread.start()
+            elif self._elector_factory is None:
+                self._start_leading()
+            self.stopping.wait()
+        finally:
+            self.stopping.set()
+            self._stop_leading()
+            if elector is not None:
+                elector.stop(release=True, timeout=self._timeout)
+            if thread is not None:
+                thread.join(timeout=self._timeout)
+            self._stop_started(self._always)
+            log.info("operator stopped", extra={"pid": os.getpid()})
+
+    def _start_leading(self) -> None:
+        with self._lock:
+            if self._start_all(self._leader):
+                self._leading.set()
+                log.info("leading: %s started", ", ".join(r.name for r in self._leader))
+
+    def _lost_lease(self) -> None:
+        self._stop_leading()
+        self.stop()
+
+    def _stop_leading(self) -> None:
+        with self._lock:
+            self._leading.clear()
+            self._stop_started(self._leader)
+
+    def _start_all(self, runnables: Sequence[Runnable]) -> bool:
+        """Start in order; ``False`` once a stop was asked for (what started is stopped later)."""
+        for runnable in runnables:
+            if self.stopping.is_set():
+                return False
+            self._started.append(runnable)
+            try:
+                runnable.start()
+            except Exception:
+                log.exception("%s failed to start; stopping", runnable.name)
+                self.stop()
+                return False
+        return not self.stopping.is_set()
+
+    def _stop_started(self, runnables: Sequence[Runnable]) -> None:
+        for runnable in reversed(runnables):
+            if not any(started is runnable for started in self._started):
+                continue
+            self._started = [started for started in self._started if started is not runnable]
+            try:
+                runnable.stop(self._timeout)
+            except Exception:
+                log.exception("%s did not stop cleanly", runnable.name)
