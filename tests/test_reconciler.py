@@ -42,8 +42,8 @@ from tests.pools import (
     fill_token,
     legacy_budget,
     mark_pods_ready,
-    pool_events,
     pat_secret,
+    pool_events,
     pool_manifest,
 )
 
@@ -422,7 +422,9 @@ def test_a_token_failure_shows_its_reason(
     reconciler(f"{namespace}/zeta")
     cond = _condition(_get(api_client, namespace, "zeta"), "TokenReady")
     assert (cond["status"], cond["reason"]) == ("False", "BadCredentials")
-    assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in pool_events(api_client, namespace)
+    assert ("Warning", "BadCredentials", "GitHub rejected the credentials") in pool_events(
+        api_client, namespace
+    )
 
 
 def _converged(
@@ -475,6 +477,7 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     assert list(endpoint.runners) == [12], "the pool's runners are gone, the other pool's runner stays"
     assert sorted(runner_id for runner_id, _ in endpoint.deleted) == [11, 13]
     assert (namespace, "eta") in tokens.stopped
+    assert (namespace, "eta") in tokens.emptied, "the token updater empties the Secret"
 
 
 def test_a_github_outage_keeps_the_finalizer_and_says_why(

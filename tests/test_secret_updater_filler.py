@@ -178,6 +178,26 @@ def test_stop_removes_job_and_failure(harness: Harness) -> None:
     assert harness.updater.failure("team-a", "build") is None
 
 
+def test_withdraw_empties_the_secret_and_no_fill_follows(harness: Harness) -> None:
+    """A deleted pool's token goes with the writer that put it there: a restarted runner
+    container finds nothing to register with."""
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+    harness.run()
+
+    assert harness.updater.withdraw("team-a", "build", has_token=True) is True
+    assert harness.updater.withdraw("team-a", "build", has_token=False) is False, "empty: no write"
+
+    assert harness.patches[1:] == [
+        (
+            "team-a",
+            "runner-token-build",
+            {"data": {TOKEN_SECRET_KEY: None}, "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: None}}},
+        )
+    ]
+    assert harness.scheduler.get_jobs() == [], "no job left to fill it again"
+
+
 # -- a successful run -------------------------------------------------------------------------------
 
 
