@@ -158,12 +158,22 @@ class CredentialProtection:
                 del self._used[(namespace, pool)]
 
     def release_unused(self) -> int:
-        """Release every protected Secret that no pool needs; returns how many."""
+        """Release every protected Secret that no pool needs; returns how many.
+
+        Run at the start of each leadership: pools that went away while no operator ran
+        leave protected Secrets. A failure is logged, never raised: the next pool deletion
+        asks again, and leading must go on.
+        """
         released = 0
-        for secret in self._cache.list_secrets():
-            meta = secret.get("metadata") or {}
-            if FINALIZER in (meta.get("finalizers") or []):
-                released += self.release_if_unused(meta["namespace"], meta["name"])
+        try:
+            for secret in self._cache.list_secrets():
+                meta = secret.get("metadata") or {}
+                if FINALIZER in (meta.get("finalizers") or []):
+                    released += self.release_if_unused(meta["namespace"], meta["name"])
+        except Exception as err:
+            log.warning("could not release unused credential Secrets: %s", describe(err))
+        if released:
+            log.info("released %d credential Secret(s) that no pool needs", released)
         return released
 
     # -- the decision -----------------------------------------------------------------------

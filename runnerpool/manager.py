@@ -14,12 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import children
-from runnerpool.api_errors import describe
 from runnerpool.credential_protection import CredentialProtection, credential_secret_name
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
@@ -37,7 +35,7 @@ from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
-from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager
+from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import Settings
@@ -50,26 +48,39 @@ class Operator:
     def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
         self.settings = settings
         self._api = api_client
-        queue = RateLimitingQueue()
+        self._queue = RateLimitingQueue()
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
-        expectations = Expectations()
+        self._expectations = Expectations()
         self.informers = InformerSet(
             api_client,
-            queue.add,
+            self._queue.add,
             list(settings.namespaces) if settings.namespaces else None,
             pool_secret_refs=lambda pool: [credential_secret_name(pool)],
-            on_pod=expectations.observe,
+            on_pod=self._expectations.observe,
         )
-        kube = Kube(api_client)
+        self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
-        recorder = DemandRecorder(kube, self.informers, settings.github.api_url)
-        clients = NamedClientCache(self._read_credentials)
+        self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
+        self._clients = NamedClientCache(self._read_credentials)
+        self._manager = RunnableManager(
+            [
+                *self._servers(),
+                Runnable("caches", self.informers.start, self.informers.stop),
+                Runnable("caches synced", self._wait_for_caches, leader_only=True),
+                *self._leader_parts(),
+            ],
+            elector=self._elector if settings.leader_election.enabled else None,
+        )
+
+    def _leader_parts(self) -> list[Runnable]:
+        """Credential release, token jobs, runner managers, the poller and the workers."""
+        settings, kube, clients = self.settings, self._kube, self._clients
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
         tokens = TokenUpdater(
             clients,
             lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
-            lambda namespace, name: queue.add(pool_key(namespace, name)),
+            lambda namespace, name: self._queue.add(pool_key(namespace, name)),
             settings=settings.tokens,
             scheduler=token_scheduler,
         )
@@ -77,7 +88,7 @@ class Operator:
             self.informers,
             clients,
             KubePods(kube),
-            queue.add,
+            self._queue.add,
             settings=settings.runners,
             scheduler=runner_scheduler,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
@@ -85,20 +96,19 @@ class Operator:
         protection = CredentialProtection(self.informers, kube)
         reconciler = Reconciler(
             self.informers,
-            api_client,
+            self._api,
             tokens,
             runners,
             EventRecorder(kube),
             settings=settings,
-            expectations=expectations,
+            expectations=self._expectations,
             protection=protection,
             namespaces=self.informers,
-            forgetters=(recorder,),
+            forgetters=(self._recorder,),
         )
-        controller = Controller(queue, reconciler, workers=settings.queue.workers)
         poller = DemandPoller(
             self.informers,
-            recorder,
+            self._recorder,
             lambda pool: clients.get(
                 pool.namespace,
                 pool.spec.credential_secret_name,
@@ -107,21 +117,14 @@ class Operator:
             settings.github.api_url,
             interval=settings.demand.poll_interval,
         )
-        self._manager = RunnableManager(
-            [
-                *self._servers(recorder),
-                Runnable("caches", self.informers.start, self.informers.stop),
-                Runnable("caches synced", self._wait_for_caches, _nothing, leader_only=True),
-                Runnable(
-                    "credential release", lambda: _release_unused(protection), _nothing, leader_only=True
-                ),
-                _scheduled("token jobs", token_scheduler, tokens.shutdown),
-                _scheduled("runner managers", runner_scheduler, runners.shutdown),
-                Runnable("demand poller", poller.start, poller.stop, leader_only=True),
-                Runnable("workers", controller.start, controller.stop, leader_only=True),
-            ],
-            elector=self._elector if settings.leader_election.enabled else None,
-        )
+        controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
+        return [
+            Runnable("credential release", protection.release_unused, leader_only=True),
+            scheduler_runnable("token jobs", token_scheduler, tokens.shutdown),
+            scheduler_runnable("runner managers", runner_scheduler, runners.shutdown),
+            Runnable("demand poller", poller.start, poller.stop, leader_only=True),
+            Runnable("workers", controller.start, controller.stop, leader_only=True),
+        ]
 
     def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
         secret = self.informers.get_secret(namespace, name)
@@ -129,7 +132,7 @@ class Operator:
             return None
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
-    def _servers(self, recorder: DemandRecorder) -> list[Runnable]:
+    def _servers(self) -> list[Runnable]:
         """The always-on endpoints whose port is set: metrics, probes, webhook receiver."""
         probes, demand = self.settings.probes, self.settings.demand
         servers: list[Runnable] = []
@@ -146,7 +149,9 @@ class Operator:
                 )
             secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
             webhook = WebhookServer(
-                demand.webhook_port, secrets.secrets if secrets is not None else tuple, recorder.record_job
+                demand.webhook_port,
+                secrets.secrets if secrets is not None else tuple,
+                self._recorder.record_job,
             )
             servers.append(Runnable("webhook receiver", webhook.start, lambda timeout: webhook.stop()))
         return servers
@@ -190,30 +195,3 @@ def _metrics(port: int) -> Runnable:
             server.server_close()
 
     return Runnable("metrics", lambda: started.append(start_http_server(port)[0]), stop)
-
-
-def _nothing(timeout: float) -> None:
-    del timeout
-
-
-def _scheduled(name: str, scheduler: BaseScheduler, stop_jobs: Callable[[], None]) -> Runnable:
-    """A leader-only scheduler: its jobs are added by the reconciler and end with leadership."""
-
-    def stop(timeout: float) -> None:
-        del timeout  # a job stuck on a slow GitHub call is not waited for: stop_jobs bars writes
-        stop_jobs()
-        if scheduler.state != STATE_STOPPED:
-            scheduler.shutdown(wait=False)
-
-    return Runnable(name, scheduler.start, stop, leader_only=True)
-
-
-def _release_unused(protection: CredentialProtection) -> None:
-    """Pools that went away while no operator ran leave protected Secrets: release them."""
-    try:
-        released = protection.release_unused()
-    except Exception as err:  # the next pool deletion asks again; leading must go on
-        log.warning("could not release unused credential Secrets: %s", describe(err))
-        return
-    if released:
-        log.info("released %d credential Secret(s) that no pool needs", released)

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
+from typing import ClassVar
 
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
@@ -37,6 +39,104 @@ PATH = "/webhook"
 DEFAULT_MAX_BODY = 1 << 20
 
 
+@dataclass
+class _Receiver:
+    """What every request of one receiver shares."""
+
+    secrets: Callable[[], tuple[bytes, ...]]
+    record: Callable[[Job], int]
+    max_body: int
+    seen: DeliveryLog
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    receiver: ClassVar[_Receiver]
+
+    def _answer(self, code: int, text: str, event: str, result: str) -> None:
+        metrics.DELIVERIES.labels(event, result).inc()
+        body = (text + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        event = self.headers.get("X-GitHub-Event") or "unknown"
+        if event not in ("ping", "workflow_job"):
+            event = "other"  # a bounded metric label
+        body = self._verified_body(event)
+        if body is not None:
+            self._handle(event, body)
+
+    def _verified_body(self, event: str) -> bytes | None:
+        """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
+        max_body = self.receiver.max_body
+        if self.path.split("?", 1)[0] != PATH:
+            self.close_connection = True
+            self._answer(404, f"deliveries go to {PATH}", event, "invalid")
+            return None
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            self._answer(411, "Content-Length required", event, "invalid")
+            return None
+        if int(length) > max_body:
+            self.close_connection = True  # the unread body must not be taken as a request
+            self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
+            return None
+        body = self.rfile.read(int(length))
+        keys = self.receiver.secrets()
+        if not keys:
+            self._answer(503, "no webhook secret configured", event, "unsigned")
+            return None
+        if not verify(keys, body, self.headers.get(HEADER)):
+            result = "unsigned" if self.headers.get(HEADER) is None else "bad_signature"
+            self._answer(401, f"missing or invalid {HEADER}", event, result)
+            return None
+        return body
+
+    def _handle(self, event: str, body: bytes) -> None:
+        if event == "ping":
+            self._answer(200, "pong", event, "accepted")
+            return
+        if event != "workflow_job":
+            self._answer(202, "event ignored: only workflow_job is used", event, "ignored")
+            return
+        if not (self.headers.get("Content-Type") or "").startswith("application/json"):
+            self._answer(415, "set the webhook's content type to application/json", event, "invalid")
+            return
+        delivery = self.headers.get("X-GitHub-Delivery")
+        if not delivery:
+            self._answer(400, "X-GitHub-Delivery missing", event, "invalid")
+            return
+        try:
+            job = parse_delivery(json.loads(body))
+        except (ValueError, InvalidJob) as err:
+            self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
+            return
+        self._record(event, delivery, job)
+
+    def _record(self, event: str, delivery: str, job: Job) -> None:
+        """Steps 4 and 5: once per delivery, answered only once the job is written."""
+        seen = self.receiver.seen
+        if not seen.claim(delivery):
+            self._answer(200, "duplicate delivery, already counted", event, "duplicate")
+            return
+        try:
+            pools = self.receiver.record(job)
+        except Exception as err:
+            seen.release(delivery)
+            log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, err)
+            self._answer(503, "could not record the job; redeliver later", event, "failed")
+            return
+        self._answer(200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return  # every delivery is counted in runnerpool_webhook_deliveries_total
+
+
 class WebhookServer(BackgroundServer):
     """``record`` stores a job and returns the number of pools it counted for; it raises to fail."""
 
@@ -50,82 +150,6 @@ class WebhookServer(BackgroundServer):
         max_body: int = DEFAULT_MAX_BODY,
         deliveries: DeliveryLog | None = None,
     ) -> None:
-        seen = deliveries or DeliveryLog()
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self, code: int, text: str, event: str, result: str) -> None:
-                metrics.DELIVERIES.labels(event, result).inc()
-                body = (text + "\n").encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                event = self.headers.get("X-GitHub-Event") or "unknown"
-                if event not in ("ping", "workflow_job"):
-                    event = "other"  # a bounded metric label
-                if self.path.split("?", 1)[0] != PATH:
-                    self.close_connection = True
-                    self._answer(404, f"deliveries go to {PATH}", event, "invalid")
-                    return
-                length = self.headers.get("Content-Length")
-                if length is None or not length.isdigit():
-                    self.close_connection = True
-                    self._answer(411, "Content-Length required", event, "invalid")
-                    return
-                if int(length) > max_body:
-                    self.close_connection = True  # the unread body must not be taken as a request
-                    self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
-                    return
-                body = self.rfile.read(int(length))
-                keys = secrets()
-                if not keys:
-                    self._answer(503, "no webhook secret configured", event, "unsigned")
-                    return
-                if not verify(keys, body, self.headers.get(HEADER)):
-                    result = "unsigned" if self.headers.get(HEADER) is None else "bad_signature"
-                    self._answer(401, f"missing or invalid {HEADER}", event, result)
-                    return
-                self._handle(event, body)
-
-            def _handle(self, event: str, body: bytes) -> None:
-                if event == "ping":
-                    self._answer(200, "pong", event, "accepted")
-                    return
-                if event != "workflow_job":
-                    self._answer(202, "event ignored: only workflow_job is used", event, "ignored")
-                    return
-                if not (self.headers.get("Content-Type") or "").startswith("application/json"):
-                    self._answer(415, "set the webhook's content type to application/json", event, "invalid")
-                    return
-                delivery = self.headers.get("X-GitHub-Delivery")
-                if not delivery:
-                    self._answer(400, "X-GitHub-Delivery missing", event, "invalid")
-                    return
-                try:
-                    job = parse_delivery(json.loads(body))
-                except (ValueError, InvalidJob) as err:
-                    self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
-                    return
-                if not seen.claim(delivery):
-                    self._answer(200, "duplicate delivery, already counted", event, "duplicate")
-                    return
-                try:
-                    pools = record(job)
-                except Exception as err:
-                    seen.release(delivery)
-                    log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, err)
-                    self._answer(503, "could not record the job; redeliver later", event, "failed")
-                    return
-                self._answer(
-                    200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted"
-                )
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # every delivery is counted in runnerpool_webhook_deliveries_total
-
-        super().__init__(host, port, Handler, "webhook")
+        receiver = _Receiver(secrets, record, max_body, deliveries or DeliveryLog())
+        handler = type("WebhookHandler", (_Handler,), {"receiver": receiver})
+        super().__init__(host, port, handler, "webhook")

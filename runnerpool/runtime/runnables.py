@@ -24,7 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Elector", "Runnable", "RunnableManager"]
+from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+
+__all__ = ["Elector", "Runnable", "RunnableManager", "scheduler_runnable"]
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,23 @@ class Runnable:
 
     name: str
     start: Callable[[], object]
-    stop: Callable[[float], object]
+    stop: Callable[[float], object] = lambda timeout: None
     leader_only: bool = False
+
+
+def scheduler_runnable(name: str, scheduler: BaseScheduler, stop_jobs: Callable[[], None]) -> Runnable:
+    """A leader-only scheduler whose jobs are added while leading and end with leadership.
+
+    A job stuck on a slow call is not waited for: ``stop_jobs`` must bar every write after it
+    returns, which the token updater and the runner managers do.
+    """
+
+    def stop(timeout: float) -> None:
+        stop_jobs()
+        if scheduler.state != STATE_STOPPED:
+            scheduler.shutdown(wait=False)
+
+    return Runnable(name, scheduler.start, stop, leader_only=True)
 
 
 class Elector(Protocol):
