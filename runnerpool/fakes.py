@@ -51,14 +51,15 @@ class FakeTokenJobs:
 
 @dataclass
 class FakeRunnerJobs:
-    """``RunnerJobs``: records starts, stops, kicks and drains; counts and outcomes are set by the
-    test (by default a pool has no listing yet, nothing to deregister and no pod left)."""
+    """``RunnerJobs``: records starts, stops, rounds brought forward and drains; counts and
+    outcomes are set by the test (by default a pool has no listing yet, nothing to deregister
+    and no pod left)."""
 
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     runner_counts: dict[str, api.RunnerCounts] = field(default_factory=dict)
     drains: list[PoolRef] = field(default_factory=list)
-    kicks: list[tuple[str, str]] = field(default_factory=list)
+    rounds_forward: list[tuple[str, str]] = field(default_factory=list)
     outcome: Drain = field(default_factory=lambda: Drain(busy=0, deregistered=0))
 
     def start(self, pool: PoolRef) -> None:
@@ -67,8 +68,8 @@ class FakeRunnerJobs:
     def stop(self, namespace: str, name: str) -> None:
         self.stopped.append((namespace, name))
 
-    def kick(self, namespace: str, name: str) -> None:
-        self.kicks.append((namespace, name))
+    def bring_round_forward(self, namespace: str, name: str) -> None:
+        self.rounds_forward.append((namespace, name))
 
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
         return self.runner_counts.get(pool_key(namespace, name))

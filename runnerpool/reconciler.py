@@ -94,7 +94,7 @@ class RunnerJobs(Protocol):
     def stop(self, namespace: str, name: str) -> None: ...
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
     def drain(self, pool: PoolRef) -> Drain: ...
-    def kick(self, namespace: str, name: str) -> None: ...
+    def bring_round_forward(self, namespace: str, name: str) -> None: ...
 
 
 class PoolState(Protocol):
@@ -229,7 +229,7 @@ class Reconciler:
             (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
             recreated=Write.SECRET_CREATED in run.writes,
         )
-        # One read of the pool's pods for the whole pass: the decision, the creates, the kick.
+        # One read of the pool's pods for the whole pass: the decision, the creates, the round.
         live = self._cache.list_pods(run.pool.namespace, run.pool.name)
         decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
@@ -265,10 +265,10 @@ class Reconciler:
                 "UpdatedDisruptionBudget",
                 "brought the busy runners' disruption budget back to spec",
             )
-        if pods.surplus or pods.finished or _busy_not_marked(run.pool, live):
+        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live):
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
-            self._runners.kick(run.pool.namespace, run.pool.name)
+            self._runners.bring_round_forward(run.pool.namespace, run.pool.name)
         return pods
 
     def _decide(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> Decision:

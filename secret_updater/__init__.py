@@ -13,7 +13,7 @@ from secret_updater.filler import (
     TokenUpdater,
     token_patch,
 )
-from secret_updater.scheduler import RetryPolicy, next_run_after_failure, next_run_after_success
+from secret_updater.timing import RetryPolicy, next_run_after_failure, next_run_after_success
 
 __all__ = [
     "TOKEN_EXPIRY_ANNOTATION",

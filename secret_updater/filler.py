@@ -6,7 +6,7 @@ pods mount that Secret, so a pod started at any moment finds a token with at lea
 to go.
 
 Failures are data, not crashes: each one is recorded for the reconciler (which turns it into
-a condition), counted, and retried on a schedule that fits its kind (see ``scheduler``).
+a condition), counted, and retried on a schedule that fits its kind (see ``timing``).
 
 The token itself lives only in the patch body handed to ``patch_secret``. The updater keeps a
 SHA-256 of the last value it wrote, which is enough to skip writing an unchanged token, and
@@ -36,13 +36,13 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
-from secret_updater.scheduler import (
+from secret_updater.shared_tokens import SharedTokens
+from secret_updater.timing import (
     DEFAULT_POLICY,
     RetryPolicy,
     next_run_after_failure,
     next_run_after_success,
 )
-from secret_updater.shared_tokens import SharedTokens
 
 __all__ = [
     "INTERNAL_REASON",

@@ -122,7 +122,7 @@ def play_kubelet(
         "waiting": {"reason": "CrashLoopBackOff"},
     }[state]
     container = {
-        "name": children.RUNNER_CONTAINER,
+        "name": template.RUNNER_CONTAINER,
         "image": api.DEFAULT_RUNNER_IMAGE,
         "imageID": "",
         "ready": state == "running",
@@ -174,7 +174,7 @@ def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> st
         api.GROUP, api.VERSION, namespace, api.PLURAL, name
     )
     pool = api.RunnerPool.model_validate(stored)
-    labels = children.pool_labels(pool)
+    labels = children.selector_labels(pool)
     budget = api.disruption_budget_name(name)
     client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(
         namespace,

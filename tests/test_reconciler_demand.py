@@ -230,17 +230,17 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
     reconciler(key)
     [pod] = LiveReader(api_client).list_pods(namespace, "mark")
     name = pod["metadata"]["name"]
-    runners.kicks.clear()
+    runners.rounds_forward.clear()
 
     labels = ["self-hosted", api.pool_runner_label(namespace, "mark")]
     recorder.record_job(
         parse_delivery(delivery(job_object(1, "in_progress", labels, repository=REPO, runner=name)))
     )
     reconciler(key)
-    assert runners.kicks == [(namespace, "mark")]
+    assert runners.rounds_forward == [(namespace, "mark")]
 
     client.CoreV1Api(api_client).patch_namespaced_pod(
         name, namespace, {"metadata": {"labels": {BUSY_LABEL: BUSY_VALUE}}}
     )
     reconciler(key)
-    assert runners.kicks == [(namespace, "mark")], "a marked pod needs no early round"
+    assert runners.rounds_forward == [(namespace, "mark")], "a marked pod needs no early round"

@@ -14,9 +14,9 @@ import pytest
 
 from runnerpool import api
 from runnerpool.domain import parse_duration
+from runnerpool.github.budget import listing_cost, next_listing_delay
 from runnerpool.github.types import RateLimit, Runner
 from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL
-from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.lifecycle import (
     Action,
     BusyMark,
@@ -94,7 +94,7 @@ def test_pod_view_reads_the_runner_container_only() -> None:
 
 def test_a_pending_pod_without_statuses_has_not_finished() -> None:
     view = PodView.of({"metadata": {"name": "p"}, "status": {}})
-    assert (view.phase, view.runner_running, view.finished, view.created) == ("Pending", False, False, None)
+    assert (view.phase, view.runner_running, view.used_up, view.created) == ("Pending", False, False, None)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_a_pending_pod_without_statuses_has_not_finished() -> None:
 )
 def test_finished_and_running(kwargs: dict[str, Any], finished: bool, running: bool) -> None:
     view = pod(**kwargs)
-    assert (view.finished, view.runner_running) == (finished, running)
+    assert (view.used_up, view.runner_running) == (finished, running)
 
 
 # -- pod decisions ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, MalformedResponse, NotFound, RateLimited, Unavailable
-from secret_updater.scheduler import (
+from secret_updater.timing import (
     RetryPolicy,
     is_transient,
     next_run_after_failure,

@@ -13,7 +13,7 @@ back on the grace.
 
 Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
 polled once), conditional requests throughout (``GitHubClient.active_jobs``), and the runner listing's
-slowdown rule (``runners.budget.next_listing_delay``) on the requests the poll spent, so the
+slowdown rule (``github.budget.next_listing_delay``) on the requests the poll spent, so the
 polls use at most half of what is left when a credential's budget runs low. Runs on the
 leader only, like the runner managers.
 """
@@ -33,11 +33,11 @@ from runnerpool.demand.matching import job_matches
 from runnerpool.demand.record import ACTIVE
 from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
 from runnerpool.domain import utcnow
+from runnerpool.github.budget import next_listing_delay
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.jobs import Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
-from runnerpool.runners.budget import next_listing_delay
 
 __all__ = ["DemandPoller", "polled_repositories"]
 

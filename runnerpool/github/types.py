@@ -27,6 +27,11 @@ class RegistrationToken:
     expires_at: datetime
 
 
+#: A runner's ``status`` as GitHub reports it; whether it runs a job is ``busy``, apart.
+ONLINE = "online"
+OFFLINE = "offline"
+
+
 @dataclass(frozen=True)
 class Runner:
     """The subset of GitHub's runner object the operator decides on."""
@@ -36,6 +41,14 @@ class Runner:
     status: str
     busy: bool
     labels: tuple[str, ...]
+
+    @property
+    def online(self) -> bool:
+        return self.status == ONLINE
+
+    @property
+    def offline(self) -> bool:
+        return self.status == OFFLINE
 
 
 @dataclass(frozen=True)

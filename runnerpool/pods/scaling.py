@@ -15,9 +15,7 @@ queue while pods start).  So:
 * a busy outdated pod keeps its job and its place until the job ends (then it is used up
   and goes like every finished pod); until then it holds a surge slot.
 
-Both sides count pods the same way (:func:`active`): not being deleted and not finished
-(phase Succeeded or Failed), which is what a ReplicaSet counts too.  A pod being deleted
-is not counted, so its replacement starts at once.
+Both sides count pods the same way (``runnerpool.pods.state.active``).
 """
 
 from __future__ import annotations
@@ -27,23 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runnerpool.pods.state import active, ready, used_up
 from runnerpool.pods.template import TEMPLATE_HASH_LABEL
 
-__all__ = ["SURGE_FRACTION", "PodCounts", "active", "count", "creates", "max_surge"]
+__all__ = ["SURGE_FRACTION", "PodCounts", "count", "creates", "max_surge"]
 
 SURGE_FRACTION = 0.25
-_FINISHED = frozenset({"Succeeded", "Failed"})
-
-
-def active(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return not meta.get("deletionTimestamp") and phase not in _FINISHED
-
-
-def ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def pod_hash(pod: Mapping[str, Any]) -> str | None:
@@ -67,8 +54,9 @@ class PodCounts:
     active: int = 0
     ready: int = 0
     updated: int = 0
-    #: Pods that are used up (and not being deleted yet): the runner managers remove them.
-    finished: int = 0
+    #: Pods that are used up (``runnerpool.pods.state``) and not being deleted yet: the runner
+    #: managers replace them.
+    used_up: int = 0
 
     @property
     def outdated(self) -> int:
@@ -88,9 +76,7 @@ def count(pods: Iterable[Mapping[str, Any]], desired: int, wanted: str, pending:
         active=len(running) + pending,
         ready=sum(1 for p in running if ready(p)),
         updated=sum(1 for p in running if pod_hash(p) == wanted) + pending,
-        finished=sum(
-            1 for p in live if not active(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
-        ),
+        used_up=sum(1 for p in live if used_up(p) and not (p.get("metadata") or {}).get("deletionTimestamp")),
     )
 
 

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runnerpool.children import RUNNER_CONTAINER
 from runnerpool.domain import parse_rfc3339
 from runnerpool.github.types import Runner
+from runnerpool.pods import state
 from runnerpool.pods.template import (
     BUSY_ANNOTATIONS,
     BUSY_LABEL,
@@ -69,9 +69,6 @@ __all__ = [
     "replacement",
     "runners_to_collect",
 ]
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-OFFLINE = "offline"
 
 
 class Action(enum.Enum):
@@ -105,15 +102,11 @@ class PodView:
     template_hash: str | None = None
 
     @classmethod
-    def of(cls, pod: Mapping[str, Any], container: str = RUNNER_CONTAINER) -> PodView:
+    def of(cls, pod: Mapping[str, Any]) -> PodView:
         meta = pod.get("metadata") or {}
-        status = pod.get("status") or {}
-        phase = str(status.get("phase") or "Pending")
-        runner: Mapping[str, Any] = next(
-            (c for c in status.get("containerStatuses") or [] if c.get("name") == container),
-            {},
-        )
-        state = runner.get("state") or {}
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        runner = state.runner_status(pod)
+        current = runner.get("state") or {}
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
         return cls(
@@ -123,18 +116,23 @@ class PodView:
             created=parse_rfc3339(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             phase=phase,
-            runner_running="running" in state and phase not in FINISHED_PHASES,
+            runner_running="running" in current and phase not in state.FINISHED_PHASES,
             runner_restarts=int(runner.get("restartCount") or 0),
-            runner_terminated="terminated" in state,
+            runner_terminated="terminated" in current,
             busy_marked=busy_marked(pod),
             busy_annotations=frozenset(k for k, v in BUSY_ANNOTATIONS.items() if annotations.get(k) == v),
             template_hash=labels.get(TEMPLATE_HASH_LABEL),
         )
 
     @property
-    def finished(self) -> bool:
-        """Its runner has had its one job (or failed): the pod is used up."""
-        return self.phase in FINISHED_PHASES or self.runner_restarts > 0 or self.runner_terminated
+    def used_up(self) -> bool:
+        """``runnerpool.pods.state``: its runner has had its one job (or failed)."""
+        return state.is_used_up(self.phase, self.runner_restarts, self.runner_terminated)
+
+    @property
+    def active(self) -> bool:
+        """``runnerpool.pods.state``: counted against the pool's desired count."""
+        return state.counted(self.deleting, self.phase)
 
 
 @dataclass(frozen=True)
@@ -176,7 +174,7 @@ class Plan:
 def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> list[Runner]:
     """Offline, idle runners whose pod is gone: nothing will ever bring them back."""
     names = set(pod_names)
-    return [r for r in runners if r.status == OFFLINE and not r.busy and r.name not in names]
+    return [r for r in runners if r.offline and not r.busy and r.name not in names]
 
 
 def decide_pod(
@@ -191,7 +189,7 @@ def decide_pod(
         return PodDecision(pod, Action.KEEP, "Terminating", runner)
     if runner is not None and runner.busy:
         return PodDecision(pod, Action.KEEP, "RunnerBusy", runner)
-    if pod.finished:
+    if pod.used_up:
         return replacement(pod, runner, "RunnerRestarted" if pod.runner_running else "RunnerFinished")
     if recreate_deadline is not None and _older(pod, now, recreate_deadline):
         return replacement(pod, runner, "RecreateDeadline")

@@ -27,7 +27,6 @@ from runnerpool.github.types import Runner
 __all__ = ["ListingKey", "SharedListing", "Snapshot", "pool_runners", "runner_counts"]
 
 #: GitHub's status of a runner whose listener is not connected.
-OFFLINE = "offline"
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def runner_counts(runners: Iterable[Runner]) -> api.RunnerCounts:
     for runner in runners:
         if runner.busy:
             busy += 1
-        elif runner.status == OFFLINE:
+        elif runner.offline:
             offline += 1
         else:
             online += 1

@@ -5,7 +5,7 @@ see ``ListingKey``), run by a small thread pool (``RunnerSettings.threads``) so 
 of repository-scoped pools neither need hundreds of threads nor send hundreds of concurrent
 requests (GitHub's secondary limits start at 100). ``max_instances=1`` keeps a scope from
 overlapping itself; each run sets its own next run time from the budget rule
-(``runnerpool.runners.budget``). The reconciler registers a pool with ``start`` on every
+(``runnerpool.github.budget``). The reconciler registers a pool with ``start`` on every
 converge and removes it with ``stop`` when the pool goes; the last pool of a scope removes
 the scope's job. The operator runs this only on the leader, like the workers.
 
@@ -15,9 +15,10 @@ runner counts (and enqueues the pool when they changed, so the reconciler writes
 (finished pods, offline runners, busy marks) and ``runnerpool.runners.retirement``
 (scale-down and rollout: the only way runner pods of a live pool are taken away).
 
-The reconciler asks for an early run with ``kick`` when it sees pods to take away, so a
-scale-down or a rollout step does not wait for the next listing; kicks are folded into one
-run at most every ``kick_gap`` seconds, and an unchanged listing costs a free 304.
+The reconciler brings a scope's round forward (``bring_round_forward``) when it sees pods to
+take away, so a scale-down or a rollout step does not wait for the next listing; such
+requests are folded into one run at most every ``kick_gap`` seconds (``--runner-kick-gap``),
+and an unchanged listing costs a free 304.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from pydantic import ValidationError
 
 from runnerpool import api, autoscaling
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
+from runnerpool.github.budget import listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.runners import lifecycle, metrics, retirement
-from runnerpool.runners.budget import listing_cost, next_listing_delay
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
@@ -128,7 +129,7 @@ class RunnerManagers:
         self._registration_timeout = timedelta(seconds=settings.registration_timeout)
         self._kick_gap = settings.kick_gap
         self._last_run: dict[ListingKey, datetime] = {}
-        self._kicked: set[ListingKey] = set()
+        self._brought_forward: set[ListingKey] = set()
         self._running: set[ListingKey] = set()
         self._lock = threading.Lock()
         self._refs: dict[str, PoolRef] = {}
@@ -248,23 +249,23 @@ class RunnerManagers:
         self._scopes.pop(key, None)
         self._credentials.pop(key, None)
         self._last_run.pop(key, None)
-        self._kicked.discard(key)
+        self._brought_forward.discard(key)
         with contextlib.suppress(JobLookupError):
             self._scheduler.remove_job(str(key))
         self.listing.forget(key)
         metrics.forget_scope(str(key))
         log.info("runner manager stopped for %s", key)
 
-    def kick(self, namespace: str, name: str) -> None:
+    def bring_round_forward(self, namespace: str, name: str) -> None:
         """Run the pool's scope soon (not before ``kick_gap`` after its last run)."""
         with self._lock:
             ref = self._refs.get(f"{namespace}/{name}")
             if ref is None:
                 return
             key = _listing_key(ref)
-            if key in self._kicked:
+            if key in self._brought_forward:
                 return  # already brought forward, or noted by the run in progress
-            self._kicked.add(key)
+            self._brought_forward.add(key)
             if key in self._running:
                 return  # the run's end schedules the next one ``kick_gap`` later
             last = self._last_run.get(key)
@@ -292,7 +293,7 @@ class RunnerManagers:
         """Scheduler entry point: never raises, always leaves a next run behind."""
         with self._lock:
             self._last_run[key] = self._clock()
-            self._kicked.discard(key)
+            self._brought_forward.discard(key)
             self._running.add(key)
         try:
             delay = self.sync(key)
@@ -303,7 +304,7 @@ class RunnerManagers:
             self._running.discard(key)
             if key not in self._scopes:
                 return
-            if key in self._kicked:  # kicked while this run was going: once more, soon
+            if key in self._brought_forward:  # brought forward while this run was going: once more, soon
                 delay = min(delay, self._kick_gap)
             with contextlib.suppress(JobLookupError):
                 self._scheduler.modify_job(str(key), next_run_time=self._clock() + timedelta(seconds=delay))

@@ -27,23 +27,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runnerpool.runners.lifecycle import FINISHED_PHASES, Action, PodDecision, replacement
+from runnerpool.runners.lifecycle import Action, PodDecision, replacement
 
 __all__ = ["OUTDATED", "SCALE_DOWN", "retirements"]
 
 OUTDATED = "Outdated"
 SCALE_DOWN = "ScaleDown"
-_ONLINE = "online"
 
 
 def _counted(decision: PodDecision) -> bool:
-    """Counted against ``replicas`` the way the reconciler counts (``scaling.active``)."""
-    pod = decision.pod
-    return decision.action is Action.KEEP and not pod.deleting and pod.phase not in FINISHED_PHASES
+    """Counted against ``replicas`` the way the reconciler counts (``pods.state``)."""
+    return decision.action is Action.KEEP and decision.pod.active
 
 
 def _online(decision: PodDecision) -> bool:
-    return decision.runner is not None and decision.runner.status == _ONLINE
+    return decision.runner is not None and decision.runner.online
 
 
 def _order(decision: PodDecision) -> tuple[bool, float]:
@@ -73,7 +71,7 @@ def retirements(
                 continue  # may be registering right now: wait for a listing that shows it
             if runner is not None and runner.busy:
                 continue
-            if runner is not None and runner.status == _ONLINE:
+            if runner is not None and runner.online:
                 if online - 1 < replicas:
                     continue  # its replacement has not registered yet
                 online -= 1

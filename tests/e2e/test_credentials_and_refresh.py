@@ -36,7 +36,7 @@ from testworld.simulator import RunnerSimulator
 TOKEN_LIFETIME = 180.0
 MARGIN_MINUTES = 2.9
 #: The secret updater never refreshes sooner than a minute after a success
-#: (secret_updater.scheduler.RetryPolicy.min_refresh), so that is how long this test waits.
+#: (secret_updater.timing.RetryPolicy.min_refresh), so that is how long this test waits.
 REFRESH_WITHIN = 90.0
 NODE_TIMEOUT = 90.0
 

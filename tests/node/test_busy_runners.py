@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, children
+from runnerpool import api
 from runnerpool.pods import adoption, template
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, get_pool, pool_runners, wait_token
@@ -68,7 +68,7 @@ def _restart(operator: OperatorProcess) -> None:
 
 
 def _runner_env(pod: Any) -> dict[str, str]:
-    runner = next(c for c in pod.spec.containers if c.name == children.RUNNER_CONTAINER)
+    runner = next(c for c in pod.spec.containers if c.name == template.RUNNER_CONTAINER)
     return {e.name: e.value for e in runner.env or []}
 
 
@@ -332,7 +332,7 @@ def _exit_codes_until_gone(core: client.CoreV1Api, namespace: str, name: str, ti
     ):
         pod = event["object"]
         for status in pod.status.container_statuses or []:
-            if status.name == children.RUNNER_CONTAINER and status.state.terminated is not None:
+            if status.name == template.RUNNER_CONTAINER and status.state.terminated is not None:
                 codes.append(status.state.terminated.exit_code)
         if event["type"] == "DELETED":
             stream.stop()

@@ -13,7 +13,8 @@ from typing import Any
 
 from kubernetes import client
 
-from runnerpool import api, children
+from runnerpool import api
+from runnerpool.pods import template
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
 from tests.pools import create_pool
@@ -44,7 +45,7 @@ def test_the_runner_user_reads_the_mounted_token(
     # The operator's own pod, only the command replaced: who am I, and the token file.
     spec: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(pod.spec))
     spec["restartPolicy"] = "Never"
-    runner = next(c for c in spec["containers"] if c["name"] == children.RUNNER_CONTAINER)
+    runner = next(c for c in spec["containers"] if c["name"] == template.RUNNER_CONTAINER)
     runner["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
     name = f"token-probe-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
@@ -54,7 +55,7 @@ def test_the_runner_user_reads_the_mounted_token(
         return phase if phase in ("Succeeded", "Failed") else None
 
     phase = wait_for(finished, POD_TIMEOUT, message=f"pod {name} to finish")
-    log = core.read_namespaced_pod_log(name, namespace, container=children.RUNNER_CONTAINER)
+    log = core.read_namespaced_pod_log(name, namespace, container=template.RUNNER_CONTAINER)
     secret = core.read_namespaced_secret(api.token_secret_name("token"), namespace)
     token = base64.b64decode(secret.data[api.TOKEN_SECRET_KEY]).decode()
     assert phase == "Succeeded", f"the runner user could not read its token; pod log:\n{log}"

@@ -1,0 +1,55 @@
+"""What a runner pod's state means, defined once for the reconciler and the runner managers.
+
+* **active**: counted against the pool's desired count: not being deleted and not finished
+  (phase Succeeded or Failed), which is what a ReplicaSet counts too. A pod being deleted is
+  not counted, so its replacement starts at once.
+* **used up**: its runner has had its one job (or failed): the pod finished, or its runner
+  container restarted or terminated. An ephemeral runner never takes a second job, so such a
+  pod is replaced.
+* **ready**: the kubelet says so (the pod's ``Ready`` condition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runnerpool.pods.template import RUNNER_CONTAINER
+
+__all__ = ["FINISHED_PHASES", "active", "counted", "is_used_up", "ready", "runner_status", "used_up"]
+
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def counted(deleting: bool, phase: str | None) -> bool:
+    """The active rule on a pod's two facts (see the module docstring)."""
+    return not deleting and phase not in FINISHED_PHASES
+
+
+def is_used_up(phase: str | None, runner_restarts: int, runner_terminated: bool) -> bool:
+    """The used-up rule on a pod's facts (see the module docstring)."""
+    return phase in FINISHED_PHASES or runner_restarts > 0 or runner_terminated
+
+
+def active(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    return counted(bool(meta.get("deletionTimestamp")), (pod.get("status") or {}).get("phase"))
+
+
+def runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The runner container's status (``{}`` before the kubelet reports one)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((c for c in statuses if c.get("name") == RUNNER_CONTAINER), {})
+
+
+def used_up(pod: Mapping[str, Any]) -> bool:
+    runner = runner_status(pod)
+    phase = (pod.get("status") or {}).get("phase")
+    return is_used_up(
+        phase, int(runner.get("restartCount") or 0), "terminated" in (runner.get("state") or {})
+    )
+
+
+def ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
