@@ -1,0 +1,90 @@
+"""Every name the operator puts on objects, in one place: labels, annotations, finalizers,
+the names of the objects it makes, keys and container names.
+
+They are the operator's contract with the cluster (selectors, a Pod's disruption budget,
+``kubectl`` one-liners in the README, an upgrade that must recognise what an earlier
+version made), so each is written once, here, below everything else; this module imports
+nothing of the operator.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BUSY_ANNOTATIONS",
+    "BUSY_DISRUPTION_BUDGET",
+    "BUSY_LABEL",
+    "BUSY_VALUE",
+    "CREDENTIAL_FINALIZER",
+    "DEFAULT_CREDENTIAL_SECRET",
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_SELECTOR",
+    "MANAGED_BY_VALUE",
+    "POOL_FINALIZER",
+    "POOL_LABEL",
+    "RUNNER_CONTAINER",
+    "TEMPLATE_HASH_LABEL",
+    "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_SECRET_KEY",
+    "deployment_name",
+    "disruption_budget_name",
+    "pool_runner_label",
+    "token_secret_name",
+]
+
+# -- finalizers -----------------------------------------------------------------------------------
+
+#: On every RunnerPool: its runners are deregistered on GitHub before it goes.
+POOL_FINALIZER = "runnerpool.dev/deregister-runners"
+#: On a credential Secret while a pool that is not yet finalized needs it.
+CREDENTIAL_FINALIZER = "runnerpool.dev/credential-in-use"
+
+# -- labels and annotations -----------------------------------------------------------------------
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "runnerpool-operator"
+#: What the operator's own children are listed and watched by.
+MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+#: The pool a child belongs to (its name; the namespace is the child's own).
+POOL_LABEL = "runnerpool.dev/pool"
+#: Which pod template a runner pod was made from: a rollout replaces the others.
+TEMPLATE_HASH_LABEL = "runnerpool.dev/template-hash"
+#: Set while GitHub lists the pod's runner as busy; the disruption budget selects on it.
+BUSY_LABEL = "runnerpool.dev/busy"
+BUSY_VALUE = "true"
+#: What the cluster autoscaler and Karpenter read before they drain a node, set while busy.
+BUSY_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+#: On the token Secret: when the registration token in it expires (RFC 3339).
+TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
+
+# -- objects, keys and containers -----------------------------------------------------------------
+
+#: The key of the registration token in a pool's token Secret.
+TOKEN_SECRET_KEY = "runnertoken"
+#: The credential Secret a pool reads when its spec names none.
+DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
+#: The one PodDisruptionBudget per namespace that covers every pool's busy runner pods.
+BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
+#: The runner pod's runner container.
+RUNNER_CONTAINER = "runner"
+
+
+def token_secret_name(pool: str) -> str:
+    return f"runner-token-{pool}"
+
+
+def deployment_name(pool: str) -> str:
+    """The runner Deployment of operator versions before 0.2: only looked for, to adopt its pods."""
+    return f"runnerpool-{pool}"
+
+
+def disruption_budget_name(pool: str) -> str:
+    """The per-pool budget of operator versions before 0.3 (the shared one replaced it)."""
+    return f"runnerpool-{pool}-busy"
+
+
+def pool_runner_label(namespace: str, pool: str) -> str:
+    """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
+    return f"{namespace}/{pool}"
