@@ -47,7 +47,7 @@ from kubernetes import client, config
 from kubernetes.informer import ADDED
 
 from bench.stats import percentile
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane, free_port
@@ -180,7 +180,7 @@ class Bench:
         install_crd(self.api_client)
         self.core.create_namespace({"metadata": {"name": NAMESPACE}})
         self.core.create_namespaced_secret(
-            NAMESPACE, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
+            NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )
 
     def operator(self, workdir: Path, mode: str, port: int) -> OperatorProcess:
@@ -247,13 +247,13 @@ class Bench:
         pool = self._pool() or {}
         if (pool.get("status") or {}).get("desiredReplicas") != 0:
             return False
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{api.POOL_LABEL}={POOL}").items
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{naming.POOL_LABEL}={POOL}").items
         return not pods
 
     def burst(self, mode: str, size: int) -> Burst:
         if not poll_until(self.at_zero, 180, 0.2):
             raise RuntimeError("the pool did not settle at 0 before the burst")
-        labels = ["self-hosted", api.pool_runner_label(NAMESPACE, POOL)]
+        labels = ["self-hosted", naming.pool_runner_label(NAMESPACE, POOL)]
         ids = [self.fake.queue_job(REPO, labels, self.args.job_seconds) for _ in range(size)]
         done = poll_until(lambda: all(i in self.clock.completed for i in ids), self.args.timeout, 0.1)
         if not done:

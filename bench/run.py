@@ -51,8 +51,9 @@ from kubernetes import client, config
 from kubernetes.informer import ADDED, MODIFIED
 
 from bench.stats import percentile
-from runnerpool import api
-from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
+from runnerpool import api, naming
+from runnerpool.naming import MANAGED_BY_SELECTOR
+from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
@@ -173,8 +174,8 @@ class Watcher:
 
     def _on_secret(self, secret: dict[str, Any]) -> None:
         now = time.perf_counter()
-        if (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY):
-            pool = (secret["metadata"].get("labels") or {}).get(api.POOL_LABEL, "")
+        if (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY):
+            pool = (secret["metadata"].get("labels") or {}).get(naming.POOL_LABEL, "")
             with self._changed:
                 self.token_at.setdefault(pool, now)
                 self._changed.notify_all()
@@ -186,11 +187,11 @@ class Watcher:
     def long_tokens_everywhere(self, count: int, longer_than: timedelta) -> bool:
         """Every pool's Secret and status carry a token that expires after ``longer_than`` from now."""
         horizon = datetime.now(UTC) + longer_than
-        secrets = [s for s in self.secrets.cache.list() if (s.get("data") or {}).get(api.TOKEN_SECRET_KEY)]
+        secrets = [s for s in self.secrets.cache.list() if (s.get("data") or {}).get(naming.TOKEN_SECRET_KEY)]
         expiries = {
-            (s["metadata"].get("labels") or {}).get(api.POOL_LABEL): (
+            (s["metadata"].get("labels") or {}).get(naming.POOL_LABEL): (
                 s["metadata"].get("annotations") or {}
-            ).get(api.TOKEN_EXPIRY_ANNOTATION, "")
+            ).get(naming.TOKEN_EXPIRY_ANNOTATION, "")
             for s in secrets
         }
         if len(expiries) < count or any(not e or _parse(e) < horizon for e in expiries.values()):
@@ -373,7 +374,7 @@ class SizeRun:
         core = client.CoreV1Api(self.api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         core.create_namespaced_secret(
-            NAMESPACE, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
+            NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )
         operator_class = ProfiledOperator if opts.profile else OperatorProcess
         self.operator = operator_class(

@@ -34,15 +34,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-# The names of a pool's children are shared vocabulary (the token updater needs them too);
-# they live in the domain module and are re-exported here beside the rest of the API.
-# (``x as x`` is the re-export form mypy --strict recognises.)
-from runnerpool.domain import BUSY_DISRUPTION_BUDGET as BUSY_DISRUPTION_BUDGET  # noqa: PLC0414
 from runnerpool.domain import RFC3339, JobState, Scope, pool_key
-from runnerpool.domain import deployment_name as deployment_name  # noqa: PLC0414
-from runnerpool.domain import disruption_budget_name as disruption_budget_name  # noqa: PLC0414
-from runnerpool.domain import pool_runner_label as pool_runner_label  # noqa: PLC0414
-from runnerpool.domain import token_secret_name as token_secret_name  # noqa: PLC0414
+from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 
 GROUP = "runnerpool.dev"
 VERSION = "v1alpha1"
@@ -51,13 +44,6 @@ PLURAL = "runnerpools"
 SINGULAR = "runnerpool"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-FINALIZER = "runnerpool.dev/deregister-runners"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "runnerpool-operator"
-POOL_LABEL = "runnerpool.dev/pool"
-TOKEN_SECRET_KEY = "runnertoken"
-TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
-DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/runner; publish and override
 
 # Pods of a pool are named "<pool>-<5 random>" (generateName).  The kubelet cuts pod

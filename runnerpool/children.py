@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import resolve_api_url
 
 
 def selector_labels(pool: api.RunnerPool) -> dict[str, str]:
     """The labels every child of the pool carries, and what the pool selects its pods by."""
-    return {api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE, api.POOL_LABEL: pool.name}
+    return {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE, naming.POOL_LABEL: pool.name}
 
 
 def selector(pool: api.RunnerPool) -> str:
@@ -48,7 +48,7 @@ def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _metadata(pool, api.token_secret_name(pool.name)),
+        "metadata": _metadata(pool, naming.token_secret_name(pool.name)),
     }
 
 

@@ -7,7 +7,7 @@ run, they cannot deregister, and nothing can recreate the Secret in a Terminatin
 namespace: the namespace hangs and its runners stay registered.
 
 So, as ARC's scale-set controller does with its GitHub config Secret, the operator puts
-its own finalizer (:data:`FINALIZER`) on every credential Secret that a pool which is not
+its own finalizer (:data:`naming.CREDENTIAL_FINALIZER`) on every credential Secret that a pool which is not
 yet finalized references.  A deleted Secret then stays readable (with a
 ``deletionTimestamp``) until the protection goes, which happens as soon as no pool needs
 it any more:
@@ -39,16 +39,13 @@ from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import naming
 from runnerpool.api_errors import describe
 from runnerpool.runtime.kube import SECRETS, Kube
 
-__all__ = ["FINALIZER", "CredentialProtection", "ProtectionCache"]
+__all__ = ["CredentialProtection", "ProtectionCache"]
 
 log = logging.getLogger(__name__)
-
-#: The operator's finalizer on credential Secrets that a pool still needs.
-FINALIZER = "runnerpool.dev/credential-in-use"
 
 
 class ProtectionCache(Protocol):
@@ -61,18 +58,18 @@ class ProtectionCache(Protocol):
 
 def credential_secret_name(pool: Mapping[str, Any]) -> str:
     """The Secret a pool (wire form) reads its GitHub credentials from."""
-    return str((pool.get("spec") or {}).get("credentialSecretName") or api.DEFAULT_CREDENTIAL_SECRET)
+    return str((pool.get("spec") or {}).get("credentialSecretName") or naming.DEFAULT_CREDENTIAL_SECRET)
 
 
 def _needs(pool: Mapping[str, Any], secret_name: str) -> bool:
     meta = pool.get("metadata") or {}
     if credential_secret_name(pool) != secret_name:
         return False
-    return not meta.get("deletionTimestamp") or api.FINALIZER in (meta.get("finalizers") or [])
+    return not meta.get("deletionTimestamp") or naming.POOL_FINALIZER in (meta.get("finalizers") or [])
 
 
 class CredentialProtection:
-    """Adds and removes :data:`FINALIZER` on credential Secrets (see the module docstring).
+    """Adds and removes :data:`naming.CREDENTIAL_FINALIZER` on credential Secrets (see the module docstring).
 
     Called by the reconciler from its worker threads; the memory of which Secret each pool
     used last is what lets a pool's move or disappearance release the old Secret.
@@ -108,7 +105,7 @@ class CredentialProtection:
             return False
         meta = secret.get("metadata") or {}
         finalizers = list(meta.get("finalizers") or [])
-        if FINALIZER in finalizers or meta.get("deletionTimestamp"):
+        if naming.CREDENTIAL_FINALIZER in finalizers or meta.get("deletionTimestamp"):
             return False
         try:
             # The resourceVersion makes it a compare-and-swap: no other finalizer is lost.
@@ -118,7 +115,7 @@ class CredentialProtection:
                 secret_name,
                 {
                     "metadata": {
-                        "finalizers": [*finalizers, FINALIZER],
+                        "finalizers": [*finalizers, naming.CREDENTIAL_FINALIZER],
                         "resourceVersion": meta["resourceVersion"],
                     }
                 },
@@ -168,7 +165,7 @@ class CredentialProtection:
         try:
             for secret in self._cache.list_secrets():
                 meta = secret.get("metadata") or {}
-                if FINALIZER in (meta.get("finalizers") or []):
+                if naming.CREDENTIAL_FINALIZER in (meta.get("finalizers") or []):
                     released += self.release_if_unused(meta["namespace"], meta["name"])
         except Exception as err:
             log.warning("could not release unused credential Secrets: %s", describe(err))
@@ -190,12 +187,12 @@ class CredentialProtection:
         if secret is None:
             return False
         finalizers = list((secret.get("metadata") or {}).get("finalizers") or [])
-        if FINALIZER not in finalizers:
+        if naming.CREDENTIAL_FINALIZER not in finalizers:
             return False
         for pool in self._cache.scan_pools(namespace):
             if (pool.get("metadata") or {}).get("name") != finalized and _needs(pool, secret_name):
                 return False
-        index = finalizers.index(FINALIZER)
+        index = finalizers.index(naming.CREDENTIAL_FINALIZER)
         try:
             # test + remove: removes exactly ours, whatever else changed on the Secret.
             self._kube.patch(
@@ -203,7 +200,11 @@ class CredentialProtection:
                 namespace,
                 secret_name,
                 [
-                    {"op": "test", "path": f"/metadata/finalizers/{index}", "value": FINALIZER},
+                    {
+                        "op": "test",
+                        "path": f"/metadata/finalizers/{index}",
+                        "value": naming.CREDENTIAL_FINALIZER,
+                    },
                     {"op": "remove", "path": f"/metadata/finalizers/{index}"},
                 ],
             )

@@ -6,7 +6,7 @@ why its token could not be refreshed (``TokenFailure``), which GitHub API it tal
 how a pool is keyed in queues and maps ("namespace/name"), and how a time is written into
 Kubernetes objects. Defining them here, below everything else, is what lets
 ``runnerpool`` and ``secret_updater`` use them without importing each other; this module
-imports nothing from either package.
+imports nothing from either package but the names (``runnerpool.naming``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from runnerpool import naming
+
 __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_WEB_URL",
@@ -26,14 +28,11 @@ __all__ = [
     "PoolRef",
     "Scope",
     "TokenFailure",
-    "deployment_name",
     "parse_duration",
     "pool_key",
-    "pool_runner_label",
     "resolve_api_url",
     "rfc3339",
     "split_key",
-    "token_secret_name",
     "utcnow",
     "web_url_for",
 ]
@@ -94,29 +93,6 @@ def split_key(key: str) -> tuple[str, str]:
     """``pool_key`` backwards; a key without a namespace is a cluster-scoped name."""
     namespace, sep, name = key.partition("/")
     return (namespace, name) if sep else ("", namespace)
-
-
-def token_secret_name(pool: str) -> str:
-    return f"runner-token-{pool}"
-
-
-def deployment_name(pool: str) -> str:
-    """The runner Deployment of operator versions before 0.2: only looked for, to adopt its pods."""
-    return f"runnerpool-{pool}"
-
-
-def disruption_budget_name(pool: str) -> str:
-    """The per-pool budget of operator versions before 0.3 (the shared one replaced it)."""
-    return f"runnerpool-{pool}-busy"
-
-
-#: The one PodDisruptionBudget per namespace that covers every pool's busy runner pods.
-BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
-
-
-def pool_runner_label(namespace: str, pool: str) -> str:
-    """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
-    return pool_key(namespace, pool)
 
 
 # -- GitHub hosts ---------------------------------------------------------------------------------
@@ -217,7 +193,7 @@ class PoolRef:
 
     @property
     def token_secret(self) -> str:
-        return token_secret_name(self.name)
+        return naming.token_secret_name(self.name)
 
     @property
     def api_url(self) -> str:

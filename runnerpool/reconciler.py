@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from runnerpool import api, autoscaling, children, conditions, metrics
+from runnerpool import api, autoscaling, children, conditions, metrics, naming
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe, is_namespace_terminating, status_of
 from runnerpool.autoscaling import Decision, Window
@@ -226,7 +226,7 @@ class Reconciler:
         recheck = self._tokens.check_secret(
             run.pool.namespace,
             run.pool.name,
-            (secret.get("data") or {}).get(api.TOKEN_SECRET_KEY),
+            (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
             recreated=Write.SECRET_CREATED in run.writes,
         )
         # One read of the pool's pods for the whole pass: the decision, the creates, the round.
@@ -283,8 +283,8 @@ class Reconciler:
         return decision.held_by(self._pods.counts(pool, decision.replicas, pods).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
-        if api.FINALIZER not in run.pool.finalizers:
-            self._patch_finalizers(run, [*run.pool.finalizers, api.FINALIZER])
+        if naming.POOL_FINALIZER not in run.pool.finalizers:
+            self._patch_finalizers(run, [*run.pool.finalizers, naming.POOL_FINALIZER])
             run.writes.add(Write.FINALIZER_ADDED)
 
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
@@ -490,7 +490,7 @@ class Reconciler:
         runners or pods meanwhile.  ``RunnersDeregistered`` says what the deletion waits for.
         """
         pool = run.pool
-        if api.FINALIZER not in pool.finalizers:
+        if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         self._stop_jobs(pool.namespace, pool.name)
         self._protect_credentials(run)
@@ -521,7 +521,7 @@ class Reconciler:
         return Result()
 
     def _withdraw_token(self, run: _Pass) -> None:
-        secret = self._cache.get_secret(run.pool.namespace, api.token_secret_name(run.pool.name))
+        secret = self._cache.get_secret(run.pool.namespace, naming.token_secret_name(run.pool.name))
         has_token = secret is not None and pool_status.has_token(secret)
         if self._tokens.withdraw(run.pool.namespace, run.pool.name, has_token=has_token):
             run.writes.add(Write.TOKEN_EMPTIED)
@@ -555,7 +555,7 @@ class Reconciler:
         return drained
 
     def _remove_finalizer(self, run: _Pass) -> None:
-        self._patch_finalizers(run, [f for f in run.pool.finalizers if f != api.FINALIZER])
+        self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])
         self._pods.forget(run.pool)
         run.writes.add(Write.FINALIZER_REMOVED)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from runnerpool import api, children, conditions
+from runnerpool import api, children, conditions, naming
 from runnerpool.autoscaling import Decision
 from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
 from runnerpool.pods.scaling import PodCounts
@@ -35,11 +35,11 @@ DEMAND = "demand"
 
 
 def has_token(secret: dict[str, Any]) -> bool:
-    return bool((secret.get("data") or {}).get(api.TOKEN_SECRET_KEY))
+    return bool((secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY))
 
 
 def token_expiry(secret: dict[str, Any]) -> datetime | None:
-    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(api.TOKEN_EXPIRY_ANNOTATION)
+    value = ((secret.get("metadata") or {}).get("annotations") or {}).get(naming.TOKEN_EXPIRY_ANNOTATION)
     return parse_rfc3339(value)
 
 
@@ -67,7 +67,7 @@ def token_condition(
         False,
         "WaitingForToken",
         f"waiting for the secret updater to put a registration token into Secret "
-        f"{api.token_secret_name(pool.name)}",
+        f"{naming.token_secret_name(pool.name)}",
     )
 
 

@@ -8,16 +8,12 @@ clients in ``runnerpool.github.credentials``.
 """
 
 from secret_updater.filler import (
-    TOKEN_EXPIRY_ANNOTATION,
-    TOKEN_SECRET_KEY,
     TokenUpdater,
     token_patch,
 )
 from secret_updater.timing import RetryPolicy, next_run_after_failure, next_run_after_success
 
 __all__ = [
-    "TOKEN_EXPIRY_ANNOTATION",
-    "TOKEN_SECRET_KEY",
     "RetryPolicy",
     "TokenUpdater",
     "next_run_after_failure",

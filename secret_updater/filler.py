@@ -29,10 +29,10 @@ from typing import Any
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
-from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
-from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, token_secret_name, utcnow
+from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
@@ -47,8 +47,6 @@ from secret_updater.timing import (
 __all__ = [
     "INTERNAL_REASON",
     "PATCH_FAILED_REASON",
-    "TOKEN_EXPIRY_ANNOTATION",
-    "TOKEN_SECRET_KEY",
     "TokenUpdater",
     "token_patch",
 ]

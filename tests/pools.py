@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, children
+from runnerpool import api, children, naming
 from runnerpool.pods import template
 from tests.helpers import wait_for
 
@@ -52,7 +52,7 @@ class LiveReader:
         )
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
-        pods = self._core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}")
+        pods = self._core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]
 
     def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -89,11 +89,11 @@ def create_pool(api_client: client.ApiClient, namespace: str, manifest: dict[str
 def fill_token(api_client: client.ApiClient, namespace: str, pool: str, token: str, expires_at: str) -> None:
     """What the secret updater does: merge-patch the token and its expiry into the Secret."""
     client.CoreV1Api(api_client).patch_namespaced_secret(
-        api.token_secret_name(pool),
+        naming.token_secret_name(pool),
         namespace,
         {
-            "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: expires_at}},
-            "data": {api.TOKEN_SECRET_KEY: base64.b64encode(token.encode()).decode()},
+            "metadata": {"annotations": {naming.TOKEN_EXPIRY_ANNOTATION: expires_at}},
+            "data": {naming.TOKEN_SECRET_KEY: base64.b64encode(token.encode()).decode()},
         },
     )
 
@@ -101,7 +101,7 @@ def fill_token(api_client: client.ApiClient, namespace: str, pool: str, token: s
 def pat_secret(api_client: client.ApiClient, namespace: str, token: str = "ghp_test") -> None:
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
-        {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": token}},
+        {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": token}},
     )
 
 
@@ -122,7 +122,7 @@ def play_kubelet(
         "waiting": {"reason": "CrashLoopBackOff"},
     }[state]
     container = {
-        "name": template.RUNNER_CONTAINER,
+        "name": naming.RUNNER_CONTAINER,
         "image": api.DEFAULT_RUNNER_IMAGE,
         "imageID": "",
         "ready": state == "running",
@@ -138,7 +138,7 @@ def play_kubelet(
 def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, count: int) -> list[str]:
     """Wait for ``count`` live pods of the pool and report them Running and Ready; returns their names."""
     core = client.CoreV1Api(api_client)
-    selector = f"{api.POOL_LABEL}={pool}"
+    selector = f"{naming.POOL_LABEL}={pool}"
 
     def pods_created() -> list[str] | None:
         items = core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -162,7 +162,7 @@ def legacy_deployment(
     client.AppsV1Api(api_client).create_namespaced_deployment(
         pool.namespace,
         {
-            "metadata": {"name": api.deployment_name(pool.name), "labels": labels},
+            "metadata": {"name": naming.deployment_name(pool.name), "labels": labels},
             "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
         },
     )
@@ -175,7 +175,7 @@ def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> st
     )
     pool = api.RunnerPool.model_validate(stored)
     labels = children.selector_labels(pool)
-    budget = api.disruption_budget_name(name)
+    budget = naming.disruption_budget_name(name)
     client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(
         namespace,
         {
@@ -186,7 +186,7 @@ def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> st
             },
             "spec": {
                 "maxUnavailable": 0,
-                "selector": {"matchLabels": {**labels, template.BUSY_LABEL: "true"}},
+                "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: "true"}},
             },
         },
     )

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.test_crd_validation import INVALID_SPECS
 
 FULL_OBJECT: dict[str, Any] = {
@@ -70,9 +70,9 @@ FULL_OBJECT: dict[str, Any] = {
 
 def test_names_and_helpers() -> None:
     assert api.API_VERSION == "runnerpool.dev/v1alpha1"
-    assert api.token_secret_name("ci") == "runner-token-ci"
-    assert api.deployment_name("ci") == "runnerpool-ci"
-    assert api.pool_runner_label("builds", "ci") == "builds/ci"
+    assert naming.token_secret_name("ci") == "runner-token-ci"
+    assert naming.deployment_name("ci") == "runnerpool-ci"
+    assert naming.pool_runner_label("builds", "ci") == "builds/ci"
 
 
 def test_full_object_round_trips_in_kubernetes_shape() -> None:
@@ -90,7 +90,7 @@ def test_metadata_helpers() -> None:
     pool = api.RunnerPool.model_validate(FULL_OBJECT)
     assert (pool.name, pool.namespace, pool.uid) == ("ci", "builds", FULL_OBJECT["metadata"]["uid"])
     assert pool.generation == 3
-    assert pool.finalizers == [api.FINALIZER]
+    assert pool.finalizers == [naming.POOL_FINALIZER]
     assert not pool.deleting
     deleting = api.RunnerPool.model_validate(
         {**FULL_OBJECT, "metadata": {**FULL_OBJECT["metadata"], "deletionTimestamp": "2030-01-01T00:00:00Z"}}
@@ -108,13 +108,13 @@ def test_metadata_helpers_on_a_bare_object() -> None:
 def test_spec_defaults() -> None:
     spec = api.RunnerPoolSpec.model_validate({"repository": "octo-org/hello"})
     assert spec.replicas == 1
-    assert spec.credential_secret_name == api.DEFAULT_CREDENTIAL_SECRET
+    assert spec.credential_secret_name == naming.DEFAULT_CREDENTIAL_SECRET
     assert spec.labels == [] and spec.env == [] and spec.tolerations == []
     assert spec.node_selector == {} and spec.volumes == [] and spec.volume_mounts == []
     assert spec.github_api_url is None and spec.runner_image is None and spec.work_volume is None
     assert spec.recreate_deadline is None and spec.resources is None
     dumped = spec.model_dump(by_alias=True, exclude_none=True)
-    assert dumped["replicas"] == 1 and dumped["credentialSecretName"] == api.DEFAULT_CREDENTIAL_SECRET
+    assert dumped["replicas"] == 1 and dumped["credentialSecretName"] == naming.DEFAULT_CREDENTIAL_SECRET
     assert "organization" not in dumped and "githubApiUrl" not in dumped
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from runnerpool import api
+from runnerpool import api, naming
 from testworld import crdgen
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "runnerpool.yaml"
@@ -166,7 +166,7 @@ def test_required_rules_are_present() -> None:
     props = spec["properties"]
     assert (props["replicas"]["minimum"], props["replicas"]["maximum"]) == (0, api.MAX_REPLICAS)
     assert props["replicas"]["default"] == 1
-    assert props["credentialSecretName"]["default"] == api.DEFAULT_CREDENTIAL_SECRET
+    assert props["credentialSecretName"]["default"] == naming.DEFAULT_CREDENTIAL_SECRET
     assert props["labels"]["x-kubernetes-list-type"] == "set"
     assert props["tolerations"]["items"]["properties"]["effect"]["enum"] == [
         "NoSchedule",

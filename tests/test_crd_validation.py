@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from runnerpool import api
+from runnerpool import api, naming
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -143,7 +143,11 @@ def test_valid_pool_gets_defaults(
     api_client: client.ApiClient, namespace: str, scope: dict[str, str]
 ) -> None:
     created = _create(api_client, namespace, _pool("ok", scope))
-    assert created["spec"] == {**scope, "replicas": 1, "credentialSecretName": api.DEFAULT_CREDENTIAL_SECRET}
+    assert created["spec"] == {
+        **scope,
+        "replicas": 1,
+        "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
+    }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1
     assert parsed.name == "ok" and parsed.namespace == namespace and parsed.generation == 1
@@ -215,12 +219,12 @@ def test_scale_subresource_drives_spec_replicas(api_client: client.ApiClient, na
     _call("patch_namespaced_custom_object_scale", api_client, namespace, "scaled", {"spec": {"replicas": 5}})
     assert _get(api_client, namespace, "scaled")["spec"]["replicas"] == 5
     # The scale subresource reads replicas and selector from status, where the operator puts them.
-    status = api.RunnerPoolStatus(replicas=5, selector=f"{api.POOL_LABEL}=scaled")
+    status = api.RunnerPoolStatus(replicas=5, selector=f"{naming.POOL_LABEL}=scaled")
     body = {"status": status.model_dump(by_alias=True, exclude_none=True)}
     _call("patch_namespaced_custom_object_status", api_client, namespace, "scaled", body)
     scale = _call("get_namespaced_custom_object_scale", api_client, namespace, "scaled")
     assert scale["status"]["replicas"] == 5
-    assert scale["status"]["selector"] == f"{api.POOL_LABEL}=scaled"
+    assert scale["status"]["selector"] == f"{naming.POOL_LABEL}=scaled"
 
 
 def test_scale_subresource_enforces_replica_bounds(api_client: client.ApiClient, namespace: str) -> None:

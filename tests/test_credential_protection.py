@@ -13,10 +13,11 @@ import pytest
 import responses
 from kubernetes import client
 
-from runnerpool import api
-from runnerpool.credential_protection import FINALIZER, CredentialProtection
+from runnerpool import api, naming
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeTokenJobs
+from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
@@ -28,7 +29,7 @@ from tests.test_reconciler import FUTURE, _finalize, runners
 
 __all__ = ["github", "runners"]  # the fixtures
 
-CRED = api.DEFAULT_CREDENTIAL_SECRET
+CRED = naming.DEFAULT_CREDENTIAL_SECRET
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def _secret(api_client: client.ApiClient, namespace: str, name: str = CRED) -> d
 
 
 def _protected(api_client: client.ApiClient, namespace: str, name: str = CRED) -> bool:
-    return FINALIZER in (
+    return CREDENTIAL_FINALIZER in (
         (_secret(api_client, namespace, name) or {}).get("metadata", {}).get("finalizers") or []
     )
 
@@ -135,12 +136,13 @@ def test_a_secret_whose_pools_vanished_is_released_at_start(
 ) -> None:
     """A pool whose finalizer was stripped while no operator ran leaves a protected Secret."""
     client.CoreV1Api(api_client).create_namespaced_secret(
-        namespace, {"metadata": {"name": "orphan", "finalizers": [FINALIZER]}, "stringData": {"token": "x"}}
+        namespace,
+        {"metadata": {"name": "orphan", "finalizers": [CREDENTIAL_FINALIZER]}, "stringData": {"token": "x"}},
     )
     pat_secret(api_client, namespace)
     create_pool(api_client, namespace, pool_manifest("user"))  # names the default Secret
     client.CoreV1Api(api_client).patch_namespaced_secret(
-        CRED, namespace, {"metadata": {"finalizers": [FINALIZER]}}
+        CRED, namespace, {"metadata": {"finalizers": [CREDENTIAL_FINALIZER]}}
     )
 
     assert protection.release_unused() >= 1

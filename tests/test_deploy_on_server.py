@@ -21,10 +21,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
-from runnerpool.credential_protection import FINALIZER as CREDENTIAL_FINALIZER
+from runnerpool import api, naming
 from runnerpool.manager import Operator
-from runnerpool.pods import template
+from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.settings import (
     GitHubSettings,
     LeaderElectionSettings,
@@ -197,9 +196,9 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(
         lambda: not reader.get_disruption_budget(namespace, old_budget), message="the per-pool budget to go"
     )
-    budget = api.BUSY_DISRUPTION_BUDGET
+    budget = naming.BUSY_DISRUPTION_BUDGET
     wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
-    assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET)
+    assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, naming.DEFAULT_CREDENTIAL_SECRET)
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
         policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 3}})
 
@@ -210,15 +209,15 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
 
         wait_for(repaired, message="the hand edit to be repaired")
     [pod] = mark_pods_ready(api_client, namespace, "lp", 1)  # the legacy pod rolled, a fresh one
-    assert (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(template.TEMPLATE_HASH_LABEL)
-    secret = reader.get_secret(namespace, api.token_secret_name("lp")) or {}
-    token = base64.b64decode(secret["data"][api.TOKEN_SECRET_KEY]).decode()
+    assert (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(naming.TEMPLATE_HASH_LABEL)
+    secret = reader.get_secret(namespace, naming.token_secret_name("lp")) or {}
+    token = base64.b64decode(secret["data"][naming.TOKEN_SECRET_KEY]).decode()
     github.register_runner_with_token(scope, token, pod, [f"{namespace}/lp", "self-hosted"])
     wait_for(lambda: _pool_condition(reader, namespace, "Ready") == "True", message="the pool to be Ready")
 
     github.set_runner(scope, pod, busy=True)  # a job starts: no eviction may take the pod now
     wait_for(
-        lambda: (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(template.BUSY_LABEL),
+        lambda: (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(naming.BUSY_LABEL),
         message="the busy runner's pod to be marked busy",
     )
     github.complete_job(scope, pod)  # the ephemeral runner is gone; its container exits
@@ -235,7 +234,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(lambda: reader.get_pool(namespace, "lp") is None, timeout=60, message="the pool to be deleted")
     assert github.runners(scope) == [], "no runner of the pool is left on GitHub"
     wait_for(
-        lambda: CREDENTIAL_FINALIZER not in _finalizers(reader, namespace, api.DEFAULT_CREDENTIAL_SECRET),
+        lambda: CREDENTIAL_FINALIZER not in _finalizers(reader, namespace, naming.DEFAULT_CREDENTIAL_SECRET),
         message="the credential Secret to be released with its last pool",
     )
 

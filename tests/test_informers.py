@@ -14,12 +14,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
 from kubernetes.watch import Watch
 
+from runnerpool.naming import MANAGED_BY_SELECTOR, POOL_LABEL
 from runnerpool.runtime.informers import (
     GROUP,
     KIND,
-    MANAGED_BY_SELECTOR,
     PLURAL,
-    POOL_LABEL,
     VERSION,
     InformerSet,
     InformerStoppedError,

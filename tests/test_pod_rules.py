@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.github.types import Runner
 from runnerpool.pods import adoption, scaling, template
 from runnerpool.pods.expectations import Expectations
@@ -40,8 +40,8 @@ def test_runner_pod_is_owned_by_the_pool_and_labelled_with_its_template_hash() -
     meta = pod["metadata"]
     assert meta["generateName"] == "ci-"
     assert meta["ownerReferences"][0]["uid"] == "pool-uid" and meta["ownerReferences"][0]["controller"]
-    assert meta["labels"][api.POOL_LABEL] == "ci"
-    assert meta["labels"][template.TEMPLATE_HASH_LABEL] == template.wanted_hash(
+    assert meta["labels"][naming.POOL_LABEL] == "ci"
+    assert meta["labels"][naming.TEMPLATE_HASH_LABEL] == template.wanted_hash(
         pool(terminationGracePeriodSeconds=120), "img:1", "https://api.github.com"
     )
     assert pod["spec"]["terminationGracePeriodSeconds"] == 120
@@ -67,8 +67,8 @@ def test_the_disruption_budget_covers_only_busy_pods() -> None:
     pdb = template.disruption_budget("ns")
     assert (pdb["metadata"]["namespace"], pdb["spec"]["maxUnavailable"]) == ("ns", 0)
     assert pdb["spec"]["selector"]["matchLabels"] == {
-        api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE,
-        template.BUSY_LABEL: "true",
+        naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE,
+        naming.BUSY_LABEL: "true",
     }
     assert "ownerReferences" not in pdb["metadata"], "no pool may take it along"
 
@@ -86,7 +86,7 @@ def test_max_surge_is_a_quarter_rounded_up_and_at_least_one(replicas: int, surge
 def kube_pod(
     name: str, hash_: str | None = NEW, phase: str = "Running", deleting: bool = False
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": {template.TEMPLATE_HASH_LABEL: hash_} if hash_ else {}}
+    meta: dict[str, Any] = {"name": name, "labels": {naming.TEMPLATE_HASH_LABEL: hash_} if hash_ else {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
     return {"metadata": meta, "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}}
@@ -124,7 +124,7 @@ def view(name: str, hash_: str | None = NEW, *, running: bool = True, age_min: i
                 "uid": f"uid-{name}",
                 "resourceVersion": "1",
                 "creationTimestamp": (NOW - timedelta(minutes=age_min)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "labels": {template.TEMPLATE_HASH_LABEL: hash_} if hash_ else {},
+                "labels": {naming.TEMPLATE_HASH_LABEL: hash_} if hash_ else {},
             },
             "status": {"phase": "Running", "containerStatuses": [{"name": "runner", "state": state}]},
         }

@@ -18,7 +18,7 @@ import responses
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
@@ -107,8 +107,8 @@ def _versions(api_client: client.ApiClient, namespace: str, name: str) -> tuple[
     reader = LiveReader(api_client)
     objects = [
         reader.get_pool(namespace, name),
-        reader.get_secret(namespace, api.token_secret_name(name)),
-        reader.get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET),
+        reader.get_secret(namespace, naming.token_secret_name(name)),
+        reader.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET),
         *reader.list_pods(namespace, name),
     ]
     return tuple(o["metadata"]["resourceVersion"] if o else "-" for o in objects)
@@ -131,13 +131,13 @@ def test_a_new_pool_waits_for_its_token_without_error(
 
     assert result.requeue_after == 10.0
     pool = _get(api_client, namespace, "alpha")
-    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     token_ready = _condition(pool, "TokenReady")
     assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
-    secret = LiveReader(api_client).get_secret(namespace, api.token_secret_name("alpha"))
+    secret = LiveReader(api_client).get_secret(namespace, naming.token_secret_name("alpha"))
     assert secret is not None
     assert not secret.get("data"), "the token Secret is created empty"
-    assert secret["metadata"]["labels"][api.MANAGED_BY_LABEL] == api.MANAGED_BY_VALUE
+    assert secret["metadata"]["labels"][naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
     owner = secret["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("RunnerPool", "alpha", True)
     assert [(p.namespace, p.name, p.scope.repository) for p in tokens.started] == [
@@ -172,7 +172,7 @@ def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
 
     assert first.requeue_after is not None and 0 < first.requeue_after <= coalesce
     pool = _get(api_client, namespace, "early")
-    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert not pool.get("status"), "no status while the token may still come"
 
     def written() -> dict[str, Any] | None:
@@ -217,10 +217,10 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert env["RUNNER_LABELS"] == f"{namespace}/beta,gpu"
     assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys()
     token_volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
-    assert token_volume["secret"]["secretName"] == api.token_secret_name("beta")
+    assert token_volume["secret"]["secretName"] == naming.token_secret_name("beta")
     mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
-    budget = LiveReader(api_client).get_disruption_budget(namespace, api.BUSY_DISRUPTION_BUDGET)
+    budget = LiveReader(api_client).get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
     # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
     assert (token_volume["secret"]["defaultMode"], pod["spec"]["securityContext"]["fsGroup"]) == (0o440, 1001)
@@ -290,7 +290,9 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
     assert "spec.replicas" in str(info.value)
     warnings = [(reason, message) for type_, reason, message in pool_events(api_client, namespace)]
     assert any(reason == "InvalidSpec" and "fix the RunnerPool spec" in m for reason, m in warnings)
-    assert api.FINALIZER not in (_get(api_client, namespace, "omicron")["metadata"].get("finalizers") or [])
+    assert naming.POOL_FINALIZER not in (
+        _get(api_client, namespace, "omicron")["metadata"].get("finalizers") or []
+    )
 
 
 class _Stored(LiveReader):
@@ -383,17 +385,17 @@ def test_deleted_pods_and_hand_edits_are_repaired(
     reconciler(f"{namespace}/eps")
     assert len(_pods(api_client, namespace, "eps")) == 1, "replaced"
 
-    budget = api.BUSY_DISRUPTION_BUDGET
+    budget = naming.BUSY_DISRUPTION_BUDGET
     policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 5}})
     reconciler(f"{namespace}/eps")
     assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0
 
     core.patch_namespaced_secret(
-        api.token_secret_name("eps"), namespace, {"metadata": {"labels": {api.MANAGED_BY_LABEL: None}}}
+        naming.token_secret_name("eps"), namespace, {"metadata": {"labels": {naming.MANAGED_BY_LABEL: None}}}
     )
     reconciler(f"{namespace}/eps")
-    secret = core.read_namespaced_secret(api.token_secret_name("eps"), namespace)
-    assert secret.metadata.labels[api.MANAGED_BY_LABEL] == api.MANAGED_BY_VALUE
+    secret = core.read_namespaced_secret(naming.token_secret_name("eps"), namespace)
+    assert secret.metadata.labels[naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
     assert secret.data, "repairing the Secret's labels keeps the token"
 
 
@@ -409,7 +411,7 @@ def test_the_per_pool_budget_of_an_earlier_version_goes(
     reconciler(f"{namespace}/old")
 
     names = [b.metadata.name for b in policy.list_namespaced_pod_disruption_budget(namespace).items]
-    assert names == [api.BUSY_DISRUPTION_BUDGET]
+    assert names == [naming.BUSY_DISRUPTION_BUDGET]
 
 
 def test_a_token_failure_shows_its_reason(
@@ -448,7 +450,7 @@ def _finalize(api_client: client.ApiClient, namespace: str, reconciler: Reconcil
         wait_for(
             lambda: (
                 not client.CoreV1Api(api_client)
-                .list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={name}")
+                .list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={name}")
                 .items
             ),
             message="runner pods to go",
@@ -466,7 +468,9 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
 ) -> None:
     _converged(api_client, namespace, reconciler, "eta")
     pool = _get(api_client, namespace, "eta")
-    assert pool["metadata"].get("deletionTimestamp") and api.FINALIZER in pool["metadata"]["finalizers"]
+    assert (
+        pool["metadata"].get("deletionTimestamp") and naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
+    )
     endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
     endpoint.add(11, "eta-a", [f"{namespace}/eta", "self-hosted"])
     endpoint.add(12, "other-b", [f"{namespace}/other"])
@@ -490,7 +494,7 @@ def test_a_github_outage_keeps_the_finalizer_and_says_why(
         reconciler(f"{namespace}/theta")
 
     pool = _get(api_client, namespace, "theta")
-    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert any(reason == "DeregistrationFailed" for _, reason, _ in pool_events(api_client, namespace))
     cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "GitHubUnavailable")
@@ -508,7 +512,7 @@ def test_a_busy_runner_delays_deletion_without_error(
     assert result.requeue_after == 30.0
     assert _pods(api_client, namespace, "iota"), "a busy runner's pods are not deleted"
     pool = _get(api_client, namespace, "iota")
-    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert _condition(pool, RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
     assert endpoint.deleted == [], "a runner listed busy is not even asked to go"
 
@@ -527,7 +531,7 @@ def test_a_runner_that_took_a_job_is_retried_then_deregistered(
     assert result.requeue_after == 30.0
     assert endpoint.deleted == [(31, 422)]
     pool = _get(api_client, namespace, "lambda")
-    assert api.FINALIZER in pool["metadata"]["finalizers"]
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "RunnersBusy")
     assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in pool_events(
@@ -589,7 +593,7 @@ def test_an_edited_credential_secret_restarts_the_token_job_at_once(
     pat_secret(api_client, namespace, token="ghp_fixed")
     reconciler(f"{namespace}/kappa")
     client.CoreV1Api(api_client).patch_namespaced_secret(
-        api.DEFAULT_CREDENTIAL_SECRET, namespace, {"stringData": {"token": "ghp_rotated"}}
+        naming.DEFAULT_CREDENTIAL_SECRET, namespace, {"stringData": {"token": "ghp_rotated"}}
     )
     reconciler(f"{namespace}/kappa")
     versions = [ref.credentials_version for ref in tokens.started]
@@ -604,7 +608,7 @@ def test_status_keeps_counting_running_pods_while_the_token_is_missing(
     _converged(api_client, namespace, reconciler, "omicron", delete=False)
     mark_pods_ready(api_client, namespace, "omicron", 1)
     client.CoreV1Api(api_client).patch_namespaced_secret(
-        api.token_secret_name("omicron"), namespace, {"data": {api.TOKEN_SECRET_KEY: None}}
+        naming.token_secret_name("omicron"), namespace, {"data": {naming.TOKEN_SECRET_KEY: None}}
     )
 
     result = reconciler(f"{namespace}/omicron")

@@ -17,13 +17,13 @@ import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.template import BUSY_LABEL, BUSY_VALUE
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
@@ -95,7 +95,7 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
 
 
 def _job(job_id: int, status: str, namespace: str, pool: str) -> Job:
-    labels = ["self-hosted", api.pool_runner_label(namespace, pool)]
+    labels = ["self-hosted", naming.pool_runner_label(namespace, pool)]
     return parse_delivery(delivery(job_object(job_id, status, labels, repository=REPO)))
 
 
@@ -232,7 +232,7 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
     name = pod["metadata"]["name"]
     runners.rounds_forward.clear()
 
-    labels = ["self-hosted", api.pool_runner_label(namespace, "mark")]
+    labels = ["self-hosted", naming.pool_runner_label(namespace, "mark")]
     recorder.record_job(
         parse_delivery(delivery(job_object(1, "in_progress", labels, repository=REPO, runner=name)))
     )

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import parse_duration
 from runnerpool.github.budget import listing_cost, next_listing_delay
 from runnerpool.github.types import RateLimit, Runner
-from runnerpool.pods.template import BUSY_ANNOTATIONS, BUSY_LABEL
+from runnerpool.naming import BUSY_ANNOTATIONS, BUSY_LABEL
 from runnerpool.runners.lifecycle import (
     Action,
     BusyMark,
@@ -344,7 +344,7 @@ def test_pool_runners_by_label_case_insensitively() -> None:
     other = Runner(id=2, name="b", status="online", busy=False, labels=("ns/pool2",))
     prefix = Runner(id=3, name="c", status="online", busy=False, labels=("ns/poo",))
     assert pool_runners([mine, other, prefix], "ns", "pool") == [mine]
-    assert api.pool_runner_label("ns", "pool") == "ns/pool"
+    assert naming.pool_runner_label("ns", "pool") == "ns/pool"
 
 
 def test_runner_counts_busy_wins_over_offline() -> None:

@@ -18,7 +18,7 @@ import responses
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import REGISTRY
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
@@ -37,7 +37,7 @@ NS = "team-a"
 ORG = Scope(organization="octo-org")
 REPO = Scope(repository="octo-org/octo-repo")
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-CREDENTIAL = f"{NS}/{api.DEFAULT_CREDENTIAL_SECRET}"
+CREDENTIAL = f"{NS}/{naming.DEFAULT_CREDENTIAL_SECRET}"
 
 
 def sample(name: str, **labels: str) -> float:
@@ -93,7 +93,7 @@ class Harness:
     notified: list[str]
     scheduler: BackgroundScheduler
 
-    def client(self, secret: str = api.DEFAULT_CREDENTIAL_SECRET) -> PyGithubClient:
+    def client(self, secret: str = naming.DEFAULT_CREDENTIAL_SECRET) -> PyGithubClient:
         found = self.clients.get(NS, secret, API)
         assert isinstance(found, PyGithubClient)
         return found
@@ -101,7 +101,7 @@ class Harness:
 
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    secrets = {(NS, api.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_listing_test_token"}}
+    secrets = {(NS, naming.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_listing_test_token"}}
     clients = NamedClientCache(lambda ns, name: secrets.get((ns, name)), factory=fast_client_factory)
     cache = Cache()
     notified: list[str] = []

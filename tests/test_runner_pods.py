@@ -21,7 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 from prometheus_client import REGISTRY
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.children import owner_reference as children_owner
 from runnerpool.domain import PoolRef, Scope
 from runnerpool.events import EventRecorder
@@ -59,7 +59,7 @@ class LivePools(LiveReader):
         self._pods = client.CoreV1Api(api_client)
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
-        selector = f"{api.POOL_LABEL}={pool},{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
+        selector = f"{naming.POOL_LABEL}={pool},{naming.MANAGED_BY_LABEL}={naming.MANAGED_BY_VALUE}"
         items = self._pods.list_namespaced_pod(namespace, label_selector=selector).items
         return [self._client.sanitize_for_serialization(pod) for pod in items]
 
@@ -118,7 +118,9 @@ class Cluster:
         return api.RunnerPool.model_validate(patched)
 
     def pods(self, pool: str) -> dict[str, Any]:
-        items = self.core.list_namespaced_pod(self.namespace, label_selector=f"{api.POOL_LABEL}={pool}").items
+        items = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{naming.POOL_LABEL}={pool}"
+        ).items
         return {pod.metadata.name: pod for pod in items if pod.metadata.deletion_timestamp is None}
 
     def wait_pods(self, pool: str, count: int, without: AbstractSet[str] = frozenset()) -> list[str]:
@@ -166,8 +168,8 @@ def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
     assert endpoint.deleted == [(101, 204)], "deregistered first; the busy runner is not even asked"
     assert cluster.wait_pods("alpha", 1, without={done, restarted}) == [busy]
     kept = cluster.pods("alpha")[busy]
-    assert kept.metadata.labels[template.BUSY_LABEL] == "true", "covered by the disruption budget"
-    assert template.BUSY_ANNOTATIONS.items() <= kept.metadata.annotations.items()
+    assert kept.metadata.labels[naming.BUSY_LABEL] == "true", "covered by the disruption budget"
+    assert naming.BUSY_ANNOTATIONS.items() <= kept.metadata.annotations.items()
 
     endpoint.runners[102]["busy"] = False  # the second job ended
     cluster.managers.sync(KEY)
@@ -245,14 +247,14 @@ def test_a_busy_runner_is_unmarked_when_idle_again(cluster: Cluster, github: res
     endpoint = RunnerEndpoint(github)
     endpoint.add(601, pod, [f"{cluster.namespace}/zeta"], busy=True)
     cluster.managers.sync(KEY)
-    assert cluster.pods("zeta")[pod].metadata.labels.get(template.BUSY_LABEL) == "true"
+    assert cluster.pods("zeta")[pod].metadata.labels.get(naming.BUSY_LABEL) == "true"
 
     endpoint.runners[601]["busy"] = False  # a non-ephemeral runner, say, back to idle
     cluster.managers.sync(KEY)
 
     meta = cluster.pods("zeta")[pod].metadata
-    assert template.BUSY_LABEL not in meta.labels
-    assert not template.BUSY_ANNOTATIONS.keys() & (meta.annotations or {}).keys()
+    assert naming.BUSY_LABEL not in meta.labels
+    assert not naming.BUSY_ANNOTATIONS.keys() & (meta.annotations or {}).keys()
 
 
 def test_scale_down_below_the_busy_count_takes_only_idle_pods_and_ends_with_the_jobs(
@@ -325,7 +327,7 @@ def test_a_deployment_managed_pool_is_adopted_without_killing_its_busy_runner(
         ns,
         {
             "metadata": {
-                "name": api.deployment_name("iota"),
+                "name": naming.deployment_name("iota"),
                 "labels": labels,
                 "ownerReferences": [children_owner(pool)],
             },

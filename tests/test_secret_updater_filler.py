@@ -21,13 +21,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from prometheus_client import REGISTRY
 
-from runnerpool.api import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
 from runnerpool.domain import PoolRef, Scope, TokenFailure
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
+from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
 from runnerpool.scheduling import started_scheduler
 from runnerpool.settings import TokenSettings
 from secret_updater import TokenUpdater, token_patch

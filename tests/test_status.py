@@ -6,7 +6,7 @@ import base64
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runnerpool import api, conditions, status
+from runnerpool import api, conditions, naming, status
 from runnerpool.domain import TokenFailure
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -21,8 +21,8 @@ def _secret(expires_in: timedelta | None) -> dict[str, Any]:
         return {"metadata": {}}
     expiry = (NOW + expires_in).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
-        "metadata": {"annotations": {api.TOKEN_EXPIRY_ANNOTATION: expiry}},
-        "data": {api.TOKEN_SECRET_KEY: base64.b64encode(b"t").decode()},
+        "metadata": {"annotations": {naming.TOKEN_EXPIRY_ANNOTATION: expiry}},
+        "data": {naming.TOKEN_SECRET_KEY: base64.b64encode(b"t").decode()},
     }
 
 

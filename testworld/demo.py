@@ -39,7 +39,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import api, naming
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
 from testworld.fakegithub import FakeGitHub
@@ -176,7 +176,7 @@ class StatusTable:
 
     def _state(self) -> tuple[str, ...]:
         sample = self._sample
-        label = api.pool_runner_label(sample.ns, sample.name)
+        label = naming.pool_runner_label(sample.ns, sample.name)
         self.runners = sum(label in iter_runner_labels(r) for r in self._fake.runners(sample.scope))
         try:
             pool = self._custom.get_namespaced_custom_object(
@@ -344,7 +344,7 @@ class Demo:
             self._run_a_job(api_client, fake, sample, table)
 
     def _pods(self, api_client: client.ApiClient, sample: Sample) -> list[client.V1Pod]:
-        selector = f"{api.POOL_LABEL}={sample.name}"
+        selector = f"{naming.POOL_LABEL}={sample.name}"
         pods: list[client.V1Pod] = (
             client.CoreV1Api(api_client).list_namespaced_pod(sample.ns, label_selector=selector).items
         )
@@ -368,7 +368,7 @@ class Demo:
         """Queue one job for the pool: a pod takes it, runs it, exits, and is replaced."""
         say = self.console.say
         self.console.blank()
-        label = api.pool_runner_label(sample.ns, sample.name)
+        label = naming.pool_runner_label(sample.ns, sample.name)
         before = {p.metadata.name for p in self._pods(api_client, sample)}
         job_id = fake.queue_job(sample.scope, [label], JOB_SECONDS)
         say(f"queued workflow job #{job_id} on {sample.scope}, runs-on [{label}], {JOB_SECONDS:.0f} s long")

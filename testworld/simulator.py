@@ -40,8 +40,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.informer import ADDED, DELETED, MODIFIED
 
-from runnerpool import api
-from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
+from runnerpool import naming
+from runnerpool.naming import MANAGED_BY_SELECTOR
+from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.envtest.controlplane import free_port
 from testworld.fakegithub.state import FakeGitHubError, GitHubState
 
@@ -482,7 +483,7 @@ class RunnerSimulator:
             self._reject(f"{key}: {err}")
             self._park(secret_key, key)
             return False
-        pool = (meta.get("labels") or {}).get(api.POOL_LABEL, env.get("RUNNER_POOL_NAME", ""))
+        pool = (meta.get("labels") or {}).get(naming.POOL_LABEL, env.get("RUNNER_POOL_NAME", ""))
         with self._changed:
             self._registered[key] = Registration(namespace, pool, name, runner_id, time.time())
             self._changed.notify_all()
@@ -520,7 +521,7 @@ class RunnerSimulator:
 
 
 def _token_of(secret: dict[str, Any] | None) -> str | None:
-    value = ((secret or {}).get("data") or {}).get(api.TOKEN_SECRET_KEY)
+    value = ((secret or {}).get("data") or {}).get(naming.TOKEN_SECRET_KEY)
     return base64.b64decode(value).decode() if value else None
 
 

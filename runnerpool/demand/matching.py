@@ -13,7 +13,7 @@ itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 
 from __future__ import annotations
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.github.jobs import Job
 
 __all__ = ["job_matches", "pool_labels", "scope_holds"]
@@ -29,7 +29,7 @@ def pool_labels(pool: api.RunnerPool) -> frozenset[str]:
         "self-hosted",
         "linux",
         arch,
-        api.pool_runner_label(pool.namespace, pool.name),
+        naming.pool_runner_label(pool.namespace, pool.name),
         *pool.spec.labels,
     }
     return frozenset(label.lower() for label in labels)

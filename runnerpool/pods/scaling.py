@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runnerpool.naming import TEMPLATE_HASH_LABEL
 from runnerpool.pods.state import active, ready, used_up
-from runnerpool.pods.template import TEMPLATE_HASH_LABEL
 
 __all__ = ["SURGE_FRACTION", "PodCounts", "count", "creates", "max_surge"]
 

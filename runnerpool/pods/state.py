@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runnerpool.pods.template import RUNNER_CONTAINER
+from runnerpool.naming import RUNNER_CONTAINER
 
 __all__ = ["FINISHED_PHASES", "active", "counted", "is_used_up", "ready", "runner_status", "used_up"]
 

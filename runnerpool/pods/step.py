@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, children
+from runnerpool import api, children, naming
 from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
@@ -149,7 +149,7 @@ class PodStep:
         """Earlier versions kept a budget per pool. Left beside the namespace's, a busy pod
         would match two budgets, and the eviction API answers that with a 500, not the 429
         that makes ``kubectl drain`` wait."""
-        legacy = self._cache.get_disruption_budget(pool.namespace, api.disruption_budget_name(pool.name))
+        legacy = self._cache.get_disruption_budget(pool.namespace, naming.disruption_budget_name(pool.name))
         if legacy is None or not adoption.controlled_by(legacy, pool.uid):
             return
         try:
@@ -163,7 +163,7 @@ class PodStep:
     def _take_over(self, pool: api.RunnerPool, pods: list[dict[str, Any]], writes: Writes) -> None:
         """See ``runnerpool.pods.adoption``: orphan the legacy Deployment and ReplicaSets, adopt."""
         namespace = pool.namespace
-        deployment = self._cache.get_deployment(namespace, api.deployment_name(pool.name))
+        deployment = self._cache.get_deployment(namespace, naming.deployment_name(pool.name))
         if deployment is not None or any(_controlled_by_replicaset(p) for p in pods):
             self._orphan_legacy(pool, deployment, writes)
         adopted = 0
@@ -207,7 +207,7 @@ class PodStep:
     def delete_legacy_deployment(self, pool: api.RunnerPool, writes: Writes) -> None:
         """For a deleted pool: the Deployment an earlier version ran it as (its pods go with
         it, by garbage collection; the runner managers delete the pool's own pods)."""
-        deployment = self._cache.get_deployment(pool.namespace, api.deployment_name(pool.name))
+        deployment = self._cache.get_deployment(pool.namespace, naming.deployment_name(pool.name))
         if deployment is None or deployment["metadata"].get("deletionTimestamp"):
             return
         try:

@@ -1,6 +1,6 @@
 """The runner pod and the disruption budget a pool wants: pure functions of the pool.
 
-Every pod carries the hash of the template it was made from (``TEMPLATE_HASH_LABEL``), the
+Every pod carries the hash of the template it was made from (``naming.TEMPLATE_HASH_LABEL``), the
 way a Deployment's ReplicaSets carry ``pod-template-hash``: a pod whose label differs from
 the pool's current hash is outdated and is replaced by the rollout rules
 (``runnerpool.pods.scaling``, ``runnerpool.runners.retirement``).  The hash covers the whole
@@ -8,7 +8,7 @@ pod template (labels and spec, the operator's own defaults included), so an oper
 upgrade that changes the pod rolls the pools too, and it is computed from canonical JSON
 so that the same pool always gives the same hash, in every process.
 
-Busy pods are marked by the runner managers (``BUSY_LABEL`` plus the cluster autoscaler's
+Busy pods are marked by the runner managers (``naming.BUSY_LABEL`` plus the cluster autoscaler's
 and Karpenter's do-not-disrupt annotations) and the pool's PodDisruptionBudget selects
 exactly the marked pods with ``maxUnavailable: 0``: the eviction API (``kubectl drain``,
 the cluster autoscaler, Karpenter) refuses to evict a busy runner and lets an idle one go.
@@ -21,13 +21,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from runnerpool import api, children
+from runnerpool import api, children, naming
 from runnerpool.domain import web_url_for
 
 __all__ = [
-    "BUSY_ANNOTATIONS",
-    "BUSY_LABEL",
-    "TEMPLATE_HASH_LABEL",
     "busy_marked",
     "disruption_budget",
     "pod_spec",
@@ -37,20 +34,10 @@ __all__ = [
     "template_hash",
 ]
 
-TEMPLATE_HASH_LABEL = "runnerpool.dev/template-hash"
-#: Set while GitHub lists the pod's runner as busy; the PodDisruptionBudget selects on it.
-BUSY_LABEL = "runnerpool.dev/busy"
-BUSY_VALUE = "true"
-#: What the cluster autoscaler and Karpenter read before they drain a node, set while busy.
-BUSY_ANNOTATIONS = {
-    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
-    "karpenter.sh/do-not-disrupt": "true",
-}
 _HASH_LENGTH = 10
 
 TOKEN_MOUNT_DIR = "/runner-token"
 WORK_DIR = "/runner/_work"
-RUNNER_CONTAINER = "runner"
 _TOKEN_VOLUME = "runner-token"
 _WORK_VOLUME = "work"
 #: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
@@ -85,7 +72,7 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
         "metadata": {
             "generateName": f"{pool.name}-",
             "namespace": pool.namespace,
-            "labels": {**template["metadata"]["labels"], TEMPLATE_HASH_LABEL: template_hash(template)},
+            "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
             "ownerReferences": [children.owner_reference(pool)],
         },
         "spec": template["spec"],
@@ -94,7 +81,7 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
 
 def busy_marked(pod: Mapping[str, Any]) -> bool:
     """The pod carries the operator's busy mark (the disruption budget selects it)."""
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(BUSY_LABEL) == BUSY_VALUE
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(naming.BUSY_LABEL) == naming.BUSY_VALUE
 
 
 def disruption_budget(namespace: str) -> dict[str, Any]:
@@ -104,18 +91,21 @@ def disruption_budget(namespace: str) -> dict[str, Any]:
     refuses nothing more, and a shared one costs a new pool no write.  It has no owner
     (no pool may take it along when deleted); the namespace's deletion removes it.
     """
-    labels = {api.MANAGED_BY_LABEL: api.MANAGED_BY_VALUE}
+    labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": api.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {**labels, BUSY_LABEL: BUSY_VALUE}}},
+        "metadata": {"name": naming.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: naming.BUSY_VALUE}},
+        },
     }
 
 
 def runner_labels(pool: api.RunnerPool) -> list[str]:
     """The pool's own label first, so its runners can always be found on GitHub."""
-    own = api.pool_runner_label(pool.namespace, pool.name)
+    own = naming.pool_runner_label(pool.namespace, pool.name)
     return [own, *(label for label in pool.spec.labels if label != own)]
 
 
@@ -133,7 +123,7 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
-        {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{api.TOKEN_SECRET_KEY}"},
+        {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{naming.TOKEN_SECRET_KEY}"},
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
 
@@ -142,7 +132,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
     """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods."""
     spec = pool.spec
     container: dict[str, Any] = {
-        "name": RUNNER_CONTAINER,
+        "name": naming.RUNNER_CONTAINER,
         "image": spec.runner_image or default_image,
         "env": _env(pool, github_api_url),
         "volumeMounts": [
@@ -166,8 +156,8 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
             {
                 "name": _TOKEN_VOLUME,
                 "secret": {
-                    "secretName": api.token_secret_name(pool.name),
-                    "items": [{"key": api.TOKEN_SECRET_KEY, "path": api.TOKEN_SECRET_KEY}],
+                    "secretName": naming.token_secret_name(pool.name),
+                    "items": [{"key": naming.TOKEN_SECRET_KEY, "path": naming.TOKEN_SECRET_KEY}],
                     "defaultMode": 0o440,
                 },
             },

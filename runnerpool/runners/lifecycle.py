@@ -8,7 +8,7 @@ The invariants, and how the rules keep them:
 
 * **A busy runner is never deleted, and neither is its pod.** A runner the listing shows as
   busy is left alone whatever its pod looks like, and its pod is marked busy
-  (``runnerpool.pods.template.BUSY_LABEL``, which the pool's PodDisruptionBudget selects,
+  (``runnerpool.pods.naming.BUSY_LABEL``, which the pool's PodDisruptionBudget selects,
   plus the cluster autoscaler's and Karpenter's do-not-disrupt annotations) until the
   listing shows it idle again, so no voluntary eviction takes it either. The listing can
   be up to one interval old, so no pod whose runner process may be alive is deleted on
@@ -48,12 +48,9 @@ from typing import Any
 
 from runnerpool.domain import parse_rfc3339
 from runnerpool.github.types import Runner
+from runnerpool.naming import BUSY_ANNOTATIONS, BUSY_LABEL, BUSY_VALUE, TEMPLATE_HASH_LABEL
 from runnerpool.pods import state
 from runnerpool.pods.template import (
-    BUSY_ANNOTATIONS,
-    BUSY_LABEL,
-    BUSY_VALUE,
-    TEMPLATE_HASH_LABEL,
     busy_marked,
 )
 

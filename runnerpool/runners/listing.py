@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import Scope, utcnow
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import Runner
@@ -55,7 +55,7 @@ class Snapshot:
 
 def pool_runners(runners: Iterable[Runner], namespace: str, pool: str) -> list[Runner]:
     """The runners carrying the pool's label; GitHub compares labels case-insensitively."""
-    label = api.pool_runner_label(namespace, pool).lower()
+    label = naming.pool_runner_label(namespace, pool).lower()
     return [runner for runner in runners if label in (own.lower() for own in runner.labels)]
 
 

@@ -71,7 +71,7 @@ from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED, SharedInformer
 from kubernetes.informer.cache import ObjectCache
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.domain import pool_key
 from runnerpool.runtime.kube import (
     DEPLOYMENTS,
@@ -109,8 +109,8 @@ GROUP = api.GROUP
 VERSION = api.VERSION
 PLURAL = api.PLURAL
 KIND = api.KIND
-MANAGED_BY_SELECTOR = f"{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
-POOL_LABEL = api.POOL_LABEL
+MANAGED_BY_SELECTOR = f"{naming.MANAGED_BY_LABEL}={naming.MANAGED_BY_VALUE}"
+POOL_LABEL = naming.POOL_LABEL
 DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token"
 
 Obj = dict[str, Any]

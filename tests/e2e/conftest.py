@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
@@ -153,9 +153,9 @@ def credentials(api_client: client.ApiClient, namespace: str) -> str:
     """The default credential Secret, with the PAT the fake accepts."""
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
-        {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}},
+        {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}},
     )
-    return api.DEFAULT_CREDENTIAL_SECRET
+    return naming.DEFAULT_CREDENTIAL_SECRET
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import iter_runner_labels
@@ -29,7 +29,7 @@ BAD_PAT = "ghp_e2eRevokedToken0123456789abcdefgh"
 
 def pool_runners(fake: FakeGitHub, scope: str, namespace: str, pool: str) -> list[dict[str, Any]]:
     """Runners registered on the fake that carry the pool's own label."""
-    label = api.pool_runner_label(namespace, pool)
+    label = naming.pool_runner_label(namespace, pool)
     return [r for r in fake.runners(scope) if label in iter_runner_labels(r)]
 
 
@@ -93,7 +93,9 @@ def wait_gone(api_client: client.ApiClient, namespace: str, name: str, timeout: 
 
 def token_secret(api_client: client.ApiClient, namespace: str, pool: str) -> dict[str, Any] | None:
     try:
-        secret = client.CoreV1Api(api_client).read_namespaced_secret(api.token_secret_name(pool), namespace)
+        secret = client.CoreV1Api(api_client).read_namespaced_secret(
+            naming.token_secret_name(pool), namespace
+        )
     except ApiException as err:
         if err.status == 404:
             return None
@@ -102,7 +104,7 @@ def token_secret(api_client: client.ApiClient, namespace: str, pool: str) -> dic
 
 
 def token_of(secret: dict[str, Any] | None) -> str | None:
-    value = ((secret or {}).get("data") or {}).get(api.TOKEN_SECRET_KEY)
+    value = ((secret or {}).get("data") or {}).get(naming.TOKEN_SECRET_KEY)
     return base64.b64decode(value).decode() if value else None
 
 
@@ -129,7 +131,7 @@ def wait_token(
 def managed_children(api_client: client.ApiClient, namespace: str) -> dict[str, set[str]]:
     """Pool name -> kinds of the operator's objects that still exist for it in ``namespace``
     (``"*"``: the namespace's shared busy budget, which belongs to no pool)."""
-    selector = f"{api.MANAGED_BY_LABEL}={api.MANAGED_BY_VALUE}"
+    selector = f"{naming.MANAGED_BY_LABEL}={naming.MANAGED_BY_VALUE}"
     found: dict[str, set[str]] = {}
     objects = [
         *client.CoreV1Api(api_client).list_namespaced_secret(namespace, label_selector=selector).items,
@@ -139,7 +141,7 @@ def managed_children(api_client: client.ApiClient, namespace: str) -> dict[str, 
         *client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items,
     ]
     for obj in objects:
-        pool = (obj.metadata.labels or {}).get(api.POOL_LABEL, "*")
+        pool = (obj.metadata.labels or {}).get(naming.POOL_LABEL, "*")
         found.setdefault(pool, set()).add(type(obj).__name__.removeprefix("V1"))
     return found
 

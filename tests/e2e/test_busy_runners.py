@@ -12,8 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from runnerpool import api
-from runnerpool.pods import template
+from runnerpool import api, naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool, wait_condition
 from tests.helpers import wait_for
@@ -26,7 +25,7 @@ FAST = ("--runner-sync-interval", "1")
 
 def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> dict[str, Any]:
     items = client.CoreV1Api(api_client).list_namespaced_pod(
-        namespace, label_selector=f"{api.POOL_LABEL}={pool}"
+        namespace, label_selector=f"{naming.POOL_LABEL}={pool}"
     )
     return {p.metadata.name: p for p in items.items}
 
@@ -45,7 +44,7 @@ def _start_jobs(
 
     def marked() -> bool:
         pods = _pods(api_client, namespace, pool)
-        return all((pods[n].metadata.labels or {}).get(template.BUSY_LABEL) == "true" for n in names)
+        return all((pods[n].metadata.labels or {}).get(naming.BUSY_LABEL) == "true" for n in names)
 
     wait_for(marked, message="the busy pods to be marked for the disruption budget")
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.conftest import StartOperator, node_pool
 from tests.e2e.runners import (
     BAD_PAT,
@@ -65,7 +65,7 @@ def test_token_is_refreshed_before_it_expires(
     assert second.issued_at < issued.expires_at, "refreshed only after the old token had expired"
     secret = wait_token(api_client, namespace, "fresh", unlike=first)
     assert token_of(secret) == second.token
-    published = secret["metadata"]["annotations"][api.TOKEN_EXPIRY_ANNOTATION]
+    published = secret["metadata"]["annotations"][naming.TOKEN_EXPIRY_ANNOTATION]
     assert published == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(second.expires_at)))
     wait_for(
         lambda: (
@@ -94,7 +94,7 @@ def test_bad_credentials_are_reported_and_fixing_the_secret_recovers(
 ) -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_secret(
-        namespace, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": BAD_PAT}}
+        namespace, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": BAD_PAT}}
     )
     start_operator()
     create_pool(api_client, namespace, pool_manifest("locked", repo=REPO, replicas=1))
@@ -118,7 +118,7 @@ def test_bad_credentials_are_reported_and_fixing_the_secret_recovers(
     # Well within the secret updater's first retry of a permanent failure (1-2 minutes): the
     # change of the Secret itself must set the retry off.
     core.patch_namespaced_secret(
-        api.DEFAULT_CREDENTIAL_SECRET, namespace, {"stringData": {"token": GOOD_PAT}}
+        naming.DEFAULT_CREDENTIAL_SECRET, namespace, {"stringData": {"token": GOOD_PAT}}
     )
     wait_token(api_client, namespace, "locked", timeout=15)
     pool = wait_condition(api_client, namespace, "locked", "Ready", "True")

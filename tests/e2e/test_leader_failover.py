@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
@@ -45,7 +45,7 @@ def _reconciled(operator: OperatorProcess, pool: str) -> bool:
 
 def _has_finalizer(api_client: client.ApiClient, namespace: str, name: str) -> bool:
     pool = get_pool(api_client, namespace, name) or {}
-    return api.FINALIZER in (pool.get("metadata") or {}).get("finalizers", [])
+    return naming.POOL_FINALIZER in (pool.get("metadata") or {}).get("finalizers", [])
 
 
 def test_one_leader_reconciles_and_a_killed_leader_hands_over(

@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.conftest import node_pool
 from tests.e2e.runners import (
     REPO,
@@ -56,7 +56,7 @@ def test_pool_converges_with_a_token_the_runners_can_use(
 
     secret = wait_token(api_client, namespace, "web")
     token = token_of(secret)
-    expiry = _parse_time(secret["metadata"]["annotations"][api.TOKEN_EXPIRY_ANNOTATION])
+    expiry = _parse_time(secret["metadata"]["annotations"][naming.TOKEN_EXPIRY_ANNOTATION])
     assert expiry > datetime.now(UTC)
     assert token in {t.token for t in fake_github.tokens_issued(REPO)}
 
@@ -68,7 +68,7 @@ def test_pool_converges_with_a_token_the_runners_can_use(
     owner = created[0].metadata.owner_references[0]
     assert (owner.kind, owner.name, owner.controller) == ("RunnerPool", "web", True)
     volumes = {v.name: v for v in created[0].spec.volumes}
-    assert volumes["runner-token"].secret.secret_name == api.token_secret_name("web")
+    assert volumes["runner-token"].secret.secret_name == naming.token_secret_name("web")
 
     # Both pods registered with the delivered token: the fake accepted it.
     runners = wait_for(
@@ -76,7 +76,9 @@ def test_pool_converges_with_a_token_the_runners_can_use(
         NODE_TIMEOUT,
         message="both runner pods to register",
     )
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=web")
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        namespace, label_selector=f"{naming.POOL_LABEL}=web"
+    )
     assert sorted(r["name"] for r in runners) == sorted(p.metadata.name for p in pods.items)
     assert fake_github.token_uses(token) == 2
 
@@ -170,7 +172,7 @@ def test_delete_deregisters_only_the_pools_runners(
         "*": {"PodDisruptionBudget"},
     }
     kept = get_pool(api_client, namespace, "kept")
-    assert kept is not None and api.FINALIZER in kept["metadata"]["finalizers"]
+    assert kept is not None and naming.POOL_FINALIZER in kept["metadata"]["finalizers"]
     assert condition(kept, "Ready") == condition(
         wait_condition(api_client, namespace, "kept", "Ready", "True"), "Ready"
     )

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import ORG, REPO, token_of, wait_condition, wait_token
 from tests.helpers import wait_for
@@ -104,7 +104,7 @@ def test_a_lost_token_comes_back_at_once_without_asking_github(
     first = token_of(wait_token(api_client, namespace, "heal"))
     wait_condition(api_client, namespace, "heal", "Ready", "True")
     core = client.CoreV1Api(api_client)
-    name = api.token_secret_name("heal")
+    name = naming.token_secret_name("heal")
 
     for how in ("deleted", "emptied by hand"):
         requests = fake_github.count()
@@ -112,7 +112,7 @@ def test_a_lost_token_comes_back_at_once_without_asking_github(
         if how == "deleted":
             core.delete_namespaced_secret(name, namespace)  # gone once this returns
         else:
-            core.patch_namespaced_secret(name, namespace, {"data": {api.TOKEN_SECRET_KEY: None}})
+            core.patch_namespaced_secret(name, namespace, {"data": {naming.TOKEN_SECRET_KEY: None}})
         secret = wait_token(api_client, namespace, "heal", timeout=TOKEN_BACK_WITHIN)
         took = time.monotonic() - started
 

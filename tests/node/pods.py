@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import api
-from runnerpool.pods import template
+from runnerpool import naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
@@ -22,7 +21,7 @@ START_TIMEOUT = 90.0
 
 
 def pool_pods(core: client.CoreV1Api, namespace: str, pool: str) -> dict[str, Any]:
-    items = core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}={pool}").items
+    items = core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={pool}").items
     return {p.metadata.name: p for p in items}
 
 
@@ -60,7 +59,7 @@ def registered_pods(
 
 
 def queue_jobs(fake: FakeGitHub, namespace: str, pool: str, count: int, seconds: float) -> list[int]:
-    return [fake.queue_job(REPO, [api.pool_runner_label(namespace, pool)], seconds) for _ in range(count)]
+    return [fake.queue_job(REPO, [naming.pool_runner_label(namespace, pool)], seconds) for _ in range(count)]
 
 
 def wait_busy(core: client.CoreV1Api, fake: FakeGitHub, namespace: str, jobs: list[int]) -> list[str]:
@@ -79,7 +78,7 @@ def wait_busy(core: client.CoreV1Api, fake: FakeGitHub, namespace: str, jobs: li
 
     def marked() -> bool:
         pods = [core.read_namespaced_pod(n, namespace) for n in names]
-        return all((p.metadata.labels or {}).get(template.BUSY_LABEL) == template.BUSY_VALUE for p in pods)
+        return all((p.metadata.labels or {}).get(naming.BUSY_LABEL) == naming.BUSY_VALUE for p in pods)
 
     wait_for(marked, START_TIMEOUT, 0.2, f"pods {names} to be marked busy")
     return names

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
-from runnerpool.pods import adoption, template
+from runnerpool import api, naming
+from runnerpool.pods import adoption
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, get_pool, pool_runners, wait_token
 from tests.helpers import wait_for
@@ -68,7 +68,7 @@ def _restart(operator: OperatorProcess) -> None:
 
 
 def _runner_env(pod: Any) -> dict[str, str]:
-    runner = next(c for c in pod.spec.containers if c.name == template.RUNNER_CONTAINER)
+    runner = next(c for c in pod.spec.containers if c.name == naming.RUNNER_CONTAINER)
     return {e.name: e.value for e in runner.env or []}
 
 
@@ -224,7 +224,7 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
     first, jobs, [busy] = _pool_with_busy(core, api_client, namespace, fake_github, "drain", 2, 1)
     [idle] = set(first) - {busy}
     annotations = core.read_namespaced_pod(busy, namespace).metadata.annotations or {}
-    assert template.BUSY_ANNOTATIONS.items() <= annotations.items()
+    assert naming.BUSY_ANNOTATIONS.items() <= annotations.items()
 
     err = _refused(core, namespace, busy)
     assert err.status == 429 and "disruption budget" in str(err.body), err.body
@@ -312,7 +312,7 @@ def test_an_upgrade_adopts_a_deployment_pools_busy_runner_without_killing_its_jo
     assert (done["conclusion"], done["runner_name"]) == ("success", legacy)
     [fresh] = _assert_agree(core, fake_github, namespace, "old", 1)
     labels = core.read_namespaced_pod(fresh, namespace).metadata.labels or {}
-    assert template.TEMPLATE_HASH_LABEL in labels
+    assert naming.TEMPLATE_HASH_LABEL in labels
     assert not apps.list_namespaced_deployment(namespace).items
     assert conclusions(fake_github) == ["success"]
 
@@ -332,7 +332,7 @@ def _exit_codes_until_gone(core: client.CoreV1Api, namespace: str, name: str, ti
     ):
         pod = event["object"]
         for status in pod.status.container_statuses or []:
-            if status.name == template.RUNNER_CONTAINER and status.state.terminated is not None:
+            if status.name == naming.RUNNER_CONTAINER and status.state.terminated is not None:
                 codes.append(status.state.terminated.exit_code)
         if event["type"] == "DELETED":
             stream.stop()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
@@ -75,7 +75,7 @@ class Demand:
         """A pool following demand (3 s scale-down delay); the label its jobs ask for."""
         autoscaling = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "scaleDownDelay": "3s"}
         create_pool(self.api_client, self.namespace, node_pool(name, replicas=0, autoscaling=autoscaling))
-        return api.pool_runner_label(self.namespace, name)
+        return naming.pool_runner_label(self.namespace, name)
 
     def status(self, pool: str) -> dict[str, Any]:
         return pool_status(self.api_client, self.namespace, pool)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -45,7 +45,7 @@ def test_a_queued_job_runs_in_a_pod_which_is_then_replaced(
     core = client.CoreV1Api(api_client)
     [first] = registered_pods(core, fake_github, namespace, "jobs", 1)
 
-    job_id = fake_github.queue_job(REPO, [api.pool_runner_label(namespace, "jobs")], JOB_SECONDS)
+    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "jobs")], JOB_SECONDS)
 
     running = wait_for(
         lambda: (j := fake_github.job(job_id))["status"] == "in_progress" and j,

@@ -13,8 +13,7 @@ from typing import Any
 
 from kubernetes import client
 
-from runnerpool import api
-from runnerpool.pods import template
+from runnerpool import naming
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
 from tests.pools import create_pool
@@ -25,9 +24,9 @@ POD_TIMEOUT = 60.0
 
 
 def _token(core: client.CoreV1Api, namespace: str, pool: str) -> str | None:
-    secret = core.read_namespaced_secret(api.token_secret_name(pool), namespace)
+    secret = core.read_namespaced_secret(naming.token_secret_name(pool), namespace)
     data = secret.data or {}
-    return None if api.TOKEN_SECRET_KEY not in data else str(data[api.TOKEN_SECRET_KEY])
+    return None if naming.TOKEN_SECRET_KEY not in data else str(data[naming.TOKEN_SECRET_KEY])
 
 
 def test_the_runner_user_reads_the_mounted_token(
@@ -36,7 +35,7 @@ def test_the_runner_user_reads_the_mounted_token(
     create_pool(api_client, namespace, node_pool("token", replicas=1))
     core = client.CoreV1Api(api_client)
     pod = wait_for(
-        lambda: core.list_namespaced_pod(namespace, label_selector=f"{api.POOL_LABEL}=token").items,
+        lambda: core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}=token").items,
         POD_TIMEOUT,
         message="the pool's runner pod",
     )[0]
@@ -45,7 +44,7 @@ def test_the_runner_user_reads_the_mounted_token(
     # The operator's own pod, only the command replaced: who am I, and the token file.
     spec: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(pod.spec))
     spec["restartPolicy"] = "Never"
-    runner = next(c for c in spec["containers"] if c["name"] == template.RUNNER_CONTAINER)
+    runner = next(c for c in spec["containers"] if c["name"] == naming.RUNNER_CONTAINER)
     runner["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
     name = f"token-probe-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
@@ -55,8 +54,8 @@ def test_the_runner_user_reads_the_mounted_token(
         return phase if phase in ("Succeeded", "Failed") else None
 
     phase = wait_for(finished, POD_TIMEOUT, message=f"pod {name} to finish")
-    log = core.read_namespaced_pod_log(name, namespace, container=template.RUNNER_CONTAINER)
-    secret = core.read_namespaced_secret(api.token_secret_name("token"), namespace)
-    token = base64.b64decode(secret.data[api.TOKEN_SECRET_KEY]).decode()
+    log = core.read_namespaced_pod_log(name, namespace, container=naming.RUNNER_CONTAINER)
+    secret = core.read_namespaced_secret(naming.token_secret_name("token"), namespace)
+    token = base64.b64decode(secret.data[naming.TOKEN_SECRET_KEY]).decode()
     assert phase == "Succeeded", f"the runner user could not read its token; pod log:\n{log}"
     assert log.split() == [str(RUNNER_UID), token]
