@@ -111,7 +111,7 @@ def ensure_tool(tool: Tool) -> Path:
         if shutil.which("go") is None:
             raise AssetError(
                 f"Go is needed once to build {tool.name} {tool.version}: install Go (https://go.dev/dl), "
-                f"or set TEST_ASSET_{tool.name.upper()} to a {tool.name} binary"
+                f"or set TEST_ASSET_{tool.name.upper()} to the path of a {tool.name} binary"
             )
         folder.mkdir(parents=True, exist_ok=True)
         log = folder.parent / f"{folder.name}.build.log"
