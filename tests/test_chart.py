@@ -23,7 +23,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
+from tests.pools import pool_manifest
 from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.controlplane import ControlPlane
@@ -61,7 +63,9 @@ def helm() -> Path:
     return tool_assets.ensure_tool(tool_assets.HELM)
 
 
-def run_helm(helm: Path, *args: str, values: Obj | None = None) -> subprocess.CompletedProcess[str]:
+def run_helm(
+    helm: Path, *args: str, values: Obj | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = [str(helm), *args]
     if values is not None:
         cmd += ["--values", "-"]
@@ -73,6 +77,7 @@ def run_helm(helm: Path, *args: str, values: Obj | None = None) -> subprocess.Co
         timeout=120,
         check=False,
         cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -521,3 +526,80 @@ def test_everything_the_chart_renders_passes_server_side_validation(
     assert done.returncode == 0, done.stderr
     applied = [line for line in done.stdout.splitlines() if "(server dry run)" in line]
     assert len(applied) == len(objects), done.stdout
+
+
+#: Everything the chart can create (but the CRD), for ``kubectl get KINDS -l``.
+CHART_KINDS = (
+    "clusterroles,clusterrolebindings,roles,rolebindings,serviceaccounts,deployments,services,"
+    "poddisruptionbudgets,secrets,ingresses"
+)
+
+
+def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
+    helm: Path,
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    runnerpool_crd: Obj,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The release lifecycle against the API server (no operator runs: no node here): install
+    creates what ``helm template`` shows, upgrade changes it, uninstall removes all of it but the
+    CRD and the RunnerPools, which a CRD in templates/ would have deleted with it."""
+    kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
+    env = {"KUBECONFIG": str(control_plane.kubeconfig)}
+    env |= {f"HELM_{d}_HOME": str(tmp_path / d.lower()) for d in ("CACHE", "CONFIG", "DATA")}
+    release = namespace  # unique per test; cluster-scoped names cannot collide with deploy/'s
+    values = {"webhook": {"secret": {"create": True, "value": "0123456789abcdef"}}}
+
+    def installed() -> set[tuple[str, str, str]]:
+        done = subprocess.run(
+            [
+                str(kubectl),
+                "get",
+                CHART_KINDS,
+                "-A",
+                "-l",
+                f"app.kubernetes.io/instance={release}",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return {identity(o) for o in json.loads(done.stdout)["items"]}
+
+    done = run_helm(helm, "install", release, str(CHART), "-n", namespace, values=values, env=env)
+    assert done.returncode == 0, done.stderr
+    rendered = run_helm(helm, "template", release, str(CHART), "-n", namespace, values=values)
+    expected = {identity(o) for o in yaml.safe_load_all(rendered.stdout) if o}
+    assert installed() == expected
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object(
+        "runnerpool.dev", "v1alpha1", namespace, "runnerpools", pool_manifest("kept", replicas=1)
+    )
+
+    done = run_helm(
+        helm, "upgrade", release, str(CHART), "-n", namespace, values={**values, "replicaCount": 3}, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    apps = client.AppsV1Api(api_client)
+    assert apps.read_namespaced_deployment(f"{release}-runnerpool-operator", namespace).spec.replicas == 3
+
+    done = run_helm(helm, "uninstall", release, "-n", namespace, env=env)
+    assert done.returncode == 0, done.stderr
+    assert installed() == set()
+    release_records = client.CoreV1Api(api_client).list_namespaced_secret(
+        namespace, label_selector="owner=helm"
+    )
+    assert release_records.items == []
+    extensions = client.ApiextensionsV1Api(api_client)
+    assert (
+        extensions.read_custom_resource_definition("runnerpools.runnerpool.dev").metadata.deletion_timestamp
+        is None
+    )
+    assert custom.get_namespaced_custom_object("runnerpool.dev", "v1alpha1", namespace, "runnerpools", "kept")
