@@ -34,11 +34,14 @@ node: envtest node-packages
 crds: $(STAMP)
 	$(BIN)/python -m testworld.crdgen
 
+# The Python checks, then actionlint on .github/workflows and helm lint on the chart (both pinned,
+# built once from the Go module proxy into the test binaries' cache: testworld/tools).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m testworld.tools.lint
 
 # The whole session runs in namespaces of its own (testworld/node/seal.py): no packet leaves.
 test: node lint

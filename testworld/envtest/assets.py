@@ -123,11 +123,12 @@ def run_logged(cmd: list[str], log: Path, cwd: Path, env: dict[str, str]) -> int
     return done.returncode
 
 
-def _go_build(output: Path, package: str, ldflags: str, log: Path) -> None:
-    """Run go build; retry once with ``-checklinkname=0`` on a go:linkname link error."""
+def go_build(output: Path, package: str, ldflags: str, log: Path, module_dir: Path = GOMOD_DIR) -> None:
+    """Run go build in the pinning ``module_dir``; retry once with ``-checklinkname=0`` on a
+    go:linkname link error.  testworld.tools builds its pinned tools with it too."""
     for extra in ("", " -checklinkname=0"):
         cmd = ["go", "build", "-trimpath", "-o", str(output), f"-ldflags=-s -w {ldflags}{extra}", package]
-        returncode = run_logged(cmd, log, GOMOD_DIR, go_environment())
+        returncode = run_logged(cmd, log, module_dir, go_environment())
         if returncode == 0:
             return
         if "linkname" not in log.read_text()[-4000:]:
@@ -153,9 +154,9 @@ def build(pins: Pins, target: Path, names: list[str]) -> None:
         progress(f"building {name} (log: {log})", started)
         step = time.monotonic()
         if name == "etcd":
-            _go_build(partial, _ETCD_PACKAGE, "", log)
+            go_build(partial, _ETCD_PACKAGE, "", log)
         else:
-            _go_build(partial, _KUBE_COMMANDS[name], kube_flags, log)
+            go_build(partial, _KUBE_COMMANDS[name], kube_flags, log)
         partial.rename(target / name)
         progress(f"built {name} in {time.monotonic() - step:.0f}s", started)
     progress(f"built {', '.join(names)} into {target}", started)

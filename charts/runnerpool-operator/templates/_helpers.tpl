@@ -1,0 +1,99 @@
+{{/*
+Names and labels. With the release named after the chart (`helm install runnerpool-operator`)
+every name is the one deploy/ uses.
+*/}}
+
+{{- define "runnerpool-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "runnerpool-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "runnerpool-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "runnerpool-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Labels on every object: deploy/'s two, plus Helm's bookkeeping. */}}
+{{- define "runnerpool-operator.labels" -}}
+app.kubernetes.io/name: {{ include "runnerpool-operator.name" . }}
+app.kubernetes.io/part-of: runnerpool
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* What selects the operator's pods (immutable on a Deployment: never add to it). */}}
+{{- define "runnerpool-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "runnerpool-operator.name" . }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest; the tag defaults to the chart's appVersion. */}}
+{{- define "runnerpool-operator.imageRef" -}}
+{{- $image := index . 0 }}
+{{- $appVersion := index . 1 }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default $appVersion $image.tag | toString) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules of a Role or ClusterRole in files/: links to deploy/rbac/, so that the chart and
+`kubectl apply -k deploy/` can never grant different things. Call with (list . "files/NAME.yaml").
+*/}}
+{{- define "runnerpool-operator.rules" -}}
+{{- $root := index . 0 }}
+{{- $file := index . 1 }}
+{{- $role := $root.Files.Get $file | fromYaml }}
+{{- if not $role.rules }}
+{{- fail (printf "%s has no rules: it must link to the same file in deploy/rbac/" $file) }}
+{{- end }}
+{{- toYaml $role.rules }}
+{{- end }}
+
+{{/*
+Resources a Role cannot grant (they are not namespaced): with watchNamespaces, rules on only
+these go to a ClusterRole, the rest to a Role in each watched namespace.
+*/}}
+{{- define "runnerpool-operator.clusterScopedResources" -}}
+- namespaces
+- tokenreviews
+- subjectaccessreviews
+{{- end }}
+
+{{/* "cluster" or "namespaced": which half of the rules a rule belongs to. */}}
+{{- define "runnerpool-operator.ruleScope" -}}
+{{- $clusterScoped := include "runnerpool-operator.clusterScopedResources" . | fromYamlArray }}
+{{- $cluster := list }}
+{{- $namespaced := list }}
+{{- range .rule.resources }}
+{{- if has . $clusterScoped }}
+{{- $cluster = append $cluster . }}
+{{- else }}
+{{- $namespaced = append $namespaced . }}
+{{- end }}
+{{- end }}
+{{- if and $cluster $namespaced }}
+{{- fail (printf "a rule of files/cluster_role.yaml mixes cluster-scoped %v with namespaced %v: split it so that watchNamespaces can put each half where it works" $cluster $namespaced) }}
+{{- end }}
+{{- ternary "namespaced" "cluster" (gt (len $namespaced) 0) }}
+{{- end }}

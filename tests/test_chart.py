@@ -1,0 +1,605 @@
+"""The Helm chart (charts/runnerpool-operator): lint, parity with deploy/, and what its values do.
+
+Helm is the pinned build (testworld/tools). The parity test is the chart's contract: with its
+default values it installs what ``kubectl apply -k deploy/`` installs (as ``kubectl kustomize``
+renders it), object for object and field for field, and names each object and field that
+differ. Two differences are by design and the only ones tolerated: the chart does not create
+its own Namespace (``helm install -n NS --create-namespace`` does; a chart that renders its
+release namespace cannot be installed into it), and it adds Helm's bookkeeping labels.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.pools import pool_manifest
+from tests.test_deploy_manifests import identity
+from testworld.envtest import assets as envtest_assets
+from testworld.envtest.controlplane import ControlPlane
+from testworld.tools import assets as tool_assets
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "charts" / "runnerpool-operator"
+DEPLOY = REPO / "deploy"
+NAMESPACE = "runnerpool-system"
+RELEASE = "runnerpool-operator"
+#: Labels Helm charts carry and kustomize bases do not; nothing else may differ.
+HELM_LABELS = frozenset(
+    {
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/version",
+        "helm.sh/chart",
+    }
+)
+#: Operator flags the chart renders for features another branch adds to the operator (namespaced
+#: mode, HTTPS metrics). Empty this set when that branch is merged: then every rendered flag must
+#: be one `runnerpool-operator --help` lists.
+AWAITED_FLAGS = frozenset(
+    {"--namespaced", "--metrics-secure", "--metrics-bind-address", "--metrics-cert-dir"}
+)
+
+Obj = dict[str, Any]
+
+
+# --- running Helm ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    return tool_assets.ensure_tool(tool_assets.HELM)
+
+
+def run_helm(
+    helm: Path, *args: str, values: Obj | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [str(helm), *args]
+    if values is not None:
+        cmd += ["--values", "-"]
+    return subprocess.run(
+        cmd,
+        input=yaml.safe_dump(values) if values is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def template(helm: Path, values: Obj | None = None, *, namespace: str = NAMESPACE) -> list[Obj]:
+    """``helm template`` as ``helm install RELEASE -n NAMESPACE`` would install it, CRD included."""
+    done = run_helm(
+        helm, "template", RELEASE, str(CHART), "--namespace", namespace, "--include-crds", values=values
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
+
+
+def refusal(helm: Path, values: Obj) -> str:
+    """What Helm says when it refuses ``values``."""
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=values)
+    assert done.returncode != 0, f"Helm accepted {values}"
+    return done.stderr
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None, namespace: str | None = None) -> Obj:
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind
+        and name in (None, o["metadata"]["name"])
+        and namespace in (None, o["metadata"].get("namespace"))
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[identity(o) for o in found]}"
+    return found[0]
+
+
+def container(objects: list[Obj]) -> Obj:
+    (operator,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return operator  # type: ignore[no-any-return]
+
+
+def kustomize(folder: Path) -> list[Obj]:
+    """``kubectl kustomize folder``: what ``kubectl apply -k`` would send."""
+    kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
+    done = subprocess.run(
+        [str(kubectl), "kustomize", str(folder)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
+
+
+def rules_of(path: Path) -> list[Obj]:
+    return yaml.safe_load(path.read_text())["rules"]  # type: ignore[no-any-return]
+
+
+# --- parity with deploy/ --------------------------------------------------------------------
+
+
+def is_label_map(node: Any) -> bool:
+    """Labels, a label selector's matchLabels, or a Service's selector: strings only."""
+    return isinstance(node, dict) and all(isinstance(v, str) for v in node.values())
+
+
+def without_helm_labels(node: Any) -> Any:
+    """``node`` with HELM_LABELS removed from every label map and selector in it."""
+    if isinstance(node, dict):
+        return {
+            key: (
+                {k: v for k, v in value.items() if k not in HELM_LABELS}
+                if key in {"labels", "matchLabels", "selector"} and is_label_map(value)
+                else without_helm_labels(value)
+            )
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [without_helm_labels(item) for item in node]
+    return node
+
+
+def differences(deploy: Any, chart: Any, path: str) -> Iterator[str]:
+    """Each field where the two differ, as ``path: what deploy/ has, what the chart has``."""
+    if isinstance(deploy, dict) and isinstance(chart, dict):
+        for key in sorted(set(deploy) | set(chart)):
+            where = f"{path}.{key}"
+            if key not in chart:
+                yield f"{where}: only in deploy/: {deploy[key]!r}"
+            elif key not in deploy:
+                yield f"{where}: only in the chart: {chart[key]!r}"
+            else:
+                yield from differences(deploy[key], chart[key], where)
+    elif isinstance(deploy, list) and isinstance(chart, list) and len(deploy) == len(chart):
+        for index, (left, right) in enumerate(zip(deploy, chart, strict=True)):
+            yield from differences(left, right, f"{path}[{index}]")
+    elif deploy != chart:
+        yield f"{path}: deploy/ has {deploy!r}, the chart {chart!r}"
+
+
+def parity_report(deploy: list[Obj], chart: list[Obj]) -> list[str]:
+    by_id = {identity(o): o for o in deploy}
+    chart_by_id = {identity(o): o for o in chart}
+    report = [f"{kind} {ns}/{name}: only in deploy/" for kind, ns, name in sorted(by_id.keys() - chart_by_id)]
+    report += [
+        f"{kind} {ns}/{name}: only in the chart" for kind, ns, name in sorted(chart_by_id.keys() - by_id)
+    ]
+    for key in sorted(by_id.keys() & chart_by_id.keys()):
+        left, right = (without_helm_labels(side[key]) for side in (by_id, chart_by_id))
+        report += [f"{key[0]} {key[1]}/{key[2]}: {d}" for d in differences(left, right, "")]
+    return report
+
+
+def test_default_values_render_what_deploy_installs(helm: Path) -> None:
+    deploy = [o for o in kustomize(DEPLOY) if o["kind"] != "Namespace"]
+    report = parity_report(deploy, template(helm))
+    assert not report, "the chart's defaults and deploy/ differ:\n  " + "\n  ".join(report)
+
+
+def test_parity_report_names_object_and_field() -> None:
+    """The report a lead reads after deploy/ changed: which object, which field, both values."""
+    deploy = [{"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": [{"verbs": ["get", "list"]}]}]
+    chart = [
+        {"kind": "ClusterRole", "metadata": {"name": "r", "labels": {"helm.sh/chart": "c"}}, "rules": [{}]},
+        {"kind": "Service", "metadata": {"name": "s", "namespace": "n"}},
+    ]
+    assert parity_report(deploy, chart) == [
+        "Service n/s: only in the chart",
+        "ClusterRole /r: .metadata.labels: only in the chart: {}",
+        "ClusterRole /r: .rules[0].verbs: only in deploy/: ['get', 'list']",
+    ]
+
+
+def test_rbac_rules_are_deploys_own_files() -> None:
+    """The chart reads its rules from deploy/rbac/ (links), so the two never grant different things."""
+    for name in ("cluster_role.yaml", "leader_election_role.yaml"):
+        linked = CHART / "files" / name
+        assert linked.resolve() == (DEPLOY / "rbac" / name).resolve(), f"{linked} must link to deploy/rbac/"
+
+
+# --- lint, CRDs and packaging ---------------------------------------------------------------
+
+
+LINTED_VALUES: dict[str, Obj] = {
+    "defaults": {},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "everything": {
+        "metrics": {"secure": True, "certSecret": "metrics-tls", "serviceMonitor": {"enabled": True}},
+        "webhook": {
+            "secret": {"create": True, "value": "0123456789abcdef"},
+            "ingress": {"enabled": True, "host": "runners.example.com", "className": "nginx"},
+        },
+        "rbac": {"aggregateToDefaultRoles": True},
+    },
+}
+
+
+@pytest.mark.parametrize("values", LINTED_VALUES.values(), ids=LINTED_VALUES.keys())
+def test_helm_lint_is_clean(helm: Path, values: Obj) -> None:
+    done = run_helm(helm, "lint", "--strict", str(CHART), values=values)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout and "[ERROR]" not in done.stdout, done.stdout
+
+
+def test_crd_is_in_the_crds_folder_so_uninstall_keeps_it(helm: Path) -> None:
+    """Helm installs crds/ once and never upgrades or deletes it; templates would delete it."""
+    crd_files = sorted((CHART / "crds").iterdir())
+    assert [p.name for p in crd_files] == ["runnerpool.yaml"]
+    assert yaml.safe_load(crd_files[0].read_text()) == yaml.safe_load(
+        (REPO / "crds" / "runnerpool.yaml").read_text()
+    )
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE)
+    assert done.returncode == 0, done.stderr
+    templated = [d["kind"] for d in yaml.safe_load_all(done.stdout) if d]
+    assert "CustomResourceDefinition" not in templated
+
+
+def test_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> None:
+    """What the release workflow pushes: real files in place of the links, CRD and rules included."""
+    done = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (archive,) = tmp_path.glob("runnerpool-operator-*.tgz")
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        for inside, source in (
+            ("crds/runnerpool.yaml", REPO / "crds" / "runnerpool.yaml"),
+            ("files/cluster_role.yaml", DEPLOY / "rbac" / "cluster_role.yaml"),
+        ):
+            member = members[f"runnerpool-operator/{inside}"]
+            assert member.isfile(), f"{inside} is packaged as a link"
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            assert extracted.read().decode() == source.read_text()
+
+
+def test_chart_follows_the_operator_version(helm: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version is not None
+    assert chart["appVersion"] == version.group(1)
+    operator = container(template(helm))
+    assert operator["image"] == f"runnerpool-operator:{chart['appVersion']}"
+    assert f"--runner-image=runnerpool-runner:{chart['appVersion']}" in operator["args"]
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def unmatched(values: Obj, schema: Obj, path: str = "") -> Iterator[str]:
+    """Keys with a default but no schema, or the reverse, down every closed schema object."""
+    properties: Obj = schema["properties"]
+    for key in sorted(set(values) ^ (set(properties) - {"global"})):
+        yield f"{path}{key}: " + ("no schema" if key in values else "no default in values.yaml")
+    for key, sub in properties.items():
+        if sub.get("additionalProperties") is False and key in values:
+            yield from unmatched(values[key], sub, f"{path}{key}.")
+
+
+def test_every_value_has_a_schema_and_every_schema_entry_a_default() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    assert list(unmatched(values, schema)) == []
+
+
+REFUSED: dict[str, tuple[Obj, str]] = {
+    "typo": ({"replicas": 3}, "additional properties 'replicas' not allowed"),
+    "nested typo": ({"metrics": {"secured": True}}, "additional properties 'secured' not allowed"),
+    "no replicas": ({"replicaCount": 0}, "/replicaCount"),
+    "string replicas": ({"replicaCount": "two"}, "/replicaCount"),
+    "bad namespace": ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+    "bad pull policy": ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    "bad digest": ({"image": {"digest": "latest"}}, "/image/digest"),
+    "bad log format": ({"logFormat": "xml"}, "/logFormat"),
+    "flag without dashes": ({"extraArgs": ["log-level=DEBUG"]}, "/extraArgs/0"),
+    "secret without value": ({"webhook": {"secret": {"create": True}}}, "/webhook/secret"),
+    "ingress without host": ({"webhook": {"ingress": {"enabled": True}}}, "/webhook/ingress"),
+    "budget blocks drains": ({"replicaCount": 1}, "podDisruptionBudget.minAvailable (1) must be below"),
+    "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
+    "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+}
+
+
+@pytest.mark.parametrize(("values", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_bad_values_are_refused_with_a_message(helm: Path, values: Obj, message: str) -> None:
+    assert message in refusal(helm, values)
+
+
+def test_single_replica_without_budget_or_leader(helm: Path) -> None:
+    objects = template(
+        helm,
+        {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}, "leaderElection": {"enabled": False}},
+    )
+    assert "PodDisruptionBudget" not in {o["kind"] for o in objects}
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-leader-election")]
+    assert not [a for a in container(objects)["args"] if a.startswith("--leader-elect")]
+
+
+def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None:
+    objects = template(helm, {"watchNamespaces": ["team-a", "team-b"]})
+    deploy_rules = rules_of(DEPLOY / "rbac" / "cluster_role.yaml")
+    cluster_rules = one(objects, "ClusterRole", RELEASE)["rules"]
+    role_rules = []
+    for ns in ("team-a", "team-b"):
+        role = one(objects, "Role", RELEASE, ns)
+        binding = one(objects, "RoleBinding", RELEASE, ns)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": RELEASE,
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
+        role_rules.append(role["rules"])
+    assert role_rules[0] == role_rules[1]
+    # Nothing lost, nothing added; what stays cluster-wide is only what a Role cannot grant.
+    assert sorted(map(json.dumps, cluster_rules + role_rules[0])) == sorted(map(json.dumps, deploy_rules))
+    cluster_resources = {r for rule in cluster_rules for r in rule.get("resources", [])}
+    assert cluster_resources <= {"namespaces", "tokenreviews", "subjectaccessreviews"}
+    assert {"secrets", "pods"} <= {r for rule in role_rules[0] for r in rule["resources"]}
+    args = container(objects)["args"]
+    assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
+    objects = template(helm, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+def test_release_name_prefixes_every_object(helm: Path) -> None:
+    done = run_helm(helm, "template", "ci", str(CHART), "--namespace", "ci-ops")
+    assert done.returncode == 0, done.stderr
+    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert all(o["metadata"]["name"].startswith("ci-runnerpool-operator") for o in objects)
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["namespace"] == "ci-ops"
+
+
+def test_images_digests_and_scheduling(helm: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    objects = template(
+        helm,
+        {
+            "image": {"repository": "ghcr.io/acme/runnerpool-operator", "digest": digest},
+            "runnerImage": {"repository": "ghcr.io/acme/runnerpool-runner", "tag": "2.0.0"},
+            "imagePullSecrets": [{"name": "ghcr"}],
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "ops", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"x": 1}},
+            "priorityClassName": "system-cluster-critical",
+            "resources": {"requests": {"cpu": "50m"}},
+        },
+    )
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    operator = container(objects)
+    assert operator["image"] == f"ghcr.io/acme/runnerpool-operator@{digest}"
+    assert "--runner-image=ghcr.io/acme/runnerpool-runner:2.0.0" in operator["args"]
+    assert operator["resources"]["requests"]["cpu"] == "50m"
+    assert pod["imagePullSecrets"] == [{"name": "ghcr"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "ops"
+    assert pod["affinity"] == {"nodeAffinity": {"x": 1}}, "an explicit affinity replaces the default"
+    assert pod["priorityClassName"] == "system-cluster-critical"
+
+
+def test_proxy_and_ca_bundle_reach_the_operator(helm: Path) -> None:
+    """The example in values.yaml, as a user behind a proxy with a private CA would set it."""
+    objects = template(
+        helm,
+        {
+            "extraEnv": [
+                {"name": "HTTPS_PROXY", "value": "http://proxy.example.com:3128"},
+                {"name": "REQUESTS_CA_BUNDLE", "value": "/etc/runnerpool/ca/ca.crt"},
+            ],
+            "extraEnvFrom": [{"configMapRef": {"name": "proxy-env"}}],
+            "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/runnerpool/ca", "readOnly": True}],
+        },
+    )
+    operator = container(objects)
+    env = {e["name"]: e for e in operator["env"]}
+    assert env["HTTPS_PROXY"]["value"] == "http://proxy.example.com:3128"
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys(), "the chart's own env stays"
+    assert operator["envFrom"] == [{"configMapRef": {"name": "proxy-env"}}]
+    mounts = {m["name"]: m["mountPath"] for m in operator["volumeMounts"]}
+    assert mounts["ca"] == "/etc/runnerpool/ca" and mounts["tmp"] == "/tmp"
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["ca"]["configMap"] == {"name": "corporate-ca"}
+
+
+def test_webhook_secret_from_values_and_ingress(helm: Path) -> None:
+    objects = template(helm, LINTED_VALUES["everything"])
+    secret = one(objects, "Secret", "runnerpool-webhook-secret")
+    assert base64.b64decode(secret["data"]["secret"]).decode() == "0123456789abcdef"
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-secret"]["secret"]["secretName"] == "runnerpool-webhook-secret"
+    ingress = one(objects, "Ingress")
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == "runners.example.com"
+    (path,) = rule["http"]["paths"]
+    assert path["path"] == "/webhook"
+    service = one(objects, "Service", path["backend"]["service"]["name"])
+    assert path["backend"]["service"]["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+
+
+def test_servicemonitor_matches_deploys_optional_one(helm: Path) -> None:
+    objects = template(helm, {"metrics": {"serviceMonitor": {"enabled": True}}})
+    (deploy_monitor,) = kustomize(DEPLOY / "optional" / "servicemonitor")
+    report = parity_report([deploy_monitor], [one(objects, "ServiceMonitor")])
+    assert not report, "\n".join(report)
+    service = one(objects, "Service", f"{RELEASE}-metrics")
+    selector = one(objects, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+
+
+def test_secure_metrics(helm: Path) -> None:
+    objects = template(helm, LINTED_VALUES["everything"])
+    args = container(objects)["args"]
+    assert "--metrics-secure" in args
+    assert "--metrics-cert-dir=/etc/runnerpool/metrics-cert" in args
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["metrics-cert"]["secret"]["secretName"] == "metrics-tls"
+    reader = one(objects, "ClusterRole", f"{RELEASE}-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+
+
+def test_tenant_roles_aggregate_into_view_edit_admin(helm: Path) -> None:
+    objects = template(helm, {"rbac": {"aggregateToDefaultRoles": True}})
+    aggregated: dict[str, set[str]] = {}
+    for role in (o for o in objects if o["kind"] == "ClusterRole"):
+        for label, value in role["metadata"]["labels"].items():
+            if label.startswith("rbac.authorization.k8s.io/aggregate-to-") and value == "true":
+                verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+                aggregated.setdefault(label.rsplit("-", 1)[1], set()).update(verbs)
+    assert aggregated["view"] == {"get", "list", "watch"}
+    assert {"create", "update", "patch", "delete"} <= aggregated["edit"]
+    assert aggregated["admin"] == aggregated["edit"]
+
+
+def operator_help() -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from runnerpool.cli import main; sys.exit(main())", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_rendered_flag_is_an_operator_flag(helm: Path) -> None:
+    values = {
+        **LINTED_VALUES["everything"],
+        "watchNamespaces": ["team-a"],
+        "logLevel": "DEBUG",
+        "githubApiUrl": "https://ghe.example.com/api/v3",
+        "leaderElection": {"enabled": True, "leaseName": "pools"},
+    }
+    values["metrics"] = {**values["metrics"], "bindAddress": "127.0.0.1"}
+    flags = {arg.split("=")[0] for arg in container(template(helm, values))["args"]}
+    known = operator_help()
+    unknown = {f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", known)}
+    assert unknown <= AWAITED_FLAGS, f"{sorted(unknown - AWAITED_FLAGS)} are not runnerpool-operator flags"
+    assert flags >= AWAITED_FLAGS, "every awaited flag is rendered by some value"
+
+
+# --- on the API server ----------------------------------------------------------------------
+
+
+def test_everything_the_chart_renders_passes_server_side_validation(
+    helm: Path, control_plane: ControlPlane, runnerpool_crd: Obj, namespace: str
+) -> None:
+    """All optional objects (but the ServiceMonitor, whose CRD is not here), strictly validated."""
+    values = {**LINTED_VALUES["everything"], "watchNamespaces": [namespace], "fullnameOverride": namespace}
+    values["metrics"] = {**values["metrics"], "serviceMonitor": {"enabled": False}}
+    objects = [
+        o for o in template(helm, values, namespace=namespace) if o["kind"] != "CustomResourceDefinition"
+    ]
+    kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
+    done = subprocess.run(
+        [str(kubectl), "apply", "--dry-run=server", "--validate=strict", "-f", "-"],
+        input=yaml.safe_dump_all(objects),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    applied = [line for line in done.stdout.splitlines() if "(server dry run)" in line]
+    assert len(applied) == len(objects), done.stdout
+
+
+#: Everything the chart can create (but the CRD), for ``kubectl get KINDS -l``.
+CHART_KINDS = (
+    "clusterroles,clusterrolebindings,roles,rolebindings,serviceaccounts,deployments,services,"
+    "poddisruptionbudgets,secrets,ingresses"
+)
+
+
+def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
+    helm: Path,
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    runnerpool_crd: Obj,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The release lifecycle against the API server (no operator runs: no node here): install
+    creates what ``helm template`` shows, upgrade changes it, uninstall removes all of it but the
+    CRD and the RunnerPools, which a CRD in templates/ would have deleted with it."""
+    kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
+    env = {"KUBECONFIG": str(control_plane.kubeconfig)}
+    env |= {f"HELM_{d}_HOME": str(tmp_path / d.lower()) for d in ("CACHE", "CONFIG", "DATA")}
+    release = namespace  # unique per test; cluster-scoped names cannot collide with deploy/'s
+    values = {"webhook": {"secret": {"create": True, "value": "0123456789abcdef"}}}
+
+    def installed() -> set[tuple[str, str, str]]:
+        done = subprocess.run(
+            [
+                str(kubectl),
+                "get",
+                CHART_KINDS,
+                "-A",
+                "-l",
+                f"app.kubernetes.io/instance={release}",
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return {identity(o) for o in json.loads(done.stdout)["items"]}
+
+    done = run_helm(helm, "install", release, str(CHART), "-n", namespace, values=values, env=env)
+    assert done.returncode == 0, done.stderr
+    rendered = run_helm(helm, "template", release, str(CHART), "-n", namespace, values=values)
+    expected = {identity(o) for o in yaml.safe_load_all(rendered.stdout) if o}
+    assert installed() == expected
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object(
+        "runnerpool.dev", "v1alpha1", namespace, "runnerpools", pool_manifest("kept", replicas=1)
+    )
+
+    done = run_helm(
+        helm, "upgrade", release, str(CHART), "-n", namespace, values={**values, "replicaCount": 3}, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    apps = client.AppsV1Api(api_client)
+    assert apps.read_namespaced_deployment(f"{release}-runnerpool-operator", namespace).spec.replicas == 3
+
+    done = run_helm(helm, "uninstall", release, "-n", namespace, env=env)
+    assert done.returncode == 0, done.stderr
+    assert installed() == set()
+    release_records = client.CoreV1Api(api_client).list_namespaced_secret(
+        namespace, label_selector="owner=helm"
+    )
+    assert release_records.items == []
+    extensions = client.ApiextensionsV1Api(api_client)
+    assert (
+        extensions.read_custom_resource_definition("runnerpools.runnerpool.dev").metadata.deletion_timestamp
+        is None
+    )
+    assert custom.get_namespaced_custom_object("runnerpool.dev", "v1alpha1", namespace, "runnerpools", "kept")
