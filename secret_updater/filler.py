@@ -298,8 +298,7 @@ class TokenUpdater:
         except Exception as err:  # anything: the scheduler must keep going
             outcome = self._record_failure(state, ref, generation, err)
         if outcome is None:
-            self._kick_successor(key, generation)
-            return None
+            return None  # replaced or stopped; a replacement skipped meanwhile runs soon (scheduling)
         next_run, tell = outcome
         self._reschedule(key, generation, next_run)
         if tell:
@@ -406,20 +405,6 @@ class TokenUpdater:
                 return
             with contextlib.suppress(JobLookupError):
                 self._scheduler.modify_job(key, next_run_time=when)
-
-    def _kick_successor(self, key: str, generation: int) -> None:
-        """Run a replacement job now if it was skipped while this outdated run was in flight.
-
-        APScheduler counts running instances per job id, so a job replaced by start() cannot
-        run while the old run is still busy and would otherwise wait for its safety-net
-        interval.
-        """
-        with self._lock:
-            state = self._pools.get(key)
-            if state is None or state.generation == generation:
-                return
-            with contextlib.suppress(JobLookupError):
-                self._scheduler.modify_job(key, next_run_time=self._clock())
 
     def _safe_notify(self, ref: PoolRef) -> None:
         try:

@@ -496,6 +496,41 @@ def test_running_scheduler_fires_first_fill_immediately() -> None:
         scheduler.shutdown(wait=False)
 
 
+def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at_once() -> None:
+    """Protecting the credential Secret changes its resourceVersion, so the reconciler starts
+    the pool's job again milliseconds after the first start: the first run, now stale, must
+    not leave the replacement waiting for the safety net (minutes without a token)."""
+    github, in_flight, release = FakeGitHubClient(), threading.Event(), threading.Event()
+
+    def slow_token() -> RegistrationToken:
+        in_flight.set()
+        release.wait(10)
+        return token(TOKEN_1, now=datetime.now(UTC))
+
+    github.tokens += [slow_token, token(TOKEN_2, now=datetime.now(UTC))]
+    cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
+    written: list[str] = []
+    scheduler = started_scheduler(2)
+    updater = TokenUpdater(
+        cache,
+        lambda ns, name, body: written.append(body["stringData"][TOKEN_SECRET_KEY]),
+        lambda ns, n: None,
+        scheduler=scheduler,
+    )
+    try:
+        updater.start(POOL)
+        assert in_flight.wait(10), "the first run did not start"
+        updater.start(replace(POOL, credentials_version="2"))  # the Secret's new resourceVersion
+        release.set()
+        wait_for(lambda: written, timeout=5, message="a token from the restarted job within seconds")
+        # The scope's one fetch is shared: the replacement writes the token the stale run got.
+        assert written == [TOKEN_1]
+    finally:
+        release.set()
+        updater.shutdown()
+        scheduler.shutdown(wait=False)
+
+
 # -- through the real client ------------------------------------------------------------------------
 
 
