@@ -14,8 +14,10 @@ each a ``queued`` job of another repository, on this thread:
   answers the cached pool, its PATCH answers nothing): what a delivery costs apart from
   the API server's round trips.
 
-Also the CPU and the memory (``tracemalloc``, what stays allocated) of filling the pool
-cache with the ADDED events, since the cache now parses each pool as it arrives.
+Also the poller's round over the same cache (``poll targets``: which repositories to ask
+GitHub about, for which pools; no request is sent), and the CPU and the memory
+(``tracemalloc``, what stays allocated) of filling the pool cache with the ADDED events,
+since the cache now parses each pool as it arrives.
 
 CPU is ``time.process_time`` over all deliveries (no other thread runs), divided by their
 number. ``--profile`` prints pyinstrument's profile of the match path (top entries).
@@ -43,8 +45,10 @@ from kubernetes.informer import ADDED
 
 from runnerpool import api, naming
 from runnerpool.demand.deliveries import DeliveryLog
+from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.signature import HEADER, sign, verify
+from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import parse_delivery
 from runnerpool.runtime.kube import Kube, Resource
 from runnerpool.watches import POOLS, PoolCache
@@ -217,10 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         measure("match", lambda body, d: receive(body, d, False), signed),
         measure("record", lambda body, d: receive(body, d, True), signed),
     ]
+    github = FakeGitHubClient()
+    poller = DemandPoller(informers, recorder, lambda pool: github, API_URL, interval=30)
+    rounds = max(1, args.deliveries // 10)
+    started = time.process_time()
+    targets = sum(len(poller._targets()) for _ in range(rounds))
+    poll_ms = 1000 * (time.process_time() - started) / rounds
     print(
         f"{args.pools} pools ({args.autoscaling} autoscaling), {args.deliveries} deliveries, {HEADER} checked"
     )
     print(f"filling the pool cache: {fill_ms:.0f} ms CPU, {cache_kib:.0f} KiB allocated and kept")
+    print(f"poll targets: {poll_ms:.3f} ms CPU per poll, {targets // rounds} repositories")
     print(f"{'path':<8} {'CPU/delivery':>14} {'pools/delivery':>15}")
     for row in rows:
         print(f"{row.path:<8} {row.cpu_per_delivery_ms:>11.3f} ms {row.pools_per_delivery:>15.2f}")
@@ -238,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 "python": sys.version.split()[0],
                 "machine": platform.machine(),
                 "fill_cpu_ms": fill_ms,
+                "poll_targets_cpu_ms": poll_ms,
                 "fill_kept_kib": cache_kib,
                 "rows": [asdict(row) for row in rows],
                 "profile": profile,

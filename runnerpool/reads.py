@@ -34,11 +34,15 @@ class ParsedPool:
 
 
 def parse_pool(raw: dict[str, Any]) -> ParsedPool:
+    """Never raises: it runs on the informer's thread, and a pool that cannot be parsed is
+    one the reconciler reports (``InvalidSpecError``), not one the cache loses."""
     try:
         return ParsedPool(raw, api.RunnerPool.model_validate(raw))
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         return ParsedPool(raw, None, problems)
+    except Exception as err:  # a rule that broke on a shape it did not expect: still invalid
+        return ParsedPool(raw, None, f"{type(err).__name__}: {err}")
 
 
 class Reads(Protocol):

@@ -75,8 +75,10 @@ class Watch:
 
     ``name`` is how reads ask for the entry's objects.  For a cluster-scoped resource,
     ``field_selector_in`` picks, for one watched namespace, the objects that concern it
-    (for Namespaces: the namespace itself, by name); with all namespaces watched, one
-    informer sees every object.  ``observe`` sees every event before the mapping.
+    (for Namespaces: the namespace itself, by name; without it each watched namespace's
+    informer holds every object); with all namespaces watched, one informer sees every
+    object.  ``observe`` sees every event before the mapping.  ``cluster_scoped`` entries
+    are the ones an operator that may read only its own namespaces leaves out.
     """
 
     name: str
@@ -97,10 +99,10 @@ class Watch:
 def _scopes(namespaces: Sequence[str] | None) -> list[str | None]:
     if namespaces is None:
         return [None]
-    unique = list(dict.fromkeys(namespaces))
+    unique: list[str | None] = list(dict.fromkeys(namespaces))
     if not unique:
         raise ValueError("namespaces must be None (all) or non-empty")
-    return list(unique)
+    return unique
 
 
 def _selected(watches: Iterable[Watch], cluster_scoped: bool) -> list[Watch]:

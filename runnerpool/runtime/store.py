@@ -100,12 +100,13 @@ class Store(ObjectCache):  # type: ignore[misc]  # kubernetes is untyped (pyproj
         key = self._key_func(obj)
         with self._rlock:
             old = self._objects.get(key)
+            view = self._view(obj, old, self._views.get(key))  # first: a decoder that fails changes nothing
             if old is not None:
                 self._unindex(key, old)
             if self._keep_previous:
                 self._previous[key] = old
             self._objects[key] = obj
-            self._views[key] = self._view(obj, old, self._views.get(key))
+            self._views[key] = view
             self._index(key, obj)
 
     def _remove(self, obj: Obj) -> None:
