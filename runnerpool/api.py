@@ -387,10 +387,12 @@ class KubeModel(BaseModel):
     """Base for all API models: camelCase on the wire, snake_case in Python.
 
     Unknown fields are ignored so that an operator older than the CRD installed
-    in the cluster still reads the objects it understands.
+    in the cluster still reads the objects it understands.  Frozen: the informer cache
+    parses each pool once and every reader shares the model (``runnerpool.reads``), so
+    nobody may change what the next reader sees (make a changed one with ``model_copy``).
     """
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
     rules: ClassVar[tuple[Rule, ...]] = ()
 

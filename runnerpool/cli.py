@@ -16,8 +16,10 @@ from kubernetes import client, config
 
 from runnerpool import logs
 from runnerpool.manager import Operator
+from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.leader import check_timing
 from runnerpool.settings import Settings
+from runnerpool.watches import pool_watches
 
 log = logging.getLogger("runnerpool")
 
@@ -70,14 +72,11 @@ def _add_flag(container: argparse._ActionsContainer, item: dataclasses.Field[Any
     container.add_argument(meta["flag"], **options)
 
 
-#: Informers per watched namespace (pools, Secrets, Deployments, pods, budgets, the namespace).
-_WATCHES_PER_NAMESPACE = 6
-
-
 def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
     """One client for every Kubernetes call, with a connection pool that holds them all.
 
-    Each watch keeps one connection for as long as it runs; the client's default pool (five
+    Each watch keeps one connection for as long as it runs (one per informer the table of
+    watches makes: ``runnerpool.watches``); the client's default pool (five
     per CPU) is smaller than the watches plus the workers, token jobs and runner managers of
     a two-core machine, and urllib3 discards a connection that finds the pool full, so
     every request past it paid a new TLS handshake (the largest entry of the N=100 profile).
@@ -90,7 +89,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
-    watches = _WATCHES_PER_NAMESPACE * len(settings.namespaces or [None])
+    watches = informer_count(pool_watches(), settings.namespaces)
     configuration.connection_pool_maxsize = watches + settings.queue.workers + 16
     return client.ApiClient(configuration)
 

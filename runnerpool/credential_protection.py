@@ -35,25 +35,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from runnerpool.api_errors import describe
+from runnerpool.reads import Reads
 from runnerpool.runtime.kube import SECRETS, Kube
 
-__all__ = ["CredentialProtection", "ProtectionCache"]
+__all__ = ["CredentialProtection"]
 
 log = logging.getLogger(__name__)
-
-
-class ProtectionCache(Protocol):
-    """The informer reads protection needs (``runnerpool.runtime.informers.InformerSet``)."""
-
-    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
-    def scan_pools(self, namespace: str) -> list[dict[str, Any]]: ...
 
 
 def credential_secret_name(pool: Mapping[str, Any]) -> str:
@@ -75,7 +68,7 @@ class CredentialProtection:
     used last is what lets a pool's move or disappearance release the old Secret.
     """
 
-    def __init__(self, cache: ProtectionCache, kube: Kube) -> None:
+    def __init__(self, cache: Reads, kube: Kube) -> None:
         self._cache = cache
         self._kube = kube
         self._lock = threading.Lock()
@@ -189,8 +182,8 @@ class CredentialProtection:
         finalizers = list((secret.get("metadata") or {}).get("finalizers") or [])
         if naming.CREDENTIAL_FINALIZER not in finalizers:
             return False
-        for pool in self._cache.scan_pools(namespace):
-            if (pool.get("metadata") or {}).get("name") != finalized and _needs(pool, secret_name):
+        for pool in self._cache.pools_in(namespace):
+            if (pool.raw.get("metadata") or {}).get("name") != finalized and _needs(pool.raw, secret_name):
                 return False
         index = finalizers.index(naming.CREDENTIAL_FINALIZER)
         try:

@@ -28,6 +28,7 @@ __all__ = [
     "PoolRef",
     "Scope",
     "TokenFailure",
+    "api_url_key",
     "parse_duration",
     "pool_key",
     "resolve_api_url",
@@ -101,6 +102,12 @@ def split_key(key: str) -> tuple[str, str]:
 def resolve_api_url(override: str | None, default: str = DEFAULT_API_URL) -> str:
     """The API base a pool talks to: its own ``githubApiUrl`` if set, else the operator's."""
     return (override or default or DEFAULT_API_URL).strip().rstrip("/")
+
+
+def api_url_key(url: str) -> str:
+    """One spelling per GitHub API base, to compare and index by: hosts are case-insensitive,
+    and a trailing slash or stray space names the same base."""
+    return url.strip().rstrip("/").lower()
 
 
 def web_url_for(api_url: str) -> str:

@@ -18,7 +18,7 @@ from kubernetes import client
 from prometheus_client import start_http_server
 
 from runnerpool import children
-from runnerpool.credential_protection import CredentialProtection, credential_secret_name
+from runnerpool.credential_protection import CredentialProtection
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
@@ -32,13 +32,13 @@ from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
-from runnerpool.runtime.informers import InformerSet
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import Settings
+from runnerpool.watches import PoolCache
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,11 @@ class Operator:
         self._queue = RateLimitingQueue()
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
         self._expectations = Expectations()
-        self.informers = InformerSet(
+        self.informers = PoolCache(
             api_client,
             self._queue.add,
             list(settings.namespaces) if settings.namespaces else None,
-            pool_secret_refs=lambda pool: [credential_secret_name(pool)],
+            default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
         )
         self._kube = Kube(api_client)

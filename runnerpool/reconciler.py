@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from pydantic import ValidationError
 
 from runnerpool import api, autoscaling, children, conditions, metrics, naming
 from runnerpool import status as pool_status
@@ -37,6 +36,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import PodStep
 from runnerpool.pods.template import busy_marked
+from runnerpool.reads import Reads
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "RUNNERS_DEREGISTERED",
-    "Cache",
     "DeregistrationError",
     "InvalidSpecError",
     "PoolState",
@@ -59,16 +58,6 @@ __all__ = [
 RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
-class Cache(Protocol):
-    """Informer-backed reads; objects are plain dicts in wire (camelCase) form."""
-
-    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
-
-
 class TokenJobs(Protocol):
     """The part of ``secret_updater.TokenUpdater`` the reconciler drives."""
 
@@ -79,12 +68,6 @@ class TokenJobs(Protocol):
         self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
     ) -> float | None: ...
     def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
-
-
-class NamespaceStates(Protocol):
-    """Whether a namespace is being deleted (``InformerSet``)."""
-
-    def namespace_terminating(self, namespace: str) -> bool: ...
 
 
 class RunnerJobs(Protocol):
@@ -125,7 +108,7 @@ class _Pass:
 class Reconciler:
     def __init__(
         self,
-        cache: Cache,
+        cache: Reads,
         api_client: client.ApiClient,
         tokens: TokenJobs,
         runners: RunnerJobs,
@@ -135,7 +118,7 @@ class Reconciler:
         clock: Callable[[], datetime] = utcnow,
         expectations: Expectations | None = None,
         protection: CredentialProtection | None = None,
-        namespaces: NamespaceStates | None = None,
+        namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
     ) -> None:
         self._cache = cache
@@ -162,22 +145,20 @@ class Reconciler:
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
-        raw = self._cache.get_pool(namespace, name)
-        if raw is None:
+        parsed = self._cache.pool(namespace, name)
+        if parsed is None:
             # Deleted (finalizer already gone) or never ours: make sure no job lingers.
             self._stop_jobs(namespace, name)
             if self._protection is not None:
                 self._protection.forget(namespace, name)
             _log_pass(namespace, name, "gone", Writes())
             return Result()
-        try:
-            pool = api.RunnerPool.model_validate(raw)
-        except ValidationError as err:
+        raw, pool, problems = parsed.raw, parsed.model, parsed.problems
+        if pool is None:
             # Stored under an older, looser schema: retrying cannot help until the user edits it.
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
             self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
             _log_pass(namespace, name, "invalid", Writes())
-            raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}") from None
+            raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}")
         run = _Pass(pool, raw)
         try:
             result = self._finalize(run) if self._ending(run) else self._converge(run)

@@ -8,6 +8,7 @@ The secret updater's stand-in is ``runnerpool.fakes.FakeTokenJobs``.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children, naming
 from runnerpool.pods import template
+from runnerpool.reads import ParsedPool, parse_pool
 from tests.helpers import wait_for
 
 
@@ -62,9 +64,21 @@ class LiveReader:
             found = self._core.list_namespaced_secret(namespace)
         return [dict(self._api.sanitize_for_serialization(s)) for s in found.items]
 
-    def scan_pools(self, namespace: str) -> list[dict[str, Any]]:
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        raw = self.get_pool(namespace, name)
+        return None if raw is None else parse_pool(raw)
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
         found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
-        return list(found["items"])
+        return [parse_pool(raw) for raw in found["items"]]
+
+
+def autoscaling_of(raws: Iterable[dict[str, Any]]) -> list[api.RunnerPool]:
+    """``Reads.autoscaling_pools`` of a live listing, for any scopes: every valid autoscaling
+    pool not being deleted (a superset of one scope's; the recorder and the poller match
+    each job against each pool themselves)."""
+    models = (parse_pool(raw).model for raw in raws)
+    return [p for p in models if p is not None and p.spec.autoscaling is not None and not p.deleting]
 
 
 def pool_manifest(

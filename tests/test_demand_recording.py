@@ -21,6 +21,7 @@ from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.runtime.kube import Kube
 from tests.demand_payloads import API, delivery, fixture, job_object
+from tests.pools import autoscaling_of
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -37,11 +38,11 @@ class Pools:
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return [{"metadata": {"name": name}} for name in self.pods.get(pool, [])]
 
-    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]:
+    def autoscaling_pools(self, scopes: Any = None) -> list[api.RunnerPool]:
         found = self._custom.list_namespaced_custom_object(
             api.GROUP, api.VERSION, self._namespace, api.PLURAL
         )
-        return list(found["items"])
+        return autoscaling_of(found["items"])
 
     def get(self, name: str) -> dict[str, Any]:
         return dict(

@@ -1,4 +1,7 @@
-"""Informer caches: the adapter on fakes, then everything on a real API server."""
+"""Informer caches: the adapter on fakes, then everything on a real API server.
+
+The store and the table's event mapping without an API server: tests/test_watches.py.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +17,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
 from kubernetes.watch import Watch
 
+from runnerpool.api import GROUP, KIND, PLURAL, VERSION
 from runnerpool.naming import MANAGED_BY_SELECTOR, POOL_LABEL
-from runnerpool.runtime.informers import (
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-    InformerSet,
-    InformerStoppedError,
-    ListWatchAdapter,
-    NamespaceNotWatchedError,
-    owner_key,
-)
+from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
+from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
 
 # --------------------------------------------------------------------------- fakes
@@ -363,11 +358,8 @@ def keys() -> Keys:
 @pytest.fixture
 def informers(
     api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
-) -> Iterator[InformerSet]:
-    def refs(pool: dict[str, Any]) -> list[str]:
-        return [pool["spec"]["credentialSecretName"]]
-
-    informer_set = InformerSet(api_client, keys, [namespace], pool_secret_refs=refs)
+) -> Iterator[PoolCache]:
+    informer_set = PoolCache(api_client, keys, [namespace])
     yield informer_set
     assert informer_set.stop(timeout=10), "informers did not stop"
 
@@ -396,7 +388,7 @@ def make_deployment(name: str, labels: dict[str, str]) -> Any:
 
 
 def test_wait_for_sync_means_existing_objects_are_cached(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys
 ) -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_secret(namespace, make_secret("before-start", labels={POOL_LABEL: "p1"}))
@@ -412,12 +404,12 @@ def test_wait_for_sync_means_existing_objects_are_cached(
     assert f"{namespace}/p1" in keys.keys
 
 
-def test_wait_for_sync_times_out_when_not_started(informers: InformerSet) -> None:
+def test_wait_for_sync_times_out_when_not_started(informers: PoolCache) -> None:
     assert informers.wait_for_sync(timeout=0.05) is False
 
 
 def test_secret_create_update_delete(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet
+    api_client: client.ApiClient, namespace: str, informers: PoolCache
 ) -> None:
     core = client.CoreV1Api(api_client)
     informers.start()
@@ -438,7 +430,7 @@ def test_secret_create_update_delete(
     wait_for(lambda: informers.get_secret(namespace, "creds") is None, message="delete in cache")
 
 
-def test_reads_are_copies(api_client: client.ApiClient, namespace: str, informers: InformerSet) -> None:
+def test_reads_are_copies(api_client: client.ApiClient, namespace: str, informers: PoolCache) -> None:
     client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("copy"))
     informers.start()
     assert informers.wait_for_sync(timeout=30)
@@ -450,13 +442,13 @@ def test_reads_are_copies(api_client: client.ApiClient, namespace: str, informer
     assert second is not None and second["data"]["token"] == "dDA="
 
 
-def test_unwatched_namespace_is_an_error(informers: InformerSet) -> None:
+def test_unwatched_namespace_is_an_error(informers: PoolCache) -> None:
     with pytest.raises(NamespaceNotWatchedError):
         informers.get_secret("some-other-namespace", "x")
 
 
 def test_child_events_enqueue_owner(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys, runnerpool_crd: Any
+    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys, runnerpool_crd: Any
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
@@ -520,7 +512,7 @@ def test_child_events_enqueue_owner(
 
 
 def test_owner_change_enqueues_old_and_new_owner(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys
 ) -> None:
     core = client.CoreV1Api(api_client)
     informers.start()
@@ -534,7 +526,7 @@ def test_owner_change_enqueues_old_and_new_owner(
 
 
 def test_unmanaged_deployments_are_not_cached(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet
+    api_client: client.ApiClient, namespace: str, informers: PoolCache
 ) -> None:
     apps = client.AppsV1Api(api_client)
     apps.create_namespaced_deployment(namespace, make_deployment("foreign", {"app": "foreign"}))
@@ -560,7 +552,7 @@ def make_pod(name: str, labels: dict[str, str]) -> Any:
 
 
 def test_pods_are_cached_per_pool_and_enqueue_their_pool(
-    api_client: client.ApiClient, namespace: str, informers: InformerSet, keys: Keys
+    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys
 ) -> None:
     core = client.CoreV1Api(api_client)
     informers.start()
@@ -597,7 +589,7 @@ def test_all_namespaces_mode(
     api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
 ) -> None:
     client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("anywhere"))
-    informer_set = InformerSet(api_client, keys, None)
+    informer_set = PoolCache(api_client, keys, None)
     informer_set.start()
     try:
         assert informer_set.wait_for_sync(timeout=30)
@@ -607,7 +599,7 @@ def test_all_namespaces_mode(
         assert informer_set.stop(timeout=10)
 
 
-def test_stop_is_prompt(api_client: client.ApiClient, namespace: str, informers: InformerSet) -> None:
+def test_stop_is_prompt(api_client: client.ApiClient, namespace: str, informers: PoolCache) -> None:
     informers.start()
     assert informers.wait_for_sync(timeout=30)
     started = time.monotonic()

@@ -30,7 +30,7 @@ from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
-from tests.pools import LiveReader, create_pool, fill_token, pool_events, pool_manifest
+from tests.pools import LiveReader, autoscaling_of, create_pool, fill_token, pool_events, pool_manifest
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -54,11 +54,11 @@ class Cache(LiveReader):
         self._custom = client.CustomObjectsApi(api_client)
         self._namespace = namespace
 
-    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]:
+    def autoscaling_pools(self, scopes: Any = None) -> list[api.RunnerPool]:
         found = self._custom.list_namespaced_custom_object(
             api.GROUP, api.VERSION, self._namespace, api.PLURAL
         )
-        return list(found["items"])
+        return autoscaling_of(found["items"])
 
 
 @pytest.fixture

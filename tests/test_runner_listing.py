@@ -24,6 +24,7 @@ from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.github.types import RateLimit
+from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runners.listing import ListingKey, SharedListing
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import RunnerSettings
@@ -64,8 +65,9 @@ class Cache:
             github_api_url=API,
         )
 
-    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pools.get((namespace, name))
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        raw = self.pools.get((namespace, name))
+        return None if raw is None else parse_pool(raw)
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return self.pods.get((namespace, pool), [])

@@ -14,9 +14,10 @@ itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 from __future__ import annotations
 
 from runnerpool import api, naming
+from runnerpool.domain import api_url_key
 from runnerpool.github.jobs import Job
 
-__all__ = ["job_matches", "pool_labels", "scope_holds"]
+__all__ = ["job_matches", "job_scope_keys", "pool_labels", "pool_scope_key", "scope_holds"]
 
 _ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
 ARCH_SELECTOR = "kubernetes.io/arch"
@@ -36,8 +37,28 @@ def pool_labels(pool: api.RunnerPool) -> frozenset[str]:
 
 
 def _same_api(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
-    pool_api = (pool.spec.github_api_url or default_api_url).rstrip("/").lower()
-    return pool_api == job.api_url.lower()
+    return api_url_key(pool.spec.github_api_url or default_api_url) == api_url_key(job.api_url)
+
+
+def pool_scope_key(pool: api.RunnerPool, default_api_url: str) -> str | None:
+    """What the pool's scope is found under: its GitHub host and repository or organization.
+
+    A job's candidates are the pools under one of :func:`job_scope_keys` (an index lookup,
+    not a scan of every pool); :func:`job_matches` still has the last word.
+    """
+    host = api_url_key(pool.spec.github_api_url or default_api_url)
+    if pool.spec.repository is not None:
+        return f"{host} repo:{pool.spec.repository.lower()}"
+    if pool.spec.organization is not None:
+        return f"{host} org:{pool.spec.organization.lower()}"
+    return None
+
+
+def job_scope_keys(job: Job) -> list[str]:
+    """The scope keys of the pools whose scope holds the job's repository (``scope_holds``)."""
+    host = api_url_key(job.api_url)
+    owner = job.repository.partition("/")[0]
+    return [f"{host} repo:{job.repository.lower()}", f"{host} org:{owner.lower()}"]
 
 
 def scope_holds(pool: api.RunnerPool, repository: str) -> bool:

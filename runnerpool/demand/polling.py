@@ -26,18 +26,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from pydantic import ValidationError
-
 from runnerpool import api
 from runnerpool.demand.matching import job_matches
 from runnerpool.demand.record import ACTIVE
-from runnerpool.demand.recorder import DemandRecorder, PoolSource, RecordFailed
-from runnerpool.domain import utcnow
+from runnerpool.demand.recorder import DemandRecorder, RecordFailed
+from runnerpool.domain import api_url_key, utcnow
 from runnerpool.github.budget import next_listing_delay
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.jobs import Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
+from runnerpool.reads import Reads
 
 __all__ = ["DemandPoller", "polled_repositories"]
 
@@ -77,7 +76,7 @@ class _Target:
 class DemandPoller:
     def __init__(
         self,
-        pools: PoolSource,
+        pools: Reads,
         recorder: DemandRecorder,
         clients: Callable[[api.RunnerPool], GitHubClient],
         default_api_url: str,
@@ -118,14 +117,8 @@ class DemandPoller:
 
     def _targets(self) -> list[_Target]:
         targets: dict[tuple[str, str], _Target] = {}
-        for raw in self._pools.list_pools():
-            try:
-                pool = api.RunnerPool.model_validate(raw)
-            except ValidationError:
-                continue
-            if pool.spec.autoscaling is None or pool.deleting:
-                continue
-            api_url = (pool.spec.github_api_url or self._default_api_url).rstrip("/").lower()
+        for pool in self._pools.autoscaling_pools():  # valid, autoscaling, not being deleted
+            api_url = api_url_key(pool.spec.github_api_url or self._default_api_url)
             for repo in polled_repositories(pool):
                 key = (api_url, repo.lower())
                 if key not in targets:

@@ -22,19 +22,20 @@ import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from runnerpool import api
 from runnerpool.demand import metrics, record
-from runnerpool.demand.matching import job_matches
+from runnerpool.demand.matching import job_matches, job_scope_keys
 from runnerpool.domain import utcnow
 from runnerpool.github.jobs import Job
+from runnerpool.reads import Reads
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 
-__all__ = ["DemandRecorder", "PoolSource", "RecordFailed"]
+__all__ = ["DemandRecorder", "RecordFailed"]
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +45,6 @@ PoolKey = tuple[str, str]
 #: Turns a pool's tracked demand into the new one; pure (``record.apply`` or ``record.repair``).
 #: Its arguments: the tracked demand, now, and the names of the pool's runners (its pods).
 Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[record.Transition]]]
-
-
-class PoolSource(Protocol):
-    """The informer caches of RunnerPools and their pods (``InformerSet``)."""
-
-    def list_pools(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
-    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
 class RecordFailed(Exception):  # noqa: N818 - reads as "recording failed"
@@ -84,7 +78,7 @@ class DemandRecorder:
     def __init__(
         self,
         kube: Kube,
-        pools: PoolSource,
+        pools: Reads,
         default_api_url: str,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -99,18 +93,10 @@ class DemandRecorder:
     # -- what callers use ------------------------------------------------------------------
 
     def matching_pools(self, job: Job) -> list[api.RunnerPool]:
-        """Autoscaling pools, from the cache, that ``job`` counts for."""
-        found = []
-        for raw in self._pools.list_pools():
-            pool = _pool(raw)
-            if (
-                pool is not None
-                and pool.spec.autoscaling is not None
-                and not pool.deleting
-                and job_matches(pool, job, self._default_api_url)
-            ):
-                found.append(pool)
-        return found
+        """Autoscaling pools, from the cache, that ``job`` counts for: those of the job's
+        host and repository or owner (an index lookup), then the rest of ``job_matches``."""
+        candidates = self._pools.autoscaling_pools(job_scope_keys(job))
+        return [pool for pool in candidates if job_matches(pool, job, self._default_api_url)]
 
     def record_job(self, job: Job) -> int:
         """Record one job in every pool it counts for; the number of pools. Raises RecordFailed."""

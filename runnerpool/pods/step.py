@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -20,6 +20,7 @@ from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
 from runnerpool.pods.expectations import Expectations
+from runnerpool.reads import Reads
 from runnerpool.runtime.kube import (
     DEPLOYMENTS,
     MERGE_PATCH,
@@ -30,17 +31,11 @@ from runnerpool.runtime.kube import (
 )
 from runnerpool.writes import Write, Writes
 
-__all__ = ["PodCache", "PodStep"]
+__all__ = ["PodStep"]
 
 log = logging.getLogger(__name__)
 
 _ORPHAN = {"propagationPolicy": "Orphan"}
-
-
-class PodCache(Protocol):
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
 def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
@@ -56,7 +51,7 @@ def _ignore(err: ApiException, *codes: int) -> None:
 class PodStep:
     def __init__(
         self,
-        cache: PodCache,
+        cache: Reads,
         api_client: client.ApiClient,
         expectations: Expectations,
         *,

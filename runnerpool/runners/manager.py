@@ -34,7 +34,6 @@ from typing import Any, Protocol
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
-from pydantic import ValidationError
 
 from runnerpool import api, autoscaling
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
@@ -43,22 +42,16 @@ from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
+from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import RunnerSettings
 
-__all__ = ["KubePods", "PodWriter", "PoolCache", "RunnerManagers"]
+__all__ = ["KubePods", "PodWriter", "RunnerManagers"]
 
 log = logging.getLogger(__name__)
-
-
-class PoolCache(Protocol):
-    """Informer-backed reads (``InformerSet``)."""
-
-    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]: ...
 
 
 class PodWriter(Protocol):
@@ -104,7 +97,7 @@ class RunnerManagers:
 
     def __init__(
         self,
-        pools: PoolCache,
+        pools: Reads,
         clients: GitHubClients,
         pods: PodWriter,
         notify: Callable[[str], None],
@@ -357,13 +350,10 @@ class RunnerManagers:
         raise failure
 
     def _sync_pool(self, ref: PoolRef, snapshot: Snapshot) -> None:
-        raw = self._pools.get_pool(ref.namespace, ref.name)
-        if raw is None:
-            return
-        try:
-            pool = api.RunnerPool.model_validate(raw)
-        except ValidationError:
-            return  # the reconciler reports it
+        parsed = self._pools.pool(ref.namespace, ref.name)
+        pool = parsed.model if parsed is not None else None
+        if pool is None:
+            return  # gone, or invalid: the reconciler reports it
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
         runners = pool_runners(snapshot.runners, ref.namespace, ref.name)

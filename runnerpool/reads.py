@@ -1,0 +1,75 @@
+"""The one read interface of the controllers: what they ask the informer caches.
+
+The reconciler, the runner managers, the pod step, credential protection, the demand
+recorder and the poller all read through :class:`Reads` (``runnerpool.watches.PoolCache``
+implements it on the informers; tests pass stand-ins with the reads they need).
+
+Pools come parsed: each pool is validated once per resourceVersion, on the informer's
+thread, and every reader shares the result (:class:`ParsedPool`).  The models are frozen
+(``api.KubeModel``), so no reader can change what the next one sees; ``ParsedPool.raw`` is
+the cached wire object itself: read it, never change it.  Every other read answers copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from runnerpool import api
+
+__all__ = ["ParsedPool", "Reads", "parse_pool"]
+
+
+@dataclass(frozen=True)
+class ParsedPool:
+    """A cached pool and its parse: ``model`` when the stored object validates, else
+    ``problems`` says why (a spec written under an older, looser schema)."""
+
+    raw: dict[str, Any]
+    model: api.RunnerPool | None
+    problems: str = ""
+
+
+def parse_pool(raw: dict[str, Any]) -> ParsedPool:
+    """Never raises: it runs on the informer's thread, and a pool that cannot be parsed is
+    one the reconciler reports (``InvalidSpecError``), not one the cache loses."""
+    try:
+        return ParsedPool(raw, api.RunnerPool.model_validate(raw))
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        return ParsedPool(raw, None, problems)
+    except Exception as err:  # a rule that broke on a shape it did not expect: still invalid
+        return ParsedPool(raw, None, f"{type(err).__name__}: {err}")
+
+
+class Reads(Protocol):
+    """Informer-backed reads; objects are wire-format (camelCase) dicts, copies unless said."""
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        """The pool, parsed (shared, read-only); ``None`` when it is not cached."""
+        ...
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        """Every cached pool of one namespace, parsed (shared, read-only)."""
+        ...
+
+    def autoscaling_pools(self, scopes: Iterable[str] | None = None) -> list[api.RunnerPool]:
+        """Valid autoscaling pools not being deleted, under one of ``scopes`` (scope keys,
+        ``runnerpool.demand.matching.job_scope_keys``); ``None``: all of them."""
+        ...
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        """The runner pods of one pool (by the pool label), sorted by name."""
+        ...
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (or already gone) as far as the cache knows."""
+        ...

@@ -1,0 +1,306 @@
+"""What the RunnerPool controller watches, how each event maps to pool keys, and the reads.
+
+The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches``:
+
+* **RunnerPools** (``For``): an event enqueues the pool itself.  Each pool is parsed once
+  per resourceVersion (``runnerpool.reads.ParsedPool``) and indexed by the scope it
+  autoscales for (GitHub host + repository or organization, ``demand.matching``) and by the
+  credential Secret it names.
+* **Secrets**: one informer per namespace for *all* Secrets, not a second one filtered by
+  the managed-by label.  Credential Secrets are user-created and carry no label of ours,
+  the operator must read them anyway, and managed Secrets are a subset, so a labelled
+  informer would only hold duplicates.  The default field selector leaves out Helm
+  release and service-account-token Secrets, which can be large and can never be a
+  pool's.  An owned Secret enqueues its pool; an unowned one the pools whose
+  ``spec.credentialSecretName`` names it (the index), which is how a rotated credential
+  reaches its pools.
+* **Deployments** (only to take over pools that earlier versions ran as one) and **Pods**
+  (``Owns``): only the operator's (``MANAGED_BY_SELECTOR``); an event enqueues the
+  controlling pool (:func:`owner_key`), and on an update that changed the owner the
+  previous one too.  Pods are indexed by ``namespace/pool`` label: the reconciler and the
+  runner managers read one pool's pods on every pass, and a scan of every cached pod per
+  pool would make each round cost O(pools x pods).  Every pod event is also reported to
+  ``on_pod`` (the reconciler's create expectations).
+* **PodDisruptionBudgets**: the namespace's shared busy budget has no owner; a new spec (a
+  hand edit) or its deletion brings the namespace's pools back, whose next reconcile
+  repairs it.  Its creation and its status (the disruption controller's counts) do not.
+  A per-pool budget of an earlier version maps to its owner.
+* **Namespaces** (cluster-scoped; all, or each watched one by name): so the reconciler knows
+  up front that a namespace is being deleted: nothing new can be created in it, and its
+  pools go straight to deregistration.  A namespace that starts terminating enqueues its
+  pools at once.
+
+:class:`PoolCache` is the informer set built from this table, with the named reads of
+``runnerpool.reads.Reads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from kubernetes import client
+from kubernetes.informer import DELETED
+
+from runnerpool import api
+from runnerpool.credential_protection import credential_secret_name
+from runnerpool.demand.matching import pool_scope_key
+from runnerpool.domain import DEFAULT_API_URL, pool_key
+from runnerpool.naming import MANAGED_BY_SELECTOR, POOL_LABEL
+from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.runtime.informers import Event, InformerSet, NamespaceNotWatchedError, Watch, object_key
+from runnerpool.runtime.kube import (
+    DEPLOYMENTS,
+    NAMESPACES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    RUNNER_POOLS,
+    SECRETS,
+)
+from runnerpool.runtime.store import NAMESPACE
+
+__all__ = [
+    "DEFAULT_SECRET_FIELD_SELECTOR",
+    "PoolCache",
+    "owner_key",
+    "pod_pool",
+    "pool_watches",
+]
+
+DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token"
+
+# The table's entry names, which the reads ask for.
+POOLS, SECRETS_, DEPLOYMENTS_, PODS_, BUDGETS, NAMESPACES_ = (
+    "RunnerPools",
+    "Secrets",
+    "Deployments",
+    "Pods",
+    "PodDisruptionBudgets",
+    "Namespaces",
+)
+# Index names: pods by ``namespace/pool``; pools by autoscaling scope and by credential Secret.
+BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
+#: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
+ANY_SCOPE = "*"
+
+Obj = dict[str, Any]
+
+
+def owner_key(obj: Mapping[str, Any]) -> str | None:
+    """The ``ns/name`` of the RunnerPool that controls ``obj``, if any.
+
+    The controller ownerReference is authoritative (it is what garbage
+    collection follows); the pool label is the fallback for objects created
+    before their owner's uid was known or whose reference was stripped.
+    """
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    for ref in meta.get("ownerReferences") or []:
+        api_version = str(ref.get("apiVersion", ""))
+        if (
+            ref.get("controller")
+            and ref.get("kind") == api.KIND
+            and api_version.partition("/")[0] == api.GROUP
+        ):
+            return pool_key(namespace, ref["name"])
+    pool = (meta.get("labels") or {}).get(POOL_LABEL)
+    return pool_key(namespace, pool) if pool else None
+
+
+def pod_pool(obj: Mapping[str, Any]) -> str | None:
+    """``namespace/pool`` by the pool label: the runner pods of one pool."""
+    meta = obj.get("metadata") or {}
+    pool = (meta.get("labels") or {}).get(POOL_LABEL)
+    return f"{meta.get('namespace') or ''}/{pool}" if pool else None
+
+
+# -- event -> pool keys ----------------------------------------------------------------------
+
+
+def _the_pool(event: Event, informers: InformerSet) -> list[str]:
+    return [object_key(event.obj)]  # every kind of change means "look at this pool again"
+
+
+def _owners(event: Event, informers: InformerSet) -> list[str]:
+    """The pool that controls the object, and the one that did before this change."""
+    return [key for key in (owner_key(event.old or {}), owner_key(event.obj)) if key is not None]
+
+
+def _namespace_pools(informers: InformerSet, namespace: str) -> list[str]:
+    return informers.keys_by(POOLS, namespace, NAMESPACE, namespace)
+
+
+def _secret(event: Event, informers: InformerSet) -> list[str]:
+    owners = _owners(event, informers)
+    if owners:
+        return owners
+    meta = event.obj.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    try:
+        return informers.keys_by(POOLS, namespace, BY_CREDENTIAL, str(meta.get("name") or ""))
+    except NamespaceNotWatchedError:
+        return []
+
+
+def _budget(event: Event, informers: InformerSet) -> list[str]:
+    if owner_key(event.obj) is not None:  # a per-pool budget of an earlier version
+        return _owners(event, informers)
+    meta = event.obj.get("metadata") or {}
+    before = (event.old or {}).get("metadata") or {}
+    changed = event.old is not None and before.get("generation") != meta.get("generation")
+    if event.type == DELETED or changed:
+        return _namespace_pools(informers, meta.get("namespace") or "")
+    return []
+
+
+def _namespace(event: Event, informers: InformerSet) -> list[str]:
+    meta = event.obj.get("metadata") or {}
+    if event.type == DELETED or not meta.get("deletionTimestamp"):
+        return []
+    return _namespace_pools(informers, meta.get("name") or "")
+
+
+# -- the pools' indexes ----------------------------------------------------------------------
+
+
+def _scope_index(default_api_url: str) -> Callable[[ParsedPool], list[str]]:
+    def keys(parsed: ParsedPool) -> list[str]:
+        pool = parsed.model
+        if pool is None or pool.spec.autoscaling is None or pool.deleting:
+            return []
+        scope = pool_scope_key(pool, default_api_url)
+        return [ANY_SCOPE] if scope is None else [ANY_SCOPE, scope]
+
+    return keys
+
+
+def _credential_index(parsed: ParsedPool) -> list[str]:
+    return [credential_secret_name(parsed.raw)]
+
+
+def _pod_index(obj: Obj) -> list[str]:
+    pool = pod_pool(obj)
+    return [pool] if pool is not None else []
+
+
+def _observer(on_pod: Callable[[str, str], None] | None) -> Callable[[Event], None] | None:
+    if on_pod is None:
+        return None
+
+    def observe(event: Event) -> None:
+        pool = pod_pool(event.obj)
+        if pool is not None:
+            on_pod(pool, str((event.obj.get("metadata") or {}).get("name") or ""))
+
+    return observe
+
+
+def pool_watches(
+    *,
+    default_api_url: str = DEFAULT_API_URL,
+    on_pod: Callable[[str, str], None] | None = None,
+    secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
+) -> list[Watch]:
+    """The RunnerPool controller's table of watches (the module docstring says why each)."""
+    return [
+        Watch(
+            POOLS,
+            RUNNER_POOLS,
+            _the_pool,
+            decode=parse_pool,
+            indexes={BY_SCOPE: _scope_index(default_api_url), BY_CREDENTIAL: _credential_index},
+        ),
+        Watch(SECRETS_, SECRETS, _secret, field_selector=secret_field_selector),
+        Watch(DEPLOYMENTS_, DEPLOYMENTS, _owners, label_selector=MANAGED_BY_SELECTOR),
+        Watch(
+            PODS_,
+            PODS,
+            _owners,
+            label_selector=MANAGED_BY_SELECTOR,
+            indexes={BY_POOL: _pod_index},
+            observe=_observer(on_pod),
+        ),
+        Watch(BUDGETS, POD_DISRUPTION_BUDGETS, _budget, label_selector=MANAGED_BY_SELECTOR),
+        Watch(NAMESPACES_, NAMESPACES, _namespace, field_selector_in=lambda ns: f"metadata.name={ns}"),
+    ]
+
+
+class PoolCache(InformerSet):
+    """The informers of :func:`pool_watches` with the reads of ``runnerpool.reads.Reads``.
+
+    ``get_*``/``list_*`` answer copies; ``pool``, ``pools_in`` and ``autoscaling_pools``
+    the shared parsed pools.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        enqueue: Callable[[str], None],
+        namespaces: Sequence[str] | None = None,
+        *,
+        default_api_url: str = DEFAULT_API_URL,
+        on_pod: Callable[[str, str], None] | None = None,
+        secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
+        resync_period: float = 0,
+        cluster_scoped: bool = True,
+    ) -> None:
+        table = pool_watches(
+            default_api_url=default_api_url, on_pod=on_pod, secret_field_selector=secret_field_selector
+        )
+        super().__init__(
+            api_client, enqueue, table, namespaces, resync_period=resync_period, cluster_scoped=cluster_scoped
+        )
+
+    def get_pool(self, namespace: str, name: str) -> Obj | None:
+        return self.get(POOLS, namespace, name)
+
+    def get_secret(self, namespace: str, name: str) -> Obj | None:
+        return self.get(SECRETS_, namespace, name)
+
+    def get_deployment(self, namespace: str, name: str) -> Obj | None:
+        return self.get(DEPLOYMENTS_, namespace, name)
+
+    def get_disruption_budget(self, namespace: str, name: str) -> Obj | None:
+        return self.get(BUDGETS, namespace, name)
+
+    def list_pools(self, namespace: str | None = None) -> list[Obj]:
+        return self.objects(POOLS, namespace)
+
+    def list_secrets(self, namespace: str | None = None) -> list[Obj]:
+        return self.objects(SECRETS_, namespace)
+
+    def list_deployments(self, namespace: str | None = None) -> list[Obj]:
+        return self.objects(DEPLOYMENTS_, namespace)
+
+    def list_pods(self, namespace: str, pool: str) -> list[Obj]:
+        """The runner pods of one pool, by their pool label, from the index."""
+        return self.by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        found: ParsedPool | None = self.view(POOLS, namespace, name)
+        return found
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        return list(self.views(POOLS, namespace, NAMESPACE, namespace))
+
+    def autoscaling_pools(self, scopes: Iterable[str] | None = None) -> list[api.RunnerPool]:
+        found: dict[str, api.RunnerPool] = {}
+        for scope in [ANY_SCOPE] if scopes is None else scopes:
+            for parsed in self.views(POOLS, None, BY_SCOPE, scope):
+                if parsed.model is not None:
+                    found.setdefault(parsed.model.key, parsed.model)
+        return [found[key] for key in sorted(found)]
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted (or already gone) as far as the cache knows.
+
+        Without the Namespace watch (``cluster_scoped=False``) the cache cannot know: the
+        API server's refusal to create in a terminating namespace says it then.
+        """
+        if not self.watches(NAMESPACES_):
+            return False
+        found = self.peek(NAMESPACES_, namespace, namespace)
+        if found is None:
+            # Not listed yet, or deleted: only "gone" counts, and only after the first list.
+            return self.has_synced
+        return bool((found.get("metadata") or {}).get("deletionTimestamp"))
