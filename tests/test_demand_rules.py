@@ -9,7 +9,7 @@ import pytest
 
 from runnerpool import api
 from runnerpool.demand import record
-from runnerpool.demand.matching import job_matches, pool_labels
+from runnerpool.demand.matching import job_matches, registered_labels
 from runnerpool.github.jobs import Job, parse_delivery
 from tests.demand_payloads import API, delivery, job_object
 
@@ -50,10 +50,10 @@ def job(job_id: int, status: str, labels: list[str] | None = None, **kw: Any) ->
 # ------------------------------------------------------------------ matching
 
 
-def test_pool_labels_are_what_its_runners_register_with() -> None:
-    assert pool_labels(pool(labels=["GPU"])) == {"self-hosted", "linux", "x64", "ci/gpu", "gpu"}
+def test_registered_labels_are_what_its_runners_register_with() -> None:
+    assert registered_labels(pool(labels=["GPU"])) == {"self-hosted", "linux", "x64", "ci/gpu", "gpu"}
     arm = pool(nodeSelector={"kubernetes.io/arch": "arm64"})
-    assert "arm64" in pool_labels(arm) and "x64" not in pool_labels(arm)
+    assert "arm64" in registered_labels(arm) and "x64" not in registered_labels(arm)
 
 
 @pytest.mark.parametrize(

@@ -13,27 +13,23 @@ itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 
 from __future__ import annotations
 
-from runnerpool import api, naming
+from runnerpool import api
 from runnerpool.domain import api_url_key
 from runnerpool.github.jobs import Job
+from runnerpool.pods import template
 
-__all__ = ["job_matches", "job_scope_keys", "pool_labels", "pool_scope_key", "scope_holds"]
+__all__ = ["job_matches", "job_scope_keys", "pool_scope_key", "registered_labels", "scope_holds"]
 
 _ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
 ARCH_SELECTOR = "kubernetes.io/arch"
 
 
-def pool_labels(pool: api.RunnerPool) -> frozenset[str]:
-    """The labels a pool's runners register with, lower-cased."""
+def registered_labels(pool: api.RunnerPool) -> frozenset[str]:
+    """The labels GitHub lists for the pool's runners, lower-cased: the runner's own
+    (``self-hosted``, OS, architecture) and those the operator registers it with
+    (``pods.template.runner_labels``)."""
     arch = _ARCH_LABELS.get(pool.spec.node_selector.get(ARCH_SELECTOR, "amd64"), "X64")
-    labels = {
-        "self-hosted",
-        "linux",
-        arch,
-        naming.pool_runner_label(pool.namespace, pool.name),
-        *pool.spec.labels,
-    }
-    return frozenset(label.lower() for label in labels)
+    return frozenset(label.lower() for label in ("self-hosted", "linux", arch, *template.runner_labels(pool)))
 
 
 def _same_api(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
@@ -73,4 +69,4 @@ def job_matches(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
     """A job without labels (a runner group only) matches no pool: nothing says it wants ours."""
     if not job.labels or not scope_holds(pool, job.repository) or not _same_api(pool, job, default_api_url):
         return False
-    return {label.lower() for label in job.labels} <= pool_labels(pool)
+    return {label.lower() for label in job.labels} <= registered_labels(pool)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from runnerpool import api, naming
-from runnerpool.domain import Scope, utcnow
+from runnerpool.domain import Scope, api_url_key, utcnow
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import Runner
 
@@ -38,7 +38,7 @@ class ListingKey:
 
     @classmethod
     def of(cls, api_url: str, scope: Scope) -> ListingKey:
-        return cls(api_url.rstrip("/").lower(), scope.key)
+        return cls(api_url_key(api_url), scope.key)
 
     def __str__(self) -> str:
         return f"{self.scope_key}@{self.api_url}"
