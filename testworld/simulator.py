@@ -43,6 +43,7 @@ from kubernetes.informer import ADDED, DELETED, MODIFIED
 from runnerpool import api
 from runnerpool.runtime.informers import MANAGED_BY_SELECTOR, ListWatchAdapter, StoppableInformer
 from testworld.envtest.controlplane import free_port
+from testworld.envtest.serviceaccount import uses_a_client_certificate
 from testworld.fakegithub.state import FakeGitHubError, GitHubState
 
 __all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator", "poll_until"]
@@ -102,7 +103,9 @@ class OperatorProcess:
     Restarts append to the same log (each start writes a marker line first), so a test that
     kills and restarts the operator still ends up with one file telling the whole story.
     The child gets a session of its own: a Ctrl-C meant for the parent does not reach it,
-    and the parent decides the shutdown order.
+    and the parent decides the shutdown order.  ``kubeconfig`` must log in as deploy/'s
+    ServiceAccount (``operator_kubeconfig``), never as admin: a start with the control plane's
+    admin certificate is refused, so no test can hide a permission the install lacks.
     """
 
     kubeconfig: Path
@@ -152,6 +155,12 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         if self.alive:
             return self
+        if uses_a_client_certificate(self.kubeconfig):
+            raise OperatorError(
+                f"{self.kubeconfig} logs in with a client certificate (the test world's admin): the "
+                "operator under test runs with deploy/'s permissions; pass "
+                "testworld.envtest.serviceaccount.operator_kubeconfig(control_plane)"
+            )
         self.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as sink:
