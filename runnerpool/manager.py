@@ -17,7 +17,6 @@ import threading
 from typing import Any
 
 from kubernetes import client
-from prometheus_client import start_http_server
 
 from runnerpool import api, children
 from runnerpool.api_errors import describe
@@ -33,6 +32,7 @@ from runnerpool.github.credentials import ClientCache
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.health import ProbeServer
+from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
@@ -96,6 +96,7 @@ class Operator:
             list(settings.namespaces) if settings.namespaces else None,
             pool_secret_refs=_credential_refs,
             on_pod=self._expectations.observe,
+            watch_namespaces=not settings.namespaced,
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
@@ -113,7 +114,7 @@ class Operator:
         self._runners: RunnerManagers | None = None
         self._elector: LeaderElector | None = None
         self._probes: ProbeServer | None = None
-        self._metrics_server: Any = None
+        self._metrics_server: MetricsEndpoint | None = None
         self._election_thread: threading.Thread | None = None
 
     # -- wiring ----------------------------------------------------------------
@@ -232,7 +233,8 @@ class Operator:
         """Block until :meth:`shutdown` or until the Lease is lost."""
         settings = self.settings
         if settings.probes.metrics_port:
-            self._metrics_server, _ = start_http_server(settings.probes.metrics_port)
+            self._metrics_server = MetricsEndpoint(settings.probes, self._api)
+            self._metrics_server.start()
         if settings.probes.health_port:
             self._probes = ProbeServer(settings.probes.health_port, live=lambda: True, ready=self.ready)
             self._probes.start()
@@ -299,6 +301,5 @@ class Operator:
         if self._webhook is not None:
             self._webhook.stop()
         if self._metrics_server is not None:
-            self._metrics_server.shutdown()
-            self._metrics_server.server_close()
+            self._metrics_server.stop(timeout=5)
         log.info("operator stopped", extra={"pid": os.getpid()})

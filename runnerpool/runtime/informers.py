@@ -50,7 +50,10 @@ a Deployment of an earlier version still controls), and is reported to ``on_pod`
 Namespaces: the watched ones (all, or each ``--namespace`` by name), so the
 reconciler knows up front that a namespace is being deleted: nothing new can be
 created in it, and its pools go straight to deregistration.  A namespace that
-starts terminating enqueues its pools at once.
+starts terminating enqueues its pools at once.  Namespace objects are cluster-scoped: in
+namespace-scoped mode (``watch_namespaces=False``, only Roles granted) there is no such
+informer, a namespace never counts as terminating up front, and the API's "being
+terminated" refusals end the pool's reconciles instead.
 """
 
 # No ``from __future__ import annotations`` here: ``Watch`` inspects the
@@ -507,6 +510,7 @@ class InformerSet:
         secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
         pool_secret_refs: SecretRefs | None = None,
         on_pod: Callable[[str, str], None] | None = None,
+        watch_namespaces: bool = True,
     ) -> None:
         if namespaces is not None:
             namespaces = list(dict.fromkeys(namespaces))
@@ -578,7 +582,7 @@ class InformerSet:
                     handler=handler,
                     index=pool_index if kind is self._pods else None,
                 )
-        for ns in scopes:
+        for ns in scopes if watch_namespaces else []:
             self._add(
                 self._namespaces,
                 namespace=ns,
@@ -699,6 +703,8 @@ class InformerSet:
 
     def namespace_terminating(self, namespace: str) -> bool:
         """Whether the namespace is being deleted (or already gone) as far as the cache knows."""
+        if not self._namespaces.informers:  # not watched (namespace-scoped mode): not known
+            return False
         found = self._namespaces.informer_for(namespace).cache.get_by_key(namespace)
         if found is None:
             # Not listed yet, or deleted: only "gone" counts, and only after the first list.

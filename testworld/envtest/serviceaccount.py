@@ -82,12 +82,12 @@ def apply_manifests(plane: ControlPlane, *args: str, stdin: str | None = None) -
 
 
 def install_operator_rbac(plane: ControlPlane) -> None:
-    """deploy/'s namespace and RBAC (ServiceAccount, roles, bindings), as ``kubectl apply`` does.
+    """deploy/rbac: the operator's namespace, ServiceAccount, roles and bindings, as ``kubectl
+    apply -k`` does.
 
     Applying is idempotent, so every caller may ask; the lock keeps two threads from racing.
     """
     with _lock:
-        apply_manifests(plane, "-f", str(DEPLOY / "namespace.yaml"))
         apply_manifests(plane, "-k", str(DEPLOY / "rbac"))
 
 
