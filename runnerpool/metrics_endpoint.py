@@ -236,12 +236,12 @@ class _Certificates:
     def __init__(self, cert_dir: str, hosts: tuple[str, ...]) -> None:
         self._lock = threading.Lock()
         self._folder = Path(cert_dir) if cert_dir else None
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
         if self._folder is None:
             self._context = self_signed_context(hosts)
             return
-        self._stamp = self._files_stamp()
         try:
+            self._stamp = self._files_stamp()
             self._context = _server_context(*self._files())
         except (OSError, ssl.SSLError) as err:
             raise ValueError(f"--metrics-cert-dir {cert_dir}: cannot load tls.crt/tls.key: {err}") from err
@@ -250,9 +250,14 @@ class _Certificates:
         assert self._folder is not None
         return self._folder / "tls.crt", self._folder / "tls.key"
 
-    def _files_stamp(self) -> tuple[int, int]:
-        cert, key = self._files()
-        return os.stat(cert).st_mtime_ns, os.stat(key).st_mtime_ns
+    def _files_stamp(self) -> tuple[int, ...]:
+        """Changes when either file does (a kubelet swaps a Secret's files: a new inode)."""
+        return tuple(
+            part
+            for path in self._files()
+            for found in [os.stat(path)]
+            for part in (found.st_ino, found.st_size, found.st_mtime_ns)
+        )
 
     def context(self) -> ssl.SSLContext:
         if self._folder is None:

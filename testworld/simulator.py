@@ -129,6 +129,9 @@ class OperatorProcess:
             str(self.kubeconfig),
             "--github-api-url",
             self.github_api_url,
+            # Tests use loopback only: nothing listens where another machine could reach it.
+            "--metrics-bind-address",
+            "127.0.0.1",
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",
