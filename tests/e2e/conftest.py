@@ -185,16 +185,25 @@ def start_operator(
     started: list[OperatorProcess] = []
     request.node.stash[OPERATORS] = started
     audit_from = audit.end_of_complete_events(control_plane.audit_log)
+    users: set[str] = set()
 
-    def start(*extra_args: str, webhook_port: int = 0) -> OperatorProcess:
+    def start(
+        *extra_args: str,
+        webhook_port: int = 0,
+        kubeconfig: Path | None = None,
+        user: str = OPERATOR_USER,
+    ) -> OperatorProcess:
+        """``kubeconfig`` and its ``user``: another identity than deploy/'s (namespace-scoped
+        mode's); the refusal check covers it too."""
         operator = OperatorProcess(
-            operator_credentials,
+            kubeconfig or operator_credentials,
             fake_github.url,
             tmp_path / f"operator-{len(started)}.log",
             namespaces=[namespace],
             extra_args=extra_args,
             webhook_port=webhook_port,
         )
+        users.add(user)
         started.append(operator)
         operator.start().wait_ready()
         return operator
@@ -210,7 +219,7 @@ def start_operator(
         if secret in operator.log_text()
     ]
     assert not leaked, f"credentials or registration tokens in the operator log: {leaked}"
-    refused = refusals(control_plane, OPERATOR_USER, audit_from)
+    refused = [r for user in sorted(users) for r in refusals(control_plane, user, audit_from)]
     assert not refused, f"deploy/rbac lacks a permission the operator used: {sorted(set(refused))}"
 
 
