@@ -51,6 +51,7 @@ from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.serviceaccount import operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
@@ -197,7 +198,7 @@ class Bench:
         if mode == "webhooks":
             args += ["--webhook-secret-file", str(secret_file)]
         return OperatorProcess(
-            self.plane.kubeconfig,
+            operator_kubeconfig(self.plane),
             self.fake.url,
             workdir / f"operator-{mode}.log",
             namespaces=[NAMESPACE],

@@ -57,6 +57,7 @@ from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
 from testworld.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
@@ -378,7 +379,7 @@ class SizeRun:
         )
         operator_class = ProfiledOperator if opts.profile else OperatorProcess
         self.operator = operator_class(
-            plane.kubeconfig,
+            operator_kubeconfig(plane),
             self.fake.url,
             self.log_dir / f"operator-{n}.log",
             namespaces=[NAMESPACE],

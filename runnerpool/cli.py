@@ -89,7 +89,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
-    watches = informer_count(pool_watches(), settings.namespaces)
+    watches = informer_count(pool_watches(), settings.namespaces, cluster_scoped=not settings.namespaced)
     configuration.connection_pool_maxsize = watches + settings.queue.workers + 16
     return client.ApiClient(configuration)
 
@@ -104,7 +104,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
         for name, group in _groups().items()
     }
     namespaces = values["namespaces"]
-    settings = Settings(namespaces=tuple(namespaces) if namespaces else None, **groups)
+    if values["namespaced"] and not namespaces:
+        raise SystemExit(
+            "error: --namespaced needs at least one --namespace: name the namespaces whose Roles "
+            "the operator was given (deploy/overlays/namespaced)"
+        )
+    settings = Settings(
+        namespaces=tuple(namespaces) if namespaces else None, namespaced=values["namespaced"], **groups
+    )
     election = settings.leader_election
     try:
         check_timing(election.lease_duration, election.renew_deadline, election.retry_period)

@@ -12,10 +12,8 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes import client
-from prometheus_client import start_http_server
 
 from runnerpool import children
 from runnerpool.credential_protection import CredentialProtection
@@ -27,6 +25,7 @@ from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
+from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
@@ -57,6 +56,7 @@ class Operator:
             list(settings.namespaces) if settings.namespaces else None,
             default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
+            cluster_scoped=not settings.namespaced,
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
@@ -137,7 +137,8 @@ class Operator:
         probes, demand = self.settings.probes, self.settings.demand
         servers: list[Runnable] = []
         if probes.metrics_port:
-            servers.append(_metrics(probes.metrics_port))
+            metrics = MetricsEndpoint(probes, self._api)
+            servers.append(Runnable("metrics", metrics.start, metrics.stop))
         if probes.health_port:
             health = ProbeServer(probes.health_port, live=lambda: True, ready=self.ready)
             servers.append(Runnable("probes", health.start, lambda timeout: health.stop()))
@@ -183,15 +184,3 @@ class Operator:
     def shutdown(self) -> None:
         """Stop cleanly (SIGTERM): in-flight reconciles finish, the Lease is released."""
         self._manager.stop()
-
-
-def _metrics(port: int) -> Runnable:
-    """prometheus-client's own server for ``/metrics``."""
-    started: list[Any] = []
-
-    def stop(timeout: float) -> None:
-        for server in started:
-            server.shutdown()
-            server.server_close()
-
-    return Runnable("metrics", lambda: started.append(start_http_server(port)[0]), stop)

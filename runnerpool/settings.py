@@ -248,6 +248,24 @@ class ProbeSettings:
     metrics_port: int = setting(
         8080, "--metrics-port", "Prometheus /metrics port; 0 turns it off", parse=port
     )
+    metrics_bind_address: str = setting(
+        "0.0.0.0", "--metrics-bind-address", "address the /metrics endpoint listens on", metavar="ADDRESS"
+    )
+    #: As controller-runtime's metrics filters: a scrape needs a token that may GET /metrics.
+    metrics_secure: bool = setting(
+        False,
+        "--metrics-secure",
+        "serve /metrics over HTTPS and only to bearer tokens whose user may get the /metrics "
+        "URL (TokenReview + SubjectAccessReview; RBAC: runnerpool-operator-metrics-reader)",
+        switch=True,
+    )
+    metrics_cert_dir: str = setting(
+        "",
+        "--metrics-cert-dir",
+        "folder with tls.crt and tls.key for --metrics-secure (re-read when they change); "
+        "empty: a self-signed certificate made at start",
+        metavar="PATH",
+    )
     health_port: int = setting(8081, "--health-port", "/healthz and /readyz port; 0 turns it off", parse=port)
 
 
@@ -294,7 +312,7 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The whole operator's settings; every field but ``namespaces`` is a group."""
+    """The whole operator's settings; every field but ``namespaces`` and ``namespaced`` is a group."""
 
     namespaces: tuple[str, ...] | None = setting(
         None,
@@ -302,6 +320,15 @@ class Settings:
         "watch only this namespace (repeatable); default: all namespaces",
         metavar="NS",
         repeat=True,
+    )
+    #: Roles in the watched namespaces suffice (deploy/overlays/namespaced): nothing is read or
+    #: watched cluster-wide, not even the watched Namespace objects.
+    namespaced: bool = setting(
+        False,
+        "--namespaced",
+        "namespace-scoped mode: needs only Roles in the --namespace namespaces (no ClusterRole); "
+        "the operator then does not watch the Namespace objects themselves",
+        switch=True,
     )
     queue: QueueSettings = QueueSettings()
     tokens: TokenSettings = TokenSettings()

@@ -113,6 +113,9 @@ def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
             ("ServiceAccount", NAMESPACE, SERVICE_ACCOUNT),
             ("ClusterRole", "", "runnerpool-operator"),
             ("ClusterRoleBinding", "", "runnerpool-operator"),
+            ("ClusterRole", "", "runnerpool-operator-metrics-reader"),
+            ("ClusterRole", "", "runnerpool-operator-tenant-edit"),
+            ("ClusterRole", "", "runnerpool-operator-tenant-view"),
             ("Role", NAMESPACE, "runnerpool-operator-leader-election"),
             ("RoleBinding", NAMESPACE, "runnerpool-operator-leader-election"),
             ("Deployment", NAMESPACE, "runnerpool-operator"),
@@ -145,7 +148,12 @@ def test_every_object_is_namespaced_where_it_must_be(objects: list[Obj]) -> None
 def test_every_manifest_file_belongs_to_a_kustomization() -> None:
     referenced: set[Path] = set()
     for kfile in DEPLOY.rglob("kustomization.yaml"):
-        for entry in yaml.safe_load(kfile.read_text()).get("resources") or []:
+        kustomization = yaml.safe_load(kfile.read_text())
+        entries = [
+            *(kustomization.get("resources") or []),
+            *(p["path"] for p in kustomization.get("patches") or []),
+        ]
+        for entry in entries:
             referenced.add((kfile.parent / entry).resolve())
     manifests = {
         p.resolve()
@@ -164,6 +172,75 @@ def test_optional_and_samples_are_not_installed_by_default() -> None:
 
 
 # --- RBAC -----------------------------------------------------------------------------------
+
+
+#: Every permission deploy/ grants the operator, pinned: a change here is a change to what the
+#: operator may do on every cluster, and needs its proof in tests/test_deploy_on_server.py.
+OPERATOR_RULES = {
+    ("runnerpool.dev", "runnerpools"): {"get", "list", "watch", "patch"},
+    ("runnerpool.dev", "runnerpools/status"): {"patch"},
+    ("runnerpool.dev", "runnerpools/finalizers"): {"update"},
+    ("", "secrets"): {"list", "watch", "create", "patch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("apps", "deployments"): {"list", "watch", "delete"},
+    ("apps", "replicasets"): {"list", "delete"},
+    ("", "pods"): {"list", "watch", "create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+}
+#: Cluster-scoped: a Role cannot grant them (namespace-scoped mode goes without).
+CLUSTER_SCOPED_RULES = {
+    ("", "namespaces"),
+    ("authentication.k8s.io", "tokenreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+}
+
+
+def verbs_by_resource(role: Obj) -> dict[tuple[str, str], set[str]]:
+    found: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                found.setdefault((group, resource), set()).update(rule["verbs"])
+    return found
+
+
+def test_cluster_role_grants_exactly_the_pinned_verbs(objects: list[Obj]) -> None:
+    assert verbs_by_resource(one(objects, "ClusterRole", "runnerpool-operator")) == OPERATOR_RULES
+
+
+def test_metrics_reader_role_reads_only_metrics(objects: list[Obj]) -> None:
+    role = one(objects, "ClusterRole", "runnerpool-operator-metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert not [
+        o
+        for o in objects
+        if o["kind"].endswith("Binding") and o["roleRef"]["name"] == role["metadata"]["name"]
+    ], "who may scrape is the cluster's choice: deploy/ binds the reader role to no one"
+
+
+def test_tenant_roles_aggregate_into_the_built_in_roles(objects: list[Obj]) -> None:
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    editor, viewer = (
+        one(objects, "ClusterRole", "runnerpool-operator-tenant-edit"),
+        one(objects, "ClusterRole", "runnerpool-operator-tenant-view"),
+    )
+    assert {
+        k for k, v in editor["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"
+    } == {
+        aggregate + "edit",
+        aggregate + "admin",
+    }
+    assert {
+        k for k, v in viewer["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"
+    } == {aggregate + "view"}
+    read = {"get", "list", "watch"}
+    assert verbs_by_resource(viewer) == {(GROUP, "runnerpools"): read, (GROUP, "runnerpools/status"): {"get"}}
+    editing = verbs_by_resource(editor)
+    assert editing[(GROUP, "runnerpools")] >= read | {"create", "update", "patch", "delete"}
+    assert editing[(GROUP, "runnerpools/status")] == {"get"}, "status is the operator's to write"
 
 
 def test_cluster_role_has_no_wildcards(objects: list[Obj]) -> None:
@@ -185,7 +262,7 @@ def test_leader_election_role_is_namespaced(objects: list[Obj]) -> None:
     [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")],
 )
 def test_bindings_grant_the_roles_to_the_operator_only(objects: list[Obj], kind: str, role_kind: str) -> None:
-    binding = one(objects, kind)
+    binding = one(objects, kind)  # the only binding of its kind: the tenant and reader roles are unbound
     ref = binding["roleRef"]
     assert ref["apiGroup"] == "rbac.authorization.k8s.io"
     assert ref["kind"] == role_kind
@@ -209,6 +286,8 @@ def test_deployment_runs_two_replicas_with_leader_election(deployment: Obj, cont
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert "--metrics-port=8080" in container["args"]
+    assert "--metrics-secure" in container["args"], "metrics only for tokens allowed to read them"
+    assert "--metrics-bind-address=0.0.0.0" in container["args"]
     assert "--health-port=8081" in container["args"]
     # The default (official) runner image lacks deploy/images/runner's entrypoint.
     assert any(arg.startswith("--runner-image=runnerpool-runner:") for arg in container["args"])
@@ -315,6 +394,10 @@ def test_servicemonitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
+    # --metrics-secure: HTTPS, a self-signed certificate, Prometheus's own token.
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
 
 
 # --- samples --------------------------------------------------------------------------------

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import subprocess
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ from runnerpool import api, naming
 from runnerpool.manager import Operator
 from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.settings import (
+    DemandSettings,
     GitHubSettings,
     LeaderElectionSettings,
     ProbeSettings,
@@ -42,8 +47,9 @@ from tests.pools import (
     play_kubelet,
     pool_manifest,
 )
+from tests.test_deploy_manifests import render
 from testworld.envtest import assets
-from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.controlplane import ControlPlane, free_port
 from testworld.fakegithub import FakeGitHub
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -123,17 +129,30 @@ def _granted(manifests: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def _rbac_manifests() -> list[dict[str, Any]]:
-    return [
-        doc
-        for path in sorted((DEPLOY / "rbac").glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-    ]
+    """The roles deploy/rbac binds to the operator (not the tenant or metrics reader roles)."""
+    docs = render(DEPLOY / "rbac")
+    operator = {"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NAMESPACE}
+    bound = {
+        (doc["roleRef"]["kind"], doc["roleRef"]["name"])
+        for doc in docs
+        if doc["kind"] in ("ClusterRoleBinding", "RoleBinding") and operator in doc["subjects"]
+    }
+    return [doc for doc in docs if (doc["kind"], doc["metadata"]["name"]) in bound]
+
+
+@dataclass(frozen=True)
+class RunningOperator:
+    github: FakeGitHub
+    metrics_port: int
+    token: str  # the operator's own: it may not read /metrics (that is the reader role's)
 
 
 @pytest.fixture
 def operator_as_service_account(
     api_client: client.ApiClient, installed: None, namespace: str
-) -> Iterator[FakeGitHub]:
+) -> Iterator[RunningOperator]:
+    token = _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)
+    metrics_port = free_port()
     with FakeGitHub() as github:
         github.add_scope(repo="octo-org/octo-repo")
         operator = Operator(
@@ -141,7 +160,14 @@ def operator_as_service_account(
                 # Only the test's namespace, so other tests' pools stay out of the audit trail.
                 namespaces=(namespace,),
                 github=GitHubSettings(api_url=github.url),
-                probes=ProbeSettings(metrics_port=0, health_port=0),
+                probes=ProbeSettings(
+                    metrics_port=metrics_port,
+                    metrics_bind_address="127.0.0.1",
+                    metrics_secure=True,
+                    health_port=0,
+                ),
+                # Polling (no webhook receiver here) records demand: a GET and a status patch.
+                demand=DemandSettings(webhook_port=0, poll_interval=1.0),
                 leader_election=LeaderElectionSettings(
                     enabled=True,
                     namespace=OPERATOR_NAMESPACE,
@@ -152,13 +178,13 @@ def operator_as_service_account(
                 ),
                 runners=RunnerSettings(sync_interval=1.0),
             ),
-            _bearer_client(api_client, _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)),
+            _bearer_client(api_client, token),
         )
         runner = threading.Thread(target=operator.run, name="operator-under-test")
         runner.start()
         try:
             wait_for(operator.leading, message="the operator to win the Lease")
-            yield github
+            yield RunningOperator(github, metrics_port, token)
         finally:
             operator.shutdown()
             runner.join(timeout=60)
@@ -255,13 +281,46 @@ def _permission(event: dict[str, Any]) -> tuple[str, str, str]:
     return ref.get("apiGroup", ""), resource, event["verb"]
 
 
+def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
+    """A pool that follows demand: a queued job is recorded in status.demand and scales it up."""
+    reader = LiveReader(api_client)
+    autoscaling = {"minReplicas": 0, "maxReplicas": 2}
+    create_pool(
+        api_client, namespace, pool_manifest("dm", repo="octo-org/octo-repo", autoscaling=autoscaling)
+    )
+    github.queue_job("octo-org/octo-repo", ["self-hosted", naming.pool_runner_label(namespace, "dm")], 600)
+    wait_for(
+        lambda: ((reader.get_pool(namespace, "dm") or {}).get("status") or {}).get("desiredReplicas") == 1,
+        timeout=60,
+        message="the demand pool to want one runner",
+    )
+
+
+def _scrape(port: int, token: str) -> int:
+    """One scrape of --metrics-secure: a TokenReview and a SubjectAccessReview by the operator."""
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=insecure) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def test_the_operator_needs_exactly_deploys_rbac(
     api_client: client.ApiClient,
     control_plane: ControlPlane,
     namespace: str,
-    operator_as_service_account: FakeGitHub,
+    operator_as_service_account: RunningOperator,
 ) -> None:
-    _lifecycle(api_client, namespace, operator_as_service_account)
+    running = operator_as_service_account
+    _lifecycle(api_client, namespace, running.github)
+    _demand(api_client, namespace, running.github)
+    assert _scrape(running.metrics_port, running.token) == 403, "the operator itself is no metrics reader"
 
     requests = [e for e in control_plane.audit_events() if e.get("user", {}).get("username") == OPERATOR_USER]
     refused = {

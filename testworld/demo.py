@@ -42,6 +42,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, naming
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
+from testworld.envtest.serviceaccount import operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.node import images, prereqs, seal
 from testworld.node.assets import ensure_node_binaries
@@ -281,8 +282,9 @@ class Demo:
                 "--runner-sync-interval",
                 str(NODE_RUNNER_SYNC_SECONDS),
             )
+        # As deploy/ installs it: the operator logs in as its own ServiceAccount, never as admin.
         self.operator = OperatorProcess(
-            plane.kubeconfig, fake.url, workdir / "operator.log", extra_args=extra
+            operator_kubeconfig(plane), fake.url, workdir / "operator.log", extra_args=extra
         )
         stack.callback(self._stopped_operator)
         self.operator.start()

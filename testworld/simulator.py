@@ -44,6 +44,7 @@ from runnerpool import naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.envtest.controlplane import free_port
+from testworld.envtest.serviceaccount import uses_a_client_certificate
 from testworld.fakegithub.state import FakeGitHubError, GitHubState
 
 __all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator", "poll_until"]
@@ -103,7 +104,9 @@ class OperatorProcess:
     Restarts append to the same log (each start writes a marker line first), so a test that
     kills and restarts the operator still ends up with one file telling the whole story.
     The child gets a session of its own: a Ctrl-C meant for the parent does not reach it,
-    and the parent decides the shutdown order.
+    and the parent decides the shutdown order.  ``kubeconfig`` must log in as deploy/'s
+    ServiceAccount (``operator_kubeconfig``), never as admin: a start with the control plane's
+    admin certificate is refused, so no test can hide a permission the install lacks.
     """
 
     kubeconfig: Path
@@ -127,6 +130,9 @@ class OperatorProcess:
             str(self.kubeconfig),
             "--github-api-url",
             self.github_api_url,
+            # Tests use loopback only: nothing listens where another machine could reach it.
+            "--metrics-bind-address",
+            "127.0.0.1",
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",
@@ -153,6 +159,12 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         if self.alive:
             return self
+        if uses_a_client_certificate(self.kubeconfig):
+            raise OperatorError(
+                f"{self.kubeconfig} logs in with a client certificate (the test world's admin): the "
+                "operator under test runs with deploy/'s permissions; pass "
+                "testworld.envtest.serviceaccount.operator_kubeconfig(control_plane)"
+            )
         self.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as sink:

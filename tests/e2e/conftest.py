@@ -6,8 +6,12 @@ can never reach it.  Where a pod matters, a test asks for ``node_operator`` and 
 pools with ``node_pool``: real runner pods on the test node then register with the token
 the operator mounts; elsewhere the runner simulator plays the pods.  Teardown is part of
 the test: the operator must exit 0 on SIGTERM, and no registration token or PAT may appear
-anywhere in its log.  A failing test gets the tail of the operator's log attached to its
-report, and so do the runner stand-ins' requests to the fake GitHub.
+anywhere in its log.  The operator logs in as deploy/'s ServiceAccount
+(``operator_kubeconfig``), never as admin, and a test fails if RBAC refused it anything (the
+API server's audit log says), so a verb the operator needs and deploy/rbac lacks is a
+failing test, not a surprise on a user's cluster.  A failing test gets the tail of the
+operator's log attached to its report, and so do the runner stand-ins' requests to the fake
+GitHub.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from kubernetes import client
 from runnerpool import api, naming
 from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
 from tests.pools import create_pool, pool_manifest
+from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import OPERATOR_USER, operator_kubeconfig, refusals
 from testworld.fakegithub import FakeGitHub
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
@@ -158,6 +164,12 @@ def credentials(api_client: client.ApiClient, namespace: str) -> str:
     return naming.DEFAULT_CREDENTIAL_SECRET
 
 
+@pytest.fixture(scope="session")
+def operator_credentials(control_plane: ControlPlane) -> Path:
+    """deploy/rbac applied, and a kubeconfig with a token of its ``runnerpool-operator`` account."""
+    return operator_kubeconfig(control_plane)
+
+
 @pytest.fixture
 def start_operator(
     *,
@@ -166,21 +178,32 @@ def start_operator(
     runnerpool_crd: dict[str, Any],
     namespace: str,
     fake_github: FakeGitHub,
+    operator_credentials: Path,
     tmp_path: Path,
 ) -> Iterator[StartOperator]:
     """Start the operator (extra flags as arguments) and wait until its caches are synced."""
     started: list[OperatorProcess] = []
     request.node.stash[OPERATORS] = started
+    audit_from = audit.end_of_complete_events(control_plane.audit_log)
+    users: set[str] = set()
 
-    def start(*extra_args: str, webhook_port: int = 0) -> OperatorProcess:
+    def start(
+        *extra_args: str,
+        webhook_port: int = 0,
+        kubeconfig: Path | None = None,
+        user: str = OPERATOR_USER,
+    ) -> OperatorProcess:
+        """``kubeconfig`` and its ``user``: another identity than deploy/'s (namespace-scoped
+        mode's); the refusal check covers it too."""
         operator = OperatorProcess(
-            control_plane.kubeconfig,
+            kubeconfig or operator_credentials,
             fake_github.url,
             tmp_path / f"operator-{len(started)}.log",
             namespaces=[namespace],
             extra_args=extra_args,
             webhook_port=webhook_port,
         )
+        users.add(user)
         started.append(operator)
         operator.start().wait_ready()
         return operator
@@ -196,6 +219,8 @@ def start_operator(
         if secret in operator.log_text()
     ]
     assert not leaked, f"credentials or registration tokens in the operator log: {leaked}"
+    refused = [r for user in sorted(users) for r in refusals(control_plane, user, audit_from)]
+    assert not refused, f"deploy/rbac lacks a permission the operator used: {sorted(set(refused))}"
 
 
 @pytest.fixture

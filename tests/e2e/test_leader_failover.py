@@ -1,4 +1,8 @@
-"""Two operator processes on one Lease: one reconciles; a SIGKILLed leader is replaced in time."""
+"""Two operator processes on one Lease: one reconciles; a SIGKILLed leader is replaced in time.
+
+The Lease lives where deploy/ puts it (``runnerpool-system``, the only namespace whose Leases
+the operator's ServiceAccount may touch), named after the test's namespace.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.simulator import OperatorProcess
 
 LEASE = "failover-test"
@@ -21,9 +26,15 @@ LEASE_DURATION = 4
 RETRY_PERIOD = 1.0
 
 
+def _lease(namespace: str) -> str:
+    return f"{LEASE}-{namespace}"
+
+
 def _lease_holder(api_client: client.ApiClient, namespace: str) -> str | None:
     try:
-        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(LEASE, namespace)
+        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+            _lease(namespace), OPERATOR_NAMESPACE
+        )
     except client.ApiException as err:
         if err.status == 404:
             return None
@@ -57,9 +68,9 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     flags = (
         "--leader-elect",
         "--leader-election-namespace",
-        namespace,
+        OPERATOR_NAMESPACE,
         "--leader-election-id",
-        LEASE,
+        _lease(namespace),
         "--lease-duration",
         str(LEASE_DURATION),
         "--renew-deadline",

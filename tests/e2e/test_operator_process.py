@@ -35,7 +35,6 @@ from tests.e2e.runners import (
 )
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
-from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
@@ -187,14 +186,14 @@ def _gone(pid: int) -> bool:
 
 
 def test_an_operator_dies_with_the_process_that_started_it(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
+    operator_credentials: Path, namespace: str, tmp_path: Path
 ) -> None:
     """A test process killed hard must not leave its operator running against nothing."""
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
         "from testworld.simulator import OperatorProcess\n"
-        f"op = OperatorProcess(Path({str(control_plane.kubeconfig)!r}), 'http://127.0.0.1:9/api/v3',\n"
+        f"op = OperatorProcess(Path({str(operator_credentials)!r}), 'http://127.0.0.1:9/api/v3',\n"
         f"    Path({str(tmp_path / 'operator.log')!r}), namespaces=[{namespace!r}]).start()\n"
         "op.wait_ready()\n"
         "print(op.pid, flush=True)\n"

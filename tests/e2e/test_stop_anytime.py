@@ -21,12 +21,24 @@ from kubernetes import client
 from tests.e2e.runners import ORG, REPO
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
 #: The first 8 seconds after start, cut in this many slices; one stop at random in each.
 WINDOW_SECONDS = 8.0
 SLICES = 5
+
+
+def _leader_flags(namespace: str) -> tuple[str, ...]:
+    """A Lease of its own, where deploy/'s ServiceAccount may hold one (``runnerpool-system``)."""
+    return (
+        "--leader-elect",
+        "--leader-election-namespace",
+        OPERATOR_NAMESPACE,
+        "--leader-election-id",
+        f"stop-anytime-{namespace}",
+    )
 
 
 def _lines(log: str, *messages: str) -> list[int]:
@@ -44,6 +56,7 @@ def test_sigterm_at_random_moments_after_start_exits_0(
     namespace: str,
     fake_github: FakeGitHub,
     simulator: RunnerSimulator,
+    operator_credentials: Path,
     tmp_path: Path,
 ) -> None:
     # Work for every phase: pools to converge, tokens to fill, runners to list.
@@ -59,11 +72,11 @@ def test_sigterm_at_random_moments_after_start_exits_0(
     outcomes = []
     for run, delay in enumerate(delays):
         operator = OperatorProcess(
-            control_plane.kubeconfig,
+            operator_credentials,
             fake_github.url,
             tmp_path / f"operator-{run}.log",
             namespaces=[namespace],
-            extra_args=("--leader-elect", "--leader-election-namespace", namespace) if run % 2 else (),
+            extra_args=_leader_flags(namespace) if run % 2 else (),
         )
         started = time.monotonic()
         operator.start().wait_catches()

@@ -15,6 +15,7 @@ from tests.e2e.conftest import (
     gc_follows_pools,
     node_operator,
     node_pool,
+    operator_credentials,
     pytest_runtest_makereport,
     start_operator,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "gc_follows_pools",
     "node_operator",
     "node_pool",
+    "operator_credentials",
     "pytest_runtest_makereport",
     "start_operator",
 ]

@@ -309,6 +309,8 @@ class ControlPlane(ComponentGroup):
             "garbage-collector-controller",
             "namespace-controller",
             "serviceaccount-controller",
+            # Folds aggregate-to-edit/-view ClusterRoles (deploy/rbac/tenant_roles.yaml) into edit/view.
+            "clusterrole-aggregation-controller",
         ]
         if self.for_node:
             # The API server taints a new Node not-ready; only node-lifecycle removes it.

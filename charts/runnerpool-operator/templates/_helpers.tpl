@@ -97,3 +97,25 @@ these go to a ClusterRole, the rest to a Role in each watched namespace.
 {{- end }}
 {{- ternary "namespaced" "cluster" (gt (len $namespaced) 0) }}
 {{- end }}
+
+{{/*
+A ClusterRole of deploy/rbac (linked into files/): its rules and its own labels (aggregation),
+named after the release instead of "runnerpool-operator", with the chart's labels.
+*/}}
+{{- define "runnerpool-operator.linkedClusterRole" -}}
+{{- $root := index . 0 }}
+{{- $role := index . 1 }}
+{{- if not $role.rules }}
+{{- fail "a linked ClusterRole has no rules: it must link to its file in deploy/rbac/" }}
+{{- end }}
+{{- $labels := merge (include "runnerpool-operator.labels" $root | fromYaml) ($role.metadata.labels | default dict) }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{ include "runnerpool-operator.fullname" $root }}{{ trimPrefix "runnerpool-operator" $role.metadata.name }}
+  labels:
+    {{- toYaml $labels | nindent 4 }}
+rules:
+  {{- toYaml $role.rules | nindent 2 }}
+{{- end }}

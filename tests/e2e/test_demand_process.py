@@ -1,0 +1,104 @@
+"""A pool that follows demand, with the operator process logged in as deploy/'s ServiceAccount.
+
+What a new user does after ``kubectl apply -k deploy/``: an autoscaling pool at minimum 0, a
+job queued on GitHub, and either a webhook delivery or the poller must bring up a runner.
+Both record the job in ``status.demand`` (a GET of the pool, then a guarded status patch), so
+both need every verb of that path in deploy/rbac; the runner simulator plays the pods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from runnerpool import naming
+from tests.e2e.conftest import StartOperator
+from tests.e2e.runners import REPO, get_pool
+from tests.helpers import wait_for
+from tests.pools import create_pool, pool_manifest
+from testworld.envtest.controlplane import free_port
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import RunnerSimulator
+
+SECRET = b"a webhook secret for the e2e tests"
+#: The job outlasts the test: demand stays one runner while it is asserted.
+JOB_SECONDS = 600.0
+TIMEOUT = 60.0
+
+
+def _autoscaling_pool(api_client: client.ApiClient, namespace: str, name: str) -> str:
+    autoscaling = {"minReplicas": 0, "maxReplicas": 3, "scaleDownDelay": "5m"}
+    create_pool(api_client, namespace, pool_manifest(name, repo=REPO, replicas=0, autoscaling=autoscaling))
+    return naming.pool_runner_label(namespace, name)
+
+
+def _status(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return (get_pool(api_client, namespace, name) or {}).get("status") or {}
+
+
+def _scaled_to_one(
+    api_client: client.ApiClient, simulator: RunnerSimulator, namespace: str, name: str
+) -> None:
+    wait_for(
+        lambda: _status(api_client, namespace, name).get("desiredReplicas") == 1,
+        TIMEOUT,
+        0.1,
+        f"pool {name} to want one runner for the queued job",
+    )
+    assert simulator.wait(lambda sim: len(sim.registrations(namespace, name)) == 1, TIMEOUT), (
+        f"no runner of {name} registered: {simulator.rejections}"
+    )
+
+
+def test_a_webhook_delivery_scales_a_pool_up(
+    api_client: client.ApiClient,
+    namespace: str,
+    credentials: str,
+    fake_github: FakeGitHub,
+    start_operator: StartOperator,
+    simulator: RunnerSimulator,
+    tmp_path: Path,
+) -> None:
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_bytes(SECRET + b"\n")
+    port = free_port()
+    # No poll during the test: the delivery alone must do it.
+    start_operator(
+        "--webhook-secret-file", str(secret_file), "--demand-poll-interval", "3600", webhook_port=port
+    )
+    sender = fake_github.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
+    try:
+        label = _autoscaling_pool(api_client, namespace, "hooked")
+        wait_for(
+            lambda: _status(api_client, namespace, "hooked").get("desiredReplicas") == 0,
+            TIMEOUT,
+            0.1,
+            "the pool to settle at 0",
+        )
+        fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
+        wait_for(
+            lambda: sender.deliveries and sender.deliveries[0].status is not None,
+            TIMEOUT,
+            0.05,
+            "the delivery of the queued job to be answered",
+        )
+        assert sender.deliveries[0].status == 200, "the receiver could not record the job"
+        _scaled_to_one(api_client, simulator, namespace, "hooked")
+    finally:
+        fake_github.stop_webhooks(sender)
+
+
+def test_polling_alone_scales_a_pool_up(
+    api_client: client.ApiClient,
+    namespace: str,
+    credentials: str,
+    fake_github: FakeGitHub,
+    start_operator: StartOperator,
+    simulator: RunnerSimulator,
+) -> None:
+    start_operator("--demand-poll-interval", "1")
+    label = _autoscaling_pool(api_client, namespace, "polled")
+    fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
+    _scaled_to_one(api_client, simulator, namespace, "polled")

@@ -1,0 +1,123 @@
+"""Namespace-scoped mode: the operator process with only deploy/overlays/namespaced's Roles.
+
+The overlay is rendered with the real kustomize (``kubectl kustomize``); its Roles and
+RoleBindings are applied as they are, moved only from ``ci-runners`` to the test's namespace
+and from ``runnerpool-system`` to an operator namespace of the test's own.  That namespace's
+``runnerpool-operator`` ServiceAccount is bound by nothing else (deploy/'s ClusterRoleBinding
+names ``runnerpool-system``'s), so whatever the operator needs beyond the Roles is refused and
+shows in the API server's audit log.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.e2e.conftest import StartOperator
+from tests.e2e.runners import REPO, wait_condition
+from tests.pools import create_pool, pool_manifest
+from testworld.envtest import audit
+from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import (
+    DEPLOY,
+    OPERATOR_NAMESPACE,
+    OPERATOR_SERVICE_ACCOUNT,
+    apply_manifests,
+    kubectl,
+    service_account_kubeconfig,
+    service_account_user,
+)
+from testworld.simulator import RunnerSimulator
+
+OVERLAY = DEPLOY / "overlays" / "namespaced"
+WATCHED = "ci-runners"  # the overlay's sample watched namespace
+#: The harness's own login check with the token (``service_account_kubeconfig``), not the operator.
+HARNESS = {"selfsubjectreviews"}
+
+
+def render_overlay(control_plane: ControlPlane) -> list[dict[str, Any]]:
+    done = kubectl(control_plane, "kustomize", str(OVERLAY))
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def _moved(obj: dict[str, Any], namespaces: dict[str, str]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    meta["namespace"] = namespaces[meta["namespace"]]
+    for subject in obj.get("subjects") or []:
+        subject["namespace"] = namespaces[subject["namespace"]]
+    return obj
+
+
+@pytest.fixture
+def operator_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """Where this test's operator account and Lease live (``runnerpool-system`` in the overlay)."""
+    name = f"op-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespaced_kubeconfig(
+    control_plane: ControlPlane, namespace: str, operator_namespace: str, tmp_path: Path
+) -> Path:
+    """The overlay's Roles and RoleBindings applied, and a token of the account they bind."""
+    objects = render_overlay(control_plane)
+    moves = {WATCHED: namespace, OPERATOR_NAMESPACE: operator_namespace}
+    rbac = [_moved(obj, moves) for obj in objects if obj["kind"] in ("Role", "RoleBinding", "ServiceAccount")]
+    assert {(o["kind"], o["metadata"]["namespace"]) for o in rbac} >= {
+        ("Role", namespace),
+        ("RoleBinding", namespace),
+        ("Role", operator_namespace),  # the Lease
+        ("ServiceAccount", operator_namespace),
+    }
+    apply_manifests(control_plane, "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    return service_account_kubeconfig(
+        control_plane, operator_namespace, OPERATOR_SERVICE_ACCOUNT, tmp_path / "namespaced.kubeconfig"
+    )
+
+
+def _cluster_wide(event: dict[str, Any]) -> bool:
+    ref = event.get("objectRef")
+    return ref is not None and not ref.get("namespace") and ref.get("resource") not in HARNESS
+
+
+@pytest.mark.usefixtures("credentials")
+def test_the_operator_with_only_roles_makes_a_pool_ready(
+    api_client: client.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator_namespace: str,
+    namespaced_kubeconfig: Path,
+    start_operator: StartOperator,
+    simulator: RunnerSimulator,
+) -> None:
+    user = service_account_user(operator_namespace, OPERATOR_SERVICE_ACCOUNT)
+    since = audit.end_of_complete_events(control_plane.audit_log)
+    start_operator(
+        "--namespaced",
+        "--leader-elect",
+        "--leader-election-namespace",
+        operator_namespace,
+        kubeconfig=namespaced_kubeconfig,
+        user=user,
+    )
+    create_pool(api_client, namespace, pool_manifest("scoped", repo=REPO, replicas=2))
+    wait_condition(api_client, namespace, "scoped", "Ready", "True", timeout=60)
+    assert len(simulator.registrations(namespace, "scoped")) == 2
+
+    requests = [
+        e for e in audit.complete_events(control_plane.audit_log, since) if e["user"]["username"] == user
+    ]
+    assert any(e["verb"] == "watch" for e in requests), "the audit log shows the operator's requests"
+    wide = sorted({f"{e['verb']} {e['requestURI']}" for e in requests if _cluster_wide(e)})
+    assert not wide, f"namespace-scoped mode asked for cluster-wide access: {wide}"
+    # And no refusal at all: the fixture's teardown checks the audit log for this user.

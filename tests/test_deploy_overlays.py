@@ -1,0 +1,111 @@
+"""deploy/overlays/namespaced, rendered by the real kustomize (``kubectl kustomize``).
+
+The overlay uses what the plain renderer of tests/test_deploy_manifests.py does not
+(patches, a ``namespace`` per watched folder), so the pinned kubectl renders it, as
+``kubectl apply -k`` will.  Its proof on an API server is tests/e2e/test_namespaced_mode.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_deploy_manifests import (
+    CLUSTER_SCOPED_RULES,
+    DEPLOY,
+    NAMESPACE,
+    OPERATOR_RULES,
+    SERVICE_ACCOUNT,
+    identity,
+    one,
+    render,
+    verbs_by_resource,
+)
+from testworld.envtest import assets
+
+OVERLAY = DEPLOY / "overlays" / "namespaced"
+
+Obj = dict[str, Any]
+
+
+def kustomize(path: str) -> list[Obj]:
+    kubectl = assets.ensure_binaries()["kubectl"]
+    done = subprocess.run(
+        [str(kubectl), "kustomize", path], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def overlay() -> list[Obj]:
+    return kustomize(str(OVERLAY))
+
+
+@pytest.fixture(scope="module")
+def watched(overlay: list[Obj]) -> list[str]:
+    """The namespaces the overlay gives the operator a Role in."""
+    return sorted(
+        o["metadata"]["namespace"]
+        for o in overlay
+        if o["kind"] == "Role" and o["metadata"]["name"] == SERVICE_ACCOUNT
+    )
+
+
+def _args(objects: list[Obj]) -> list[str]:
+    deployment = one(objects, "Deployment", "runnerpool-operator")
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def test_the_real_kustomize_renders_the_default_install_as_the_test_renderer_does() -> None:
+    """So the plain renderer's checks of deploy/ hold for what users apply."""
+    assert sorted(map(identity, kustomize(str(DEPLOY)))) == sorted(map(identity, render(DEPLOY)))
+
+
+def test_the_operator_gets_roles_instead_of_its_cluster_role(overlay: list[Obj], watched: list[str]) -> None:
+    base = {identity(o) for o in render(DEPLOY)}
+    removed = {("ClusterRole", "", "runnerpool-operator"), ("ClusterRoleBinding", "", "runnerpool-operator")}
+    added = {(kind, ns, SERVICE_ACCOUNT) for ns in watched for kind in ("Role", "RoleBinding")}
+    assert {identity(o) for o in overlay} == (base - removed) | added
+    assert watched == ["ci-runners"]
+    assert not [o for o in overlay if o["kind"] == "ClusterRoleBinding"], "nothing cluster-wide is bound"
+
+
+def test_each_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones(
+    overlay: list[Obj], watched: list[str]
+) -> None:
+    expected = {key: verbs for key, verbs in OPERATOR_RULES.items() if key not in CLUSTER_SCOPED_RULES}
+    for namespace in watched:
+        role = next(o for o in overlay if identity(o) == ("Role", namespace, SERVICE_ACCOUNT))
+        assert verbs_by_resource(role) == expected
+        binding = next(o for o in overlay if identity(o) == ("RoleBinding", namespace, SERVICE_ACCOUNT))
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": SERVICE_ACCOUNT,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+        ]
+
+
+def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(
+    overlay: list[Obj], watched: list[str]
+) -> None:
+    args = _args(overlay)
+    assert "--namespaced" in args
+    assert sorted(a.split("=", 1)[1] for a in args if a.startswith("--namespace=")) == watched
+    # Reviews of metrics tokens are cluster-scoped: this mode serves metrics without them.
+    assert "--metrics-secure" not in args
+    base = [a for a in _args(render(DEPLOY)) if a != "--metrics-secure"]
+    assert [a for a in args if a != "--namespaced" and not a.startswith("--namespace=")] == base
+
+
+def test_every_watched_folder_names_its_namespace() -> None:
+    for folder in sorted((OVERLAY / "watched").iterdir()):
+        kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+        assert kustomization["namespace"] == folder.name
+        assert kustomization["resources"] == ["../../role"]
