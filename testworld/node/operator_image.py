@@ -17,6 +17,7 @@ layer with ``images``' machinery (like the runner test image):
 * bytecode for all of it as unchecked-hash pycs (PEP 552): the layer's files have mtime 0
   and the root filesystem is read-only, so timestamp pycs would be stale and every start
   would compile the stdlib and the client again (5 s of CPU, says the Dockerfile);
+* the interpreter's own binaries without debug info (``strip --strip-debug``: 50 -> 40 MB);
 * user 65532 (deploy/'s ``runAsUser``), the console script as entrypoint.
 
 The archive is cached by a digest of the inputs (every copied file, the project's sources),
@@ -31,6 +32,7 @@ import importlib.util
 import json
 import marshal
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -55,7 +57,7 @@ OPERATOR_UID = 65532
 #: The virtual environment the wheel and its dependencies are installed into.
 PREFIX = "/opt/runnerpool"
 #: Bumped when the packing changes, so an archive of the old kind is not reused.
-_FORMAT = "1"
+_FORMAT = "2"
 #: Standard library folders no server imports.
 _STDLIB_SKIP = {
     "__pycache__",
@@ -241,6 +243,26 @@ def _compile(rootfs: Rootfs) -> None:
         rootfs.file(importlib.util.cache_from_source(path), header + marshal.dumps(code))
 
 
+def _strip_debug_info(rootfs: Rootfs) -> None:
+    """The interpreter's own binaries without their debug info (pyenv keeps it: 30 of 38 MB)."""
+    strip = shutil.which("strip")
+    if strip is None:
+        raise AssetError("strip is needed to pack the operator image: apt-get install -y binutils")
+    prefix = sys.base_prefix.rstrip("/") + "/"
+    with tempfile.TemporaryDirectory() as scratch:
+        for path, entry in list(rootfs.entries.items()):
+            if entry.kind != "file" or not path.startswith(prefix) or not entry.data.startswith(b"\x7fELF"):
+                continue
+            source, stripped = Path(scratch) / "in", Path(scratch) / "out"
+            source.write_bytes(entry.data)
+            done = subprocess.run(
+                [strip, "--strip-debug", "-o", str(stripped), str(source)], capture_output=True, check=False
+            )
+            if done.returncode != 0:
+                raise AssetError(f"strip --strip-debug {path} failed: {done.stderr.decode().strip()}")
+            rootfs.file(path, stripped.read_bytes(), entry.mode)
+
+
 def _config(entrypoint: str) -> dict[str, Any]:
     return {
         "User": f"{OPERATOR_UID}:{OPERATOR_UID}",
@@ -267,6 +289,7 @@ def operator_image() -> Image:
         started = time.monotonic()
         _install_wheel(rootfs)
         _compile(rootfs)
+        _strip_debug_info(rootfs)
         archive = oci_archive(rootfs, reference, config, compresslevel=_COMPRESSLEVEL)
         print(
             f"packed {reference}: {len(archive) / 2**20:.0f} MiB in {time.monotonic() - started:.0f}s",
