@@ -101,7 +101,10 @@ def _closure(root: str) -> list[metadata.Distribution]:
         if (key, extra) in done:
             continue
         done.add((key, extra))
-        dist = metadata.distribution(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise AssetError(f"{name} (needed by the operator image) is not installed: make venv") from None
         if key != canonicalize_name(root):
             found[key] = dist
         for line in dist.requires or []:
@@ -160,7 +163,7 @@ def _venv(rootfs: Rootfs, executable: Path) -> None:
     rootfs.symlink(f"{PREFIX}/bin/python{_version()}", "python")
 
 
-def _inputs() -> tuple[Rootfs, list[str]]:
+def _inputs() -> Rootfs:
     """Everything copied from the host (read, not yet compiled), and the shared objects in it."""
     rootfs = Rootfs()
     executable, extensions = _interpreter(rootfs)
@@ -180,7 +183,7 @@ def _inputs() -> tuple[Rootfs, list[str]]:
     rootfs.file("/etc/group", f"root:x:0:\nnonroot:x:{OPERATOR_UID}:\n".encode())
     rootfs.directory("/home/nonroot", 0o755, OPERATOR_UID)
     rootfs.directory("/tmp", 0o1777)
-    return rootfs, extensions
+    return rootfs
 
 
 def _project_digest() -> str:
@@ -279,7 +282,7 @@ def _config(entrypoint: str) -> dict[str, Any]:
 
 def operator_image() -> Image:
     """The operator's test image, from the cache when none of its inputs changed."""
-    rootfs, _ = _inputs()
+    rootfs = _inputs()
     config = _config(_ENTRYPOINT)
     key = hashlib.sha256(
         f"{_FORMAT}\0{rootfs.digest()}\0{_project_digest()}\0{json.dumps(config, sort_keys=True)}".encode()
