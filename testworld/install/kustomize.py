@@ -82,7 +82,21 @@ class KustomizeInstall:
         )
 
     def uninstall(self) -> None:
-        owned = [doc for doc in self.manifests if doc["kind"] != "CustomResourceDefinition"]
+        """The operator's pods first, so none is left running without its RBAC (refused requests)."""
+        if not self.manifests:
+            return
+        kubectl(
+            self.target,
+            "delete",
+            f"deployment/{DEPLOYMENT}",
+            "-n",
+            NAMESPACE,
+            "--ignore-not-found",
+            "--cascade=foreground",
+            "--wait",
+        )
+        kept = ("CustomResourceDefinition", "Deployment")  # the test session's; gone already
+        owned = [doc for doc in self.manifests if doc["kind"] not in kept]
         if owned:
             kubectl(
                 self.target,
