@@ -89,8 +89,8 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def generate(folder: Path) -> Pki:
-    """Write a fresh PKI into ``folder``; serving certs cover 127.0.0.1 and localhost."""
+def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
+    """Write a fresh PKI into ``folder``; serving certs cover 127.0.0.1, localhost and ``extra_ips``."""
     folder.mkdir(parents=True, exist_ok=True)
     pki = Pki(
         serving_cert=folder / "apiserver.crt",
@@ -108,6 +108,7 @@ def generate(folder: Path) -> Pki:
     sans: list[x509.GeneralName] = [
         x509.DNSName("localhost"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
     ]
     serving = _issue(
         _name("kube-apiserver"),

@@ -130,14 +130,20 @@ class ControlPlane(ComponentGroup):
     workdir: Path = field(init=False)
     kubeconfig: Path = field(init=False)
     url: str = field(init=False)
+    port: int = field(init=False)
+    #: Where pods reach the API server (in-cluster clients such as the operator installed from
+    #: deploy/): the node's bridge address when a node can join, i.e. inside the sealed world;
+    #: else None and the API server listens on loopback only.
+    pod_address: str | None = field(init=False, default=None)
     _processes: list[Component] = field(init=False, default_factory=list)
 
     def start(self) -> None:
         names = assets.BINARIES + (("kube-scheduler",) if self.for_node else ())
         binaries = assets.ensure_binaries(names)
         self.workdir = Path(tempfile.mkdtemp(prefix="runnerpool-envtest-"))
+        self.pod_address = _sealed_node_address() if self.for_node else None
         try:
-            pki = certs.generate(self.workdir / "pki")
+            pki = certs.generate(self.workdir / "pki", (self.pod_address,) if self.pod_address else ())
             etcd_url = self._start_etcd(binaries["etcd"])
             self._start_apiserver(binaries["kube-apiserver"], pki, etcd_url)
             self._write_kubeconfig(pki)
@@ -243,15 +249,35 @@ class ControlPlane(ComponentGroup):
             "--audit-log-maxsize=0",
         ]
 
+    def _listen_flags(self) -> list[str]:
+        """Loopback; with pods, also the node's bridge (inside the seal all addresses are its own).
+
+        The ``kubernetes`` Service's endpoint is then that address, as in a cluster, and a
+        pod's in-cluster client reaches it there (there is no kube-proxy for the ClusterIP).
+        """
+        if self.pod_address is None:
+            return ["--advertise-address=127.0.0.1", "--bind-address=127.0.0.1"]
+        return [f"--advertise-address={self.pod_address}", "--bind-address=0.0.0.0"]
+
+    def _admission_flags(self) -> list[str]:
+        # As in hardened clusters: setting blockOwnerDeletion needs update on <owner>/finalizers.
+        enabled = "--enable-admission-plugins=OwnerReferencesPermissionEnforcement"
+        if not (self.with_controller_manager and self.for_node):
+            # As envtest: no controller would create the default ServiceAccount in time.
+            return ["--disable-admission-plugins=ServiceAccount", enabled]
+        # Pods that run get their ServiceAccount's token mounted, as in every cluster (the
+        # controller manager creates each namespace's "default" account and kube-root-ca.crt).
+        return [enabled]
+
     def _start_apiserver(self, binary: Path, pki: certs.Pki, etcd_url: str) -> None:
         port = free_port()
+        self.port = port
         self.url = f"https://127.0.0.1:{port}"
         process = self._spawn(
             "kube-apiserver",
             [
                 str(binary),
-                "--advertise-address=127.0.0.1",
-                "--bind-address=127.0.0.1",
+                *self._listen_flags(),
                 f"--secure-port={port}",
                 f"--etcd-servers={etcd_url}",
                 f"--cert-dir={self.workdir / 'pki'}",
@@ -264,10 +290,7 @@ class ControlPlane(ComponentGroup):
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
                 "--authorization-mode=RBAC",
-                # As envtest: no controller would create the default ServiceAccount in time.
-                "--disable-admission-plugins=ServiceAccount",
-                # As in hardened clusters: setting blockOwnerDeletion needs update on <owner>/finalizers.
-                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+                *self._admission_flags(),
                 "--enable-priority-and-fairness=false",
                 "--event-ttl=1h",
                 # Reach a kubelet (logs, exec) by its IP: its name would go to the host's DNS.
@@ -319,6 +342,10 @@ class ControlPlane(ComponentGroup):
                 "disruption-controller",
                 "pod-garbage-collector-controller",
                 "taint-eviction-controller",
+                # The CA in every pod's ServiceAccount volume (the kube-root-ca.crt ConfigMap).
+                "root-ca-certificate-publisher-controller",
+                # A Service's ready pods: what the API server's service proxy sends requests to.
+                "endpoints-controller",
             ]
         return ",".join(controllers)
 
@@ -370,6 +397,13 @@ class ControlPlane(ComponentGroup):
                 "--concurrent-replicaset-syncs=20",
             ],
         )
+
+
+def _sealed_node_address() -> str | None:
+    # Imported here: the node's modules import this one (Component, free_port).
+    from testworld.node import seal  # noqa: PLC0415
+
+    return seal.NODE_IP if seal.is_sealed() else None
 
 
 def main() -> int:

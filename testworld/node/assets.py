@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.assets import AssetError, cache_root, go_environment, progress, run_logged
-from testworld.node import images, prereqs
+from testworld.node import images, operator_image, prereqs
 
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_VERSION = "v2.4.2"
@@ -168,7 +168,7 @@ def main() -> int:
     try:
         envtest_assets.ensure_binaries()
         binaries = ensure_node_binaries()
-        packed = [images.pause_image(), images.runner_image()]
+        packed = [images.pause_image(), images.runner_image(), operator_image.operator_image()]
     except AssetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

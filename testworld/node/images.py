@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,9 @@ class Rootfs:
     def directory(self, path: str, mode: int = 0o755, owner: int = 0) -> None:
         self.add(Entry(path, "dir", mode, owner, owner))
 
+    def symlink(self, path: str, target: str) -> None:
+        self.add(Entry(path, "symlink", 0o777, target=target))
+
     def host_path(self, path: str) -> None:
         """Copy a host file into the same place, following and recreating every symlink."""
         parts = Path(path).parts[1:]
@@ -110,6 +114,10 @@ class Rootfs:
         """Host executables and every shared library (and the loader) that ldd names for them."""
         for path in paths:
             self.host_path(path)
+        self.shared_libraries(paths)
+
+    def shared_libraries(self, paths: list[str]) -> None:
+        """Every shared library (and the loader) that ldd names for ``paths``, at its host path."""
         # One ldd for all: it prints each file's libraries (a static one gets "not a dynamic ...").
         listed = subprocess.run(["ldd", *paths], check=False, capture_output=True, text=True)
         libraries = {
@@ -170,10 +178,11 @@ def _blob(data: bytes) -> tuple[str, bytes]:
     return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
 
-def _oci_archive(rootfs: Rootfs, reference: str, config: dict[str, Any]) -> bytes:
+def oci_archive(rootfs: Rootfs, reference: str, config: dict[str, Any], compresslevel: int = 9) -> bytes:
+    """The OCI image-layout archive (one gzip layer) that `ctr images import` takes."""
     layer = rootfs.layer()
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    layer_digest, layer_gz = _blob(gzip.compress(layer, mtime=0))
+    layer_digest, layer_gz = _blob(gzip.compress(layer, compresslevel, mtime=0))
     image_config = {
         "created": "1970-01-01T00:00:00Z",
         "architecture": "amd64",
@@ -229,6 +238,15 @@ def _oci_archive(rootfs: Rootfs, reference: str, config: dict[str, Any]) -> byte
 def pack(name: str, rootfs: Rootfs, config: dict[str, Any]) -> Image:
     """Pack ``rootfs`` as ``localhost/NAME:<input digest>``, reusing a cached archive."""
     key = hashlib.sha256((rootfs.digest() + json.dumps(config, sort_keys=True)).encode()).hexdigest()[:16]
+    return cached(name, key, lambda reference: oci_archive(rootfs, reference, config))
+
+
+def cached(name: str, key: str, build: Callable[[str], bytes]) -> Image:
+    """The archive of ``localhost/NAME:KEY``, from the cache or from ``build(reference)``.
+
+    For an image whose rootfs is costly to make (the operator's compiles its bytecode),
+    ``key`` is a digest of its inputs computed before any of that work.
+    """
     reference = f"localhost/{name}:{key}"
     folder = cache_root() / "images"
     folder.mkdir(parents=True, exist_ok=True)
@@ -237,7 +255,7 @@ def pack(name: str, rootfs: Rootfs, config: dict[str, Any]) -> Image:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not archive.exists():
             partial = archive.with_suffix(".partial")
-            partial.write_bytes(_oci_archive(rootfs, reference, config))
+            partial.write_bytes(build(reference))
             partial.rename(archive)
             for old in folder.glob(f"{name}-*.oci.tar"):
                 if old != archive:

@@ -73,13 +73,17 @@ class Node(ComponentGroup):
             _STATE.mkdir(parents=True, exist_ok=True)
             self._start_containerd()
             for image in (self.pause_image, self.runner_image):
-                self._ctr("images", "import", "--platform", "linux/amd64", str(image.archive))
+                self.import_image(image)
             self._start_kubelet()
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
         self.started_in = time.monotonic() - started
+
+    def import_image(self, image: images.Image) -> None:
+        """Make ``image`` available to pods (nothing can be pulled): e.g. the operator's own."""
+        self._ctr("images", "import", "--platform", "linux/amd64", str(image.archive))
 
     def stop(self) -> None:
         """The kubelet first (so nothing is restarted), then all of the node's cgroup subtree.

@@ -1,0 +1,109 @@
+"""``kubectl apply -k``: the test overlay, with the run-time values layered on top.
+
+The values known only at run time (the images' tags, which are digests of their inputs,
+the node's toleration, the fake GitHub's URL and where pods reach the API server) go into
+a kustomization written next to the run's files that names this folder as its base, so the
+checked-in overlay stays a plain kustomization anyone can render.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testworld.install.target import DEPLOYMENT, NAMESPACE, Target, kubectl
+
+OVERLAY = Path(__file__).resolve().parent
+#: The name deploy/manager/deployment.yaml gives the operator's image.
+DEPLOY_IMAGE = "runnerpool-operator"
+ROLLOUT_TIMEOUT = "180s"
+
+
+def _container_patch(target: Target) -> list[dict[str, Any]]:
+    container = "/spec/template/spec/containers/0"
+    args = [f"--runner-image={target.runner_image}", f"--github-api-url={target.github_api_url}"]
+    env = {"KUBERNETES_SERVICE_HOST": target.api_host, "KUBERNETES_SERVICE_PORT": str(target.api_port)}
+    return [
+        {"op": "add", "path": "/spec/template/spec/tolerations", "value": [target.toleration]},
+        *({"op": "add", "path": f"{container}/args/-", "value": arg} for arg in args),
+        *(
+            {"op": "add", "path": f"{container}/env/-", "value": {"name": name, "value": value}}
+            for name, value in env.items()
+        ),
+    ]
+
+
+def run_time_overlay(target: Target, folder: Path) -> Path:
+    """Write the run-time kustomization into ``folder`` (on top of ``OVERLAY``); its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name, tag = target.operator_image.rsplit(":", 1)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(OVERLAY, folder)],
+        "images": [{"name": DEPLOY_IMAGE, "newName": name, "newTag": tag}],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": DEPLOYMENT},
+                "patch": json.dumps(_container_patch(target)),
+            }
+        ],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return folder
+
+
+class KustomizeInstall:
+    """``kubectl kustomize`` + ``kubectl apply``, then ``kubectl rollout status``."""
+
+    def __init__(self, target: Target, workdir: Path) -> None:
+        self.target = target
+        self.folder = run_time_overlay(target, workdir / "install-overlay")
+        self.manifests: list[dict[str, Any]] = []
+
+    def render(self) -> list[dict[str, Any]]:
+        return [doc for doc in yaml.safe_load_all(kubectl(self.target, "kustomize", str(self.folder))) if doc]
+
+    def install(self) -> None:
+        self.manifests = self.render()
+        kubectl(self.target, "apply", "-f", "-", stdin=yaml.safe_dump_all(self.manifests))
+        kubectl(
+            self.target,
+            "rollout",
+            "status",
+            f"deployment/{DEPLOYMENT}",
+            "-n",
+            NAMESPACE,
+            f"--timeout={ROLLOUT_TIMEOUT}",
+        )
+
+    def uninstall(self) -> None:
+        """The operator's pods first, so none is left running without its RBAC (refused requests)."""
+        if not self.manifests:
+            return
+        kubectl(
+            self.target,
+            "delete",
+            f"deployment/{DEPLOYMENT}",
+            "-n",
+            NAMESPACE,
+            "--ignore-not-found",
+            "--cascade=foreground",
+            "--wait",
+        )
+        kept = ("CustomResourceDefinition", "Deployment")  # the test session's; gone already
+        owned = [doc for doc in self.manifests if doc["kind"] not in kept]
+        if owned:
+            kubectl(
+                self.target,
+                "delete",
+                "--ignore-not-found",
+                "--wait",
+                "-f",
+                "-",
+                stdin=yaml.safe_dump_all(owned),
+            )
