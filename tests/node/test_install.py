@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import naming
 from tests.e2e.runners import GOOD_PAT, REPO, pool_runners, wait_condition
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -96,7 +96,7 @@ class Installed:
         self.core.create_namespace({"metadata": {"name": name}})
         self.namespaces.append(name)
         self.core.create_namespaced_secret(
-            name, {"metadata": {"name": api.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}}
+            name, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}}
         )
         return name
 
@@ -254,7 +254,7 @@ def test_an_autoscaling_pool_scales_from_zero_on_a_delivery_through_the_webhook_
 
     wait_for(at_zero, START_TIMEOUT, 0.2, "the pool to rest at 0 runners")
 
-    job = installed.fake.queue_job(REPO, ["self-hosted", api.pool_runner_label(namespace, "auto")], 1.0)
+    job = installed.fake.queue_job(REPO, ["self-hosted", naming.pool_runner_label(namespace, "auto")], 1.0)
 
     [done] = wait_done(installed.fake, [job]).values()
     assert done["conclusion"] == "success" and done["runner_name"].startswith("auto-")
