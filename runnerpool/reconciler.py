@@ -147,11 +147,14 @@ class Reconciler:
         namespace, name = split_key(key)
         parsed = self._cache.pool(namespace, name)
         if parsed is None:
-            # Deleted (finalizer already gone) or never ours: make sure no job lingers.
+            # Deleted (finalizer already gone) or never ours: make sure no job lingers, and the
+            # namespace's busy budget goes with its last pool.
             self._stop_jobs(namespace, name)
             if self._protection is not None:
                 self._protection.forget(namespace, name)
-            _log_pass(namespace, name, "gone", Writes())
+            writes = Writes()
+            self._pods.release_unused_budget(namespace, writes)
+            _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems
         if pool is None:

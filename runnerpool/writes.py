@@ -27,6 +27,7 @@ class Write(enum.StrEnum):
     DEPLOYMENT_DELETED = "delete deployment"
     BUDGET_CREATED = "create poddisruptionbudget"
     BUDGET_UPDATED = "update poddisruptionbudget"
+    BUDGET_DELETED = "delete poddisruptionbudget (the namespace has no pool left)"
     LEGACY_BUDGET_DELETED = "delete poddisruptionbudget (per pool, of an earlier version)"
     STATUS = "update status"
 

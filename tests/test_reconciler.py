@@ -459,6 +459,31 @@ def _finalize(api_client: client.ApiClient, namespace: str, reconciler: Reconcil
     wait_for(lambda: LiveReader(api_client).get_pool(namespace, name) is None, message="the pool to go")
 
 
+def test_the_namespaces_busy_budget_goes_with_its_last_pool(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """It has no owner, so without this every namespace that ever had a pool kept one after an
+    uninstall."""
+    RunnerEndpoint(github, "/repos/octo-org/octo-repo")  # no runners to deregister
+    policy = client.PolicyV1Api(api_client)
+
+    def budgets() -> list[str]:
+        return [b.metadata.name for b in policy.list_namespaced_pod_disruption_budget(namespace).items]
+
+    _converged(api_client, namespace, reconciler, "first", delete=False)
+    create_pool(api_client, namespace, pool_manifest("second", repo="octo-org/octo-repo"))
+    reconciler(f"{namespace}/second")
+    assert budgets() == [naming.BUSY_DISRUPTION_BUDGET]
+
+    for name, left in (("first", [naming.BUSY_DISRUPTION_BUDGET]), ("second", [])):
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name
+        )
+        _finalize(api_client, namespace, reconciler, name)
+        reconciler(f"{namespace}/{name}")  # the pool's deletion event: gone from the cache
+        assert budgets() == left, f"after {name} went"
+
+
 def test_deleting_a_pool_deregisters_exactly_its_runners(
     api_client: client.ApiClient,
     namespace: str,

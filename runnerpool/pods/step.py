@@ -140,6 +140,24 @@ class PodStep:
         )
         writes.add(Write.BUDGET_UPDATED)
 
+    def release_unused_budget(self, namespace: str, writes: Writes) -> None:
+        """Delete the namespace's busy budget once no pool of the namespace is left.
+
+        It has no owner (no one pool may take it along), so without this an uninstall that
+        deleted every pool would leave one budget behind in each of their namespaces. Asked
+        when a pool is gone from the cache, so the last pool to go sees none left; a pool
+        made meanwhile creates it again on its first pass.
+        """
+        if self._cache.pools_in(namespace):
+            return
+        if self._cache.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET) is None:
+            return
+        try:
+            self._kube.delete(POD_DISRUPTION_BUDGETS, namespace, naming.BUSY_DISRUPTION_BUDGET)
+            writes.add(Write.BUDGET_DELETED)
+        except ApiException as err:
+            _ignore(err, 404)
+
     def _drop_legacy_budget(self, pool: api.RunnerPool, writes: Writes) -> None:
         """Earlier versions kept a budget per pool. Left beside the namespace's, a busy pod
         would match two budgets, and the eviction API answers that with a 500, not the 429

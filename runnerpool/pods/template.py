@@ -89,7 +89,8 @@ def disruption_budget(namespace: str) -> dict[str, Any]:
 
     One budget per namespace for every pool: with ``maxUnavailable: 0`` a budget per pool
     refuses nothing more, and a shared one costs a new pool no write.  It has no owner
-    (no pool may take it along when deleted); the namespace's deletion removes it.
+    (no pool may take it along when deleted); it goes when the namespace's last pool goes
+    (``PodStep.release_unused_budget``).
     """
     labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
     return {
