@@ -34,7 +34,7 @@ from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.step import PodStep
+from runnerpool.pods.step import LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
 from runnerpool.runtime.controller import Result, TerminalError
@@ -214,7 +214,7 @@ class Reconciler:
             recreated=Write.SECRET_CREATED in run.writes,
         )
         # One read of the pool's pods for the whole pass: the decision, the creates, the round.
-        live = self._cache.list_pods(run.pool.namespace, run.pool.name)
+        live = self._pods.read(run.pool)
         decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
         recheck = _sooner(recheck, decision.recheck_after)
@@ -233,9 +233,7 @@ class Reconciler:
         wait = self._update_status(run, secret, pods, decision)
         return Result(requeue_after=_sooner(wait, recheck))
 
-    def _act_on_pods(
-        self, run: _Pass, decision: Decision, live: list[dict[str, Any]]
-    ) -> pool_status.PodCounts:
+    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> pool_status.PodCounts:
         pods = self._pods.converge(run.pool, run.writes, decision.replicas, live)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
@@ -249,13 +247,13 @@ class Reconciler:
                 "UpdatedDisruptionBudget",
                 "brought the busy runners' disruption budget back to spec",
             )
-        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live):
+        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live.pods):
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._runners.bring_round_forward(run.pool.namespace, run.pool.name)
         return pods
 
-    def _decide(self, pool: api.RunnerPool, pods: list[dict[str, Any]]) -> Decision:
+    def _decide(self, pool: api.RunnerPool, live: LivePods) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
         by the pods that are still up (``held_by``)."""
         key = pool_key(pool.namespace, pool.name)
@@ -264,7 +262,7 @@ class Reconciler:
             self._windows[key] = window
         if not decision.holding:
             return decision  # nothing held: no need to count the pods
-        return decision.held_by(self._pods.counts(pool, decision.replicas, pods).active)
+        return decision.held_by(self._pods.counts(pool, decision.replicas, live).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if naming.POOL_FINALIZER not in run.pool.finalizers:

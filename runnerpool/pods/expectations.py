@@ -5,10 +5,14 @@ reconcile (often triggered by that very create's events on other objects) may ru
 the watch delivered the pod, see one pod too few and create another.  Kubernetes' own
 ReplicaSet controller and controller-runtime users solve this with "expectations"; this is
 the same idea kept small: the reconciler records the names the API server gave its
-creates, and a name stops being pending once the cache has shown it (the pod informer
-reports every event with :meth:`observe`, or :meth:`pending` finds it in the cache) or
-after ``timeout`` seconds (a create whose pod was deleted again before any watch event,
-which cannot happen with a working watch but must not block the pool for ever).
+creates, and a name stops being expected once the cache has shown it (the pod informer
+reports every event with :meth:`observe`) or after ``timeout`` seconds (a create whose pod
+was deleted again before any watch event, which cannot happen with a working watch but must
+not block the pool for ever).
+
+The order matters: take :meth:`expected` *before* reading the pods, then count with
+:func:`still_pending`. A pod the watch delivers between the two is then either in the read
+or still expected, never neither (which made one pod too many).
 
 Kept in memory on purpose: a restarted operator starts with a freshly listed cache, which
 has nothing left to catch up on.
@@ -20,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-__all__ = ["DEFAULT_TIMEOUT", "Expectations"]
+__all__ = ["DEFAULT_TIMEOUT", "Expectations", "still_pending"]
 
 #: The ReplicaSet controller's ExpectationsTimeout.
 DEFAULT_TIMEOUT = 300.0
@@ -46,22 +50,25 @@ class Expectations:
                 if not names:
                     del self._pending[pool]
 
-    def pending(self, pool: str, cached: Iterable[str]) -> int:
-        """How many of the pool's creates the cache (``cached``: pod names) has not shown yet."""
-        seen = set(cached)
+    def expected(self, pool: str) -> frozenset[str]:
+        """The pool's creates the cache has not shown yet, as of now: take it before the read."""
         now = self._clock()
         with self._lock:
             names = self._pending.get(pool)
             if not names:
-                return 0
+                return frozenset()
             for name, deadline in list(names.items()):
-                if name in seen or deadline <= now:
+                if deadline <= now:
                     del names[name]
             if not names:
                 del self._pending[pool]
-                return 0
-            return len(names)
+            return frozenset(names)
 
     def forget(self, pool: str) -> None:
         with self._lock:
             self._pending.pop(pool, None)
+
+
+def still_pending(expected: frozenset[str], cached: Iterable[str]) -> int:
+    """How many of ``expected`` (taken before the read) the read (``cached``: names) lacks."""
+    return len(expected - set(cached))

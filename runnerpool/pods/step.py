@@ -9,7 +9,7 @@ managers' (``runnerpool.runners.retirement``), which know from GitHub which runn
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
@@ -19,7 +19,7 @@ from runnerpool import api, children, naming
 from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
-from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.expectations import Expectations, still_pending
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import (
     DEPLOYMENTS,
@@ -36,6 +36,15 @@ __all__ = ["PodStep"]
 log = logging.getLogger(__name__)
 
 _ORPHAN = {"propagationPolicy": "Orphan"}
+
+
+@dataclass(frozen=True)
+class LivePods:
+    """A pool's pods as one read of the cache showed them, and the creates expected as of
+    just before that read (``runnerpool.pods.expectations``)."""
+
+    pods: list[dict[str, Any]]
+    expected: frozenset[str] = frozenset()
 
 
 def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
@@ -69,36 +78,35 @@ class PodStep:
 
     # ------------------------------------------------------------------ converge
 
+    def read(self, pool: api.RunnerPool) -> LivePods:
+        """The pool's pods from the cache, once per pass: the creates still expected first."""
+        expected = self._expectations.expected(pool_key(pool.namespace, pool.name))
+        return LivePods(self._cache.list_pods(pool.namespace, pool.name), expected)
+
     def counts(
-        self,
-        pool: api.RunnerPool,
-        replicas: int,
-        pods: list[dict[str, Any]],
-        *,
-        with_creates: bool = False,
+        self, pool: api.RunnerPool, replicas: int, live: LivePods, *, with_creates: bool = False
     ) -> scaling.PodCounts:
-        """The pool's pods as they are (``pods``: from the cache), without any write;
+        """The pool's pods as they are (``live``: this pass's :meth:`read`), without any write;
         ``with_creates``: as they will be once :meth:`converge` made the missing ones."""
-        counts = self._count(pool, pods, replicas)
+        counts = self._count(pool, live, replicas)
         return _after(counts, scaling.creates(counts)) if with_creates else counts
 
-    def _count(self, pool: api.RunnerPool, pods: list[dict[str, Any]], replicas: int) -> scaling.PodCounts:
-        names = [str(p["metadata"].get("name")) for p in pods]
-        pending = self._expectations.pending(pool_key(pool.namespace, pool.name), names)
-        return scaling.count(pods, replicas, self.wanted_hash(pool), pending)
+    def _count(self, pool: api.RunnerPool, live: LivePods, replicas: int) -> scaling.PodCounts:
+        names = [str(p["metadata"].get("name")) for p in live.pods]
+        return scaling.count(live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names))
 
     def converge(
-        self, pool: api.RunnerPool, writes: Writes, replicas: int, pods: list[dict[str, Any]]
+        self, pool: api.RunnerPool, writes: Writes, replicas: int, live: LivePods
     ) -> scaling.PodCounts:
         """Take over, keep the budget, create what is missing; returns the counts after the creates.
 
         ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
-        ``pods``: the pool's pods from the cache.
+        ``live``: this pass's :meth:`read`.
         """
-        self._take_over(pool, pods, writes)
+        self._take_over(pool, live.pods, writes)
         self._ensure_budget(pool, writes)
         key = pool_key(pool.namespace, pool.name)
-        counts = self._count(pool, pods, replicas)
+        counts = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
         for _ in range(wanted):
             self._create_pod(pool, key)

@@ -164,9 +164,10 @@ def credentials(api_client: client.ApiClient, namespace: str) -> str:
     return naming.DEFAULT_CREDENTIAL_SECRET
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def operator_credentials(control_plane: ControlPlane) -> Path:
-    """deploy/rbac applied, and a kubeconfig with a token of its ``runnerpool-operator`` account."""
+    """deploy/rbac applied, and a kubeconfig with a token of its ``runnerpool-operator`` account
+    (checked for each test: an earlier test's uninstall may have deleted the account)."""
     return operator_kubeconfig(control_plane)
 
 

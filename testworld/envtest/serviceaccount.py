@@ -168,16 +168,34 @@ def operator_kubeconfig(plane: ControlPlane) -> Path:
     """The kubeconfig every operator process under test gets: deploy/'s ServiceAccount.
 
     Made once per control plane (beside its admin kubeconfig) and shared: tokens last a day.
+    Checked on every call, since a suite that installs and uninstalls the operator (the
+    install tests on the node) deletes the ServiceAccount, and with it every token it had:
+    then deploy/rbac is applied again and a new token written.
     """
     path = plane.workdir / "operator.kubeconfig"
+    user = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
     with _lock:
-        if path.exists():
+        if path.exists() and _authenticates(path, user):
             return path
     install_operator_rbac(plane)
     with _lock:
-        if not path.exists():
+        if not (path.exists() and _authenticates(path, user)):
             service_account_kubeconfig(plane, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, path)
     return path
+
+
+def _authenticates(path: Path, user: str) -> bool:
+    """Whether the API server takes the kubeconfig's token as ``user`` now (one request)."""
+    api = config.new_client_from_config(config_file=str(path))
+    try:
+        review = client.AuthenticationV1Api(api).create_self_subject_review({})
+        return bool(review.status.user_info.username == user)
+    except ApiException as err:
+        if err.status != 401:
+            raise
+        return False
+    finally:
+        api.close()
 
 
 def uses_a_client_certificate(kubeconfig: Path) -> bool:
