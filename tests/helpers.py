@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -47,3 +48,17 @@ def venv_tool(name: str, install_hint: str) -> str:
     found = shutil.which(name)
     assert found, f"{name} is required: {install_hint}"
     return found
+
+
+def operator_help() -> str:
+    """``runnerpool-operator --help`` as the installed console script prints it."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from runnerpool.cli import main; sys.exit(main())", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from tests.helpers import operator_help
 from tests.pools import pool_manifest
 from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
@@ -476,19 +476,6 @@ def test_tenant_roles_aggregate_into_view_edit_admin(helm: Path) -> None:
     assert aggregated["view"] == {"get", "list", "watch"}
     assert {"create", "update", "patch", "delete"} <= aggregated["edit"]
     assert aggregated["admin"] == aggregated["edit"]
-
-
-def operator_help() -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from runnerpool.cli import main; sys.exit(main())", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_every_rendered_flag_is_an_operator_flag(helm: Path) -> None:

@@ -30,11 +30,15 @@ from runnerpool.metrics_endpoint import METRICS_PATH, CachedReviews, KubeReviews
 from runnerpool.settings import ProbeSettings
 from tests.helpers import wait_for
 from testworld.envtest.controlplane import ControlPlane, free_port
-from testworld.envtest.serviceaccount import install_operator_rbac, service_account_user, token_of
+from testworld.envtest.serviceaccount import (
+    install_operator_rbac,
+    metrics_reader_binding,
+    service_account_user,
+    token_of,
+)
 
 READER = User("system:serviceaccount:monitoring:prometheus", "uid-1", ("system:serviceaccounts",))
 STRANGER = User("system:serviceaccount:default:nobody")
-METRICS_READER = "runnerpool-operator-metrics-reader"
 
 
 @dataclass
@@ -274,7 +278,6 @@ def test_kube_reviews_ask_the_api_server(
 
     Admin asks here; the operator's own permission to ask is tested with its process."""
     install_operator_rbac(control_plane)
-    rbac = client.RbacAuthorizationV1Api(api_client)
     client.CoreV1Api(api_client).create_namespaced_service_account(
         namespace, {"metadata": {"name": "scraper"}}
     )
@@ -285,20 +288,6 @@ def test_kube_reviews_ask_the_api_server(
     assert f"system:serviceaccounts:{namespace}" in user.groups
     assert reviews.authenticate("not-a-token") is None
     assert not reviews.may_get(user, METRICS_PATH)
-    binding = f"metrics-reader-{namespace}"
-    rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": binding},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": METRICS_READER,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": namespace}],
-        }
-    )
-    try:
+    with metrics_reader_binding(api_client, namespace, "scraper"):
         wait_for(lambda: reviews.may_get(user, METRICS_PATH), message="RBAC to allow the scraper")
         assert not reviews.may_get(user, "/debug")
-    finally:
-        rbac.delete_cluster_role_binding(binding)

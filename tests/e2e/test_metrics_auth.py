@@ -22,10 +22,8 @@ from tests.e2e.conftest import StartOperator
 from tests.helpers import wait_for
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import OPERATOR_USER, token_of
+from testworld.envtest.serviceaccount import OPERATOR_USER, metrics_reader_binding, token_of
 from testworld.simulator import OperatorProcess
-
-METRICS_READER = "runnerpool-operator-metrics-reader"
 
 
 def scrape(operator: OperatorProcess, token: str | None = None) -> tuple[int, str]:
@@ -51,21 +49,8 @@ def _account(api_client: client.ApiClient, namespace: str, name: str) -> str:
 def reader_token(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
     """A ServiceAccount bound to deploy/'s metrics reader role, as Prometheus's would be."""
     token = _account(api_client, namespace, "prometheus")
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    binding = f"metrics-reader-{namespace}"
-    rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": binding},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": METRICS_READER,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}],
-        }
-    )
-    yield token
-    rbac.delete_cluster_role_binding(binding)
+    with metrics_reader_binding(api_client, namespace, "prometheus"):
+        yield token
 
 
 def test_metrics_need_a_token_allowed_to_read_them(

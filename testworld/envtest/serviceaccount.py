@@ -16,11 +16,12 @@ audit log for what a user was denied, which is how a test proves that the rules 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,30 @@ def refusals(plane: ControlPlane, user: str, since: int = 0) -> list[str]:
         if (event.get("user") or {}).get("username") == user
         and (event.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
     ]
+
+
+#: deploy/rbac's ClusterRole that may get /metrics (--metrics-secure).
+METRICS_READER = "runnerpool-operator-metrics-reader"
+
+
+@contextlib.contextmanager
+def metrics_reader_binding(api_client: client.ApiClient, namespace: str, account: str) -> Iterator[str]:
+    """Bind ServiceAccount ``namespace/account`` to the metrics reader role, as a user binds
+    Prometheus's; the binding's name, removed on exit."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    binding = f"metrics-reader-{namespace}-{account}"
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": binding},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": METRICS_READER,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }
+    )
+    try:
+        yield binding
+    finally:
+        rbac.delete_cluster_role_binding(binding)
