@@ -33,6 +33,9 @@ from tests.pools import pool_manifest
 from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.controlplane import ControlPlane
+from testworld.install.helm import HelmInstall
+from testworld.install.kustomize import run_time_overlay
+from testworld.install.target import Target
 from testworld.tools import assets as tool_assets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -649,3 +652,42 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
         is None
     )
     assert custom.get_namespaced_custom_object("runnerpool.dev", "v1alpha1", namespace, "runnerpools", "kept")
+
+
+# --- the test world's Helm install (tests/node/test_install.py) -----------------------------
+
+
+def effective_flags(args: list[str]) -> dict[str, str]:
+    """What the operator runs with: its flags take the last value given."""
+    return {name: value for name, _, value in (arg.partition("=") for arg in args)}
+
+
+def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_does(tmp_path: Path) -> None:
+    """Both installs of the node suite run the same operator: the same flags (last value wins),
+    environment, images, pull policy and toleration, so the suite's Helm part tests the chart only."""
+    target = Target(
+        kubectl=envtest_assets.ensure_binaries(("kubectl",))["kubectl"],
+        kubeconfig=tmp_path / "kubeconfig",
+        operator_image="runnerpool-operator:test-abc",
+        runner_image="runnerpool-runner:test-def",
+        github_api_url="http://10.88.0.1:40000/api/v3",
+        api_host="10.88.0.1",
+        api_port=6443,
+        toleration={"key": "node", "operator": "Exists", "effect": "NoSchedule"},
+    )
+    overlay = kustomize(run_time_overlay(target, tmp_path / "overlay"))
+    chart = HelmInstall(target, tmp_path / "helm").render()
+    sides = []
+    for objects in (overlay, chart):
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        operator = container(objects)
+        sides.append(
+            {
+                "flags": effective_flags(operator["args"]),
+                "env": operator["env"],
+                "image": (operator["image"], operator["imagePullPolicy"]),
+                "tolerations": pod["tolerations"],
+            }
+        )
+    assert sides[0]["flags"]["--demand-poll-interval"] == "3600", "the overlay's own choices are compared too"
+    assert sides[1] == sides[0]

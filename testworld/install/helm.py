@@ -57,6 +57,7 @@ class HelmInstall:
     def __init__(self, target: Target, workdir: Path) -> None:
         self.target = target
         self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
         self.helm = tool_assets.ensure_tool(tool_assets.HELM)
         self.values = test_world_values(target)
         self.installed = False
