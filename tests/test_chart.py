@@ -3,9 +3,12 @@
 Helm is the pinned build (testworld/tools). The parity test is the chart's contract: with its
 default values it installs what ``kubectl apply -k deploy/`` installs (as ``kubectl kustomize``
 renders it), object for object and field for field, and names each object and field that
-differ. Two differences are by design and the only ones tolerated: the chart does not create
+differ. Three differences are by design and the only ones tolerated: the chart does not create
 its own Namespace (``helm install -n NS --create-namespace`` does; a chart that renders its
-release namespace cannot be installed into it), and it adds Helm's bookkeeping labels.
+release namespace cannot be installed into it), it adds Helm's bookkeeping labels, and it
+renders the operator's leader-election Lease (``CHART_ONLY``): else ``helm uninstall`` would leave
+it, as the operator creates it at run time; deploy/ needs no such object, since deleting deploy/
+deletes its Namespace and every Lease in it.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ import pytest
 import yaml
 from kubernetes import client
 
+from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help
 from tests.pools import pool_manifest
 from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.controlplane import ControlPlane
+from testworld.install.helm import HelmInstall
+from testworld.install.kustomize import run_time_overlay
+from testworld.install.target import Target
 from testworld.tools import assets as tool_assets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +52,8 @@ HELM_LABELS = frozenset(
         "helm.sh/chart",
     }
 )
+#: Objects only the chart renders (the module's docstring says why).
+CHART_ONLY = frozenset({("Lease", NAMESPACE, LeaderElectionSettings().lease_name)})
 #: Operator flags the chart renders for features another branch adds to the operator (namespaced
 #: mode, HTTPS metrics). Empty this set when that branch is merged: then every rendered flag must
 #: be one `runnerpool-operator --help` lists.
@@ -183,7 +192,9 @@ def parity_report(deploy: list[Obj], chart: list[Obj]) -> list[str]:
 
 def test_default_values_render_what_deploy_installs(helm: Path) -> None:
     deploy = [o for o in kustomize(DEPLOY) if o["kind"] != "Namespace"]
-    report = parity_report(deploy, template(helm))
+    chart = template(helm)
+    assert {identity(o) for o in chart} >= CHART_ONLY
+    report = parity_report(deploy, [o for o in chart if identity(o) not in CHART_ONLY])
     assert not report, "the chart's defaults and deploy/ differ:\n  " + "\n  ".join(report)
 
 
@@ -321,9 +332,32 @@ def test_single_replica_without_budget_or_leader(helm: Path) -> None:
         helm,
         {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}, "leaderElection": {"enabled": False}},
     )
-    assert "PodDisruptionBudget" not in {o["kind"] for o in objects}
+    assert not {"PodDisruptionBudget", "Lease"} & {o["kind"] for o in objects}
     assert not [o for o in objects if o["metadata"]["name"].endswith("-leader-election")]
     assert not [a for a in container(objects)["args"] if a.startswith("--leader-elect")]
+
+
+LEASES: dict[str, tuple[str, Obj, str, str | None]] = {
+    # release, values, the Lease's name, the --leader-election-id rendered (None: the default's)
+    "deploy's": (RELEASE, {}, LeaderElectionSettings().lease_name, None),
+    "other release": ("ci", {}, "ci-runnerpool-operator", "ci-runnerpool-operator"),
+    "named": (RELEASE, {"leaderElection": {"leaseName": "pools"}}, "pools", "pools"),
+}
+
+
+@pytest.mark.parametrize(("release", "values", "lease", "flag"), LEASES.values(), ids=LEASES.keys())
+def test_the_chart_renders_the_lease_the_operator_elects_on(
+    helm: Path, release: str, values: Obj, lease: str, flag: str | None
+) -> None:
+    """Two releases in one namespace get two Leases; the operator is told the one rendered."""
+    done = run_helm(helm, "template", release, str(CHART), "--namespace", "ci-ops", values=values)
+    assert done.returncode == 0, done.stderr
+    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    rendered = one(objects, "Lease")
+    assert (rendered["metadata"]["name"], rendered["metadata"]["namespace"]) == (lease, "ci-ops")
+    assert "spec" not in rendered, "the operator's replicas own the spec"
+    ids = [a.split("=", 1)[1] for a in container(objects)["args"] if a.startswith("--leader-election-id=")]
+    assert ids == ([flag] if flag else [])
 
 
 def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None:
@@ -523,7 +557,7 @@ def test_everything_the_chart_renders_passes_server_side_validation(
 #: Everything the chart can create (but the CRD), for ``kubectl get KINDS -l``.
 CHART_KINDS = (
     "clusterroles,clusterrolebindings,roles,rolebindings,serviceaccounts,deployments,services,"
-    "poddisruptionbudgets,secrets,ingresses"
+    "poddisruptionbudgets,secrets,ingresses,leases"
 )
 
 
@@ -536,8 +570,9 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
     tmp_path: Path,
 ) -> None:
     """The release lifecycle against the API server (no operator runs: no node here): install
-    creates what ``helm template`` shows, upgrade changes it, uninstall removes all of it but the
-    CRD and the RunnerPools, which a CRD in templates/ would have deleted with it."""
+    creates what ``helm template`` shows, upgrade changes it but keeps the Lease's holder (the
+    operator's), uninstall removes all of it, Lease included, but the CRD and the RunnerPools,
+    which a CRD in templates/ would have deleted with it."""
     kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
     env = {"KUBECONFIG": str(control_plane.kubeconfig)}
     env |= {f"HELM_{d}_HOME": str(tmp_path / d.lower()) for d in ("CACHE", "CONFIG", "DATA")}
@@ -575,12 +610,21 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
         "runnerpool.dev", "v1alpha1", namespace, "runnerpools", pool_manifest("kept", replicas=1)
     )
 
+    # What an operator replica writes into the chart's empty Lease.
+    leases = client.CoordinationV1Api(api_client)
+    lease_name = f"{release}-runnerpool-operator"
+    lease = leases.read_namespaced_lease(lease_name, namespace)
+    lease.spec = client.V1LeaseSpec(holder_identity="operator-0_abc", lease_duration_seconds=15)
+    leases.replace_namespaced_lease(lease_name, namespace, lease)
+
     done = run_helm(
         helm, "upgrade", release, str(CHART), "-n", namespace, values={**values, "replicaCount": 3}, env=env
     )
     assert done.returncode == 0, done.stderr
     apps = client.AppsV1Api(api_client)
     assert apps.read_namespaced_deployment(f"{release}-runnerpool-operator", namespace).spec.replicas == 3
+    held = leases.read_namespaced_lease(lease_name, namespace).spec
+    assert (held.holder_identity, held.lease_duration_seconds) == ("operator-0_abc", 15), "upgrade kept it"
 
     done = run_helm(helm, "uninstall", release, "-n", namespace, env=env)
     assert done.returncode == 0, done.stderr
@@ -595,3 +639,42 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
         is None
     )
     assert custom.get_namespaced_custom_object("runnerpool.dev", "v1alpha1", namespace, "runnerpools", "kept")
+
+
+# --- the test world's Helm install (tests/node/test_install.py) -----------------------------
+
+
+def effective_flags(args: list[str]) -> dict[str, str]:
+    """What the operator runs with: its flags take the last value given."""
+    return {name: value for name, _, value in (arg.partition("=") for arg in args)}
+
+
+def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_does(tmp_path: Path) -> None:
+    """Both installs of the node suite run the same operator: the same flags (last value wins),
+    environment, images, pull policy and toleration, so the suite's Helm part tests the chart only."""
+    target = Target(
+        kubectl=envtest_assets.ensure_binaries(("kubectl",))["kubectl"],
+        kubeconfig=tmp_path / "kubeconfig",
+        operator_image="runnerpool-operator:test-abc",
+        runner_image="runnerpool-runner:test-def",
+        github_api_url="http://10.88.0.1:40000/api/v3",
+        api_host="10.88.0.1",
+        api_port=6443,
+        toleration={"key": "node", "operator": "Exists", "effect": "NoSchedule"},
+    )
+    overlay = kustomize(run_time_overlay(target, tmp_path / "overlay"))
+    chart = HelmInstall(target, tmp_path / "helm").render()
+    sides = []
+    for objects in (overlay, chart):
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        operator = container(objects)
+        sides.append(
+            {
+                "flags": effective_flags(operator["args"]),
+                "env": operator["env"],
+                "image": (operator["image"], operator["imagePullPolicy"]),
+                "tolerations": pod["tolerations"],
+            }
+        )
+    assert sides[0]["flags"]["--demand-poll-interval"] == "3600", "the overlay's own choices are compared too"
+    assert sides[1] == sides[0]

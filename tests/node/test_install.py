@@ -1,14 +1,18 @@
 """The operator installed from deploy/ as pods on the real node, and what a user then sees.
 
-One install serves the whole module (``installed``, parametrized by installer: the
-kustomize overlay in ``testworld/install`` now, a Helm chart can be added to
-``INSTALLERS``): the operator's own image (``testworld.node.operator_image``) imported into
-the node, two replicas with leader election, in-cluster credentials from deploy/'s
-ServiceAccount and RBAC, Pod Security ``restricted`` on its namespace. The fake GitHub
-listens on the node's bridge and delivers signed ``workflow_job`` webhooks through the
-operator's webhook Service (via the API server's service proxy, which sends them to the
-Service's ready endpoints: there is no kube-proxy here). The tests run in file order:
-the later ones replace the operator's pods.
+One install per installer serves its tests (``installed``, parametrized by installer: the
+kustomize overlay of deploy/ and the Helm chart, ``INSTALLERS``; each test names the
+installers it runs on, ``on(...)``, and pytest groups a test's runs by installer, so one
+install is set up, used and removed before the next): the operator's own image
+(``testworld.node.operator_image``) imported into the node, two replicas with leader
+election, in-cluster credentials from deploy/'s ServiceAccount and RBAC, Pod Security
+``restricted`` on its namespace. The fake GitHub listens on the node's bridge and delivers
+signed ``workflow_job`` webhooks through the operator's webhook Service (via the API
+server's service proxy, which sends them to the Service's ready endpoints: there is no
+kube-proxy here). The tests of one installer run in file order: the later ones replace the
+operator's pods, Helm's last one uninstalls it. The kustomize install runs the whole suite;
+the Helm install the smoke tests, then an upgrade and an uninstall
+(docs/testworld-install.md).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import naming
+from runnerpool import api, naming
 from tests.e2e.runners import GOOD_PAT, REPO, pool_runners, wait_condition
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -45,6 +49,7 @@ from testworld.envtest import assets
 from testworld.envtest.controlplane import Component, ControlPlane, free_port
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
+from testworld.install.helm import RELEASE, HelmInstall
 from testworld.install.kustomize import KustomizeInstall
 from testworld.install.target import (
     DEPLOYMENT,
@@ -62,7 +67,10 @@ from testworld.node.node import NODE_TOLERATION, Node
 from testworld.node.operator_image import operator_image
 from testworld.simulator import poll_until
 
-INSTALLERS: dict[str, Callable[[Target, Path], Installer]] = {"kustomize": KustomizeInstall}
+INSTALLERS: dict[str, Callable[[Target, Path], Installer]] = {
+    "kustomize": KustomizeInstall,
+    "helm": HelmInstall,
+}
 OPERATOR_SELECTOR = "app.kubernetes.io/name=runnerpool-operator,app.kubernetes.io/component=operator"
 #: Through the API server's service proxy: to one of the Service's ready endpoints.
 WEBHOOK_PATH = f"/api/v1/namespaces/{NAMESPACE}/services/{WEBHOOK_SERVICE}:{WEBHOOK_PORT_NAME}/proxy/webhook"
@@ -70,6 +78,18 @@ WEBHOOK_PATH = f"/api/v1/namespaces/{NAMESPACE}/services/{WEBHOOK_SERVICE}:{WEBH
 BUSY_JOB_SECONDS = 45.0
 NAMESPACE_GONE_TIMEOUT = 120.0
 LOG_TAIL_LINES = 40
+#: The pod template change the Helm upgrade makes (a value the chart passes through).
+UPGRADE_ANNOTATION = {"runnerpool.test/upgraded": "1"}
+#: The operator deletes a namespace's busy budget on its last pool's deletion event.
+BUDGET_GONE_TIMEOUT = 30.0
+
+
+def on(*installers: str) -> pytest.MarkDecorator:
+    """Run the test on these installers' installs (one module-scoped install each)."""
+    return pytest.mark.parametrize("installed", installers, indirect=True, scope="module")
+
+
+every_install = on(*INSTALLERS)
 
 
 @dataclass
@@ -169,7 +189,7 @@ def install_fake() -> Iterator[FakeGitHub]:
         yield fake
 
 
-@pytest.fixture(scope="module", params=sorted(INSTALLERS))
+@pytest.fixture(scope="module")
 def installed(
     request: pytest.FixtureRequest,
     control_plane: ControlPlane,
@@ -231,6 +251,7 @@ def _operator_logs(installed: Installed) -> Iterator[None]:
     print(installed.log_tails())
 
 
+@every_install
 def test_a_fixed_pool_runs_a_job(installed: Installed, namespace: str) -> None:
     create_pool(installed.api_client, namespace, node_pool("fixed", replicas=1))
     [pod] = registered_pods(installed.core, installed.fake, namespace, "fixed", 1)
@@ -242,6 +263,7 @@ def test_a_fixed_pool_runs_a_job(installed: Installed, namespace: str) -> None:
     assert (done["conclusion"], done["runner_name"]) == ("success", pod)
 
 
+@every_install
 def test_an_autoscaling_pool_scales_from_zero_on_a_delivery_through_the_webhook_service(
     installed: Installed, namespace: str
 ) -> None:
@@ -266,6 +288,7 @@ def test_an_autoscaling_pool_scales_from_zero_on_a_delivery_through_the_webhook_
     wait_for(at_zero, START_TIMEOUT, 0.2, "the pool to return to 0 runners")
 
 
+@on("kustomize")
 def test_deleting_a_namespace_leaves_no_runner_registered(installed: Installed) -> None:
     namespace = installed.new_namespace()
     create_pool(installed.api_client, namespace, node_pool("doomed", replicas=2))
@@ -282,6 +305,7 @@ def test_deleting_a_namespace_leaves_no_runner_registered(installed: Installed) 
     assert pool_runners(installed.fake, REPO, namespace, "doomed") == []
 
 
+@every_install
 def test_the_operator_namespace_enforces_pod_security_restricted(installed: Installed) -> None:
     labels = installed.core.read_namespace(NAMESPACE).metadata.labels or {}
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
@@ -297,6 +321,7 @@ def test_the_operator_namespace_enforces_pod_security_restricted(installed: Inst
     assert 'violates PodSecurity "restricted' in json.loads(refused.value.body)["message"]
 
 
+@on("kustomize")
 def test_the_readiness_probe_keeps_a_replica_that_cannot_serve_out_of_the_service(
     installed: Installed,
 ) -> None:
@@ -358,6 +383,7 @@ def test_the_readiness_probe_keeps_a_replica_that_cannot_serve_out_of_the_servic
         )
 
 
+@on("kustomize")
 def test_deleting_the_leader_pod_hands_over_within_the_lease(installed: Installed, namespace: str) -> None:
     pods = {p.metadata.name for p in installed.operator_pods()}
     leader = installed.leader_pod()
@@ -377,17 +403,18 @@ def test_deleting_the_leader_pod_hands_over_within_the_lease(installed: Installe
     installed.rolled_out()  # two replicas again for the next test
 
 
-def test_a_rolling_update_of_the_operator_kills_no_busy_runner(installed: Installed, namespace: str) -> None:
+def _roll_while_a_runner_is_busy(installed: Installed, namespace: str, roll: Callable[[], None]) -> set[str]:
+    """``roll`` (which waits for the rollout) while a runner's job runs: both replicas are
+    replaced, a new one leads, and the job ends ``success`` on the same runner. The new pods."""
     create_pool(installed.api_client, namespace, node_pool("busy", replicas=1))
     registered_pods(installed.core, installed.fake, namespace, "busy", 1)
     jobs = queue_jobs(installed.fake, namespace, "busy", 1, BUSY_JOB_SECONDS)
     [busy] = wait_busy(installed.core, installed.fake, namespace, jobs)
     before = {p.metadata.name for p in installed.operator_pods()}
 
-    restarted = time.monotonic()
-    installed.kubectl("rollout", "restart", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE)
-    installed.rolled_out()
-    print(f"rolling update of both replicas: {time.monotonic() - restarted:.1f}s")
+    started = time.monotonic()
+    roll()
+    print(f"rolling update of both replicas: {time.monotonic() - started:.1f}s")
 
     after = {p.metadata.name for p in installed.operator_pods()}
     assert len(after) == 2 and not after & before, f"every replica replaced: {before} -> {after}"
@@ -396,3 +423,104 @@ def test_a_rolling_update_of_the_operator_kills_no_busy_runner(installed: Instal
     assert_alive(installed.core, namespace, "busy", [busy])
     [done] = wait_done(installed.fake, jobs, timeout=BUSY_JOB_SECONDS + START_TIMEOUT).values()
     assert (done["conclusion"], done["runner_name"]) == ("success", busy)
+    return after
+
+
+@on("kustomize")
+def test_a_rolling_update_of_the_operator_kills_no_busy_runner(installed: Installed, namespace: str) -> None:
+    def restart() -> None:
+        installed.kubectl("rollout", "restart", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE)
+        installed.rolled_out()
+
+    _roll_while_a_runner_is_busy(installed, namespace, restart)
+
+
+@on("helm")
+def test_a_helm_upgrade_with_a_changed_value_rolls_the_operator_and_kills_no_busy_runner(
+    installed: Installed, namespace: str
+) -> None:
+    helm = installed.installer
+    assert isinstance(helm, HelmInstall)
+    templates = {p.metadata.labels["pod-template-hash"] for p in installed.operator_pods()}
+
+    new_pods = _roll_while_a_runner_is_busy(
+        installed, namespace, lambda: helm.upgrade({"podAnnotations": UPGRADE_ANNOTATION})
+    )
+
+    pods = [p for p in installed.operator_pods() if p.metadata.name in new_pods]
+    assert all(UPGRADE_ANNOTATION.items() <= (p.metadata.annotations or {}).items() for p in pods)
+    [template] = {p.metadata.labels["pod-template-hash"] for p in pods}
+    assert template not in templates, "a new ReplicaSet"
+    history = installed.kubectl(
+        "get", "secrets", "-n", NAMESPACE, "-l", "owner=helm,status=deployed", "-o", "name"
+    )
+    assert history.split() == [f"secret/sh.helm.release.v1.{RELEASE}.v2"], history
+
+
+def _operator_budgets(installed: Installed) -> list[str]:
+    """The busy-runner disruption budgets the operator made, in any namespace."""
+    budgets = client.PolicyV1Api(installed.api_client).list_pod_disruption_budget_for_all_namespaces(
+        label_selector=naming.MANAGED_BY_SELECTOR
+    )
+    return [f"PodDisruptionBudget {b.metadata.namespace}/{b.metadata.name}" for b in budgets.items]
+
+
+def _leftovers(installed: Installed, rendered: list[dict[str, Any]]) -> list[str]:
+    """Every object of a kind the chart renders (and every Lease, pod and ReplicaSet) in the
+    release namespace, every cluster-scoped one of those kinds labelled as runnerpool's,
+    and the operator's disruption budgets anywhere."""
+    namespaced = {o["kind"] for o in rendered if o["metadata"].get("namespace")}
+    namespaced |= {"Lease", "Pod", "ReplicaSet"}
+    cluster = {o["kind"] for o in rendered if not o["metadata"].get("namespace")}
+
+    def listed(kinds: set[str], *args: str) -> list[str]:
+        found = json.loads(installed.kubectl("get", ",".join(sorted(kinds)), *args, "-o", "json"))["items"]
+        return [
+            f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+            for o in found
+            # Every namespace has it, made by the API server's controllers.
+            if (o["kind"], o["metadata"]["name"]) != ("ServiceAccount", "default")
+        ]
+
+    return [
+        *listed(namespaced, "-n", NAMESPACE),
+        *listed(cluster, "-l", "app.kubernetes.io/part-of=runnerpool"),
+        *_operator_budgets(installed),
+    ]
+
+
+@on("helm")
+def test_helm_uninstall_leaves_nothing_but_the_crd(installed: Installed, namespace: str) -> None:
+    """The pools deleted while the operator runs (it deregisters their runners), then ``helm
+    uninstall``: nothing the chart or the operator made is left but the CRD."""
+    helm = installed.installer
+    assert isinstance(helm, HelmInstall)
+    create_pool(installed.api_client, namespace, node_pool("last", replicas=1))
+    registered_pods(installed.core, installed.fake, namespace, "last", 1)
+    assert wait_for(lambda: _operator_budgets(installed), START_TIMEOUT, 0.2, "the namespace's busy budget")
+    rendered = helm.render()
+    assert ("Lease", LEASE) in {(o["kind"], o["metadata"]["name"]) for o in rendered}
+
+    custom = client.CustomObjectsApi(installed.api_client)
+    custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "last")
+
+    def no_pools() -> bool:
+        return not custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL)["items"]
+
+    wait_for(no_pools, NAMESPACE_GONE_TIMEOUT, 0.5, "every pool to be finalized")
+    for name in installed.namespaces:
+        if name != namespace:
+            wait_for(lambda n=name: installed.namespace_gone(n), NAMESPACE_GONE_TIMEOUT, 0.5, f"{name} to go")
+    # Asked, not required: what is left is named below, with everything else.
+    poll_until(lambda: not _operator_budgets(installed), BUDGET_GONE_TIMEOUT, 0.2)
+    assert pool_runners(installed.fake, REPO, namespace, "last") == []
+
+    started = time.monotonic()
+    helm.uninstall_release()
+    print(f"helm uninstall (foreground, --wait): {time.monotonic() - started:.1f}s")
+
+    assert _leftovers(installed, rendered) == []
+    crd = client.ApiextensionsV1Api(installed.api_client).read_custom_resource_definition(
+        f"{api.PLURAL}.{api.GROUP}"
+    )
+    assert crd.metadata.deletion_timestamp is None

@@ -45,6 +45,15 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The leader-election Lease: leaderElection.leaseName, else the release's full name, which for
+the release named after the chart is "runnerpool-operator", deploy/'s Lease and the operator's
+default --leader-election-id (tests/test_chart.py checks they agree).
+*/}}
+{{- define "runnerpool-operator.leaseName" -}}
+{{- default (include "runnerpool-operator.fullname" .) .Values.leaderElection.leaseName | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* repository:tag, or repository@digest; the tag defaults to the chart's appVersion. */}}
 {{- define "runnerpool-operator.imageRef" -}}
 {{- $image := index . 0 }}
