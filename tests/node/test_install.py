@@ -458,17 +458,22 @@ def test_a_helm_upgrade_with_a_changed_value_rolls_the_operator_and_kills_no_bus
 
 
 def _operator_budgets(installed: Installed) -> list[str]:
-    """The busy-runner disruption budgets the operator made, in any namespace."""
-    budgets = client.PolicyV1Api(installed.api_client).list_pod_disruption_budget_for_all_namespaces(
-        label_selector=naming.MANAGED_BY_SELECTOR
-    )
-    return [f"PodDisruptionBudget {b.metadata.namespace}/{b.metadata.name}" for b in budgets.items]
+    """The busy-runner disruption budgets the operator made in the suite's namespaces (earlier
+    tests of a full session leave namespaces of their own, Terminating with their pools)."""
+    policy = client.PolicyV1Api(installed.api_client)
+    return [
+        f"PodDisruptionBudget {b.metadata.namespace}/{b.metadata.name}"
+        for ns in installed.namespaces
+        for b in policy.list_namespaced_pod_disruption_budget(
+            ns, label_selector=naming.MANAGED_BY_SELECTOR
+        ).items
+    ]
 
 
 def _leftovers(installed: Installed, rendered: list[dict[str, Any]]) -> list[str]:
     """Every object of a kind the chart renders (and every Lease, pod and ReplicaSet) in the
     release namespace, every cluster-scoped one of those kinds labelled as runnerpool's,
-    and the operator's disruption budgets anywhere."""
+    and the operator's disruption budgets in the suite's namespaces."""
     namespaced = {o["kind"] for o in rendered if o["metadata"].get("namespace")}
     namespaced |= {"Lease", "Pod", "ReplicaSet"}
     cluster = {o["kind"] for o in rendered if not o["metadata"].get("namespace")}
@@ -505,7 +510,13 @@ def test_helm_uninstall_leaves_nothing_but_the_crd(installed: Installed, namespa
     custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "last")
 
     def no_pools() -> bool:
-        return not custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL)["items"]
+        # The suite's namespaces only: earlier tests of a full session leave pools whose
+        # fake GitHub is gone (their namespaces stay Terminating), and this cluster-wide
+        # operator cannot deregister those.
+        return not any(
+            custom.list_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL)["items"]
+            for ns in installed.namespaces
+        )
 
     wait_for(no_pools, NAMESPACE_GONE_TIMEOUT, 0.5, "every pool to be finalized")
     for name in installed.namespaces:
