@@ -18,8 +18,14 @@ from typing import Any
 
 import yaml
 
-from testworld.install.kustomize import ROLLOUT_TIMEOUT
-from testworld.install.target import DEPLOYMENT, NAMESPACE, InstallError, Target, kubectl, webhook_secret
+from testworld.install.target import (
+    NAMESPACE,
+    InstallError,
+    Target,
+    kubectl,
+    wait_for_rollout,
+    webhook_secret,
+)
 from testworld.tools import assets as tool_assets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,14 +123,4 @@ class HelmInstall:
         kubectl(self.target, "delete", "-f", str(NAMESPACE_MANIFEST), "--ignore-not-found", "--wait")
 
     def _rolled_out(self) -> None:
-        # Helm's --wait accepts a Deployment with replicas - maxUnavailable pods ready; the
-        # suite wants every replica of the new template.
-        kubectl(
-            self.target,
-            "rollout",
-            "status",
-            f"deployment/{DEPLOYMENT}",
-            "-n",
-            NAMESPACE,
-            f"--timeout={ROLLOUT_TIMEOUT}",
-        )
+        wait_for_rollout(self.target)

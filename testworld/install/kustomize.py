@@ -15,12 +15,11 @@ from typing import Any
 
 import yaml
 
-from testworld.install.target import DEPLOYMENT, NAMESPACE, Target, kubectl
+from testworld.install.target import DEPLOYMENT, NAMESPACE, Target, kubectl, wait_for_rollout
 
 OVERLAY = Path(__file__).resolve().parent
 #: The name deploy/manager/deployment.yaml gives the operator's image.
 DEPLOY_IMAGE = "runnerpool-operator"
-ROLLOUT_TIMEOUT = "180s"
 
 
 def _container_patch(target: Target) -> list[dict[str, Any]]:
@@ -71,15 +70,7 @@ class KustomizeInstall:
     def install(self) -> None:
         self.manifests = self.render()
         kubectl(self.target, "apply", "-f", "-", stdin=yaml.safe_dump_all(self.manifests))
-        kubectl(
-            self.target,
-            "rollout",
-            "status",
-            f"deployment/{DEPLOYMENT}",
-            "-n",
-            NAMESPACE,
-            f"--timeout={ROLLOUT_TIMEOUT}",
-        )
+        wait_for_rollout(self.target)
 
     def uninstall(self) -> None:
         """The operator's pods first, so none is left running without its RBAC (refused requests)."""

@@ -64,6 +64,24 @@ def kubectl(target: Target, *args: str, stdin: str | None = None, timeout: float
     return done.stdout
 
 
+#: How long an operator rollout may take on the test node.
+ROLLOUT_TIMEOUT = "180s"
+
+
+def wait_for_rollout(target: Target) -> None:
+    """Until every replica of the operator Deployment's current template is ready (Helm's
+    ``--wait`` accepts ``replicas - maxUnavailable``; the suite wants them all)."""
+    kubectl(
+        target,
+        "rollout",
+        "status",
+        f"deployment/{DEPLOYMENT}",
+        "-n",
+        NAMESPACE,
+        f"--timeout={ROLLOUT_TIMEOUT}",
+    )
+
+
 class Installer(Protocol):
     """One way of installing the operator (kustomize now; a Helm chart can be another)."""
 
