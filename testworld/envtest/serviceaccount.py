@@ -120,22 +120,27 @@ def _write_kubeconfig(plane: ControlPlane, path: Path, user: str, token: str) ->
     path.chmod(0o600)
 
 
-def _wait_until_authenticated(plane: ControlPlane, path: Path, user: str) -> None:
-    """Until the API server accepts the token as ``user`` (its ServiceAccount cache may lag)."""
+def authenticated_user(path: Path) -> str | None:
+    """Who the API server takes the kubeconfig's token for now (one request); ``None``: 401."""
     api = config.new_client_from_config(config_file=str(path))
     try:
-        deadline = time.monotonic() + _READY_TIMEOUT
-        while True:
-            try:
-                review = client.AuthenticationV1Api(api).create_self_subject_review({})
-                if review.status.user_info.username == user:
-                    return
-            except ApiException as err:
-                if err.status != 401 or time.monotonic() > deadline:
-                    raise
-            threading.Event().wait(0.05)
+        review = client.AuthenticationV1Api(api).create_self_subject_review({})
+        return str(review.status.user_info.username)
+    except ApiException as err:
+        if err.status != 401:
+            raise
+        return None
     finally:
         api.close()
+
+
+def _wait_until_authenticated(path: Path, user: str) -> None:
+    """Until the API server accepts the token as ``user`` (its ServiceAccount cache may lag)."""
+    deadline = time.monotonic() + _READY_TIMEOUT
+    while authenticated_user(path) != user:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the API server did not take {path}'s token as {user} in {_READY_TIMEOUT}s")
+        threading.Event().wait(0.05)
 
 
 def service_account_kubeconfig(
@@ -161,7 +166,7 @@ def service_account_kubeconfig(
         api.close()
     user = service_account_user(namespace, name)
     _write_kubeconfig(plane, path, user, token)
-    _wait_until_authenticated(plane, path, user)
+    _wait_until_authenticated(path, user)
     return path
 
 
@@ -176,27 +181,13 @@ def operator_kubeconfig(plane: ControlPlane) -> Path:
     path = plane.workdir / "operator.kubeconfig"
     user = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
     with _lock:
-        if path.exists() and _authenticates(path, user):
+        if path.exists() and authenticated_user(path) == user:
             return path
     install_operator_rbac(plane)
     with _lock:
-        if not (path.exists() and _authenticates(path, user)):
+        if not (path.exists() and authenticated_user(path) == user):
             service_account_kubeconfig(plane, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, path)
     return path
-
-
-def _authenticates(path: Path, user: str) -> bool:
-    """Whether the API server takes the kubeconfig's token as ``user`` now (one request)."""
-    api = config.new_client_from_config(config_file=str(path))
-    try:
-        review = client.AuthenticationV1Api(api).create_self_subject_review({})
-        return bool(review.status.user_info.username == user)
-    except ApiException as err:
-        if err.status != 401:
-            raise
-        return False
-    finally:
-        api.close()
 
 
 def uses_a_client_certificate(kubeconfig: Path) -> bool:
