@@ -1,8 +1,4 @@
-"""Per-pool gauges: what users alert on (desired vs. ready runner pods); and the build's identity.
-
-``runnerpool_build_info`` is 1 with the build in its labels, as Prometheus' own ``*_build_info``
-series are: a dashboard shows which version runs, and a query can join it onto other series.
-"""
+"""Per-pool gauges: what users alert on (desired vs. ready runner pods)."""
 
 from __future__ import annotations
 
@@ -25,6 +21,8 @@ POOL_DESIRED = Gauge(
 POOL_READY = Gauge(
     "runnerpool_pool_ready_replicas", "Runner pods of a pool that are ready.", ["namespace", "pool"]
 )
+#: 1 with the build in its labels, as Prometheus' own ``*_build_info`` series: a dashboard shows
+#: which build runs, and a query joins it onto other series (``on (instance) group_left``).
 BUILD_INFO = Gauge(
     "runnerpool_build_info",
     "Always 1: the operator's version, the commit it was built from, its Python and kubernetes client.",

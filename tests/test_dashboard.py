@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from testworld import dashboardgen
-from testworld.promql import metric_names, variable_query_names
+from testworld.promql_names import metric_names, variable_query_names
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARD = REPO / "deploy" / "monitoring" / "dashboard.json"

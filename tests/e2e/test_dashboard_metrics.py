@@ -27,7 +27,7 @@ from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import free_port
 from testworld.fakegithub import FakeGitHub
-from testworld.promql import metric_names, variable_query_names
+from testworld.promql_names import metric_names, variable_query_names
 from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "monitoring" / "dashboard.json"
