@@ -41,6 +41,7 @@ from testworld.tools import assets as tool_assets
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "runnerpool-operator"
 DEPLOY = REPO / "deploy"
+DASHBOARD = DEPLOY / "monitoring" / "dashboard.json"
 NAMESPACE = "runnerpool-system"
 RELEASE = "runnerpool-operator"
 #: Labels Helm charts carry and kustomize bases do not; nothing else may differ.
@@ -232,6 +233,7 @@ LINTED_VALUES: dict[str, Obj] = {
             "ingress": {"enabled": True, "host": "runners.example.com", "className": "nginx"},
         },
         "rbac": {"aggregateToDefaultRoles": True},
+        "dashboard": {"enabled": True, "annotations": {"grafana_folder": "CI"}},
     },
 }
 
@@ -266,6 +268,7 @@ def test_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> 
         for inside, source in (
             ("crds/runnerpool.yaml", REPO / "crds" / "runnerpool.yaml"),
             ("files/cluster_role.yaml", DEPLOY / "rbac" / "cluster_role.yaml"),
+            ("files/dashboard.json", DASHBOARD),
         ):
             member = members[f"runnerpool-operator/{inside}"]
             assert member.isfile(), f"{inside} is packaged as a link"
@@ -319,6 +322,8 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "budget blocks drains": ({"replicaCount": 1}, "podDisruptionBudget.minAvailable (1) must be below"),
     "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+    "dashboard typo": ({"dashboard": {"enable": True}}, "additional properties 'enable' not allowed"),
+    "bad dashboard namespace": ({"dashboard": {"namespace": "Monitoring"}}, "/dashboard/namespace"),
 }
 
 
@@ -484,6 +489,35 @@ def test_servicemonitor_matches_deploys_optional_one(helm: Path) -> None:
     service = one(objects, "Service", f"{RELEASE}-metrics")
     selector = one(objects, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
+
+
+def test_dashboard_configmap_matches_deploys_kustomization(helm: Path) -> None:
+    """``dashboard.enabled`` renders what ``kubectl apply -k deploy/monitoring`` applies: the file
+    itself (a link to it), under the Grafana sidecar's default label; off by default."""
+    assert not [o for o in template(helm) if o["kind"] == "ConfigMap"]
+    assert (CHART / "files" / "dashboard.json").resolve() == DASHBOARD.resolve()
+    rendered = one(template(helm, {"dashboard": {"enabled": True}}), "ConfigMap")
+    (deploy_map,) = kustomize(DEPLOY / "monitoring")
+    report = parity_report([deploy_map], [rendered])
+    assert not report, "\n".join(report)
+    assert rendered["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(rendered["data"]["runnerpool-operator.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_dashboard_labels_annotations_and_namespace(helm: Path) -> None:
+    """A sidecar set up with its own label, a folder, and a namespace it searches; Helm merges
+    label maps, so the default label goes only when set to null."""
+    values = {
+        "enabled": True,
+        "labels": {"grafana_dashboard": None, "team-dashboards": "ci"},
+        "annotations": {"grafana_folder": "CI runners"},
+        "namespace": "monitoring",
+    }
+    rendered = one(template(helm, {"dashboard": values}), "ConfigMap")
+    meta = rendered["metadata"]
+    assert (meta["name"], meta["namespace"]) == (f"{RELEASE}-dashboard", "monitoring")
+    assert meta["labels"]["team-dashboards"] == "ci" and "grafana_dashboard" not in meta["labels"]
+    assert meta["annotations"] == {"grafana_folder": "CI runners"}
 
 
 def test_secure_metrics(helm: Path) -> None:
