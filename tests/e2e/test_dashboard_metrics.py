@@ -121,4 +121,3 @@ def test_every_metric_a_panel_names_is_exported(
         assert answered and set(answered) == {200}, f"webhook answers: {answered}"
     finally:
         fake_github.stop_webhooks(sender)
-
