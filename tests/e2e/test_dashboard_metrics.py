@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from runnerpool import naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import BAD_PAT, REPO
 from tests.helpers import wait_for
@@ -97,7 +98,7 @@ def test_every_metric_a_panel_names_is_exported(
             namespace,
             pool_manifest("locked", repo=REPO, replicas=1, credentialSecretName="revoked-pat"),
         )
-        label = f"{namespace}/served"
+        label = naming.pool_runner_label(namespace, "served")
         job = fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
         wait_for(
             lambda: fake_github.job(job)["status"] == "completed",
