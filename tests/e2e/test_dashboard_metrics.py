@@ -6,7 +6,8 @@ So the operator runs here as on a cluster (its console script, deploy/'s Service
 is made to export its labelled series the way a user's would: an autoscaling pool that takes
 a job queued on the fake GitHub and delivered by webhook (demand, pickup latency, job
 duration, runners, tokens, GitHub requests and budget, deliveries) and a pool whose PAT
-GitHub refuses (token failures). ``/metrics`` is then read with prometheus-client's own text
+GitHub refuses (token failures). ``/metrics`` is then scraped as Prometheus scrapes it (HTTPS,
+a token bound to deploy/'s metrics-reader role) and read with prometheus-client's own text
 parser, and each name in each panel's query and each variable's query must be a series in it.
 A histogram counts by the series it exports (``_bucket``, ``_sum``, ``_count``), a counter by
 ``_total``: what a PromQL query can select.
@@ -15,18 +16,22 @@ A histogram counts by the series it exports (``_bucket``, ``_sum``, ``_count``),
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from runnerpool import naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import BAD_PAT, REPO
+from tests.e2e.test_metrics_auth import scrape
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import free_port
+from testworld.envtest.serviceaccount import metrics_reader_binding, token_of
 from testworld.fakegithub import FakeGitHub
 from testworld.promql_names import metric_names, variable_query_names
 from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
@@ -52,10 +57,24 @@ def dashboard_names(dashboard: dict[str, Any]) -> dict[str, list[str]]:
     return names
 
 
-def exported_series(operator: OperatorProcess) -> set[str]:
+def exported_series(operator: OperatorProcess, token: str) -> set[str]:
     """The names of the series in one scrape (families without a sample export nothing)."""
-    families = text_string_to_metric_families(operator.metrics())
+    status, body = scrape(operator, token)
+    assert status == 200, body
+    families = text_string_to_metric_families(body)
     return {sample.name for family in families for sample in family.samples}
+
+
+@pytest.fixture
+def prometheus_token(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A ServiceAccount bound to deploy/'s metrics reader role, as Prometheus's is: the scrape
+    is the one a cluster's Prometheus makes (HTTPS, ``--metrics-secure``)."""
+    client.CoreV1Api(api_client).create_namespaced_service_account(
+        namespace, {"metadata": {"name": "prometheus"}}
+    )
+    token = token_of(api_client, namespace, "prometheus", seconds=600)
+    with metrics_reader_binding(api_client, namespace, "prometheus"):
+        yield token
 
 
 def missing_from(exported: set[str], wanted: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -69,6 +88,7 @@ def test_every_metric_a_panel_names_is_exported(
     fake_github: FakeGitHub,
     start_operator: StartOperator,
     simulator: RunnerSimulator,
+    prometheus_token: str,
     tmp_path: Path,
 ) -> None:
     wanted = dashboard_names(json.loads(DASHBOARD.read_text()))
@@ -78,6 +98,7 @@ def test_every_metric_a_panel_names_is_exported(
     secret_file.write_bytes(SECRET + b"\n")
     port = free_port()
     operator = start_operator(
+        "--metrics-secure",
         "--webhook-secret-file",
         str(secret_file),
         "--runner-sync-interval",
@@ -109,7 +130,7 @@ def test_every_metric_a_panel_names_is_exported(
         found: dict[str, set[str]] = {}
 
         def all_exported() -> bool:
-            found["series"] = exported_series(operator)
+            found["series"] = exported_series(operator, prometheus_token)
             return not missing_from(found["series"], wanted)
 
         if not poll_until(all_exported, TIMEOUT, interval=0.5):
