@@ -213,6 +213,18 @@ def _object(event: Mapping[str, Any]) -> str:
     return f"{str(obj.get('kind') or '').lower()}/{obj.get('name')}"
 
 
+def _latest_warnings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newest Warning Events, one per object, reason and message (a scheduler's retries
+    and a component's repeats say the same thing), oldest first."""
+    latest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for event in events:
+        if event.get("type") == "Warning":
+            key = (_object(event), str(event.get("reason")), str(event.get("message")))
+            latest.pop(key, None)
+            latest[key] = event
+    return list(latest.values())[-RECENT_ERRORS:]
+
+
 def _event_line(event: Mapping[str, Any], now: datetime) -> list[str]:
     count = int(event.get("count") or 1)
     seen = since(views.event_time(event), now) + (f" (x{count})" if count > 1 else "")
@@ -288,7 +300,7 @@ def why(ctx: Context, namespace: str, name: str) -> int:
         and c.get("type") != conditions.SCALING
     ]
     errors += views.container_problems(pods)
-    warnings = [e for e in events if e.get("type") == "Warning"][-RECENT_ERRORS:]
+    warnings = _latest_warnings(events)
     errors += [
         f"{since(views.event_time(e), now)} ago {_object(e)}: {e.get('reason')}: {e.get('message')}"
         for e in warnings
