@@ -237,61 +237,43 @@ def _event_line(event: Mapping[str, Any], now: datetime) -> list[str]:
     ]
 
 
-def why(ctx: Context, namespace: str, name: str) -> int:
-    """``why POOL``: what the operator waits for, the conditions, recent Events, the last errors."""
-    raw = ctx.cluster.pool(namespace, name)
-    pods = ctx.cluster.pool_pods(namespace, name)
-    events = _pool_events(ctx, namespace, name, pods)
-    now = ctx.now()
-    meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
-    ctx.print(f"RunnerPool {namespace}/{name} ({views.scope_text(spec)})")
-    ctx.print(views.waiting_for(raw, pods))
-    ctx.print()
+def _conditions_table(found: list[dict[str, Any]], now: datetime) -> str:
+    if not found:
+        return "  none yet"
+    rows = [
+        [
+            str(c.get("type")),
+            str(c.get("status")),
+            str(c.get("reason") or ""),
+            since(parse_rfc3339(c.get("lastTransitionTime")), now),
+            str(c.get("message") or ""),
+        ]
+        for c in found
+    ]
+    return table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], rows)
 
-    found = list(status.get("conditions") or [])
-    ctx.print("Conditions:")
-    if found:
-        ctx.print(
-            table(
-                ["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"],
-                [
-                    [
-                        str(c.get("type")),
-                        str(c.get("status")),
-                        str(c.get("reason") or ""),
-                        since(parse_rfc3339(c.get("lastTransitionTime")), now),
-                        str(c.get("message") or ""),
-                    ]
-                    for c in found
-                ],
-            )
-        )
-    else:
-        ctx.print("  none yet")
-    ctx.print()
 
+def _pods_line(pods: list[dict[str, Any]], desired: Any) -> str:
     phases: dict[str, int] = {}
     for pod in pods:
         phase = views.pod_phase(pod)
         phases[phase] = phases.get(phase, 0) + 1
     summary = ", ".join(f"{phase} {count}" for phase, count in sorted(phases.items()))
-    desired = status.get("desiredReplicas", spec.get("replicas"))
-    ctx.print(
-        f"Pods: {len(pods)} of {desired if desired is not None else NONE} desired"
-        + (f" ({summary})" if summary else "")
-    )
-    ctx.print()
+    shown = desired if desired is not None else NONE
+    return f"Pods: {len(pods)} of {shown} desired" + (f" ({summary})" if summary else "")
 
-    ctx.print("Recent events:")
+
+def _events_table(events: list[dict[str, Any]], now: datetime) -> str:
     recent = events[-RECENT_EVENTS:]
-    if recent:
-        ctx.print(
-            table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], [_event_line(e, now) for e in recent])
-        )
-    else:
-        ctx.print("  none (Events expire after an hour)")
-    ctx.print()
+    if not recent:
+        return "  none (Events expire after an hour)"
+    return table(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], [_event_line(e, now) for e in recent])
 
+
+def _last_errors(
+    found: list[dict[str, Any]], pods: list[dict[str, Any]], events: list[dict[str, Any]], now: datetime
+) -> list[str]:
+    """Failing conditions (not a pool's normal start), containers that do not run, Warning Events."""
     errors = [
         f"condition {c.get('type')}: {c.get('reason')}: {c.get('message')}"
         for c in found
@@ -300,14 +282,32 @@ def why(ctx: Context, namespace: str, name: str) -> int:
         and c.get("type") != conditions.SCALING
     ]
     errors += views.container_problems(pods)
-    warnings = _latest_warnings(events)
     errors += [
         f"{since(views.event_time(e), now)} ago {_object(e)}: {e.get('reason')}: {e.get('message')}"
-        for e in warnings
+        for e in _latest_warnings(events)
     ]
-    ctx.print("Last errors:")
-    ctx.print("\n".join(f"  {line}" for line in errors) if errors else "  none")
+    return errors
+
+
+def why(ctx: Context, namespace: str, name: str) -> int:
+    """``why POOL``: what the operator waits for, the conditions, recent Events, the last errors."""
+    raw = ctx.cluster.pool(namespace, name)
+    pods = ctx.cluster.pool_pods(namespace, name)
+    events = _pool_events(ctx, namespace, name, pods)
+    now = ctx.now()
+    meta, spec, status = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
+    found = list(status.get("conditions") or [])
+    errors = _last_errors(found, pods, events, now)
+    sections = [
+        f"RunnerPool {namespace}/{name} ({views.scope_text(spec)})\n{views.waiting_for(raw, pods)}",
+        f"Conditions:\n{_conditions_table(found, now)}",
+        _pods_line(pods, status.get("desiredReplicas", spec.get("replicas"))),
+        f"Recent events:\n{_events_table(events, now)}",
+        "Last errors:\n" + ("\n".join(f"  {line}" for line in errors) if errors else "  none"),
+    ]
     if meta.get("deletionTimestamp"):
-        ctx.print()
-        ctx.print(f"Being deleted since {since(parse_rfc3339(meta.get('deletionTimestamp')), now)} ago.")
+        sections.append(
+            f"Being deleted since {since(parse_rfc3339(meta.get('deletionTimestamp')), now)} ago."
+        )
+    ctx.print("\n\n".join(sections))
     return 0
