@@ -159,6 +159,11 @@ def test_list_shows_desired_ready_busy_queued_and_token_expiry(
         },
     )
     create_pool(api_client, namespace, pool_manifest("new", repo=REPO, replicas=1))
+    create_pool(
+        api_client,
+        namespace,
+        pool_manifest("scaled", repo=REPO, autoscaling={"minReplicas": 0, "maxReplicas": 2}),
+    )
 
     shown = plugin("list")
     assert shown.code == 0, shown.err
@@ -176,6 +181,8 @@ def test_list_shows_desired_ready_busy_queued_and_token_expiry(
         ],
         ["fixed", f"repo:{REPO}", "2", "1", "1", "<none>", "in 55m", "NotReady (RunnersStarting)"],
         ["new", f"repo:{REPO}", "1", "0", "<none>", "<none>", "<none>", "<none>"],
+        # Follows demand, none recorded yet: nothing queued (a fixed pool counts no queue).
+        ["scaled", f"repo:{REPO}", "<none>", "0", "<none>", "0", "<none>", "<none>"],
     ]
 
     listed = json.loads(plugin("list", "-o", "json").out)
@@ -183,6 +190,7 @@ def test_list_shows_desired_ready_busy_queued_and_token_expiry(
         ("auto", rfc3339(now - timedelta(minutes=30, seconds=30)), "status"),
         ("fixed", rfc3339(now + timedelta(minutes=55, seconds=30)), "secret"),
         ("new", None, None),
+        ("scaled", None, None),
     ]
     everywhere = plugin("list", "-A")
     assert everywhere.rows()[0][0] == "NAMESPACE"
@@ -247,6 +255,7 @@ def test_remove_offline_asks_first_and_removes_only_offline_idle_runners(
     assert declined.code == 1
     assert "Remove these 2 runner(s) from GitHub? [y/N]" in declined.out
     assert "pool-lost1" in declined.out and "pool-lost2" in declined.out and "pool-busy2" not in declined.out
+    assert "offline while its pod runs" in declined.out, "pool-lost1's pod is Running"
     assert "Nothing removed." in declined.out
     assert {r["name"] for r in fake.runners(REPO)} == everyone
     assert plugin("remove-offline", "pool", stdin="").code == 1, "no answer is no"

@@ -116,7 +116,9 @@ def pool_row(raw: Mapping[str, Any], expiries: Mapping[str, datetime | None] | N
         desired=desired,
         ready=status.ready_replicas,
         busy=status.runners.busy if status.runners is not None else None,
-        queued=status.demand.queued if status.demand is not None else None,
+        # A pool that follows demand and has none recorded yet has nothing queued; a fixed pool
+        # does not count queued jobs at all.
+        queued=status.demand.queued if status.demand is not None else 0 if spec.get("autoscaling") else None,
         token_expires_at=expiry,
         token_expiry_from=source if expiry is not None else None,
         ready_status=None if ready is None else str(ready.get("status")),
@@ -161,6 +163,8 @@ class RunnerRow:
             return "no pod"
         if self.runner is None:
             return "not registered"
+        if self.runner.offline and self.pod.phase == "Running":
+            return "offline while its pod runs"
         return ""
 
     def as_json(self) -> dict[str, Any]:
