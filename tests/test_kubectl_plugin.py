@@ -301,9 +301,7 @@ def test_credential_problems_and_an_unreachable_github_say_what_to_fix(
     assert "HTTP 401" in refused.err
     assert WRONG_PAT not in refused.both
 
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    nowhere = _closed_port_url()
     unreachable = plugin("remove-offline", "pool", "--yes", github_api_url=nowhere)
     assert unreachable.code == 1
     assert f"error: cannot reach GitHub at {nowhere}" in unreachable.err
@@ -312,6 +310,13 @@ def test_credential_problems_and_an_unreachable_github_say_what_to_fix(
     nopool = plugin("why", "nope")
     assert nopool.code == 1
     assert f'runnerpool "nope" not found in namespace "{namespace}"' in nopool.err
+
+
+def _closed_port_url() -> str:
+    """A loopback address nothing listens on: connections are refused at once."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{closed.getsockname()[1]}"
 
 
 def _allowed(api_client: client.ApiClient, user: str, namespace: str, resource: str, verb: str) -> bool:
@@ -421,6 +426,24 @@ def test_kubectl_finds_the_installed_plugin_on_path(
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
     header = "NAME   SCOPE                       DESIRED   READY   BUSY     QUEUED   TOKEN EXPIRES   STATUS"
     row = "pool   repo:octo-org/hello-world   2         2       <none>   <none>   <none>          "
     assert done.stdout.splitlines() == [header, row + "Ready (RunnersReady)"]
+
+    # A failure is one line on stderr: what failed and what to fix, no library log or traceback.
+    pat_secret(api_client, namespace, PAT)
+    nowhere = _closed_port_url()
+    failed = subprocess.run(
+        [str(kubectl), "runnerpool", "runners", "pool", "-n", namespace, "--github-api-url", nowhere],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert failed.returncode == 1
+    assert failed.stdout == ""
+    [line] = failed.stderr.splitlines()
+    assert line.startswith(f"error: cannot reach GitHub at {nowhere} (GET /repos/{REPO}/actions/runners: ")
+    assert PAT not in failed.stderr
