@@ -363,7 +363,11 @@ def test_without_rbac_the_error_names_the_permission_and_the_role_that_grants_it
     assert f"system:serviceaccount:{namespace}:nobody" in refused.err, (
         "the API server's message names the user"
     )
-    assert "--clusterrole=view" in refused.err and "runnerpool-operator-tenant-view" in refused.err
+    assert (
+        f"kubectl create rolebinding runnerpool-view --clusterrole=view --serviceaccount={namespace}:nobody "
+        f"-n {namespace}"
+    ) in refused.err
+    assert "runnerpool-operator-tenant-view" in refused.err
     assert "deploy/rbac/tenant_roles.yaml" in refused.err
 
     viewer = service_account_kubeconfig(control_plane, namespace, "viewer", tmp_path / "viewer", create=True)
@@ -383,6 +387,13 @@ def test_without_rbac_the_error_names_the_permission_and_the_role_that_grants_it
     listed = plugin("list", kubeconfig=viewer)
     assert listed.code == 0, listed.err
     assert [row[0] for row in listed.rows()] == ["NAME", "pool"]
+    everywhere = plugin("list", "-A", kubeconfig=viewer)
+    assert everywhere.code == 1
+    assert everywhere.err.startswith("error: not allowed to list runnerpools in all namespaces")
+    assert (
+        "kubectl create clusterrolebinding runnerpool-view --clusterrole=view "
+        f"--serviceaccount={namespace}:viewer (or pass -n)"
+    ) in everywhere.err
     explained = plugin("why", "pool", kubeconfig=viewer)
     assert explained.code == 0, explained.err
     assert "Nothing: the pool is ready" in explained.out
@@ -390,7 +401,7 @@ def test_without_rbac_the_error_names_the_permission_and_the_role_that_grants_it
     secretless = plugin("runners", "pool", kubeconfig=viewer)
     assert secretless.code == 1
     assert secretless.err.startswith(f'error: not allowed to get secrets in namespace "{namespace}"')
-    assert "--clusterrole=edit" in secretless.err
+    assert f"--clusterrole=edit --serviceaccount={namespace}:viewer -n {namespace}" in secretless.err
     assert PAT not in secretless.both
 
 

@@ -8,6 +8,8 @@ errors, which name keys and HTTP statuses only, and from the API server's refusa
 
 from __future__ import annotations
 
+import re
+
 from runnerpool.domain import Scope
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
 
@@ -21,20 +23,39 @@ class PluginError(Exception):
     """A failure to report in one message; ``main`` prints ``error: <message>`` and exits 1."""
 
 
-def _grant(verb: str, resource: str, namespace: str | None) -> str:
+_USER = re.compile(r'User "([^"]+)"')
+_SERVICE_ACCOUNT = "system:serviceaccount:"
+
+
+def _subject(server_message: str) -> str:
+    """``--user=NAME`` or ``--serviceaccount=NS:NAME`` for the one the API server refused."""
+    found = _USER.search(server_message)
+    if found is None:
+        return "--user=YOU"
+    user = found.group(1)
+    if user.startswith(_SERVICE_ACCOUNT):
+        return f"--serviceaccount={user.removeprefix(_SERVICE_ACCOUNT)}"
+    return f"--user={user}"
+
+
+def _grant(verb: str, resource: str, namespace: str | None, subject: str) -> str:
     """Which role grants ``verb`` on ``resource``, and the RoleBinding that hands it out."""
-    where = f"-n {namespace}" if namespace else "(a ClusterRoleBinding for all namespaces)"
+    role = "view" if verb in ("get", "list", "watch") and resource != "secrets" else "edit"
+    if namespace is None:
+        bind = (
+            f"kubectl create clusterrolebinding runnerpool-{role} --clusterrole={role} {subject} (or pass -n)"
+        )
+    else:
+        bind = f"kubectl create rolebinding runnerpool-{role} --clusterrole={role} {subject} -n {namespace}"
     if resource == "secrets":
         return (
             "the credential Secret holds the pool's GitHub credential, so only the built-in edit "
             "and admin ClusterRoles grant it (view and runnerpool-operator-tenant-view do not, on "
-            f"purpose): kubectl create rolebinding runnerpool-edit --clusterrole=edit --user=YOU {where}"
+            f"purpose): {bind}"
         )
-    role = "view" if verb in ("get", "list", "watch") else "edit"
     return (
         f"the built-in {role} ClusterRole grants it (it aggregates runnerpool-operator-tenant-{role} "
-        f"from {TENANT_ROLES}): kubectl create rolebinding runnerpool-{role} --clusterrole={role} "
-        f"--user=YOU {where}"
+        f"from {TENANT_ROLES}): {bind}"
     )
 
 
@@ -43,7 +64,7 @@ def forbidden(verb: str, resource: str, namespace: str | None, server_message: s
     place = f'in namespace "{namespace}"' if namespace else "in all namespaces"
     return PluginError(
         f"not allowed to {verb} {resource} {place} ({server_message.strip()}); "
-        + _grant(verb, resource, namespace)
+        + _grant(verb, resource, namespace, _subject(server_message))
     )
 
 
