@@ -24,6 +24,7 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.domain import rfc3339
+from runnerpool.plugin.cluster import Login, connect
 from tests.helpers import wait_for
 from tests.kubectl_plugin import Plugin
 from tests.pools import create_pool, pat_secret, play_kubelet, pool_manifest
@@ -192,6 +193,15 @@ def test_list_shows_desired_ready_busy_queued_and_token_expiry(
         ("new", None, None),
         ("scaled", None, None),
     ]
+    # The expiry is read from the Secrets' metadata alone: the registration token never leaves the server.
+    cluster = connect(Login(str(plugin.kubeconfig)))
+    try:
+        [token_secret] = cluster.token_secrets(namespace) or []
+    finally:
+        cluster.close()
+    assert token_secret["metadata"]["name"] == naming.token_secret_name("fixed")
+    assert "data" not in token_secret and "stringData" not in token_secret
+
     everywhere = plugin("list", "-A")
     assert everywhere.rows()[0][0] == "NAMESPACE"
     assert [namespace, "fixed"] in [row[:2] for row in everywhere.rows()]
