@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client
 
 from runnerpool import api, naming
@@ -240,6 +242,41 @@ def test_runners_lists_githubs_runners_beside_their_pods(
         (None, "pool-bbbbb", "Pending", "not registered"),
         ("pool-ccccc", None, None, "no pod"),
     ]
+
+
+def test_runners_with_github_app_credentials_on_an_enterprise_server_path(
+    control_plane: ControlPlane, runnerpool_crd: dict[str, Any], api_client: client.ApiClient, namespace: str
+) -> None:
+    """A GitHub App Secret, as the operator reads it: one installation token, then one listing."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    with FakeGitHub(api_prefix="/api/v3", scopes=[REPO], installations=[42], app_keys={"7": pem}) as ghes:
+        client.CoreV1Api(api_client).create_namespaced_secret(
+            namespace,
+            {
+                "metadata": {"name": "github-app"},
+                "stringData": {"app-id": "7", "app-installation-id": "42", "app-private-key": pem},
+            },
+        )
+        create_pool(
+            api_client,
+            namespace,
+            pool_manifest("app", repo=REPO, replicas=1, credentialSecretName="github-app"),
+        )
+        _runner_pod(api_client, namespace, "app", "app-aaaaa", "Running")
+        runner = ghes.register_runner(REPO, "app-aaaaa", [naming.pool_runner_label(namespace, "app")])
+
+        shown = Plugin(control_plane.kubeconfig, namespace, ghes.url)("runners", "app")
+        assert shown.code == 0, shown.err
+        assert shown.rows()[1] == ["app-aaaaa", str(runner), "online", "false", "app-aaaaa", "Running"]
+        assert [(r.method, r.credential) for r in ghes.requests] == [
+            ("POST", "app:7"),
+            ("GET", "installation:42"),
+        ]
+        assert "PRIVATE KEY" not in shown.both
+        assert not any(t.token in shown.both for t in ghes.installation_tokens(42))
 
 
 # -- remove-offline -------------------------------------------------------------------------------
