@@ -107,6 +107,11 @@ def _runner_pod(
         play_kubelet(api_client, namespace, name, phase=phase)
 
 
+def _logged(github: FakeGitHub, count: int) -> None:
+    """Until the fake's request log holds ``count`` requests: it logs an exchange after answering."""
+    assert github.wait_for(lambda: len(github.requests) >= count), github.requests
+
+
 def _ready(desired: int, ready: int) -> list[dict[str, Any]]:
     reason = "RunnersReady" if ready >= desired else "RunnersStarting"
     return [
@@ -235,6 +240,7 @@ def test_runners_lists_githubs_runners_beside_their_pods(
         ["<none>", "<none>", "<none>", "<none>", "pool-bbbbb", "Pending", "not registered"],
         ["pool-ccccc", str(gone), "offline", "false", "<none>", "<none>", "no pod"],
     ]
+    _logged(fake, before + 1)
     assert len(fake.requests) - before == 1, "one runner listing per command"
     as_json = json.loads(plugin("runners", "pool", "-o", "json").out)
     assert [(r["runner"], r["pod"], r["podPhase"], r["note"]) for r in as_json] == [
@@ -271,6 +277,7 @@ def test_runners_with_github_app_credentials_on_an_enterprise_server_path(
         shown = Plugin(control_plane.kubeconfig, namespace, ghes.url)("runners", "app")
         assert shown.code == 0, shown.err
         assert shown.rows()[1] == ["app-aaaaa", str(runner), "online", "false", "app-aaaaa", "Running"]
+        _logged(ghes, 2)
         assert [(r.method, r.credential) for r in ghes.requests] == [
             ("POST", "app:7"),
             ("GET", "installation:42"),
@@ -313,6 +320,7 @@ def test_remove_offline_asks_first_and_removes_only_offline_idle_runners(
     assert removed.code == 0, removed.err
     assert "removed runner pool-lost1" in removed.out and "removed runner pool-lost2" in removed.out
     assert {r["name"] for r in fake.runners(REPO)} == everyone - {"pool-lost1", "pool-lost2"}
+    _logged(fake, before + 3)
     assert [(r.method, r.status) for r in fake.requests[before:]] == [
         ("GET", 200),
         ("DELETE", 204),
