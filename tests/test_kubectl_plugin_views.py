@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from runnerpool.plugin.cluster import Login, connect
+from runnerpool.plugin.errors import PluginError
 from runnerpool.plugin.output import human_duration
 from runnerpool.plugin.views import waiting_for
 
@@ -136,3 +140,33 @@ def test_a_scale_down_hold_and_a_rollout_say_what_they_wait_for() -> None:
         "Waiting for outdated runners to become idle, to replace them: 2/2"
     )
     assert waiting_for(_pool(TOKEN_OK, READY)) == "Nothing: the pool is ready (2/2 runner pods ready)."
+
+
+def test_the_namespace_is_the_kubeconfig_contexts_as_kubectl_picks_it(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "a", "context": {"cluster": "c", "user": "u", "namespace": "team-a"}},
+                    {"name": "b", "context": {"cluster": "c", "user": "u"}},
+                ],
+                "current-context": "a",
+            }
+        )
+    )
+    for login, namespace in (
+        (Login(str(kubeconfig)), "team-a"),
+        (Login(str(kubeconfig), context="b"), "default"),
+    ):
+        cluster = connect(login)
+        cluster.close()
+        assert cluster.namespace == namespace
+    with pytest.raises(
+        PluginError, match=r"^no usable kubeconfig \(.*name c.*\); pass --kubeconfig or --context$"
+    ):
+        connect(Login(str(kubeconfig), context="c"))

@@ -40,10 +40,8 @@ class Login:
 def _context_namespace(login: Login) -> str:
     """The namespace of the context in use, as kubectl picks it (``default`` when it names none)."""
     contexts, current = config.list_kube_config_contexts(config_file=login.kubeconfig)
-    if login.context is not None:
-        current = next((c for c in contexts if c.get("name") == login.context), None)
-        if current is None:
-            raise PluginError(f"context {login.context!r} is not in the kubeconfig")
+    if login.context is not None:  # the client has loaded it already: it exists
+        current = next(c for c in contexts if c.get("name") == login.context)
     return str(((current or {}).get("context") or {}).get("namespace") or "default")
 
 
