@@ -298,7 +298,7 @@ class TokenUpdater:
         except Exception as err:  # anything: the scheduler must keep going
             outcome = self._record_failure(state, ref, generation, err)
         if outcome is None:
-            return None  # replaced or stopped; a replacement skipped meanwhile runs soon (scheduling)
+            return None  # replaced or stopped: the replacement has its own schedule (scheduling)
         next_run, tell = outcome
         self._reschedule(key, generation, next_run)
         if tell:
@@ -308,7 +308,15 @@ class TokenUpdater:
 
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
-        shared_key = (ref.namespace, ref.credential_secret_name, ref.github_api_url, ref.scope.key)
+        # The credentials' version too: a replaced job does not wait for (or take the token of)
+        # its stale predecessor's request made with the Secret's previous content.
+        shared_key = (
+            ref.namespace,
+            ref.credential_secret_name,
+            ref.credentials_version,
+            ref.github_api_url,
+            ref.scope.key,
+        )
         token = self._shared.get(shared_key, lambda: client.registration_token(ref.scope))
         digest = _digest(token.token)
         with state.write_lock:
