@@ -41,9 +41,9 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, autoscaling
 from runnerpool.api_errors import describe
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
-from runnerpool.github.budget import listing_cost, next_listing_delay
+from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
-from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
@@ -138,6 +138,9 @@ class RunnerManagers:
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
         self._counts: dict[str, api.RunnerCounts] = {}
         self._credentials: dict[ListingKey, str] = {}
+        # Shared by a scope's rounds and its deleted pools' drains, and kept after the scope's
+        # last pool went (its finalizer drains after that): see runnerpool.github.budget.
+        self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
         self._stopping = threading.Event()
         self._owns_scheduler = scheduler is None
         if scheduler is None:
@@ -197,20 +200,33 @@ class RunnerManagers:
         that a runner that registered late is found. A runner listed busy is not even asked
         for: GitHub would refuse, and the request would only spend budget. 204 and 404 both
         mean the runner is gone. Raises ``GitHubError`` or ``CredentialError``.
+
+        However often the finalizer asks, the scope's GitHub calls back off after a failure
+        (``ScopeBackoff``): meanwhile this raises the last failure again without a request.
         """
+        key = _listing_key(pool)
+        refusal = self._backoff.refusal(key)
+        if refusal is not None:
+            raise refusal
         github = self._deregistration_client(pool)
-        snapshot = self.listing.fetch(_listing_key(pool), pool.scope, github)
         busy = 0
         deregistered = 0
-        for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
-            if runner.busy:
-                busy += 1
-                continue
-            outcome = github.delete_runner(pool.scope, runner.id)
-            if outcome is DeleteOutcome.BUSY:
-                busy += 1
-            elif outcome is DeleteOutcome.DELETED:
-                deregistered += 1
+        try:
+            snapshot = self.listing.fetch(key, pool.scope, github)
+            for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
+                if runner.busy:
+                    busy += 1
+                    continue
+                outcome = github.delete_runner(pool.scope, runner.id)
+                if outcome is DeleteOutcome.BUSY:
+                    busy += 1
+                elif outcome is DeleteOutcome.DELETED:
+                    deregistered += 1
+        except GitHubError as err:
+            wait = self._backoff.failed(key, err)
+            log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
+            raise
+        self._backoff.succeeded(key)
         # The pod cache can only lag behind deletions, so "none left" is never early.
         pods = self._pools.list_pods(pool.namespace, pool.name)
         if busy:
@@ -345,25 +361,29 @@ class RunnerManagers:
             snapshot, github = self._list(key, refs)
         except (GitHubError, CredentialError) as err:
             metrics.LISTING_FAILURES.labels(str(key), err.reason).inc()
-            log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err)
+            log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err.message)
+            if isinstance(err, GitHubError):
+                self._backoff.failed(key, err)
             delay = next_listing_delay(
                 self._interval, None, 0.0, retry_after=getattr(err, "retry_after", None)
             )
             metrics.SYNC_DELAY.labels(str(key)).set(delay)
             return delay
+        self._backoff.succeeded(key)
         retry_after: float | None = None
         for ref in refs:
             if self._halted(key, generation):
                 break
             try:
                 self._sync_pool(ref, snapshot, lambda: self._halted(key, generation))
-            except RateLimited as err:
-                log.warning("runner manager for %s paused: %s", key, err)
-                retry_after = err.retry_after
+            except (RateLimited, Unavailable) as err:
+                # GitHub said stop, or is down: the other pools' deletes would only fail too.
+                log.warning("runner manager for %s paused: %s: %s", key, err.reason, err.message)
+                retry_after = max(self._backoff.failed(key, err), err.retry_after or 0.0)
                 break
             except (GitHubError, CredentialError, ApiException) as err:
                 # One pool's trouble must not starve the others of their turn.
-                log.warning("runner manager for pool %s: %s", ref.key, err)
+                log.warning("runner manager for pool %s: %s", ref.key, describe(err))
         return self._next_delay(key, github, snapshot, retry_after)
 
     def _list(self, key: ListingKey, refs: list[PoolRef]) -> tuple[Snapshot, GitHubClient]:
