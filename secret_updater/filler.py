@@ -29,6 +29,7 @@ from typing import Any
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
+from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import GitHubError
@@ -388,8 +389,9 @@ class TokenUpdater:
             message,
             attempt,
             int(delay.total_seconds()),
-            exc_info=reason == INTERNAL_REASON,
         )
+        if reason == INTERNAL_REASON:
+            log.debug("registration token for pool %s: traceback", ref.key, exc_info=err)
         return now + delay, changed
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -417,8 +419,8 @@ class TokenUpdater:
     def _safe_notify(self, ref: PoolRef) -> None:
         try:
             self._notify(ref.namespace, ref.name)
-        except Exception:
-            log.exception("notifying the reconciler about pool %s failed", ref.key)
+        except Exception as err:
+            log_failure(log, logging.ERROR, "notifying the reconciler about pool %s failed", ref.key, err=err)
 
 
 def _describe(err: BaseException) -> str:

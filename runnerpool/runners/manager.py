@@ -39,7 +39,7 @@ from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling
-from runnerpool.api_errors import describe
+from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
@@ -326,8 +326,7 @@ class RunnerManagers:
         try:
             delay = self.sync(key, generation)
         except Exception as err:
-            log.warning("runner manager for %s failed: %s", key, describe(err))
-            log.debug("runner manager for %s failed", key, exc_info=True)
+            log_failure(log, logging.WARNING, "runner manager for %s failed", key, err=err)
             delay = self._interval
         with self._lock:
             if not self._is_live(key, generation):
