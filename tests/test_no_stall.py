@@ -176,6 +176,43 @@ def test_a_token_job_replaced_while_its_first_request_hangs_fills_the_secret_at_
         world.updater.shutdown()
 
 
+def test_a_stale_run_that_starts_late_and_returns_early_leaves_its_successor_due() -> None:
+    """One worker thread, held by another pool's request: the pool's first run waits in the
+    executor's queue, its job is replaced meanwhile, and the stale run, once it starts, returns
+    at once (the generation check at the top of ``TokenUpdater._run``). The replacement must
+    still run as soon as a thread is free, not at the safety net."""
+    scheduler = started_scheduler(1)
+    busy = Gate()
+    github = GatedGitHub(gates=[busy])
+    world = _token_world(scheduler, github)
+    world.secrets[(NS, "github-cred")] = {"token": "ghp_x"}
+    other = replace(POOL, name="other")
+    try:
+        world.updater.start(other)
+        wait_for(lambda: busy.held() == 1, message="the other pool's request to hold the only thread")
+        world.updater.start(POOL)
+        wait_for(lambda: _submitted(scheduler, POOL.key), message="the pool's first run to be queued")
+        world.updater.start(replace(POOL, credentials_version="2"))
+        wait_for(lambda: _submitted(scheduler, POOL.key), message="the replacement to be queued")
+        busy.open()
+
+        wait_for(
+            lambda: any(name == POOL.token_secret for _, name, _ in world.patches),
+            timeout=PROMPT,
+            message="the replacement to fill the pool's Secret",
+        )
+        assert len(github.token_requests) == 2, "the other pool's and the replacement's, none stale"
+    finally:
+        busy.open()
+        world.updater.shutdown()
+        scheduler.shutdown(wait=False)
+
+
+def _submitted(scheduler: BaseScheduler, job_id: str) -> bool:
+    job = scheduler.get_job(job_id)
+    return job is None or job.next_run_time > utcnow()
+
+
 def _managers(scheduler: BaseScheduler, clients: ClientCache, cache: Cache) -> RunnerManagers:
     return RunnerManagers(
         cache,
@@ -265,11 +302,10 @@ class Model:
         # The next event comes once the scheduler has submitted the runs due now: they are in
         # flight (held at the gate, if they reached GitHub) when it replaces their jobs.
         jobs = (ref.key, str(ListingKey.of(ref.api_url, ref.scope)))
-        wait_for(lambda: all(self._submitted(job) for job in jobs), message="the due runs to be submitted")
-
-    def _submitted(self, job_id: str) -> bool:
-        job = self.scheduler.get_job(job_id)
-        return job is None or job.next_run_time > utcnow()
+        wait_for(
+            lambda: all(_submitted(self.scheduler, job) for job in jobs),
+            message="the due runs to be submitted",
+        )
 
 
 @settings(
