@@ -258,6 +258,39 @@ def test_a_runner_manager_replaced_while_its_listing_hangs_lists_at_once(schedul
         managers.shutdown()
 
 
+def test_a_pool_joining_a_scope_whose_round_is_in_progress_is_listed_soon(scheduler: BaseScheduler) -> None:
+    """The round read its pools before the new one joined: it ends with one more round soon
+    (``kick_gap``), not a whole interval (or a budget-stretched one) later."""
+    cache = Cache()
+    first = cache.add("first", org="octo-org")
+    second = cache.add("second", org="octo-org")
+    listing = Gate()
+    github = GatedGitHub(gates=[listing])
+    world = _token_world(scheduler, github)
+    world.secrets[(NS, first.credential_secret_name)] = {"token": "ghp_x"}
+    managers = RunnerManagers(
+        cache,
+        world.clients,
+        Pods(),  # type: ignore[arg-type]
+        lambda key: None,
+        settings=RunnerSettings(sync_interval=600, kick_gap=0.2),
+        scheduler=scheduler,
+    )
+    try:
+        managers.start(first)
+        wait_for(lambda: listing.held() == 1, message="the scope's first round to be listing")
+        managers.start(second)
+        listing.open()
+
+        wait_for(lambda: managers.counts(NS, "first"), message="the first pool's listing")
+        wait_for(
+            lambda: managers.counts(NS, "second"), timeout=PROMPT, message="the joining pool's first listing"
+        )
+    finally:
+        listing.open()
+        managers.shutdown()
+
+
 # -- whatever the order of events ----------------------------------------------------------------
 
 #: What the reconciler sees, each followed by the reconcile it brings (start both jobs with
@@ -347,10 +380,10 @@ def test_whatever_the_order_of_events_a_pool_gets_its_token_and_first_listing(
             message=f"the pool's first runner listing after {events}",
         )
         wait_for(
-            lambda: len(tokens.patches) > 0,
+            lambda: len(tokens.patches) > 0 and tokens.updater.failure(NS, "build") is None,
             timeout=TOKEN_WAIT,
             interval=0.02,
-            message=f"the pool's token after {events}",
+            message=f"the pool's token, and no failure left for its conditions, after {events}",
         )
     finally:
         model.gate.open()
