@@ -94,8 +94,9 @@ class GatedGitHub(FakeGitHubClient):
         )
 
     def list_runners(self, scope: Scope) -> list[Runner]:
+        listed = super().list_runners(scope)  # as GitHub had them when asked
         self._gate()
-        return super().list_runners(scope)
+        return listed
 
 
 @dataclass
@@ -208,6 +209,12 @@ def test_a_stale_run_that_starts_late_and_returns_early_leaves_its_successor_due
         scheduler.shutdown(wait=False)
 
 
+def _runs_in_flight(scheduler: BaseScheduler, job_id: str) -> int:
+    """Runs of ``job_id`` the executor has not seen end (APScheduler's own count)."""
+    executor = scheduler._lookup_executor("default")  # type: ignore[attr-defined]
+    return int(executor._instances.get(job_id, 0))
+
+
 def _submitted(scheduler: BaseScheduler, job_id: str) -> bool:
     job = scheduler.get_job(job_id)
     return job is None or job.next_run_time > utcnow()
@@ -236,23 +243,31 @@ def test_a_runner_manager_replaced_while_its_listing_hangs_lists_at_once(schedul
     try:
         managers.start(ref)
         wait_for(lambda: stale.held() == 1, message="the first listing to be in flight")
-        # Its only pool's credentials changed: the scope's job is removed and added again.
+        # A runner registered meanwhile; its only pool's credentials changed: the scope's job
+        # is removed and added again.
+        runner = Runner(id=1, name="build-a", status="online", busy=False, labels=(f"{NS}/build",))
+        github.runners[ref.scope] = [runner]
         managers.start(replace(ref, credentials_version="2"))
 
-        wait_for(
+        counts = wait_for(
             lambda: managers.counts(NS, "build"), timeout=PROMPT, message="the replaced job's first listing"
         )
         assert stale.held() == 1, "listed while the stale listing still hangs"
+        assert counts.online == 1
         job = scheduler.get_job(key)
         assert job is not None
         next_run = job.next_run_time
         assert next_run - utcnow() <= timedelta(seconds=INTERVAL), "next listing within one interval"
 
         stale.open()
-        wait_for(lambda: stale.held() == 0, message="the stale listing to return")
-        # The stale run ends without touching the live job's schedule (it used to set it anew).
+        wait_for(lambda: _runs_in_flight(scheduler, key) == 0, message="the stale run to end")
+        # The stale run ends without touching the live job's schedule (it used to set it anew),
+        # the counts, or the shared listing (its older answer, without the runner).
         job = scheduler.get_job(key)
         assert job is not None and job.next_run_time == next_run
+        assert managers.counts(NS, "build") == counts
+        latest = managers.listing.latest(ListingKey.of(ref.api_url, ref.scope))
+        assert latest is not None and [r.id for r in latest.runners] == [1]
     finally:
         stale.open()
         managers.shutdown()
