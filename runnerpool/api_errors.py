@@ -11,12 +11,24 @@ namespace being deleted?" (both end a reconcile quietly instead of counting as e
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-__all__ = ["ApiStatus", "describe", "is_namespace_terminating", "status_of"]
+__all__ = [
+    "ApiStatus",
+    "OneLineErrors",
+    "describe",
+    "fold_api_error_text",
+    "is_namespace_terminating",
+    "log_failure",
+    "one_line",
+    "one_line_errors_from",
+    "status_of",
+]
 
 #: ``metav1.StatusCause`` reason the NamespaceLifecycle admission plugin gives.
 _NAMESPACE_TERMINATING_CAUSE = "NamespaceTerminating"
@@ -57,13 +69,90 @@ def status_of(err: ApiException) -> ApiStatus:
     )
 
 
+#: Longest description a log line carries: an API message is a sentence, not a page.
+MAX_DESCRIPTION = 500
+
+
 def describe(err: BaseException) -> str:
-    """One line for a log: the API's reason and message for API errors, else ``Type: text``."""
+    """One line for a log: what went wrong, never HTTP headers, a body dump or a traceback.
+
+    A Kubernetes API error gives its status code, reason and the API's message
+    (``404 NotFound: runnerpools "x" not found``); an error that classifies itself with
+    ``reason`` and ``message`` (the GitHub and credential errors) gives those; anything else
+    ``Type: text``. Always one line, at most ``MAX_DESCRIPTION`` characters.
+    """
     if isinstance(err, ApiException):
         status = status_of(err)
         text = f"{status.code} {status.reason}".strip()
-        return f"{text}: {status.message}" if status.message else text
-    return f"{type(err).__name__}: {err}"
+        text = f"{text}: {status.message}" if status.message else text
+    else:
+        reason, message = getattr(err, "reason", None), getattr(err, "message", None)
+        if isinstance(reason, str) and isinstance(message, str) and reason and message:
+            text = f"{reason}: {message}"
+        else:
+            text = f"{type(err).__name__}: {err}"
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks folded into spaces, cut at ``MAX_DESCRIPTION``."""
+    folded = " ".join(text.split())
+    return folded if len(folded) <= MAX_DESCRIPTION else folded[: MAX_DESCRIPTION - 3] + "..."
+
+
+#: ``ApiException.__str__`` as it lands in messages others format: "(404)\nReason: Not Found\n
+#: HTTP response headers: ...\nHTTP response body: {...}".
+_API_EXCEPTION_TEXT = re.compile(
+    r"\((?P<code>\d+)\)\s*Reason: (?P<reason>[^\n]*)\n"
+    r"(?:HTTP response headers: [^\n]*\n?)?"
+    r"(?:HTTP response body: (?P<body>.*))?",
+    re.DOTALL,
+)
+
+
+def fold_api_error_text(text: str) -> str:
+    """A message with an ``ApiException`` printed into it, with that part as ``describe`` puts it."""
+    found = _API_EXCEPTION_TEXT.search(text)
+    if found is None:
+        return text
+    err = ApiException(status=int(found["code"]), reason=found["reason"].strip())
+    err.body = (found["body"] or "").strip()
+    return text[: found.start()] + describe(err)
+
+
+def log_failure(logger: logging.Logger, level: int, msg: str, *args: object, err: BaseException) -> None:
+    """``msg % args``, a colon and ``describe(err)`` at ``level``; the traceback at DEBUG only."""
+    logger.log(level, f"{msg}: %s", *args, describe(err))
+    logger.debug(f"{msg}: traceback", *args, exc_info=err)
+
+
+class OneLineErrors(logging.Filter):
+    """Folds a library's error records into one line: what ``describe`` says of the exception
+    instead of its traceback, and the reason and message of an ``ApiException`` printed into
+    the message instead of its headers and body. The traceback goes to ``trace_to`` at DEBUG.
+    """
+
+    def __init__(self, trace_to: logging.Logger) -> None:
+        super().__init__()
+        self._trace_to = trace_to
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        exc_info = record.exc_info
+        if exc_info and exc_info[1] is not None:
+            self._trace_to.debug("%s: traceback", one_line(text), exc_info=exc_info)
+            text = f"{text}: {describe(exc_info[1])}"
+        record.msg, record.args = one_line(fold_api_error_text(text)), None
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def one_line_errors_from(*logger_names: str, trace_to: logging.Logger) -> None:
+    """Fold the error records of these (library) loggers into one line each; idempotent."""
+    for name in logger_names:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, OneLineErrors) for f in target.filters):
+            target.addFilter(OneLineErrors(trace_to))
 
 
 def is_namespace_terminating(err: BaseException) -> bool:

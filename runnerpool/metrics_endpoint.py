@@ -270,7 +270,7 @@ class _Certificates:
                     self._stamp = stamp
                     log.info("metrics certificate reloaded from %s", self._folder)
             except (OSError, ssl.SSLError) as err:  # half-written during a rotation: next time
-                log.warning("metrics certificate not reloaded from %s: %s", self._folder, err)
+                log.warning("metrics certificate not reloaded from %s: %s", self._folder, describe(err))
             return self._context
 
 

@@ -5,12 +5,19 @@ one is due (a token's expiry, a rate-limit reset, a backoff), so the trigger is
 only a safety net; the first run is due at once, a run never overlaps itself,
 and a late run still happens.
 
-A run that APScheduler skips because the job's previous instance still runs (it counts
-instances per job id, and a job replaced under the same id - a token job whose pool
-changed, a scope that lost its last pool and got a new one - shares the old one's count)
-is tried again every ``SKIPPED_RETRY`` seconds until it runs, instead of waiting for the
-safety net: minutes in which a new pool waited for its token or its first listing. Written
-here because APScheduler 3 only reports the skip (``EVENT_JOB_MAX_INSTANCES``).
+"Never overlaps itself" is kept here, per added job, not by APScheduler's ``max_instances``:
+APScheduler counts running instances per job *id*, and a job replaced under the same id (a
+token job whose pool changed - protecting the credential Secret changes its resourceVersion
+- or a scope that lost its last pool and got a new one) shared its stale predecessor's count.
+Its first run was skipped while the stale run went on, and waited for the safety net: minutes
+in which a new pool waited for its token or its first listing. Here every ``add`` gets its
+own guard, so a replaced job runs at once, whatever its predecessor is doing (blocked on a
+slow GitHub call, or returning early because it is stale); the predecessor sees it is stale
+through the caller's own generation check and leaves the schedule alone. A run that finds
+its own job's previous run still going is dropped: that run sets the next one when it ends.
+
+APScheduler's limit stays as a backstop (``MAX_GENERATIONS`` replacements running at once);
+a run it skips is tried again every ``SKIPPED_RETRY`` seconds instead of at the safety net.
 """
 
 from __future__ import annotations
@@ -29,11 +36,50 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-#: Seconds between tries of a run skipped because its predecessor still runs.
+__all__ = [
+    "MAX_GENERATIONS",
+    "SKIPPED_RETRY",
+    "OneRunAtATime",
+    "add_self_scheduling_job",
+    "background_scheduler",
+    "started_scheduler",
+]
+
+#: Seconds between tries of a run APScheduler skipped (the backstop below).
 SKIPPED_RETRY = 0.5
+#: Runs of one job id, across its replacements, that may be in flight at once.
+MAX_GENERATIONS = 8
 
 _retrying: weakref.WeakSet[BaseScheduler] = weakref.WeakSet()
 _retrying_lock = threading.Lock()
+
+log = logging.getLogger(__name__)
+
+
+class OneRunAtATime:
+    """One added job's function: a run that finds the previous one still going is dropped.
+
+    A fresh instance per ``add_self_scheduling_job``: a replacement has a guard of its own.
+    Calling it returns what the function returns (``None`` for a dropped run), so tests can
+    call ``job.func(*job.args)`` as the scheduler does.
+    """
+
+    def __init__(self, func: Callable[..., Any], name: str) -> None:
+        self._func = func
+        self._name = name
+        self._running = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        if not self._running.acquire(blocking=False):
+            log.debug("%s: previous run still going; it schedules the next one", self._name)
+            return None
+        try:
+            return self._func(*args)
+        finally:
+            self._running.release()
+
+    def __repr__(self) -> str:
+        return f"OneRunAtATime({self._name})"
 
 
 class _HandledSkip(logging.Filter):
@@ -86,9 +132,10 @@ def add_self_scheduling_job(
     first_run: datetime,
     safety_net_seconds: float,
 ) -> None:
+    """Add (or replace) the job ``job_id``; ``func`` must see for itself when it is stale."""
     _retry_skipped_runs(scheduler)
     scheduler.add_job(
-        func,
+        OneRunAtATime(func, name),
         trigger=IntervalTrigger(seconds=safety_net_seconds, timezone=UTC),
         args=tuple(args),
         id=job_id,
@@ -96,6 +143,6 @@ def add_self_scheduling_job(
         replace_existing=True,
         next_run_time=first_run,
         coalesce=True,
-        max_instances=1,
+        max_instances=MAX_GENERATIONS,
         misfire_grace_time=None,
     )

@@ -29,6 +29,7 @@ from typing import Any
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
+from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import GitHubError
@@ -298,7 +299,7 @@ class TokenUpdater:
         except Exception as err:  # anything: the scheduler must keep going
             outcome = self._record_failure(state, ref, generation, err)
         if outcome is None:
-            return None  # replaced or stopped; a replacement skipped meanwhile runs soon (scheduling)
+            return None  # replaced or stopped: the replacement has its own schedule (scheduling)
         next_run, tell = outcome
         self._reschedule(key, generation, next_run)
         if tell:
@@ -308,7 +309,15 @@ class TokenUpdater:
 
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
-        shared_key = (ref.namespace, ref.credential_secret_name, ref.github_api_url, ref.scope.key)
+        # The credentials' version too: a replaced job does not wait for (or take the token of)
+        # its stale predecessor's request made with the Secret's previous content.
+        shared_key = (
+            ref.namespace,
+            ref.credential_secret_name,
+            ref.credentials_version,
+            ref.github_api_url,
+            ref.scope.key,
+        )
         token = self._shared.get(shared_key, lambda: client.registration_token(ref.scope))
         digest = _digest(token.token)
         with state.write_lock:
@@ -380,8 +389,9 @@ class TokenUpdater:
             message,
             attempt,
             int(delay.total_seconds()),
-            exc_info=reason == INTERNAL_REASON,
         )
+        if reason == INTERNAL_REASON:
+            log.debug("registration token for pool %s: traceback", ref.key, exc_info=err)
         return now + delay, changed
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -409,8 +419,8 @@ class TokenUpdater:
     def _safe_notify(self, ref: PoolRef) -> None:
         try:
             self._notify(ref.namespace, ref.name)
-        except Exception:
-            log.exception("notifying the reconciler about pool %s failed", ref.key)
+        except Exception as err:
+            log_failure(log, logging.ERROR, "notifying the reconciler about pool %s failed", ref.key, err=err)
 
 
 def _describe(err: BaseException) -> str:

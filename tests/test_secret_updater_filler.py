@@ -521,10 +521,12 @@ def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at
         updater.start(POOL)
         assert in_flight.wait(10), "the first run did not start"
         updater.start(replace(POOL, credentials_version="2"))  # the Secret's new resourceVersion
-        release.set()
         wait_for(lambda: written, timeout=5, message="a token from the restarted job within seconds")
-        # The scope's one fetch is shared: the replacement writes the token the stale run got.
-        assert written == [TOKEN_1]
+        release.set()
+        wait_for(lambda: not github.tokens, message="the stale request to be answered")
+        # The replacement asked with the Secret's new version, not waiting for the stale
+        # request (made with the old one), whose token is never written.
+        assert written == [TOKEN_2]
     finally:
         release.set()
         updater.shutdown()

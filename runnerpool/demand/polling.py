@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from runnerpool import api
+from runnerpool.api_errors import describe, log_failure
 from runnerpool.demand.matching import job_matches
 from runnerpool.demand.record import ACTIVE
 from runnerpool.demand.recorder import DemandRecorder, RecordFailed
@@ -111,8 +112,8 @@ class DemandPoller:
         while not self._stop.wait(delay):
             try:
                 delay = self.poll_once()
-            except Exception:  # the next poll tries again; the poller must not die
-                log.exception("demand poll failed")
+            except Exception as err:  # the next poll tries again; the poller must not die
+                log_failure(log, logging.WARNING, "demand poll failed", err=err)
                 delay = self._interval
 
     def _targets(self) -> list[_Target]:
@@ -125,7 +126,9 @@ class DemandPoller:
                     try:
                         targets[key] = _Target(repo, self._clients(pool))
                     except Exception as err:  # a missing credential Secret, say: the others go on
-                        log.warning("cannot poll %s for %s/%s: %s", repo, pool.namespace, pool.name, err)
+                        log.warning(
+                            "cannot poll %s for %s/%s: %s", repo, pool.namespace, pool.name, describe(err)
+                        )
                         continue
                 targets[key].pools.append(pool)
         return list(targets.values())

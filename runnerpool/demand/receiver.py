@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
+from runnerpool.api_errors import describe
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.signature import HEADER, verify
@@ -128,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
             pools = self.receiver.record(job)
         except Exception as err:
             seen.release(delivery)
-            log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, err)
+            log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, describe(err))
             self._answer(503, "could not record the job; redeliver later", event, "failed")
             return
         self._answer(200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted")

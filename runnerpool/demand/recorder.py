@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from runnerpool import api
+from runnerpool.api_errors import describe
 from runnerpool.demand import metrics, record
 from runnerpool.demand.matching import job_matches, job_scope_keys
 from runnerpool.domain import utcnow
@@ -142,7 +143,9 @@ class DemandRecorder:
                     item.error = error
                     item.done.set()
         if mine.error is not None:
-            raise RecordFailed(f"could not record demand on {key[0]}/{key[1]}: {mine.error}") from mine.error
+            raise RecordFailed(
+                f"could not record demand on {key[0]}/{key[1]}: {describe(mine.error)}"
+            ) from mine.error
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -151,8 +154,15 @@ class DemandRecorder:
 
     # -- the write -------------------------------------------------------------------------
 
-    def _get(self, key: PoolKey) -> dict[str, Any]:
-        return self._kube.get(RUNNER_POOLS, key[0], key[1])
+    def _get(self, key: PoolKey) -> dict[str, Any] | None:
+        """The pool as the API server has it; ``None`` once it is gone (a poll or a delivery
+        racing the pool's deletion: its demand went with it, nothing to warn about)."""
+        try:
+            return self._kube.get(RUNNER_POOLS, key[0], key[1])
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def _runners(self, key: PoolKey) -> frozenset[str]:
         """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
@@ -162,6 +172,8 @@ class DemandRecorder:
         raw = self._get(key)
         runners = self._runners(key)
         for _ in range(MAX_CONFLICTS):
+            if raw is None:
+                return
             pool = _pool(raw)
             if pool is None or pool.spec.autoscaling is None:
                 return

@@ -107,6 +107,10 @@ class SharedListing:
             runners = tuple(client.list_runners(scope))
             snapshot = Snapshot(runners=runners, fetched_at=self._clock(), credential=credential_of(client))
             with self._lock:
+                if self._fetching.get(key) is not fetching:
+                    # Forgotten meanwhile (the scope's job was replaced): a listing made since
+                    # by the new job must not be overwritten with this older one.
+                    return snapshot
                 self._snapshots[key] = snapshot
                 self._generations[key] = self._generations.get(key, 0) + 1
             return snapshot

@@ -3,11 +3,14 @@
 Scheduling: one APScheduler job per scope (repository or organization on one GitHub host,
 see ``ListingKey``), run by a small thread pool (``RunnerSettings.threads``) so that hundreds
 of repository-scoped pools neither need hundreds of threads nor send hundreds of concurrent
-requests (GitHub's secondary limits start at 100). ``max_instances=1`` keeps a scope from
-overlapping itself; each run sets its own next run time from the budget rule
-(``runnerpool.github.budget``). The reconciler registers a pool with ``start`` on every
-converge and removes it with ``stop`` when the pool goes; the last pool of a scope removes
-the scope's job. The operator runs this only on the leader, like the workers.
+requests (GitHub's secondary limits start at 100). A scope's run never overlaps itself
+(``runnerpool.scheduling``); each run sets its own next run time from the budget rule
+(``runnerpool.github.budget``). A scope whose job was replaced (its last pool went and a new
+one came, e.g. the pool's credential Secret changed) runs the new job at once; the old run
+stops acting at its next step and leaves the new job's schedule alone. The reconciler
+registers a pool with ``start`` on every converge and removes it with ``stop`` when the pool
+goes; the last pool of a scope removes the scope's job. The operator runs this only on the
+leader, like the workers.
 
 A run lists the scope once through the shared listing, then for each pool: publishes its
 runner counts (and enqueues the pool when they changed, so the reconciler writes
@@ -36,10 +39,11 @@ from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling
+from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
-from runnerpool.github.budget import listing_cost, next_listing_delay
+from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
-from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
@@ -124,11 +128,19 @@ class RunnerManagers:
         self._last_run: dict[ListingKey, datetime] = {}
         self._brought_forward: set[ListingKey] = set()
         self._running: set[ListingKey] = set()
+        # Which job of a scope is the live one: a scope that lost its last pool and got a new
+        # one has a new job at once (runnerpool.scheduling), while the old one's run may go
+        # on; that stale run must neither act further nor set the new job's schedule.
+        self._generations: dict[ListingKey, int] = {}
+        self._generation_count = 0
         self._lock = threading.Lock()
         self._refs: dict[str, PoolRef] = {}
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
         self._counts: dict[str, api.RunnerCounts] = {}
         self._credentials: dict[ListingKey, str] = {}
+        # Shared by a scope's rounds and its deleted pools' drains, and kept after the scope's
+        # last pool went (its finalizer drains after that): see runnerpool.github.budget.
+        self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
         self._stopping = threading.Event()
         self._owns_scheduler = scheduler is None
         if scheduler is None:
@@ -150,16 +162,21 @@ class RunnerManagers:
             members = self._scopes.setdefault(key, {})
             members[pool.key] = pool
             if len(members) == 1:
+                self._generation_count += 1
+                self._generations[key] = self._generation_count
                 add_self_scheduling_job(
                     self._scheduler,
                     self._run,
-                    (key,),
+                    (key, self._generation_count),
                     job_id=str(key),
                     name=f"runner manager {key}",
                     first_run=self._clock(),
                     safety_net_seconds=self._interval * 10,
                 )
                 log.info("runner manager started for %s", key)
+            elif key in self._running:
+                # The run in progress read its pools before this one joined: once more, soon.
+                self._brought_forward.add(key)
 
     def stop(self, namespace: str, name: str) -> None:
         key = pool_key(namespace, name)
@@ -183,20 +200,33 @@ class RunnerManagers:
         that a runner that registered late is found. A runner listed busy is not even asked
         for: GitHub would refuse, and the request would only spend budget. 204 and 404 both
         mean the runner is gone. Raises ``GitHubError`` or ``CredentialError``.
+
+        However often the finalizer asks, the scope's GitHub calls back off after a failure
+        (``ScopeBackoff``): meanwhile this raises the last failure again without a request.
         """
+        key = _listing_key(pool)
+        refusal = self._backoff.refusal(key)
+        if refusal is not None:
+            raise refusal
         github = self._deregistration_client(pool)
-        snapshot = self.listing.fetch(_listing_key(pool), pool.scope, github)
         busy = 0
         deregistered = 0
-        for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
-            if runner.busy:
-                busy += 1
-                continue
-            outcome = github.delete_runner(pool.scope, runner.id)
-            if outcome is DeleteOutcome.BUSY:
-                busy += 1
-            elif outcome is DeleteOutcome.DELETED:
-                deregistered += 1
+        try:
+            snapshot = self.listing.fetch(key, pool.scope, github)
+            for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
+                if runner.busy:
+                    busy += 1
+                    continue
+                outcome = github.delete_runner(pool.scope, runner.id)
+                if outcome is DeleteOutcome.BUSY:
+                    busy += 1
+                elif outcome is DeleteOutcome.DELETED:
+                    deregistered += 1
+        except GitHubError as err:
+            wait = self._backoff.failed(key, err)
+            log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
+            raise
+        self._backoff.succeeded(key)
         # The pod cache can only lag behind deletions, so "none left" is never early.
         pods = self._pools.list_pods(pool.namespace, pool.name)
         if busy:
@@ -240,6 +270,8 @@ class RunnerManagers:
         if members:
             return
         self._scopes.pop(key, None)
+        self._generations.pop(key, None)
+        self._running.discard(key)
         self._credentials.pop(key, None)
         self._last_run.pop(key, None)
         self._brought_forward.discard(key)
@@ -282,28 +314,44 @@ class RunnerManagers:
 
     # -- one run ----------------------------------------------------------------------------------
 
-    def _run(self, key: ListingKey) -> None:
-        """Scheduler entry point: never raises, always leaves a next run behind."""
+    def _run(self, key: ListingKey, generation: int) -> None:
+        """Scheduler entry point: never raises, always leaves a next run behind (if still
+        the scope's live job: a stale run ends quietly, its replacement runs on its own)."""
         with self._lock:
+            if not self._is_live(key, generation):
+                return
             self._last_run[key] = self._clock()
             self._brought_forward.discard(key)
             self._running.add(key)
         try:
-            delay = self.sync(key)
-        except Exception:
-            log.exception("runner manager for %s failed", key)
+            delay = self.sync(key, generation)
+        except Exception as err:
+            log_failure(log, logging.WARNING, "runner manager for %s failed", key, err=err)
             delay = self._interval
         with self._lock:
-            self._running.discard(key)
-            if key not in self._scopes:
+            if not self._is_live(key, generation):
                 return
+            self._running.discard(key)
             if key in self._brought_forward:  # brought forward while this run was going: once more, soon
                 delay = min(delay, self._kick_gap)
             with contextlib.suppress(JobLookupError):
                 self._scheduler.modify_job(str(key), next_run_time=self._clock() + timedelta(seconds=delay))
 
-    def sync(self, key: ListingKey) -> float:
-        """List the scope once and act for each of its pools; returns seconds to the next run."""
+    def _is_live(self, key: ListingKey, generation: int | None) -> bool:
+        """Under ``_lock``: the run of ``generation`` (``None``: a direct call) may act."""
+        return key in self._scopes and (generation is None or self._generations.get(key) == generation)
+
+    def _halted(self, key: ListingKey, generation: int | None) -> bool:
+        if self._stopping.is_set():
+            return True
+        with self._lock:
+            return not self._is_live(key, generation)
+
+    def sync(self, key: ListingKey, generation: int | None = None) -> float:
+        """List the scope once and act for each of its pools; returns seconds to the next run.
+
+        ``generation``: the job's, so that a run whose job was replaced meanwhile stops acting.
+        """
         with self._lock:
             refs = sorted(self._scopes.get(key, {}).values(), key=lambda ref: ref.key)
         if not refs:
@@ -312,23 +360,29 @@ class RunnerManagers:
             snapshot, github = self._list(key, refs)
         except (GitHubError, CredentialError) as err:
             metrics.LISTING_FAILURES.labels(str(key), err.reason).inc()
-            log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err)
+            log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err.message)
+            if isinstance(err, GitHubError):
+                self._backoff.failed(key, err)
             delay = next_listing_delay(
                 self._interval, None, 0.0, retry_after=getattr(err, "retry_after", None)
             )
             metrics.SYNC_DELAY.labels(str(key)).set(delay)
             return delay
+        self._backoff.succeeded(key)
         retry_after: float | None = None
         for ref in refs:
+            if self._halted(key, generation):
+                break
             try:
-                self._sync_pool(ref, snapshot)
-            except RateLimited as err:
-                log.warning("runner manager for %s paused: %s", key, err)
-                retry_after = err.retry_after
+                self._sync_pool(ref, snapshot, lambda: self._halted(key, generation))
+            except (RateLimited, Unavailable) as err:
+                # GitHub said stop, or is down: the other pools' deletes would only fail too.
+                log.warning("runner manager for %s paused: %s: %s", key, err.reason, err.message)
+                retry_after = max(self._backoff.failed(key, err), err.retry_after or 0.0)
                 break
             except (GitHubError, CredentialError, ApiException) as err:
                 # One pool's trouble must not starve the others of their turn.
-                log.warning("runner manager for pool %s: %s", ref.key, err)
+                log.warning("runner manager for pool %s: %s", ref.key, describe(err))
         return self._next_delay(key, github, snapshot, retry_after)
 
     def _list(self, key: ListingKey, refs: list[PoolRef]) -> tuple[Snapshot, GitHubClient]:
@@ -349,7 +403,7 @@ class RunnerManagers:
         assert failure is not None
         raise failure
 
-    def _sync_pool(self, ref: PoolRef, snapshot: Snapshot) -> None:
+    def _sync_pool(self, ref: PoolRef, snapshot: Snapshot, halted: Callable[[], bool]) -> None:
         parsed = self._pools.pool(ref.namespace, ref.name)
         pool = parsed.model if parsed is not None else None
         if pool is None:
@@ -367,7 +421,7 @@ class RunnerManagers:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
-            self._carry_out(ref, github, todo)
+            self._carry_out(ref, github, todo, halted)
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:
         with self._lock:
@@ -379,10 +433,12 @@ class RunnerManagers:
         if changed:
             self._notify(ref.key)
 
-    def _carry_out(self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan) -> None:
+    def _carry_out(
+        self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan, halted: Callable[[], bool]
+    ) -> None:
         namespace, name, scope = ref.namespace, ref.name, ref.scope
         for runner in todo.collect:
-            if self._stopping.is_set():
+            if halted():
                 return
             if github.delete_runner(scope, runner.id) is DeleteOutcome.DELETED:
                 metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
@@ -393,7 +449,7 @@ class RunnerManagers:
                     ref.key,
                 )
         for decision in todo.replace:
-            if self._stopping.is_set():
+            if halted():
                 return
             pod = decision.pod
             if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
@@ -408,7 +464,7 @@ class RunnerManagers:
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
                 log.info("replaced runner pod %s/%s: %s", namespace, pod.name, decision.reason)
         for mark in todo.marks:
-            if self._stopping.is_set():
+            if halted():
                 return
             self._pods.patch_pod(namespace, mark.pod.name, mark.patch())
 

@@ -60,11 +60,14 @@ from kubernetes.leaderelection.leaderelection import LeaderElection
 from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+from runnerpool.api_errors import describe, log_failure, one_line_errors_from
 from runnerpool.settings import LeaderElectionSettings
 
 __all__ = ["LeaderElector"]
 
 logger = logging.getLogger(__name__)
+# The library's LeaseLock logs "Failed to create lock as <ApiException>": headers and body.
+one_line_errors_from("leaderelection", trace_to=logger)
 
 
 def _noop() -> None:
@@ -89,7 +92,7 @@ class _ObservedLeaseLock(LeaseLock):  # type: ignore[misc]  # kubernetes is unty
                 name=name, namespace=namespace, body=self.lease_reference
             )
         except ApiException as exc:
-            logger.debug("lease %s/%s not replaced: %s", namespace, name, exc.reason)
+            logger.debug("lease %s/%s not replaced: %s", namespace, name, describe(exc))
             return False
         return True
 
@@ -123,7 +126,7 @@ class _StoppableElection(LeaderElection):  # type: ignore[misc]  # kubernetes is
         try:
             return self._renew_observed() or bool(self.try_acquire_or_renew())
         except Exception as exc:
-            logger.warning("lease %s: %s: %s", self.election_config.lock.name, type(exc).__name__, exc)
+            logger.warning("lease %s: %s", self.election_config.lock.name, describe(exc))
             return False
 
     def _renew_observed(self) -> bool:
@@ -278,8 +281,8 @@ class LeaderElector:
         logger.info("%s stopped leading lease %s/%s", self._identity, self._namespace, self._name)
         try:
             self._user_stopped()
-        except Exception:
-            logger.exception("on_stopped_leading raised")
+        except Exception as err:
+            log_failure(logger, logging.ERROR, "on_stopped_leading raised", err=err)
 
     def _release_lease(self) -> None:
         """Clear ``holderIdentity`` if we still hold the Lease, as client-go does on cancel.
@@ -301,4 +304,4 @@ class LeaderElector:
             self._api.replace_namespaced_lease(self._name, self._namespace, lease)
             logger.info("%s released lease %s/%s", self._identity, self._namespace, self._name)
         except ApiException as exc:
-            logger.warning("could not release lease %s/%s: %s", self._namespace, self._name, exc.reason)
+            logger.warning("could not release lease %s/%s: %s", self._namespace, self._name, describe(exc))

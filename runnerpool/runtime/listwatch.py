@@ -41,6 +41,7 @@ adds:
 # not the string "object".
 import contextlib
 import json
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -49,9 +50,15 @@ from typing import Any
 
 from kubernetes.informer import SharedInformer
 
+from runnerpool.api_errors import one_line_errors_from
 from runnerpool.runtime.store import Obj, Store
 
 __all__ = ["InformerStoppedError", "ListWatchAdapter", "StoppableInformer"]
+
+# The informer logs "Error during initial list; retrying" (and its watch and handler errors)
+# with a traceback and, for an API error, its HTTP headers and body, every 5 s while it
+# fails: one line each instead, the traceback at DEBUG (runnerpool.api_errors).
+one_line_errors_from("kubernetes.informer.informer", trace_to=logging.getLogger(__name__))
 
 
 @dataclass

@@ -26,6 +26,8 @@ from typing import Protocol
 
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
+from runnerpool.api_errors import log_failure
+
 __all__ = ["Elector", "Runnable", "RunnableManager", "scheduler_runnable"]
 
 log = logging.getLogger(__name__)
@@ -140,8 +142,8 @@ class RunnableManager:
             self._started.append(runnable)
             try:
                 runnable.start()
-            except Exception:
-                log.exception("%s failed to start; stopping", runnable.name)
+            except Exception as err:
+                log_failure(log, logging.ERROR, "%s failed to start; stopping", runnable.name, err=err)
                 self.stop()
                 return False
         return not self.stopping.is_set()
@@ -153,5 +155,5 @@ class RunnableManager:
             self._started = [started for started in self._started if started is not runnable]
             try:
                 runnable.stop(self._timeout)
-            except Exception:
-                log.exception("%s did not stop cleanly", runnable.name)
+            except Exception as err:
+                log_failure(log, logging.ERROR, "%s did not stop cleanly", runnable.name, err=err)
