@@ -34,8 +34,9 @@ node: envtest node-packages
 crds: $(STAMP)
 	$(BIN)/python -m testworld.crdgen
 
-# The Python checks, then actionlint on .github/workflows and helm lint on the chart (both pinned,
-# built once from the Go module proxy into the test binaries' cache: testworld/tools).
+# The Python checks, then actionlint on .github/workflows, helm lint on the chart and promtool
+# check rules on deploy/monitoring (all pinned, built once from the Go module proxy into the test
+# binaries' cache: testworld/tools); `make test` runs it first, so the tests find them built.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

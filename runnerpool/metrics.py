@@ -1,13 +1,21 @@
-"""Per-pool gauges: what users alert on (desired vs. ready runner pods)."""
+"""Per-pool gauges: what users alert on (desired vs. ready runner pods, Ready, waiting jobs).
+
+Set by the leader's reconciler on every pass from the status it computes, so they follow the
+pool's own status (``status.demand`` included), whichever replica recorded the demand.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Mapping
 from importlib import metadata
+from typing import Any
 
 from prometheus_client import Gauge
+
+from runnerpool import api, conditions
 
 #: Set by the operator image's build (``--build-arg COMMIT=...``, see its Dockerfile).
 COMMIT_ENV = "RUNNERPOOL_BUILD_COMMIT"
@@ -20,6 +28,17 @@ POOL_DESIRED = Gauge(
 )
 POOL_READY = Gauge(
     "runnerpool_pool_ready_replicas", "Runner pods of a pool that are ready.", ["namespace", "pool"]
+)
+POOL_READY_CONDITION = Gauge(
+    "runnerpool_pool_ready",
+    "1 while a pool's Ready condition is True, 0 while it is False (the reason is on the pool).",
+    ["namespace", "pool"],
+)
+OLDEST_QUEUED = Gauge(
+    "runnerpool_pool_oldest_queued_job_timestamp_seconds",
+    "Unix time at which the operator learnt of the oldest job still queued for a pool "
+    "(status.demand); no series while none is queued.",
+    ["namespace", "pool"],
 )
 #: 1 with the build in its labels, as Prometheus' own ``*_build_info`` series: a dashboard shows
 #: which build runs, and a query joins it onto other series (``on (instance) group_left``).
@@ -58,18 +77,27 @@ def publish_build_info() -> None:
     BUILD_INFO.labels(**build_info()).set(1)
 
 
-def observe_pool(namespace: str, pool: str, desired: int, ready: int) -> None:
-    POOL_DESIRED.labels(namespace, pool).set(desired)
-    POOL_READY.labels(namespace, pool).set(ready)
+def observe_pool(pool: api.RunnerPool, status: dict[str, Any]) -> None:
+    """``status``: the status the reconciler computed for ``pool`` in this pass."""
+    labels = (pool.namespace, pool.name)
+    POOL_DESIRED.labels(*labels).set(status["desiredReplicas"])
+    POOL_READY.labels(*labels).set(status["readyReplicas"])
+    ready = conditions.find(status["conditions"], conditions.READY)
+    POOL_READY_CONDITION.labels(*labels).set(1 if ready is not None and ready["status"] == "True" else 0)
+    demand = pool.status.demand
+    queued = [job.updated_at for job in (demand.jobs.values() if demand else ()) if job.state == "queued"]
+    if queued:
+        OLDEST_QUEUED.labels(*labels).set(min(queued).timestamp())
+    else:
+        with contextlib.suppress(KeyError):
+            OLDEST_QUEUED.remove(*labels)
 
 
 def forget_pool(namespace: str, pool: str) -> None:
     """A deleted pool's series must end, not linger at its last value."""
-    for gauge in (POOL_DESIRED, POOL_READY):
-        try:
+    for gauge in (POOL_DESIRED, POOL_READY, POOL_READY_CONDITION, OLDEST_QUEUED):
+        with contextlib.suppress(KeyError):
             gauge.remove(namespace, pool)
-        except KeyError:
-            continue
 
 
 # A constant of the process, exported from import on, as prometheus-client's ``python_info``.

@@ -375,7 +375,7 @@ class Reconciler:
             runners=self._runner_counts(pool),
             decision=decision,
         )
-        metrics.observe_pool(pool.namespace, pool.name, decision.replicas, status["readyReplicas"])
+        metrics.observe_pool(pool, status)
         if status == old:
             return None
         wait = self._coalesced(pool, old, status)

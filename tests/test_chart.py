@@ -234,6 +234,11 @@ LINTED_VALUES: dict[str, Obj] = {
         },
         "rbac": {"aggregateToDefaultRoles": True},
         "dashboard": {"enabled": True, "annotations": {"grafana_folder": "CI"}},
+        "prometheusRule": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "runbookBaseUrl": "https://github.com/example/runnerpool-operator/blob/v0.1.0",
+        },
     },
 }
 
@@ -269,6 +274,7 @@ def test_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> 
             ("crds/runnerpool.yaml", REPO / "crds" / "runnerpool.yaml"),
             ("files/cluster_role.yaml", DEPLOY / "rbac" / "cluster_role.yaml"),
             ("files/dashboard.json", DASHBOARD),
+            ("files/alerts.yaml", DEPLOY / "monitoring" / "alerts" / "alerts.yaml"),
         ):
             member = members[f"runnerpool-operator/{inside}"]
             assert member.isfile(), f"{inside} is packaged as a link"
@@ -520,6 +526,32 @@ def test_dashboard_labels_annotations_and_namespace(helm: Path) -> None:
     assert meta["annotations"] == {"grafana_folder": "CI runners"}
 
 
+def test_prometheusrule_carries_deploys_alerts(helm: Path) -> None:
+    """The rules are deploy/monitoring/alerts/alerts.yaml's, off by default, with deploy/'s names."""
+    assert not [o for o in template(helm) if o["kind"] == "PrometheusRule"]
+    objects = template(helm, {"prometheusRule": {"enabled": True}})
+    (deploy_rule,) = kustomize(DEPLOY / "optional" / "prometheusrule")
+    report = parity_report([deploy_rule], [one(objects, "PrometheusRule")])
+    assert not report, "\n".join(report)
+
+
+def test_prometheusrule_follows_the_release(helm: Path) -> None:
+    """Another release name: the rules read its own metrics job (the ServiceMonitor's, i.e. the
+    metrics Service's name), carry the extra labels, and link absolute runbooks."""
+    values = {**LINTED_VALUES["everything"], "fullnameOverride": "pools"}
+    objects = template(helm, values)
+    rule = one(objects, "PrometheusRule", "pools")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert one(objects, "ServiceMonitor", "pools")
+    one(objects, "Service", "pools-metrics")  # the scrape job's name
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    absent = next(r for r in rules if r["alert"] == "RunnerPoolOperatorAbsent")
+    assert absent["expr"] == 'absent(up{job="pools-metrics"} == 1)'
+    assert "runnerpool-operator-metrics" not in yaml.safe_dump(rule)
+    base = "https://github.com/example/runnerpool-operator/blob/v0.1.0/docs/troubleshooting.md#"
+    assert {r["annotations"]["runbook_url"] for r in rules} == {base + r["alert"].lower() for r in rules}
+
+
 def test_secure_metrics(helm: Path) -> None:
     objects = template(helm, LINTED_VALUES["everything"])
     args = container(objects)["args"]
@@ -567,9 +599,11 @@ def test_every_rendered_flag_is_an_operator_flag(helm: Path) -> None:
 def test_everything_the_chart_renders_passes_server_side_validation(
     helm: Path, control_plane: ControlPlane, runnerpool_crd: Obj, namespace: str
 ) -> None:
-    """All optional objects (but the ServiceMonitor, whose CRD is not here), strictly validated."""
+    """All optional objects (but the ServiceMonitor and PrometheusRule, whose CRDs are not here),
+    strictly validated."""
     values = {**LINTED_VALUES["everything"], "watchNamespaces": [namespace], "fullnameOverride": namespace}
     values["metrics"] = {**values["metrics"], "serviceMonitor": {"enabled": False}}
+    values["prometheusRule"] = {"enabled": False}
     objects = [
         o for o in template(helm, values, namespace=namespace) if o["kind"] != "CustomResourceDefinition"
     ]

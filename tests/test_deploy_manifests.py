@@ -389,6 +389,8 @@ def test_servicemonitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
     assert endpoint["scheme"] == "https"
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    # Per-pool series keep the pool's namespace (not exported_namespace): the alerts read it.
+    assert endpoint["honorLabels"] is True
 
 
 # --- samples --------------------------------------------------------------------------------

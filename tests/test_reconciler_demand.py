@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from runnerpool import api, naming
 from runnerpool.demand.recorder import DemandRecorder
@@ -244,3 +245,38 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
     )
     reconciler(key)
     assert runners.rounds_forward == [(namespace, "mark")], "a marked pod needs no early round"
+
+
+def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
+    api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
+) -> None:
+    """What the "not Ready" and "queued too long" alerts read, from the status the leader computes."""
+    labels = {"namespace": namespace, "pool": "gauged"}
+
+    def gauge(name: str) -> float | None:
+        return REGISTRY.get_sample_value(name, labels)
+
+    key = _pool_at_zero(api_client, namespace, reconciler, "gauged")
+    assert gauge("runnerpool_pool_ready") == 1, "0 of 0 runners ready, with a token: Ready"
+    assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "nothing queued"
+
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    first_seen = clock.now
+    recorder.record_job(_job(1, "queued", namespace, "gauged"))
+    clock.now += timedelta(minutes=3)
+    recorder.record_job(_job(2, "queued", namespace, "gauged"))
+    reconciler(key)
+    conditions = _pool(api_client, namespace, "gauged")["status"]["conditions"]
+    ready = next(c for c in conditions if c["type"] == "Ready")
+    assert ready["status"] == "False", "two pods asked for, none ready (no node here)"
+    assert gauge("runnerpool_pool_ready") == 0
+    oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
+    assert oldest == pytest.approx(first_seen.timestamp(), abs=1), "the first job's, not the newest's"
+
+    recorder.record_job(_job(1, "in_progress", namespace, "gauged"))
+    reconciler(key)
+    oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
+    assert oldest == pytest.approx((first_seen + timedelta(minutes=3)).timestamp(), abs=1)
+    recorder.record_job(_job(2, "completed", namespace, "gauged"))
+    reconciler(key)
+    assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "the series ends"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from prometheus_client import REGISTRY
+
 from runnerpool.runtime.runnables import Runnable, RunnableManager
 from tests.helpers import wait_for
 
@@ -116,3 +118,37 @@ def test_a_part_that_fails_to_start_stops_what_started() -> None:
     manager = RunnableManager([log.part("caches"), log.part("probes", fail=True), log.part("webhook")])
     manager.run()
     assert log.lines == ["start caches", "start probes", "stop probes", "stop caches"]
+
+
+def _leader_gauge() -> float | None:
+    return REGISTRY.get_sample_value("runnerpool_leader")
+
+
+def test_the_leader_gauge_is_1_only_while_the_leader_parts_run() -> None:
+    """What the "no leader" alert reads: 0 on a standby, 1 once leading, 0 after the Lease."""
+    electors: list[FakeElector] = []
+
+    def elector(on_started: Callable[[], None], on_stopped: Callable[[], None]) -> FakeElector:
+        electors.append(FakeElector(on_started, on_stopped))
+        return electors[0]
+
+    log = Log()
+    manager = RunnableManager([log.part("caches"), log.part("workers", leader_only=True)], elector=elector)
+    thread = _in_thread(manager)
+    wait_for(lambda: electors, message="the elector to be built")
+    assert _leader_gauge() == 0, "a standby does not lead"
+    electors[0].win.set()
+    wait_for(lambda: _leader_gauge() == 1, message="the gauge to say leading")
+    assert log.lines == ["start caches", "start workers"], "1 once the leader-only parts run"
+    electors[0].ended.set()
+    thread.join(10)
+    assert _leader_gauge() == 0, "0 once the Lease is lost"
+
+
+def test_without_election_the_only_replica_leads() -> None:
+    manager = RunnableManager([Log().part("workers", leader_only=True)])
+    thread = _in_thread(manager)
+    wait_for(lambda: _leader_gauge() == 1, message="the gauge to say leading")
+    manager.stop()
+    thread.join(10)
+    assert _leader_gauge() == 0

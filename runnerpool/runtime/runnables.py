@@ -25,12 +25,20 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+from prometheus_client import Gauge
 
 from runnerpool.api_errors import log_failure
 
-__all__ = ["Elector", "Runnable", "RunnableManager", "scheduler_runnable"]
+__all__ = ["LEADING", "Elector", "Runnable", "RunnableManager", "scheduler_runnable"]
 
 log = logging.getLogger(__name__)
+
+#: Per replica; ``max`` over the replicas is 0 while none leads (the "no leader" alert).
+LEADING = Gauge(
+    "runnerpool_leader",
+    "1 while this replica runs the leader-only parts (it holds the Lease, or runs without "
+    "leader election), else 0.",
+)
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ class RunnableManager:
         with self._lock:
             if self._start_all(self._leader):
                 self._leading.set()
+                LEADING.set(1)
                 log.info("leading: %s started", ", ".join(r.name for r in self._leader))
 
     def _lost_lease(self) -> None:
@@ -132,6 +141,7 @@ class RunnableManager:
     def _stop_leading(self) -> None:
         with self._lock:
             self._leading.clear()
+            LEADING.set(0)
             self._stop_started(self._leader)
 
     def _start_all(self, runnables: Sequence[Runnable]) -> bool:

@@ -1,1 +1,1 @@
-"""Pinned developer tools (Helm, actionlint) built from the Go module proxy for lint and tests."""
+"""Pinned developer tools (Helm, actionlint, promtool) built from the Go module proxy for lint and tests."""

@@ -1,15 +1,16 @@
-"""Locate, or build once, the pinned Helm and actionlint the lint step and the chart tests run.
+"""Locate, or build once, the pinned Helm, actionlint and promtool the lint step and the tests run.
 
-Each tool has a Go wrapper module of its own here (``helm/``, ``actionlint/``: go.mod and go.sum,
-the single pin), so it builds against exactly the dependency graph its upstream release tested,
-with go.sum checking every download.  The build itself is the control plane's
-(:func:`testworld.envtest.assets.go_build`: the same Go environment, log file and progress lines);
-each binary lands in the shared cache (``~/.cache/runnerpool-envtest/<tool>-<version>/``) under
+Each tool has a Go wrapper module of its own here (``helm/``, ``actionlint/``, ``promtool/``:
+go.mod and go.sum, the single pin), so it builds against exactly the dependency graph its
+upstream release tested, with go.sum checking every download.  The build itself is the control
+plane's (:func:`testworld.envtest.assets.go_build`: the same Go environment, log file and progress
+lines); each binary lands in the shared cache (``~/.cache/runnerpool-envtest/<tool>-<version>/``) under
 a file lock, so parallel runs build it once.
 
-Lookup: ``TEST_ASSET_HELM`` / ``TEST_ASSET_ACTIONLINT`` when set, else the cache (built on
-demand).  ``python -m testworld.tools.assets [helm|actionlint ...]`` builds or locates them and
-prints their paths; ``make lint`` runs it first.
+Lookup: ``TEST_ASSET_HELM`` / ``TEST_ASSET_ACTIONLINT`` / ``TEST_ASSET_PROMTOOL`` when set, else
+the cache (built on demand).  ``python -m testworld.tools.assets [helm|actionlint|promtool ...]``
+builds or locates them and prints their paths; ``make lint`` (a prerequisite of ``make test``)
+builds all three, so the alert rule tests find promtool ready inside the sealed test session.
 """
 
 from __future__ import annotations
@@ -56,6 +57,21 @@ def _actionlint_ldflags(version: str, _go_mod: str) -> str:
     return f"-X github.com/rhysd/actionlint.version={version}"
 
 
+def _promtool_ldflags(version: str, _go_mod: str) -> str:
+    """What upstream's .promu.yml sets, so ``promtool --version`` names the release.  Prometheus
+    3.x tags its Go module v0.3MM.P for release 3.MM.P (v0.316.0 is Prometheus 3.16.0)."""
+    found = re.fullmatch(r"v0\.(\d)(\d\d)\.(\d+)", version)
+    release = f"{found.group(1)}.{int(found.group(2))}.{found.group(3)}" if found else version
+    flags = [
+        f"-X github.com/prometheus/common/version.Version={release}",
+        f"-X github.com/prometheus/common/version.Revision={version}",
+        "-X github.com/prometheus/common/version.Branch=HEAD",
+        "-X github.com/prometheus/common/version.BuildUser=runnerpool-testworld",
+        "-X github.com/prometheus/common/version.BuildDate=19700101-00:00:00",
+    ]
+    return " ".join(flags)
+
+
 @dataclass(frozen=True)
 class Tool:
     """One command of one pinned Go module, built in its wrapper module's folder."""
@@ -83,7 +99,8 @@ class Tool:
 
 HELM = Tool("helm", "helm.sh/helm/v3", "cmd/helm", _helm_ldflags)
 ACTIONLINT = Tool("actionlint", "github.com/rhysd/actionlint", "cmd/actionlint", _actionlint_ldflags)
-TOOLS = {tool.name: tool for tool in (HELM, ACTIONLINT)}
+PROMTOOL = Tool("promtool", "github.com/prometheus/prometheus", "cmd/promtool", _promtool_ldflags)
+TOOLS = {tool.name: tool for tool in (HELM, ACTIONLINT, PROMTOOL)}
 
 
 def _configured(tool: Tool) -> Path | None:

@@ -1,9 +1,12 @@
-"""``make lint``'s checks of what is not Python: the GitHub Actions workflows and the Helm chart.
+"""``make lint``'s checks of what is not Python: the workflows, the Helm chart, the alert rules.
 
 actionlint checks the workflows (expressions, action inputs, the shell of every ``run:`` step
 through the venv's shellcheck); ``helm lint --strict`` checks the chart against its
-values.schema.json.  Both tools are the pinned builds of :mod:`testworld.tools.assets`, built
-on first use with a progress line; a tool that cannot be had fails the lint and says why.
+values.schema.json; ``promtool check rules`` checks the rules of deploy/monitoring's
+PrometheusRules (the rule unit tests and the dashboards' queries are pytest's:
+tests/monitoring).  The tools are the pinned builds of :mod:`testworld.tools.assets`, built on
+first use with a progress line; a tool that cannot be had fails the lint and says why.  Since
+``make test`` runs the lint first, the tests find every tool built.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import sys
 from pathlib import Path
 
 from testworld.envtest.assets import AssetError
-from testworld.tools.assets import ACTIONLINT, HELM, ensure_tool
+from testworld.tools import promql
+from testworld.tools.assets import ACTIONLINT, HELM, PROMTOOL, ensure_tool
 
 REPO = Path(__file__).resolve().parent.parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 CHART = REPO / "charts" / "runnerpool-operator"
+MONITORING = REPO / "deploy" / "monitoring"
 
 
 def _check(what: str, cmd: list[str]) -> bool:
@@ -26,6 +31,19 @@ def _check(what: str, cmd: list[str]) -> bool:
         print(f"{what}: ok", file=sys.stderr)
         return True
     print(f"{what} failed:\n{done.stdout}{done.stderr}", file=sys.stderr)
+    return False
+
+
+def _check_rules(promtool: Path) -> bool:
+    groups = [g for path in sorted(MONITORING.rglob("*.yaml")) for g in promql.prometheus_rule_groups(path)]
+    if not groups:
+        print(f"promtool check rules failed: no PrometheusRule under {MONITORING}", file=sys.stderr)
+        return False
+    done = promql.check_rules(promtool, groups)
+    if done.returncode == 0:
+        print("promtool check rules: ok", file=sys.stderr)
+        return True
+    print(f"promtool check rules failed:\n{done.stdout}{done.stderr}", file=sys.stderr)
     return False
 
 
@@ -39,12 +57,14 @@ def main() -> int:
             raise AssetError(f"no workflows in {WORKFLOWS}")
         actionlint = ensure_tool(ACTIONLINT)
         helm = ensure_tool(HELM)
+        promtool = ensure_tool(PROMTOOL)
     except AssetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     checks = [
         _check("actionlint", [str(actionlint), f"-shellcheck={shellcheck}", "-pyflakes=", *workflows]),
         _check("helm lint", [str(helm), "lint", "--strict", str(CHART)]),
+        _check_rules(promtool),
     ]
     return 0 if all(checks) else 1
 
