@@ -478,6 +478,8 @@ class Reconciler:
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
+        if drained.listing_wait is not None:
+            return Result(requeue_after=drained.listing_wait)  # the scope's next shared listing
         stamp = conditions.Stamp(pool.generation, self._clock())
         if drained.busy:
             message = f"{drained.busy} runner(s) still running a job"
