@@ -92,9 +92,7 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 "Pools not Ready",
                 "Pools whose Ready condition is False: waiting for a token or a credential, pods "
                 "refused or starting (`kubectl runnerpool why POOL` says why).",
-                (
-                    Query(f"count(runnerpool_pool_ready{{{POOLS}}} == 0) or vector(0)"),
-                ),
+                (Query(f"count(runnerpool_pool_ready{{{POOLS}}} == 0) or vector(0)"),),
                 kind="stat",
                 width=4,
                 height=4,
