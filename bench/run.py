@@ -21,7 +21,10 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
    runnerpools/status, secrets, pods, poddisruptionbudgets, events, ...), so it keeps counting
    whatever objects the pod path creates.
 
-6. With ``--deletion``, after convergence (and the steady state, unless ``--converge-only``):
+6. With ``--idle SECONDS``, after convergence: the operator's CPU and GitHub requests in a
+   window of that many seconds with nothing to do (use ``--time-scale 1`` for the defaults'
+   intervals).
+7. With ``--deletion``, after convergence (and the steady state, unless ``--converge-only``):
    delete every pool at once and time it until no runner is registered on the fake and until
    every pool is gone; the operator's CPU meanwhile and its runner listings per scope.
 
@@ -96,6 +99,7 @@ class Options:
     profile: Path | None = None
     converge_only: bool = False
     deletion: bool = False
+    idle: float = 0.0
 
     @property
     def sim_hour(self) -> float:
@@ -127,6 +131,8 @@ class SizeResult:
     converge_writes: dict[str, int] = field(default_factory=dict)
     converge_writes_by_kind: dict[str, int] = field(default_factory=dict)
     writes_per_pool: float | None = None
+    idle_cpu_seconds: float | None = None
+    idle_github: dict[str, int] = field(default_factory=dict)
     deletion_deregistered: float | None = None
     deletion_gone: float | None = None
     deletion_cpu_seconds: float | None = None
@@ -352,6 +358,8 @@ class SizeRun:
                 if not self.opts.converge_only:
                     self._github_hour()
                     self._quiet_window()
+                if self.opts.idle:
+                    self._idle()
                 if self.opts.deletion:
                     self._deletion()
             self.result.peak_rss_mib = self.operator.peak_rss_bytes() / 2**20
@@ -484,6 +492,14 @@ class SizeRun:
             set(before) - set(after)
         )
 
+    def _idle(self) -> None:
+        window = self.opts.idle
+        self.say(f"N={self.n}: measuring {window:.0f}s of idle operator")
+        first, cpu0 = len(self.fake.requests), self.operator.cpu_seconds()
+        threading.Event().wait(window)  # a measurement window
+        self.result.idle_cpu_seconds = self.operator.cpu_seconds() - cpu0
+        self.result.idle_github = dict(Counter(r.endpoint for r in self.fake.requests[first:]))
+
     def _deletion(self) -> None:
         """Every pool deleted at once (``kubectl delete runnerpools --all``)."""
         n, result = self.n, self.result
@@ -550,6 +566,7 @@ TARGETS = (
     Target("cpu_ms_per_pool", {None: 10.0}, " ms", one_replica_only=True),
     Target("cpu_seconds_startup", {None: 0.3}, " s"),
     Target("peak_rss_mib", {10: 55.0, 1000: 130.0, 10000: 500.0}, " MiB"),
+    Target("idle_cpu_seconds", {10: 0.25}, " s"),
     Target("deletion_deregistered", {1000: 20.0}, " s"),
     Target("deletion_cpu_seconds", {1000: 8.0}, " s"),
 )
@@ -584,6 +601,7 @@ ROWS = (
     ("operator CPU to converge", "cpu_seconds_converge", " s", 2),
     ("operator CPU to converge/pool", "cpu_ms_per_pool", " ms", 1),
     ("operator peak RSS", "peak_rss_mib", " MiB", 0),
+    ("idle operator CPU (--idle window)", "idle_cpu_seconds", " s", 2),
     ("deletion: all runners deregistered", "deletion_deregistered", " s", 1),
     ("deletion: all pools gone", "deletion_gone", " s", 1),
     ("deletion: operator CPU", "deletion_cpu_seconds", " s", 2),
@@ -639,6 +657,7 @@ def parse(argv: list[str] | None) -> Options:
         "and OUT-<N>.html.top.txt (self time per function without blocking waits)",
     )
     p.add_argument("--converge-only", action="store_true", help="stop each size once all pools are Ready")
+    p.add_argument("--idle", type=float, default=0.0, metavar="SECONDS", help="then measure an idle window")
     p.add_argument("--deletion", action="store_true", help="then delete every pool at once and time it")
     args = p.parse_args(argv)
     return Options(
@@ -654,6 +673,7 @@ def parse(argv: list[str] | None) -> Options:
         profile=args.profile.resolve() if args.profile else None,
         converge_only=args.converge_only,
         deletion=args.deletion,
+        idle=args.idle,
     )
 
 
@@ -691,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:
         if r.audit_write_detail:
             print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
         print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")
+        if r.idle_github:
+            print(f"  N={r.pools}: GitHub requests in the idle window: {r.idle_github}")
     print(f"results: {path}")
     return 0
 
