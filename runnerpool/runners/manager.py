@@ -92,6 +92,10 @@ class KubePods:
                 raise
 
 
+#: "Started after that listing": a listing's start time plus the clock's resolution.
+_LATER = timedelta(microseconds=1)
+
+
 def _listing_key(ref: PoolRef) -> ListingKey:
     return ListingKey.of(ref.api_url, ref.scope)
 
@@ -138,8 +142,9 @@ class RunnerManagers:
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
         self._counts: dict[str, api.RunnerCounts] = {}
         self._credentials: dict[ListingKey, str] = {}
-        # Per pool being drained: when its pods were first seen gone (see ``drain``).
-        self._gone_since: dict[str, datetime] = {}
+        # Per pool being drained: the earliest start its next listing may have, and whether
+        # its pods were seen gone by then (see ``drain``).
+        self._drained: dict[str, tuple[datetime, bool]] = {}
         # Shared by a scope's rounds and its deleted pools' drains, and kept after the scope's
         # last pool went (its finalizer drains after that): see runnerpool.github.budget.
         self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
@@ -200,12 +205,13 @@ class RunnerManagers:
 
         The pool's runners come from the scope's shared listing, one at most every
         ``kick_gap`` for all the pools of the scope being drained (``SharedListing.recent``):
-        one no older than ``kick_gap``, and once the pool's pods are gone, one that started
-        after they were first seen gone, so that a runner that registered late is found
-        before the finalizer lets go. Until such a listing is due, this returns at once with
-        ``listing_wait`` set. A runner listed busy is not even asked for: GitHub would refuse,
-        and the request would only spend budget. 204 and 404 both mean the runner is gone.
-        Raises ``GitHubError`` or ``CredentialError``.
+        on the first pass one no older than ``kick_gap``; after a pass that left runners or
+        pods behind, one that started after that pass; once the pool's pods are gone, one
+        that started after they were first seen gone, so that a runner that registered late
+        is found before the finalizer lets go. Until such a listing is due, this returns at
+        once with ``listing_wait`` set. A runner listed busy is not even asked for: GitHub
+        would refuse, and the request would only spend budget. 204 and 404 both mean the
+        runner is gone. Raises ``GitHubError`` or ``CredentialError``.
 
         However often the finalizer asks, the scope's GitHub calls back off after a failure
         (``ScopeBackoff``): meanwhile this raises the last failure again without a request.
@@ -229,12 +235,13 @@ class RunnerManagers:
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
             raise
         self._backoff.succeeded(key)
+        with self._lock:
+            if busy or pods:  # the next pass needs a listing that started after this one's
+                self._drained[pool.key] = (snapshot.started_at + _LATER, not pods)
+            else:
+                self._drained.pop(pool.key, None)
         if busy:
             return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
-        if not pods:
-            with self._lock:
-                self._gone_since.pop(pool.key, None)
-            return Drain(busy=0, deregistered=deregistered)
         deleted = sum(
             1
             for pod in pods
@@ -244,15 +251,14 @@ class RunnerManagers:
         return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
 
     def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
-        """Since when a drain's listing must have started: within ``kick_gap``, and once the
-        pool's pods are gone, after they were first seen gone."""
+        """Since when the pool's listing must have started; see ``drain``."""
         now = self._clock()
-        since = now - timedelta(seconds=self._kick_gap)
         with self._lock:
-            if not gone:
-                self._gone_since.pop(pool.key, None)
-                return since
-            return max(since, self._gone_since.setdefault(pool.key, now))
+            since, gone_seen = self._drained.get(pool.key, (now - timedelta(seconds=self._kick_gap), False))
+            if gone and not gone_seen:
+                since = max(since, now)
+                self._drained[pool.key] = (since, True)
+            return since
 
     def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
         """The pool's client; if its Secret is gone, the last one that worked for it.
