@@ -18,6 +18,7 @@ it a hundred times (twice: once to deregister, once to confirm).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -57,6 +58,20 @@ class Snapshot:
     fetched_at: datetime
     credential: str
     started_at: datetime
+
+    def of_pool(self, namespace: str, pool: str) -> list[Runner]:
+        """``pool_runners`` of this listing, from an index built once per listing: a scope's
+        round asks for each of its pools, and scanning every runner for each pool was
+        pools x runners label comparisons per round (a million per scope at N=10,000)."""
+        return self._by_label.get(naming.pool_runner_label(namespace, pool).lower(), [])
+
+    @functools.cached_property
+    def _by_label(self) -> dict[str, list[Runner]]:
+        index: dict[str, list[Runner]] = {}
+        for runner in self.runners:
+            for label in {own.lower() for own in runner.labels}:
+                index.setdefault(label, []).append(runner)
+        return index
 
 
 def pool_runners(runners: Iterable[Runner], namespace: str, pool: str) -> list[Runner]:

@@ -48,7 +48,7 @@ from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAwa
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
-from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
+from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import RunnerSettings
@@ -431,7 +431,7 @@ class RunnerManagers:
             return  # gone, or invalid: the reconciler reports it
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
-        runners = pool_runners(snapshot.runners, ref.namespace, ref.name)
+        runners = snapshot.of_pool(ref.namespace, ref.name)
         self._publish(ref, runner_counts(runners))
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
@@ -520,7 +520,7 @@ class RunnerManagers:
 def _deregister(github: GitHubClient, pool: PoolRef, snapshot: Snapshot) -> tuple[int, int]:
     """Delete the pool's idle runners of ``snapshot`` on GitHub: (busy, deregistered)."""
     busy = deregistered = 0
-    for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
+    for runner in snapshot.of_pool(pool.namespace, pool.name):
         if runner.busy:
             busy += 1
             continue
