@@ -450,14 +450,15 @@ def _finalize(api_client: client.ApiClient, namespace: str, reconciler: Reconcil
     while result.requeue_after:  # the pool's pods are going away, or the scope's listing is due
         if result.requeue_after <= RunnerSettings().kick_gap:
             time.sleep(result.requeue_after)  # the work queue's delay: drains share a listing per gap
-        wait_for(
-            lambda: (
-                not client.CoreV1Api(api_client)
-                .list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={name}")
-                .items
-            ),
-            message="runner pods to go",
-        )
+        else:
+            wait_for(
+                lambda: (
+                    not client.CoreV1Api(api_client)
+                    .list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={name}")
+                    .items
+                ),
+                message="runner pods to go",
+            )
         result = reconciler(f"{namespace}/{name}")
     wait_for(lambda: LiveReader(api_client).get_pool(namespace, name) is None, message="the pool to go")
 
