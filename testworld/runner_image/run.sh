@@ -79,7 +79,8 @@ renew_job() {
     local job_id="$1" every=1
     HTTP_SCRATCH="${STANDIN_DIR}/.http.renew.${BASHPID}"
     child=0
-    trap 'kill -TERM "${child}" 2>/dev/null; rm -f "${HTTP_SCRATCH}" "${HTTP_SCRATCH}.code"; exit 0' TERM
+    # Never "kill 0" (child is 0 between calls): that would signal the whole process group.
+    trap '[[ "${child}" -eq 0 ]] || kill -TERM "${child}" 2>/dev/null; rm -f "${HTTP_SCRATCH}"*; exit 0' TERM
     while kill -0 "$$" 2>/dev/null; do
         HTTP_MAX_TIME=10 http POST "${service}/renewjob" "${auth}" --data-urlencode "job_id=${job_id}"
         case "${http_status}" in
