@@ -21,16 +21,17 @@ as far as the public record goes:
   minutes; a 404 (job not found) stops it.
 * Each renewal moves the lock 10 minutes ahead: the runner's diagnostic log shows
   "Successfully renew job request 94, job is valid till 17:50:44" for a renewal at
-  17:40:44 (actions/runner#1549, again in #3539, where a runner starved of CPU stopped
-  renewing and its job failed 10 minutes later).  GitHub then completes the job with
+  17:40:44 (actions/runner#1549; in #3539 renewals stopped under CPU load, and a job not
+  done within those 10 minutes failed).  GitHub then completes the job with
   conclusion ``failure`` and the annotation "The self-hosted runner: NAME lost communication
   with the server. Verify the machine is running and has a healthy network connection. ..."
   (actions/runner#1546, #2040, #3539).
 * The runner is then listed ``offline`` and ``busy: false`` and stays registered, ephemeral
   or not, until it is deleted (actions/runner#1364: an ephemeral runner whose machine died
-  before its job completed "will remain as registered, but offline"; ARC#1235: a runner
-  whose pod went while busy stays busy "until GitHub Actions somehow detects the situation
-  and revert the runner status to offline"); GitHub's own clean-up comes only after a day
+  before its job completed "will remain as registered, but offline";
+  actions/actions-runner-controller#1235: a runner whose pod went while busy stays busy
+  "until GitHub Actions somehow detects the situation and revert the runner status to
+  offline"); GitHub's own clean-up comes only after a day
   (ephemeral) or 14 days (/work/shared/github/README.md).
 
 So here: a job in progress whose runner process has not renewed it (``POST

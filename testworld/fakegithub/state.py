@@ -42,7 +42,7 @@ LISTENER_TIMEOUT_SECONDS = 60.0
 MAX_POLL_SECONDS = 50.0
 # A job in progress whose runner has not renewed its lock for this long is failed, the
 # runner shown offline and idle: GitHub's lock lasts 10 minutes from each renewal, which
-# the real runner makes every 60 s (see `LOST_CONTACT` in the module docstring).
+# the real runner makes every 60 s (sources: the docstring of `testworld.fakegithub`).
 LOST_CONTACT_SECONDS = 600.0
 # The runner renews every 60 s of a 600 s lock; the fake tells its stand-ins the same share
 # of its own `lost_contact_seconds`, so a healthy stand-in keeps its job under any setting.
