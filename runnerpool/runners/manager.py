@@ -35,7 +35,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, autoscaling
+from runnerpool import api, autoscaling, log_context
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
@@ -349,6 +349,7 @@ class RunnerManagers:
         assert failure is not None
         raise failure
 
+    @log_context.runs_for_pool
     def _sync_pool(self, ref: PoolRef, snapshot: Snapshot) -> None:
         parsed = self._pools.pool(ref.namespace, ref.name)
         pool = parsed.model if parsed is not None else None
