@@ -407,7 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=60.0, help="seconds idle at 0 counted per mode")
     parser.add_argument("--modes", default="webhooks,polling")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--plot", type=Path, metavar="demand.json", help="run nothing: draw an earlier result's plots again"
+    )
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        earlier = json.loads(args.plot.read_text())
+        for png in write_plots(earlier["bursts"], earlier["modes"], args.plot.parent):
+            print(f"plot: {png}")
+        return 0
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if not seal.is_sealed():
         print(

@@ -96,6 +96,7 @@ class Options:
     out: Path
     profile: Path | None = None
     converge_only: bool = False
+    plot: Path | None = None
 
     @property
     def sim_hour(self) -> float:
@@ -615,6 +616,12 @@ def parse(argv: list[str] | None) -> Options:
         "and OUT-<N>.html.top.txt (self time per function without blocking waits)",
     )
     p.add_argument("--converge-only", action="store_true", help="stop each size once all pools are Ready")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="BENCH.json",
+        help="run nothing: draw the plots of an earlier result again, beside it",
+    )
     args = p.parse_args(argv)
     return Options(
         sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
@@ -628,6 +635,7 @@ def parse(argv: list[str] | None) -> Options:
         out=args.out,
         profile=args.profile.resolve() if args.profile else None,
         converge_only=args.converge_only,
+        plot=args.plot,
     )
 
 
@@ -639,7 +647,7 @@ def write_plots(result: dict[str, Any], prefix: Path) -> list[Path]:
         plots.convergence(
             prefix.with_name(f"{name}-convergence.png"),
             {"token in Secret": series.get("token_at", []), "Ready": series.get("ready_at", [])},
-            title=f"{n} pools created at once: how many are there",
+            title=f"{n} pools created at once: how many have a token, how many are Ready",
             total=n,
         ),
         plots.latency(
@@ -666,6 +674,11 @@ def write_plots(result: dict[str, Any], prefix: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse(argv)
+    if opts.plot is not None:
+        for result in json.loads(opts.plot.read_text())["results"]:
+            for png in write_plots(result, opts.plot.with_suffix("")):
+                print(f"plot: {png}")
+        return 0
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = opts.out / f"logs-{stamp}"

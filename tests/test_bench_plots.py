@@ -7,6 +7,7 @@ process's own figures.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -114,3 +115,22 @@ def test_the_sampler_stops_when_the_process_is_gone() -> None:
     sampler = ProcessSampler(no_such_pid, interval=0.01).start()
     wait_for(lambda: not sampler._thread.is_alive(), message="the sampler to give up")
     assert sampler.samples == []
+
+
+def test_plots_are_drawn_again_from_an_earlier_result(tmp_path: Path) -> None:
+    """``--plot`` runs no benchmark: it redraws a committed result's plots beside its JSON."""
+    earlier = tmp_path / "bench-earlier.json"
+    earlier.write_text(json.dumps({"results": [{"pools": 3, "series": {"token_at": [0.1, 0.2, 0.3]}}]}))
+    assert run.main(["--plot", str(earlier)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "bench-earlier-N3-convergence.png",
+        "bench-earlier-N3-latency.png",
+    ]
+
+    found = tmp_path / "demand-earlier" / "demand.json"
+    found.parent.mkdir()
+    found.write_text(
+        json.dumps({"bursts": [{"mode": "webhooks", "jobs": 2, "pickups": [1.0, 2.0]}], "modes": []})
+    )
+    assert demand.main(["--plot", str(found)]) == 0
+    _picture(found.parent / "pickup.png")
