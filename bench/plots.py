@@ -98,7 +98,8 @@ def latency(
             legend = f"{label}: p50 {p50:.2f}, p99 {p99:.2f} (n={len(ordered)})"
             hist.hist(ordered, bins=edges, alpha=0.55, label=legend)
             fraction = np.arange(1, len(ordered) + 1) / len(ordered)
-            ecdf.step(ordered, fraction, where="post", label=label)
+            # From 0 at the first sample: a series of one job is a visible step too.
+            ecdf.step([ordered[0], *ordered], [0.0, *fraction], where="post", label=label)
     hist.set(xlabel=xlabel, ylabel="count")
     ecdf.set(xlabel=xlabel, ylabel="fraction at or below", ylim=(0, 1.02))
     for ax in (hist, ecdf):
