@@ -131,8 +131,10 @@ def _job_done(fake: FakeGitHub, job: int) -> Callable[[], bool]:
     return lambda: fake.job(job)["status"] == "completed"
 
 
-def _record(path: str, fake: FakeGitHub, job: int, times: dict[str, float]) -> str:
-    line = f"{path}: job {fake.job(job)['conclusion']}, " + ", ".join(f"{k} {v}s" for k, v in times.items())
+def _record(path: str, fake: FakeGitHub, job: int | None, times: dict[str, float]) -> str:
+    """Print one path's figures: the job's result (``job`` None: an idle pod) and when each thing ended."""
+    result = "idle" if job is None else f"job {fake.job(job)['conclusion']}"
+    line = f"{path}: {result}, " + ", ".join(f"{k} {v}s" for k, v in times.items())
     print(f"deletion path: {line}")
     return line
 
@@ -210,7 +212,7 @@ def test_deleting_a_busy_pod_its_pool_or_stopping_its_container_lets_the_job_fin
     paths = {"delete pod": deleted_job, "delete pool": pool_job, "node shutdown": stopped_job}
     for path, job in paths.items():
         _record(path, fake_github, job, {k: v for k, v in times.items() if k.startswith(path)})
-    _record("idle pod deleted", fake_github, deleted_job, {"gone": times["idle pod gone"]})
+    _record("idle pod deleted", fake_github, None, {"gone": times["idle pod gone"]})
 
     assert conclusions(fake_github) == ["success"] * 3
     assert set(codes) <= {0}, f"the signalled runner container exited with {codes}"
@@ -292,7 +294,7 @@ def test_drain_with_eviction_disabled_lets_the_busy_job_finish(
         job,
         {k: v for k, v in times.items() if k.startswith("drain")},
     )
-    _record("idle pod drained", fake_github, job, {"gone": times["idle pod gone"]})
+    _record("idle pod drained", fake_github, None, {"gone": times["idle pod gone"]})
     assert drain.returncode == 0, output
     assert conclusions(fake_github) == ["success"]
     assert times["idle pod gone"] <= IDLE_STOP_SECONDS, times
@@ -346,7 +348,7 @@ def test_deleting_the_namespace_lets_the_busy_job_finish(
         NAMESPACE_TIMEOUT,
     )
     _record("delete namespace", fake_github, job, {k: v for k, v in times.items() if k.startswith("delete")})
-    _record("idle pod in a deleted namespace", fake_github, job, {"gone": times["idle pod gone"]})
+    _record("idle pod in a deleted namespace", fake_github, None, {"gone": times["idle pod gone"]})
     assert conclusions(fake_github) == ["success"]
     assert times["idle pod gone"] <= IDLE_STOP_SECONDS, times
     assert times["idle pod gone"] < times["delete namespace: job ended"], times
