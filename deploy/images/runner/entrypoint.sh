@@ -171,7 +171,8 @@ run_child() {
         forward
     fi
     # wait returns early (status > 128) when a trapped signal arrives, and wait -n also when
-    # the busy grace runs out; keep waiting for the child itself until it has ended.
+    # the busy grace runs out; keep waiting for the child itself until it has ended. (wait -n
+    # with pids needs bash 5.1: the runner image's Ubuntu 22.04 has it.)
     while kill -0 "${child}" 2>/dev/null; do
         if [[ "${grace_timer}" -ne 0 ]]; then
             wait -n "${child}" "${grace_timer}"
