@@ -66,7 +66,10 @@ class Pod:
         return any(argv[:1] == ["Runner.Worker"] for argv in self.below().values())
 
     def run_sh(self) -> int:
-        [pid] = [pid for pid, argv in self.below().items() if argv[1:2] == ["./run.sh"]]
+        """run.sh itself, not its job-renewal subshell (a fork of it, with the same argv)."""
+        table = _processes()
+        scripts = {pid for pid, argv in self.below().items() if argv[1:2] == ["./run.sh"]}
+        [pid] = [pid for pid in scripts if table[pid][0] not in scripts]
         return pid
 
     @property
