@@ -90,17 +90,18 @@ def demand(pools: Pools, name: str) -> api.Demand | None:
     return api.RunnerPool.model_validate(pools.get(name)).status.demand
 
 
-def test_a_job_counts_in_every_autoscaling_pool_it_matches_and_nowhere_else(
+def test_a_queued_job_counts_in_one_autoscaling_pool_it_matches_and_nowhere_else(
     api_client: client.ApiClient, pools: Pools
 ) -> None:
+    """Both autoscaling pools could take a plain self-hosted job: the plainer one (cpu) counts it."""
     recorder = DemandRecorder(Kube(api_client), pools, API)
-    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 2
+    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 1
     assert recorder.record_job(job(2, "queued", ["self-hosted", "gpu"])) == 1
     before = {name: pools.get(name)["metadata"]["resourceVersion"] for name in ("gpu", "cpu", "fixed")}
     assert recorder.record_job(job(3, "queued", ["self-hosted", "no-such-label"])) == 0
     assert {name: pools.get(name)["metadata"]["resourceVersion"] for name in before} == before
     gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
-    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (2, ["1", "2"])
+    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (1, ["2"])
     assert cpu is not None and (cpu.queued, sorted(cpu.jobs)) == (1, ["1"])
     assert demand(pools, "fixed") is None
     # Taken by a gpu runner: busy there, no longer wanted by cpu.
