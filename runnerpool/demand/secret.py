@@ -112,8 +112,12 @@ class PoolSecrets:
         return _secrets_of(read, namespace, ref)
 
     def problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
-        """Why ``ref`` gives no secret (for the pool's condition), ``None`` when it gives one."""
-        return self.get(namespace, ref).problem
+        """Why ``ref`` gives no secret (for the pool's condition), ``None`` when it gives one.
+
+        Read again when older than ``retry_gap``: the condition follows a Secret created or
+        fixed at the pool's next reconcile, not a ``ttl`` later.
+        """
+        return _secrets_of(self._read(namespace, ref.name, self._retry_gap), namespace, ref).problem
 
     def refresh(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets | None:
         """Read again unless read within ``retry_gap``; ``None`` when not read again."""
