@@ -133,6 +133,14 @@ class DemandRecorder:
             self.change(pool, lambda d, now, runners: (record.delivered(d, now), []))
         if verdict.delivered:
             metrics.DELIVERY_POOLS.observe(len(pools))
+            if matching and not pools and job.state is not None:
+                log.info(
+                    "job %s of %s matches %d pool(s), none of which trusts the secret that signed "
+                    "the delivery: recorded nowhere",
+                    job.id,
+                    job.repository,
+                    len(matching),
+                )
         log.debug(
             "job %s %s recorded on %d pool(s) of %d matching", job.id, job.state, len(pools), len(matching)
         )
