@@ -124,9 +124,13 @@ def deliver(server: WebhookServer, secret: bytes, job_id: int, repository: str, 
     body = json.dumps(
         delivery(job_object(job_id, "queued", labels, repository=repository, **kw), repository=repository)
     ).encode()
+    return post(server, "workflow_job", body, secret)
+
+
+def post(server: WebhookServer, event: str, body: bytes, secret: bytes) -> tuple[int, str]:
     headers = {
         "Content-Type": "application/json",
-        "X-GitHub-Event": "workflow_job",
+        "X-GitHub-Event": event,
         "X-GitHub-Delivery": str(uuid.uuid4()),
         "X-Hub-Signature-256": sign(secret, body),
     }
@@ -218,3 +222,22 @@ def test_two_pools_could_take_the_job_and_exactly_one_counts_it(
     # Not counted there, but the delivery shows the organization's webhook reaches the operator.
     assert org_wide is not None and (org_wide.queued, org_wide.jobs) == (0, {})
     assert org_wide.first_delivery_at is not None
+
+
+def _ping(server: WebhookServer, secret: bytes, payload: dict[str, Any]) -> int:
+    body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1, **payload}).encode()
+    return post(server, "ping", body, secret)[0]
+
+
+def test_a_new_webhook_with_a_pools_own_secret_gets_its_ping_answered(
+    api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, other_namespace: str
+) -> None:
+    """GitHub pings a new webhook: a repository's names the repository, an organization's the organization."""
+    repo = {"repository": {"full_name": "octo-org/bob-app", "url": f"{API}/repos/octo-org/bob-app"}}
+    assert _ping(receiver, BOB, repo) == 200
+    assert _ping(receiver, ALICE, repo) == 401
+    org_scaling = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}}
+    create_pool(api_client, other_namespace, "bob-org", organization="bobs-org", autoscaling=org_scaling)
+    org = {"organization": {"login": "bobs-org", "url": f"{API}/orgs/bobs-org"}}
+    assert _ping(receiver, BOB, org) == 200
+    assert _ping(receiver, ALICE, org) == 401
