@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,8 @@ class _Read:
     resource_version: str | None
     data: dict[str, str]
     problem: str | None
+    #: The keys decoded so far (a delivery asks for the same ones again and again).
+    decoded: dict[str, Secrets] = field(default_factory=dict)
 
 
 class PoolSecrets:
@@ -153,13 +155,20 @@ class PoolSecrets:
             return _Read(now, None, {}, f"cannot read Secret {namespace}/{name}: {describe(err)}")
         version = (raw.get("metadata") or {}).get("resourceVersion")
         if cached is not None and version is not None and cached.resource_version == version:
-            return _Read(now, version, cached.data, cached.problem)
+            return _Read(now, version, cached.data, cached.problem, cached.decoded)
         return _Read(now, version, dict(raw.get("data") or {}), None)
 
 
 def _secrets_of(read: _Read, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
     if read.problem is not None:
         return Secrets(problem=read.problem)
+    found = read.decoded.get(ref.key)
+    if found is None:
+        found = read.decoded[ref.key] = _decoded(read, namespace, ref)
+    return found
+
+
+def _decoded(read: _Read, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
     encoded = read.data.get(ref.key)
     if encoded is None:
         return Secrets(problem=f"Secret {namespace}/{ref.name} has no key {ref.key}")
