@@ -314,6 +314,17 @@ DnsSubdomain = Annotated[
         )
     ),
 ]
+#: A key of a Secret's data, as the API server allows them.
+SecretKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    Cel(
+        regex_rule(
+            r"^[-._a-zA-Z0-9]+$",
+            "a Secret key is made of letters, digits, '-', '_' and '.'",
+        )
+    ),
+]
 GithubApiUrl = Annotated[
     str,
     StringConstraints(max_length=2048),
@@ -552,6 +563,20 @@ VolumeMountDict = Annotated[
 DEFAULT_SCALE_DOWN_DELAY = "5m"
 
 
+DEFAULT_WEBHOOK_SECRET_KEY = "webhook-secret"
+
+
+class WebhookSecretRef(KubeModel):
+    """A key of a Secret in the pool's namespace: the pool's own webhook secret (demand/secret.py)."""
+
+    name: DnsSubdomain = Field(description="Secret in the pool's namespace that holds the webhook secret.")
+    key: SecretKey = Field(
+        default=DEFAULT_WEBHOOK_SECRET_KEY,
+        description="Key of the Secret whose value is the webhook secret; one secret per line, so "
+        "during a rotation the old and the new one both verify.",
+    )
+
+
 class Autoscaling(KubeModel):
     """How a pool follows demand; see runnerpool/demand/ for the rule."""
 
@@ -586,6 +611,12 @@ class Autoscaling(KubeModel):
         description="For an organization pool: repositories (names, without the owner) whose "
         "queued jobs polling looks at when no webhook delivery reports them. A repository pool "
         "polls its own repository.",
+    )
+    webhook_secret_ref: WebhookSecretRef | None = Field(
+        default=None,
+        description="The pool's own webhook secret: deliveries move this pool only when this "
+        "secret signed them (the operator's cluster-wide secret no longer does). Unset means the "
+        "cluster-wide secret.",
     )
 
 
@@ -759,6 +790,11 @@ class Demand(KubeModel):
     jobs: Annotated[dict[str, TrackedJob], Field(max_length=MAX_TRACKED_JOBS)] = Field(
         default_factory=dict,
         description="Jobs by GitHub job id, from webhook deliveries and polling.",
+    )
+    first_delivery_at: Timestamp | None = Field(
+        default=None,
+        description="When a verified webhook delivery for the pool's repository or organization "
+        "was first seen: the webhook is configured.",
     )
 
 

@@ -308,6 +308,16 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
         {"organization": "octo-org", "autoscaling": _auto(repositories=["octo-org/x"])},
         "lists repository names without the owner",
     ),
+    (
+        "webhook-secret-without-name",
+        _repo(autoscaling=_auto(webhookSecretRef={"key": "secret"})),
+        "spec.autoscaling.webhookSecretRef.name: Required value",
+    ),
+    (
+        "webhook-secret-bad-key",
+        _repo(autoscaling=_auto(webhookSecretRef={"name": "hooks", "key": "a/b"})),
+        "a Secret key is made of letters, digits",
+    ),
 ]
 
 
@@ -340,6 +350,14 @@ def test_autoscaling_pool_gets_defaults_and_round_trips(api_client: client.ApiCl
     }
     parsed = api.RunnerPool.model_validate(created).spec.autoscaling
     assert parsed == api.Autoscaling(min_replicas=0, max_replicas=5, repositories=["a"])
+
+
+def test_a_webhook_secret_ref_gets_its_default_key(api_client: client.ApiClient, namespace: str) -> None:
+    spec = _repo(autoscaling=_auto(webhookSecretRef={"name": "hooks"}))
+    created = _create(api_client, namespace, _pool("own", spec))
+    assert created["spec"]["autoscaling"]["webhookSecretRef"] == {"name": "hooks", "key": "webhook-secret"}
+    parsed = api.RunnerPool.model_validate(created).spec.autoscaling
+    assert parsed is not None and parsed.webhook_secret_ref == api.WebhookSecretRef(name="hooks")
 
 
 def test_kubectl_scale_is_refused_while_a_pool_follows_demand(

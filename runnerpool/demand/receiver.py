@@ -4,11 +4,13 @@ Order of checks, so that nothing unverified gets further than it must:
 
 1. size: a body over ``max_body`` (1 MiB; a ``workflow_job`` payload is a few KiB, GitHub's
    own cap is 25 MB) gets 413 without being read; no ``Content-Length`` gets 411;
-2. signature (``signature.verify``): missing, malformed or wrong gets 401 and changes
-   nothing; no secret configured gets 503 (the operator refuses unsigned webhooks);
+2. signature (``verification.Verifier``): the cluster-wide secret, else the own secrets of
+   the pools the delivery is about; missing, malformed or signed by none gets 401 and
+   changes nothing; no secret configured gets 503 (the operator refuses unsigned webhooks);
 3. event: ``ping`` gets 200; anything but ``workflow_job`` gets 202 and is ignored;
 4. duplicate ``X-GitHub-Delivery``: 200, counted once;
-5. the job is recorded on every pool it counts for before the answer: 200 once written,
+5. the job is recorded, on the pools it counts for whose secret signed it, before the
+   answer: 200 once written,
    503 if the API server did not take it (GitHub then shows a failed delivery that can be
    redelivered; polling repairs it anyway).
 
@@ -28,7 +30,8 @@ from typing import ClassVar
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
-from runnerpool.demand.signature import HEADER, verify
+from runnerpool.demand.signature import HEADER
+from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.health import BackgroundServer
 
@@ -44,8 +47,8 @@ DEFAULT_MAX_BODY = 1 << 20
 class _Receiver:
     """What every request of one receiver shares."""
 
-    secrets: Callable[[], tuple[bytes, ...]]
-    record: Callable[[Job], int]
+    verify: Callable[[bytes, str | None], Verdict]
+    record: Callable[[Job, Verdict], int]
     max_body: int
     seen: DeliveryLog
 
@@ -67,11 +70,11 @@ class _Handler(BaseHTTPRequestHandler):
         event = self.headers.get("X-GitHub-Event") or "unknown"
         if event not in ("ping", "workflow_job"):
             event = "other"  # a bounded metric label
-        body = self._verified_body(event)
-        if body is not None:
-            self._handle(event, body)
+        verified = self._verified_body(event)
+        if verified is not None:
+            self._handle(event, *verified)
 
-    def _verified_body(self, event: str) -> bytes | None:
+    def _verified_body(self, event: str) -> tuple[bytes, Verdict] | None:
         """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
         max_body = self.receiver.max_body
         if self.path.split("?", 1)[0] != PATH:
@@ -88,17 +91,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
             return None
         body = self.rfile.read(int(length))
-        keys = self.receiver.secrets()
-        if not keys:
+        verdict = self.receiver.verify(body, self.headers.get(HEADER))
+        if not verdict.accepted and not verdict.configured:
             self._answer(503, "no webhook secret configured", event, "unsigned")
             return None
-        if not verify(keys, body, self.headers.get(HEADER)):
+        if not verdict.accepted:
             result = "unsigned" if self.headers.get(HEADER) is None else "bad_signature"
             self._answer(401, f"missing or invalid {HEADER}", event, result)
             return None
-        return body
+        return body, verdict
 
-    def _handle(self, event: str, body: bytes) -> None:
+    def _handle(self, event: str, body: bytes, verdict: Verdict) -> None:
         if event == "ping":
             self._answer(200, "pong", event, "accepted")
             return
@@ -117,16 +120,16 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, InvalidJob) as err:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
             return
-        self._record(event, delivery, job)
+        self._record(event, delivery, job, verdict)
 
-    def _record(self, event: str, delivery: str, job: Job) -> None:
+    def _record(self, event: str, delivery: str, job: Job, verdict: Verdict) -> None:
         """Steps 4 and 5: once per delivery, answered only once the job is written."""
         seen = self.receiver.seen
         if not seen.claim(delivery):
             self._answer(200, "duplicate delivery, already counted", event, "duplicate")
             return
         try:
-            pools = self.receiver.record(job)
+            pools = self.receiver.record(job, verdict)
         except Exception as err:
             seen.release(delivery)
             log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, describe(err))
@@ -139,18 +142,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class WebhookServer(BackgroundServer):
-    """``record`` stores a job and returns the number of pools it counted for; it raises to fail."""
+    """``record`` stores a job on the pools the verdict admits and returns the number of pools
+    it was recorded on; it raises to fail. ``secrets``: the cluster-wide secrets, or a
+    ``Verifier`` that also knows the pools' own."""
 
     def __init__(
         self,
         port: int,
-        secrets: Callable[[], tuple[bytes, ...]],
-        record: Callable[[Job], int],
+        secrets: Callable[[], tuple[bytes, ...]] | Verifier,
+        record: Callable[[Job, Verdict], int],
         *,
         host: str = "",
         max_body: int = DEFAULT_MAX_BODY,
         deliveries: DeliveryLog | None = None,
     ) -> None:
-        receiver = _Receiver(secrets, record, max_body, deliveries or DeliveryLog())
+        verifier = secrets if isinstance(secrets, Verifier) else Verifier(secrets)
+        receiver = _Receiver(verifier, record, max_body, deliveries or DeliveryLog())
         handler = type("WebhookHandler", (_Handler,), {"receiver": receiver})
         super().__init__(host, port, handler, "webhook")
