@@ -168,6 +168,11 @@ class WebServer:
     def port(self) -> int:
         return int(self._server.effective_port)
 
+    @property
+    def connections(self) -> int:
+        """Client connections open now (read on the I/O thread; a snapshot)."""
+        return len(self._server.active_channels)
+
     def _run(self) -> None:
         while not self._stopping.is_set():
             wasyncore.loop(timeout=1.0, use_poll=True, map=self._map, count=1)

@@ -80,7 +80,6 @@ class _Handler:
         self.path: str = environ.get("PATH_INFO") or "/"
         self.method: str = environ.get("REQUEST_METHOD") or "GET"
         self.rfile: BinaryIO = environ["wsgi.input"]
-        self.close_connection = False
         self.response: tuple[int, bytes] = (500, b"")
 
     def _answer(self, code: int, text: str, event: str, result: str) -> None:
@@ -93,7 +92,6 @@ class _Handler:
         elif self.method == "POST":
             self._post()
         else:
-            self.close_connection = True
             self.response = (404 if self.path != PATH else 405, f"deliveries: POST {PATH}\n".encode())
 
     def _post(self) -> None:
@@ -106,16 +104,13 @@ class _Handler:
         """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
         max_body = self.receiver.max_body
         if self.path.split("?", 1)[0] != PATH:
-            self.close_connection = True
             self._answer(404, f"deliveries go to {PATH}", event, "invalid")
             return None
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            self.close_connection = True
             self._answer(411, "Content-Length required", event, "invalid")
             return None
         if int(length) > max_body:
-            self.close_connection = True  # the unread body must not be taken as a request
             self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
             return None
         body = self.rfile.read(int(length))
@@ -177,8 +172,6 @@ def _app(receiver: _Receiver) -> WsgiApp:
         handler.respond()
         code, body = handler.response
         headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
-        if handler.close_connection:
-            headers.append(("Connection", "close"))
         start_response(f"{code} {HTTPStatus(code).phrase}", headers)
         return [body]
 
