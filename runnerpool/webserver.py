@@ -64,6 +64,9 @@ from waitress.task import ErrorTask, ThreadedTaskDispatcher
 __all__ = ["Limits", "Refused", "StartResponse", "WebServer", "WsgiApp"]
 
 log = logging.getLogger(__name__)
+# waitress warns "Task queue depth is N" whenever a complete request waits for a worker: a
+# burst of deliveries (GitHub sends one per job event) would flood the operator's log.
+logging.getLogger("waitress.queue").setLevel(logging.ERROR)
 
 StartResponse = Callable[[str, list[tuple[str, str]]], object]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
