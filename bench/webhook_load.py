@@ -46,12 +46,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runnerpool import logs
-from runnerpool.demand.deliveries import DeliveryLog
-from runnerpool.demand.receiver import PATH, WebhookServer
-from runnerpool.demand.recorder import DemandRecorder
-from runnerpool.demand.signature import sign
-
 from bench.webhook_cpu import (
     API_URL,
     REPOS,
@@ -63,6 +57,11 @@ from bench.webhook_cpu import (
     pool_object,
     repository,
 )
+from runnerpool import logs
+from runnerpool.demand.deliveries import DeliveryLog
+from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.signature import sign
 
 RESULTS = Path(__file__).parent / "results"
 HALF_OPEN = 200
@@ -207,27 +206,27 @@ def half_open(port: int, hold: float, first_job: int) -> dict[str, Any]:
     threads_before, rss_before = threading.active_count(), _rss_mib()
     body = delivery(first_job, repository(0))
     head = f"POST {PATH} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-    err = tempfile.TemporaryFile(mode="w+")
-    saved = os.dup(2)
-    os.dup2(err.fileno(), 2)  # everything written to stderr meanwhile, by anyone
-    try:
-        stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(HALF_OPEN)]
-        for sock in stalled:
-            sock.sendall(head + body[: len(body) // 2])
-        time.sleep(1)
-        threads_peak = threading.active_count()
-        time.sleep(max(0.0, hold - 1))
-        threads_after = threading.active_count()
-        rss_after = _rss_mib()
-        status, took = _send(port, delivery(first_job + 1, repository(1)), first_job + 1)
-        for sock in stalled:
-            sock.close()
-        time.sleep(2)  # what the server prints when they go
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-    err.seek(0)
-    lines = err.read().splitlines()
+    with tempfile.TemporaryFile(mode="w+") as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)  # everything written to stderr meanwhile, by anyone
+        try:
+            stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(HALF_OPEN)]
+            for sock in stalled:
+                sock.sendall(head + body[: len(body) // 2])
+            time.sleep(1)
+            threads_peak = threading.active_count()
+            time.sleep(max(0.0, hold - 1))
+            threads_after = threading.active_count()
+            rss_after = _rss_mib()
+            status, took = _send(port, delivery(first_job + 1, repository(1)), first_job + 1)
+            for sock in stalled:
+                sock.close()
+            time.sleep(2)  # what the server prints when they go
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        lines = err.read().splitlines()
     return {
         "threads_before": threads_before,
         "threads_peak": threads_peak,

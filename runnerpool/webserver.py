@@ -5,17 +5,25 @@ kubelet reaches): it gives every connection a thread for as long as the client k
 so 200 connections that send half a request hold 200 threads, and when they close each one
 prints a traceback to stderr, outside the operator's log format.
 
-Why waitress, measured on this machine (2 shared, loaded cores; one delivery-sized POST to a
-trivial WSGI/handler app; ``bench/webhook_load.py`` measures the real receiver):
+Why waitress, measured on this machine (2 cores shared with other work, load average 4-9):
+each candidate served a trivial app (read the body, answer 200) in one process; a client
+process offered 800 signed delivery-sized POSTs per second for 5 s, one new connection each,
+from 32 threads, three times (best / median); then 200 connections sent headers and half a
+body and stopped, and one normal delivery was sent 3 s later. ``bench/webhook_load.py``
+measures the real receiver at 1,000 pools, before and after.
 
-============  ==========  =======  ===========  ==================  =======  ===============
-server        req/s (c8)  p99 ms   CPU/req ms   threads, 200 half   RSS MiB  dependencies
-============  ==========  =======  ===========  ==================  =======  ===============
-stdlib        see report  -        -            201 (one each)      -        none
-waitress 3    see report  -        -            1 + workers (9)     -        none
-cheroot 11    see report  -        -            workers, blocked    -        2 (jaraco, ...)
-uvicorn 0.3x  see report  -        -            1 (asyncio)         -        click, h11
-============  ==========  =======  ===========  ==================  =======  ===============
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+server     answered/s   p99 ms         CPU/req ms  threads with delivery      RSS    deps
+                                                   200 stalled  meanwhile     MiB
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+stdlib     693 / 603    1,020 / 1,021  0.34        202          2.7 ms        51-57  none
+waitress   800 / 800    5.9 / 20.5     0.29        10           2.6 ms        51-52  none
+cheroot    620 / 555    1,019 / 1,019  0.31        11           none in 30 s  52-54  2
+uvicorn    800 / 800    98 / 105       0.32        2            2.0 ms        52-56  2
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+
+(stdlib and cheroot: a listen backlog of 5, so connections beyond it wait for a SYN retry, 1 s;
+the stdlib's 200 stalled connections printed 4,800 traceback lines when they closed.)
 
 * waitress (Pylons project) reads every request - headers and body - on one non-blocking I/O
   thread and hands only *complete* requests to a fixed pool of worker threads, so a client
@@ -24,13 +32,14 @@ uvicorn 0.3x  see report  -        -            1 (asyncio)         -        cli
   dependencies, WSGI (plain callables, no event loop in an operator made of threads and
   APScheduler), logs through the ``logging`` module only, and has a connection cap,
   header/body size limits and an idle timeout built in.
-* cheroot (CherryPy's) also has a fixed pool, but a worker reads the request itself with a
-  per-``recv`` timeout: 200 half-open connections occupy every worker until they time out,
-  and a normal delivery waits behind them.
-* uvicorn/hypercorn are asyncio (ASGI): the blocking API write of a delivery would need an
-  executor, and the event loop its own thread and shutdown path; uvicorn has no timeout for
-  a request whose headers never finish. granian runs its own worker processes (Rust), and
-  gunicorn forks: neither runs inside the operator's process as one of its runnables.
+* cheroot (CherryPy's; cheroot 11) also has a fixed pool, but a worker reads the request
+  itself with a per-``recv`` timeout: 200 half-open connections occupy every worker until
+  they time out, and a normal delivery waits behind them.
+* uvicorn (0.54) holds no thread per connection either, but it is asyncio (ASGI), as is
+  hypercorn: the blocking API write of a delivery would need an executor, the event loop
+  its own thread and shutdown path, and its tail was 5-15x waitress's here. granian runs
+  its own worker processes (Rust) and gunicorn forks: neither runs inside the operator's
+  process as one of its runnables.
 
 What is added here on top of waitress:
 

@@ -304,3 +304,26 @@ def test_misbehaving_clients_print_nothing_outside_the_json_log(
     lines = err.splitlines()
     entries = [json.loads(line) for line in lines]  # each line one JSON object, no traceback
     assert any("not recorded" in entry["msg"] for entry in entries), lines
+
+
+# ------------------------------------------------------------------ the stop path
+
+
+def test_stop_returns_promptly_with_connections_open_and_frees_the_port(recorded: Recorded) -> None:
+    server = start(recorded, read_timeout=30)
+    stalled = [connect(server, half_request(i)) for i in range(50)]
+    wait_for(lambda: server.connections == 50, timeout=10, message="50 connections accepted")
+    threads_running = threading.active_count()
+    started = time.monotonic()
+    server.stop(timeout=5)
+    assert time.monotonic() - started < 2
+    assert all(closed_by_server(sock, within=2) for sock in stalled)
+    for sock in stalled:
+        sock.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+    wait_for(
+        lambda: threading.active_count() <= threads_running - 5,  # the I/O thread and 4 workers
+        timeout=5,
+        message="the server's threads ended",
+    )
