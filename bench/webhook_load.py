@@ -5,9 +5,11 @@ The receiver (``WebhookServer``, as the operator starts it, default limits) list
 ``--autoscaling`` of them following demand, a no-op Kube whose PATCH answers at once), so a
 delivery costs what it costs the operator apart from the API server's round trip. Then:
 
-* **load**: a client *process* (so that its CPU is not counted) sends signed ``queued``
-  deliveries at ``--rate`` per second for ``--seconds``, one new connection each (as GitHub
-  does), from ``--clients`` threads, each on its own slots of an even schedule. Answer time
+* **load**: a client *process* (so that its CPU is not counted; ``--processes`` for more)
+  sends signed ``queued`` deliveries at ``--rate`` per second for ``--seconds``, one new
+  connection each (as GitHub does), from ``--clients`` threads, each on its own slots of an
+  even schedule (on 2 shared cores, 4 client processes left the server less CPU and made
+  the tail longer, not shorter). Answer time
   is from the moment the request is sent until the whole answer is read; ``sustained`` is
   answered deliveries (200) over the time until the last answer. CPU per delivery is this
   process's CPU (every thread: the server's I/O and worker threads, the recorder) over the
@@ -29,7 +31,6 @@ from __future__ import annotations
 import argparse
 import copy
 import http.client
-import itertools
 import json
 import logging
 import os
@@ -98,31 +99,29 @@ def _send(port: int, body: bytes, number: int) -> tuple[int, float]:
         conn.close()
 
 
-def client(port: int, rate: float, seconds: float, clients: int, first_job: int) -> dict[str, Any]:
-    """Open-loop: delivery ``n`` is due at ``start + n / rate``; thread ``i`` sends n ≡ i."""
-    total = int(rate * seconds)
-    repos = list(itertools.islice(itertools.cycle(repository(i) for i in range(REPOS)), total))
-    bodies = [delivery(first_job + n, repos[n]) for n in range(total)]
-    results: list[tuple[int, float]] = [(0, 0.0)] * total
-    start = time.perf_counter() + 0.2
+def client(args: argparse.Namespace) -> dict[str, Any]:
+    """Open-loop: delivery ``n`` is due at ``start_at + n / rate``; this process sends the n
+    with ``n % parts == part``, spread over its threads."""
+    total = int(args.rate * args.seconds)
+    mine = list(range(args.part, total, args.parts))
+    bodies = {n: delivery(args.first_job + n, repository(n % REPOS)) for n in mine}
+    results: dict[int, tuple[int, float]] = {}
+    ends: list[float] = []
 
     def run(offset: int) -> None:
-        for n in range(offset, total, clients):
-            delay = start + n / rate - time.perf_counter()
+        for n in mine[offset :: args.clients]:
+            delay = args.start_at + n / args.rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            results[n] = _send(port, bodies[n], first_job + n)
+            results[n] = _send(args.client, bodies[n], args.first_job + n)
+        ends.append(time.time())
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return {
-        "elapsed": time.perf_counter() - start,
-        "statuses": [status for status, _ in results],
-        "latencies": [latency for _, latency in results],
-    }
+    return {"end": max(ends), "results": list(results.values())}
 
 
 # ------------------------------------------------------------------ the server side
@@ -146,37 +145,30 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def load_run(port: int, args: argparse.Namespace, first_job: int) -> LoadRun:
+    start_at = time.time() + 1.0  # every client process started by then
+    command = [sys.executable, "-m", "bench.webhook_load", "--client", str(port)]
+    command += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--clients", str(args.clients)]
+    command += ["--first-job", str(first_job), "--start-at", str(start_at), "--parts", str(args.processes)]
     cpu = time.process_time()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.webhook_load",
-            "--client",
-            str(port),
-            "--rate",
-            str(args.rate),
-            "--seconds",
-            str(args.seconds),
-            "--clients",
-            str(args.clients),
-            "--first-job",
-            str(first_job),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parent.parent,
-    )
+    procs = [
+        subprocess.Popen(
+            [*command, "--part", str(part)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        for part in range(args.processes)
+    ]
+    got = [json.loads(proc.communicate()[0]) for proc in procs]
     spent = time.process_time() - cpu
-    got = json.loads(out.stdout)
-    ok = [latency for status, latency in zip(got["statuses"], got["latencies"], strict=True) if status == 200]
-    total = len(got["statuses"])
+    results = [tuple(result) for part in got for result in part["results"]]
+    ok = [latency for status, latency in results if status == 200]
+    total = len(results)
     return LoadRun(
         offered_per_s=args.rate,
         deliveries=total,
         answered_200=len(ok),
-        sustained_per_s=len(ok) / got["elapsed"],
+        sustained_per_s=len(ok) / (max(part["end"] for part in got) - start_at),
         p50_ms=1000 * _percentile(ok, 0.5) if ok else float("inf"),
         p99_ms=1000 * _percentile(ok, 0.99) if ok else float("inf"),
         max_ms=1000 * max(ok) if ok else float("inf"),
@@ -240,26 +232,43 @@ def half_open(port: int, hold: float, first_job: int) -> dict[str, Any]:
     }
 
 
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    if args.threads is None:
+        return {}
+    from runnerpool.webserver import Limits  # noqa: PLC0415 - not in trees before it
+
+    return {"limits": Limits(threads=args.threads)}
+
+
 def _verdict(key: str, value: float) -> str:
     text, ok = TARGETS[key]
     return f"{'met' if ok(value) else 'MISSED'} ({text})"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pools", type=int, default=1000)
     parser.add_argument("--autoscaling", type=int, default=100)
     parser.add_argument("--rate", type=float, default=500, help="offered deliveries per second")
     parser.add_argument("--seconds", type=float, default=10)
-    parser.add_argument("--clients", type=int, default=32, help="client threads")
+    parser.add_argument("--processes", type=int, default=1, help="client processes")
+    parser.add_argument("--clients", type=int, default=32, help="threads per client process")
+    parser.add_argument("--threads", type=int, help="the server's worker threads (default: its own)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hold", type=float, default=15, help="seconds the half-open connections stay")
     parser.add_argument("--label", default="", help="names the JSON file (e.g. before, after)")
     parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--first-job", type=int, default=1, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
     if args.client:
-        print(json.dumps(client(args.client, args.rate, args.seconds, args.clients, args.first_job)))
+        print(json.dumps(client(args)))
         return 0
 
     logs.configure("json", "WARNING")
@@ -292,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     module = sys.modules[WebhookServer.__module__]
     print(
         f"{args.pools} pools ({args.autoscaling} autoscaling), {args.rate:.0f}/s offered for "
-        f"{args.seconds:.0f} s, {args.clients} client threads, {args.repeat} runs; "
+        f"{args.seconds:.0f} s, {args.processes} client processes x {args.clients} threads, "
+        f"{args.threads or 'default'} server threads, {args.repeat} runs; "
         f"server from {Path(module.__file__ or '').parent.parent.parent}"
     )
     rows = [

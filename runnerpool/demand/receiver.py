@@ -13,11 +13,12 @@ Order of checks, so that nothing unverified gets further than it must:
    redelivered; polling repairs it anyway).
 
 Also ``GET /`` and ``GET /healthz`` answer 200 (ingress controllers health-check the backend
-port); any other path is 404. The HTTP server is waitress, with a read deadline, a connection
-cap and the body limit (``runnerpool.webserver`` says why and with what measurements): the
-413 over the limit and waitress's own refusals (431, 400) are answered before this
-application runs, and counted here. A ``Transfer-Encoding: chunked`` body is de-chunked by
-the server (within the same limit) and then checked as if it had a ``Content-Length``.
+port); any other request that is not a ``POST`` gets 404 (405 on ``/webhook``). The HTTP
+server is waitress, with a read deadline, a connection cap and the body limit
+(``runnerpool.webserver`` says why and with what measurements): the 413 over the limit and
+waitress's own refusals (431, 400) are answered before this application runs, and counted
+here. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within the same
+limit) and then checked as if it had a ``Content-Length``.
 """
 
 from __future__ import annotations
