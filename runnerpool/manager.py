@@ -39,6 +39,7 @@ from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import Settings
 from runnerpool.watches import PoolCache
+from runnerpool.webserver import Limits
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,13 @@ class Operator:
                     secrets.secrets if secrets is not None else tuple, self.informers, self._pool_secrets
                 ),
                 self._recorder.record_job,
+                limits=Limits(
+                    read_timeout=demand.webhook_read_timeout,
+                    max_connections=demand.webhook_max_connections,
+                    threads=demand.webhook_threads,
+                ),
             )
-            servers.append(Runnable("webhook receiver", webhook.start, lambda timeout: webhook.stop()))
+            servers.append(Runnable("webhook receiver", webhook.start, webhook.stop))
         return servers
 
     def _elector(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:
