@@ -87,6 +87,13 @@ class PoolState(Protocol):
     def forget(self, namespace: str, name: str) -> None: ...
 
 
+#: Why a pool's own webhook secret (``spec.autoscaling.webhookSecretRef``) cannot be used, or
+#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, given by the manager).
+WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
+#: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
+WEBHOOK_SECRET_RECHECK = 30.0
+
+
 class DeregistrationError(RuntimeError):
     """GitHub refused to deregister; the finalizer stays and the queue backs off."""
 
@@ -120,8 +127,10 @@ class Reconciler:
         protection: CredentialProtection | None = None,
         namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
+        webhook_secrets: WebhookSecretCheck | None = None,
     ) -> None:
         self._cache = cache
+        self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
         self._recorder = recorder
@@ -218,6 +227,9 @@ class Reconciler:
         decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
         recheck = _sooner(recheck, decision.recheck_after)
+        # A missing webhook Secret is looked for again: no watch reports its creation.
+        if self._webhook_secret_problem(run.pool) is not None:
+            recheck = _sooner(recheck, WEBHOOK_SECRET_RECHECK)
         token = pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -374,6 +386,7 @@ class Reconciler:
             failure=self._tokens.failure(pool.namespace, pool.name),
             runners=self._runner_counts(pool),
             decision=decision,
+            webhook_secret_problem=self._webhook_secret_problem(pool),
         )
         metrics.observe_pool(pool, status)
         if status == old:
@@ -413,6 +426,12 @@ class Reconciler:
         self._status_written[key] = now
         self._first_seen.pop(key, None)
         return None
+
+    def _webhook_secret_problem(self, pool: api.RunnerPool) -> str | None:
+        ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+        if ref is None or self._webhook_secrets is None:
+            return None
+        return self._webhook_secrets(pool.namespace, ref)
 
     def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
         counts = self._runners.counts(pool.namespace, pool.name)
