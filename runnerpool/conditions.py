@@ -16,6 +16,8 @@ SCALING = "Scaling"
 DEMAND_VISIBLE = "DemandVisible"
 #: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
 WEBHOOK_SECRET_READY = "WebhookSecretReady"
+#: A deleted pool: whether its runners are off GitHub yet (the finalizer waits for True).
+RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ from runnerpool.writes import Write, Writes
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "RUNNERS_DEREGISTERED",
     "DeregistrationError",
     "InvalidSpecError",
     "PoolState",
@@ -53,9 +52,6 @@ __all__ = [
     "RunnerJobs",
     "TokenJobs",
 ]
-
-#: Condition on a pool being deleted: are its runners gone from GitHub yet, and if not, why.
-RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
 class TokenJobs(Protocol):
@@ -505,13 +501,15 @@ class Reconciler:
             self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
             self._set_condition(
                 run,
-                stamp.condition(RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"),
+                stamp.condition(
+                    conditions.RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"
+                ),
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
         self._set_condition(
             run,
             stamp.condition(
-                RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
+                conditions.RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
             ),
         )
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
@@ -542,7 +540,7 @@ class Reconciler:
             )
             stamp = conditions.Stamp(pool.generation, self._clock())
             failed = stamp.condition(
-                RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
+                conditions.RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
             )
             try:
                 self._set_condition(run, failed)

@@ -20,12 +20,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, naming
+from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import Scope, TokenFailure
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import (
-    RUNNERS_DEREGISTERED,
     DeregistrationError,
     InvalidSpecError,
     Reconciler,

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runnerpool import conditions
-from runnerpool.reconciler import RUNNERS_DEREGISTERED
+from runnerpool.conditions import RUNNERS_DEREGISTERED
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "troubleshooting.md"
