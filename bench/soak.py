@@ -81,6 +81,9 @@ LEASE = "runnerpool-soak"
 CONVERGE_SECONDS = 60.0
 #: Length of one chaos phase; a settle follows each.
 CHAOS_SECONDS = 75.0
+#: What the last settle is expected to take: the chaos stops this long before ``--minutes``
+#: end (a settle may take up to CONVERGE_SECONDS, so a run can overrun by the difference).
+SETTLE_RESERVE_SECONDS = 30.0
 #: Gap between two disturbances (uniform).
 GAP_SECONDS = (2.0, 7.0)
 JOB_SECONDS = (3.0, 15.0)
@@ -876,13 +879,13 @@ class Soak:
 
     def run(self) -> None:
         total = self.opts.minutes * 60
-        reserve = CONVERGE_SECONDS
+        reserve = SETTLE_RESERVE_SECONDS
         first = poll_until(lambda: not self.world.unconverged(), 120, 1.0)
         self.record.say("ready" if first else "NOT-READY", "the world before the chaos", disturbance=False)
         self.record.t0 = time.monotonic()
         self.world.record.job_events.clear()
         end = time.monotonic() + total
-        while end - time.monotonic() > reserve + 15:
+        while end - time.monotonic() > reserve + 10:
             self.chaos(min(CHAOS_SECONDS, end - time.monotonic() - reserve))
             self.settle()
         self.finish_jobs()
