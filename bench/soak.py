@@ -882,6 +882,9 @@ class Soak:
         reserve = SETTLE_RESERVE_SECONDS
         first = poll_until(lambda: not self.world.unconverged(), 120, 1.0)
         self.record.say("ready" if first else "NOT-READY", "the world before the chaos", disturbance=False)
+        self.record.invariants["pools converge within 60 s"].check(
+            first, f"not converged 120 s after the pools were made: {self.world.unconverged()}"
+        )
         self.record.t0 = time.monotonic()
         self.world.record.job_events.clear()
         end = time.monotonic() + total
