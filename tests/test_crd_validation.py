@@ -84,6 +84,19 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("image-whitespace", _repo(runnerImage="ghcr.io/x/y: latest"), "image reference without whitespace"),
     ("deadline-days", _repo(recreateDeadline="1d"), "spec.recreateDeadline must be a duration"),
     ("deadline-bare-number", _repo(recreateDeadline="90"), "spec.recreateDeadline must be a duration"),
+    ("busy-grace-days", _repo(busyGracePeriod="1d"), "spec.busyGracePeriod must be a duration"),
+    ("busy-grace-bare-number", _repo(busyGracePeriod="90"), "spec.busyGracePeriod must be a duration"),
+    ("busy-grace-over-a-day", _repo(busyGracePeriod="24h1s"), "spec.busyGracePeriod may be at most 24h"),
+    (
+        "grace-not-above-default-busy-grace",
+        _repo(terminationGracePeriodSeconds=300),
+        "spec.terminationGracePeriodSeconds must be longer than spec.busyGracePeriod (default 1h)",
+    ),
+    (
+        "grace-equal-to-busy-grace",
+        _repo(busyGracePeriod="10m", terminationGracePeriodSeconds=600),
+        "remove terminationGracePeriodSeconds (it is then busyGracePeriod plus 90s), raise it, or lower",
+    ),
     ("sa-name-invalid", _repo(serviceAccountName="Runner SA"), "must be a valid Kubernetes object name"),
     ("toleration-operator", _repo(tolerations=[{"key": "k", "operator": "Maybe"}]), "Unsupported value"),
     ("toleration-effect", _repo(tolerations=[{"key": "k", "effect": "Sometimes"}]), "Unsupported value"),
@@ -147,6 +160,7 @@ def test_valid_pool_gets_defaults(
         **scope,
         "replicas": 1,
         "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
+        "busyGracePeriod": api.DEFAULT_BUSY_GRACE_PERIOD,
     }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1
@@ -178,6 +192,8 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         volume_mounts=[{"name": "cache", "mountPath": "/cache", "readOnly": True}],
         work_volume={"ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}},
         recreate_deadline="1h30m",
+        busy_grace_period="24h",
+        termination_grace_period_seconds=api.MAX_TERMINATION_GRACE_SECONDS,
     )
     sent = api.RunnerPool(metadata={"name": "full"}, spec=spec)
     created = _create(api_client, namespace, sent.model_dump(by_alias=True, exclude_none=True))
