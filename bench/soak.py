@@ -24,9 +24,10 @@ All along: no runner registers with an expired registration token (the fake know
 tokens), every job runs exactly once and ends ``success`` (checked when the run ends, after
 the last jobs are given time to finish), and the operators' RSS, sampled every 2 s, grows
 at most 10 % after the warm-up (the first 10 minutes, or the first third of a shorter run).
-Jobs whose runner's pod was deleted while it ran count apart ("hit by a deletion") unless
-``--strict-deletions``: before busy runners survived every deletion path, those were
-cancelled by design.
+Busy runners finish their job on every deletion path (the runner entrypoint's busy grace), so
+a job cancelled by a pod or namespace deletion is a violation like any other;
+``--deletions-cancel-jobs`` counts those apart ("hit by a deletion"), for operators from
+before the busy grace, whose runners were cancelled by design.
 
 It prints a table (each invariant's checks and violations, disturbances by kind, jobs by
 result, RSS and CPU at start, peak and end), writes JSON (``--out``) and a PNG beside it
@@ -103,7 +104,7 @@ class Options:
     minutes: float = 30.0
     seed: int = 22
     out: Path | None = None
-    strict_deletions: bool = False
+    deletions_cancel_jobs: bool = False
 
 
 # ------------------------------------------------------------------------------ the record
@@ -911,7 +912,7 @@ class Soak:
                 result = f"ran {w.in_progress[jid]} times"
             elif job["conclusion"] == "success":
                 result = "success"
-            elif runner in w.hit_by and not self.opts.strict_deletions:
+            elif runner in w.hit_by and self.opts.deletions_cancel_jobs:
                 result = f"{job['conclusion']}: hit by {w.hit_by[runner]} (expected before busy-grace)"
                 self.record.jobs[str(jid)] = result
                 continue
@@ -1065,12 +1066,15 @@ def parse(argv: list[str] | None) -> Options:
     )
     p.add_argument("--out", type=Path, help="JSON report (the PNG goes beside it)")
     p.add_argument(
-        "--strict-deletions",
+        "--deletions-cancel-jobs",
         action="store_true",
-        help="a job cancelled by a pod or namespace deletion is a violation (busy runners survive deletions)",
+        help="count jobs cancelled by a pod or namespace deletion apart, not as violations "
+        "(an operator from before the busy grace)",
     )
     args = p.parse_args(argv)
-    return Options(minutes=args.minutes, seed=args.seed, out=args.out, strict_deletions=args.strict_deletions)
+    return Options(
+        minutes=args.minutes, seed=args.seed, out=args.out, deletions_cancel_jobs=args.deletions_cancel_jobs
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
