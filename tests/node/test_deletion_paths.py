@@ -50,6 +50,10 @@ from testworld.simulator import OperatorProcess
 JOB_SECONDS = 20.0
 #: What each pool gets: far longer than the job, so "success" proves the job was waited for.
 BUSY_GRACE = "5m"
+#: Longer than what is left of the job when its namespace is deleted, short for the namespace
+#: controller, which comes back to a namespace with running pods after half their grace period.
+NAMESPACE_BUSY_GRACE = "30s"
+NAMESPACE_TIMEOUT = 150.0
 #: An idle pod that gets SIGTERM is gone in this (its runner exits at once).
 IDLE_STOP_SECONDS = 15.0
 
@@ -84,9 +88,10 @@ def _busy_pool(
     fake: FakeGitHub,
     pool: str,
     replicas: int = 1,
+    busy_grace: str = BUSY_GRACE,
 ) -> tuple[str, list[str], int]:
     """A pool with one pod running a job (marked busy) and ``replicas - 1`` idle ones."""
-    create_pool(api_client, namespace, node_pool(pool, replicas=replicas, busyGracePeriod=BUSY_GRACE))
+    create_pool(api_client, namespace, node_pool(pool, replicas=replicas, busyGracePeriod=busy_grace))
     pods = registered_pods(core, fake, namespace, pool, replicas)
     [job] = queue_jobs(fake, namespace, pool, 1, JOB_SECONDS)
     [busy] = wait_busy(core, fake, namespace, [job])
@@ -114,7 +119,11 @@ def _follow(
                 clock.mark(name)
         return all(name in clock.seen for name in what)
 
-    wait_for(all_seen, timeout, 0.2, f"all of {sorted(what)} (seen so far: {clock.seen})")
+    try:
+        wait_for(all_seen, timeout, 0.2, f"all of {sorted(what)}")
+    except BaseException:
+        print(f"seen so far, in seconds after the deletion: {clock.seen}")
+        raise
     return {name: clock.seen[name] for name in what}
 
 
@@ -303,9 +312,16 @@ def test_deleting_the_namespace_lets_the_busy_job_finish(
     operator: OperatorProcess,
     fake_github: FakeGitHub,
 ) -> None:
-    """The namespace controller deletes pods directly (deletecollection), past the budget."""
+    """The namespace controller deletes pods directly (deletecollection), past the budget.
+
+    It looks at a namespace whose pods are still running again only after half their grace
+    period (or at its 5-minute resync): with the busy grace of 30 s here (grace period 120 s)
+    the namespace goes about a minute after its deletion, however early the job ends.
+    """
     core = client.CoreV1Api(api_client)
-    busy, [idle], job = _busy_pool(core, api_client, namespace, fake_github, "nsgone", 2)
+    busy, [idle], job = _busy_pool(
+        core, api_client, namespace, fake_github, "nsgone", 2, NAMESPACE_BUSY_GRACE
+    )
 
     clock = Clock()
     _run_kubectl(control_plane, "delete", "namespace", namespace, "--wait=false")
@@ -327,6 +343,7 @@ def test_deleting_the_namespace_lets_the_busy_job_finish(
             "delete namespace: pod gone": lambda: _pod_gone(core, namespace, busy),
             "delete namespace: namespace gone": namespace_gone,
         },
+        NAMESPACE_TIMEOUT,
     )
     _record("delete namespace", fake_github, job, {k: v for k, v in times.items() if k.startswith("delete")})
     _record("idle pod in a deleted namespace", fake_github, job, {"gone": times["idle pod gone"]})
