@@ -791,6 +791,9 @@ class Soak:
     def __init__(self, world: World, opts: Options) -> None:
         self.world, self.opts, self.record, self.rng = world, opts, world.record, world.rng
         self.last_disturbance = 0.0
+        #: Every kind once early on (in a seeded order), so that a short run meets them all.
+        self.unmet = [k for k, _ in KINDS if not k.startswith("job-")]
+        self.rng.shuffle(self.unmet)
 
     def possible(self, kind: str) -> bool:
         w = self.world
@@ -809,7 +812,13 @@ class Soak:
 
     def disturb(self) -> None:
         kinds = [(k, wt) for k, wt in KINDS if self.possible(k)]
-        kind = self.rng.choices([k for k, _ in kinds], [wt for _, wt in kinds])[0]
+        unmet = [k for k in self.unmet if self.possible(k)]
+        if unmet and self.rng.random() < 0.6:
+            kind = unmet[0]
+        else:
+            kind = self.rng.choices([k for k, _ in kinds], [wt for _, wt in kinds])[0]
+        if kind in self.unmet:
+            self.unmet.remove(kind)
         w = self.world
         actions: dict[str, Callable[[], str]] = {
             "job-webhook": lambda: w.queue_jobs(polled=False),
