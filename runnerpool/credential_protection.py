@@ -73,11 +73,13 @@ class CredentialProtection:
         self._kube = kube
         self._lock = threading.Lock()
         self._used: dict[tuple[str, str], str] = {}
-        # Releases one at a time, remembering what this process released: pools that go
-        # together are reconciled by several workers at once, and a cache that has not yet
-        # seen the first release must not make the second fail on a stale finalizer index.
+        # Releases one at a time, remembering what this process released and the Secret's
+        # resourceVersion it released from: pools that go together are reconciled by several
+        # workers at once, and a cache that has not yet seen the first release must not make
+        # the second fail on a stale finalizer index. Only that very version is skipped: a
+        # Secret protected again since (by this replica or another leader) is released again.
         self._release_lock = threading.Lock()
-        self._released: set[tuple[str, str]] = set()
+        self._released: dict[tuple[str, str], str] = {}
 
     # -- the reconciler's calls -----------------------------------------------------------
 
@@ -120,7 +122,7 @@ class CredentialProtection:
             log.debug("credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err))
             return False
         with self._release_lock:
-            self._released.discard((namespace, secret_name))
+            self._released.pop((namespace, secret_name), None)
         log.info("protecting credential Secret %s/%s while pool %s uses it", namespace, secret_name, pool)
         return True
 
@@ -174,12 +176,13 @@ class CredentialProtection:
             return self._release_if_unused(namespace, secret_name, finalized)
 
     def _release_if_unused(self, namespace: str, secret_name: str, finalized: str | None) -> bool:
-        if (namespace, secret_name) in self._released:
-            return False  # released by this process; the cache may not show it yet
         secret = self._cache.get_secret(namespace, secret_name)
         if secret is None:
             return False
-        finalizers = list((secret.get("metadata") or {}).get("finalizers") or [])
+        meta = secret.get("metadata") or {}
+        if self._released.get((namespace, secret_name)) == meta.get("resourceVersion"):
+            return False  # released by this process from this version; the cache lags
+        finalizers = list(meta.get("finalizers") or [])
         if naming.CREDENTIAL_FINALIZER not in finalizers:
             return False
         for pool in self._cache.pools_in(namespace):
@@ -205,6 +208,6 @@ class CredentialProtection:
             if err.status == 404:
                 return False
             raise  # 422: the list changed under a stale cache; the retry reads a fresher one
-        self._released.add((namespace, secret_name))
+        self._released[(namespace, secret_name)] = str(meta.get("resourceVersion"))
         log.info("released credential Secret %s/%s: no pool needs it any more", namespace, secret_name)
         return True

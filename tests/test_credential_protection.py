@@ -167,3 +167,31 @@ def test_a_pool_gone_without_finalizing_releases_its_secret(
     reconciler(f"{namespace}/stripped")
 
     assert not _protected(api_client, namespace)
+
+
+def test_a_secret_released_once_is_released_again_after_another_replica_protected_it(
+    api_client: client.ApiClient, runnerpool_crd: dict[str, Any], namespace: str
+) -> None:
+    """Found by the chaos soak: a namespace made again after its deletion, its Secret protected
+    by the other replica while it led, then deleted again under this one. This replica still
+    remembered releasing that Secret and skipped it as "the cache lags", so the namespace waited
+    minutes, until the next leadership start released it."""
+    pat_secret(api_client, namespace)
+    this, other = (CredentialProtection(LiveReader(api_client), Kube(api_client)) for _ in range(2))
+    reader = LiveReader(api_client)
+
+    create_pool(api_client, namespace, pool_manifest("first"))  # names the default Secret
+    assert this.protect(namespace, "first", CRED)
+    _delete_pool(api_client, namespace, "first")
+    wait_for(lambda: reader.get_pool(namespace, "first") is None, message="the first pool to go")
+    this.forget(namespace, "first")
+    assert not _protected(api_client, namespace), "released with its last pool"
+
+    create_pool(api_client, namespace, pool_manifest("second"))
+    assert other.protect(namespace, "second", CRED), "the other replica, leading now, protects it"
+    this.protect(namespace, "second", CRED)  # leading again: already protected, remembered
+    _delete_pool(api_client, namespace, "second")
+    wait_for(lambda: reader.get_pool(namespace, "second") is None, message="the second pool to go")
+    this.forget(namespace, "second")
+
+    assert not _protected(api_client, namespace), "released again, at once"
