@@ -23,7 +23,9 @@ then polling only) and burst size (1, 10, 50 jobs queued at once, each running
   job, and while the pool then sat idle at 0 for ``--idle`` seconds, scaled to an hour;
   "budget" leaves out the 304s GitHub does not count.
 
-Prints a table and writes JSON to bench/results/. It is a measurement, not a test.
+Prints a table and writes JSON to bench/results/, with PNG plots beside it (bench/plots.py):
+the pickup latency of every burst, and each mode's operator RSS and CPU over time (sampled
+by a thread of the bench, bench/sampler.py). It is a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.informer import ADDED
 
+from bench import plots
+from bench.sampler import ProcessSampler
 from bench.stats import percentile
 from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
@@ -77,6 +81,8 @@ class Burst:
     failed_jobs: int
     #: p50 of each of `STAGES` (seconds), for the jobs whose every stage was seen.
     stages_p50: dict[str, float] = field(default_factory=dict)
+    #: Every job's queued -> in_progress seconds (the plots' samples).
+    pickups: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +97,8 @@ class Mode:
     idle_seconds: float = 0.0
     idle_requests: int = 0
     idle_budget_requests: int = 0
+    #: The operator's RSS and CPU over the mode (``ProcessSampler.as_json``).
+    resources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -251,9 +259,10 @@ class Bench:
         pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{naming.POOL_LABEL}={POOL}").items
         return not pods
 
-    def burst(self, mode: str, size: int) -> Burst:
+    def burst(self, mode: str, size: int, sampler: ProcessSampler) -> Burst:
         if not poll_until(self.at_zero, 180, 0.2):
             raise RuntimeError("the pool did not settle at 0 before the burst")
+        sampler.mark(f"{size} jobs")
         labels = ["self-hosted", naming.pool_runner_label(NAMESPACE, POOL)]
         ids = [self.fake.queue_job(REPO, labels, self.args.job_seconds) for _ in range(size)]
         done = poll_until(lambda: all(i in self.clock.completed for i in ids), self.args.timeout, 0.1)
@@ -269,6 +278,7 @@ class Bench:
             mode, size, percentile(pickups, 50), percentile(pickups, 99), max(pickups), back, failed
         )
         result.stages_p50 = self._stages_p50(ids)
+        result.pickups = pickups
         print(
             f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p99 {result.pickup_p99:.2f}s, "
             f"back to 0 after {back:.1f}s, {failed} failed",
@@ -299,15 +309,18 @@ class Bench:
         port = free_port()
         operator = self.operator(workdir, mode, port)
         operator.start()
+        sampler = ProcessSampler(operator.pid).start()
         operator.wait_ready()
+        sampler.mark("ready")
         sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
         try:
             before = len(self.fake.requests)
             started = time.monotonic()
             self.create_pool()
-            bursts = [self.burst(mode, size) for size in self.args.sizes]
+            bursts = [self.burst(mode, size, sampler) for size in self.args.sizes]
             # Idle at 0 for a while: what an idle pool costs is most of an hour.
             busy_until, idle_from = time.monotonic(), len(self.fake.requests)
+            sampler.mark("idle")
             time.sleep(self.args.idle)
             records = _operator_requests(self.fake.requests[before:idle_from])
             idle = _operator_requests(self.fake.requests[idle_from:])
@@ -319,7 +332,10 @@ class Bench:
             counted.idle_requests = len(idle)
             counted.idle_budget_requests = sum(1 for r in idle if r.counted)
             self.delete_pool()
+            sampler.stop()
+            counted.resources = sampler.as_json()
         finally:
+            sampler.stop()
             self.fake.stop_webhooks(sender)
             operator.stop()
         return bursts, counted
@@ -359,6 +375,28 @@ def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
     return "\n".join(lines)
 
 
+def write_plots(bursts: list[dict[str, Any]], modes: list[dict[str, Any]], workdir: Path) -> list[Path]:
+    """Pickup latency of every burst, and each mode's operator resources (JSON as written)."""
+    written = [
+        plots.latency(
+            workdir / "pickup.png",
+            {f"{b['mode']}, {b['jobs']} jobs": b["pickups"] for b in bursts},
+            title="queued → in progress, per job",
+        )
+    ]
+    for m in modes:
+        if m["resources"]:
+            written.append(
+                plots.resources(
+                    workdir / f"resources-{m['mode']}.png",
+                    m["resources"]["samples"],
+                    title=f"operator process, {m['mode']} (sampled every {m['resources']['interval']:g} s)",
+                    marks=m["resources"]["marks"],
+                )
+            )
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.demand", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,10,50", help="jobs queued at once per burst")
@@ -369,7 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=60.0, help="seconds idle at 0 counted per mode")
     parser.add_argument("--modes", default="webhooks,polling")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--plot", type=Path, metavar="demand.json", help="run nothing: draw an earlier result's plots again"
+    )
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        earlier = json.loads(args.plot.read_text())
+        for png in write_plots(earlier["bursts"], earlier["modes"], args.plot.parent):
+            print(f"plot: {png}")
+        return 0
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if not seal.is_sealed():
         print(
@@ -402,26 +448,24 @@ def main(argv: list[str] | None = None) -> int:
     table = _table(bursts, modes, args.delay)
     print(table)
     out = workdir / "demand.json"
-    out.write_text(
-        json.dumps(
+    report = {
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
+        "settings": vars(args),
+        "bursts": [asdict(b) for b in bursts],
+        "modes": [
             {
-                "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version()},
-                "settings": vars(args),
-                "bursts": [asdict(b) for b in bursts],
-                "modes": [
-                    {
-                        **asdict(m),
-                        "requests": dict(m.requests),
-                        "per_job": m.per_job(m.total),
-                        "idle_per_hour": m.idle_per_hour(m.idle_requests),
-                    }
-                    for m in modes
-                ],
-            },
-            indent=2,
-        )
-    )
+                **asdict(m),
+                "requests": dict(m.requests),
+                "per_job": m.per_job(m.total),
+                "idle_per_hour": m.idle_per_hour(m.idle_requests),
+            }
+            for m in modes
+        ],
+    }
+    out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")
+    for png in write_plots(report["bursts"], report["modes"], workdir):
+        print(f"plot: {png}")
     return 0
 
 

@@ -15,7 +15,8 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
    controller manager) and by comparing resourceVersions of every pool, Secret, runner
    pod and disruption budget before and after.  A converged operator should write nothing.
 4. The operator's peak RSS (VmHWM) and CPU time (user+system from /proc/<pid>/stat): from
-   exec until /readyz answers (start-up) and from the first create until all Ready (converge).
+   exec until /readyz answers (start-up) and from the first create until all Ready (converge);
+   and both over the whole run, sampled by a thread of the bench (bench/sampler.py).
 5. The operator's writes to converge, by kind: every mutating request in the audit log
    between the first create and the last pool's Ready, by resource (runnerpools,
    runnerpools/status, secrets, pods, poddisruptionbudgets, events, ...), so it keeps counting
@@ -25,8 +26,10 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
 thread) and ``--converge-only`` stops each size after convergence; together they profile the
 part of the run that matters without the minutes of steady state.
 
-Prints a table and writes JSON to bench/results/.  It is a measurement, not a test: nothing
-fails on a missed target; bench/README.md compares the figures with the targets.
+Prints a table and writes JSON to bench/results/, with PNG plots beside it (bench/plots.py):
+pools with a token and Ready over time, the per-pool latency distributions, RSS and CPU.
+It is a measurement, not a test: nothing fails on a missed target; bench/README.md compares
+the figures with the targets.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.informer import ADDED, MODIFIED
 
+from bench import plots
+from bench.sampler import ProcessSampler
 from bench.stats import percentile
 from runnerpool import api, naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
@@ -91,6 +96,7 @@ class Options:
     out: Path
     profile: Path | None = None
     converge_only: bool = False
+    plot: Path | None = None
 
     @property
     def sim_hour(self) -> float:
@@ -124,6 +130,10 @@ class SizeResult:
     writes_per_pool: float | None = None
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The samples behind the figures, for the plots: per-pool latencies (``token_seconds``,
+    #: ``ready_seconds``: from the pool's create), when each pool got there (``token_at``,
+    #: ``ready_at``: from the first create) and the operator's ``resources`` over the run.
+    series: dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ observation
@@ -343,6 +353,8 @@ class SizeRun:
                 self._quiet_window()
             self.result.peak_rss_mib = self.operator.peak_rss_bytes() / 2**20
             self.result.cpu_seconds_total = self.operator.cpu_seconds()
+            self.sampler.stop()
+            self.result.series["resources"] = self.sampler.as_json()
         return self.result
 
     def _start(self, stack: contextlib.ExitStack) -> None:
@@ -390,7 +402,11 @@ class SizeRun:
             self.operator.profile_out = profile.with_name(f"{profile.stem}-{n}{profile.suffix}")
             self.result.notes.append(f"profiled (pyinstrument): {self.operator.profile_out}")
         stack.callback(self.operator.stop)
-        self.operator.start().wait_ready()
+        self.operator.start()
+        self.sampler = ProcessSampler(self.operator.pid).start()
+        stack.callback(self.sampler.stop)
+        self.operator.wait_ready()
+        self.sampler.mark("ready")
         self.result.cpu_seconds_startup = self.operator.cpu_seconds()
         self.simulator = stack.enter_context(RunnerSimulator(self.api, self.fake, NAMESPACE, workers=8))
         self.watcher = Watcher(self.api).start()
@@ -412,6 +428,7 @@ class SizeRun:
         self.say(f"N={n}: creating {n} pools")
         self.audit.mark()
         start = time.perf_counter()
+        self.sampler.mark("creates", start)
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(create, range(n)))
         result.create_seconds = time.perf_counter() - start
@@ -429,6 +446,13 @@ class SizeRun:
             result.ready_p50, result.ready_p99 = percentile(ready, 50), percentile(ready, 99)
         if result.converged:
             result.all_ready = max(watcher.ready_at.values()) - start
+            self.sampler.mark("all Ready", max(watcher.ready_at.values()))
+        result.series.update(
+            token_seconds=tokens,
+            ready_seconds=ready,
+            token_at=[at - start for at in watcher.token_at.values()],
+            ready_at=[at - start for at in watcher.ready_at.values()],
+        )
         if self.simulator.rejections:
             result.notes.append(f"{len(self.simulator.rejections)} runner registrations refused")
         if result.converged and self.audit.path:
@@ -442,6 +466,7 @@ class SizeRun:
     def _github_hour(self) -> None:
         self.say(f"N={self.n}: counting GitHub requests for one simulated hour ({self.opts.sim_hour:.0f}s)")
         first = len(self.fake.requests)
+        self.sampler.mark("GitHub hour")
         threading.Event().wait(self.opts.sim_hour)  # a measurement window, not a wait for a condition
         counts = Counter(r.endpoint for r in self.fake.requests[first:])
         self.result.github_by_endpoint = dict(counts)
@@ -462,6 +487,7 @@ class SizeRun:
         self.say(f"N={n}: counting API writes for {result.quiet_window:.0f}s")
         before = _versions(self.api)
         self.audit.mark()
+        self.sampler.mark("quiet window")
         threading.Event().wait(result.quiet_window)  # a measurement window
         after = _versions(self.api)
         writes = self.audit.operator_writes()
@@ -590,6 +616,12 @@ def parse(argv: list[str] | None) -> Options:
         "and OUT-<N>.html.top.txt (self time per function without blocking waits)",
     )
     p.add_argument("--converge-only", action="store_true", help="stop each size once all pools are Ready")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="BENCH.json",
+        help="run nothing: draw the plots of an earlier result again, beside it",
+    )
     args = p.parse_args(argv)
     return Options(
         sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
@@ -603,11 +635,50 @@ def parse(argv: list[str] | None) -> Options:
         out=args.out,
         profile=args.profile.resolve() if args.profile else None,
         converge_only=args.converge_only,
+        plot=args.plot,
     )
+
+
+def write_plots(result: dict[str, Any], prefix: Path) -> list[Path]:
+    """The three plots of one size (a SizeResult as JSON), named ``<prefix>-N<pools>-<plot>.png``."""
+    n, series = result["pools"], result["series"]
+    name = f"{prefix.name}-N{n}"
+    written = [
+        plots.convergence(
+            prefix.with_name(f"{name}-convergence.png"),
+            {"token in Secret": series.get("token_at", []), "Ready": series.get("ready_at", [])},
+            title=f"{n} pools created at once: how many have a token, how many are Ready",
+            total=n,
+        ),
+        plots.latency(
+            prefix.with_name(f"{name}-latency.png"),
+            {
+                "create → token": series.get("token_seconds", []),
+                "create → Ready": series.get("ready_seconds", []),
+            },
+            title=f"per-pool latency, {n} pools",
+        ),
+    ]
+    resources = series.get("resources")
+    if resources:
+        written.append(
+            plots.resources(
+                prefix.with_name(f"{name}-resources.png"),
+                resources["samples"],
+                title=f"operator process, {n} pools (sampled every {resources['interval']:g} s)",
+                marks=resources["marks"],
+            )
+        )
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse(argv)
+    if opts.plot is not None:
+        for result in json.loads(opts.plot.read_text())["results"]:
+            for png in write_plots(result, opts.plot.with_suffix("")):
+                print(f"plot: {png}")
+        return 0
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = opts.out / f"logs-{stamp}"
@@ -621,7 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     for n in opts.sizes:
         results.append(SizeRun(n, opts, log_dir, say).run())
         judge(results[-1], opts.replicas)
-        say(f"N={n}: done {json.dumps(asdict(results[-1]))}")
+        figures = {k: v for k, v in asdict(results[-1]).items() if k != "series"}
+        say(f"N={n}: done {json.dumps(figures)}")
     report = {
         "when": stamp,
         "machine": {"cores": cores, "python": platform.python_version(), "platform": platform.platform()},
@@ -631,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = opts.out / f"bench-{stamp}.json"
     path.write_text(json.dumps(report, indent=2))
+    pngs = [png for r in report["results"] for png in write_plots(r, path.with_suffix(""))]
     print(table(results, cores))
     for r in results:
         for note in r.notes:
@@ -641,6 +714,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
         print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")
     print(f"results: {path}")
+    for png in pngs:
+        print(f"plot: {png}")
     return 0
 
 

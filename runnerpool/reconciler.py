@@ -583,5 +583,11 @@ def _log_pass(namespace: str, name: str, action: str, writes: Writes) -> None:
     invalid, ended) and which writes it made."""
     log.info(
         "reconciled pool",
-        extra={"pool": name, "namespace": namespace, "action": action, "writes": writes.as_log()},
+        # ``pool`` as the log context writes it (namespace/name): one key for every line of a pool.
+        extra={
+            "pool": pool_key(namespace, name),
+            "namespace": namespace,
+            "action": action,
+            "writes": writes.as_log(),
+        },
     )

@@ -29,6 +29,7 @@ from typing import Any
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 
+from runnerpool import log_context
 from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError
@@ -283,6 +284,7 @@ class TokenUpdater:
 
     # -- one job run -----------------------------------------------------------------------------
 
+    @log_context.runs_for_pool
     def _run(self, key: str, generation: int) -> datetime | None:
         """Scheduler entry point: never raises, always leaves a next run behind.
 

@@ -8,6 +8,7 @@ refuses stops the pod with a message saying so. Nothing here needs the node.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -184,6 +185,66 @@ def test_sigterm_while_busy_cancels_the_job(fake: FakeGitHub, pods: Pods) -> Non
     assert pod.wait() == 0, pod.log
     assert (fake.job(job_id)["status"], fake.job(job_id)["conclusion"]) == ("completed", "cancelled")
     assert _runner(fake) is None
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _renewals(fake: FakeGitHub) -> list[float]:
+    """When the runner renewed its job (the answers GitHub gave 200)."""
+    return [r.started for r in fake.listener_requests if r.path == "/renewjob" and r.status == 200]
+
+
+def test_a_runner_renews_its_job_while_it_runs_so_a_long_job_outlives_the_lock(pods: Pods) -> None:
+    # Without renewals the job would fail after 2 s; it runs 5 s.
+    with FakeGitHub(scopes=[REPO], api_prefix="/api/v3", lost_contact_seconds=2) as fake:
+        pod = pods.start(fake, _token(fake, REPO))
+        assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+        job_id = fake.queue_job(REPO, ["team-a/pool-a"], 5)
+        assert pod.wait() == 0, pod.log
+        assert fake.job(job_id)["conclusion"] == "success", pod.log
+        renewals = _renewals(fake)
+        assert len(renewals) >= 5, renewals  # every 0.2 s (a tenth of the lock) for 5 s
+        completed = next(r for r in fake.listener_requests if r.path.endswith("/completed"))
+        assert max(renewals) < completed.started, "the renewals end with the job"
+
+
+def test_a_killed_runner_stops_renewing_and_github_fails_its_job(pods: Pods) -> None:
+    """SIGKILL to run.sh, as when a listener crashes or is OOM-killed: nothing reports the job,
+    its renewals stop, and GitHub fails it when the lock runs out."""
+    with FakeGitHub(scopes=[REPO], api_prefix="/api/v3", lost_contact_seconds=2) as fake:
+        pod = pods.start(fake, _token(fake, REPO))
+        assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+        job_id = fake.queue_job(REPO, ["team-a/pool-a"], 600)
+        assert fake.wait_for(lambda: len(_renewals(fake)) >= 2, timeout=TIMEOUT), pod.log
+        [run_sh] = [pid for pid in _children(pod.process.pid) if "run.sh" in _command(pid)]
+        leftovers = _children(run_sh)  # the job's process and the renewal loop
+        try:
+            os.kill(run_sh, signal.SIGKILL)
+            assert pod.wait() == 128 + signal.SIGKILL, pod.log
+            assert fake.wait_for(lambda: fake.job(job_id)["status"] == "completed", timeout=TIMEOUT)
+            job = fake.job(job_id)
+            assert (job["conclusion"], job["runner_name"]) == ("failure", POD)
+            assert "lost communication with the server" in fake.annotations(job_id)[0]
+            runner = _runner(fake)
+            assert runner is not None, "the runner stays registered, ephemeral as it is"
+            assert (runner["status"], runner["busy"]) == ("offline", False)
+        finally:
+            for pid in leftovers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_expired_token_is_refused_with_a_clear_message(pods: Pods) -> None:

@@ -89,15 +89,10 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 height=4,
             ),
             Panel(
-                "Pools short of ready runners",
-                "Pools with fewer ready runner pods than they want: starting, rolling out, or stuck "
-                "(the pool's Ready condition and Events say why).",
-                (
-                    Query(
-                        f"count(runnerpool_pool_ready_replicas{{{POOLS}}} "
-                        f"< runnerpool_pool_desired_replicas{{{POOLS}}}) or vector(0)"
-                    ),
-                ),
+                "Pools not Ready",
+                "Pools whose Ready condition is False: waiting for a token or a credential, pods "
+                "refused or starting (`kubectl runnerpool why POOL` says why).",
+                (Query(f"count(runnerpool_pool_ready{{{POOLS}}} == 0) or vector(0)"),),
                 kind="stat",
                 width=4,
                 height=4,

@@ -38,7 +38,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, autoscaling
+from runnerpool import api, autoscaling, log_context
 from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
@@ -403,6 +403,7 @@ class RunnerManagers:
         assert failure is not None
         raise failure
 
+    @log_context.runs_for_pool
     def _sync_pool(self, ref: PoolRef, snapshot: Snapshot, halted: Callable[[], bool]) -> None:
         parsed = self._pools.pool(ref.namespace, ref.name)
         pool = parsed.model if parsed is not None else None

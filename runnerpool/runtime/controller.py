@@ -21,6 +21,7 @@ from typing import Protocol
 
 from prometheus_client import Counter, Histogram
 
+from runnerpool import log_context
 from runnerpool.api_errors import describe
 
 __all__ = ["Controller", "Result", "TerminalError", "WorkQueue"]
@@ -127,8 +128,14 @@ class Controller:
         """Reconcile one key and requeue it as the outcome demands.
 
         Public so tests can drive a single step without threads.  The caller
-        owns ``queue.done(key)``.
+        owns ``queue.done(key)``.  Every line logged meanwhile, by the reconcile
+        and by this loop, carries the key and a ``reconcileID`` of this reconcile's
+        own (``runnerpool.log_context``); the reconcile does not need to know.
         """
+        with log_context.for_reconcile(key):
+            self._process(key)
+
+    def _process(self, key: str) -> None:
         started = time.perf_counter()
         try:
             result = self._reconcile(key)

@@ -31,7 +31,8 @@ def test_three_pools_each_log_their_actions_and_converge(
     for line in operator.log_text().splitlines():
         record = json.loads(line) if line.startswith("{") else {}
         if record.get("msg") == "reconciled pool" and record.get("namespace") == namespace:
-            actions[record["pool"]].add(record["action"])
+            # ``pool`` is the key (namespace/name), as on every line of the pool's work.
+            actions[record["pool"].removeprefix(f"{namespace}/")].add(record["action"])
     for name, seen in actions.items():
         # Each pool waits for its token first (requeue), then gets its pods (create).
         assert {"requeue", "create"} <= seen, (name, seen)

@@ -51,6 +51,7 @@ def _became_leader(operator: OperatorProcess) -> bool:
 
 
 def _reconciled(operator: OperatorProcess, pool: str) -> bool:
+    """``pool`` as the log writes it: ``namespace/name``."""
     return any(r.get("msg") == "reconciled pool" and r.get("pool") == pool for r in _log_records(operator))
 
 
@@ -88,8 +89,8 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
 
     create_pool(api_client, namespace, pool_manifest("before", repo=REPO))
     wait_for(lambda: _has_finalizer(api_client, namespace, "before"), message="the leader to reconcile")
-    wait_for(lambda: _reconciled(leader, "before"), message="the leader's log line for the pool")
-    assert not _reconciled(standby, "before"), "a standby replica must not reconcile"
+    wait_for(lambda: _reconciled(leader, f"{namespace}/before"), message="the leader's log line for the pool")
+    assert not _reconciled(standby, f"{namespace}/before"), "a standby replica must not reconcile"
 
     assert leader.popen is not None
     leader.popen.send_signal(signal.SIGKILL)
@@ -106,7 +107,7 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     assert failover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1.0
 
     create_pool(api_client, namespace, pool_manifest("after", repo=REPO))
-    wait_for(lambda: _reconciled(standby, "after"), message="the new leader to reconcile")
+    wait_for(lambda: _reconciled(standby, f"{namespace}/after"), message="the new leader to reconcile")
     assert _has_finalizer(api_client, namespace, "after")
 
     leader.start().wait_ready()  # back as a standby, so teardown stops both cleanly

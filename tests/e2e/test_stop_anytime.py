@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from runnerpool.launch import STRAGGLER_GRACE as STOP_BOUND
 from tests.e2e.runners import ORG, REPO
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.fakegithub import FakeGitHub
-from testworld.simulator import OperatorProcess, RunnerSimulator
+from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
 
 #: The first 8 seconds after start, cut in this many slices; one stop at random in each.
 WINDOW_SECONDS = 8.0
@@ -90,6 +91,7 @@ def test_sigterm_at_random_moments_after_start_exits_0(
         assert code == 0, context
         assert "Fatal Python error" not in log, context
         assert '"level": "error"' not in log, f"a stop is no error: {context}"
+        assert "still busy after the stop" not in log, f"nothing waits on GitHub here: {context}"
         received, starting, stopped = _lines(
             log, "received SIGTERM", "starting runnerpool-operator", "operator stopped"
         )
@@ -97,3 +99,30 @@ def test_sigterm_at_random_moments_after_start_exits_0(
         if delay is None:
             assert received < starting, f"a SIGTERM during the imports waits for them: {context}"
     print(f"seed {seed}: (SIGTERM after s, exit code) {outcomes}")
+
+
+@pytest.mark.usefixtures("credentials")
+def test_sigterm_while_github_does_not_answer_exits_0_within_the_stop_bound(
+    *,
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    operator_credentials: Path,
+    tmp_path: Path,
+) -> None:
+    """A token request GitHub never answers must not hold the process after its stop: the
+    client's read timeouts and retries (minutes) are no reason for a pod to outlive SIGTERM."""
+    fake_github.hang_next(5, max_seconds=120, method="POST", path="registration-token")
+    operator = OperatorProcess(
+        operator_credentials, fake_github.url, tmp_path / "operator.log", namespaces=[namespace]
+    )
+    operator.start().wait_ready()
+    create_pool(api_client, namespace, pool_manifest("hung", repo=REPO, replicas=1))
+    assert poll_until(lambda: fake_github.hanging > 0, 30), "the token request never went out"
+    started = time.monotonic()
+    code = operator.stop(timeout=STOP_BOUND + 10)
+    took = time.monotonic() - started
+    context = f"exit {code} after {took:.1f}s\n{operator.log_tail()}"
+    assert code == 0, context
+    assert took < STOP_BOUND + 2, context
+    assert "still busy after the stop, exiting without them" in operator.log_text(), context

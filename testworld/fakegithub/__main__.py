@@ -14,7 +14,7 @@ import threading
 from types import FrameType
 
 from testworld.fakegithub.server import FakeGitHub
-from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
+from testworld.fakegithub.state import DEFAULT_RATE_LIMIT, LOST_CONTACT_SECONDS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token-lifetime", type=float, default=3600.0, help="registration token lifetime in seconds"
     )
+    parser.add_argument(
+        "--lost-contact-seconds",
+        type=float,
+        default=LOST_CONTACT_SECONDS,
+        help="fail a job whose runner has not renewed it for this long (GitHub: 600)",
+    )
     return parser
 
 
@@ -65,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         tokens=args.token,
         rate_limit=args.rate_limit,
         registration_token_lifetime=args.token_lifetime,
+        lost_contact_seconds=args.lost_contact_seconds,
     )
     with fake:
         print(fake.url, flush=True)

@@ -26,14 +26,21 @@ under the service URL (``http://HOST:PORT/_actions``), requests carry
            -> 200 job_id=, run_id=, repository=, labels=, duration_s=   a job offered to it
            -> 204 nothing within S seconds;  404 the session ended
     POST   /jobs/{id}/started    -> 204   job in_progress, runner busy
+    POST   /renewjob             job_id=  -> 200 locked_until=<RFC 3339>, renew_s=<seconds>
+           renews the running job's lock (the real runner's ``renewjob`` call, which its
+           listener makes every 60 s while the job runs: Runner.Listener/JobDispatcher.cs);
+           renew again within renew_s.  404 when the job is not the runner's running job
+           (completed, or failed for lost contact): stop renewing
     POST   /jobs/{id}/completed  conclusion=success|failure|cancelled -> 204
            the job completes; an ephemeral runner is removed from GitHub's list
     DELETE /sessions/{id}        -> 204   runner offline, still registered (as the real
                                           runner leaves it: deleting it is the operator's job)
 
-A runner credential answers 401 once its runner is deleted (GitHub revokes it).  A
+A runner credential answers 401 once its runner is deleted (GitHub revokes it).  An idle
 listener that has not polled for ``listener_timeout`` seconds is offline, as GitHub
-marks a runner whose process died.  These requests are not GitHub REST calls: they
+marks a runner whose process died.  A job in progress whose lock was not renewed for
+``lost_contact_seconds`` fails, and its runner is offline and idle (see
+`testworld.fakegithub`).  These requests are not GitHub REST calls: they
 are not in the REST request log, rate limited or faulted; they have a log of their own.
 """
 
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl
 
 from testworld.fakegithub.state import GitHubState, ListenerError, ListenerRecord
@@ -109,6 +117,17 @@ def _started(
     return 204, ""
 
 
+def _renew(
+    fake: GitHubState, _m: re.Match[str], cred: str, form: dict[str, str], _q: Mapping[str, str]
+) -> Reply:
+    job_id = form.get("job_id", "")
+    if not job_id.isdigit():
+        raise ValueError(f"job_id must be a job id, got {job_id!r}")
+    locked_until, renew_s = fake.listener_renew_job(cred, int(job_id))
+    stamp = datetime.fromtimestamp(locked_until, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return 200, _lines(locked_until=stamp, renew_s=f"{renew_s:g}")
+
+
 def _completed(
     fake: GitHubState, m: re.Match[str], cred: str, form: dict[str, str], _q: Mapping[str, str]
 ) -> Reply:
@@ -122,6 +141,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], _Handler]] = [
     ("DELETE", re.compile(r"/sessions/(?P<session>[^/]+)"), _close),
     ("GET", re.compile(r"/sessions/(?P<session>[^/]+)/job"), _poll),
     ("POST", re.compile(r"/jobs/(?P<job>\d+)/started"), _started),
+    ("POST", re.compile(r"/renewjob"), _renew),
     ("POST", re.compile(r"/jobs/(?P<job>\d+)/completed"), _completed),
 ]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -91,6 +91,8 @@ class Job:
 
     ``assigned_to`` is the runner GitHub has offered the job to; the job shows that
     runner (and goes ``in_progress``) only once the runner has started it.
+    ``renewed_at`` is when its runner last renewed the job's lock (its start counts as
+    one); ``annotations`` are what GitHub shows on the job's page (a lost runner's).
     """
 
     id: int
@@ -110,6 +112,8 @@ class Job:
     runner_id: int | None = None
     runner_name: str | None = None
     runner_group_id: int | None = None
+    renewed_at: float | None = None
+    annotations: list[str] = field(default_factory=list)
 
     @property
     def updated_at(self) -> float:

@@ -766,6 +766,16 @@ def _ctl_jobs(fake: FakeGitHub, _m: re.Match[str], scope: Any, _data: dict[str, 
     return Answer(200, fake.jobs(scope))
 
 
+def _ctl_annotations(fake: FakeGitHub, match: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
+    return Answer(200, fake.annotations(int(match["job"])))
+
+
+def _ctl_settings(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict[str, Any]) -> Answer:
+    if "lost_contact_seconds" in data:
+        fake.lost_contact_seconds = float(data["lost_contact_seconds"])
+    return Answer(200, {"lost_contact_seconds": fake.lost_contact_seconds})
+
+
 def _ctl_reset(fake: FakeGitHub, _m: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:
     fake.reset()
     return Answer(204)
@@ -788,6 +798,8 @@ CONTROL_ROUTES: list[tuple[str, re.Pattern[str], _ControlHandler]] = [
     ("POST", re.compile(r"/jobs"), _ctl_queue_job),
     ("GET", re.compile(r"/jobs"), _ctl_jobs),
     ("GET", re.compile(r"/jobs/(?P<job>\d+)"), _ctl_job),
+    ("GET", re.compile(r"/jobs/(?P<job>\d+)/annotations"), _ctl_annotations),
+    ("POST", re.compile(r"/settings"), _ctl_settings),
 ]
 
 

@@ -40,6 +40,18 @@ SEARCH_LIMIT = 30
 LISTENER_TIMEOUT_SECONDS = 60.0
 # The longest a runner's poll for a job is held before "nothing yet" (GitHub holds ~50 s).
 MAX_POLL_SECONDS = 50.0
+# A job in progress whose runner has not renewed its lock for this long is failed, the
+# runner shown offline and idle: GitHub's lock lasts 10 minutes from each renewal, which
+# the real runner makes every 60 s (sources: the docstring of `testworld.fakegithub`).
+LOST_CONTACT_SECONDS = 600.0
+# The runner renews every 60 s of a 600 s lock; the fake tells its stand-ins the same share
+# of its own `lost_contact_seconds`, so a healthy stand-in keeps its job under any setting.
+RENEWALS_PER_LOCK = 10
+LOST_CONTACT_ANNOTATION = (
+    "The self-hosted runner: {name} lost communication with the server. Verify the machine is "
+    "running and has a healthy network connection. Anything in your workflow that terminates the "
+    "runner process, starves it for CPU/Memory, or blocks its network access can cause this error."
+)
 CONCLUSIONS: tuple[Conclusion, ...] = ("success", "failure", "cancelled")
 
 ScopeKind = Literal["org", "repo"]
@@ -49,6 +61,12 @@ FaultKind = Literal["fail", "hang", "secondary"]
 _OS_LABELS = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
 _BASE32 = string.ascii_uppercase + "234567"
 _ALNUM = string.ascii_letters + string.digits
+
+
+def _positive_seconds(name: str, seconds: float) -> float:
+    if not float(seconds) > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
 
 
 class FakeGitHubError(Exception):
@@ -291,6 +309,7 @@ class GitHubState:
         installation_token_lifetime: float = TOKEN_LIFETIME_SECONDS,
         app_keys: Mapping[str, str | bytes] | None = None,
         listener_timeout: float = LISTENER_TIMEOUT_SECONDS,
+        lost_contact_seconds: float = LOST_CONTACT_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.RLock()
@@ -306,6 +325,7 @@ class GitHubState:
         self.app_keys = None if app_keys is None else {str(k): v for k, v in app_keys.items()}
         self.clock = clock
         self.listener_timeout = listener_timeout
+        self._lost_contact_seconds = _positive_seconds("lost_contact_seconds", lost_contact_seconds)
         self._initial_rate_limit = rate_limit
         # Bumped by reset() and stop() so hanging handlers let go.
         self._generation = 0
@@ -348,6 +368,22 @@ class GitHubState:
 
     def _notify(self) -> None:
         self._changed.notify_all()
+
+    @property
+    def lost_contact_seconds(self) -> float:
+        """How long a job in progress lives without a renewal of its lock (GitHub: 600 s).
+
+        Settable at any time, also while jobs run; tests make it a few seconds.
+        """
+        return self._lost_contact_seconds
+
+    @lost_contact_seconds.setter
+    def lost_contact_seconds(self, seconds: float) -> None:
+        checked = _positive_seconds("lost_contact_seconds", seconds)
+        with self._lock:
+            self._lost_contact_seconds = checked
+            self._tick()
+            self._notify()
 
     # ----------------------------------------------------------------- control: world
 
@@ -714,27 +750,51 @@ class GitHubState:
     # ----------------------------------------------------------------- jobs: the lifecycle
 
     def _tick(self) -> None:
-        """Bring the world up to the clock: stale listeners go offline, played jobs end, jobs get runners.
+        """Bring the world up to the clock: jobs whose runner went silent fail, stale listeners go
+        offline, played jobs end, jobs get runners.
 
         Called (under the lock) by every read and write that can see jobs or runners,
         so time-driven changes need no thread and follow an injected clock.
         """
         now = self.clock()
         changed = False
-        for runner_id in list(self._sessions.values()):
-            runner = self._runners.get(runner_id)
-            if runner is not None and runner.polls == 0 and now - runner.last_seen > self.listener_timeout:
-                self._go_offline(runner)
-                changed = True
         for job in list(self._open_jobs.values()):
             if job.status != "in_progress" or job.started_at is None:
                 continue
             runner = self._runners.get(job.assigned_to or 0)
-            if runner is not None and not runner.listener and now >= job.started_at + job.duration_s:
+            if runner is None:
+                continue
+            if not runner.listener and now >= job.started_at + job.duration_s:
                 self._finish(job, "success")
+                changed = True
+            elif runner.listener and now >= self._lock_expiry(job):
+                self._lose_contact(job, runner)
+                changed = True
+        for runner_id in list(self._sessions.values()):
+            runner = self._runners.get(runner_id)
+            if runner is not None and self._listener_silent(runner, now):
+                self._go_offline(runner)
                 changed = True
         if self._assign(now) or changed:
             self._notify()
+
+    def _lock_expiry(self, job: Job) -> float:
+        return (job.renewed_at or job.started_at or job.created_at) + self._lost_contact_seconds
+
+    def _listener_silent(self, runner: _Runner, now: float) -> bool:
+        """An idle listener that stopped polling is offline; a busy one is judged by its job's lock."""
+        if runner.polls > 0 or now - runner.last_seen <= self.listener_timeout:
+            return False
+        job = None if runner.job_id is None else self._jobs.get(runner.job_id)
+        return job is None or job.status != "in_progress"
+
+    def _lose_contact(self, job: Job, runner: _Runner) -> None:
+        """GitHub gave up on the job's runner: the job fails when its lock ran out, the runner is
+        offline and idle, and stays registered (ephemeral or not) until someone deletes it."""
+        runner.job_id, runner.busy = None, False
+        self._go_offline(runner)
+        job.annotations.append(LOST_CONTACT_ANNOTATION.format(name=runner.name))
+        self._finish(job, "failure", at=self._lock_expiry(job))
 
     def _assign(self, now: float) -> bool:
         assigned = False
@@ -761,14 +821,16 @@ class GitHubState:
         return in_scope and job.wants([name for name, _kind in runner.labels])
 
     def _start(self, job: Job, runner: _Runner, now: float) -> None:
-        job.status, job.started_at = "in_progress", now
+        job.status, job.started_at, job.renewed_at = "in_progress", now, now
         job.runner_id, job.runner_name, job.runner_group_id = runner.id, runner.name, runner.runner_group_id
         runner.busy = True
         self._job_event(job)
 
-    def _finish(self, job: Job, conclusion: Conclusion) -> None:
-        """Complete a job; its runner goes idle, or is removed if ephemeral, as GitHub does."""
-        job.status, job.conclusion, job.completed_at = "completed", conclusion, self.clock()
+    def _finish(self, job: Job, conclusion: Conclusion, *, at: float | None = None) -> None:
+        """Complete a job (now, or ``at``); its runner goes idle, or is removed if ephemeral, as
+        GitHub does."""
+        job.status, job.conclusion = "completed", conclusion
+        job.completed_at = self.clock() if at is None else at
         self._open_jobs.pop(job.id, None)
         self._job_event(job)
         runner = self._runners.get(job.assigned_to or 0)
@@ -929,7 +991,7 @@ class GitHubState:
                         raise ListenerError(404, "the session ended")
                     job = None if runner.job_id is None else self._jobs[runner.job_id]
                     if job is not None and job.status == "queued":
-                        return replace(job, labels=list(job.labels))
+                        return replace(job, labels=list(job.labels), annotations=[])
                     left = deadline - time.monotonic()
                     if left <= 0 or generation != self._generation:
                         return None
@@ -948,19 +1010,48 @@ class GitHubState:
     def listener_job_started(self, credential: str, job_id: int) -> None:
         """The runner took its offered job: the job is in_progress and the runner busy."""
         with self._lock:
+            self._tick()
             runner, job = self._listener_job(credential, job_id)
             if job.status == "queued":
                 self._start(job, runner, self.clock())
                 self._notify()
+
+    def listener_renew_job(self, credential: str, job_id: int) -> tuple[float, float]:
+        """The runner renews its running job's lock (the real runner's ``renewjob``).
+
+        Returns when the lock now runs out and how soon to renew again.  A job that is not
+        the runner's running one (completed, failed for lost contact, never started) is a
+        404, on which the real runner stops renewing.
+        """
+        with self._lock:
+            self._tick()
+            runner, job = self._listener_job(credential, job_id)
+            if job.status != "in_progress":
+                raise ListenerError(404, f"job {job_id} is not running")
+            now = self.clock()
+            job.renewed_at = runner.last_seen = now
+            self._notify()
+            return self._lock_expiry(job), self._lost_contact_seconds / RENEWALS_PER_LOCK
+
+    def annotations(self, job_id: int) -> list[str]:
+        """What GitHub's page of the job shows above its log (why GitHub failed it)."""
+        with self._lock:
+            self._tick()
+            found = self._jobs.get(job_id)
+            if found is None:
+                raise UnknownJobError(f"no job {job_id} was queued")
+            return list(found.annotations)
 
     def listener_job_completed(self, credential: str, job_id: int, conclusion: str) -> None:
         """The runner finished its job; an ephemeral runner is removed, as GitHub does."""
         if conclusion not in CONCLUSIONS:
             raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
         with self._lock:
+            self._tick()
             runner, job = self._listener_job(credential, job_id)
             if job.status == "queued":
                 self._start(job, runner, self.clock())
+            runner.last_seen = self.clock()
             self._finish(job, conclusion)
             self._tick()
             self._notify()

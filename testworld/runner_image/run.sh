@@ -16,6 +16,12 @@
 # If GitHub revokes the runner's credential (the runner was deleted), it exits 0 like the
 # real one ("Runner OAuth token has been revoked. Shutting down.").
 #
+# While a job runs, a background loop renews its lock (POST renewjob), as the real runner's
+# listener does every 60 s; GitHub fails a job whose lock runs out ("lost communication with
+# the server"), so a killed run.sh is seen as the real runner's death would be. The loop
+# renews at the interval the fake answers (renew_s) and ends with the job, on a 404 (the job
+# is no longer ours), or when run.sh itself is gone.
+#
 # RUNNER_POLL_SECONDS (default 20) bounds each long poll.
 
 STANDIN_NAME=run.sh
@@ -67,6 +73,45 @@ case "${http_status}" in
 esac
 log "connected to GitHub as ${runner_name}; listening for jobs"
 
+# renew_job ID: the renewal loop, in a subshell of its own (its own HTTP scratch file; TERM
+# ends it at once). $$ stays run.sh's PID in a subshell: once run.sh is gone, it stops.
+renew_job() {
+    local job_id="$1" every=1
+    HTTP_SCRATCH="${STANDIN_DIR}/.http.renew.${BASHPID}"
+    child=0
+    # Never "kill 0" (child is 0 between calls): that would signal the whole process group.
+    trap '[[ "${child}" -eq 0 ]] || kill -TERM "${child}" 2>/dev/null; rm -f "${HTTP_SCRATCH}"*; exit 0' TERM
+    while kill -0 "$$" 2>/dev/null; do
+        HTTP_MAX_TIME=10 http POST "${service}/renewjob" "${auth}" --data-urlencode "job_id=${job_id}"
+        case "${http_status}" in
+            200)
+                every="$(value_of renew_s "${http_body}")"
+                [[ "${every}" =~ ^[0-9]+([.][0-9]+)?$ ]] || every=1
+                ;;
+            401 | 404) exit 0 ;;
+            *) log "renewing job ${job_id} failed (HTTP ${http_status}); retrying" ;;
+        esac
+        sleep "${every}" &
+        child=$!
+        wait "${child}"
+        child=0
+    done
+}
+
+# start_renewing ID / stop_renewing: the renewal loop runs from the job's start to its end.
+renewer=0
+start_renewing() {
+    renew_job "$1" &
+    renewer=$!
+}
+stop_renewing() {
+    if [[ "${renewer}" -ne 0 ]]; then
+        kill -TERM "${renewer}" 2>/dev/null || true
+        wait "${renewer}" 2>/dev/null || true
+        renewer=0
+    fi
+}
+
 # run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
 run_job() {
     local job_id="$1" duration="$2" conclusion=success
@@ -80,12 +125,14 @@ run_job() {
             return 1
             ;;
     esac
+    start_renewing "${job_id}"
     log "running job ${job_id} for ${duration}s"
     interruptible=1
     sleep "${duration}" &
     child=$!
     wait_child
     interruptible=0
+    stop_renewing
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
     fi
