@@ -6,10 +6,11 @@ the decision's reason in the pool's ``Scaling`` condition; the runner managers o
 what it wrote (:func:`desired_replicas`). Nothing here writes, records an Event or keeps
 state: the scale-down window is a value the reconciler hands in and gets back.
 
-The rule: desired = clamp(min, busy + queued + minIdle, max), up at once, down late. Scaling down waits
-like a HorizontalPodAutoscaler's scale-down stabilization window: the decision is the highest
-recommendation of the last ``scaleDownDelay``, so a pool shrinks only after demand stayed low
-for that long, and a burst right after a lull finds its runners still there.
+The rule: desired = clamp(min, busy + queued + minIdle, max), up at once, down late.
+Scaling down waits like a HorizontalPodAutoscaler's scale-down stabilization window: the
+decision is the highest recommendation of the last ``scaleDownDelay``, so a pool shrinks
+only after demand stayed low for that long, and a burst right after a lull finds its
+runners still there.
 
 Busy is the larger of the jobs in progress that deliveries or polling reported and the busy
 runners GitHub lists (``status.runners.busy``): a lost ``in_progress`` delivery cannot make
