@@ -439,12 +439,22 @@ def _mode_label(burst: dict[str, Any]) -> str:
     return f"{burst['mode']}, minIdle {burst['min_idle']}" if burst.get("min_idle") else str(burst["mode"])
 
 
+def _series(bursts: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Pickups per burst, named by mode and size; a size run again gets its own series."""
+    series: dict[str, list[float]] = {}
+    for b in bursts:
+        name = f"{_mode_label(b)}, {b['jobs']} jobs"
+        again = sum(1 for key in series if key == name or key.startswith(f"{name} #"))
+        series[f"{name} #{again + 1}" if again else name] = b["pickups"]
+    return series
+
+
 def write_plots(bursts: list[dict[str, Any]], modes: list[dict[str, Any]], workdir: Path) -> list[Path]:
     """Pickup latency of every burst, and each mode's operator resources (JSON as written)."""
     written = [
         plots.latency(
             workdir / "pickup.png",
-            {f"{_mode_label(b)}, {b['jobs']} jobs": b["pickups"] for b in bursts},
+            _series(bursts),
             title="queued → in progress, per job",
         )
     ]
