@@ -1,4 +1,4 @@
-"""``python -m bench.run``: how the operator behaves with 10, 100 and 1000 pools.
+"""``python -m bench.run``: how the operator behaves with 10 to 10,000 pools.
 
 Everything is real except GitHub and the runner pods: a local control plane, the operator's
 console script as its own process, the fake GitHub and the runner simulator (the same
@@ -21,6 +21,13 @@ pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control p
    between the first create and the last pool's Ready, by resource (runnerpools,
    runnerpools/status, secrets, pods, poddisruptionbudgets, events, ...), so it keeps counting
    whatever objects the pod path creates.
+
+6. With ``--idle SECONDS``, after convergence: the operator's CPU and GitHub requests in a
+   window of that many seconds with nothing to do (use ``--time-scale 1`` for the defaults'
+   intervals).
+7. With ``--deletion``, after convergence (and the steady state, unless ``--converge-only``):
+   delete every pool at once and time it until no runner is registered on the fake and until
+   every pool is gone; the operator's CPU meanwhile and its runner listings per scope.
 
 ``--profile OUT.html`` runs the operator under pyinstrument (bench/profile_operator.py, every
 thread) and ``--converge-only`` stops each size after convergence; together they profile the
@@ -96,6 +103,9 @@ class Options:
     out: Path
     profile: Path | None = None
     converge_only: bool = False
+    github_hour: bool = True
+    deletion: bool = False
+    idle: float = 0.0
     plot: Path | None = None
 
     @property
@@ -128,6 +138,13 @@ class SizeResult:
     converge_writes: dict[str, int] = field(default_factory=dict)
     converge_writes_by_kind: dict[str, int] = field(default_factory=dict)
     writes_per_pool: float | None = None
+    idle_cpu_seconds: float | None = None
+    idle_github: dict[str, int] = field(default_factory=dict)
+    deletion_deregistered: float | None = None
+    deletion_gone: float | None = None
+    deletion_cpu_seconds: float | None = None
+    deletion_listings: int | None = None
+    deletion_listings_per_scope: int | None = None
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     #: The samples behind the figures, for the plots: per-pool latencies (``token_seconds``,
@@ -348,9 +365,15 @@ class SizeRun:
                 self.result.notes.append(
                     f"not all Ready within {self.opts.converge_timeout:.0f}s: steady state not measured"
                 )
-            elif not self.opts.converge_only:
-                self._github_hour()
-                self._quiet_window()
+            else:
+                if not self.opts.converge_only:
+                    if self.opts.github_hour:
+                        self._github_hour()
+                    self._quiet_window()
+                if self.opts.idle:
+                    self._idle()
+                if self.opts.deletion:
+                    self._deletion()
             self.result.peak_rss_mib = self.operator.peak_rss_bytes() / 2**20
             self.result.cpu_seconds_total = self.operator.cpu_seconds()
             self.sampler.stop()
@@ -497,6 +520,52 @@ class SizeRun:
             set(before) - set(after)
         )
 
+    def _idle(self) -> None:
+        window = self.opts.idle
+        self.say(f"N={self.n}: measuring {window:.0f}s of idle operator")
+        first, cpu0 = len(self.fake.requests), self.operator.cpu_seconds()
+        threading.Event().wait(window)  # a measurement window
+        self.result.idle_cpu_seconds = self.operator.cpu_seconds() - cpu0
+        self.result.idle_github = dict(Counter(r.endpoint for r in self.fake.requests[first:]))
+
+    def _deletion(self) -> None:
+        """Every pool deleted at once (``kubectl delete runnerpools --all``)."""
+        n, result = self.n, self.result
+        custom = client.CustomObjectsApi(self.api)
+        scopes = [f"bench-org/repo-{i}" for i in range(min(n, self.opts.scopes))]
+        first, cpu0 = len(self.fake.requests), self.operator.cpu_seconds()
+        self.say(f"N={n}: deleting every pool")
+        start = time.perf_counter()
+        names = [f"pool-{index:04d}" for index in range(n)]
+        with ThreadPoolExecutor(8) as threads:  # a deletecollection of 10,000 outlasts the API server's 60 s
+            list(
+                threads.map(
+                    lambda name: custom.delete_namespaced_custom_object(
+                        api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name
+                    ),
+                    names,
+                )
+            )
+        timeout = self.opts.converge_timeout
+        if poll_until(lambda: not any(self.fake.runners(scope) for scope in scopes), timeout, 0.2):
+            result.deletion_deregistered = time.perf_counter() - start
+
+        def no_pools() -> bool:
+            found = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)
+            return not found["items"]
+
+        if poll_until(no_pools, timeout, 0.5):
+            result.deletion_gone = time.perf_counter() - start
+        result.deletion_cpu_seconds = self.operator.cpu_seconds() - cpu0
+        listings = Counter(
+            r.path
+            for r in self.fake.requests[first:]
+            if r.endpoint.startswith("actions/list-self-hosted-runners")
+        )
+        result.deletion_listings = sum(listings.values())
+        result.deletion_listings_per_scope = max(listings.values(), default=0)
+        self.say(f"N={n}: runners deregistered after {result.deletion_deregistered or float('nan'):.1f}s")
+
 
 # ------------------------------------------------------------------------------ report
 
@@ -507,7 +576,7 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """An issue-14 target: ``field`` of a SizeResult at most ``limits[n]`` (``None``: every size)."""
+    """A target (issues 14 and 23): ``field`` of a SizeResult at most ``limits[n]`` (``None``: every size)."""
 
     field: str
     limits: dict[int | None, float]
@@ -526,14 +595,17 @@ class Target:
 
 
 TARGETS = (
-    Target("all_ready", {100: 2.5, 1000: 30.0}, " s"),
+    Target("all_ready", {100: 2.5, 1000: 10.0, 10000: 150.0}, " s"),
     Target("token_p50", {100: 0.3}, " s"),
     Target("token_p99", {100: 1.0}, " s"),
     Target("writes_per_pool", {None: 4.5}, "", one_replica_only=True),
     Target("audit_writes", {None: 0}, ""),
     Target("cpu_ms_per_pool", {None: 10.0}, " ms", one_replica_only=True),
-    Target("cpu_seconds_startup", {None: 1.0}, " s"),
-    Target("peak_rss_mib", {10: 80.0, 1000: 130.0}, " MiB"),
+    Target("cpu_seconds_startup", {None: 0.3}, " s"),
+    Target("peak_rss_mib", {10: 55.0, 1000: 130.0, 10000: 500.0}, " MiB"),
+    Target("idle_cpu_seconds", {10: 0.25}, " s"),
+    Target("deletion_deregistered", {1000: 20.0}, " s"),
+    Target("deletion_cpu_seconds", {1000: 8.0}, " s"),
 )
 
 
@@ -566,6 +638,12 @@ ROWS = (
     ("operator CPU to converge", "cpu_seconds_converge", " s", 2),
     ("operator CPU to converge/pool", "cpu_ms_per_pool", " ms", 1),
     ("operator peak RSS", "peak_rss_mib", " MiB", 0),
+    ("idle operator CPU (--idle window)", "idle_cpu_seconds", " s", 2),
+    ("deletion: all runners deregistered", "deletion_deregistered", " s", 1),
+    ("deletion: all pools gone", "deletion_gone", " s", 1),
+    ("deletion: operator CPU", "deletion_cpu_seconds", " s", 2),
+    ("deletion: runner listings", "deletion_listings", "", 0),
+    ("deletion: listings of the busiest scope", "deletion_listings_per_scope", "", 0),
 )
 
 
@@ -617,6 +695,13 @@ def parse(argv: list[str] | None) -> Options:
     )
     p.add_argument("--converge-only", action="store_true", help="stop each size once all pools are Ready")
     p.add_argument(
+        "--no-github-hour",
+        action="store_true",
+        help="skip the simulated hour of GitHub requests (an hour of real time at --time-scale 1)",
+    )
+    p.add_argument("--idle", type=float, default=0.0, metavar="SECONDS", help="then measure an idle window")
+    p.add_argument("--deletion", action="store_true", help="then delete every pool at once and time it")
+    p.add_argument(
         "--plot",
         type=Path,
         metavar="BENCH.json",
@@ -635,6 +720,9 @@ def parse(argv: list[str] | None) -> Options:
         out=args.out,
         profile=args.profile.resolve() if args.profile else None,
         converge_only=args.converge_only,
+        github_hour=not args.no_github_hour,
+        deletion=args.deletion,
+        idle=args.idle,
         plot=args.plot,
     )
 
@@ -713,6 +801,8 @@ def main(argv: list[str] | None = None) -> int:
         if r.audit_write_detail:
             print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
         print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")
+        if r.idle_github:
+            print(f"  N={r.pools}: GitHub requests in the idle window: {r.idle_github}")
     print(f"results: {path}")
     for png in pngs:
         print(f"plot: {png}")

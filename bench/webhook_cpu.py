@@ -7,12 +7,17 @@ them (default 100) following demand, spread over 10 organizations and 50 reposit
 the others have a fixed ``replicas``. Then the receiver path runs ``--deliveries`` times,
 each a ``queued`` job of another repository, on this thread:
 
-* **match**: what the receiver does before any write: check the HMAC signature, parse the
-  JSON body and the job, claim the delivery id, find the pools the job counts for
-  (``DemandRecorder.matching_pools``);
+* **match**: what the receiver does before any write: check the HMAC signature
+  (``verification.Verifier``), parse the JSON body and the job, claim the delivery id, find
+  the pools the job counts for (``DemandRecorder.matching_pools``);
 * **record**: all of that plus ``record_job``'s write path against a no-op Kube (its GET
   answers the cached pool, its PATCH answers nothing): what a delivery costs apart from
   the API server's round trips.
+
+``--own-secrets``: every autoscaling repository pool names its own webhook Secret (one per
+repository, as one tenant per repository would), and each delivery is signed with its
+repository's: the cluster-wide secret fails first, then the candidates' own secrets are
+checked (the Secret reads answered by the no-op Kube, cached as in the operator).
 
 Also the poller's round over the same cache (``poll targets``: which repositories to ask
 GitHub about, for which pools; no request is sent), and the CPU and the memory
@@ -27,6 +32,7 @@ Prints a table and writes JSON to bench/results/. A measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import itertools
 import json
@@ -47,10 +53,12 @@ from runnerpool import api, naming
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.recorder import DemandRecorder
-from runnerpool.demand.signature import HEADER, sign, verify
+from runnerpool.demand.secret import PoolSecrets
+from runnerpool.demand.signature import HEADER, sign
+from runnerpool.demand.verification import Verifier
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import parse_delivery
-from runnerpool.runtime.kube import Kube, Resource
+from runnerpool.runtime.kube import SECRETS, Kube, Resource
 from runnerpool.watches import POOLS, PoolCache
 
 API_URL = "https://api.github.com"
@@ -65,17 +73,25 @@ def repository(number: int) -> str:
     return f"org-{number % REPOS % ORGS}/repo-{number % REPOS}"
 
 
-def pool_object(index: int, scaling: int | None) -> dict[str, Any]:
+def tenant_secret(repo: str) -> bytes:
+    return f"webhook secret of {repo}".encode()
+
+
+def pool_object(index: int, scaling: int | None, own_secrets: bool = False) -> dict[str, Any]:
     """A pool as the API server returns it once the operator has converged it.
 
     ``scaling``: the number of an autoscaling pool (``None``: fixed replicas); the first
-    ``ORGS`` of them are one organization pool each, the others repository pools.
+    ``ORGS`` of them are one organization pool each, the others repository pools, which
+    name their repository's webhook Secret with ``own_secrets``.
     """
     scope: dict[str, Any]
     if scaling is not None and scaling < ORGS:
         scope = {"organization": f"org-{scaling}", "autoscaling": {"maxReplicas": 20}}
     elif scaling is not None:
-        scope = {"repository": repository(scaling), "autoscaling": {"maxReplicas": 20}}
+        scaling_spec: dict[str, Any] = {"maxReplicas": 20}
+        if own_secrets:
+            scaling_spec["webhookSecretRef"] = {"name": f"hooks-{scaling % REPOS}"}
+        scope = {"repository": repository(scaling), "autoscaling": scaling_spec}
     else:
         scope = {"repository": repository(index), "replicas": 1}
     now = "2030-01-20T17:00:00Z"
@@ -127,13 +143,18 @@ def delivery(job_id: int, repository: str) -> bytes:
 
 
 class NoOpKube(Kube):
-    """GET answers the cached pool (as a fresh read would), every write answers nothing."""
+    """GET answers the cached pool (as a fresh read would) or a repository's webhook Secret
+    (``hooks-<n>``), every write answers nothing."""
 
     def __init__(self, informers: PoolCache) -> None:
         super().__init__(client.ApiClient(client.Configuration()))
         self._informers = informers
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        if resource == SECRETS:
+            value = tenant_secret(repository(int(name.removeprefix("hooks-"))))
+            data = {"webhook-secret": base64.b64encode(value).decode()}
+            return {"metadata": {"name": name, "resourceVersion": "1"}, "data": data}
         found = self._informers.get_pool(namespace or "", name)
         assert found is not None
         return found
@@ -192,31 +213,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deliveries", type=int, default=200)
     parser.add_argument("--profile", action="store_true", help="print pyinstrument's profile of match")
     parser.add_argument("--label", default="", help="names the JSON file (e.g. before, after)")
+    parser.add_argument(
+        "--own-secrets", action="store_true", help="repository pools name their own webhook Secret"
+    )
     args = parser.parse_args(argv)
 
     informers = empty_cache()
     every = max(1, args.pools // max(1, args.autoscaling))
     pools = [
-        pool_object(i, i // every if i % every == 0 and i // every < args.autoscaling else None)
+        pool_object(
+            i, i // every if i % every == 0 and i // every < args.autoscaling else None, args.own_secrets
+        )
         for i in range(args.pools)
     ]
     started = time.process_time()
     fill(informers, copy.deepcopy(pools))
     fill_ms = 1000 * (time.process_time() - started)
     cache_kib = _kept_kib(lambda: fill(empty_cache(), copy.deepcopy(pools)))
-    recorder = DemandRecorder(NoOpKube(informers), informers, API_URL)
+    kube = NoOpKube(informers)
+    recorder = DemandRecorder(kube, informers, API_URL)
+    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(kube))
     seen = DeliveryLog()
 
     def receive(signed: Delivery, delivery_id: str, record: bool) -> int:
         body, signature = signed
-        assert verify((SECRET,), body, signature)
+        verdict = verifier(body, signature)
+        assert verdict.accepted
         job = parse_delivery(json.loads(body))
         assert seen.claim(delivery_id)
-        return recorder.record_job(job) if record else len(recorder.matching_pools(job))
+        if record:
+            return recorder.record_job(job, verdict)
+        return sum(1 for pool in recorder.matching_pools(job) if verdict.admits(pool))
 
     repos = itertools.cycle(repository(i) for i in range(REPOS))
-    bodies = [delivery(n + 1, next(repos)) for n in range(args.deliveries)]
-    signed = [(body, sign(SECRET, body)) for body in bodies]
+    bodies = [(delivery(n + 1, repo), repo) for n, repo in zip(range(args.deliveries), repos, strict=False)]
+    signed = [
+        (body, sign(tenant_secret(repo) if args.own_secrets else SECRET, body)) for body, repo in bodies
+    ]
     rows = [
         measure("match", lambda body, d: receive(body, d, False), signed),
         measure("record", lambda body, d: receive(body, d, True), signed),
@@ -229,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     poll_ms = 1000 * (time.process_time() - started) / rounds
     print(
         f"{args.pools} pools ({args.autoscaling} autoscaling), {args.deliveries} deliveries, {HEADER} checked"
+        + (" against the pools' own secrets" if args.own_secrets else "")
     )
     print(f"filling the pool cache: {fill_ms:.0f} ms CPU, {cache_kib:.0f} KiB allocated and kept")
     print(f"poll targets: {poll_ms:.3f} ms CPU per poll, {targets // rounds} repositories")
@@ -246,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "pools": args.pools,
                 "autoscaling": args.autoscaling,
+                "own_secrets": args.own_secrets,
                 "python": sys.version.split()[0],
                 "machine": platform.machine(),
                 "fill_cpu_ms": fill_ms,

@@ -34,7 +34,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from runnerpool.domain import RFC3339, JobState, Scope, pool_key
+from runnerpool.domain import RFC3339, JobState, Scope, parse_duration, pool_key
 from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 
 GROUP = "runnerpool.dev"
@@ -53,9 +53,16 @@ DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/run
 # characters): past 35 the cut would eat their random suffix, so the limit stays.
 MAX_POOL_NAME_LENGTH = 35
 MAX_REPLICAS = 1000
-#: A day: longer than any graceful stop of an idle runner needs, short enough that a stuck pod
-#: does not hold a node for ever.
-MAX_TERMINATION_GRACE_SECONDS = 86400
+#: How long a busy runner's job may go on after its pod is told to stop, unless the pool says.
+DEFAULT_BUSY_GRACE_PERIOD = "1h"
+#: The longest busyGracePeriod: a day, short enough that a stuck pod does not hold a node for ever.
+MAX_BUSY_GRACE_SECONDS = 86400
+#: What a pod's terminationGracePeriodSeconds adds to its busy grace: once the grace has run out
+#: the runner cancels its job (the real listener gives its worker 60 s for that), reports it
+#: and exits, before the kubelet's SIGKILL.
+BUSY_EXIT_MARGIN_SECONDS = 90
+#: A day of busy grace plus an hour for the runner to stop.
+MAX_TERMINATION_GRACE_SECONDS = MAX_BUSY_GRACE_SECONDS + 3600
 
 
 # --------------------------------------------------------------------------------------
@@ -307,6 +314,17 @@ DnsSubdomain = Annotated[
         )
     ),
 ]
+#: A key of a Secret's data, as the API server allows them.
+SecretKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    Cel(
+        regex_rule(
+            r"^[-._a-zA-Z0-9]+$",
+            "a Secret key is made of letters, digits, '-', '_' and '.'",
+        )
+    ),
+]
 GithubApiUrl = Annotated[
     str,
     StringConstraints(max_length=2048),
@@ -343,6 +361,22 @@ ScaleDownDelay = Annotated[
             "spec.autoscaling.scaleDownDelay must be a duration made of hours, minutes and seconds, "
             "e.g. 5m, 90s or 1h",
         )
+    ),
+]
+BusyGracePeriod = Annotated[
+    str,
+    StringConstraints(max_length=32),
+    Cel(
+        regex_rule(
+            GO_DURATION,
+            "spec.busyGracePeriod must be a duration made of hours, minutes and seconds, "
+            "e.g. 1h, 30m, 6h30m or 0s",
+        ),
+        Rule(
+            cel=f"duration(self) <= duration('{MAX_BUSY_GRACE_SECONDS}s')",
+            message=f"spec.busyGracePeriod may be at most {MAX_BUSY_GRACE_SECONDS // 3600}h",
+            check=lambda v: parse_duration(v).total_seconds() <= MAX_BUSY_GRACE_SECONDS,
+        ),
     ),
 ]
 RepositoryName = Annotated[
@@ -529,6 +563,20 @@ VolumeMountDict = Annotated[
 DEFAULT_SCALE_DOWN_DELAY = "5m"
 
 
+DEFAULT_WEBHOOK_SECRET_KEY = "webhook-secret"
+
+
+class WebhookSecretRef(KubeModel):
+    """A key of a Secret in the pool's namespace: the pool's own webhook secret (demand/secret.py)."""
+
+    name: DnsSubdomain = Field(description="Secret in the pool's namespace that holds the webhook secret.")
+    key: SecretKey = Field(
+        default=DEFAULT_WEBHOOK_SECRET_KEY,
+        description="Key of the Secret whose value is the webhook secret; one secret per line, so "
+        "during a rotation the old and the new one both verify.",
+    )
+
+
 class Autoscaling(KubeModel):
     """How a pool follows demand; see runnerpool/demand/ for the rule."""
 
@@ -579,6 +627,12 @@ class Autoscaling(KubeModel):
         "queued jobs polling looks at when no webhook delivery reports them. A repository pool "
         "polls its own repository.",
     )
+    webhook_secret_ref: WebhookSecretRef | None = Field(
+        default=None,
+        description="The pool's own webhook secret: deliveries move this pool only when this "
+        "secret signed them (the operator's cluster-wide secret no longer does). Unset means the "
+        "cluster-wide secret.",
+    )
 
 
 class RunnerPoolSpec(KubeModel):
@@ -617,6 +671,19 @@ class RunnerPoolSpec(KubeModel):
             "polls spec.repository: remove spec.autoscaling.repositories",
             check=lambda s: (
                 s.autoscaling is None or not s.autoscaling.repositories or s.organization is not None
+            ),
+        ),
+        Rule(
+            cel="!has(self.terminationGracePeriodSeconds) || self.terminationGracePeriodSeconds > "
+            f"duration(has(self.busyGracePeriod) ? self.busyGracePeriod : '{DEFAULT_BUSY_GRACE_PERIOD}')"
+            ".getSeconds()",
+            message="spec.terminationGracePeriodSeconds must be longer than spec.busyGracePeriod "
+            f"(default {DEFAULT_BUSY_GRACE_PERIOD}), or the kubelet kills a busy runner before its job "
+            "can finish: remove terminationGracePeriodSeconds (it is then busyGracePeriod plus "
+            f"{BUSY_EXIT_MARGIN_SECONDS}s), raise it, or lower busyGracePeriod",
+            check=lambda s: (
+                s.termination_grace_period_seconds is None
+                or s.termination_grace_period_seconds > parse_duration(s.busy_grace_period).total_seconds()
             ),
         ),
     )
@@ -696,14 +763,26 @@ class RunnerPoolSpec(KubeModel):
         description="Idle runner pods older than this duration (e.g. 24h, 90m) are replaced, so "
         "long-lived runners pick up new images and a clean disk. Unset means never.",
     )
+    busy_grace_period: BusyGracePeriod = Field(
+        default=DEFAULT_BUSY_GRACE_PERIOD,
+        description="How long a busy runner's job may go on when its pod is told to stop from "
+        "outside: the pod or its namespace deleted, a drain with eviction disabled, a node "
+        "shutdown. The runner finishes its job and exits (one job per pod); only when this "
+        "runs out is the job cancelled. Idle runners stop at once; eviction (kubectl drain, "
+        "autoscalers) and the operator itself never stop a busy runner. A duration of hours, "
+        f"minutes and seconds (e.g. 1h, 30m; 0s cancels at once), at most "
+        f"{MAX_BUSY_GRACE_SECONDS // 3600}h. The pods' terminationGracePeriodSeconds is this "
+        f"plus {BUSY_EXIT_MARGIN_SECONDS}s unless spec.terminationGracePeriodSeconds is set.",
+    )
     termination_grace_period_seconds: int | None = Field(
         default=None,
         ge=0,
         le=MAX_TERMINATION_GRACE_SECONDS,
         json_schema_extra={"format": "int64"},
         description="Seconds a runner pod gets between SIGTERM and SIGKILL when it is deleted or "
-        "evicted (an idle runner exits at once on SIGTERM; busy runners' pods are never deleted "
-        "by the operator and are protected from eviction). Unset means the Kubernetes default, 30.",
+        "evicted; it must be longer than busyGracePeriod (an idle runner exits at once on "
+        "SIGTERM, a busy one after its job). Unset means busyGracePeriod plus "
+        f"{BUSY_EXIT_MARGIN_SECONDS}s.",
     )
 
 
@@ -727,6 +806,11 @@ class Demand(KubeModel):
     jobs: Annotated[dict[str, TrackedJob], Field(max_length=MAX_TRACKED_JOBS)] = Field(
         default_factory=dict,
         description="Jobs by GitHub job id, from webhook deliveries and polling.",
+    )
+    first_delivery_at: Timestamp | None = Field(
+        default=None,
+        description="When a verified webhook delivery for the pool's repository or organization "
+        "was first seen: the webhook is configured.",
     )
 
 

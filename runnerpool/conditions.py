@@ -12,6 +12,12 @@ READY = "Ready"
 TOKEN_READY = "TokenReady"
 #: Pools that follow demand: the scaling decision and why (``runnerpool.autoscaling``).
 SCALING = "Scaling"
+#: Pools that follow demand: whether any source of demand reaches them (webhook or polling).
+DEMAND_VISIBLE = "DemandVisible"
+#: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
+WEBHOOK_SECRET_READY = "WebhookSecretReady"
+#: A deleted pool: whether its runners are off GitHub yet (the finalizer waits for True).
+RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
 @dataclass(frozen=True)

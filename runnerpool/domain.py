@@ -215,12 +215,15 @@ class Drain:
     must wait for them, and none of its pods is deleted meanwhile. ``deregistered`` runners
     were removed by this pass (204; a 404 is not counted). ``pods_deleted`` by this pass, and
     ``pods_left`` still there (being deleted or not): the finalizer waits until none is.
+    ``listing_wait``: nothing was done yet, the scope's next listing (shared by every pool of
+    the scope being drained) is due in that many seconds; ask again then.
     """
 
     busy: int
     deregistered: int
     pods_deleted: int = 0
     pods_left: int = 0
+    listing_wait: float | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class BackgroundServer:
-    """A ``ThreadingHTTPServer`` on its own thread: what the probe and webhook endpoints share."""
+    """A ``ThreadingHTTPServer`` on its own thread: the probes and metrics, reached from inside.
+
+    The internet-facing webhook port has ``runnerpool.webserver`` (a thread per connection
+    would let anyone hold the operator's threads).
+    """
 
     def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], name: str) -> None:
         self._server = ThreadingHTTPServer((host, port), handler)

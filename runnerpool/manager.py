@@ -20,7 +20,8 @@ from runnerpool.credential_protection import CredentialProtection
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
-from runnerpool.demand.secret import SecretFile
+from runnerpool.demand.secret import PoolSecrets, SecretFile
+from runnerpool.demand.verification import Verifier
 from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
@@ -38,6 +39,7 @@ from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import Settings
 from runnerpool.watches import PoolCache
+from runnerpool.webserver import Limits
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,8 @@ class Operator:
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
         self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
+        # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
+        self._pool_secrets = PoolSecrets(self._kube)
         self._clients = NamedClientCache(self._read_credentials)
         self._manager = RunnableManager(
             [
@@ -105,6 +109,7 @@ class Operator:
             protection=protection,
             namespaces=self.informers,
             forgetters=(self._recorder,),
+            webhook_secrets=self._pool_secrets.problem,
         )
         poller = DemandPoller(
             self.informers,
@@ -145,16 +150,23 @@ class Operator:
         if demand.webhook_port:
             if not demand.webhook_secret_file:
                 log.warning(
-                    "no --webhook-secret-file: every webhook delivery is refused; "
-                    "polling alone follows demand"
+                    "no --webhook-secret-file: webhook deliveries move only pools with their own "
+                    "spec.autoscaling.webhookSecretRef; polling alone follows demand for the others"
                 )
             secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
             webhook = WebhookServer(
                 demand.webhook_port,
-                secrets.secrets if secrets is not None else tuple,
+                Verifier(
+                    secrets.secrets if secrets is not None else tuple, self.informers, self._pool_secrets
+                ),
                 self._recorder.record_job,
+                limits=Limits(
+                    read_timeout=demand.webhook_read_timeout,
+                    max_connections=demand.webhook_max_connections,
+                    threads=demand.webhook_threads,
+                ),
             )
-            servers.append(Runnable("webhook receiver", webhook.start, lambda timeout: webhook.stop()))
+            servers.append(Runnable("webhook receiver", webhook.start, webhook.stop))
         return servers
 
     def _elector(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:

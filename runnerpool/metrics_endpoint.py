@@ -41,10 +41,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from cachetools import TTLCache
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes.client import ApiClient
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -190,7 +186,13 @@ def self_signed_context(hosts: tuple[str, ...] = ()) -> ssl.SSLContext:
 
     ``ssl`` loads keys only from files: the key goes through a private temporary folder,
     encrypted with a random password, and the folder is gone before this returns.
+    ``cryptography`` is imported here, only by an operator that serves /metrics over HTTPS.
     """
+    from cryptography import x509  # noqa: PLC0415 - not needed by the default, plain HTTP
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
     key = ec.generate_private_key(ec.SECP256R1())
     names = ["localhost", socket.gethostname(), *hosts]
     sans: list[x509.GeneralName] = []

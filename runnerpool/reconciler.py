@@ -45,7 +45,6 @@ from runnerpool.writes import Write, Writes
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "RUNNERS_DEREGISTERED",
     "DeregistrationError",
     "InvalidSpecError",
     "PoolState",
@@ -53,9 +52,6 @@ __all__ = [
     "RunnerJobs",
     "TokenJobs",
 ]
-
-#: Condition on a pool being deleted: are its runners gone from GitHub yet, and if not, why.
-RUNNERS_DEREGISTERED = "RunnersDeregistered"
 
 
 class TokenJobs(Protocol):
@@ -85,6 +81,13 @@ class PoolState(Protocol):
     (the demand recorder); the reconciler tells it, without knowing what it is."""
 
     def forget(self, namespace: str, name: str) -> None: ...
+
+
+#: Why a pool's own webhook secret (``spec.autoscaling.webhookSecretRef``) cannot be used, or
+#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, given by the manager).
+WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
+#: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
+WEBHOOK_SECRET_RECHECK = 30.0
 
 
 class DeregistrationError(RuntimeError):
@@ -120,8 +123,10 @@ class Reconciler:
         protection: CredentialProtection | None = None,
         namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
+        webhook_secrets: WebhookSecretCheck | None = None,
     ) -> None:
         self._cache = cache
+        self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
         self._recorder = recorder
@@ -218,6 +223,9 @@ class Reconciler:
         decision = self._decide(run.pool, live)
         # A decision that may fall later (scaleDownDelay) is looked at again when it can.
         recheck = _sooner(recheck, decision.recheck_after)
+        # A missing webhook Secret is looked for again: no watch reports its creation.
+        if self._webhook_secret_problem(run.pool) is not None:
+            recheck = _sooner(recheck, WEBHOOK_SECRET_RECHECK)
         token = pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -374,6 +382,7 @@ class Reconciler:
             failure=self._tokens.failure(pool.namespace, pool.name),
             runners=self._runner_counts(pool),
             decision=decision,
+            webhook_secret_problem=self._webhook_secret_problem(pool),
         )
         metrics.observe_pool(pool, status)
         if status == old:
@@ -413,6 +422,12 @@ class Reconciler:
         self._status_written[key] = now
         self._first_seen.pop(key, None)
         return None
+
+    def _webhook_secret_problem(self, pool: api.RunnerPool) -> str | None:
+        ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+        if ref is None or self._webhook_secrets is None:
+            return None
+        return self._webhook_secrets(pool.namespace, ref)
 
     def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
         counts = self._runners.counts(pool.namespace, pool.name)
@@ -478,19 +493,23 @@ class Reconciler:
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
+        if drained.listing_wait is not None:
+            return Result(requeue_after=drained.listing_wait)  # the scope's next shared listing
         stamp = conditions.Stamp(pool.generation, self._clock())
         if drained.busy:
             message = f"{drained.busy} runner(s) still running a job"
             self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
             self._set_condition(
                 run,
-                stamp.condition(RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"),
+                stamp.condition(
+                    conditions.RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"
+                ),
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
         self._set_condition(
             run,
             stamp.condition(
-                RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
+                conditions.RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
             ),
         )
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
@@ -521,7 +540,7 @@ class Reconciler:
             )
             stamp = conditions.Stamp(pool.generation, self._clock())
             failed = stamp.condition(
-                RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
+                conditions.RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
             )
             try:
                 self._set_condition(run, failed)

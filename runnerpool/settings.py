@@ -286,6 +286,29 @@ class DemandSettings:
         "changes; without it every delivery is refused and polling alone follows demand",
         metavar="PATH",
     )
+    #: The receiver faces the internet (an Ingress): what one client may hold of it.
+    webhook_read_timeout: int = setting(
+        10,
+        "--webhook-read-timeout",
+        "a webhook connection is closed when its request is not complete this many seconds after "
+        "its first byte, or when it sends nothing for as long",
+        parse=positive_int,
+        metavar="SECONDS",
+    )
+    webhook_max_connections: int = setting(
+        256,
+        "--webhook-max-connections",
+        "open webhook connections at most (each may buffer up to the 1 MiB body limit); "
+        "more wait to be accepted",
+        parse=positive_int,
+    )
+    webhook_threads: int = setting(
+        8,
+        "--webhook-threads",
+        "threads that verify and record webhook deliveries (reading requests takes one more, "
+        "however many connections are open)",
+        parse=positive_int,
+    )
     #: Without webhooks this is the pickup delay's floor; with them, only how soon a lost
     #: delivery is repaired. An idle repository costs nothing per poll (two free 304s).
     poll_interval: float = setting(

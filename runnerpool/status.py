@@ -19,6 +19,8 @@ from runnerpool.pods.scaling import PodCounts
 __all__ = [
     "DEMAND",
     "PodCounts",
+    "demand_blind",
+    "demand_visible_condition",
     "desired_status",
     "has_token",
     "merge_patch",
@@ -27,6 +29,7 @@ __all__ = [
     "scaling_condition",
     "token_condition",
     "token_expiry",
+    "webhook_secret_condition",
 ]
 
 
@@ -113,6 +116,81 @@ def scaling_condition(stamp: conditions.Stamp, decision: Decision) -> dict[str, 
     return stamp.condition(conditions.SCALING, True, decision.reason, decision.message)
 
 
+def demand_blind(pool: api.RunnerPool) -> bool:
+    """An organization pool that follows demand but can learn of none: no webhook delivery for
+    its organization has been seen (``status.demand.firstDeliveryAt``) and it names no
+    repositories to poll. A repository pool always polls its repository.
+
+    Whatever ``minReplicas``: above it, such a pool never scales either.
+    """
+    scaling = pool.spec.autoscaling
+    if scaling is None or pool.spec.organization is None or scaling.repositories:
+        return False
+    demand = pool.status.demand
+    return demand is None or demand.first_delivery_at is None
+
+
+def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> dict[str, Any]:
+    """Says what a pool that follows demand learns of jobs from, and what to fix when nothing."""
+    scaling = pool.spec.autoscaling
+    assert scaling is not None
+    if pool.spec.repository is not None:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            True,
+            "RepositoryPolled",
+            f"queued jobs of {pool.spec.repository} come from webhook deliveries and polling",
+        )
+    if scaling.repositories:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            True,
+            "RepositoriesPolled",
+            f"queued jobs come from webhook deliveries and from polling {len(scaling.repositories)} "
+            f"repositories of {pool.spec.organization}",
+        )
+    if not demand_blind(pool):
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            True,
+            "WebhookDelivering",
+            f"webhook deliveries for {pool.spec.organization} reach the operator",
+        )
+    own = " signed with the pool's webhookSecretRef" if scaling.webhook_secret_ref else ""
+    return stamp.condition(
+        conditions.DEMAND_VISIBLE,
+        False,
+        "NoDemandSource",
+        f"no webhook delivery for organization {pool.spec.organization}{own} has reached the "
+        f"operator and spec.autoscaling.repositories is empty, so queued jobs are never seen and the "
+        f"pool stays at {scaling.min_replicas} runner(s): configure the organization's webhook "
+        f"(workflow_job events) to the operator's webhook URL, or list repositories to poll in "
+        f"spec.autoscaling.repositories",
+    )
+
+
+def webhook_secret_condition(stamp: conditions.Stamp, problem: str | None) -> dict[str, Any]:
+    """``problem``: why the pool's own webhook secret cannot be used, ``None`` when it can."""
+    if problem is None:
+        return stamp.condition(
+            conditions.WEBHOOK_SECRET_READY,
+            True,
+            "SecretFound",
+            "webhook deliveries move this pool only when signed with spec.autoscaling.webhookSecretRef",
+        )
+    return stamp.condition(
+        conditions.WEBHOOK_SECRET_READY,
+        False,
+        "SecretNotUsable",
+        f"{problem}: webhook deliveries cannot move this pool (polling still can); create the Secret "
+        f"or fix spec.autoscaling.webhookSecretRef",
+    )
+
+
+#: Conditions only some pools have: dropped from a pool that no longer has them.
+_OPTIONAL = (conditions.SCALING, conditions.DEMAND_VISIBLE, conditions.WEBHOOK_SECRET_READY)
+
+
 def desired_status(
     stamp: conditions.Stamp,
     pool: api.RunnerPool,
@@ -123,11 +201,14 @@ def desired_status(
     failure: TokenFailure | None,
     runners: dict[str, Any] | None,
     decision: Decision | None = None,
+    webhook_secret_problem: str | None = None,
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
 
     ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
-    demand); a pool that follows demand also gets its ``Scaling`` condition.
+    demand); a pool that follows demand also gets its ``Scaling`` and ``DemandVisible``
+    conditions, and ``WebhookSecretReady`` when it names its own webhook secret
+    (``webhook_secret_problem``: why that cannot be used, if it cannot).
     """
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
@@ -137,8 +218,11 @@ def desired_status(
     previous = old.get("conditions") or []
     if pool.spec.autoscaling is not None:
         updates.append(scaling_condition(stamp, decision))
-    else:
-        previous = [c for c in previous if c.get("type") != conditions.SCALING]
+        updates.append(demand_visible_condition(stamp, pool))
+        if pool.spec.autoscaling.webhook_secret_ref is not None:
+            updates.append(webhook_secret_condition(stamp, webhook_secret_problem))
+    kept = {c["type"] for c in updates}
+    previous = [c for c in previous if c.get("type") not in _OPTIONAL or c.get("type") in kept]
     status: dict[str, Any] = {
         "observedGeneration": pool.generation,
         "replicas": pods.active if pods else 0,

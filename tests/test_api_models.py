@@ -46,6 +46,8 @@ FULL_OBJECT: dict[str, Any] = {
         "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
         "workVolume": {"emptyDir": {"medium": "Memory"}},
         "recreateDeadline": "24h",
+        "busyGracePeriod": "2h",
+        "terminationGracePeriodSeconds": 7300,
     },
     "status": {
         "observedGeneration": 3,

@@ -84,6 +84,19 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("image-whitespace", _repo(runnerImage="ghcr.io/x/y: latest"), "image reference without whitespace"),
     ("deadline-days", _repo(recreateDeadline="1d"), "spec.recreateDeadline must be a duration"),
     ("deadline-bare-number", _repo(recreateDeadline="90"), "spec.recreateDeadline must be a duration"),
+    ("busy-grace-days", _repo(busyGracePeriod="1d"), "spec.busyGracePeriod must be a duration"),
+    ("busy-grace-bare-number", _repo(busyGracePeriod="90"), "spec.busyGracePeriod must be a duration"),
+    ("busy-grace-over-a-day", _repo(busyGracePeriod="24h1s"), "spec.busyGracePeriod may be at most 24h"),
+    (
+        "grace-not-above-default-busy-grace",
+        _repo(terminationGracePeriodSeconds=300),
+        "spec.terminationGracePeriodSeconds must be longer than spec.busyGracePeriod (default 1h)",
+    ),
+    (
+        "grace-equal-to-busy-grace",
+        _repo(busyGracePeriod="10m", terminationGracePeriodSeconds=600),
+        "remove terminationGracePeriodSeconds (it is then busyGracePeriod plus 90s), raise it, or lower",
+    ),
     ("sa-name-invalid", _repo(serviceAccountName="Runner SA"), "must be a valid Kubernetes object name"),
     ("toleration-operator", _repo(tolerations=[{"key": "k", "operator": "Maybe"}]), "Unsupported value"),
     ("toleration-effect", _repo(tolerations=[{"key": "k", "effect": "Sometimes"}]), "Unsupported value"),
@@ -147,6 +160,7 @@ def test_valid_pool_gets_defaults(
         **scope,
         "replicas": 1,
         "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
+        "busyGracePeriod": api.DEFAULT_BUSY_GRACE_PERIOD,
     }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1
@@ -178,6 +192,8 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         volume_mounts=[{"name": "cache", "mountPath": "/cache", "readOnly": True}],
         work_volume={"ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}},
         recreate_deadline="1h30m",
+        busy_grace_period="24h",
+        termination_grace_period_seconds=api.MAX_TERMINATION_GRACE_SECONDS,
     )
     sent = api.RunnerPool(metadata={"name": "full"}, spec=spec)
     created = _create(api_client, namespace, sent.model_dump(by_alias=True, exclude_none=True))
@@ -298,6 +314,16 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
         {"organization": "octo-org", "autoscaling": _auto(repositories=["octo-org/x"])},
         "lists repository names without the owner",
     ),
+    (
+        "webhook-secret-without-name",
+        _repo(autoscaling=_auto(webhookSecretRef={"key": "secret"})),
+        "spec.autoscaling.webhookSecretRef.name: Required value",
+    ),
+    (
+        "webhook-secret-bad-key",
+        _repo(autoscaling=_auto(webhookSecretRef={"name": "hooks", "key": "a/b"})),
+        "a Secret key is made of letters, digits",
+    ),
 ]
 
 
@@ -331,6 +357,14 @@ def test_autoscaling_pool_gets_defaults_and_round_trips(api_client: client.ApiCl
     }
     parsed = api.RunnerPool.model_validate(created).spec.autoscaling
     assert parsed == api.Autoscaling(min_replicas=0, max_replicas=5, repositories=["a"])
+
+
+def test_a_webhook_secret_ref_gets_its_default_key(api_client: client.ApiClient, namespace: str) -> None:
+    spec = _repo(autoscaling=_auto(webhookSecretRef={"name": "hooks"}))
+    created = _create(api_client, namespace, _pool("own", spec))
+    assert created["spec"]["autoscaling"]["webhookSecretRef"] == {"name": "hooks", "key": "webhook-secret"}
+    parsed = api.RunnerPool.model_validate(created).spec.autoscaling
+    assert parsed is not None and parsed.webhook_secret_ref == api.WebhookSecretRef(name="hooks")
 
 
 def test_kubectl_scale_is_refused_while_a_pool_follows_demand(

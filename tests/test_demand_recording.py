@@ -17,6 +17,7 @@ from kubernetes import client
 from runnerpool import api
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.runtime.kube import Kube
@@ -24,6 +25,8 @@ from tests.demand_payloads import API, delivery, fixture, job_object
 from tests.pools import autoscaling_of
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+REPO = "octo-org/hello-world"
 
 
 class Pools:
@@ -90,17 +93,18 @@ def demand(pools: Pools, name: str) -> api.Demand | None:
     return api.RunnerPool.model_validate(pools.get(name)).status.demand
 
 
-def test_a_job_counts_in_every_autoscaling_pool_it_matches_and_nowhere_else(
+def test_a_queued_job_counts_in_one_autoscaling_pool_it_matches_and_nowhere_else(
     api_client: client.ApiClient, pools: Pools
 ) -> None:
+    """Both autoscaling pools could take a plain self-hosted job: the plainer one (cpu) counts it."""
     recorder = DemandRecorder(Kube(api_client), pools, API)
-    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 2
+    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 1
     assert recorder.record_job(job(2, "queued", ["self-hosted", "gpu"])) == 1
     before = {name: pools.get(name)["metadata"]["resourceVersion"] for name in ("gpu", "cpu", "fixed")}
     assert recorder.record_job(job(3, "queued", ["self-hosted", "no-such-label"])) == 0
     assert {name: pools.get(name)["metadata"]["resourceVersion"] for name in before} == before
     gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
-    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (2, ["1", "2"])
+    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (1, ["2"])
     assert cpu is not None and (cpu.queued, sorted(cpu.jobs)) == (1, ["1"])
     assert demand(pools, "fixed") is None
     # Taken by a gpu runner: busy there, no longer wanted by cpu.
@@ -187,3 +191,24 @@ def test_polling_repairs_lost_deliveries(
     poller.poll_once()
     gpu = demand(pools, "gpu")
     assert gpu is not None and gpu.queued == 0 and gpu.jobs["2"].state == "completed"
+
+
+def test_a_polled_job_two_pools_could_take_counts_in_one(api_client: client.ApiClient, pools: Pools) -> None:
+    """Polling applies the one-pool rule too: the plain cpu pool counts a plain job, the gpu
+    pool hears of it once a gpu runner takes it."""
+    clock = Clock()
+    recorder = DemandRecorder(Kube(api_client), pools, API, clock=clock)
+    github = FakeGitHubClient()
+    github.jobs[REPO] = [job(40, "queued", ["self-hosted"])]
+    poller = DemandPoller(pools, recorder, lambda pool: github, API, interval=30, clock=clock)
+    poller.poll_once()
+    cpu, gpu = demand(pools, "cpu"), demand(pools, "gpu")
+    assert cpu is not None and cpu.queued == 1
+    assert gpu is None or gpu.queued == 0
+    pools.pods["gpu"] = ["gpu-x1y2z"]
+    github.jobs[REPO] = [job(40, "in_progress", ["self-hosted"], runner="gpu-x1y2z")]
+    clock.now += timedelta(seconds=30)
+    poller.poll_once()
+    cpu, gpu = demand(pools, "cpu"), demand(pools, "gpu")
+    assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
+    assert gpu is not None and (gpu.queued, gpu.busy) == (0, 1)

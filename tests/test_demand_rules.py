@@ -9,7 +9,7 @@ import pytest
 
 from runnerpool import api
 from runnerpool.demand import record
-from runnerpool.demand.matching import job_matches, registered_labels
+from runnerpool.demand.matching import counting_pool, job_matches, recording_pools, registered_labels
 from runnerpool.github.jobs import Job, parse_delivery
 from tests.demand_payloads import API, delivery, job_object
 
@@ -175,3 +175,55 @@ def test_repair_ends_at_once_a_job_an_earlier_poll_listed() -> None:
     )
     assert (after.queued, after.busy) == (0, 0)
     assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "completed"}
+
+
+# ------------------------------------------------------------------ one pool counts a queued job
+
+ORG = {"organization": "octo-org", "repository": None}
+AUTO = {"maxReplicas": 5}
+
+
+@pytest.mark.parametrize(
+    ("pools", "labels", "counted_by"),
+    [
+        # The fewest labels beyond the job's: a plain job leaves the gpu pool alone...
+        ([("gpu", "ci", {"labels": ["gpu"]}), ("cpu", "ci", {})], ["self-hosted"], "ci/cpu"),
+        # ...and a gpu job can only go there.
+        ([("gpu", "ci", {"labels": ["gpu"]}), ("cpu", "ci", {})], ["self-hosted", "gpu"], "ci/gpu"),
+        # A repository pool before an organization pool, even a plainer one: GitHub routes to
+        # repository-level runners first.
+        ([("org", "ci", ORG), ("repo", "ci", {"labels": ["big"]})], ["self-hosted"], "ci/repo"),
+        # Between organization pools, the label rule again.
+        ([("org-gpu", "ci", {**ORG, "labels": ["gpu"]}), ("org", "ci", ORG)], ["self-hosted"], "ci/org"),
+        # Equally specific: namespace, then name, whatever the order they come in.
+        ([("b", "ci", {}), ("a", "ci", {})], ["self-hosted"], "ci/a"),
+        ([("a", "team-b", {}), ("z", "team-a", {})], ["self-hosted"], "team-a/z"),
+        # Arm64 and x64 pools: the job's own architecture label decides; without one, the label rule.
+        (
+            [("arm", "ci", {"nodeSelector": {"kubernetes.io/arch": "arm64"}}), ("x64", "ci", {})],
+            ["self-hosted", "ARM64"],
+            "ci/arm",
+        ),
+        # Nothing to choose from.
+        ([], ["self-hosted"], None),
+    ],
+)
+def test_one_pool_counts_a_queued_job(
+    pools: list[tuple[str, str, dict[str, Any]]], labels: list[str], counted_by: str | None
+) -> None:
+    models = [pool(name, namespace, autoscaling=AUTO, **spec) for name, namespace, spec in pools]
+    queued = job(1, "queued", labels)
+    matching = [p for p in models if job_matches(p, queued, API)]  # the rule sees only these
+    chosen = counting_pool(queued, matching)
+    assert (None if chosen is None else f"{chosen.namespace}/{chosen.name}") == counted_by
+    assert [f"{p.namespace}/{p.name}" for p in recording_pools(queued, matching)] == (
+        [] if counted_by is None else [counted_by]
+    )
+
+
+def test_a_started_or_ended_job_is_heard_by_every_pool_it_matches() -> None:
+    """The pool whose runner took it counts it busy; one that counted it queued sees it end."""
+    models = [pool("gpu", labels=["gpu"], autoscaling=AUTO), pool("cpu", autoscaling=AUTO)]
+    for state in ("in_progress", "completed"):
+        assert recording_pools(job(1, state, runner="gpu-abc"), models) == models
+    assert recording_pools(job(1, "waiting"), models) == [], "no runner wanted yet: nothing to record"

@@ -16,6 +16,7 @@ from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.receiver import PATH, WebhookServer
 from runnerpool.demand.secret import SecretFile
 from runnerpool.demand.signature import sign, verify
+from runnerpool.demand.verification import Verdict
 from runnerpool.github.jobs import Job
 from tests.demand_payloads import delivery, job_object
 
@@ -27,7 +28,7 @@ class Recorded:
         self.jobs: list[Job] = []
         self.fail = False
 
-    def __call__(self, job: Job) -> int:
+    def __call__(self, job: Job, verdict: Verdict) -> int:
         if self.fail:
             raise RuntimeError("API server unavailable")
         self.jobs.append(job)

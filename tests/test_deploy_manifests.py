@@ -179,7 +179,7 @@ OPERATOR_RULES = {
     ("runnerpool.dev", "runnerpools"): {"get", "list", "watch", "patch"},
     ("runnerpool.dev", "runnerpools/status"): {"patch"},
     ("runnerpool.dev", "runnerpools/finalizers"): {"update"},
-    ("", "secrets"): {"list", "watch", "create", "patch"},
+    ("", "secrets"): {"get", "list", "watch", "create", "patch"},
     ("", "namespaces"): {"list", "watch"},
     ("apps", "deployments"): {"list", "watch", "delete"},
     ("apps", "replicasets"): {"list", "delete"},

@@ -288,11 +288,23 @@ def _permission(event: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """A pool that follows demand: a queued job is recorded in status.demand and scales it up."""
+    """A pool that follows demand: a queued job is recorded in status.demand and scales it up.
+    It names its own webhook secret, which the operator reads by name (secrets: get)."""
     reader = LiveReader(api_client)
-    autoscaling = {"minReplicas": 0, "maxReplicas": 2}
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": "dm-hooks"}, "stringData": {"webhook-secret": "dm's own"}}
+    )
+    autoscaling = {"minReplicas": 0, "maxReplicas": 2, "webhookSecretRef": {"name": "dm-hooks"}}
     create_pool(
         api_client, namespace, pool_manifest("dm", repo="octo-org/octo-repo", autoscaling=autoscaling)
+    )
+    wait_for(
+        lambda: any(
+            c["type"] == "WebhookSecretReady" and c["status"] == "True"
+            for c in ((reader.get_pool(namespace, "dm") or {}).get("status") or {}).get("conditions") or []
+        ),
+        timeout=60,
+        message="the pool's own webhook secret to be found",
     )
     github.queue_job("octo-org/octo-repo", ["self-hosted", naming.pool_runner_label(namespace, "dm")], 600)
     wait_for(

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from runnerpool.demand.receiver import WebhookServer
+from runnerpool.demand.verification import Verdict
 from runnerpool.github.jobs import Job
 from testworld.fakegithub import FakeGitHub
 
@@ -20,7 +21,7 @@ class Received:
         self.jobs: list[Job] = []
         self._lock = threading.Lock()
 
-    def __call__(self, job: Job) -> int:
+    def __call__(self, job: Job, verdict: Verdict) -> int:
         with self._lock:
             self.jobs.append(job)
         return 1

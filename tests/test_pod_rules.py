@@ -36,13 +36,14 @@ def pool(**spec: Any) -> api.RunnerPool:
 
 
 def test_runner_pod_is_owned_by_the_pool_and_labelled_with_its_template_hash() -> None:
-    pod = template.runner_pod(pool(terminationGracePeriodSeconds=120), "img:1", "https://api.github.com")
+    own_grace = pool(busyGracePeriod="1m", terminationGracePeriodSeconds=120)
+    pod = template.runner_pod(own_grace, "img:1", "https://api.github.com")
     meta = pod["metadata"]
     assert meta["generateName"] == "ci-"
     assert meta["ownerReferences"][0]["uid"] == "pool-uid" and meta["ownerReferences"][0]["controller"]
     assert meta["labels"][naming.POOL_LABEL] == "ci"
     assert meta["labels"][naming.TEMPLATE_HASH_LABEL] == template.wanted_hash(
-        pool(terminationGracePeriodSeconds=120), "img:1", "https://api.github.com"
+        own_grace, "img:1", "https://api.github.com"
     )
     assert pod["spec"]["terminationGracePeriodSeconds"] == 120
     assert pod["spec"]["restartPolicy"] == "OnFailure"
@@ -57,10 +58,37 @@ def test_the_hash_changes_with_the_template_only() -> None:
     changed = [
         template.wanted_hash(pool(), "img:2", "https://api.github.com"),
         template.wanted_hash(pool(labels=["gpu"]), "img:1", "https://api.github.com"),
-        template.wanted_hash(pool(terminationGracePeriodSeconds=5), "img:1", "https://api.github.com"),
+        template.wanted_hash(
+            pool(busyGracePeriod="0s", terminationGracePeriodSeconds=5), "img:1", "https://api.github.com"
+        ),
+        template.wanted_hash(pool(busyGracePeriod="30m"), "img:1", "https://api.github.com"),
         template.wanted_hash(pool(), "img:1", "https://ghe.example.com/api/v3"),
     ]
     assert base not in changed and len(set(changed)) == len(changed)
+
+
+def _runner_env(pod: dict[str, Any]) -> dict[str, str]:
+    [container] = pod["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "busy_seconds", "grace_seconds"),
+    [
+        ({}, 3600, 3600 + api.BUSY_EXIT_MARGIN_SECONDS),
+        ({"busyGracePeriod": "1h30m"}, 5400, 5400 + api.BUSY_EXIT_MARGIN_SECONDS),
+        ({"busyGracePeriod": "0s"}, 0, api.BUSY_EXIT_MARGIN_SECONDS),
+        ({"busyGracePeriod": "10m", "terminationGracePeriodSeconds": 700}, 600, 700),
+    ],
+)
+def test_a_busy_runner_gets_its_busy_grace_and_the_kubelet_waits_longer(
+    spec: dict[str, Any], busy_seconds: int, grace_seconds: int
+) -> None:
+    """The entrypoint lets a signalled busy runner finish for the busy grace; SIGKILL comes later."""
+    pod = template.runner_pod(pool(**spec), "img:1", "https://api.github.com")
+    assert _runner_env(pod)["RUNNER_BUSY_GRACE_SECONDS"] == str(busy_seconds)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == grace_seconds
+    assert grace_seconds > busy_seconds
 
 
 def test_the_disruption_budget_covers_only_busy_pods() -> None:

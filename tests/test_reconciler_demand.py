@@ -8,6 +8,7 @@ patch, and not see a difference in it on every pass.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,9 @@ from prometheus_client import REGISTRY
 
 from runnerpool import api, naming
 from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.secret import PoolSecrets
+from runnerpool.demand.signature import sign
+from runnerpool.demand.verification import Verifier
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.jobs import Job, parse_delivery
@@ -91,6 +95,7 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
         expectations=Expectations(timeout=0),
+        webhook_secrets=PoolSecrets(Kube(api_client), retry_gap=0.0).problem,
     )
     runners.shutdown()
 
@@ -317,3 +322,67 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     recorder.record_job(_job(2, "completed", namespace, "gauged"))
     reconciler(key)
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "the series ends"
+
+
+def _condition(api_client: client.ApiClient, namespace: str, name: str, type_: str) -> tuple[str, str, str]:
+    found = next(c for c in _pool(api_client, namespace, name)["status"]["conditions"] if c["type"] == type_)
+    return found["status"], found["reason"], found["message"]
+
+
+def test_an_organization_pool_that_can_see_no_demand_says_so_until_a_delivery_arrives(
+    api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
+) -> None:
+    manifest = pool_manifest("blind", org="octo-org", autoscaling={"minReplicas": 0, "maxReplicas": 5})
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/blind"
+    reconciler(key)
+    status, reason, message = _condition(api_client, namespace, "blind", "DemandVisible")
+    assert (status, reason) == ("False", "NoDemandSource")
+    assert "configure the organization's webhook" in message and "spec.autoscaling.repositories" in message
+
+    # A verified delivery for the organization, for a job this pool's labels do not match.
+    body = json.dumps(
+        delivery(
+            job_object(1, "queued", ["self-hosted", "gpu"], repository="octo-org/other"),
+            repository="octo-org/other",
+        )
+    ).encode()
+    secret = b"cluster-wide"
+    verdict = Verifier(lambda: (secret,))(body, sign(secret, body))
+    assert verdict.accepted
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    assert recorder.record_job(parse_delivery(json.loads(body)), verdict) == 0
+    reconciler(key)
+    assert _condition(api_client, namespace, "blind", "DemandVisible")[:2] == ("True", "WebhookDelivering")
+
+
+def test_an_organization_pool_with_repositories_to_poll_is_not_blind(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    manifest = pool_manifest(
+        "polled", org="octo-org", autoscaling={"maxReplicas": 5, "repositories": ["app"]}
+    )
+    create_pool(api_client, namespace, manifest)
+    reconciler(f"{namespace}/polled")
+    assert _condition(api_client, namespace, "polled", "DemandVisible")[:2] == ("True", "RepositoriesPolled")
+
+
+def test_a_missing_webhook_secret_is_a_condition_that_clears_once_it_exists(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    scaling = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks", "key": "secret"}}
+    create_pool(api_client, namespace, pool_manifest("own", repo=REPO, autoscaling=scaling))
+    key = f"{namespace}/own"
+    reconciler(key)
+    status, reason, message = _condition(api_client, namespace, "own", "WebhookSecretReady")
+    assert (status, reason) == ("False", "SecretNotUsable")
+    assert f"Secret {namespace}/hooks not found" in message
+
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "hooks"}, "stringData": {"other": "x"}})
+    reconciler(key)
+    assert "has no key secret" in _condition(api_client, namespace, "own", "WebhookSecretReady")[2]
+    core.patch_namespaced_secret("hooks", namespace, {"stringData": {"secret": "s3cr3t"}})
+    reconciler(key)
+    assert _condition(api_client, namespace, "own", "WebhookSecretReady")[:2] == ("True", "SecretFound")
+    assert "s3cr3t" not in json.dumps(_pool(api_client, namespace, "own")), "the secret stays in its Secret"

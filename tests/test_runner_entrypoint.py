@@ -143,25 +143,34 @@ def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
 
 def wait_for_line(proc: subprocess.Popen[bytes], marker: str, timeout: float = TIMEOUT) -> bytes:
     """Reads the child's stdout until a line equal to ``marker`` shows up."""
+    return read_until(proc, marker.encode() + b"\n", timeout)
+
+
+def read_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = TIMEOUT) -> bytes:
+    """Reads the child's stdout until ``needle`` shows up; everything read so far."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     seen = b""
     deadline = time.monotonic() + timeout
-    while marker.encode() + b"\n" not in seen:
+    while needle not in seen:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            pytest.fail(f"{marker!r} not printed within {timeout}s; stdout so far: {seen!r}")
+            pytest.fail(f"{needle!r} not printed within {timeout}s; stdout so far: {seen!r}")
         ready, _, _ = select.select([fd], [], [], remaining)
         if not ready:
             continue
         chunk = os.read(fd, 4096)
         if not chunk:
-            pytest.fail(f"stdout closed before {marker!r}; rc={proc.wait()} stdout: {seen!r}")
+            pytest.fail(f"stdout closed before {needle!r}; rc={proc.wait()} stdout: {seen!r}")
         seen += chunk
     return seen
 
 
 def terminate_when(sandbox: Sandbox, marker: str, **env: str | None) -> tuple[Result, float]:
+    """Start the entrypoint and send it SIGTERM once its stdout shows ``marker``.
+
+    Returns the result and the seconds from the signal to the entrypoint's exit.
+    """
     proc = subprocess.Popen(
         ["bash", str(ENTRYPOINT)],
         env=sandbox.env(**env),
@@ -329,7 +338,7 @@ def test_sigterm_is_forwarded_to_run_and_exits_zero(sandbox: Sandbox, run_term_e
 
     assert result.returncode == 0, result.stderr
     assert sandbox.got_term("run")
-    assert "termination requested" in result.stderr
+    assert "termination requested while the runner is idle; stopping the runner" in result.stderr
     assert elapsed < 5
 
 
@@ -341,6 +350,103 @@ def test_sigterm_during_registration_stops_config_and_skips_run(sandbox: Sandbox
     assert sandbox.args_of("run") is None
     assert "stopped during registration" in result.stderr
     assert elapsed < 5
+
+
+# --- a busy runner's job finishes first -----------------------------------------------------
+#
+# The run.sh stub with STUB_RUN_WORKER plays the real listener running a job: a Runner.Worker
+# process that ends after that many seconds, then run.sh exits 0 (an ephemeral runner).
+
+
+def test_sigterm_while_busy_is_not_forwarded_and_the_job_finishes(sandbox: Sandbox) -> None:
+    result, elapsed = terminate_when(
+        sandbox, "stub run job started", STUB_RUN_WORKER="3", RUNNER_BUSY_GRACE_SECONDS="60"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert not sandbox.got_term("run"), "the busy runner got the signal: its job would be cancelled"
+    assert "stub run job done" in result.stdout
+    assert "runs a job; letting the job finish (at most 60s" in result.stderr
+    assert "finished its job and exited" in result.stderr
+    # It left when the job ended, not when the grace ran out.
+    assert 1 < elapsed < 20
+
+
+def test_sigterm_while_busy_is_forwarded_when_the_grace_runs_out(sandbox: Sandbox) -> None:
+    result, elapsed = terminate_when(
+        sandbox, "stub run job started", STUB_RUN_WORKER="60", RUNNER_BUSY_GRACE_SECONDS="2"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.got_term("run")
+    assert "stub run job done" not in result.stdout
+    assert "the job still runs after 2s (RUNNER_BUSY_GRACE_SECONDS); stopping the runner" in result.stderr
+    assert 2 <= elapsed < 10
+
+
+def test_a_second_sigterm_while_busy_is_forwarded_at_once(sandbox: Sandbox) -> None:
+    """``kubectl delete pod --grace-period=1`` on a waiting pod: the kubelet signals again."""
+    proc = subprocess.Popen(
+        ["bash", str(ENTRYPOINT)],
+        env=sandbox.env(STUB_RUN_WORKER="60", RUNNER_BUSY_GRACE_SECONDS="60"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_line(proc, "stub run job started")
+        proc.send_signal(signal.SIGTERM)
+        read_until(proc, b"letting the job finish")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=TIMEOUT)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    assert proc.returncode == 0, out
+    assert sandbox.got_term("run")
+    assert b"termination requested again while the job runs" in out
+    assert elapsed < 5
+
+
+def test_a_busy_grace_of_zero_forwards_at_once(sandbox: Sandbox) -> None:
+    result, elapsed = terminate_when(
+        sandbox, "stub run job started", STUB_RUN_WORKER="60", RUNNER_BUSY_GRACE_SECONDS="0"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.got_term("run")
+    assert "RUNNER_BUSY_GRACE_SECONDS is 0: stopping the runner now" in result.stderr
+    assert elapsed < 5
+
+
+def test_another_runners_worker_does_not_make_this_one_busy(sandbox: Sandbox) -> None:
+    """Only the entrypoint's own descendants count (another pod, or a test, on the same machine)."""
+    other = subprocess.Popen(["bash", "-c", "exec -a Runner.Worker sleep 30"])
+    try:
+        result, elapsed = terminate_when(
+            sandbox, "stub run started", STUB_RUN_BLOCK="1", RUNNER_BUSY_GRACE_SECONDS="60"
+        )
+    finally:
+        other.kill()
+        other.wait()
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.got_term("run")
+    assert "while the runner is idle" in result.stderr
+    assert elapsed < 5
+
+
+@pytest.mark.parametrize("value", ["1h", "-1", "ten"])
+def test_a_bad_busy_grace_fails_before_registration(sandbox: Sandbox, value: str) -> None:
+    result = run_entrypoint(sandbox.env(RUNNER_BUSY_GRACE_SECONDS=value))
+
+    assert result.returncode != 0
+    assert f"RUNNER_BUSY_GRACE_SECONDS must be whole seconds, got '{value}'" in result.stderr
+    assert sandbox.args_of("config") is None
 
 
 # --- static checks --------------------------------------------------------------------------

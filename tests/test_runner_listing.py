@@ -23,9 +23,9 @@ from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
 from runnerpool.github.pygithub import PyGithubClient
-from runnerpool.github.types import RateLimit
+from runnerpool.github.types import RateLimit, Runner
 from runnerpool.reads import ParsedPool, parse_pool
-from runnerpool.runners.listing import ListingKey, SharedListing
+from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import RunnerSettings
 from tests.github_mocks import API, RunnerEndpoint, fast_client_factory, gh, github
@@ -362,3 +362,19 @@ def test_a_started_manager_lists_at_once_then_every_interval(github: responses.R
     finally:
         managers.shutdown()
         scheduler.shutdown(wait=False)  # wait=True would deadlock with a round still running
+
+
+def test_a_listing_finds_each_pools_runners_by_label_whatever_the_case() -> None:
+    """The per-listing index answers what a scan of every runner would (GitHub compares
+    labels case-insensitively), for each pool of the scope."""
+    runners = tuple(
+        Runner(id=i, name=f"r{i}", status="online", busy=False, labels=labels)
+        for i, labels in enumerate(
+            [("self-hosted", f"{NS}/Build"), ("self-hosted", f"{NS}/build", "x"), (f"{NS}/test",), ("linux",)]
+        )
+    )
+    snapshot = Snapshot(runners=runners, fetched_at=NOW, credential="c", started_at=NOW)
+
+    for pool in ("build", "test", "gone"):
+        assert snapshot.of_pool(NS, pool) == pool_runners(runners, NS, pool)
+    assert [r.id for r in snapshot.of_pool(NS, "build")] == [0, 1]

@@ -2,8 +2,9 @@
 
 The stand-ins (testworld/runner_image) talk to the fake GitHub on 127.0.0.1 exactly as they
 will from a pod on the node: a runner registers with the mounted token, takes a queued job,
-completes it and disappears (ephemeral); SIGTERM while idle stops it cleanly; a token GitHub
-refuses stops the pod with a message saying so. Nothing here needs the node.
+completes it and disappears (ephemeral); SIGTERM while idle stops it cleanly, while busy it
+lets the job finish; a token GitHub refuses stops the pod with a message saying so. Nothing
+here needs the node.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,9 +48,47 @@ class Pod:
     def wait(self) -> int:
         return self.process.wait(timeout=TIMEOUT)
 
+    def below(self) -> dict[int, list[str]]:
+        """The pod's descendant processes: pid -> argv (what ``ps`` inside a pod would list)."""
+        table = _processes()
+        found: dict[int, list[str]] = {}
+        for pid, (_parent, argv) in table.items():
+            ancestor = table.get(pid, (0, []))[0]
+            while ancestor:
+                if ancestor == self.process.pid:
+                    found[pid] = argv
+                    break
+                ancestor = table.get(ancestor, (0, []))[0]
+        return found
+
+    def running_a_job(self) -> bool:
+        """A Runner.Worker runs below the pod, as below a real runner's listener during a job."""
+        return any(argv[:1] == ["Runner.Worker"] for argv in self.below().values())
+
+    def run_sh(self) -> int:
+        """run.sh itself, not its job-renewal subshell (a fork of it, with the same argv)."""
+        table = _processes()
+        scripts = {pid for pid, argv in self.below().items() if argv[1:2] == ["./run.sh"]}
+        [pid] = [pid for pid in scripts if table[pid][0] not in scripts]
+        return pid
+
     @property
     def log(self) -> str:
         return self.out.read_text()
+
+
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """Every process: pid -> (parent pid, argv)."""
+    table: dict[int, tuple[int, list[str]]] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        table[int(proc.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), [a.decode() for a in argv])
+    return table
 
 
 @pytest.fixture
@@ -75,7 +115,7 @@ class Pods:
         self.root = root
         self.started: list[Pod] = []
 
-    def start(self, fake: FakeGitHub, token: str) -> Pod:
+    def start(self, fake: FakeGitHub, token: str, **env: str) -> Pod:
         home = self.root / f"pod-{len(self.started)}"
         runner_dir = home / "home-runner"
         runner_dir.mkdir(parents=True)
@@ -96,6 +136,7 @@ class Pods:
             "RUNNER_TOKEN_FILE": str(token_file),
             "RUNNER_WORKDIR": str(home / "work"),
             "RUNNER_POLL_SECONDS": str(POLL_SECONDS),
+            **env,
         }
         with out.open("wb") as sink:
             process = subprocess.Popen(
@@ -176,15 +217,51 @@ def test_sigterm_while_idle_stops_cleanly_and_leaves_an_offline_runner(fake: Fak
     assert fake.job(fake.queue_job(REPO, ["team-a/pool-a"], 1))["status"] == "queued"
 
 
-def test_sigterm_while_busy_cancels_the_job(fake: FakeGitHub, pods: Pods) -> None:
-    pod = pods.start(fake, _token(fake, REPO))
+def _busy(fake: FakeGitHub, pods: Pods, seconds: float, **env: str) -> tuple[Pod, int]:
+    """A pod whose runner is running a job of ``seconds``: its Runner.Worker is up."""
+    pod = pods.start(fake, _token(fake, REPO), **env)
     assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
-    job_id = fake.queue_job(REPO, ["team-a/pool-a"], 600)
+    job_id = fake.queue_job(REPO, ["team-a/pool-a"], seconds)
     assert fake.wait_for(lambda: fake.job(job_id)["status"] == "in_progress", timeout=TIMEOUT), pod.log
+    wait_for(pod.running_a_job, TIMEOUT, 0.05, "the job's Runner.Worker to start")
+    return pod, job_id
+
+
+def _outcome(fake: FakeGitHub, job_id: int) -> tuple[str, str | None]:
+    job = fake.job(job_id)
+    return job["status"], job["conclusion"]
+
+
+def test_sigterm_to_a_busy_pod_lets_its_job_finish(fake: FakeGitHub, pods: Pods) -> None:
+    """What a namespace deletion, ``kubectl delete pod`` or a node shutdown does to the pod."""
+    pod, job_id = _busy(fake, pods, 3)
     pod.process.send_signal(signal.SIGTERM)
     assert pod.wait() == 0, pod.log
-    assert (fake.job(job_id)["status"], fake.job(job_id)["conclusion"]) == ("completed", "cancelled")
+    assert _outcome(fake, job_id) == ("completed", "success"), pod.log
     assert _runner(fake) is None
+    assert "letting the job finish" in pod.log
+    assert "ephemeral runner done after one job" in pod.log
+
+
+def test_sigterm_to_a_busy_pod_cancels_the_job_when_the_busy_grace_runs_out(
+    fake: FakeGitHub, pods: Pods
+) -> None:
+    pod, job_id = _busy(fake, pods, 600, RUNNER_BUSY_GRACE_SECONDS="1")
+    pod.process.send_signal(signal.SIGTERM)
+    assert pod.wait() == 0, pod.log
+    assert _outcome(fake, job_id) == ("completed", "cancelled"), pod.log
+    assert _runner(fake) is None
+    assert "the job still runs after 1s" in pod.log
+
+
+def test_sigterm_to_a_busy_run_sh_cancels_the_job(fake: FakeGitHub, pods: Pods) -> None:
+    """The stand-in, like the real listener, cancels its job when it is told to stop itself."""
+    pod, job_id = _busy(fake, pods, 600)
+    os.kill(pod.run_sh(), signal.SIGTERM)
+    assert pod.wait() == 0, pod.log
+    assert _outcome(fake, job_id) == ("completed", "cancelled"), pod.log
+    assert _runner(fake) is None
+    assert "stopped while running job" in pod.log
 
 
 def _children(pid: int) -> list[int]:

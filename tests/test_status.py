@@ -78,3 +78,49 @@ def test_an_unchanged_state_gives_an_identical_status_later() -> None:
     later = conditions.Stamp(generation=3, now=NOW + timedelta(minutes=5))
     again = status.desired_status(later, POOL, old=first, runners=None, **inputs)
     assert again == first, "transition times stay put while statuses do not change"
+
+
+def _types(result: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["reason"] for c in result["conditions"]}
+
+
+def test_a_pool_that_stops_following_demand_loses_its_demand_conditions() -> None:
+    scaling = {"maxReplicas": 3, "webhookSecretRef": {"name": "hooks"}}
+    blind = api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"organization": "octo", "autoscaling": scaling},
+        }
+    )
+    inputs: dict[str, Any] = {
+        "secret": _secret(timedelta(hours=1)),
+        "pods": None,
+        "failure": None,
+        "runners": None,
+    }
+    following = status.desired_status(
+        STAMP, blind, old={}, webhook_secret_problem="Secret ns/hooks not found", **inputs
+    )
+    assert {k: v for k, v in _types(following).items() if k in ("DemandVisible", "WebhookSecretReady")} == {
+        "DemandVisible": "NoDemandSource",
+        "WebhookSecretReady": "SecretNotUsable",
+    }
+    fixed = status.desired_status(STAMP, POOL, old=following, **inputs)
+    assert set(_types(fixed)) == {"Ready", "TokenReady"}
+
+
+def test_an_organization_pool_sees_demand_once_a_delivery_arrived_or_it_polls() -> None:
+    def pool(scaling: dict[str, Any], demand: dict[str, Any] | None = None) -> api.RunnerPool:
+        return api.RunnerPool.model_validate(
+            {
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {"organization": "octo", "autoscaling": {"maxReplicas": 3, **scaling}},
+                "status": {"demand": demand} if demand else {},
+            }
+        )
+
+    assert status.demand_blind(pool({}))
+    assert status.demand_blind(pool({}, {"queued": 0}))
+    assert status.demand_blind(pool({"minReplicas": 2})), "above minReplicas it never scales either"
+    assert not status.demand_blind(pool({}, {"firstDeliveryAt": "2026-11-29T11:00:00Z"}))
+    assert not status.demand_blind(pool({"repositories": ["app"]}))

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runnerpool import conditions
-from runnerpool.reconciler import RUNNERS_DEREGISTERED
+from runnerpool.conditions import RUNNERS_DEREGISTERED
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "troubleshooting.md"
@@ -119,7 +119,14 @@ def test_the_collector_finds_reasons_from_each_kind_of_place() -> None:
 
 def test_every_condition_type_and_reason_is_documented() -> None:
     doc = documented(DOC.read_text())
-    types = {conditions.READY, conditions.TOKEN_READY, conditions.SCALING, RUNNERS_DEREGISTERED}
+    types = {
+        conditions.READY,
+        conditions.TOKEN_READY,
+        conditions.SCALING,
+        conditions.DEMAND_VISIBLE,
+        conditions.WEBHOOK_SECRET_READY,
+        RUNNERS_DEREGISTERED,
+    }
     assert types - doc == set(), "condition types missing from docs/troubleshooting.md"
     missing = reasons_in_code() - doc
     assert missing == set(), f"reasons the code sets that docs/troubleshooting.md does not name: {missing}"

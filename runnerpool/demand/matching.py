@@ -9,16 +9,45 @@ A pool's runners carry: ``self-hosted``; the OS and architecture labels the runn
 itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 ``kubernetes.io/arch`` node selector, ``X64`` without one); the pool's own
 ``<namespace>/<pool>``; and ``spec.labels``.
+
+**One pool counts a queued job** (:func:`counting_pool`), however many could take it: a
+``runs-on: [self-hosted]`` job would otherwise scale every pool of the organization up.
+Among the autoscaling pools the job matches (and, for a webhook delivery, whose secret
+signed it), the one that counts it is, in this order:
+
+1. a repository pool before an organization pool: GitHub routes a job to an idle
+   repository-level runner first, then to the organization's ("routing precedence for
+   self-hosted runners");
+2. the most specific label set: the pool whose registered labels exceed the job's by the
+   fewest, so a plain job does not wake the pool kept for ``gpu`` jobs;
+3. ``namespace/name``, the stable tie-break: every replica and every poll choose alike.
+
+Once a job is in progress or has ended, every matching pool hears of it
+(:func:`recording_pools`): the pool whose runner took it counts it busy, and any other that
+counted it while queued sees it end (``record.apply``). The rule picks who scales up; it does
+not pick the runner: GitHub gives the job to whichever matching runner is idle first.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from runnerpool import api
 from runnerpool.domain import api_url_key
 from runnerpool.github.jobs import Job
 from runnerpool.pods import template
 
-__all__ = ["job_matches", "job_scope_keys", "pool_scope_key", "registered_labels", "scope_holds"]
+__all__ = [
+    "counting_pool",
+    "job_matches",
+    "job_scope_keys",
+    "organization_scope_key",
+    "pool_scope_key",
+    "recording_pools",
+    "registered_labels",
+    "repository_scope_keys",
+    "scope_holds",
+]
 
 _ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
 ARCH_SELECTOR = "kubernetes.io/arch"
@@ -50,11 +79,19 @@ def pool_scope_key(pool: api.RunnerPool, default_api_url: str) -> str | None:
     return None
 
 
+def repository_scope_keys(api_url: str, repository: str) -> list[str]:
+    """The scope keys of the pools whose scope holds ``repository`` (``scope_holds``) on ``api_url``."""
+    owner = repository.partition("/")[0]
+    return [f"{api_url_key(api_url)} repo:{repository.lower()}", organization_scope_key(api_url, owner)]
+
+
+def organization_scope_key(api_url: str, organization: str) -> str:
+    return f"{api_url_key(api_url)} org:{organization.lower()}"
+
+
 def job_scope_keys(job: Job) -> list[str]:
     """The scope keys of the pools whose scope holds the job's repository (``scope_holds``)."""
-    host = api_url_key(job.api_url)
-    owner = job.repository.partition("/")[0]
-    return [f"{host} repo:{job.repository.lower()}", f"{host} org:{owner.lower()}"]
+    return repository_scope_keys(job.api_url, job.repository)
 
 
 def scope_holds(pool: api.RunnerPool, repository: str) -> bool:
@@ -70,3 +107,32 @@ def job_matches(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
     if not job.labels or not scope_holds(pool, job.repository) or not _same_api(pool, job, default_api_url):
         return False
     return {label.lower() for label in job.labels} <= registered_labels(pool)
+
+
+def _preference(pool: api.RunnerPool, wanted: frozenset[str]) -> tuple[int, int, str, str]:
+    """Lower is preferred: repository pools first, then the fewest labels beyond the job's."""
+    return (
+        0 if pool.spec.repository is not None else 1,
+        len(registered_labels(pool) - wanted),
+        pool.namespace,
+        pool.name,
+    )
+
+
+def counting_pool(job: Job, pools: Iterable[api.RunnerPool]) -> api.RunnerPool | None:
+    """The one pool, of ``pools`` (all matching ``job``), that counts the job while it is queued."""
+    wanted = frozenset(label.lower() for label in job.labels)
+    return min(pools, key=lambda pool: _preference(pool, wanted), default=None)
+
+
+def recording_pools(job: Job, pools: Iterable[api.RunnerPool]) -> list[api.RunnerPool]:
+    """Of ``pools`` (all matching ``job``), those the job's news is recorded on: the counting
+    pool for a queued job, all of them for one in progress or ended (see the module's rule),
+    none for a state that wants no runner yet."""
+    pools = list(pools)
+    if job.state is None:
+        return []  # a state that wants no runner yet (waiting, pending): nothing to record
+    if job.state != "queued":
+        return pools
+    chosen = counting_pool(job, pools)
+    return [] if chosen is None else [chosen]

@@ -43,6 +43,12 @@ DELIVERIES = Counter(
     "bad_signature, too_large, invalid, failed).",
     ["event", "result"],
 )
+DELIVERY_POOLS = Histogram(
+    "runnerpool_webhook_delivery_pools",
+    "Pools a verified workflow_job delivery was recorded on: 1 for a queued job (one pool counts "
+    "it), 0 when none it matches trusts the secret that signed it.",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100),
+)
 
 
 def observe(

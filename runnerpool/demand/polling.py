@@ -5,7 +5,8 @@ restart, a network fault or a bad secret would leave a job queued (a runner too 
 ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the active jobs of
 every repository an autoscaling pool depends on - its own repository; for an organization
 pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
-hands each pool what it saw (``record.repair``): new jobs are counted, tracked ones that
+hands each pool what it saw (``record.repair``; a queued job only to the one pool that
+counts it, ``matching.counting_pool``): new jobs are counted, tracked ones that
 moved on are updated, and tracked ones GitHub no longer shows as active have ended: at once
 if an earlier poll listed them, after a grace period if not (a job just queued may not be
 listed yet). Which jobs were listed is kept in memory, so a new leader's first polls fall
@@ -28,7 +29,7 @@ from datetime import datetime, timedelta
 
 from runnerpool import api
 from runnerpool.api_errors import describe, log_failure
-from runnerpool.demand.matching import job_matches
+from runnerpool.demand.matching import job_matches, recording_pools
 from runnerpool.demand.record import ACTIVE
 from runnerpool.demand.recorder import DemandRecorder, RecordFailed
 from runnerpool.domain import api_url_key, utcnow
@@ -159,9 +160,12 @@ class DemandPoller:
                     lowest = budget
             spent += active.spent
             for pool in target.pools:
-                entry = seen.setdefault((pool.namespace, pool.name), (pool, [], []))
-                entry[1].extend(job for job in active.jobs if job_matches(pool, job, self._default_api_url))
-                entry[2].append(target.repository)
+                seen.setdefault((pool.namespace, pool.name), (pool, [], []))[2].append(target.repository)
+            for job in active.jobs:
+                # A queued job goes to the one pool that counts it (``matching.counting_pool``).
+                matching = [pool for pool in target.pools if job_matches(pool, job, self._default_api_url)]
+                for pool in recording_pools(job, matching):
+                    seen[(pool.namespace, pool.name)][1].append(job)
         listed_before = frozenset(self._listed)
         for pool, jobs, repos in seen.values():
             try:

@@ -4,101 +4,131 @@ Order of checks, so that nothing unverified gets further than it must:
 
 1. size: a body over ``max_body`` (1 MiB; a ``workflow_job`` payload is a few KiB, GitHub's
    own cap is 25 MB) gets 413 without being read; no ``Content-Length`` gets 411;
-2. signature (``signature.verify``): missing, malformed or wrong gets 401 and changes
-   nothing; no secret configured gets 503 (the operator refuses unsigned webhooks);
+2. signature (``verification.Verifier``): the cluster-wide secret, else the own secrets of
+   the pools the delivery is about; missing, malformed or signed by none gets 401 and
+   changes nothing; no secret configured gets 503 (the operator refuses unsigned webhooks);
 3. event: ``ping`` gets 200; anything but ``workflow_job`` gets 202 and is ignored;
 4. duplicate ``X-GitHub-Delivery``: 200, counted once;
-5. the job is recorded on every pool it counts for before the answer: 200 once written,
+5. the job is recorded, on the pools it counts for whose secret signed it, before the
+   answer: 200 once written,
    503 if the API server did not take it (GitHub then shows a failed delivery that can be
    redelivered; polling repairs it anyway).
 
-The standard library's threading HTTP server is enough here, as for the probes
-(``runnerpool.health``): deliveries are small and few per second.
+Also ``GET /`` and ``GET /healthz`` answer 200 (ingress controllers health-check the backend
+port); any other request that is not a ``POST`` gets 404 (405 on ``/webhook``). The HTTP
+server is waitress, with a read deadline, a connection cap and the body limit
+(``runnerpool.webserver`` says why and with what measurements): the 413 over the limit and
+waitress's own refusals (431, 400) are answered before this application runs, and counted
+here. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within the same
+limit) and then checked as if it had a ``Content-Length``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from typing import ClassVar
+from http import HTTPStatus
+from typing import Any, BinaryIO
 
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
-from runnerpool.demand.signature import HEADER, verify
+from runnerpool.demand.signature import HEADER
+from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
-from runnerpool.health import BackgroundServer
+from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
-__all__ = ["DEFAULT_MAX_BODY", "PATH", "WebhookServer"]
+__all__ = ["DEFAULT_MAX_BODY", "HEALTH_PATHS", "PATH", "WebhookServer"]
 
 log = logging.getLogger(__name__)
 
 PATH = "/webhook"
-DEFAULT_MAX_BODY = 1 << 20
+#: Answered 200 to ``GET``: what ingress controllers and load balancers probe.
+HEALTH_PATHS = ("/", "/healthz")
+DEFAULT_MAX_BODY = Limits.max_body
 
 
 @dataclass
 class _Receiver:
     """What every request of one receiver shares."""
 
-    secrets: Callable[[], tuple[bytes, ...]]
-    record: Callable[[Job], int]
+    verify: Callable[[bytes, str | None], Verdict]
+    record: Callable[[Job, Verdict], int]
     max_body: int
     seen: DeliveryLog
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    receiver: ClassVar[_Receiver]
+class _Headers:
+    """Request headers by their HTTP names, read from a WSGI environ."""
+
+    def __init__(self, environ: Mapping[str, Any]) -> None:
+        self._environ = environ
+
+    def get(self, name: str) -> str | None:
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+            key = "HTTP_" + key
+        value = self._environ.get(key)
+        return None if value is None else str(value)
+
+
+class _Handler:
+    """One request: the checks in the module's order; ``_answer`` keeps the response."""
+
+    def __init__(self, receiver: _Receiver, environ: dict[str, Any]) -> None:
+        self.receiver = receiver
+        self.headers = _Headers(environ)
+        self.path: str = environ.get("PATH_INFO") or "/"
+        self.method: str = environ.get("REQUEST_METHOD") or "GET"
+        self.rfile: BinaryIO = environ["wsgi.input"]
+        self.response: tuple[int, bytes] = (500, b"")
 
     def _answer(self, code: int, text: str, event: str, result: str) -> None:
         metrics.DELIVERIES.labels(event, result).inc()
-        body = (text + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.response = (code, (text + "\n").encode())
 
-    def do_POST(self) -> None:
-        event = self.headers.get("X-GitHub-Event") or "unknown"
-        if event not in ("ping", "workflow_job"):
-            event = "other"  # a bounded metric label
-        body = self._verified_body(event)
-        if body is not None:
-            self._handle(event, body)
+    def respond(self) -> None:
+        if self.method in ("GET", "HEAD") and self.path in HEALTH_PATHS:
+            self.response = (200, b"ok\n")  # not a delivery: not counted
+        elif self.method == "POST":
+            self._post()
+        else:
+            self.response = (404 if self.path != PATH else 405, f"deliveries: POST {PATH}\n".encode())
 
-    def _verified_body(self, event: str) -> bytes | None:
+    def _post(self) -> None:
+        event = _event_label(self.headers.get("X-GitHub-Event"))
+        verified = self._verified_body(event)
+        if verified is not None:
+            self._handle(event, *verified)
+
+    def _verified_body(self, event: str) -> tuple[bytes, Verdict] | None:
         """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
         max_body = self.receiver.max_body
         if self.path.split("?", 1)[0] != PATH:
-            self.close_connection = True
             self._answer(404, f"deliveries go to {PATH}", event, "invalid")
             return None
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
-            self.close_connection = True
             self._answer(411, "Content-Length required", event, "invalid")
             return None
         if int(length) > max_body:
-            self.close_connection = True  # the unread body must not be taken as a request
             self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
             return None
         body = self.rfile.read(int(length))
-        keys = self.receiver.secrets()
-        if not keys:
+        verdict = self.receiver.verify(body, self.headers.get(HEADER))
+        if not verdict.accepted and not verdict.configured:
             self._answer(503, "no webhook secret configured", event, "unsigned")
             return None
-        if not verify(keys, body, self.headers.get(HEADER)):
+        if not verdict.accepted:
             result = "unsigned" if self.headers.get(HEADER) is None else "bad_signature"
             self._answer(401, f"missing or invalid {HEADER}", event, result)
             return None
-        return body
+        return body, verdict
 
-    def _handle(self, event: str, body: bytes) -> None:
+    def _handle(self, event: str, body: bytes, verdict: Verdict) -> None:
         if event == "ping":
             self._answer(200, "pong", event, "accepted")
             return
@@ -117,16 +147,16 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, InvalidJob) as err:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
             return
-        self._record(event, delivery, job)
+        self._record(event, delivery, job, verdict)
 
-    def _record(self, event: str, delivery: str, job: Job) -> None:
+    def _record(self, event: str, delivery: str, job: Job, verdict: Verdict) -> None:
         """Steps 4 and 5: once per delivery, answered only once the job is written."""
         seen = self.receiver.seen
         if not seen.claim(delivery):
             self._answer(200, "duplicate delivery, already counted", event, "duplicate")
             return
         try:
-            pools = self.receiver.record(job)
+            pools = self.receiver.record(job, verdict)
         except Exception as err:
             seen.release(delivery)
             log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, describe(err))
@@ -134,23 +164,48 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._answer(200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted")
 
-    def log_message(self, format: str, *args: object) -> None:
-        return  # every delivery is counted in runnerpool_webhook_deliveries_total
+
+def _event_label(event: str | None) -> str:
+    """A bounded metric label."""
+    return event if event in ("ping", "workflow_job") else "other"
 
 
-class WebhookServer(BackgroundServer):
-    """``record`` stores a job and returns the number of pools it counted for; it raises to fail."""
+def _app(receiver: _Receiver) -> WsgiApp:
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        handler = _Handler(receiver, environ)
+        handler.respond()
+        code, body = handler.response
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))]
+        start_response(f"{code} {HTTPStatus(code).phrase}", headers)
+        return [body]
+
+    return app
+
+
+def _count_refused(code: int, headers: Mapping[str, str]) -> None:
+    """The server's own answers (413 over the limit, 431, 400), counted as the receiver's are."""
+    event = _event_label(headers.get("X_GITHUB_EVENT"))
+    metrics.DELIVERIES.labels(event, "too_large" if code == 413 else "invalid").inc()
+
+
+class WebhookServer(WebServer):
+    """``record`` stores a job on the pools the verdict admits and returns the number of pools
+    it was recorded on; it raises to fail. ``secrets``: the cluster-wide secrets, or a
+    ``Verifier`` that also knows the pools' own."""
 
     def __init__(
         self,
         port: int,
-        secrets: Callable[[], tuple[bytes, ...]],
-        record: Callable[[Job], int],
+        secrets: Callable[[], tuple[bytes, ...]] | Verifier,
+        record: Callable[[Job, Verdict], int],
         *,
         host: str = "",
-        max_body: int = DEFAULT_MAX_BODY,
+        max_body: int | None = None,
         deliveries: DeliveryLog | None = None,
+        limits: Limits = Limits(),
     ) -> None:
-        receiver = _Receiver(secrets, record, max_body, deliveries or DeliveryLog())
-        handler = type("WebhookHandler", (_Handler,), {"receiver": receiver})
-        super().__init__(host, port, handler, "webhook")
+        if max_body is not None:
+            limits = dataclasses.replace(limits, max_body=max_body)
+        verifier = secrets if isinstance(secrets, Verifier) else Verifier(secrets)
+        receiver = _Receiver(verifier, record, limits.max_body, deliveries or DeliveryLog())
+        super().__init__(_app(receiver), host, port, "webhook", limits=limits, on_refused=_count_refused)

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from runnerpool import api
 from runnerpool.github.jobs import STATE_RANK, Job, JobState
 
-__all__ = ["COMPLETED_TTL", "Transition", "apply", "repair"]
+__all__ = ["COMPLETED_TTL", "Transition", "apply", "delivered", "repair"]
 
 COMPLETED_TTL = timedelta(minutes=10)
 ACTIVE = ("queued", "in_progress")
@@ -49,7 +49,12 @@ def _state_for(job: Job, runners: Collection[str]) -> JobState | None:
 
 def _counted(demand: api.Demand) -> api.Demand:
     states = [job.state for job in demand.jobs.values()]
-    return api.Demand(queued=states.count("queued"), busy=states.count("in_progress"), jobs=demand.jobs)
+    return api.Demand(
+        queued=states.count("queued"),
+        busy=states.count("in_progress"),
+        jobs=demand.jobs,
+        first_delivery_at=demand.first_delivery_at,
+    )
 
 
 def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.TrackedJob]:
@@ -83,7 +88,8 @@ def apply(
         runner = job.runner_name if state == "in_progress" else (old.runner if old else None)
         tracked[key] = api.TrackedJob(state=state, repository=job.repository, runner=runner, updated_at=now)
         moved.append(Transition(job, state))
-    return _counted(api.Demand(jobs=_pruned(tracked, now))), moved
+    first = demand.first_delivery_at if demand else None
+    return _counted(api.Demand(jobs=_pruned(tracked, now), first_delivery_at=first)), moved
 
 
 def repair(
@@ -113,9 +119,17 @@ def repair(
             and (key in listed_before or now - job.updated_at >= grace)
         ):
             jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
-    return _counted(api.Demand(jobs=jobs)), moved
+    return _counted(api.Demand(jobs=jobs, first_delivery_at=updated.first_delivery_at)), moved
 
 
 def same(a: api.Demand | None, b: api.Demand) -> bool:
     """Equal as stored: a write that changes nothing is not sent."""
     return (a or api.Demand()) == b
+
+
+def delivered(demand: api.Demand | None, now: datetime) -> api.Demand:
+    """``demand`` marked with the first verified delivery for the pool's scope, if not yet."""
+    demand = demand or api.Demand()
+    if demand.first_delivery_at is not None:
+        return demand
+    return demand.model_copy(update={"first_delivery_at": now})

@@ -28,9 +28,11 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from runnerpool import api
+from runnerpool import status as pool_status
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics, record
-from runnerpool.demand.matching import job_matches, job_scope_keys
+from runnerpool.demand.matching import job_matches, job_scope_keys, recording_pools
+from runnerpool.demand.verification import ANY_POOL, Verdict
 from runnerpool.domain import utcnow
 from runnerpool.github.jobs import Job
 from runnerpool.reads import Reads
@@ -99,11 +101,49 @@ class DemandRecorder:
         candidates = self._pools.autoscaling_pools(job_scope_keys(job))
         return [pool for pool in candidates if job_matches(pool, job, self._default_api_url)]
 
-    def record_job(self, job: Job) -> int:
-        """Record one job in every pool it counts for; the number of pools. Raises RecordFailed."""
-        pools = self.matching_pools(job)
+    def record_job(self, job: Job, verdict: Verdict = ANY_POOL) -> int:
+        """Record one job on the pools it counts for (``matching.recording_pools``) among
+        those ``verdict`` admits; the number of pools. Raises RecordFailed.
+
+        A delivery also marks, once, the demand-blind pools of its scope that it may move
+        (``status.demand_blind``): the webhook is configured for them, whatever the job's labels.
+        """
+        candidates = self._pools.autoscaling_pools(job_scope_keys(job))
+        matching = [pool for pool in candidates if job_matches(pool, job, self._default_api_url)]
+        pools = recording_pools(job, [pool for pool in matching if verdict.admits(pool)])
+        chosen = {(pool.namespace, pool.name) for pool in pools}
+        marked = [
+            pool
+            for pool in candidates
+            if verdict.delivered
+            and (pool.namespace, pool.name) not in chosen
+            and pool_status.demand_blind(pool)
+            and verdict.admits(pool)
+        ]
+
+        def recorded(
+            d: api.Demand | None, now: datetime, runners: frozenset[str]
+        ) -> tuple[api.Demand, list[record.Transition]]:
+            new, moved = record.apply(d, [job], now, runners=runners)
+            return (record.delivered(new, now) if verdict.delivered else new), moved
+
         for pool in pools:
-            self.change(pool, lambda d, now, runners: record.apply(d, [job], now, runners=runners))
+            self.change(pool, recorded)
+        for pool in marked:
+            self.change(pool, lambda d, now, runners: (record.delivered(d, now), []))
+        if verdict.delivered:
+            metrics.DELIVERY_POOLS.observe(len(pools))
+            if matching and not pools and job.state is not None:
+                log.info(
+                    "job %s of %s matches %d pool(s), none of which trusts the secret that signed "
+                    "the delivery: recorded nowhere",
+                    job.id,
+                    job.repository,
+                    len(matching),
+                )
+        log.debug(
+            "job %s %s recorded on %d pool(s) of %d matching", job.id, job.state, len(pools), len(matching)
+        )
         return len(pools)
 
     def repair(

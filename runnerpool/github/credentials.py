@@ -8,6 +8,10 @@ App installation token, so N pools do not mint N installation tokens.
 meows reads the Secret once at start-up, so rotating a credential needs a controller restart.
 Here every ``get`` re-reads the Secret through an injected reader (an informer cache in
 production, so it is free) and rebuilds the client when the content changes.
+
+PyGithub, PyJWT and ``cryptography`` (a sixth of the operator's start-up CPU) are imported
+by the first client built, not by this module: an operator starts, syncs its caches and
+answers its probes before any pool needs GitHub (tests/test_startup_imports.py).
 """
 
 from __future__ import annotations
@@ -17,14 +21,13 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-from cryptography.hazmat.primitives import serialization
-from github import Auth
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
 from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.pygithub import ClientOptions, PyGithubClient
+
+if TYPE_CHECKING:
+    from runnerpool.github.pygithub import ClientOptions
 
 __all__ = [
     "APP_ID_KEY",
@@ -52,6 +55,13 @@ SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
 
 class ClientFactory(Protocol):
     def __call__(self, data: Mapping[str, str], base_url: str, /) -> GitHubClient: ...
+
+
+@runtime_checkable
+class _Nameable(Protocol):
+    """A client that can be told whose credential it uses (``PyGithubClient``)."""
+
+    def name_credential(self, name: str) -> None: ...
 
 
 @runtime_checkable
@@ -95,6 +105,8 @@ def _positive_int(data: Mapping[str, str], key: str) -> int:
 
 def _checked_pem(data: Mapping[str, str]) -> str:
     """Parse the key now: PyJWT would otherwise fail at the first request, deep in PyGithub."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - see the module docstring
+
     pem = data[APP_PRIVATE_KEY_KEY].strip() + "\n"
     try:
         serialization.load_pem_private_key(pem.encode(), password=None)
@@ -124,6 +136,10 @@ def client_from_secret_data(
     App keys win if any of them is present, so a half-migrated Secret (PAT plus incomplete App
     keys) is reported as malformed instead of silently using the PAT.
     """
+    from github import Auth  # noqa: PLC0415 - see the module docstring
+
+    from runnerpool.github.pygithub import PyGithubClient  # noqa: PLC0415 - imports PyGithub
+
     url = _validated_base_url(base_url)
     present_app_keys = [k for k in _APP_KEYS if data.get(k, "").strip()]
     if present_app_keys:
@@ -235,6 +251,6 @@ class NamedClientCache(ClientCache):
 
     def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
         github = super().get(namespace, secret_name, base_url)
-        if isinstance(github, PyGithubClient):
+        if isinstance(github, _Nameable):
             github.name_credential(pool_key(namespace, secret_name))
         return github

@@ -31,9 +31,6 @@ __all__ = [
     "waiting_for",
 ]
 
-#: The condition the operator sets while a deleted pool waits for its runners (runnerpool.reconciler).
-RUNNERS_DEREGISTERED = "RunnersDeregistered"
-
 
 def scope_text(spec: Mapping[str, Any]) -> str:
     if spec.get("organization"):
@@ -255,7 +252,7 @@ def _credential_sentence(reason: str, message: str, namespace: str, spec: Mappin
 
 
 def _deletion_sentence(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str:
-    gone = _condition(raw, RUNNERS_DEREGISTERED)
+    gone = _condition(raw, conditions.RUNNERS_DEREGISTERED)
     if gone is not None and gone.get("reason") == "RunnersBusy":
         return (
             "Waiting for busy runners to finish their jobs before the pool can go: "

@@ -12,6 +12,10 @@ Busy pods are marked by the runner managers (``naming.BUSY_LABEL`` plus the clus
 and Karpenter's do-not-disrupt annotations) and the pool's PodDisruptionBudget selects
 exactly the marked pods with ``maxUnavailable: 0``: the eviction API (``kubectl drain``,
 the cluster autoscaler, Karpenter) refuses to evict a busy runner and lets an idle one go.
+What bypasses the eviction API (a pod or its namespace deleted, a drain with eviction
+disabled, a node shutdown) signals the pod directly: the runner image's entrypoint then lets
+a busy runner finish its job for ``spec.busyGracePeriod`` (``RUNNER_BUSY_GRACE_SECONDS``),
+and the pod's ``terminationGracePeriodSeconds`` is longer, so the kubelet does not kill it first.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from runnerpool import api, children, naming
-from runnerpool.domain import web_url_for
+from runnerpool.domain import parse_duration, web_url_for
 
 __all__ = [
+    "busy_grace_seconds",
     "busy_marked",
     "disruption_budget",
     "pod_spec",
@@ -32,6 +37,7 @@ __all__ = [
     "runner_labels",
     "runner_pod",
     "template_hash",
+    "termination_grace_seconds",
 ]
 
 _HASH_LENGTH = 10
@@ -125,8 +131,21 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
         {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{naming.TOKEN_SECRET_KEY}"},
+        {"name": "RUNNER_BUSY_GRACE_SECONDS", "value": str(busy_grace_seconds(pool))},
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
+
+
+def busy_grace_seconds(pool: api.RunnerPool) -> int:
+    """How long the entrypoint lets a signalled busy runner finish its job (``spec.busyGracePeriod``)."""
+    return int(parse_duration(pool.spec.busy_grace_period).total_seconds())
+
+
+def termination_grace_seconds(pool: api.RunnerPool) -> int:
+    """SIGTERM to SIGKILL: the pool's own, or the busy grace plus time for the runner to stop."""
+    if pool.spec.termination_grace_period_seconds is not None:
+        return pool.spec.termination_grace_period_seconds
+    return busy_grace_seconds(pool) + api.BUSY_EXIT_MARGIN_SECONDS
 
 
 def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
@@ -166,8 +185,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
             *spec.volumes,
         ],
     }
-    if spec.termination_grace_period_seconds is not None:
-        pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
+    pod["terminationGracePeriodSeconds"] = termination_grace_seconds(pool)
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
     else:

@@ -9,15 +9,20 @@ request, and the finalizer refreshes it (cheaply: the client revalidates pages w
 ETags, so an unchanged listing costs no budget).
 
 Concurrent refreshes of one scope are folded into one request: a caller that finds another
-refresh in flight waits for it and takes its result.
+refresh in flight waits for it and takes its result. Callers that only need a listing recent
+enough (the finalizers of many pools of one scope, deleted at once) ask ``recent``: it serves
+the latest listing if it started late enough, lists at most once per ``gap`` otherwise, and
+tells the others how long to wait, so deleting a hundred pools of a scope no longer lists
+it a hundred times (twice: once to deregister, once to confirm).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runnerpool import api, naming
 from runnerpool.domain import Scope, api_url_key, utcnow
@@ -25,8 +30,6 @@ from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import Runner
 
 __all__ = ["ListingKey", "SharedListing", "Snapshot", "pool_runners", "runner_counts"]
-
-#: GitHub's status of a runner whose listener is not connected.
 
 
 @dataclass(frozen=True)
@@ -46,11 +49,29 @@ class ListingKey:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A scope's runners as one listing saw them, and whose credential listed them."""
+    """A scope's runners as one listing saw them, and whose credential listed them.
+
+    ``started_at``: when its first request went; every runner registered before then is in it.
+    """
 
     runners: tuple[Runner, ...]
     fetched_at: datetime
     credential: str
+    started_at: datetime
+
+    def of_pool(self, namespace: str, pool: str) -> list[Runner]:
+        """``pool_runners`` of this listing, from an index built once per listing: a scope's
+        round asks for each of its pools, and scanning every runner for each pool was
+        pools x runners label comparisons per round (a million per scope at N=10,000)."""
+        return self._by_label.get(naming.pool_runner_label(namespace, pool).lower(), [])
+
+    @functools.cached_property
+    def _by_label(self) -> dict[str, list[Runner]]:
+        index: dict[str, list[Runner]] = {}
+        for runner in self.runners:
+            for label in {own.lower() for own in runner.labels}:
+                index.setdefault(label, []).append(runner)
+        return index
 
 
 def pool_runners(runners: Iterable[Runner], namespace: str, pool: str) -> list[Runner]:
@@ -86,6 +107,8 @@ class SharedListing:
         self._snapshots: dict[ListingKey, Snapshot] = {}
         self._generations: dict[ListingKey, int] = {}
         self._fetching: dict[ListingKey, threading.Lock] = {}
+        #: When the listing in flight (if any) started.
+        self._in_flight: dict[ListingKey, datetime] = {}
 
     def latest(self, key: ListingKey) -> Snapshot | None:
         with self._lock:
@@ -99,13 +122,61 @@ class SharedListing:
         with self._lock:
             generation = self._generations.get(key, 0)
             fetching = self._fetching.setdefault(key, threading.Lock())
+        return self._fetch(key, scope, client, generation, fetching)
+
+    def recent(
+        self, key: ListingKey, scope: Scope, client: GitHubClient, *, since: datetime, gap: float
+    ) -> Snapshot | float:
+        """A listing of the scope that started at ``since`` or later, or the seconds to wait
+        for one.
+
+        The latest listing if it started late enough; else the one in flight if it did; else
+        a new one, unless the latest started less than ``gap`` seconds ago: then the seconds
+        until it is ``gap`` old (a failed listing does not count: the caller's back-off
+        covers failures). Raises what ``fetch`` raises.
+        """
+        with self._lock:
+            latest = self._snapshots.get(key)
+            if latest is not None and latest.started_at >= since:
+                return latest
+            in_flight = self._in_flight.get(key)
+            if in_flight is None or in_flight < since:
+                now = self._clock()
+                if in_flight is not None:
+                    return max(gap - (now - in_flight).total_seconds(), gap / 10)
+                if latest is not None:
+                    wait = (latest.started_at + timedelta(seconds=gap) - now).total_seconds()
+                    if wait > 0:
+                        return wait
+            generation = self._generations.get(key, 0)
+            fetching = self._fetching.setdefault(key, threading.Lock())
+        snapshot = self._fetch(key, scope, client, generation, fetching)
+        if snapshot.started_at < since:  # joined a listing that started a moment too early
+            return gap
+        return snapshot
+
+    def _fetch(
+        self, key: ListingKey, scope: Scope, client: GitHubClient, generation: int, fetching: threading.Lock
+    ) -> Snapshot:
         with fetching:
             with self._lock:
                 done = self._snapshots.get(key)
                 if done is not None and self._generations.get(key, 0) != generation:
                     return done
-            runners = tuple(client.list_runners(scope))
-            snapshot = Snapshot(runners=runners, fetched_at=self._clock(), credential=credential_of(client))
+                started = self._clock()
+                self._in_flight[key] = started
+            try:
+                runners = tuple(client.list_runners(scope))
+            finally:
+                with self._lock:
+                    if self._in_flight.get(key) == started:
+                        del self._in_flight[key]
+            snapshot = Snapshot(
+                runners=runners,
+                fetched_at=self._clock(),
+                credential=credential_of(client),
+                started_at=started,
+            )
             with self._lock:
                 if self._fetching.get(key) is not fetching:
                     # Forgotten meanwhile (the scope's job was replaced): a listing made since
@@ -121,3 +192,4 @@ class SharedListing:
             self._snapshots.pop(key, None)
             self._generations.pop(key, None)
             self._fetching.pop(key, None)
+            self._in_flight.pop(key, None)

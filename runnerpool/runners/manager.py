@@ -48,7 +48,7 @@ from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAwa
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
-from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
+from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import RunnerSettings
@@ -90,6 +90,10 @@ class KubePods:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+
+#: "Started after that listing": a listing's start time plus the clock's resolution.
+_LATER = timedelta(microseconds=1)
 
 
 def _listing_key(ref: PoolRef) -> ListingKey:
@@ -138,6 +142,9 @@ class RunnerManagers:
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
         self._counts: dict[str, api.RunnerCounts] = {}
         self._credentials: dict[ListingKey, str] = {}
+        # Per pool being drained: the earliest start its next listing may have, and whether
+        # its pods were seen gone by then (see ``drain``).
+        self._drained: dict[str, tuple[datetime, bool]] = {}
         # Shared by a scope's rounds and its deleted pools' drains, and kept after the scope's
         # last pool went (its finalizer drains after that): see runnerpool.github.budget.
         self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
@@ -196,10 +203,15 @@ class RunnerManagers:
         """For a deleted pool's finalizer: delete its idle runners on GitHub now, and once none
         is busy, its pods. The only other place runner pods are deleted is a live pool's round.
 
-        The listing is refreshed first (cheaply: unchanged pages are revalidated for free) so
-        that a runner that registered late is found. A runner listed busy is not even asked
-        for: GitHub would refuse, and the request would only spend budget. 204 and 404 both
-        mean the runner is gone. Raises ``GitHubError`` or ``CredentialError``.
+        The pool's runners come from the scope's shared listing, one at most every
+        ``kick_gap`` for all the pools of the scope being drained (``SharedListing.recent``):
+        on the first pass one no older than ``kick_gap``; after a pass that left runners or
+        pods behind, one that started after that pass; once the pool's pods are gone, one
+        that started after they were first seen gone, so that a runner that registered late
+        is found before the finalizer lets go. Until such a listing is due, this returns at
+        once with ``listing_wait`` set. A runner listed busy is not even asked for: GitHub
+        would refuse, and the request would only spend budget. 204 and 404 both mean the
+        runner is gone. Raises ``GitHubError`` or ``CredentialError``.
 
         However often the finalizer asks, the scope's GitHub calls back off after a failure
         (``ScopeBackoff``): meanwhile this raises the last failure again without a request.
@@ -209,26 +221,25 @@ class RunnerManagers:
         if refusal is not None:
             raise refusal
         github = self._deregistration_client(pool)
-        busy = 0
-        deregistered = 0
+        # The pod cache can only lag behind deletions, so "none left" is never early; read
+        # before the listing, so that the listing that confirms "none left" started later.
+        pods = self._pools.list_pods(pool.namespace, pool.name)
         try:
-            snapshot = self.listing.fetch(key, pool.scope, github)
-            for runner in pool_runners(snapshot.runners, pool.namespace, pool.name):
-                if runner.busy:
-                    busy += 1
-                    continue
-                outcome = github.delete_runner(pool.scope, runner.id)
-                if outcome is DeleteOutcome.BUSY:
-                    busy += 1
-                elif outcome is DeleteOutcome.DELETED:
-                    deregistered += 1
+            since = self._listed_since(pool, gone=not pods)
+            snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
+            if not isinstance(snapshot, Snapshot):
+                return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
+            busy, deregistered = _deregister(github, pool, snapshot)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
             raise
         self._backoff.succeeded(key)
-        # The pod cache can only lag behind deletions, so "none left" is never early.
-        pods = self._pools.list_pods(pool.namespace, pool.name)
+        with self._lock:
+            if busy or pods:  # the next pass needs a listing that started after this one's
+                self._drained[pool.key] = (snapshot.started_at + _LATER, not pods)
+            else:
+                self._drained.pop(pool.key, None)
         if busy:
             return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
         deleted = sum(
@@ -238,6 +249,16 @@ class RunnerManagers:
             and self._pods.delete_pod(pool.namespace, pod["metadata"]["name"], pod["metadata"]["uid"], None)
         )
         return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
+
+    def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
+        """Since when the pool's listing must have started; see ``drain``."""
+        now = self._clock()
+        with self._lock:
+            since, gone_seen = self._drained.get(pool.key, (now - timedelta(seconds=self._kick_gap), False))
+            if gone and not gone_seen:
+                since = max(since, now)
+                self._drained[pool.key] = (since, True)
+            return since
 
     def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
         """The pool's client; if its Secret is gone, the last one that worked for it.
@@ -411,7 +432,7 @@ class RunnerManagers:
             return  # gone, or invalid: the reconciler reports it
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
-        runners = pool_runners(snapshot.runners, ref.namespace, ref.name)
+        runners = snapshot.of_pool(ref.namespace, ref.name)
         self._publish(ref, runner_counts(runners))
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
@@ -495,6 +516,21 @@ class RunnerManagers:
                 snapshot.credential,
             )
         return delay
+
+
+def _deregister(github: GitHubClient, pool: PoolRef, snapshot: Snapshot) -> tuple[int, int]:
+    """Delete the pool's idle runners of ``snapshot`` on GitHub: (busy, deregistered)."""
+    busy = deregistered = 0
+    for runner in snapshot.of_pool(pool.namespace, pool.name):
+        if runner.busy:
+            busy += 1
+            continue
+        outcome = github.delete_runner(pool.scope, runner.id)
+        if outcome is DeleteOutcome.BUSY:
+            busy += 1
+        elif outcome is DeleteOutcome.DELETED:
+            deregistered += 1
+    return busy, deregistered
 
 
 def _deadline(pool: api.RunnerPool) -> timedelta | None:

@@ -344,7 +344,11 @@ def test_sigterm_to_an_idle_runner_exits_cleanly_well_within_the_pools_grace_per
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_pool(api_client, namespace, node_pool("grace", replicas=1, terminationGracePeriodSeconds=300))
+    create_pool(
+        api_client,
+        namespace,
+        node_pool("grace", replicas=1, busyGracePeriod="4m", terminationGracePeriodSeconds=300),
+    )
     [pod] = registered_pods(core, fake_github, namespace, "grace", 1)
     assert core.read_namespaced_pod(pod, namespace).spec.termination_grace_period_seconds == 300
 

@@ -6,14 +6,20 @@
 #   STUB_<NAME>_BLOCK=1      print "stub <name> started" and block until SIGTERM; on SIGTERM
 #                            record it in <name>.signal and exit with STUB_<NAME>_TERM_EXIT
 #                            (default 0)
+#   STUB_<NAME>_WORKER=S     like the real listener running a job: start a process named
+#                            Runner.Worker that lives S seconds, print "stub <name> started"
+#                            and "stub <name> job started", and exit with STUB_<NAME>_EXIT once
+#                            the worker has ended ("stub <name> job done"); SIGTERM meanwhile is
+#                            recorded as with _BLOCK, the worker stopped, exit _TERM_EXIT
 #   STUB_<NAME>_EXIT=N       otherwise print the marker and exit with N (default 0)
 set -u
 
 stub_main() {
-    local upper log block exit_code term_exit sleeper=0
+    local upper log block worker exit_code term_exit sleeper=0
     upper="$(printf '%s' "${STUB_NAME}" | tr '[:lower:]' '[:upper:]')"
     log="${STUB_LOG_DIR:?STUB_LOG_DIR must be set}"
     block="STUB_${upper}_BLOCK"
+    worker="STUB_${upper}_WORKER"
     exit_code="STUB_${upper}_EXIT"
     term_exit="STUB_${upper}_TERM_EXIT"
 
@@ -29,6 +35,24 @@ stub_main() {
             sleeper=$!
             wait "${sleeper}"
         done
+    fi
+    if [[ -n "${!worker:-}" ]]; then
+        # shellcheck disable=SC2064 # expand now: the values are fixed for this process
+        trap "echo TERM >'${log}/${STUB_NAME}.signal'; kill \"\${sleeper}\" 2>/dev/null; exit ${!term_exit:-0}" TERM
+        (exec -a Runner.Worker sleep "${!worker}") &
+        sleeper=$!
+        # Say so only once the worker is visible under its name (the fork has exec'd).
+        local argv0=""
+        until [[ "${argv0##*/}" == Runner.Worker ]] || ! kill -0 "${sleeper}" 2>/dev/null; do
+            IFS= read -r -d '' argv0 <"/proc/${sleeper}/cmdline" 2>/dev/null || argv0=""
+        done
+        echo "stub ${STUB_NAME} started"
+        echo "stub ${STUB_NAME} job started"
+        while kill -0 "${sleeper}" 2>/dev/null; do
+            wait "${sleeper}"
+        done
+        echo "stub ${STUB_NAME} job done"
+        exit "${!exit_code:-0}"
     fi
     echo "stub ${STUB_NAME} started"
     exit "${!exit_code:-0}"

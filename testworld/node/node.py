@@ -85,6 +85,16 @@ class Node(ComponentGroup):
         """Make ``image`` available to pods (nothing can be pulled): e.g. the operator's own."""
         self._ctr("images", "import", "--platform", "linux/amd64", str(image.archive))
 
+    def signal_container(self, container_id: str, signal: str) -> None:
+        """Send ``signal`` (e.g. ``SIGTERM``) to a container's PID 1 through containerd.
+
+        ``container_id`` as a pod's status shows it (``containerd://<id>``). This is how the
+        kubelet stops a container (CRI StopContainer: the stop signal, SIGKILL after the
+        grace period), without the kubelet: what a node shutdown does to a pod's containers
+        where the kubelet's shutdown manager cannot run (see docs/busy-runners.md).
+        """
+        self._ctr("task", "kill", "--signal", signal, container_id.removeprefix("containerd://"))
+
     def stop(self) -> None:
         """The kubelet first (so nothing is restarted), then all of the node's cgroup subtree.
 

@@ -3,16 +3,20 @@
 #
 # Runs the runner config.sh configured: opens a listener session (the runner goes online),
 # long-polls for a job assigned to it, marks it started (in_progress, runner busy), "runs"
-# it by sleeping for the job's duration, reports it completed (success) and, as an
+# it by sleeping for the job's duration in a process called Runner.Worker (the real listener
+# starts bin/Runner.Worker for each job; entrypoint.sh looks for it to tell a busy runner from
+# an idle one), reports it completed (success) and, as an
 # ephemeral runner does, exits 0; GitHub then removes the runner. A runner configured
 # without --ephemeral keeps listening.
 #
-# Signals (entrypoint.sh forwards SIGTERM; RUNNER_MANUALLY_TRAP_SIG is irrelevant here):
+# Signals (entrypoint.sh forwards SIGTERM at once to an idle runner, to a busy one only when
+# its busy grace runs out; RUNNER_MANUALLY_TRAP_SIG is irrelevant here):
 # - while idle: the session is closed, so the runner is offline but still registered, as
 #   the real runner leaves it (deleting it is the operator's job), and exit 0;
 # - while running a job: the real listener cancels its job on shutdown, and so does this
-#   one: the job completes as "cancelled", the runner goes offline, exit 0. The operator
-#   should never signal a busy runner's pod; a test sees a cancelled job if it does.
+#   one: the job completes as "cancelled", the runner goes offline, exit 0. So does a signal
+#   while the job is being started (the real listener completes it as cancelled then too).
+#   A test sees a cancelled job when a busy runner is signalled.
 # If GitHub revokes the runner's credential (the runner was deleted), it exits 0 like the
 # real one ("Runner OAuth token has been revoked. Shutting down.").
 #
@@ -112,11 +116,25 @@ stop_renewing() {
     fi
 }
 
+# report ID started|completed [curl options...]: tell GitHub. The real runner retries these
+# calls (its first job renewal and its job completion); a call lost on the way (no answer, or
+# a 5xx) is sent again, so one dropped request cannot leave the job in progress: GitHub took
+# a lost "started" (the job is in progress), and a signal then must still end in "cancelled".
+report() {
+    local job_id="$1" what="$2" attempt
+    shift 2
+    for attempt in 1 2 3; do
+        HTTP_MAX_TIME=10 http POST "${service}/jobs/${job_id}/${what}" "${auth}" "$@"
+        [[ "${http_status}" == 000 || "${http_status}" == 5* ]] || return 0
+        log "reporting job ${job_id} ${what} got no answer (attempt ${attempt}); trying again"
+    done
+}
+
 # run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
 run_job() {
     local job_id="$1" duration="$2" conclusion=success
     interruptible=0
-    http POST "${service}/jobs/${job_id}/started" "${auth}"
+    report "${job_id}" started
     case "${http_status}" in
         204) ;;
         401) revoked ;;
@@ -128,7 +146,7 @@ run_job() {
     start_renewing "${job_id}"
     log "running job ${job_id} for ${duration}s"
     interruptible=1
-    sleep "${duration}" &
+    (exec -a Runner.Worker sleep "${duration}") &
     child=$!
     wait_child
     interruptible=0
@@ -136,15 +154,7 @@ run_job() {
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
     fi
-    # The real runner retries its job-completion call; a report lost on the way (no answer,
-    # or a 5xx) is sent again, so one dropped request cannot leave the job in progress.
-    local attempt
-    for attempt in 1 2 3; do
-        HTTP_MAX_TIME=10 http POST "${service}/jobs/${job_id}/completed" "${auth}" \
-            --data-urlencode "conclusion=${conclusion}"
-        [[ "${http_status}" == 000 || "${http_status}" == 5* ]] || break
-        log "reporting job ${job_id} got no answer (attempt ${attempt}); trying again"
-    done
+    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
     if [[ "${http_status}" != 204 ]]; then
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi

@@ -3,7 +3,16 @@
 #
 # Registers one ephemeral self-hosted GitHub Actions runner with the registration
 # token that the operator keeps in the pod's token Secret, then runs the listener.
-# SIGTERM/SIGINT are forwarded to the child so that a deleted pod exits cleanly.
+#
+# SIGTERM/SIGINT (the pod is deleted, evicted or its node shuts down): an idle runner, or one
+# still registering, gets the signal at once and exits cleanly. A runner running a job does
+# not: the job is left to finish (an ephemeral runner exits after its one job, which ends
+# the pod) for up to RUNNER_BUSY_GRACE_SECONDS; only then is the signal passed on, and the
+# runner cancels its job. A second signal while waiting is passed on at once (whoever sent
+# it wants the pod gone now, e.g. `kubectl delete pod --grace-period=1`). "Running a job"
+# is what the real runner shows: its listener starts a Runner.Worker process for each job.
+# The pod's terminationGracePeriodSeconds must be longer than the busy grace (the operator
+# sets it so), or the kubelet's SIGKILL ends the job first. Each decision is logged.
 #
 # Environment (set by the operator's Deployment):
 #   POD_NAME            runner name (required)
@@ -16,6 +25,8 @@
 #   RUNNER_DIR          directory holding config.sh and run.sh (default /home/runner)
 #   RUNNER_STATE_FILE   marks a pod that already registered once (default in the work
 #                       volume, which outlives container restarts but not the pod)
+#   RUNNER_BUSY_GRACE_SECONDS  how long a busy runner's job may go on after SIGTERM before
+#                       it is cancelled (default 3600; 0 cancels at once)
 #
 # One job per pod: the runner is --ephemeral, so after its job the listener exits and the
 # container restarts. A restarted container must not register again (its work directory is
@@ -45,8 +56,10 @@ RUNNER_WORKDIR="${RUNNER_WORKDIR:-/runner/_work}"
 RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_WORKDIR}/.runnerpool-registered}"
 # Make the official run.sh pass our SIGTERM on to the listener as SIGINT (graceful stop).
 export RUNNER_MANUALLY_TRAP_SIG="${RUNNER_MANUALLY_TRAP_SIG:-1}"
+BUSY_GRACE="${RUNNER_BUSY_GRACE_SECONDS:-3600}"
 
 [[ -n "${POD_NAME:-}" ]] || die "POD_NAME is not set"
+[[ "${BUSY_GRACE}" =~ ^[0-9]+$ ]] || die "RUNNER_BUSY_GRACE_SECONDS must be whole seconds, got '${BUSY_GRACE}'"
 [[ -n "${RUNNER_LABELS:-}" ]] || die "RUNNER_LABELS is not set"
 
 if [[ -n "${RUNNER_ORG:-}" && -n "${RUNNER_REPO:-}" ]]; then
@@ -76,14 +89,73 @@ cd "${RUNNER_DIR}" || die "runner directory ${RUNNER_DIR} does not exist"
 [[ -x ./run.sh ]] || die "${RUNNER_DIR}/run.sh is missing or not executable"
 
 child=0
+# What the child is: "registration" (config.sh) or "listener" (run.sh).
+phase=""
 terminating=0
+# The signal has been passed on to the child.
+forwarded=0
+# A sleep timing the busy grace while a signalled runner finishes its job; 0 when none.
+grace_timer=0
+
+# Whether the listener is running a job: a Runner.Worker process (the real listener starts
+# one per job, bin/Runner.Worker) among this script's descendants. Only bash builtins and
+# /proc: the image need not have pgrep. Descendants only, so that another runner's worker
+# on the same machine (a test sandbox, a pod sharing its PID namespace) does not count.
+# shellcheck disable=SC2329 # invoked by on_signal, the trap below
+running_job() {
+    local stat pid ppid rest argv0
+    local -A parent_of=()
+    local -a workers=()
+    for stat in /proc/[0-9]*/stat; do
+        pid="${stat#/proc/}"
+        pid="${pid%/stat}"
+        { read -r rest <"${stat}"; } 2>/dev/null || continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        rest="${rest##*) }"
+        ppid="${rest#* }"
+        parent_of[${pid}]="${ppid%% *}"
+        { IFS= read -r -d '' argv0 <"/proc/${pid}/cmdline"; } 2>/dev/null || continue
+        [[ "${argv0##*/}" == Runner.Worker ]] && workers+=("${pid}")
+    done
+    for pid in "${workers[@]}"; do
+        while [[ -n "${pid}" && "${pid}" != 0 ]]; do
+            [[ "${pid}" == "$$" ]] && return 0
+            pid="${parent_of[${pid}]:-}"
+        done
+    done
+    return 1
+}
+
+forward() {
+    forwarded=1
+    kill -TERM "${child}" 2>/dev/null || true
+}
 
 # shellcheck disable=SC2329 # invoked by the trap below
 on_signal() {
+    if [[ "${terminating}" -eq 1 ]]; then
+        if [[ "${forwarded}" -eq 0 && "${child}" -ne 0 ]]; then
+            log "termination requested again while the job runs; stopping the runner now (the job is cancelled)"
+            forward
+        fi
+        return
+    fi
     terminating=1
-    log "termination requested; stopping the runner"
-    if [[ "${child}" -ne 0 ]]; then
-        kill -TERM "${child}" 2>/dev/null || true
+    if [[ "${child}" -eq 0 ]]; then
+        # Between two steps: run_child passes it on to the next one, which is not busy yet.
+        log "termination requested; stopping the runner"
+    elif [[ "${phase}" == listener ]] && running_job; then
+        if [[ "${BUSY_GRACE}" -eq 0 ]]; then
+            log "termination requested while the runner runs a job; RUNNER_BUSY_GRACE_SECONDS is 0: stopping the runner now (the job is cancelled)"
+            forward
+        else
+            log "termination requested while the runner runs a job; letting the job finish (at most ${BUSY_GRACE}s, RUNNER_BUSY_GRACE_SECONDS)"
+            sleep "${BUSY_GRACE}" &
+            grace_timer=$!
+        fi
+    else
+        log "termination requested while the runner is idle; stopping the runner"
+        forward
     fi
 }
 trap on_signal TERM INT
@@ -93,27 +165,42 @@ trap on_signal TERM INT
 run_child() {
     "$@" &
     child=$!
-    # A signal that came between the fork and the line above found no child to stop.
-    if [[ "${terminating}" -eq 1 ]]; then
-        kill -TERM "${child}" 2>/dev/null || true
+    # A signal that came between the fork and the line above found no child to stop: the
+    # child has only just started, so it is not running a job.
+    if [[ "${terminating}" -eq 1 && "${forwarded}" -eq 0 ]]; then
+        forward
     fi
-    while :; do
-        wait "${child}"
-        child_status=$?
-        # wait returns early (status > 128) when a trapped signal arrives; keep waiting for the
-        # child itself once it has been told to stop.
-        if [[ "${terminating}" -eq 1 ]] && kill -0 "${child}" 2>/dev/null; then
-            continue
+    # wait returns early (status > 128) when a trapped signal arrives, and wait -n also when
+    # the busy grace runs out; keep waiting for the child itself until it has ended. (wait -n
+    # with pids needs bash 5.1: the runner image's Ubuntu 22.04 has it.)
+    while kill -0 "${child}" 2>/dev/null; do
+        if [[ "${grace_timer}" -ne 0 ]]; then
+            wait -n "${child}" "${grace_timer}"
+            if ! kill -0 "${grace_timer}" 2>/dev/null && kill -0 "${child}" 2>/dev/null; then
+                grace_timer=0
+                log "the job still runs after ${BUSY_GRACE}s (RUNNER_BUSY_GRACE_SECONDS); stopping the runner (the job is cancelled)"
+                forward
+            fi
+        else
+            wait "${child}"
         fi
-        break
     done
+    wait "${child}"
+    child_status=$?
     child=0
+    if [[ "${grace_timer}" -ne 0 ]]; then
+        log "the runner finished its job and exited while termination was pending"
+        kill "${grace_timer}" 2>/dev/null || true
+        wait "${grace_timer}" 2>/dev/null
+        grace_timer=0
+    fi
 }
 
 if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
     die "cannot write ${RUNNER_STATE_FILE} (is the work volume mounted and writable?)"
 fi
 log "registering runner ${POD_NAME} for ${GITHUB_URL}/${scope} with labels ${RUNNER_LABELS}"
+phase=registration
 run_child ./config.sh --unattended --ephemeral --replace \
     --name "${POD_NAME}" \
     --labels "${RUNNER_LABELS}" \
@@ -131,6 +218,7 @@ if [[ "${child_status}" -ne 0 ]]; then
 fi
 
 log "starting the runner listener"
+phase=listener
 run_child ./run.sh
 if [[ "${terminating}" -eq 1 ]]; then
     log "runner stopped (run.sh exit code ${child_status})"

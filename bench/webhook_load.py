@@ -1,0 +1,364 @@
+"""``python -m bench.webhook_load``: the webhook receiver over real HTTP, loaded, at 1,000 pools.
+
+The receiver (``WebhookServer``, as the operator starts it, default limits) listens on
+127.0.0.1 in this process, over the cache ``bench.webhook_cpu`` builds (``--pools`` pools,
+``--autoscaling`` of them following demand, a no-op Kube whose PATCH answers at once), so a
+delivery costs what it costs the operator apart from the API server's round trip. Then:
+
+* **load**: a client *process* (so that its CPU is not counted; ``--processes`` for more)
+  sends signed ``queued`` deliveries at ``--rate`` per second for ``--seconds``, one new
+  connection each (as GitHub does), from ``--clients`` threads, each on its own slots of an
+  even schedule (on 2 shared cores, 4 client processes left the server less CPU and made
+  the tail longer, not shorter). Answer time
+  is from the moment the request is sent until the whole answer is read; ``sustained`` is
+  answered deliveries (200) over the time until the last answer. CPU per delivery is this
+  process's CPU (every thread: the server's I/O and worker threads, the recorder) over the
+  run, divided by the deliveries. Repeated ``--repeat`` times: the machine is shared, so the
+  table shows the best and the median run.
+* **half-open**: 200 connections send headers and half a body, then nothing. After 1 s
+  and after ``--hold`` seconds (15): the threads this process holds and one normal
+  delivery's answer time (1 s in, every stalled connection is still open; the server drops
+  them after its read timeout, 10 s by default); the RSS; and every line written to stderr
+  meanwhile that is not one JSON object of the operator's log (the log is set to ``json``;
+  then the 200 connections are closed by the client and stderr is read once more).
+
+The same script measures the server of any checkout: run it with ``PYTHONPATH`` set to an
+older tree's root (``before``) and to this one (``after``). Prints a table and writes JSON to
+bench/results/. A measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import http.client
+import json
+import logging
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.webhook_cpu import (
+    API_URL,
+    REPOS,
+    SECRET,
+    NoOpKube,
+    delivery,
+    empty_cache,
+    fill,
+    pool_object,
+    repository,
+)
+from runnerpool import logs
+from runnerpool.demand.deliveries import DeliveryLog
+from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.signature import sign
+
+RESULTS = Path(__file__).parent / "results"
+HALF_OPEN = 200
+
+TARGETS = {
+    "sustained_per_s": ("≥ 500 deliveries/s", lambda v: v >= 500),
+    "p99_ms": ("p99 ≤ 50 ms", lambda v: v <= 50),
+    "cpu_per_delivery_ms": ("≤ 1 ms CPU", lambda v: v <= 1),
+    "threads_after_hold": ("≤ 20 threads", lambda v: v <= 20),
+    "delivery_during_half_open_ms": ("≤ 100 ms", lambda v: v <= 100),
+}
+
+
+# ------------------------------------------------------------------ the client process
+
+
+def _send(port: int, body: bytes, number: int) -> tuple[int, float]:
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "workflow_job",
+        "X-GitHub-Delivery": f"load-{os.getpid()}-{number}",
+        "X-Hub-Signature-256": sign(SECRET, body),
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    started = time.perf_counter()
+    try:
+        conn.request("POST", PATH, body=body, headers=headers)
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status, time.perf_counter() - started
+    except OSError:
+        return 0, time.perf_counter() - started
+    finally:
+        conn.close()
+
+
+def client(args: argparse.Namespace) -> dict[str, Any]:
+    """Open-loop: delivery ``n`` is due at ``start_at + n / rate``; this process sends the n
+    with ``n % parts == part``, spread over its threads."""
+    total = int(args.rate * args.seconds)
+    mine = list(range(args.part, total, args.parts))
+    bodies = {n: delivery(args.first_job + n, repository(n % REPOS)) for n in mine}
+    results: dict[int, tuple[int, float]] = {}
+    ends: list[float] = []
+
+    def run(offset: int) -> None:
+        for n in mine[offset :: args.clients]:
+            delay = args.start_at + n / args.rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            results[n] = _send(args.client, bodies[n], args.first_job + n)
+        ends.append(time.time())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"end": max(ends), "results": list(results.values())}
+
+
+# ------------------------------------------------------------------ the server side
+
+
+@dataclass
+class LoadRun:
+    offered_per_s: float
+    deliveries: int
+    answered_200: int
+    sustained_per_s: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    cpu_per_delivery_ms: float
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def load_run(port: int, args: argparse.Namespace, first_job: int) -> LoadRun:
+    start_at = time.time() + 1.0  # every client process started by then
+    command = [sys.executable, "-m", "bench.webhook_load", "--client", str(port)]
+    command += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--clients", str(args.clients)]
+    command += ["--first-job", str(first_job), "--start-at", str(start_at), "--parts", str(args.processes)]
+    cpu = time.process_time()
+    procs = [
+        subprocess.Popen(
+            [*command, "--part", str(part)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        for part in range(args.processes)
+    ]
+    got = [json.loads(proc.communicate()[0]) for proc in procs]
+    spent = time.process_time() - cpu
+    results = [tuple(result) for part in got for result in part["results"]]
+    ok = [latency for status, latency in results if status == 200]
+    total = len(results)
+    return LoadRun(
+        offered_per_s=args.rate,
+        deliveries=total,
+        answered_200=len(ok),
+        sustained_per_s=len(ok) / (max(part["end"] for part in got) - start_at),
+        p50_ms=1000 * _percentile(ok, 0.5) if ok else float("inf"),
+        p99_ms=1000 * _percentile(ok, 0.99) if ok else float("inf"),
+        max_ms=1000 * max(ok) if ok else float("inf"),
+        cpu_per_delivery_ms=1000 * spent / max(1, total),
+    )
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _not_json(lines: list[str]) -> int:
+    bad = 0
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            bad += 1
+    return bad
+
+
+def half_open(port: int, hold: float, first_job: int) -> dict[str, Any]:
+    """200 stalled connections: what they hold after ``hold`` s, and what they print."""
+    threads_before, rss_before = threading.active_count(), _rss_mib()
+    body = delivery(first_job, repository(0))
+    head = f"POST {PATH} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with tempfile.TemporaryFile(mode="w+") as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)  # everything written to stderr meanwhile, by anyone
+        try:
+            stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(HALF_OPEN)]
+            for sock in stalled:
+                sock.sendall(head + body[: len(body) // 2])
+            time.sleep(1)
+            threads_peak = threading.active_count()
+            _, took_open = _send(port, delivery(first_job + 2, repository(2)), first_job + 2)
+            time.sleep(max(0.0, hold - 1))
+            threads_after = threading.active_count()
+            rss_after = _rss_mib()
+            status, took = _send(port, delivery(first_job + 1, repository(1)), first_job + 1)
+            for sock in stalled:
+                sock.close()
+            time.sleep(2)  # what the server prints when they go
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        lines = err.read().splitlines()
+    return {
+        "threads_before": threads_before,
+        "threads_peak": threads_peak,
+        "threads_after_hold": threads_after,
+        "delivery_during_half_open_status": status,
+        "delivery_during_half_open_ms": 1000 * took,
+        "delivery_one_second_in_ms": 1000 * took_open,
+        "rss_before_mib": rss_before,
+        "rss_with_half_open_mib": rss_after,
+        "stderr_lines": len(lines),
+        "stderr_lines_not_json": _not_json(lines),
+    }
+
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    if args.threads is None:
+        return {}
+    from runnerpool.webserver import Limits  # noqa: PLC0415 - not in trees before it
+
+    return {"limits": Limits(threads=args.threads)}
+
+
+def _verdict(key: str, value: float) -> str:
+    text, ok = TARGETS[key]
+    return f"{'met' if ok(value) else 'MISSED'} ({text})"
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pools", type=int, default=1000)
+    parser.add_argument("--autoscaling", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=500, help="offered deliveries per second")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--processes", type=int, default=1, help="client processes")
+    parser.add_argument("--clients", type=int, default=32, help="threads per client process")
+    parser.add_argument("--threads", type=int, help="the server's worker threads (default: its own)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=15, help="seconds the half-open connections stay")
+    parser.add_argument("--label", default="", help="names the JSON file (e.g. before, after)")
+    parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--first-job", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.client:
+        print(json.dumps(client(args)))
+        return 0
+
+    logs.configure("json", "WARNING")
+    informers = empty_cache()
+    every = max(1, args.pools // max(1, args.autoscaling))
+    pools = [
+        pool_object(i, i // every if i % every == 0 and i // every < args.autoscaling else None)
+        for i in range(args.pools)
+    ]
+    fill(informers, copy.deepcopy(pools))
+    recorder = DemandRecorder(NoOpKube(informers), informers, API_URL)
+    server = WebhookServer(
+        0, lambda: (SECRET,), recorder.record_job, host="127.0.0.1", deliveries=DeliveryLog()
+    )
+    server.start()
+    try:
+        runs = [load_run(server.port, args, 1 + n * 1_000_000) for n in range(args.repeat)]
+        stalled = half_open(server.port, args.hold, 900_000_000)
+    finally:
+        server.stop()
+    logging.shutdown()
+
+    def best(key: str, higher: bool = False) -> float:
+        values = [getattr(run, key) for run in runs]
+        return max(values) if higher else min(values)
+
+    def median(key: str) -> float:
+        return float(statistics.median(getattr(run, key) for run in runs))
+
+    module = sys.modules[WebhookServer.__module__]
+    print(
+        f"{args.pools} pools ({args.autoscaling} autoscaling), {args.rate:.0f}/s offered for "
+        f"{args.seconds:.0f} s, {args.processes} client processes x {args.clients} threads, "
+        f"{args.threads or 'default'} server threads, {args.repeat} runs; "
+        f"server from {Path(module.__file__ or '').parent.parent.parent}"
+    )
+    rows = [
+        ("sustained deliveries/s", "sustained_per_s", True, "{:.0f}"),
+        ("answer p50 ms", "p50_ms", False, "{:.1f}"),
+        ("answer p99 ms", "p99_ms", False, "{:.1f}"),
+        ("CPU per delivery ms", "cpu_per_delivery_ms", False, "{:.3f}"),
+    ]
+    print(f"{'row':<40} {'best':>10} {'median':>10}  target")
+    for title, key, higher, fmt in rows:
+        value = best(key, higher)
+        verdict = _verdict(key, value) if key in TARGETS else ""
+        print(f"{title:<40} {fmt.format(value):>10} {fmt.format(median(key)):>10}  {verdict}")
+    print(f"answered 200 in every run: {all(run.answered_200 == run.deliveries for run in runs)}")
+    for title, key in [
+        ("threads, 200 half-open, peak", "threads_peak"),
+        (f"threads, 200 half-open, after {args.hold:.0f} s", "threads_after_hold"),
+        ("delivery 1 s in (all 200 still open), ms", "delivery_one_second_in_ms"),
+        (f"delivery after {args.hold:.0f} s, ms", "delivery_during_half_open_ms"),
+        ("RSS before / with them, MiB", "rss_with_half_open_mib"),
+        ("stderr lines / not JSON", "stderr_lines_not_json"),
+    ]:
+        value = stalled[key]
+        shown = {
+            "rss_with_half_open_mib": f"{stalled['rss_before_mib']:.0f} / {value:.0f}",
+            "stderr_lines_not_json": f"{stalled['stderr_lines']} / {value}",
+            "delivery_during_half_open_ms": f"{value:.1f} ({stalled['delivery_during_half_open_status']})",
+            "delivery_one_second_in_ms": f"{value:.1f}",
+        }.get(key, str(value))
+        verdict = _verdict(key, value) if key in TARGETS else ""
+        print(f"{title:<40} {shown:>21}  {verdict}")
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS / f"webhook_load-{args.label or stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "pools": args.pools,
+                "autoscaling": args.autoscaling,
+                "python": sys.version.split()[0],
+                "machine": platform.machine(),
+                "cpus": os.cpu_count(),
+                "load_average": os.getloadavg(),
+                "server_module": module.__file__,
+                "runs": [asdict(run) for run in runs],
+                "half_open": stalled,
+            },
+            indent=2,
+        )
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""An internet-facing HTTP endpoint on a thread of the operator: waitress, with hard limits.
+
+Why not the standard library's ``ThreadingHTTPServer`` (still fine for the probes, which only
+kubelet reaches): it gives every connection a thread for as long as the client keeps it open,
+so 200 connections that send half a request hold 200 threads, and when they close each one
+prints a traceback to stderr, outside the operator's log format.
+
+Why waitress, measured on this machine (2 cores shared with other work, load average 4-9):
+each candidate served a trivial app (read the body, answer 200) in one process; a client
+process offered 800 signed delivery-sized POSTs per second for 5 s, one new connection each,
+from 32 threads, three times (best / median); then 200 connections sent headers and half a
+body and stopped, and one normal delivery was sent 3 s later. ``bench/webhook_load.py``
+measures the real receiver at 1,000 pools, before and after.
+
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+server     answered/s   p99 ms         CPU/req ms  threads with delivery      RSS    deps
+                                                   200 stalled  meanwhile     MiB
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+stdlib     693 / 603    1,020 / 1,021  0.34        202          2.7 ms        51-57  none
+waitress   800 / 800    5.9 / 20.5     0.29        10           2.6 ms        51-52  none
+cheroot    620 / 555    1,019 / 1,019  0.31        11           none in 30 s  52-54  2
+uvicorn    800 / 800    98 / 105       0.32        2            2.0 ms        52-56  2
+=========  ===========  =============  ==========  ===========  ============  =====  =========
+
+(stdlib and cheroot: a listen backlog of 5, so connections beyond it wait for a SYN retry, 1 s;
+the stdlib's 200 stalled connections printed 4,800 traceback lines when they closed.)
+
+* waitress (Pylons project) reads every request - headers and body - on one non-blocking I/O
+  thread and hands only *complete* requests to a fixed pool of worker threads, so a client
+  that sends half a request (or one byte a second) holds a socket and a buffer, never a
+  thread, and a normal delivery is still answered at once. It is pure Python with no
+  dependencies, WSGI (plain callables, no event loop in an operator made of threads and
+  APScheduler), logs through the ``logging`` module only, and has a connection cap,
+  header/body size limits and an idle timeout built in.
+* cheroot (CherryPy's; cheroot 11) also has a fixed pool, but a worker reads the request
+  itself with a per-``recv`` timeout: 200 half-open connections occupy every worker until
+  they time out, and a normal delivery waits behind them.
+* uvicorn (0.54) holds no thread per connection either, but it is asyncio (ASGI), as is
+  hypercorn: the blocking API write of a delivery would need an executor, the event loop
+  its own thread and shutdown path, and its tail was 5-15x waitress's here. granian runs
+  its own worker processes (Rust) and gunicorn forks: neither runs inside the operator's
+  process as one of its runnables.
+
+What is added here on top of waitress:
+
+* a deadline for the whole request: waitress drops a connection only after ``read_timeout``
+  seconds *without a byte*; a slow-loris client sending one byte every few seconds would
+  never be dropped, so a connection whose request is not complete ``read_timeout`` seconds
+  after its first byte is closed too;
+* the errors waitress answers itself (413 over the body limit, 431, 400) are reported to
+  ``on_refused`` so the caller can count them; bodies stay in memory (no temporary files on
+  a read-only root filesystem);
+* a start and stop that fit :class:`runnerpool.runtime.runnables.Runnable`: the I/O loop
+  runs on a named daemon thread and :meth:`WebServer.stop` returns once the listening
+  socket, every connection and the worker threads are closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask, ThreadedTaskDispatcher
+
+__all__ = ["Limits", "Refused", "StartResponse", "WebServer", "WsgiApp"]
+
+log = logging.getLogger(__name__)
+# waitress warns "Task queue depth is N" whenever a complete request waits for a worker: a
+# burst of deliveries (GitHub sends one per job event) would flood the operator's log.
+logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+
+StartResponse = Callable[[str, list[tuple[str, str]]], object]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: Called with the status code and the request headers (waitress's ``CONTENT_LENGTH`` style
+#: keys) when the server itself refuses a request, before the application sees it.
+Refused = Callable[[int, Mapping[str, str]], None]
+
+#: How often the I/O loop looks for connections past their deadline.
+_SWEEP_SECONDS = 1
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may take from the endpoint."""
+
+    #: A connection is dropped when its request is not complete this long after its first
+    #: byte, or when it sends nothing for this long (idle keep-alive included).
+    read_timeout: int = 10
+    #: Open connections at most; past it, new ones wait in the listen backlog.
+    max_connections: int = 256
+    #: Threads that run the application (the I/O thread comes on top).
+    threads: int = 8
+    #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread.
+    max_body: int = 1 << 20
+    max_header: int = 64 * 1024
+
+
+def _refusing_channel(refused: Refused) -> type[HTTPChannel]:
+    class Task(ErrorTask):  # type: ignore[misc]  # waitress has no type hints
+        def execute(self) -> None:
+            try:
+                refused(self.request.error.code, self.request.headers)
+            except Exception:
+                log.exception("counting a refused request failed")
+            super().execute()
+
+    class Channel(HTTPChannel):  # type: ignore[misc]
+        error_task_class = Task
+        #: When the first byte of the request still being read arrived.
+        request_started: float | None = None
+
+        def received(self, data: bytes) -> bool:
+            if self.request is None and not self.requests and self.request_started is None:
+                self.request_started = time.monotonic()
+            done = super().received(data)
+            if self.requests or self.request is None:
+                self.request_started = None  # complete (or nothing pending): no deadline
+            return bool(done)
+
+    return Channel
+
+
+class _Server(TcpWSGIServer):  # type: ignore[misc]
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # idle for read_timeout: closed
+        cutoff = time.monotonic() - self.adj.channel_timeout
+        for channel in list(self.active_channels.values()):
+            started = getattr(channel, "request_started", None)
+            if started is not None and started < cutoff and not channel.requests:
+                channel.will_close = True
+
+
+class WebServer:
+    """A WSGI ``app`` served by waitress on ``host:port`` (0: any free port) from a thread."""
+
+    def __init__(
+        self,
+        app: WsgiApp,
+        host: str,
+        port: int,
+        name: str,
+        *,
+        limits: Limits = Limits(),
+        on_refused: Refused = lambda code, headers: None,
+    ) -> None:
+        adj = Adjustments(
+            host=host or "0.0.0.0",
+            port=port,
+            ipv6=False,
+            threads=limits.threads,
+            # waitress counts its listening socket and its wake-up pipe as connections.
+            connection_limit=limits.max_connections + 2,
+            channel_timeout=limits.read_timeout,
+            cleanup_interval=_SWEEP_SECONDS,
+            # waitress answers 413 from a Content-Length *equal* to its limit on.
+            max_request_body_size=limits.max_body + 1,
+            max_request_header_size=limits.max_header,
+            inbuf_overflow=limits.max_body + limits.max_header + 1,
+            ident="runnerpool-operator",
+            expose_tracebacks=False,
+            asyncore_use_poll=True,
+        )
+        self._map: dict[int, Any] = {}
+        self._dispatcher = ThreadedTaskDispatcher()
+        self._dispatcher.set_thread_count(limits.threads)
+        server_class = type("Server", (_Server,), {"channel_class": _refusing_channel(on_refused)})
+        self._server = server_class(app, self._map, dispatcher=self._dispatcher, adj=adj)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.effective_port)
+
+    @property
+    def connections(self) -> int:
+        """Client connections open now (read on the I/O thread; a snapshot)."""
+        return len(self._server.active_channels)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            wasyncore.loop(timeout=1.0, use_poll=True, map=self._map, count=1)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting, close every connection, end the threads; answers in flight may be cut."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._server.pull_trigger()  # wakes the I/O loop's poll at once
+            self._thread.join(timeout)
+        wasyncore.close_all(self._map)
+        self._dispatcher.shutdown(cancel_pending=True, timeout=timeout)

@@ -1,0 +1,243 @@
+"""Per-tenant webhook secrets and the one-pool rule, end to end: real HTTP deliveries to the
+receiver, pools and Secrets on the real API server, demand written by the recorder."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from runnerpool import api
+from runnerpool.demand.matching import pool_scope_key
+from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.secret import PoolSecrets
+from runnerpool.demand.signature import sign
+from runnerpool.demand.verification import Verifier
+from runnerpool.runtime.kube import Kube
+from tests.demand_payloads import API, delivery, job_object
+from tests.pools import autoscaling_of
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+CLUSTER = b"the operator's cluster-wide secret"
+ALICE, BOB = b"alice's webhook secret", b"bob's webhook secret"
+
+
+class Pools:
+    """The pool cache across the test's namespaces, read live so each step sees the last write,
+    and looked up by scope as the cache's index does."""
+
+    def __init__(self, api_client: client.ApiClient, namespaces: list[str]) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self._namespaces = namespaces
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return []
+
+    def autoscaling_pools(self, scopes: Any = None) -> list[api.RunnerPool]:
+        items: list[dict[str, Any]] = []
+        for namespace in self._namespaces:
+            found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+            items.extend(found["items"])
+        pools = autoscaling_of(items)
+        # What the cache's scope index gives (runnerpool.watches): the pools under those keys.
+        return pools if scopes is None else [p for p in pools if pool_scope_key(p, API) in set(scopes)]
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(
+            self._custom.get_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, name)
+        )
+
+    def demand(self, namespace: str, name: str) -> api.Demand | None:
+        return api.RunnerPool.model_validate(self.get(namespace, name)).status.demand
+
+
+@pytest.fixture
+def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A second tenant's namespace."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as err:  # pragma: no cover - only on a broken test
+        if err.status != 404:
+            raise
+
+
+def create_pool(api_client: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
+    body = {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name}, "spec": spec}
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, body
+    )
+
+
+def put_secret(api_client: client.ApiClient, namespace: str, name: str, value: bytes) -> None:
+    core = client.CoreV1Api(api_client)
+    data = {"webhook-secret": base64.b64encode(value).decode()}
+    try:
+        core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "data": data})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        core.patch_namespaced_secret(name, namespace, {"data": data})
+
+
+@pytest.fixture
+def tenants(api_client: client.ApiClient, namespace: str, other_namespace: str) -> Pools:
+    """Alice's namespace: her pool with her secret, and one trusting the cluster-wide secret;
+    Bob's: his pool with his secret, and one naming a Secret that does not exist."""
+    alice, bob = namespace, other_namespace
+    put_secret(api_client, alice, "hooks", ALICE)
+    put_secret(api_client, bob, "hooks", BOB)
+    own = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}}
+    create_pool(api_client, alice, "alice", repository="octo-org/alice-app", autoscaling=own)
+    create_pool(api_client, alice, "shared", repository="octo-org/shared-app", autoscaling={"maxReplicas": 5})
+    create_pool(api_client, bob, "bob", repository="octo-org/bob-app", autoscaling=own)
+    missing = {"maxReplicas": 5, "webhookSecretRef": {"name": "not-there"}}
+    create_pool(api_client, bob, "lost", repository="octo-org/lost-app", autoscaling=missing)
+    return Pools(api_client, [alice, bob])
+
+
+@pytest.fixture
+def receiver(api_client: client.ApiClient, tenants: Pools) -> Iterator[WebhookServer]:
+    kube = Kube(api_client)
+    # retry_gap=0: a delivery no cached secret verifies re-reads the Secrets at once.
+    verifier = Verifier(lambda: (CLUSTER,), tenants, PoolSecrets(kube, retry_gap=0.0))
+    server = WebhookServer(0, verifier, DemandRecorder(kube, tenants, API).record_job, host="127.0.0.1")
+    server.start()
+    yield server
+    server.stop()
+
+
+def deliver(server: WebhookServer, secret: bytes, job_id: int, repository: str, **kw: Any) -> tuple[int, str]:
+    labels = kw.pop("labels", ["self-hosted"])
+    body = json.dumps(
+        delivery(job_object(job_id, "queued", labels, repository=repository, **kw), repository=repository)
+    ).encode()
+    return post(server, "workflow_job", body, secret)
+
+
+def post(server: WebhookServer, event: str, body: bytes, secret: bytes) -> tuple[int, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": sign(secret, body),
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", PATH, body=body, headers=headers)
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        conn.close()
+
+
+def versions(pools: Pools, *keys: tuple[str, str]) -> list[str]:
+    return [pools.get(*key)["metadata"]["resourceVersion"] for key in keys]
+
+
+def test_a_tenants_signed_delivery_for_another_tenants_repository_changes_nothing(
+    receiver: WebhookServer, tenants: Pools, other_namespace: str
+) -> None:
+    bob = (other_namespace, "bob")
+    before = versions(tenants, bob)
+    # Alice signs correctly with her own secret, for Bob's repository: nobody's secret signed it.
+    status, text = deliver(receiver, ALICE, 1, "octo-org/bob-app")
+    assert status == 401, text
+    # Signed with the cluster-wide secret, which Bob's pool no longer trusts: accepted, moves nothing.
+    status, text = deliver(receiver, CLUSTER, 2, "octo-org/bob-app")
+    assert (status, text) == (200, "job 2 queued: 0 pool(s)\n")
+    assert versions(tenants, bob) == before
+    assert tenants.demand(*bob) is None
+
+
+def test_the_owners_delivery_moves_the_owners_pool(
+    receiver: WebhookServer, tenants: Pools, namespace: str, other_namespace: str
+) -> None:
+    status, text = deliver(receiver, BOB, 3, "octo-org/bob-app")
+    assert (status, text) == (200, "job 3 queued: 1 pool(s)\n")
+    demand = tenants.demand(other_namespace, "bob")
+    assert demand is not None and (demand.queued, sorted(demand.jobs)) == (1, ["3"])
+    assert tenants.demand(namespace, "alice") is None
+
+
+def test_the_cluster_wide_secret_still_moves_pools_without_their_own(
+    receiver: WebhookServer, tenants: Pools, namespace: str
+) -> None:
+    status, text = deliver(receiver, CLUSTER, 4, "octo-org/shared-app")
+    assert (status, text) == (200, "job 4 queued: 1 pool(s)\n")
+    demand = tenants.demand(namespace, "shared")
+    assert demand is not None and demand.queued == 1
+    assert deliver(receiver, ALICE, 5, "octo-org/shared-app")[0] == 401, (
+        "a tenant's secret is not the cluster's"
+    )
+
+
+def test_a_rotated_tenant_secret_verifies_with_both_keys(
+    api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, namespace: str
+) -> None:
+    assert deliver(receiver, ALICE, 6, "octo-org/alice-app")[0] == 200  # the old secret, now cached
+    new = b"alice's next webhook secret"
+    put_secret(api_client, namespace, "hooks", ALICE + b"\n" + new + b"\n")
+    assert deliver(receiver, new, 7, "octo-org/alice-app") == (200, "job 7 queued: 1 pool(s)\n")
+    assert deliver(receiver, ALICE, 8, "octo-org/alice-app") == (200, "job 8 queued: 1 pool(s)\n")
+    demand = tenants.demand(namespace, "alice")
+    assert demand is not None and sorted(demand.jobs) == ["6", "7", "8"]
+
+
+def test_a_missing_tenant_secret_moves_nothing_and_says_so(
+    api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, other_namespace: str
+) -> None:
+    lost = (other_namespace, "lost")
+    before = versions(tenants, lost)
+    assert deliver(receiver, BOB, 9, "octo-org/lost-app")[0] == 401, "no secret of the pool to verify with"
+    assert deliver(receiver, CLUSTER, 9, "octo-org/lost-app") == (200, "job 9 queued: 0 pool(s)\n")
+    assert versions(tenants, lost) == before
+    problem = PoolSecrets(Kube(api_client)).problem(other_namespace, api.WebhookSecretRef(name="not-there"))
+    assert problem == f"Secret {other_namespace}/not-there not found"
+
+
+def test_two_pools_could_take_the_job_and_exactly_one_counts_it(
+    api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, namespace: str
+) -> None:
+    """An organization pool and the repository's own pool both match a plain job."""
+    create_pool(api_client, namespace, "org-wide", organization="octo-org", autoscaling={"maxReplicas": 5})
+    status, text = deliver(receiver, CLUSTER, 10, "octo-org/shared-app")
+    assert (status, text) == (200, "job 10 queued: 1 pool(s)\n")
+    shared, org_wide = tenants.demand(namespace, "shared"), tenants.demand(namespace, "org-wide")
+    assert shared is not None and shared.queued == 1, (
+        "the repository pool counts it (GitHub routes there first)"
+    )
+    # Not counted there, but the delivery shows the organization's webhook reaches the operator.
+    assert org_wide is not None and (org_wide.queued, org_wide.jobs) == (0, {})
+    assert org_wide.first_delivery_at is not None
+
+
+def _ping(server: WebhookServer, secret: bytes, payload: dict[str, Any]) -> int:
+    body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1, **payload}).encode()
+    return post(server, "ping", body, secret)[0]
+
+
+def test_a_new_webhook_with_a_pools_own_secret_gets_its_ping_answered(
+    api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, other_namespace: str
+) -> None:
+    """GitHub pings a new webhook: a repository's names the repository, an organization's the organization."""
+    repo = {"repository": {"full_name": "octo-org/bob-app", "url": f"{API}/repos/octo-org/bob-app"}}
+    assert _ping(receiver, BOB, repo) == 200
+    assert _ping(receiver, ALICE, repo) == 401
+    org_scaling = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}}
+    create_pool(api_client, other_namespace, "bob-org", organization="bobs-org", autoscaling=org_scaling)
+    org = {"organization": {"login": "bobs-org", "url": f"{API}/orgs/bobs-org"}}
+    assert _ping(receiver, BOB, org) == 200
+    assert _ping(receiver, ALICE, org) == 401

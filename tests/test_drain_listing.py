@@ -1,0 +1,177 @@
+"""Deleting many pools of one scope at once lists the scope once per kick gap, not per pool (issue 23).
+
+Each finalizer used to list its scope on every pass: deleting 1,000 pools over 10 scopes made
+1,983 listings. Here GitHub is ``responses`` on its real endpoints (``RunnerEndpoint``), the
+finalizers are a work queue on a fake clock that honours each drain's requeue, and pods go
+when the drain deletes them, as the pod informer would report.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from runnerpool import naming
+from runnerpool.domain import Drain, PoolRef
+from runnerpool.github.credentials import PAT_KEY, NamedClientCache
+from runnerpool.runners.manager import RunnerManagers
+from runnerpool.settings import DeletionSettings, RunnerSettings
+from tests.github_mocks import RunnerEndpoint, fast_client_factory, github
+from tests.test_runner_listing import NS, Cache
+
+__all__ = ["github"]
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+KICK_GAP = RunnerSettings().kick_gap
+#: What the finalizer waits after deleting pods (the pod watch usually brings it back sooner).
+PODS_GONE_WAIT = DeletionSettings().pods_gone_wait
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class PodsGo:
+    """Pod deletes that take effect at once in the cache the runner managers read."""
+
+    cache: Cache
+    deleted: list[str] = field(default_factory=list)
+
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
+        for pool, pods in self.cache.pods.items():
+            self.cache.pods[pool] = [pod for pod in pods if pod["metadata"]["name"] != name]
+        self.deleted.append(name)
+        return True
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        raise AssertionError("a drain patches no pod")
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}"}}
+
+
+def _managers(clock: Clock, cache: Cache) -> tuple[RunnerManagers, PodsGo]:
+    secrets = {(NS, naming.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_drain_listing_test"}}
+    clients = NamedClientCache(lambda ns, name: secrets.get((ns, name)), factory=fast_client_factory)
+    pods = PodsGo(cache)
+    managers = RunnerManagers(
+        cache,
+        clients,
+        pods,
+        lambda key: None,
+        settings=RunnerSettings(sync_interval=60),
+        clock=clock,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
+    )
+    return managers, pods
+
+
+def _finalize_all(
+    managers: RunnerManagers, refs: list[PoolRef], clock: Clock, cost: float, passes: Counter[str]
+) -> dict[str, float]:
+    """Run every pool's finalizer until it lets go, as the work queue would (each drain takes
+    ``cost`` seconds of the clock, one at a time); the time each pool finished, from the start.
+    ``passes``: the drains per pool."""
+    queue = [(0.0, index, ref) for index, ref in enumerate(refs)]
+    heapq.heapify(queue)
+    finished: dict[str, float] = {}
+    while queue:
+        at, index, ref = heapq.heappop(queue)
+        clock.now = max(clock.now, NOW + timedelta(seconds=at))
+        passes[ref.name] += 1
+        drained: Drain = managers.drain(ref)
+        clock.now += timedelta(seconds=cost)
+        elapsed = (clock.now - NOW).total_seconds()
+        if drained.listing_wait is not None:
+            heapq.heappush(queue, (elapsed + drained.listing_wait, index, ref))
+        elif drained.busy or drained.pods_left:
+            # Pods deleted: the pod watch brings the pool back at once (the wait is the fallback).
+            heapq.heappush(queue, (elapsed if not drained.busy else elapsed + PODS_GONE_WAIT, index, ref))
+        else:
+            finished[ref.name] = elapsed
+    return finished
+
+
+@pytest.mark.parametrize("cost", [0.01, 0.05], ids=["fast-queue", "queue-slower-than-the-gap"])
+def test_deleting_a_hundred_pools_of_one_scope_lists_it_once_per_kick_gap(
+    github: responses.RequestsMock, cost: float
+) -> None:
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    refs = []
+    for index in range(100):
+        name = f"pool-{index:03}"
+        refs.append(cache.add(name, org="octo-org"))
+        endpoint.add(index + 1, f"{name}-runner", [f"{NS}/{name}"])
+        cache.pods[(NS, name)] = [_pod(f"{name}-runner")]
+
+    passes: Counter[str] = Counter()
+    finished = _finalize_all(managers, refs, clock, cost, passes)
+
+    assert len(finished) == 100, "every finalizer let go"
+    assert endpoint.runners == {}, "no runner left registered"
+    assert len(pods.deleted) == 100
+    took = max(finished.values())
+    listings = len(endpoint.listed)
+    # Two rounds of listings (deregister, then confirm with the pods gone), each one serving
+    # every pool that asked: at most one per kick gap, and nowhere near one per pool and pass.
+    assert listings <= took / KICK_GAP + 1, f"{listings} listings in {took:.1f} s"
+    # A wave of 100 drains takes 100 * cost seconds: one listing per kick gap of it, per wave.
+    waves = 2 * math.ceil(100 * cost / KICK_GAP)
+    assert listings <= waves + 1, f"{listings} listings for 100 pools of one scope"
+    # Deregister and delete the pods; the pods gone, wait for the next listing; confirm.
+    assert max(passes.values()) <= 4, passes.most_common(3)
+    assert took <= 2 * KICK_GAP + 100 * cost * 4, f"all finalizers done after {took:.1f} s"
+
+
+def test_a_runner_that_registered_late_is_found_before_the_finalizer_lets_go(
+    github: responses.RequestsMock,
+) -> None:
+    """The listing that confirms "nothing left" started after the pods were seen gone."""
+    clock, cache = Clock(), Cache()
+    managers, _ = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    first, late = cache.add("first", org="octo-org"), cache.add("late", org="octo-org")
+
+    assert managers.drain(first) == Drain(busy=0, deregistered=0)  # lists the scope: empty
+    clock.now += timedelta(seconds=0.5)
+    endpoint.add(7, "late-runner", [f"{NS}/late"])  # registered after that listing, pod gone since
+
+    waited = managers.drain(late)
+
+    assert waited.listing_wait is not None and 0 < waited.listing_wait <= KICK_GAP
+    assert endpoint.runners, "not deregistered yet"
+    clock.now += timedelta(seconds=waited.listing_wait)
+    assert managers.drain(late) == Drain(busy=0, deregistered=1)
+    assert endpoint.runners == {}
+    assert len(endpoint.listed) == 2
+
+
+def test_a_runner_listed_busy_is_listed_again_before_the_next_try(github: responses.RequestsMock) -> None:
+    """A drain never lives on an old listing: a busy runner that finished is seen idle."""
+    clock, cache = Clock(), Cache()
+    managers, _ = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    ref = cache.add("build", org="octo-org")
+    endpoint.add(7, "build-runner", [f"{NS}/build"], busy=True)
+
+    assert managers.drain(ref).busy == 1
+    endpoint.runners[7]["busy"] = False
+    clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
+
+    assert managers.drain(ref) == Drain(busy=0, deregistered=1)

@@ -1,0 +1,36 @@
+"""What the operator imports before any pool needs GitHub (issue 23: start-up CPU).
+
+PyGithub, PyJWT and ``cryptography`` cost about a sixth of the operator's start-up CPU and
+are needed only once a pool asks for a client (or /metrics is served over HTTPS): the
+console script's modules must not import them. A fresh interpreter, as the console script
+starts, so that nothing this test session imported counts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+#: Imported by the first client (or the HTTPS metrics certificate), never at start-up.
+DEFERRED = ("github", "jwt", "cryptography")
+
+PROBE = """
+import json, sys
+from runnerpool import cli, manager  # everything the console script loads before it runs
+at_start = sorted({name.split(".")[0] for name in sys.modules})
+from runnerpool.github.credentials import client_from_secret_data
+client_from_secret_data({"token": "ghp_startup_imports"})
+after_client = sorted({name.split(".")[0] for name in sys.modules})
+print(json.dumps({"at_start": at_start, "after_client": after_client}))
+"""
+
+
+def test_github_libraries_wait_for_the_first_client() -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120
+    )
+    imported = json.loads(probe.stdout)
+
+    assert [name for name in DEFERRED if name in imported["at_start"]] == []
+    assert {"github", "jwt"} <= set(imported["after_client"]), "the first client imports PyGithub"

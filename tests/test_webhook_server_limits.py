@@ -1,0 +1,341 @@
+"""The webhook port as an internet-facing service: real sockets on 127.0.0.1, short limits.
+
+What a client that misbehaves may hold (connections, threads, time), what a well-behaved
+delivery still gets meanwhile, and that nothing reaches stderr outside the log format.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from runnerpool import logs
+from runnerpool.demand import metrics
+from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.signature import sign
+from runnerpool.demand.verification import Verdict
+from runnerpool.github.jobs import Job
+from runnerpool.webserver import Limits
+from tests.demand_payloads import delivery, job_object
+from tests.helpers import wait_for
+
+SECRET = b"limits secret"
+TIMEOUT = 1  # the read deadline under test, seconds
+
+
+def body(job_id: int) -> bytes:
+    return json.dumps(delivery(job_object(job_id, "queued", ["self-hosted"]))).encode()
+
+
+def headers(payload: bytes) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "workflow_job",
+        "X-GitHub-Delivery": f"d-{time.monotonic_ns()}",
+        "X-Hub-Signature-256": sign(SECRET, payload),
+    }
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.jobs: list[int] = []
+        self.fail = False
+
+    def __call__(self, job: Job, verdict: Verdict) -> int:
+        del verdict  # every pool trusts the cluster-wide secret here
+        if self.fail:
+            raise RuntimeError("API server unavailable")
+        self.jobs.append(job.id)
+        return 1
+
+
+def start(recorded: Recorded, **limits: int) -> WebhookServer:
+    server = WebhookServer(
+        0,
+        lambda: (SECRET,),
+        recorded,
+        host="127.0.0.1",
+        limits=Limits(**{"read_timeout": TIMEOUT, "threads": 4, "max_body": 64 * 1024, **limits}),
+    )
+    server.start()
+    return server
+
+
+@pytest.fixture
+def recorded() -> Recorded:
+    return Recorded()
+
+
+@pytest.fixture
+def server(recorded: Recorded) -> Iterator[WebhookServer]:
+    srv = start(recorded)
+    yield srv
+    srv.stop()
+
+
+def deliver(server: WebhookServer, job_id: int, timeout: float = 5.0) -> tuple[int, float]:
+    """A normal delivery: its status and how long the answer took, in seconds."""
+    payload = body(job_id)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    started = time.monotonic()
+    try:
+        conn.request("POST", PATH, body=payload, headers=headers(payload))
+        response = conn.getresponse()
+        response.read()
+        return response.status, time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def connect(server: WebhookServer, first_bytes: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    if first_bytes:
+        sock.sendall(first_bytes)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """True when the server closes ``sock`` (no answer) within ``within`` seconds."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(4096) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def half_request(job_id: int) -> bytes:
+    """Headers and half the body: a client that stopped in the middle."""
+    payload = body(job_id)
+    head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+    return head + payload[: len(payload) // 2]
+
+
+def get(server: WebhookServer, path: str, method: str = "GET") -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request(method, path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ health checks
+
+
+@pytest.mark.parametrize("path", ["/", "/healthz"])
+def test_ingress_health_checks_get_200_and_count_no_delivery(server: WebhookServer, path: str) -> None:
+    before = metrics.DELIVERIES.labels("other", "invalid")._value.get()
+    assert get(server, path) == (200, "ok\n")
+    assert get(server, path, "HEAD")[0] == 200
+    assert metrics.DELIVERIES.labels("other", "invalid")._value.get() == before
+
+
+def test_other_paths_and_methods_are_refused(server: WebhookServer) -> None:
+    assert get(server, "/metrics")[0] == 404
+    assert get(server, PATH)[0] == 405
+    assert get(server, "/", "DELETE")[0] == 404
+
+
+# ------------------------------------------------------------------ half-open and slow clients
+
+
+def test_half_open_connections_hold_no_thread_and_are_dropped_after_the_timeout(
+    server: WebhookServer, recorded: Recorded
+) -> None:
+    threads_before = threading.active_count()
+    stalled = [connect(server, b"POST /webhook HTTP/1.1\r\nHost: x\r\n") for _ in range(100)]
+    stalled += [connect(server, half_request(i)) for i in range(100)]
+    try:
+        wait_for(lambda: server.connections >= 200, timeout=10, message="200 connections accepted")
+        assert threading.active_count() <= threads_before + 1
+        # A normal delivery is answered at once meanwhile, without waiting for the timeout.
+        status, took = deliver(server, 1)
+        assert status == 200 and took < TIMEOUT / 2, took
+        started = time.monotonic()
+        assert all(closed_by_server(sock, within=TIMEOUT + 3) for sock in stalled)
+        assert time.monotonic() - started < TIMEOUT + 3
+        wait_for(lambda: server.connections == 0, timeout=5, message="every connection closed")
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert recorded.jobs == [1]
+    assert threading.active_count() <= threads_before + 1
+
+
+def test_a_slow_loris_client_is_dropped_although_it_never_goes_idle(server: WebhookServer) -> None:
+    request = half_request(2)
+    sock = connect(server)
+    started = time.monotonic()
+    dropped = False
+    try:
+        for byte in request:  # one byte every TIMEOUT/4 s: never idle for the timeout
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = True
+                break
+            if closed_by_server(sock, within=TIMEOUT / 4):
+                dropped = True
+                break
+            if time.monotonic() - started > TIMEOUT + 4:
+                break
+    finally:
+        sock.close()
+    assert dropped, "still connected past the deadline"
+    assert time.monotonic() - started < TIMEOUT + 3
+
+
+def test_an_idle_keep_alive_connection_is_dropped_after_the_timeout(server: WebhookServer) -> None:
+    payload = body(3)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn.request("POST", PATH, body=payload, headers=headers(payload))
+    assert conn.getresponse().read()
+    assert conn.sock is not None
+    assert closed_by_server(conn.sock, within=TIMEOUT + 3)
+    conn.close()
+
+
+# ------------------------------------------------------------------ connection cap
+
+
+def test_connections_past_the_cap_wait_until_one_closes(recorded: Recorded) -> None:
+    server = start(recorded, max_connections=5, read_timeout=30)
+    held = [connect(server, b"POST") for _ in range(5)]
+    try:
+        wait_for(lambda: server.connections == 5, timeout=5, message="5 connections accepted")
+        waiting: list[tuple[int, float]] = []
+        thread = threading.Thread(target=lambda: waiting.append(deliver(server, 4, timeout=10)))
+        thread.start()
+        thread.join(0.5)
+        assert waiting == [] and server.connections == 5  # not accepted: the cap holds
+        held.pop().close()
+        thread.join(10)
+        assert waiting and waiting[0][0] == 200
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+    assert recorded.jobs == [4]
+
+
+# ------------------------------------------------------------------ sizes
+
+
+def test_an_oversized_body_gets_413_before_it_is_sent(server: WebhookServer, recorded: Recorded) -> None:
+    before = metrics.DELIVERIES.labels("workflow_job", "too_large")._value.get()
+    head = (
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: workflow_job\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {10 << 20}\r\n\r\n"
+    )
+    sock = connect(server, head.encode())  # the 10 MiB body is never sent
+    try:
+        sock.settimeout(5)
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert metrics.DELIVERIES.labels("workflow_job", "too_large")._value.get() == before + 1
+    assert recorded.jobs == []
+
+
+def test_a_body_at_the_limit_is_read_and_one_byte_more_is_not(recorded: Recorded) -> None:
+    payload = body(5)
+    server = start(recorded, max_body=len(payload))
+    try:
+        assert deliver(server, 5)[0] == 200
+        padded = payload[:-1] + b" }"
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("POST", PATH, body=padded, headers=headers(padded))
+        assert conn.getresponse().status == 413
+        conn.close()
+    finally:
+        server.stop()
+    assert recorded.jobs == [5]
+
+
+def test_a_post_without_content_length_gets_411(server: WebhookServer, recorded: Recorded) -> None:
+    sock = connect(server, f"POST {PATH} HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: ping\r\n\r\n".encode())
+    try:
+        sock.settimeout(5)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 411 ")
+    finally:
+        sock.close()
+
+
+# ------------------------------------------------------------------ the log
+
+
+def test_misbehaving_clients_print_nothing_outside_the_json_log(
+    recorded: Recorded, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    logs.configure("json")
+    capfd.readouterr()
+    server = start(recorded)
+    try:
+        stalled = [connect(server, half_request(i)) for i in range(20)]
+        for sock in stalled[:10]:  # reset by the client in the middle of a request
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.close()
+        garbage = connect(server, b"\x16\x03\x01 not http at all\r\n\r\n")
+        garbage.settimeout(5)
+        assert b" 400 Bad Request" in garbage.recv(4096).split(b"\r\n")[0]
+        garbage.close()
+        recorded.fail = True
+        assert deliver(server, 6)[0] == 503
+        assert all(closed_by_server(sock, within=TIMEOUT + 3) for sock in stalled[10:])
+        for sock in stalled[10:]:
+            sock.close()
+    finally:
+        server.stop()
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    out, err = capfd.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    entries = [json.loads(line) for line in lines]  # each line one JSON object, no traceback
+    assert any("not recorded" in entry["msg"] for entry in entries), lines
+
+
+# ------------------------------------------------------------------ the stop path
+
+
+def test_stop_returns_promptly_with_connections_open_and_frees_the_port(recorded: Recorded) -> None:
+    server = start(recorded, read_timeout=30)
+    stalled = [connect(server, half_request(i)) for i in range(50)]
+    wait_for(lambda: server.connections == 50, timeout=10, message="50 connections accepted")
+    threads_running = threading.active_count()
+    started = time.monotonic()
+    server.stop(timeout=5)
+    assert time.monotonic() - started < 2
+    assert all(closed_by_server(sock, within=2) for sock in stalled)
+    for sock in stalled:
+        sock.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+    wait_for(
+        lambda: threading.active_count() <= threads_running - 5,  # the I/O thread and 4 workers
+        timeout=5,
+        message="the server's threads ended",
+    )
+
+
+def test_a_chunked_delivery_is_de_chunked_and_checked(server: WebhookServer, recorded: Recorded) -> None:
+    payload = body(9)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    halves = [payload[: len(payload) // 2], payload[len(payload) // 2 :]]
+    conn.request("POST", PATH, body=iter(halves), headers=headers(payload), encode_chunked=True)
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert recorded.jobs == [9]
