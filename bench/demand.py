@@ -17,6 +17,10 @@ then polling only) and burst size (1, 10, 50 jobs queued at once, each running
   fake's listener log) -> job started (GitHub offers it, the runner takes it);
 * time back to 0: from the last job's completion until the pool has no pod left and
   decides 0 (``status.desiredReplicas``), against ``scaleDownDelay`` + 10 s;
+* with ``--min-idle N`` the pool keeps a warm buffer (``spec.autoscaling.minIdle``, its
+  ``maxReplicas`` raised by N so the largest burst keeps it whole): each burst starts once N
+  runners are online and idle, "back to 0" is back to that rest, and the jobs a warm runner
+  took (one online before the burst) get their own pickup p50 and p95;
 * busy runners killed: jobs that did not end ``success`` (GitHub fails a job whose runner
   goes away);
 * GitHub requests: the operator's requests the fake answered while the bursts ran, per
@@ -60,7 +64,7 @@ from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
-from testworld.simulator import OperatorProcess, poll_until
+from testworld.simulator import OperatorProcess, iter_runner_labels, poll_until
 
 REPO = "octo-org/hello-world"
 PAT = "ghp_bench_demand_0123456789abcdefghijkl"
@@ -83,6 +87,16 @@ class Burst:
     stages_p50: dict[str, float] = field(default_factory=dict)
     #: Every job's queued -> in_progress seconds (the plots' samples).
     pickups: list[float] = field(default_factory=list)
+    pickup_p95: float = 0.0
+    #: ``--min-idle``; and the pickups of the jobs a runner online before the burst took.
+    min_idle: int = 0
+    warm_pickups: list[float] = field(default_factory=list)
+    warm_p50: float | None = None
+    warm_p95: float | None = None
+
+    @property
+    def label(self) -> str:
+        return _mode_label(asdict(self))
 
 
 @dataclass
@@ -230,7 +244,8 @@ class Bench:
                     "tolerations": [NODE_TOLERATION],
                     "autoscaling": {
                         "minReplicas": 0,
-                        "maxReplicas": max(self.args.sizes),
+                        "maxReplicas": max(self.args.sizes) + self.args.min_idle,
+                        "minIdle": self.args.min_idle,
                         "scaleDownDelay": f"{self.args.delay}s",
                     },
                 },
@@ -252,16 +267,30 @@ class Bench:
             raise
         return found
 
-    def at_zero(self) -> bool:
+    def at_rest(self) -> bool:
+        """The pool decided its minimum (0, or the ``--min-idle`` buffer) and has just that:
+        no pod at all, or one online idle runner per pod."""
+        rest = self.args.min_idle
         pool = self._pool() or {}
-        if (pool.get("status") or {}).get("desiredReplicas") != 0:
+        if (pool.get("status") or {}).get("desiredReplicas") != rest:
             return False
         pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{naming.POOL_LABEL}={POOL}").items
-        return not pods
+        names = {p.metadata.name for p in pods}
+        return len(names) == rest and names == self.warm_runners()
+
+    def warm_runners(self) -> set[str]:
+        """The pool's runners online and idle on the fake: a job queued now needs no pod start."""
+        label = naming.pool_runner_label(NAMESPACE, POOL)
+        return {
+            r["name"]
+            for r in self.fake.runners(REPO)
+            if r["status"] == "online" and not r["busy"] and label in iter_runner_labels(r)
+        }
 
     def burst(self, mode: str, size: int, sampler: ProcessSampler) -> Burst:
-        if not poll_until(self.at_zero, 180, 0.2):
-            raise RuntimeError("the pool did not settle at 0 before the burst")
+        if not poll_until(self.at_rest, 180, 0.2):
+            raise RuntimeError("the pool did not settle at rest before the burst")
+        warm = self.warm_runners()
         sampler.mark(f"{size} jobs")
         labels = ["self-hosted", naming.pool_runner_label(NAMESPACE, POOL)]
         ids = [self.fake.queue_job(REPO, labels, self.args.job_seconds) for _ in range(size)]
@@ -269,25 +298,41 @@ class Bench:
         if not done:
             raise RuntimeError(f"{mode}: {size} jobs did not all complete in {self.args.timeout}s")
         last = max(self.clock.completed[i] for i in ids)
-        if not poll_until(self.at_zero, self.args.delay + 120, 0.1):
-            raise RuntimeError(f"{mode}: the pool was not back at 0 within {self.args.delay + 120}s")
+        if not poll_until(self.at_rest, self.args.delay + 120, 0.1):
+            raise RuntimeError(f"{mode}: the pool was not back at rest within {self.args.delay + 120}s")
         back = time.time() - last
         pickups = [self.clock.started[i] - self.clock.queued[i] for i in ids]
         failed = sum(1 for i in ids if self.fake.job(i)["conclusion"] != "success")
         result = Burst(
             mode, size, percentile(pickups, 50), percentile(pickups, 99), max(pickups), back, failed
         )
-        result.stages_p50 = self._stages_p50(ids)
+        result.stages_p50 = self._stages_p50(ids, warm)
         result.pickups = pickups
+        self._warm_pickups(result, ids, warm)
         print(
-            f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p99 {result.pickup_p99:.2f}s, "
-            f"back to 0 after {back:.1f}s, {failed} failed",
+            f"  {mode:9} {size:3} jobs: pickup p50 {result.pickup_p50:.2f}s p95 {result.pickup_p95:.2f}s "
+            f"p99 {result.pickup_p99:.2f}s{_warm_summary(result)}, back to rest after {back:.1f}s, "
+            f"{failed} failed",
             flush=True,
         )
         return result
 
-    def _stages_p50(self, ids: list[int]) -> dict[str, float]:
-        """Where the pickup time went: the p50 of each stage over the burst's jobs."""
+    def _warm_pickups(self, result: Burst, ids: list[int], warm: set[str]) -> None:
+        """p95 of every pickup, and p50/p95 of those a runner of the warm buffer took."""
+        result.pickup_p95 = percentile(result.pickups, 95)
+        result.min_idle = self.args.min_idle
+        result.warm_pickups = [
+            self.clock.started[i] - self.clock.queued[i]
+            for i in ids
+            if self.fake.job(i)["runner_name"] in warm
+        ]
+        if result.warm_pickups:
+            result.warm_p50 = percentile(result.warm_pickups, 50)
+            result.warm_p95 = percentile(result.warm_pickups, 95)
+
+    def _stages_p50(self, ids: list[int], warm: set[str]) -> dict[str, float]:
+        """Where the pickup time went: the p50 of each stage over the burst's jobs that
+        waited for a pod (a warm runner's pod was there before the job)."""
         online = {
             r.runner: r.finished
             for r in self.fake.listener_requests
@@ -296,7 +341,7 @@ class Bench:
         per_stage: list[list[float]] = [[] for _ in STAGES]
         for i in ids:
             runner = self.fake.job(i)["runner_name"]
-            if runner not in self.pods.created or runner not in online:
+            if runner in warm or runner not in self.pods.created or runner not in online:
                 continue
             stages = _stages(
                 self.clock.queued[i], self.clock.started[i], self.pods.created[runner], online[runner]
@@ -347,21 +392,35 @@ def _operator_requests(records: list[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if "runner-registration" not in r.path]
 
 
+def _warm_summary(b: Burst) -> str:
+    if not b.min_idle:
+        return ""
+    if b.warm_p50 is None or b.warm_p95 is None:
+        return "; no job taken by a warm runner"
+    return f"; {len(b.warm_pickups)} taken by a warm runner: p50 {b.warm_p50:.2f}s p95 {b.warm_p95:.2f}s"
+
+
 def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
     lines = [
-        "| mode | jobs | pickup p50 | pickup p99 | back to 0 | failed (busy killed) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| mode | jobs | pickup p50 | pickup p95 | pickup p99 | warm runner took: jobs, p50 / p95 "
+        "| back to rest | failed (busy killed) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for b in bursts:
+        warm = (
+            f"{len(b.warm_pickups)}, {b.warm_p50:.2f} / {b.warm_p95:.2f} s"
+            if b.warm_p50 is not None and b.warm_p95 is not None
+            else "-"
+        )
         lines.append(
-            f"| {b.mode} | {b.jobs} | {b.pickup_p50:.2f} s | {b.pickup_p99:.2f} s | "
-            f"{b.back_to_zero:.1f} s (target ≤ {delay + 10:.0f} s) | {b.failed_jobs} |"
+            f"| {b.label} | {b.jobs} | {b.pickup_p50:.2f} s | {b.pickup_p95:.2f} s | {b.pickup_p99:.2f} s | "
+            f"{warm} | {b.back_to_zero:.1f} s (target ≤ {delay + 10:.0f} s) | {b.failed_jobs} |"
         )
     lines += ["", "| mode | jobs | " + " | ".join(f"→ {s} (p50)" for s in STAGES) + " |"]
     lines.append("| --- | ---: |" + " ---: |" * len(STAGES))
     for b in bursts:
         cells = " | ".join(f"{b.stages_p50[s]:.2f} s" if s in b.stages_p50 else "-" for s in STAGES)
-        lines.append(f"| {b.mode} | {b.jobs} | {cells} |")
+        lines.append(f"| {b.label} | {b.jobs} | {cells} |")
     lines += [
         "",
         "| mode | GitHub requests per job | of which budget | idle at 0: requests/hour | of which budget |",
@@ -375,12 +434,27 @@ def _table(bursts: list[Burst], modes: list[Mode], delay: float) -> str:
     return "\n".join(lines)
 
 
+def _mode_label(burst: dict[str, Any]) -> str:
+    """A burst's mode as JSON has it, with its warm buffer (earlier results have none)."""
+    return f"{burst['mode']}, minIdle {burst['min_idle']}" if burst.get("min_idle") else str(burst["mode"])
+
+
+def _series(bursts: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Pickups per burst, named by mode and size; a size run again gets its own series."""
+    series: dict[str, list[float]] = {}
+    for b in bursts:
+        name = f"{_mode_label(b)}, {b['jobs']} jobs"
+        again = sum(1 for key in series if key == name or key.startswith(f"{name} #"))
+        series[f"{name} #{again + 1}" if again else name] = b["pickups"]
+    return series
+
+
 def write_plots(bursts: list[dict[str, Any]], modes: list[dict[str, Any]], workdir: Path) -> list[Path]:
     """Pickup latency of every burst, and each mode's operator resources (JSON as written)."""
     written = [
         plots.latency(
             workdir / "pickup.png",
-            {f"{b['mode']}, {b['jobs']} jobs": b["pickups"] for b in bursts},
+            _series(bursts),
             title="queued → in progress, per job",
         )
     ]
@@ -407,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=60.0, help="seconds idle at 0 counted per mode")
     parser.add_argument("--modes", default="webhooks,polling")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--min-idle", type=int, default=0, help="the pool's spec.autoscaling.minIdle (a warm buffer)"
+    )
     parser.add_argument(
         "--plot", type=Path, metavar="demand.json", help="run nothing: draw an earlier result's plots again"
     )

@@ -586,6 +586,12 @@ class Autoscaling(KubeModel):
             message="spec.autoscaling.minReplicas must not be above spec.autoscaling.maxReplicas",
             check=lambda a: a.min_replicas <= a.max_replicas,
         ),
+        Rule(
+            cel="!has(self.minIdle) || self.minIdle <= self.maxReplicas",
+            message="spec.autoscaling.minIdle must not be above spec.autoscaling.maxReplicas: "
+            "the idle buffer is kept within maxReplicas",
+            check=lambda a: a.min_idle <= a.max_replicas,
+        ),
     )
 
     min_replicas: int = Field(
@@ -600,6 +606,15 @@ class Autoscaling(KubeModel):
         le=MAX_REPLICAS,
         json_schema_extra={"format": "int32"},
         description="Most runner pods the pool runs, however many jobs are queued.",
+    )
+    min_idle: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLICAS,
+        json_schema_extra={"format": "int32"},
+        description="Idle runners kept ready above demand (busy + queued jobs), within "
+        "maxReplicas, so that the next jobs start without waiting for a pod; a runner that takes "
+        "a job is replaced at once. 0: no buffer.",
     )
     scale_down_delay: ScaleDownDelay = Field(
         default=DEFAULT_SCALE_DOWN_DELAY,
@@ -691,7 +706,8 @@ class RunnerPoolSpec(KubeModel):
     autoscaling: Autoscaling | None = Field(
         default=None,
         description="Follow demand instead of keeping spec.replicas: as many runners as busy "
-        "plus queued jobs that this pool's labels match, between minReplicas and maxReplicas. "
+        "plus queued jobs that this pool's labels match, plus minIdle idle ones, between "
+        "minReplicas and maxReplicas. "
         "The operator writes its decision to status.desiredReplicas, never to spec.",
     )
     labels: Annotated[list[RunnerLabel], ListType("set"), Field(max_length=32)] = Field(

@@ -6,15 +6,26 @@ the decision's reason in the pool's ``Scaling`` condition; the runner managers o
 what it wrote (:func:`desired_replicas`). Nothing here writes, records an Event or keeps
 state: the scale-down window is a value the reconciler hands in and gets back.
 
-The rule: desired = clamp(min, busy + queued, max), up at once, down late. Scaling down waits
-like a HorizontalPodAutoscaler's scale-down stabilization window: the decision is the highest
-recommendation of the last ``scaleDownDelay``, so a pool shrinks only after demand stayed low
-for that long, and a burst right after a lull finds its runners still there.
+The rule: desired = clamp(min, busy + queued + minIdle, max), up at once, down late.
+Scaling down waits like a HorizontalPodAutoscaler's scale-down stabilization window: the
+decision is the highest recommendation of the last ``scaleDownDelay``, so a pool shrinks
+only after demand stayed low for that long, and a burst right after a lull finds its
+runners still there.
 
 Busy is the larger of the jobs in progress that deliveries or polling reported and the busy
 runners GitHub lists (``status.runners.busy``): a lost ``in_progress`` delivery cannot make
 the pool think a busy runner is spare. The count only says how many runners the pool should
 have; which pods go is the runner managers' busy-safe path.
+
+``minIdle`` is a warm buffer: that many runners above the jobs, so the next jobs find a
+runner already listening instead of waiting for a pod to start. It is added to the jobs, not
+laid under them as a floor like ``minReplicas``: a queued job already counts one runner, so
+the moment it is queued (or, without a delivery, the moment GitHub lists a runner busy) the
+replacement pod starts while an idle runner takes the job; queued -> in progress moves the
+job from one count to the other and leaves the sum alone, and a job that ends takes its
+used-up runner with it, so the pool falls back to the buffer without retiring anyone. Idle
+runners are not counted from GitHub's listing: it lags the jobs by a runner sync, and the
+buffer would dip for that long after every pickup. ``maxReplicas`` caps the buffer too.
 
 The window lives in the leader's memory. A new leader has no history, so the first
 recommendation it keeps for a pool is the pool's last decision (``status.desiredReplicas``)
@@ -84,8 +95,8 @@ class Decision:
         return replace(self, replicas=held, message=message)
 
 
-def recommend(min_replicas: int, max_replicas: int, busy: int, queued: int) -> int:
-    return max(min_replicas, min(max_replicas, busy + queued))
+def recommend(min_replicas: int, max_replicas: int, busy: int, queued: int, min_idle: int = 0) -> int:
+    return max(min_replicas, min(max_replicas, busy + queued + min_idle))
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,18 @@ class Window:
         return highest, max(0.0, (until + delay - now).total_seconds())
 
 
+def _counts(scaling: api.Autoscaling, busy: int, queued: int) -> str:
+    """What the decision was made of, for the ``Scaling`` condition's message."""
+    counts = f"{queued} queued, {busy} busy job(s)"
+    if scaling.min_idle:
+        room = max(0, min(scaling.min_idle, scaling.max_replicas - busy - queued))
+        if room < scaling.min_idle:
+            counts += f" + {room} of minIdle {scaling.min_idle} idle (max caps the buffer)"
+        else:
+            counts += f" + {scaling.min_idle} idle (minIdle)"
+    return f"{counts}; min {scaling.min_replicas}, max {scaling.max_replicas}"
+
+
 def decide(pool: api.RunnerPool, window: Window, now: datetime) -> tuple[Decision, Window]:
     """The pool's decision before the hold (:meth:`Decision.held_by`), and the window to keep."""
     scaling = pool.spec.autoscaling
@@ -138,16 +161,14 @@ def decide(pool: api.RunnerPool, window: Window, now: datetime) -> tuple[Decisio
     demand = pool.status.demand or api.Demand()
     runners_busy = pool.status.runners.busy if pool.status.runners else 0
     busy = max(demand.busy, runners_busy)
-    wanted = recommend(scaling.min_replicas, scaling.max_replicas, busy, demand.queued)
+    wanted = recommend(scaling.min_replicas, scaling.max_replicas, busy, demand.queued, scaling.min_idle)
     delay = parse_duration(scaling.scale_down_delay)
     previous = pool.status.desired_replicas
     if not window and previous is not None:
         window = window.add(now, min(max(previous, scaling.min_replicas), scaling.max_replicas))
     window = window.add(now, wanted).expire(now, delay)
     replicas, recheck = window.top(now, delay)
-    counts = (
-        f"{demand.queued} queued, {busy} busy job(s); min {scaling.min_replicas}, max {scaling.max_replicas}"
-    )
+    counts = _counts(scaling, busy, demand.queued)
     if replicas > wanted:
         message = (
             f"holding {replicas} for scaleDownDelay {scaling.scale_down_delay} "

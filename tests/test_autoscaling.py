@@ -1,4 +1,4 @@
-"""The scaling decision, pure: clamp(min, busy + queued, max), up at once, down after the delay.
+"""The scaling decision, pure: clamp(min, busy + queued + minIdle, max), up at once, down late.
 
 The reconciler makes it (``tests/test_reconciler_demand.py`` checks what it writes and the
 Events it records); these cases check the rule itself, with the window handed in and out.
@@ -51,6 +51,62 @@ def demand_status(
 )
 def test_recommendation_is_clamped(minimum: int, maximum: int, busy: int, queued: int, want: int) -> None:
     assert recommend(minimum, maximum, busy, queued) == want
+
+
+@pytest.mark.parametrize(
+    ("minimum", "maximum", "min_idle", "busy", "queued", "want"),
+    [
+        (0, 5, 2, 0, 0, 2),  # the buffer before any job
+        (0, 5, 2, 0, 1, 3),  # a queued job: its runner (an idle one takes it) and a new idle one
+        (0, 5, 2, 1, 0, 3),  # taken: queued -> busy leaves the sum, so no pod goes or comes
+        (0, 5, 2, 4, 0, 5),  # max caps the buffer: 1 idle left
+        (0, 5, 2, 3, 4, 5),  # demand alone is above max: no buffer
+        (3, 5, 1, 0, 0, 3),  # minReplicas is a floor under the whole count, the buffer fits in it
+        (3, 5, 1, 3, 0, 4),  # ... and is added to the jobs once they reach the floor
+        (0, 5, 0, 1, 1, 2),  # minIdle 0: the rule as before
+    ],
+)
+def test_the_idle_buffer_sits_above_the_jobs_within_max(
+    minimum: int, maximum: int, min_idle: int, busy: int, queued: int, want: int
+) -> None:
+    assert recommend(minimum, maximum, busy, queued, min_idle) == want
+    spec = auto(minReplicas=minimum, maxReplicas=maximum, minIdle=min_idle)
+    decision, _ = decide(pool(autoscaling=spec, status=demand_status(queued, busy=busy)), Window(), T0)
+    assert (decision.replicas, decision.wanted) == (want, want)
+
+
+def test_the_scaling_message_names_the_buffer_and_what_max_left_of_it() -> None:
+    spec = auto(minIdle=2, maxReplicas=5)
+    full, _ = decide(pool(autoscaling=spec, status=demand_status(1, busy=1)), Window(), T0)
+    assert full.message == "4 runner(s) for 1 queued, 1 busy job(s) + 2 idle (minIdle); min 0, max 5"
+    capped, _ = decide(pool(autoscaling=spec, status=demand_status(0, busy=4)), Window(), T0)
+    assert capped.message == (
+        "5 runner(s) for 0 queued, 4 busy job(s) + 1 of minIdle 2 idle (max caps the buffer); min 0, max 5"
+    )
+    plain, _ = decide(pool(autoscaling=auto(), status=demand_status(1)), Window(), T0)
+    assert "idle" not in plain.message
+
+
+def test_a_busy_runner_github_lists_before_any_delivery_starts_the_next_idle_one() -> None:
+    """No webhook saw the job: the runner turning busy is what restores the buffer."""
+    spec = auto(minIdle=2)
+    decision, _ = decide(pool(autoscaling=spec, status=demand_status(0, runners_busy=1)), Window(), T0)
+    assert decision.replicas == 3
+
+
+def test_the_buffer_scales_down_after_the_delay_to_min_idle_not_to_zero() -> None:
+    spec = auto(minIdle=2, scaleDownDelay="1m")
+    up, window = decide(pool(autoscaling=spec, status=demand_status(3, desired=2)), Window(), T0)
+    assert up.replicas == 5
+    later = T0 + timedelta(seconds=10)
+    held, window = decide(pool(autoscaling=spec, status=demand_status(0, desired=5)), window, later)
+    assert (held.replicas, held.wanted, held.reason) == (5, 2, "WaitingToScaleDown")
+    assert held.message.startswith("holding 5 for scaleDownDelay 1m (demand wants 2): 0 queued"), held.message
+    assert held.held_by(3).replicas == 3, "used-up runners are not replaced while the delay holds"
+    down, _ = decide(
+        pool(autoscaling=spec, status=demand_status(0, desired=5)), window, later + timedelta(minutes=1)
+    )
+    assert (down.replicas, down.reason) == (2, "FollowingDemand")
 
 
 def test_window_holds_the_peak_from_when_demand_fell() -> None:

@@ -284,6 +284,12 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
         _repo(autoscaling=_auto(minReplicas=6)),
         "spec.autoscaling.minReplicas must not be above spec.autoscaling.maxReplicas",
     ),
+    (
+        "min-idle-above-max",
+        _repo(autoscaling=_auto(minIdle=6)),
+        "spec.autoscaling.minIdle must not be above spec.autoscaling.maxReplicas",
+    ),
+    ("min-idle-negative", _repo(autoscaling=_auto(minIdle=-1)), "should be greater than or equal to 0"),
     ("max-missing", _repo(autoscaling={"minReplicas": 0}), "spec.autoscaling.maxReplicas: Required value"),
     ("max-zero", _repo(autoscaling=_auto(maxReplicas=0)), "should be greater than or equal to 1"),
     ("min-negative", _repo(autoscaling=_auto(minReplicas=-1)), "should be greater than or equal to 0"),
@@ -345,6 +351,7 @@ def test_autoscaling_pool_gets_defaults_and_round_trips(api_client: client.ApiCl
     assert created["spec"]["autoscaling"] == {
         "minReplicas": 0,
         "maxReplicas": 5,
+        "minIdle": 0,
         "scaleDownDelay": api.DEFAULT_SCALE_DOWN_DELAY,
         "repositories": ["a"],
     }
@@ -402,3 +409,10 @@ def test_demand_status_round_trips(api_client: client.ApiClient, namespace: str)
     body = {"status": status.model_dump(by_alias=True, exclude_none=True)}
     written = _call("patch_namespaced_custom_object_status", api_client, namespace, "demand", body)
     assert api.RunnerPoolStatus.model_validate(written["status"]) == status
+
+
+def test_an_idle_buffer_as_large_as_max_is_accepted(api_client: client.ApiClient, namespace: str) -> None:
+    created = _create(api_client, namespace, _pool("warm", _repo(autoscaling=_auto(minIdle=5))))
+    assert created["spec"]["autoscaling"]["minIdle"] == 5
+    parsed = api.RunnerPool.model_validate(created).spec.autoscaling
+    assert parsed is not None and parsed.min_idle == 5

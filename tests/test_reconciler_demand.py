@@ -185,6 +185,43 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     ]
 
 
+def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_jobs(
+    api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
+) -> None:
+    """minIdle 2: two pods at no demand; a queued job adds the next one at once, and an idle
+    runner taking it (queued -> in progress) neither adds nor takes away a pod."""
+    manifest = pool_manifest(
+        "warm",
+        repo=REPO,
+        autoscaling={"minReplicas": 0, "maxReplicas": 5, "minIdle": 2, "scaleDownDelay": "1m"},
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/warm"
+    reconciler(key)
+    fill_token(api_client, namespace, "warm", "tok", FUTURE)
+    reconciler(key)
+    status = _pool(api_client, namespace, "warm")["status"]
+    assert (_pods(api_client, namespace, "warm"), status["desiredReplicas"]) == (2, 2)
+    scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
+    assert scaling["message"] == "2 runner(s) for 0 queued, 0 busy job(s) + 2 idle (minIdle); min 0, max 5"
+
+    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    recorder.record_job(_job(1, "queued", namespace, "warm"))
+    reconciler(key)
+    pods = {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")}
+    assert (len(pods), _pool(api_client, namespace, "warm")["status"]["desiredReplicas"]) == (3, 3)
+
+    taker = sorted(pods)[0]
+    labels = ["self-hosted", naming.pool_runner_label(namespace, "warm")]
+    taken = job_object(1, "in_progress", labels, repository=REPO, runner=taker)
+    recorder.record_job(parse_delivery(delivery(taken)))
+    clock.now += timedelta(seconds=5)
+    reconciler(key)
+    status = _pool(api_client, namespace, "warm")["status"]
+    assert (status["demand"]["queued"], status["demand"]["busy"], status["desiredReplicas"]) == (0, 1, 3)
+    assert {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")} == pods
+
+
 def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
 ) -> None:

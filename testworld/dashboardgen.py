@@ -156,7 +156,8 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             Panel(
                 "Jobs queued and busy, per pool",
                 "Demand as each pool's status records it: queued jobs its labels match, and jobs in "
-                "progress on its runners. Autoscaling pools keep busy + queued runners (within min/max).",
+                "progress on its runners. Autoscaling pools keep busy + queued + minIdle runners "
+                "(within min/max).",
                 (
                     Query(
                         f"sum by (namespace, pool) (runnerpool_pool_queued_jobs{{{POOLS}}})",

@@ -20,7 +20,15 @@ from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
-from tests.node.pods import conclusions, live_pods, pool_status, queue_jobs, registered_pods, wait_done
+from tests.node.pods import (
+    conclusions,
+    live_pods,
+    online,
+    pool_status,
+    queue_jobs,
+    registered_pods,
+    wait_done,
+)
 from tests.pools import create_pool
 from testworld.envtest.controlplane import free_port
 from testworld.fakegithub import FakeGitHub
@@ -71,9 +79,14 @@ class Demand:
         self.senders.append(sender)
         return sender
 
-    def pool(self, name: str, *, min_replicas: int = 0, max_replicas: int = 4) -> str:
+    def pool(self, name: str, *, min_replicas: int = 0, max_replicas: int = 4, min_idle: int = 0) -> str:
         """A pool following demand (3 s scale-down delay); the label its jobs ask for."""
-        autoscaling = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "scaleDownDelay": "3s"}
+        autoscaling = {
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "minIdle": min_idle,
+            "scaleDownDelay": "3s",
+        }
         create_pool(self.api_client, self.namespace, node_pool(name, replicas=0, autoscaling=autoscaling))
         return naming.pool_runner_label(self.namespace, name)
 
@@ -82,6 +95,10 @@ class Demand:
 
     def pods(self, pool: str) -> list[str]:
         return live_pods(self.core, self.namespace, pool)
+
+    def idle_runners(self, pool: str) -> set[str]:
+        """The pool's runners GitHub lists online and not busy: ready for the next job."""
+        return {name for name, r in online(self.fake, self.namespace, pool).items() if not r["busy"]}
 
     def settled_at_zero(self, pool: str) -> None:
         """The pool decided 0 and has no pod: where a pool at minimum 0 rests."""
@@ -213,4 +230,43 @@ def test_scaling_down_never_kills_a_busy_runner(demand: Demand) -> None:
     [done] = wait_done(demand.fake, jobs).values()
     assert (done["conclusion"], done["runner_name"]) == ("success", busy)
     demand.settled_at_zero("shrink")
+    assert conclusions(demand.fake) == ["success"]
+
+
+def test_a_warm_buffer_takes_a_job_at_once_and_is_refilled_while_it_runs(demand: Demand) -> None:
+    """minIdle 2: two runners listen before any job; one takes the first job (no pod start in
+    its way), the next idle one starts as the job is queued, and after it the pool is back at
+    two idle runners, the used-up one gone."""
+    demand.start()
+    label = demand.pool("warm", min_idle=2)
+    first = registered_pods(demand.core, demand.fake, demand.namespace, "warm", 2)
+    assert demand.fake.jobs(REPO) == [] and demand.idle_runners("warm") == set(first)
+    assert demand.status("warm")["desiredReplicas"] == 2
+
+    job = demand.queue(label, BUSY_JOB_SECONDS)
+    [taken] = demand.jobs_reach([job], "in_progress")
+    taker = taken["runner_name"]
+    assert taker in first, f"the job waited for a new pod ({taker}) instead of an idle runner of {first}"
+
+    def refilled() -> set[str]:
+        idle = demand.idle_runners("warm") - {taker}
+        return idle if len(idle) == 2 else set()
+
+    refill = wait_for(refilled, TIMEOUT, 0.2, "two idle runners beside the busy one")
+    assert demand.fake.job(job)["status"] == "in_progress", "the buffer was back while the job ran"
+    assert set(first) - {taker} <= refill
+
+    [done] = demand.jobs_reach([job], "completed")
+    assert (done["conclusion"], done["runner_name"]) == ("success", taker)
+    wait_for(
+        lambda: (
+            len(pods := demand.pods("warm")) == 2
+            and set(pods) == demand.idle_runners("warm")
+            and demand.status("warm").get("desiredReplicas") == 2
+        ),
+        TIMEOUT,
+        0.2,
+        "the pool back at two idle runners",
+    )
+    assert taker not in demand.pods("warm")
     assert conclusions(demand.fake) == ["success"]
