@@ -63,8 +63,7 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api.close()
 
 
-@pytest.fixture
-def namespace(api_client: client.ApiClient) -> Iterator[str]:
+def _fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
@@ -74,6 +73,17 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     except ApiException as err:  # pragma: no cover - only on a broken test
         if err.status != 404:
             raise
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    yield from _fresh_namespace(api_client)
+
+
+@pytest.fixture
+def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A second tenant's namespace."""
+    yield from _fresh_namespace(api_client)
 
 
 @pytest.fixture(scope="session")

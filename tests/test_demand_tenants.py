@@ -4,9 +4,7 @@ receiver, pools and Secrets on the real API server, demand written by the record
 from __future__ import annotations
 
 import base64
-import http.client
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api
 from runnerpool.demand.matching import pool_scope_key
-from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
@@ -24,6 +22,7 @@ from runnerpool.demand.verification import Verifier
 from runnerpool.runtime.kube import Kube
 from tests.demand_payloads import API, delivery, job_object
 from tests.pools import autoscaling_of
+from tests.test_demand_webhook import post as webhook_post
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -58,20 +57,6 @@ class Pools:
 
     def demand(self, namespace: str, name: str) -> api.Demand | None:
         return api.RunnerPool.model_validate(self.get(namespace, name)).status.demand
-
-
-@pytest.fixture
-def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A second tenant's namespace."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    try:
-        core.delete_namespace(name)
-    except ApiException as err:  # pragma: no cover - only on a broken test
-        if err.status != 404:
-            raise
 
 
 def create_pool(api_client: client.ApiClient, namespace: str, name: str, **spec: Any) -> None:
@@ -128,19 +113,7 @@ def deliver(server: WebhookServer, secret: bytes, job_id: int, repository: str, 
 
 
 def post(server: WebhookServer, event: str, body: bytes, secret: bytes) -> tuple[int, str]:
-    headers = {
-        "Content-Type": "application/json",
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": str(uuid.uuid4()),
-        "X-Hub-Signature-256": sign(secret, body),
-    }
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        conn.request("POST", PATH, body=body, headers=headers)
-        answer = conn.getresponse()
-        return answer.status, answer.read().decode()
-    finally:
-        conn.close()
+    return webhook_post(server, body, event=event, signature=sign(secret, body))
 
 
 def versions(pools: Pools, *keys: tuple[str, str]) -> list[str]:
