@@ -15,6 +15,8 @@ it any more:
 * the last pool using it is finalized (its runners are deregistered),
 * a pool moves to another Secret and no other pool uses the old one,
 * a pool disappears without finalizing (its finalizer removed by hand),
+* a pool disappears whose finalizer another leader removed (the Secrets of its namespace that
+  carry the protection are asked about, since this leader never saw which one it used),
 * at the start of each leadership term, every protected Secret that no pool needs is
   released (covers pools that went away while no operator was running).
 
@@ -143,6 +145,10 @@ class CredentialProtection:
         with self._lock:
             previous = self._used.get((namespace, pool))
         if previous is None:
+            # Finalized under another leader: this one never saw which Secret the pool used.
+            # Ask about every Secret of the namespace that carries the protection instead of
+            # leaving it to the next leadership start.
+            self._release_unused_in(namespace, finalized=pool)
             return
         self.release_if_unused(namespace, previous, finalized=pool)
         with self._lock:
@@ -158,14 +164,19 @@ class CredentialProtection:
         """
         released = 0
         try:
-            for secret in self._cache.list_secrets():
-                meta = secret.get("metadata") or {}
-                if naming.CREDENTIAL_FINALIZER in (meta.get("finalizers") or []):
-                    released += self.release_if_unused(meta["namespace"], meta["name"])
+            released = self._release_unused_in(None)
         except Exception as err:
             log.warning("could not release unused credential Secrets: %s", describe(err))
         if released:
             log.info("released %d credential Secret(s) that no pool needs", released)
+        return released
+
+    def _release_unused_in(self, namespace: str | None, *, finalized: str | None = None) -> int:
+        released = 0
+        for secret in self._cache.list_secrets(namespace):
+            meta = secret.get("metadata") or {}
+            if naming.CREDENTIAL_FINALIZER in (meta.get("finalizers") or []):
+                released += self.release_if_unused(meta["namespace"], meta["name"], finalized=finalized)
         return released
 
     # -- the decision -----------------------------------------------------------------------

@@ -195,3 +195,25 @@ def test_a_secret_released_once_is_released_again_after_another_replica_protecte
     this.forget(namespace, "second")
 
     assert not _protected(api_client, namespace), "released again, at once"
+
+
+def test_a_pool_finalized_under_another_leader_releases_its_secret_when_it_goes(
+    api_client: client.ApiClient, runnerpool_crd: dict[str, Any], namespace: str
+) -> None:
+    """Found by the chaos soak: the old leader removed the pool's finalizer and was killed; the
+    new one never saw which Secret the pool used, so the namespace waited for the next
+    leadership start (minutes) before its credential Secret could go."""
+    pat_secret(api_client, namespace)
+    old_leader, new_leader = (
+        CredentialProtection(LiveReader(api_client), Kube(api_client)) for _ in range(2)
+    )
+    create_pool(api_client, namespace, pool_manifest("finalized"))  # names the default Secret
+    assert old_leader.protect(namespace, "finalized", CRED)
+    _delete_pool(api_client, namespace, "finalized")
+    wait_for(
+        lambda: LiveReader(api_client).get_pool(namespace, "finalized") is None, message="the pool to go"
+    )
+
+    new_leader.forget(namespace, "finalized")
+
+    assert not _protected(api_client, namespace), "released as the pool went, not at the next leadership"
