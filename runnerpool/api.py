@@ -28,6 +28,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -45,6 +46,13 @@ SINGULAR = "runnerpool"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/runner; publish and override
+#: The Docker daemon beside the runner in containerMode dind (Docker's official image, as ARC's).
+DEFAULT_DIND_IMAGE = "docker:28-dind"
+#: How the runner's jobs reach containers: ``dind`` puts a Docker daemon in each runner pod.
+#: An enum in the schema (pydantic writes a one-value Literal as ``const``, which a
+#: structural schema cannot hold).
+CONTAINER_MODES = ("dind",)
+ContainerMode = Annotated[Literal["dind"], WithJsonSchema({"type": "string", "enum": list(CONTAINER_MODES)})]
 
 # Pods of a pool are named "<pool>-<5 random>" (generateName).  The kubelet cuts pod
 # hostnames (which the runner reports to GitHub as its name) at 63 characters.  Pods
@@ -340,6 +348,11 @@ ImageReference = Annotated[
     str,
     StringConstraints(min_length=1, max_length=512),
     Cel(regex_rule(r"^\S+$", "spec.runnerImage must be an image reference without whitespace")),
+]
+DindImageReference = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=512),
+    Cel(regex_rule(r"^\S+$", "spec.dindImage must be an image reference without whitespace")),
 ]
 GoDuration = Annotated[
     str,
@@ -686,6 +699,12 @@ class RunnerPoolSpec(KubeModel):
                 or s.termination_grace_period_seconds > parse_duration(s.busy_grace_period).total_seconds()
             ),
         ),
+        Rule(
+            cel="!has(self.dindImage) || (has(self.containerMode) && self.containerMode == 'dind')",
+            message="spec.dindImage is the Docker daemon of spec.containerMode dind: set "
+            "containerMode: dind or remove dindImage",
+            check=lambda s: s.dind_image is None or s.container_mode == "dind",
+        ),
     )
 
     repository: Repository | None = Field(
@@ -728,6 +747,20 @@ class RunnerPoolSpec(KubeModel):
     runner_image: ImageReference | None = Field(
         default=None,
         description=f"Container image of the runner. Unset means {DEFAULT_RUNNER_IMAGE}.",
+    )
+    container_mode: ContainerMode | None = Field(
+        default=None,
+        description="How jobs get containers. dind: a Docker daemon (a privileged sidecar, "
+        "spec.dindImage) runs beside the runner in each pod, sharing its work directory, and "
+        "the runner's DOCKER_HOST points at its socket, so docker build, docker run and "
+        "container jobs work. The sidecar is root on the node to anyone who can run a job: "
+        "the namespace needs Pod Security privileged (docs/dind.md). Unset means no daemon.",
+    )
+    dind_image: DindImageReference | None = Field(
+        default=None,
+        description="Image of the Docker daemon in containerMode dind; it runs "
+        "dockerd --host=unix:///var/run/docker.sock --group=<runner group> as its command "
+        f"arguments. Unset means {DEFAULT_DIND_IMAGE}.",
     )
     env: Annotated[list[EnvVar], ListType("map", ("name",)), Field(max_length=100)] = Field(
         default_factory=list, description="Extra environment variables for the runner container."

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import venv_tool
+from tests.helpers import venv_tool, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT = REPO / "deploy" / "images" / "runner" / "entrypoint.sh"
@@ -449,6 +449,82 @@ def test_a_bad_busy_grace_fails_before_registration(sandbox: Sandbox, value: str
     assert sandbox.args_of("config") is None
 
 
+# --- containerMode dind: the Docker daemon answers before the runner registers ---------------
+#
+# tests/shell/docker plays the docker CLI: `docker version` fails until its Nth call.
+
+
+def docker_env(sandbox: Sandbox, wait: str, answers_at: str | None) -> dict[str, str]:
+    bin_dir = sandbox.runner_dir.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shutil.copy(STUBS / "docker", bin_dir / "docker")
+    return sandbox.env(
+        PATH=f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        DOCKER_HOST="unix:///var/run/docker.sock",
+        RUNNER_DOCKER_WAIT_SECONDS=wait,
+        STUB_DOCKER_ANSWERS_AT=answers_at,
+    )
+
+
+def docker_calls(sandbox: Sandbox) -> int:
+    calls = sandbox.log_dir / "docker.calls"
+    return int(calls.read_text()) if calls.exists() else 0
+
+
+def test_the_runner_registers_once_the_docker_daemon_answers(sandbox: Sandbox) -> None:
+    result = run_entrypoint(docker_env(sandbox, wait="10", answers_at="3"))
+
+    assert result.returncode == 0, result.stderr
+    assert docker_calls(sandbox) == 3
+    assert "waiting for the Docker daemon at unix:///var/run/docker.sock (at most 10s)" in result.stderr
+    assert "the Docker daemon answers (after " in result.stderr
+    assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+    assert result.stderr.index("the Docker daemon answers") < result.stderr.index("registering runner")
+
+
+def test_a_docker_daemon_that_never_answers_fails_the_container_unregistered(sandbox: Sandbox) -> None:
+    result = run_entrypoint(docker_env(sandbox, wait="2", answers_at=None))
+
+    assert result.returncode == 1
+    assert "the Docker daemon at unix:///var/run/docker.sock did not answer within 2s" in result.stderr
+    assert sandbox.args_of("config") is None
+    # Not marked registered: the restarted container waits for the daemon again.
+    assert not sandbox.state_file.exists()
+
+
+def test_sigterm_while_waiting_for_the_docker_daemon_exits_at_once(sandbox: Sandbox) -> None:
+    proc = subprocess.Popen(
+        ["bash", str(ENTRYPOINT)],
+        env=docker_env(sandbox, wait="60", answers_at=None),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: docker_calls(sandbox) >= 1, TIMEOUT, message="the entrypoint to ask the daemon")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=TIMEOUT)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    assert proc.returncode == 0, err.decode()
+    assert "stopped while waiting for the Docker daemon" in err.decode()
+    assert sandbox.args_of("config") is None
+    assert elapsed < 5
+
+
+def test_waiting_for_docker_without_a_docker_cli_fails_clearly(sandbox: Sandbox) -> None:
+    result = run_entrypoint(sandbox.env(PATH="/usr/bin:/bin", RUNNER_DOCKER_WAIT_SECONDS="5"))
+
+    assert result.returncode == 1
+    assert "RUNNER_DOCKER_WAIT_SECONDS is set but the image has no docker CLI" in result.stderr
+    assert sandbox.args_of("config") is None
+
+
 # --- static checks --------------------------------------------------------------------------
 
 
@@ -459,7 +535,8 @@ def find_shellcheck() -> str:
 def test_shellcheck_clean() -> None:
     standins = sorted((REPO / "testworld" / "runner_image").glob("*.sh"))
     assert len(standins) == 3, "the runner image's stand-ins moved: lint them where they are"
-    scripts = [ENTRYPOINT, STUBS / "config.sh", STUBS / "run.sh", STUBS / "stub-common.sh", *standins]
+    stubs = [STUBS / name for name in ("config.sh", "run.sh", "stub-common.sh", "docker")]
+    scripts = [ENTRYPOINT, *stubs, *standins]
     proc = subprocess.run(
         [find_shellcheck(), "--external-sources", "--severity=style", *map(str, scripts)],
         capture_output=True,

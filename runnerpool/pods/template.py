@@ -27,6 +27,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
+from runnerpool.pods import dind
 
 __all__ = [
     "busy_grace_seconds",
@@ -148,6 +149,10 @@ def termination_grace_seconds(pool: api.RunnerPool) -> int:
     return busy_grace_seconds(pool) + api.BUSY_EXIT_MARGIN_SECONDS
 
 
+def _work_mount() -> dict[str, Any]:
+    return {"name": _WORK_VOLUME, "mountPath": WORK_DIR}
+
+
 def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
     """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods."""
     spec = pool.spec
@@ -158,7 +163,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         "volumeMounts": [
             # A file, not an env var: a restarted container reads the current token.
             {"name": _TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_DIR, "readOnly": True},
-            {"name": _WORK_VOLUME, "mountPath": WORK_DIR},
+            _work_mount(),
             *spec.volume_mounts,
         ],
     }
@@ -195,4 +200,4 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
-    return pod
+    return dind.with_docker_daemon(spec, pod, work_mount=_work_mount(), socket_group=RUNNER_GID)

@@ -27,6 +27,8 @@
 #                       volume, which outlives container restarts but not the pod)
 #   RUNNER_BUSY_GRACE_SECONDS  how long a busy runner's job may go on after SIGTERM before
 #                       it is cancelled (default 3600; 0 cancels at once)
+#   RUNNER_DOCKER_WAIT_SECONDS  containerMode dind: wait at most this long for the Docker
+#                       daemon at DOCKER_HOST before registering (default 0: no wait)
 #
 # One job per pod: the runner is --ephemeral, so after its job the listener exits and the
 # container restarts. A restarted container must not register again (its work directory is
@@ -195,6 +197,25 @@ run_child() {
         grace_timer=0
     fi
 }
+
+# containerMode dind: the Docker daemon is a sidecar that the kubelet starts just before this
+# container, and "started" is not "answering". No job may land on a runner whose docker cannot
+# reach its daemon yet, so registration waits (bounded; a signal stops the wait at once, like
+# any child). The pod's restart policy retries a runner that gave up before it registered.
+await_docker() {
+    local wait="${RUNNER_DOCKER_WAIT_SECONDS:-0}"
+    [[ "${wait}" =~ ^[0-9]+$ ]] || die "RUNNER_DOCKER_WAIT_SECONDS must be whole seconds, got '${wait}'"
+    [[ "${wait}" -gt 0 ]] || return 0
+    command -v docker >/dev/null || die "RUNNER_DOCKER_WAIT_SECONDS is set but the image has no docker CLI"
+    log "waiting for the Docker daemon at ${DOCKER_HOST:-its default socket} (at most ${wait}s)"
+    local started="${SECONDS}"
+    phase=docker
+    run_child timeout "${wait}" bash -c 'until docker version >/dev/null 2>&1; do sleep 1; done'
+    [[ "${terminating}" -eq 0 ]] || { log "stopped while waiting for the Docker daemon"; exit 0; }
+    [[ "${child_status}" -eq 0 ]] || die "the Docker daemon at ${DOCKER_HOST:-its default socket} did not answer within ${wait}s (see the log of the pod's dind container)"
+    log "the Docker daemon answers (after $((SECONDS - started))s)"
+}
+await_docker
 
 if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
     die "cannot write ${RUNNER_STATE_FILE} (is the work volume mounted and writable?)"
