@@ -195,6 +195,34 @@ def test_runner_takes_a_job_completes_it_and_is_gone(fake: FakeGitHub, pods: Pod
     assert "ephemeral runner done after one job" in pod.log
 
 
+@pytest.mark.parametrize(
+    ("steps", "conclusion"),
+    [
+        ('echo "built in $PWD" | tee out.txt', "success"),
+        ("echo first step; false; echo never", "failure"),
+    ],
+)
+def test_a_job_with_steps_runs_them_in_its_workspace_and_a_failing_step_fails_it(
+    fake: FakeGitHub, pods: Pods, steps: str, conclusion: str
+) -> None:
+    pod = pods.start(fake, _token(fake, REPO), RUNNER_STANDIN_STEPS=steps)
+    assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+
+    job_id = fake.queue_job(REPO, ["team-a/pool-a"], 0)
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "completed", timeout=TIMEOUT), pod.log
+
+    assert fake.job(job_id)["conclusion"] == conclusion, pod.log
+    assert pod.wait() == 0, pod.log
+    # The real runner's layout: _work/<repository name>/<repository name>.
+    workspace = pods.root / "pod-0" / "work" / "hello" / "hello"
+    if conclusion == "success":
+        assert (workspace / "out.txt").read_text() == f"built in {workspace}\n"
+        assert f"built in {workspace}" in pod.log
+    else:
+        assert "first step" in pod.log and "never" not in pod.log
+        assert f"a step of job {job_id} failed with exit code 1" in pod.log
+
+
 def test_sigterm_while_idle_stops_cleanly_and_leaves_an_offline_runner(fake: FakeGitHub, pods: Pods) -> None:
     pod = pods.start(fake, _token(fake, REPO))
     # In its long poll, which would outlast TIMEOUT: the signal must cut it short.

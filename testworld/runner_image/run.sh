@@ -27,6 +27,12 @@
 # is no longer ours), or when run.sh itself is gone.
 #
 # RUNNER_POLL_SECONDS (default 20) bounds each long poll.
+#
+# RUNNER_STANDIN_STEPS (a bash script) is what each job runs instead of sleeping: the job's
+# steps, in the job's workspace under the work directory (_work/<repo>/<repo>, as the real
+# runner lays it out), with the steps' output in the runner's log. A step that fails
+# (non-zero exit) fails the job, as on GitHub. A node test that needs real work done in a
+# job (containerMode dind's docker run and docker build) gives its pool this variable.
 
 STANDIN_NAME=run.sh
 # shellcheck source=testworld/runner_image/standin-lib.sh
@@ -43,6 +49,7 @@ settings="$(cat "${RUNNER_FILE}")"
 service="$(value_of service "${settings}")"
 runner_name="$(value_of runner_name "${settings}")"
 ephemeral="$(value_of ephemeral "${settings}")"
+work="$(value_of work "${settings}")"
 credential="$(value_of credential "$(cat "${CREDENTIALS_FILE}")")"
 auth="Bearer ${credential}"
 session=""
@@ -130,9 +137,22 @@ report() {
     done
 }
 
-# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
+# start_worker DURATION REPOSITORY: the job's Runner.Worker process, as $child: its steps
+# (RUNNER_STANDIN_STEPS) in its workspace, or a sleep through its duration.
+start_worker() {
+    local workspace="${work}/${2##*/}/${2##*/}"
+    if [[ -n "${RUNNER_STANDIN_STEPS:-}" ]]; then
+        mkdir -p "${workspace}" || log "cannot create the workspace ${workspace}"
+        (cd "${workspace}" && exec -a Runner.Worker bash -euo pipefail -c "${RUNNER_STANDIN_STEPS}") &
+    else
+        (exec -a Runner.Worker sleep "$1") &
+    fi
+    child=$!
+}
+
+# run_job ID DURATION REPOSITORY: start it, run it (signals interrupt), report its end.
 run_job() {
-    local job_id="$1" duration="$2" conclusion=success
+    local job_id="$1" duration="$2" repository="$3" conclusion=success
     interruptible=0
     report "${job_id}" started
     case "${http_status}" in
@@ -146,13 +166,15 @@ run_job() {
     start_renewing "${job_id}"
     log "running job ${job_id} for ${duration}s"
     interruptible=1
-    (exec -a Runner.Worker sleep "${duration}") &
-    child=$!
+    start_worker "${duration}" "${repository}"
     wait_child
     interruptible=0
     stop_renewing
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
+    elif [[ "${child_status}" -ne 0 ]]; then
+        log "a step of job ${job_id} failed with exit code ${child_status}"
+        conclusion=failure
     fi
     report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
     if [[ "${http_status}" != 204 ]]; then
@@ -170,7 +192,8 @@ while [[ "${stopping}" -eq 0 ]]; do
         200)
             job_id="$(value_of job_id "${http_body}")"
             duration="$(value_of duration_s "${http_body}")"
-            run_job "${job_id}" "${duration}" || continue
+            repository="$(value_of repository "${http_body}")"
+            run_job "${job_id}" "${duration}" "${repository}" || continue
             if [[ "${stopping}" -eq 1 ]]; then
                 # An ephemeral runner was removed with its job; a closed session is harmless.
                 finish "stopped while running job ${job_id}; it was cancelled" 0
