@@ -26,7 +26,7 @@ from pathlib import Path
 
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.assets import AssetError, cache_root, go_environment, progress, run_logged
-from testworld.node import images, operator_image, prereqs
+from testworld.node import dind_images, images, operator_image, prereqs
 
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_VERSION = "v2.4.2"
@@ -169,6 +169,8 @@ def main() -> int:
         envtest_assets.ensure_binaries()
         binaries = ensure_node_binaries()
         packed = [images.pause_image(), images.runner_image(), operator_image.operator_image()]
+        # Debian's Docker packages need the mirror: fetched here, outside the sealed world.
+        packed += [dind_images.dind_image(), dind_images.runner_dind_image()]
     except AssetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -284,6 +284,25 @@ def pause_image() -> Image:
 
 
 def runner_image() -> Image:
+    return pack("runnerpool-runner-test", runner_rootfs(), RUNNER_CONFIG)
+
+
+#: The runner test image's config: the real image's user, directory, entrypoint and environment.
+RUNNER_CONFIG: dict[str, Any] = {
+    "User": f"{RUNNER_UID}:{RUNNER_UID}",
+    "WorkingDir": RUNNER_HOME,
+    "Entrypoint": [ENTRYPOINT_PATH],
+    "Env": [
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+        f"RUNNER_DIR={RUNNER_HOME}",
+        "RUNNER_MANUALLY_TRAP_SIG=1",
+        "ACTIONS_RUNNER_PRINT_LOG_TO_STDOUT=1",
+    ],
+}
+
+
+def runner_rootfs() -> Rootfs:
+    """The runner test image's files (the dind runner test image adds the docker CLI to them)."""
     missing = [p for p in (RUNNER_STANDINS / "config.sh", RUNNER_STANDINS / "run.sh") if not p.is_file()]
     if missing:
         raise AssetError(f"runner image stand-ins missing: {', '.join(map(str, missing))}")
@@ -310,15 +329,4 @@ def runner_image() -> Image:
     # config.sh, run.sh and what they source, beside each other as in the real runner's folder.
     for script in sorted(RUNNER_STANDINS.glob("*.sh")):
         rootfs.file(f"{RUNNER_HOME}/{script.name}", script.read_bytes(), 0o755, RUNNER_UID)
-    config = {
-        "User": f"{RUNNER_UID}:{RUNNER_UID}",
-        "WorkingDir": RUNNER_HOME,
-        "Entrypoint": [ENTRYPOINT_PATH],
-        "Env": [
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            f"RUNNER_DIR={RUNNER_HOME}",
-            "RUNNER_MANUALLY_TRAP_SIG=1",
-            "ACTIONS_RUNNER_PRINT_LOG_TO_STDOUT=1",
-        ],
-    }
-    return pack("runnerpool-runner-test", rootfs, config)
+    return rootfs
