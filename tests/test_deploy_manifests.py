@@ -407,15 +407,24 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
         (False, True),
         (False, True),
         (True, False),
+        (True, False),
     ]
     assert any("autoscaling" in p["spec"] for p in pools)
-    secrets = {o["metadata"]["name"]: o for o in samples if o["kind"] == "Secret"}
+    secrets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in samples if o["kind"] == "Secret"}
     namespaces = {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
     for pool in pools:
         assert pool["apiVersion"] == f"{GROUP}/v1alpha1"
         assert pool["metadata"]["namespace"] in namespaces
-        secret = secrets[pool["spec"]["credentialSecretName"]]
-        assert secret["metadata"]["namespace"] == pool["metadata"]["namespace"]
+        assert (pool["metadata"]["namespace"], pool["spec"]["credentialSecretName"]) in secrets
+
+
+def test_the_dind_sample_has_a_namespace_of_its_own_that_admits_privileged_pods(samples: list[Obj]) -> None:
+    [pool] = [o for o in samples if o["kind"] == "RunnerPool" and o["spec"].get("containerMode") == "dind"]
+    namespace = pool["metadata"]["namespace"]
+    [ns] = [o for o in samples if o["kind"] == "Namespace" and o["metadata"]["name"] == namespace]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    others = [o for o in samples if o["kind"] == "RunnerPool" and o is not pool]
+    assert all(o["metadata"]["namespace"] != namespace for o in others), "only dind runners run privileged"
 
 
 def test_sample_credentials_are_obvious_placeholders(samples: list[Obj]) -> None:

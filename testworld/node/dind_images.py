@@ -240,5 +240,18 @@ def _add_from_packages(rootfs: images.Rootfs, roots: dict[str, Path], paths: lis
         if owner is None:
             rootfs.host_path(library)
         else:
-            data = Path(library).read_bytes()
-            rootfs.file("/" + str(Path(library).relative_to(owner)), data, 0o644)
+            target = _resolved(rootfs, "/" + str(Path(library).relative_to(owner)))
+            rootfs.file(target, Path(library).read_bytes(), 0o644)
+
+
+def _resolved(rootfs: images.Rootfs, path: str) -> str:
+    """``path`` through the symlinks already in ``rootfs`` (merged /usr: /lib -> usr/lib), so a
+    file lands in the directory a symlink points to rather than under the symlink."""
+    parts = Path(path).parts[1:]
+    for index in range(1, len(parts)):
+        prefix = "/" + "/".join(parts[:index])
+        entry = rootfs.entries.get(prefix)
+        if entry is not None and entry.kind == "symlink":
+            base = Path(prefix).parent / entry.target
+            return _resolved(rootfs, os.path.normpath(base.joinpath(*parts[index:])))
+    return path
