@@ -125,7 +125,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.volumeMounts[0].mountPath: Required value",
     ),
     ("quantity-garbage", _repo(resources={"requests": {"cpu": "lots"}}), "resource quantities look like"),
-    ("container-mode-unknown", _repo(containerMode="docker"), 'supported values: "dind"'),
+    ("container-mode-unknown", _repo(containerMode="docker"), 'Unsupported value: "docker"'),
     ("dind-image-without-dind", _repo(dindImage="docker:28-dind"), "set containerMode: dind or remove"),
     ("dind-image-whitespace", _repo(containerMode="dind", dindImage="docker: x"), "spec.dindImage must be"),
 ]
