@@ -179,6 +179,8 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         credential_secret_name="github-app",
         github_api_url="https://ghe.example.com/api/v3",
         runner_image="registry.example.com/runner:1.2.3",
+        container_mode="dind",
+        dind_image="registry.example.com/docker:28-dind",
         env=[
             api.EnvVar(name="RUNNER_DEBUG", value="1"),
             api.EnvVar(name="NODE", value_from={"fieldRef": {"fieldPath": "spec.nodeName"}}),
