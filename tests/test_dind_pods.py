@@ -1,7 +1,8 @@
 """``spec.containerMode: dind``: the runner pod a user gets, as the kubelet will read it.
 
-Pure: the pod the operator would create (``runnerpool.pods.template.runner_pod``). That the
-daemon then runs, shares the workspace and outlives the runner is tests/node/test_dind.py.
+The pod the operator would create (``runnerpool.pods.template.runner_pod``), and that the
+API server takes it. That the daemon then runs, shares the workspace and outlives the runner
+is tests/node/test_dind.py.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 from pydantic import ValidationError
 
 from runnerpool import api, naming
@@ -118,3 +120,13 @@ def test_turning_dind_on_or_changing_its_image_rolls_the_pods() -> None:
 def test_the_models_refuse_what_the_crd_refuses(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         pool(**spec)
+
+
+def test_the_api_server_takes_the_dind_pod(api_client: client.ApiClient, namespace: str) -> None:
+    """A native sidecar (restartPolicy on an init container) and its security context validate."""
+    body = template.runner_pod(pool(containerMode="dind"), "runner:1", API)
+    body["metadata"].update(namespace=namespace, ownerReferences=[])
+    created = client.CoreV1Api(api_client).create_namespaced_pod(namespace, body, dry_run="All")
+    [daemon] = created.spec.init_containers
+    assert (daemon.name, daemon.restart_policy) == (dind.DIND_CONTAINER, "Always")
+    assert daemon.security_context.privileged is True
