@@ -44,13 +44,15 @@ wait_child() {
     fi
     while :; do
         wait "${child}"
-        # shellcheck disable=SC2034 # read by the scripts that source this file
-        child_status=$?
         if kill -0 "${child}" 2>/dev/null; then
             continue
         fi
         break
     done
+    # Once more for its own exit status: the wait above may have been cut short by a trap.
+    wait "${child}"
+    # shellcheck disable=SC2034 # read by the scripts that source this library
+    child_status=$?
     child=0
 }
 
