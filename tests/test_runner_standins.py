@@ -264,6 +264,29 @@ def test_sigterm_to_a_busy_run_sh_cancels_the_job(fake: FakeGitHub, pods: Pods) 
     assert "stopped while running job" in pod.log
 
 
+def test_a_job_that_ended_just_before_the_runner_was_told_to_stop_is_a_success(
+    fake: FakeGitHub, pods: Pods
+) -> None:
+    """A pod deleted as its job ends: the worker is gone, the listener not yet reporting.
+
+    The real runner's worker reports its own result when it ends, so a listener stopped
+    afterwards changes nothing; the stand-in cancelled such a job (the chaos soak hit it once
+    in 31 deletions of busy pods). run.sh is held stopped across the worker's end, so the
+    signal lands in that window every time.
+    """
+    pod, job_id = _busy(fake, pods, 1)
+    run_sh = pod.run_sh()
+    os.kill(run_sh, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not pod.running_a_job(), TIMEOUT, 0.05, "the job's Runner.Worker to end")
+        os.kill(run_sh, signal.SIGTERM)
+    finally:
+        os.kill(run_sh, signal.SIGCONT)
+    assert pod.wait() == 0, pod.log
+    assert _outcome(fake, job_id) == ("completed", "success"), pod.log
+    assert "it ended success" in pod.log
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):

@@ -130,7 +130,8 @@ report() {
     done
 }
 
-# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
+# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end; sets
+# job_conclusion.
 run_job() {
     local job_id="$1" duration="$2" conclusion=success
     interruptible=0
@@ -151,7 +152,10 @@ run_job() {
     wait_child
     interruptible=0
     stop_renewing
-    if [[ "${stopping}" -eq 1 ]]; then
+    # Cancelled only if the signal cut the job short: a job that ran to its end before the
+    # signal came is a success (the real runner's worker reports its own result when it ends;
+    # a listener told to stop afterwards changes nothing).
+    if [[ "${child_status}" -ne 0 ]]; then
         conclusion=cancelled
     fi
     report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
@@ -159,6 +163,7 @@ run_job() {
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi
     log "job ${job_id} completed with result: ${conclusion}"
+    job_conclusion="${conclusion}"
 }
 
 while [[ "${stopping}" -eq 0 ]]; do
@@ -173,7 +178,7 @@ while [[ "${stopping}" -eq 0 ]]; do
             run_job "${job_id}" "${duration}" || continue
             if [[ "${stopping}" -eq 1 ]]; then
                 # An ephemeral runner was removed with its job; a closed session is harmless.
-                finish "stopped while running job ${job_id}; it was cancelled" 0
+                finish "stopped while running job ${job_id}; it ended ${job_conclusion}" 0
             fi
             if [[ "${ephemeral}" == 1 ]]; then
                 # GitHub removed the runner with its job: there is no session left to close.
