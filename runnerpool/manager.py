@@ -66,8 +66,7 @@ class Operator:
         self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
         # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
         self._pool_secrets = PoolSecrets(self._kube)
-        # Credential Secrets: cached once labelled, read by name before (protection labels them).
-        self._credentials = CredentialReads(self.informers, self._kube)
+        self._credentials = CredentialReads(self.informers, self._kube)  # read by name until labelled
         self._clients = NamedClientCache(self._read_credentials)
         self._manager = RunnableManager(
             [
