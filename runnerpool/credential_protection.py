@@ -20,7 +20,9 @@ any more:
 * a pool disappears whose finalizer another leader removed (the Secrets of its namespace that
   carry the protection are asked about, since this leader never saw which one it used),
 * at the start of each leadership term, every protected Secret that no pool needs is
-  released (covers pools that went away while no operator was running).
+  released (covers pools that went away while no operator was running; only cached Secrets
+  are asked about, so one protected by a version before the label, whose pools all went
+  while no operator ran, keeps its finalizer: the README's one-liner lets it go).
 
 Before the label is on, the Secret is read by name (``runnerpool.credential_reads``): a new
 pool's first pass, a Secret created after its pool, a Secret whose label someone removed. A

@@ -5,7 +5,9 @@ so here the reader is the API server seen through the same selectors (``Selected
 lag, deterministic), and every credential Secret the reconciler needs before the label is on
 is read by name. What the user sees: the Secret a pool names carries the label and the
 finalizer while the pool needs it, loses both with the last pool, gets its label back when
-someone removes it, and a Secret created after its pool is found without a watch.
+someone removes it, and a Secret created after its pool is found without a watch. The same
+holds for the token Secret the pool owns: its labels removed by hand, it is found by name and
+labelled again.
 """
 
 from __future__ import annotations
@@ -195,3 +197,20 @@ def test_a_secret_created_after_its_pool_is_found_by_name_within_the_backoff(
     reconciler(f"{namespace}/early")
 
     assert _labelled(api_client, namespace) and _finalizers(api_client, namespace) == [CREDENTIAL_FINALIZER]
+
+
+def test_a_token_secret_whose_labels_were_removed_is_labelled_again(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Out of the cache, the create is refused as existing: the pass reads it by name instead."""
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("owner", repo="octo-org/octo-repo"))
+    reconciler(f"{namespace}/owner")
+    core = client.CoreV1Api(api_client)
+    name = naming.token_secret_name("owner")
+    core.patch_namespaced_secret(name, namespace, {"metadata": {"labels": {naming.MANAGED_BY_LABEL: None}}})
+
+    reconciler(f"{namespace}/owner")
+
+    labels = core.read_namespaced_secret(name, namespace).metadata.labels
+    assert labels[naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
