@@ -63,6 +63,9 @@ __all__ = ["CredentialProtection"]
 
 log = logging.getLogger(__name__)
 
+#: Reads and patches of a Secret not labelled yet, when each patch meets a conflict.
+_ATTEMPTS = 3
+
 
 def credential_secret_name(pool: Mapping[str, Any]) -> str:
     """The Secret a pool (wire form) reads its GitHub credentials from."""
@@ -154,6 +157,19 @@ class CredentialProtection:
             self._used[(namespace, pool)] = secret_name
         if previous is not None and previous != secret_name:
             self.release_if_unused(namespace, previous)
+        for attempt in range(_ATTEMPTS):
+            written = self._mark(namespace, pool, secret_name, last=attempt == _ATTEMPTS - 1)
+            if written is not None:
+                return written
+        return False  # not reached: the last attempt answers or raises
+
+    def _mark(self, namespace: str, pool: str, secret_name: str, *, last: bool) -> bool | None:
+        """One read and, if something is missing, one patch; ``None``: read again.
+
+        A Secret without our label is one no event of ours reports: a conflict on it (pools
+        created together, each first pass patching it from the same read) is read again at
+        once, the last attempt's conflict goes to the work queue's retry.
+        """
         secret = self.secrets.read(namespace, secret_name)
         if secret is None:
             return False
@@ -167,11 +183,15 @@ class CredentialProtection:
             if err.status not in (404, 409):
                 raise
             self.secrets.forget(namespace, secret_name)
-            if not _labelled(meta):
-                raise  # no event of a Secret we do not watch brings the pool back: the queue retries
-            # Changed or deleted meanwhile: its own event brings the pool back here.
-            log.debug("credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err))
-            return False
+            if _labelled(meta):
+                # Changed or deleted meanwhile: its own event brings the pool back here.
+                log.debug(
+                    "credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err)
+                )
+                return False
+            if last:
+                raise
+            return None
         self.secrets.remember(namespace, secret_name, answer)
         with self._release_lock:
             self._released.pop((namespace, secret_name), None)

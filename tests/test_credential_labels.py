@@ -214,3 +214,32 @@ def test_a_token_secret_whose_labels_were_removed_is_labelled_again(
 
     labels = core.read_namespaced_secret(name, namespace).metadata.labels
     assert labels[naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
+
+
+class ChangedUnderTheFirstPatch(RecordingKube):
+    """Another writer changes the Secret between the operator's read and its first patch, as
+    the first passes of pools created together do."""
+
+    raced = False
+
+    def patch(self, resource: Resource, namespace: str | None, name: str, body: Any, **kwargs: Any) -> Any:
+        if resource.plural == "secrets" and name == CRED and not self.raced:
+            self.raced = True
+            super().patch(resource, namespace, name, {"metadata": {"annotations": {"someone": "else"}}})
+        return super().patch(resource, namespace, name, body, **kwargs)
+
+
+def test_a_conflict_on_a_secret_not_labelled_yet_is_read_again_at_once(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
+) -> None:
+    """No event would bring the pool back for a Secret the cache does not hold."""
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("together", repo="octo-org/octo-repo"))
+    kube = ChangedUnderTheFirstPatch(api_client)
+    reader = SelectedReader(api_client)
+    protection = CredentialProtection(reader, kube, CredentialReads(reader, kube))
+
+    assert protection.protect(namespace, "together", CRED)
+
+    assert kube.raced and len(kube.secret_patches) == 3, "the racing write, the refused patch, the patch"
+    assert _labelled(api_client, namespace) and _finalizers(api_client, namespace) == [CREDENTIAL_FINALIZER]
