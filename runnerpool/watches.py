@@ -8,7 +8,7 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   credential Secret it names.
 * **Secrets**, two informers per namespace, each filtered by a label on the API server, so a
   Secret that is not the operator's is never sent, let alone cached (20,000 Secrets of
-  4 KB once cost an operator that cached them all 161 MiB; ``bench/foreign_secrets.py``).
+  4 KiB cost an operator that cached them all 151 MiB: ``bench/foreign_secrets.py``).
   The operator's own (``MANAGED_BY_SELECTOR``: token Secrets) enqueue their pool.  Credential
   Secrets are the user's and carry the operator's label (``naming.CREDENTIAL_SELECTOR``)
   only while a pool needs them: ``runnerpool.credential_protection`` puts it on with the
