@@ -15,6 +15,9 @@ __all__ = [
     "BUSY_LABEL",
     "BUSY_VALUE",
     "CREDENTIAL_FINALIZER",
+    "CREDENTIAL_LABEL",
+    "CREDENTIAL_SELECTOR",
+    "CREDENTIAL_VALUE",
     "DEFAULT_CREDENTIAL_SECRET",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
@@ -44,6 +47,11 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "runnerpool-operator"
 #: What the operator's own children are listed and watched by.
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+#: On a credential Secret (a user's: never managed-by) while a pool needs it, with the finalizer of
+#: the same name: the operator caches only the Secrets it owns and those carrying this label.
+CREDENTIAL_LABEL = "runnerpool.dev/credential-in-use"
+CREDENTIAL_VALUE = "true"
+CREDENTIAL_SELECTOR = f"{CREDENTIAL_LABEL}={CREDENTIAL_VALUE}"
 #: The pool a child belongs to (its name; the namespace is the child's own).
 POOL_LABEL = "runnerpool.dev/pool"
 #: Which pod template a runner pod was made from: a rollout replaces the others.

@@ -226,6 +226,12 @@ class Reconciler:
         # A missing webhook Secret is looked for again: no watch reports its creation.
         if self._webhook_secret_problem(run.pool) is not None:
             recheck = _sooner(recheck, WEBHOOK_SECRET_RECHECK)
+        # So is a missing credential Secret: the cache sees it only once it carries our label.
+        if self._protection is not None:
+            missing = self._protection.secrets.retry_in(
+                run.pool.namespace, run.pool.spec.credential_secret_name
+            )
+            recheck = _sooner(recheck, missing)
         token = pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -299,12 +305,25 @@ class Reconciler:
             run.writes.add(Write.CREDENTIALS_PROTECTED)
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
-        """The empty, owned Secret the token updater fills: the reconciler never writes its data."""
+        """The empty, owned Secret the token updater fills: the reconciler never writes its data.
+
+        The cache selects Secrets by the managed-by label: a create refused because the Secret
+        exists (409) is a cache that lags, or a Secret whose labels someone removed, which no
+        event would ever bring back; it is read by name, and its labels put back.
+        """
         desired = children.token_secret(run.pool)
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            return self._create(run, Write.SECRET_CREATED, SECRETS, desired)
+            created = self._create(run, Write.SECRET_CREATED, SECRETS, desired)
+            if Write.SECRET_CREATED in run.writes:
+                return created
+            try:
+                live = self._kube.get(SECRETS, run.pool.namespace, name)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                return desired  # deleted since: its own event brings the pool back
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
         self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
@@ -317,9 +336,15 @@ class Reconciler:
         self._tokens.start(ref)
         self._runners.start(ref)
 
+    def _credentials(self, pool: api.RunnerPool) -> dict[str, Any] | None:
+        """The pool's credential Secret: cached once labelled, read by name before that."""
+        if self._protection is None:
+            return self._cache.get_secret(pool.namespace, pool.spec.credential_secret_name)
+        return self._protection.secrets.get(pool.namespace, pool.spec.credential_secret_name)
+
     def _pool_ref(self, run: _Pass) -> PoolRef:
         spec = run.pool.spec
-        credentials = self._cache.get_secret(run.pool.namespace, spec.credential_secret_name)
+        credentials = self._credentials(run.pool)
         return PoolRef(
             namespace=run.pool.namespace,
             name=run.pool.name,
