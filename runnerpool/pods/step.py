@@ -12,6 +12,7 @@ managers' (``runnerpool.runners.retirement``), which know from GitHub which runn
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,6 +62,21 @@ class Converged:
     refused: CreateFailure | None = None
     #: Seconds until the next create may be tried (the pool is backing off).
     retry_in: float | None = None
+
+
+#: The suffix the API server appends to a ``generateName`` (five of its consonants and digits).
+_GENERATED_SUFFIX = "[a-z0-9]{5}"
+
+
+def refusal(err: ApiException, pool: str) -> str:
+    """What the API server said of a refused runner pod, without the name it drew for it.
+
+    The name is generated before admission, so each refusal names another pod
+    (``pods "p-x7k2q" is forbidden: ...``); with ``p-*`` instead, the same cause reads the same
+    every time: one Event counting the attempts, one condition message, no status write.
+    """
+    prefix = naming.runner_pod_prefix(pool)
+    return re.sub(rf'"{re.escape(prefix)}{_GENERATED_SUFFIX}"', f'"{prefix}*"', describe(err))
 
 
 def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
@@ -157,7 +173,7 @@ class PodStep:
         key = pool_key(pool.namespace, pool.name)
         if made:
             self._backoff.succeeded(key)  # the backoff counts refusals in a row
-        failure = self._backoff.failed(key, self.wanted_hash(pool), describe(err))
+        failure = self._backoff.failed(key, self.wanted_hash(pool), refusal(err, pool.name))
         log.warning(
             "pool %s: creating a runner pod failed (%d in a row, next attempt in %.0f s): %s",
             key,
