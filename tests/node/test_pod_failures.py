@@ -34,8 +34,12 @@ def _ready(api_client: client.ApiClient, namespace: str, pool: str) -> dict[str,
 def _wait_ready_reason(
     api_client: client.ApiClient, namespace: str, pool: str, reason: str
 ) -> dict[str, Any]:
+    def reached() -> dict[str, Any]:
+        ready = _ready(api_client, namespace, pool)
+        return ready if ready.get("reason") == reason else {}
+
     found: dict[str, Any] = wait_for(
-        lambda: (c := _ready(api_client, namespace, pool)).get("reason") == reason and c,
+        reached,
         START_TIMEOUT,
         0.5,
         f"pool {pool}'s Ready reason {reason}",
@@ -150,10 +154,13 @@ def test_an_image_that_cannot_be_pulled_is_a_reason_an_event_and_a_metric(
     # The kubelet retries, ErrImagePull and ImagePullBackOff in turn: still one Event, told once.
     [pod] = live_pods(core, namespace, "pull")
     seen: set[str | None] = set()
+
+    def both_seen() -> bool:
+        seen.add(_waiting_reason(core, namespace, pod))
+        return {"ErrImagePull", "ImagePullBackOff"} <= seen
+
     wait_for(
-        lambda: (
-            seen.add(_waiting_reason(core, namespace, pod)) or {"ErrImagePull", "ImagePullBackOff"} <= seen
-        ),
+        both_seen,
         START_TIMEOUT,
         0.5,
         "the kubelet to retry the pull",
