@@ -401,6 +401,7 @@ class Reconciler:
         """
         pool = run.pool
         old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
+        refused = self._pods.create_failure(pool)
         status = pool_status.desired_status(
             conditions.Stamp(pool.generation, self._clock()),
             pool,
@@ -411,7 +412,7 @@ class Reconciler:
             runners=self._runner_counts(pool),
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),
-            refused=refused.cause if (refused := self._pods.create_failure(pool)) else None,
+            refused=refused.cause if refused is not None else None,
         )
         metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:

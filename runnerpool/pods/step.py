@@ -1,12 +1,13 @@
 """The reconciler's pod step: take over a legacy Deployment, keep the disruption budget, create pods.
 
 Reads come from the informer caches and every write is skipped when the cache already
-shows the result, so a converged pool costs no write here.  A create the API server refuses
-is not an error of the reconcile: it is counted in the pool's create backoff
-(``runnerpool.pods.create_backoff``), which also holds the refusal the pool reports until a
-create goes through.  Creates are the only pod
+shows the result, so a converged pool costs no write here.  Creates are the only pod
 writes of the reconciler; scale-down, rollout replacement and finished pods are the runner
 managers' (``runnerpool.runners.retirement``), which know from GitHub which runner is busy.
+
+A create the API server refuses is not an error of the reconcile: it is counted in the
+pool's create backoff (``runnerpool.pods.create_backoff``), which also holds the refusal the
+pool reports until a create goes through.
 """
 
 from __future__ import annotations
