@@ -31,6 +31,7 @@ __all__ = [
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
+    "runner_pod_prefix",
     "token_secret_name",
 ]
 
@@ -81,6 +82,11 @@ RUNNER_CONTAINER = "runner"
 
 def token_secret_name(pool: str) -> str:
     return f"runner-token-{pool}"
+
+
+def runner_pod_prefix(pool: str) -> str:
+    """The ``generateName`` of a pool's runner pods: ``<pool>-`` and five random characters."""
+    return f"{pool}-"
 
 
 def deployment_name(pool: str) -> str:

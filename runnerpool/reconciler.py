@@ -30,11 +30,13 @@ from runnerpool.autoscaling import Decision, Window
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
-from runnerpool.events import NORMAL, WARNING, Recorder
+from runnerpool.events import NORMAL, WARNING, OnChange, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.pods import failures
+from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.step import LivePods, PodStep
+from runnerpool.pods.step import Converged, LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
 from runnerpool.runtime.controller import Result, TerminalError
@@ -124,6 +126,7 @@ class Reconciler:
         namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
+        create_backoff: CreateBackoff | None = None,
     ) -> None:
         self._cache = cache
         self._webhook_secrets = webhook_secrets
@@ -139,7 +142,10 @@ class Reconciler:
             expectations or Expectations(),
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
+            backoff=create_backoff,
         )
+        #: Stuck pods are told once per change of their reasons, not on every pass that sees them.
+        self._failing_told = OnChange()
         self._status_written: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}
         self._protection = protection
@@ -243,12 +249,21 @@ class Reconciler:
             counts = self._pods.counts(run.pool, decision.replicas, live)
             wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        pods = self._act_on_pods(run, decision, live)
-        wait = self._update_status(run, secret, pods, decision)
-        return Result(requeue_after=_sooner(wait, recheck))
+        converged = self._act_on_pods(run, decision, live)
+        wait = self._update_status(run, secret, converged.counts, decision)
+        # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
+        return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
 
-    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> pool_status.PodCounts:
-        pods = self._pods.converge(run.pool, run.writes, decision.replicas, live)
+    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> Converged:
+        converged = self._pods.converge(run.pool, run.writes, decision.replicas, live)
+        pods = converged.counts
+        if converged.refused is not None:
+            # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count, and
+            # the backoff keeps the count small.
+            self._recorder.event(
+                run.raw, WARNING, "FailedCreate", f"creating a runner pod failed: {converged.refused.cause}"
+            )
+        self._tell_failing(run, pods)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
@@ -265,7 +280,18 @@ class Reconciler:
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._runners.bring_round_forward(run.pool.namespace, run.pool.name)
-        return pods
+        return converged
+
+    def _tell_failing(self, run: _Pass, pods: pool_status.PodCounts) -> None:
+        """A Warning when the reasons the pool's pods are stuck for change (not when a count does:
+        pods failing one after the other are one story); pods no longer stuck are told by the
+        Ready condition's recovery."""
+        reasons = frozenset(f.reason for f in pods.failing)
+        key = pool_key(run.pool.namespace, run.pool.name)
+        if not self._failing_told.changed(key, reasons) or not reasons:
+            return
+        message = failures.describe(pods.failing)
+        self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
 
     def _decide(self, pool: api.RunnerPool, live: LivePods) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
@@ -359,6 +385,8 @@ class Reconciler:
         self._status_written.pop(key, None)
         self._first_seen.pop(key, None)
         self._windows.pop(key, None)
+        self._failing_told.forget(key)
+        self._pods.forget(namespace, name)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
@@ -398,6 +426,7 @@ class Reconciler:
         """
         pool = run.pool
         old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
+        refused = self._pods.create_failure(pool)
         status = pool_status.desired_status(
             conditions.Stamp(pool.generation, self._clock()),
             pool,
@@ -408,8 +437,9 @@ class Reconciler:
             runners=self._runner_counts(pool),
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),
+            refused=refused.cause if refused is not None else None,
         )
-        metrics.observe_pool(pool, status)
+        metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:
             return None
         wait = self._coalesced(pool, old, status)
@@ -480,6 +510,8 @@ class Reconciler:
             if cond["type"] == conditions.SCALING or (
                 before is not None and before.get("reason") == cond["reason"]
             ):
+                continue
+            if cond["reason"] in _TOLD_BY_THEIR_OWN_EVENTS:
                 continue
             on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
             if on_the_way_up and (before is None or before.get("reason") in _STARTING):
@@ -582,7 +614,6 @@ class Reconciler:
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])
-        self._pods.forget(run.pool)
         run.writes.add(Write.FINALIZER_REMOVED)
 
 
@@ -603,6 +634,11 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
 _STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+#: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
+#: ``RunnerPodsFailing`` per change of the stuck pods' reasons): no second one for the condition.
+_TOLD_BY_THEIR_OWN_EVENTS = frozenset(
+    {pool_status.POD_CREATE_FAILED_REASON, pool_status.RUNNER_PODS_FAILING_REASON}
+)
 
 
 def _has_failure(status: dict[str, Any]) -> bool:

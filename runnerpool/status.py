@@ -14,10 +14,13 @@ from typing import Any
 from runnerpool import api, children, conditions, naming
 from runnerpool.autoscaling import Decision
 from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
+from runnerpool.pods import failures
 from runnerpool.pods.scaling import PodCounts
 
 __all__ = [
     "DEMAND",
+    "POD_CREATE_FAILED_REASON",
+    "RUNNER_PODS_FAILING_REASON",
     "PodCounts",
     "demand_blind",
     "demand_visible_condition",
@@ -35,6 +38,11 @@ __all__ = [
 
 #: ``status.demand``: written by the demand recorder, never by the reconciler's status patch.
 DEMAND = "demand"
+#: ``Ready`` reasons of a pool that something outside the operator stops: the API server refuses
+#: its pods, or its pods are stuck (``runnerpool.pods.failures``). Ready is False whatever the
+#: counts: a pool at full strength whose new pods cannot come has a rollout that never ends.
+POD_CREATE_FAILED_REASON = "PodCreateFailed"
+RUNNER_PODS_FAILING_REASON = "RunnerPodsFailing"
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -80,10 +88,13 @@ def ready_condition(
     token: dict[str, Any],
     pods: PodCounts | None,
     desired: int | None = None,
+    *,
+    refused: str | None = None,
 ) -> dict[str, Any]:
     """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so.
 
-    ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand).
+    ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand);
+    ``refused``: why the API server refuses the pool's pods, while it does.
     """
     desired = pool.spec.replicas if desired is None else desired
     if token["status"] != "True":
@@ -92,6 +103,20 @@ def ready_condition(
         )
     pods = pods or PodCounts(desired=desired)
     summary = f"{pods.ready}/{desired} runner pods ready"
+    if refused is not None:
+        return stamp.condition(
+            conditions.READY,
+            False,
+            POD_CREATE_FAILED_REASON,
+            f"{summary}; the API server refuses new runner pods: {refused}",
+        )
+    if pods.failing:
+        return stamp.condition(
+            conditions.READY,
+            False,
+            RUNNER_PODS_FAILING_REASON,
+            f"{summary}; {failures.describe(pods.failing)}",
+        )
     if pods.ready < desired:
         return stamp.condition(conditions.READY, False, "RunnersStarting", summary)
     if pods.outdated:
@@ -202,8 +227,11 @@ def desired_status(
     runners: dict[str, Any] | None,
     decision: Decision | None = None,
     webhook_secret_problem: str | None = None,
+    refused: str | None = None,
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
+
+    ``refused``: why the API server refuses the pool's pods, while it does (``ready_condition``).
 
     ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
     demand); a pool that follows demand also gets its ``Scaling`` and ``DemandVisible``
@@ -213,7 +241,7 @@ def desired_status(
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
     token = token_condition(stamp, pool, secret, failure)
-    ready = ready_condition(stamp, pool, token, pods, desired)
+    ready = ready_condition(stamp, pool, token, pods, desired, refused=refused)
     updates = [token, ready]
     previous = old.get("conditions") or []
     if pool.spec.autoscaling is not None:
