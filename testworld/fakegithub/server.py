@@ -754,6 +754,7 @@ def _ctl_queue_job(fake: FakeGitHub, _m: re.Match[str], scope: Any, data: dict[s
         float(data.get("duration_s", 0.0)),
         name=str(data.get("name", "build")),
         workflow_name=str(data.get("workflow_name", "CI")),
+        script=None if data.get("script") is None else str(data["script"]),
     )
     return Answer(201, fake.job(job_id))
 

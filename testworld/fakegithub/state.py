@@ -649,6 +649,7 @@ class GitHubState:
         *,
         name: str = "build",
         workflow_name: str = "CI",
+        script: str | None = None,
     ) -> int:
         """Queue a ``workflow_job`` with these ``runs-on`` labels in a repository; returns its id.
 
@@ -658,8 +659,11 @@ class GitHubState:
         all of the job's (ignoring case), runs ``duration_s`` seconds and completes
         with ``success``; a runner process (see ``actions.py``) starts and completes it
         itself, a runner made through the control API has it played by the fake.
+        ``script`` (one line of shell) is what a runner process runs as the job's steps.
         """
         parsed = Scope.parse(scope)
+        if script is not None and ("\n" in script or not script.strip()):
+            raise ValueError(f"a job's script is one non-empty line of shell, got {script!r}")
         if parsed.kind != "repo":
             raise ValueError(f"a job belongs to a repository (owner/repo), not {parsed.name!r}")
         wanted = [str(label) for label in labels]
@@ -680,6 +684,7 @@ class GitHubState:
                 name=name,
                 workflow_name=workflow_name,
                 created_at=self.clock(),
+                script=script,
             )
             self._jobs[job.id] = job
             self._open_jobs[job.id] = job
@@ -1042,7 +1047,17 @@ class GitHubState:
                 raise UnknownJobError(f"no job {job_id} was queued")
             return list(found.annotations)
 
-    def listener_job_completed(self, credential: str, job_id: int, conclusion: str) -> None:
+    def summary(self, job_id: int) -> str:
+        """The job's summary (what its steps wrote to ``$GITHUB_STEP_SUMMARY``), empty without one."""
+        with self._lock:
+            found = self._jobs.get(job_id)
+            if found is None:
+                raise UnknownJobError(f"no job {job_id} was queued")
+            return found.summary
+
+    def listener_job_completed(
+        self, credential: str, job_id: int, conclusion: str, summary: str = ""
+    ) -> None:
         """The runner finished its job; an ephemeral runner is removed, as GitHub does."""
         if conclusion not in CONCLUSIONS:
             raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
@@ -1052,6 +1067,7 @@ class GitHubState:
             if job.status == "queued":
                 self._start(job, runner, self.clock())
             runner.last_seen = self.clock()
+            job.summary = summary
             self._finish(job, conclusion)
             self._tick()
             self._notify()

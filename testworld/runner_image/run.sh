@@ -130,9 +130,11 @@ report() {
     done
 }
 
-# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
+# run_job ID DURATION [SCRIPT]: start it, sleep through it or run its script (signals
+# interrupt), report its end: success, or failure when the script failed, with what the script
+# wrote to $GITHUB_STEP_SUMMARY, as the real runner uploads a job's summary.
 run_job() {
-    local job_id="$1" duration="$2" conclusion=success
+    local job_id="$1" duration="$2" script="${3:-}" conclusion=success
     interruptible=0
     report "${job_id}" started
     case "${http_status}" in
@@ -144,17 +146,26 @@ run_job() {
             ;;
     esac
     start_renewing "${job_id}"
-    log "running job ${job_id} for ${duration}s"
     interruptible=1
-    (exec -a Runner.Worker sleep "${duration}") &
+    local summary="${STANDIN_DIR}/.summary.${job_id}"
+    : >"${summary}"
+    if [[ -n "${script}" ]]; then
+        log "running job ${job_id}'s steps"
+        (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash -c "${script}") &
+    else
+        log "running job ${job_id} for ${duration}s"
+        (exec -a Runner.Worker sleep "${duration}") &
+    fi
     child=$!
     wait_child
     interruptible=0
+    [[ "${child_status}" -eq 0 || -z "${script}" ]] || conclusion=failure
     stop_renewing
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
     fi
-    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
+    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}" --data-urlencode "summary@${summary}"
+    rm -f "${summary}"
     if [[ "${http_status}" != 204 ]]; then
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi
@@ -170,7 +181,8 @@ while [[ "${stopping}" -eq 0 ]]; do
         200)
             job_id="$(value_of job_id "${http_body}")"
             duration="$(value_of duration_s "${http_body}")"
-            run_job "${job_id}" "${duration}" || continue
+            script="$(value_of script "${http_body}")" || script=""
+            run_job "${job_id}" "${duration}" "${script}" || continue
             if [[ "${stopping}" -eq 1 ]]; then
                 # An ephemeral runner was removed with its job; a closed session is harmless.
                 finish "stopped while running job ${job_id}; it was cancelled" 0
