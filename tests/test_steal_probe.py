@@ -109,3 +109,32 @@ def test_the_pools_github_credential_is_found(fake: FakeGitHub, reach: tuple[Pat
         f"STOLEN: a GitHub API credential that issues registration tokens, from {root}/etc/pat"
         in result.stdout
     )
+
+
+def jit_config(fake: FakeGitHub) -> str:
+    answer = requests.post(
+        f"{fake.url}/repos/{REPO}/actions/runners/generate-jitconfig",
+        headers={"Authorization": f"token {PAT}"},
+        json={"name": "pool-a-x2k4p", "runner_group_id": 1, "labels": ["team-a/pool-a"]},
+        timeout=5,
+    )
+    config: str = answer.json()["encoded_jit_config"]
+    return config
+
+
+def test_an_unused_jit_config_is_found_and_a_used_one_is_not(
+    fake: FakeGitHub, reach: tuple[Path, Path]
+) -> None:
+    root, procfs = reach
+    (procfs / "42" / "cmdline").write_bytes(
+        b"bash\0./run.sh\0--jitconfig\0" + jit_config(fake).encode() + b"\0"
+    )
+
+    first = probe(fake, root, procfs)
+    # The probe ran it: now it is a used config, as a started runner's is.
+    second = probe(fake, root, procfs)
+
+    assert first.returncode == 1
+    assert f"STOLEN: a JIT runner config that still runs, from {procfs}/42/cmdline" in first.stdout
+    assert second.returncode == 0, second.stdout
+    assert "(1 JIT runner configs); 0 registered a runner" in second.stdout

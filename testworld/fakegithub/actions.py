@@ -52,9 +52,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl
 
-from testworld.fakegithub.state import GitHubState, ListenerError, ListenerRecord
+from testworld.fakegithub.state import SERVICE_PATH, GitHubState, ListenerError, ListenerRecord
 
-SERVICE_PATH = "/_actions"
+__all__ = ["SERVICE_PATH", "answer"]
 
 Reply = tuple[int, str]
 _Handler = Callable[[GitHubState, "re.Match[str]", str, dict[str, str], Mapping[str, str]], Reply]

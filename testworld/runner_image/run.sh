@@ -26,7 +26,8 @@
 # renews at the interval the fake answers (renew_s) and ends with the job, on a 404 (the job
 # is no longer ours), or when run.sh itself is gone.
 #
-# RUNNER_POLL_SECONDS (default 20) bounds each long poll.
+# RUNNER_POLL_SECONDS (default 20) bounds each long poll. `run.sh --jitconfig CONFIG` runs a
+# just-in-time runner without config.sh (see below); a config already used is refused.
 
 STANDIN_NAME=run.sh
 # shellcheck source=testworld/runner_image/standin-lib.sh
@@ -34,6 +35,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/standin-lib.sh"
 
 POLL_SECONDS="${RUNNER_POLL_SECONDS:-20}"
 [[ "${POLL_SECONDS}" =~ ^[0-9]+$ ]] || { log "error: RUNNER_POLL_SECONDS must be whole seconds"; exit 1; }
+
+# --jitconfig CONFIG: a just-in-time runner (GitHub's generate-jitconfig), configured by the
+# config itself instead of config.sh: base64 of JSON whose .runner and .credentials are base64
+# of the files config.sh would write. GitHub accepts a config once.
+if [[ "${1:-}" == --jitconfig ]]; then
+    [[ -n "${2:-}" ]] || { log "error: --jitconfig needs a value"; exit 1; }
+    decoded="$(printf '%s' "$2" | base64 -d 2>/dev/null)" || { log "error: the JIT config is not base64"; exit 1; }
+    if ! runner_b64="$(json_string .runner "${decoded}")" ||
+        ! credentials_b64="$(json_string .credentials "${decoded}")"; then
+        log "error: the JIT config has no .runner or .credentials"
+        exit 1
+    fi
+    unset decoded
+    printf '%s' "${runner_b64}" | base64 -d >"${RUNNER_FILE}" || { log "error: cannot write ${RUNNER_FILE}"; exit 1; }
+    (umask 077 && printf '%s' "${credentials_b64}" | base64 -d >"${CREDENTIALS_FILE}") ||
+        { log "error: cannot write ${CREDENTIALS_FILE}"; exit 1; }
+    unset runner_b64 credentials_b64
+    shift 2
+fi
+[[ $# -eq 0 ]] || { log "error: unknown option '$1' (this stand-in takes --jitconfig CONFIG or nothing)"; exit 1; }
 
 if [[ ! -r "${RUNNER_FILE}" || ! -r "${CREDENTIALS_FILE}" ]]; then
     log "error: Runner is not configured (run config.sh first)."
@@ -73,6 +94,7 @@ http POST "${service}/sessions" "${auth}"
 case "${http_status}" in
     201) session="$(value_of session_id "${http_body}")" ;;
     401) revoked ;;
+    409) finish "error: GitHub refused the runner's session: $(error_message)" 1 ;;
     *) finish "error: cannot open a listener session (HTTP ${http_status}): $(error_message)" 1 ;;
 esac
 log "connected to GitHub as ${runner_name}; listening for jobs"
