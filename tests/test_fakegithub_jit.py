@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,13 @@ from typing import Any
 
 import pytest
 import requests
+import responses
+from github import Auth
 
+from runnerpool.domain import Scope
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.github.types import JitRequest
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
 
@@ -170,3 +177,51 @@ def test_a_config_runs_once_and_a_second_run_with_it_is_refused(fake: FakeGitHub
     out, _ = third.communicate(timeout=20)
     assert b"has been revoked" in out
     assert fake.runners(REPO) == []
+
+
+# -- the operator's client against GitHub's example and against the fake -----------------------
+
+
+def test_the_client_sends_githubs_body_and_reads_githubs_answer() -> None:
+
+    with responses.RequestsMock() as mock:
+        mock.post(
+            # PyGithub names the default port.
+            re.compile(
+                r"https://api\.github\.com(:443)?/repos/octo-org/hello/actions/runners/generate-jitconfig"
+            ),
+            json=SPEC["body"],
+            status=201,
+        )
+        client = PyGithubClient.from_auth(Auth.Token("ghp_x"), "https://api.github.com")
+        config = client.generate_jitconfig(
+            Scope(repository=REPO),
+            JitRequest(name="New runner", labels=("no-gpu",), work_folder="/runner/_work"),
+        )
+        sent = json.loads(mock.calls[0].request.body)
+
+    assert (config.runner_id, config.encoded) == (
+        SPEC["body"]["runner"]["id"],
+        SPEC["body"]["encoded_jit_config"],
+    )
+    assert set(SPEC["request_required"]) <= sent.keys()
+    assert sent == {
+        "name": "New runner",
+        "runner_group_id": 1,
+        "labels": ["no-gpu"],
+        "work_folder": "/runner/_work",
+    }
+    assert config.encoded not in repr(config)
+
+
+def test_the_client_against_the_fake_makes_a_runner_and_reports_a_name_in_use(fake: FakeGitHub) -> None:
+
+    client = PyGithubClient.from_auth(Auth.Token(PAT), fake.url)
+    request = JitRequest(name="pool-a-x2k4p", labels=("team-a/pool-a",))
+
+    config = client.generate_jitconfig(Scope(organization=ORG), request)
+    with pytest.raises(GitHubError) as conflict:
+        client.generate_jitconfig(Scope(organization=ORG), request)
+
+    assert [r.id for r in client.list_runners(Scope(organization=ORG))] == [config.runner_id]
+    assert conflict.value.status == 409
