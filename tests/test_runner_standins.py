@@ -123,6 +123,8 @@ class Pods:
             shutil.copy2(script, runner_dir / script.name)
         token_file = home / "runnertoken"
         token_file.write_text(token + "\n")
+        config_dir = home / "runner-config"
+        config_dir.mkdir()
         out = home / "pod.log"
         environment = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -134,13 +136,15 @@ class Pods:
             "GITHUB_URL": fake.url.removesuffix("/api/v3"),
             "RUNNER_DIR": str(runner_dir),
             "RUNNER_TOKEN_FILE": str(token_file),
+            "RUNNER_CONFIG_DIR": str(config_dir),
             "RUNNER_WORKDIR": str(home / "work"),
             "RUNNER_POLL_SECONDS": str(POLL_SECONDS),
             **env,
         }
         with out.open("wb") as sink:
+            # The pod's init container, then its runner container (which gets the signals).
             process = subprocess.Popen(
-                ["bash", str(ENTRYPOINT)],
+                ["bash", "-c", 'bash "$0" register && exec bash "$0" run', str(ENTRYPOINT)],
                 cwd=runner_dir,
                 env=environment,
                 stdout=sink,
@@ -368,3 +372,19 @@ def test_token_of_another_scope_is_refused(fake: FakeGitHub, pods: Pods) -> None
     assert "issued for another repository or organization" in pod.log
     assert token not in pod.log
     assert fake.runners(REPO) == [] and fake.runners(ORG) == []
+
+
+@pytest.mark.parametrize(("step", "conclusion"), [("exit 0", "success"), ("exit 3", "failure")])
+def test_a_jobs_script_runs_as_its_steps_and_its_summary_reaches_github(
+    fake: FakeGitHub, pods: Pods, step: str, conclusion: str
+) -> None:
+    """The steal probe's way in: a job whose steps are a line of shell run by the runner."""
+    pod = pods.start(fake, _token(fake, REPO))
+    assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+
+    script = f'echo "ran as $(id -u) in $PWD" >>"$GITHUB_STEP_SUMMARY"; {step}'
+    job_id = fake.queue_job(REPO, ["team-a/pool-a"], 0.0, script=script)
+
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "completed", timeout=TIMEOUT), pod.log
+    assert fake.job(job_id)["conclusion"] == conclusion
+    assert fake.summary(job_id) == f"ran as {os.getuid()} in {pod.out.parent / 'home-runner'}\n"

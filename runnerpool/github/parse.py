@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runnerpool.github.errors import MalformedResponse
-from runnerpool.github.types import RegistrationToken, Runner, header
+from runnerpool.github.types import JitConfig, RegistrationToken, Runner, header
 
-__all__ = ["next_link", "parse_runner", "parse_time", "parse_token", "structured"]
+__all__ = ["next_link", "parse_jitconfig", "parse_runner", "parse_time", "parse_token", "structured"]
 
 _LINK_RE = re.compile(r'<(?P<url>[^>]+)>\s*;\s*rel="(?P<rel>[^"]+)"')
 
@@ -39,6 +39,17 @@ def parse_token(data: Any, what: str) -> RegistrationToken:
     if not isinstance(token, str) or not token:
         raise MalformedResponse(f"{what}: token missing or empty")
     return RegistrationToken(token=token, expires_at=parse_time(data.get("expires_at"), what))
+
+
+def parse_jitconfig(data: Any, what: str) -> JitConfig:
+    """``generate-jitconfig``'s 201: ``{"runner": {...}, "encoded_jit_config": "..."}``."""
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"{what}: expected a JSON object")
+    encoded = data.get("encoded_jit_config")
+    if not isinstance(encoded, str) or not encoded:
+        raise MalformedResponse(f"{what}: encoded_jit_config missing or empty")
+    runner = parse_runner(data.get("runner"), what)
+    return JitConfig(runner_id=runner.id, encoded=encoded)
 
 
 def parse_runner(item: Any, what: str) -> Runner:

@@ -1,7 +1,8 @@
 """The small interface the operator sees GitHub through.
 
-The reconciler, the runner managers and the token updater only need three calls: mint a
-registration token, list a scope's runners and delete a runner; the demand poller
+The reconciler, the runner managers and the token updater only need a few calls: mint a
+registration token (or, for a pool registering just in time, one runner's JIT config), list a
+scope's runners and delete a runner; the demand poller
 (``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs. Keeping them behind
 ``GitHubClient`` lets tests substitute ``runnerpool.github.fake.FakeGitHub`` without HTTP, and
 keeps every PyGithub and ``requests`` exception out of the callers: they only ever see
@@ -14,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 from runnerpool.domain import Scope
 from runnerpool.github.jobs import ActiveJobs
-from runnerpool.github.types import DeleteOutcome, RateLimit, RegistrationToken, Runner
+from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest, RateLimit, RegistrationToken, Runner
 
 __all__ = ["GitHubClient", "GitHubClients", "RateLimitAware"]
 
@@ -23,6 +24,8 @@ class GitHubClient(Protocol):
     """The GitHub calls the operator makes. Implementations raise only ``GitHubError``."""
 
     def registration_token(self, scope: Scope) -> RegistrationToken: ...
+
+    def generate_jitconfig(self, scope: Scope, request: JitRequest) -> JitConfig: ...
 
     def list_runners(self, scope: Scope) -> list[Runner]: ...
 

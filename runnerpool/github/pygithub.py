@@ -46,11 +46,13 @@ from runnerpool.github.errors import BadCredentials, GitHubError, MalformedRespo
 from runnerpool.github.jobs import ActiveJobs, InvalidJob, Job, parse_job
 from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
 from runnerpool.github.pages import Page, PageCache
-from runnerpool.github.parse import next_link, parse_runner, parse_token, structured
+from runnerpool.github.parse import next_link, parse_jitconfig, parse_runner, parse_token, structured
 from runnerpool.github.translate import translate_github_exception
 from runnerpool.github.types import (
     RUNNERS_PER_PAGE,
     DeleteOutcome,
+    JitConfig,
+    JitRequest,
     RateLimit,
     RegistrationToken,
     Runner,
@@ -244,6 +246,24 @@ class PyGithubClient:
         _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint))
         return parse_token(data, what)
 
+    def generate_jitconfig(self, scope: Scope, request: JitRequest) -> JitConfig:
+        """One just-in-time runner named ``request.name``: it exists (offline) once this returns.
+
+        A name in use answers 409 (a ``GitHubError`` with ``status`` 409): the caller deletes the
+        leftover runner and asks again.
+        """
+        path = f"/{scope.path}/actions/runners/generate-jitconfig"
+        what = f"POST {path}"
+        endpoint = f"/{scope.path_template}/actions/runners/generate-jitconfig"
+        body = {
+            "name": request.name,
+            "runner_group_id": request.runner_group_id,
+            "labels": list(request.labels),
+            "work_folder": request.work_folder,
+        }
+        _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint, body=body))
+        return parse_jitconfig(data, what)
+
     def list_runners(self, scope: Scope) -> list[Runner]:
         """All pages, each revalidated with its ETag; a runner that moved between pages while
         they were read is reported once."""
@@ -353,7 +373,13 @@ class PyGithubClient:
         return page
 
     def _send(
-        self, method: str, url: str, endpoint: str, *, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        endpoint: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
     ) -> tuple[int, dict[str, Any], Any]:
         """One request: count it, note the budget, and raise PyGithub's exception for >= 400.
 
@@ -361,8 +387,8 @@ class PyGithubClient:
         """
         try:
             with self._writes if method != "GET" else contextlib.nullcontext():
-                status, response_headers, body = self._requester.requestJson(
-                    method, url, headers=dict(headers or {})
+                status, response_headers, answer = self._requester.requestJson(
+                    method, url, headers=dict(headers or {}), input=body
                 )
         except Exception:
             GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
@@ -371,7 +397,7 @@ class PyGithubClient:
         self._observe_budget(response_headers)
         if status == 304:
             return status, response_headers, None
-        data = structured(body)
+        data = structured(answer)
         if status >= 400:
             raise self._requester.createException(
                 status, response_headers, data if isinstance(data, dict) else {}

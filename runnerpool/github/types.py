@@ -27,6 +27,29 @@ class RegistrationToken:
     expires_at: datetime
 
 
+#: The runner group every scope has (``runner_group_id`` 1): what a pool without a group uses.
+DEFAULT_RUNNER_GROUP_ID = 1
+
+
+@dataclass(frozen=True)
+class JitRequest:
+    """What a just-in-time runner is made with (``generate-jitconfig``'s body)."""
+
+    name: str
+    labels: tuple[str, ...]
+    runner_group_id: int = DEFAULT_RUNNER_GROUP_ID
+    #: Relative to the runner's folder, or absolute (the pod's work volume).
+    work_folder: str = "_work"
+
+
+@dataclass(frozen=True)
+class JitConfig:
+    """A just-in-time runner, offline on GitHub until a runner runs ``encoded`` (once)."""
+
+    runner_id: int
+    encoded: str = field(repr=False)
+
+
 #: A runner's ``status`` as GitHub reports it; whether it runs a job is ``busy``, apart.
 ONLINE = "online"
 OFFLINE = "offline"

@@ -27,6 +27,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
+from runnerpool.pods import registration
 
 __all__ = [
     "busy_grace_seconds",
@@ -42,13 +43,11 @@ __all__ = [
 
 _HASH_LENGTH = 10
 
-TOKEN_MOUNT_DIR = "/runner-token"
 WORK_DIR = "/runner/_work"
-_TOKEN_VOLUME = "runner-token"
 _WORK_VOLUME = "work"
 #: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
 #: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
-#: and the runner gets "Permission denied".
+#: and the register init container gets "Permission denied".
 RUNNER_GID = 1001
 
 
@@ -130,8 +129,8 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
-        {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{naming.TOKEN_SECRET_KEY}"},
         {"name": "RUNNER_BUSY_GRACE_SECONDS", "value": str(busy_grace_seconds(pool))},
+        *registration.runner_env(),
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
 
@@ -149,15 +148,20 @@ def termination_grace_seconds(pool: api.RunnerPool) -> int:
 
 
 def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
-    """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods."""
+    """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods.
+
+    The runner container runs the jobs and never mounts a registration credential: the
+    register init container (``runnerpool.pods.registration``) hands it its runner's own
+    configuration.
+    """
     spec = pool.spec
     container: dict[str, Any] = {
         "name": naming.RUNNER_CONTAINER,
         "image": spec.runner_image or default_image,
+        "args": registration.runner_args(),
         "env": _env(pool, github_api_url),
         "volumeMounts": [
-            # A file, not an env var: a restarted container reads the current token.
-            {"name": _TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_DIR, "readOnly": True},
+            *registration.runner_mounts(),
             {"name": _WORK_VOLUME, "mountPath": WORK_DIR},
             *spec.volume_mounts,
         ],
@@ -167,20 +171,14 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
     pod: dict[str, Any] = {
         # One pod, one runner, one job: the ephemeral runner exits 0 after its job, which ends
         # the pod (Succeeded) and the runner managers replace it.  A failure (say config.sh
-        # could not reach GitHub) restarts the container with the kubelet's backoff; a
-        # container that restarts after it registered exits 0 at once (entrypoint.sh).
+        # could not reach GitHub) restarts the init container with the kubelet's backoff; a
+        # runner container that restarts after its runner started exits 0 at once (entrypoint.sh).
         "restartPolicy": "OnFailure",
         "securityContext": {"fsGroup": RUNNER_GID},
+        "initContainers": registration.init_containers(container),
         "containers": [container],
         "volumes": [
-            {
-                "name": _TOKEN_VOLUME,
-                "secret": {
-                    "secretName": naming.token_secret_name(pool.name),
-                    "items": [{"key": naming.TOKEN_SECRET_KEY, "path": naming.TOKEN_SECRET_KEY}],
-                    "defaultMode": 0o440,
-                },
-            },
+            *registration.volumes(pool),
             {"name": _WORK_VOLUME, **(spec.work_volume or {"emptyDir": {}})},
             *spec.volumes,
         ],

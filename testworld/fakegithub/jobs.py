@@ -114,6 +114,11 @@ class Job:
     runner_group_id: int | None = None
     renewed_at: float | None = None
     annotations: list[str] = field(default_factory=list)
+    #: The job's steps for a runner process: one line of shell the stand-in run.sh runs as the
+    #: job (as the runner user, in the runner container) instead of sleeping ``duration_s``.
+    script: str | None = None
+    #: What the job's steps wrote to ``$GITHUB_STEP_SUMMARY`` (GitHub shows it on the run's page).
+    summary: str = ""
 
     @property
     def updated_at(self) -> float:

@@ -234,6 +234,53 @@ def _registration_token(fake: FakeGitHub, request: _Request) -> Answer:
     return Answer(201, {"token": issued.token, "expires_at": issued.expires_at_text()})
 
 
+def _generate_jitconfig(fake: FakeGitHub, request: _Request) -> Answer:
+    """One just-in-time runner: 201 with the runner and its config; 409 for a name in use, 422 as GitHub."""
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    try:
+        body = json.loads(request.body) if request.body.strip() else {}
+    except ValueError:
+        return _error(400, "Problems parsing JSON")
+    if not isinstance(body, dict):
+        return _error(400, "Problems parsing JSON")
+    problem = _jitconfig_problem(body)
+    if problem:
+        return Answer(422, {"message": "Invalid request.\n\n" + problem, "documentation_url": DOCS})
+    try:
+        runner, encoded = fake.api_generate_jitconfig(
+            scope,
+            request.bases,
+            name=body["name"],
+            labels=list(body["labels"]),
+            runner_group_id=body["runner_group_id"],
+            work_folder=str(body.get("work_folder", "_work")),
+        )
+    except RegistrationRejectedError as exc:
+        return _error(409, str(exc))
+    return Answer(201, {"runner": runner, "encoded_jit_config": encoded})
+
+
+def _jitconfig_problem(body: dict[str, Any]) -> str:
+    """What GitHub's schema refuses: name, runner_group_id and 1-100 labels are required."""
+    missing = [key for key in ("name", "runner_group_id", "labels") if key not in body]
+    if missing:
+        return " ".join(f'"{key}" wasn\'t supplied.' for key in missing)
+    if not isinstance(body["name"], str) or not body["name"].strip():
+        return "name must be a non-empty string."
+    if not isinstance(body["runner_group_id"], int) or isinstance(body["runner_group_id"], bool):
+        return "runner_group_id must be an integer."
+    labels = body["labels"]
+    if not isinstance(labels, list) or not all(isinstance(label, str) and label for label in labels):
+        return "labels must be an array of strings."
+    if not 1 <= len(labels) <= 100:
+        return "labels must have between 1 and 100 items."
+    if "work_folder" in body and not isinstance(body["work_folder"], str):
+        return "work_folder must be a string."
+    return ""
+
+
 def _installation_token(fake: FakeGitHub, request: _Request) -> Answer:
     body = request.body
     try:
@@ -272,6 +319,12 @@ def _routes() -> list[_Route]:
                 "POST",
                 re.compile(f"{runners}/registration-token"),
                 _registration_token,
+            ),
+            _Route(
+                f"actions/generate-runner-jitconfig-for-{suffix}",
+                "POST",
+                re.compile(f"{runners}/generate-jitconfig"),
+                _generate_jitconfig,
             ),
             _Route(
                 f"actions/get-self-hosted-runner-for-{suffix}",
@@ -754,6 +807,7 @@ def _ctl_queue_job(fake: FakeGitHub, _m: re.Match[str], scope: Any, data: dict[s
         float(data.get("duration_s", 0.0)),
         name=str(data.get("name", "build")),
         workflow_name=str(data.get("workflow_name", "CI")),
+        script=None if data.get("script") is None else str(data["script"]),
     )
     return Answer(201, fake.job(job_id))
 

@@ -9,7 +9,9 @@ rate-limit resets can be tested without sleeping.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import secrets
 import string
 import threading
@@ -60,7 +62,13 @@ FaultKind = Literal["fail", "hang", "secondary"]
 
 _OS_LABELS = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
 _BASE32 = string.ascii_uppercase + "234567"
+#: Where the runner's service (`testworld.fakegithub.actions`) answers, below the web URL.
+SERVICE_PATH = "/_actions"
 _ALNUM = string.ascii_letters + string.digits
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _positive_seconds(name: str, seconds: float) -> float:
@@ -160,6 +168,9 @@ class _Runner:
     last_seen: float = 0.0
     polls: int = 0
     job_id: int | None = None
+    # A just-in-time runner (generate-jitconfig): its config opens one listener session, ever.
+    jit: bool = False
+    jit_used: bool = False
 
 
 @dataclass(frozen=True)
@@ -649,6 +660,7 @@ class GitHubState:
         *,
         name: str = "build",
         workflow_name: str = "CI",
+        script: str | None = None,
     ) -> int:
         """Queue a ``workflow_job`` with these ``runs-on`` labels in a repository; returns its id.
 
@@ -658,8 +670,11 @@ class GitHubState:
         all of the job's (ignoring case), runs ``duration_s`` seconds and completes
         with ``success``; a runner process (see ``actions.py``) starts and completes it
         itself, a runner made through the control API has it played by the fake.
+        ``script`` (one line of shell) is what a runner process runs as the job's steps.
         """
         parsed = Scope.parse(scope)
+        if script is not None and ("\n" in script or not script.strip()):
+            raise ValueError(f"a job's script is one non-empty line of shell, got {script!r}")
         if parsed.kind != "repo":
             raise ValueError(f"a job belongs to a repository (owner/repo), not {parsed.name!r}")
         wanted = [str(label) for label in labels]
@@ -680,6 +695,7 @@ class GitHubState:
                 name=name,
                 workflow_name=workflow_name,
                 created_at=self.clock(),
+                script=script,
             )
             self._jobs[job.id] = job
             self._open_jobs[job.id] = job
@@ -950,9 +966,19 @@ class GitHubState:
         return runner
 
     def listener_open_session(self, credential: str) -> str:
-        """The runner's listener starts: the runner is online and may be offered jobs."""
+        """The runner's listener starts: the runner is online and may be offered jobs.
+
+        A JIT runner's config is single-use: its first listener opens a session, a second run
+        with the same config is refused (409), whether or not the first is still running.
+        """
         with self._lock:
             runner = self._listener(credential)
+            if runner.jit:
+                if runner.jit_used:
+                    raise ListenerError(
+                        409, f"the JIT config of runner {runner.name!r} has been used already"
+                    )
+                runner.jit_used = True
             if runner.session is not None:
                 self._sessions.pop(runner.session, None)
             runner.session = secrets.token_urlsafe(16)
@@ -1042,7 +1068,17 @@ class GitHubState:
                 raise UnknownJobError(f"no job {job_id} was queued")
             return list(found.annotations)
 
-    def listener_job_completed(self, credential: str, job_id: int, conclusion: str) -> None:
+    def summary(self, job_id: int) -> str:
+        """The job's summary (what its steps wrote to ``$GITHUB_STEP_SUMMARY``), empty without one."""
+        with self._lock:
+            found = self._jobs.get(job_id)
+            if found is None:
+                raise UnknownJobError(f"no job {job_id} was queued")
+            return found.summary
+
+    def listener_job_completed(
+        self, credential: str, job_id: int, conclusion: str, summary: str = ""
+    ) -> None:
         """The runner finished its job; an ephemeral runner is removed, as GitHub does."""
         if conclusion not in CONCLUSIONS:
             raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
@@ -1052,6 +1088,7 @@ class GitHubState:
             if job.status == "queued":
                 self._start(job, runner, self.clock())
             runner.last_seen = self.clock()
+            job.summary = summary
             self._finish(job, conclusion)
             self._tick()
             self._notify()
@@ -1392,6 +1429,52 @@ class GitHubState:
             self._forget_runner(runner)
             self._notify()
             return "deleted", runner.name
+
+    def api_generate_jitconfig(
+        self,
+        scope: Scope,
+        bases: Bases,
+        *,
+        name: str,
+        labels: list[str],
+        runner_group_id: int,
+        work_folder: str,
+    ) -> tuple[dict[str, Any], str]:
+        """``POST .../actions/runners/generate-jitconfig``: the runner (offline) and its encoded config.
+
+        The runner exists from now on, ephemeral and offline until a listener runs the config.
+        A name already taken is refused (`RegistrationRejectedError`: GitHub's 409).  The
+        config is what ``run.sh --jitconfig`` takes: base64 of a JSON object whose
+        ``.runner`` and ``.credentials`` are base64 of the files config.sh would have written
+        (here the stand-ins' key=value files; GitHub's also carry ``.credentials_rsaparams``).
+        """
+        with self._lock:
+            self._tick()
+            try:
+                self._find_runner(scope, name)
+            except UnknownRunnerError:
+                pass
+            else:
+                raise RegistrationRejectedError(
+                    f"Already exists - A runner with the name {name} already exists."
+                )
+            runner_id = self.register_runner(
+                scope, name, labels, status="offline", ephemeral=True, replace=False
+            )
+            runner = self._runners[runner_id]
+            runner.listener, runner.jit, runner.runner_group_id = True, True, runner_group_id
+            credential = secrets.token_urlsafe(24)
+            self._credentials[credential] = runner_id
+            settings = (
+                f"service={bases.web}{SERVICE_PATH}\nrunner_id={runner_id}\nrunner_name={name}\n"
+                f"ephemeral=1\nwork={work_folder}\n"
+            )
+            files = {".runner": settings, ".credentials": f"credential={credential}\n"}
+            encoded = json.dumps(
+                {key: base64.b64encode(text.encode()).decode() for key, text in files.items()}
+            )
+            self._notify()
+            return self._runner_json(runner), _b64(encoded)
 
     def api_registration_token(self, scope: Scope) -> RegistrationToken:
         with self._lock:
