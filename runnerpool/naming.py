@@ -19,12 +19,19 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
+    "OPERATOR_PREFIX",
     "POOL_FINALIZER",
     "POOL_LABEL",
+    "RESERVED_ENV",
+    "RESERVED_ENV_PREFIX",
     "RUNNER_CONTAINER",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_MOUNT_DIR",
     "TOKEN_SECRET_KEY",
+    "TOKEN_VOLUME",
+    "WORK_DIR",
+    "WORK_VOLUME",
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
@@ -40,6 +47,8 @@ CREDENTIAL_FINALIZER = "runnerpool.dev/credential-in-use"
 
 # -- labels and annotations -----------------------------------------------------------------------
 
+#: The prefix of every label and annotation key the operator owns (a pod template may not set them).
+OPERATOR_PREFIX = "runnerpool.dev/"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "runnerpool-operator"
 #: What the operator's own children are listed and watched by.
@@ -69,6 +78,16 @@ DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
 #: The runner pod's runner container.
 RUNNER_CONTAINER = "runner"
+#: The runner pod's volumes: the registration token (a Secret) and the job work directory,
+#: and where the runner container mounts them.
+TOKEN_VOLUME = "runner-token"
+WORK_VOLUME = "work"
+TOKEN_MOUNT_DIR = "/runner-token"
+WORK_DIR = "/runner/_work"
+#: Env of the runner container that only the operator sets: the entrypoint's RUNNER_* settings
+#: (scope, labels, token file, work directory, busy grace) and the names below.
+RESERVED_ENV_PREFIX = "RUNNER_"
+RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 
 
 def token_secret_name(pool: str) -> str:
