@@ -79,7 +79,7 @@ def merge(base: Any, over: Any, field: str | None = None) -> Any:
         for key, value in over.items():
             out[key] = merge(base[key], value, key) if key in base else copy.deepcopy(value)
         return out
-    if isinstance(base, list) and isinstance(over, list) and field in MERGE_KEYS:
+    if isinstance(base, list) and isinstance(over, list) and field is not None and field in MERGE_KEYS:
         return _merge_items(base, over, MERGE_KEYS[field])
     return copy.deepcopy(over)
 
@@ -87,22 +87,19 @@ def merge(base: Any, over: Any, field: str | None = None) -> Any:
 def _merge_items(base: list[Any], over: list[Any], key: str) -> list[Any]:
     out = list(base)
     for item in over:
-        at = next(
-            (
-                index
-                for index, mine in enumerate(out)
-                if isinstance(item, Mapping)
-                and isinstance(mine, Mapping)
-                and key in item
-                and mine.get(key) == item[key]
-            ),
-            None,
-        )
+        at = _position(out, key, item[key]) if isinstance(item, Mapping) and key in item else None
         if at is None:
             out.append(copy.deepcopy(item))
         else:
             out[at] = merge(out[at], item)
     return out
+
+
+def _position(items: list[Any], key: str, value: Any) -> int | None:
+    """Where the first item whose ``key`` is ``value`` is (the pod's own items are unique)."""
+    return next(
+        (i for i, mine in enumerate(items) if isinstance(mine, Mapping) and mine.get(key) == value), None
+    )
 
 
 def _metadata(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
