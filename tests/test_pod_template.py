@@ -8,9 +8,11 @@ API server makes of the template (its rules, Pod Security) is in ``test_pod_temp
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from runnerpool import api, naming
 from runnerpool.pods import merge, security, template
@@ -345,3 +347,33 @@ def test_the_default_runner_pod_asks_for_no_more_than_restricted_allows() -> Non
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
+# -- docs/pod-template.md -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "pod-template.md"
+SAMPLE = REPO / "deploy" / "samples" / "runnerpool_pod_template.yaml"
+
+
+def test_the_docs_example_is_a_valid_pool_and_the_sample_is_the_same_pool() -> None:
+    example = yaml.safe_load(DOC.read_text().split("```yaml\n", 1)[1].split("```", 1)[0])
+    parsed = api.RunnerPool.model_validate(example)
+    assert parsed.spec.template is not None and template.runner_pod(parsed, IMAGE, API_URL)
+    sample = yaml.safe_load(SAMPLE.read_text())
+    assert (sample["metadata"], sample["spec"]["repository"]) == (
+        example["metadata"],
+        example["spec"]["repository"],
+    )
+    api.RunnerPool.model_validate(sample)
+
+
+def test_the_docs_name_every_field_a_template_may_not_set() -> None:
+    text = DOC.read_text()
+    models = (api.TemplateMetadata, api.TemplatePodSpec, api.TemplateContainer)
+    for path in [rule.message.split(" ", 1)[0] for model in models for rule in model.rules]:
+        field = path.rsplit(".", 1)[-1]
+        assert f"{field}`" in text, f"{path} is not in {DOC.name}"
+    reserved = (naming.TOKEN_VOLUME, naming.WORK_VOLUME, naming.TOKEN_MOUNT_DIR, naming.WORK_DIR)
+    for name in (*reserved, *naming.RESERVED_ENV, naming.RESERVED_ENV_PREFIX):
+        assert f"`{name}" in text, name
