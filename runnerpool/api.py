@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from runnerpool import naming
 from runnerpool.domain import RFC3339, JobState, Scope, parse_duration, pool_key
 from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 
@@ -635,6 +636,282 @@ class Autoscaling(KubeModel):
     )
 
 
+# --------------------------------------------------------------------------------------
+# spec.template: a pod template merged onto the operator's runner pod (runnerpool.pods.merge)
+
+#: Most containers a template lists, and most items in its other lists the rules read: the API
+#: server only accepts CEL rules whose worst-case cost it can bound.
+MAX_TEMPLATE_CONTAINERS = 16
+MAX_TEMPLATE_ITEMS = 128
+#: What the operator sets on a runner pod while its runner is busy (runnerpool.runners.lifecycle).
+_BUSY_ANNOTATION_KEYS = tuple(sorted(naming.BUSY_ANNOTATIONS))
+_OPERATOR_MOUNT_PATHS = naming.OPERATOR_MOUNT_PATHS
+_OPERATOR_VOLUMES = naming.OPERATOR_VOLUMES
+
+
+def cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(cel_string(item) for item in items) + "]"
+
+
+def operator_env(name: str) -> bool:
+    """An env var of the runner container that only the operator sets."""
+    return name.startswith(naming.RESERVED_ENV_PREFIX) or name in naming.RESERVED_ENV
+
+
+def operator_label(key: str) -> bool:
+    """A pod label the operator selects or tracks its pods by."""
+    return key.startswith(naming.OPERATOR_PREFIX) or key == naming.MANAGED_BY_LABEL
+
+
+def operator_annotation(key: str) -> bool:
+    """A pod annotation the operator owns (its own keys, and the busy marks it sets and removes)."""
+    return key.startswith(naming.OPERATOR_PREFIX) or key in naming.BUSY_ANNOTATIONS
+
+
+def _refused(path: str, field: str, attribute: str, why: str) -> Rule:
+    """A rule that a template leaves ``field`` (the Python ``attribute``) unset."""
+    return Rule(
+        cel=f"!has(self.{field})",
+        message=f"{path}.{field} is the operator's: {why}",
+        check=lambda model: getattr(model, attribute) is None,
+    )
+
+
+class _PassThrough(KubeModel):
+    """A core/v1 object the operator passes on to the pod as it is.
+
+    Only the fields a validation rule reads are declared: CEL cannot see the fields that
+    ``x-kubernetes-preserve-unknown-fields`` keeps, and every other field (there are dozens,
+    versioned with the cluster) is the API server's to validate when the pod is created.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TemplateEnvVar(_PassThrough):
+    name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
+
+
+class TemplateVolumeMount(_PassThrough):
+    name: str = Field(min_length=1, max_length=253, description="Name of the volume to mount.")
+    mount_path: str = Field(min_length=1, max_length=4096, description="Path in the container.")
+
+
+_RUNNER = cel_string(naming.RUNNER_CONTAINER)
+
+
+class TemplateContainer(_PassThrough):
+    """A container of the template: ``runner`` merges into the operator's, other names add one."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"self.name != {_RUNNER} || !has(self.env) || self.env.all(e, "
+            f"!e.name.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
+            f"&& !(e.name in {cel_list(naming.RESERVED_ENV)}))",
+            message="spec.template.spec.containers[runner].env must not set "
+            f"{naming.RESERVED_ENV_PREFIX}* variables or {', '.join(naming.RESERVED_ENV)}: the "
+            "operator sets them from the pool (scope, spec.labels, spec.busyGracePeriod, the token "
+            "and work directory); use another name or spec.labels",
+            check=lambda c: (
+                c.name != naming.RUNNER_CONTAINER or not any(operator_env(e.name) for e in c.env or ())
+            ),
+        ),
+        Rule(
+            cel=f"self.name != {_RUNNER} || !has(self.volumeMounts) || "
+            f"self.volumeMounts.all(m, !(m.mountPath in {cel_list(_OPERATOR_MOUNT_PATHS)}))",
+            message="spec.template.spec.containers[runner].volumeMounts must not use mountPath "
+            f"{' or '.join(_OPERATOR_MOUNT_PATHS)}: the operator mounts the registration token, the "
+            "runner's configuration and the work volume there (spec.workVolume changes the work volume)",
+            check=lambda c: (
+                c.name != naming.RUNNER_CONTAINER
+                or not any(m.mount_path in _OPERATOR_MOUNT_PATHS for m in c.volume_mounts or ())
+            ),
+        ),
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description=f"Container name. {naming.RUNNER_CONTAINER!r} merges into the operator's runner "
+        "container (env and volumeMounts appended by name and mountPath, other fields such as "
+        "image, imagePullPolicy, resources, envFrom and securityContext set or merged); any other "
+        "name adds a container (a sidecar), or merges into one the operator adds.",
+    )
+    env: (
+        Annotated[list[TemplateEnvVar], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(
+        default=None,
+        description="Environment variables (core/v1 EnvVar), merged by name. In the runner "
+        f"container {naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the "
+        "operator's.",
+    )
+    volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
+        default=None,
+        description="Volume mounts (core/v1 VolumeMount), merged by mountPath. In the runner "
+        f"container {' and '.join(_OPERATOR_MOUNT_PATHS)} are the operator's.",
+    )
+
+
+class TemplateInitContainer(_PassThrough):
+    """An init container of the template (a native sidecar too); ``register`` is the operator's."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"self.name != {cel_string(naming.REGISTER_CONTAINER)}",
+            message=f"spec.template.spec.initContainers[{naming.REGISTER_CONTAINER}] is the operator's: "
+            "it alone mounts the registration token and registers the runner; use another name",
+            check=lambda c: c.name != naming.REGISTER_CONTAINER,
+        ),
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description=f"Container name; {naming.REGISTER_CONTAINER!r} is the operator's (it registers "
+        "the runner before the runner container starts).",
+    )
+
+
+class TemplateVolume(_PassThrough):
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description="Volume name (a core/v1 Volume: any volume source passes through). "
+        f"{' and '.join(_OPERATOR_VOLUMES)} are the operator's.",
+    )
+
+
+class TemplatePodSpec(_PassThrough):
+    """The pod spec of a template: any core/v1 PodSpec field, a few checked here."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _refused(
+            "spec.template.spec",
+            "restartPolicy",
+            "restart_policy",
+            "OnFailure (one job per pod; a failed registration is retried); remove it",
+        ),
+        _refused(
+            "spec.template.spec",
+            "terminationGracePeriodSeconds",
+            "termination_grace_period_seconds",
+            "set spec.terminationGracePeriodSeconds instead, which must be longer than spec.busyGracePeriod",
+        ),
+        Rule(
+            cel=f"!has(self.volumes) || self.volumes.all(v, !(v.name in {cel_list(_OPERATOR_VOLUMES)}))",
+            message=f"spec.template.spec.volumes must not be named {' or '.join(_OPERATOR_VOLUMES)}: "
+            "they are the operator's registration token, runner configuration and work volumes "
+            "(spec.workVolume changes the work volume)",
+            check=lambda s: not any(v.name in _OPERATOR_VOLUMES for v in s.volumes or ()),
+        ),
+    )
+
+    restart_policy: str | None = Field(
+        default=None, max_length=32, description="Not settable: the operator's (OnFailure)."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        json_schema_extra={"format": "int64"},
+        description="Not settable: use spec.terminationGracePeriodSeconds.",
+    )
+    containers: (
+        Annotated[
+            list[TemplateContainer], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_CONTAINERS)
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Containers (core/v1 Container), merged by name: "
+        f"{naming.RUNNER_CONTAINER!r} is the operator's runner container, other names are "
+        "sidecars.",
+    )
+    init_containers: (
+        Annotated[
+            list[TemplateInitContainer], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_CONTAINERS)
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Init containers (core/v1 Container; restartPolicy Always makes a native "
+        f"sidecar), merged by name, run after the operator's {naming.REGISTER_CONTAINER!r}.",
+    )
+    volumes: (
+        Annotated[list[TemplateVolume], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(
+        default=None,
+        description="Volumes (core/v1 Volume), merged by name with the operator's and spec.volumes.",
+    )
+
+
+_META = "spec.template.metadata"
+_OPERATOR_PREFIX = cel_string(naming.OPERATOR_PREFIX)
+_POD_NAMES = "runner pods are named <pool>-<random> in the pool's namespace; remove it"
+
+
+class TemplateMetadata(KubeModel):
+    """Of a pod's metadata, a template sets labels and annotations; the rest is the operator's."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _refused(_META, "name", "name", _POD_NAMES),
+        _refused(_META, "generateName", "generate_name", _POD_NAMES),
+        _refused(_META, "namespace", "namespace", _POD_NAMES),
+        _refused(_META, "ownerReferences", "owner_references", "the pool owns its pods; remove it"),
+        Rule(
+            cel=f"!has(self.labels) || self.labels.all(k, !k.startsWith({_OPERATOR_PREFIX}) "
+            f"&& k != {cel_string(naming.MANAGED_BY_LABEL)})",
+            message=f"{_META}.labels must not set {naming.MANAGED_BY_LABEL} or "
+            f"{naming.OPERATOR_PREFIX}* keys: the operator selects and tracks its pods by them",
+            check=lambda m: not any(operator_label(k) for k in m.labels or {}),
+        ),
+        Rule(
+            cel=f"!has(self.annotations) || self.annotations.all(k, !k.startsWith({_OPERATOR_PREFIX}) "
+            f"&& !(k in {cel_list(_BUSY_ANNOTATION_KEYS)}))",
+            message=f"{_META}.annotations must not set {naming.OPERATOR_PREFIX}* keys or "
+            f"{' or '.join(_BUSY_ANNOTATION_KEYS)}: the operator owns them (it sets the latter "
+            "while a runner is busy, and removes them when it is idle)",
+            check=lambda m: not any(operator_annotation(k) for k in m.annotations or {}),
+        ),
+    )
+
+    labels: Annotated[
+        dict[str, Annotated[str, StringConstraints(max_length=63)]] | None, Field(max_length=64)
+    ] = Field(default=None, description="Labels added to every runner pod (the operator's own win).")
+    annotations: Annotated[dict[str, str] | None, Field(max_length=64)] = Field(
+        default=None,
+        description="Annotations added to every runner pod, e.g. for workload identity or a service mesh.",
+    )
+    name: str | None = Field(
+        default=None, max_length=253, description="Not settable: the operator names pods."
+    )
+    generate_name: str | None = Field(
+        default=None, max_length=253, description="Not settable: the operator names pods."
+    )
+    namespace: str | None = Field(
+        default=None, max_length=253, description="Not settable: pods run in the pool's namespace."
+    )
+    owner_references: Annotated[list[OpaqueDict] | None, Field(max_length=8)] = Field(
+        default=None, description="Not settable: the pool owns its pods."
+    )
+
+
+class PodTemplate(KubeModel):
+    metadata: TemplateMetadata | None = Field(
+        default=None, description="Labels and annotations for the runner pods."
+    )
+    spec: TemplatePodSpec | None = Field(
+        default=None,
+        description="A core/v1 PodSpec merged onto the operator's runner pod (see "
+        "docs/pod-template.md): any pod field, e.g. imagePullSecrets, affinity, "
+        "topologySpreadConstraints, priorityClassName, initContainers, sidecar containers, "
+        "securityContext, runtimeClassName, dnsConfig, hostAliases. Maps merge key by key, lists "
+        "of named items (containers, volumes, env, imagePullSecrets) by name, volumeMounts by "
+        "mountPath; any other list replaces the pod's. The operator's restartPolicy, token and "
+        "work volumes and runner env are not settable.",
+    )
+
+
 class RunnerPoolSpec(KubeModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -757,6 +1034,16 @@ class RunnerPoolSpec(KubeModel):
         default=None,
         description="Volume source (a core/v1 VolumeSource such as emptyDir or ephemeral) for the "
         "runner's _work directory. Unset means an emptyDir.",
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A pod template (labels, annotations and any pod spec field) merged onto the "
+        "runner pods the operator makes, after the fields above: pull secrets, affinity, "
+        "topology spread, priority class, init and sidecar containers, security contexts, "
+        "workload identity labels. A container named runner merges into the runner container. "
+        "The operator's own fields (pod names, owner, selector labels, restartPolicy, the token "
+        "and work volumes, the runner's RUNNER_* env) are refused. A change rolls the pods as "
+        "any template change does: idle ones at once, busy ones after their job.",
     )
     recreate_deadline: GoDuration | None = Field(
         default=None,

@@ -14,6 +14,8 @@ __all__ = [
     "BUSY_DISRUPTION_BUDGET",
     "BUSY_LABEL",
     "BUSY_VALUE",
+    "CONFIG_MOUNT_DIR",
+    "CONFIG_VOLUME",
     "CREDENTIAL_FINALIZER",
     "CREDENTIAL_LABEL",
     "CREDENTIAL_SELECTOR",
@@ -22,12 +24,22 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
+    "OPERATOR_MOUNT_PATHS",
+    "OPERATOR_PREFIX",
+    "OPERATOR_VOLUMES",
     "POOL_FINALIZER",
     "POOL_LABEL",
+    "REGISTER_CONTAINER",
+    "RESERVED_ENV",
+    "RESERVED_ENV_PREFIX",
     "RUNNER_CONTAINER",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_MOUNT_DIR",
     "TOKEN_SECRET_KEY",
+    "TOKEN_VOLUME",
+    "WORK_DIR",
+    "WORK_VOLUME",
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
@@ -44,6 +56,8 @@ CREDENTIAL_FINALIZER = "runnerpool.dev/credential-in-use"
 
 # -- labels and annotations -----------------------------------------------------------------------
 
+#: The prefix of every label and annotation key the operator owns (a pod template may not set them).
+OPERATOR_PREFIX = "runnerpool.dev/"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "runnerpool-operator"
 #: What the operator's own children are listed and watched by.
@@ -78,6 +92,24 @@ DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
 #: The runner pod's runner container.
 RUNNER_CONTAINER = "runner"
+#: The runner pod's init container that registers its runner (runnerpool.pods.registration).
+REGISTER_CONTAINER = "register"
+#: The runner pod's volumes: the registration token (a Secret, mounted only in the register
+#: container), the runner's own configuration it hands over, and the job work directory,
+#: and where the containers mount them.
+TOKEN_VOLUME = "runner-token"
+CONFIG_VOLUME = "runner-config"
+WORK_VOLUME = "work"
+TOKEN_MOUNT_DIR = "/runner-token"
+CONFIG_MOUNT_DIR = "/runner-config"
+WORK_DIR = "/runner/_work"
+#: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
+OPERATOR_VOLUMES = (TOKEN_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
+OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
+#: Env of the runner container that only the operator sets: the entrypoint's RUNNER_* settings
+#: (scope, labels, token file, work directory, busy grace) and the names below.
+RESERVED_ENV_PREFIX = "RUNNER_"
+RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 
 
 def token_secret_name(pool: str) -> str:

@@ -32,14 +32,15 @@ __all__ = [
     "runner_env",
     "runner_mounts",
     "volumes",
+    "with_register_container",
 ]
 
-#: The init container that registers the pod's runner.
-REGISTER_CONTAINER = "register"
-TOKEN_MOUNT_DIR = "/runner-token"
-CONFIG_MOUNT_DIR = "/runner-config"
-TOKEN_VOLUME = "runner-token"
-_CONFIG_VOLUME = "runner-config"
+#: The init container that registers the pod's runner, its volumes and where they are mounted.
+REGISTER_CONTAINER = naming.REGISTER_CONTAINER
+TOKEN_MOUNT_DIR = naming.TOKEN_MOUNT_DIR
+CONFIG_MOUNT_DIR = naming.CONFIG_MOUNT_DIR
+TOKEN_VOLUME = naming.TOKEN_VOLUME
+_CONFIG_VOLUME = naming.CONFIG_VOLUME
 #: The entrypoint's phases (deploy/images/runner/entrypoint.sh).
 _REGISTER_PHASE = "register"
 _RUN_PHASE = "run"
@@ -58,9 +59,9 @@ def init_containers(runner: dict[str, Any]) -> list[dict[str, Any]]:
     """The register init container, made from the runner container so both run the same image.
 
     It inherits the runner container's image, env (scope, labels, URL, and the pool's own: a
-    proxy that config.sh needs to reach GitHub), resources and the pool's volume mounts (a CA
-    bundle), plus the token; the pod's request is the larger of an init container's and the
-    containers' sum, so copying the resources does not raise it.
+    proxy that config.sh needs to reach GitHub), resources, security context and the pool's
+    volume mounts (a CA bundle), plus the token; the pod's request is the larger of an init
+    container's and the containers' sum, so copying the resources does not raise it.
     """
     container: dict[str, Any] = {
         "name": REGISTER_CONTAINER,
@@ -75,9 +76,19 @@ def init_containers(runner: dict[str, Any]) -> list[dict[str, Any]]:
             *runner["volumeMounts"],
         ],
     }
-    if "resources" in runner:
-        container["resources"] = runner["resources"]
+    # The same pull policy, env sources, resources and security context (Pod Security
+    # restricted checks init containers too).
+    for field in ("imagePullPolicy", "envFrom", "resources", "securityContext"):
+        if field in runner:
+            container[field] = runner[field]
     return [container]
+
+
+def with_register_container(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with the register init container first, made from its runner container."""
+    runner = next(c for c in spec["containers"] if c["name"] == naming.RUNNER_CONTAINER)
+    others = [c for c in spec.get("initContainers", ()) if c.get("name") != REGISTER_CONTAINER]
+    return {**spec, "initContainers": [*init_containers(runner), *others]}
 
 
 def runner_args() -> list[str]:

@@ -4,7 +4,8 @@ Every pod carries the hash of the template it was made from (``naming.TEMPLATE_H
 way a Deployment's ReplicaSets carry ``pod-template-hash``: a pod whose label differs from
 the pool's current hash is outdated and is replaced by the rollout rules
 (``runnerpool.pods.scaling``, ``runnerpool.runners.retirement``).  The hash covers the whole
-pod template (labels and spec, the operator's own defaults included), so an operator
+pod template (labels and spec, the operator's own defaults included, the pool's
+``spec.template`` merged on by ``runnerpool.pods.merge``), so an operator
 upgrade that changes the pod rolls the pools too, and it is computed from canonical JSON
 so that the same pool always gives the same hash, in every process.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
-from runnerpool.pods import registration
+from runnerpool.pods import merge, registration, security
 
 __all__ = [
     "busy_grace_seconds",
@@ -43,20 +44,21 @@ __all__ = [
 
 _HASH_LENGTH = 10
 
-WORK_DIR = "/runner/_work"
-_WORK_VOLUME = "work"
-#: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
-#: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
-#: and the register init container gets "Permission denied".
-RUNNER_GID = 1001
+WORK_DIR = naming.WORK_DIR
+_WORK_VOLUME = naming.WORK_VOLUME
 
 
 def pod_template(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
     """Labels and spec of the pool's runner pods, without the hash that names this template."""
-    return {
+    operators = {
         "metadata": {"labels": children.selector_labels(pool)},
         "spec": pod_spec(pool, default_image, children.api_url(pool, default_api_url)),
     }
+    # The register init container is made from the merged runner container: a template's image,
+    # env (a proxy) or mounts (a CA bundle) reach config.sh too.
+    merged = merge.apply_template(operators, pool.spec.template)
+    merged["spec"] = registration.with_register_container(merged["spec"])
+    return merged
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -78,6 +80,8 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
             "generateName": f"{pool.name}-",
             "namespace": pool.namespace,
             "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
+            # The pool's template may add annotations (runnerpool.pods.merge); the operator has none.
+            **{k: v for k, v in template["metadata"].items() if k == "annotations"},
             "ownerReferences": [children.owner_reference(pool)],
         },
         "spec": template["spec"],
@@ -160,6 +164,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         "image": spec.runner_image or default_image,
         "args": registration.runner_args(),
         "env": _env(pool, github_api_url),
+        "securityContext": security.runner_security_context(),
         "volumeMounts": [
             *registration.runner_mounts(),
             {"name": _WORK_VOLUME, "mountPath": WORK_DIR},
@@ -174,8 +179,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         # could not reach GitHub) restarts the init container with the kubelet's backoff; a
         # runner container that restarts after its runner started exits 0 at once (entrypoint.sh).
         "restartPolicy": "OnFailure",
-        "securityContext": {"fsGroup": RUNNER_GID},
-        "initContainers": registration.init_containers(container),
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": [
             *registration.volumes(pool),
