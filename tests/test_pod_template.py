@@ -104,12 +104,15 @@ def test_a_template_adds_labels_annotations_and_pod_fields_to_the_runner_pod() -
         "topologySpreadConstraints",
         "dnsConfig",
         "hostAliases",
-        "initContainers",
     ):
         assert spec[field] == FULL_TEMPLATE["spec"][field], field
+    # The template's init containers run after the operator's register container.
+    register, *others = spec["initContainers"]
+    assert register["name"] == naming.REGISTER_CONTAINER
+    assert others == FULL_TEMPLATE["spec"]["initContainers"]
     assert names(spec["containers"]) == [naming.RUNNER_CONTAINER, "proxy"]
     assert container(body, "proxy") == FULL_TEMPLATE["spec"]["containers"][1]
-    assert names(spec["volumes"]) == [naming.TOKEN_VOLUME, naming.WORK_VOLUME, "cache"]
+    assert names(spec["volumes"]) == [naming.TOKEN_VOLUME, naming.CONFIG_VOLUME, naming.WORK_VOLUME, "cache"]
     assert spec["restartPolicy"] == "OnFailure"
     assert spec["terminationGracePeriodSeconds"] == template.termination_grace_seconds(pool())
 
@@ -128,7 +131,11 @@ def test_the_runner_container_takes_the_templates_image_env_mounts_and_resources
     assert env[: len(env) - 2] == names(container(pod())["env"]), "the operator's env comes first"
     assert env[-2:] == ["FROM_SPEC", "HTTP_PROXY"]
     assert runner["resources"] == {"requests": {"cpu": "500m"}, "limits": {"memory": "4Gi"}}
-    assert names(runner["volumeMounts"], "mountPath") == [naming.TOKEN_MOUNT_DIR, naming.WORK_DIR, "/cache"]
+    assert names(runner["volumeMounts"], "mountPath") == [naming.CONFIG_MOUNT_DIR, naming.WORK_DIR, "/cache"]
+    # The register init container is made from the merged runner container.
+    register = body["spec"]["initContainers"][0]
+    assert register["image"] == runner["image"] and register["securityContext"] == runner["securityContext"]
+    assert {e["name"] for e in runner["env"]} <= {e["name"] for e in register["env"]}
     assert runner["securityContext"] == security.runner_security_context()
 
 

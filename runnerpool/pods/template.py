@@ -77,7 +77,7 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{pool.name}-",
+            "generateName": naming.runner_pod_prefix(pool.name),
             "namespace": pool.namespace,
             "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
             # The pool's template may add annotations (runnerpool.pods.merge); the operator has none.
