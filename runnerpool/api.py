@@ -666,8 +666,7 @@ class RunnerPoolSpec(KubeModel):
         Rule(
             cel="(has(self.repository) ? 1 : 0) + (has(self.organization) ? 1 : 0)"
             " + (has(self.enterprise) ? 1 : 0) == 1",
-            message="set exactly one of spec.repository (owner/name), spec.organization or "
-            "spec.enterprise",
+            message="set exactly one of spec.repository (owner/name), spec.organization or spec.enterprise",
             check=lambda s: sum(v is not None for v in (s.repository, s.organization, s.enterprise)) == 1,
         ),
         Rule(
@@ -714,7 +713,9 @@ class RunnerPoolSpec(KubeModel):
             message="spec.autoscaling.repositories of an organization pool lists repository names "
             "without the owner (hello-world, not octo-org/hello-world)",
             check=lambda s: (
-                s.organization is None or s.autoscaling is None or all("/" not in r for r in s.autoscaling.repositories)
+                s.organization is None
+                or s.autoscaling is None
+                or all("/" not in r for r in s.autoscaling.repositories)
             ),
         ),
         Rule(
@@ -723,7 +724,9 @@ class RunnerPoolSpec(KubeModel):
             message="spec.autoscaling.repositories of an enterprise pool lists repositories as "
             "owner/name (octo-org/hello-world): an enterprise holds many organizations",
             check=lambda s: (
-                s.enterprise is None or s.autoscaling is None or all("/" in r for r in s.autoscaling.repositories)
+                s.enterprise is None
+                or s.autoscaling is None
+                or all("/" in r for r in s.autoscaling.repositories)
             ),
         ),
         Rule(
