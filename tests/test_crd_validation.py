@@ -67,7 +67,11 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("both-scopes", _repo(organization="octo-org"), "set exactly one of spec.repository"),
     ("org-and-enterprise", {"organization": "octo-org", "enterprise": "big"}, "set exactly one of"),
     ("enterprise-with-slash", {"enterprise": "big/corp"}, "spec.enterprise must be a GitHub enterprise slug"),
-    ("group-on-a-repository", _repo(runnerGroup="gpu"), "spec.runnerGroup is for organization and enterprise"),
+    (
+        "group-on-a-repository",
+        _repo(runnerGroup="gpu"),
+        "spec.runnerGroup is for organization and enterprise",
+    ),
     ("group-empty", {"organization": "octo-org", "runnerGroup": ""}, "should be at least 1 chars long"),
     ("group-padded", {"organization": "octo-org", "runnerGroup": " gpu"}, "without leading or trailing"),
     ("repo-without-owner", {"repository": "hello-world"}, "spec.repository must be owner/name"),

@@ -65,7 +65,9 @@ def test_enterprise_groups_follow_pages(mock: Any) -> None:
     second = {**page, "runner_groups": page["runner_groups"][1:]}
     next_url = "https://api.github.com/enterprises/octo-corp/actions/runner-groups?per_page=100&page=2"
     mock.get(
-        re.compile(r"https://api\.github\.com(:443)?/enterprises/octo-corp/actions/runner-groups\?.*page=2.*"),
+        re.compile(
+            r"https://api\.github\.com(:443)?/enterprises/octo-corp/actions/runner-groups\?.*page=2.*"
+        ),
         json=second,
     )
     mock.get(
@@ -134,7 +136,10 @@ GPU = RunnerGroup(id=7, name="GPU", visibility="selected", default=False)
 
 def fake(groups: list[RunnerGroup] | None = None) -> FakeGitHubClient:
     github = FakeGitHubClient()
-    github.groups[ORG] = [RunnerGroup(id=1, name="Default", visibility="all", default=True), *(groups or [GPU])]
+    github.groups[ORG] = [
+        RunnerGroup(id=1, name="Default", visibility="all", default=True),
+        *(groups or [GPU]),
+    ]
     github.members[(ORG, 7)] = ["octo-org/ml", "octo-org/vision"]
     return github
 

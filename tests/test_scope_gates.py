@@ -167,4 +167,3 @@ def test_a_runner_group_must_exist_and_admit_the_pools_repositories(
     reasons = [why for _, why, _ in pool_events(api_client, namespace)]
     assert reasons.count("RunnerGroupNotFound") == 1 and reasons.count("RepositoryNotAllowed") == 1
     assert "RunnerGroupFound" in reasons, "the recovery is news"
-
