@@ -16,9 +16,9 @@ from runnerpool.domain import Scope
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroups
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.github.types import DeleteOutcome
+from tests.github_mocks import FAST
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.schema import validate
-from tests.github_mocks import FAST
 
 SPEC: dict[str, Any] = json.loads(
     (Path(__file__).parent / "data" / "github" / "openapi-enterprise-groups.json").read_text()

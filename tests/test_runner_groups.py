@@ -18,7 +18,7 @@ from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
 from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, PyGithubClient
 from runnerpool.github.types import RunnerGroup
-from tests.github_mocks import FAST, gh
+from tests.github_mocks import FAST, RunnerGroupsEndpoint, gh
 
 DATA = Path(__file__).parent / "data" / "github"
 ORG = Scope(organization="octo-org")
@@ -228,3 +228,20 @@ def test_the_cache_is_bounded() -> None:
     assert len(github.group_requests) == 3, "the newest entry is still there"
     groups.resolve(github, scopes[0], "GPU")
     assert github.group_requests[-1] == ("groups", scopes[0]), "the oldest entry was evicted"
+
+
+def test_a_group_looked_up_again_after_its_ten_minutes_costs_free_304s() -> None:
+    """The cache spares requests; GitHub's ETags make the ones past it free."""
+    clock = Clock()
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        endpoint = RunnerGroupsEndpoint(rsps, "/enterprises/octo-corp")
+        endpoint.add("Default", 1)
+        endpoint.add("Shared", 5, "selected", ["octo-org"])
+        groups = RunnerGroups(clock=clock)
+        github = pat_client()
+
+        assert groups.check(github, BIG, "shared", ["octo-org/ml"]).id == 5
+        clock.now += 601
+        assert groups.check(github, BIG, "Shared", ["octo-org/ml"]).id == 5
+
+    assert [status for _path, status in endpoint.answered] == [200, 200, 304, 304]

@@ -331,7 +331,7 @@ def _routes() -> list[_Route]:
         if kind == "repo":
             continue
         groups = f"{prefix}/actions/runner-groups"
-        members = "repositories" if kind == "org" else "organizations"
+        members, who = ("repositories", "repo") if kind == "org" else ("organizations", "org")
         routes += [
             _Route(
                 f"{area}/list-self-hosted-runner-groups-for-{suffix}",
@@ -340,7 +340,7 @@ def _routes() -> list[_Route]:
                 _runner_endpoint(_list_runner_groups),
             ),
             _Route(
-                f"{area}/list-{'repo' if kind == 'org' else 'org'}-access-to-self-hosted-runner-group-in-{suffix}",
+                f"{area}/list-{who}-access-to-self-hosted-runner-group-in-{suffix}",
                 "GET",
                 re.compile(rf"{groups}/(?P<runner_group_id>\d+)/{members}"),
                 _runner_endpoint(_list_runner_group_members),
