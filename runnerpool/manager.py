@@ -22,11 +22,9 @@ from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.verification import Verifier
-from runnerpool.domain import PoolRef, pool_key
+from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
-from runnerpool.github.groups import RunnerGroups
-from runnerpool.github.types import RunnerGroup
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.pods.expectations import Expectations
@@ -68,8 +66,6 @@ class Operator:
         # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
         self._pool_secrets = PoolSecrets(self._kube)
         self._clients = NamedClientCache(self._read_credentials)
-        #: Runner groups by name, cached for every pool (and for whoever needs a group's id).
-        self.runner_groups = RunnerGroups()
         self._manager = RunnableManager(
             [
                 *self._servers(),
@@ -114,7 +110,7 @@ class Operator:
             namespaces=self.informers,
             forgetters=(self._recorder,),
             webhook_secrets=self._pool_secrets.problem,
-            runner_groups=self._check_runner_group,
+            github=clients,
         )
         poller = DemandPoller(
             self.informers,
@@ -136,10 +132,6 @@ class Operator:
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
-
-    def _check_runner_group(self, ref: PoolRef, name: str, repositories: tuple[str, ...]) -> RunnerGroup:
-        github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
-        return self.runner_groups.check(github, ref.scope, name, repositories)
 
     def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
         secret = self.informers.get_secret(namespace, name)

@@ -33,7 +33,8 @@ from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.types import RunnerGroup
+from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.protocol import GitHubClients
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import LivePods, PodStep
 from runnerpool.pods.template import busy_marked
@@ -90,10 +91,6 @@ WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
 #: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
 WEBHOOK_SECRET_RECHECK = 30.0
 
-#: Resolves a pool's ``spec.runnerGroup`` and checks that it admits the repositories
-#: (``owner/name``) the pool serves (``runnerpool.github.groups.RunnerGroups.check`` with the
-#: pool's client, given by the manager); raises ``GitHubError`` or ``CredentialError``.
-RunnerGroupCheck = Callable[[PoolRef, str, tuple[str, ...]], RunnerGroup]
 #: Seconds until a pool whose runner group could not be checked looks again (its answers are
 #: cached, see ``runnerpool.github.groups``: most looks cost no request).
 RUNNER_GROUP_RECHECK = 60.0
@@ -148,10 +145,14 @@ class Reconciler:
         namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
-        runner_groups: RunnerGroupCheck | None = None,
+        github: GitHubClients | None = None,
+        runner_groups: RunnerGroups | None = None,
     ) -> None:
         self._cache = cache
-        self._runner_groups = runner_groups
+        # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
+        # without ``github``, spec.runnerGroup is not checked.
+        self._github = github
+        self._runner_groups = runner_groups or RunnerGroups()
         self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
@@ -287,15 +288,17 @@ class Reconciler:
                 return [_Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, "ScopeNotAllowed", refusal))]
             allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
             gates.append(_Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, "ScopeAllowed", allowed)))
-        if pool.spec.runner_group is not None and self._runner_groups is not None:
+        if pool.spec.runner_group is not None and self._github is not None:
             gates.append(self._runner_group_gate(run, stamp, pool.spec.runner_group))
         return gates
 
     def _runner_group_gate(self, run: _Pass, stamp: conditions.Stamp, name: str) -> _Gate:
         pool = run.pool
-        assert self._runner_groups is not None
+        assert self._github is not None
+        spec = pool.spec
         try:
-            group = self._runner_groups(self._pool_ref(run), name, _served_repositories(pool))
+            client = self._github.get(pool.namespace, spec.credential_secret_name, self._api_url(pool))
+            group = self._runner_groups.check(client, pool.scope, name, _served_repositories(pool))
         except (GitHubError, CredentialError) as err:
             wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
             condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)

@@ -11,10 +11,10 @@ import responses
 from kubernetes import client
 
 from runnerpool import naming
-from runnerpool.domain import PoolRef, Scope
+from runnerpool.domain import Scope
 from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
-from runnerpool.github.fake import FakeGitHubClient
+from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
 from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.types import RunnerGroup
 from runnerpool.pods.expectations import Expectations
@@ -40,12 +40,6 @@ def _reconciler(
     allow: tuple[str, ...] = (),
     github_client: FakeGitHubClient | None = None,
 ) -> Reconciler:
-    groups = RunnerGroups()
-
-    def check(ref: PoolRef, name: str, repositories: tuple[str, ...]) -> RunnerGroup:
-        assert github_client is not None
-        return groups.check(github_client, ref.scope, name, repositories)
-
     return Reconciler(
         LiveReader(api_client),
         api_client,
@@ -57,7 +51,8 @@ def _reconciler(
             tenants=TenantSettings(allow=tuple(parse_allow_rule(rule) for rule in allow) or None),
         ),
         expectations=Expectations(timeout=0),
-        runner_groups=check,
+        github=FakeGitHubClients(github_client or FakeGitHubClient()),
+        runner_groups=RunnerGroups(),
     )
 
 
