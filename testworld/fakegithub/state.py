@@ -1002,9 +1002,20 @@ class GitHubState:
             return tenant
 
     def listener_register(
-        self, tenant: str, name: str, labels: Iterable[str], *, ephemeral: bool, replace: bool
+        self,
+        tenant: str,
+        name: str,
+        labels: Iterable[str],
+        *,
+        ephemeral: bool,
+        replace: bool,
+        runner_group: str = "",
     ) -> tuple[int, str]:
-        """Add the runner of a configured runner process; it stays offline until a session opens."""
+        """Add the runner of a configured runner process; it stays offline until a session opens.
+
+        ``runner_group`` (``config.sh --runnergroup``): the group it joins, by name compared
+        case-insensitively as the runner does; a name the scope has no group of fails as the
+        real runner's configuration fails. Empty: the default group."""
         with self._lock:
             token = self._tenants.get(tenant)
             if token is None:
@@ -1012,6 +1023,12 @@ class GitHubState:
             if not name:
                 raise ValueError("a runner needs a name")
             scope = self._registration_tokens[token].scope
+            groups = self._groups.get(scope.key) or [_default_group()]
+            group = next((g for g in groups if g.name.lower() == runner_group.lower()), None)
+            if runner_group and group is None:
+                raise ListenerError(
+                    404, f"Could not find any self-hosted runner group named {runner_group!r}."
+                )
             try:
                 runner_id = self.register_runner_with_token(
                     scope, token, name, labels, ephemeral=ephemeral, replace=replace
@@ -1020,6 +1037,7 @@ class GitHubState:
                 raise ListenerError(409 if "same name" in str(exc) else 401, str(exc)) from None
             runner = self._runners[runner_id]
             runner.listener, runner.status = True, "offline"
+            runner.runner_group_id = group.id if group is not None else 1
             credential = secrets.token_urlsafe(24)
             self._credentials[credential] = runner_id
             self._notify()
