@@ -55,8 +55,12 @@ def test_an_enterprise_pool_registers_its_runner_in_its_runner_group(
     assert runner["runner_group_id"] == group_id
     core = client.CoreV1Api(api_client)
     assert [runner["name"]] == running_pods(core, namespace, "ent")
-    ready = _condition(get_pool(api_client, namespace, "ent"), "RunnerGroupReady")
-    assert ready is not None and (ready["status"], ready["reason"]) == ("True", "RunnerGroupFound")
+    ready = wait_for(
+        lambda: _condition(get_pool(api_client, namespace, "ent"), "RunnerGroupReady"),
+        START_TIMEOUT,
+        message="the pool's RunnerGroupReady condition",
+    )
+    assert (ready["status"], ready["reason"]) == ("True", "RunnerGroupFound")
 
 
 def test_a_pool_whose_runner_group_is_missing_gets_no_pod(
