@@ -3,8 +3,10 @@
 The daemon is a native sidecar (an init container with ``restartPolicy: Always``, GA in
 Kubernetes 1.33), the shape ARC's dind mode and meows' users run, so that the kubelet:
 
-* starts it before the runner container (the runner image's entrypoint still waits until
-  the daemon answers, ``RUNNER_DOCKER_WAIT_SECONDS``: "started" is not "listening");
+* starts it first, before the register init container and the runner container, so dockerd
+  warms up while the runner registers (the runner image's entrypoint still waits until the
+  daemon answers before it starts the listener, ``RUNNER_DOCKER_WAIT_SECONDS``: "started" is
+  not "listening");
 * stops it only after the runner container has ended (kubelet ``terminationOrdering``:
   sidecars wait for every main container, then get what is left of the pod's
   ``terminationGracePeriodSeconds``, at least 2 s), so a busy runner's last step can still
@@ -38,7 +40,7 @@ from typing import Any
 
 from runnerpool import api, naming
 
-__all__ = ["DIND_CONTAINER", "DOCKER_HOST", "DOCKER_WAIT_SECONDS", "with_docker_daemon"]
+__all__ = ["DIND_CONTAINER", "DOCKER_HOST", "DOCKER_WAIT_SECONDS", "with_daemon_first", "with_docker_daemon"]
 
 DIND_CONTAINER = "dind"
 SOCKET_DIR = "/var/run"
@@ -61,33 +63,69 @@ def with_docker_daemon(
     """
     if spec.container_mode != "dind":
         return pod
-    socket_mount = {"name": _SOCKET_VOLUME, "mountPath": SOCKET_DIR}
-    daemon: dict[str, Any] = {
-        "name": DIND_CONTAINER,
-        "image": spec.dind_image or api.DEFAULT_DIND_IMAGE,
-        "args": ["dockerd", f"--host={DOCKER_HOST}", f"--group={socket_group}"],
-        "restartPolicy": "Always",
-        # Its own, whatever the pod's defaults: dockerd runs as root and makes namespaces,
-        # mounts and cgroups (privileged containers run without seccomp and AppArmor).
-        "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
-        "volumeMounts": [
-            {"name": work_mount["name"], "mountPath": work_mount["mountPath"]},
-            socket_mount,
-            {"name": _DATA_VOLUME, "mountPath": DATA_DIR},
-        ],
-    }
     containers = [
-        _with_docker_client(c, socket_mount) if c["name"] == naming.RUNNER_CONTAINER else c
+        _with_docker_client(c, _socket_mount()) if c["name"] == naming.RUNNER_CONTAINER else c
         for c in pod["containers"]
     ]
     return {
         **pod,
-        "initContainers": [*pod.get("initContainers", []), daemon],
+        "initContainers": [*pod.get("initContainers", []), _daemon(spec, work_mount, socket_group)],
         "containers": containers,
         "volumes": [
             *pod["volumes"],
             {"name": _SOCKET_VOLUME, "emptyDir": {}},
             {"name": _DATA_VOLUME, "emptyDir": {}},
+        ],
+    }
+
+
+def with_daemon_first(
+    spec: api.RunnerPoolSpec, pod: dict[str, Any], *, work_mount: dict[str, Any], socket_group: int
+) -> dict[str, Any]:
+    """``pod`` (after the pool's template) with the daemon first among its init containers.
+
+    The kubelet starts init containers in order and a sidecar counts as started as soon as it
+    runs, so first means dockerd warms up while the register container runs ``config.sh``.
+    The template may merge into the daemon by name (``dind``), as into ``runner``: its image,
+    args, env, resources and further mounts win.  What makes it the pod's daemon stays the
+    operator's: ``restartPolicy: Always`` (else it would be an init container the runner waits
+    for, forever) and its mounts at the work, socket and data paths.
+    """
+    if spec.container_mode != "dind":
+        return pod
+    inits = pod.get("initContainers", [])
+    ours = _daemon(spec, work_mount, socket_group)
+    merged = next(c for c in inits if c.get("name") == DIND_CONTAINER)
+    paths = {m["mountPath"] for m in ours["volumeMounts"]}
+    daemon = {
+        **merged,
+        "restartPolicy": ours["restartPolicy"],
+        "volumeMounts": [
+            *ours["volumeMounts"],
+            *(m for m in merged.get("volumeMounts", ()) if m.get("mountPath") not in paths),
+        ],
+    }
+    return {**pod, "initContainers": [daemon, *(c for c in inits if c is not merged)]}
+
+
+def _socket_mount() -> dict[str, Any]:
+    return {"name": _SOCKET_VOLUME, "mountPath": SOCKET_DIR}
+
+
+def _daemon(spec: api.RunnerPoolSpec, work_mount: dict[str, Any], socket_group: int) -> dict[str, Any]:
+    return {
+        "name": DIND_CONTAINER,
+        "image": spec.dind_image or api.DEFAULT_DIND_IMAGE,
+        "args": ["dockerd", f"--host={DOCKER_HOST}", f"--group={socket_group}"],
+        "restartPolicy": "Always",
+        # Its own, whatever the pod's defaults (runnerpool.pods.security: runAsNonRoot, uid
+        # 1001): dockerd runs as root and makes namespaces, mounts and cgroups (privileged
+        # containers run without seccomp and AppArmor).
+        "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
+        "volumeMounts": [
+            {"name": work_mount["name"], "mountPath": work_mount["mountPath"]},
+            _socket_mount(),
+            {"name": _DATA_VOLUME, "mountPath": DATA_DIR},
         ],
     }
 

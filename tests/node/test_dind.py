@@ -1,10 +1,11 @@
 """``spec.containerMode: dind`` on the real node: a job's steps run ``docker`` against the pod's daemon.
 
 The daemon is the dind test image (Debian's docker.io 20.10, testworld/node/dind_images.py),
-the runner the runner test image plus Debian's docker CLI; the job's steps
-(``RUNNER_STANDIN_STEPS``, run by the run.sh stand-in in the job's workspace, as uid 1001)
-load an image from a local archive (no registry), run it with the workspace bind-mounted and
-build an image from the workspace.  The daemon has no network (the sealed node has no route
+the runner the runner test image plus Debian's docker CLI; the job's steps (a job script,
+testworld/runner_image/jobs/docker-*.sh, that the run.sh stand-in runs as uid 1001 and that
+works in a directory under the work volume, which the daemon mounts too) load an image from a
+local archive (no registry), run it with the workspace bind-mounted and build an image from
+the workspace.  The daemon has no network (the sealed node has no route
 out), so every container runs with ``--network none``.
 """
 
@@ -26,26 +27,18 @@ from tests.node.pods import START_TIMEOUT, registered_pods
 from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.node import dind_images
-from testworld.node.images import Image
+from testworld.node.images import JOBS_DIR, Image
 from testworld.node.node import Node
 from testworld.simulator import OperatorProcess
 
-LOAD = f"docker load -i {dind_images.BUSYBOX_ARCHIVE}"
-RUN = "docker run --rm --network none"
+#: The job scripts (testworld/runner_image/jobs/, in the runner test image at JOBS_DIR) take the
+#: image archive to load and the image in it.
+_IMAGE_ARGS = f"{dind_images.BUSYBOX_ARCHIVE} {dind_images.BUSYBOX_IMAGE}"
 #: What a user's job does with Docker: the daemon's storage driver (reported), an image from an
 #: archive, a container that reads and writes the workspace, an image built from it.
-DOCKER_STEPS = f"""
-docker info --format 'storage driver: {{{{.Driver}}}}'
-{LOAD}
-echo "written by the runner" > from-runner.txt
-{RUN} -v "$PWD:/workspace" {dind_images.BUSYBOX_IMAGE} \\
-    sh -c 'cat /workspace/from-runner.txt && echo "written in a container" > /workspace/from-container.txt'
-cat from-container.txt
-printf 'FROM %s\\nCOPY from-runner.txt /baked.txt\\nRUN echo "made by RUN" > /run.txt\\n' \\
-    {dind_images.BUSYBOX_IMAGE} > Dockerfile
-DOCKER_BUILDKIT=0 docker build --network none -t testworld/built:1 .
-{RUN} testworld/built:1 cat /baked.txt /run.txt
-"""
+DOCKER_BUILD = f"bash {JOBS_DIR}/docker-build.sh {_IMAGE_ARGS}"
+#: A job still running when its pod is deleted: its last step needs the daemon after SIGTERM.
+LAST_STEP_AFTER_SIGTERM = f"bash {JOBS_DIR}/docker-after-sigterm.sh {_IMAGE_ARGS}"
 JOB_TIMEOUT = 180.0
 
 
@@ -58,15 +51,10 @@ def dind_test_images(node: Node) -> tuple[Image, Image]:
     return daemon, runner
 
 
-def dind_pool(name: str, images: tuple[Image, Image], steps: str, **spec: Any) -> dict[str, Any]:
+def dind_pool(name: str, images: tuple[Image, Image], **spec: Any) -> dict[str, Any]:
     daemon, runner = images
     return node_pool(
-        name,
-        containerMode="dind",
-        dindImage=daemon.reference,
-        runnerImage=runner.reference,
-        env=[{"name": "RUNNER_STANDIN_STEPS", "value": steps}],
-        **spec,
+        name, containerMode="dind", dindImage=daemon.reference, runnerImage=runner.reference, **spec
     )
 
 
@@ -109,13 +97,17 @@ def test_a_job_runs_and_builds_containers_on_the_pods_docker_daemon(
     dind_test_images: tuple[Image, Image],
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_pool(api_client, namespace, dind_pool("dind", dind_test_images, DOCKER_STEPS))
+    create_pool(api_client, namespace, dind_pool("dind", dind_test_images))
     [pod] = registered_pods(core, fake_github, namespace, "dind", 1)
+    # The daemon is the first init container: it warms up while the register container runs.
+    spec = core.read_namespaced_pod(pod, namespace).spec
+    assert [c.name for c in spec.init_containers] == [dind.DIND_CONTAINER, naming.REGISTER_CONTAINER]
     before = runner_log(core, namespace, pod)
     assert f"waiting for the Docker daemon at {dind.DOCKER_HOST}" in before
-    assert before.index("the Docker daemon answers") < before.index("registering runner")
+    assert before.index("the Docker daemon answers") < before.index("starting the runner listener")
 
-    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "dind")], 0)
+    label = naming.pool_runner_label(namespace, "dind")
+    job_id = fake_github.queue_job(REPO, [label], 0, script=DOCKER_BUILD)
     # The pod as it ends, read at once: the operator soon replaces it.
     seen: dict[str, Any] = {}
 
@@ -148,15 +140,6 @@ def test_a_job_runs_and_builds_containers_on_the_pods_docker_daemon(
     assert seen["daemon"] >= seen["runner"], seen
 
 
-#: A job still running when its pod is deleted: its last step needs the daemon after SIGTERM.
-LAST_STEP_AFTER_SIGTERM = f"""
-{LOAD}
-echo "first step done"
-sleep 6
-{RUN} {dind_images.BUSYBOX_IMAGE} echo "last step ran"
-"""
-
-
 def test_a_busy_runners_last_step_still_has_the_daemon_when_its_pod_is_deleted(
     api_client: client.ApiClient,
     namespace: str,
@@ -165,10 +148,10 @@ def test_a_busy_runners_last_step_still_has_the_daemon_when_its_pod_is_deleted(
     dind_test_images: tuple[Image, Image],
 ) -> None:
     core = client.CoreV1Api(api_client)
-    pool = dind_pool("busy", dind_test_images, LAST_STEP_AFTER_SIGTERM, busyGracePeriod="2m")
-    create_pool(api_client, namespace, pool)
+    create_pool(api_client, namespace, dind_pool("busy", dind_test_images, busyGracePeriod="2m"))
     [pod] = registered_pods(core, fake_github, namespace, "busy", 1)
-    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "busy")], 0)
+    label = naming.pool_runner_label(namespace, "busy")
+    job_id = fake_github.queue_job(REPO, [label], 0, script=LAST_STEP_AFTER_SIGTERM)
     wait_for(
         lambda: "first step done" in runner_log(core, namespace, pod),
         JOB_TIMEOUT,

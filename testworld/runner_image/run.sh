@@ -26,13 +26,8 @@
 # renews at the interval the fake answers (renew_s) and ends with the job, on a 404 (the job
 # is no longer ours), or when run.sh itself is gone.
 #
-# RUNNER_POLL_SECONDS (default 20) bounds each long poll.
-#
-# RUNNER_STANDIN_STEPS (a bash script) is what each job runs instead of sleeping: the job's
-# steps, in the job's workspace under the work directory (_work/<repo>/<repo>, as the real
-# runner lays it out), with the steps' output in the runner's log. A step that fails
-# (non-zero exit) fails the job, as on GitHub. A node test that needs real work done in a
-# job (containerMode dind's docker run and docker build) gives its pool this variable.
+# RUNNER_POLL_SECONDS (default 20) bounds each long poll. `run.sh --jitconfig CONFIG` runs a
+# just-in-time runner without config.sh (see below); a config already used is refused.
 
 STANDIN_NAME=run.sh
 # shellcheck source=testworld/runner_image/standin-lib.sh
@@ -40,6 +35,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/standin-lib.sh"
 
 POLL_SECONDS="${RUNNER_POLL_SECONDS:-20}"
 [[ "${POLL_SECONDS}" =~ ^[0-9]+$ ]] || { log "error: RUNNER_POLL_SECONDS must be whole seconds"; exit 1; }
+
+# --jitconfig CONFIG: a just-in-time runner (GitHub's generate-jitconfig), configured by the
+# config itself instead of config.sh: base64 of JSON whose .runner and .credentials are base64
+# of the files config.sh would write. GitHub accepts a config once.
+if [[ "${1:-}" == --jitconfig ]]; then
+    [[ -n "${2:-}" ]] || { log "error: --jitconfig needs a value"; exit 1; }
+    decoded="$(printf '%s' "$2" | base64 -d 2>/dev/null)" || { log "error: the JIT config is not base64"; exit 1; }
+    if ! runner_b64="$(json_string .runner "${decoded}")" ||
+        ! credentials_b64="$(json_string .credentials "${decoded}")"; then
+        log "error: the JIT config has no .runner or .credentials"
+        exit 1
+    fi
+    unset decoded
+    printf '%s' "${runner_b64}" | base64 -d >"${RUNNER_FILE}" || { log "error: cannot write ${RUNNER_FILE}"; exit 1; }
+    (umask 077 && printf '%s' "${credentials_b64}" | base64 -d >"${CREDENTIALS_FILE}") ||
+        { log "error: cannot write ${CREDENTIALS_FILE}"; exit 1; }
+    unset runner_b64 credentials_b64
+    shift 2
+fi
+[[ $# -eq 0 ]] || { log "error: unknown option '$1' (this stand-in takes --jitconfig CONFIG or nothing)"; exit 1; }
 
 if [[ ! -r "${RUNNER_FILE}" || ! -r "${CREDENTIALS_FILE}" ]]; then
     log "error: Runner is not configured (run config.sh first)."
@@ -49,7 +64,6 @@ settings="$(cat "${RUNNER_FILE}")"
 service="$(value_of service "${settings}")"
 runner_name="$(value_of runner_name "${settings}")"
 ephemeral="$(value_of ephemeral "${settings}")"
-work="$(value_of work "${settings}")"
 credential="$(value_of credential "$(cat "${CREDENTIALS_FILE}")")"
 auth="Bearer ${credential}"
 session=""
@@ -80,6 +94,7 @@ http POST "${service}/sessions" "${auth}"
 case "${http_status}" in
     201) session="$(value_of session_id "${http_body}")" ;;
     401) revoked ;;
+    409) finish "error: GitHub refused the runner's session: $(error_message)" 1 ;;
     *) finish "error: cannot open a listener session (HTTP ${http_status}): $(error_message)" 1 ;;
 esac
 log "connected to GitHub as ${runner_name}; listening for jobs"
@@ -137,23 +152,11 @@ report() {
     done
 }
 
-# start_worker DURATION REPOSITORY: the job's Runner.Worker process, as $child: its steps
-# (RUNNER_STANDIN_STEPS) in its workspace, or a sleep through its duration.
-start_worker() {
-    local workspace="${work}/${2##*/}/${2##*/}"
-    if [[ -n "${RUNNER_STANDIN_STEPS:-}" ]]; then
-        mkdir -p "${workspace}" || log "cannot create the workspace ${workspace}"
-        (cd "${workspace}" && exec -a Runner.Worker bash -euo pipefail -c "${RUNNER_STANDIN_STEPS}") &
-    else
-        (exec -a Runner.Worker sleep "$1") &
-    fi
-    child=$!
-}
-
-# run_job ID DURATION REPOSITORY: start it, run it (signals interrupt), report its end; sets
-# job_conclusion.
+# run_job ID DURATION [SCRIPT]: start it, sleep through it or run its script (signals
+# interrupt), report its end: success, or failure when the script failed, with what the script
+# wrote to $GITHUB_STEP_SUMMARY, as the real runner uploads a job's summary; sets job_conclusion.
 run_job() {
-    local job_id="$1" duration="$2" repository="$3" conclusion=success
+    local job_id="$1" duration="$2" script="${3:-}" conclusion=success
     interruptible=0
     report "${job_id}" started
     case "${http_status}" in
@@ -165,22 +168,35 @@ run_job() {
             ;;
     esac
     start_renewing "${job_id}"
-    log "running job ${job_id} for ${duration}s"
     interruptible=1
-    start_worker "${duration}" "${repository}"
+    local summary="${STANDIN_DIR}/.summary.${job_id}"
+    : >"${summary}"
+    if [[ -n "${script}" ]]; then
+        log "running job ${job_id}'s steps"
+        # The worker stays itself while its steps run, as the real Runner.Worker does (the
+        # entrypoint tells a busy runner by it): bash would exec a one-command script's command
+        # in its place (the last command of a -c string), so the string ends with an exit.
+        (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash -c "${script}"$'\n''exit $?') &
+    else
+        log "running job ${job_id} for ${duration}s"
+        (exec -a Runner.Worker sleep "${duration}") &
+    fi
+    child=$!
     wait_child
     interruptible=0
     stop_renewing
     # Cancelled only if the signal cut the job short: a job that ran to its end before the
     # signal came is a success (the real runner's worker reports its own result when it ends;
-    # a listener told to stop afterwards changes nothing).
-    if [[ "${child_status}" -ne 0 && "${stopping}" -eq 1 ]]; then
-        conclusion=cancelled
-    elif [[ "${child_status}" -ne 0 ]]; then
-        log "a step of job ${job_id} failed with exit code ${child_status}"
-        conclusion=failure
+    # a listener told to stop afterwards changes nothing). A script that failed by itself fails.
+    if [[ "${child_status}" -ne 0 ]]; then
+        if [[ "${stopping}" -eq 1 || -z "${script}" ]]; then
+            conclusion=cancelled
+        else
+            conclusion=failure
+        fi
     fi
-    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
+    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}" --data-urlencode "summary@${summary}"
+    rm -f "${summary}"
     if [[ "${http_status}" != 204 ]]; then
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi
@@ -197,8 +213,8 @@ while [[ "${stopping}" -eq 0 ]]; do
         200)
             job_id="$(value_of job_id "${http_body}")"
             duration="$(value_of duration_s "${http_body}")"
-            repository="$(value_of repository "${http_body}")"
-            run_job "${job_id}" "${duration}" "${repository}" || continue
+            script="$(value_of script "${http_body}")" || script=""
+            run_job "${job_id}" "${duration}" "${script}" || continue
             if [[ "${stopping}" -eq 1 ]]; then
                 # An ephemeral runner was removed with its job; a closed session is harmless.
                 finish "stopped while running job ${job_id}; it ended ${job_conclusion}" 0
