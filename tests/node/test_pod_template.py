@@ -112,7 +112,9 @@ def test_a_pool_with_a_template_and_a_sidecar_runs_a_job_under_restricted(
 
     assert (job["conclusion"], job["runner_name"]) == ("success", pod.metadata.name)
     assert pod.metadata.labels["team"] == "ci" and pod.metadata.annotations["example.com/owner"] == "platform"
-    [helper] = pod.status.init_container_statuses
+    # After the operator's register container, which has ended.
+    register, helper = pod.status.init_container_statuses
+    assert (register.name, register.state.terminated.exit_code) == (naming.REGISTER_CONTAINER, 0)
     assert helper.name == "helper" and helper.started
     runner = next(c for c in pod.spec.containers if c.name == naming.RUNNER_CONTAINER)
     assert {"name": "FROM_TEMPLATE", "value": "1"} in [{"name": e.name, "value": e.value} for e in runner.env]
