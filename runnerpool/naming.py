@@ -25,9 +25,11 @@ __all__ = [
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
     "TOKEN_SECRET_KEY",
+    "WORK_VOLUME",
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
+    "runner_account_name",
     "token_secret_name",
 ]
 
@@ -69,10 +71,19 @@ DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
 #: The runner pod's runner container.
 RUNNER_CONTAINER = "runner"
+#: The runner pod's volume at the runner's _work directory. In containerMode: kubernetes its
+#: ephemeral claim is named ``<pod>-work``, which is the claim the container hooks mount into
+#: job pods when ACTIONS_RUNNER_CLAIM_NAME is unset: the name is part of the hooks' contract.
+WORK_VOLUME = "work"
 
 
 def token_secret_name(pool: str) -> str:
     return f"runner-token-{pool}"
+
+
+def runner_account_name(pool: str) -> str:
+    """The ServiceAccount, Role and RoleBinding (one name) of a kubernetes-mode pool's runners."""
+    return f"runnerpool-runner-{pool}"
 
 
 def deployment_name(pool: str) -> str:

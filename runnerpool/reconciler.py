@@ -33,6 +33,7 @@ from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.hook_access import HookAccessStep
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import LivePods, PodStep
 from runnerpool.pods.template import busy_marked
@@ -140,6 +141,7 @@ class Reconciler:
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
         )
+        self._hook_access = HookAccessStep(cache, self._kube)
         self._status_written: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}
         self._protection = protection
@@ -210,6 +212,8 @@ class Reconciler:
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
+        # Before any pod: a pod naming a ServiceAccount that does not exist yet is refused.
+        self._hook_access.converge(run.pool, run.writes)
         self._ensure_jobs(run)
         # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
         recheck = self._tokens.check_secret(

@@ -27,6 +27,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
+from runnerpool.pods import kubernetes_mode
 
 __all__ = [
     "busy_grace_seconds",
@@ -45,7 +46,7 @@ _HASH_LENGTH = 10
 TOKEN_MOUNT_DIR = "/runner-token"
 WORK_DIR = "/runner/_work"
 _TOKEN_VOLUME = "runner-token"
-_WORK_VOLUME = "work"
+_WORK_VOLUME = naming.WORK_VOLUME
 #: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
 #: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
 #: and the runner gets "Permission denied".
@@ -195,4 +196,4 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
-    return pod
+    return kubernetes_mode.shape(pool, pod)
