@@ -125,7 +125,50 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.volumeMounts[0].mountPath: Required value",
     ),
     ("quantity-garbage", _repo(resources={"requests": {"cpu": "lots"}}), "resource quantities look like"),
+    ("container-mode-unknown", _repo(containerMode="docker"), "Unsupported value"),
+    (
+        "kubernetes-mode-without-container-mode",
+        _repo(kubernetesMode={}),
+        "spec.kubernetesMode applies to spec.containerMode: kubernetes only",
+    ),
+    (
+        "kubernetes-mode-with-service-account",
+        _repo(containerMode="kubernetes", serviceAccountName="mine"),
+        "spec.serviceAccountName cannot be set with containerMode: kubernetes",
+    ),
+    (
+        "kubernetes-mode-with-work-volume",
+        _repo(containerMode="kubernetes", workVolume={"emptyDir": {}}),
+        "spec.workVolume cannot be set with containerMode: kubernetes",
+    ),
+    (
+        "kubernetes-mode-relative-hook",
+        _repo(containerMode="kubernetes", kubernetesMode={"hookPath": "k8s/index.js"}),
+        "spec.kubernetesMode.hookPath must be an absolute path",
+    ),
+    (
+        "kubernetes-mode-claim-access-mode",
+        _repo(
+            containerMode="kubernetes", kubernetesMode={"workVolumeClaim": {"accessModes": ["ReadOnlyMany"]}}
+        ),
+        "Unsupported value",
+    ),
 ]
+
+
+def test_kubernetes_mode_round_trips_through_the_models(api_client: client.ApiClient, namespace: str) -> None:
+    claim = api.WorkVolumeClaim(
+        storage_class_name="fast-ssd", storage="20Gi", access_modes=["ReadWriteOncePod"]
+    )
+    spec = api.RunnerPoolSpec(
+        repository="octo-org/hello-world",
+        container_mode="kubernetes",
+        kubernetes_mode=api.KubernetesMode(work_volume_claim=claim, hook_path="/opt/hooks/index.js"),
+    )
+    sent = api.RunnerPool(metadata={"name": "k8s"}, spec=spec)
+    created = _create(api_client, namespace, sent.model_dump(by_alias=True, exclude_none=True))
+    assert created["spec"] == spec.model_dump(by_alias=True, exclude_none=True)
+    assert api.RunnerPool.model_validate(created).spec == spec
 
 
 @pytest.mark.parametrize(

@@ -263,12 +263,12 @@ def test_pools_of_one_namespace_are_a_lookup_in_either_mode(keys: Keys) -> None:
 
 def test_the_connection_pool_is_sized_from_the_table(keys: Keys) -> None:
     table = pool_watches()
-    assert informer_count(table, None) == len(table) == 6
-    assert informer_count(table, ["a", "b", "a"]) == 12
-    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 10
-    assert PoolCache(offline(), keys, ["a", "b"]).informers == 12
+    assert informer_count(table, None) == len(table) == 9
+    assert informer_count(table, ["a", "b", "a"]) == 18
+    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 16
+    assert PoolCache(offline(), keys, ["a", "b"]).informers == 18
     namespaced = PoolCache(offline(), keys, ["a", "b"], cluster_scoped=False)
-    assert namespaced.informers == 10
+    assert namespaced.informers == 16
     assert not namespaced.watches(NAMESPACES_)
     assert namespaced.namespace_terminating("a") is False
 
