@@ -26,6 +26,10 @@
 # renews at the interval the fake answers (renew_s) and ends with the job, on a 404 (the job
 # is no longer ours), or when run.sh itself is gone.
 #
+# With ACTIONS_RUNNER_CONTAINER_HOOKS set, a job runs through the container hooks instead
+# (worker.sh, still called Runner.Worker), and a step that fails makes the job's conclusion
+# "failure".
+#
 # RUNNER_POLL_SECONDS (default 20) bounds each long poll.
 
 STANDIN_NAME=run.sh
@@ -146,13 +150,20 @@ run_job() {
     start_renewing "${job_id}"
     log "running job ${job_id} for ${duration}s"
     interruptible=1
-    (exec -a Runner.Worker sleep "${duration}") &
+    if [[ -n "${ACTIONS_RUNNER_CONTAINER_HOOKS:-}" ]]; then
+        # The job's containers are the hooks' (worker.sh): its step decides the conclusion.
+        (exec -a Runner.Worker bash "${STANDIN_DIR}/worker.sh" "${job_id}" "${duration}") &
+    else
+        (exec -a Runner.Worker sleep "${duration}") &
+    fi
     child=$!
     wait_child
     interruptible=0
     stop_renewing
     if [[ "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
+    elif [[ "${child_status}" -ne 0 ]]; then
+        conclusion=failure
     fi
     report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
     if [[ "${http_status}" != 204 ]]; then
