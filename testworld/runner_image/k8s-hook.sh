@@ -28,7 +28,9 @@ STANDIN_NAME=k8s-hook
 # shellcheck source=testworld/runner_image/standin-lib.sh
 source "${RUNNER_DIR:-/home/runner}/standin-lib.sh"
 
-ACCOUNT=/var/run/secrets/kubernetes.io/serviceaccount
+# Where every pod's in-cluster credentials are (STANDIN_ACCOUNT_DIR: elsewhere, for a test that
+# runs the hooks as a local process).
+ACCOUNT="${STANDIN_ACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}"
 POLL_SECONDS=0.5
 WAIT_SECONDS="${ACTIONS_RUNNER_PREPARE_JOB_TIMEOUT_SECONDS:-120}"
 
@@ -46,11 +48,13 @@ RUNNER_POD="${ACTIONS_RUNNER_POD_NAME}"
 LABEL="runner-pod=${RUNNER_POD}"
 
 # kube METHOD PATH [curl options...]: one API call as the ServiceAccount (a fresh token read
-# each time: the kubelet rotates it).
+# each time: the kubelet rotates it). Its own user agent: the API server pretty-prints JSON for
+# curl's, and the patterns here read compact JSON.
 kube() {
     local method="$1" path="$2"
     shift 2
-    http "${method}" "${API}${path}" "Bearer $(cat "${ACCOUNT}/token")" --cacert "${ACCOUNT}/ca.crt" "$@"
+    http "${method}" "${API}${path}" "Bearer $(cat "${ACCOUNT}/token")" --cacert "${ACCOUNT}/ca.crt" \
+        --user-agent runner-container-hooks-standin "$@"
 }
 
 # kube_json METHOD PATH BODY: the same with a JSON body.
@@ -81,7 +85,7 @@ check_permissions() {
         kube_json POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews "$(printf \
             '{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"resourceAttributes":{"namespace":"%s","group":"","resource":"%s","subresource":"%s","verb":"%s"}}}' \
             "${NAMESPACE}" "${resource}" "${subresource}" "${verb}")"
-        [[ "${http_status}" == 201 && "${http_body}" == *'"allowed":true'* ]] ||
+        [[ "${http_status}" == 201 && "${http_body}" =~ \"allowed\"[[:space:]]*:[[:space:]]*true ]] ||
             die "The Service account needs the following permissions: ${REQUIRED} in the '${NAMESPACE}' namespace (missing: ${wanted}; HTTP ${http_status})"
     done
 }
