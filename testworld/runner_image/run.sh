@@ -160,7 +160,8 @@ run_job() {
     wait_child
     interruptible=0
     stop_renewing
-    if [[ "${stopping}" -eq 1 ]]; then
+    # A worker that did not end well: cut short by a signal (cancelled), or its step failed.
+    if [[ "${child_status}" -ne 0 && "${stopping}" -eq 1 ]]; then
         conclusion=cancelled
     elif [[ "${child_status}" -ne 0 ]]; then
         conclusion=failure
