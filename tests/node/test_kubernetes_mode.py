@@ -86,7 +86,13 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
     job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "km")], JOB_SECONDS)
 
     done = wait_done(fake_github, [job_id])[job_id]
-    assert (done["conclusion"], done["runner_name"]) == ("success", runner)
+    log = _log(core, namespace, runner)
+    assert (done["conclusion"], done["runner_name"]) == ("success", runner), log
+    wait_for(
+        lambda: not core.list_namespaced_pod(namespace, label_selector=f"runner-pod={runner}").items,
+        START_TIMEOUT,
+        message=f"cleanup_job to leave no job pod; the runner's log:\n{log}",
+    )
     requests = _requests_as(control_plane, f"system:serviceaccount:{namespace}:{account}", since)
     refused = [
         e["requestURI"]
@@ -101,15 +107,18 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
     assert set(_did(requests, "get", "pods", "log")) == {step}
     [secret] = _did(requests, "create", "secrets")  # the step's environment
     assert secret in _did(requests, "delete", "secrets")
-    assert {f"{runner}-workflow", step} <= set(_did(requests, "delete", "pods"))
+    assert {f"{runner}-workflow", step} <= set(_did(requests, "delete", "pods")), log
     # The hooks' own permission check came first: a SelfSubjectAccessReview per required verb.
     reviews = _did(requests, "create", "selfsubjectaccessreviews")
     assert len(reviews) >= sum(len(rule["verbs"]) for rule in HOOK_RULES)
-    wait_for(
-        lambda: not core.list_namespaced_pod(namespace, label_selector=f"runner-pod={runner}").items,
-        START_TIMEOUT,
-        message="cleanup_job to leave no job pod",
-    )
+
+
+def _log(core: client.CoreV1Api, namespace: str, pod: str) -> str:
+    """The runner pod's log (the stand-ins' and hooks' lines), while the pod is still there."""
+    try:
+        return str(core.read_namespaced_pod_log(pod, namespace, container=naming.RUNNER_CONTAINER))
+    except client.ApiException as err:
+        return f"(no log: {err.status})"
 
 
 def test_the_runner_account_is_the_pools_and_goes_with_it(
