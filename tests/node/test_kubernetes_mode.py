@@ -93,7 +93,17 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
         START_TIMEOUT,
         message=f"cleanup_job to leave no job pod; the runner's log:\n{log}",
     )
-    requests = _requests_as(control_plane, f"system:serviceaccount:{namespace}:{account}", since)
+    user = f"system:serviceaccount:{namespace}:{account}"
+    # The API server flushes its audit log when it likes: wait for cleanup_job's last delete.
+    requests: list[dict[str, Any]] = wait_for(
+        lambda: (
+            (r := _requests_as(control_plane, user, since))
+            and f"{runner}-workflow" in _did(r, "delete", "pods")
+            and r
+        ),
+        START_TIMEOUT,
+        message=f"the audit log to show the job pod's deletion; the runner's log:\n{log}",
+    )
     refused = [
         e["requestURI"]
         for e in requests
