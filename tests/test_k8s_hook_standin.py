@@ -11,7 +11,6 @@ refusal to run without the hooks' permissions.
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
 import threading
@@ -30,6 +29,7 @@ from runnerpool.writes import Writes
 from tests.pools import LiveReader, create_pool, play_kubelet, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import token_of
+from testworld.node.images import RUNNER_HOST_COMMANDS
 
 STANDINS = Path(__file__).resolve().parent.parent / "testworld" / "runner_image"
 RUNNER_POD = "km-abcde"
@@ -128,7 +128,7 @@ def runner(
     home = tmp_path / "home"
     shutil.copytree(STANDINS, home)
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": str(_image_commands(tmp_path / "bin")),
         "RUNNER_DIR": str(home),
         "RUNNER_WORKDIR": str(tmp_path / "work"),
         "STANDIN_ACCOUNT_DIR": str(credentials),
@@ -140,6 +140,16 @@ def runner(
         "RUNNER_STANDIN_JOB_CONTAINER": IMAGE,
     }
     return Runner(env, home)
+
+
+def _image_commands(folder: Path) -> Path:
+    """Only the commands the runner test image has (no grep, no jq...): what works here works there."""
+    folder.mkdir()
+    for command in RUNNER_HOST_COMMANDS:
+        found = shutil.which(command)
+        assert found is not None, command
+        (folder / command).symlink_to(found)
+    return folder
 
 
 @pytest.fixture

@@ -173,12 +173,18 @@ run_container_step() {
 
 # cleanup_job [quietly]: every pod and Secret this runner's hooks made.
 cleanup_job() {
-    local kind name names
+    local kind name rest pattern='"name":"([^"]*)","namespace"'
+    local -a names
     for kind in pods secrets; do
         kube GET "/api/v1/namespaces/${NAMESPACE}/${kind}?labelSelector=${LABEL}"
         [[ "${http_status}" == 200 ]] || die "cannot list ${kind} (HTTP ${http_status})"
-        names="$(grep -o '"name":"[^"]*","namespace"' <<<"${http_body}" | cut -d'"' -f4)"
-        for name in ${names}; do
+        names=()
+        rest="${http_body}"
+        while [[ "${rest}" =~ ${pattern} ]]; do
+            names+=("${BASH_REMATCH[1]}")
+            rest="${rest#*"${BASH_REMATCH[0]}"}"
+        done
+        for name in "${names[@]}"; do
             kube DELETE "/api/v1/namespaces/${NAMESPACE}/${kind}/${name}?gracePeriodSeconds=0"
             [[ "${1:-}" == quietly ]] || log "deleted ${kind%s} ${name}"
         done
