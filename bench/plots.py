@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from bench.stats import percentile
 
-__all__ = ["DPI", "convergence", "latency", "resources"]
+__all__ = ["DPI", "convergence", "figure", "latency", "resources", "save"]
 
 #: 8 x 4.5 inches at 80 dpi: 640 x 360 pixels, a few tens of KiB per plot.
 DPI = 80
@@ -33,16 +33,19 @@ SIZE = (8.0, 4.5)
 MAX_BINS = 40
 
 
-def _figure(rows: int = 1, cols: int = 1, size: tuple[float, float] = SIZE) -> tuple[Figure, list[Axes]]:
-    figure = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, cols, squeeze=False)
-    return figure, [a for row in axes for a in row]
+def figure(
+    rows: int = 1, cols: int = 1, size: tuple[float, float] = SIZE, *, sharex: bool = False
+) -> tuple[Figure, list[Axes]]:
+    """A figure on its own Agg canvas: no pyplot state, so threads may draw at once."""
+    drawn = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(drawn)
+    axes = drawn.subplots(rows, cols, squeeze=False, sharex=sharex)
+    return drawn, [a for row in axes for a in row]
 
 
-def _save(figure: Figure, path: Path) -> Path:
+def save(drawn: Figure, path: Path, dpi: int = DPI) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI, format="png")
+    drawn.savefig(path, dpi=dpi, format="png")
     return path
 
 
@@ -66,7 +69,7 @@ def convergence(
 ) -> Path:
     """How many pools reached each state over time: ``series`` maps a state ("token", "Ready")
     to the seconds, from the first create, at which each pool first reached it."""
-    figure, (ax,) = _figure()
+    drawn, (ax,) = figure()
     for label, times in series.items():
         ordered = sorted(times)
         # From (0, 0): a step up at each pool's time.
@@ -78,14 +81,14 @@ def convergence(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    return _save(figure, path)
+    return save(drawn, path)
 
 
 def latency(
     path: Path, series: Mapping[str, Sequence[float]], *, title: str, xlabel: str = "seconds"
 ) -> Path:
     """Histogram (left) and ECDF (right) of each series of latencies, p50 and p99 in the legend."""
-    figure, (hist, ecdf) = _figure(1, 2)
+    drawn, (hist, ecdf) = figure(1, 2)
     present = {label: list(values) for label, values in series.items() if values}
     everything = [v for values in present.values() for v in values]
     if everything:
@@ -107,8 +110,8 @@ def latency(
     if everything:
         hist.legend(fontsize=7)
         ecdf.legend(fontsize=7, loc="lower right")
-    figure.suptitle(title)
-    return _save(figure, path)
+    drawn.suptitle(title)
+    return save(drawn, path)
 
 
 def resources(
@@ -123,7 +126,7 @@ def resources(
     ``samples`` are :class:`bench.sampler.Sample` as dicts (``t``, ``cpu_seconds``, ``rss_mib``);
     ``marks`` (``t``, ``label``) are what the bench did, drawn as dotted lines on both.
     """
-    figure, (memory, cpu) = _figure(2, 1, (SIZE[0], SIZE[1] * 1.2))
+    drawn, (memory, cpu) = figure(2, 1, (SIZE[0], SIZE[1] * 1.2))
     times = [s["t"] for s in samples]
     memory.plot(times, [s["rss_mib"] for s in samples], color="tab:blue")
     if len(samples) > 1:
@@ -141,4 +144,4 @@ def resources(
         ax.grid(alpha=0.3)
         ax.set_xlim(left=0)
         _marks(ax, marks)
-    return _save(figure, path)
+    return save(drawn, path)

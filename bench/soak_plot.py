@@ -1,6 +1,6 @@
 """The soak's picture: jobs over time above, operator RSS and CPU over time below (PNG).
 
-matplotlib with the Agg backend: no display, the same picture on CI as on a laptop.
+Drawn with bench.plots' figures (matplotlib's object API on an Agg canvas, no pyplot state).
 Disturbances are short ticks along the top of the jobs panel, so a jump in RSS or a pile
 of queued jobs can be read against what was done to the world at that moment.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench import plots
 
 
 def job_curves(events: Sequence[tuple[float, str, int]], until: float) -> dict[str, list[tuple[float, int]]]:
@@ -35,15 +37,10 @@ def job_curves(events: Sequence[tuple[float, str, int]], until: float) -> dict[s
 
 def draw(path: Path, report: dict[str, Any]) -> Path:
     """Write the PNG for a soak report (the JSON's dict) to ``path``."""
-    import matplotlib  # noqa: PLC0415 - only the soak draws, and only with this backend
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     samples = report["samples"]
     until = max([s["t"] for s in samples] or [1.0])
     curves = job_curves([tuple(e) for e in report["job_events"]], until)
-    fig, (jobs_ax, rss_ax) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    drawn, (jobs_ax, rss_ax) = plots.figure(2, 1, (11, 7), sharex=True)
     for name, curve in curves.items():
         xs, ys = zip(*curve, strict=True) if curve else ((), ())
         jobs_ax.step(xs, ys, where="post", label=name)
@@ -69,7 +66,4 @@ def draw(path: Path, report: dict[str, Any]) -> Path:
     handles, labels = rss_ax.get_legend_handles_labels()
     more_handles, more_labels = cpu_ax.get_legend_handles_labels()
     rss_ax.legend(handles + more_handles, labels + more_labels, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return plots.save(drawn, path, dpi=100)

@@ -272,28 +272,32 @@ def main(argv: list[str] | None = None) -> int:
     profile = _profile(lambda body, d: receive(body, d, False), signed) if args.profile else ""
     if profile:
         print(profile)
+    write_result(
+        "webhook_cpu",
+        args.label,
+        {
+            "pools": args.pools,
+            "autoscaling": args.autoscaling,
+            "own_secrets": args.own_secrets,
+            "fill_cpu_ms": fill_ms,
+            "poll_targets_cpu_ms": poll_ms,
+            "fill_kept_kib": cache_kib,
+            "rows": [asdict(row) for row in rows],
+            "profile": profile,
+        },
+    )
+    return 0
+
+
+def write_result(kind: str, label: str | None, fields: dict[str, Any]) -> Path:
+    """``bench/results/KIND-LABEL.json`` (LABEL defaults to the time), with the Python and machine."""
     RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"webhook_cpu-{args.label or stamp}.json"
+    out = RESULTS / f"{kind}-{label or datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.write_text(
-        json.dumps(
-            {
-                "pools": args.pools,
-                "autoscaling": args.autoscaling,
-                "own_secrets": args.own_secrets,
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
-                "fill_cpu_ms": fill_ms,
-                "poll_targets_cpu_ms": poll_ms,
-                "fill_kept_kib": cache_kib,
-                "rows": [asdict(row) for row in rows],
-                "profile": profile,
-            },
-            indent=2,
-        )
+        json.dumps({**fields, "python": sys.version.split()[0], "machine": platform.machine()}, indent=2)
     )
     print(f"wrote {out}")
-    return 0
+    return out
 
 
 def _profile(deliver: Callable[[Delivery, str], int], bodies: list[Delivery]) -> str:

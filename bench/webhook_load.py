@@ -35,7 +35,6 @@ import http.client
 import json
 import logging
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -44,7 +43,6 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,7 @@ from bench.webhook_cpu import (
     fill,
     pool_object,
     repository,
+    write_result,
 )
 from runnerpool import logs
 from runnerpool.demand.deliveries import DeliveryLog
@@ -65,7 +64,6 @@ from runnerpool.demand.receiver import PATH, WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.signature import sign
 
-RESULTS = Path(__file__).parent / "results"
 HALF_OPEN = 200
 
 TARGETS = {
@@ -337,26 +335,19 @@ def main(argv: list[str] | None = None) -> int:
         }.get(key, str(value))
         verdict = _verdict(key, value) if key in TARGETS else ""
         print(f"{title:<40} {shown:>21}  {verdict}")
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"webhook_load-{args.label or stamp}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "pools": args.pools,
-                "autoscaling": args.autoscaling,
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
-                "cpus": os.cpu_count(),
-                "load_average": os.getloadavg(),
-                "server_module": module.__file__,
-                "runs": [asdict(run) for run in runs],
-                "half_open": stalled,
-            },
-            indent=2,
-        )
+    write_result(
+        "webhook_load",
+        args.label,
+        {
+            "pools": args.pools,
+            "autoscaling": args.autoscaling,
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+            "server_module": module.__file__,
+            "runs": [asdict(run) for run in runs],
+            "half_open": stalled,
+        },
     )
-    print(f"wrote {out}")
     return 0
 
 

@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
+from runnerpool import naming
 from runnerpool.domain import RFC3339, JobState, Scope, parse_duration, pool_key
 from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 
@@ -285,6 +286,30 @@ Organization = Annotated[
         )
     ),
 ]
+Enterprise = Annotated[
+    str,
+    StringConstraints(max_length=100),
+    Cel(
+        regex_rule(
+            rf"^{GITHUB_LOGIN}$",
+            "spec.enterprise must be a GitHub enterprise slug (as in "
+            "https://github.com/enterprises/<slug>): letters, digits and single hyphens",
+        )
+    ),
+]
+#: GitHub shows runner group names as typed; config.sh takes one as a single argument.
+RUNNER_GROUP_NAME = r"^\S(.*\S)?$"
+RunnerGroupName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    Cel(
+        regex_rule(
+            RUNNER_GROUP_NAME,
+            "spec.runnerGroup is a runner group's name as GitHub shows it, without leading or "
+            "trailing whitespace",
+        )
+    ),
+]
 RunnerLabel = Annotated[
     str,
     StringConstraints(min_length=1, max_length=100),
@@ -381,12 +406,13 @@ BusyGracePeriod = Annotated[
 ]
 RepositoryName = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=100),
+    StringConstraints(min_length=1, max_length=140),
     Cel(
         regex_rule(
-            r"^[A-Za-z0-9._-]+$",
-            "spec.autoscaling.repositories lists repository names without the owner, e.g. "
-            "hello-world (letters, digits, '.', '_', '-')",
+            rf"^({GITHUB_LOGIN}/)?[A-Za-z0-9._-]+$",
+            "spec.autoscaling.repositories lists repository names (letters, digits, '.', '_', '-'): "
+            "without the owner for an organization pool (hello-world), owner/name for an "
+            "enterprise pool (octo-org/hello-world)",
         )
     ),
 ]
@@ -624,8 +650,9 @@ class Autoscaling(KubeModel):
     repositories: Annotated[list[RepositoryName], ListType("set"), Field(max_length=100)] = Field(
         default_factory=list,
         description="For an organization pool: repositories (names, without the owner) whose "
-        "queued jobs polling looks at when no webhook delivery reports them. A repository pool "
-        "polls its own repository.",
+        "queued jobs polling looks at when no webhook delivery reports them. For an enterprise "
+        "pool (owner/name): the repositories whose jobs count for the pool at all, from webhook "
+        "deliveries and polling. A repository pool polls its own repository.",
     )
     webhook_secret_ref: WebhookSecretRef | None = Field(
         default=None,
@@ -693,20 +720,322 @@ class KubernetesMode(KubeModel):
     )
 
 
+# --------------------------------------------------------------------------------------
+# spec.template: a pod template merged onto the operator's runner pod (runnerpool.pods.merge)
+
+#: Most containers a template lists, and most items in its other lists the rules read: the API
+#: server only accepts CEL rules whose worst-case cost it can bound.
+MAX_TEMPLATE_CONTAINERS = 16
+MAX_TEMPLATE_ITEMS = 128
+#: What the operator sets on a runner pod while its runner is busy (runnerpool.runners.lifecycle).
+_BUSY_ANNOTATION_KEYS = tuple(sorted(naming.BUSY_ANNOTATIONS))
+_OPERATOR_MOUNT_PATHS = naming.OPERATOR_MOUNT_PATHS
+_OPERATOR_VOLUMES = naming.OPERATOR_VOLUMES
+
+
+def cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(cel_string(item) for item in items) + "]"
+
+
+def operator_env(name: str) -> bool:
+    """An env var of the runner container that only the operator sets."""
+    return name.startswith(naming.RESERVED_ENV_PREFIX) or name in naming.RESERVED_ENV
+
+
+def operator_label(key: str) -> bool:
+    """A pod label the operator selects or tracks its pods by."""
+    return key.startswith(naming.OPERATOR_PREFIX) or key == naming.MANAGED_BY_LABEL
+
+
+def operator_annotation(key: str) -> bool:
+    """A pod annotation the operator owns (its own keys, and the busy marks it sets and removes)."""
+    return key.startswith(naming.OPERATOR_PREFIX) or key in naming.BUSY_ANNOTATIONS
+
+
+def _refused(path: str, field: str, attribute: str, why: str) -> Rule:
+    """A rule that a template leaves ``field`` (the Python ``attribute``) unset."""
+    return Rule(
+        cel=f"!has(self.{field})",
+        message=f"{path}.{field} is the operator's: {why}",
+        check=lambda model: getattr(model, attribute) is None,
+    )
+
+
+class _PassThrough(KubeModel):
+    """A core/v1 object the operator passes on to the pod as it is.
+
+    Only the fields a validation rule reads are declared: CEL cannot see the fields that
+    ``x-kubernetes-preserve-unknown-fields`` keeps, and every other field (there are dozens,
+    versioned with the cluster) is the API server's to validate when the pod is created.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TemplateEnvVar(_PassThrough):
+    name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
+
+
+class TemplateVolumeMount(_PassThrough):
+    name: str = Field(min_length=1, max_length=253, description="Name of the volume to mount.")
+    mount_path: str = Field(min_length=1, max_length=4096, description="Path in the container.")
+
+
+_RUNNER = cel_string(naming.RUNNER_CONTAINER)
+
+
+class TemplateContainer(_PassThrough):
+    """A container of the template: ``runner`` merges into the operator's, other names add one."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"self.name != {_RUNNER} || !has(self.env) || self.env.all(e, "
+            f"!e.name.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
+            f"&& !(e.name in {cel_list(naming.RESERVED_ENV)}))",
+            message="spec.template.spec.containers[runner].env must not set "
+            f"{naming.RESERVED_ENV_PREFIX}* variables or {', '.join(naming.RESERVED_ENV)}: the "
+            "operator sets them from the pool (scope, spec.labels, spec.busyGracePeriod, the token "
+            "and work directory); use another name or spec.labels",
+            check=lambda c: (
+                c.name != naming.RUNNER_CONTAINER or not any(operator_env(e.name) for e in c.env or ())
+            ),
+        ),
+        Rule(
+            cel=f"self.name != {_RUNNER} || !has(self.volumeMounts) || "
+            f"self.volumeMounts.all(m, !(m.mountPath in {cel_list(_OPERATOR_MOUNT_PATHS)}))",
+            message="spec.template.spec.containers[runner].volumeMounts must not use mountPath "
+            f"{' or '.join(_OPERATOR_MOUNT_PATHS)}: the operator mounts the registration token, the "
+            "runner's configuration and the work volume there (spec.workVolume changes the work volume)",
+            check=lambda c: (
+                c.name != naming.RUNNER_CONTAINER
+                or not any(m.mount_path in _OPERATOR_MOUNT_PATHS for m in c.volume_mounts or ())
+            ),
+        ),
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description=f"Container name. {naming.RUNNER_CONTAINER!r} merges into the operator's runner "
+        "container (env and volumeMounts appended by name and mountPath, other fields such as "
+        "image, imagePullPolicy, resources, envFrom and securityContext set or merged); any other "
+        "name adds a container (a sidecar), or merges into one the operator adds.",
+    )
+    env: (
+        Annotated[list[TemplateEnvVar], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(
+        default=None,
+        description="Environment variables (core/v1 EnvVar), merged by name. In the runner "
+        f"container {naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the "
+        "operator's.",
+    )
+    volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
+        default=None,
+        description="Volume mounts (core/v1 VolumeMount), merged by mountPath. In the runner "
+        f"container {' and '.join(_OPERATOR_MOUNT_PATHS)} are the operator's.",
+    )
+
+
+class TemplateInitContainer(_PassThrough):
+    """An init container of the template (a native sidecar too); ``register`` is the operator's."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"self.name != {cel_string(naming.REGISTER_CONTAINER)}",
+            message=f"spec.template.spec.initContainers[{naming.REGISTER_CONTAINER}] is the operator's: "
+            "it alone mounts the registration token and registers the runner; use another name",
+            check=lambda c: c.name != naming.REGISTER_CONTAINER,
+        ),
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description=f"Container name; {naming.REGISTER_CONTAINER!r} is the operator's (it registers "
+        "the runner before the runner container starts).",
+    )
+
+
+class TemplateVolume(_PassThrough):
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        description="Volume name (a core/v1 Volume: any volume source passes through). "
+        f"{' and '.join(_OPERATOR_VOLUMES)} are the operator's.",
+    )
+
+
+class TemplatePodSpec(_PassThrough):
+    """The pod spec of a template: any core/v1 PodSpec field, a few checked here."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _refused(
+            "spec.template.spec",
+            "restartPolicy",
+            "restart_policy",
+            "OnFailure (one job per pod; a failed registration is retried); remove it",
+        ),
+        _refused(
+            "spec.template.spec",
+            "terminationGracePeriodSeconds",
+            "termination_grace_period_seconds",
+            "set spec.terminationGracePeriodSeconds instead, which must be longer than spec.busyGracePeriod",
+        ),
+        Rule(
+            cel=f"!has(self.volumes) || self.volumes.all(v, !(v.name in {cel_list(_OPERATOR_VOLUMES)}))",
+            message=f"spec.template.spec.volumes must not be named {' or '.join(_OPERATOR_VOLUMES)}: "
+            "they are the operator's registration token, runner configuration and work volumes "
+            "(spec.workVolume changes the work volume)",
+            check=lambda s: not any(v.name in _OPERATOR_VOLUMES for v in s.volumes or ()),
+        ),
+    )
+
+    restart_policy: str | None = Field(
+        default=None, max_length=32, description="Not settable: the operator's (OnFailure)."
+    )
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        json_schema_extra={"format": "int64"},
+        description="Not settable: use spec.terminationGracePeriodSeconds.",
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The pods' ServiceAccount. Not settable with containerMode: kubernetes (the "
+        "operator makes the runners' account there).",
+    )
+    service_account: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Deprecated alias of serviceAccountName; not settable with containerMode: kubernetes.",
+    )
+    automount_service_account_token: bool | None = Field(
+        default=None,
+        description="Whether the ServiceAccount token is mounted. Not settable with containerMode: "
+        "kubernetes (the container hooks need it).",
+    )
+    containers: (
+        Annotated[
+            list[TemplateContainer], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_CONTAINERS)
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Containers (core/v1 Container), merged by name: "
+        f"{naming.RUNNER_CONTAINER!r} is the operator's runner container, other names are "
+        "sidecars.",
+    )
+    init_containers: (
+        Annotated[
+            list[TemplateInitContainer], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_CONTAINERS)
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="Init containers (core/v1 Container; restartPolicy Always makes a native "
+        f"sidecar), merged by name, run after the operator's {naming.REGISTER_CONTAINER!r}.",
+    )
+    volumes: (
+        Annotated[list[TemplateVolume], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(
+        default=None,
+        description="Volumes (core/v1 Volume), merged by name with the operator's and spec.volumes.",
+    )
+
+
+_META = "spec.template.metadata"
+_OPERATOR_PREFIX = cel_string(naming.OPERATOR_PREFIX)
+_POD_NAMES = "runner pods are named <pool>-<random> in the pool's namespace; remove it"
+
+
+class TemplateMetadata(KubeModel):
+    """Of a pod's metadata, a template sets labels and annotations; the rest is the operator's."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _refused(_META, "name", "name", _POD_NAMES),
+        _refused(_META, "generateName", "generate_name", _POD_NAMES),
+        _refused(_META, "namespace", "namespace", _POD_NAMES),
+        _refused(_META, "ownerReferences", "owner_references", "the pool owns its pods; remove it"),
+        Rule(
+            cel=f"!has(self.labels) || self.labels.all(k, !k.startsWith({_OPERATOR_PREFIX}) "
+            f"&& k != {cel_string(naming.MANAGED_BY_LABEL)})",
+            message=f"{_META}.labels must not set {naming.MANAGED_BY_LABEL} or "
+            f"{naming.OPERATOR_PREFIX}* keys: the operator selects and tracks its pods by them",
+            check=lambda m: not any(operator_label(k) for k in m.labels or {}),
+        ),
+        Rule(
+            cel=f"!has(self.annotations) || self.annotations.all(k, !k.startsWith({_OPERATOR_PREFIX}) "
+            f"&& !(k in {cel_list(_BUSY_ANNOTATION_KEYS)}))",
+            message=f"{_META}.annotations must not set {naming.OPERATOR_PREFIX}* keys or "
+            f"{' or '.join(_BUSY_ANNOTATION_KEYS)}: the operator owns them (it sets the latter "
+            "while a runner is busy, and removes them when it is idle)",
+            check=lambda m: not any(operator_annotation(k) for k in m.annotations or {}),
+        ),
+    )
+
+    labels: Annotated[
+        dict[str, Annotated[str, StringConstraints(max_length=63)]] | None, Field(max_length=64)
+    ] = Field(default=None, description="Labels added to every runner pod (the operator's own win).")
+    annotations: Annotated[dict[str, str] | None, Field(max_length=64)] = Field(
+        default=None,
+        description="Annotations added to every runner pod, e.g. for workload identity or a service mesh.",
+    )
+    name: str | None = Field(
+        default=None, max_length=253, description="Not settable: the operator names pods."
+    )
+    generate_name: str | None = Field(
+        default=None, max_length=253, description="Not settable: the operator names pods."
+    )
+    namespace: str | None = Field(
+        default=None, max_length=253, description="Not settable: pods run in the pool's namespace."
+    )
+    owner_references: Annotated[list[OpaqueDict] | None, Field(max_length=8)] = Field(
+        default=None, description="Not settable: the pool owns its pods."
+    )
+
+
+class PodTemplate(KubeModel):
+    metadata: TemplateMetadata | None = Field(
+        default=None, description="Labels and annotations for the runner pods."
+    )
+    spec: TemplatePodSpec | None = Field(
+        default=None,
+        description="A core/v1 PodSpec merged onto the operator's runner pod (see "
+        "docs/pod-template.md): any pod field, e.g. imagePullSecrets, affinity, "
+        "topologySpreadConstraints, priorityClassName, initContainers, sidecar containers, "
+        "securityContext, runtimeClassName, dnsConfig, hostAliases. Maps merge key by key, lists "
+        "of named items (containers, volumes, env, imagePullSecrets) by name, volumeMounts by "
+        "mountPath; any other list replaces the pod's. The operator's restartPolicy, token and "
+        "work volumes and runner env are not settable.",
+    )
+
+
 class RunnerPoolSpec(KubeModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
-            cel="has(self.repository) != has(self.organization)",
-            message="set exactly one of spec.repository (owner/name) or spec.organization",
-            check=lambda s: (s.repository is None) != (s.organization is None),
+            cel="(has(self.repository) ? 1 : 0) + (has(self.organization) ? 1 : 0)"
+            " + (has(self.enterprise) ? 1 : 0) == 1",
+            message="set exactly one of spec.repository (owner/name), spec.organization or spec.enterprise",
+            check=lambda s: sum(v is not None for v in (s.repository, s.organization, s.enterprise)) == 1,
         ),
         Rule(
             cel="has(self.repository) == has(oldSelf.repository)"
             " && (!has(self.repository) || self.repository == oldSelf.repository)"
             " && has(self.organization) == has(oldSelf.organization)"
-            " && (!has(self.organization) || self.organization == oldSelf.organization)",
-            message="spec.repository and spec.organization are immutable: "
+            " && (!has(self.organization) || self.organization == oldSelf.organization)"
+            " && has(self.enterprise) == has(oldSelf.enterprise)"
+            " && (!has(self.enterprise) || self.enterprise == oldSelf.enterprise)",
+            message="spec.repository, spec.organization and spec.enterprise are immutable: "
             "create a new RunnerPool to register runners elsewhere",
+        ),
+        Rule(
+            cel="!has(self.runnerGroup) || !has(self.repository)",
+            message="spec.runnerGroup is for organization and enterprise pools: a repository's "
+            "runners belong to no runner group; remove spec.runnerGroup or register with "
+            "spec.organization",
+            check=lambda s: s.runner_group is None or s.repository is None,
         ),
         Rule(
             cel="!has(self.autoscaling) || self.replicas <= self.autoscaling.maxReplicas",
@@ -724,11 +1053,31 @@ class RunnerPoolSpec(KubeModel):
         ),
         Rule(
             cel="!has(self.autoscaling) || !has(self.autoscaling.repositories) "
-            "|| size(self.autoscaling.repositories) == 0 || has(self.organization)",
-            message="spec.autoscaling.repositories is for organization pools; a repository pool "
-            "polls spec.repository: remove spec.autoscaling.repositories",
+            "|| size(self.autoscaling.repositories) == 0 || !has(self.repository)",
+            message="spec.autoscaling.repositories is for organization and enterprise pools; a "
+            "repository pool polls spec.repository: remove spec.autoscaling.repositories",
+            check=lambda s: s.autoscaling is None or not s.autoscaling.repositories or s.repository is None,
+        ),
+        Rule(
+            cel="!has(self.organization) || !has(self.autoscaling) || !has(self.autoscaling.repositories)"
+            " || self.autoscaling.repositories.all(r, !r.contains('/'))",
+            message="spec.autoscaling.repositories of an organization pool lists repository names "
+            "without the owner (hello-world, not octo-org/hello-world)",
             check=lambda s: (
-                s.autoscaling is None or not s.autoscaling.repositories or s.organization is not None
+                s.organization is None
+                or s.autoscaling is None
+                or all("/" not in r for r in s.autoscaling.repositories)
+            ),
+        ),
+        Rule(
+            cel="!has(self.enterprise) || !has(self.autoscaling) || !has(self.autoscaling.repositories)"
+            " || self.autoscaling.repositories.all(r, r.contains('/'))",
+            message="spec.autoscaling.repositories of an enterprise pool lists repositories as "
+            "owner/name (octo-org/hello-world): an enterprise holds many organizations",
+            check=lambda s: (
+                s.enterprise is None
+                or s.autoscaling is None
+                or all("/" in r for r in s.autoscaling.repositories)
             ),
         ),
         Rule(
@@ -765,15 +1114,48 @@ class RunnerPoolSpec(KubeModel):
             "need the work volume the hooks expect; use spec.kubernetesMode.workVolumeClaim",
             check=lambda s: s.container_mode != KUBERNETES_MODE or s.work_volume is None,
         ),
+        Rule(
+            cel="!has(self.containerMode) || self.containerMode != 'kubernetes' || !has(self.template) "
+            "|| !has(self.template.spec) || (!has(self.template.spec.serviceAccountName) "
+            "&& !has(self.template.spec.serviceAccount) "
+            "&& !has(self.template.spec.automountServiceAccountToken))",
+            message="spec.template.spec.serviceAccountName, serviceAccount and "
+            "automountServiceAccountToken cannot be set with containerMode: kubernetes: the operator "
+            "makes the runners' ServiceAccount and mounts its token for the container hooks; remove them",
+            check=lambda s: (
+                s.container_mode != KUBERNETES_MODE
+                or s.template is None
+                or s.template.spec is None
+                or (
+                    s.template.spec.service_account_name is None
+                    and s.template.spec.service_account is None
+                    and s.template.spec.automount_service_account_token is None
+                )
+            ),
+        ),
     )
 
     repository: Repository | None = Field(
         default=None,
-        description="Repository (owner/name) the runners register with. Set this or organization. Immutable.",
+        description="Repository (owner/name) the runners register with. Set exactly one of "
+        "repository, organization or enterprise. Immutable.",
     )
     organization: Organization | None = Field(
         default=None,
-        description="Organization the runners register with. Set this or repository. Immutable.",
+        description="Organization the runners register with. Set exactly one of repository, "
+        "organization or enterprise. Immutable.",
+    )
+    enterprise: Enterprise | None = Field(
+        default=None,
+        description="Enterprise (its slug) the runners register with; needs a personal access "
+        "token (GitHub Apps cannot manage enterprise runners). Set exactly one of repository, "
+        "organization or enterprise. Immutable.",
+    )
+    runner_group: RunnerGroupName | None = Field(
+        default=None,
+        description="Runner group (by name) the runners join, for organization and enterprise "
+        "pools; it must exist and, when it is open to selected repositories only, admit every "
+        "repository in spec.autoscaling.repositories. Unset means the scope's default group.",
     )
     replicas: int = Field(
         default=1,
@@ -847,6 +1229,16 @@ class RunnerPoolSpec(KubeModel):
     )
     kubernetes_mode: KubernetesMode | None = Field(
         default=None, description="Settings of containerMode: kubernetes."
+    )
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A pod template (labels, annotations and any pod spec field) merged onto the "
+        "runner pods the operator makes, after the fields above: pull secrets, affinity, "
+        "topology spread, priority class, init and sidecar containers, security contexts, "
+        "workload identity labels. A container named runner merges into the runner container. "
+        "The operator's own fields (pod names, owner, selector labels, restartPolicy, the token "
+        "and work volumes, the runner's RUNNER_* env) are refused. A change rolls the pods as "
+        "any template change does: idle ones at once, busy ones after their job.",
     )
     recreate_deadline: GoDuration | None = Field(
         default=None,
@@ -988,7 +1380,8 @@ class RunnerPool(KubeModel):
     @property
     def scope(self) -> Scope:
         """Where the pool's runners register (validated again: an older stored object may be loose)."""
-        return Scope(organization=self.spec.organization, repository=self.spec.repository)
+        spec = self.spec
+        return Scope(organization=spec.organization, repository=spec.repository, enterprise=spec.enterprise)
 
     @property
     def finalizers(self) -> list[str]:

@@ -8,9 +8,11 @@ namespace: the namespace hangs and its runners stay registered.
 
 So, as ARC's scale-set controller does with its GitHub config Secret, the operator puts
 its own finalizer (:data:`naming.CREDENTIAL_FINALIZER`) on every credential Secret that a pool which is not
-yet finalized references.  A deleted Secret then stays readable (with a
-``deletionTimestamp``) until the protection goes, which happens as soon as no pool needs
-it any more:
+yet finalized references, and with it the label of the same name (:data:`naming.CREDENTIAL_LABEL`),
+the one the operator's Secret cache selects by (``runnerpool.watches``): a Secret no pool names
+is never cached. A deleted Secret then stays readable (with a ``deletionTimestamp``) until the
+protection goes, finalizer and label in one patch, which happens as soon as no pool needs it
+any more:
 
 * the last pool using it is finalized (its runners are deregistered),
 * a pool moves to another Secret and no other pool uses the old one,
@@ -18,7 +20,17 @@ it any more:
 * a pool disappears whose finalizer another leader removed (the Secrets of its namespace that
   carry the protection are asked about, since this leader never saw which one it used),
 * at the start of each leadership term, every protected Secret that no pool needs is
-  released (covers pools that went away while no operator was running).
+  released (covers pools that went away while no operator was running; only cached Secrets
+  are asked about, so one protected by a version before the label, whose pools all went
+  while no operator ran, keeps its finalizer: the README's one-liner lets it go).
+
+Before the label is on, the Secret is read by name (``runnerpool.credential_reads``): a new
+pool's first pass, a Secret created after its pool, a Secret whose label someone removed. A
+Secret that leaves the cache (deleted, or unlabelled by hand) brings the pools naming it back
+(``runnerpool.watches``), and their pass labels it again. Only what is missing is patched: the
+label alone needs no resourceVersion, the finalizer list is written compare-and-swap. A
+release that races a new pool starting to name the Secret is mended the same way: the Secret
+leaving the cache (or the new pool's own first pass) brings that pool back to label it again.
 
 Uninstalling: delete the RunnerPools first while the operator still runs (their
 finalizers deregister runners and release the Secrets).  Should the operator be gone
@@ -43,6 +55,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from runnerpool.api_errors import describe
+from runnerpool.credential_reads import CredentialReads
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import SECRETS, Kube
 
@@ -50,10 +63,54 @@ __all__ = ["CredentialProtection"]
 
 log = logging.getLogger(__name__)
 
+#: Reads and patches of a Secret not labelled yet, when each patch meets a conflict.
+_ATTEMPTS = 3
+
 
 def credential_secret_name(pool: Mapping[str, Any]) -> str:
     """The Secret a pool (wire form) reads its GitHub credentials from."""
     return str((pool.get("spec") or {}).get("credentialSecretName") or naming.DEFAULT_CREDENTIAL_SECRET)
+
+
+def _labelled(meta: Mapping[str, Any]) -> bool:
+    return (meta.get("labels") or {}).get(naming.CREDENTIAL_LABEL) == naming.CREDENTIAL_VALUE
+
+
+def _protection_patch(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that adds what the Secret lacks of label and finalizer; ``None``: nothing.
+
+    A Secret being deleted takes no new finalizer, but the label still: its cached copy is the
+    one the pools' last good GitHub client falls back on.
+    """
+    patch: dict[str, Any] = {}
+    if not _labelled(meta):
+        patch["labels"] = {naming.CREDENTIAL_LABEL: naming.CREDENTIAL_VALUE}
+    finalizers = list(meta.get("finalizers") or [])
+    if naming.CREDENTIAL_FINALIZER not in finalizers and not meta.get("deletionTimestamp"):
+        # The resourceVersion makes it a compare-and-swap: no other finalizer is lost.
+        patch["finalizers"] = [*finalizers, naming.CREDENTIAL_FINALIZER]
+        patch["resourceVersion"] = meta["resourceVersion"]
+    return {"metadata": patch} if patch else None
+
+
+def _release_patch(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """test + remove of our finalizer and our label, whichever the Secret carries: exactly ours
+    go, whatever else changed on the Secret."""
+    ops: list[dict[str, Any]] = []
+    finalizers = list(meta.get("finalizers") or [])
+    if naming.CREDENTIAL_FINALIZER in finalizers:
+        path = f"/metadata/finalizers/{finalizers.index(naming.CREDENTIAL_FINALIZER)}"
+        ops += [
+            {"op": "test", "path": path, "value": naming.CREDENTIAL_FINALIZER},
+            {"op": "remove", "path": path},
+        ]
+    if _labelled(meta):
+        path = "/metadata/labels/" + naming.CREDENTIAL_LABEL.replace("~", "~0").replace("/", "~1")
+        ops += [
+            {"op": "test", "path": path, "value": naming.CREDENTIAL_VALUE},
+            {"op": "remove", "path": path},
+        ]
+    return ops
 
 
 def _needs(pool: Mapping[str, Any], secret_name: str) -> bool:
@@ -64,15 +121,18 @@ def _needs(pool: Mapping[str, Any], secret_name: str) -> bool:
 
 
 class CredentialProtection:
-    """Adds and removes :data:`naming.CREDENTIAL_FINALIZER` on credential Secrets (see the module docstring).
+    """Adds and removes :data:`naming.CREDENTIAL_FINALIZER` and :data:`naming.CREDENTIAL_LABEL` on
+    credential Secrets (see the module docstring).
 
     Called by the reconciler from its worker threads; the memory of which Secret each pool
-    used last is what lets a pool's move or disappearance release the old Secret.
+    used last is what lets a pool's move or disappearance release the old Secret. ``secrets``
+    (shared with the GitHub clients' reader) is how a Secret not cached yet is read.
     """
 
-    def __init__(self, cache: Reads, kube: Kube) -> None:
+    def __init__(self, cache: Reads, kube: Kube, secrets: CredentialReads | None = None) -> None:
         self._cache = cache
         self._kube = kube
+        self.secrets = secrets if secrets is not None else CredentialReads(cache, kube)
         self._lock = threading.Lock()
         self._used: dict[tuple[str, str], str] = {}
         # Releases one at a time, remembering what this process released and the Secret's
@@ -86,46 +146,59 @@ class CredentialProtection:
     # -- the reconciler's calls -----------------------------------------------------------
 
     def protect(self, namespace: str, pool: str, secret_name: str) -> bool:
-        """Make sure the pool's credential Secret carries the finalizer; ``True`` if written.
+        """Make sure the pool's credential Secret carries label and finalizer; ``True`` if written.
 
-        A Secret that does not exist yet is left alone (the pool reports it missing), and
-        one already being deleted cannot take a new finalizer: the last good GitHub client
-        kept for the pool is the fallback then.
+        A Secret that does not exist yet is left alone (the pool reports it missing, and
+        ``secrets.retry_in`` says when to look again), and one already being deleted cannot
+        take a new finalizer: the last good GitHub client kept for the pool is the fallback then.
         """
         with self._lock:
             previous = self._used.get((namespace, pool))
             self._used[(namespace, pool)] = secret_name
         if previous is not None and previous != secret_name:
             self.release_if_unused(namespace, previous)
-        secret = self._cache.get_secret(namespace, secret_name)
+        for attempt in range(_ATTEMPTS):
+            written = self._mark(namespace, pool, secret_name, last=attempt == _ATTEMPTS - 1)
+            if written is not None:
+                return written
+        return False  # not reached: the last attempt answers or raises
+
+    def _mark(self, namespace: str, pool: str, secret_name: str, *, last: bool) -> bool | None:
+        """One read and, if something is missing, one patch; ``None``: read again.
+
+        A Secret without our label is one no event of ours reports: a conflict on it (pools
+        created together, each first pass patching it from the same read) is read again at
+        once, the last attempt's conflict goes to the work queue's retry.
+        """
+        secret = self.secrets.read(namespace, secret_name)
         if secret is None:
             return False
         meta = secret.get("metadata") or {}
-        finalizers = list(meta.get("finalizers") or [])
-        if naming.CREDENTIAL_FINALIZER in finalizers or meta.get("deletionTimestamp"):
+        body = _protection_patch(meta)
+        if body is None:
             return False
         try:
-            # The resourceVersion makes it a compare-and-swap: no other finalizer is lost.
-            self._kube.patch(
-                SECRETS,
-                namespace,
-                secret_name,
-                {
-                    "metadata": {
-                        "finalizers": [*finalizers, naming.CREDENTIAL_FINALIZER],
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-            )
+            answer = self._kube.patch(SECRETS, namespace, secret_name, body)
         except ApiException as err:
             if err.status not in (404, 409):
                 raise
-            # Changed or deleted meanwhile: its own event brings the pool back here.
-            log.debug("credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err))
-            return False
+            self.secrets.forget(namespace, secret_name)
+            if _labelled(meta):
+                # Changed or deleted meanwhile: its own event brings the pool back here.
+                log.debug(
+                    "credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err)
+                )
+                return False
+            if last:
+                raise
+            return None
+        self.secrets.remember(namespace, secret_name, answer)
         with self._release_lock:
             self._released.pop((namespace, secret_name), None)
-        log.info("protecting credential Secret %s/%s while pool %s uses it", namespace, secret_name, pool)
+        if "finalizers" in body["metadata"]:
+            log.info("protecting credential Secret %s/%s while pool %s uses it", namespace, secret_name, pool)
+        else:
+            log.info("labelled credential Secret %s/%s again: pool %s uses it", namespace, secret_name, pool)
         return True
 
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
@@ -172,10 +245,11 @@ class CredentialProtection:
         return released
 
     def _release_unused_in(self, namespace: str | None, *, finalized: str | None = None) -> int:
+        """Over the cached Secrets: a protected one carries the label the cache selects by."""
         released = 0
         for secret in self._cache.list_secrets(namespace):
             meta = secret.get("metadata") or {}
-            if naming.CREDENTIAL_FINALIZER in (meta.get("finalizers") or []):
+            if _release_patch(meta):
                 released += self.release_if_unused(meta["namespace"], meta["name"], finalized=finalized)
         return released
 
@@ -187,38 +261,30 @@ class CredentialProtection:
             return self._release_if_unused(namespace, secret_name, finalized)
 
     def _release_if_unused(self, namespace: str, secret_name: str, finalized: str | None) -> bool:
-        secret = self._cache.get_secret(namespace, secret_name)
-        if secret is None:
-            return False
-        meta = secret.get("metadata") or {}
-        if self._released.get((namespace, secret_name)) == meta.get("resourceVersion"):
-            return False  # released by this process from this version; the cache lags
-        finalizers = list(meta.get("finalizers") or [])
-        if naming.CREDENTIAL_FINALIZER not in finalizers:
-            return False
         for pool in self._cache.pools_in(namespace):
             if (pool.raw.get("metadata") or {}).get("name") != finalized and _needs(pool.raw, secret_name):
                 return False
-        index = finalizers.index(naming.CREDENTIAL_FINALIZER)
+        key = (namespace, secret_name)
+        if key in self._released and self._cache.get_secret(namespace, secret_name) is None:
+            return False  # released by this process and not protected since: no read by name
+        # Not cached: read by name, so a Secret whose label was removed still loses the finalizer.
+        secret = self.secrets.read(namespace, secret_name)
+        if secret is None:
+            return False
+        meta = secret.get("metadata") or {}
+        if self._released.get(key) == meta.get("resourceVersion"):
+            return False  # released by this process from this version; the cache lags
+        ops = _release_patch(meta)
+        if not ops:
+            return False
         try:
-            # test + remove: removes exactly ours, whatever else changed on the Secret.
-            self._kube.patch(
-                SECRETS,
-                namespace,
-                secret_name,
-                [
-                    {
-                        "op": "test",
-                        "path": f"/metadata/finalizers/{index}",
-                        "value": naming.CREDENTIAL_FINALIZER,
-                    },
-                    {"op": "remove", "path": f"/metadata/finalizers/{index}"},
-                ],
-            )
+            self._kube.patch(SECRETS, namespace, secret_name, ops)
         except ApiException as err:
             if err.status == 404:
                 return False
-            raise  # 422: the list changed under a stale cache; the retry reads a fresher one
-        self._released[(namespace, secret_name)] = str(meta.get("resourceVersion"))
+            self.secrets.forget(namespace, secret_name)
+            raise  # 422: the Secret changed under a stale read; the retry reads a fresher one
+        self.secrets.forget(namespace, secret_name)
+        self._released[key] = str(meta.get("resourceVersion"))
         log.info("released credential Secret %s/%s: no pool needs it any more", namespace, secret_name)
         return True

@@ -17,6 +17,7 @@ from kubernetes import client
 
 from runnerpool import children
 from runnerpool.credential_protection import CredentialProtection
+from runnerpool.credential_reads import CredentialReads
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
@@ -65,6 +66,7 @@ class Operator:
         self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
         # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
         self._pool_secrets = PoolSecrets(self._kube)
+        self._credentials = CredentialReads(self.informers, self._kube)  # read by name until labelled
         self._clients = NamedClientCache(self._read_credentials)
         self._manager = RunnableManager(
             [
@@ -97,7 +99,7 @@ class Operator:
             scheduler=runner_scheduler,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
-        protection = CredentialProtection(self.informers, kube)
+        protection = CredentialProtection(self.informers, kube, self._credentials)
         reconciler = Reconciler(
             self.informers,
             self._api,
@@ -110,17 +112,15 @@ class Operator:
             namespaces=self.informers,
             forgetters=(self._recorder,),
             webhook_secrets=self._pool_secrets.problem,
+            github=clients,
         )
         poller = DemandPoller(
             self.informers,
             self._recorder,
-            lambda pool: clients.get(
-                pool.namespace,
-                pool.spec.credential_secret_name,
-                children.api_url(pool, settings.github.api_url),
-            ),
+            lambda pool: children.github_client(clients, pool, settings.github.api_url),
             settings.github.api_url,
             interval=settings.demand.poll_interval,
+            allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
@@ -132,7 +132,7 @@ class Operator:
         ]
 
     def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
-        secret = self.informers.get_secret(namespace, name)
+        secret = self._credentials.get(namespace, name)
         if secret is None:
             return None
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}

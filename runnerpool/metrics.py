@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from typing import Any
 
 from prometheus_client import Gauge
 
 from runnerpool import api, conditions
+from runnerpool.pods.failures import REPORTED, Failing
 
 #: Set by the operator image's build (``--build-arg COMMIT=...``, see its Dockerfile).
 COMMIT_ENV = "RUNNERPOOL_BUILD_COMMIT"
@@ -39,6 +40,13 @@ OLDEST_QUEUED = Gauge(
     "Unix time at which the operator learnt of the oldest job still queued for a pool "
     "(status.demand); no series while none is queued.",
     ["namespace", "pool"],
+)
+RUNNER_PODS_FAILING = Gauge(
+    "runnerpool_runner_pods_failing",
+    "Runner pods of a pool stuck before their runner can run, by reason (ImagePullBackOff, "
+    "CrashLoopBackOff, CreateContainerConfigError, ...: docs/troubleshooting.md); no series "
+    "while none is.",
+    ["namespace", "pool", "reason"],
 )
 #: 1 with the build in its labels, as Prometheus' own ``*_build_info`` series: a dashboard shows
 #: which build runs, and a query joins it onto other series (``on (instance) group_left``).
@@ -77,9 +85,17 @@ def publish_build_info() -> None:
     BUILD_INFO.labels(**build_info()).set(1)
 
 
-def observe_pool(pool: api.RunnerPool, status: dict[str, Any]) -> None:
-    """``status``: the status the reconciler computed for ``pool`` in this pass."""
+def observe_pool(pool: api.RunnerPool, status: dict[str, Any], failing: Iterable[Failing] = ()) -> None:
+    """``status``: the status the reconciler computed for ``pool`` in this pass; ``failing``: its
+    stuck pods, as counted for that status."""
     labels = (pool.namespace, pool.name)
+    stuck = {f.reason: f.pods for f in failing}
+    for reason in REPORTED:
+        if reason in stuck:
+            RUNNER_PODS_FAILING.labels(*labels, reason).set(stuck[reason])
+        else:
+            with contextlib.suppress(KeyError):
+                RUNNER_PODS_FAILING.remove(*labels, reason)
     POOL_DESIRED.labels(*labels).set(status["desiredReplicas"])
     POOL_READY.labels(*labels).set(status["readyReplicas"])
     ready = conditions.find(status["conditions"], conditions.READY)
@@ -98,6 +114,9 @@ def forget_pool(namespace: str, pool: str) -> None:
     for gauge in (POOL_DESIRED, POOL_READY, POOL_READY_CONDITION, OLDEST_QUEUED):
         with contextlib.suppress(KeyError):
             gauge.remove(namespace, pool)
+    for reason in REPORTED:
+        with contextlib.suppress(KeyError):
+            RUNNER_PODS_FAILING.remove(namespace, pool, reason)
 
 
 # A constant of the process, exported from import on, as prometheus-client's ``python_info``.

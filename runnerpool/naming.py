@@ -14,22 +14,37 @@ __all__ = [
     "BUSY_DISRUPTION_BUDGET",
     "BUSY_LABEL",
     "BUSY_VALUE",
+    "CONFIG_MOUNT_DIR",
+    "CONFIG_VOLUME",
     "CREDENTIAL_FINALIZER",
+    "CREDENTIAL_LABEL",
+    "CREDENTIAL_SELECTOR",
+    "CREDENTIAL_VALUE",
     "DEFAULT_CREDENTIAL_SECRET",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
+    "OPERATOR_MOUNT_PATHS",
+    "OPERATOR_PREFIX",
+    "OPERATOR_VOLUMES",
     "POOL_FINALIZER",
     "POOL_LABEL",
+    "REGISTER_CONTAINER",
+    "RESERVED_ENV",
+    "RESERVED_ENV_PREFIX",
     "RUNNER_CONTAINER",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_MOUNT_DIR",
     "TOKEN_SECRET_KEY",
+    "TOKEN_VOLUME",
+    "WORK_DIR",
     "WORK_VOLUME",
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
     "runner_account_name",
+    "runner_pod_prefix",
     "token_secret_name",
 ]
 
@@ -42,10 +57,17 @@ CREDENTIAL_FINALIZER = "runnerpool.dev/credential-in-use"
 
 # -- labels and annotations -----------------------------------------------------------------------
 
+#: The prefix of every label and annotation key the operator owns (a pod template may not set them).
+OPERATOR_PREFIX = "runnerpool.dev/"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "runnerpool-operator"
 #: What the operator's own children are listed and watched by.
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+#: On a credential Secret (a user's: never managed-by) while a pool needs it, with the finalizer of
+#: the same name: the operator caches only the Secrets it owns and those carrying this label.
+CREDENTIAL_LABEL = "runnerpool.dev/credential-in-use"
+CREDENTIAL_VALUE = "true"
+CREDENTIAL_SELECTOR = f"{CREDENTIAL_LABEL}={CREDENTIAL_VALUE}"
 #: The pool a child belongs to (its name; the namespace is the child's own).
 POOL_LABEL = "runnerpool.dev/pool"
 #: Which pod template a runner pod was made from: a rollout replaces the others.
@@ -71,10 +93,27 @@ DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
 #: The runner pod's runner container.
 RUNNER_CONTAINER = "runner"
-#: The runner pod's volume at the runner's _work directory. In containerMode: kubernetes its
-#: ephemeral claim is named ``<pod>-work``, which is the claim the container hooks mount into
-#: job pods when ACTIONS_RUNNER_CLAIM_NAME is unset: the name is part of the hooks' contract.
+#: The runner pod's init container that registers its runner (runnerpool.pods.registration).
+REGISTER_CONTAINER = "register"
+#: The runner pod's volumes: the registration token (a Secret, mounted only in the register
+#: container), the runner's own configuration it hands over, and the job work directory,
+#: and where the containers mount them.
+TOKEN_VOLUME = "runner-token"
+CONFIG_VOLUME = "runner-config"
+#: In containerMode: kubernetes the work volume is an ephemeral claim, named ``<pod>-work``:
+#: the claim the container hooks mount into job pods when ACTIONS_RUNNER_CLAIM_NAME is unset,
+#: so the name is part of the hooks' contract.
 WORK_VOLUME = "work"
+TOKEN_MOUNT_DIR = "/runner-token"
+CONFIG_MOUNT_DIR = "/runner-config"
+WORK_DIR = "/runner/_work"
+#: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
+OPERATOR_VOLUMES = (TOKEN_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
+OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
+#: Env of the runner container that only the operator sets: the entrypoint's RUNNER_* settings
+#: (scope, labels, token file, work directory, busy grace) and the names below.
+RESERVED_ENV_PREFIX = "RUNNER_"
+RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 
 
 def token_secret_name(pool: str) -> str:
@@ -84,6 +123,11 @@ def token_secret_name(pool: str) -> str:
 def runner_account_name(pool: str) -> str:
     """The ServiceAccount, Role and RoleBinding (one name) of a kubernetes-mode pool's runners."""
     return f"runnerpool-runner-{pool}"
+
+
+def runner_pod_prefix(pool: str) -> str:
+    """The ``generateName`` of a pool's runner pods: ``<pool>-`` and five random characters."""
+    return f"{pool}-"
 
 
 def deployment_name(pool: str) -> str:

@@ -30,12 +30,16 @@ from runnerpool.autoscaling import Decision, Window
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key, split_key, utcnow
 from runnerpool.drift import contains
-from runnerpool.events import NORMAL, WARNING, Recorder
+from runnerpool.events import NORMAL, WARNING, OnChange, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.protocol import GitHubClients
 from runnerpool.hook_access import HookAccessStep
+from runnerpool.pods import failures
+from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.step import LivePods, PodStep
+from runnerpool.pods.step import Converged, LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
 from runnerpool.runtime.controller import Result, TerminalError
@@ -90,6 +94,23 @@ WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
 #: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
 WEBHOOK_SECRET_RECHECK = 30.0
 
+#: Seconds until a pool whose runner group could not be checked looks again (its answers are
+#: cached, see ``runnerpool.github.groups``: most looks cost no request).
+RUNNER_GROUP_RECHECK = 60.0
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """A check a pool must pass before it may have runners, as its condition; a closed gate
+    says when to look again (``None``: when something changes)."""
+
+    condition: dict[str, Any]
+    recheck: float | None = None
+
+    @property
+    def open(self) -> bool:
+        return bool(self.condition["status"] == "True")
+
 
 class DeregistrationError(RuntimeError):
     """GitHub refused to deregister; the finalizer stays and the queue backs off."""
@@ -107,6 +128,8 @@ class _Pass:
     pool: api.RunnerPool
     raw: dict[str, Any]
     writes: Writes = field(default_factory=Writes)
+    #: The conditions of the gates the pool passed (``Reconciler._gates``).
+    gates: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Reconciler:
@@ -125,8 +148,15 @@ class Reconciler:
         namespaces: Reads | None = None,
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
+        create_backoff: CreateBackoff | None = None,
+        github: GitHubClients | None = None,
+        runner_groups: RunnerGroups | None = None,
     ) -> None:
         self._cache = cache
+        # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
+        # without ``github``, spec.runnerGroup is not checked.
+        self._github = github
+        self._runner_groups = runner_groups or RunnerGroups()
         self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
@@ -140,8 +170,11 @@ class Reconciler:
             expectations or Expectations(),
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
+            backoff=create_backoff,
         )
         self._hook_access = HookAccessStep(cache, self._kube)
+        #: Stuck pods are told once per change of their reasons, not on every pass that sees them.
+        self._failing_told = OnChange()
         self._status_written: dict[str, float] = {}
         self._first_seen: dict[str, float] = {}
         self._protection = protection
@@ -209,6 +242,11 @@ class Reconciler:
 
     def _converge(self, run: _Pass) -> Result:
         """Gather, then status, then act: the decision is on the pool before any pod is made."""
+        gates = self._gates(run)
+        closed = next((gate for gate in gates if not gate.open), None)
+        if closed is not None:
+            return self._refuse(run, closed)
+        run.gates = [gate.condition for gate in gates]
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
@@ -230,6 +268,12 @@ class Reconciler:
         # A missing webhook Secret is looked for again: no watch reports its creation.
         if self._webhook_secret_problem(run.pool) is not None:
             recheck = _sooner(recheck, WEBHOOK_SECRET_RECHECK)
+        # So is a missing credential Secret: the cache sees it only once it carries our label.
+        if self._protection is not None:
+            missing = self._protection.secrets.retry_in(
+                run.pool.namespace, run.pool.spec.credential_secret_name
+            )
+            recheck = _sooner(recheck, missing)
         token = pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -241,12 +285,69 @@ class Reconciler:
             counts = self._pods.counts(run.pool, decision.replicas, live)
             wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        pods = self._act_on_pods(run, decision, live)
-        wait = self._update_status(run, secret, pods, decision)
-        return Result(requeue_after=_sooner(wait, recheck))
+        converged = self._act_on_pods(run, decision, live)
+        wait = self._update_status(run, secret, converged.counts, decision)
+        # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
+        return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
 
-    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> pool_status.PodCounts:
-        pods = self._pods.converge(run.pool, run.writes, decision.replicas, live)
+    # ------------------------------------------------------------------ gates
+
+    def _gates(self, run: _Pass) -> list[_Gate]:
+        """The checks before anything is made or asked of GitHub: the namespace may use the
+        scope (``--allow``; no GitHub call at all otherwise), then the runner group."""
+        pool = run.pool
+        stamp = conditions.Stamp(pool.generation, self._clock())
+        gates: list[_Gate] = []
+        allow = self._settings.tenants.allow_list
+        if allow.enforced:
+            refusal = allow.refusal(pool.namespace, pool.scope)
+            if refusal is not None:
+                return [_Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, "ScopeNotAllowed", refusal))]
+            allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
+            gates.append(_Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, "ScopeAllowed", allowed)))
+        if pool.spec.runner_group is not None and self._github is not None:
+            gates.append(self._runner_group_gate(run, stamp, pool.spec.runner_group))
+        return gates
+
+    def _runner_group_gate(self, run: _Pass, stamp: conditions.Stamp, name: str) -> _Gate:
+        pool = run.pool
+        assert self._github is not None
+        spec = pool.spec
+        try:
+            client = self._github.get(pool.namespace, spec.credential_secret_name, self._api_url(pool))
+            group = self._runner_groups.check(client, pool.scope, name, _served_repositories(pool))
+        except (GitHubError, CredentialError) as err:
+            wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
+            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
+            return _Gate(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
+        message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
+        return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, "RunnerGroupFound", message))
+
+    def _refuse(self, run: _Pass, gate: _Gate) -> Result:
+        """A pool that may not have runners: no token (the token job stops and the Secret is
+        emptied), no runner manager, no new pod; its conditions and an Event say why."""
+        pool = run.pool
+        self._stop_jobs(pool.namespace, pool.name)
+        self._withdraw_token(run)
+        refused = gate.condition
+        before = conditions.find((run.raw.get("status") or {}).get("conditions") or [], refused["type"])
+        ready = {**refused, "type": conditions.READY, "message": f"no runners: {refused['message']}"}
+        self._set_condition(run, refused, ready, observed=True)
+        if before is None or (before.get("status"), before.get("reason")) != ("False", refused["reason"]):
+            self._recorder.event(run.raw, WARNING, refused["reason"], refused["message"])
+        _log_pass(pool.namespace, pool.name, "refused", run.writes)
+        return Result(requeue_after=gate.recheck)
+
+    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> Converged:
+        converged = self._pods.converge(run.pool, run.writes, decision.replicas, live)
+        pods = converged.counts
+        if converged.refused is not None:
+            # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count, and
+            # the backoff keeps the count small.
+            self._recorder.event(
+                run.raw, WARNING, "FailedCreate", f"creating a runner pod failed: {converged.refused.cause}"
+            )
+        self._tell_failing(run, pods)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
@@ -263,7 +364,18 @@ class Reconciler:
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._runners.bring_round_forward(run.pool.namespace, run.pool.name)
-        return pods
+        return converged
+
+    def _tell_failing(self, run: _Pass, pods: pool_status.PodCounts) -> None:
+        """A Warning when the reasons the pool's pods are stuck for change (not when a count does:
+        pods failing one after the other are one story); pods no longer stuck are told by the
+        Ready condition's recovery."""
+        reasons = frozenset(f.reason for f in pods.failing)
+        key = pool_key(run.pool.namespace, run.pool.name)
+        if not self._failing_told.changed(key, reasons) or not reasons:
+            return
+        message = failures.describe(pods.failing)
+        self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
 
     def _decide(self, pool: api.RunnerPool, live: LivePods) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
@@ -303,12 +415,25 @@ class Reconciler:
             run.writes.add(Write.CREDENTIALS_PROTECTED)
 
     def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
-        """The empty, owned Secret the token updater fills: the reconciler never writes its data."""
+        """The empty, owned Secret the token updater fills: the reconciler never writes its data.
+
+        The cache selects Secrets by the managed-by label: a create refused because the Secret
+        exists (409) is a cache that lags, or a Secret whose labels someone removed, which no
+        event would ever bring back; it is read by name, and its labels put back.
+        """
         desired = children.token_secret(run.pool)
         name = desired["metadata"]["name"]
         live = self._cache.get_secret(run.pool.namespace, name)
         if live is None:
-            return self._create(run, Write.SECRET_CREATED, SECRETS, desired)
+            created = self._create(run, Write.SECRET_CREATED, SECRETS, desired)
+            if Write.SECRET_CREATED in run.writes:
+                return created
+            try:
+                live = self._kube.get(SECRETS, run.pool.namespace, name)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                return desired  # deleted since: its own event brings the pool back
         if contains(live.get("metadata", {}), desired["metadata"]):
             return live
         self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
@@ -321,9 +446,15 @@ class Reconciler:
         self._tokens.start(ref)
         self._runners.start(ref)
 
+    def _credentials(self, pool: api.RunnerPool) -> dict[str, Any] | None:
+        """The pool's credential Secret: cached once labelled, read by name before that."""
+        if self._protection is None:
+            return self._cache.get_secret(pool.namespace, pool.spec.credential_secret_name)
+        return self._protection.secrets.get(pool.namespace, pool.spec.credential_secret_name)
+
     def _pool_ref(self, run: _Pass) -> PoolRef:
         spec = run.pool.spec
-        credentials = self._cache.get_secret(run.pool.namespace, spec.credential_secret_name)
+        credentials = self._credentials(run.pool)
         return PoolRef(
             namespace=run.pool.namespace,
             name=run.pool.name,
@@ -338,6 +469,8 @@ class Reconciler:
         self._status_written.pop(key, None)
         self._first_seen.pop(key, None)
         self._windows.pop(key, None)
+        self._failing_told.forget(key)
+        self._pods.forget(namespace, name)
         self._tokens.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
@@ -377,6 +510,7 @@ class Reconciler:
         """
         pool = run.pool
         old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
+        refused = self._pods.create_failure(pool)
         status = pool_status.desired_status(
             conditions.Stamp(pool.generation, self._clock()),
             pool,
@@ -387,8 +521,10 @@ class Reconciler:
             runners=self._runner_counts(pool),
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),
+            refused=refused.cause if refused is not None else None,
+            gates=run.gates,
         )
-        metrics.observe_pool(pool, status)
+        metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:
             return None
         wait = self._coalesced(pool, old, status)
@@ -437,15 +573,20 @@ class Reconciler:
         counts = self._runners.counts(pool.namespace, pool.name)
         return None if counts is None else counts.model_dump(by_alias=True)
 
-    def _set_condition(self, run: _Pass, cond: dict[str, Any]) -> None:
-        """Write one condition on its own (the finalizer has no full status to compute)."""
-        old = (run.raw.get("status") or {}).get("conditions") or []
-        merged = conditions.merge(old, [cond])
-        if merged == old:
+    def _set_condition(self, run: _Pass, *conds: dict[str, Any], observed: bool = False) -> None:
+        """Write conditions on their own (the finalizer and a refused pool have no full status
+        to compute); ``observed``: the pool's generation was acted on (written with them)."""
+        stored = run.raw.get("status") or {}
+        old = stored.get("conditions") or []
+        merged = conditions.merge(old, list(conds))
+        status: dict[str, Any] = {"conditions": merged}
+        if observed:
+            status["observedGeneration"] = run.pool.generation
+        if all(stored.get(key) == value for key, value in status.items()):
             return
         pool = run.pool
         run.raw = self._kube.patch(
-            RUNNER_POOLS, pool.namespace, pool.name, {"status": {"conditions": merged}}, subresource="status"
+            RUNNER_POOLS, pool.namespace, pool.name, {"status": status}, subresource="status"
         )
         run.writes.add(Write.STATUS)
 
@@ -459,6 +600,8 @@ class Reconciler:
             if cond["type"] == conditions.SCALING or (
                 before is not None and before.get("reason") == cond["reason"]
             ):
+                continue
+            if cond["reason"] in _TOLD_BY_THEIR_OWN_EVENTS:
                 continue
             on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
             if on_the_way_up and (before is None or before.get("reason") in _STARTING):
@@ -494,6 +637,11 @@ class Reconciler:
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         self._stop_jobs(pool.namespace, pool.name)
+        if self._settings.tenants.allow_list.refusal(pool.namespace, pool.scope) is not None:
+            # No GitHub call for a scope the namespace may not use (it made no runner there).
+            self._withdraw_token(run)
+            self._remove_finalizer(run)
+            return Result()
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
@@ -561,8 +709,14 @@ class Reconciler:
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])
-        self._pods.forget(run.pool)
         run.writes.add(Write.FINALIZER_REMOVED)
+
+
+def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:
+    """The repositories (``owner/name``) whose jobs the pool is for, as far as its spec says:
+    those it polls; a pool without ``spec.autoscaling.repositories`` names none."""
+    listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
+    return tuple(repo if "/" in repo else f"{pool.spec.organization}/{repo}" for repo in listed)
 
 
 def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
@@ -582,6 +736,11 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
 _STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+#: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
+#: ``RunnerPodsFailing`` per change of the stuck pods' reasons): no second one for the condition.
+_TOLD_BY_THEIR_OWN_EVENTS = frozenset(
+    {pool_status.POD_CREATE_FAILED_REASON, pool_status.RUNNER_PODS_FAILING_REASON}
+)
 
 
 def _has_failure(status: dict[str, Any]) -> bool:

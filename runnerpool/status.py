@@ -8,16 +8,20 @@ the stored one, which is what lets a converged pool cost no write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from runnerpool import api, children, conditions, naming
 from runnerpool.autoscaling import Decision
 from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
+from runnerpool.pods import failures
 from runnerpool.pods.scaling import PodCounts
 
 __all__ = [
     "DEMAND",
+    "POD_CREATE_FAILED_REASON",
+    "RUNNER_PODS_FAILING_REASON",
     "PodCounts",
     "demand_blind",
     "demand_visible_condition",
@@ -35,6 +39,11 @@ __all__ = [
 
 #: ``status.demand``: written by the demand recorder, never by the reconciler's status patch.
 DEMAND = "demand"
+#: ``Ready`` reasons of a pool that something outside the operator stops: the API server refuses
+#: its pods, or its pods are stuck (``runnerpool.pods.failures``). Ready is False whatever the
+#: counts: a pool at full strength whose new pods cannot come has a rollout that never ends.
+POD_CREATE_FAILED_REASON = "PodCreateFailed"
+RUNNER_PODS_FAILING_REASON = "RunnerPodsFailing"
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -80,10 +89,13 @@ def ready_condition(
     token: dict[str, Any],
     pods: PodCounts | None,
     desired: int | None = None,
+    *,
+    refused: str | None = None,
 ) -> dict[str, Any]:
     """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so.
 
-    ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand).
+    ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand);
+    ``refused``: why the API server refuses the pool's pods, while it does.
     """
     desired = pool.spec.replicas if desired is None else desired
     if token["status"] != "True":
@@ -92,6 +104,20 @@ def ready_condition(
         )
     pods = pods or PodCounts(desired=desired)
     summary = f"{pods.ready}/{desired} runner pods ready"
+    if refused is not None:
+        return stamp.condition(
+            conditions.READY,
+            False,
+            POD_CREATE_FAILED_REASON,
+            f"{summary}; the API server refuses new runner pods: {refused}",
+        )
+    if pods.failing:
+        return stamp.condition(
+            conditions.READY,
+            False,
+            RUNNER_PODS_FAILING_REASON,
+            f"{summary}; {failures.describe(pods.failing)}",
+        )
     if pods.ready < desired:
         return stamp.condition(conditions.READY, False, "RunnersStarting", summary)
     if pods.outdated:
@@ -124,8 +150,10 @@ def demand_blind(pool: api.RunnerPool) -> bool:
     Whatever ``minReplicas``: above it, such a pool never scales either.
     """
     scaling = pool.spec.autoscaling
-    if scaling is None or pool.spec.organization is None or scaling.repositories:
+    if scaling is None or pool.spec.repository is not None or scaling.repositories:
         return False
+    if pool.spec.enterprise is not None:
+        return True  # only the repositories it lists count for an enterprise pool
     demand = pool.status.demand
     return demand is None or demand.first_delivery_at is None
 
@@ -142,12 +170,22 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
             f"queued jobs of {pool.spec.repository} come from webhook deliveries and polling",
         )
     if scaling.repositories:
+        where = f" of {pool.spec.organization}" if pool.spec.organization else ""
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             True,
             "RepositoriesPolled",
             f"queued jobs come from webhook deliveries and from polling {len(scaling.repositories)} "
-            f"repositories of {pool.spec.organization}",
+            f"repositories{where}",
+        )
+    if pool.spec.enterprise is not None:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            False,
+            "NoDemandSource",
+            f"an enterprise pool counts the jobs of the repositories in spec.autoscaling.repositories "
+            f"only, and it lists none, so the pool stays at {scaling.min_replicas} runner(s): list "
+            f"the repositories (owner/name) whose jobs it should take",
         )
     if not demand_blind(pool):
         return stamp.condition(
@@ -188,7 +226,13 @@ def webhook_secret_condition(stamp: conditions.Stamp, problem: str | None) -> di
 
 
 #: Conditions only some pools have: dropped from a pool that no longer has them.
-_OPTIONAL = (conditions.SCALING, conditions.DEMAND_VISIBLE, conditions.WEBHOOK_SECRET_READY)
+_OPTIONAL = (
+    conditions.SCALING,
+    conditions.DEMAND_VISIBLE,
+    conditions.WEBHOOK_SECRET_READY,
+    conditions.SCOPE_ALLOWED,
+    conditions.RUNNER_GROUP_READY,
+)
 
 
 def desired_status(
@@ -202,19 +246,25 @@ def desired_status(
     runners: dict[str, Any] | None,
     decision: Decision | None = None,
     webhook_secret_problem: str | None = None,
+    refused: str | None = None,
+    gates: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
+
+    ``refused``: why the API server refuses the pool's pods, while it does (``ready_condition``).
 
     ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
     demand); a pool that follows demand also gets its ``Scaling`` and ``DemandVisible``
     conditions, and ``WebhookSecretReady`` when it names its own webhook secret
-    (``webhook_secret_problem``: why that cannot be used, if it cannot).
+    (``webhook_secret_problem``: why that cannot be used, if it cannot). ``gates``: the
+    conditions of the checks a pool passed before it may have runners (``ScopeAllowed``,
+    ``RunnerGroupReady``), only for pools they apply to.
     """
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
     token = token_condition(stamp, pool, secret, failure)
-    ready = ready_condition(stamp, pool, token, pods, desired)
-    updates = [token, ready]
+    ready = ready_condition(stamp, pool, token, pods, desired, refused=refused)
+    updates = [token, ready, *gates]
     previous = old.get("conditions") or []
     if pool.spec.autoscaling is not None:
         updates.append(scaling_condition(stamp, decision))

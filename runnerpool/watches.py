@@ -6,14 +6,18 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   per resourceVersion (``runnerpool.reads.ParsedPool``) and indexed by the scope it
   autoscales for (GitHub host + repository or organization, ``demand.matching``) and by the
   credential Secret it names.
-* **Secrets**: one informer per namespace for *all* Secrets, not a second one filtered by
-  the managed-by label.  Credential Secrets are user-created and carry no label of ours,
-  the operator must read them anyway, and managed Secrets are a subset, so a labelled
-  informer would only hold duplicates.  The default field selector leaves out Helm
-  release and service-account-token Secrets, which can be large and can never be a
-  pool's.  An owned Secret enqueues its pool; an unowned one the pools whose
-  ``spec.credentialSecretName`` names it (the index), which is how a rotated credential
-  reaches its pools.
+* **Secrets**, two informers per namespace, each filtered by a label on the API server, so a
+  Secret that is not the operator's is never sent, let alone cached (20,000 Secrets of
+  4 KiB cost an operator that cached them all 151 MiB: ``bench/foreign_secrets.py``).
+  The operator's own (``MANAGED_BY_SELECTOR``: token Secrets) enqueue their pool.  Credential
+  Secrets are the user's and carry the operator's label (``naming.CREDENTIAL_SELECTOR``)
+  only while a pool needs them: ``runnerpool.credential_protection`` puts it on with the
+  finalizer, after a first read by name (``runnerpool.credential_reads``), and takes both off
+  with the last pool.  One of them enqueues the pools whose ``spec.credentialSecretName``
+  names it (the index), which is how a rotated credential reaches its pools; one that
+  leaves the selection (deleted, or its label removed by hand) does the same, and their
+  reconcile reads it by name and labels it again.  Two informers, because a label selector
+  cannot say "this label or that one".
 * **Deployments** (only to take over pools that earlier versions ran as one) and **Pods**
   (``Owns``): only the operator's (``MANAGED_BY_SELECTOR``); an event enqueues the
   controlling pool (:func:`owner_key`), and on an update that changed the owner the
@@ -47,9 +51,9 @@ from kubernetes.informer import DELETED
 
 from runnerpool import api
 from runnerpool.credential_protection import credential_secret_name
-from runnerpool.demand.matching import pool_scope_key
+from runnerpool.demand.matching import pool_scope_keys
 from runnerpool.domain import DEFAULT_API_URL, pool_key
-from runnerpool.naming import MANAGED_BY_SELECTOR, POOL_LABEL
+from runnerpool.naming import CREDENTIAL_SELECTOR, MANAGED_BY_SELECTOR, POOL_LABEL
 from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runtime.informers import Event, InformerSet, NamespaceNotWatchedError, Watch, object_key
 from runnerpool.runtime.kube import (
@@ -66,19 +70,17 @@ from runnerpool.runtime.kube import (
 from runnerpool.runtime.store import NAMESPACE
 
 __all__ = [
-    "DEFAULT_SECRET_FIELD_SELECTOR",
     "PoolCache",
     "owner_key",
     "pod_pool",
     "pool_watches",
 ]
 
-DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token"
-
-# The table's entry names, which the reads ask for.
-POOLS, SECRETS_, DEPLOYMENTS_, PODS_, BUDGETS, NAMESPACES_ = (
+# The table's entry names, which the reads ask for (and ``runnerpool_cache_objects`` shows).
+POOLS, SECRETS_, CREDENTIALS, DEPLOYMENTS_, PODS_, BUDGETS, NAMESPACES_ = (
     "RunnerPools",
     "Secrets",
+    "CredentialSecrets",
     "Deployments",
     "Pods",
     "PodDisruptionBudgets",
@@ -175,8 +177,7 @@ def _scope_index(default_api_url: str) -> Callable[[ParsedPool], list[str]]:
         pool = parsed.model
         if pool is None or pool.spec.autoscaling is None or pool.deleting:
             return []
-        scope = pool_scope_key(pool, default_api_url)
-        return [ANY_SCOPE] if scope is None else [ANY_SCOPE, scope]
+        return [ANY_SCOPE, *pool_scope_keys(pool, default_api_url)]
 
     return keys
 
@@ -206,7 +207,6 @@ def pool_watches(
     *,
     default_api_url: str = DEFAULT_API_URL,
     on_pod: Callable[[str, str], None] | None = None,
-    secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
 ) -> list[Watch]:
     """The RunnerPool controller's table of watches (the module docstring says why each)."""
     return [
@@ -217,7 +217,8 @@ def pool_watches(
             decode=parse_pool,
             indexes={BY_SCOPE: _scope_index(default_api_url), BY_CREDENTIAL: _credential_index},
         ),
-        Watch(SECRETS_, SECRETS, _secret, field_selector=secret_field_selector),
+        Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR),
+        Watch(CREDENTIALS, SECRETS, _secret, label_selector=CREDENTIAL_SELECTOR),
         Watch(DEPLOYMENTS_, DEPLOYMENTS, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(
             PODS_,
@@ -250,13 +251,10 @@ class PoolCache(InformerSet):
         *,
         default_api_url: str = DEFAULT_API_URL,
         on_pod: Callable[[str, str], None] | None = None,
-        secret_field_selector: str | None = DEFAULT_SECRET_FIELD_SELECTOR,
         resync_period: float = 0,
         cluster_scoped: bool = True,
     ) -> None:
-        table = pool_watches(
-            default_api_url=default_api_url, on_pod=on_pod, secret_field_selector=secret_field_selector
-        )
+        table = pool_watches(default_api_url=default_api_url, on_pod=on_pod)
         super().__init__(
             api_client, enqueue, table, namespaces, resync_period=resync_period, cluster_scoped=cluster_scoped
         )
@@ -265,7 +263,9 @@ class PoolCache(InformerSet):
         return self.get(POOLS, namespace, name)
 
     def get_secret(self, namespace: str, name: str) -> Obj | None:
-        return self.get(SECRETS_, namespace, name)
+        """An owned or a labelled credential Secret; ``None`` for any other (never cached)."""
+        found = self.get(SECRETS_, namespace, name)
+        return found if found is not None else self.get(CREDENTIALS, namespace, name)
 
     def get_deployment(self, namespace: str, name: str) -> Obj | None:
         return self.get(DEPLOYMENTS_, namespace, name)
@@ -286,7 +286,11 @@ class PoolCache(InformerSet):
         return self.objects(POOLS, namespace)
 
     def list_secrets(self, namespace: str | None = None) -> list[Obj]:
-        return self.objects(SECRETS_, namespace)
+        """The cached Secrets (owned and labelled credential ones), each once, by ``namespace/name``."""
+        found = {
+            object_key(s): s for watch in (CREDENTIALS, SECRETS_) for s in self.objects(watch, namespace)
+        }
+        return [found[key] for key in sorted(found)]
 
     def list_deployments(self, namespace: str | None = None) -> list[Obj]:
         return self.objects(DEPLOYMENTS_, namespace)

@@ -157,8 +157,8 @@ def test_required_rules_are_present() -> None:
     schema = _schema()
     spec = schema["properties"]["spec"]
     rules = {r["rule"] for r in spec["x-kubernetes-validations"]}
-    assert "has(self.repository) != has(self.organization)" in rules
-    assert any("oldSelf.repository" in r and "oldSelf.organization" in r for r in rules)
+    assert any("has(self.enterprise) ? 1 : 0) == 1" in r and "has(self.organization)" in r for r in rules)
+    assert any(all(f"oldSelf.{k}" in r for k in ("repository", "organization", "enterprise")) for r in rules)
     assert f"size(self.metadata.name) <= {api.MAX_POOL_NAME_LENGTH}" in {
         r["rule"] for r in schema["x-kubernetes-validations"]
     }
@@ -207,3 +207,20 @@ def test_a_one_value_literal_becomes_an_enum_of_one() -> None:
     """``const`` has no place in a structural schema; an enum of one says the same."""
     schema = crdgen.to_structural(_Constant.model_json_schema(), _Constant.__name__)
     assert schema["properties"]["only"] == {"type": "string", "enum": ["x"]}
+
+
+def test_the_pod_template_keeps_what_users_write_and_bounds_what_its_rules_read() -> None:
+    template = _schema()["properties"]["spec"]["properties"]["template"]
+    pod = template["properties"]["spec"]
+    assert pod["x-kubernetes-preserve-unknown-fields"] is True, "any pod field passes through"
+    containers = pod["properties"]["containers"]
+    assert (containers["maxItems"], containers["x-kubernetes-list-type"]) == (
+        api.MAX_TEMPLATE_CONTAINERS,
+        "map",
+    )
+    assert containers["items"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert containers["items"]["properties"]["env"]["maxItems"] == api.MAX_TEMPLATE_ITEMS
+    assert "x-kubernetes-preserve-unknown-fields" not in template["properties"]["metadata"], (
+        "of the metadata only labels and annotations are taken"
+    )
+    assert {r["rule"] for r in pod["x-kubernetes-validations"]} >= {"!has(self.restartPolicy)"}

@@ -59,8 +59,21 @@ def _repo(**extra: Any) -> dict[str, Any]:
 
 
 INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
-    ("neither-scope", {}, "set exactly one of spec.repository (owner/name) or spec.organization"),
+    (
+        "neither-scope",
+        {},
+        "set exactly one of spec.repository (owner/name), spec.organization or spec.enterprise",
+    ),
     ("both-scopes", _repo(organization="octo-org"), "set exactly one of spec.repository"),
+    ("org-and-enterprise", {"organization": "octo-org", "enterprise": "big"}, "set exactly one of"),
+    ("enterprise-with-slash", {"enterprise": "big/corp"}, "spec.enterprise must be a GitHub enterprise slug"),
+    (
+        "group-on-a-repository",
+        _repo(runnerGroup="gpu"),
+        "spec.runnerGroup is for organization and enterprise",
+    ),
+    ("group-empty", {"organization": "octo-org", "runnerGroup": ""}, "should be at least 1 chars long"),
+    ("group-padded", {"organization": "octo-org", "runnerGroup": " gpu"}, "without leading or trailing"),
     ("repo-without-owner", {"repository": "hello-world"}, "spec.repository must be owner/name"),
     ("repo-owner-hyphen", {"repository": "-octo/hello"}, "spec.repository must be owner/name"),
     ("repo-two-slashes", {"repository": "octo/hello/world"}, "spec.repository must be owner/name"),
@@ -153,7 +166,36 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         ),
         "Unsupported value",
     ),
+    *(
+        (
+            f"kubernetes-mode-template-{field}",
+            _repo(containerMode="kubernetes", template={"spec": {field: value}}),
+            "automountServiceAccountToken cannot be set with containerMode: kubernetes",
+        )
+        for field, value in (
+            ("serviceAccountName", "mine"),
+            ("serviceAccount", "mine"),
+            ("automountServiceAccountToken", False),
+        )
+    ),
 ]
+
+
+def test_a_template_names_the_account_of_other_pools_and_not_much_else_of_kubernetes_mode(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The operator owns the account only in kubernetes mode: elsewhere a template may set it,
+    and a kubernetes-mode template keeps every other pod field."""
+    account = {"serviceAccountName": "ci", "automountServiceAccountToken": True}
+    plain = _create(api_client, namespace, _pool("plain", _repo(template={"spec": account})))
+    assert plain["spec"]["template"]["spec"] == account
+    other = {"priorityClassName": "ci", "containers": [{"name": "runner", "image": "mine:1"}]}
+    k8s = _create(
+        api_client, namespace, _pool("k8s", _repo(containerMode="kubernetes", template={"spec": other}))
+    )
+    assert k8s["spec"]["template"]["spec"] == other
+    with pytest.raises(ValueError, match="automountServiceAccountToken cannot be set"):
+        api.RunnerPoolSpec.model_validate(_repo(containerMode="kubernetes", template={"spec": account}))
 
 
 def test_kubernetes_mode_round_trips_through_the_models(api_client: client.ApiClient, namespace: str) -> None:
@@ -193,7 +235,13 @@ def test_pool_name_length_is_limited(api_client: client.ApiClient, namespace: st
 
 
 @pytest.mark.parametrize(
-    "scope", [{"repository": "octo-org/hello.world_2"}, {"organization": "octo-org"}], ids=["repo", "org"]
+    "scope",
+    [
+        {"repository": "octo-org/hello.world_2"},
+        {"organization": "octo-org"},
+        {"enterprise": "big-corp", "runnerGroup": "GPU runners"},
+    ],
+    ids=["repo", "org", "enterprise"],
 )
 def test_valid_pool_gets_defaults(
     api_client: client.ApiClient, namespace: str, scope: dict[str, str]
@@ -214,6 +262,7 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
     """Every field the models know survives the API server (nothing pruned or renamed)."""
     spec = api.RunnerPoolSpec(
         organization="octo-org",
+        runner_group="GPU runners",
         replicas=3,
         labels=["gpu", "big-disk"],
         credential_secret_name="github-app",
@@ -250,8 +299,10 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         ({"repository": "octo-org/one"}, {"repository": "octo-org/two"}),
         ({"repository": "octo-org/one"}, {"organization": "octo-org"}),
         ({"organization": "octo-org"}, {"organization": "other-org"}),
+        ({"enterprise": "big"}, {"enterprise": "other"}),
+        ({"organization": "octo-org"}, {"enterprise": "big"}),
     ],
-    ids=["repo-renamed", "repo-to-org", "org-renamed"],
+    ids=["repo-renamed", "repo-to-org", "org-renamed", "enterprise-renamed", "org-to-enterprise"],
 )
 def test_scope_is_immutable(
     api_client: client.ApiClient, namespace: str, before: dict[str, str], after: dict[str, str]
@@ -260,7 +311,7 @@ def test_scope_is_immutable(
     created["spec"] = {**{k: v for k, v in created["spec"].items() if k not in before}, **after}
     with pytest.raises(ApiException) as caught:
         _call("replace_namespaced_custom_object", api_client, namespace, "fixed", created)
-    assert "spec.repository and spec.organization are immutable" in _rejection(caught)
+    assert "spec.repository, spec.organization and spec.enterprise are immutable" in _rejection(caught)
 
 
 def test_other_fields_stay_mutable(api_client: client.ApiClient, namespace: str) -> None:
@@ -350,12 +401,22 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
     (
         "repositories-on-a-repository-pool",
         _repo(autoscaling=_auto(repositories=["other"])),
-        "spec.autoscaling.repositories is for organization pools",
+        "spec.autoscaling.repositories is for organization and enterprise pools",
     ),
     (
         "repositories-with-owner",
         {"organization": "octo-org", "autoscaling": _auto(repositories=["octo-org/x"])},
-        "lists repository names without the owner",
+        "of an organization pool lists repository names without the owner",
+    ),
+    (
+        "enterprise-repositories-without-owner",
+        {"enterprise": "big", "autoscaling": _auto(repositories=["x"])},
+        "of an enterprise pool lists repositories as owner/name",
+    ),
+    (
+        "repositories-two-slashes",
+        {"enterprise": "big", "autoscaling": _auto(repositories=["a/b/c"])},
+        "owner/name for an enterprise pool",
     ),
     (
         "webhook-secret-without-name",

@@ -413,9 +413,11 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
         (False, True),
         (False, True),
         (True, False),
+        (True, False),
     ]
     assert any("autoscaling" in p["spec"] for p in pools)
     assert any(p["spec"].get("containerMode") == "kubernetes" for p in pools)
+    assert any("template" in p["spec"] for p in pools)
     secrets = {o["metadata"]["name"]: o for o in samples if o["kind"] == "Secret"}
     namespaces = {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
     for pool in pools:

@@ -18,7 +18,14 @@ from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
 from kubernetes.watch import Watch
 
 from runnerpool.api import GROUP, KIND, PLURAL, VERSION
-from runnerpool.naming import MANAGED_BY_SELECTOR, POOL_LABEL
+from runnerpool.naming import (
+    CREDENTIAL_LABEL,
+    CREDENTIAL_VALUE,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_SELECTOR,
+    MANAGED_BY_VALUE,
+    POOL_LABEL,
+)
 from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
 from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
@@ -364,6 +371,12 @@ def informers(
     assert informer_set.stop(timeout=10), "informers did not stop"
 
 
+#: The labels the operator's Secret cache selects by: its own Secrets, and the credential Secrets
+#: it protects.
+OWNED = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+CREDENTIAL = {CREDENTIAL_LABEL: CREDENTIAL_VALUE}
+
+
 def make_secret(
     name: str, *, labels: dict[str, str] | None = None, owner: dict[str, Any] | None = None
 ) -> Any:
@@ -391,7 +404,7 @@ def test_wait_for_sync_means_existing_objects_are_cached(
     api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys
 ) -> None:
     core = client.CoreV1Api(api_client)
-    core.create_namespaced_secret(namespace, make_secret("before-start", labels={POOL_LABEL: "p1"}))
+    core.create_namespaced_secret(namespace, make_secret("before-start", labels={**OWNED, POOL_LABEL: "p1"}))
     assert not informers.has_synced
     informers.start()
     assert informers.wait_for_sync(timeout=30)
@@ -400,7 +413,7 @@ def test_wait_for_sync_means_existing_objects_are_cached(
     cached = informers.get_secret(namespace, "before-start")
     assert cached is not None
     assert cached["kind"] == "Secret" and cached["apiVersion"] == "v1"
-    assert cached["metadata"]["labels"] == {POOL_LABEL: "p1"}
+    assert cached["metadata"]["labels"] == {**OWNED, POOL_LABEL: "p1"}
     assert f"{namespace}/p1" in keys.keys
 
 
@@ -415,7 +428,7 @@ def test_secret_create_update_delete(
     informers.start()
     assert informers.wait_for_sync(timeout=30)
 
-    core.create_namespaced_secret(namespace, make_secret("creds"))
+    core.create_namespaced_secret(namespace, make_secret("creds", labels=CREDENTIAL))
     created = wait_for(lambda: informers.get_secret(namespace, "creds"), message="secret in cache")
     assert created is not None
     assert created["data"]["token"] == "dDA="  # base64, as on the wire
@@ -426,12 +439,40 @@ def test_secret_create_update_delete(
         message="update in cache",
     )
 
+    # A label removed takes the Secret out of the cache, the label put back brings it again.
+    core.patch_namespaced_secret("creds", namespace, {"metadata": {"labels": {CREDENTIAL_LABEL: None}}})
+    wait_for(lambda: informers.get_secret(namespace, "creds") is None, message="unlabelled: out of the cache")
+    core.patch_namespaced_secret("creds", namespace, {"metadata": {"labels": CREDENTIAL}})
+    wait_for(lambda: informers.get_secret(namespace, "creds"), message="labelled again: back in the cache")
+
     core.delete_namespaced_secret("creds", namespace)
     wait_for(lambda: informers.get_secret(namespace, "creds") is None, message="delete in cache")
 
 
+def test_foreign_secrets_are_never_cached(
+    api_client: client.ApiClient, namespace: str, informers: PoolCache
+) -> None:
+    """Secrets without the operator's labels, before the start (the initial list) and after."""
+    core = client.CoreV1Api(api_client)
+    for index in range(20):
+        core.create_namespaced_secret(namespace, make_secret(f"before-{index}"))
+    core.create_namespaced_secret(namespace, make_secret("ours-before", labels=CREDENTIAL))
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+    for index in range(20):
+        core.create_namespaced_secret(namespace, make_secret(f"after-{index}"))
+    # Any foreign Secret's event would come on the same watch before the ones that follow it.
+    core.create_namespaced_secret(namespace, make_secret("ours-after", labels=CREDENTIAL))
+    core.create_namespaced_secret(namespace, make_secret("token-after", labels=OWNED))
+    wait_for(lambda: informers.get_secret(namespace, "ours-after"), message="the labelled Secret")
+    wait_for(lambda: informers.get_secret(namespace, "token-after"), message="the owned Secret")
+    names = [s["metadata"]["name"] for s in informers.list_secrets(namespace)]
+    assert names == ["ours-after", "ours-before", "token-after"]
+    assert (informers.count("Secrets"), informers.count("CredentialSecrets")) == (1, 2)
+
+
 def test_reads_are_copies(api_client: client.ApiClient, namespace: str, informers: PoolCache) -> None:
-    client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("copy"))
+    client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("copy", labels=CREDENTIAL))
     informers.start()
     assert informers.wait_for_sync(timeout=30)
     wait_for(lambda: informers.get_secret(namespace, "copy"), message="secret in cache")
@@ -484,7 +525,7 @@ def test_child_events_enqueue_owner(
         "blockOwnerDeletion": True,
     }
     keys.clear()
-    core.create_namespaced_secret(namespace, make_secret("pool-a-token", owner=owner))
+    core.create_namespaced_secret(namespace, make_secret("pool-a-token", labels=OWNED, owner=owner))
     keys.wait_for(f"{namespace}/pool-a")
 
     # A managed Deployment with only the pool label (no owner reference) maps through the label.
@@ -499,9 +540,9 @@ def test_child_events_enqueue_owner(
     apps.delete_namespaced_deployment("pool-b-runners", namespace)
     keys.wait_for(f"{namespace}/pool-b")
 
-    # An unowned credential Secret enqueues the pools that reference it.
+    # A credential Secret (labelled by protection) enqueues the pools that reference it.
     keys.clear()
-    core.create_namespaced_secret(namespace, make_secret("github-credentials"))
+    core.create_namespaced_secret(namespace, make_secret("github-credentials", labels=CREDENTIAL))
     keys.wait_for(f"{namespace}/pool-a")
 
     # Pool deletion is an event too.
@@ -517,7 +558,7 @@ def test_owner_change_enqueues_old_and_new_owner(
     core = client.CoreV1Api(api_client)
     informers.start()
     assert informers.wait_for_sync(timeout=30)
-    core.create_namespaced_secret(namespace, make_secret("moving", labels={POOL_LABEL: "old"}))
+    core.create_namespaced_secret(namespace, make_secret("moving", labels={**OWNED, POOL_LABEL: "old"}))
     keys.wait_for(f"{namespace}/old")
     keys.clear()
     core.patch_namespaced_secret("moving", namespace, {"metadata": {"labels": {POOL_LABEL: "new"}}})
@@ -588,7 +629,9 @@ def test_pods_are_cached_per_pool_and_enqueue_their_pool(
 def test_all_namespaces_mode(
     api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
 ) -> None:
-    client.CoreV1Api(api_client).create_namespaced_secret(namespace, make_secret("anywhere"))
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, make_secret("anywhere", labels=CREDENTIAL)
+    )
     informer_set = PoolCache(api_client, keys, None)
     informer_set.start()
     try:

@@ -94,6 +94,32 @@ def test_other_pools_get_no_api_credentials_and_no_hooks() -> None:
     assert not [name for name in _env(spec) if name.startswith("ACTIONS_RUNNER_")]
 
 
+def test_the_register_container_and_a_template_keep_the_mode() -> None:
+    """The register init container is made from the merged runner container, and a template's
+    own settings reach both; the hooks' account and env stay the operator's."""
+    runner_template = {
+        "name": naming.RUNNER_CONTAINER,
+        "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+    }
+    pool = _pool(
+        containerMode="kubernetes",
+        template={"spec": {"priorityClassName": "ci", "containers": [runner_template]}},
+    )
+    spec = template.pod_template(pool, "runner:1", API_URL)["spec"]
+    assert spec["priorityClassName"] == "ci"
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == (
+        naming.runner_account_name("k8s"),
+        True,
+    )
+    [register] = [c for c in spec["initContainers"] if c["name"] == naming.REGISTER_CONTAINER]
+    assert naming.TOKEN_VOLUME in {m["name"] for m in register["volumeMounts"]}
+    for container in (register, *spec["containers"]):
+        env = {e["name"] for e in container["env"]}
+        assert {"HTTPS_PROXY", "ACTIONS_RUNNER_CONTAINER_HOOKS"} <= env, container["name"]
+    [runner] = spec["containers"]
+    assert naming.TOKEN_VOLUME not in {m["name"] for m in runner["volumeMounts"]}
+
+
 def test_switching_the_mode_rolls_the_pods() -> None:
     hashes = {
         template.wanted_hash(pool, "runner:1", API_URL)
@@ -112,11 +138,15 @@ def test_switching_the_mode_rolls_the_pods() -> None:
         ({"kubernetesMode": {}}, "applies to spec.containerMode: kubernetes only"),
         ({"containerMode": "kubernetes", "serviceAccountName": "mine"}, "cannot be set with containerMode"),
         (
+            {"containerMode": "kubernetes", "template": {"spec": {"automountServiceAccountToken": False}}},
+            "the operator makes the runners' ServiceAccount and mounts its token",
+        ),
+        (
             {"containerMode": "kubernetes", "workVolume": {"emptyDir": {}}},
             "use spec.kubernetesMode.workVolumeClaim",
         ),
     ],
-    ids=["settings-without-mode", "own-service-account", "own-work-volume"],
+    ids=["settings-without-mode", "own-service-account", "template-token", "own-work-volume"],
 )
 def test_the_models_refuse_what_the_api_server_refuses(spec: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment):

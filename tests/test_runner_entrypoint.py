@@ -1,7 +1,10 @@
 """Tests of the runner image's entrypoint (deploy/images/runner/entrypoint.sh).
 
 The script runs under bash against stub config.sh/run.sh (tests/shell/) in a temporary
-RUNNER_DIR; the stubs record their arguments and whether they received SIGTERM.
+RUNNER_DIR; the stubs record their arguments and whether they received SIGTERM.  A pod runs
+it twice: ``register`` in its init container, then ``run`` in its runner container, each in a
+fresh copy of the image; the sandbox plays that with two runner directories and one
+RUNNER_CONFIG_DIR (the pod's emptyDir).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ ENTRYPOINT = REPO / "deploy" / "images" / "runner" / "entrypoint.sh"
 STUBS = Path(__file__).resolve().parent / "shell"
 
 TOKEN = "AABBCCSECRETREGISTRATIONTOKEN0123456789"
+JITCONFIG = "eyJqaXQiOiAic2VjcmV0LXBlci1wb2QtcnVubmVyLWNvbmZpZyJ9"
 POD = "pool-a-7d9f8-xk2p4"
 LABELS = "team-a/pool-a,linux,x64"
 
@@ -41,18 +45,23 @@ class Result:
 @dataclass
 class Sandbox:
     runner_dir: Path
+    #: The runner container's own copy of the runner directory (the init container's is runner_dir).
+    run_dir: Path
     log_dir: Path
     token_file: Path
-    state_file: Path
+    jit_file: Path
+    config_dir: Path
 
-    def env(self, **overrides: str | None) -> dict[str, str]:
+    def env(self, phase: str = "register", **overrides: str | None) -> dict[str, str]:
+        directory = self.runner_dir if phase == "register" else self.run_dir
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.runner_dir),
+            "HOME": str(directory),
             "LANG": "C.UTF-8",
-            "RUNNER_DIR": str(self.runner_dir),
+            "RUNNER_DIR": str(directory),
             "RUNNER_TOKEN_FILE": str(self.token_file),
-            "RUNNER_STATE_FILE": str(self.state_file),
+            "RUNNER_JITCONFIG_FILE": str(self.jit_file),
+            "RUNNER_CONFIG_DIR": str(self.config_dir),
             "STUB_LOG_DIR": str(self.log_dir),
             "POD_NAME": POD,
             "POD_NAMESPACE": "team-a",
@@ -85,24 +94,33 @@ class Sandbox:
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
     runner_dir = tmp_path / "runner"
+    run_dir = tmp_path / "runner-container"
     log_dir = tmp_path / "log"
-    runner_dir.mkdir()
-    log_dir.mkdir()
+    config_dir = tmp_path / "runner-config"
+    for directory in (runner_dir, run_dir, log_dir, config_dir):
+        directory.mkdir()
     for name in ("config.sh", "run.sh", "stub-common.sh"):
-        target = runner_dir / name
-        shutil.copy(STUBS / name, target)
-        target.chmod(0o755)
+        for directory in (runner_dir, run_dir):
+            target = directory / name
+            shutil.copy(STUBS / name, target)
+            target.chmod(0o755)
     token_file = tmp_path / "runner-token" / "runnertoken"
     token_file.parent.mkdir()
     token_file.write_text(TOKEN + "\n")
     return Sandbox(
-        runner_dir=runner_dir, log_dir=log_dir, token_file=token_file, state_file=tmp_path / "work" / ".state"
+        runner_dir=runner_dir,
+        run_dir=run_dir,
+        log_dir=log_dir,
+        token_file=token_file,
+        jit_file=tmp_path / "runner-jitconfig" / "jitconfig",
+        config_dir=config_dir,
     )
 
 
-def run_entrypoint(env: dict[str, str], *bash_flags: str) -> Result:
+def run_phase(env: dict[str, str], phase: str | None, *bash_flags: str) -> Result:
+    """One container: the entrypoint with ``phase`` as its argument (None: no argument)."""
     proc = subprocess.run(
-        ["bash", *bash_flags, str(ENTRYPOINT)],
+        ["bash", *bash_flags, str(ENTRYPOINT), *([phase] if phase else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -115,6 +133,15 @@ def run_entrypoint(env: dict[str, str], *bash_flags: str) -> Result:
     return result
 
 
+def run_pod(sandbox: Sandbox, *bash_flags: str, **overrides: str | None) -> Result:
+    """The pod's two containers in turn: ``register``, then (if it succeeded) ``run``."""
+    registered = run_phase(sandbox.env("register", **overrides), "register", *bash_flags)
+    if registered.returncode != 0:
+        return registered
+    ran = run_phase(sandbox.env("run", **overrides), "run", *bash_flags)
+    return Result(ran.returncode, registered.stdout + ran.stdout, registered.stderr + ran.stderr)
+
+
 def assert_no_token(result: Result) -> None:
     assert TOKEN not in result.stdout
     assert TOKEN not in result.stderr
@@ -122,7 +149,10 @@ def assert_no_token(result: Result) -> None:
     assert TOKEN[:12] not in result.stdout + result.stderr
 
 
-def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
+def expected_config_args(
+    url: str, workdir: str = "/runner/_work", *, runner_group: str | None = None
+) -> list[str]:
+    group = [] if runner_group is None else ["--runnergroup", runner_group]
     return [
         "--unattended",
         "--ephemeral",
@@ -137,6 +167,7 @@ def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
         TOKEN,
         "--work",
         workdir,
+        *group,
         "--disableupdate",
     ]
 
@@ -169,11 +200,16 @@ def read_until(proc: subprocess.Popen[bytes], needle: bytes, timeout: float = TI
 def terminate_when(sandbox: Sandbox, marker: str, **env: str | None) -> tuple[Result, float]:
     """Start the entrypoint and send it SIGTERM once its stdout shows ``marker``.
 
-    Returns the result and the seconds from the signal to the entrypoint's exit.
+    A marker of the run.sh stub signals the runner container (the pod registered first);
+    any other, the init container.  Returns the result and the seconds from the signal to
+    the entrypoint's exit.
     """
+    phase = "run" if marker.startswith("stub run") else "register"
+    if phase == "run":
+        assert run_phase(sandbox.env("register", **env), "register").returncode == 0
     proc = subprocess.Popen(
-        ["bash", str(ENTRYPOINT)],
-        env=sandbox.env(**env),
+        ["bash", str(ENTRYPOINT), phase],
+        env=sandbox.env(phase, **env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -197,46 +233,115 @@ def terminate_when(sandbox: Sandbox, marker: str, **env: str | None) -> tuple[Re
 
 
 def test_repository_scope_registers_with_exact_flags(sandbox: Sandbox) -> None:
-    result = run_entrypoint(sandbox.env())
+    result = run_pod(sandbox)
 
     assert result.returncode == 0, result.stderr
     assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
     assert sandbox.cwd_of("config") == str(sandbox.runner_dir)
     assert sandbox.args_of("run") == []
-    assert sandbox.cwd_of("run") == str(sandbox.runner_dir)
+    assert sandbox.cwd_of("run") == str(sandbox.run_dir)
     assert "stub config started" in result.stdout
     assert "stub run started" in result.stdout
 
 
-def test_a_restarted_container_does_not_register_again(sandbox: Sandbox) -> None:
-    """One job per pod: after the ephemeral runner's job the container restarts and must just exit."""
-    assert run_entrypoint(sandbox.env()).returncode == 0
+def test_the_runner_container_gets_the_runners_configuration_and_no_token(sandbox: Sandbox) -> None:
+    """What config.sh wrote in the init container is what run.sh finds in the runner container."""
+    result = run_pod(sandbox, STUB_CONFIG_WRITES=".runner .credentials .credentials_rsaparams")
+
+    assert result.returncode == 0, result.stderr
+    for name in (".runner", ".credentials", ".credentials_rsaparams"):
+        assert (sandbox.run_dir / name).read_text() == (sandbox.runner_dir / name).read_text()
+        assert (sandbox.config_dir / name).stat().st_mode & 0o077 == 0, f"{name} is readable by others"
+    handed_over = [*sandbox.config_dir.iterdir(), *sandbox.run_dir.iterdir()]
+    assert not any(TOKEN in path.read_text() for path in handed_over if path.is_file())
+
+
+def test_the_run_phase_never_reads_the_token(sandbox: Sandbox) -> None:
+    assert run_phase(sandbox.env("register"), "register").returncode == 0
+    sandbox.token_file.unlink()
+
+    ran = run_phase(sandbox.env("run", RUNNER_TOKEN_FILE=None), "run")
+
+    assert ran.returncode == 0, ran.stderr
+    assert sandbox.args_of("run") == []
+
+
+def test_run_is_the_default_phase(sandbox: Sandbox) -> None:
+    assert run_phase(sandbox.env("register"), "register").returncode == 0
+    ran = run_phase(sandbox.env("run"), None)
+
+    assert ran.returncode == 0, ran.stderr
+    assert sandbox.args_of("run") == []
+
+
+def test_a_restarted_runner_container_does_not_run_again(sandbox: Sandbox) -> None:
+    """One job per pod: a runner container that restarts after its runner ran just exits."""
+    assert run_pod(sandbox).returncode == 0
+    (sandbox.log_dir / "run.args").unlink()
+
+    again = run_phase(sandbox.env("run"), "run")
+
+    assert again.returncode == 0
+    assert sandbox.args_of("run") is None, "run.sh ran a second time in the same pod"
+    assert "already started a runner once" in again.stderr
+
+
+def test_an_init_container_run_again_does_not_register_again(sandbox: Sandbox) -> None:
+    """A pod sandbox made again runs its init containers again: the runner is registered already."""
+    assert run_pod(sandbox).returncode == 0
     (sandbox.log_dir / "config.args").unlink()
 
-    again = run_entrypoint(sandbox.env())
+    again = run_phase(sandbox.env("register"), "register")
 
     assert again.returncode == 0
     assert sandbox.args_of("config") is None, "config.sh ran a second time in the same pod"
-    assert "already registered" in again.stderr
+    assert "registered its runner already" in again.stderr
+
+
+def test_the_runner_container_without_a_registration_fails_clearly(sandbox: Sandbox) -> None:
+    result = run_phase(sandbox.env("run"), "run")
+
+    assert result.returncode != 0
+    assert "the register init container did not finish" in result.stderr
+    assert sandbox.args_of("run") is None
+
+
+def test_a_failed_registration_leaves_no_configuration(sandbox: Sandbox) -> None:
+    assert run_phase(sandbox.env("register", STUB_CONFIG_EXIT="3"), "register").returncode != 0
+
+    result = run_phase(sandbox.env("run"), "run")
+
+    assert result.returncode != 0
+    assert "the register init container did not finish" in result.stderr
 
 
 def test_organization_scope_with_custom_url_and_workdir(sandbox: Sandbox) -> None:
-    env = sandbox.env(
+    result = run_pod(
+        sandbox,
         RUNNER_REPO=None,
         RUNNER_ORG="octo-org",
         GITHUB_URL="https://ghe.example.com/",
         RUNNER_WORKDIR="/work/area",
     )
-    result = run_entrypoint(env)
 
     assert result.returncode == 0, result.stderr
     assert sandbox.args_of("config") == expected_config_args("https://ghe.example.com/octo-org", "/work/area")
     assert sandbox.args_of("run") == []
 
 
+def test_enterprise_scope_in_a_runner_group(sandbox: Sandbox) -> None:
+    """An enterprise runner registers at {web}/enterprises/<slug>, in the group the pool names."""
+    result = run_pod(sandbox, RUNNER_REPO=None, RUNNER_ENTERPRISE="big-corp", RUNNER_GROUP="GPU runners")
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") == expected_config_args(
+        "https://github.com/enterprises/big-corp", runner_group="GPU runners"
+    )
+
+
 def test_token_whitespace_is_stripped(sandbox: Sandbox) -> None:
     sandbox.token_file.write_text(f"  {TOKEN}\r\n\n")
-    result = run_entrypoint(sandbox.env())
+    result = run_pod(sandbox)
 
     assert result.returncode == 0, result.stderr
     args = sandbox.args_of("config")
@@ -245,17 +350,40 @@ def test_token_whitespace_is_stripped(sandbox: Sandbox) -> None:
 
 
 def test_run_exit_code_is_forwarded(sandbox: Sandbox) -> None:
-    result = run_entrypoint(sandbox.env(STUB_RUN_EXIT="7"))
+    result = run_pod(sandbox, STUB_RUN_EXIT="7")
 
     assert result.returncode == 7
     assert "exited with code 7" in result.stderr
 
 
 def test_tracing_never_prints_token(sandbox: Sandbox) -> None:
-    result = run_entrypoint(sandbox.env(SHELLOPTS=None), "-x")
+    result = run_pod(sandbox, "-x", SHELLOPTS=None)
 
     assert result.returncode == 0, result.stderr
     assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+
+
+# --- JIT mode -------------------------------------------------------------------------------
+
+
+def test_jit_mode_hands_the_config_to_run_once_and_deletes_it(sandbox: Sandbox) -> None:
+    sandbox.jit_file.parent.mkdir()
+    sandbox.jit_file.write_text(JITCONFIG + "\n")
+
+    result = run_pod(sandbox, RUNNER_REGISTRATION="jit")
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") is None, "a JIT runner needs no config.sh"
+    assert sandbox.args_of("run") == ["--jitconfig", JITCONFIG]
+    assert [p.name for p in sandbox.config_dir.iterdir() if JITCONFIG in p.read_text()] == []
+    assert JITCONFIG not in result.stdout + result.stderr
+
+
+def test_jit_mode_without_its_config_fails_clearly(sandbox: Sandbox) -> None:
+    result = run_phase(sandbox.env("register", RUNNER_REGISTRATION="jit"), "register")
+
+    assert result.returncode != 0
+    assert f"JIT runner config file {sandbox.jit_file} does not exist" in result.stderr
 
 
 # --- failures -------------------------------------------------------------------------------
@@ -263,7 +391,7 @@ def test_tracing_never_prints_token(sandbox: Sandbox) -> None:
 
 def test_missing_token_file_fails_clearly(sandbox: Sandbox) -> None:
     sandbox.token_file.unlink()
-    result = run_entrypoint(sandbox.env())
+    result = run_pod(sandbox)
 
     assert result.returncode != 0
     assert f"registration token file {sandbox.token_file} does not exist" in result.stderr
@@ -273,7 +401,7 @@ def test_missing_token_file_fails_clearly(sandbox: Sandbox) -> None:
 
 def test_default_token_path_is_the_secret_mount(sandbox: Sandbox) -> None:
     assert not Path("/runner-token/runnertoken").exists()
-    result = run_entrypoint(sandbox.env(RUNNER_TOKEN_FILE=None))
+    result = run_pod(sandbox, RUNNER_TOKEN_FILE=None)
 
     assert result.returncode != 0
     assert "/runner-token/runnertoken does not exist" in result.stderr
@@ -282,7 +410,7 @@ def test_default_token_path_is_the_secret_mount(sandbox: Sandbox) -> None:
 @pytest.mark.parametrize("content", ["", "\n", "  \n\t\n"])
 def test_empty_token_file_fails_clearly(sandbox: Sandbox, content: str) -> None:
     sandbox.token_file.write_text(content)
-    result = run_entrypoint(sandbox.env())
+    result = run_pod(sandbox)
 
     assert result.returncode != 0
     assert f"registration token file {sandbox.token_file} is empty" in result.stderr
@@ -290,7 +418,7 @@ def test_empty_token_file_fails_clearly(sandbox: Sandbox, content: str) -> None:
 
 
 def test_config_failure_stops_without_running_or_leaking(sandbox: Sandbox) -> None:
-    result = run_entrypoint(sandbox.env(STUB_CONFIG_EXIT="3"))
+    result = run_pod(sandbox, STUB_CONFIG_EXIT="3")
 
     assert result.returncode != 0
     assert "config.sh failed with exit code 3" in result.stderr
@@ -300,27 +428,46 @@ def test_config_failure_stops_without_running_or_leaking(sandbox: Sandbox) -> No
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"RUNNER_ORG": "octo-org"}, "RUNNER_ORG and RUNNER_REPO are both set"),
-        ({"RUNNER_REPO": None}, "neither RUNNER_ORG nor RUNNER_REPO is set"),
+        ({"RUNNER_ORG": "octo-org"}, "RUNNER_ORG RUNNER_REPO are all set; set exactly one"),
+        ({"RUNNER_ENTERPRISE": "big"}, "RUNNER_ENTERPRISE RUNNER_REPO are all set"),
+        ({"RUNNER_REPO": None}, "none of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO is set"),
+        ({"RUNNER_REPO": None, "RUNNER_ENTERPRISE": "a/b"}, "RUNNER_ENTERPRISE must be an enterprise slug"),
         ({"RUNNER_REPO": "just-a-name"}, "RUNNER_REPO must be owner/name"),
         ({"RUNNER_REPO": None, "RUNNER_ORG": "a/b"}, "RUNNER_ORG must be an organization name"),
         ({"POD_NAME": None}, "POD_NAME is not set"),
         ({"RUNNER_LABELS": ""}, "RUNNER_LABELS is not set"),
+        ({"RUNNER_REGISTRATION": "pat"}, "RUNNER_REGISTRATION must be token or jit, got 'pat'"),
     ],
 )
 def test_bad_environment_fails_before_registration(
     sandbox: Sandbox, overrides: dict[str, str | None], message: str
 ) -> None:
-    result = run_entrypoint(sandbox.env(**overrides))
+    result = run_pod(sandbox, **overrides)
 
     assert result.returncode != 0
     assert message in result.stderr
     assert sandbox.args_of("config") is None
 
 
+def test_an_unknown_phase_fails_clearly(sandbox: Sandbox) -> None:
+    result = run_phase(sandbox.env("register"), "configure")
+
+    assert result.returncode != 0
+    assert "unknown phase 'configure' (register or run)" in result.stderr
+
+
+def test_a_missing_config_volume_fails_clearly(sandbox: Sandbox) -> None:
+    sandbox.config_dir.rmdir()
+    result = run_phase(sandbox.env("register"), "register")
+
+    assert result.returncode != 0
+    assert "is not a writable directory (is the runner-config volume mounted?)" in result.stderr
+    assert sandbox.args_of("config") is None
+
+
 def test_missing_runner_scripts_fail_clearly(sandbox: Sandbox) -> None:
     (sandbox.runner_dir / "run.sh").unlink()
-    result = run_entrypoint(sandbox.env())
+    result = run_pod(sandbox)
 
     assert result.returncode != 0
     assert "run.sh is missing or not executable" in result.stderr
@@ -386,9 +533,10 @@ def test_sigterm_while_busy_is_forwarded_when_the_grace_runs_out(sandbox: Sandbo
 
 def test_a_second_sigterm_while_busy_is_forwarded_at_once(sandbox: Sandbox) -> None:
     """``kubectl delete pod --grace-period=1`` on a waiting pod: the kubelet signals again."""
+    assert run_phase(sandbox.env("register"), "register").returncode == 0
     proc = subprocess.Popen(
-        ["bash", str(ENTRYPOINT)],
-        env=sandbox.env(STUB_RUN_WORKER="60", RUNNER_BUSY_GRACE_SECONDS="60"),
+        ["bash", str(ENTRYPOINT), "run"],
+        env=sandbox.env("run", STUB_RUN_WORKER="60", RUNNER_BUSY_GRACE_SECONDS="60"),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -442,7 +590,7 @@ def test_another_runners_worker_does_not_make_this_one_busy(sandbox: Sandbox) ->
 
 @pytest.mark.parametrize("value", ["1h", "-1", "ten"])
 def test_a_bad_busy_grace_fails_before_registration(sandbox: Sandbox, value: str) -> None:
-    result = run_entrypoint(sandbox.env(RUNNER_BUSY_GRACE_SECONDS=value))
+    result = run_pod(sandbox, RUNNER_BUSY_GRACE_SECONDS=value)
 
     assert result.returncode != 0
     assert f"RUNNER_BUSY_GRACE_SECONDS must be whole seconds, got '{value}'" in result.stderr
@@ -457,8 +605,8 @@ def find_shellcheck() -> str:
 
 
 def test_shellcheck_clean() -> None:
-    standins = sorted((REPO / "testworld" / "runner_image").glob("*.sh"))
-    assert len(standins) == 5, "the runner image's stand-ins moved: lint them where they are"
+    standins = sorted((REPO / "testworld" / "runner_image").glob("**/*.sh"))
+    assert len(standins) == 6, "the runner image's stand-ins and jobs moved: lint them where they are"
     scripts = [ENTRYPOINT, STUBS / "config.sh", STUBS / "run.sh", STUBS / "stub-common.sh", *standins]
     proc = subprocess.run(
         [find_shellcheck(), "--external-sources", "--severity=style", *map(str, scripts)],

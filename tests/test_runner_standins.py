@@ -98,7 +98,9 @@ def fake() -> Iterator[FakeGitHub]:
 
 
 def _token(fake: FakeGitHub, scope: str) -> str:
-    path = f"repos/{scope}" if "/" in scope else f"orgs/{scope}"
+    path = (
+        scope if scope.startswith("enterprises/") else f"repos/{scope}" if "/" in scope else f"orgs/{scope}"
+    )
     answer = requests.post(
         f"{fake.url}/{path}/actions/runners/registration-token",
         headers={"Authorization": "token ghp_test"},
@@ -123,6 +125,8 @@ class Pods:
             shutil.copy2(script, runner_dir / script.name)
         token_file = home / "runnertoken"
         token_file.write_text(token + "\n")
+        config_dir = home / "runner-config"
+        config_dir.mkdir()
         out = home / "pod.log"
         environment = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -134,13 +138,15 @@ class Pods:
             "GITHUB_URL": fake.url.removesuffix("/api/v3"),
             "RUNNER_DIR": str(runner_dir),
             "RUNNER_TOKEN_FILE": str(token_file),
+            "RUNNER_CONFIG_DIR": str(config_dir),
             "RUNNER_WORKDIR": str(home / "work"),
             "RUNNER_POLL_SECONDS": str(POLL_SECONDS),
             **env,
         }
         with out.open("wb") as sink:
+            # The pod's init container, then its runner container (which gets the signals).
             process = subprocess.Popen(
-                ["bash", str(ENTRYPOINT)],
+                ["bash", "-c", 'bash "$0" register && exec bash "$0" run', str(ENTRYPOINT)],
                 cwd=runner_dir,
                 env=environment,
                 stdout=sink,
@@ -193,6 +199,22 @@ def test_runner_takes_a_job_completes_it_and_is_gone(fake: FakeGitHub, pods: Pod
     assert _runner(fake) is None
     assert token not in pod.log
     assert "ephemeral runner done after one job" in pod.log
+
+
+def test_an_enterprise_runner_joins_its_runner_group(fake: FakeGitHub, pods: Pods) -> None:
+    enterprise = "enterprises/big-corp"
+    fake.add_scope(enterprise=enterprise.removeprefix("enterprises/"))
+    group_id = fake.add_runner_group(enterprise, "GPU runners")
+    env = {"RUNNER_REPO": "", "RUNNER_ENTERPRISE": "big-corp", "RUNNER_GROUP": "gpu runners"}
+    pod = pods.start(fake, _token(fake, enterprise), **env)
+
+    assert fake.wait_for(lambda: _runner(fake, enterprise) is not None, timeout=TIMEOUT), pod.log
+    runner = _runner(fake, enterprise)
+    assert runner is not None and runner["runner_group_id"] == group_id
+
+    missing = pods.start(fake, _token(fake, enterprise), **{**env, "RUNNER_GROUP": "ARM"})
+    assert missing.wait() != 0
+    assert "Could not find any self-hosted runner group named 'ARM'" in missing.log
 
 
 def test_sigterm_while_idle_stops_cleanly_and_leaves_an_offline_runner(fake: FakeGitHub, pods: Pods) -> None:
@@ -262,6 +284,29 @@ def test_sigterm_to_a_busy_run_sh_cancels_the_job(fake: FakeGitHub, pods: Pods) 
     assert _outcome(fake, job_id) == ("completed", "cancelled"), pod.log
     assert _runner(fake) is None
     assert "stopped while running job" in pod.log
+
+
+def test_a_job_that_ended_just_before_the_runner_was_told_to_stop_is_a_success(
+    fake: FakeGitHub, pods: Pods
+) -> None:
+    """A pod deleted as its job ends: the worker is gone, the listener not yet reporting.
+
+    The real runner's worker reports its own result when it ends, so a listener stopped
+    afterwards changes nothing; the stand-in cancelled such a job (the chaos soak hit it once
+    in 31 deletions of busy pods). run.sh is held stopped across the worker's end, so the
+    signal lands in that window every time.
+    """
+    pod, job_id = _busy(fake, pods, 1)
+    run_sh = pod.run_sh()
+    os.kill(run_sh, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not pod.running_a_job(), TIMEOUT, 0.05, "the job's Runner.Worker to end")
+        os.kill(run_sh, signal.SIGTERM)
+    finally:
+        os.kill(run_sh, signal.SIGCONT)
+    assert pod.wait() == 0, pod.log
+    assert _outcome(fake, job_id) == ("completed", "success"), pod.log
+    assert "it ended success" in pod.log
 
 
 def _children(pid: int) -> list[int]:
@@ -345,3 +390,19 @@ def test_token_of_another_scope_is_refused(fake: FakeGitHub, pods: Pods) -> None
     assert "issued for another repository or organization" in pod.log
     assert token not in pod.log
     assert fake.runners(REPO) == [] and fake.runners(ORG) == []
+
+
+@pytest.mark.parametrize(("step", "conclusion"), [("exit 0", "success"), ("exit 3", "failure")])
+def test_a_jobs_script_runs_as_its_steps_and_its_summary_reaches_github(
+    fake: FakeGitHub, pods: Pods, step: str, conclusion: str
+) -> None:
+    """The steal probe's way in: a job whose steps are a line of shell run by the runner."""
+    pod = pods.start(fake, _token(fake, REPO))
+    assert fake.wait_for(lambda: _online(fake), timeout=TIMEOUT), pod.log
+
+    script = f'echo "ran as $(id -u) in $PWD" >>"$GITHUB_STEP_SUMMARY"; {step}'
+    job_id = fake.queue_job(REPO, ["team-a/pool-a"], 0.0, script=script)
+
+    assert fake.wait_for(lambda: fake.job(job_id)["status"] == "completed", timeout=TIMEOUT), pod.log
+    assert fake.job(job_id)["conclusion"] == conclusion
+    assert fake.summary(job_id) == f"ran as {os.getuid()} in {pod.out.parent / 'home-runner'}\n"

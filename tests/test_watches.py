@@ -22,6 +22,7 @@ from runnerpool.runtime.kube import Kube
 from runnerpool.runtime.store import Store
 from runnerpool.watches import (
     BUDGETS,
+    CREDENTIALS,
     NAMESPACES_,
     POOLS,
     SECRETS_,
@@ -175,23 +176,46 @@ def test_the_recorder_matches_through_the_index(cache: PoolCache) -> None:
 # -- events -> pool keys ------------------------------------------------------------------------
 
 
+CREDENTIAL_LABELS = {naming.CREDENTIAL_LABEL: naming.CREDENTIAL_VALUE}
+
+
 def secret(name: str, rv: str = "1", **meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, **meta}}
 
 
-def test_an_unowned_secret_enqueues_the_pools_that_name_it(cache: PoolCache, keys: Keys) -> None:
+def test_a_credential_secret_enqueues_the_pools_that_name_it(cache: PoolCache, keys: Keys) -> None:
     deliver(cache, POOLS, ADDED, pool("a", credentialSecretName="creds"))
     deliver(cache, POOLS, ADDED, pool("b"))  # the default credential Secret
     deliver(cache, POOLS, ADDED, pool("c", credentialSecretName="creds"))
     keys.clear()
-    deliver(cache, SECRETS_, ADDED, secret("creds"))
+    deliver(cache, CREDENTIALS, ADDED, secret("creds", labels=CREDENTIAL_LABELS))
     assert keys == ["ns/a", "ns/c"]
     keys.clear()
-    deliver(cache, SECRETS_, DELETED, secret("creds"))
+    # Deleted, or its label removed (the watch's selector no longer matches): the same event.
+    deliver(cache, CREDENTIALS, DELETED, secret("creds", labels=CREDENTIAL_LABELS))
     assert keys == ["ns/a", "ns/c"]
     keys.clear()
-    deliver(cache, SECRETS_, ADDED, secret(naming.DEFAULT_CREDENTIAL_SECRET))
+    deliver(cache, CREDENTIALS, ADDED, secret(naming.DEFAULT_CREDENTIAL_SECRET, labels=CREDENTIAL_LABELS))
     assert keys == ["ns/b"]
+
+
+def test_only_the_operators_secrets_are_asked_for() -> None:
+    """The API server filters: a Secret without one of the operator's labels never arrives."""
+    secrets = [w for w in pool_watches() if w.resource.plural == "secrets"]
+    assert {(w.name, w.label_selector) for w in secrets} == {
+        (SECRETS_, naming.MANAGED_BY_SELECTOR),
+        (CREDENTIALS, f"{naming.CREDENTIAL_LABEL}=true"),
+    }
+    assert all(w.field_selector is None for w in secrets)
+
+
+def test_secret_reads_cover_both_watches(cache: PoolCache) -> None:
+    deliver(cache, CREDENTIALS, ADDED, secret("creds", labels=CREDENTIAL_LABELS))
+    deliver(cache, SECRETS_, ADDED, secret("runner-token-a", labels={naming.POOL_LABEL: "a"}))
+    assert cache.get_secret("ns", "creds") is not None
+    assert cache.get_secret("ns", "runner-token-a") is not None
+    assert [s["metadata"]["name"] for s in cache.list_secrets("ns")] == ["creds", "runner-token-a"]
+    assert (cache.count(SECRETS_), cache.count(CREDENTIALS)) == (1, 1)
 
 
 def test_an_owner_change_enqueues_the_old_owner_and_the_new(cache: PoolCache, keys: Keys) -> None:
@@ -263,12 +287,12 @@ def test_pools_of_one_namespace_are_a_lookup_in_either_mode(keys: Keys) -> None:
 
 def test_the_connection_pool_is_sized_from_the_table(keys: Keys) -> None:
     table = pool_watches()
-    assert informer_count(table, None) == len(table) == 9
-    assert informer_count(table, ["a", "b", "a"]) == 18
-    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 16
-    assert PoolCache(offline(), keys, ["a", "b"]).informers == 18
+    assert informer_count(table, None) == len(table) == 10
+    assert informer_count(table, ["a", "b", "a"]) == 20
+    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 18
+    assert PoolCache(offline(), keys, ["a", "b"]).informers == 20
     namespaced = PoolCache(offline(), keys, ["a", "b"], cluster_scoped=False)
-    assert namespaced.informers == 16
+    assert namespaced.informers == 18
     assert not namespaced.watches(NAMESPACES_)
     assert namespaced.namespace_terminating("a") is False
 

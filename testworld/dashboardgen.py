@@ -142,6 +142,18 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                 ),
             ),
             Panel(
+                "Runner pods failing, by reason",
+                "Runner pods stuck before their runner runs: image pulls, crash loops, config errors "
+                "(the pool's Ready reason RunnerPodsFailing; docs/troubleshooting.md lists the reasons).",
+                (
+                    Query(
+                        f"sum by (namespace, pool, reason) (runnerpool_runner_pods_failing{{{POOLS}}})",
+                        "{{namespace}}/{{pool}} {{reason}}",
+                    ),
+                ),
+                stacked=True,
+            ),
+            Panel(
                 "Runners by state",
                 "Runners GitHub lists for the selected pools. Offline runners without a pod are deleted "
                 "from GitHub by the operator.",

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["RUNNERS_PER_PAGE", "DeleteOutcome", "RateLimit", "RegistrationToken", "Runner", "header"]
+__all__ = [
+    "RUNNERS_PER_PAGE",
+    "DeleteOutcome",
+    "RateLimit",
+    "RegistrationToken",
+    "Runner",
+    "RunnerGroup",
+    "header",
+]
 
 #: GitHub documents a maximum page size of 100 for the runner listings; anything smaller only
 #: multiplies requests against the rate limit.
@@ -25,6 +33,29 @@ class RegistrationToken:
 
     token: str = field(repr=False)
     expires_at: datetime
+
+
+#: The runner group every scope has (``runner_group_id`` 1): what a pool without a group uses.
+DEFAULT_RUNNER_GROUP_ID = 1
+
+
+@dataclass(frozen=True)
+class JitRequest:
+    """What a just-in-time runner is made with (``generate-jitconfig``'s body)."""
+
+    name: str
+    labels: tuple[str, ...]
+    runner_group_id: int = DEFAULT_RUNNER_GROUP_ID
+    #: Relative to the runner's folder, or absolute (the pod's work volume).
+    work_folder: str = "_work"
+
+
+@dataclass(frozen=True)
+class JitConfig:
+    """A just-in-time runner, offline on GitHub until a runner runs ``encoded`` (once)."""
+
+    runner_id: int
+    encoded: str = field(repr=False)
 
 
 #: A runner's ``status`` as GitHub reports it; whether it runs a job is ``busy``, apart.
@@ -49,6 +80,26 @@ class Runner:
     @property
     def offline(self) -> bool:
         return self.status == OFFLINE
+
+
+#: A runner group open to the repositories (organization group) or organizations (enterprise
+#: group) chosen for it, rather than to all of them.
+SELECTED = "selected"
+
+
+@dataclass(frozen=True)
+class RunnerGroup:
+    """An organization's or enterprise's runner group: the id a JIT config names, and whether
+    only chosen repositories or organizations may use it (``visibility`` ``selected``)."""
+
+    id: int
+    name: str
+    visibility: str
+    default: bool
+
+    @property
+    def selected(self) -> bool:
+        return self.visibility == SELECTED
 
 
 @dataclass(frozen=True)

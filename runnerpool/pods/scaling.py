@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runnerpool.naming import TEMPLATE_HASH_LABEL
+from runnerpool.pods.failures import Failing, failing
 from runnerpool.pods.state import active, ready, used_up
 
 __all__ = ["SURGE_FRACTION", "PodCounts", "count", "creates", "max_surge"]
@@ -57,6 +58,8 @@ class PodCounts:
     #: Pods that are used up (``runnerpool.pods.state``) and not being deleted yet: the runner
     #: managers replace them.
     used_up: int = 0
+    #: Active pods stuck before their runner can run, by reason (``runnerpool.pods.failures``).
+    failing: tuple[Failing, ...] = ()
 
     @property
     def outdated(self) -> int:
@@ -77,6 +80,7 @@ def count(pods: Iterable[Mapping[str, Any]], desired: int, wanted: str, pending:
         ready=sum(1 for p in running if ready(p)),
         updated=sum(1 for p in running if pod_hash(p) == wanted) + pending,
         used_up=sum(1 for p in live if used_up(p) and not (p.get("metadata") or {}).get("deletionTimestamp")),
+        failing=failing(live),
     )
 
 

@@ -4,11 +4,16 @@ Reads come from the informer caches and every write is skipped when the cache al
 shows the result, so a converged pool costs no write here.  Creates are the only pod
 writes of the reconciler; scale-down, rollout replacement and finished pods are the runner
 managers' (``runnerpool.runners.retirement``), which know from GitHub which runner is busy.
+
+A create the API server refuses is not an error of the reconcile: it is counted in the
+pool's create backoff (``runnerpool.pods.create_backoff``), which also holds the refusal the
+pool reports until a create goes through.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,9 +21,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children, naming
+from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import pool_key
 from runnerpool.drift import contains
 from runnerpool.pods import adoption, scaling, template
+from runnerpool.pods.create_backoff import CreateBackoff, CreateFailure
 from runnerpool.pods.expectations import Expectations, still_pending
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import (
@@ -31,7 +38,7 @@ from runnerpool.runtime.kube import (
 )
 from runnerpool.writes import Write, Writes
 
-__all__ = ["PodStep"]
+__all__ = ["Converged", "PodStep"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +52,32 @@ class LivePods:
 
     pods: list[dict[str, Any]]
     expected: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Converged:
+    """What :meth:`PodStep.converge` left: the counts after its creates, and a refusal."""
+
+    counts: scaling.PodCounts
+    #: This pass's create was refused (``None``: no create was refused in this pass).
+    refused: CreateFailure | None = None
+    #: Seconds until the next create may be tried (the pool is backing off).
+    retry_in: float | None = None
+
+
+#: The suffix the API server appends to a ``generateName`` (five of its consonants and digits).
+_GENERATED_SUFFIX = "[a-z0-9]{5}"
+
+
+def refusal(err: ApiException, pool: str) -> str:
+    """What the API server said of a refused runner pod, without the name it drew for it.
+
+    The name is generated before admission, so each refusal names another pod
+    (``pods "p-x7k2q" is forbidden: ...``); with ``p-*`` instead, the same cause reads the same
+    every time: one Event counting the attempts, one condition message, no status write.
+    """
+    prefix = naming.runner_pod_prefix(pool)
+    return re.sub(rf'"{re.escape(prefix)}{_GENERATED_SUFFIX}"', f'"{prefix}*"', describe(err))
 
 
 def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
@@ -66,10 +99,12 @@ class PodStep:
         *,
         default_image: str,
         default_api_url: str,
+        backoff: CreateBackoff | None = None,
     ) -> None:
         self._cache = cache
         self._kube = Kube(api_client)
         self._expectations = expectations
+        self._backoff = backoff or CreateBackoff()
         self._image = default_image
         self._api_url = default_api_url
 
@@ -87,18 +122,23 @@ class PodStep:
         self, pool: api.RunnerPool, replicas: int, live: LivePods, *, with_creates: bool = False
     ) -> scaling.PodCounts:
         """The pool's pods as they are (``live``: this pass's :meth:`read`), without any write;
-        ``with_creates``: as they will be once :meth:`converge` made the missing ones."""
+        ``with_creates``: as they will be once :meth:`converge` made the missing ones (none
+        while the pool backs off from a refused create)."""
         counts = self._count(pool, live, replicas)
-        return _after(counts, scaling.creates(counts)) if with_creates else counts
+        if not with_creates or self._backing_off(pool) is not None:
+            return counts
+        return _after(counts, scaling.creates(counts))
+
+    def create_failure(self, pool: api.RunnerPool) -> CreateFailure | None:
+        """The refusal the pool reports: its current template's last create was refused."""
+        return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
 
     def _count(self, pool: api.RunnerPool, live: LivePods, replicas: int) -> scaling.PodCounts:
         names = [str(p["metadata"].get("name")) for p in live.pods]
         return scaling.count(live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names))
 
-    def converge(
-        self, pool: api.RunnerPool, writes: Writes, replicas: int, live: LivePods
-    ) -> scaling.PodCounts:
-        """Take over, keep the budget, create what is missing; returns the counts after the creates.
+    def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: LivePods) -> Converged:
+        """Take over, keep the budget, create what is missing (unless backing off from a refusal).
 
         ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
         ``live``: this pass's :meth:`read`.
@@ -108,14 +148,47 @@ class PodStep:
         key = pool_key(pool.namespace, pool.name)
         counts = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
-        for _ in range(wanted):
-            self._create_pod(pool, key)
+        if not wanted:
+            self._backoff.forget(key)  # nothing to create: no refusal left to report
+            return Converged(counts)
+        wait = self._backing_off(pool)
+        if wait is not None:
+            return Converged(counts, retry_in=wait)
+        for made in range(wanted):
+            try:
+                self._create_pod(pool, key)
+            except ApiException as err:
+                if is_namespace_terminating(err):
+                    raise  # the reconcile ends quietly: the pool is being finalized
+                return self._refused(pool, counts, made, err)
             writes.add(Write.POD_CREATED)
-        return _after(counts, wanted)
+        self._backoff.succeeded(key)
+        return Converged(_after(counts, wanted))
 
-    def forget(self, pool: api.RunnerPool) -> None:
-        """A finalized pool's create expectations go with it."""
-        self._expectations.forget(pool_key(pool.namespace, pool.name))
+    def _backing_off(self, pool: api.RunnerPool) -> float | None:
+        return self._backoff.wait(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
+
+    def _refused(
+        self, pool: api.RunnerPool, counts: scaling.PodCounts, made: int, err: ApiException
+    ) -> Converged:
+        key = pool_key(pool.namespace, pool.name)
+        if made:
+            self._backoff.succeeded(key)  # the backoff counts refusals in a row
+        failure = self._backoff.failed(key, self.wanted_hash(pool), refusal(err, pool.name))
+        log.warning(
+            "pool %s: creating a runner pod failed (%d in a row, next attempt in %.0f s): %s",
+            key,
+            failure.failures,
+            failure.delay,
+            failure.cause,
+        )
+        return Converged(_after(counts, made), refused=failure, retry_in=failure.delay)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A finalized or gone pool's create expectations and backoff go with it."""
+        key = pool_key(namespace, name)
+        self._expectations.forget(key)
+        self._backoff.forget(key)
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
         body = template.runner_pod(pool, self._image, self._api_url)

@@ -4,7 +4,8 @@ Every pod carries the hash of the template it was made from (``naming.TEMPLATE_H
 way a Deployment's ReplicaSets carry ``pod-template-hash``: a pod whose label differs from
 the pool's current hash is outdated and is replaced by the rollout rules
 (``runnerpool.pods.scaling``, ``runnerpool.runners.retirement``).  The hash covers the whole
-pod template (labels and spec, the operator's own defaults included), so an operator
+pod template (labels and spec, the operator's own defaults included, the pool's
+``spec.template`` merged on by ``runnerpool.pods.merge``), so an operator
 upgrade that changes the pod rolls the pools too, and it is computed from canonical JSON
 so that the same pool always gives the same hash, in every process.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
-from runnerpool.pods import kubernetes_mode
+from runnerpool.pods import kubernetes_mode, merge, registration, security
 
 __all__ = [
     "busy_grace_seconds",
@@ -43,22 +44,21 @@ __all__ = [
 
 _HASH_LENGTH = 10
 
-TOKEN_MOUNT_DIR = "/runner-token"
-WORK_DIR = "/runner/_work"
-_TOKEN_VOLUME = "runner-token"
+WORK_DIR = naming.WORK_DIR
 _WORK_VOLUME = naming.WORK_VOLUME
-#: The group of the runner image's user ("runner", 1001:1001 in actions-runner). As the pod's
-#: fsGroup it owns the token volume: a Secret file with mode 0440 is otherwise root:root
-#: and the runner gets "Permission denied".
-RUNNER_GID = 1001
 
 
 def pod_template(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
     """Labels and spec of the pool's runner pods, without the hash that names this template."""
-    return {
+    operators = {
         "metadata": {"labels": children.selector_labels(pool)},
         "spec": pod_spec(pool, default_image, children.api_url(pool, default_api_url)),
     }
+    # The register init container is made from the merged runner container: a template's image,
+    # env (a proxy) or mounts (a CA bundle) reach config.sh too.
+    merged = merge.apply_template(operators, pool.spec.template)
+    merged["spec"] = registration.with_register_container(merged["spec"])
+    return merged
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -77,9 +77,11 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{pool.name}-",
+            "generateName": naming.runner_pod_prefix(pool.name),
             "namespace": pool.namespace,
             "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
+            # The pool's template may add annotations (runnerpool.pods.merge); the operator has none.
+            **{k: v for k, v in template["metadata"].items() if k == "annotations"},
             "ownerReferences": [children.owner_reference(pool)],
         },
         "spec": template["spec"],
@@ -118,23 +120,28 @@ def runner_labels(pool: api.RunnerPool) -> list[str]:
 
 
 def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
-    scope: dict[str, Any] = (
-        {"name": "RUNNER_ORG", "value": pool.spec.organization}
-        if pool.spec.organization
-        else {"name": "RUNNER_REPO", "value": pool.spec.repository}
-    )
+    scope = pool.scope
+    scope_env = {"enterprise": "RUNNER_ENTERPRISE", "organization": "RUNNER_ORG", "repository": "RUNNER_REPO"}
     fixed: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "RUNNER_POOL_NAME", "value": pool.name},
-        scope,
+        {"name": scope_env[scope.kind], "value": scope.name},
+        *_runner_group_env(pool),
         {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
-        {"name": "RUNNER_TOKEN_FILE", "value": f"{TOKEN_MOUNT_DIR}/{naming.TOKEN_SECRET_KEY}"},
         {"name": "RUNNER_BUSY_GRACE_SECONDS", "value": str(busy_grace_seconds(pool))},
+        *registration.runner_env(),
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
+
+
+def _runner_group_env(pool: api.RunnerPool) -> list[dict[str, Any]]:
+    """``RUNNER_GROUP`` (``config.sh --runnergroup``) only for a pool that names a group, so the
+    pods (and template hash) of every other pool stay as they were."""
+    group = pool.spec.runner_group
+    return [] if group is None else [{"name": "RUNNER_GROUP", "value": group}]
 
 
 def busy_grace_seconds(pool: api.RunnerPool) -> int:
@@ -150,15 +157,21 @@ def termination_grace_seconds(pool: api.RunnerPool) -> int:
 
 
 def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> dict[str, Any]:
-    """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods."""
+    """The runner pod's spec; ``runnerpool.pods.template`` wraps it into the pool's pods.
+
+    The runner container runs the jobs and never mounts a registration credential: the
+    register init container (``runnerpool.pods.registration``) hands it its runner's own
+    configuration.
+    """
     spec = pool.spec
     container: dict[str, Any] = {
         "name": naming.RUNNER_CONTAINER,
         "image": spec.runner_image or default_image,
+        "args": registration.runner_args(),
         "env": _env(pool, github_api_url),
+        "securityContext": security.runner_security_context(),
         "volumeMounts": [
-            # A file, not an env var: a restarted container reads the current token.
-            {"name": _TOKEN_VOLUME, "mountPath": TOKEN_MOUNT_DIR, "readOnly": True},
+            *registration.runner_mounts(),
             {"name": _WORK_VOLUME, "mountPath": WORK_DIR},
             *spec.volume_mounts,
         ],
@@ -168,20 +181,13 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
     pod: dict[str, Any] = {
         # One pod, one runner, one job: the ephemeral runner exits 0 after its job, which ends
         # the pod (Succeeded) and the runner managers replace it.  A failure (say config.sh
-        # could not reach GitHub) restarts the container with the kubelet's backoff; a
-        # container that restarts after it registered exits 0 at once (entrypoint.sh).
+        # could not reach GitHub) restarts the init container with the kubelet's backoff; a
+        # runner container that restarts after its runner started exits 0 at once (entrypoint.sh).
         "restartPolicy": "OnFailure",
-        "securityContext": {"fsGroup": RUNNER_GID},
+        "securityContext": security.pod_security_context(),
         "containers": [container],
         "volumes": [
-            {
-                "name": _TOKEN_VOLUME,
-                "secret": {
-                    "secretName": naming.token_secret_name(pool.name),
-                    "items": [{"key": naming.TOKEN_SECRET_KEY, "path": naming.TOKEN_SECRET_KEY}],
-                    "defaultMode": 0o440,
-                },
-            },
+            *registration.volumes(pool),
             {"name": _WORK_VOLUME, **(spec.work_volume or {"emptyDir": {}})},
             *spec.volumes,
         ],

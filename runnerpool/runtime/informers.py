@@ -23,6 +23,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.informer import ADDED, DELETED, MODIFIED
+from prometheus_client import Gauge
 
 from runnerpool.domain import pool_key
 from runnerpool.runtime.kube import Kube, Resource
@@ -44,6 +45,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Enqueue = Callable[[str], None]
+
+#: Read at scrape time from the latest informer set of the process (the operator has one): what
+#: its memory holds, and the proof that a cache selected by label holds nothing else.
+CACHED_OBJECTS = Gauge(
+    "runnerpool_cache_objects",
+    "Objects the operator's informer caches hold, by watch (Secrets: its own; CredentialSecrets: "
+    "those pools name; RunnerPools, Pods, ...).",
+    ["watch"],
+)
 
 
 class NamespaceNotWatchedError(LookupError):
@@ -162,6 +172,8 @@ class InformerSet:
             entry = self._entries.setdefault(watch.name, _Entry(watch))
             for namespace in _scopes(namespaces):
                 entry.informers[namespace] = self._informer(kube, watch, namespace, resync_period)
+        for name in self._entries:
+            CACHED_OBJECTS.labels(name).set_function(self._counter(name))
 
     def _informer(
         self, kube: Kube, watch: Watch, namespace: str | None, resync_period: float
@@ -281,6 +293,13 @@ class InformerSet:
 
     def keys_by(self, watch: str, namespace: str | None, index: str, value: str) -> list[str]:
         return [key for s in self._entries[watch].stores(namespace) for key in s.keys_by(index, value)]
+
+    def _counter(self, watch: str) -> Callable[[], float]:
+        return lambda: float(self.count(watch))
+
+    def count(self, watch: str) -> int:
+        """How many objects ``watch``'s informers hold, all namespaces together."""
+        return sum(len(store) for store in self._entries[watch].stores(None))
 
     def watches(self, watch: str) -> bool:
         """Whether the table made informers for ``watch`` (``cluster_scoped`` may leave some out)."""

@@ -165,6 +165,10 @@ class Store(ObjectCache):  # type: ignore[misc]  # kubernetes is untyped (pyproj
 
     # -- reads (any thread): shared objects, never to be changed ---------------------------
 
+    def __len__(self) -> int:
+        with self._rlock:
+            return len(self._objects)
+
     def key_of(self, obj: Obj) -> str:
         return str(self._key_func(obj))
 

@@ -29,7 +29,7 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import BAD_PAT, REPO
 from tests.e2e.test_metrics_auth import scrape
 from tests.helpers import wait_for
-from tests.pools import create_pool, pool_manifest
+from tests.pools import create_pool, play_kubelet, pool_manifest
 from testworld.envtest.controlplane import free_port
 from testworld.envtest.serviceaccount import metrics_reader_binding, token_of
 from testworld.fakegithub import FakeGitHub
@@ -77,6 +77,20 @@ def prometheus_token(api_client: client.ApiClient, namespace: str) -> Iterator[s
         yield token
 
 
+def stuck_pool(api_client: client.ApiClient, namespace: str) -> None:
+    """A pool whose one pod, started by the simulator, the kubelet then reports crash-looping."""
+    core = client.CoreV1Api(api_client)
+    create_pool(api_client, namespace, pool_manifest("stuck", repo=REPO, replicas=1))
+
+    def started() -> str:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}=stuck").items
+        running = [p.metadata.name for p in pods if p.status.phase == "Running"]
+        return running[0] if running else ""
+
+    pod: str = wait_for(started, TIMEOUT, 0.2, "the stuck pool's pod")
+    play_kubelet(api_client, namespace, pod, state="waiting")
+
+
 def missing_from(exported: set[str], wanted: dict[str, list[str]]) -> dict[str, list[str]]:
     return {name: panels for name, panels in sorted(wanted.items()) if name not in exported}
 
@@ -119,6 +133,7 @@ def test_every_metric_a_panel_names_is_exported(
             namespace,
             pool_manifest("locked", repo=REPO, replicas=1, credentialSecretName="revoked-pat"),
         )
+        stuck_pool(api_client, namespace)
         label = naming.pool_runner_label(namespace, "served")
         job = fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
         wait_for(

@@ -120,6 +120,7 @@ BROKEN = [
     ("RunnerPoolNotReady", "== 0", "<= 1", "fires for Ready pools"),
     ("RunnerPoolNotReady", "max by (namespace, pool) (runnerpool_pool_ready)", "runnerpool_pool_ready",
      "a leader change restarts the 10 minutes"),
+    ("RunnerPoolRunnerPodsFailing", "> 0", "> 1", "misses a single stuck pod"),
     ("RunnerPoolTokenRefreshFailing", "unless on (namespace, pool)", "or on (namespace, pool)",
      "fires for a failure the next refresh fixed"),
     ("RunnerPoolTokenExpiringSoon", "< 15 * 60", "< 45 * 60", "fires an hour early"),

@@ -1,7 +1,8 @@
 """The runner user (uid 1001, as in the real image) can read the token the operator mounts.
 
 On a real kubelet a Secret volume with mode 0440 is owned root:root unless the pod sets an
-fsGroup: a runner running as uid 1001 then gets "Permission denied" and never registers.
+fsGroup: the register init container, running as uid 1001, then gets "Permission denied" and
+never registers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from kubernetes import client
 
 from runnerpool import naming
+from runnerpool.pods import registration
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
 from tests.pools import create_pool
@@ -41,11 +43,14 @@ def test_the_runner_user_reads_the_mounted_token(
     )[0]
     wait_for(lambda: _token(core, namespace, "token"), POD_TIMEOUT, message="a token in the pool's Secret")
 
-    # The operator's own pod, only the command replaced: who am I, and the token file.
+    # The operator's own pod, its register init container run with another command (who am I,
+    # and the token file) as the pod's one container.
     spec: dict[str, Any] = copy.deepcopy(api_client.sanitize_for_serialization(pod.spec))
     spec["restartPolicy"] = "Never"
-    runner = next(c for c in spec["containers"] if c["name"] == naming.RUNNER_CONTAINER)
-    runner["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
+    register = next(c for c in spec.pop("initContainers") if c["name"] == registration.REGISTER_CONTAINER)
+    register["command"] = ["bash", "-c", 'id -u; cat "$RUNNER_TOKEN_FILE"']
+    register["name"] = naming.RUNNER_CONTAINER
+    spec["containers"] = [register]
     name = f"token-probe-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
 
@@ -57,5 +62,5 @@ def test_the_runner_user_reads_the_mounted_token(
     log = core.read_namespaced_pod_log(name, namespace, container=naming.RUNNER_CONTAINER)
     secret = core.read_namespaced_secret(naming.token_secret_name("token"), namespace)
     token = base64.b64decode(secret.data[naming.TOKEN_SECRET_KEY]).decode()
-    assert phase == "Succeeded", f"the runner user could not read its token; pod log:\n{log}"
+    assert phase == "Succeeded", f"the register container's user could not read the token; pod log:\n{log}"
     assert log.split() == [str(RUNNER_UID), token]

@@ -12,19 +12,25 @@
 #                            the worker has ended ("stub <name> job done"); SIGTERM meanwhile is
 #                            recorded as with _BLOCK, the worker stopped, exit _TERM_EXIT
 #   STUB_<NAME>_EXIT=N       otherwise print the marker and exit with N (default 0)
+#   STUB_<NAME>_WRITES="F G" first write each file F, G (mode 600) in the working directory,
+#                            as config.sh leaves .runner and .credentials
 set -u
 
 stub_main() {
-    local upper log block worker exit_code term_exit sleeper=0
+    local upper log block worker exit_code term_exit writes file sleeper=0
     upper="$(printf '%s' "${STUB_NAME}" | tr '[:lower:]' '[:upper:]')"
     log="${STUB_LOG_DIR:?STUB_LOG_DIR must be set}"
     block="STUB_${upper}_BLOCK"
     worker="STUB_${upper}_WORKER"
     exit_code="STUB_${upper}_EXIT"
     term_exit="STUB_${upper}_TERM_EXIT"
+    writes="STUB_${upper}_WRITES"
 
     pwd >"${log}/${STUB_NAME}.cwd"
     printf '%s\n' "$@" >"${log}/${STUB_NAME}.args"
+    for file in ${!writes:-}; do
+        (umask 077 && printf '%s of %s\n' "${file}" "${POD_NAME:-}" >"${file}")
+    done
 
     if [[ "${!block:-0}" == 1 ]]; then
         # shellcheck disable=SC2064 # expand now: the values are fixed for this process

@@ -6,7 +6,7 @@ Pending, which is all most of the operator's tests need.  The controller manager
 is optional; with it, owner-reference garbage collection, namespace deletion and
 Deployment → ReplicaSet → Pod work as in a cluster.  ``for_node=True`` adds what a
 kubelet needs around it (``testworld.node``): kube-scheduler and the node
-lifecycle, disruption, pod garbage collection and taint eviction controllers.
+lifecycle, disruption, pod garbage collection, taint eviction and resource quota controllers.
 """
 
 from __future__ import annotations
@@ -346,6 +346,9 @@ class ControlPlane(ComponentGroup):
                 "root-ca-certificate-publisher-controller",
                 # A Service's ready pods: what the API server's service proxy sends requests to.
                 "endpoints-controller",
+                # A ResourceQuota's status.used: admission refuses against it, as on a real
+                # cluster ("exceeded quota"), not with "status unknown" for every quota.
+                "resourcequota-controller",
             ]
         return ",".join(controllers)
 

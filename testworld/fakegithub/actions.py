@@ -23,7 +23,8 @@ under the service URL (``http://HOST:PORT/_actions``), requests carry
            -> 409 a runner has that name and replace=0;  401 tenant credential unknown
     POST   /sessions             runner credential  -> 201 session_id=   (runner online)
     GET    /sessions/{id}/job?wait=S                  (long poll, S capped at 50 s)
-           -> 200 job_id=, run_id=, repository=, labels=, duration_s=   a job offered to it
+           -> 200 job_id=, run_id=, repository=, labels=, duration_s=[, script=]   a job
+              offered to it (script: one line of shell, the job's steps, when it has any)
            -> 204 nothing within S seconds;  404 the session ended
     POST   /jobs/{id}/started    -> 204   job in_progress, runner busy
     POST   /renewjob             job_id=  -> 200 locked_until=<RFC 3339>, renew_s=<seconds>
@@ -31,7 +32,7 @@ under the service URL (``http://HOST:PORT/_actions``), requests carry
            listener makes every 60 s while the job runs: Runner.Listener/JobDispatcher.cs);
            renew again within renew_s.  404 when the job is not the runner's running job
            (completed, or failed for lost contact): stop renewing
-    POST   /jobs/{id}/completed  conclusion=success|failure|cancelled -> 204
+    POST   /jobs/{id}/completed  conclusion=success|failure|cancelled[, summary=] -> 204
            the job completes; an ephemeral runner is removed from GitHub's list
     DELETE /sessions/{id}        -> 204   runner offline, still registered (as the real
                                           runner leaves it: deleting it is the operator's job)
@@ -51,9 +52,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl
 
-from testworld.fakegithub.state import GitHubState, ListenerError, ListenerRecord
+from testworld.fakegithub.state import SERVICE_PATH, GitHubState, ListenerError, ListenerRecord
 
-SERVICE_PATH = "/_actions"
+__all__ = ["SERVICE_PATH", "answer"]
 
 Reply = tuple[int, str]
 _Handler = Callable[[GitHubState, "re.Match[str]", str, dict[str, str], Mapping[str, str]], Reply]
@@ -73,7 +74,12 @@ def _register(
     name = form.get("name", "").strip()
     labels = [label.strip() for label in form.get("labels", "").split(",") if label.strip()]
     runner_id, credential = fake.listener_register(
-        cred, name, labels, ephemeral=_flag(form, "ephemeral"), replace=_flag(form, "replace")
+        cred,
+        name,
+        labels,
+        ephemeral=_flag(form, "ephemeral"),
+        replace=_flag(form, "replace"),
+        runner_group=form.get("runner_group", "").strip(),
     )
     return 201, _lines(runner_id=runner_id, runner_name=name, credential=credential)
 
@@ -101,12 +107,14 @@ def _poll(
     job = fake.listener_poll(cred, m["session"], wait)
     if job is None:
         return 204, ""
+    steps = {} if job.script is None else {"script": job.script}
     return 200, _lines(
         job_id=job.id,
         run_id=job.run_id,
         repository=job.repo.name,
         labels=",".join(job.labels),
         duration_s=f"{job.duration_s:g}",
+        **steps,
     )
 
 
@@ -131,7 +139,9 @@ def _renew(
 def _completed(
     fake: GitHubState, m: re.Match[str], cred: str, form: dict[str, str], _q: Mapping[str, str]
 ) -> Reply:
-    fake.listener_job_completed(cred, int(m["job"]), form.get("conclusion", "success"))
+    fake.listener_job_completed(
+        cred, int(m["job"]), form.get("conclusion", "success"), form.get("summary", "")
+    )
     return 204, ""
 
 

@@ -114,6 +114,11 @@ class Job:
     runner_group_id: int | None = None
     renewed_at: float | None = None
     annotations: list[str] = field(default_factory=list)
+    #: The job's steps for a runner process: one line of shell the stand-in run.sh runs as the
+    #: job (as the runner user, in the runner container) instead of sleeping ``duration_s``.
+    script: str | None = None
+    #: What the job's steps wrote to ``$GITHUB_STEP_SUMMARY`` (GitHub shows it on the run's page).
+    summary: str = ""
 
     @property
     def updated_at(self) -> float:
@@ -142,7 +147,7 @@ def _number(name: str) -> int:
     return int(hashlib.sha1(name.lower().encode()).hexdigest()[:7], 16)
 
 
-def _user(bases: Bases, login: str) -> dict[str, Any]:
+def user_json(bases: Bases, login: str) -> dict[str, Any]:
     number = _number(login)
     url = f"{bases.api}/users/{login}"
     return {
@@ -169,7 +174,7 @@ def repository_json(bases: Bases, repo: Scope) -> dict[str, Any]:
         "node_id": _node_id("Repository", number),
         "name": name,
         "full_name": repo.name,
-        "owner": _user(bases, owner),
+        "owner": user_json(bases, owner),
         "private": True,
         "html_url": f"{bases.web}/{repo.name}",
         "description": None,

@@ -9,7 +9,9 @@ rate-limit resets can be tested without sleeping.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import secrets
 import string
 import threading
@@ -22,7 +24,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
-from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json
+from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json, user_json
 from testworld.fakegithub.webhooks import WebhookSender, workflow_job_payload
 
 DEFAULT_RATE_LIMIT = 5000
@@ -54,13 +56,19 @@ LOST_CONTACT_ANNOTATION = (
 )
 CONCLUSIONS: tuple[Conclusion, ...] = ("success", "failure", "cancelled")
 
-ScopeKind = Literal["org", "repo"]
+ScopeKind = Literal["org", "repo", "enterprise"]
 DeleteOutcome = Literal["deleted", "missing", "busy"]
 FaultKind = Literal["fail", "hang", "secondary"]
 
 _OS_LABELS = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
 _BASE32 = string.ascii_uppercase + "234567"
+#: Where the runner's service (`testworld.fakegithub.actions`) answers, below the web URL.
+SERVICE_PATH = "/_actions"
 _ALNUM = string.ascii_letters + string.digits
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _positive_seconds(name: str, seconds: float) -> float:
@@ -103,7 +111,8 @@ class ListenerError(FakeGitHubError):
 
 @dataclass(frozen=True)
 class Scope:
-    """An organization (``octo-org``) or a repository (``octo/hello``).
+    """An organization (``octo-org``), a repository (``octo/hello``) or an enterprise
+    (``enterprises/big-corp``, as config.sh's URL names it).
 
     GitHub compares names case-insensitively, so `key` is what identifies a
     scope, while `name` keeps the spelling it was created with.
@@ -122,6 +131,8 @@ class Scope:
             text = urlsplit(text).path
         text = text.strip("/").removesuffix(".git")
         parts = text.split("/")
+        if len(parts) == 2 and parts[0] == "enterprises" and parts[1]:
+            return cls("enterprise", parts[1])  # GitHub reserves "enterprises" as an owner
         if len(parts) == 1 and parts[0]:
             return cls("org", parts[0])
         if len(parts) == 2 and all(parts):
@@ -134,10 +145,65 @@ class Scope:
 
     @property
     def api_path(self) -> str:
-        return f"/orgs/{self.name}" if self.kind == "org" else f"/repos/{self.name}"
+        prefixes = {"org": "/orgs/", "repo": "/repos/", "enterprise": "/enterprises/"}
+        return prefixes[self.kind] + self.name
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True)
+class _RunnerGroup:
+    id: int
+    name: str
+    visibility: str
+    members: tuple[str, ...] = ()
+
+
+def _default_group() -> _RunnerGroup:
+    return _RunnerGroup(1, "Default", "all")
+
+
+def _group_json(scope: Scope, group: _RunnerGroup, bases: Bases) -> dict[str, Any]:
+    """The description's runner group object (organization or enterprise flavour)."""
+    url = f"{bases.api}{scope.api_path}/actions/runner_groups/{group.id}"
+    out: dict[str, Any] = {
+        "id": group.id,
+        "name": group.name,
+        "visibility": group.visibility,
+        "default": group.id == 1,
+        "runners_url": f"{url}/runners",
+        "allows_public_repositories": False,
+        "restricted_to_workflows": False,
+        "selected_workflows": [],
+        "workflow_restrictions_read_only": False,
+    }
+    if group.visibility == "selected":
+        member = "repositories" if scope.kind == "org" else "organizations"
+        out[f"selected_{member}_url"] = f"{url}/{member}"
+    if scope.kind == "org":
+        out["inherited"] = False
+    return out
+
+
+def _organization(login: str, bases: Bases) -> dict[str, Any]:
+    """The description's ``Organization Simple``."""
+    user = user_json(bases, login)
+    url = f"{bases.api}/orgs/{login}"
+    return {
+        "login": login,
+        "id": user["id"],
+        "node_id": user["node_id"],
+        "url": url,
+        "repos_url": f"{url}/repos",
+        "events_url": f"{url}/events",
+        "hooks_url": f"{url}/hooks",
+        "issues_url": f"{url}/issues",
+        "members_url": f"{url}/members{{/member}}",
+        "public_members_url": f"{url}/public_members{{/member}}",
+        "avatar_url": user["avatar_url"],
+        "description": None,
+    }
 
 
 @dataclass
@@ -160,6 +226,9 @@ class _Runner:
     last_seen: float = 0.0
     polls: int = 0
     job_id: int | None = None
+    # A just-in-time runner (generate-jitconfig): its config opens one listener session, ever.
+    jit: bool = False
+    jit_used: bool = False
 
 
 @dataclass(frozen=True)
@@ -361,6 +430,8 @@ class GitHubState:
         self._tenants: dict[str, str] = {}
         self._credentials: dict[str, int] = {}
         self._sessions: dict[str, int] = {}
+        self._groups: dict[tuple[str, str], list[_RunnerGroup]] = {}
+        self._group_ids = itertools.count(2)
         for scope in self._initial_scopes:
             self.add_scope(scope)
         for installation_id in self._initial_installations:
@@ -395,12 +466,19 @@ class GitHubState:
             self._notify()
 
     def add_scope(
-        self, scope: str | None = None, *, org: str | None = None, repo: str | None = None
+        self,
+        scope: str | None = None,
+        *,
+        org: str | None = None,
+        repo: str | None = None,
+        enterprise: str | None = None,
     ) -> Scope:
-        """Make an organization or repository exist; adding it twice is harmless."""
+        """Make an organization, repository or enterprise exist; adding it twice is harmless."""
         given = [value for value in (scope, org, repo) if value is not None]
+        if enterprise is not None:
+            given.append(f"enterprises/{enterprise}")
         if len(given) != 1:
-            raise ValueError("give exactly one of scope, org= or repo=")
+            raise ValueError("give exactly one of scope, org=, repo= or enterprise=")
         parsed = Scope.parse(given[0])
         if org is not None and parsed.kind != "org":
             raise ValueError(f"not an organization: {org!r}")
@@ -410,6 +488,22 @@ class GitHubState:
             existing = self._scopes.setdefault(parsed.key, parsed)
             self._notify()
             return existing
+
+    def add_runner_group(
+        self, scope: str | Scope, name: str, *, visibility: str = "all", members: Iterable[str] = ()
+    ) -> int:
+        """A runner group of an organization or enterprise (scope as ``add_scope`` made it);
+        ``members``: the repositories (``owner/name``) or organizations a ``selected`` group
+        admits. Returns the group's id (1 is every scope's ``Default`` group)."""
+        with self._lock:
+            found = self._scope(scope)
+            if found.kind == "repo":
+                raise ValueError(f"a repository has no runner groups: {found.name!r}")
+            groups = self._groups.setdefault(found.key, [_default_group()])
+            group = _RunnerGroup(next(self._group_ids), name, visibility, tuple(members))
+            groups.append(group)
+            self._notify()
+            return group.id
 
     def scopes(self) -> list[Scope]:
         with self._lock:
@@ -649,6 +743,7 @@ class GitHubState:
         *,
         name: str = "build",
         workflow_name: str = "CI",
+        script: str | None = None,
     ) -> int:
         """Queue a ``workflow_job`` with these ``runs-on`` labels in a repository; returns its id.
 
@@ -658,8 +753,11 @@ class GitHubState:
         all of the job's (ignoring case), runs ``duration_s`` seconds and completes
         with ``success``; a runner process (see ``actions.py``) starts and completes it
         itself, a runner made through the control API has it played by the fake.
+        ``script`` (one line of shell) is what a runner process runs as the job's steps.
         """
         parsed = Scope.parse(scope)
+        if script is not None and ("\n" in script or not script.strip()):
+            raise ValueError(f"a job's script is one non-empty line of shell, got {script!r}")
         if parsed.kind != "repo":
             raise ValueError(f"a job belongs to a repository (owner/repo), not {parsed.name!r}")
         wanted = [str(label) for label in labels]
@@ -680,6 +778,7 @@ class GitHubState:
                 name=name,
                 workflow_name=workflow_name,
                 created_at=self.clock(),
+                script=script,
             )
             self._jobs[job.id] = job
             self._open_jobs[job.id] = job
@@ -919,9 +1018,20 @@ class GitHubState:
             return tenant
 
     def listener_register(
-        self, tenant: str, name: str, labels: Iterable[str], *, ephemeral: bool, replace: bool
+        self,
+        tenant: str,
+        name: str,
+        labels: Iterable[str],
+        *,
+        ephemeral: bool,
+        replace: bool,
+        runner_group: str = "",
     ) -> tuple[int, str]:
-        """Add the runner of a configured runner process; it stays offline until a session opens."""
+        """Add the runner of a configured runner process; it stays offline until a session opens.
+
+        ``runner_group`` (``config.sh --runnergroup``): the group it joins, by name compared
+        case-insensitively as the runner does; a name the scope has no group of fails as the
+        real runner's configuration fails. Empty: the default group."""
         with self._lock:
             token = self._tenants.get(tenant)
             if token is None:
@@ -929,6 +1039,12 @@ class GitHubState:
             if not name:
                 raise ValueError("a runner needs a name")
             scope = self._registration_tokens[token].scope
+            groups = self._groups.get(scope.key) or [_default_group()]
+            group = next((g for g in groups if g.name.lower() == runner_group.lower()), None)
+            if runner_group and group is None:
+                raise ListenerError(
+                    404, f"Could not find any self-hosted runner group named {runner_group!r}."
+                )
             try:
                 runner_id = self.register_runner_with_token(
                     scope, token, name, labels, ephemeral=ephemeral, replace=replace
@@ -937,6 +1053,7 @@ class GitHubState:
                 raise ListenerError(409 if "same name" in str(exc) else 401, str(exc)) from None
             runner = self._runners[runner_id]
             runner.listener, runner.status = True, "offline"
+            runner.runner_group_id = group.id if group is not None else 1
             credential = secrets.token_urlsafe(24)
             self._credentials[credential] = runner_id
             self._notify()
@@ -950,9 +1067,19 @@ class GitHubState:
         return runner
 
     def listener_open_session(self, credential: str) -> str:
-        """The runner's listener starts: the runner is online and may be offered jobs."""
+        """The runner's listener starts: the runner is online and may be offered jobs.
+
+        A JIT runner's config is single-use: its first listener opens a session, a second run
+        with the same config is refused (409), whether or not the first is still running.
+        """
         with self._lock:
             runner = self._listener(credential)
+            if runner.jit:
+                if runner.jit_used:
+                    raise ListenerError(
+                        409, f"the JIT config of runner {runner.name!r} has been used already"
+                    )
+                runner.jit_used = True
             if runner.session is not None:
                 self._sessions.pop(runner.session, None)
             runner.session = secrets.token_urlsafe(16)
@@ -1042,7 +1169,17 @@ class GitHubState:
                 raise UnknownJobError(f"no job {job_id} was queued")
             return list(found.annotations)
 
-    def listener_job_completed(self, credential: str, job_id: int, conclusion: str) -> None:
+    def summary(self, job_id: int) -> str:
+        """The job's summary (what its steps wrote to ``$GITHUB_STEP_SUMMARY``), empty without one."""
+        with self._lock:
+            found = self._jobs.get(job_id)
+            if found is None:
+                raise UnknownJobError(f"no job {job_id} was queued")
+            return found.summary
+
+    def listener_job_completed(
+        self, credential: str, job_id: int, conclusion: str, summary: str = ""
+    ) -> None:
         """The runner finished its job; an ephemeral runner is removed, as GitHub does."""
         if conclusion not in CONCLUSIONS:
             raise ValueError(f"conclusion must be one of {', '.join(CONCLUSIONS)}, got {conclusion!r}")
@@ -1052,6 +1189,7 @@ class GitHubState:
             if job.status == "queued":
                 self._start(job, runner, self.clock())
             runner.last_seen = self.clock()
+            job.summary = summary
             self._finish(job, conclusion)
             self._tick()
             self._notify()
@@ -1364,6 +1502,25 @@ class GitHubState:
                 self._notify()
             return found
 
+    def api_runner_groups(self, scope: Scope, bases: Bases) -> list[dict[str, Any]]:
+        """``GET .../actions/runner-groups``: GitHub's runner group objects."""
+        with self._lock:
+            groups = self._groups.get(scope.key) or [_default_group()]
+            return [_group_json(scope, group, bases) for group in groups]
+
+    def api_runner_group_members(
+        self, scope: Scope, bases: Bases, group_id: int
+    ) -> list[dict[str, Any]] | None:
+        """A ``selected`` group's repositories (organization) or organizations (enterprise);
+        ``None`` for a group that does not exist (404)."""
+        with self._lock:
+            group = next((g for g in self._groups.get(scope.key, []) if g.id == group_id), None)
+            if group is None:
+                return None
+            if scope.kind == "org":
+                return [repository_json(bases, Scope("repo", name)) for name in group.members]
+            return [_organization(login, bases) for login in group.members]
+
     def api_list_runners(self, scope: Scope, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             self._tick()
@@ -1392,6 +1549,52 @@ class GitHubState:
             self._forget_runner(runner)
             self._notify()
             return "deleted", runner.name
+
+    def api_generate_jitconfig(
+        self,
+        scope: Scope,
+        bases: Bases,
+        *,
+        name: str,
+        labels: list[str],
+        runner_group_id: int,
+        work_folder: str,
+    ) -> tuple[dict[str, Any], str]:
+        """``POST .../actions/runners/generate-jitconfig``: the runner (offline) and its encoded config.
+
+        The runner exists from now on, ephemeral and offline until a listener runs the config.
+        A name already taken is refused (`RegistrationRejectedError`: GitHub's 409).  The
+        config is what ``run.sh --jitconfig`` takes: base64 of a JSON object whose
+        ``.runner`` and ``.credentials`` are base64 of the files config.sh would have written
+        (here the stand-ins' key=value files; GitHub's also carry ``.credentials_rsaparams``).
+        """
+        with self._lock:
+            self._tick()
+            try:
+                self._find_runner(scope, name)
+            except UnknownRunnerError:
+                pass
+            else:
+                raise RegistrationRejectedError(
+                    f"Already exists - A runner with the name {name} already exists."
+                )
+            runner_id = self.register_runner(
+                scope, name, labels, status="offline", ephemeral=True, replace=False
+            )
+            runner = self._runners[runner_id]
+            runner.listener, runner.jit, runner.runner_group_id = True, True, runner_group_id
+            credential = secrets.token_urlsafe(24)
+            self._credentials[credential] = runner_id
+            settings = (
+                f"service={bases.web}{SERVICE_PATH}\nrunner_id={runner_id}\nrunner_name={name}\n"
+                f"ephemeral=1\nwork={work_folder}\n"
+            )
+            files = {".runner": settings, ".credentials": f"credential={credential}\n"}
+            encoded = json.dumps(
+                {key: base64.b64encode(text.encode()).decode() for key, text in files.items()}
+            )
+            self._notify()
+            return self._runner_json(runner), _b64(encoded)
 
     def api_registration_token(self, scope: Scope) -> RegistrationToken:
         with self._lock:

@@ -48,10 +48,12 @@ RUNNER_STANDINS = REPO_ROOT / "testworld" / "runner_image"
 RUNNER_UID = 1001
 RUNNER_HOME = "/home/runner"
 ENTRYPOINT_PATH = "/usr/local/bin/runnerpool-runner-entrypoint"
+#: Where the image keeps the test jobs' steps (testworld/runner_image/jobs/), e.g. the steal probe.
+JOBS_DIR = "/opt/runnerpool-test-jobs"
 #: Host commands for the image: bash, curl and the coreutils a shell script reaches for
 #: (the stand-ins and the entrypoint use bash, curl, tr, date, dirname, mkdir, sleep, cat,
 #: env, rm, ls).  Named here, not read from dpkg: the sealed world hides /var/lib.
-_COREUTILS = """basename cat chmod cp cut date dirname echo env false head id ln ls mkdir mktemp mv
+_COREUTILS = """base64 basename cat chmod cp cut date dirname echo env false head id ln ls mkdir mktemp mv
 printf pwd readlink rm rmdir seq sleep sort stat tail tee test timeout touch tr true uname uniq wc whoami"""
 RUNNER_HOST_COMMANDS = ("bash", "curl", *_COREUTILS.split())
 #: Bumped when the packing itself changes, so old archives are not reused.
@@ -316,6 +318,9 @@ def runner_image() -> Image:
     # KUBERNETES_NOVOLUME_HOOK); the stand-in worker runs it itself, the real runner with node.
     for hook in (KUBERNETES_HOOK, KUBERNETES_NOVOLUME_HOOK):
         rootfs.file(hook, (RUNNER_STANDINS / "k8s-hook.sh").read_bytes(), 0o755, RUNNER_UID)
+    # What test jobs run as their steps, outside the runner's folder like a checked-out repository.
+    for script in sorted((RUNNER_STANDINS / "jobs").glob("*.sh")):
+        rootfs.file(f"{JOBS_DIR}/{script.name}", script.read_bytes(), 0o755)
     config = {
         "User": f"{RUNNER_UID}:{RUNNER_UID}",
         "WorkingDir": RUNNER_HOME,

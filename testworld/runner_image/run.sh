@@ -28,9 +28,10 @@
 #
 # With ACTIONS_RUNNER_CONTAINER_HOOKS set, a job runs through the container hooks instead
 # (worker.sh, still called Runner.Worker), and a step that fails makes the job's conclusion
-# "failure".
+# "failure" (a job's script is then not run: the hooks' step stands in for it).
 #
-# RUNNER_POLL_SECONDS (default 20) bounds each long poll.
+# RUNNER_POLL_SECONDS (default 20) bounds each long poll. `run.sh --jitconfig CONFIG` runs a
+# just-in-time runner without config.sh (see below); a config already used is refused.
 
 STANDIN_NAME=run.sh
 # shellcheck source=testworld/runner_image/standin-lib.sh
@@ -38,6 +39,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/standin-lib.sh"
 
 POLL_SECONDS="${RUNNER_POLL_SECONDS:-20}"
 [[ "${POLL_SECONDS}" =~ ^[0-9]+$ ]] || { log "error: RUNNER_POLL_SECONDS must be whole seconds"; exit 1; }
+
+# --jitconfig CONFIG: a just-in-time runner (GitHub's generate-jitconfig), configured by the
+# config itself instead of config.sh: base64 of JSON whose .runner and .credentials are base64
+# of the files config.sh would write. GitHub accepts a config once.
+if [[ "${1:-}" == --jitconfig ]]; then
+    [[ -n "${2:-}" ]] || { log "error: --jitconfig needs a value"; exit 1; }
+    decoded="$(printf '%s' "$2" | base64 -d 2>/dev/null)" || { log "error: the JIT config is not base64"; exit 1; }
+    if ! runner_b64="$(json_string .runner "${decoded}")" ||
+        ! credentials_b64="$(json_string .credentials "${decoded}")"; then
+        log "error: the JIT config has no .runner or .credentials"
+        exit 1
+    fi
+    unset decoded
+    printf '%s' "${runner_b64}" | base64 -d >"${RUNNER_FILE}" || { log "error: cannot write ${RUNNER_FILE}"; exit 1; }
+    (umask 077 && printf '%s' "${credentials_b64}" | base64 -d >"${CREDENTIALS_FILE}") ||
+        { log "error: cannot write ${CREDENTIALS_FILE}"; exit 1; }
+    unset runner_b64 credentials_b64
+    shift 2
+fi
+[[ $# -eq 0 ]] || { log "error: unknown option '$1' (this stand-in takes --jitconfig CONFIG or nothing)"; exit 1; }
 
 if [[ ! -r "${RUNNER_FILE}" || ! -r "${CREDENTIALS_FILE}" ]]; then
     log "error: Runner is not configured (run config.sh first)."
@@ -77,6 +98,7 @@ http POST "${service}/sessions" "${auth}"
 case "${http_status}" in
     201) session="$(value_of session_id "${http_body}")" ;;
     401) revoked ;;
+    409) finish "error: GitHub refused the runner's session: $(error_message)" 1 ;;
     *) finish "error: cannot open a listener session (HTTP ${http_status}): $(error_message)" 1 ;;
 esac
 log "connected to GitHub as ${runner_name}; listening for jobs"
@@ -134,9 +156,11 @@ report() {
     done
 }
 
-# run_job ID DURATION: start it, sleep through it (signals interrupt), report its end.
+# run_job ID DURATION [SCRIPT]: start it, sleep through it or run its script (signals
+# interrupt), report its end: success, or failure when the script failed, with what the script
+# wrote to $GITHUB_STEP_SUMMARY, as the real runner uploads a job's summary; sets job_conclusion.
 run_job() {
-    local job_id="$1" duration="$2" conclusion=success
+    local job_id="$1" duration="$2" script="${3:-}" conclusion=success
     interruptible=0
     report "${job_id}" started
     case "${http_status}" in
@@ -148,29 +172,43 @@ run_job() {
             ;;
     esac
     start_renewing "${job_id}"
-    log "running job ${job_id} for ${duration}s"
     interruptible=1
+    local summary="${STANDIN_DIR}/.summary.${job_id}" plain_sleep=0
+    : >"${summary}"
     if [[ -n "${ACTIONS_RUNNER_CONTAINER_HOOKS:-}" ]]; then
         # The job's containers are the hooks' (worker.sh): its step decides the conclusion.
-        (exec -a Runner.Worker bash "${STANDIN_DIR}/worker.sh" "${job_id}" "${duration}") &
+        log "running job ${job_id} through the container hooks"
+        (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash "${STANDIN_DIR}/worker.sh" "${job_id}" "${duration}") &
+    elif [[ -n "${script}" ]]; then
+        log "running job ${job_id}'s steps"
+        (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash -c "${script}") &
     else
+        plain_sleep=1
+        log "running job ${job_id} for ${duration}s"
         (exec -a Runner.Worker sleep "${duration}") &
     fi
     child=$!
     wait_child
     interruptible=0
     stop_renewing
-    # A worker that did not end well: cut short by a signal (cancelled), or its step failed.
-    if [[ "${child_status}" -ne 0 && "${stopping}" -eq 1 ]]; then
-        conclusion=cancelled
-    elif [[ "${child_status}" -ne 0 ]]; then
-        conclusion=failure
+    # Cancelled only if the signal cut the job short: a job that ran to its end before the
+    # signal came is a success (the real runner's worker reports its own result when it ends;
+    # a listener told to stop afterwards changes nothing). A plain sleep ends early only by a
+    # signal; a script or a hooks step that failed by itself fails.
+    if [[ "${child_status}" -ne 0 ]]; then
+        if [[ "${stopping}" -eq 1 || "${plain_sleep}" -eq 1 ]]; then
+            conclusion=cancelled
+        else
+            conclusion=failure
+        fi
     fi
-    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}"
+    report "${job_id}" completed --data-urlencode "conclusion=${conclusion}" --data-urlencode "summary@${summary}"
+    rm -f "${summary}"
     if [[ "${http_status}" != 204 ]]; then
         log "reporting job ${job_id} failed (HTTP ${http_status}): $(error_message)"
     fi
     log "job ${job_id} completed with result: ${conclusion}"
+    job_conclusion="${conclusion}"
 }
 
 while [[ "${stopping}" -eq 0 ]]; do
@@ -182,10 +220,11 @@ while [[ "${stopping}" -eq 0 ]]; do
         200)
             job_id="$(value_of job_id "${http_body}")"
             duration="$(value_of duration_s "${http_body}")"
-            run_job "${job_id}" "${duration}" || continue
+            script="$(value_of script "${http_body}")" || script=""
+            run_job "${job_id}" "${duration}" "${script}" || continue
             if [[ "${stopping}" -eq 1 ]]; then
                 # An ephemeral runner was removed with its job; a closed session is harmless.
-                finish "stopped while running job ${job_id}; it was cancelled" 0
+                finish "stopped while running job ${job_id}; it ended ${job_conclusion}" 0
             fi
             if [[ "${ephemeral}" == 1 ]]; then
                 # GitHub removed the runner with its job: there is no session left to close.

@@ -37,23 +37,22 @@ on_signal() {
 }
 
 # Waits for the background process $child, also across trapped signals (wait returns early
-# when a trap runs; bash would defer the trap for a foreground command). Its exit status is
-# then in child_status.
-# shellcheck disable=SC2034 # used by the scripts that source this file
-child_status=0
+# when a trap runs; bash would defer the trap for a foreground command). Sets child_status.
 wait_child() {
     if [[ "${stopping}" -eq 1 && "${interruptible}" -eq 1 ]]; then
         kill -TERM "${child}" 2>/dev/null || true
     fi
     while :; do
         wait "${child}"
-        # shellcheck disable=SC2034 # used by the scripts that source this file
-        child_status=$?
         if kill -0 "${child}" 2>/dev/null; then
             continue
         fi
         break
     done
+    # Once more for its own exit status: the wait above may have been cut short by a trap.
+    wait "${child}"
+    # shellcheck disable=SC2034 # read by the scripts that source this library
+    child_status=$?
     child=0
 }
 

@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
-# Entrypoint of a RunnerPool runner pod.
+# Entrypoint of a RunnerPool runner pod, in two phases, one per container:
 #
-# Registers one ephemeral self-hosted GitHub Actions runner with the registration
-# token that the operator keeps in the pod's token Secret, then runs the listener.
+#   runnerpool-runner-entrypoint register   the pod's init container: registers one ephemeral
+#                                           self-hosted runner and writes the runner's own
+#                                           configuration to RUNNER_CONFIG_DIR
+#   runnerpool-runner-entrypoint [run]      the runner container: restores that configuration
+#                                           and runs the listener
+#
+# Why two containers: the registration credential is pool-wide (a registration token registers
+# any number of runners for its repository or organization). Only the init container mounts it,
+# and it has ended before the runner container, where jobs run, starts; what the runner container
+# gets is the runner's own configuration (.runner, .credentials, .credentials_rsaparams: one
+# runner's identity, useless for registering another), through an emptyDir.
+#
+# Registration (RUNNER_REGISTRATION):
+#   token (default)  config.sh with the registration token in RUNNER_TOKEN_FILE (the pool's token
+#                    Secret); the files config.sh wrote are copied to RUNNER_CONFIG_DIR
+#   jit              the pod's own just-in-time runner config (RUNNER_JITCONFIG_FILE, the pod's
+#                    JIT Secret) is copied to RUNNER_CONFIG_DIR; the run phase reads it, deletes
+#                    it and passes it to run.sh --jitconfig (GitHub accepts it once)
 #
 # SIGTERM/SIGINT (the pod is deleted, evicted or its node shuts down): an idle runner, or one
 # still registering, gets the signal at once and exits cleanly. A runner running a job does
@@ -14,28 +30,36 @@
 # The pod's terminationGracePeriodSeconds must be longer than the busy grace (the operator
 # sets it so), or the kubelet's SIGKILL ends the job first. Each decision is logged.
 #
-# Environment (set by the operator's Deployment):
+# Environment (set by the operator's pod template):
 #   POD_NAME            runner name (required)
-#   RUNNER_ORG          organization scope  } exactly one of the two
-#   RUNNER_REPO         repository scope, owner/name }
-#   RUNNER_LABELS       comma-separated labels, including <namespace>/<pool> (required)
+#   RUNNER_ENTERPRISE   enterprise scope, its slug    }
+#   RUNNER_ORG          organization scope            } exactly one of the three (register
+#   RUNNER_REPO         repository scope, owner/name  } phase, token mode)
+#   RUNNER_GROUP        runner group name (organization and enterprise scope; default: the
+#                       scope's default group)
+#   RUNNER_LABELS       comma-separated labels, including <namespace>/<pool> (register, token)
 #   GITHUB_URL          web base URL for config.sh --url (default https://github.com)
 #   RUNNER_WORKDIR      job work directory (default /runner/_work)
-#   RUNNER_TOKEN_FILE   token file (default /runner-token/runnertoken)
+#   RUNNER_REGISTRATION token (default) or jit
+#   RUNNER_TOKEN_FILE   token file (default /runner-token/runnertoken; register phase only)
+#   RUNNER_JITCONFIG_FILE  the pod's JIT config (default /runner-jitconfig/jitconfig; register, jit)
+#   RUNNER_CONFIG_DIR   the volume both containers share (default /runner-config)
 #   RUNNER_DIR          directory holding config.sh and run.sh (default /home/runner)
-#   RUNNER_STATE_FILE   marks a pod that already registered once (default in the work
-#                       volume, which outlives container restarts but not the pod)
+#   RUNNER_STATE_FILE   marks a pod whose runner already started once (default in
+#                       RUNNER_CONFIG_DIR, which outlives container restarts but not the pod)
 #   RUNNER_BUSY_GRACE_SECONDS  how long a busy runner's job may go on after SIGTERM before
 #                       it is cancelled (default 3600; 0 cancels at once)
 #
-# One job per pod: the runner is --ephemeral, so after its job the listener exits and the
-# container restarts. A restarted container must not register again (its work directory is
-# no longer clean, and a job could land on a pod the operator is about to replace): it exits
-# at once, and the operator replaces the pod.
+# One job per pod: the runner is ephemeral, so after its job the listener exits and the
+# pod ends. A restarted runner container (it failed) must not run a runner again (its work
+# directory is no longer clean, and a job could land on a pod the operator is about to
+# replace): it exits 0 at once, and the operator replaces the pod. The init container runs
+# once per pod sandbox; if the sandbox is made again (a node reboot), it finds the runner
+# registered already and leaves the configuration as it is.
 #
-# The registration token is secret: this script never traces itself and never prints it.
+# Credentials are secret: this script never traces itself and never prints them.
 
-# Tracing would print the token; turn it off even if the caller ran `bash -x`.
+# Tracing would print credentials; turn it off even if the caller ran `bash -x`.
 set +x
 set -uo pipefail
 
@@ -48,45 +72,70 @@ die() {
     exit 1
 }
 
+PHASE="${1:-run}"
 RUNNER_DIR="${RUNNER_DIR:-/home/runner}"
+RUNNER_REGISTRATION="${RUNNER_REGISTRATION:-token}"
 RUNNER_TOKEN_FILE="${RUNNER_TOKEN_FILE:-/runner-token/runnertoken}"
+RUNNER_JITCONFIG_FILE="${RUNNER_JITCONFIG_FILE:-/runner-jitconfig/jitconfig}"
+RUNNER_CONFIG_DIR="${RUNNER_CONFIG_DIR:-/runner-config}"
 GITHUB_URL="${GITHUB_URL:-https://github.com}"
 GITHUB_URL="${GITHUB_URL%/}"
 RUNNER_WORKDIR="${RUNNER_WORKDIR:-/runner/_work}"
-RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_WORKDIR}/.runnerpool-registered}"
+RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_CONFIG_DIR}/.runnerpool-started}"
+# Written last by the register phase: the configuration in RUNNER_CONFIG_DIR is complete.
+REGISTERED_FILE="${RUNNER_CONFIG_DIR}/.runnerpool-registered"
+# What config.sh leaves in the runner directory that run.sh needs: the runner's settings, its
+# own credential and key, and the environment config.sh recorded for jobs.
+RUNNER_CONFIG_FILES=(.runner .credentials .credentials_rsaparams .env .path)
+JITCONFIG_NAME=jitconfig
 # Make the official run.sh pass our SIGTERM on to the listener as SIGINT (graceful stop).
 export RUNNER_MANUALLY_TRAP_SIG="${RUNNER_MANUALLY_TRAP_SIG:-1}"
 BUSY_GRACE="${RUNNER_BUSY_GRACE_SECONDS:-3600}"
 
+[[ "${PHASE}" == register || "${PHASE}" == run ]] || die "unknown phase '${PHASE}' (register or run)"
+[[ "${RUNNER_REGISTRATION}" == token || "${RUNNER_REGISTRATION}" == jit ]] ||
+    die "RUNNER_REGISTRATION must be token or jit, got '${RUNNER_REGISTRATION}'"
 [[ -n "${POD_NAME:-}" ]] || die "POD_NAME is not set"
 [[ "${BUSY_GRACE}" =~ ^[0-9]+$ ]] || die "RUNNER_BUSY_GRACE_SECONDS must be whole seconds, got '${BUSY_GRACE}'"
-[[ -n "${RUNNER_LABELS:-}" ]] || die "RUNNER_LABELS is not set"
 
-if [[ -n "${RUNNER_ORG:-}" && -n "${RUNNER_REPO:-}" ]]; then
-    die "RUNNER_ORG and RUNNER_REPO are both set; set exactly one"
-elif [[ -n "${RUNNER_ORG:-}" ]]; then
-    scope="${RUNNER_ORG}"
-    [[ "${scope}" != */* ]] || die "RUNNER_ORG must be an organization name, got '${scope}'"
-elif [[ -n "${RUNNER_REPO:-}" ]]; then
-    scope="${RUNNER_REPO}"
-    [[ "${scope}" =~ ^[^/]+/[^/]+$ ]] || die "RUNNER_REPO must be owner/name, got '${scope}'"
-else
-    die "neither RUNNER_ORG nor RUNNER_REPO is set; set exactly one"
-fi
+# Sets scope, the path below GITHUB_URL that config.sh --url names, from exactly one of
+# RUNNER_ENTERPRISE (enterprises/<slug>), RUNNER_ORG (<org>) and RUNNER_REPO (<owner>/<name>),
+# and runner_group_args from RUNNER_GROUP (organization and enterprise runners): the runner
+# group config.sh puts the runner in.
+resolve_scope() {
+    local set_vars=() name
+    for name in RUNNER_ENTERPRISE RUNNER_ORG RUNNER_REPO; do
+        [[ -n "${!name:-}" ]] && set_vars+=("${name}")
+    done
+    [[ "${#set_vars[@]}" -le 1 ]] || die "${set_vars[*]} are all set; set exactly one of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO"
+    [[ "${#set_vars[@]}" -eq 1 ]] || die "none of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO is set; set exactly one"
+    scope="${!set_vars[0]}"
+    case "${set_vars[0]}" in
+        RUNNER_ENTERPRISE)
+            [[ "${scope}" != */* ]] || die "RUNNER_ENTERPRISE must be an enterprise slug, got '${scope}'"
+            scope="enterprises/${scope}"
+            ;;
+        RUNNER_ORG) [[ "${scope}" != */* ]] || die "RUNNER_ORG must be an organization name, got '${scope}'" ;;
+        RUNNER_REPO) [[ "${scope}" =~ ^[^/]+/[^/]+$ ]] || die "RUNNER_REPO must be owner/name, got '${scope}'" ;;
+    esac
+    runner_group_args=()
+    [[ -z "${RUNNER_GROUP:-}" ]] || runner_group_args=(--runnergroup "${RUNNER_GROUP}")
+}
 
-if [[ -e "${RUNNER_STATE_FILE}" ]]; then
-    log "this pod already registered a runner once; exiting so the operator replaces it"
-    exit 0
-fi
-
-[[ -e "${RUNNER_TOKEN_FILE}" ]] || die "registration token file ${RUNNER_TOKEN_FILE} does not exist (is the token Secret mounted?)"
-[[ -r "${RUNNER_TOKEN_FILE}" ]] || die "registration token file ${RUNNER_TOKEN_FILE} is not readable"
-token="$(tr -d '[:space:]' <"${RUNNER_TOKEN_FILE}")" || die "cannot read registration token file ${RUNNER_TOKEN_FILE}"
-[[ -n "${token}" ]] || die "registration token file ${RUNNER_TOKEN_FILE} is empty (the operator has not issued a token yet)"
+# read_secret_file FILE WHAT: the file's content without whitespace, in `secret`.
+read_secret_file() {
+    local file="$1" what="$2"
+    [[ -e "${file}" ]] || die "${what} file ${file} does not exist (is its Secret mounted?)"
+    [[ -r "${file}" ]] || die "${what} file ${file} is not readable"
+    secret="$(tr -d '[:space:]' <"${file}")" || die "cannot read ${what} file ${file}"
+    [[ -n "${secret}" ]] || die "${what} file ${file} is empty (the operator has not issued it yet)"
+}
 
 cd "${RUNNER_DIR}" || die "runner directory ${RUNNER_DIR} does not exist"
-[[ -x ./config.sh ]] || die "${RUNNER_DIR}/config.sh is missing or not executable"
+[[ "${RUNNER_REGISTRATION}" == jit || -x ./config.sh ]] || die "${RUNNER_DIR}/config.sh is missing or not executable"
 [[ -x ./run.sh ]] || die "${RUNNER_DIR}/run.sh is missing or not executable"
+[[ -d "${RUNNER_CONFIG_DIR}" && -w "${RUNNER_CONFIG_DIR}" ]] ||
+    die "${RUNNER_CONFIG_DIR} is not a writable directory (is the runner-config volume mounted?)"
 
 child=0
 # What the child is: "registration" (config.sh) or "listener" (run.sh).
@@ -196,33 +245,106 @@ run_child() {
     fi
 }
 
-if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
-    die "cannot write ${RUNNER_STATE_FILE} (is the work volume mounted and writable?)"
-fi
-log "registering runner ${POD_NAME} for ${GITHUB_URL}/${scope} with labels ${RUNNER_LABELS}"
-phase=registration
-run_child ./config.sh --unattended --ephemeral --replace \
-    --name "${POD_NAME}" \
-    --labels "${RUNNER_LABELS}" \
-    --url "${GITHUB_URL}/${scope}" \
-    --token "${token}" \
-    --work "${RUNNER_WORKDIR}" \
-    --disableupdate
-unset token
-if [[ "${terminating}" -eq 1 ]]; then
-    log "stopped during registration"
-    exit 0
-fi
-if [[ "${child_status}" -ne 0 ]]; then
-    die "config.sh failed with exit code ${child_status}"
-fi
+# --- register: the init container ----------------------------------------------------------
 
-log "starting the runner listener"
-phase=listener
-run_child ./run.sh
-if [[ "${terminating}" -eq 1 ]]; then
-    log "runner stopped (run.sh exit code ${child_status})"
+register_with_token() {
+    [[ -n "${RUNNER_LABELS:-}" ]] || die "RUNNER_LABELS is not set"
+    resolve_scope
+    local secret token file
+    read_secret_file "${RUNNER_TOKEN_FILE}" "registration token"
+    token="${secret}"
+    unset secret
+    log "registering runner ${POD_NAME} for ${GITHUB_URL}/${scope} with labels ${RUNNER_LABELS}"
+    phase=registration
+    run_child ./config.sh --unattended --ephemeral --replace \
+        --name "${POD_NAME}" \
+        --labels "${RUNNER_LABELS}" \
+        --url "${GITHUB_URL}/${scope}" \
+        --token "${token}" \
+        --work "${RUNNER_WORKDIR}" \
+        "${runner_group_args[@]}" \
+        --disableupdate
+    unset token
+    if [[ "${terminating}" -eq 1 ]]; then
+        log "stopped during registration"
+        exit 0
+    fi
+    [[ "${child_status}" -eq 0 ]] || die "config.sh failed with exit code ${child_status}"
+    for file in "${RUNNER_CONFIG_FILES[@]}"; do
+        if [[ -e "${file}" ]]; then
+            cp -p "${file}" "${RUNNER_CONFIG_DIR}/${file}" || die "cannot copy ${file} to ${RUNNER_CONFIG_DIR}"
+        fi
+    done
+}
+
+register_with_jitconfig() {
+    local secret
+    read_secret_file "${RUNNER_JITCONFIG_FILE}" "JIT runner config"
+    printf '%s\n' "${secret}" >"${RUNNER_CONFIG_DIR}/${JITCONFIG_NAME}" ||
+        die "cannot write the JIT runner config to ${RUNNER_CONFIG_DIR}"
+    unset secret
+    log "JIT runner config for ${POD_NAME} handed to the runner container"
+}
+
+register_phase() {
+    if [[ -e "${REGISTERED_FILE}" ]]; then
+        log "this pod registered its runner already (its sandbox was made again); nothing to do"
+        exit 0
+    fi
+    umask 077
+    if [[ "${RUNNER_REGISTRATION}" == jit ]]; then
+        register_with_jitconfig
+    else
+        register_with_token
+    fi
+    : >"${REGISTERED_FILE}" || die "cannot write ${REGISTERED_FILE}"
     exit 0
+}
+
+# --- run: the runner container -------------------------------------------------------------
+
+run_phase() {
+    if [[ -e "${RUNNER_STATE_FILE}" ]]; then
+        log "this pod already started a runner once; exiting so the operator replaces it"
+        exit 0
+    fi
+    [[ -e "${REGISTERED_FILE}" ]] ||
+        die "no runner configuration in ${RUNNER_CONFIG_DIR} (the register init container did not finish)"
+    if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
+        die "cannot write ${RUNNER_STATE_FILE} (is the runner-config volume mounted and writable?)"
+    fi
+    local -a run_args=()
+    local jit="${RUNNER_CONFIG_DIR}/${JITCONFIG_NAME}" file
+    if [[ -e "${jit}" ]]; then
+        local jitconfig
+        jitconfig="$(tr -d '[:space:]' <"${jit}")" || die "cannot read ${jit}"
+        rm -f "${jit}" || die "cannot delete ${jit}"
+        run_args=(--jitconfig "${jitconfig}")
+        unset jitconfig
+    else
+        for file in "${RUNNER_CONFIG_FILES[@]}"; do
+            if [[ -e "${RUNNER_CONFIG_DIR}/${file}" ]]; then
+                cp -p "${RUNNER_CONFIG_DIR}/${file}" "${file}" || die "cannot restore ${file} from ${RUNNER_CONFIG_DIR}"
+            fi
+        done
+    fi
+    if [[ "${terminating}" -eq 1 ]]; then
+        log "stopped before the runner started"
+        exit 0
+    fi
+    log "starting the runner listener"
+    phase=listener
+    run_child ./run.sh "${run_args[@]}"
+    if [[ "${terminating}" -eq 1 ]]; then
+        log "runner stopped (run.sh exit code ${child_status})"
+        exit 0
+    fi
+    log "runner exited with code ${child_status}"
+    exit "${child_status}"
+}
+
+if [[ "${PHASE}" == register ]]; then
+    register_phase
+else
+    run_phase
 fi
-log "runner exited with code ${child_status}"
-exit "${child_status}"

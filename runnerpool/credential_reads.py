@@ -1,0 +1,138 @@
+"""The credential Secrets pools name: from the cache once labelled, read by name before that.
+
+The operator's Secret cache holds only Secrets that carry one of its labels
+(``runnerpool.watches``): a credential Secret gets ``naming.CREDENTIAL_LABEL`` from
+``runnerpool.credential_protection`` at the first reconcile of a pool that names it. Until
+then (a new pool's first pass, a Secret whose label someone removed, one that does not exist
+yet) it is read by name, a ``get`` on Secrets, so a new pool does not wait for the label:
+
+* A cached copy always wins: the informer keeps it current, a rotation included.
+* :meth:`CredentialReads.read` (what protection decides on) reads a Secret that is not cached
+  again every time; :meth:`CredentialReads.get` (the readers that only need the data to build
+  a GitHub client: token jobs, runner managers, the poller) reuses a read, or the answer of
+  protection's own patch, for ``fresh_for`` seconds, the moment until the informer brings
+  the labelled copy.
+* A missing Secret is read again no sooner than a backoff that doubles from ``first_retry``
+  (1 s) to ``max_retry`` (30 s), however many pools name it and however often they are
+  reconciled; :meth:`CredentialReads.retry_in` tells the reconciler when to look again.
+
+That is how a Secret created after the pool that names it is noticed: no watch of ours can
+see it, it carries no label of ours yet. The other ways were weighed and left: a watch per
+missing name (field selector ``metadata.name=``) is one more long-lived connection and thread
+per name, without a bound, and a metadata-only watch of every Secret costs memory for every
+foreign Secret again. One GET per missing Secret per 30 s at most is bounded by the distinct
+names pools name, and a Secret created a second after its pool is found within a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes.client.rest import ApiException
+
+from runnerpool.runtime.kube import SECRETS, Kube
+from runnerpool.runtime.store import clone
+
+__all__ = ["CredentialReads", "SecretCache"]
+
+Obj = dict[str, Any]
+
+
+class SecretCache(Protocol):
+    def get_secret(self, namespace: str, name: str) -> Obj | None: ...
+
+
+@dataclass
+class _Read:
+    at: float
+    #: ``None``: not found.
+    secret: Obj | None
+    #: For a missing Secret: not read again before this, and the wait that led to it.
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+
+class CredentialReads:
+    """Credential Secrets by name: the cache first, the API server for the rest (module docstring)."""
+
+    def __init__(
+        self,
+        cache: SecretCache,
+        kube: Kube,
+        *,
+        fresh_for: float = 10.0,
+        first_retry: float = 1.0,
+        max_retry: float = 30.0,
+        capacity: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cache = cache
+        self._kube = kube
+        self._fresh_for, self._first_retry, self._max_retry = fresh_for, first_retry, max_retry
+        self._capacity = capacity
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._reads: OrderedDict[tuple[str, str], _Read] = OrderedDict()
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The Secret for its data: cached, or a read of the last ``fresh_for`` seconds, or read now."""
+        return self._lookup(namespace, name, reuse=True)
+
+    def read(self, namespace: str, name: str) -> Obj | None:
+        """The Secret to decide on: cached, or read now (a missing one: not before its backoff)."""
+        return self._lookup(namespace, name, reuse=False)
+
+    def remember(self, namespace: str, name: str, secret: Obj) -> None:
+        """What a write of ours answered: the Secret as it is now, until the informer has it."""
+        self._keep((namespace, name), _Read(self._clock(), clone(secret)))
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._reads.pop((namespace, name), None)
+
+    def retry_in(self, namespace: str, name: str) -> float | None:
+        """Seconds until a Secret found missing is read again; ``None`` when it was not missing."""
+        with self._lock:
+            found = self._reads.get((namespace, name))
+        if found is None or found.secret is not None:
+            return None
+        return max(found.retry_at - self._clock(), 0.1)
+
+    def _lookup(self, namespace: str, name: str, *, reuse: bool) -> Obj | None:
+        cached = self._cache.get_secret(namespace, name)
+        key = (namespace, name)
+        with self._lock:
+            if cached is not None:
+                self._reads.pop(key, None)
+                return cached
+            earlier = self._reads.get(key)
+        now = self._clock()
+        if earlier is not None:
+            if earlier.secret is None and now < earlier.retry_at:
+                return None
+            if earlier.secret is not None and reuse and now - earlier.at < self._fresh_for:
+                kept: Obj = clone(earlier.secret)
+                return kept
+        try:
+            secret: Obj = self._kube.get(SECRETS, namespace, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            missed = earlier is not None and earlier.secret is None
+            backoff = min(2 * earlier.backoff, self._max_retry) if missed and earlier else self._first_retry
+            self._keep(key, _Read(now, None, retry_at=now + backoff, backoff=backoff))
+            return None
+        self._keep(key, _Read(now, clone(secret)))
+        return secret
+
+    def _keep(self, key: tuple[str, str], read: _Read) -> None:
+        with self._lock:
+            self._reads[key] = read
+            self._reads.move_to_end(key)
+            while len(self._reads) > self._capacity:
+                self._reads.popitem(last=False)

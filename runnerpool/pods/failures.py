@@ -1,0 +1,115 @@
+"""Runner pods stuck before their runner can run, in the words the pool reports them with.
+
+The kubelet says why a container does not run in its status's ``state.waiting.reason``; most
+reasons are a normal start (``ContainerCreating``, ``PodInitializing``), some mean the pod will
+not get further without someone fixing something. Those are this module's vocabulary, the one
+place the pool's ``Ready`` condition (reason ``RunnerPodsFailing``), its ``RunnerPodsFailing``
+Event and the ``runnerpool_runner_pods_failing{reason}`` metric take their words from
+(docs/troubleshooting.md lists them):
+
+=============================  ==========================================  ====================
+reported as                    kubelet waiting reasons                     the message names
+=============================  ==========================================  ====================
+``ImagePullBackOff``           ``ErrImagePull``, ``ImagePullBackOff``      the image
+``ErrImageNeverPull``          ``ErrImageNeverPull``                       the image
+``InvalidImageName``           ``InvalidImageName``                        the image
+``CrashLoopBackOff``           ``CrashLoopBackOff``                        the container
+``CreateContainerConfigError`` ``CreateContainerConfigError``              the kubelet's message
+``CreateContainerError``       ``CreateContainerError``                    the kubelet's message
+=============================  ==========================================  ====================
+
+``ErrImagePull`` (an attempt failed) and ``ImagePullBackOff`` (waiting for the next attempt)
+alternate for as long as the image cannot be pulled: one cause, reported as one reason, so the
+condition, the Event and the metric's series do not flip with every retry of the kubelet. For
+the same reason the message names the image or the container, not the kubelet's text of the
+moment (which carries the back-off time); a configuration error's text is stable and says what
+is missing (a Secret, a ConfigMap, a key), so it is kept.
+
+Init containers are looked at first: a pod whose init container is stuck never starts the
+others. A pod counts once, under the first stuck container's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runnerpool.api_errors import one_line
+from runnerpool.pods.state import active
+
+__all__ = ["REPORTED", "Failing", "describe", "failing", "reported_reason"]
+
+_IMAGE = "image"
+_CONTAINER = "container"
+_MESSAGE = "message"
+
+#: Kubelet waiting reason -> (the reason reported, what the message names).
+_VOCABULARY: dict[str, tuple[str, str]] = {
+    "ErrImagePull": ("ImagePullBackOff", _IMAGE),
+    "ImagePullBackOff": ("ImagePullBackOff", _IMAGE),
+    "ErrImageNeverPull": ("ErrImageNeverPull", _IMAGE),
+    "InvalidImageName": ("InvalidImageName", _IMAGE),
+    "CrashLoopBackOff": ("CrashLoopBackOff", _CONTAINER),
+    "CreateContainerConfigError": ("CreateContainerConfigError", _MESSAGE),
+    "CreateContainerError": ("CreateContainerError", _MESSAGE),
+}
+#: Every reason reported (the metric's ``reason`` label takes no other value).
+REPORTED = tuple(sorted({reported for reported, _ in _VOCABULARY.values()}))
+
+
+@dataclass(frozen=True)
+class Failing:
+    """Pods stuck for one reported reason, and what stops the first of them (by name)."""
+
+    reason: str
+    pods: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class _Stuck:
+    pod: str
+    reason: str
+    detail: str
+
+
+def reported_reason(waiting_reason: str) -> str | None:
+    """The reason a kubelet waiting reason is reported as; ``None``: not a failure (yet)."""
+    found = _VOCABULARY.get(waiting_reason)
+    return found[0] if found else None
+
+
+def _stuck(pod: Mapping[str, Any]) -> _Stuck | None:
+    status = pod.get("status") or {}
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    for container in containers:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        found = _VOCABULARY.get(str(waiting.get("reason") or ""))
+        if found is None:
+            continue
+        reported, names = found
+        detail = {
+            _IMAGE: f"image {container.get('image')}",
+            _CONTAINER: f"container {container.get('name')}",
+            _MESSAGE: f"container {container.get('name')}: {one_line(str(waiting.get('message') or ''))}",
+        }[names]
+        return _Stuck(str((pod.get("metadata") or {}).get("name")), reported, detail)
+    return None
+
+
+def failing(pods: Iterable[Mapping[str, Any]]) -> tuple[Failing, ...]:
+    """The pool's active pods that are stuck, by reported reason (sorted, so that the same pods
+    always give the same answer)."""
+    stuck = sorted(
+        (s for s in (_stuck(p) for p in pods if active(p)) if s is not None), key=lambda s: (s.reason, s.pod)
+    )
+    by_reason: dict[str, list[_Stuck]] = {}
+    for one in stuck:
+        by_reason.setdefault(one.reason, []).append(one)
+    return tuple(Failing(reason, len(group), group[0].detail) for reason, group in by_reason.items())
+
+
+def describe(found: Iterable[Failing]) -> str:
+    """One sentence: ``2 runner pod(s) in ImagePullBackOff (image localhost/missing:1)``."""
+    return "; ".join(f"{f.pods} runner pod(s) in {f.reason} ({f.detail})" for f in found)

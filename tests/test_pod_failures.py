@@ -1,0 +1,186 @@
+"""The rules of failures users see: which stuck pods are reported how, and the create backoff.
+
+Pure rules, no API server: runnerpool/pods/failures.py (the vocabulary), the create backoff
+(runnerpool/pods/create_backoff.py), the Ready condition they lead to (runnerpool/status.py)
+and the memory that keeps Events to one per change (runnerpool/events.OnChange).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runnerpool import api, conditions, metrics
+from runnerpool.events import OnChange
+from runnerpool.pods import failures
+from runnerpool.pods.create_backoff import CreateBackoff
+from runnerpool.pods.scaling import PodCounts
+from runnerpool.status import ready_condition
+
+STAMP = conditions.Stamp(1, datetime(2026, 1, 1, tzinfo=UTC))
+TOKEN_OK = {"status": "True"}
+
+
+def _pod(name: str, *waiting: tuple[str, str], init: bool = False, phase: str = "Pending") -> dict[str, Any]:
+    statuses = [
+        {
+            "name": container,
+            "image": "localhost/missing:1",
+            "state": {"waiting": {"reason": reason, "message": f"{reason} of {container} at {name}"}},
+        }
+        for container, reason in waiting
+    ]
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {"metadata": {"name": name}, "status": {"phase": phase, key: statuses}}
+
+
+def _pool(replicas: int = 2) -> api.RunnerPool:
+    return api.RunnerPool.model_validate(
+        {
+            "apiVersion": f"{api.GROUP}/{api.VERSION}",
+            "kind": api.KIND,
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": {"repository": "o/r", "replicas": replicas},
+        }
+    )
+
+
+def test_the_kubelets_pull_retries_are_one_reason_that_names_the_image() -> None:
+    pods = [_pod("p-b", ("runner", "ImagePullBackOff")), _pod("p-a", ("runner", "ErrImagePull"))]
+
+    found = failures.failing(pods)
+
+    assert found == (failures.Failing("ImagePullBackOff", 2, "image localhost/missing:1"),)
+    assert failures.describe(found) == "2 runner pod(s) in ImagePullBackOff (image localhost/missing:1)"
+    # The next retry swaps the two reasons: the report stays the same, word for word.
+    swapped = [_pod("p-b", ("runner", "ErrImagePull")), _pod("p-a", ("runner", "ImagePullBackOff"))]
+    assert failures.failing(swapped) == found
+
+
+def test_a_normal_start_finished_pods_and_other_reasons_are_not_failures() -> None:
+    pods = [
+        _pod("starting", ("runner", "ContainerCreating")),
+        _pod("done", ("runner", "CrashLoopBackOff"), phase="Failed"),
+        {"metadata": {"name": "new"}, "status": {"phase": "Pending"}},
+    ]
+    assert failures.failing(pods) == ()
+
+
+def test_each_stuck_pod_counts_once_under_its_first_stuck_container_init_first() -> None:
+    init = _pod("p-init", ("fetch", "CreateContainerConfigError"), init=True)
+    init["status"]["containerStatuses"] = [
+        {"name": "runner", "state": {"waiting": {"reason": "PodInitializing"}}}
+    ]
+    crash = _pod("p-crash", ("sidecar", "CrashLoopBackOff"), ("runner", "ErrImagePull"))
+
+    found = failures.failing([init, crash])
+
+    assert found == (
+        failures.Failing("CrashLoopBackOff", 1, "container sidecar"),
+        failures.Failing(
+            "CreateContainerConfigError", 1, "container fetch: CreateContainerConfigError of fetch at p-init"
+        ),
+    )
+    assert {f.reason for f in found} <= set(failures.REPORTED)
+
+
+def test_refused_pods_and_stuck_pods_make_ready_false_with_their_cause() -> None:
+    pool = _pool(replicas=2)
+    stuck = PodCounts(
+        desired=2,
+        active=2,
+        ready=2,
+        updated=2,
+        failing=failures.failing([_pod("x", ("runner", "ErrImagePull"))]),
+    )
+
+    refused = ready_condition(
+        STAMP, pool, TOKEN_OK, PodCounts(desired=2), refused="403 Forbidden: exceeded quota: q"
+    )
+    failing = ready_condition(STAMP, pool, TOKEN_OK, stuck)
+
+    assert (refused["status"], refused["reason"]) == ("False", "PodCreateFailed")
+    assert (
+        refused["message"]
+        == "0/2 runner pods ready; the API server refuses new runner pods: 403 Forbidden: exceeded quota: q"
+    )
+    # Even at full strength: a new pod that cannot come is a rollout that never ends.
+    assert (failing["status"], failing["reason"]) == ("False", "RunnerPodsFailing")
+    assert (
+        failing["message"]
+        == "2/2 runner pods ready; 1 runner pod(s) in ImagePullBackOff (image localhost/missing:1)"
+    )
+    # No token is told first: without one no pod can run anyway.
+    assert ready_condition(STAMP, pool, {"status": "False"}, stuck, refused="x")["reason"] == "TokenNotReady"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_backoff_doubles_up_to_its_cap_and_a_success_resets_it() -> None:
+    clock = _Clock()
+    backoff = CreateBackoff(base=2.0, cap=10.0, clock=clock)
+    assert backoff.wait("ns/p", "h1") is None, "nothing refused: create now"
+
+    delays = [backoff.failed("ns/p", "h1", "403 Forbidden").delay for _ in range(5)]
+
+    assert delays == [2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff.wait("ns/p", "h1") == 10.0
+    clock.now += 9.5
+    assert backoff.wait("ns/p", "h1") == pytest.approx(0.5)
+    clock.now += 0.5
+    assert backoff.wait("ns/p", "h1") is None, "the backoff is over: try again"
+    assert backoff.failure("ns/p", "h1") is not None, "the refusal is still what the pool reports"
+    backoff.succeeded("ns/p")
+    assert backoff.failure("ns/p", "h1") is None
+    assert backoff.failed("ns/p", "h1", "again").delay == 2.0
+
+
+def test_a_changed_template_is_tried_at_once_and_pools_back_off_apart() -> None:
+    clock = _Clock()
+    backoff = CreateBackoff(clock=clock)
+    backoff.failed("ns/p", "old", "403 Forbidden: hostPath volumes")
+
+    assert backoff.wait("ns/p", "new") is None and backoff.failure("ns/p", "new") is None
+    assert backoff.wait("ns/other", "old") is None
+    # The new template refused too: its own count starts at one.
+    assert backoff.failed("ns/p", "new", "still").failures == 1
+
+
+def test_a_state_is_news_once_until_it_changes() -> None:
+    told = OnChange()
+    seen = [told.changed("ns/p", state) for state in ("a", "a", "b", "b", "a")]
+    assert seen == [True, False, True, False, True]
+    told.forget("ns/p")
+    assert told.changed("ns/p", "a")
+
+
+def test_the_failing_gauge_has_a_series_per_stuck_reason_only() -> None:
+    pool = _pool()
+    status = {"desiredReplicas": 2, "readyReplicas": 0, "conditions": []}
+    stuck = failures.failing(
+        [_pod("x", ("runner", "ErrImagePull")), _pod("y", ("runner", "CrashLoopBackOff"))]
+    )
+
+    metrics.observe_pool(pool, status, stuck)
+    assert _failing_series() == {("ns", "p", "CrashLoopBackOff"): 1.0, ("ns", "p", "ImagePullBackOff"): 1.0}
+    metrics.observe_pool(pool, status, stuck[1:])
+    assert _failing_series() == {("ns", "p", "ImagePullBackOff"): 1.0}
+    metrics.forget_pool("ns", "p")
+    assert _failing_series() == {}
+
+
+def _failing_series() -> dict[tuple[str, str, str], float]:
+    return {
+        (s.labels["namespace"], s.labels["pool"], s.labels["reason"]): s.value
+        for family in metrics.RUNNER_PODS_FAILING.collect()
+        for s in family.samples
+        if s.labels.get("namespace") == "ns"
+    }

@@ -1,0 +1,213 @@
+"""Failures a user sees on the pool, against the real API server: refused creates and stuck pods.
+
+The API server's own ResourceQuota admission refuses the pods here (no quota controller runs,
+so the test writes the quota's status as that controller would). Nothing runs pods either, so
+the kubelet's container statuses are written by hand. The create backoff runs on a clock the
+test moves, and the create attempts are counted on the FailedCreate Event, as a user reads them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from runnerpool import metrics, naming
+from runnerpool.events import EventRecorder
+from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.pods.create_backoff import CreateBackoff
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reconciler import Reconciler
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import QueueSettings, Settings
+from tests.pools import LiveReader, create_pool, fill_token, play_kubelet, pool_manifest
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+QUOTA = "no-pods"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> _Clock:
+    return _Clock()
+
+
+@pytest.fixture
+def reconciler(api_client: client.ApiClient, clock: _Clock) -> Reconciler:
+    return Reconciler(
+        LiveReader(api_client),
+        api_client,
+        FakeTokenJobs(),
+        FakeRunnerJobs(),
+        EventRecorder(Kube(api_client)),
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        expectations=Expectations(timeout=0),
+        create_backoff=CreateBackoff(base=2.0, cap=120.0, clock=clock),
+    )
+
+
+def _ready_pool(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> None:
+    """A pool with its token: the next pass creates its pods."""
+    create_pool(api_client, namespace, pool_manifest(name))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+
+
+def _pool(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found = LiveReader(api_client).get_pool(namespace, name)
+    assert found is not None
+    return found
+
+
+def _ready(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    conds = _pool(api_client, namespace, name)["status"]["conditions"]
+    return next(c for c in conds if c["type"] == "Ready")
+
+
+def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[client.CoreV1Event]:
+    items = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [e for e in items if e.reason == reason and e.involved_object.kind == "RunnerPool"]
+
+
+def _quota(api_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_resource_quota(
+        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": "0"}}}
+    )
+    # What the quota controller writes; admission refuses against status.hard.
+    core.patch_namespaced_resource_quota_status(
+        QUOTA, namespace, {"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}
+    )
+
+
+def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[str]:
+    return [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, pool)]
+
+
+def test_a_refused_create_is_an_event_and_a_condition_naming_the_quota_and_backs_off(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: _Clock
+) -> None:
+    _quota(api_client, namespace)
+    _ready_pool(api_client, namespace, reconciler, "quota")
+
+    result = reconciler(f"{namespace}/quota")
+
+    assert result.requeue_after == 2.0, "looked at again when the backoff ends, not at once"
+    ready = _ready(api_client, namespace, "quota")
+    assert (ready["status"], ready["reason"]) == ("False", "PodCreateFailed")
+    assert f"exceeded quota: {QUOTA}" in ready["message"], ready["message"]
+    [event] = _events(api_client, namespace, "FailedCreate")
+    assert event.type == "Warning" and f"exceeded quota: {QUOTA}" in event.message, event.message
+    assert "HTTP response" not in event.message and "\n" not in event.message
+    written = _pool(api_client, namespace, "quota")["metadata"]["resourceVersion"]
+
+    # A minute of reconciles, one a second (as watch events would bring them): the creates
+    # back off (2, 4, 8, 16 s apart) and the status, unchanged, is not written again.
+    for _ in range(60):
+        clock.now += 1.0
+        reconciler(f"{namespace}/quota")
+
+    [event] = _events(api_client, namespace, "FailedCreate")
+    assert event.count == 5, "attempts at 0, 2, 6, 14 and 30 s; the next at 62 s"
+    assert _pool(api_client, namespace, "quota")["metadata"]["resourceVersion"] == written
+    assert _pods(api_client, namespace, "quota") == []
+
+    # The quota goes: the next attempt (at most the backoff's cap later) creates the pod.
+    client.CoreV1Api(api_client).delete_namespaced_resource_quota(QUOTA, namespace)
+    clock.now += 2.0
+    reconciler(f"{namespace}/quota")
+    assert len(_pods(api_client, namespace, "quota")) == 1
+    ready = _ready(api_client, namespace, "quota")
+    assert (ready["status"], ready["reason"]) == ("False", "RunnersStarting")
+
+
+def test_a_changed_spec_is_tried_at_once_despite_the_backoff(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    _quota(api_client, namespace)
+    _ready_pool(api_client, namespace, reconciler, "edit")
+    reconciler(f"{namespace}/edit")
+    client.CoreV1Api(api_client).delete_namespaced_resource_quota(QUOTA, namespace)
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "runnerpool.dev",
+        "v1alpha1",
+        namespace,
+        "runnerpools",
+        "edit",
+        {"spec": {"runnerImage": "localhost/other:1"}},
+    )
+    reconciler(f"{namespace}/edit")
+
+    assert len(_pods(api_client, namespace, "edit")) == 1, (
+        "the new template is not held by the old one's backoff"
+    )
+
+
+def _stuck(api_client: client.ApiClient, namespace: str, pod: str, reason: str) -> None:
+    """What the kubelet reports of a pod whose image cannot be pulled."""
+    container = {
+        "name": naming.RUNNER_CONTAINER,
+        "image": "localhost/missing:1",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason, "message": f"{reason}: attempt at {datetime.now(UTC)}"}},
+    }
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Pending", "containerStatuses": [container]}}
+    )
+
+
+def test_pods_stuck_pulling_are_one_event_one_condition_and_a_metric(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    _ready_pool(api_client, namespace, reconciler, "pull")
+    reconciler(f"{namespace}/pull")
+    [pod] = _pods(api_client, namespace, "pull")
+
+    _stuck(api_client, namespace, pod, "ErrImagePull")
+    reconciler(f"{namespace}/pull")
+
+    ready = _ready(api_client, namespace, "pull")
+    assert (ready["status"], ready["reason"]) == ("False", "RunnerPodsFailing")
+    assert (
+        ready["message"]
+        == "0/1 runner pods ready; 1 runner pod(s) in ImagePullBackOff (image localhost/missing:1)"
+    )
+    assert metrics.RUNNER_PODS_FAILING.labels(namespace, "pull", "ImagePullBackOff")._value.get() == 1
+    written = _pool(api_client, namespace, "pull")["metadata"]["resourceVersion"]
+
+    # The kubelet retries: the reason flips and its message moves on every time. No news.
+    for reason in ("ImagePullBackOff", "ErrImagePull", "ImagePullBackOff"):
+        _stuck(api_client, namespace, pod, reason)
+        reconciler(f"{namespace}/pull")
+
+    [event] = _events(api_client, namespace, "RunnerPodsFailing")
+    assert (event.type, event.count) == ("Warning", 1)
+    assert event.message == "1 runner pod(s) in ImagePullBackOff (image localhost/missing:1)"
+    assert _pool(api_client, namespace, "pull")["metadata"]["resourceVersion"] == written
+    assert not _events(api_client, namespace, "FailedCreate")
+
+    # Fixed (the image arrived): Ready, the recovery is told, the series ends.
+    play_kubelet(api_client, namespace, pod)
+    reconciler(f"{namespace}/pull")
+    assert _ready(api_client, namespace, "pull")["reason"] == "RunnersReady"
+    assert [e.type for e in _events(api_client, namespace, "RunnersReady")] == ["Normal"]
+    assert ("pull", "ImagePullBackOff") not in {
+        (s.labels["pool"], s.labels["reason"])
+        for family in metrics.RUNNER_PODS_FAILING.collect()
+        for s in family.samples
+        if s.labels["namespace"] == namespace
+    }
