@@ -28,7 +28,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
-from runnerpool.pods import merge, registration, security
+from runnerpool.pods import kubernetes_mode, merge, registration, security
 
 __all__ = [
     "busy_grace_seconds",
@@ -202,4 +202,4 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
-    return pod
+    return kubernetes_mode.shape(pool, pod)
