@@ -49,9 +49,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_RUNNER_IMAGE = "runnerpool-runner:0.1.0"  # built from deploy/images/runner; publish and override
 #: The Docker daemon beside the runner in containerMode dind (Docker's official image, as ARC's).
 DEFAULT_DIND_IMAGE = "docker:28-dind"
-#: How the runner's jobs reach containers: ``dind`` puts a Docker daemon in each runner pod.
-#: A new mode is one more word in this Literal.
-ContainerModeName = Literal["dind"]
+#: How the runner's jobs reach containers: ``dind`` puts a Docker daemon in each runner pod,
+#: ``kubernetes`` (``KUBERNETES_MODE``) runs them in pods of their own through the container
+#: hooks.  A new mode is one more word in this Literal.
+ContainerModeName = Literal["dind", "kubernetes"]
 CONTAINER_MODES: tuple[str, ...] = get_args(ContainerModeName)
 #: An enum in the schema (pydantic writes a one-value Literal as ``const``, which a
 #: structural schema cannot hold).
@@ -679,6 +680,64 @@ class Autoscaling(KubeModel):
     )
 
 
+#: The hook the runner image ships for each kind of work volume (ARC's runner image lays them
+#: out so: the k8s hooks need the job pod to mount the runner's work volume claim, the
+#: k8s-novolume hooks copy the workspace into the job pod instead).
+KUBERNETES_HOOK = "/home/runner/k8s/index.js"
+KUBERNETES_NOVOLUME_HOOK = "/home/runner/k8s-novolume/index.js"
+DEFAULT_WORK_VOLUME_SIZE = "1Gi"
+#: ``spec.containerMode`` values: where a job's containers run.
+KUBERNETES_MODE = "kubernetes"
+
+AbsolutePath = Annotated[
+    str,
+    StringConstraints(min_length=2, max_length=1024),
+    Cel(regex_rule(r"^/\S*$", "spec.kubernetesMode.hookPath must be an absolute path without whitespace")),
+]
+
+
+AccessMode = Literal["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"]
+
+
+class WorkVolumeClaim(KubeModel):
+    """The runner's _work directory as an ephemeral PersistentVolumeClaim (one per pod, gone with it)."""
+
+    storage_class_name: DnsSubdomain | None = Field(
+        default=None,
+        description="StorageClass the claim is provisioned from. Unset means the cluster's default class.",
+    )
+    storage: Quantity = Field(
+        default=DEFAULT_WORK_VOLUME_SIZE,
+        description=f"Size of the claim, e.g. 10Gi. Unset means {DEFAULT_WORK_VOLUME_SIZE}.",
+    )
+    access_modes: Annotated[
+        list[AccessMode],
+        ListType("set"),
+        Field(min_length=1, max_length=3),
+    ] = Field(
+        default_factory=lambda: list[AccessMode](["ReadWriteOnce"]),
+        description="Access modes of the claim. ReadWriteOnce (the default) keeps the job pods on "
+        "the runner's node, which the hooks do; ReadWriteMany lets them schedule anywhere.",
+    )
+
+
+class KubernetesMode(KubeModel):
+    """How a ``containerMode: kubernetes`` pool runs its jobs' containers (pods/kubernetes_mode.py)."""
+
+    work_volume_claim: WorkVolumeClaim | None = Field(
+        default=None,
+        description="The runner's _work directory as an ephemeral PersistentVolumeClaim that the "
+        "job pods mount (the runner container hooks' k8s flavour). Unset means an emptyDir and the "
+        "k8s-novolume hooks, which copy the workspace into each job pod instead.",
+    )
+    hook_path: AbsolutePath | None = Field(
+        default=None,
+        description="Path of the container hooks' index.js in the runner image "
+        f"(ACTIONS_RUNNER_CONTAINER_HOOKS). Unset means {KUBERNETES_HOOK} with a workVolumeClaim, "
+        f"{KUBERNETES_NOVOLUME_HOOK} without.",
+    )
+
+
 # --------------------------------------------------------------------------------------
 # spec.template: a pod template merged onto the operator's runner pod (runnerpool.pods.merge)
 
@@ -857,6 +916,22 @@ class TemplatePodSpec(_PassThrough):
         default=None,
         json_schema_extra={"format": "int64"},
         description="Not settable: use spec.terminationGracePeriodSeconds.",
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The pods' ServiceAccount. Not settable with containerMode: kubernetes (the "
+        "operator makes the runners' account there).",
+    )
+    service_account: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Deprecated alias of serviceAccountName; not settable with containerMode: kubernetes.",
+    )
+    automount_service_account_token: bool | None = Field(
+        default=None,
+        description="Whether the ServiceAccount token is mounted. Not settable with containerMode: "
+        "kubernetes (the container hooks need it).",
     )
     containers: (
         Annotated[
@@ -1042,6 +1117,46 @@ class RunnerPoolSpec(KubeModel):
             "containerMode: dind or remove dindImage",
             check=lambda s: s.dind_image is None or s.container_mode == "dind",
         ),
+        Rule(
+            cel="!has(self.kubernetesMode) "
+            "|| (has(self.containerMode) && self.containerMode == 'kubernetes')",
+            message="spec.kubernetesMode applies to spec.containerMode: kubernetes only: set "
+            "containerMode: kubernetes or remove kubernetesMode",
+            check=lambda s: s.kubernetes_mode is None or s.container_mode == KUBERNETES_MODE,
+        ),
+        Rule(
+            cel="!has(self.containerMode) || self.containerMode != 'kubernetes' "
+            "|| !has(self.serviceAccountName)",
+            message="spec.serviceAccountName cannot be set with containerMode: kubernetes: the "
+            "operator makes the runners' ServiceAccount and the Role the container hooks need; "
+            "remove spec.serviceAccountName",
+            check=lambda s: s.container_mode != KUBERNETES_MODE or s.service_account_name is None,
+        ),
+        Rule(
+            cel="!has(self.containerMode) || self.containerMode != 'kubernetes' || !has(self.workVolume)",
+            message="spec.workVolume cannot be set with containerMode: kubernetes: the job pods "
+            "need the work volume the hooks expect; use spec.kubernetesMode.workVolumeClaim",
+            check=lambda s: s.container_mode != KUBERNETES_MODE or s.work_volume is None,
+        ),
+        Rule(
+            cel="!has(self.containerMode) || self.containerMode != 'kubernetes' || !has(self.template) "
+            "|| !has(self.template.spec) || (!has(self.template.spec.serviceAccountName) "
+            "&& !has(self.template.spec.serviceAccount) "
+            "&& !has(self.template.spec.automountServiceAccountToken))",
+            message="spec.template.spec.serviceAccountName, serviceAccount and "
+            "automountServiceAccountToken cannot be set with containerMode: kubernetes: the operator "
+            "makes the runners' ServiceAccount and mounts its token for the container hooks; remove them",
+            check=lambda s: (
+                s.container_mode != KUBERNETES_MODE
+                or s.template is None
+                or s.template.spec is None
+                or (
+                    s.template.spec.service_account_name is None
+                    and s.template.spec.service_account is None
+                    and s.template.spec.automount_service_account_token is None
+                )
+            ),
+        ),
     )
 
     repository: Repository | None = Field(
@@ -1105,7 +1220,11 @@ class RunnerPoolSpec(KubeModel):
         "spec.dindImage) runs beside the runner in each pod, sharing its work directory, and "
         "the runner's DOCKER_HOST points at its socket, so docker build, docker run and "
         "container jobs work. The sidecar is root on the node to anyone who can run a job: "
-        "the namespace needs Pod Security privileged (docs/dind.md). Unset means no daemon.",
+        "the namespace needs Pod Security privileged (docs/dind.md). kubernetes: every job "
+        "runs in a container (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER), in pods the runner "
+        "container hooks create through the Kubernetes API with a ServiceAccount and Role the "
+        "operator makes for the pool (see docs/kubernetes-mode.md for what that Role lets the "
+        "runner do). Unset: jobs run in the runner container, with no Docker daemon.",
     )
     dind_image: DindImageReference | None = Field(
         default=None,
@@ -1141,6 +1260,9 @@ class RunnerPoolSpec(KubeModel):
         default=None,
         description="Volume source (a core/v1 VolumeSource such as emptyDir or ephemeral) for the "
         "runner's _work directory. Unset means an emptyDir.",
+    )
+    kubernetes_mode: KubernetesMode | None = Field(
+        default=None, description="Settings of containerMode: kubernetes."
     )
     template: PodTemplate | None = Field(
         default=None,

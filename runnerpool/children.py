@@ -34,7 +34,8 @@ def owner_reference(pool: api.RunnerPool) -> dict[str, Any]:
     }
 
 
-def _metadata(pool: api.RunnerPool, name: str) -> dict[str, Any]:
+def metadata(pool: api.RunnerPool, name: str) -> dict[str, Any]:
+    """What every object the pool owns carries: its labels and its controller reference."""
     return {
         "name": name,
         "namespace": pool.namespace,
@@ -49,7 +50,7 @@ def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": _metadata(pool, naming.token_secret_name(pool.name)),
+        "metadata": metadata(pool, naming.token_secret_name(pool.name)),
     }
 
 

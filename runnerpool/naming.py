@@ -43,6 +43,7 @@ __all__ = [
     "deployment_name",
     "disruption_budget_name",
     "pool_runner_label",
+    "runner_account_name",
     "runner_pod_prefix",
     "token_secret_name",
 ]
@@ -99,6 +100,9 @@ REGISTER_CONTAINER = "register"
 #: and where the containers mount them.
 TOKEN_VOLUME = "runner-token"
 CONFIG_VOLUME = "runner-config"
+#: In containerMode: kubernetes the work volume is an ephemeral claim, named ``<pod>-work``:
+#: the claim the container hooks mount into job pods when ACTIONS_RUNNER_CLAIM_NAME is unset,
+#: so the name is part of the hooks' contract.
 WORK_VOLUME = "work"
 TOKEN_MOUNT_DIR = "/runner-token"
 CONFIG_MOUNT_DIR = "/runner-config"
@@ -114,6 +118,11 @@ RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 
 def token_secret_name(pool: str) -> str:
     return f"runner-token-{pool}"
+
+
+def runner_account_name(pool: str) -> str:
+    """The ServiceAccount, Role and RoleBinding (one name) of a kubernetes-mode pool's runners."""
+    return f"runnerpool-runner-{pool}"
 
 
 def runner_pod_prefix(pool: str) -> str:

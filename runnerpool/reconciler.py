@@ -35,6 +35,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.protocol import GitHubClients
+from runnerpool.hook_access import HookAccessStep
 from runnerpool.pods import failures
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -171,6 +172,7 @@ class Reconciler:
             default_api_url=settings.github.api_url,
             backoff=create_backoff,
         )
+        self._hook_access = HookAccessStep(cache, self._kube)
         #: Stuck pods are told once per change of their reasons, not on every pass that sees them.
         self._failing_told = OnChange()
         self._status_written: dict[str, float] = {}
@@ -248,6 +250,8 @@ class Reconciler:
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         secret = self._ensure_token_secret(run)
+        # Before any pod: a pod naming a ServiceAccount that does not exist yet is refused.
+        self._hook_access.converge(run.pool, run.writes)
         self._ensure_jobs(run)
         # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
         recheck = self._tokens.check_secret(

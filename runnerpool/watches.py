@@ -29,6 +29,9 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   hand edit) or its deletion brings the namespace's pools back, whose next reconcile
   repairs it.  Its creation and its status (the disruption controller's counts) do not.
   A per-pool budget of an earlier version maps to its owner.
+* **ServiceAccounts, Roles, RoleBindings** (``Owns``, only the operator's): the runner
+  account of a ``containerMode: kubernetes`` pool (``runnerpool.hook_access``); an edit or a
+  deletion brings the pool back, which repairs it.
 * **Namespaces** (cluster-scoped; all, or each watched one by name): so the reconciler knows
   up front that a namespace is being deleted: nothing new can be created in it, and its
   pools go straight to deregistration.  A namespace that starts terminating enqueues its
@@ -58,8 +61,11 @@ from runnerpool.runtime.kube import (
     NAMESPACES,
     POD_DISRUPTION_BUDGETS,
     PODS,
+    ROLE_BINDINGS,
+    ROLES,
     RUNNER_POOLS,
     SECRETS,
+    SERVICE_ACCOUNTS,
 )
 from runnerpool.runtime.store import NAMESPACE
 
@@ -80,6 +86,7 @@ POOLS, SECRETS_, CREDENTIALS, DEPLOYMENTS_, PODS_, BUDGETS, NAMESPACES_ = (
     "PodDisruptionBudgets",
     "Namespaces",
 )
+ACCOUNTS, ROLES_, ROLE_BINDINGS_ = "ServiceAccounts", "Roles", "RoleBindings"
 # Index names: pods by ``namespace/pool``; pools by autoscaling scope and by credential Secret.
 BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
 #: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
@@ -222,6 +229,9 @@ def pool_watches(
             observe=_observer(on_pod),
         ),
         Watch(BUDGETS, POD_DISRUPTION_BUDGETS, _budget, label_selector=MANAGED_BY_SELECTOR),
+        Watch(ACCOUNTS, SERVICE_ACCOUNTS, _owners, label_selector=MANAGED_BY_SELECTOR),
+        Watch(ROLES_, ROLES, _owners, label_selector=MANAGED_BY_SELECTOR),
+        Watch(ROLE_BINDINGS_, ROLE_BINDINGS, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(NAMESPACES_, NAMESPACES, _namespace, field_selector_in=lambda ns: f"metadata.name={ns}"),
     ]
 
@@ -262,6 +272,15 @@ class PoolCache(InformerSet):
 
     def get_disruption_budget(self, namespace: str, name: str) -> Obj | None:
         return self.get(BUDGETS, namespace, name)
+
+    def get_service_account(self, namespace: str, name: str) -> Obj | None:
+        return self.get(ACCOUNTS, namespace, name)
+
+    def get_role(self, namespace: str, name: str) -> Obj | None:
+        return self.get(ROLES_, namespace, name)
+
+    def get_role_binding(self, namespace: str, name: str) -> Obj | None:
+        return self.get(ROLE_BINDINGS_, namespace, name)
 
     def list_pools(self, namespace: str | None = None) -> list[Obj]:
         return self.objects(POOLS, namespace)

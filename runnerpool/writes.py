@@ -29,10 +29,28 @@ class Write(enum.StrEnum):
     BUDGET_UPDATED = "update poddisruptionbudget"
     BUDGET_DELETED = "delete poddisruptionbudget (the namespace has no pool left)"
     LEGACY_BUDGET_DELETED = "delete poddisruptionbudget (per pool, of an earlier version)"
+    ACCOUNT_CREATED = "create serviceaccount"
+    ACCOUNT_UPDATED = "update serviceaccount"
+    ACCOUNT_DELETED = "delete serviceaccount (containerMode is no longer kubernetes)"
+    ROLE_CREATED = "create role"
+    ROLE_UPDATED = "update role"
+    ROLE_DELETED = "delete role (containerMode is no longer kubernetes)"
+    ROLE_BINDING_CREATED = "create rolebinding"
+    ROLE_BINDING_UPDATED = "update rolebinding"
+    ROLE_BINDING_DELETED = "delete rolebinding (containerMode is no longer kubernetes)"
     STATUS = "update status"
 
 
-_CREATES = frozenset({Write.SECRET_CREATED, Write.POD_CREATED, Write.BUDGET_CREATED})
+_CREATES = frozenset(
+    {
+        Write.SECRET_CREATED,
+        Write.POD_CREATED,
+        Write.BUDGET_CREATED,
+        Write.ACCOUNT_CREATED,
+        Write.ROLE_CREATED,
+        Write.ROLE_BINDING_CREATED,
+    }
+)
 
 
 class Writes:

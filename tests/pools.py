@@ -53,6 +53,17 @@ class LiveReader:
             client.PolicyV1Api(self._api).read_namespaced_pod_disruption_budget, name, namespace
         )
 
+    def get_service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(self._core.read_namespaced_service_account, name, namespace)
+
+    def get_role(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(client.RbacAuthorizationV1Api(self._api).read_namespaced_role, name, namespace)
+
+    def get_role_binding(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read(
+            client.RbacAuthorizationV1Api(self._api).read_namespaced_role_binding, name, namespace
+        )
+
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}={pool}")
         return [dict(self._api.sanitize_for_serialization(p)) for p in pods.items]

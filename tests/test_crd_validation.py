@@ -139,9 +139,80 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("quantity-garbage", _repo(resources={"requests": {"cpu": "lots"}}), "resource quantities look like"),
     ("container-mode-unknown", _repo(containerMode="docker"), 'Unsupported value: "docker"'),
+    (
+        "kubernetes-mode-without-container-mode",
+        _repo(kubernetesMode={}),
+        "spec.kubernetesMode applies to spec.containerMode: kubernetes only",
+    ),
+    (
+        "kubernetes-mode-with-service-account",
+        _repo(containerMode="kubernetes", serviceAccountName="mine"),
+        "spec.serviceAccountName cannot be set with containerMode: kubernetes",
+    ),
+    (
+        "kubernetes-mode-with-work-volume",
+        _repo(containerMode="kubernetes", workVolume={"emptyDir": {}}),
+        "spec.workVolume cannot be set with containerMode: kubernetes",
+    ),
+    (
+        "kubernetes-mode-relative-hook",
+        _repo(containerMode="kubernetes", kubernetesMode={"hookPath": "k8s/index.js"}),
+        "spec.kubernetesMode.hookPath must be an absolute path",
+    ),
+    (
+        "kubernetes-mode-claim-access-mode",
+        _repo(
+            containerMode="kubernetes", kubernetesMode={"workVolumeClaim": {"accessModes": ["ReadOnlyMany"]}}
+        ),
+        "Unsupported value",
+    ),
+    *(
+        (
+            f"kubernetes-mode-template-{field}",
+            _repo(containerMode="kubernetes", template={"spec": {field: value}}),
+            "automountServiceAccountToken cannot be set with containerMode: kubernetes",
+        )
+        for field, value in (
+            ("serviceAccountName", "mine"),
+            ("serviceAccount", "mine"),
+            ("automountServiceAccountToken", False),
+        )
+    ),
     ("dind-image-without-dind", _repo(dindImage="docker:28-dind"), "set containerMode: dind or remove"),
     ("dind-image-whitespace", _repo(containerMode="dind", dindImage="docker: x"), "spec.dindImage must be"),
 ]
+
+
+def test_a_template_names_the_account_of_other_pools_and_not_much_else_of_kubernetes_mode(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The operator owns the account only in kubernetes mode: elsewhere a template may set it,
+    and a kubernetes-mode template keeps every other pod field."""
+    account = {"serviceAccountName": "ci", "automountServiceAccountToken": True}
+    plain = _create(api_client, namespace, _pool("plain", _repo(template={"spec": account})))
+    assert plain["spec"]["template"]["spec"] == account
+    other = {"priorityClassName": "ci", "containers": [{"name": "runner", "image": "mine:1"}]}
+    k8s = _create(
+        api_client, namespace, _pool("k8s", _repo(containerMode="kubernetes", template={"spec": other}))
+    )
+    assert k8s["spec"]["template"]["spec"] == other
+    with pytest.raises(ValueError, match="automountServiceAccountToken cannot be set"):
+        api.RunnerPoolSpec.model_validate(_repo(containerMode="kubernetes", template={"spec": account}))
+
+
+def test_kubernetes_mode_round_trips_through_the_models(api_client: client.ApiClient, namespace: str) -> None:
+    claim = api.WorkVolumeClaim(
+        storage_class_name="fast-ssd", storage="20Gi", access_modes=["ReadWriteOncePod"]
+    )
+    spec = api.RunnerPoolSpec(
+        repository="octo-org/hello-world",
+        container_mode="kubernetes",
+        kubernetes_mode=api.KubernetesMode(work_volume_claim=claim, hook_path="/opt/hooks/index.js"),
+    )
+    sent = api.RunnerPool(metadata={"name": "k8s"}, spec=spec)
+    created = _create(api_client, namespace, sent.model_dump(by_alias=True, exclude_none=True))
+    assert created["spec"] == spec.model_dump(by_alias=True, exclude_none=True)
+    assert api.RunnerPool.model_validate(created).spec == spec
 
 
 @pytest.mark.parametrize(

@@ -179,11 +179,16 @@ OPERATOR_RULES = {
     ("runnerpool.dev", "runnerpools"): {"get", "list", "watch", "patch"},
     ("runnerpool.dev", "runnerpools/status"): {"patch"},
     ("runnerpool.dev", "runnerpools/finalizers"): {"update"},
-    ("", "secrets"): {"get", "list", "watch", "create", "patch"},
+    ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "namespaces"): {"list", "watch"},
     ("apps", "deployments"): {"list", "watch", "delete"},
     ("apps", "replicasets"): {"list", "delete"},
-    ("", "pods"): {"list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods/exec"): {"get", "create"},
+    ("", "pods/log"): {"get", "list", "watch"},
+    ("", "serviceaccounts"): {"list", "watch", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "roles"): {"list", "watch", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch", "delete"},
     ("", "events"): {"create", "patch"},
     ("authentication.k8s.io", "tokenreviews"): {"create"},
@@ -406,11 +411,13 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
     assert sorted(("repository" in p["spec"], "organization" in p["spec"]) for p in pools) == [
         (False, True),
         (False, True),
+        (False, True),
         (True, False),
         (True, False),
         (True, False),
     ]
     assert any("autoscaling" in p["spec"] for p in pools)
+    assert any(p["spec"].get("containerMode") == "kubernetes" for p in pools)
     assert any("template" in p["spec"] for p in pools)
     secrets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in samples if o["kind"] == "Secret"}
     namespaces = {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}

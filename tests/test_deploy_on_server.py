@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
+from runnerpool.hook_access import HOOK_RULES
 from runnerpool.manager import Operator
 from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.settings import (
@@ -60,6 +61,16 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
 # Checked by admission (OwnerReferencesPermissionEnforcement), never requested: it cannot show in
 # the audit log as a request, but without it the operator's creates with an owner reference fail.
 ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
+# Held, never requested, so that the operator may create the runner Role of containerMode:
+# kubernetes (RBAC refuses a Role granting more than its creator holds:
+# tests/test_hook_access.py shows the refusal).
+ESCALATION_ONLY = {
+    (group, resource, verb)
+    for rule in HOOK_RULES
+    for group in rule["apiGroups"]
+    for resource in rule["resources"]
+    for verb in rule["verbs"]
+}
 
 
 def kubectl(control_plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -314,6 +325,48 @@ def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) ->
     )
 
 
+def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
+    """A containerMode: kubernetes pool: its runner ServiceAccount, Role and RoleBinding are made
+    (list, watch, create), a hand edit of the Role repaired (patch), and all three deleted when
+    the pool leaves the mode (delete)."""
+    reader, name = LiveReader(api_client), naming.runner_account_name("km")
+    create_pool(
+        api_client, namespace, pool_manifest("km", repo="octo-org/octo-repo", containerMode="kubernetes")
+    )
+    wait_for(lambda: reader.get_role_binding(namespace, name), message="the runner RoleBinding")
+    rbac, core = client.RbacAuthorizationV1Api(api_client), client.CoreV1Api(api_client)
+    rbac.patch_namespaced_role(name, namespace, {"rules": []})
+    intruder = [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]
+    rbac.patch_namespaced_role_binding(name, namespace, {"subjects": intruder})
+    core.patch_namespaced_service_account(name, namespace, {"metadata": {"labels": {naming.POOL_LABEL: "x"}}})
+
+    def repaired() -> bool:
+        account = reader.get_service_account(namespace, name) or {}
+        binding = reader.get_role_binding(namespace, name) or {}
+        return (
+            bool((reader.get_role(namespace, name) or {}).get("rules"))
+            and binding.get("subjects") != intruder
+            and (account.get("metadata") or {}).get("labels", {}).get(naming.POOL_LABEL) == "km"
+        )
+
+    wait_for(repaired, message="the hand edits to be repaired")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
+    )
+    wait_for(
+        lambda: (
+            not any(
+                (
+                    reader.get_service_account(namespace, name),
+                    reader.get_role(namespace, name),
+                    reader.get_role_binding(namespace, name),
+                )
+            )
+        ),
+        message="the runner account to go with the mode",
+    )
+
+
 def _scrape(port: int, token: str) -> int:
     """One scrape of --metrics-secure: a TokenReview and a SubjectAccessReview by the operator."""
     insecure = ssl.create_default_context()
@@ -338,6 +391,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
     running = operator_as_service_account
     _lifecycle(api_client, namespace, running.github)
     _demand(api_client, namespace, running.github)
+    _kubernetes_mode(api_client, namespace)
     assert _scrape(running.metrics_port, running.token) == 403, "the operator itself is no metrics reader"
 
     requests = [
@@ -361,7 +415,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
         for e in requests
         if "objectRef" in e
     }
-    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY
+    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY
     assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
 
 

@@ -154,7 +154,7 @@ def test_turning_dind_on_or_changing_its_image_rolls_the_pods() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"containerMode": "docker"}, "Input should be 'dind'"),
+        ({"containerMode": "docker"}, "Input should be 'dind' or 'kubernetes'"),
         ({"dindImage": "docker:28-dind"}, "set containerMode: dind or remove dindImage"),
     ],
 )

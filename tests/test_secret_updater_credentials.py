@@ -205,4 +205,5 @@ def test_undecodable_secret_is_malformed() -> None:
 def test_client_repr_has_no_credentials() -> None:
     gh = client_from_secret_data({"token": PAT_A}, API, ClientOptions())
     assert PAT_A not in repr(gh)
-    assert repr(Scope(organization="octo-org")) == "Scope(organization='octo-org', repository=None)"
+    scope = repr(Scope(organization="octo-org"))
+    assert scope == "Scope(organization='octo-org', repository=None, enterprise=None)"

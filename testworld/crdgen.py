@@ -97,6 +97,9 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], where: str) -> di
     if "anyOf" in out:
         out = _collapse_any_of(out, defs, where)
         out = _resolve(out, defs)
+    if "const" in out:
+        # A one-value Literal: the same thing as an enum of one, which a structural schema takes.
+        out["enum"] = [out.pop("const")]
     refused = _REFUSED_KEYS & out.keys()
     if refused:
         raise SchemaError(f"{where}: {sorted(refused)} cannot go into a structural schema")

@@ -28,7 +28,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
-from runnerpool.pods import dind, merge, registration, security
+from runnerpool.pods import dind, kubernetes_mode, merge, registration, security
 
 __all__ = [
     "busy_grace_seconds",
@@ -215,4 +215,5 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
-    return dind.with_docker_daemon(spec, pod, **_daemon_context())
+    # At most one of them changes the pod: a pool has one containerMode.
+    return kubernetes_mode.shape(pool, dind.with_docker_daemon(spec, pod, **_daemon_context()))

@@ -34,8 +34,11 @@ __all__ = [
     "PODS",
     "POD_DISRUPTION_BUDGETS",
     "REPLICA_SETS",
+    "ROLES",
+    "ROLE_BINDINGS",
     "RUNNER_POOLS",
     "SECRETS",
+    "SERVICE_ACCOUNTS",
     "STRATEGIC_MERGE_PATCH",
     "Kube",
     "Resource",
@@ -83,6 +86,9 @@ DEPLOYMENTS = Resource("apps/v1", "deployments")
 REPLICA_SETS = Resource("apps/v1", "replicasets")
 POD_DISRUPTION_BUDGETS = Resource("policy/v1", "poddisruptionbudgets")
 RUNNER_POOLS = Resource(api.API_VERSION, api.PLURAL)
+SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
+ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
 
 
 def _camel(key: str) -> str:

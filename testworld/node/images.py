@@ -7,9 +7,10 @@ Two images, each one layer, packed as an OCI image-layout archive that
 * the runner test image: the project's real ``deploy/images/runner/entrypoint.sh``
   at the real image's path, running as the real image's user (uid/gid 1001) with its
   environment, plus the stand-ins in ``testworld/runner_image/`` for the actions
-  runner's ``config.sh`` and ``run.sh``.  Its userland is the host's own bash, curl and coreutils with the
-  shared libraries ``ldd`` names, laid out as on the host (symlinks included), so no
-  registry or mirror is involved and the image is a few MiB.
+  runner's ``config.sh`` and ``run.sh`` (and its worker with container hooks, and the hooks:
+  ``k8s-hook.sh`` at the runner image's hook paths).  Its userland is the host's own bash,
+  curl and coreutils with the shared libraries ``ldd`` names, laid out as on the host
+  (symlinks included), so no registry or mirror is involved and the image is a few MiB.
 
 Archives are cached by a digest of their inputs (file contents, modes, owners,
 config), so an edited entrypoint or stand-in gives a new tag and a new archive.
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runnerpool.api import KUBERNETES_HOOK, KUBERNETES_NOVOLUME_HOOK
 from testworld.envtest.assets import AssetError, cache_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -331,6 +333,10 @@ def runner_rootfs() -> Rootfs:
     # config.sh, run.sh and what they source, beside each other as in the real runner's folder.
     for script in sorted(RUNNER_STANDINS.glob("*.sh")):
         rootfs.file(f"{RUNNER_HOME}/{script.name}", script.read_bytes(), 0o755, RUNNER_UID)
+    # The container hooks' stand-in where the runner image has both flavours (api.KUBERNETES_HOOK,
+    # KUBERNETES_NOVOLUME_HOOK); the stand-in worker runs it itself, the real runner with node.
+    for hook in (KUBERNETES_HOOK, KUBERNETES_NOVOLUME_HOOK):
+        rootfs.file(hook, (RUNNER_STANDINS / "k8s-hook.sh").read_bytes(), 0o755, RUNNER_UID)
     # What test jobs run as their steps, outside the runner's folder like a checked-out repository.
     for script in sorted((RUNNER_STANDINS / "jobs").glob("*.sh")):
         rootfs.file(f"{JOBS_DIR}/{script.name}", script.read_bytes(), 0o755)

@@ -26,6 +26,10 @@
 # renews at the interval the fake answers (renew_s) and ends with the job, on a 404 (the job
 # is no longer ours), or when run.sh itself is gone.
 #
+# With ACTIONS_RUNNER_CONTAINER_HOOKS set, a job runs through the container hooks instead
+# (worker.sh, still called Runner.Worker), and a step that fails makes the job's conclusion
+# "failure" (a job's script is then not run: the hooks' step stands in for it).
+#
 # RUNNER_POLL_SECONDS (default 20) bounds each long poll. `run.sh --jitconfig CONFIG` runs a
 # just-in-time runner without config.sh (see below); a config already used is refused.
 
@@ -169,15 +173,20 @@ run_job() {
     esac
     start_renewing "${job_id}"
     interruptible=1
-    local summary="${STANDIN_DIR}/.summary.${job_id}"
+    local summary="${STANDIN_DIR}/.summary.${job_id}" plain_sleep=0
     : >"${summary}"
-    if [[ -n "${script}" ]]; then
+    if [[ -n "${ACTIONS_RUNNER_CONTAINER_HOOKS:-}" ]]; then
+        # The job's containers are the hooks' (worker.sh): its step decides the conclusion.
+        log "running job ${job_id} through the container hooks"
+        (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash "${STANDIN_DIR}/worker.sh" "${job_id}" "${duration}") &
+    elif [[ -n "${script}" ]]; then
         log "running job ${job_id}'s steps"
         # The worker stays itself while its steps run, as the real Runner.Worker does (the
         # entrypoint tells a busy runner by it): bash would exec a one-command script's command
         # in its place (the last command of a -c string), so the string ends with an exit.
         (GITHUB_STEP_SUMMARY="${summary}" exec -a Runner.Worker bash -c "${script}"$'\n''exit $?') &
     else
+        plain_sleep=1
         log "running job ${job_id} for ${duration}s"
         (exec -a Runner.Worker sleep "${duration}") &
     fi
@@ -187,9 +196,10 @@ run_job() {
     stop_renewing
     # Cancelled only if the signal cut the job short: a job that ran to its end before the
     # signal came is a success (the real runner's worker reports its own result when it ends;
-    # a listener told to stop afterwards changes nothing). A script that failed by itself fails.
+    # a listener told to stop afterwards changes nothing). A plain sleep ends early only by a
+    # signal; a script or a hooks step that failed by itself fails.
     if [[ "${child_status}" -ne 0 ]]; then
-        if [[ "${stopping}" -eq 1 || -z "${script}" ]]; then
+        if [[ "${stopping}" -eq 1 || "${plain_sleep}" -eq 1 ]]; then
             conclusion=cancelled
         else
             conclusion=failure
