@@ -912,6 +912,12 @@ class PodTemplate(KubeModel):
     )
 
 
+#: How a pool's runner pods register (``spec.registration``; docs/registration.md).
+Registration = Literal["token", "jit"]
+REGISTRATION_TOKEN: Registration = "token"
+REGISTRATION_JIT: Registration = "jit"
+
+
 class RunnerPoolSpec(KubeModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -1044,6 +1050,15 @@ class RunnerPoolSpec(KubeModel):
         "The operator's own fields (pod names, owner, selector labels, restartPolicy, the token "
         "and work volumes, the runner's RUNNER_* env) are refused. A change rolls the pods as "
         "any template change does: idle ones at once, busy ones after their job.",
+    )
+    registration: Registration = Field(
+        default="token",
+        description="How a runner pod registers its runner. token: the pod's register init "
+        "container runs config.sh with the pool's registration token (one GitHub call per pool "
+        "per token life; the token is in the namespace's Secrets for that hour). jit: the "
+        "operator asks GitHub for a just-in-time config per pod (one call per pod) and puts it "
+        "in a Secret of that pod, emptied once the pod's runner has it; use it where others "
+        "can read Secrets in the namespace (docs/registration.md).",
     )
     recreate_deadline: GoDuration | None = Field(
         default=None,

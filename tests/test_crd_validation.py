@@ -125,6 +125,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "spec.volumeMounts[0].mountPath: Required value",
     ),
     ("quantity-garbage", _repo(resources={"requests": {"cpu": "lots"}}), "resource quantities look like"),
+    ("registration-unknown", _repo(registration="pat"), "spec.registration: Unsupported value"),
 ]
 
 
@@ -161,6 +162,7 @@ def test_valid_pool_gets_defaults(
         "replicas": 1,
         "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
         "busyGracePeriod": api.DEFAULT_BUSY_GRACE_PERIOD,
+        "registration": api.REGISTRATION_TOKEN,
     }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1
