@@ -33,9 +33,10 @@ from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, OnChange, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.pods import failures
+from runnerpool.pods import failures, jit, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.jit import JitSecrets
 from runnerpool.pods.step import Converged, LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
@@ -127,8 +128,11 @@ class Reconciler:
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
         create_backoff: CreateBackoff | None = None,
+        jit_jobs: jit.JitJobs | None = None,
     ) -> None:
         self._cache = cache
+        self._jit_jobs = jit_jobs
+        self._jit = JitSecrets(cache, Kube(api_client), jit_jobs) if jit_jobs is not None else None
         self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
@@ -215,15 +219,22 @@ class Reconciler:
         """Gather, then status, then act: the decision is on the pool before any pod is made."""
         self._ensure_finalizer(run)
         self._protect_credentials(run)
-        secret = self._ensure_token_secret(run)
-        self._ensure_jobs(run)
-        # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
-        recheck = self._tokens.check_secret(
-            run.pool.namespace,
-            run.pool.name,
-            (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
-            recreated=Write.SECRET_CREATED in run.writes,
-        )
+        recheck: float | None = None
+        if self._registers_jit(run.pool):
+            # No pool token: a pool switched from token mode has it emptied and its job stopped.
+            secret: dict[str, Any] = {}
+            self._withdraw_token(run)
+            self._runners.start(self._pool_ref(run))
+        else:
+            secret = self._ensure_token_secret(run)
+            self._ensure_jobs(run)
+            # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
+            recheck = self._tokens.check_secret(
+                run.pool.namespace,
+                run.pool.name,
+                (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
+                recreated=Write.SECRET_CREATED in run.writes,
+            )
         # One read of the pool's pods for the whole pass: the decision, the creates, the round.
         live = self._pods.read(run.pool)
         decision = self._decide(run.pool, live)
@@ -238,7 +249,8 @@ class Reconciler:
                 run.pool.namespace, run.pool.spec.credential_secret_name
             )
             recheck = _sooner(recheck, missing)
-        token = pool_status.has_token(secret)
+        # A JIT pod waits for its own config (runnerpool.pods.jit), not for the pool's token.
+        token = self._registers_jit(run.pool) or pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
@@ -250,6 +262,7 @@ class Reconciler:
             wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         converged = self._act_on_pods(run, decision, live)
+        self._converge_jit_secrets(run, live)
         wait = self._update_status(run, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
@@ -356,6 +369,23 @@ class Reconciler:
         run.writes.add(Write.SECRET_METADATA)
         return live
 
+    def _registers_jit(self, pool: api.RunnerPool) -> bool:
+        return pool.spec.registration == api.REGISTRATION_JIT
+
+    def _converge_jit_secrets(self, run: _Pass, live: LivePods) -> None:
+        """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token
+        mode still empties the Secrets of its JIT pods.  Pods made in this pass are seen in the
+        next, which their creation brings."""
+        if self._jit is None:
+            return
+        request = jit.jit_request(run.pool, template.runner_labels(run.pool))
+        self._jit.converge(self._pool_ref(run), request, live.pods, run.writes)
+
+    def _token_failure(self, pool: api.RunnerPool) -> TokenFailure | None:
+        if self._registers_jit(pool):
+            return self._jit_jobs.failure(pool.namespace, pool.name) if self._jit_jobs is not None else None
+        return self._tokens.failure(pool.namespace, pool.name)
+
     def _ensure_jobs(self, run: _Pass) -> None:
         """The token job and the runner manager: both idempotent, both cheap to repeat."""
         ref = self._pool_ref(run)
@@ -388,6 +418,8 @@ class Reconciler:
         self._failing_told.forget(key)
         self._pods.forget(namespace, name)
         self._tokens.stop(namespace, name)
+        if self._jit_jobs is not None:
+            self._jit_jobs.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
         for state in self._forgetters:
@@ -433,7 +465,7 @@ class Reconciler:
             old=old,
             secret=secret,
             pods=pods,
-            failure=self._tokens.failure(pool.namespace, pool.name),
+            failure=self._token_failure(pool),
             runners=self._runner_counts(pool),
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),

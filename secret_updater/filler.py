@@ -50,6 +50,7 @@ __all__ = [
     "INTERNAL_REASON",
     "PATCH_FAILED_REASON",
     "TokenUpdater",
+    "classify",
     "token_patch",
 ]
 
@@ -368,7 +369,7 @@ class TokenUpdater:
     def _record_failure(
         self, state: _PoolState, ref: PoolRef, generation: int, err: Exception
     ) -> _Outcome | None:
-        reason, message = _classify(err)
+        reason, message = classify(err)
         now = self._clock()
         with self._lock:
             if not self._is_current(ref.key, generation):
@@ -438,7 +439,7 @@ def _scrub(text: str, secret: str) -> str:
     return text.replace(secret, "***") if secret else text
 
 
-def _classify(err: Exception) -> tuple[str, str]:
+def classify(err: Exception) -> tuple[str, str]:
     if isinstance(err, GitHubError):
         return err.reason, err.message
     if isinstance(err, CredentialError):
