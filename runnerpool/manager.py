@@ -42,7 +42,6 @@ from runnerpool.settings import Settings
 from runnerpool.watches import PoolCache
 from runnerpool.webserver import Limits
 from secret_updater.filler import TokenUpdater
-from secret_updater.jit import JitFiller
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +90,6 @@ class Operator:
             settings=settings.tokens,
             scheduler=token_scheduler,
         )
-        # Per-pod JIT configs share the token jobs' scheduler: both are registration writes.
-        jit_jobs = JitFiller(
-            clients,
-            lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
-            lambda namespace, name: self._queue.add(pool_key(namespace, name)),
-            token_scheduler,
-        )
         runners = RunnerManagers(
             self.informers,
             clients,
@@ -120,7 +112,6 @@ class Operator:
             namespaces=self.informers,
             forgetters=(self._recorder,),
             webhook_secrets=self._pool_secrets.problem,
-            jit_jobs=jit_jobs,
         )
         poller = DemandPoller(
             self.informers,

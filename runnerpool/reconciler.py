@@ -67,6 +67,9 @@ class TokenJobs(Protocol):
         self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
     ) -> float | None: ...
     def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
+    #: Each JIT pod's own config: filled by the same scheduler (``secret_updater.jit``).
+    @property
+    def jit(self) -> jit.JitJobs: ...
 
 
 class RunnerJobs(Protocol):
@@ -128,11 +131,9 @@ class Reconciler:
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
         create_backoff: CreateBackoff | None = None,
-        jit_jobs: jit.JitJobs | None = None,
     ) -> None:
         self._cache = cache
-        self._jit_jobs = jit_jobs
-        self._jit = JitSecrets(cache, Kube(api_client), jit_jobs) if jit_jobs is not None else None
+        self._jit = JitSecrets(cache, Kube(api_client), tokens.jit)
         self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
@@ -376,14 +377,12 @@ class Reconciler:
         """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token
         mode still empties the Secrets of its JIT pods.  Pods made in this pass are seen in the
         next, which their creation brings."""
-        if self._jit is None:
-            return
         request = jit.jit_request(run.pool, template.runner_labels(run.pool))
         self._jit.converge(self._pool_ref(run), request, live.pods, run.writes)
 
     def _token_failure(self, pool: api.RunnerPool) -> TokenFailure | None:
         if self._registers_jit(pool):
-            return self._jit_jobs.failure(pool.namespace, pool.name) if self._jit_jobs is not None else None
+            return self._tokens.jit.failure(pool.namespace, pool.name)
         return self._tokens.failure(pool.namespace, pool.name)
 
     def _ensure_jobs(self, run: _Pass) -> None:
@@ -418,8 +417,7 @@ class Reconciler:
         self._failing_told.forget(key)
         self._pods.forget(namespace, name)
         self._tokens.stop(namespace, name)
-        if self._jit_jobs is not None:
-            self._jit_jobs.stop(namespace, name)
+        self._tokens.jit.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
         for state in self._forgetters:

@@ -36,7 +36,7 @@ from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import JitConfig, JitRequest
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.scheduling import add_self_scheduling_job
-from secret_updater.filler import classify
+from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
 
 __all__ = ["JitFiller", "jit_patch"]
@@ -175,10 +175,13 @@ class JitFiller:
             self._done.add(pod_uid)
         try:
             self._patch_secret(ref.namespace, pod.secret, jit_patch(config))
-        except Exception:
-            with self._lock:  # asked again on the next pass; the runner is a 409 then
+        except Exception as err:
+            with self._lock:  # asked again; the runner is a 409 then
                 self._done.discard(pod_uid)
-            raise
+            status = getattr(err, "status", None) or type(err).__name__
+            raise PatchFailedError(
+                f"cannot write the JIT config into Secret {ref.namespace}/{pod.secret}: {status}"
+            ) from None
         log.info(
             "JIT config for runner %s (pool %s) written to Secret %s", pod.request.name, ref.key, pod.secret
         )
