@@ -721,7 +721,8 @@ class TemplateContainer(_PassThrough):
             f"self.volumeMounts.all(m, !(m.mountPath in {cel_list(_OPERATOR_MOUNT_PATHS)}))",
             message="spec.template.spec.containers[runner].volumeMounts must not use mountPath "
             f"{' or '.join(_OPERATOR_MOUNT_PATHS)}: the operator mounts the registration token, the "
-            "runner's configuration and the work volume there (spec.workVolume changes the work volume)",
+            "JIT config, the runner's configuration and the work volume there "
+            "(spec.workVolume changes the work volume)",
             check=lambda c: (
                 c.name != naming.RUNNER_CONTAINER
                 or not any(m.mount_path in _OPERATOR_MOUNT_PATHS for m in c.volume_mounts or ())
@@ -801,7 +802,7 @@ class TemplatePodSpec(_PassThrough):
         Rule(
             cel=f"!has(self.volumes) || self.volumes.all(v, !(v.name in {cel_list(_OPERATOR_VOLUMES)}))",
             message=f"spec.template.spec.volumes must not be named {' or '.join(_OPERATOR_VOLUMES)}: "
-            "they are the operator's registration token, runner configuration and work volumes "
+            "they are the operator's registration token, JIT config, runner configuration and work volumes "
             "(spec.workVolume changes the work volume)",
             check=lambda s: not any(v.name in _OPERATOR_VOLUMES for v in s.volumes or ()),
         ),
