@@ -169,19 +169,21 @@ class JitFiller:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
         config = self._generate(client, pod)
         with self._lock:
-            if self._pods.pop(pod_uid, None) is None:
+            if pod_uid not in self._pods:
                 return  # forgotten meanwhile: the runner, never started, is collected (runner managers)
-            self._remove_job(pod_uid)
-            self._done.add(pod_uid)
+        # The pod stays asked for during the write: a second ask meanwhile is no second runner.
         try:
             self._patch_secret(ref.namespace, pod.secret, jit_patch(config))
         except Exception as err:
-            with self._lock:  # asked again; the runner is a 409 then
-                self._done.discard(pod_uid)
+            # Asked again after the backoff; the runner made for it is a 409 then, and replaced.
             status = getattr(err, "status", None) or type(err).__name__
             raise PatchFailedError(
                 f"cannot write the JIT config into Secret {ref.namespace}/{pod.secret}: {status}"
             ) from None
+        with self._lock:
+            if self._pods.pop(pod_uid, None) is not None:
+                self._remove_job(pod_uid)
+                self._done.add(pod_uid)
         log.info(
             "JIT config for runner %s (pool %s) written to Secret %s", pod.request.name, ref.key, pod.secret
         )
@@ -205,26 +207,15 @@ class JitFiller:
         reason, message = classify(err)
         now = self._clock()
         with self._lock:
-            state = self._pools.setdefault(pod.ref.key, _Pool())
+            state = self._pools.get(pod.ref.key)
+            if state is None or pod_uid not in self._pods:
+                return  # stopped or forgotten meanwhile: nothing to retry, nothing to report
             previous = state.failure
             state.attempt += 1
             delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
             state.not_before = now + delay
             state.failure = TokenFailure(reason, message, previous.since if previous is not None else now)
-            if pod_uid not in self._pods:  # the patch failed after the job was done
-                self._pods[pod_uid] = pod
-                state.pods.add(pod_uid)
-                add_self_scheduling_job(
-                    self._scheduler,
-                    self._run,
-                    (pod_uid,),
-                    job_id=_job_id(pod_uid),
-                    name=f"jit config {pod.ref.namespace}/{pod.request.name}",
-                    first_run=state.not_before,
-                    safety_net_seconds=self._policy.permanent_max.total_seconds(),
-                )
-            else:
-                self._reschedule(pod_uid, state.not_before)
+            self._reschedule(pod_uid, state.not_before)
         changed = previous is None or (previous.reason, previous.message) != (reason, message)
         log.log(
             logging.WARNING if changed else logging.DEBUG,

@@ -165,3 +165,22 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
     assert len(jit.github.deleted) == 1
     assert filler.failure("team-a", "build") is None
     assert body["stringData"][JIT_SECRET_KEY] not in caplog.text
+
+
+def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filler = jit.updater.jit
+
+    def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
+        filler.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
+        raise Unavailable("HTTP 503")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert _jobs(jit) == []
+    assert filler.failure("team-a", "build") is None
+    assert jit.notified == []
