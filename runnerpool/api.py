@@ -286,6 +286,30 @@ Organization = Annotated[
         )
     ),
 ]
+Enterprise = Annotated[
+    str,
+    StringConstraints(max_length=100),
+    Cel(
+        regex_rule(
+            rf"^{GITHUB_LOGIN}$",
+            "spec.enterprise must be a GitHub enterprise slug (as in "
+            "https://github.com/enterprises/<slug>): letters, digits and single hyphens",
+        )
+    ),
+]
+#: GitHub shows runner group names as typed; config.sh takes one as a single argument.
+RUNNER_GROUP_NAME = r"^\S(.*\S)?$"
+RunnerGroupName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    Cel(
+        regex_rule(
+            RUNNER_GROUP_NAME,
+            "spec.runnerGroup is a runner group's name as GitHub shows it, without leading or "
+            "trailing whitespace",
+        )
+    ),
+]
 RunnerLabel = Annotated[
     str,
     StringConstraints(min_length=1, max_length=100),
@@ -382,12 +406,13 @@ BusyGracePeriod = Annotated[
 ]
 RepositoryName = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=100),
+    StringConstraints(min_length=1, max_length=140),
     Cel(
         regex_rule(
-            r"^[A-Za-z0-9._-]+$",
-            "spec.autoscaling.repositories lists repository names without the owner, e.g. "
-            "hello-world (letters, digits, '.', '_', '-')",
+            rf"^({GITHUB_LOGIN}/)?[A-Za-z0-9._-]+$",
+            "spec.autoscaling.repositories lists repository names (letters, digits, '.', '_', '-'): "
+            "without the owner for an organization pool (hello-world), owner/name for an "
+            "enterprise pool (octo-org/hello-world)",
         )
     ),
 ]
@@ -625,8 +650,9 @@ class Autoscaling(KubeModel):
     repositories: Annotated[list[RepositoryName], ListType("set"), Field(max_length=100)] = Field(
         default_factory=list,
         description="For an organization pool: repositories (names, without the owner) whose "
-        "queued jobs polling looks at when no webhook delivery reports them. A repository pool "
-        "polls its own repository.",
+        "queued jobs polling looks at when no webhook delivery reports them. For an enterprise "
+        "pool (owner/name): the repositories whose jobs count for the pool at all, from webhook "
+        "deliveries and polling. A repository pool polls its own repository.",
     )
     webhook_secret_ref: WebhookSecretRef | None = Field(
         default=None,
@@ -922,17 +948,27 @@ REGISTRATION_JIT: Registration = "jit"
 class RunnerPoolSpec(KubeModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
-            cel="has(self.repository) != has(self.organization)",
-            message="set exactly one of spec.repository (owner/name) or spec.organization",
-            check=lambda s: (s.repository is None) != (s.organization is None),
+            cel="(has(self.repository) ? 1 : 0) + (has(self.organization) ? 1 : 0)"
+            " + (has(self.enterprise) ? 1 : 0) == 1",
+            message="set exactly one of spec.repository (owner/name), spec.organization or spec.enterprise",
+            check=lambda s: sum(v is not None for v in (s.repository, s.organization, s.enterprise)) == 1,
         ),
         Rule(
             cel="has(self.repository) == has(oldSelf.repository)"
             " && (!has(self.repository) || self.repository == oldSelf.repository)"
             " && has(self.organization) == has(oldSelf.organization)"
-            " && (!has(self.organization) || self.organization == oldSelf.organization)",
-            message="spec.repository and spec.organization are immutable: "
+            " && (!has(self.organization) || self.organization == oldSelf.organization)"
+            " && has(self.enterprise) == has(oldSelf.enterprise)"
+            " && (!has(self.enterprise) || self.enterprise == oldSelf.enterprise)",
+            message="spec.repository, spec.organization and spec.enterprise are immutable: "
             "create a new RunnerPool to register runners elsewhere",
+        ),
+        Rule(
+            cel="!has(self.runnerGroup) || !has(self.repository)",
+            message="spec.runnerGroup is for organization and enterprise pools: a repository's "
+            "runners belong to no runner group; remove spec.runnerGroup or register with "
+            "spec.organization",
+            check=lambda s: s.runner_group is None or s.repository is None,
         ),
         Rule(
             cel="!has(self.autoscaling) || self.replicas <= self.autoscaling.maxReplicas",
@@ -950,11 +986,31 @@ class RunnerPoolSpec(KubeModel):
         ),
         Rule(
             cel="!has(self.autoscaling) || !has(self.autoscaling.repositories) "
-            "|| size(self.autoscaling.repositories) == 0 || has(self.organization)",
-            message="spec.autoscaling.repositories is for organization pools; a repository pool "
-            "polls spec.repository: remove spec.autoscaling.repositories",
+            "|| size(self.autoscaling.repositories) == 0 || !has(self.repository)",
+            message="spec.autoscaling.repositories is for organization and enterprise pools; a "
+            "repository pool polls spec.repository: remove spec.autoscaling.repositories",
+            check=lambda s: s.autoscaling is None or not s.autoscaling.repositories or s.repository is None,
+        ),
+        Rule(
+            cel="!has(self.organization) || !has(self.autoscaling) || !has(self.autoscaling.repositories)"
+            " || self.autoscaling.repositories.all(r, !r.contains('/'))",
+            message="spec.autoscaling.repositories of an organization pool lists repository names "
+            "without the owner (hello-world, not octo-org/hello-world)",
             check=lambda s: (
-                s.autoscaling is None or not s.autoscaling.repositories or s.organization is not None
+                s.organization is None
+                or s.autoscaling is None
+                or all("/" not in r for r in s.autoscaling.repositories)
+            ),
+        ),
+        Rule(
+            cel="!has(self.enterprise) || !has(self.autoscaling) || !has(self.autoscaling.repositories)"
+            " || self.autoscaling.repositories.all(r, r.contains('/'))",
+            message="spec.autoscaling.repositories of an enterprise pool lists repositories as "
+            "owner/name (octo-org/hello-world): an enterprise holds many organizations",
+            check=lambda s: (
+                s.enterprise is None
+                or s.autoscaling is None
+                or all("/" in r for r in s.autoscaling.repositories)
             ),
         ),
         Rule(
@@ -974,11 +1030,25 @@ class RunnerPoolSpec(KubeModel):
 
     repository: Repository | None = Field(
         default=None,
-        description="Repository (owner/name) the runners register with. Set this or organization. Immutable.",
+        description="Repository (owner/name) the runners register with. Set exactly one of "
+        "repository, organization or enterprise. Immutable.",
     )
     organization: Organization | None = Field(
         default=None,
-        description="Organization the runners register with. Set this or repository. Immutable.",
+        description="Organization the runners register with. Set exactly one of repository, "
+        "organization or enterprise. Immutable.",
+    )
+    enterprise: Enterprise | None = Field(
+        default=None,
+        description="Enterprise (its slug) the runners register with; needs a personal access "
+        "token (GitHub Apps cannot manage enterprise runners). Set exactly one of repository, "
+        "organization or enterprise. Immutable.",
+    )
+    runner_group: RunnerGroupName | None = Field(
+        default=None,
+        description="Runner group (by name) the runners join, for organization and enterprise "
+        "pools; it must exist and, when it is open to selected repositories only, admit every "
+        "repository in spec.autoscaling.repositories. Unset means the scope's default group.",
     )
     replicas: int = Field(
         default=1,
@@ -1201,7 +1271,8 @@ class RunnerPool(KubeModel):
     @property
     def scope(self) -> Scope:
         """Where the pool's runners register (validated again: an older stored object may be loose)."""
-        return Scope(organization=self.spec.organization, repository=self.spec.repository)
+        spec = self.spec
+        return Scope(organization=spec.organization, repository=spec.repository, enterprise=spec.enterprise)
 
     @property
     def finalizers(self) -> list[str]:

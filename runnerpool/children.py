@@ -11,6 +11,7 @@ from typing import Any
 
 from runnerpool import api, naming
 from runnerpool.domain import resolve_api_url
+from runnerpool.github.protocol import GitHubClient, GitHubClients
 
 
 def selector_labels(pool: api.RunnerPool) -> dict[str, str]:
@@ -54,3 +55,8 @@ def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
 
 def api_url(pool: api.RunnerPool, default: str) -> str:
     return resolve_api_url(pool.spec.github_api_url, default)
+
+
+def github_client(clients: GitHubClients, pool: api.RunnerPool, default_api_url: str) -> GitHubClient:
+    """The GitHub client of the pool's credential Secret and API server."""
+    return clients.get(pool.namespace, pool.spec.credential_secret_name, api_url(pool, default_api_url))

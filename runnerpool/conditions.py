@@ -16,6 +16,10 @@ SCALING = "Scaling"
 DEMAND_VISIBLE = "DemandVisible"
 #: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
 WEBHOOK_SECRET_READY = "WebhookSecretReady"
+#: With --allow rules: whether the pool's namespace may register runners at its scope.
+SCOPE_ALLOWED = "ScopeAllowed"
+#: Pools that name spec.runnerGroup: whether the group exists and admits what the pool serves.
+RUNNER_GROUP_READY = "RunnerGroupReady"
 #: A deleted pool: whether its runners are off GitHub yet (the finalizer waits for True).
 RUNNERS_DEREGISTERED = "RunnersDeregistered"
 

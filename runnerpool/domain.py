@@ -127,7 +127,7 @@ def web_url_for(api_url: str) -> str:
 
 @dataclass(frozen=True)
 class Scope:
-    """Where runners register: one organization or one repository, never both.
+    """Where runners register: one enterprise, organization or repository, exactly one.
 
     Validated on construction so that a bad spec fails in the reconciler with a clear message
     instead of as a confusing 404 from GitHub later.
@@ -135,12 +135,15 @@ class Scope:
 
     organization: str | None = None
     repository: str | None = None
+    enterprise: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.organization is None) == (self.repository is None):
-            raise ValueError("a scope needs exactly one of organization or repository")
+        if sum(v is not None for v in (self.organization, self.repository, self.enterprise)) != 1:
+            raise ValueError("a scope needs exactly one of enterprise, organization or repository")
         if self.organization is not None and not _OWNER_RE.match(self.organization):
             raise ValueError(f"invalid organization name {self.organization!r}")
+        if self.enterprise is not None and not _OWNER_RE.match(self.enterprise):
+            raise ValueError(f"invalid enterprise slug {self.enterprise!r}")
         if self.repository is not None:
             owner, sep, name = self.repository.partition("/")
             if not sep or not _OWNER_RE.match(owner) or not _REPO_NAME_RE.match(name):
@@ -149,6 +152,8 @@ class Scope:
     @property
     def path(self) -> str:
         """REST path prefix; runner endpoints hang below it."""
+        if self.enterprise is not None:
+            return f"enterprises/{self.enterprise}"
         if self.organization is not None:
             return f"orgs/{self.organization}"
         assert self.repository is not None
@@ -158,12 +163,26 @@ class Scope:
     @property
     def path_template(self) -> str:
         """``path`` with the names replaced by placeholders: a metric label with bounded values."""
+        if self.enterprise is not None:
+            return "enterprises/{enterprise}"
         return "orgs/{org}" if self.organization is not None else "repos/{owner}/{repo}"
+
+    @property
+    def kind(self) -> Literal["enterprise", "organization", "repository"]:
+        if self.enterprise is not None:
+            return "enterprise"
+        return "organization" if self.organization is not None else "repository"
+
+    @property
+    def name(self) -> str:
+        """The enterprise slug, organization login or ``owner/name``."""
+        return str(self.enterprise or self.organization or self.repository)
 
     def html_url(self, web_base: str = DEFAULT_WEB_URL) -> str:
         """The URL ``config.sh --url`` expects; on GHES pass the web (not API) base."""
-        name = self.organization if self.organization is not None else self.repository
-        return f"{web_base.rstrip('/')}/{name}"
+        if self.enterprise is not None:
+            return f"{web_base.rstrip('/')}/enterprises/{self.enterprise}"
+        return f"{web_base.rstrip('/')}/{self.name}"
 
     @property
     def key(self) -> str:
@@ -172,6 +191,8 @@ class Scope:
         GitHub treats owner and repository names case-insensitively, so two pools spelling the
         organization differently still share one listing.
         """
+        if self.enterprise is not None:
+            return f"enterprise:{self.enterprise.lower()}"
         if self.organization is not None:
             return f"org:{self.organization.lower()}"
         assert self.repository is not None

@@ -112,17 +112,15 @@ class Operator:
             namespaces=self.informers,
             forgetters=(self._recorder,),
             webhook_secrets=self._pool_secrets.problem,
+            github=clients,
         )
         poller = DemandPoller(
             self.informers,
             self._recorder,
-            lambda pool: clients.get(
-                pool.namespace,
-                pool.spec.credential_secret_name,
-                children.api_url(pool, settings.github.api_url),
-            ),
+            lambda pool: children.github_client(clients, pool, settings.github.api_url),
             settings.github.api_url,
             interval=settings.demand.poll_interval,
+            allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [

@@ -33,6 +33,8 @@ from runnerpool.drift import contains
 from runnerpool.events import NORMAL, WARNING, OnChange, Recorder
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.protocol import GitHubClients
 from runnerpool.pods import failures, jit, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -95,6 +97,23 @@ WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
 #: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
 WEBHOOK_SECRET_RECHECK = 30.0
 
+#: Seconds until a pool whose runner group could not be checked looks again (its answers are
+#: cached, see ``runnerpool.github.groups``: most looks cost no request).
+RUNNER_GROUP_RECHECK = 60.0
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """A check a pool must pass before it may have runners, as its condition; a closed gate
+    says when to look again (``None``: when something changes)."""
+
+    condition: dict[str, Any]
+    recheck: float | None = None
+
+    @property
+    def open(self) -> bool:
+        return bool(self.condition["status"] == "True")
+
 
 class DeregistrationError(RuntimeError):
     """GitHub refused to deregister; the finalizer stays and the queue backs off."""
@@ -112,6 +131,10 @@ class _Pass:
     pool: api.RunnerPool
     raw: dict[str, Any]
     writes: Writes = field(default_factory=Writes)
+    #: The conditions of the gates the pool passed (``Reconciler._gates``).
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
+    runner_group_id: int | None = None
 
 
 class Reconciler:
@@ -131,9 +154,15 @@ class Reconciler:
         forgetters: tuple[PoolState, ...] = (),
         webhook_secrets: WebhookSecretCheck | None = None,
         create_backoff: CreateBackoff | None = None,
+        github: GitHubClients | None = None,
+        runner_groups: RunnerGroups | None = None,
     ) -> None:
         self._cache = cache
         self._jit = JitSecrets(cache, Kube(api_client), tokens.jit)
+        # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
+        # without ``github``, spec.runnerGroup is not checked.
+        self._github = github
+        self._runner_groups = runner_groups or RunnerGroups()
         self._webhook_secrets = webhook_secrets
         self._kube = Kube(api_client)
         self._tokens = tokens
@@ -218,6 +247,11 @@ class Reconciler:
 
     def _converge(self, run: _Pass) -> Result:
         """Gather, then status, then act: the decision is on the pool before any pod is made."""
+        gates = self._gates(run)
+        closed = next((gate for gate in gates if not gate.open), None)
+        if closed is not None:
+            return self._refuse(run, closed)
+        run.gates = [gate.condition for gate in gates]
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         recheck: float | None = None
@@ -267,6 +301,55 @@ class Reconciler:
         wait = self._update_status(run, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
+
+    # ------------------------------------------------------------------ gates
+
+    def _gates(self, run: _Pass) -> list[_Gate]:
+        """The checks before anything is made or asked of GitHub: the namespace may use the
+        scope (``--allow``; no GitHub call at all otherwise), then the runner group."""
+        pool = run.pool
+        stamp = conditions.Stamp(pool.generation, self._clock())
+        gates: list[_Gate] = []
+        allow = self._settings.tenants.allow_list
+        if allow.enforced:
+            refusal = allow.refusal(pool.namespace, pool.scope)
+            if refusal is not None:
+                return [_Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, "ScopeNotAllowed", refusal))]
+            allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
+            gates.append(_Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, "ScopeAllowed", allowed)))
+        if pool.spec.runner_group is not None and self._github is not None:
+            gates.append(self._runner_group_gate(run, stamp, pool.spec.runner_group))
+        return gates
+
+    def _runner_group_gate(self, run: _Pass, stamp: conditions.Stamp, name: str) -> _Gate:
+        pool = run.pool
+        assert self._github is not None
+        spec = pool.spec
+        try:
+            client = self._github.get(pool.namespace, spec.credential_secret_name, self._api_url(pool))
+            group = self._runner_groups.check(client, pool.scope, name, _served_repositories(pool))
+        except (GitHubError, CredentialError) as err:
+            wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
+            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
+            return _Gate(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
+        run.runner_group_id = group.id
+        message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
+        return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, "RunnerGroupFound", message))
+
+    def _refuse(self, run: _Pass, gate: _Gate) -> Result:
+        """A pool that may not have runners: no token (the token job stops and the Secret is
+        emptied), no runner manager, no new pod; its conditions and an Event say why."""
+        pool = run.pool
+        self._stop_jobs(pool.namespace, pool.name)
+        self._withdraw_token(run)
+        refused = gate.condition
+        before = conditions.find((run.raw.get("status") or {}).get("conditions") or [], refused["type"])
+        ready = {**refused, "type": conditions.READY, "message": f"no runners: {refused['message']}"}
+        self._set_condition(run, refused, ready, observed=True)
+        if before is None or (before.get("status"), before.get("reason")) != ("False", refused["reason"]):
+            self._recorder.event(run.raw, WARNING, refused["reason"], refused["message"])
+        _log_pass(pool.namespace, pool.name, "refused", run.writes)
+        return Result(requeue_after=gate.recheck)
 
     def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> Converged:
         converged = self._pods.converge(run.pool, run.writes, decision.replicas, live)
@@ -377,7 +460,7 @@ class Reconciler:
         """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token
         mode still empties the Secrets of its JIT pods.  Pods made in this pass are seen in the
         next, which their creation brings."""
-        request = jit.jit_request(run.pool, template.runner_labels(run.pool))
+        request = jit.jit_request(run.pool, template.runner_labels(run.pool), run.runner_group_id)
         self._jit.converge(self._pool_ref(run), request, live.pods, run.writes)
 
     def _token_failure(self, pool: api.RunnerPool) -> TokenFailure | None:
@@ -468,6 +551,7 @@ class Reconciler:
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),
             refused=refused.cause if refused is not None else None,
+            gates=run.gates,
         )
         metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:
@@ -518,15 +602,20 @@ class Reconciler:
         counts = self._runners.counts(pool.namespace, pool.name)
         return None if counts is None else counts.model_dump(by_alias=True)
 
-    def _set_condition(self, run: _Pass, cond: dict[str, Any]) -> None:
-        """Write one condition on its own (the finalizer has no full status to compute)."""
-        old = (run.raw.get("status") or {}).get("conditions") or []
-        merged = conditions.merge(old, [cond])
-        if merged == old:
+    def _set_condition(self, run: _Pass, *conds: dict[str, Any], observed: bool = False) -> None:
+        """Write conditions on their own (the finalizer and a refused pool have no full status
+        to compute); ``observed``: the pool's generation was acted on (written with them)."""
+        stored = run.raw.get("status") or {}
+        old = stored.get("conditions") or []
+        merged = conditions.merge(old, list(conds))
+        status: dict[str, Any] = {"conditions": merged}
+        if observed:
+            status["observedGeneration"] = run.pool.generation
+        if all(stored.get(key) == value for key, value in status.items()):
             return
         pool = run.pool
         run.raw = self._kube.patch(
-            RUNNER_POOLS, pool.namespace, pool.name, {"status": {"conditions": merged}}, subresource="status"
+            RUNNER_POOLS, pool.namespace, pool.name, {"status": status}, subresource="status"
         )
         run.writes.add(Write.STATUS)
 
@@ -577,6 +666,11 @@ class Reconciler:
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         self._stop_jobs(pool.namespace, pool.name)
+        if self._settings.tenants.allow_list.refusal(pool.namespace, pool.scope) is not None:
+            # No GitHub call for a scope the namespace may not use (it made no runner there).
+            self._withdraw_token(run)
+            self._remove_finalizer(run)
+            return Result()
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
@@ -645,6 +739,13 @@ class Reconciler:
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])
         run.writes.add(Write.FINALIZER_REMOVED)
+
+
+def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:
+    """The repositories (``owner/name``) whose jobs the pool is for, as far as its spec says:
+    those it polls; a pool without ``spec.autoscaling.repositories`` names none."""
+    listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
+    return tuple(repo if "/" in repo else f"{pool.spec.organization}/{repo}" for repo in listed)
 
 
 def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:

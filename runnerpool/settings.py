@@ -17,6 +17,7 @@ from typing import Any
 
 from runnerpool.api import DEFAULT_RUNNER_IMAGE
 from runnerpool.domain import DEFAULT_API_URL
+from runnerpool.tenants import ALLOW_FLAG, AllowList, AllowRule, parse_allow_rule
 
 __all__ = [
     "DeletionSettings",
@@ -28,6 +29,7 @@ __all__ = [
     "QueueSettings",
     "RunnerSettings",
     "Settings",
+    "TenantSettings",
     "TokenSettings",
 ]
 
@@ -51,6 +53,13 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number (0 turns it off), got {text}")
     return value
+
+
+def allow_rule(text: str) -> AllowRule:
+    try:
+        return parse_allow_rule(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def flag(
@@ -242,6 +251,31 @@ class GitHubSettings:
 
 
 @dataclass(frozen=True)
+class TenantSettings:
+    """Which enterprises, organizations and repositories each namespace's pools may name."""
+
+    allow: tuple[AllowRule, ...] | None = setting(
+        None,
+        ALLOW_FLAG,
+        "NAMESPACE_GLOB=KIND:GLOB[,KIND:GLOB...] with KIND enterprise, org (also its repositories) "
+        "or repo (OWNER/NAME), e.g. 'team-*=org:acme,repo:labs/tools' (repeatable); a pool that no "
+        "rule for its namespace allows gets no runner and costs no GitHub call. Default: no rule, "
+        "every pool may name anything",
+        parse=allow_rule,
+        metavar="RULE",
+        repeat=True,
+    )
+
+    def __post_init__(self) -> None:
+        if self.allow is not None:  # the command line gives a list
+            object.__setattr__(self, "allow", tuple(self.allow))
+
+    @property
+    def allow_list(self) -> AllowList:
+        return AllowList.of(self.allow)
+
+
+@dataclass(frozen=True)
 class ProbeSettings:
     """Prometheus metrics and the health probes."""
 
@@ -359,6 +393,7 @@ class Settings:
     deletion: DeletionSettings = DeletionSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     github: GitHubSettings = GitHubSettings()
+    tenants: TenantSettings = TenantSettings()
     probes: ProbeSettings = ProbeSettings()
     demand: DemandSettings = DemandSettings()
     logs: LogSettings = LogSettings()

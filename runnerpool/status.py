@@ -8,6 +8,7 @@ the stored one, which is what lets a converged pool cost no write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -159,8 +160,10 @@ def demand_blind(pool: api.RunnerPool) -> bool:
     Whatever ``minReplicas``: above it, such a pool never scales either.
     """
     scaling = pool.spec.autoscaling
-    if scaling is None or pool.spec.organization is None or scaling.repositories:
+    if scaling is None or pool.spec.repository is not None or scaling.repositories:
         return False
+    if pool.spec.enterprise is not None:
+        return True  # only the repositories it lists count for an enterprise pool
     demand = pool.status.demand
     return demand is None or demand.first_delivery_at is None
 
@@ -177,12 +180,22 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
             f"queued jobs of {pool.spec.repository} come from webhook deliveries and polling",
         )
     if scaling.repositories:
+        where = f" of {pool.spec.organization}" if pool.spec.organization else ""
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             True,
             "RepositoriesPolled",
             f"queued jobs come from webhook deliveries and from polling {len(scaling.repositories)} "
-            f"repositories of {pool.spec.organization}",
+            f"repositories{where}",
+        )
+    if pool.spec.enterprise is not None:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            False,
+            "NoDemandSource",
+            f"an enterprise pool counts the jobs of the repositories in spec.autoscaling.repositories "
+            f"only, and it lists none, so the pool stays at {scaling.min_replicas} runner(s): list "
+            f"the repositories (owner/name) whose jobs it should take",
         )
     if not demand_blind(pool):
         return stamp.condition(
@@ -223,7 +236,13 @@ def webhook_secret_condition(stamp: conditions.Stamp, problem: str | None) -> di
 
 
 #: Conditions only some pools have: dropped from a pool that no longer has them.
-_OPTIONAL = (conditions.SCALING, conditions.DEMAND_VISIBLE, conditions.WEBHOOK_SECRET_READY)
+_OPTIONAL = (
+    conditions.SCALING,
+    conditions.DEMAND_VISIBLE,
+    conditions.WEBHOOK_SECRET_READY,
+    conditions.SCOPE_ALLOWED,
+    conditions.RUNNER_GROUP_READY,
+)
 
 
 def desired_status(
@@ -238,6 +257,7 @@ def desired_status(
     decision: Decision | None = None,
     webhook_secret_problem: str | None = None,
     refused: str | None = None,
+    gates: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
 
@@ -246,13 +266,15 @@ def desired_status(
     ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
     demand); a pool that follows demand also gets its ``Scaling`` and ``DemandVisible``
     conditions, and ``WebhookSecretReady`` when it names its own webhook secret
-    (``webhook_secret_problem``: why that cannot be used, if it cannot).
+    (``webhook_secret_problem``: why that cannot be used, if it cannot). ``gates``: the
+    conditions of the checks a pool passed before it may have runners (``ScopeAllowed``,
+    ``RunnerGroupReady``), only for pools they apply to.
     """
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
     token = token_condition(stamp, pool, secret, failure)
     ready = ready_condition(stamp, pool, token, pods, desired, refused=refused)
-    updates = [token, ready]
+    updates = [token, ready, *gates]
     previous = old.get("conditions") or []
     if pool.spec.autoscaling is not None:
         updates.append(scaling_condition(stamp, decision))

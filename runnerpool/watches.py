@@ -48,7 +48,7 @@ from kubernetes.informer import DELETED
 
 from runnerpool import api
 from runnerpool.credential_protection import credential_secret_name
-from runnerpool.demand.matching import pool_scope_key
+from runnerpool.demand.matching import pool_scope_keys
 from runnerpool.domain import DEFAULT_API_URL, pool_key
 from runnerpool.naming import CREDENTIAL_SELECTOR, MANAGED_BY_SELECTOR, POOL_LABEL
 from runnerpool.reads import ParsedPool, parse_pool
@@ -170,8 +170,7 @@ def _scope_index(default_api_url: str) -> Callable[[ParsedPool], list[str]]:
         pool = parsed.model
         if pool is None or pool.spec.autoscaling is None or pool.deleting:
             return []
-        scope = pool_scope_key(pool, default_api_url)
-        return [ANY_SCOPE] if scope is None else [ANY_SCOPE, scope]
+        return [ANY_SCOPE, *pool_scope_keys(pool, default_api_url)]
 
     return keys
 

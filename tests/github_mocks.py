@@ -30,6 +30,7 @@ __all__ = [
     "API",
     "FAST",
     "RunnerEndpoint",
+    "RunnerGroupsEndpoint",
     "fast_client_factory",
     "gh",
     "github",
@@ -172,3 +173,90 @@ class RunnerEndpoint:
             return 204, self._headers(), ""
         self.deleted.append((runner_id, status))
         return status, {**self._headers(), "content-type": "application/json"}, json.dumps(body)
+
+
+@dataclass
+class RunnerGroupsEndpoint:
+    """One organization's or enterprise's runner groups (``scope_path`` ``/orgs/<org>`` or
+    ``/enterprises/<slug>``), in the description's shapes (tests/data/github/*runner-group*):
+    ``per_page`` capped at 100, ``Link`` pages, an ``ETag`` per page and a bodiless 304 for a
+    matching ``If-None-Match``; members of a ``selected`` group under ``/repositories``
+    (organization) or ``/organizations`` (enterprise); 404 for an unknown group."""
+
+    mock: responses.RequestsMock
+    scope_path: str = "/orgs/octo-org"
+    #: name -> (id, visibility, members: full names or organization logins)
+    groups: dict[str, tuple[int, str, list[str]]] = field(default_factory=dict)
+    #: (path, status) of every request, in order.
+    answered: list[tuple[str, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        base = f"{self.scope_path}/actions/runner-groups"
+        self.mock.add_callback(responses.GET, gh(base), callback=self._groups)
+        self.mock.add_callback(
+            responses.GET, gh(base, r"/\d+/(repositories|organizations)"), callback=self._members
+        )
+
+    @property
+    def _enterprise(self) -> bool:
+        return self.scope_path.startswith("/enterprises/")
+
+    def add(self, name: str, id_: int, visibility: str = "all", members: list[str] | None = None) -> None:
+        self.groups[name] = (id_, visibility, list(members or []))
+
+    def _group_json(self, name: str, id_: int, visibility: str) -> dict[str, Any]:
+        url = f"{API}{self.scope_path}/actions/runner_groups/{id_}"
+        out: dict[str, Any] = {
+            "id": id_,
+            "name": name,
+            "visibility": visibility,
+            "default": id_ == 1,
+            "runners_url": f"{url}/runners",
+            "allows_public_repositories": False,
+            "restricted_to_workflows": False,
+            "selected_workflows": [],
+            "workflow_restrictions_read_only": False,
+        }
+        if visibility == "selected":
+            member = "organizations" if self._enterprise else "repositories"
+            out[f"selected_{member}_url"] = f"{url}/{member}"
+        return out
+
+    def _groups(self, request: Any) -> tuple[int, dict[str, str], str]:
+        items = [
+            self._group_json(name, i, v)
+            for name, (i, v, _m) in sorted(self.groups.items(), key=lambda g: g[1][0])
+        ]
+        return self._page(request, "runner_groups", items)
+
+    def _members(self, request: Any) -> tuple[int, dict[str, str], str]:
+        path = urllib.parse.urlsplit(request.url).path
+        group_id = int(path.rsplit("/", 2)[1])
+        found = next((m for i, _v, m in self.groups.values() if i == group_id), None)
+        if found is None:
+            self.answered.append((path, 404))
+            return (
+                404,
+                {},
+                json.dumps({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}),
+            )
+        if self._enterprise:
+            items = [{"login": login, "id": n, "url": f"{API}/orgs/{login}"} for n, login in enumerate(found)]
+            return self._page(request, "organizations", items)
+        items = [{"id": n, "name": full.split("/")[1], "full_name": full} for n, full in enumerate(found)]
+        return self._page(request, "repositories", items)
+
+    def _page(self, request: Any, key: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, str], str]:
+        split = urllib.parse.urlsplit(request.url)
+        query = urllib.parse.parse_qs(split.query)
+        page = int(query.get("page", ["1"])[0])
+        per_page = min(int(query.get("per_page", ["30"])[0]), 100)
+        body = json.dumps({"total_count": len(items), key: items[(page - 1) * per_page : page * per_page]})
+        headers = {"ETag": f'W/"{hashlib.sha256(body.encode()).hexdigest()[:20]}"'}
+        if page * per_page < len(items):
+            headers["Link"] = f'<{API}{split.path}?per_page={per_page}&page={page + 1}>; rel="next"'
+        status = 304 if request.headers.get("If-None-Match") == headers["ETag"] else 200
+        self.answered.append((split.path, status))
+        if status == 304:
+            return 304, headers, ""
+        return 200, {**headers, "content-type": "application/json"}, body

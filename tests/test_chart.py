@@ -27,6 +27,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from runnerpool.cli import parser, settings_from
+from runnerpool.domain import Scope
 from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help
 from tests.pools import pool_manifest
@@ -233,6 +235,7 @@ LINTED_VALUES: dict[str, Obj] = {
             "ingress": {"enabled": True, "host": "runners.example.com", "className": "nginx"},
         },
         "rbac": {"aggregateToDefaultRoles": True},
+        "allow": ["team-*=org:acme,repo:acme-labs/tools", "platform=enterprise:big-corp"],
         "dashboard": {"enabled": True, "annotations": {"grafana_folder": "CI"}},
         "prometheusRule": {
             "enabled": True,
@@ -319,6 +322,7 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "no replicas": ({"replicaCount": 0}, "/replicaCount"),
     "string replicas": ({"replicaCount": "two"}, "/replicaCount"),
     "bad namespace": ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+    "allow rule of another kind": ({"allow": ["team-a=user:octocat"]}, "/allow/0"),
     "bad pull policy": ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
     "bad digest": ({"image": {"digest": "latest"}}, "/image/digest"),
     "bad log format": ({"logFormat": "xml"}, "/logFormat"),
@@ -402,6 +406,17 @@ def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None
     assert {"secrets", "pods"} <= {r for rule in role_rules[0] for r in rule["resources"]}
     args = container(objects)["args"]
     assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_allow_rules_become_one_flag_each_that_the_operator_accepts(helm: Path) -> None:
+    rules = ["team-a=org:acme,repo:acme-labs/tools", "team-*=enterprise:big-corp"]
+    args = container(template(helm, {"allow": rules}))["args"]
+    allow = [a for a in args if a.startswith("--allow=")]
+    assert allow == [f"--allow={rule}" for rule in rules]
+    parsed = settings_from(parser().parse_args(allow)).tenants.allow_list
+    assert parsed.allows("team-b", Scope(enterprise="big-corp"))
+    assert not parsed.allows("team-b", Scope(organization="acme"))
+    assert not [a for a in container(template(helm, {}))["args"] if a.startswith("--allow")], "default: none"
 
 
 def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:

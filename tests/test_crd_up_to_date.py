@@ -157,8 +157,8 @@ def test_required_rules_are_present() -> None:
     schema = _schema()
     spec = schema["properties"]["spec"]
     rules = {r["rule"] for r in spec["x-kubernetes-validations"]}
-    assert "has(self.repository) != has(self.organization)" in rules
-    assert any("oldSelf.repository" in r and "oldSelf.organization" in r for r in rules)
+    assert any("has(self.enterprise) ? 1 : 0) == 1" in r and "has(self.organization)" in r for r in rules)
+    assert any(all(f"oldSelf.{k}" in r for k in ("repository", "organization", "enterprise")) for r in rules)
     assert f"size(self.metadata.name) <= {api.MAX_POOL_NAME_LENGTH}" in {
         r["rule"] for r in schema["x-kubernetes-validations"]
     }

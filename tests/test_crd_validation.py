@@ -59,8 +59,21 @@ def _repo(**extra: Any) -> dict[str, Any]:
 
 
 INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
-    ("neither-scope", {}, "set exactly one of spec.repository (owner/name) or spec.organization"),
+    (
+        "neither-scope",
+        {},
+        "set exactly one of spec.repository (owner/name), spec.organization or spec.enterprise",
+    ),
     ("both-scopes", _repo(organization="octo-org"), "set exactly one of spec.repository"),
+    ("org-and-enterprise", {"organization": "octo-org", "enterprise": "big"}, "set exactly one of"),
+    ("enterprise-with-slash", {"enterprise": "big/corp"}, "spec.enterprise must be a GitHub enterprise slug"),
+    (
+        "group-on-a-repository",
+        _repo(runnerGroup="gpu"),
+        "spec.runnerGroup is for organization and enterprise",
+    ),
+    ("group-empty", {"organization": "octo-org", "runnerGroup": ""}, "should be at least 1 chars long"),
+    ("group-padded", {"organization": "octo-org", "runnerGroup": " gpu"}, "without leading or trailing"),
     ("repo-without-owner", {"repository": "hello-world"}, "spec.repository must be owner/name"),
     ("repo-owner-hyphen", {"repository": "-octo/hello"}, "spec.repository must be owner/name"),
     ("repo-two-slashes", {"repository": "octo/hello/world"}, "spec.repository must be owner/name"),
@@ -151,7 +164,13 @@ def test_pool_name_length_is_limited(api_client: client.ApiClient, namespace: st
 
 
 @pytest.mark.parametrize(
-    "scope", [{"repository": "octo-org/hello.world_2"}, {"organization": "octo-org"}], ids=["repo", "org"]
+    "scope",
+    [
+        {"repository": "octo-org/hello.world_2"},
+        {"organization": "octo-org"},
+        {"enterprise": "big-corp", "runnerGroup": "GPU runners"},
+    ],
+    ids=["repo", "org", "enterprise"],
 )
 def test_valid_pool_gets_defaults(
     api_client: client.ApiClient, namespace: str, scope: dict[str, str]
@@ -173,6 +192,7 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
     """Every field the models know survives the API server (nothing pruned or renamed)."""
     spec = api.RunnerPoolSpec(
         organization="octo-org",
+        runner_group="GPU runners",
         replicas=3,
         labels=["gpu", "big-disk"],
         credential_secret_name="github-app",
@@ -209,8 +229,10 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         ({"repository": "octo-org/one"}, {"repository": "octo-org/two"}),
         ({"repository": "octo-org/one"}, {"organization": "octo-org"}),
         ({"organization": "octo-org"}, {"organization": "other-org"}),
+        ({"enterprise": "big"}, {"enterprise": "other"}),
+        ({"organization": "octo-org"}, {"enterprise": "big"}),
     ],
-    ids=["repo-renamed", "repo-to-org", "org-renamed"],
+    ids=["repo-renamed", "repo-to-org", "org-renamed", "enterprise-renamed", "org-to-enterprise"],
 )
 def test_scope_is_immutable(
     api_client: client.ApiClient, namespace: str, before: dict[str, str], after: dict[str, str]
@@ -219,7 +241,7 @@ def test_scope_is_immutable(
     created["spec"] = {**{k: v for k, v in created["spec"].items() if k not in before}, **after}
     with pytest.raises(ApiException) as caught:
         _call("replace_namespaced_custom_object", api_client, namespace, "fixed", created)
-    assert "spec.repository and spec.organization are immutable" in _rejection(caught)
+    assert "spec.repository, spec.organization and spec.enterprise are immutable" in _rejection(caught)
 
 
 def test_other_fields_stay_mutable(api_client: client.ApiClient, namespace: str) -> None:
@@ -309,12 +331,22 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
     (
         "repositories-on-a-repository-pool",
         _repo(autoscaling=_auto(repositories=["other"])),
-        "spec.autoscaling.repositories is for organization pools",
+        "spec.autoscaling.repositories is for organization and enterprise pools",
     ),
     (
         "repositories-with-owner",
         {"organization": "octo-org", "autoscaling": _auto(repositories=["octo-org/x"])},
-        "lists repository names without the owner",
+        "of an organization pool lists repository names without the owner",
+    ),
+    (
+        "enterprise-repositories-without-owner",
+        {"enterprise": "big", "autoscaling": _auto(repositories=["x"])},
+        "of an enterprise pool lists repositories as owner/name",
+    ),
+    (
+        "repositories-two-slashes",
+        {"enterprise": "big", "autoscaling": _auto(repositories=["a/b/c"])},
+        "owner/name for an enterprise pool",
     ),
     (
         "webhook-secret-without-name",

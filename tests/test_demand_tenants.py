@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.demand.matching import pool_scope_key
+from runnerpool.demand.matching import pool_scope_keys
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
@@ -48,7 +48,7 @@ class Pools:
             items.extend(found["items"])
         pools = autoscaling_of(items)
         # What the cache's scope index gives (runnerpool.watches): the pools under those keys.
-        return pools if scopes is None else [p for p in pools if pool_scope_key(p, API) in set(scopes)]
+        return pools if scopes is None else [p for p in pools if set(pool_scope_keys(p, API)) & set(scopes)]
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(

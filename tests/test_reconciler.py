@@ -219,8 +219,11 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys()
     token_volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
     assert token_volume["secret"]["secretName"] == naming.token_secret_name("beta")
-    mount = next(m for m in container["volumeMounts"] if m["name"] == token_volume["name"])
+    # Only the register init container mounts the token; the runner container never does.
+    register = next(c for c in pod["spec"]["initContainers"] if c["name"] == naming.REGISTER_CONTAINER)
+    mount = next(m for m in register["volumeMounts"] if m["name"] == token_volume["name"])
     assert mount["readOnly"] is True
+    assert token_volume["name"] not in {m["name"] for m in container["volumeMounts"]}
     budget = LiveReader(api_client).get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
     # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.

@@ -149,7 +149,10 @@ def assert_no_token(result: Result) -> None:
     assert TOKEN[:12] not in result.stdout + result.stderr
 
 
-def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
+def expected_config_args(
+    url: str, workdir: str = "/runner/_work", *, runner_group: str | None = None
+) -> list[str]:
+    group = [] if runner_group is None else ["--runnergroup", runner_group]
     return [
         "--unattended",
         "--ephemeral",
@@ -164,6 +167,7 @@ def expected_config_args(url: str, workdir: str = "/runner/_work") -> list[str]:
         TOKEN,
         "--work",
         workdir,
+        *group,
         "--disableupdate",
     ]
 
@@ -325,6 +329,16 @@ def test_organization_scope_with_custom_url_and_workdir(sandbox: Sandbox) -> Non
     assert sandbox.args_of("run") == []
 
 
+def test_enterprise_scope_in_a_runner_group(sandbox: Sandbox) -> None:
+    """An enterprise runner registers at {web}/enterprises/<slug>, in the group the pool names."""
+    result = run_pod(sandbox, RUNNER_REPO=None, RUNNER_ENTERPRISE="big-corp", RUNNER_GROUP="GPU runners")
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") == expected_config_args(
+        "https://github.com/enterprises/big-corp", runner_group="GPU runners"
+    )
+
+
 def test_token_whitespace_is_stripped(sandbox: Sandbox) -> None:
     sandbox.token_file.write_text(f"  {TOKEN}\r\n\n")
     result = run_pod(sandbox)
@@ -414,8 +428,10 @@ def test_config_failure_stops_without_running_or_leaking(sandbox: Sandbox) -> No
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"RUNNER_ORG": "octo-org"}, "RUNNER_ORG and RUNNER_REPO are both set"),
-        ({"RUNNER_REPO": None}, "neither RUNNER_ORG nor RUNNER_REPO is set"),
+        ({"RUNNER_ORG": "octo-org"}, "RUNNER_ORG RUNNER_REPO are all set; set exactly one"),
+        ({"RUNNER_ENTERPRISE": "big"}, "RUNNER_ENTERPRISE RUNNER_REPO are all set"),
+        ({"RUNNER_REPO": None}, "none of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO is set"),
+        ({"RUNNER_REPO": None, "RUNNER_ENTERPRISE": "a/b"}, "RUNNER_ENTERPRISE must be an enterprise slug"),
         ({"RUNNER_REPO": "just-a-name"}, "RUNNER_REPO must be owner/name"),
         ({"RUNNER_REPO": None, "RUNNER_ORG": "a/b"}, "RUNNER_ORG must be an organization name"),
         ({"POD_NAME": None}, "POD_NAME is not set"),

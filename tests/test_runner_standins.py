@@ -98,7 +98,9 @@ def fake() -> Iterator[FakeGitHub]:
 
 
 def _token(fake: FakeGitHub, scope: str) -> str:
-    path = f"repos/{scope}" if "/" in scope else f"orgs/{scope}"
+    path = (
+        scope if scope.startswith("enterprises/") else f"repos/{scope}" if "/" in scope else f"orgs/{scope}"
+    )
     answer = requests.post(
         f"{fake.url}/{path}/actions/runners/registration-token",
         headers={"Authorization": "token ghp_test"},
@@ -197,6 +199,22 @@ def test_runner_takes_a_job_completes_it_and_is_gone(fake: FakeGitHub, pods: Pod
     assert _runner(fake) is None
     assert token not in pod.log
     assert "ephemeral runner done after one job" in pod.log
+
+
+def test_an_enterprise_runner_joins_its_runner_group(fake: FakeGitHub, pods: Pods) -> None:
+    enterprise = "enterprises/big-corp"
+    fake.add_scope(enterprise=enterprise.removeprefix("enterprises/"))
+    group_id = fake.add_runner_group(enterprise, "GPU runners")
+    env = {"RUNNER_REPO": "", "RUNNER_ENTERPRISE": "big-corp", "RUNNER_GROUP": "gpu runners"}
+    pod = pods.start(fake, _token(fake, enterprise), **env)
+
+    assert fake.wait_for(lambda: _runner(fake, enterprise) is not None, timeout=TIMEOUT), pod.log
+    runner = _runner(fake, enterprise)
+    assert runner is not None and runner["runner_group_id"] == group_id
+
+    missing = pods.start(fake, _token(fake, enterprise), **{**env, "RUNNER_GROUP": "ARM"})
+    assert missing.wait() != 0
+    assert "Could not find any self-hosted runner group named 'ARM'" in missing.log
 
 
 def test_sigterm_while_idle_stops_cleanly_and_leaves_an_offline_runner(fake: FakeGitHub, pods: Pods) -> None:

@@ -475,7 +475,10 @@ class RunnerSimulator:
         namespace, name = meta["namespace"], meta["name"]
         env = _env(pod)
         secret_name = _token_secret(pod)
-        scope = env.get("RUNNER_REPO") or env.get("RUNNER_ORG")
+        enterprise = env.get("RUNNER_ENTERPRISE")
+        scope = (
+            env.get("RUNNER_REPO") or env.get("RUNNER_ORG") or (enterprise and f"enterprises/{enterprise}")
+        )
         if not scope or not secret_name:
             self._reject(f"{key}: pod spec has no scope or token volume")
             return False

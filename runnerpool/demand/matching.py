@@ -42,7 +42,7 @@ __all__ = [
     "job_matches",
     "job_scope_keys",
     "organization_scope_key",
-    "pool_scope_key",
+    "pool_scope_keys",
     "recording_pools",
     "registered_labels",
     "repository_scope_keys",
@@ -65,18 +65,20 @@ def _same_api(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
     return api_url_key(pool.spec.github_api_url or default_api_url) == api_url_key(job.api_url)
 
 
-def pool_scope_key(pool: api.RunnerPool, default_api_url: str) -> str | None:
-    """What the pool's scope is found under: its GitHub host and repository or organization.
+def pool_scope_keys(pool: api.RunnerPool, default_api_url: str) -> list[str]:
+    """What the pool's scope is found under: its GitHub host and repository or organization;
+    for an enterprise pool, each repository it lists (see :func:`scope_holds`).
 
     A job's candidates are the pools under one of :func:`job_scope_keys` (an index lookup,
     not a scan of every pool); :func:`job_matches` still has the last word.
     """
     host = api_url_key(pool.spec.github_api_url or default_api_url)
     if pool.spec.repository is not None:
-        return f"{host} repo:{pool.spec.repository.lower()}"
+        return [f"{host} repo:{pool.spec.repository.lower()}"]
     if pool.spec.organization is not None:
-        return f"{host} org:{pool.spec.organization.lower()}"
-    return None
+        return [f"{host} org:{pool.spec.organization.lower()}"]
+    listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
+    return [f"{host} repo:{repo.lower()}" for repo in listed]
 
 
 def repository_scope_keys(api_url: str, repository: str) -> list[str]:
@@ -95,9 +97,17 @@ def job_scope_keys(job: Job) -> list[str]:
 
 
 def scope_holds(pool: api.RunnerPool, repository: str) -> bool:
-    """Owner and repository names are case-insensitive on GitHub."""
+    """Owner and repository names are case-insensitive on GitHub.
+
+    An enterprise pool holds the repositories it lists (``owner/name``) and no other: which
+    organizations belong to an enterprise is not in a job, nor in a webhook delivery the
+    operator can verify per organization, and asking GitHub would cost a call per delivery.
+    """
     if pool.spec.repository is not None:
         return pool.spec.repository.lower() == repository.lower()
+    if pool.spec.enterprise is not None:
+        listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
+        return repository.lower() in {repo.lower() for repo in listed}
     owner = repository.partition("/")[0]
     return pool.spec.organization is not None and pool.spec.organization.lower() == owner.lower()
 

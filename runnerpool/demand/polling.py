@@ -56,7 +56,8 @@ def polled_repositories(pool: api.RunnerPool) -> list[str]:
         return []
     if pool.spec.repository is not None:
         return [pool.spec.repository]
-    named = [f"{pool.spec.organization}/{name}" for name in scaling.repositories]
+    # An enterprise pool lists owner/name; an organization pool names within its organization.
+    named = [name if "/" in name else f"{pool.spec.organization}/{name}" for name in scaling.repositories]
     tracked = [
         job.repository
         for job in (pool.status.demand.jobs.values() if pool.status.demand else ())
@@ -85,8 +86,11 @@ class DemandPoller:
         *,
         interval: float,
         clock: Callable[[], datetime] = utcnow,
+        allowed: Callable[[api.RunnerPool], bool] = lambda pool: True,
     ) -> None:
         self._pools = pools
+        # A pool the allow-lists (--allow) refuse costs no GitHub call, not even a poll.
+        self._allowed = allowed
         self._recorder = recorder
         self._clients = clients
         self._default_api_url = default_api_url
@@ -120,6 +124,8 @@ class DemandPoller:
     def _targets(self) -> list[_Target]:
         targets: dict[tuple[str, str], _Target] = {}
         for pool in self._pools.autoscaling_pools():  # valid, autoscaling, not being deleted
+            if not self._allowed(pool):
+                continue
             api_url = api_url_key(pool.spec.github_api_url or self._default_api_url)
             for repo in polled_repositories(pool):
                 key = (api_url, repo.lower())

@@ -13,10 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runnerpool.domain import Scope
-from runnerpool.github.errors import GitHubError
+from runnerpool.github.errors import GitHubError, NotFound
 from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, GitHubClients
-from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest, RegistrationToken, Runner
+from runnerpool.github.types import (
+    DeleteOutcome,
+    JitConfig,
+    JitRequest,
+    RegistrationToken,
+    Runner,
+    RunnerGroup,
+)
 
 __all__ = ["FakeGitHubClient", "FakeGitHubClients"]
 
@@ -36,6 +43,12 @@ class FakeGitHubClient:
     #: Active jobs per repository (``owner/name``), as ``active_jobs`` lists them.
     jobs: dict[str, list[Job]] = field(default_factory=dict)
     jobs_requests: list[str] = field(default_factory=list)
+    #: Runner groups per organization or enterprise scope; a scope not here answers 404.
+    groups: dict[Scope, list[RunnerGroup]] = field(default_factory=dict)
+    #: Who may use a selected group, by (scope, group id): repositories or organizations.
+    members: dict[tuple[Scope, int], list[str]] = field(default_factory=dict)
+    #: Every runner-group request: ("groups", scope) or ("members", scope).
+    group_requests: list[tuple[str, Scope]] = field(default_factory=list)
     #: Every generate-jitconfig request, in order; each makes an offline runner in ``runners``.
     jit_requests: list[tuple[Scope, JitRequest]] = field(default_factory=list)
     _next_runner_id: int = 1000
@@ -81,6 +94,16 @@ class FakeGitHubClient:
     def active_jobs(self, repository: str) -> ActiveJobs:
         self.jobs_requests.append(repository)
         return ActiveJobs(jobs=tuple(self.jobs.get(repository, [])), spent=1)
+
+    def runner_groups(self, scope: Scope) -> list[RunnerGroup]:
+        self.group_requests.append(("groups", scope))
+        if scope not in self.groups:
+            raise NotFound(f"GET /{scope.path}/actions/runner-groups: HTTP 404 (Not Found)", status=404)
+        return list(self.groups[scope])
+
+    def runner_group_members(self, scope: Scope, group_id: int) -> list[str]:
+        self.group_requests.append(("members", scope))
+        return list(self.members.get((scope, group_id), []))
 
 
 @dataclass

@@ -13,9 +13,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runnerpool.github.errors import MalformedResponse
-from runnerpool.github.types import JitConfig, RegistrationToken, Runner, header
+from runnerpool.github.types import JitConfig, RegistrationToken, Runner, RunnerGroup, header
 
-__all__ = ["next_link", "parse_jitconfig", "parse_runner", "parse_time", "parse_token", "structured"]
+__all__ = [
+    "next_link",
+    "parse_jitconfig",
+    "parse_member",
+    "parse_runner",
+    "parse_runner_group",
+    "parse_time",
+    "parse_token",
+    "structured",
+]
 
 _LINK_RE = re.compile(r'<(?P<url>[^>]+)>\s*;\s*rel="(?P<rel>[^"]+)"')
 
@@ -73,6 +82,28 @@ def parse_runner(item: Any, what: str) -> Runner:
             raise MalformedResponse(f"{what}: runner {runner_id} has a label without a name")
         names.append(label_name)
     return Runner(id=runner_id, name=name, status=status, busy=busy, labels=tuple(names))
+
+
+def parse_runner_group(item: Any, what: str) -> RunnerGroup:
+    """GitHub documents ``id`` as a number; a group id is a whole one."""
+    if not isinstance(item, dict):
+        raise MalformedResponse(f"{what}: runner group entry is not an object")
+    group_id, name, visibility, default = (item.get(k) for k in ("id", "name", "visibility", "default"))
+    if isinstance(group_id, float) and group_id.is_integer():
+        group_id = int(group_id)
+    if not isinstance(group_id, int) or isinstance(group_id, bool):
+        raise MalformedResponse(f"{what}: runner group id missing or not an integer")
+    if not isinstance(name, str) or not isinstance(visibility, str):
+        raise MalformedResponse(f"{what}: runner group {group_id} lacks name or visibility")
+    return RunnerGroup(id=group_id, name=name, visibility=visibility, default=default is True)
+
+
+def parse_member(item: Any, what: str, key: str) -> str:
+    """One repository (``full_name``) or organization (``login``) a runner group admits."""
+    value = item.get(key) if isinstance(item, dict) else None
+    if not isinstance(value, str) or not value:
+        raise MalformedResponse(f"{what}: an entry without {key}")
+    return value
 
 
 def next_link(headers: Mapping[str, Any]) -> str | None:

@@ -3,7 +3,9 @@
 The reconciler, the runner managers and the token updater only need a few calls: mint a
 registration token (or, for a pool registering just in time, one runner's JIT config), list a
 scope's runners and delete a runner; the demand poller
-(``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs. Keeping them behind
+(``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs, and
+the runner-group check (``runnerpool.github.groups``) two more: an organization's or
+enterprise's runner groups, and which repositories or organizations a group admits. Keeping them behind
 ``GitHubClient`` lets tests substitute ``runnerpool.github.fake.FakeGitHub`` without HTTP, and
 keeps every PyGithub and ``requests`` exception out of the callers: they only ever see
 ``GitHubError`` subclasses.
@@ -15,7 +17,15 @@ from typing import Protocol, runtime_checkable
 
 from runnerpool.domain import Scope
 from runnerpool.github.jobs import ActiveJobs
-from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest, RateLimit, RegistrationToken, Runner
+from runnerpool.github.types import (
+    DeleteOutcome,
+    JitConfig,
+    JitRequest,
+    RateLimit,
+    RegistrationToken,
+    Runner,
+    RunnerGroup,
+)
 
 __all__ = ["GitHubClient", "GitHubClients", "RateLimitAware"]
 
@@ -32,6 +42,15 @@ class GitHubClient(Protocol):
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome: ...
 
     def active_jobs(self, repository: str) -> ActiveJobs: ...
+
+    def runner_groups(self, scope: Scope) -> list[RunnerGroup]:
+        """Every runner group of an organization or enterprise scope (all pages)."""
+        ...
+
+    def runner_group_members(self, scope: Scope, group_id: int) -> list[str]:
+        """Who may use a ``selected`` group: repositories (``owner/name``) for an organization's
+        group, organization logins for an enterprise's."""
+        ...
 
 
 @runtime_checkable

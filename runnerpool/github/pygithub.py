@@ -46,7 +46,15 @@ from runnerpool.github.errors import BadCredentials, GitHubError, MalformedRespo
 from runnerpool.github.jobs import ActiveJobs, InvalidJob, Job, parse_job
 from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
 from runnerpool.github.pages import Page, PageCache
-from runnerpool.github.parse import next_link, parse_jitconfig, parse_runner, parse_token, structured
+from runnerpool.github.parse import (
+    next_link,
+    parse_jitconfig,
+    parse_member,
+    parse_runner,
+    parse_runner_group,
+    parse_token,
+    structured,
+)
 from runnerpool.github.translate import translate_github_exception
 from runnerpool.github.types import (
     RUNNERS_PER_PAGE,
@@ -56,10 +64,11 @@ from runnerpool.github.types import (
     RateLimit,
     RegistrationToken,
     Runner,
+    RunnerGroup,
     header,
 )
 
-__all__ = ["ClientOptions", "PyGithubClient"]
+__all__ = ["ENTERPRISE_NEEDS_PAT", "ClientOptions", "PyGithubClient"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,8 @@ redact.install()
 #: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
 #: broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
+#: The reason of the refusal to use a GitHub App on an enterprise scope.
+ENTERPRISE_NEEDS_PAT = "EnterpriseNeedsPersonalAccessToken"
 #: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
 MAX_RUN_PAGES = 10
 
@@ -147,6 +158,12 @@ def _job(item: Any, repository: str, api_url: str, what: str) -> Job:
         return parse_job(item, repository, api_url)
     except InvalidJob as err:
         raise MalformedResponse(f"{what}: {err}") from None
+
+
+def _group_scope(scope: Scope) -> None:
+    """Runner groups belong to organizations and enterprises; a repository has none."""
+    if scope.repository is not None:
+        raise ValueError(f"{scope}: a repository has no runner groups")
 
 
 class PyGithubClient:
@@ -240,6 +257,7 @@ class PyGithubClient:
     # -- the three calls -----------------------------------------------------------------------
 
     def registration_token(self, scope: Scope) -> RegistrationToken:
+        self._refuse_app_for_enterprise(scope)
         path = f"/{scope.path}/actions/runners/registration-token"
         what = f"POST {path}"
         endpoint = f"/{scope.path_template}/actions/runners/registration-token"
@@ -267,6 +285,7 @@ class PyGithubClient:
     def list_runners(self, scope: Scope) -> list[Runner]:
         """All pages, each revalidated with its ETag; a runner that moved between pages while
         they were read is reported once."""
+        self._refuse_app_for_enterprise(scope)
         what = f"GET /{scope.path}/actions/runners"
         endpoint = f"/{scope.path_template}/actions/runners"
         url = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
@@ -317,6 +336,32 @@ class PyGithubClient:
                 jobs.setdefault(job.id, job)
         return ActiveJobs(jobs=tuple(jobs.values()), spent=len(spent))
 
+    def runner_groups(self, scope: Scope) -> list[RunnerGroup]:
+        """Every page conditional: a group looked up again while nothing changed costs a 304."""
+        _group_scope(scope)
+        self._refuse_app_for_enterprise(scope)
+        what = f"GET /{scope.path}/actions/runner-groups"
+        kind = _Listing(
+            what,
+            f"/{scope.path_template}/actions/runner-groups",
+            "runner_groups",
+            functools.partial(parse_runner_group, what=what),
+        )
+        return self._listing(f"/{scope.path}/actions/runner-groups?per_page=100", kind, [])
+
+    def runner_group_members(self, scope: Scope, group_id: int) -> list[str]:
+        _group_scope(scope)
+        self._refuse_app_for_enterprise(scope)
+        members, field = ("repositories", "full_name") if scope.organization else ("organizations", "login")
+        path = f"/{scope.path}/actions/runner-groups/{group_id}/{members}"
+        kind = _Listing(
+            f"GET {path}",
+            f"/{scope.path_template}/actions/runner-groups/{{runner_group_id}}/{members}",
+            members,
+            functools.partial(parse_member, what=f"GET {path}", key=field),
+        )
+        return self._listing(f"{path}?per_page=100", kind, [])
+
     def _listing(self, url: str, kind: _Listing, spent: list[int]) -> list[Any]:
         """Every page of one listing; each page that cost budget (a 200) appends to ``spent``."""
         items: list[Any] = []
@@ -329,6 +374,7 @@ class PyGithubClient:
         return items
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
+        self._refuse_app_for_enterprise(scope)
         path = f"/{scope.path}/actions/runners/{runner_id}"
         what = f"DELETE {path}"
         endpoint = f"/{scope.path_template}/actions/runners/{{runner_id}}"
@@ -346,6 +392,18 @@ class PyGithubClient:
         return DeleteOutcome.DELETED
 
     # -- plumbing ------------------------------------------------------------------------------
+
+    def _refuse_app_for_enterprise(self, scope: Scope) -> None:
+        """GitHub lets only a personal access token (classic, ``manage_runners:enterprise``)
+        manage an enterprise's runners: a GitHub App cannot be installed on an enterprise for
+        that. Said before any request, so the refusal costs neither budget nor a token."""
+        if scope.enterprise is not None and isinstance(self._requester.auth, Auth.AppInstallationAuth):
+            raise BadCredentials(
+                f"enterprise {scope.enterprise}: GitHub Apps cannot manage enterprise runners; put a "
+                "personal access token with the manage_runners:enterprise scope into the credential "
+                "Secret (key 'token')",
+                reason=ENTERPRISE_NEEDS_PAT,
+            )
 
     def _page(self, url: str, kind: _Listing, spent: list[int] | None = None) -> Page:
         """One page of a listing under ``key``, revalidated with its ETag; a 304 is free."""

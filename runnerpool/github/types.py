@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["RUNNERS_PER_PAGE", "DeleteOutcome", "RateLimit", "RegistrationToken", "Runner", "header"]
+__all__ = [
+    "RUNNERS_PER_PAGE",
+    "DeleteOutcome",
+    "RateLimit",
+    "RegistrationToken",
+    "Runner",
+    "RunnerGroup",
+    "header",
+]
 
 #: GitHub documents a maximum page size of 100 for the runner listings; anything smaller only
 #: multiplies requests against the rate limit.
@@ -72,6 +80,26 @@ class Runner:
     @property
     def offline(self) -> bool:
         return self.status == OFFLINE
+
+
+#: A runner group open to the repositories (organization group) or organizations (enterprise
+#: group) chosen for it, rather than to all of them.
+SELECTED = "selected"
+
+
+@dataclass(frozen=True)
+class RunnerGroup:
+    """An organization's or enterprise's runner group: the id a JIT config names, and whether
+    only chosen repositories or organizations may use it (``visibility`` ``selected``)."""
+
+    id: int
+    name: str
+    visibility: str
+    default: bool
+
+    @property
+    def selected(self) -> bool:
+        return self.visibility == SELECTED
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ __all__ = [
 
 
 def scope_text(spec: Mapping[str, Any]) -> str:
+    if spec.get("enterprise"):
+        return f"enterprise:{spec['enterprise']}"
     if spec.get("organization"):
         return f"org:{spec['organization']}"
     return f"repo:{spec.get('repository') or '?'}"

@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.domain import PoolRef, TokenFailure
-from runnerpool.github.types import JitRequest
+from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
 from runnerpool.pods import state
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import SECRETS, Kube
@@ -50,9 +50,17 @@ class JitJobs(Protocol):
     def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
 
 
-def jit_request(pool: api.RunnerPool, labels: Iterable[str]) -> JitRequest:
-    """What the pool's runners are made with; each pod's own asks with the pod's name."""
-    return JitRequest(name=pool.name, labels=tuple(labels), work_folder=naming.WORK_DIR)
+def jit_request(
+    pool: api.RunnerPool, labels: Iterable[str], runner_group_id: int | None = None
+) -> JitRequest:
+    """What the pool's runners are made with (``runner_group_id``: the pool's runner group, when
+    its gate found it; GitHub's default group otherwise); each pod's own asks with the pod's name."""
+    return JitRequest(
+        name=pool.name,
+        labels=tuple(labels),
+        runner_group_id=runner_group_id if runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID,
+        work_folder=naming.WORK_DIR,
+    )
 
 
 def secret_name(pod: Mapping[str, Any]) -> str | None:

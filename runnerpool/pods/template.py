@@ -130,16 +130,14 @@ def runner_labels(pool: api.RunnerPool) -> list[str]:
 
 
 def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
-    scope: dict[str, Any] = (
-        {"name": "RUNNER_ORG", "value": pool.spec.organization}
-        if pool.spec.organization
-        else {"name": "RUNNER_REPO", "value": pool.spec.repository}
-    )
+    scope = pool.scope
+    scope_env = {"enterprise": "RUNNER_ENTERPRISE", "organization": "RUNNER_ORG", "repository": "RUNNER_REPO"}
     fixed: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "RUNNER_POOL_NAME", "value": pool.name},
-        scope,
+        {"name": scope_env[scope.kind], "value": scope.name},
+        *_runner_group_env(pool),
         {"name": "RUNNER_LABELS", "value": ",".join(runner_labels(pool))},
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
@@ -147,6 +145,13 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         *registration.runner_env(pool),
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
+
+
+def _runner_group_env(pool: api.RunnerPool) -> list[dict[str, Any]]:
+    """``RUNNER_GROUP`` (``config.sh --runnergroup``) only for a pool that names a group, so the
+    pods (and template hash) of every other pool stay as they were."""
+    group = pool.spec.runner_group
+    return [] if group is None else [{"name": "RUNNER_GROUP", "value": group}]
 
 
 def busy_grace_seconds(pool: api.RunnerPool) -> int:

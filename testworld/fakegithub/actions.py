@@ -74,7 +74,12 @@ def _register(
     name = form.get("name", "").strip()
     labels = [label.strip() for label in form.get("labels", "").split(",") if label.strip()]
     runner_id, credential = fake.listener_register(
-        cred, name, labels, ephemeral=_flag(form, "ephemeral"), replace=_flag(form, "replace")
+        cred,
+        name,
+        labels,
+        ephemeral=_flag(form, "ephemeral"),
+        replace=_flag(form, "replace"),
+        runner_group=form.get("runner_group", "").strip(),
     )
     return 201, _lines(runner_id=runner_id, runner_name=name, credential=credential)
 

@@ -147,7 +147,7 @@ def _number(name: str) -> int:
     return int(hashlib.sha1(name.lower().encode()).hexdigest()[:7], 16)
 
 
-def _user(bases: Bases, login: str) -> dict[str, Any]:
+def user_json(bases: Bases, login: str) -> dict[str, Any]:
     number = _number(login)
     url = f"{bases.api}/users/{login}"
     return {
@@ -174,7 +174,7 @@ def repository_json(bases: Bases, repo: Scope) -> dict[str, Any]:
         "node_id": _node_id("Repository", number),
         "name": name,
         "full_name": repo.name,
-        "owner": _user(bases, owner),
+        "owner": user_json(bases, owner),
         "private": True,
         "html_url": f"{bases.web}/{repo.name}",
         "description": None,

@@ -65,7 +65,10 @@ _RUNNER_DOCS = "https://docs.github.com/rest/actions/self-hosted-runners"
 DELETE_DOCS = {
     "org": f"{_RUNNER_DOCS}#delete-a-self-hosted-runner-from-an-organization",
     "repo": f"{_RUNNER_DOCS}#delete-a-self-hosted-runner-from-a-repository",
+    "enterprise": f"{_RUNNER_DOCS}#delete-a-self-hosted-runner-from-an-enterprise",
 }
+#: GitHub's answer to a GitHub App (installation token) on an enterprise's runner endpoints.
+INTEGRATION_REFUSED = "Resource not accessible by integration"
 DEFAULT_PER_PAGE = 30
 MAX_PER_PAGE = 100
 RATE_LIMIT_ENDPOINT = "rate-limit/get"
@@ -115,9 +118,40 @@ def _not_found() -> Answer:
 
 
 def _scope_of(fake: FakeGitHub, params: dict[str, str]) -> Scope | None:
-    kind: ScopeKind = "org" if "org" in params else "repo"
-    name = params["org"] if kind == "org" else f"{params['owner']}/{params['repo']}"
+    kind: ScopeKind = "org" if "org" in params else "enterprise" if "enterprise" in params else "repo"
+    name = params.get("org") or params.get("enterprise") or f"{params['owner']}/{params['repo']}"
     return fake.api_scope(kind, name)
+
+
+def _enterprise_refusal(request: _Request) -> Answer | None:
+    """Only a personal access token manages an enterprise's runners: an App gets a 403."""
+    if "enterprise" in request.params and request.credential.key.startswith("installation:"):
+        return _error(403, INTEGRATION_REFUSED)
+    return None
+
+
+def _runner_endpoint(
+    handler: Callable[[FakeGitHub, _Request], Answer],
+) -> Callable[[FakeGitHub, _Request], Answer]:
+    def guarded(fake: FakeGitHub, request: _Request) -> Answer:
+        return _enterprise_refusal(request) or handler(fake, request)
+
+    return guarded
+
+
+def _list_runner_groups(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    if scope is None:
+        return _not_found()
+    return _page(request, "runner_groups", fake.api_runner_groups(scope, request.bases))
+
+
+def _list_runner_group_members(fake: FakeGitHub, request: _Request) -> Answer:
+    scope = _scope_of(fake, request.params)
+    group_id = int(request.params["runner_group_id"])
+    found = None if scope is None else fake.api_runner_group_members(scope, request.bases, group_id)
+    key = "repositories" if "org" in request.params else "organizations"
+    return _not_found() if found is None else _page(request, key, found)
 
 
 def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
@@ -305,38 +339,64 @@ def _installation_token(fake: FakeGitHub, request: _Request) -> Answer:
 
 
 def _routes() -> list[_Route]:
-    scopes = {"org": r"/orgs/(?P<org>[^/]+)", "repo": r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)"}
+    scopes = {
+        "org": r"/orgs/(?P<org>[^/]+)",
+        "repo": r"/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)",
+        "enterprise": r"/enterprises/(?P<enterprise>[^/]+)",
+    }
     routes: list[_Route] = []
     for kind, prefix in scopes.items():
-        suffix = "org" if kind == "org" else "repo"
+        # GitHub's operation ids: enterprise runners are "enterprise-admin/...".
+        area, suffix = ("enterprise-admin", kind) if kind == "enterprise" else ("actions", kind)
         runners = f"{prefix}/actions/runners"
         routes += [
             _Route(
-                f"actions/list-self-hosted-runners-for-{suffix}", "GET", re.compile(runners), _list_runners
+                f"{area}/list-self-hosted-runners-for-{suffix}",
+                "GET",
+                re.compile(runners),
+                _runner_endpoint(_list_runners),
             ),
             _Route(
-                f"actions/create-registration-token-for-{suffix}",
+                f"{area}/create-registration-token-for-{suffix}",
                 "POST",
                 re.compile(f"{runners}/registration-token"),
-                _registration_token,
+                _runner_endpoint(_registration_token),
             ),
             _Route(
-                f"actions/generate-runner-jitconfig-for-{suffix}",
+                f"{area}/generate-runner-jitconfig-for-{suffix}",
                 "POST",
                 re.compile(f"{runners}/generate-jitconfig"),
                 _generate_jitconfig,
             ),
             _Route(
-                f"actions/get-self-hosted-runner-for-{suffix}",
+                f"{area}/get-self-hosted-runner-for-{suffix}",
                 "GET",
                 re.compile(rf"{runners}/(?P<runner_id>\d+)"),
-                _get_runner,
+                _runner_endpoint(_get_runner),
             ),
             _Route(
-                f"actions/delete-self-hosted-runner-from-{suffix}",
+                f"{area}/delete-self-hosted-runner-from-{suffix}",
                 "DELETE",
                 re.compile(rf"{runners}/(?P<runner_id>\d+)"),
-                _delete_runner,
+                _runner_endpoint(_delete_runner),
+            ),
+        ]
+        if kind == "repo":
+            continue
+        groups = f"{prefix}/actions/runner-groups"
+        members, who = ("repositories", "repo") if kind == "org" else ("organizations", "org")
+        routes += [
+            _Route(
+                f"{area}/list-self-hosted-runner-groups-for-{suffix}",
+                "GET",
+                re.compile(groups),
+                _runner_endpoint(_list_runner_groups),
+            ),
+            _Route(
+                f"{area}/list-{who}-access-to-self-hosted-runner-group-in-{suffix}",
+                "GET",
+                re.compile(rf"{groups}/(?P<runner_group_id>\d+)/{members}"),
+                _runner_endpoint(_list_runner_group_members),
             ),
         ]
     repo = scopes["repo"]

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
-from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json
+from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json, user_json
 from testworld.fakegithub.webhooks import WebhookSender, workflow_job_payload
 
 DEFAULT_RATE_LIMIT = 5000
@@ -56,7 +56,7 @@ LOST_CONTACT_ANNOTATION = (
 )
 CONCLUSIONS: tuple[Conclusion, ...] = ("success", "failure", "cancelled")
 
-ScopeKind = Literal["org", "repo"]
+ScopeKind = Literal["org", "repo", "enterprise"]
 DeleteOutcome = Literal["deleted", "missing", "busy"]
 FaultKind = Literal["fail", "hang", "secondary"]
 
@@ -111,7 +111,8 @@ class ListenerError(FakeGitHubError):
 
 @dataclass(frozen=True)
 class Scope:
-    """An organization (``octo-org``) or a repository (``octo/hello``).
+    """An organization (``octo-org``), a repository (``octo/hello``) or an enterprise
+    (``enterprises/big-corp``, as config.sh's URL names it).
 
     GitHub compares names case-insensitively, so `key` is what identifies a
     scope, while `name` keeps the spelling it was created with.
@@ -130,6 +131,8 @@ class Scope:
             text = urlsplit(text).path
         text = text.strip("/").removesuffix(".git")
         parts = text.split("/")
+        if len(parts) == 2 and parts[0] == "enterprises" and parts[1]:
+            return cls("enterprise", parts[1])  # GitHub reserves "enterprises" as an owner
         if len(parts) == 1 and parts[0]:
             return cls("org", parts[0])
         if len(parts) == 2 and all(parts):
@@ -142,10 +145,65 @@ class Scope:
 
     @property
     def api_path(self) -> str:
-        return f"/orgs/{self.name}" if self.kind == "org" else f"/repos/{self.name}"
+        prefixes = {"org": "/orgs/", "repo": "/repos/", "enterprise": "/enterprises/"}
+        return prefixes[self.kind] + self.name
 
     def __str__(self) -> str:
         return self.name
+
+
+@dataclass(frozen=True)
+class _RunnerGroup:
+    id: int
+    name: str
+    visibility: str
+    members: tuple[str, ...] = ()
+
+
+def _default_group() -> _RunnerGroup:
+    return _RunnerGroup(1, "Default", "all")
+
+
+def _group_json(scope: Scope, group: _RunnerGroup, bases: Bases) -> dict[str, Any]:
+    """The description's runner group object (organization or enterprise flavour)."""
+    url = f"{bases.api}{scope.api_path}/actions/runner_groups/{group.id}"
+    out: dict[str, Any] = {
+        "id": group.id,
+        "name": group.name,
+        "visibility": group.visibility,
+        "default": group.id == 1,
+        "runners_url": f"{url}/runners",
+        "allows_public_repositories": False,
+        "restricted_to_workflows": False,
+        "selected_workflows": [],
+        "workflow_restrictions_read_only": False,
+    }
+    if group.visibility == "selected":
+        member = "repositories" if scope.kind == "org" else "organizations"
+        out[f"selected_{member}_url"] = f"{url}/{member}"
+    if scope.kind == "org":
+        out["inherited"] = False
+    return out
+
+
+def _organization(login: str, bases: Bases) -> dict[str, Any]:
+    """The description's ``Organization Simple``."""
+    user = user_json(bases, login)
+    url = f"{bases.api}/orgs/{login}"
+    return {
+        "login": login,
+        "id": user["id"],
+        "node_id": user["node_id"],
+        "url": url,
+        "repos_url": f"{url}/repos",
+        "events_url": f"{url}/events",
+        "hooks_url": f"{url}/hooks",
+        "issues_url": f"{url}/issues",
+        "members_url": f"{url}/members{{/member}}",
+        "public_members_url": f"{url}/public_members{{/member}}",
+        "avatar_url": user["avatar_url"],
+        "description": None,
+    }
 
 
 @dataclass
@@ -372,6 +430,8 @@ class GitHubState:
         self._tenants: dict[str, str] = {}
         self._credentials: dict[str, int] = {}
         self._sessions: dict[str, int] = {}
+        self._groups: dict[tuple[str, str], list[_RunnerGroup]] = {}
+        self._group_ids = itertools.count(2)
         for scope in self._initial_scopes:
             self.add_scope(scope)
         for installation_id in self._initial_installations:
@@ -406,12 +466,19 @@ class GitHubState:
             self._notify()
 
     def add_scope(
-        self, scope: str | None = None, *, org: str | None = None, repo: str | None = None
+        self,
+        scope: str | None = None,
+        *,
+        org: str | None = None,
+        repo: str | None = None,
+        enterprise: str | None = None,
     ) -> Scope:
-        """Make an organization or repository exist; adding it twice is harmless."""
+        """Make an organization, repository or enterprise exist; adding it twice is harmless."""
         given = [value for value in (scope, org, repo) if value is not None]
+        if enterprise is not None:
+            given.append(f"enterprises/{enterprise}")
         if len(given) != 1:
-            raise ValueError("give exactly one of scope, org= or repo=")
+            raise ValueError("give exactly one of scope, org=, repo= or enterprise=")
         parsed = Scope.parse(given[0])
         if org is not None and parsed.kind != "org":
             raise ValueError(f"not an organization: {org!r}")
@@ -421,6 +488,22 @@ class GitHubState:
             existing = self._scopes.setdefault(parsed.key, parsed)
             self._notify()
             return existing
+
+    def add_runner_group(
+        self, scope: str | Scope, name: str, *, visibility: str = "all", members: Iterable[str] = ()
+    ) -> int:
+        """A runner group of an organization or enterprise (scope as ``add_scope`` made it);
+        ``members``: the repositories (``owner/name``) or organizations a ``selected`` group
+        admits. Returns the group's id (1 is every scope's ``Default`` group)."""
+        with self._lock:
+            found = self._scope(scope)
+            if found.kind == "repo":
+                raise ValueError(f"a repository has no runner groups: {found.name!r}")
+            groups = self._groups.setdefault(found.key, [_default_group()])
+            group = _RunnerGroup(next(self._group_ids), name, visibility, tuple(members))
+            groups.append(group)
+            self._notify()
+            return group.id
 
     def scopes(self) -> list[Scope]:
         with self._lock:
@@ -935,9 +1018,20 @@ class GitHubState:
             return tenant
 
     def listener_register(
-        self, tenant: str, name: str, labels: Iterable[str], *, ephemeral: bool, replace: bool
+        self,
+        tenant: str,
+        name: str,
+        labels: Iterable[str],
+        *,
+        ephemeral: bool,
+        replace: bool,
+        runner_group: str = "",
     ) -> tuple[int, str]:
-        """Add the runner of a configured runner process; it stays offline until a session opens."""
+        """Add the runner of a configured runner process; it stays offline until a session opens.
+
+        ``runner_group`` (``config.sh --runnergroup``): the group it joins, by name compared
+        case-insensitively as the runner does; a name the scope has no group of fails as the
+        real runner's configuration fails. Empty: the default group."""
         with self._lock:
             token = self._tenants.get(tenant)
             if token is None:
@@ -945,6 +1039,12 @@ class GitHubState:
             if not name:
                 raise ValueError("a runner needs a name")
             scope = self._registration_tokens[token].scope
+            groups = self._groups.get(scope.key) or [_default_group()]
+            group = next((g for g in groups if g.name.lower() == runner_group.lower()), None)
+            if runner_group and group is None:
+                raise ListenerError(
+                    404, f"Could not find any self-hosted runner group named {runner_group!r}."
+                )
             try:
                 runner_id = self.register_runner_with_token(
                     scope, token, name, labels, ephemeral=ephemeral, replace=replace
@@ -953,6 +1053,7 @@ class GitHubState:
                 raise ListenerError(409 if "same name" in str(exc) else 401, str(exc)) from None
             runner = self._runners[runner_id]
             runner.listener, runner.status = True, "offline"
+            runner.runner_group_id = group.id if group is not None else 1
             credential = secrets.token_urlsafe(24)
             self._credentials[credential] = runner_id
             self._notify()
@@ -1400,6 +1501,25 @@ class GitHubState:
                 found = self._scopes.setdefault(scope.key, scope)
                 self._notify()
             return found
+
+    def api_runner_groups(self, scope: Scope, bases: Bases) -> list[dict[str, Any]]:
+        """``GET .../actions/runner-groups``: GitHub's runner group objects."""
+        with self._lock:
+            groups = self._groups.get(scope.key) or [_default_group()]
+            return [_group_json(scope, group, bases) for group in groups]
+
+    def api_runner_group_members(
+        self, scope: Scope, bases: Bases, group_id: int
+    ) -> list[dict[str, Any]] | None:
+        """A ``selected`` group's repositories (organization) or organizations (enterprise);
+        ``None`` for a group that does not exist (404)."""
+        with self._lock:
+            group = next((g for g in self._groups.get(scope.key, []) if g.id == group_id), None)
+            if group is None:
+                return None
+            if scope.kind == "org":
+                return [repository_json(bases, Scope("repo", name)) for name in group.members]
+            return [_organization(login, bases) for login in group.members]
 
     def api_list_runners(self, scope: Scope, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:

@@ -3,7 +3,7 @@
 #
 # Takes the options deploy/images/runner/entrypoint.sh passes to the real one:
 #   --unattended --ephemeral --replace --name N --labels L --url URL --token T --work DIR
-#   --disableupdate
+#   [--runnergroup G] --disableupdate
 # and registers the runner the way the real one does: POST {api}/actions/runner-registration
 # with "Authorization: RemoteAuth <token>", where {api} is https://api.github.com for
 # github.com and <scheme>://<host>/api/v3 for any other host (GHES), then registers the
@@ -23,13 +23,13 @@ die() {
     exit 1
 }
 
-name="" labels="" url="" token="" work="_work" ephemeral=0 replace=0
+name="" labels="" url="" token="" work="_work" ephemeral=0 replace=0 group=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --unattended | --disableupdate) shift ;;
         --ephemeral) ephemeral=1; shift ;;
         --replace) replace=1; shift ;;
-        --name | --labels | --url | --token | --work)
+        --name | --labels | --url | --token | --work | --runnergroup)
             [[ $# -ge 2 ]] || die "$1 needs a value"
             case "$1" in
                 --name) name="$2" ;;
@@ -37,6 +37,7 @@ while [[ $# -gt 0 ]]; do
                 --url) url="$2" ;;
                 --token) token="$2" ;;
                 --work) work="$2" ;;
+                --runnergroup) group="$2" ;;
             esac
             shift 2
             ;;
@@ -79,7 +80,8 @@ tenant="$(json_string token "${http_body}")" || die "no credential in the regist
 
 http POST "${service}/runners" "Bearer ${tenant}" \
     --data-urlencode "name=${name}" --data-urlencode "labels=${labels}" \
-    --data-urlencode "ephemeral=${ephemeral}" --data-urlencode "replace=${replace}"
+    --data-urlencode "ephemeral=${ephemeral}" --data-urlencode "replace=${replace}" \
+    --data-urlencode "runner_group=${group}"
 [[ "${stopping}" -eq 0 ]] || die "stopped during registration"
 case "${http_status}" in
     201) ;;

@@ -32,8 +32,11 @@
 #
 # Environment (set by the operator's pod template):
 #   POD_NAME            runner name (required)
-#   RUNNER_ORG          organization scope  } exactly one of the two (register phase, token mode)
-#   RUNNER_REPO         repository scope, owner/name }
+#   RUNNER_ENTERPRISE   enterprise scope, its slug    }
+#   RUNNER_ORG          organization scope            } exactly one of the three (register
+#   RUNNER_REPO         repository scope, owner/name  } phase, token mode)
+#   RUNNER_GROUP        runner group name (organization and enterprise scope; default: the
+#                       scope's default group)
 #   RUNNER_LABELS       comma-separated labels, including <namespace>/<pool> (register, token)
 #   GITHUB_URL          web base URL for config.sh --url (default https://github.com)
 #   RUNNER_WORKDIR      job work directory (default /runner/_work)
@@ -95,19 +98,28 @@ BUSY_GRACE="${RUNNER_BUSY_GRACE_SECONDS:-3600}"
 [[ -n "${POD_NAME:-}" ]] || die "POD_NAME is not set"
 [[ "${BUSY_GRACE}" =~ ^[0-9]+$ ]] || die "RUNNER_BUSY_GRACE_SECONDS must be whole seconds, got '${BUSY_GRACE}'"
 
-# The runner's web URL for config.sh --url: sets `scope`.
+# Sets scope, the path below GITHUB_URL that config.sh --url names, from exactly one of
+# RUNNER_ENTERPRISE (enterprises/<slug>), RUNNER_ORG (<org>) and RUNNER_REPO (<owner>/<name>),
+# and runner_group_args from RUNNER_GROUP (organization and enterprise runners): the runner
+# group config.sh puts the runner in.
 resolve_scope() {
-    if [[ -n "${RUNNER_ORG:-}" && -n "${RUNNER_REPO:-}" ]]; then
-        die "RUNNER_ORG and RUNNER_REPO are both set; set exactly one"
-    elif [[ -n "${RUNNER_ORG:-}" ]]; then
-        scope="${RUNNER_ORG}"
-        [[ "${scope}" != */* ]] || die "RUNNER_ORG must be an organization name, got '${scope}'"
-    elif [[ -n "${RUNNER_REPO:-}" ]]; then
-        scope="${RUNNER_REPO}"
-        [[ "${scope}" =~ ^[^/]+/[^/]+$ ]] || die "RUNNER_REPO must be owner/name, got '${scope}'"
-    else
-        die "neither RUNNER_ORG nor RUNNER_REPO is set; set exactly one"
-    fi
+    local set_vars=() name
+    for name in RUNNER_ENTERPRISE RUNNER_ORG RUNNER_REPO; do
+        [[ -n "${!name:-}" ]] && set_vars+=("${name}")
+    done
+    [[ "${#set_vars[@]}" -le 1 ]] || die "${set_vars[*]} are all set; set exactly one of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO"
+    [[ "${#set_vars[@]}" -eq 1 ]] || die "none of RUNNER_ENTERPRISE, RUNNER_ORG and RUNNER_REPO is set; set exactly one"
+    scope="${!set_vars[0]}"
+    case "${set_vars[0]}" in
+        RUNNER_ENTERPRISE)
+            [[ "${scope}" != */* ]] || die "RUNNER_ENTERPRISE must be an enterprise slug, got '${scope}'"
+            scope="enterprises/${scope}"
+            ;;
+        RUNNER_ORG) [[ "${scope}" != */* ]] || die "RUNNER_ORG must be an organization name, got '${scope}'" ;;
+        RUNNER_REPO) [[ "${scope}" =~ ^[^/]+/[^/]+$ ]] || die "RUNNER_REPO must be owner/name, got '${scope}'" ;;
+    esac
+    runner_group_args=()
+    [[ -z "${RUNNER_GROUP:-}" ]] || runner_group_args=(--runnergroup "${RUNNER_GROUP}")
 }
 
 # read_secret_file FILE WHAT: the file's content without whitespace, in `secret`.
@@ -250,6 +262,7 @@ register_with_token() {
         --url "${GITHUB_URL}/${scope}" \
         --token "${token}" \
         --work "${RUNNER_WORKDIR}" \
+        "${runner_group_args[@]}" \
         --disableupdate
     unset token
     if [[ "${terminating}" -eq 1 ]]; then

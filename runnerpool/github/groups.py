@@ -1,0 +1,192 @@
+"""Runner groups by name: resolved to GitHub's id, checked against what a pool serves, cached.
+
+A pool names its runner group (``spec.runnerGroup``); GitHub knows groups by id (a JIT config
+names the id, ``config.sh --runnergroup`` the name). A name that names no group, or a group
+open to ``selected`` repositories (organization group) or organizations (enterprise group)
+that leaves out one the pool serves, would register runners that never get those jobs; the
+reconciler says so in a condition instead and makes no runner pod.
+
+Budget (docs/github-api-budget.md): a check costs one listing of the scope's groups and, for a
+``selected`` group, one of its members; both are conditional (an unchanged page is a free 304)
+and cached: a found group for ``ttl`` (10 minutes), a missing one or a refusal for
+``missing_ttl`` (one minute: the user is probably fixing it). The cache is an LRU of at most
+``max_entries`` groups, keyed by credential, API base, scope and name (case-insensitive, as
+the runner's own configuration compares names). After a failed call (GitHub down, rate
+limited) the scope gets no call until ``ScopeBackoff`` allows one; meanwhile the last failure
+is raised again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from runnerpool.domain import Scope
+from runnerpool.github.budget import ScopeBackoff
+from runnerpool.github.errors import GitHubError, NotFound
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.types import RunnerGroup
+
+__all__ = [
+    "GROUP_TTL",
+    "MAX_GROUPS",
+    "MISSING_TTL",
+    "RepositoryNotAllowed",
+    "RunnerGroupNotFound",
+    "RunnerGroups",
+]
+
+GROUP_TTL = 600.0
+MISSING_TTL = 60.0
+MAX_GROUPS = 1024
+#: The longest wait a failure earns before the scope's groups are asked for again.
+BACKOFF_CAP = 60.0
+
+
+class RunnerGroupNotFound(NotFound):
+    """The scope has no runner group of that name (or the credential cannot see it)."""
+
+    default_reason = "RunnerGroupNotFound"
+
+
+class RepositoryNotAllowed(GitHubError):  # noqa: N818 - named like the other GitHubError kinds
+    """A ``selected`` group that leaves out repositories (or their organizations) the pool serves."""
+
+    default_reason = "RepositoryNotAllowed"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    expires: float
+    group: RunnerGroup | None = None
+    members: frozenset[str] | None = None
+    error: GitHubError | None = None
+
+
+def _client_key(client: GitHubClient) -> Hashable:
+    """Whose view the answer is: a credential's name and API base when the client has them."""
+    credential = getattr(client, "credential", None)
+    base_url = getattr(client, "base_url", None)
+    if isinstance(credential, str) and isinstance(base_url, str):
+        return (credential, base_url.lower())
+    return id(client)
+
+
+class RunnerGroups:
+    """The cache and the check, shared by every pool (thread-safe)."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = GROUP_TTL,
+        missing_ttl: float = MISSING_TTL,
+        max_entries: int = MAX_GROUPS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ttl = ttl
+        self._missing_ttl = missing_ttl
+        self._max = max_entries
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._backoff = ScopeBackoff(BACKOFF_CAP, clock)
+
+    def resolve(self, client: GitHubClient, scope: Scope, name: str) -> RunnerGroup:
+        """The group called ``name`` in ``scope``, for its id (a JIT config names it).
+
+        Raises ``RunnerGroupNotFound``, or the ``GitHubError`` the listing failed with.
+        """
+        key = ("group", _client_key(client), scope.key, name.lower())
+        entry = self._cached(key)
+        if entry is None:
+            entry = self._ask(key, scope, lambda: self._find(client, scope, name))
+        if entry.error is not None:
+            raise entry.error
+        assert entry.group is not None
+        return entry.group
+
+    def check(
+        self, client: GitHubClient, scope: Scope, name: str, repositories: Sequence[str]
+    ) -> RunnerGroup:
+        """``resolve``, then whether the group admits every repository (``owner/name``) the
+        pool serves: a ``selected`` organization group must list each of them, a ``selected``
+        enterprise group each of their organizations. Raises ``RepositoryNotAllowed``."""
+        group = self.resolve(client, scope, name)
+        if not group.selected or not repositories:
+            return group
+        key = ("members", _client_key(client), scope.key, group.id)
+        entry = self._cached(key)
+        if entry is None:
+            entry = self._ask(
+                key,
+                scope,
+                lambda: _Entry(
+                    self._clock() + self._ttl,
+                    members=frozenset(m.lower() for m in client.runner_group_members(scope, group.id)),
+                ),
+            )
+        if entry.error is not None:
+            raise entry.error
+        assert entry.members is not None
+        wanted = (
+            repositories if scope.organization is not None else [r.partition("/")[0] for r in repositories]
+        )
+        refused = sorted({w for w in wanted if w.lower() not in entry.members})
+        if refused:
+            what = "repositories" if scope.organization is not None else "organizations"
+            raise RepositoryNotAllowed(
+                f"runner group {group.name!r} of {scope.name} admits selected {what} only, and not "
+                f"{', '.join(refused)}: add them to the group on GitHub or remove them from "
+                "spec.autoscaling.repositories"
+            )
+        return group
+
+    # -- the cache ---------------------------------------------------------------------------
+
+    def _find(self, client: GitHubClient, scope: Scope, name: str) -> _Entry:
+        groups = client.runner_groups(scope)
+        exact = [g for g in groups if g.name == name] or [g for g in groups if g.name.lower() == name.lower()]
+        if exact:
+            return _Entry(self._clock() + self._ttl, group=exact[0])
+        known = ", ".join(sorted(g.name for g in groups)) or "none"
+        return _Entry(
+            self._clock() + self._missing_ttl,
+            error=RunnerGroupNotFound(
+                f"{scope.name} has no runner group {name!r} that the pool's credentials can see "
+                f"(groups: {known}): create it on GitHub or fix spec.runnerGroup"
+            ),
+        )
+
+    def _ask(self, key: Hashable, scope: Scope, fetch: Callable[[], _Entry]) -> _Entry:
+        """One GitHub look-up, unless the scope backs off; a 404 on the scope is an answer."""
+        refusal = self._backoff.refusal(scope.key)
+        if refusal is not None:
+            raise refusal
+        try:
+            entry = fetch()
+        except NotFound as err:
+            entry = _Entry(self._clock() + self._missing_ttl, error=err)
+        except GitHubError as err:
+            self._backoff.failed(scope.key, err)
+            raise
+        self._backoff.succeeded(scope.key)
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return entry
+
+    def _cached(self, key: Hashable) -> _Entry | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry.expires <= self._clock():
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return entry

@@ -1,0 +1,247 @@
+"""Runner groups: GitHub's answers read (``responses``, GitHub's shapes), and the check with its
+cache: what a pool is told, and how few requests it costs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import responses
+from github import Auth
+
+from runnerpool.domain import Scope
+from runnerpool.github.errors import BadCredentials, RateLimited
+from runnerpool.github.fake import FakeGitHubClient
+from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
+from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, PyGithubClient
+from runnerpool.github.types import RunnerGroup
+from tests.github_mocks import FAST, RunnerGroupsEndpoint, gh
+
+DATA = Path(__file__).parent / "data" / "github"
+ORG = Scope(organization="octo-org")
+BIG = Scope(enterprise="octo-corp")
+
+
+def body(name: str) -> Any:
+    return json.loads((DATA / name).read_text())["body"]
+
+
+@pytest.fixture
+def mock() -> Any:
+    with responses.RequestsMock(assert_all_requests_are_fired=True) as rsps:
+        yield rsps
+
+
+def pat_client() -> PyGithubClient:
+    return PyGithubClient.from_auth(Auth.Token("ghp_test"), "https://api.github.com", FAST)
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+
+def test_organization_groups_and_their_repositories_in_githubs_shapes(mock: Any) -> None:
+    mock.get(gh("/orgs/octo-org/actions/runner-groups"), json=body("org-runner-groups.json"))
+    mock.get(
+        gh("/orgs/octo-org/actions/runner-groups/2/repositories"),
+        json=body("org-runner-group-repositories.json"),
+    )
+    github = pat_client()
+
+    groups = github.runner_groups(ORG)
+    members = github.runner_group_members(ORG, 2)
+
+    assert groups[0] == RunnerGroup(id=1, name="Default", visibility="all", default=True)
+    assert (groups[1].name, groups[1].selected) == ("octo-runner-group", True)
+    assert members == ["octocat/Hello-World"]
+    assert "per_page=100" in mock.calls[0].request.url
+
+
+def test_enterprise_groups_follow_pages(mock: Any) -> None:
+    page = body("enterprise-runner-groups.json")
+    first = {**page, "runner_groups": page["runner_groups"][:1]}
+    second = {**page, "runner_groups": page["runner_groups"][1:]}
+    next_url = "https://api.github.com/enterprises/octo-corp/actions/runner-groups?per_page=100&page=2"
+    mock.get(
+        re.compile(
+            r"https://api\.github\.com(:443)?/enterprises/octo-corp/actions/runner-groups\?.*page=2.*"
+        ),
+        json=second,
+    )
+    mock.get(
+        gh("/enterprises/octo-corp/actions/runner-groups"),
+        json=first,
+        headers={"Link": f'<{next_url}>; rel="next"'},
+    )
+
+    names = [group.name for group in pat_client().runner_groups(BIG)]
+
+    assert names == [group["name"] for group in page["runner_groups"]]
+
+
+def test_a_github_app_on_an_enterprise_is_refused_without_a_request(mock: Any) -> None:
+    """GitHub lets only a personal access token manage enterprise runners."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - test only
+    from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: PLC0415 - test only
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    app = Auth.AppAuth(1234, key.decode()).get_installation_auth(42)
+    github = PyGithubClient.from_auth(app, "https://api.github.com", FAST)
+
+    for call in (
+        lambda: github.registration_token(BIG),
+        lambda: github.list_runners(BIG),
+        lambda: github.delete_runner(BIG, 7),
+        lambda: github.runner_groups(BIG),
+    ):
+        with pytest.raises(BadCredentials) as caught:
+            call()
+        assert caught.value.reason == ENTERPRISE_NEEDS_PAT
+        assert "personal access token" in caught.value.message
+    assert len(mock.calls) == 0, "no installation token minted, no runner endpoint asked"
+
+
+def test_enterprise_runners_with_a_pat(mock: Any) -> None:
+    mock.post(
+        gh("/enterprises/octo-corp/actions/runners/registration-token"),
+        json=body("enterprise-registration-token.json"),
+        status=201,
+    )
+    mock.get(gh("/enterprises/octo-corp/actions/runners"), json=body("enterprise-runners.json"))
+    mock.delete(gh("/enterprises/octo-corp/actions/runners/23"), status=204)
+    github = pat_client()
+
+    assert github.registration_token(BIG).token == "LLBF3JGZDX3P5PMEXLND6TS6FCWO6"
+    assert [runner.name for runner in github.list_runners(BIG)] == ["linux_runner", "mac_runner"]
+    assert github.delete_runner(BIG, 23).value == "Deleted"
+
+
+# -- the check and its cache -----------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+GPU = RunnerGroup(id=7, name="GPU", visibility="selected", default=False)
+
+
+def fake(groups: list[RunnerGroup] | None = None) -> FakeGitHubClient:
+    github = FakeGitHubClient()
+    github.groups[ORG] = [
+        RunnerGroup(id=1, name="Default", visibility="all", default=True),
+        *(groups or [GPU]),
+    ]
+    github.members[(ORG, 7)] = ["octo-org/ml", "octo-org/vision"]
+    return github
+
+
+def test_a_group_is_found_by_name_regardless_of_case_and_cached() -> None:
+    github, clock = fake(), Clock()
+    groups = RunnerGroups(clock=clock)
+
+    assert groups.check(github, ORG, "gpu", ["octo-org/ml"]).id == 7
+    assert groups.check(github, ORG, "gpu", ["octo-org/ml"]).id == 7
+    assert github.group_requests == [("groups", ORG), ("members", ORG)], "the second check cost nothing"
+
+    clock.now += 601  # past the ten minutes a found group is kept
+    groups.resolve(github, ORG, "GPU")
+    assert github.group_requests[-1] == ("groups", ORG)
+
+
+def test_a_missing_group_says_which_exist_and_is_looked_for_again_soon() -> None:
+    github, clock = fake(), Clock()
+    groups = RunnerGroups(clock=clock)
+
+    with pytest.raises(RunnerGroupNotFound) as caught:
+        groups.resolve(github, ORG, "arm")
+    assert "octo-org has no runner group 'arm'" in caught.value.message
+    assert "(groups: Default, GPU)" in caught.value.message
+    with pytest.raises(RunnerGroupNotFound):
+        groups.resolve(github, ORG, "arm")
+    assert len(github.group_requests) == 1
+
+    github.groups[ORG].append(RunnerGroup(id=9, name="arm", visibility="all", default=False))
+    clock.now += 61  # a minute: the user was probably creating it
+    assert groups.resolve(github, ORG, "arm").id == 9
+
+
+def test_a_selected_group_must_admit_every_repository_the_pool_serves() -> None:
+    groups = RunnerGroups(clock=Clock())
+
+    with pytest.raises(RepositoryNotAllowed) as caught:
+        groups.check(fake(), ORG, "GPU", ["octo-org/ml", "octo-org/web", "octo-org/api"])
+
+    assert caught.value.reason == "RepositoryNotAllowed"
+    assert "runner group 'GPU' of octo-org admits selected repositories only" in caught.value.message
+    assert "not octo-org/api, octo-org/web" in caught.value.message
+    open_group = RunnerGroup(id=7, name="GPU", visibility="all", default=False)
+    assert groups.check(fake([open_group]), ORG, "GPU", ["octo-org/web"]) == open_group
+
+
+def test_an_enterprise_group_admits_organizations() -> None:
+    github = FakeGitHubClient()
+    github.groups[BIG] = [GPU]
+    github.members[(BIG, 7)] = ["octo-org"]
+    groups = RunnerGroups(clock=Clock())
+
+    assert groups.check(github, BIG, "GPU", ["octo-org/ml"]) == GPU
+    with pytest.raises(RepositoryNotAllowed) as caught:
+        groups.check(github, BIG, "GPU", ["labs/tools"])
+    assert "admits selected organizations only, and not labs" in caught.value.message
+
+
+def test_a_failing_scope_backs_off_and_says_the_same_again() -> None:
+    github, clock = fake(), Clock()
+    groups = RunnerGroups(clock=clock)
+    github.groups.clear()
+    limited = RateLimited("GET /orgs/octo-org/actions/runner-groups: HTTP 403", retry_after=30.0)
+
+    def refuse(scope: Scope) -> list[RunnerGroup]:
+        github.group_requests.append(("groups", scope))
+        raise limited
+
+    github.runner_groups = refuse  # type: ignore[method-assign]
+    for _ in range(3):
+        with pytest.raises(RateLimited) as caught:
+            groups.resolve(github, ORG, "GPU")
+    assert len(github.group_requests) == 1, "no request while the scope backs off"
+    assert caught.value.retry_after == pytest.approx(30.0)
+
+
+def test_the_cache_is_bounded() -> None:
+    github = fake()
+    groups = RunnerGroups(clock=Clock(), max_entries=2)
+    scopes = [Scope(organization=f"org-{i}") for i in range(3)]
+    for scope in scopes:
+        github.groups[scope] = [GPU]
+        groups.resolve(github, scope, "GPU")
+    groups.resolve(github, scopes[2], "GPU")
+    assert len(github.group_requests) == 3, "the newest entry is still there"
+    groups.resolve(github, scopes[0], "GPU")
+    assert github.group_requests[-1] == ("groups", scopes[0]), "the oldest entry was evicted"
+
+
+def test_a_group_looked_up_again_after_its_ten_minutes_costs_free_304s() -> None:
+    """The cache spares requests; GitHub's ETags make the ones past it free."""
+    clock = Clock()
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        endpoint = RunnerGroupsEndpoint(rsps, "/enterprises/octo-corp")
+        endpoint.add("Default", 1)
+        endpoint.add("Shared", 5, "selected", ["octo-org"])
+        groups = RunnerGroups(clock=clock)
+        github = pat_client()
+
+        assert groups.check(github, BIG, "shared", ["octo-org/ml"]).id == 5
+        clock.now += 601
+        assert groups.check(github, BIG, "Shared", ["octo-org/ml"]).id == 5
+
+    assert [status for _path, status in endpoint.answered] == [200, 200, 304, 304]

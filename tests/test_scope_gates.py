@@ -1,0 +1,164 @@
+"""The checks before a pool may have runners, against the real API server: the namespace's
+``--allow`` rules (no GitHub call at all when they refuse) and the pool's runner group."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from kubernetes import client
+
+from runnerpool import naming
+from runnerpool.domain import Scope
+from runnerpool.events import EventRecorder
+from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
+from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.types import RunnerGroup
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reconciler import Reconciler
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import QueueSettings, Settings, TenantSettings
+from runnerpool.tenants import parse_allow_rule
+from tests.github_mocks import github
+from tests.pools import LiveReader, create_pool, fill_token, pool_events, pool_manifest
+
+__all__ = ["github"]
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _reconciler(
+    api_client: client.ApiClient,
+    tokens: FakeTokenJobs,
+    runners: FakeRunnerJobs,
+    *,
+    allow: tuple[str, ...] = (),
+    github_client: FakeGitHubClient | None = None,
+) -> Reconciler:
+    return Reconciler(
+        LiveReader(api_client),
+        api_client,
+        tokens,
+        runners,
+        EventRecorder(Kube(api_client)),
+        settings=Settings(
+            queue=QueueSettings(status_coalesce=0.0),
+            tenants=TenantSettings(allow=tuple(parse_allow_rule(rule) for rule in allow) or None),
+        ),
+        expectations=Expectations(timeout=0),
+        github=FakeGitHubClients(github_client or FakeGitHubClient()),
+        runner_groups=RunnerGroups(),
+    )
+
+
+def _pool(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found = LiveReader(api_client).get_pool(namespace, name)
+    assert found is not None
+    return found
+
+
+def _condition(pool: dict[str, Any], type_: str) -> tuple[str, str, str]:
+    cond = next(c for c in pool["status"]["conditions"] if c["type"] == type_)
+    return cond["status"], cond["reason"], cond["message"]
+
+
+def test_a_pool_outside_the_allow_rules_gets_a_condition_and_no_runner_and_no_github_call(
+    api_client: client.ApiClient, namespace: str, github: responses.RequestsMock
+) -> None:
+    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    reconciler = _reconciler(api_client, tokens, runners, allow=("team-*=org:acme",))
+    create_pool(api_client, namespace, pool_manifest("rogue", org="other-org", replicas=2))
+
+    result = reconciler(f"{namespace}/rogue")
+
+    assert result.requeue_after is None, "only a new operator setting can change the answer"
+    pool = _pool(api_client, namespace, "rogue")
+    status, reason, message = _condition(pool, "ScopeAllowed")
+    assert (status, reason) == ("False", "ScopeNotAllowed")
+    assert f"pools of namespace {namespace} register runners at organization other-org" in message
+    assert "add org:other-org to an --allow rule" in message
+    assert _condition(pool, "Ready")[:2] == ("False", "ScopeNotAllowed")
+    assert pool["status"]["observedGeneration"] == 1
+    assert [(kind, why) for kind, why, _ in pool_events(api_client, namespace)] == [
+        ("Warning", "ScopeNotAllowed")
+    ]
+    assert tokens.started == [] and runners.started == [], "no token job, no runner manager"
+    reader = LiveReader(api_client)
+    assert reader.get_secret(namespace, naming.token_secret_name("rogue")) is None
+    assert reader.list_pods(namespace, "rogue") == []
+    assert not pool["metadata"].get("finalizers"), "nothing to deregister: deletion is immediate"
+    assert len(github.calls) == 0
+
+    reconciler(f"{namespace}/rogue")
+    assert len(pool_events(api_client, namespace)) == 1, "the refusal is told once"
+
+
+def test_a_pool_the_rules_allow_says_so_and_starts(api_client: client.ApiClient, namespace: str) -> None:
+    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    reconciler = _reconciler(api_client, tokens, runners, allow=(f"{namespace}=org:acme",))
+    create_pool(api_client, namespace, pool_manifest("ours", repo="acme/tools"))
+
+    reconciler(f"{namespace}/ours")
+
+    pool = _pool(api_client, namespace, "ours")
+    assert _condition(pool, "ScopeAllowed")[:2] == ("True", "ScopeAllowed")
+    assert [ref.scope.repository for ref in tokens.started] == ["acme/tools"]
+
+
+def test_without_allow_rules_no_pool_gets_the_condition(api_client: client.ApiClient, namespace: str) -> None:
+    reconciler = _reconciler(api_client, FakeTokenJobs(), FakeRunnerJobs())
+    create_pool(api_client, namespace, pool_manifest("free", org="anything"))
+    reconciler(f"{namespace}/free")
+    types = {c["type"] for c in _pool(api_client, namespace, "free")["status"]["conditions"]}
+    assert "ScopeAllowed" not in types and "RunnerGroupReady" not in types
+
+
+def test_a_runner_group_must_exist_and_admit_the_pools_repositories(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    github_client = FakeGitHubClient()
+    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
+    autoscaling = {"maxReplicas": 3, "minReplicas": 1, "repositories": ["ml", "web"]}
+    manifest = pool_manifest("gpu", org="octo-org", runnerGroup="GPU", autoscaling=autoscaling)
+    create_pool(api_client, namespace, manifest)
+    scope = Scope(organization="octo-org")
+
+    github_client.groups[scope] = [RunnerGroup(id=1, name="Default", visibility="all", default=True)]
+    missing = reconciler(f"{namespace}/gpu")
+    pool = _pool(api_client, namespace, "gpu")
+    status, reason, message = _condition(pool, "RunnerGroupReady")
+    assert (status, reason) == ("False", "RunnerGroupNotFound")
+    assert "octo-org has no runner group 'GPU'" in message and "(groups: Default)" in message
+    assert _condition(pool, "Ready")[:2] == ("False", "RunnerGroupNotFound")
+    assert missing.requeue_after is not None and missing.requeue_after >= 60
+    assert tokens.started == [] and LiveReader(api_client).list_pods(namespace, "gpu") == []
+
+    github_client.groups[scope].append(RunnerGroup(id=7, name="GPU", visibility="selected", default=False))
+    github_client.members[(scope, 7)] = ["octo-org/ml"]
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)  # a fresh cache
+    reconciler(f"{namespace}/gpu")
+    status, reason, message = _condition(_pool(api_client, namespace, "gpu"), "RunnerGroupReady")
+    assert (status, reason) == ("False", "RepositoryNotAllowed")
+    assert "admits selected repositories only, and not octo-org/web" in message
+    assert tokens.started == []
+
+    github_client.members[(scope, 7)].append("octo-org/web")
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
+    reconciler(f"{namespace}/gpu")
+    fill_token(api_client, namespace, "gpu", "tok", FUTURE)
+    reconciler(f"{namespace}/gpu")
+    pool = _pool(api_client, namespace, "gpu")
+    assert _condition(pool, "RunnerGroupReady")[:2] == ("True", "RunnerGroupFound")
+    pods = LiveReader(api_client).list_pods(namespace, "gpu")
+    assert len(pods) == 1
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert (env["RUNNER_ORG"], env["RUNNER_GROUP"]) == ("octo-org", "GPU")
+    reasons = [why for _, why, _ in pool_events(api_client, namespace)]
+    assert reasons.count("RunnerGroupNotFound") == 1 and reasons.count("RepositoryNotAllowed") == 1
+    assert "RunnerGroupFound" in reasons, "the recovery is news"
