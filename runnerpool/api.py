@@ -823,7 +823,8 @@ class TemplateContainer(_PassThrough):
             f"self.volumeMounts.all(m, !(m.mountPath in {cel_list(_OPERATOR_MOUNT_PATHS)}))",
             message="spec.template.spec.containers[runner].volumeMounts must not use mountPath "
             f"{' or '.join(_OPERATOR_MOUNT_PATHS)}: the operator mounts the registration token, the "
-            "runner's configuration and the work volume there (spec.workVolume changes the work volume)",
+            "JIT config, the runner's configuration and the work volume there "
+            "(spec.workVolume changes the work volume)",
             check=lambda c: (
                 c.name != naming.RUNNER_CONTAINER
                 or not any(m.mount_path in _OPERATOR_MOUNT_PATHS for m in c.volume_mounts or ())
@@ -903,7 +904,7 @@ class TemplatePodSpec(_PassThrough):
         Rule(
             cel=f"!has(self.volumes) || self.volumes.all(v, !(v.name in {cel_list(_OPERATOR_VOLUMES)}))",
             message=f"spec.template.spec.volumes must not be named {' or '.join(_OPERATOR_VOLUMES)}: "
-            "they are the operator's registration token, runner configuration and work volumes "
+            "they are the operator's registration token, JIT config, runner configuration and work volumes "
             "(spec.workVolume changes the work volume)",
             check=lambda s: not any(v.name in _OPERATOR_VOLUMES for v in s.volumes or ()),
         ),
@@ -1028,6 +1029,12 @@ class PodTemplate(KubeModel):
         "mountPath; any other list replaces the pod's. The operator's restartPolicy, token and "
         "work volumes and runner env are not settable.",
     )
+
+
+#: How a pool's runner pods register (``spec.registration``; docs/registration.md).
+Registration = Literal["token", "jit"]
+REGISTRATION_TOKEN: Registration = "token"
+REGISTRATION_JIT: Registration = "jit"
 
 
 class RunnerPoolSpec(KubeModel):
@@ -1273,6 +1280,15 @@ class RunnerPoolSpec(KubeModel):
         "The operator's own fields (pod names, owner, selector labels, restartPolicy, the token "
         "and work volumes, the runner's RUNNER_* env) are refused. A change rolls the pods as "
         "any template change does: idle ones at once, busy ones after their job.",
+    )
+    registration: Registration = Field(
+        default="token",
+        description="How a runner pod registers its runner. token: the pod's register init "
+        "container runs config.sh with the pool's registration token (one GitHub call per pool "
+        "per token life; the token is in the namespace's Secrets for that hour). jit: the "
+        "operator asks GitHub for a just-in-time config per pod (one call per pod) and puts it "
+        "in a Secret of that pod, emptied once the pod's runner has it; use it where others "
+        "can read Secrets in the namespace (docs/registration.md).",
     )
     recreate_deadline: GoDuration | None = Field(
         default=None,

@@ -11,8 +11,31 @@ from dataclasses import dataclass, field
 
 from runnerpool import api
 from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key
+from runnerpool.github.types import JitRequest
 
-__all__ = ["FakeRunnerJobs", "FakeTokenJobs"]
+__all__ = ["FakeJitJobs", "FakeRunnerJobs", "FakeTokenJobs"]
+
+
+@dataclass
+class FakeJitJobs:
+    """``JitJobs``: records the fills asked for (secret, pod uid, request) and the pods let go."""
+
+    fills: list[tuple[str, str, JitRequest]] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)
+    stopped: list[tuple[str, str]] = field(default_factory=list)
+    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+
+    def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
+        self.fills.append((secret, pod_uid, request))
+
+    def forget_pod(self, namespace: str, pod_uid: str) -> None:
+        self.forgotten.append(pod_uid)
+
+    def stop(self, namespace: str, name: str) -> None:
+        self.stopped.append((namespace, name))
+
+    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+        return self.failures.get((namespace, name))
 
 
 @dataclass
@@ -26,6 +49,7 @@ class FakeTokenJobs:
     checked: list[tuple[str, str, bool]] = field(default_factory=list)
     #: (namespace, pool) of every ``withdraw`` that found a token to empty.
     emptied: list[tuple[str, str]] = field(default_factory=list)
+    jit: FakeJitJobs = field(default_factory=FakeJitJobs)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)

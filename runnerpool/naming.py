@@ -21,6 +21,11 @@ __all__ = [
     "CREDENTIAL_SELECTOR",
     "CREDENTIAL_VALUE",
     "DEFAULT_CREDENTIAL_SECRET",
+    "JIT_MOUNT_DIR",
+    "JIT_RUNNER_ID_ANNOTATION",
+    "JIT_SECRET_ANNOTATION",
+    "JIT_SECRET_KEY",
+    "JIT_VOLUME",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
@@ -42,6 +47,7 @@ __all__ = [
     "WORK_VOLUME",
     "deployment_name",
     "disruption_budget_name",
+    "jit_secret_name",
     "pool_runner_label",
     "runner_account_name",
     "runner_pod_prefix",
@@ -82,11 +88,19 @@ BUSY_ANNOTATIONS = {
 }
 #: On the token Secret: when the registration token in it expires (RFC 3339).
 TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
+#: On a JIT pod: the name of its own JIT config Secret (drawn before the pod is created, since
+#: the pod's name is the API server's and its volume must name the Secret).
+JIT_SECRET_ANNOTATION = "runnerpool.dev/jit-secret"
+#: On a JIT Secret once the token scheduler filled it: GitHub's id of the pod's runner. It stays
+#: when the Secret is emptied, so an emptied Secret is never filled again (a second runner).
+JIT_RUNNER_ID_ANNOTATION = "runnerpool.dev/jit-runner-id"
 
 # -- objects, keys and containers -----------------------------------------------------------------
 
 #: The key of the registration token in a pool's token Secret.
 TOKEN_SECRET_KEY = "runnertoken"
+#: The key of the pod's JIT config in its JIT Secret.
+JIT_SECRET_KEY = "jitconfig"
 #: The credential Secret a pool reads when its spec names none.
 DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 #: The one PodDisruptionBudget per namespace that covers every pool's busy runner pods.
@@ -99,17 +113,19 @@ REGISTER_CONTAINER = "register"
 #: container), the runner's own configuration it hands over, and the job work directory,
 #: and where the containers mount them.
 TOKEN_VOLUME = "runner-token"
+JIT_VOLUME = "runner-jitconfig"
 CONFIG_VOLUME = "runner-config"
 #: In containerMode: kubernetes the work volume is an ephemeral claim, named ``<pod>-work``:
 #: the claim the container hooks mount into job pods when ACTIONS_RUNNER_CLAIM_NAME is unset,
 #: so the name is part of the hooks' contract.
 WORK_VOLUME = "work"
 TOKEN_MOUNT_DIR = "/runner-token"
+JIT_MOUNT_DIR = "/runner-jitconfig"
 CONFIG_MOUNT_DIR = "/runner-config"
 WORK_DIR = "/runner/_work"
 #: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
-OPERATOR_VOLUMES = (TOKEN_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
-OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
+OPERATOR_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
+OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
 #: Env of the runner container that only the operator sets: the entrypoint's RUNNER_* settings
 #: (scope, labels, token file, work directory, busy grace) and the names below.
 RESERVED_ENV_PREFIX = "RUNNER_"
@@ -123,6 +139,11 @@ def token_secret_name(pool: str) -> str:
 def runner_account_name(pool: str) -> str:
     """The ServiceAccount, Role and RoleBinding (one name) of a kubernetes-mode pool's runners."""
     return f"runnerpool-runner-{pool}"
+
+
+def jit_secret_name(pool: str, suffix: str) -> str:
+    """A JIT pod's Secret: ``runner-jit-<pool>-<suffix>``, the suffix drawn per pod."""
+    return f"runner-jit-{pool}-{suffix}"
 
 
 def runner_pod_prefix(pool: str) -> str:

@@ -36,9 +36,10 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.protocol import GitHubClients
 from runnerpool.hook_access import HookAccessStep
-from runnerpool.pods import failures
+from runnerpool.pods import failures, jit, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.jit import JitSecrets
 from runnerpool.pods.step import Converged, LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
@@ -69,6 +70,9 @@ class TokenJobs(Protocol):
         self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
     ) -> float | None: ...
     def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
+    #: Each JIT pod's own config: filled by the same scheduler (``secret_updater.jit``).
+    @property
+    def jit(self) -> jit.JitJobs: ...
 
 
 class RunnerJobs(Protocol):
@@ -130,6 +134,8 @@ class _Pass:
     writes: Writes = field(default_factory=Writes)
     #: The conditions of the gates the pool passed (``Reconciler._gates``).
     gates: list[dict[str, Any]] = field(default_factory=list)
+    #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
+    runner_group_id: int | None = None
 
 
 class Reconciler:
@@ -153,6 +159,7 @@ class Reconciler:
         runner_groups: RunnerGroups | None = None,
     ) -> None:
         self._cache = cache
+        self._jit = JitSecrets(cache, Kube(api_client), tokens.jit)
         # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
         # without ``github``, spec.runnerGroup is not checked.
         self._github = github
@@ -249,17 +256,24 @@ class Reconciler:
         run.gates = [gate.condition for gate in gates]
         self._ensure_finalizer(run)
         self._protect_credentials(run)
-        secret = self._ensure_token_secret(run)
         # Before any pod: a pod naming a ServiceAccount that does not exist yet is refused.
         self._hook_access.converge(run.pool, run.writes)
-        self._ensure_jobs(run)
-        # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
-        recheck = self._tokens.check_secret(
-            run.pool.namespace,
-            run.pool.name,
-            (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
-            recreated=Write.SECRET_CREATED in run.writes,
-        )
+        recheck: float | None = None
+        if self._registers_jit(run.pool):
+            # No pool token: a pool switched from token mode has it emptied and its job stopped.
+            secret: dict[str, Any] = {}
+            self._withdraw_token(run)
+            self._runners.start(self._pool_ref(run))
+        else:
+            secret = self._ensure_token_secret(run)
+            self._ensure_jobs(run)
+            # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
+            recheck = self._tokens.check_secret(
+                run.pool.namespace,
+                run.pool.name,
+                (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
+                recreated=Write.SECRET_CREATED in run.writes,
+            )
         # One read of the pool's pods for the whole pass: the decision, the creates, the round.
         live = self._pods.read(run.pool)
         decision = self._decide(run.pool, live)
@@ -274,7 +288,8 @@ class Reconciler:
                 run.pool.namespace, run.pool.spec.credential_secret_name
             )
             recheck = _sooner(recheck, missing)
-        token = pool_status.has_token(secret)
+        # A JIT pod waits for its own config (runnerpool.pods.jit), not for the pool's token.
+        token = self._registers_jit(run.pool) or pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
@@ -286,6 +301,7 @@ class Reconciler:
             wait = self._update_status(run, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         converged = self._act_on_pods(run, decision, live)
+        self._converge_jit_secrets(run, live)
         wait = self._update_status(run, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
@@ -320,6 +336,7 @@ class Reconciler:
             wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
             condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
             return _Gate(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
+        run.runner_group_id = group.id
         message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
         return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, "RunnerGroupFound", message))
 
@@ -440,6 +457,21 @@ class Reconciler:
         run.writes.add(Write.SECRET_METADATA)
         return live
 
+    def _registers_jit(self, pool: api.RunnerPool) -> bool:
+        return pool.spec.registration == api.REGISTRATION_JIT
+
+    def _converge_jit_secrets(self, run: _Pass, live: LivePods) -> None:
+        """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token
+        mode still empties the Secrets of its JIT pods.  Pods made in this pass are seen in the
+        next, which their creation brings."""
+        request = jit.jit_request(run.pool, template.runner_labels(run.pool), run.runner_group_id)
+        self._jit.converge(self._pool_ref(run), request, live.pods, run.writes)
+
+    def _token_failure(self, pool: api.RunnerPool) -> TokenFailure | None:
+        if self._registers_jit(pool):
+            return self._tokens.jit.failure(pool.namespace, pool.name)
+        return self._tokens.failure(pool.namespace, pool.name)
+
     def _ensure_jobs(self, run: _Pass) -> None:
         """The token job and the runner manager: both idempotent, both cheap to repeat."""
         ref = self._pool_ref(run)
@@ -472,6 +504,7 @@ class Reconciler:
         self._failing_told.forget(key)
         self._pods.forget(namespace, name)
         self._tokens.stop(namespace, name)
+        self._tokens.jit.stop(namespace, name)
         metrics.forget_pool(namespace, name)
         self._runners.stop(namespace, name)
         for state in self._forgetters:
@@ -517,7 +550,7 @@ class Reconciler:
             old=old,
             secret=secret,
             pods=pods,
-            failure=self._tokens.failure(pool.namespace, pool.name),
+            failure=self._token_failure(pool),
             runners=self._runner_counts(pool),
             decision=decision,
             webhook_secret_problem=self._webhook_secret_problem(pool),

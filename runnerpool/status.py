@@ -58,6 +58,16 @@ def token_expiry(secret: dict[str, Any]) -> datetime | None:
 def token_condition(
     stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: TokenFailure | None
 ) -> dict[str, Any]:
+    if pool.spec.registration == api.REGISTRATION_JIT:
+        # No pool token: each pod gets its own runner's config (runnerpool.pods.jit).
+        if failure is not None:
+            return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)
+        return stamp.condition(
+            conditions.TOKEN_READY,
+            True,
+            "JitConfigs",
+            "each runner pod gets a just-in-time config of its own",
+        )
     expiry = token_expiry(secret)
     valid = has_token(secret) and (expiry is None or expiry > stamp.now)
     if valid and failure is None:

@@ -19,6 +19,8 @@ class Write(enum.StrEnum):
     SECRET_CREATED = "create secret"
     SECRET_METADATA = "update secret metadata"
     TOKEN_EMPTIED = "update secret (token removed)"
+    JIT_SECRET_CREATED = "create secret (a pod's JIT config)"
+    JIT_SECRET_EMPTIED = "update secret (JIT config removed)"
     POD_CREATED = "create pod"
     POD_ADOPTED = "adopt pod"
     PODS_DELETED = "delete pod"
@@ -44,6 +46,7 @@ class Write(enum.StrEnum):
 _CREATES = frozenset(
     {
         Write.SECRET_CREATED,
+        Write.JIT_SECRET_CREATED,
         Write.POD_CREATED,
         Write.BUDGET_CREATED,
         Write.ACCOUNT_CREATED,

@@ -32,12 +32,13 @@ from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
 from runnerpool import log_context
 from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
-from runnerpool.github.credentials import ClientCache, CredentialError
-from runnerpool.github.errors import GitHubError
+from runnerpool.github.credentials import ClientCache
 from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
 from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
+from secret_updater.failures import INTERNAL_REASON, PATCH_FAILED_REASON, PatchFailedError, classify
+from secret_updater.jit import JitFiller
 from secret_updater.shared_tokens import SharedTokens
 from secret_updater.timing import (
     DEFAULT_POLICY,
@@ -57,11 +58,6 @@ log = logging.getLogger(__name__)
 
 #: How long after its own write the job distrusts a cache that shows another token (or none).
 CACHE_GRACE = timedelta(seconds=2)
-
-#: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
-PATCH_FAILED_REASON = "TokenSecretPatchFailed"
-#: Reason recorded for anything the updater did not anticipate; retried like a permanent error.
-INTERNAL_REASON = "TokenRefreshError"
 
 
 def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
@@ -96,16 +92,6 @@ def _digest_of_encoded(encoded: str) -> str | None:
 
 #: (next run time, whether to notify the reconciler)
 _Outcome = tuple[datetime, bool]
-
-
-class _PatchFailedError(Exception):
-    """Writing the Secret failed; the message is already scrubbed.
-
-    Transient: the usual cause is the reconciler's freshly created Secret not being visible
-    yet, or an API server hiccup, and a pod may be waiting for this token.
-    """
-
-    transient = True
 
 
 @dataclass
@@ -162,6 +148,10 @@ class TokenUpdater:
         if scheduler is None:
             scheduler = started_scheduler(settings.threads)
         self._scheduler = scheduler
+        #: Each JIT pod's own config (``spec.registration: jit``): the same writes, on the same jobs' terms.
+        self.jit = JitFiller(
+            clients, patch_secret, notify, scheduler, clock=clock, failure_retry=failure_retry, rng=rng
+        )
 
     @property
     def margin(self) -> timedelta:
@@ -339,7 +329,7 @@ class TokenUpdater:
                 except Exception as err:
                     with self._lock:
                         state.failure = cleared
-                    raise _PatchFailedError(
+                    raise PatchFailedError(
                         _scrub(
                             f"cannot write the token into Secret {ref.namespace}/{ref.token_secret}: "
                             f"{_describe(err)}",
@@ -368,7 +358,7 @@ class TokenUpdater:
     def _record_failure(
         self, state: _PoolState, ref: PoolRef, generation: int, err: Exception
     ) -> _Outcome | None:
-        reason, message = _classify(err)
+        reason, message = classify(err)
         now = self._clock()
         with self._lock:
             if not self._is_current(ref.key, generation):
@@ -436,13 +426,3 @@ def _describe(err: BaseException) -> str:
 
 def _scrub(text: str, secret: str) -> str:
     return text.replace(secret, "***") if secret else text
-
-
-def _classify(err: Exception) -> tuple[str, str]:
-    if isinstance(err, GitHubError):
-        return err.reason, err.message
-    if isinstance(err, CredentialError):
-        return err.reason, err.message
-    if isinstance(err, _PatchFailedError):
-        return PATCH_FAILED_REASON, str(err)
-    return INTERNAL_REASON, f"unexpected {type(err).__name__} while refreshing the registration token"

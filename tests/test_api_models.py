@@ -47,6 +47,7 @@ FULL_OBJECT: dict[str, Any] = {
         "workVolume": {"emptyDir": {"medium": "Memory"}},
         "recreateDeadline": "24h",
         "busyGracePeriod": "2h",
+        "registration": "jit",
         "terminationGracePeriodSeconds": 7300,
     },
     "status": {

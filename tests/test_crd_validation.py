@@ -180,6 +180,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("dind-image-without-dind", _repo(dindImage="docker:28-dind"), "set containerMode: dind or remove"),
     ("dind-image-whitespace", _repo(containerMode="dind", dindImage="docker: x"), "spec.dindImage must be"),
+    ("registration-unknown", _repo(registration="pat"), "spec.registration: Unsupported value"),
 ]
 
 
@@ -254,6 +255,7 @@ def test_valid_pool_gets_defaults(
         "replicas": 1,
         "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
         "busyGracePeriod": api.DEFAULT_BUSY_GRACE_PERIOD,
+        "registration": api.REGISTRATION_TOKEN,
     }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1

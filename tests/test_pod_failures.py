@@ -184,3 +184,15 @@ def _failing_series() -> dict[tuple[str, str, str], float]:
         for s in family.samples
         if s.labels.get("namespace") == "ns"
     }
+
+
+def test_a_jit_pod_waiting_for_its_secret_to_be_filled_is_not_failing() -> None:
+    # The kubelet retries a Secret volume whose key is missing (FailedMount events); meanwhile
+    # the register init container and the runner container wait as in any start.
+    waiting = _pod("p-jit", ("register", "PodInitializing"), init=True)
+    waiting["status"]["containerStatuses"] = [
+        {"name": "runner", "state": {"waiting": {"reason": "PodInitializing"}}}
+    ]
+    also = _pod("p-jit2", ("register", "ContainerCreating"), init=True)
+
+    assert failures.failing([waiting, also]) == ()

@@ -75,3 +75,43 @@ def test_the_init_container_registers_with_what_the_runner_container_is_given() 
     assert all(m in init["volumeMounts"] for m in runner["volumeMounts"])
     assert init["resources"] == runner["resources"]
     assert init["resources"]["requests"] == {"cpu": "1"}
+
+
+# -- JIT mode --------------------------------------------------------------------------------------
+
+
+def test_a_jit_pod_mounts_only_its_own_secret_and_only_in_the_register_container() -> None:
+    made = pod(registration="jit")
+    spec = made["spec"]
+    [init], [runner] = spec["initContainers"], spec["containers"]
+    own = made["metadata"]["annotations"][naming.JIT_SECRET_ANNOTATION]
+
+    assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [own]
+    assert own.startswith("runner-jit-ci-")
+    assert not {m["name"] for m in runner["volumeMounts"]} & secret_volumes(spec)
+    assert {m["name"]: m["readOnly"] for m in init["volumeMounts"] if m["name"] in secret_volumes(spec)} == {
+        naming.JIT_VOLUME: True
+    }
+    init_env = {e["name"]: e.get("value") for e in init["env"]}
+    assert init_env["RUNNER_JITCONFIG_FILE"] == f"{naming.JIT_MOUNT_DIR}/{naming.JIT_SECRET_KEY}"
+    assert init_env["RUNNER_REGISTRATION"] == "jit"
+    assert "RUNNER_TOKEN_FILE" not in init_env
+    # The pool's token is nowhere in a JIT pod.
+    assert naming.token_secret_name("ci") not in str(made)
+
+
+def test_jit_pods_share_their_template_hash_and_have_secrets_of_their_own() -> None:
+    one, two = pod(registration="jit"), pod(registration="jit")
+
+    hash_of = [p["metadata"]["labels"][naming.TEMPLATE_HASH_LABEL] for p in (one, two)]
+    secret_of = [p["metadata"]["annotations"][naming.JIT_SECRET_ANNOTATION] for p in (one, two)]
+    assert hash_of[0] == hash_of[1] != pod()["metadata"]["labels"][naming.TEMPLATE_HASH_LABEL]
+    assert secret_of[0] != secret_of[1]
+
+
+def test_a_token_pod_keeps_its_shape_no_jit_annotation_no_registration_env() -> None:
+    made = pod()
+    [init] = made["spec"]["initContainers"]
+
+    assert naming.JIT_SECRET_ANNOTATION not in (made["metadata"].get("annotations") or {})
+    assert "RUNNER_REGISTRATION" not in {e["name"] for e in init["env"]}

@@ -80,12 +80,13 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     (
         "token-volume",
         {"spec": {"volumes": [{"name": naming.TOKEN_VOLUME, "emptyDir": {}}]}},
-        "spec.template.spec.volumes must not be named runner-token or runner-config or work",
+        "spec.template.spec.volumes must not be named runner-token or runner-jitconfig or runner-config "
+        "or work",
     ),
     (
         "config-volume",
         {"spec": {"volumes": [{"name": naming.CONFIG_VOLUME, "emptyDir": {}}]}},
-        "runner-token or runner-config or work",
+        "runner-token or runner-jitconfig or runner-config or work",
     ),
     (
         "register-init-container",
@@ -113,7 +114,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "work-mount",
         _runner(volumeMounts=[{"name": "scratch", "mountPath": naming.WORK_DIR}]),
         "spec.template.spec.containers[runner].volumeMounts must not use mountPath /runner-token or "
-        "/runner-config or /runner/_work",
+        "/runner-jitconfig or /runner-config or /runner/_work",
     ),
     (
         "too-many-containers",

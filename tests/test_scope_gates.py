@@ -162,3 +162,26 @@ def test_a_runner_group_must_exist_and_admit_the_pools_repositories(
     reasons = [why for _, why, _ in pool_events(api_client, namespace)]
     assert reasons.count("RunnerGroupNotFound") == 1 and reasons.count("RepositoryNotAllowed") == 1
     assert "RunnerGroupFound" in reasons, "the recovery is news"
+
+
+def test_a_jit_pool_makes_its_runners_in_its_runner_group(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    github_client = FakeGitHubClient()
+    scope = Scope(organization="octo-org")
+    github_client.groups[scope] = [
+        RunnerGroup(id=1, name="Default", visibility="all", default=True),
+        RunnerGroup(id=7, name="GPU", visibility="all", default=False),
+    ]
+    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
+    create_pool(
+        api_client, namespace, pool_manifest("gpu", org="octo-org", runnerGroup="GPU", registration="jit")
+    )
+
+    reconciler(f"{namespace}/gpu")  # the pod
+    reconciler(f"{namespace}/gpu")  # its Secret, and the fill asked for
+
+    [(_, _, request)] = tokens.jit.fills
+    assert request.runner_group_id == 7
+    assert tokens.started == []

@@ -60,7 +60,7 @@ def pod_template(pool: api.RunnerPool, default_image: str, default_api_url: str)
     # containerMode dind: the daemon goes before the register container, so that dockerd warms
     # up while config.sh registers (a template may merge into it by name, within dind's rules).
     merged["spec"] = dind.with_daemon_first(
-        pool.spec, registration.with_register_container(merged["spec"]), **_daemon_context()
+        pool.spec, registration.with_register_container(pool, merged["spec"]), **_daemon_context()
     )
     return merged
 
@@ -75,8 +75,18 @@ def wanted_hash(pool: api.RunnerPool, default_image: str, default_api_url: str) 
 
 
 def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
-    """A new runner pod of the pool: ``<pool>-<5 random>``, controlled by the pool."""
+    """A new runner pod of the pool: ``<pool>-<5 random>``, controlled by the pool.
+
+    A JIT pod names its own Secret (in its volume and in an annotation), outside the template
+    hash: every pod of a template has the same hash, and its own Secret.
+    """
     template = pod_template(pool, default_image, default_api_url)
+    annotations = dict(template["metadata"].get("annotations") or {})
+    spec = template["spec"]
+    jit_secret = registration.jit_secret_name(pool)
+    if jit_secret is not None:
+        annotations[naming.JIT_SECRET_ANNOTATION] = jit_secret
+        spec = registration.with_jit_secret(spec, jit_secret)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -84,11 +94,11 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
             "generateName": naming.runner_pod_prefix(pool.name),
             "namespace": pool.namespace,
             "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
-            # The pool's template may add annotations (runnerpool.pods.merge); the operator has none.
-            **{k: v for k, v in template["metadata"].items() if k == "annotations"},
+            # The pool's template may add annotations (runnerpool.pods.merge); a JIT pod has its own.
+            **({"annotations": annotations} if annotations else {}),
             "ownerReferences": [children.owner_reference(pool)],
         },
-        "spec": template["spec"],
+        "spec": spec,
     }
 
 
@@ -136,7 +146,7 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         {"name": "GITHUB_URL", "value": web_url_for(github_api_url)},
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
         {"name": "RUNNER_BUSY_GRACE_SECONDS", "value": str(busy_grace_seconds(pool))},
-        *registration.runner_env(),
+        *registration.runner_env(pool),
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
 

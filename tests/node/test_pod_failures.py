@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from runnerpool import api, naming
+from runnerpool import api
 from tests.e2e.runners import get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -120,9 +120,12 @@ def _failing_gauge(operator: OperatorProcess, namespace: str) -> dict[tuple[str,
 
 
 def _waiting_reason(core: client.CoreV1Api, namespace: str, pod: str) -> str | None:
-    statuses = core.read_namespaced_pod(pod, namespace).status.container_statuses or []
-    runner = next((c for c in statuses if c.name == naming.RUNNER_CONTAINER), None)
-    waiting = runner.state.waiting if runner is not None and runner.state is not None else None
+    status = core.read_namespaced_pod(pod, namespace).status
+    # The register init container pulls the image first: a pull that fails shows there.
+    statuses = [*(status.init_container_statuses or []), *(status.container_statuses or [])]
+    waiting = next(
+        (c.state.waiting for c in statuses if c.state is not None and c.state.waiting is not None), None
+    )
     return waiting.reason if waiting is not None else None
 
 

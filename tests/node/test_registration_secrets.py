@@ -17,6 +17,7 @@ import copy
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from runnerpool import naming
@@ -53,15 +54,21 @@ def default_service_account(api_client: client.ApiClient, namespace: str) -> Non
     )
 
 
+@pytest.mark.parametrize("registration", ["token", "jit"])
 def test_a_job_reading_everything_it_can_reach_registers_no_runner(
     api_client: client.ApiClient,
     namespace: str,
     operator: OperatorProcess,
     fake_github: FakeGitHub,
     control_plane: ControlPlane,
+    registration: str,
 ) -> None:
     default_service_account(api_client, namespace)
-    create_pool(api_client, namespace, node_pool("steal", replicas=1, serviceAccountName="default"))
+    create_pool(
+        api_client,
+        namespace,
+        node_pool("steal", replicas=1, serviceAccountName="default", registration=registration),
+    )
     core = client.CoreV1Api(api_client)
     [pod] = registered_pods(core, fake_github, namespace, "steal", 1)
 

@@ -1,0 +1,244 @@
+"""Fill each JIT pod's Secret with its own runner's just-in-time config.
+
+The reconciler (``runnerpool.pods.jit``) asks for a pod whose Secret it created empty; this
+asks GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels) and
+merge-patches the config into the Secret, with GitHub's runner id in an annotation that marks
+the Secret as filled for good. A 409 is a runner of that name left over (an earlier attempt whose
+patch was lost, an operator restart in between): it is deleted unless busy, and asked again.
+
+One job per pod on the token scheduler's scheduler, asked for any number of times, run once to
+success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
+retried from 5 s doubling to 5 minutes, GitHub's ``retry-after`` honoured), and per pool: while
+a pool backs off, none of its pods asks GitHub, so an outage costs one call per retry and pool,
+not one per pod. The failure is reported as the token's (``TokenReady``).
+
+The config lives only in the patch body; errors recorded or logged are scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.base import BaseScheduler
+
+from runnerpool.domain import PoolRef, TokenFailure, pool_key, utcnow
+from runnerpool.github.credentials import ClientCache
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.types import JitConfig, JitRequest
+from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
+from runnerpool.scheduling import add_self_scheduling_job
+from secret_updater.failures import PatchFailedError, classify
+from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
+
+__all__ = ["JitFiller", "jit_patch"]
+
+log = logging.getLogger(__name__)
+
+_NAME_IN_USE = 409
+
+
+def jit_patch(config: JitConfig) -> dict[str, Any]:
+    """The merge patch that fills a JIT Secret (the API server base64-encodes ``stringData``)."""
+    return {
+        "metadata": {"annotations": {JIT_RUNNER_ID_ANNOTATION: str(config.runner_id)}},
+        "stringData": {JIT_SECRET_KEY: config.encoded},
+    }
+
+
+class _LeftoverBusyError(GitHubError):
+    default_reason = "JitRunnerNameInUse"
+
+
+@dataclass
+class _Pod:
+    ref: PoolRef
+    secret: str
+    request: JitRequest
+
+
+@dataclass
+class _Pool:
+    attempt: int = 0
+    not_before: datetime | None = None
+    failure: TokenFailure | None = None
+    pods: set[str] = field(default_factory=set)
+
+
+class JitFiller:
+    def __init__(
+        self,
+        clients: ClientCache,
+        patch_secret: Callable[[str, str, dict[str, Any]], object],
+        notify: Callable[[str, str], None],
+        scheduler: BaseScheduler,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        failure_retry: RetryPolicy = DEFAULT_POLICY,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._clients = clients
+        self._patch_secret = patch_secret
+        self._notify = notify
+        self._scheduler = scheduler
+        self._clock = clock
+        self._policy = failure_retry
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._pods: dict[str, _Pod] = {}  # by pod uid, until filled or forgotten
+        self._done: set[str] = set()  # pod uids filled, until forgotten
+        self._pools: dict[str, _Pool] = {}
+
+    # -- the interface the reconciler drives -----------------------------------------------------
+
+    def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
+        """Fill ``secret`` with a config for the pod ``pod_uid`` (once, however often asked)."""
+        with self._lock:
+            if pod_uid in self._pods or pod_uid in self._done:
+                return
+            self._pods[pod_uid] = _Pod(pool, secret, request)
+            state = self._pools.setdefault(pool.key, _Pool())
+            state.pods.add(pod_uid)
+            first = max(self._clock(), state.not_before or self._clock())
+            add_self_scheduling_job(
+                self._scheduler,
+                self._run,
+                (pod_uid,),
+                job_id=_job_id(pod_uid),
+                name=f"jit config {pool.namespace}/{request.name}",
+                first_run=first,
+                safety_net_seconds=self._policy.permanent_max.total_seconds(),
+            )
+
+    def forget_pod(self, namespace: str, pod_uid: str) -> None:
+        """The pod has used its config or is going: no fill for it from now on."""
+        with self._lock:
+            self._done.discard(pod_uid)
+            pod = self._pods.pop(pod_uid, None)
+            if pod is not None:
+                self._remove_job(pod_uid)
+                state = self._pools.get(pod.ref.key)
+                if state is not None:
+                    state.pods.discard(pod_uid)
+
+    def stop(self, namespace: str, name: str) -> None:
+        with self._lock:
+            state = self._pools.pop(pool_key(namespace, name), None)
+            for uid in state.pods if state is not None else ():
+                self._pods.pop(uid, None)
+                self._remove_job(uid)
+
+    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+        with self._lock:
+            state = self._pools.get(pool_key(namespace, name))
+            return state.failure if state is not None else None
+
+    # -- one job run -----------------------------------------------------------------------------
+
+    def _run(self, pod_uid: str) -> None:
+        with self._lock:
+            pod = self._pods.get(pod_uid)
+            state = self._pools.get(pod.ref.key) if pod is not None else None
+            if pod is None or state is None:
+                return
+            now = self._clock()
+            if state.not_before is not None and now < state.not_before:
+                self._reschedule(pod_uid, state.not_before)  # the pool backs off
+                return
+        try:
+            self._fill(pod, pod_uid)
+        except Exception as err:  # anything: the scheduler must keep going
+            self._failed(pod, pod_uid, err)
+            return
+        with self._lock:
+            recovered = state.failure is not None
+            state.failure, state.attempt, state.not_before = None, 0, None
+        if recovered:
+            self._notify(pod.ref.namespace, pod.ref.name)
+
+    def _fill(self, pod: _Pod, pod_uid: str) -> None:
+        ref = pod.ref
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
+        config = self._generate(client, pod)
+        with self._lock:
+            if pod_uid not in self._pods:
+                return  # forgotten meanwhile: the runner, never started, is collected (runner managers)
+        # The pod stays asked for during the write: a second ask meanwhile is no second runner.
+        try:
+            self._patch_secret(ref.namespace, pod.secret, jit_patch(config))
+        except Exception as err:
+            # Asked again after the backoff; the runner made for it is a 409 then, and replaced.
+            status = getattr(err, "status", None) or type(err).__name__
+            raise PatchFailedError(
+                f"cannot write the JIT config into Secret {ref.namespace}/{pod.secret}: {status}"
+            ) from None
+        with self._lock:
+            if self._pods.pop(pod_uid, None) is not None:
+                self._remove_job(pod_uid)
+                self._done.add(pod_uid)
+        log.info(
+            "JIT config for runner %s (pool %s) written to Secret %s", pod.request.name, ref.key, pod.secret
+        )
+
+    def _generate(self, client: GitHubClient, pod: _Pod) -> JitConfig:
+        scope = pod.ref.scope
+        try:
+            return client.generate_jitconfig(scope, pod.request)
+        except GitHubError as err:
+            if err.status != _NAME_IN_USE:
+                raise
+        leftover = next((r for r in client.list_runners(scope) if r.name == pod.request.name), None)
+        if leftover is not None:
+            if leftover.busy:
+                raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
+            client.delete_runner(scope, leftover.id)
+            log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pod.ref.key)
+        return client.generate_jitconfig(scope, pod.request)
+
+    def _failed(self, pod: _Pod, pod_uid: str, err: Exception) -> None:
+        reason, message = classify(err)
+        now = self._clock()
+        with self._lock:
+            state = self._pools.get(pod.ref.key)
+            if state is None or pod_uid not in self._pods:
+                return  # stopped or forgotten meanwhile: nothing to retry, nothing to report
+            previous = state.failure
+            state.attempt += 1
+            delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
+            state.not_before = now + delay
+            state.failure = TokenFailure(reason, message, previous.since if previous is not None else now)
+            self._reschedule(pod_uid, state.not_before)
+        changed = previous is None or (previous.reason, previous.message) != (reason, message)
+        log.log(
+            logging.WARNING if changed else logging.DEBUG,
+            "JIT config for runner %s (pool %s): %s: %s (retry in %ds)",
+            pod.request.name,
+            pod.ref.key,
+            reason,
+            message,
+            int(delay.total_seconds()),
+        )
+        if changed:
+            self._notify(pod.ref.namespace, pod.ref.name)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _reschedule(self, pod_uid: str, when: datetime) -> None:
+        with contextlib.suppress(JobLookupError):
+            self._scheduler.modify_job(_job_id(pod_uid), next_run_time=when)
+
+    def _remove_job(self, pod_uid: str) -> None:
+        with contextlib.suppress(JobLookupError):
+            self._scheduler.remove_job(_job_id(pod_uid))
+
+
+def _job_id(pod_uid: str) -> str:
+    return f"jit/{pod_uid}"

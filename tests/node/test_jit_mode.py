@@ -1,0 +1,117 @@
+"""JIT mode on a real node: each pod registers with a runner config of its own, never a pool token.
+
+The operator creates each pod's Secret empty, its token scheduler fills it from the fake GitHub's
+generate-jitconfig, the kubelet mounts it into the register init container only, and the
+operator empties it once that container has ended; the runner container runs
+``run.sh --jitconfig``.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from kubernetes import client
+
+from runnerpool import api, naming
+from tests.e2e.runners import REPO, get_pool, pool_runners
+from tests.helpers import wait_for
+from tests.node.conftest import node_pool
+from tests.node.pods import START_TIMEOUT, registered_pods
+from tests.pools import create_pool
+from testworld.fakegithub import FakeGitHub
+from testworld.simulator import OperatorProcess
+
+JOB_SECONDS = 2.0
+
+
+def _jit_secrets(core: client.CoreV1Api, namespace: str) -> dict[str, client.V1Secret]:
+    return {
+        s.metadata.name: s
+        for s in core.list_namespaced_secret(namespace).items
+        if s.metadata.name.startswith("runner-jit-")
+    }
+
+
+def _own_secret(core: client.CoreV1Api, namespace: str, pod: str) -> str:
+    return str(core.read_namespaced_pod(pod, namespace).metadata.annotations[naming.JIT_SECRET_ANNOTATION])
+
+
+def test_a_jit_pool_runs_a_job_and_leaves_no_runner_when_deleted(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    fake_github: FakeGitHub,
+    gc_follows_pools: None,
+) -> None:
+    create_pool(api_client, namespace, node_pool("jit", replicas=1, registration="jit"))
+    core = client.CoreV1Api(api_client)
+    [pod] = registered_pods(core, fake_github, namespace, "jit", 1)
+
+    # No pool token anywhere; the pod's own config is emptied once its register container ended.
+    assert (
+        core.list_namespaced_secret(
+            namespace, field_selector=f"metadata.name={naming.token_secret_name('jit')}"
+        ).items
+        == []
+    )
+    secret_name = _own_secret(core, namespace, pod)
+    wait_for(
+        lambda: (
+            not base64.b64decode(
+                (core.read_namespaced_secret(secret_name, namespace).data or {}).get(naming.JIT_SECRET_KEY)
+                or ""
+            )
+        ),
+        START_TIMEOUT,
+        message=f"Secret {secret_name} to be emptied",
+    )
+
+    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "jit")], JOB_SECONDS)
+    done = wait_for(
+        lambda: (j := fake_github.job(job_id))["status"] == "completed" and j,
+        START_TIMEOUT,
+        message=f"job {job_id} to complete",
+    )
+    assert (done["conclusion"], done["runner_name"]) == ("success", pod)
+    [second] = wait_for(
+        lambda: (pods := registered_pods(core, fake_github, namespace, "jit", 1)) != [pod] and pods,
+        START_TIMEOUT,
+        message="a new JIT pod to replace the one that ran the job",
+    )
+    assert second != pod
+
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "jit"
+    )
+    wait_for(lambda: get_pool(api_client, namespace, "jit") is None, START_TIMEOUT, message="the pool to go")
+    wait_for(
+        lambda: not core.list_namespaced_pod(namespace).items, START_TIMEOUT, message="every pod to be gone"
+    )
+    assert pool_runners(fake_github, REPO, namespace, "jit") == []
+    # Each pod's Secret went with its pod (garbage collection: the pod owns it).
+    wait_for(
+        lambda: not _jit_secrets(core, namespace),
+        START_TIMEOUT,
+        message="the JIT Secrets to go with their pods",
+    )
+
+
+def test_a_jit_pool_scales_down_to_one_runner(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
+) -> None:
+    create_pool(api_client, namespace, node_pool("jitdown", replicas=2, registration="jit"))
+    core = client.CoreV1Api(api_client)
+    pods = registered_pods(core, fake_github, namespace, "jitdown", 2)
+    assert len({_own_secret(core, namespace, p) for p in pods}) == 2
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "jitdown", {"spec": {"replicas": 1}}
+    )
+
+    [kept] = registered_pods(core, fake_github, namespace, "jitdown", 1)
+    assert kept in pods
+    wait_for(
+        lambda: {r["name"] for r in pool_runners(fake_github, REPO, namespace, "jitdown")} == {kept},
+        START_TIMEOUT,
+        message="one runner left on GitHub",
+    )

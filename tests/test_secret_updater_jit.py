@@ -1,0 +1,186 @@
+"""The token scheduler's JIT fills: one runner per pod, leftovers replaced, outages backed off per pool.
+
+GitHub is the in-process fake (``runnerpool.github.fake``, GitHub's codes: a name in use is a 409);
+the scheduler is never started, so each job is run by hand, in this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from runnerpool.domain import Scope
+from runnerpool.github.credentials import ClientCache
+from runnerpool.github.errors import Unavailable
+from runnerpool.github.types import JitRequest, Runner
+from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
+from secret_updater.jit import JitFiller
+from tests.test_secret_updater_filler import POOL, Harness, harness
+
+__all__ = ["harness"]
+
+SCOPE = Scope(organization="octo-org")
+LABELS = ("team-a/build", "gpu")
+
+
+def _request(pod: str) -> JitRequest:
+    return JitRequest(name=pod, labels=LABELS, work_folder="/runner/_work")
+
+
+def _run(h: Harness, uid: str) -> None:
+    job = h.scheduler.get_job(f"jit/{uid}")
+    assert job is not None, f"no JIT job for {uid}"
+    job.func(*job.args, **job.kwargs)
+
+
+def _jobs(h: Harness) -> list[str]:
+    return sorted(j.id for j in h.scheduler.get_jobs() if j.id.startswith("jit/"))
+
+
+@pytest.fixture
+def jit(harness: Harness) -> Harness:
+    return harness
+
+
+def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> None:
+    filler = jit.updater.jit
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))  # asked again: free
+    assert _jobs(jit) == ["jit/uid-1"]
+
+    _run(jit, "uid-1")
+
+    [(scope, request)] = jit.github.jit_requests
+    assert (scope, request.name, request.labels, request.runner_group_id) == (SCOPE, "build-abcde", LABELS, 1)
+    [(namespace, secret, body)] = jit.patches
+    assert (namespace, secret) == ("team-a", "runner-jit-build-1")
+    [runner] = jit.github.runners[SCOPE]
+    assert body == {
+        "metadata": {"annotations": {JIT_RUNNER_ID_ANNOTATION: str(runner.id)}},
+        "stringData": {JIT_SECRET_KEY: "jit-" + str(SCOPE) + "-build-abcde"},
+    }
+    # Done: no job left, and asking again for the same pod asks GitHub nothing.
+    assert _jobs(jit) == []
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    assert _jobs(jit) == []
+
+
+def test_a_leftover_runner_of_the_pods_name_is_deleted_and_asked_again(jit: Harness) -> None:
+    jit.github.runners[SCOPE] = [
+        Runner(id=5, name="build-abcde", status="offline", busy=False, labels=LABELS)
+    ]
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert jit.github.deleted == [(SCOPE, 5)]
+    assert len(jit.github.jit_requests) == 2
+    [runner] = jit.github.runners[SCOPE]
+    assert runner.id != 5 and runner.name == "build-abcde"
+    assert len(jit.patches) == 1
+
+
+def test_a_busy_runner_of_that_name_is_left_alone_and_reported(jit: Harness) -> None:
+    jit.github.runners[SCOPE] = [Runner(id=5, name="build-abcde", status="online", busy=True, labels=LABELS)]
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert jit.github.deleted == [] and jit.patches == []
+    failure = jit.updater.jit.failure("team-a", "build")
+    assert failure is not None and failure.reason == "JitRunnerNameInUse"
+
+
+def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = jit.github.generate_jitconfig
+
+    def down(scope: Scope, request: JitRequest) -> Any:
+        calls.append(request.name)
+        raise Unavailable("HTTP 503")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", down)
+    filler = jit.updater.jit
+    for i in range(3):
+        filler.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
+
+    for i in range(3):
+        _run(jit, f"uid-{i}")
+
+    # One call failed; the pool's other pods waited instead of asking.
+    assert calls == ["build-0"]
+    failure = filler.failure("team-a", "build")
+    assert failure is not None and failure.reason == "GitHubUnavailable"
+    assert jit.notified == [("team-a", "build")]
+    waits = {jit.scheduler.get_job(f"jit/uid-{i}").next_run_time for i in range(3)}  # type: ignore[union-attr]
+    assert len(waits) == 1 and min(waits) > jit.clock.now
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", real)
+    jit.clock.advance(timedelta(minutes=5))
+    for i in range(3):
+        _run(jit, f"uid-{i}")
+
+    assert sorted(secret for _, secret, _ in jit.patches) == [f"runner-jit-build-{i}" for i in range(3)]
+    assert filler.failure("team-a", "build") is None
+
+
+def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
+    filler = jit.updater.jit
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    filler.forget_pod("team-a", "uid-1")
+    filler.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-fghij"))
+    filler.stop("team-a", "build")
+
+    assert _jobs(jit) == []
+    assert jit.github.jit_requests == []
+
+
+def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    refusing = [True]
+
+    def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
+        if refusing[0]:
+            raise RuntimeError(f"refused {body}")  # an error that repeats the body it was given
+        jit.patches.append((namespace, name, body))
+
+    caplog.set_level(logging.DEBUG)
+    clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
+    filler = JitFiller(clients, patch, lambda ns, name: None, jit.scheduler, clock=jit.clock)
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+    failure = filler.failure("team-a", "build")
+    assert failure is not None and failure.reason == "TokenSecretPatchFailed"
+
+    # Tried again: the runner the lost write was for is a leftover by then, and replaced.
+    refusing[0] = False
+    jit.clock.advance(timedelta(minutes=5))
+    _run(jit, "uid-1")
+
+    [(_, _, body)] = jit.patches
+    assert len(jit.github.deleted) == 1
+    assert filler.failure("team-a", "build") is None
+    assert body["stringData"][JIT_SECRET_KEY] not in caplog.text
+
+
+def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filler = jit.updater.jit
+
+    def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
+        filler.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
+        raise Unavailable("HTTP 503")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
+    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert _jobs(jit) == []
+    assert filler.failure("team-a", "build") is None
+    assert jit.notified == []
