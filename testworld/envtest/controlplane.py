@@ -40,8 +40,15 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
+    """A TCP port no socket listens on, on any address.
+
+    Bound on the wildcard address, not loopback: the operator's probe server listens on every
+    address, and in the sealed world the fake GitHub and others listen on the node's bridge
+    address (10.88.0.1), so a port free on 127.0.0.1 alone can still be taken (seen once in a
+    full run: "Address already in use" at the operator's start).
+    """
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))
         port: int = sock.getsockname()[1]
         return port
 
