@@ -16,7 +16,7 @@ from runnerpool import api, naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
-from tests.node.pods import START_TIMEOUT, registered_pods
+from tests.node.pods import START_TIMEOUT, queue_jobs, registered_pods, wait_busy
 from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess
@@ -114,4 +114,44 @@ def test_a_jit_pool_scales_down_to_one_runner(
         lambda: {r["name"] for r in pool_runners(fake_github, REPO, namespace, "jitdown")} == {kept},
         START_TIMEOUT,
         message="one runner left on GitHub",
+    )
+
+
+def test_a_jit_pool_rolls_out_a_changed_spec_after_the_busy_runner_s_job(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
+) -> None:
+    """A changed spec rolls a JIT pool as a token pool: the busy pod finishes its job first,
+    and the new pod registers with a config of its own."""
+    create_pool(api_client, namespace, node_pool("jitroll", replicas=1, registration="jit"))
+    core = client.CoreV1Api(api_client)
+    [old] = registered_pods(core, fake_github, namespace, "jitroll", 1)
+    [job_id] = queue_jobs(fake_github, namespace, "jitroll", 1, 8 * JOB_SECONDS)
+    assert wait_busy(core, fake_github, namespace, [job_id]) == [old]
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP,
+        api.VERSION,
+        namespace,
+        api.PLURAL,
+        "jitroll",
+        {"spec": {"env": [{"name": "ROLL", "value": "1"}]}},
+    )
+
+    done = wait_for(
+        lambda: (j := fake_github.job(job_id))["status"] == "completed" and j,
+        START_TIMEOUT,
+        message=f"job {job_id} to complete",
+    )
+    assert (done["conclusion"], done["runner_name"]) == ("success", old)
+    [new] = wait_for(
+        lambda: (pods := registered_pods(core, fake_github, namespace, "jitroll", 1)) != [old] and pods,
+        START_TIMEOUT,
+        message="the rolled-out pod to register",
+    )
+    runner = next(c for c in core.read_namespaced_pod(new, namespace).spec.containers if c.name == "runner")
+    assert {"ROLL": "1"}.items() <= {e.name: e.value for e in runner.env}.items()
+    wait_for(
+        lambda: {r["name"] for r in pool_runners(fake_github, REPO, namespace, "jitroll")} == {new},
+        START_TIMEOUT,
+        message="only the new pod's runner left on GitHub",
     )
