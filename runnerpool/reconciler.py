@@ -328,9 +328,8 @@ class Reconciler:
     def _runner_group_gate(self, run: _Pass, stamp: conditions.Stamp, name: str) -> _Gate:
         pool = run.pool
         assert self._github is not None
-        spec = pool.spec
         try:
-            client = self._github.get(pool.namespace, spec.credential_secret_name, self._api_url(pool))
+            client = children.github_client(self._github, pool, self._settings.github.api_url)
             group = self._runner_groups.check(client, pool.scope, name, _served_repositories(pool))
         except (GitHubError, CredentialError) as err:
             wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK

@@ -111,3 +111,14 @@ def assert_alive(core: client.CoreV1Api, namespace: str, pool: str, names: list[
 
 def pool_status(api_client: client.ApiClient, namespace: str, pool: str) -> dict[str, Any]:
     return dict(((get_pool(api_client, namespace, pool) or {}).get("status")) or {})
+
+
+def replacement_pod(core: client.CoreV1Api, fake: FakeGitHub, namespace: str, pool: str, old: str) -> str:
+    """Wait until the pool's one registered pod is another than ``old`` (one job per pod)."""
+    [new] = wait_for(
+        lambda: (pods := registered_pods(core, fake, namespace, pool, 1)) != [old] and pods,
+        START_TIMEOUT,
+        0.2,
+        f"a new pod of {pool} to replace {old}",
+    )
+    return new

@@ -16,7 +16,7 @@ from runnerpool import api, naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
-from tests.node.pods import START_TIMEOUT, queue_jobs, registered_pods, wait_busy
+from tests.node.pods import START_TIMEOUT, queue_jobs, registered_pods, replacement_pod, wait_busy, wait_done
 from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess
@@ -67,18 +67,9 @@ def test_a_jit_pool_runs_a_job_and_leaves_no_runner_when_deleted(
     )
 
     job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "jit")], JOB_SECONDS)
-    done = wait_for(
-        lambda: (j := fake_github.job(job_id))["status"] == "completed" and j,
-        START_TIMEOUT,
-        message=f"job {job_id} to complete",
-    )
+    done = wait_done(fake_github, [job_id])[job_id]
     assert (done["conclusion"], done["runner_name"]) == ("success", pod)
-    [second] = wait_for(
-        lambda: (pods := registered_pods(core, fake_github, namespace, "jit", 1)) != [pod] and pods,
-        START_TIMEOUT,
-        message="a new JIT pod to replace the one that ran the job",
-    )
-    assert second != pod
+    replacement_pod(core, fake_github, namespace, "jit", pod)
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "jit"
@@ -137,17 +128,9 @@ def test_a_jit_pool_rolls_out_a_changed_spec_after_the_busy_runner_s_job(
         {"spec": {"env": [{"name": "ROLL", "value": "1"}]}},
     )
 
-    done = wait_for(
-        lambda: (j := fake_github.job(job_id))["status"] == "completed" and j,
-        START_TIMEOUT,
-        message=f"job {job_id} to complete",
-    )
+    done = wait_done(fake_github, [job_id])[job_id]
     assert (done["conclusion"], done["runner_name"]) == ("success", old)
-    [new] = wait_for(
-        lambda: (pods := registered_pods(core, fake_github, namespace, "jitroll", 1)) != [old] and pods,
-        START_TIMEOUT,
-        message="the rolled-out pod to register",
-    )
+    new = replacement_pod(core, fake_github, namespace, "jitroll", old)
     runner = next(c for c in core.read_namespaced_pod(new, namespace).spec.containers if c.name == "runner")
     assert {"ROLL": "1"}.items() <= {e.name: e.value for e in runner.env}.items()
     wait_for(

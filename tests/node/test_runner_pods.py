@@ -13,7 +13,7 @@ from runnerpool import api, naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
-from tests.node.pods import START_TIMEOUT, online, registered_pods
+from tests.node.pods import START_TIMEOUT, online, registered_pods, replacement_pod, wait_done
 from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess
@@ -53,19 +53,10 @@ def test_a_queued_job_runs_in_a_pod_which_is_then_replaced(
         message=f"job {job_id} to start",
     )
     assert running["runner_name"] == first
-    done = wait_for(
-        lambda: (j := fake_github.job(job_id))["status"] == "completed" and j,
-        START_TIMEOUT,
-        message=f"job {job_id} to complete",
-    )
+    done = wait_done(fake_github, [job_id])[job_id]
     assert (done["conclusion"], done["runner_name"]) == ("success", first)
     # One job per pod: the pod that ran it is replaced by a fresh one with a fresh runner.
-    [second] = wait_for(
-        lambda: (pods := registered_pods(core, fake_github, namespace, "jobs", 1)) != [first] and pods,
-        START_TIMEOUT,
-        message="a new pod to replace the one that ran the job",
-    )
-    assert second != first
+    replacement_pod(core, fake_github, namespace, "jobs", first)
     wait_for(
         lambda: first not in {r["name"] for r in pool_runners(fake_github, REPO, namespace, "jobs")},
         START_TIMEOUT,
