@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 
 from runnerpool import api
 from runnerpool.domain import parse_duration
+from runnerpool.reasons import Reason
 
 __all__ = [
     "FIXED",
@@ -51,9 +52,9 @@ __all__ = [
     "recommend",
 ]
 
-FIXED = "Fixed"
-FOLLOWING_DEMAND = "FollowingDemand"
-WAITING_TO_SCALE_DOWN = "WaitingToScaleDown"
+FIXED = Reason.FIXED
+FOLLOWING_DEMAND = Reason.FOLLOWING_DEMAND
+WAITING_TO_SCALE_DOWN = Reason.WAITING_TO_SCALE_DOWN
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Decision:
     demand's answer for one that follows it."""
 
     replicas: int
-    reason: str  # CamelCase: the Scaling condition's reason
+    reason: Reason  # the Scaling condition's reason
     message: str
     #: Seconds after which the decision may fall without new demand (the reconciler requeues).
     recheck_after: float | None = None

@@ -7,21 +7,17 @@ from datetime import datetime
 from typing import Any
 
 from runnerpool.domain import RFC3339
+from runnerpool.reasons import ConditionType, Reason
 
-READY = "Ready"
-TOKEN_READY = "TokenReady"
-#: Pools that follow demand: the scaling decision and why (``runnerpool.autoscaling``).
-SCALING = "Scaling"
-#: Pools that follow demand: whether any source of demand reaches them (webhook or polling).
-DEMAND_VISIBLE = "DemandVisible"
-#: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
-WEBHOOK_SECRET_READY = "WebhookSecretReady"
-#: With --allow rules: whether the pool's namespace may register runners at its scope.
-SCOPE_ALLOWED = "ScopeAllowed"
-#: Pools that name spec.runnerGroup: whether the group exists and admits what the pool serves.
-RUNNER_GROUP_READY = "RunnerGroupReady"
-#: A deleted pool: whether its runners are off GitHub yet (the finalizer waits for True).
-RUNNERS_DEREGISTERED = "RunnersDeregistered"
+# The condition types by their old constant names (``runnerpool.reasons`` is the vocabulary).
+READY = ConditionType.READY
+TOKEN_READY = ConditionType.TOKEN_READY
+SCALING = ConditionType.SCALING
+DEMAND_VISIBLE = ConditionType.DEMAND_VISIBLE
+WEBHOOK_SECRET_READY = ConditionType.WEBHOOK_SECRET_READY
+SCOPE_ALLOWED = ConditionType.SCOPE_ALLOWED
+RUNNER_GROUP_READY = ConditionType.RUNNER_GROUP_READY
+RUNNERS_DEREGISTERED = ConditionType.RUNNERS_DEREGISTERED
 
 
 @dataclass(frozen=True)
@@ -31,7 +27,7 @@ class Stamp:
     generation: int
     now: datetime
 
-    def condition(self, type_: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+    def condition(self, type_: ConditionType, status: bool, reason: Reason, message: str) -> dict[str, Any]:
         return {
             "type": type_,
             "status": "True" if status else "False",

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from runnerpool import naming
+from runnerpool.reasons import Reason
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -251,7 +252,7 @@ class Drain:
 class TokenFailure:
     """The last refresh failure; ``since`` is when the current run of failures began."""
 
-    reason: str
+    reason: Reason
     message: str
     since: datetime
 

@@ -43,6 +43,7 @@ from runnerpool.pods.jit import JitSecrets
 from runnerpool.pods.step import Converged, LivePods, PodStep
 from runnerpool.pods.template import busy_marked
 from runnerpool.reads import Reads
+from runnerpool.reasons import Reason
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
 from runnerpool.settings import Settings
@@ -206,7 +207,7 @@ class Reconciler:
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems
         if pool is None:
             # Stored under an older, looser schema: retrying cannot help until the user edits it.
-            self._recorder.event(raw, WARNING, "InvalidSpec", f"fix the RunnerPool spec: {problems}")
+            self._recorder.event(raw, WARNING, Reason.INVALID_SPEC, f"fix the RunnerPool spec: {problems}")
             _log_pass(namespace, name, "invalid", Writes())
             raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}")
         run = _Pass(pool, raw)
@@ -318,9 +319,13 @@ class Reconciler:
         if allow.enforced:
             refusal = allow.refusal(pool.namespace, pool.scope)
             if refusal is not None:
-                return [_Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, "ScopeNotAllowed", refusal))]
+                return [
+                    _Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, Reason.SCOPE_NOT_ALLOWED, refusal))
+                ]
             allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
-            gates.append(_Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, "ScopeAllowed", allowed)))
+            gates.append(
+                _Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, Reason.SCOPE_ALLOWED, allowed))
+            )
         if pool.spec.runner_group is not None and self._github is not None:
             gates.append(self._runner_group_gate(run, stamp, pool.spec.runner_group))
         return gates
@@ -337,7 +342,7 @@ class Reconciler:
             return _Gate(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
         run.runner_group_id = group.id
         message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
-        return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, "RunnerGroupFound", message))
+        return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, Reason.RUNNER_GROUP_FOUND, message))
 
     def _refuse(self, run: _Pass, gate: _Gate) -> Result:
         """A pool that may not have runners: no token (the token job stops and the Secret is
@@ -361,19 +366,22 @@ class Reconciler:
             # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count, and
             # the backoff keeps the count small.
             self._recorder.event(
-                run.raw, WARNING, "FailedCreate", f"creating a runner pod failed: {converged.refused.cause}"
+                run.raw,
+                WARNING,
+                Reason.FAILED_CREATE,
+                f"creating a runner pod failed: {converged.refused.cause}",
             )
         self._tell_failing(run, pods)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made
             # for a pool that was ready (a scale-up, a replacement) are news.
-            self._recorder.event(run.raw, NORMAL, "CreatedPods", f"created {created} runner pod(s)")
+            self._recorder.event(run.raw, NORMAL, Reason.CREATED_PODS, f"created {created} runner pod(s)")
         if Write.BUDGET_UPDATED in run.writes:
             self._recorder.event(
                 run.raw,
                 NORMAL,
-                "UpdatedDisruptionBudget",
+                Reason.UPDATED_DISRUPTION_BUDGET,
                 "brought the busy runners' disruption budget back to spec",
             )
         if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live.pods):
@@ -638,14 +646,17 @@ class Reconciler:
             on_the_way_up = cond["status"] == "True" or cond["reason"] in _STARTING
             if on_the_way_up and (before is None or before.get("reason") in _STARTING):
                 continue  # the normal start of every pool: not news
-            healthy = cond["status"] == "True" or cond["reason"] in ("WaitingForToken", "RunnersStarting")
+            healthy = cond["status"] == "True" or cond["reason"] in (
+                Reason.WAITING_FOR_TOKEN,
+                Reason.RUNNERS_STARTING,
+            )
             self._recorder.event(run.raw, NORMAL if healthy else WARNING, cond["reason"], cond["message"])
 
     def _record_scaling(self, run: _Pass, before: Any, decision: Decision) -> None:
         """``ScaledUp``/``ScaledDown`` once the new count is written, with the decision's why."""
         if run.pool.spec.autoscaling is None or not isinstance(before, int) or before == decision.replicas:
             return
-        verb = "ScaledUp" if decision.replicas > before else "ScaledDown"
+        verb = Reason.SCALED_UP if decision.replicas > before else Reason.SCALED_DOWN
         message = f"{before} -> {decision.replicas} runners: {decision.message}"
         self._recorder.event(run.raw, NORMAL, verb, message)
 
@@ -682,18 +693,24 @@ class Reconciler:
         stamp = conditions.Stamp(pool.generation, self._clock())
         if drained.busy:
             message = f"{drained.busy} runner(s) still running a job"
-            self._recorder.event(run.raw, NORMAL, "WaitingForBusyRunners", message)
+            self._recorder.event(run.raw, NORMAL, Reason.WAITING_FOR_BUSY_RUNNERS, message)
             self._set_condition(
                 run,
                 stamp.condition(
-                    conditions.RUNNERS_DEREGISTERED, False, "RunnersBusy", f"{message}; deleting when done"
+                    conditions.RUNNERS_DEREGISTERED,
+                    False,
+                    Reason.RUNNERS_BUSY,
+                    f"{message}; deleting when done",
                 ),
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
         self._set_condition(
             run,
             stamp.condition(
-                conditions.RUNNERS_DEREGISTERED, True, "Deregistered", "no runner of this pool is registered"
+                conditions.RUNNERS_DEREGISTERED,
+                True,
+                Reason.DEREGISTERED,
+                "no runner of this pool is registered",
             ),
         )
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
@@ -718,9 +735,12 @@ class Reconciler:
         try:
             drained = self._runners.drain(self._pool_ref(run))
         except (GitHubError, CredentialError) as err:
-            reason = getattr(err, "reason", type(err).__name__)
+            reason = err.reason
             self._recorder.event(
-                run.raw, WARNING, "DeregistrationFailed", f"cannot deregister runners yet: {reason}: {err}"
+                run.raw,
+                WARNING,
+                Reason.DEREGISTRATION_FAILED,
+                f"cannot deregister runners yet: {reason}: {err}",
             )
             stamp = conditions.Stamp(pool.generation, self._clock())
             failed = stamp.condition(
@@ -735,7 +755,7 @@ class Reconciler:
             raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
         if drained.deregistered:
             self._recorder.event(
-                run.raw, NORMAL, "DeregisteredRunners", f"deregistered {drained.deregistered} runner(s)"
+                run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, f"deregistered {drained.deregistered} runner(s)"
             )
         return drained
 
@@ -767,7 +787,7 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
 
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
-_STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+_STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING})
 #: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
 #: ``RunnerPodsFailing`` per change of the stuck pods' reasons): no second one for the condition.
 _TOLD_BY_THEIR_OWN_EVENTS = frozenset(

@@ -17,6 +17,7 @@ from runnerpool.autoscaling import Decision
 from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
 from runnerpool.pods import failures
 from runnerpool.pods.scaling import PodCounts
+from runnerpool.reasons import Reason
 
 __all__ = [
     "DEMAND",
@@ -42,8 +43,8 @@ DEMAND = "demand"
 #: ``Ready`` reasons of a pool that something outside the operator stops: the API server refuses
 #: its pods, or its pods are stuck (``runnerpool.pods.failures``). Ready is False whatever the
 #: counts: a pool at full strength whose new pods cannot come has a rollout that never ends.
-POD_CREATE_FAILED_REASON = "PodCreateFailed"
-RUNNER_PODS_FAILING_REASON = "RunnerPodsFailing"
+POD_CREATE_FAILED_REASON = Reason.POD_CREATE_FAILED
+RUNNER_PODS_FAILING_REASON = Reason.RUNNER_PODS_FAILING
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -65,7 +66,7 @@ def token_condition(
         return stamp.condition(
             conditions.TOKEN_READY,
             True,
-            "JitConfigs",
+            Reason.JIT_CONFIGS,
             "each runner pod gets a just-in-time config of its own",
         )
     expiry = token_expiry(secret)
@@ -73,13 +74,13 @@ def token_condition(
     if valid and failure is None:
         until = f" until {expiry:{RFC3339}}" if expiry else ""
         return stamp.condition(
-            conditions.TOKEN_READY, True, "TokenIssued", f"registration token valid{until}"
+            conditions.TOKEN_READY, True, Reason.TOKEN_ISSUED, f"registration token valid{until}"
         )
     if valid and failure is not None:
         return stamp.condition(
             conditions.TOKEN_READY,
             True,
-            "RefreshFailing",
+            Reason.REFRESH_FAILING,
             f"the current token is still valid, but refreshing it fails: {failure.reason}: {failure.message}",
         )
     if failure is not None:
@@ -87,7 +88,7 @@ def token_condition(
     return stamp.condition(
         conditions.TOKEN_READY,
         False,
-        "WaitingForToken",
+        Reason.WAITING_FOR_TOKEN,
         f"waiting for the secret updater to put a registration token into Secret "
         f"{naming.token_secret_name(pool.name)}",
     )
@@ -110,7 +111,7 @@ def ready_condition(
     desired = pool.spec.replicas if desired is None else desired
     if token["status"] != "True":
         return stamp.condition(
-            conditions.READY, False, "TokenNotReady", "runners cannot register without a token"
+            conditions.READY, False, Reason.TOKEN_NOT_READY, "runners cannot register without a token"
         )
     pods = pods or PodCounts(desired=desired)
     summary = f"{pods.ready}/{desired} runner pods ready"
@@ -129,22 +130,22 @@ def ready_condition(
             f"{summary}; {failures.describe(pods.failing)}",
         )
     if pods.ready < desired:
-        return stamp.condition(conditions.READY, False, "RunnersStarting", summary)
+        return stamp.condition(conditions.READY, False, Reason.RUNNERS_STARTING, summary)
     if pods.outdated:
         return stamp.condition(
             conditions.READY,
             True,
-            "RollingOut",
+            Reason.ROLLING_OUT,
             f"{summary}; {pods.outdated} pod(s) of an older template are replaced once idle",
         )
     if pods.surplus:
         return stamp.condition(
             conditions.READY,
             True,
-            "ScalingDown",
+            Reason.SCALING_DOWN,
             f"{summary}; {pods.surplus} pod(s) above the desired count go once their runners are idle",
         )
-    return stamp.condition(conditions.READY, True, "RunnersReady", summary)
+    return stamp.condition(conditions.READY, True, Reason.RUNNERS_READY, summary)
 
 
 def scaling_condition(stamp: conditions.Stamp, decision: Decision) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             True,
-            "RepositoryPolled",
+            Reason.REPOSITORY_POLLED,
             f"queued jobs of {pool.spec.repository} come from webhook deliveries and polling",
         )
     if scaling.repositories:
@@ -184,7 +185,7 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             True,
-            "RepositoriesPolled",
+            Reason.REPOSITORIES_POLLED,
             f"queued jobs come from webhook deliveries and from polling {len(scaling.repositories)} "
             f"repositories{where}",
         )
@@ -192,7 +193,7 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             False,
-            "NoDemandSource",
+            Reason.NO_DEMAND_SOURCE,
             f"an enterprise pool counts the jobs of the repositories in spec.autoscaling.repositories "
             f"only, and it lists none, so the pool stays at {scaling.min_replicas} runner(s): list "
             f"the repositories (owner/name) whose jobs it should take",
@@ -201,14 +202,14 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
             True,
-            "WebhookDelivering",
+            Reason.WEBHOOK_DELIVERING,
             f"webhook deliveries for {pool.spec.organization} reach the operator",
         )
     own = " signed with the pool's webhookSecretRef" if scaling.webhook_secret_ref else ""
     return stamp.condition(
         conditions.DEMAND_VISIBLE,
         False,
-        "NoDemandSource",
+        Reason.NO_DEMAND_SOURCE,
         f"no webhook delivery for organization {pool.spec.organization}{own} has reached the "
         f"operator and spec.autoscaling.repositories is empty, so queued jobs are never seen and the "
         f"pool stays at {scaling.min_replicas} runner(s): configure the organization's webhook "
@@ -223,13 +224,13 @@ def webhook_secret_condition(stamp: conditions.Stamp, problem: str | None) -> di
         return stamp.condition(
             conditions.WEBHOOK_SECRET_READY,
             True,
-            "SecretFound",
+            Reason.SECRET_FOUND,
             "webhook deliveries move this pool only when signed with spec.autoscaling.webhookSecretRef",
         )
     return stamp.condition(
         conditions.WEBHOOK_SECRET_READY,
         False,
-        "SecretNotUsable",
+        Reason.SECRET_NOT_USABLE,
         f"{problem}: webhook deliveries cannot move this pool (polling still can); create the Secret "
         f"or fix spec.autoscaling.webhookSecretRef",
     )

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.reasons import Reason
 
 __all__ = ["INTERNAL_REASON", "PATCH_FAILED_REASON", "PatchFailedError", "classify"]
 
 #: Reason recorded when the token Secret cannot be written (usually: it does not exist yet).
-PATCH_FAILED_REASON = "TokenSecretPatchFailed"
+PATCH_FAILED_REASON = Reason.TOKEN_SECRET_PATCH_FAILED
 #: Reason recorded for anything the updater did not anticipate; retried like a permanent error.
-INTERNAL_REASON = "TokenRefreshError"
+INTERNAL_REASON = Reason.TOKEN_REFRESH_ERROR
 
 
 class PatchFailedError(Exception):
@@ -27,7 +28,7 @@ class PatchFailedError(Exception):
     transient = True
 
 
-def classify(err: Exception) -> tuple[str, str]:
+def classify(err: Exception) -> tuple[Reason, str]:
     if isinstance(err, GitHubError):
         return err.reason, err.message
     if isinstance(err, CredentialError):

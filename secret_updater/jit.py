@@ -35,6 +35,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import JitConfig, JitRequest
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
+from runnerpool.reasons import Reason
 from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
@@ -55,7 +56,7 @@ def jit_patch(config: JitConfig) -> dict[str, Any]:
 
 
 class _LeftoverBusyError(GitHubError):
-    default_reason = "JitRunnerNameInUse"
+    default_reason = Reason.JIT_RUNNER_NAME_IN_USE
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
 from runnerpool.github.protocol import GitHubClient
+from runnerpool.reasons import Reason
 
 if TYPE_CHECKING:
     from runnerpool.github.pygithub import ClientOptions
@@ -80,9 +81,9 @@ class CredentialError(Exception):
     """
 
     #: ``reason`` of a Secret that does not exist (``missing``).
-    MISSING = "CredentialSecretMissing"
+    MISSING = Reason.CREDENTIAL_SECRET_MISSING
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -93,7 +94,7 @@ class CredentialError(Exception):
 
     @classmethod
     def malformed(cls, message: str) -> CredentialError:
-        return cls("CredentialSecretMalformed", message)
+        return cls(Reason.CREDENTIAL_SECRET_MALFORMED, message)
 
 
 def _positive_int(data: Mapping[str, str], key: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from runnerpool.reasons import Reason
+
 __all__ = ["BadCredentials", "GitHubError", "MalformedResponse", "NotFound", "RateLimited", "Unavailable"]
 
 
@@ -12,13 +14,13 @@ class GitHubError(Exception):
     ``retry_after`` is GitHub's own hint (seconds) when it gave one.
     """
 
-    default_reason = "GitHubRequestFailed"
+    default_reason = Reason.GITHUB_REQUEST_FAILED
 
     def __init__(
         self,
         message: str,
         *,
-        reason: str | None = None,
+        reason: Reason | None = None,
         retry_after: float | None = None,
         status: int | None = None,
     ) -> None:
@@ -36,28 +38,28 @@ class GitHubError(Exception):
 class BadCredentials(GitHubError):  # noqa: N818 - names fixed by the shared interface
     """401 (token invalid or expired) or 403 (valid but not allowed); fixing needs a human."""
 
-    default_reason = "BadCredentials"
+    default_reason = Reason.BAD_CREDENTIALS
 
 
 class NotFound(GitHubError):  # noqa: N818 - names fixed by the shared interface
     """404 on a scope: a typo, a renamed owner, or credentials that cannot see it."""
 
-    default_reason = "ScopeNotFound"
+    default_reason = Reason.SCOPE_NOT_FOUND
 
 
 class RateLimited(GitHubError):  # noqa: N818 - names fixed by the shared interface
     """Primary or secondary rate limit; ``retry_after`` says when asking again makes sense."""
 
-    default_reason = "RateLimited"
+    default_reason = Reason.RATE_LIMITED
 
 
 class Unavailable(GitHubError):  # noqa: N818 - names fixed by the shared interface
     """5xx, timeouts and connection errors: worth retrying soon."""
 
-    default_reason = "GitHubUnavailable"
+    default_reason = Reason.GITHUB_UNAVAILABLE
 
 
 class MalformedResponse(GitHubError):  # noqa: N818 - names fixed by the shared interface
     """GitHub answered 2xx but not with the documented shape."""
 
-    default_reason = "MalformedResponse"
+    default_reason = Reason.MALFORMED_RESPONSE

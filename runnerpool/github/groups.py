@@ -29,6 +29,7 @@ from runnerpool.github.budget import ScopeBackoff
 from runnerpool.github.errors import GitHubError, NotFound
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RunnerGroup
+from runnerpool.reasons import Reason
 
 __all__ = [
     "GROUP_TTL",
@@ -49,13 +50,13 @@ BACKOFF_CAP = 60.0
 class RunnerGroupNotFound(NotFound):
     """The scope has no runner group of that name (or the credential cannot see it)."""
 
-    default_reason = "RunnerGroupNotFound"
+    default_reason = Reason.RUNNER_GROUP_NOT_FOUND
 
 
 class RepositoryNotAllowed(GitHubError):  # noqa: N818 - named like the other GitHubError kinds
     """A ``selected`` group that leaves out repositories (or their organizations) the pool serves."""
 
-    default_reason = "RepositoryNotAllowed"
+    default_reason = Reason.REPOSITORY_NOT_ALLOWED
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from runnerpool.github.types import (
     RunnerGroup,
     header,
 )
+from runnerpool.reasons import Reason
 
 __all__ = ["ENTERPRISE_NEEDS_PAT", "ClientOptions", "PyGithubClient"]
 
@@ -78,7 +79,7 @@ redact.install()
 #: broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
 #: The reason of the refusal to use a GitHub App on an enterprise scope.
-ENTERPRISE_NEEDS_PAT = "EnterpriseNeedsPersonalAccessToken"
+ENTERPRISE_NEEDS_PAT = Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN
 #: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
 MAX_RUN_PAGES = 10
 
@@ -492,7 +493,7 @@ class PyGithubClient:
         except RuntimeError as exc:
             # PyGithub raises RuntimeError for redirects to another host or scheme, i.e. a
             # base URL that points at the wrong place.
-            raise GitHubError(f"{what}: {exc}", reason="GitHubRedirected") from None
+            raise GitHubError(f"{what}: {exc}", reason=Reason.GITHUB_REDIRECTED) from None
 
     def _ensure_installation_token(self, what: str) -> None:
         """Mint the App installation token up front so its failures name the right culprit.
@@ -511,7 +512,7 @@ class PyGithubClient:
                 raise BadCredentials(
                     f"{what}: GitHub App installation token could not be created ({err.message}); "
                     "check app-id, app-installation-id and app-private-key",
-                    reason="AppInstallationTokenFailed",
+                    reason=Reason.APP_INSTALLATION_TOKEN_FAILED,
                     status=err.status,
                 ) from None
             raise err from None

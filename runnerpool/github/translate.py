@@ -15,6 +15,7 @@ from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExc
 
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.github.types import header
+from runnerpool.reasons import Reason
 
 __all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception"]
 
@@ -84,7 +85,7 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
     if status == 403:
         return BadCredentials(
             detail + "; the credentials lack the permission to manage self-hosted runners",
-            reason="Forbidden",
+            reason=Reason.FORBIDDEN,
             status=status,
         )
     if status == 404:

@@ -1,0 +1,105 @@
+"""The operator's one vocabulary of condition types and reasons (conditions and Events alike).
+
+Every reason a user can meet in ``kubectl describe runnerpool`` (a condition's ``reason``, an
+Event's reason, a GitHub or credential failure's classification) is a member of :class:`Reason`,
+and every condition type a member of :class:`ConditionType`. Code compares and sets them by
+member, never by a string typed again elsewhere (the kubectl plugin included), so a renamed
+reason is renamed everywhere or the type checker says where not. Both are ``StrEnum``: a member
+*is* its string, so what is written to the API server and compared with what is read back from
+it is the plain string users see. ``docs/troubleshooting.md`` explains each member
+(``tests/test_troubleshooting_doc.py`` fails on one it does not).
+
+This module is at the bottom of the layers: the API models, the GitHub client, the secret
+updater and the plugin all import it, and it imports nothing of the operator.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["ConditionType", "Reason"]
+
+
+class ConditionType(StrEnum):
+    """The conditions a RunnerPool's status carries."""
+
+    READY = "Ready"
+    TOKEN_READY = "TokenReady"
+    #: Pools that follow demand: the scaling decision and why (``runnerpool.autoscaling``).
+    SCALING = "Scaling"
+    #: Pools that follow demand: whether any source of demand reaches them (webhook or polling).
+    DEMAND_VISIBLE = "DemandVisible"
+    #: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
+    WEBHOOK_SECRET_READY = "WebhookSecretReady"
+    #: With --allow rules: whether the pool's namespace may register runners at its scope.
+    SCOPE_ALLOWED = "ScopeAllowed"
+    #: Pools that name spec.runnerGroup: whether the group exists and admits what the pool serves.
+    RUNNER_GROUP_READY = "RunnerGroupReady"
+    #: A deleted pool: whether its runners are off GitHub yet (the finalizer waits for True).
+    RUNNERS_DEREGISTERED = "RunnersDeregistered"
+
+
+class Reason(StrEnum):
+    """Why a condition is what it is, or what an Event tells."""
+
+    # --- Ready: the way up, and the pool's runners
+    WAITING_FOR_TOKEN = "WaitingForToken"
+    TOKEN_NOT_READY = "TokenNotReady"
+    RUNNERS_STARTING = "RunnersStarting"
+    RUNNERS_READY = "RunnersReady"
+    ROLLING_OUT = "RollingOut"
+    SCALING_DOWN = "ScalingDown"
+    POD_CREATE_FAILED = "PodCreateFailed"
+    RUNNER_PODS_FAILING = "RunnerPodsFailing"
+    # --- TokenReady
+    TOKEN_ISSUED = "TokenIssued"
+    JIT_CONFIGS = "JitConfigs"
+    REFRESH_FAILING = "RefreshFailing"
+    # --- Scaling (the decision of ``runnerpool.autoscaling``)
+    FIXED = "Fixed"
+    FOLLOWING_DEMAND = "FollowingDemand"
+    WAITING_TO_SCALE_DOWN = "WaitingToScaleDown"
+    # --- DemandVisible
+    WEBHOOK_DELIVERING = "WebhookDelivering"
+    REPOSITORY_POLLED = "RepositoryPolled"
+    REPOSITORIES_POLLED = "RepositoriesPolled"
+    NO_DEMAND_SOURCE = "NoDemandSource"
+    # --- WebhookSecretReady
+    SECRET_FOUND = "SecretFound"
+    SECRET_NOT_USABLE = "SecretNotUsable"
+    # --- ScopeAllowed
+    SCOPE_ALLOWED = "ScopeAllowed"
+    SCOPE_NOT_ALLOWED = "ScopeNotAllowed"
+    # --- RunnerGroupReady
+    RUNNER_GROUP_FOUND = "RunnerGroupFound"
+    RUNNER_GROUP_NOT_FOUND = "RunnerGroupNotFound"
+    REPOSITORY_NOT_ALLOWED = "RepositoryNotAllowed"
+    # --- RunnersDeregistered
+    DEREGISTERED = "Deregistered"
+    RUNNERS_BUSY = "RunnersBusy"
+    # --- failures of credentials and of GitHub (``runnerpool.github.errors``, the secret updater)
+    CREDENTIAL_SECRET_MISSING = "CredentialSecretMissing"
+    CREDENTIAL_SECRET_MALFORMED = "CredentialSecretMalformed"
+    BAD_CREDENTIALS = "BadCredentials"
+    FORBIDDEN = "Forbidden"
+    APP_INSTALLATION_TOKEN_FAILED = "AppInstallationTokenFailed"
+    ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN = "EnterpriseNeedsPersonalAccessToken"
+    SCOPE_NOT_FOUND = "ScopeNotFound"
+    RATE_LIMITED = "RateLimited"
+    GITHUB_UNAVAILABLE = "GitHubUnavailable"
+    GITHUB_REDIRECTED = "GitHubRedirected"
+    MALFORMED_RESPONSE = "MalformedResponse"
+    GITHUB_REQUEST_FAILED = "GitHubRequestFailed"
+    JIT_RUNNER_NAME_IN_USE = "JitRunnerNameInUse"
+    TOKEN_SECRET_PATCH_FAILED = "TokenSecretPatchFailed"
+    TOKEN_REFRESH_ERROR = "TokenRefreshError"
+    # --- Events only
+    INVALID_SPEC = "InvalidSpec"
+    CREATED_PODS = "CreatedPods"
+    SCALED_UP = "ScaledUp"
+    SCALED_DOWN = "ScaledDown"
+    UPDATED_DISRUPTION_BUDGET = "UpdatedDisruptionBudget"
+    WAITING_FOR_BUSY_RUNNERS = "WaitingForBusyRunners"
+    DEREGISTERED_RUNNERS = "DeregisteredRunners"
+    DEREGISTRATION_FAILED = "DeregistrationFailed"
+    FAILED_CREATE = "FailedCreate"
