@@ -14,6 +14,7 @@ than emitting a CRD the API server would reject at install time.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,7 +66,8 @@ def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any]) -> dict[str, Any]
     name = str(ref).rsplit("/", 1)[-1]
     if name not in defs:
         raise SchemaError(f"unresolvable reference {ref}")
-    return _merge(_resolve(defs[name], defs), out)
+    # A copy: a model used in two places would otherwise share its lists (a YAML alias).
+    return _merge(_resolve(copy.deepcopy(defs[name]), defs), out)
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
