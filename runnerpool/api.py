@@ -466,137 +466,6 @@ Quantity = Annotated[
 
 
 # --------------------------------------------------------------------------------------
-# Models
-
-
-class KubeModel(BaseModel):
-    """Base for all API models: camelCase on the wire, snake_case in Python.
-
-    Unknown fields are ignored so that an operator older than the CRD installed
-    in the cluster still reads the objects it understands.  Frozen: the informer cache
-    parses each pool once and every reader shares the model (``runnerpool.reads``), so
-    nobody may change what the next reader sees (make a changed one with ``model_copy``).
-    """
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
-
-    rules: ClassVar[tuple[Rule, ...]] = ()
-
-    @model_validator(mode="after")
-    def _check_rules(self) -> Self:
-        _run_rules(type(self).rules, self)
-        return self
-
-    @classmethod
-    def __get_pydantic_json_schema__(
-        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        target = handler.resolve_ref_schema(out)
-        # Class docstrings explain the code to developers; users get field descriptions.
-        target.pop("description", None)
-        if cls.rules:
-            target["x-kubernetes-validations"] = [rule.to_schema() for rule in cls.rules]
-        return out
-
-
-class Condition(KubeModel):
-    type: str = Field(
-        max_length=316, description="Kind of condition, e.g. Ready or TokenValid (one per type)."
-    )
-    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
-    reason: str = Field(
-        default="", max_length=1024, description="Machine-readable CamelCase reason for the last change."
-    )
-    message: str = Field(default="", max_length=32768, description="Human-readable detail.")
-    last_transition_time: Timestamp = Field(
-        default_factory=lambda: _to_kube_time(datetime.now(UTC)),
-        description="When status last changed (RFC 3339).",
-    )
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="metadata.generation of the pool this condition was computed from."
-    )
-
-
-class RunnerCounts(KubeModel):
-    online: int = Field(
-        default=0, ge=0, description="Runners of this pool GitHub reports as online and idle."
-    )
-    busy: int = Field(default=0, ge=0, description="Runners of this pool currently running a job.")
-    offline: int = Field(
-        default=0, ge=0, description="Runners of this pool GitHub still lists but reports as offline."
-    )
-
-
-class EnvVar(KubeModel):
-    """Typed enough to validate names; ``valueFrom`` is passed through to the pod as is."""
-
-    rules: ClassVar[tuple[Rule, ...]] = (
-        Rule(
-            cel="!(has(self.value) && has(self.valueFrom))",
-            message="set either value or valueFrom on an env var, not both",
-            check=lambda e: e.value is None or e.value_from is None,
-        ),
-    )
-
-    name: EnvName = Field(description="Name of the environment variable in the runner container.")
-    value: str | None = Field(default=None, description="Literal value.")
-    value_from: OpaqueDict | None = Field(
-        default=None,
-        description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, "
-        "fieldRef or resourceFieldRef).",
-    )
-
-
-class Resources(KubeModel):
-    requests: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
-        default_factory=dict,
-        description="Minimum resources for the runner container, e.g. {cpu: 500m, memory: 1Gi}.",
-    )
-    limits: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
-        default_factory=dict,
-        description="Maximum resources for the runner container, e.g. {cpu: 2, memory: 4Gi}.",
-    )
-
-
-class Toleration(KubeModel):
-    rules: ClassVar[tuple[Rule, ...]] = (
-        Rule(
-            cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
-            message="a toleration with operator Exists must not set value",
-            check=lambda t: t.operator != "Exists" or not t.value,
-        ),
-        Rule(
-            cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
-            message="a toleration without key must use operator Exists",
-            check=lambda t: bool(t.key) or t.operator == "Exists",
-        ),
-        Rule(
-            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-            message="tolerationSeconds only applies to effect NoExecute",
-            check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
-        ),
-    )
-
-    key: str | None = Field(
-        default=None, max_length=316, description="Taint key to tolerate; empty means every key."
-    )
-    operator: Literal["Exists", "Equal"] | None = Field(
-        default=None, description="Exists matches any value; Equal (the default) matches value exactly."
-    )
-    value: str | None = Field(
-        default=None, max_length=63, description="Taint value to match when operator is Equal."
-    )
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        default=None, description="Taint effect to tolerate; empty means every effect."
-    )
-    toleration_seconds: int | None = Field(
-        default=None,
-        description="For NoExecute: how long the pod stays bound after the taint appears.",
-    )
-
-
-# --------------------------------------------------------------------------------------
 # Credentials stay in the operator's register container (runnerpool.pods.registration)
 
 _CREDENTIAL_VOLUMES = naming.CREDENTIAL_VOLUMES
@@ -677,6 +546,50 @@ _CREDENTIAL_SECRET_VOLUME_RULE = Rule(
 )
 
 
+_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}.")
+#: What of a core/v1 EnvVarSource and EnvFromSource names a Secret.
+ENV_VAR_SOURCE_SCHEMA = _open_object(
+    "Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, fieldRef or "
+    "resourceFieldRef).",
+    secretKeyRef=_open_object("A key of a Secret (core/v1 SecretKeySelector).", name=_SECRET_NAME),
+)
+ENV_FROM_SOURCE_SCHEMA = _open_object(
+    "A source of variables (core/v1 EnvFromSource).",
+    secretRef=_open_object("A Secret's keys as variables (core/v1 SecretEnvSource).", name=_SECRET_NAME),
+)
+_IN_ENV = (
+    f"must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}): they hold "
+    "registration credentials that only the operator's register container reads, and a job could "
+    "read them in the environment; use a Secret of your own, named otherwise"
+)
+
+
+def _secret_ref(source: dict[str, Any] | None, key: str) -> object:
+    return ((source or {}).get(key) or {}).get("name")
+
+
+#: An env var (spec.env, a template container's env) whose valueFrom names a credential Secret.
+_CREDENTIAL_SECRET_ENV_RULE = Rule(
+    cel="!has(self.valueFrom) || !has(self.valueFrom.secretKeyRef) || !has(self.valueFrom.secretKeyRef.name) "
+    f"|| !{_credential_secret_cel('self.valueFrom.secretKeyRef.name')}",
+    message=f"an env var's valueFrom.secretKeyRef {_IN_ENV}",
+    check=lambda e: not _credential_secret(_secret_ref(e.value_from, "secretKeyRef")),
+)
+
+
+def _credential_env_from_rule(path: str) -> Rule:
+    """A rule that a container's envFrom names no credential Secret."""
+    return Rule(
+        cel="!has(self.envFrom) || self.envFrom.all(f, !has(f.secretRef) || !has(f.secretRef.name) "
+        f"|| !{_credential_secret_cel('f.secretRef.name')})",
+        message=f"{path}.envFrom[].secretRef {_IN_ENV}",
+        check=lambda c: not any(_credential_secret(_secret_ref(f, "secretRef")) for f in c.env_from or ()),
+    )
+
+
+EnvVarSourceDict = Annotated[dict[str, Any], WithJsonSchema(ENV_VAR_SOURCE_SCHEMA)]
+
+
 def _credential_mounts_rule(path: str) -> Rule:
     """A rule that a container (or spec.volumeMounts, ``path``) mounts no credential volume, at any path."""
     return Rule(
@@ -688,6 +601,138 @@ def _credential_mounts_rule(path: str) -> Rule:
         "its runner container) mounts; a job could read them anywhere else. Mount a volume of "
         "your own, named otherwise",
         check=lambda c: not any(m.name in _CREDENTIAL_VOLUMES for m in c.volume_mounts or ()),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Models
+
+
+class KubeModel(BaseModel):
+    """Base for all API models: camelCase on the wire, snake_case in Python.
+
+    Unknown fields are ignored so that an operator older than the CRD installed
+    in the cluster still reads the objects it understands.  Frozen: the informer cache
+    parses each pool once and every reader shares the model (``runnerpool.reads``), so
+    nobody may change what the next reader sees (make a changed one with ``model_copy``).
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> Self:
+        _run_rules(type(self).rules, self)
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        target = handler.resolve_ref_schema(out)
+        # Class docstrings explain the code to developers; users get field descriptions.
+        target.pop("description", None)
+        if cls.rules:
+            target["x-kubernetes-validations"] = [rule.to_schema() for rule in cls.rules]
+        return out
+
+
+class Condition(KubeModel):
+    type: str = Field(
+        max_length=316, description="Kind of condition, e.g. Ready or TokenValid (one per type)."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str = Field(
+        default="", max_length=1024, description="Machine-readable CamelCase reason for the last change."
+    )
+    message: str = Field(default="", max_length=32768, description="Human-readable detail.")
+    last_transition_time: Timestamp = Field(
+        default_factory=lambda: _to_kube_time(datetime.now(UTC)),
+        description="When status last changed (RFC 3339).",
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation of the pool this condition was computed from."
+    )
+
+
+class RunnerCounts(KubeModel):
+    online: int = Field(
+        default=0, ge=0, description="Runners of this pool GitHub reports as online and idle."
+    )
+    busy: int = Field(default=0, ge=0, description="Runners of this pool currently running a job.")
+    offline: int = Field(
+        default=0, ge=0, description="Runners of this pool GitHub still lists but reports as offline."
+    )
+
+
+class EnvVar(KubeModel):
+    """Typed enough to validate names; ``valueFrom`` is passed through to the pod as is."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!(has(self.value) && has(self.valueFrom))",
+            message="set either value or valueFrom on an env var, not both",
+            check=lambda e: e.value is None or e.value_from is None,
+        ),
+        _CREDENTIAL_SECRET_ENV_RULE,
+    )
+
+    name: EnvName = Field(description="Name of the environment variable in the runner container.")
+    value: str | None = Field(default=None, description="Literal value.")
+    value_from: EnvVarSourceDict | None = Field(
+        default=None,
+        description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, "
+        f"fieldRef or resourceFieldRef); a secretKeyRef names no {_CREDENTIAL_SECRETS} Secret.",
+    )
+
+
+class Resources(KubeModel):
+    requests: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
+        default_factory=dict,
+        description="Minimum resources for the runner container, e.g. {cpu: 500m, memory: 1Gi}.",
+    )
+    limits: Annotated[dict[str, Quantity], Field(max_length=16)] = Field(
+        default_factory=dict,
+        description="Maximum resources for the runner container, e.g. {cpu: 2, memory: 4Gi}.",
+    )
+
+
+class Toleration(KubeModel):
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            message="a toleration with operator Exists must not set value",
+            check=lambda t: t.operator != "Exists" or not t.value,
+        ),
+        Rule(
+            cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+            message="a toleration without key must use operator Exists",
+            check=lambda t: bool(t.key) or t.operator == "Exists",
+        ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="tolerationSeconds only applies to effect NoExecute",
+            check=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+        ),
+    )
+
+    key: str | None = Field(
+        default=None, max_length=316, description="Taint key to tolerate; empty means every key."
+    )
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists matches any value; Equal (the default) matches value exactly."
+    )
+    value: str | None = Field(
+        default=None, max_length=63, description="Taint value to match when operator is Equal."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to tolerate; empty means every effect."
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        description="For NoExecute: how long the pod stays bound after the taint appears.",
     )
 
 
@@ -913,8 +958,26 @@ class _PassThrough(KubeModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: A template container's envFrom entries, with what names a Secret declared for the rules.
+EnvFromList = Annotated[
+    list[Annotated[dict[str, Any], WithJsonSchema(ENV_FROM_SOURCE_SCHEMA)]] | None,
+    Field(
+        max_length=MAX_TEMPLATE_ITEMS,
+        description="Sources of environment variables (core/v1 EnvFromSource); a secretRef names no "
+        f"{_CREDENTIAL_SECRETS} Secret.",
+    ),
+]
+
+
 class TemplateEnvVar(_PassThrough):
+    rules: ClassVar[tuple[Rule, ...]] = (_CREDENTIAL_SECRET_ENV_RULE,)
+
     name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
+    value_from: EnvVarSourceDict | None = Field(
+        default=None,
+        description="Source for the value (core/v1 EnvVarSource); a secretKeyRef names no "
+        f"{_CREDENTIAL_SECRETS} Secret.",
+    )
 
 
 class TemplateVolumeMount(_PassThrough):
@@ -954,6 +1017,7 @@ class TemplateContainer(_PassThrough):
             ),
         ),
         _credential_mounts_rule("spec.template.spec.containers[*]"),
+        _credential_env_from_rule("spec.template.spec.containers[*]"),
     )
 
     name: str = Field(
@@ -973,6 +1037,7 @@ class TemplateContainer(_PassThrough):
         f"container {naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the "
         "operator's.",
     )
+    env_from: EnvFromList = None
     volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
         default=None,
         description="Volume mounts (core/v1 VolumeMount), merged by mountPath. In the runner "
@@ -991,6 +1056,7 @@ class TemplateInitContainer(_PassThrough):
             check=lambda c: c.name != naming.REGISTER_CONTAINER,
         ),
         _credential_mounts_rule("spec.template.spec.initContainers[*]"),
+        _credential_env_from_rule("spec.template.spec.initContainers[*]"),
     )
 
     name: str = Field(
@@ -999,6 +1065,11 @@ class TemplateInitContainer(_PassThrough):
         description=f"Container name; {naming.REGISTER_CONTAINER!r} is the operator's (it registers "
         "the runner before the runner container starts).",
     )
+    env: (
+        Annotated[list[TemplateEnvVar], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(default=None, description="Environment variables (core/v1 EnvVar).")
+    env_from: EnvFromList = None
     volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
         default=None,
         description=f"Volume mounts (core/v1 VolumeMount); {' and '.join(_CREDENTIAL_VOLUMES)} are the "

@@ -197,26 +197,34 @@ def _container(name: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, **fields}
 
 
+def _in_template(key: str, name: str, **fields: Any) -> dict[str, Any]:
+    """A pool whose template has one container (``key``: containers or initContainers)."""
+    return _repo(template={"spec": {key: [_container(name, image="busybox:1", **fields)]}})
+
+
 _AT_ANOTHER_PATH = "/var/run/elsewhere"
+#: A projected volume with one harmless source and the pool's token Secret.
+_PROJECTED_TOKEN = {
+    "name": "all",
+    "projected": {
+        "sources": [{"configMap": {"name": "ca"}}, {"secret": {"name": naming.token_secret_name("p")}}]
+    },
+}
 _MOUNT_REFUSED = "volumeMounts must not mount runner-token or runner-jitconfig or runner-config"
 _SECRET_REFUSED = "a volume must not name the operator's credential Secrets (runner-token-*, runner-jit-*)"
 
 #: Ways a pool could put a registration credential in a container other than the operator's
 #: register container: its volumes by name, at any path, or the credential Secrets themselves.
+_ENV_REFUSED = "must not name the operator's credential Secrets (runner-token-*, runner-jit-*)"
+_TOKEN_KEY_REF = {"secretKeyRef": {"name": naming.token_secret_name("p"), "key": naming.TOKEN_SECRET_KEY}}
+_TOKEN_ENV = [{"name": "T", "valueFrom": _TOKEN_KEY_REF}]
+_CONTAINERS, _INITS = "containers", "initContainers"
 CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
     *(
         (
             f"runner-mounts-{volume}-at-another-path",
-            _repo(
-                template={
-                    "spec": {
-                        "containers": [
-                            _container(
-                                "runner", volumeMounts=[{"name": volume, "mountPath": _AT_ANOTHER_PATH}]
-                            )
-                        ]
-                    }
-                }
+            _in_template(
+                _CONTAINERS, "runner", volumeMounts=[{"name": volume, "mountPath": _AT_ANOTHER_PATH}]
             ),
             f"spec.template.spec.containers[*].{_MOUNT_REFUSED}, at any path",
         )
@@ -224,35 +232,17 @@ CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
     ),
     (
         "sidecar-mounts-the-jit-config",
-        _repo(
-            template={
-                "spec": {
-                    "containers": [
-                        _container(
-                            "proxy",
-                            image="proxy:1",
-                            volumeMounts=[{"name": naming.JIT_VOLUME, "mountPath": naming.JIT_MOUNT_DIR}],
-                        )
-                    ]
-                }
-            }
+        _in_template(
+            _CONTAINERS,
+            "proxy",
+            volumeMounts=[{"name": naming.JIT_VOLUME, "mountPath": naming.JIT_MOUNT_DIR}],
         ),
         f"spec.template.spec.containers[*].{_MOUNT_REFUSED}",
     ),
     (
         "init-container-mounts-the-token",
-        _repo(
-            template={
-                "spec": {
-                    "initContainers": [
-                        _container(
-                            "copy",
-                            image="busybox:1",
-                            volumeMounts=[{"name": naming.TOKEN_VOLUME, "mountPath": _AT_ANOTHER_PATH}],
-                        )
-                    ]
-                }
-            }
+        _in_template(
+            _INITS, "copy", volumeMounts=[{"name": naming.TOKEN_VOLUME, "mountPath": _AT_ANOTHER_PATH}]
         ),
         f"spec.template.spec.initContainers[*].{_MOUNT_REFUSED}",
     ),
@@ -285,38 +275,33 @@ CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
         ),
         _SECRET_REFUSED,
     ),
-    (
-        "projected-volume-of-the-token-secret",
-        _repo(
-            volumes=[
-                {
-                    "name": "all",
-                    "projected": {
-                        "sources": [
-                            {"configMap": {"name": "ca"}},
-                            {"secret": {"name": naming.token_secret_name("p")}},
-                        ]
-                    },
-                }
-            ]
-        ),
-        _SECRET_REFUSED,
+    *(
+        (
+            f"{where}projected-volume-of-the-token-secret",
+            spec,
+            _SECRET_REFUSED,
+        )
+        for where, spec in (
+            ("", _repo(volumes=[_PROJECTED_TOKEN])),
+            ("template-", _repo(template={"spec": {"volumes": [_PROJECTED_TOKEN]}})),
+        )
     ),
-    (
-        "template-projected-volume-of-the-token-secret",
-        _repo(
-            template={
-                "spec": {
-                    "volumes": [
-                        {
-                            "name": "all",
-                            "projected": {"sources": [{"secret": {"name": naming.token_secret_name("p")}}]},
-                        }
-                    ]
-                }
-            }
-        ),
-        _SECRET_REFUSED,
+    ("env-of-the-token-secret", _repo(env=_TOKEN_ENV), f"an env var's valueFrom.secretKeyRef {_ENV_REFUSED}"),
+    *(
+        (
+            f"{key}-env-of-the-token-secret",
+            _in_template(key, "c", env=_TOKEN_ENV),
+            f"valueFrom.secretKeyRef {_ENV_REFUSED}",
+        )
+        for key in (_CONTAINERS, _INITS)
+    ),
+    *(
+        (
+            f"{key}-env-from-a-jit-secret",
+            _in_template(key, "c", envFrom=[{"secretRef": {"name": "runner-jit-p-0a1b2c3d4e"}}]),
+            f"spec.template.spec.{key}[*].envFrom[].secretRef {_ENV_REFUSED}",
+        )
+        for key in (_CONTAINERS, _INITS)
     ),
 ]
 INVALID_SPECS += CREDENTIAL_LEAKS
@@ -335,7 +320,7 @@ def test_a_token_volume_mounted_at_another_path_in_the_runner_container_is_refus
     assert "Mount a volume of your own, named otherwise" in message
 
 
-def test_volumes_and_mounts_of_ones_own_secrets_are_accepted(
+def test_volumes_mounts_and_env_of_ones_own_secrets_are_accepted(
     api_client: client.ApiClient, namespace: str
 ) -> None:
     """Only the operator's credential names are refused: a CA bundle, a projected token of one's own."""
@@ -352,20 +337,26 @@ def test_volumes_and_mounts_of_ones_own_secrets_are_accepted(
         },
     ]
     mounts = [{"name": "ca", "mountPath": "/etc/ca"}, {"name": "mixed", "mountPath": "/etc/mixed"}]
+    env = [{"name": "REGISTRY", "valueFrom": {"secretKeyRef": {"name": "registry-auth", "key": "token"}}}]
+    env_from = [{"secretRef": {"name": "proxy-settings"}}, {"configMapRef": {"name": "ci"}}]
     spec = _repo(
         volumes=own[:1],
         volumeMounts=mounts[:1],
+        env=env,
         template={
             "spec": {
                 "volumes": own[1:],
-                "containers": [_container("runner", volumeMounts=mounts[1:])],
-                "initContainers": [_container("warm", image="busybox:1", volumeMounts=mounts)],
+                "containers": [_container("runner", volumeMounts=mounts[1:], env=env, envFrom=env_from)],
+                "initContainers": [
+                    _container("warm", image="busybox:1", volumeMounts=mounts, env=env, envFrom=env_from)
+                ],
             }
         },
     )
     created = _create(api_client, namespace, _pool("own", spec))
     assert created["spec"]["volumes"] == own[:1]
-    assert created["spec"]["template"]["spec"]["volumes"] == own[1:], "nothing pruned"
+    assert created["spec"]["env"] == env
+    assert created["spec"]["template"] == spec["template"], "nothing pruned"
     assert api.RunnerPool.model_validate(created).spec.template is not None
 
 
