@@ -490,10 +490,11 @@ def _open_object(description: str, **properties: JsonSchemaValue) -> JsonSchemaV
 
 _CREDENTIAL_SECRETS = f"{naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*"
 _NOT_OURS = f"not one of the operator's credential Secrets ({_CREDENTIAL_SECRETS})"
+_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}.")
 #: What of a core/v1 Volume names a Secret: ``secret.secretName`` and ``projected.sources[].secret.name``.
 SECRET_VOLUME_SOURCE_SCHEMA = _open_object(
     "A Secret as a volume (core/v1 SecretVolumeSource).",
-    secretName=_name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}."),
+    secretName=_SECRET_NAME,
 )
 PROJECTED_VOLUME_SOURCE_SCHEMA = _open_object(
     "Sources projected into one volume (core/v1 ProjectedVolumeSource).",
@@ -505,7 +506,7 @@ PROJECTED_VOLUME_SOURCE_SCHEMA = _open_object(
             "One projected source (core/v1 VolumeProjection).",
             secret=_open_object(
                 "A Secret's keys (core/v1 SecretProjection).",
-                name=_name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}."),
+                name=_SECRET_NAME,
             ),
         ),
     },
@@ -537,8 +538,8 @@ _CREDENTIAL_SECRET_VOLUME_RULE = Rule(
     f"&& {_credential_secret_cel('self.secret.secretName')}) "
     "&& !(has(self.projected) && has(self.projected.sources) && self.projected.sources.exists(s, "
     f"has(s.secret) && has(s.secret.name) && {_credential_secret_cel('s.secret.name')}))",
-    message=f"a volume must not name the operator's credential Secrets ({naming.TOKEN_SECRET_PREFIX}*, "
-    f"{naming.JIT_SECRET_PREFIX}*) in secret.secretName or projected.sources[].secret.name: they hold "
+    message=f"a volume must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}) "
+    "in secret.secretName or projected.sources[].secret.name: they hold "
     "registration credentials that only the operator's register container mounts, and anything that "
     "reads one can register runners of its own for the pool's repository or organization; mount a "
     "Secret of your own, named otherwise",
@@ -546,7 +547,6 @@ _CREDENTIAL_SECRET_VOLUME_RULE = Rule(
 )
 
 
-_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}.")
 #: What of a core/v1 EnvVarSource and EnvFromSource names a Secret.
 ENV_VAR_SOURCE_SCHEMA = _open_object(
     "Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, fieldRef or "
