@@ -29,13 +29,14 @@ from prometheus_client import CollectorRegistry, Counter
 from runnerpool.metrics_endpoint import METRICS_PATH, CachedReviews, KubeReviews, MetricsEndpoint, User
 from runnerpool.settings import ProbeSettings
 from tests.helpers import wait_for
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     install_operator_rbac,
     metrics_reader_binding,
     service_account_user,
     token_of,
 )
+from testworld.ports import free_port
 
 READER = User("system:serviceaccount:monitoring:prometheus", "uid-1", ("system:serviceaccounts",))
 STRANGER = User("system:serviceaccount:default:nobody")

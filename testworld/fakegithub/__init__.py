@@ -52,6 +52,7 @@ happen at the next request or control call that looks at jobs or runners (the op
 listing does), as everywhere in the fake.
 """
 
+from testworld.fakegithub.scopes import Scope
 from testworld.fakegithub.server import FakeGitHub
 from testworld.fakegithub.state import (
     LOST_CONTACT_SECONDS,
@@ -64,7 +65,6 @@ from testworld.fakegithub.state import (
     RegistrationRejectedError,
     RegistrationToken,
     RequestRecord,
-    Scope,
     UnknownJobError,
     UnknownRunnerError,
     UnknownScopeError,
