@@ -52,38 +52,7 @@ happen at the next request or control call that looks at jobs or runners (the op
 listing does), as everywhere in the fake.
 """
 
-from testworld.fakegithub.scopes import Scope
 from testworld.fakegithub.server import FakeGitHub
-from testworld.fakegithub.state import (
-    LOST_CONTACT_SECONDS,
-    AuthRejectedError,
-    FakeGitHubError,
-    Installation,
-    InstallationToken,
-    ListenerError,
-    RateWindow,
-    RegistrationRejectedError,
-    RegistrationToken,
-    RequestRecord,
-    UnknownJobError,
-    UnknownRunnerError,
-    UnknownScopeError,
-)
+from testworld.fakegithub.state import LOST_CONTACT_SECONDS, RegistrationRejectedError, UnknownScopeError
 
-__all__ = [
-    "LOST_CONTACT_SECONDS",
-    "AuthRejectedError",
-    "FakeGitHub",
-    "FakeGitHubError",
-    "Installation",
-    "InstallationToken",
-    "ListenerError",
-    "RateWindow",
-    "RegistrationRejectedError",
-    "RegistrationToken",
-    "RequestRecord",
-    "Scope",
-    "UnknownJobError",
-    "UnknownRunnerError",
-    "UnknownScopeError",
-]
+__all__ = ["LOST_CONTACT_SECONDS", "FakeGitHub", "RegistrationRejectedError", "UnknownScopeError"]
