@@ -230,7 +230,10 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
 
 
 class WebServer:
-    """A WSGI ``app`` served by waitress on ``host:port`` (0: any free port) from a thread."""
+    """A WSGI ``app`` served by waitress on ``host:port`` (0: any free port) from a thread.
+
+    With ``tls``, HTTPS: it is called for each new connection and returns the context to use.
+    """
 
     def __init__(
         self,
