@@ -1,7 +1,7 @@
 """The RunnerPool custom resource, as pydantic models.
 
 These models are the single source of truth for the resource: the operator
-parses and writes objects with them, and ``testworld.crdgen`` turns their JSON
+parses and writes objects with them, and ``generators.crd`` turns their JSON
 schema into the CRD that the API server validates against.  Every validation
 rule is therefore written once, as a :class:`Rule` that carries both the CEL
 expression the API server evaluates and a Python predicate that mirrors it, so
