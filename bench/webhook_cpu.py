@@ -9,7 +9,7 @@ each a ``queued`` job of another repository, on this thread:
 
 * **match**: what the receiver does before any write: check the HMAC signature
   (``verification.Verifier``), parse the JSON body and the job, claim the delivery id, find
-  the pools the job counts for (``DemandRecorder.matching_pools``);
+  the pools the job counts for (``DemandWriter.matching_pools``);
 * **record**: all of that plus ``record_job``'s write path against a no-op Kube (its GET
   answers the cached pool, its PATCH answers nothing): what a delivery costs apart from
   the API server's round trips.
@@ -52,13 +52,15 @@ from kubernetes.informer import ADDED
 from runnerpool import api, naming
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.polling import DemandPoller
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import HEADER, sign
 from runnerpool.demand.verification import Verifier
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import parse_delivery
 from runnerpool.runtime.kube import SECRETS, Kube, Resource
+from runnerpool.secret_reads import SecretReads
+from runnerpool.settings import GitHubSettings
 from runnerpool.watches import POOLS, PoolCache
 
 API_URL = "https://api.github.com"
@@ -231,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     fill_ms = 1000 * (time.process_time() - started)
     cache_kib = _kept_kib(lambda: fill(empty_cache(), copy.deepcopy(pools)))
     kube = NoOpKube(informers)
-    recorder = DemandRecorder(kube, informers, API_URL)
-    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(kube))
+    recorder = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
+    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(SecretReads(informers, kube)))
     seen = DeliveryLog()
 
     def receive(signed: Delivery, delivery_id: str, record: bool) -> int:
@@ -255,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         measure("record", lambda body, d: receive(body, d, True), signed),
     ]
     github = FakeGitHubClient()
-    poller = DemandPoller(informers, recorder, lambda pool: github, API_URL, interval=30)
+    poller = DemandPoller(
+        informers, recorder, lambda pool: github, GitHubSettings(api_url=API_URL).api_url_of, interval=30
+    )
     rounds = max(1, args.deliveries // 10)
     started = time.process_time()
     targets = sum(len(poller._targets()) for _ in range(rounds))

@@ -61,8 +61,9 @@ from bench.webhook_cpu import (
 from runnerpool import logs
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.receiver import PATH, WebhookServer
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.signature import sign
+from runnerpool.demand.writer import DemandWriter
+from runnerpool.settings import GitHubSettings
 
 HALF_OPEN = 200
 
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.pools)
     ]
     fill(informers, copy.deepcopy(pools))
-    recorder = DemandRecorder(NoOpKube(informers), informers, API_URL)
+    recorder = DemandWriter(NoOpKube(informers), informers, GitHubSettings(api_url=API_URL).api_url_of)
     server = WebhookServer(
         0, lambda: (SECRET,), recorder.record_job, host="127.0.0.1", deliveries=DeliveryLog()
     )

@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client, config
 
 from runnerpool import logs
-from runnerpool.manager import Operator
+from runnerpool.operator import Operator
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.leader import check_timing
 from runnerpool.settings import Settings

@@ -7,15 +7,15 @@ failure it reports are shared types (``runnerpool.domain``); credential Secrets 
 clients in ``runnerpool.github.credentials``.
 """
 
-from secret_updater.filler import (
-    TokenUpdater,
+from secret_updater.timing import RetryPolicy, next_run_after_failure, next_run_after_success
+from secret_updater.updater import (
+    SecretUpdater,
     token_patch,
 )
-from secret_updater.timing import RetryPolicy, next_run_after_failure, next_run_after_success
 
 __all__ = [
     "RetryPolicy",
-    "TokenUpdater",
+    "SecretUpdater",
     "next_run_after_failure",
     "next_run_after_success",
     "token_patch",

@@ -18,7 +18,21 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, children, naming
 from runnerpool.pods import template
 from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.runtime.kube import Kube
+from runnerpool.secret_reads import SecretReads
 from tests.helpers import wait_for
+
+
+class NoCachedSecrets:
+    """The operator's Secret cache as a pool's webhook Secret finds it: without it (not labelled)."""
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def by_name_reads(kube: Kube) -> SecretReads:
+    """The operator's one by-name Secret reader, over a cache that holds none of the Secrets read."""
+    return SecretReads(NoCachedSecrets(), kube)
 
 
 class LiveReader:

@@ -1,4 +1,4 @@
-"""The token scheduler's JIT fills: one runner per pod, leftovers replaced, outages backed off per pool.
+"""The secret updater's JIT fills: one runner per pod, leftovers replaced, outages backed off per pool.
 
 GitHub is the in-process fake (``runnerpool.github.fake``, GitHub's codes: a name in use is a 409);
 the scheduler is never started, so each job is run by hand, in this thread.
@@ -11,13 +11,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.errors import Unavailable
 from runnerpool.github.types import JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
-from secret_updater.jit import JitFiller
+from runnerpool.runners.leftovers import delete_leftover_runner
+from secret_updater.jit import JitSecretUpdater
 from tests.test_secret_updater_filler import POOL, Harness, harness
 
 __all__ = ["harness"]
@@ -66,6 +68,20 @@ def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> Non
     assert _jobs(jit) == []
     filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     assert _jobs(jit) == []
+
+
+def test_a_used_secret_is_emptied_by_the_updater_and_a_gone_one_is_no_write(jit: Harness) -> None:
+    """The secret updater is the one writer of a JIT Secret's data: the fill, and the emptying
+    once the pod registered (the key stays, with no value, for the kubelet's volume refresh)."""
+    assert jit.updater.jit.empty("team-a", "runner-jit-build-1") is True
+    assert jit.patches == [("team-a", "runner-jit-build-1", {"data": {JIT_SECRET_KEY: ""}})]
+
+    def gone(namespace: str, name: str, body: dict[str, Any]) -> None:
+        raise ApiException(status=404, reason="Not Found")
+
+    clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
+    updater = JitSecretUpdater(clients, gone, lambda ns, name: None, jit.scheduler, delete_leftover_runner)
+    assert updater.empty("team-a", "runner-jit-build-2") is False
 
 
 def test_a_leftover_runner_of_the_pods_name_is_deleted_and_asked_again(jit: Harness) -> None:
@@ -150,7 +166,9 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
 
     caplog.set_level(logging.DEBUG)
     clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
-    filler = JitFiller(clients, patch, lambda ns, name: None, jit.scheduler, clock=jit.clock)
+    filler = JitSecretUpdater(
+        clients, patch, lambda ns, name: None, jit.scheduler, delete_leftover_runner, clock=jit.clock
+    )
     filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     _run(jit, "uid-1")
     failure = filler.failure("team-a", "build")
