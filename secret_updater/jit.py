@@ -44,7 +44,7 @@ from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
 
-__all__ = ["EMPTY_JIT_PATCH", "JitSecretUpdater", "RemoveLeftover", "jit_patch"]
+__all__ = ["EMPTY_JIT_PATCH", "JitSecretUpdater", "RemoveLeftover", "SecretWrites", "jit_patch"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,19 @@ def jit_patch(config: JitConfig) -> dict[str, Any]:
         "metadata": {"annotations": {JIT_RUNNER_ID_ANNOTATION: str(config.runner_id)}},
         "stringData": {JIT_SECRET_KEY: config.encoded},
     }
+
+
+@dataclass(frozen=True)
+class SecretWrites:
+    """What both halves of the secret updater share: the clients they ask GitHub with, the
+    Secret patch they write with, whom they tell of news, the scheduler their jobs run on,
+    and the runner managers' rule for a leftover runner."""
+
+    clients: ClientCache
+    patch_secret: Callable[[str, str, dict[str, Any]], object]
+    notify: Callable[[str, str], None]
+    scheduler: BaseScheduler
+    remove_leftover: RemoveLeftover
 
 
 class _LeftoverBusyError(GitHubError):
@@ -90,21 +103,17 @@ class _Pool:
 class JitSecretUpdater:
     def __init__(
         self,
-        clients: ClientCache,
-        patch_secret: Callable[[str, str, dict[str, Any]], object],
-        notify: Callable[[str, str], None],
-        scheduler: BaseScheduler,
-        remove_leftover: RemoveLeftover,
+        writes: SecretWrites,
         *,
         clock: Callable[[], datetime] = utcnow,
         failure_retry: RetryPolicy = DEFAULT_POLICY,
         rng: random.Random | None = None,
     ) -> None:
-        self._clients = clients
-        self._patch_secret = patch_secret
-        self._notify = notify
-        self._scheduler = scheduler
-        self._remove_leftover = remove_leftover
+        self._clients = writes.clients
+        self._patch_secret = writes.patch_secret
+        self._notify = writes.notify
+        self._scheduler = writes.scheduler
+        self._remove_leftover = writes.remove_leftover
         self._clock = clock
         self._policy = failure_retry
         self._rng = rng or random.Random()

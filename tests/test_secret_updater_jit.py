@@ -19,7 +19,7 @@ from runnerpool.github.errors import Unavailable
 from runnerpool.github.types import JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
-from secret_updater.jit import JitSecretUpdater
+from secret_updater.jit import JitSecretUpdater, SecretWrites
 from tests.test_secret_updater_filler import POOL, Harness, harness
 
 __all__ = ["harness"]
@@ -80,7 +80,9 @@ def test_a_used_secret_is_emptied_by_the_updater_and_a_gone_one_is_no_write(jit:
         raise ApiException(status=404, reason="Not Found")
 
     clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
-    updater = JitSecretUpdater(clients, gone, lambda ns, name: None, jit.scheduler, delete_leftover_runner)
+    updater = JitSecretUpdater(
+        SecretWrites(clients, gone, lambda ns, name: None, jit.scheduler, delete_leftover_runner)
+    )
     assert updater.empty("team-a", "runner-jit-build-2") is False
 
 
@@ -167,7 +169,8 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
     caplog.set_level(logging.DEBUG)
     clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
     filler = JitSecretUpdater(
-        clients, patch, lambda ns, name: None, jit.scheduler, delete_leftover_runner, clock=jit.clock
+        SecretWrites(clients, patch, lambda ns, name: None, jit.scheduler, delete_leftover_runner),
+        clock=jit.clock,
     )
     filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     _run(jit, "uid-1")
