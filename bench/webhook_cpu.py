@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     fill_ms = 1000 * (time.process_time() - started)
     cache_kib = _kept_kib(lambda: fill(empty_cache(), copy.deepcopy(pools)))
     kube = NoOpKube(informers)
-    recorder = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
+    writer = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
     verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(SecretReads(informers, kube)))
     seen = DeliveryLog()
 
@@ -244,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         job = parse_delivery(json.loads(body))
         assert seen.claim(delivery_id)
         if record:
-            return recorder.record_job(job, verdict)
-        return sum(1 for pool in recorder.matching_pools(job) if verdict.admits(pool))
+            return writer.record_job(job, verdict)
+        return sum(1 for pool in writer.matching_pools(job) if verdict.admits(pool))
 
     repos = itertools.cycle(repository(i) for i in range(REPOS))
     bodies = [(delivery(n + 1, repo), repo) for n, repo in zip(range(args.deliveries), repos, strict=False)]
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     github = FakeGitHubClient()
     poller = DemandPoller(
-        informers, recorder, lambda pool: github, GitHubSettings(api_url=API_URL).api_url_of, interval=30
+        informers, writer, lambda pool: github, GitHubSettings(api_url=API_URL).api_url_of, interval=30
     )
     rounds = max(1, args.deliveries // 10)
     started = time.process_time()

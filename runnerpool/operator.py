@@ -2,7 +2,7 @@
 
 Caches, probes, metrics and the webhook receiver run on every replica, so a new leader begins
 with warm caches and a delivery to either replica counts (it is recorded on the pool itself);
-workers, token jobs, runner managers and the demand poller run only while this replica holds
+workers, the secret updater, runner managers and the demand poller run only while this replica holds
 the Lease. ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop
 path, whether a SIGTERM or a lost Lease asks for the stop.
 """
@@ -80,7 +80,7 @@ class Operator:
         )
 
     def _leader_parts(self) -> list[Runnable]:
-        """Credential release, token jobs, runner managers, the poller and the workers."""
+        """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)

@@ -100,7 +100,7 @@ class LiveReader:
 
 def autoscaling_of(raws: Iterable[dict[str, Any]]) -> list[api.RunnerPool]:
     """``Reads.autoscaling_pools`` of a live listing, for any scopes: every valid autoscaling
-    pool not being deleted (a superset of one scope's; the recorder and the poller match
+    pool not being deleted (a superset of one scope's; the demand writer and the poller match
     each job against each pool themselves)."""
     models = (parse_pool(raw).model for raw in raws)
     return [p for p in models if p is not None and p.spec.autoscaling is not None and not p.deleting]

@@ -225,12 +225,12 @@ def test_a_poll_racing_a_pools_deletion_logs_nothing(
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "gone"
     )
-    recorder = DemandWriter(
+    writer = DemandWriter(
         Kube(api_client), _Stale(pools, pool), GitHubSettings(api_url=DEMAND_API).api_url_of
     )
     caplog.set_level(logging.DEBUG)
 
-    recorder.repair(pool, [job(7, "queued", ["self-hosted"])], ["octo-org/hello-world"], timedelta(minutes=1))
+    writer.repair(pool, [job(7, "queued", ["self-hosted"])], ["octo-org/hello-world"], timedelta(minutes=1))
 
     assert [r for r in caplog.records if r.levelno > logging.DEBUG] == []
 
@@ -266,10 +266,10 @@ def test_a_demand_write_that_fails_says_why_on_one_line(
         def patch(self, *args: Any, **kwargs: Any) -> Any:
             raise err
 
-    recorder = DemandWriter(Refusing(api_client), pools, GitHubSettings(api_url=DEMAND_API).api_url_of)
+    writer = DemandWriter(Refusing(api_client), pools, GitHubSettings(api_url=DEMAND_API).api_url_of)
 
     with pytest.raises(DemandWriteFailed) as failed:
-        recorder.record_job(job(8, "queued", ["self-hosted"]))
+        writer.record_job(job(8, "queued", ["self-hosted"]))
 
     text = str(failed.value)
     assert "\n" not in text and _message(err) in text and str(code) in text

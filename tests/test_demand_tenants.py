@@ -1,5 +1,5 @@
 """Per-tenant webhook secrets and the one-pool rule, end to end: real HTTP deliveries to the
-receiver, pools and Secrets on the real API server, demand written by the recorder."""
+receiver, pools and Secrets on the real API server, demand written by the demand writer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.demand.matching import pool_scope_keys
+from runnerpool.demand.matching import scope_keys
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
@@ -49,7 +49,10 @@ class Pools:
             items.extend(found["items"])
         pools = autoscaling_of(items)
         # What the cache's scope index gives (runnerpool.watches): the pools under those keys.
-        return pools if scopes is None else [p for p in pools if set(pool_scope_keys(p, API)) & set(scopes)]
+        if scopes is None:
+            return pools
+        api_url_of = GitHubSettings(api_url=API).api_url_of
+        return [p for p in pools if set(scope_keys(p, api_url_of(p))) & set(scopes)]
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(

@@ -20,7 +20,7 @@ from runnerpool.github.types import JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
 from secret_updater.jit import JitSecretUpdater, SecretWrites
-from tests.test_secret_updater_filler import POOL, Harness, harness
+from tests.test_secret_updater_tokens import POOL, Harness, harness
 
 __all__ = ["harness"]
 
@@ -48,9 +48,9 @@ def jit(harness: Harness) -> Harness:
 
 
 def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> None:
-    filler = jit.updater.jit
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))  # asked again: free
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))  # asked again: free
     assert _jobs(jit) == ["jit/uid-1"]
 
     _run(jit, "uid-1")
@@ -66,7 +66,7 @@ def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> Non
     }
     # Done: no job left, and asking again for the same pod asks GitHub nothing.
     assert _jobs(jit) == []
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     assert _jobs(jit) == []
 
 
@@ -123,16 +123,16 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
         raise Unavailable("HTTP 503")
 
     monkeypatch.setattr(jit.github, "generate_jitconfig", down)
-    filler = jit.updater.jit
+    jit_updater = jit.updater.jit
     for i in range(3):
-        filler.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
+        jit_updater.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
 
     for i in range(3):
         _run(jit, f"uid-{i}")
 
     # One call failed; the pool's other pods waited instead of asking.
     assert calls == ["build-0"]
-    failure = filler.failure("team-a", "build")
+    failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == "GitHubUnavailable"
     assert jit.notified == [("team-a", "build")]
     waits = {jit.scheduler.get_job(f"jit/uid-{i}").next_run_time for i in range(3)}  # type: ignore[union-attr]
@@ -144,15 +144,15 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
         _run(jit, f"uid-{i}")
 
     assert sorted(secret for _, secret, _ in jit.patches) == [f"runner-jit-build-{i}" for i in range(3)]
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
 
 
 def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
-    filler = jit.updater.jit
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
-    filler.forget_pod("team-a", "uid-1")
-    filler.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-fghij"))
-    filler.stop("team-a", "build")
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.forget_pod("team-a", "uid-1")
+    jit_updater.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-fghij"))
+    jit_updater.stop("team-a", "build")
 
     assert _jobs(jit) == []
     assert jit.github.jit_requests == []
@@ -168,13 +168,13 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
 
     caplog.set_level(logging.DEBUG)
     clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
-    filler = JitSecretUpdater(
+    jit_updater = JitSecretUpdater(
         SecretWrites(clients, patch, lambda ns, name: None, jit.scheduler, delete_leftover_runner),
         clock=jit.clock,
     )
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     _run(jit, "uid-1")
-    failure = filler.failure("team-a", "build")
+    failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == "TokenSecretPatchFailed"
 
     # Tried again: the runner the lost write was for is a leftover by then, and replaced.
@@ -184,24 +184,24 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
 
     [(_, _, body)] = jit.patches
     assert len(jit.github.deleted) == 1
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
     assert body["stringData"][JIT_SECRET_KEY] not in caplog.text
 
 
 def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
     jit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    filler = jit.updater.jit
+    jit_updater = jit.updater.jit
 
     def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
-        filler.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
+        jit_updater.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
         raise Unavailable("HTTP 503")
 
     monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
 
     _run(jit, "uid-1")
 
     assert _jobs(jit) == []
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
     assert jit.notified == []

@@ -167,11 +167,11 @@ def test_the_recorder_matches_through_the_index(cache: PoolCache) -> None:
     """Labels and host still decide: the index only narrows the candidates."""
     deliver(cache, POOLS, ADDED, pool("gpu", labels=["gpu"], autoscaling={"maxReplicas": 5}))
     deliver(cache, POOLS, ADDED, pool("cpu", autoscaling={"maxReplicas": 5}))
-    recorder = DemandWriter(Kube(offline()), cache, GitHubSettings(api_url=API).api_url_of)
-    assert [p.name for p in recorder.matching_pools(job("octo-org/hello"))] == ["cpu", "gpu"]
-    assert [p.name for p in recorder.matching_pools(job("octo-org/hello", labels=("gpu",)))] == ["gpu"]
-    assert recorder.matching_pools(job("octo-org/hello", api_url=GHES)) == []
-    assert recorder.matching_pools(job("someone/else")) == []
+    writer = DemandWriter(Kube(offline()), cache, GitHubSettings(api_url=API).api_url_of)
+    assert [p.name for p in writer.matching_pools(job("octo-org/hello"))] == ["cpu", "gpu"]
+    assert [p.name for p in writer.matching_pools(job("octo-org/hello", labels=("gpu",)))] == ["gpu"]
+    assert writer.matching_pools(job("octo-org/hello", api_url=GHES)) == []
+    assert writer.matching_pools(job("someone/else")) == []
 
 
 # -- events -> pool keys ------------------------------------------------------------------------
