@@ -64,7 +64,6 @@ class Operator:
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
         self._demand = DemandWriter(self._kube, self.informers, settings.github.api_url_of)
-        # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
@@ -84,7 +83,7 @@ class Operator:
         settings, kube, clients = self.settings, self._kube, self._clients
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
-        tokens = SecretUpdater(
+        secrets = SecretUpdater(
             clients,
             lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
             lambda namespace, name: self._queue.add(pool_key(namespace, name)),
@@ -105,7 +104,7 @@ class Operator:
         reconciler = Reconciler(
             self.informers,
             self._api,
-            tokens,
+            secrets,
             runners,
             KubeEventRecorder(kube),
             settings=settings,
@@ -116,19 +115,19 @@ class Operator:
             webhook_secrets=self._pool_secrets.problem,
             github=clients,
         )
-        api_url_of = settings.github.api_url_of
+        url_of = settings.github.api_url_of
         poller = DemandPoller(
             self.informers,
             self._demand,
-            lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, api_url_of(pool)),
-            api_url_of,
+            lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, url_of(pool)),
+            url_of,
             interval=settings.demand.poll_interval,
             allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
             Runnable("credential release", protection.release_unused, leader_only=True),
-            scheduler_runnable("secret updater", token_scheduler, tokens.stop_all),
+            scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
