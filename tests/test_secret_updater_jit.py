@@ -158,6 +158,19 @@ def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
     assert jit.github.jit_requests == []
 
 
+def test_the_operators_stop_ends_every_jit_job_too(jit: Harness) -> None:
+    """``stop_all`` (the scheduler's runnable stopping on a lost Lease or SIGTERM) leaves no
+    JIT job behind on the scheduler it does not own, so no runner is made after it."""
+    jit.updater.start(POOL)
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    assert _jobs(jit) == ["jit/uid-1"]
+
+    jit.updater.stop_all()
+
+    assert jit.scheduler.get_jobs() == []
+    assert jit.github.jit_requests == []
+
+
 def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixture) -> None:
     refusing = [True]
 
