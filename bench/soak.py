@@ -63,14 +63,16 @@ from runnerpool import api, naming
 from runnerpool.reasons import ConditionType
 from testworld.demo import install_crd
 from testworld.envtest import audit
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE, OPERATOR_USER, kubectl, operator_kubeconfig
 from testworld.envtest.serviceaccount import refusals as rbac_refusals
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
 from testworld.node import seal
 from testworld.node.node import NODE_NAME, NODE_TOLERATION, Node
-from testworld.simulator import OperatorProcess, iter_runner_labels, poll_until
+from testworld.ports import free_port
+from testworld.simulator import OperatorProcess, iter_runner_labels
+from testworld.wait import poll_until
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

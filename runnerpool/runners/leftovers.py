@@ -5,7 +5,7 @@ A JIT fill (``secret_updater.jit``) that meets a 409 - a runner of the pod's nam
 already, from an attempt whose Secret write was lost or from before an operator restart - asks
 here to remove it, with the same rule as every other deletion: a runner that is busy is never
 deleted. The secret updater receives this function from the operator's assembly
-(``runnerpool.manager``), since the background jobs never import each other.
+(``runnerpool.operator``), since the background jobs never import each other.
 """
 
 from __future__ import annotations
