@@ -65,6 +65,7 @@ from bench.sampler import ProcessSampler
 from bench.stats import percentile
 from runnerpool import api, naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
+from runnerpool.reasons import ConditionType
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest import audit
@@ -196,7 +197,7 @@ class Watcher:
         now = time.perf_counter()
         name = pool["metadata"]["name"]
         conditions = (pool.get("status") or {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        if any(c.get("type") == ConditionType.READY and c.get("status") == "True" for c in conditions):
             with self._changed:
                 self.ready_at.setdefault(name, now)
                 self._changed.notify_all()

@@ -59,7 +59,8 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from bench import soak_plot
-from runnerpool import api, conditions, naming
+from runnerpool import api, naming
+from runnerpool.reasons import ConditionType
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
@@ -751,7 +752,7 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
     status = pool.get("status") or {}
     spec = pool["spec"]
     want = status.get("desiredReplicas") if spec.get("autoscaling") else spec.get("replicas", 0)
-    ready = _condition(pool, conditions.READY)
+    ready = _condition(pool, ConditionType.READY)
     live = [p for p in pods if not p.metadata.deletion_timestamp]
     running = [
         p

@@ -9,7 +9,7 @@ each a ``queued`` job of another repository, on this thread:
 
 * **match**: what the receiver does before any write: check the HMAC signature
   (``verification.Verifier``), parse the JSON body and the job, claim the delivery id, find
-  the pools the job counts for (``DemandRecorder.matching_pools``);
+  the pools the job counts for (``DemandWriter.matching_pools``);
 * **record**: all of that plus ``record_job``'s write path against a no-op Kube (its GET
   answers the cached pool, its PATCH answers nothing): what a delivery costs apart from
   the API server's round trips.
@@ -52,13 +52,15 @@ from kubernetes.informer import ADDED
 from runnerpool import api, naming
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.polling import DemandPoller
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import HEADER, sign
 from runnerpool.demand.verification import Verifier
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import parse_delivery
 from runnerpool.runtime.kube import SECRETS, Kube, Resource
+from runnerpool.secret_reads import SecretReads
+from runnerpool.settings import GitHubSettings
 from runnerpool.watches import POOLS, PoolCache
 
 API_URL = "https://api.github.com"
@@ -231,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     fill_ms = 1000 * (time.process_time() - started)
     cache_kib = _kept_kib(lambda: fill(empty_cache(), copy.deepcopy(pools)))
     kube = NoOpKube(informers)
-    recorder = DemandRecorder(kube, informers, API_URL)
-    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(kube))
+    writer = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
+    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(SecretReads(informers, kube)))
     seen = DeliveryLog()
 
     def receive(signed: Delivery, delivery_id: str, record: bool) -> int:
@@ -242,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         job = parse_delivery(json.loads(body))
         assert seen.claim(delivery_id)
         if record:
-            return recorder.record_job(job, verdict)
-        return sum(1 for pool in recorder.matching_pools(job) if verdict.admits(pool))
+            return writer.record_job(job, verdict)
+        return sum(1 for pool in writer.matching_pools(job) if verdict.admits(pool))
 
     repos = itertools.cycle(repository(i) for i in range(REPOS))
     bodies = [(delivery(n + 1, repo), repo) for n, repo in zip(range(args.deliveries), repos, strict=False)]
@@ -255,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         measure("record", lambda body, d: receive(body, d, True), signed),
     ]
     github = FakeGitHubClient()
-    poller = DemandPoller(informers, recorder, lambda pool: github, API_URL, interval=30)
+    poller = DemandPoller(
+        informers, writer, lambda pool: github, GitHubSettings(api_url=API_URL).api_url_of, interval=30
+    )
     rounds = max(1, args.deliveries // 10)
     started = time.process_time()
     targets = sum(len(poller._targets()) for _ in range(rounds))

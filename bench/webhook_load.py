@@ -12,7 +12,7 @@ delivery costs what it costs the operator apart from the API server's round trip
   the tail longer, not shorter). Answer time
   is from the moment the request is sent until the whole answer is read; ``sustained`` is
   answered deliveries (200) over the time until the last answer. CPU per delivery is this
-  process's CPU (every thread: the server's I/O and worker threads, the recorder) over the
+  process's CPU (every thread: the server's I/O and worker threads, the writer) over the
   run, divided by the deliveries. Repeated ``--repeat`` times: the machine is shared, so the
   table shows the best and the median run.
 * **half-open**: 200 connections send headers and half a body, then nothing. After 1 s
@@ -61,8 +61,9 @@ from bench.webhook_cpu import (
 from runnerpool import logs
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.receiver import PATH, WebhookServer
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.signature import sign
+from runnerpool.demand.writer import DemandWriter
+from runnerpool.settings import GitHubSettings
 
 HALF_OPEN = 200
 
@@ -280,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.pools)
     ]
     fill(informers, copy.deepcopy(pools))
-    recorder = DemandRecorder(NoOpKube(informers), informers, API_URL)
+    writer = DemandWriter(NoOpKube(informers), informers, GitHubSettings(api_url=API_URL).api_url_of)
     server = WebhookServer(
-        0, lambda: (SECRET,), recorder.record_job, host="127.0.0.1", deliveries=DeliveryLog()
+        0, lambda: (SECRET,), writer.record_job, host="127.0.0.1", deliveries=DeliveryLog()
     )
     server.start()
     try:

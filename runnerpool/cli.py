@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client, config
 
 from runnerpool import logs
-from runnerpool.manager import Operator
+from runnerpool.operator import Operator
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.leader import check_timing
 from runnerpool.settings import Settings
@@ -77,7 +77,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
 
     Each watch keeps one connection for as long as it runs (one per informer the table of
     watches makes: ``runnerpool.watches``); the client's default pool (five
-    per CPU) is smaller than the watches plus the workers, token jobs and runner managers of
+    per CPU) is smaller than the watches plus the workers, the secret updater and runner managers of
     a two-core machine, and urllib3 discards a connection that finds the pool full, so
     every request past it paid a new TLS handshake (the largest entry of the N=100 profile).
     """

@@ -24,7 +24,7 @@ any more:
   are asked about, so one protected by a version before the label, whose pools all went
   while no operator ran, keeps its finalizer: the README's one-liner lets it go).
 
-Before the label is on, the Secret is read by name (``runnerpool.credential_reads``): a new
+Before the label is on, the Secret is read by name (``runnerpool.secret_reads``): a new
 pool's first pass, a Secret created after its pool, a Secret whose label someone removed. A
 Secret that leaves the cache (deleted, or unlabelled by hand) brings the pools naming it back
 (``runnerpool.watches``), and their pass labels it again. Only what is missing is patched: the
@@ -55,9 +55,9 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from runnerpool.api_errors import describe
-from runnerpool.credential_reads import CredentialReads
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import SECRETS, Kube
+from runnerpool.secret_reads import SecretReads
 
 __all__ = ["CredentialProtection"]
 
@@ -129,10 +129,10 @@ class CredentialProtection:
     (shared with the GitHub clients' reader) is how a Secret not cached yet is read.
     """
 
-    def __init__(self, cache: Reads, kube: Kube, secrets: CredentialReads | None = None) -> None:
+    def __init__(self, cache: Reads, kube: Kube, secrets: SecretReads | None = None) -> None:
         self._cache = cache
         self._kube = kube
-        self.secrets = secrets if secrets is not None else CredentialReads(cache, kube)
+        self.secrets = secrets if secrets is not None else SecretReads(cache, kube)
         self._lock = threading.Lock()
         self._used: dict[tuple[str, str], str] = {}
         # Releases one at a time, remembering what this process released and the Secret's

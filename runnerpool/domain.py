@@ -1,8 +1,8 @@
 """The vocabulary every part of the operator shares, in one place.
 
-The reconciler, the runner managers, the token updater and the GitHub client all speak
+The reconciler, the runner managers, the secret updater and the GitHub client all speak
 about the same things: which pool (``PoolRef``), where its runners register (``Scope``),
-why its token could not be refreshed (``TokenFailure``), which GitHub API it talks to,
+why its token could not be refreshed (``RegistrationFailure``), which GitHub API it talks to,
 how a pool is keyed in queues and maps ("namespace/name"), and how a time is written into
 Kubernetes objects. Defining them here, below everything else, is what lets
 ``runnerpool`` and ``secret_updater`` use them without importing each other; this module
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -27,8 +27,8 @@ __all__ = [
     "Drain",
     "JobState",
     "PoolRef",
+    "RegistrationFailure",
     "Scope",
-    "TokenFailure",
     "api_url_key",
     "parse_duration",
     "pool_key",
@@ -205,16 +205,26 @@ class Scope:
 
 @dataclass(frozen=True)
 class PoolRef:
-    """Everything a job needs to know about a pool; a change replaces the job."""
+    """Everything a job needs to know about a pool; a change replaces the job.
+
+    ``api_url`` is resolved (the pool's ``spec.githubApiUrl``, else ``--github-api-url``) by the
+    one function that builds refs, ``runnerpool.settings.GitHubSettings.pool_ref``.
+    """
 
     namespace: str
     name: str
     scope: Scope
     credential_secret_name: str
-    github_api_url: str | None = None
+    api_url: str = DEFAULT_API_URL
     # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
     # rotated credentials are tried at once instead of at the next slow retry.
     credentials_version: str = ""
+    #: The old keyword, until ``runnerpool.reconciler`` builds its refs with ``GitHubSettings.pool_ref``.
+    github_api_url: InitVar[str | None] = None
+
+    def __post_init__(self, github_api_url: str | None) -> None:
+        if github_api_url is not None:
+            object.__setattr__(self, "api_url", resolve_api_url(github_api_url))
 
     @property
     def key(self) -> str:
@@ -223,10 +233,6 @@ class PoolRef:
     @property
     def token_secret(self) -> str:
         return naming.token_secret_name(self.name)
-
-    @property
-    def api_url(self) -> str:
-        return resolve_api_url(self.github_api_url)
 
 
 @dataclass(frozen=True)
@@ -249,12 +255,17 @@ class Drain:
 
 
 @dataclass(frozen=True)
-class TokenFailure:
-    """The last refresh failure; ``since`` is when the current run of failures began."""
+class RegistrationFailure:
+    """Why the secret updater could not get a pool's runners what they register with (its
+    registration token, or a JIT pod's config); ``since``: when the current run of failures began."""
 
     reason: Reason
     message: str
     since: datetime
+
+
+#: The old name, until the reconciler's modules say ``RegistrationFailure``.
+TokenFailure = RegistrationFailure
 
 
 #: A workflow job's state as GitHub reports it, in the order states move.

@@ -30,11 +30,17 @@ WARNING = "Warning"
 _COMPONENT = "runnerpool-operator"
 
 
-class Recorder(Protocol):
+class EventRecorder(Protocol):
+    """Whatever tells users about an object with Kubernetes Events (tests pass a list)."""
+
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
 
 
-class EventRecorder:
+#: The old name, until ``runnerpool.reconciler`` says ``EventRecorder``.
+Recorder = EventRecorder
+
+
+class KubeEventRecorder:
     """Writes Events; a failure to record is logged, never raised into a reconcile."""
 
     def __init__(self, kube: Kube, max_remembered: int = 4096) -> None:

@@ -17,6 +17,7 @@ from prometheus_client import Gauge
 
 from runnerpool import api, conditions
 from runnerpool.pods.failures import REPORTED, Failing
+from runnerpool.reasons import ConditionType
 
 #: Set by the operator image's build (``--build-arg COMMIT=...``, see its Dockerfile).
 COMMIT_ENV = "RUNNERPOOL_BUILD_COMMIT"
@@ -98,7 +99,7 @@ def observe_pool(pool: api.RunnerPool, status: dict[str, Any], failing: Iterable
                 RUNNER_PODS_FAILING.remove(*labels, reason)
     POOL_DESIRED.labels(*labels).set(status["desiredReplicas"])
     POOL_READY.labels(*labels).set(status["readyReplicas"])
-    ready = conditions.find(status["conditions"], conditions.READY)
+    ready = conditions.find(status["conditions"], ConditionType.READY)
     POOL_READY_CONDITION.labels(*labels).set(1 if ready is not None and ready["status"] == "True" else 0)
     demand = pool.status.demand
     queued = [job.updated_at for job in (demand.jobs.values() if demand else ()) if job.state == "queued"]

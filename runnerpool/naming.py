@@ -94,7 +94,7 @@ TOKEN_EXPIRY_ANNOTATION = "runnerpool.dev/token-expires-at"
 #: On a JIT pod: the name of its own JIT config Secret (drawn before the pod is created, since
 #: the pod's name is the API server's and its volume must name the Secret).
 JIT_SECRET_ANNOTATION = "runnerpool.dev/jit-secret"
-#: On a JIT Secret once the token scheduler filled it: GitHub's id of the pod's runner. It stays
+#: On a JIT Secret once the secret updater filled it: GitHub's id of the pod's runner. It stays
 #: when the Secret is emptied, so an emptied Secret is never filled again (a second runner).
 JIT_RUNNER_ID_ANNOTATION = "runnerpool.dev/jit-runner-id"
 

@@ -42,7 +42,6 @@ __all__ = [
     "OneRunAtATime",
     "add_self_scheduling_job",
     "background_scheduler",
-    "started_scheduler",
 ]
 
 #: Seconds between tries of a run APScheduler skipped (the backstop below).
@@ -114,12 +113,6 @@ def background_scheduler(max_workers: int) -> BaseScheduler:
     return BackgroundScheduler(
         timezone=UTC, executors={"default": {"type": "threadpool", "max_workers": max_workers}}
     )
-
-
-def started_scheduler(max_workers: int) -> BaseScheduler:
-    scheduler = background_scheduler(max_workers)
-    scheduler.start()
-    return scheduler
 
 
 def add_self_scheduling_job(

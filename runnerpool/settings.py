@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from runnerpool.api import DEFAULT_RUNNER_IMAGE
-from runnerpool.domain import DEFAULT_API_URL
+from runnerpool.api import DEFAULT_RUNNER_IMAGE, RunnerPool
+from runnerpool.domain import DEFAULT_API_URL, PoolRef, resolve_api_url
 from runnerpool.tenants import ALLOW_FLAG, AllowList, AllowRule, parse_allow_rule
 
 __all__ = [
@@ -248,6 +248,25 @@ class GitHubSettings:
         "GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
         "(a pool's spec.githubApiUrl overrides it)",
     )
+
+    def api_url_of(self, pool: RunnerPool) -> str:
+        """The API base ``pool`` talks to: its ``spec.githubApiUrl``, else ``--github-api-url``.
+
+        The one place a pool's URL is resolved; everything else takes the answer (a
+        ``PoolRef.api_url``, or this method handed in as a callable).
+        """
+        return resolve_api_url(pool.spec.github_api_url, self.api_url)
+
+    def pool_ref(self, pool: RunnerPool, credentials_version: str) -> PoolRef:
+        """What the background jobs know of ``pool``, its API URL resolved (``api_url_of``)."""
+        return PoolRef(
+            namespace=pool.namespace,
+            name=pool.name,
+            scope=pool.scope,
+            credential_secret_name=pool.spec.credential_secret_name,
+            api_url=self.api_url_of(pool),
+            credentials_version=credentials_version,
+        )
 
 
 @dataclass(frozen=True)

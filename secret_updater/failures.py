@@ -1,6 +1,6 @@
 """What a failed registration write is reported as: a reason for the condition, a message.
 
-Shared by the pool token jobs (``secret_updater.filler``) and the JIT config jobs
+Shared by the pool token jobs (``secret_updater.updater``) and the JIT config jobs
 (``secret_updater.jit``), which report their failures the same way (``TokenReady``).
 """
 

@@ -1,12 +1,16 @@
-"""Fill each JIT pod's Secret with its own runner's just-in-time config.
+"""Fill each JIT pod's Secret with its own runner's just-in-time config, and empty it once used.
 
-The reconciler (``runnerpool.pods.jit``) asks for a pod whose Secret it created empty; this
-asks GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels) and
+The secret updater's JIT half, and like it the one writer of a JIT Secret's data: the
+reconciler (``runnerpool.pods.jit``) creates the Secret empty and asks for it to be filled
+(``fill``) and, once the pod has registered or is going, emptied (``empty``). A fill asks
+GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels) and
 merge-patches the config into the Secret, with GitHub's runner id in an annotation that marks
 the Secret as filled for good. A 409 is a runner of that name left over (an earlier attempt whose
-patch was lost, an operator restart in between): it is deleted unless busy, and asked again.
+patch was lost, an operator restart in between): the runner managers' rule removes it unless
+busy (``remove_leftover``, i.e. ``runnerpool.runners.leftovers``; this module deletes no
+runner itself), and the fill asks again.
 
-One job per pod on the token scheduler's scheduler, asked for any number of times, run once to
+One job per pod on the token jobs' scheduler, asked for any number of times, run once to
 success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
 retried from 5 s doubling to 5 minutes, GitHub's ``retry-after`` honoured), and per pool: while
 a pool backs off, none of its pods asks GitHub, so an outage costs one call per retry and pool,
@@ -29,22 +33,31 @@ from typing import Any
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 
-from runnerpool.domain import PoolRef, TokenFailure, pool_key, utcnow
+from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, utcnow
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.types import JitConfig, JitRequest
+from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.reasons import Reason
 from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
 
-__all__ = ["JitFiller", "jit_patch"]
+__all__ = ["EMPTY_JIT_PATCH", "JitSecretUpdater", "RemoveLeftover", "SecretWrites", "jit_patch"]
 
 log = logging.getLogger(__name__)
 
 _NAME_IN_USE = 409
+
+#: Removes the pool's runner of that name unless busy (``None``: none). Given by the assembly:
+#: ``runnerpool.runners.leftovers.delete_leftover_runner``, the runner managers' rule.
+RemoveLeftover = Callable[[GitHubClient, PoolRef, str], DeleteOutcome | None]
+
+#: The merge patch that empties a used JIT Secret. The key stays, with no value: the kubelet
+#: keeps refreshing the pod's Secret volume and would report a missing key as a failed mount.
+#: The runner id annotation stays too, so an emptied Secret is never filled again.
+EMPTY_JIT_PATCH: dict[str, Any] = {"data": {JIT_SECRET_KEY: ""}}
 
 
 def jit_patch(config: JitConfig) -> dict[str, Any]:
@@ -53,6 +66,19 @@ def jit_patch(config: JitConfig) -> dict[str, Any]:
         "metadata": {"annotations": {JIT_RUNNER_ID_ANNOTATION: str(config.runner_id)}},
         "stringData": {JIT_SECRET_KEY: config.encoded},
     }
+
+
+@dataclass(frozen=True)
+class SecretWrites:
+    """What both halves of the secret updater share: the clients they ask GitHub with, the
+    Secret patch they write with, whom they tell of news, the scheduler their jobs run on,
+    and the runner managers' rule for a leftover runner."""
+
+    clients: ClientCache
+    patch_secret: Callable[[str, str, dict[str, Any]], object]
+    notify: Callable[[str, str], None]
+    scheduler: BaseScheduler
+    remove_leftover: RemoveLeftover
 
 
 class _LeftoverBusyError(GitHubError):
@@ -70,26 +96,24 @@ class _Pod:
 class _Pool:
     attempt: int = 0
     not_before: datetime | None = None
-    failure: TokenFailure | None = None
+    failure: RegistrationFailure | None = None
     pods: set[str] = field(default_factory=set)
 
 
-class JitFiller:
+class JitSecretUpdater:
     def __init__(
         self,
-        clients: ClientCache,
-        patch_secret: Callable[[str, str, dict[str, Any]], object],
-        notify: Callable[[str, str], None],
-        scheduler: BaseScheduler,
+        writes: SecretWrites,
         *,
         clock: Callable[[], datetime] = utcnow,
         failure_retry: RetryPolicy = DEFAULT_POLICY,
         rng: random.Random | None = None,
     ) -> None:
-        self._clients = clients
-        self._patch_secret = patch_secret
-        self._notify = notify
-        self._scheduler = scheduler
+        self._clients = writes.clients
+        self._patch_secret = writes.patch_secret
+        self._notify = writes.notify
+        self._scheduler = writes.scheduler
+        self._remove_leftover = writes.remove_leftover
         self._clock = clock
         self._policy = failure_retry
         self._rng = rng or random.Random()
@@ -137,7 +161,27 @@ class JitFiller:
                 self._pods.pop(uid, None)
                 self._remove_job(uid)
 
-    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+    def stop_all(self) -> None:
+        """Stop every pod's job (the operator is stopping): no fill starts after this returns."""
+        with self._lock:
+            for uid in self._pods:
+                self._remove_job(uid)
+            self._pods.clear()
+            self._pools.clear()
+
+    def empty(self, namespace: str, secret: str) -> bool:
+        """Empty a used JIT Secret (its pod registered, or is going): a config left in the API
+        is a runner anyone allowed to read the namespace's Secrets could start first. Returns
+        whether it wrote (``False``: the Secret is gone with its pod); raises other errors."""
+        try:
+            self._patch_secret(namespace, secret, EMPTY_JIT_PATCH)
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return False
+            raise
+        return True
+
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         with self._lock:
             state = self._pools.get(pool_key(namespace, name))
             return state.failure if state is not None else None
@@ -167,7 +211,7 @@ class JitFiller:
 
     def _fill(self, pod: _Pod, pod_uid: str) -> None:
         ref = pod.ref
-        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
         config = self._generate(client, pod)
         with self._lock:
             if pod_uid not in self._pods:
@@ -196,12 +240,8 @@ class JitFiller:
         except GitHubError as err:
             if err.status != _NAME_IN_USE:
                 raise
-        leftover = next((r for r in client.list_runners(scope) if r.name == pod.request.name), None)
-        if leftover is not None:
-            if leftover.busy:
-                raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
-            client.delete_runner(scope, leftover.id)
-            log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pod.ref.key)
+        if self._remove_leftover(client, pod.ref, pod.request.name) is DeleteOutcome.BUSY:
+            raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
         return client.generate_jitconfig(scope, pod.request)
 
     def _failed(self, pod: _Pod, pod_uid: str, err: Exception) -> None:
@@ -215,7 +255,9 @@ class JitFiller:
             state.attempt += 1
             delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
             state.not_before = now + delay
-            state.failure = TokenFailure(reason, message, previous.since if previous is not None else now)
+            state.failure = RegistrationFailure(
+                reason, message, previous.since if previous is not None else now
+            )
             self._reschedule(pod_uid, state.not_before)
         changed = previous is None or (previous.reason, previous.message) != (reason, message)
         log.log(

@@ -12,8 +12,18 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from apscheduler.schedulers.base import BaseScheduler
+
+from runnerpool.scheduling import background_scheduler
 
 T = TypeVar("T")
+
+
+def started_scheduler(max_workers: int) -> BaseScheduler:
+    """A running scheduler for a test that owns it (in the operator, ``scheduler_runnable`` does)."""
+    scheduler = background_scheduler(max_workers)
+    scheduler.start()
+    return scheduler
 
 
 def wait_for(

@@ -18,7 +18,21 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, children, naming
 from runnerpool.pods import template
 from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.runtime.kube import Kube
+from runnerpool.secret_reads import SecretReads
 from tests.helpers import wait_for
+
+
+class NoCachedSecrets:
+    """The operator's Secret cache as a pool's webhook Secret finds it: without it (not labelled)."""
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def by_name_reads(kube: Kube) -> SecretReads:
+    """The operator's one by-name Secret reader, over a cache that holds none of the Secrets read."""
+    return SecretReads(NoCachedSecrets(), kube)
 
 
 class LiveReader:
@@ -86,7 +100,7 @@ class LiveReader:
 
 def autoscaling_of(raws: Iterable[dict[str, Any]]) -> list[api.RunnerPool]:
     """``Reads.autoscaling_pools`` of a live listing, for any scopes: every valid autoscaling
-    pool not being deleted (a superset of one scope's; the recorder and the poller match
+    pool not being deleted (a superset of one scope's; the demand writer and the poller match
     each job against each pool themselves)."""
     models = (parse_pool(raw).model for raw in raws)
     return [p for p in models if p is not None and p.spec.autoscaling is not None and not p.deleting]

@@ -26,14 +26,14 @@ from urllib3 import HTTPResponse
 
 from runnerpool import api
 from runnerpool.api_errors import describe
-from runnerpool.demand.recorder import DemandRecorder, RecordFailed
+from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import Scope
 from runnerpool.github.fake import FakeGitHubClients
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime import listwatch, runnables
 from runnerpool.runtime.kube import Kube
-from runnerpool.settings import RunnerSettings
+from runnerpool.settings import GitHubSettings, RunnerSettings
 from tests.helpers import wait_for
 from tests.test_demand_recording import API as DEMAND_API
 from tests.test_demand_recording import Pools, create, job
@@ -183,7 +183,7 @@ def test_a_part_that_fails_to_start_is_one_line(
     def start() -> None:
         raise err
 
-    manager = runnables.RunnableManager([runnables.Runnable("informers", start)])
+    manager = runnables.Supervisor([runnables.Runnable("informers", start)])
     caplog.set_level(logging.DEBUG, logger=runnables.__name__)
     thread = threading.Thread(target=manager.run)
     thread.start()
@@ -225,10 +225,12 @@ def test_a_poll_racing_a_pools_deletion_logs_nothing(
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "gone"
     )
-    recorder = DemandRecorder(Kube(api_client), _Stale(pools, pool), DEMAND_API)
+    writer = DemandWriter(
+        Kube(api_client), _Stale(pools, pool), GitHubSettings(api_url=DEMAND_API).api_url_of
+    )
     caplog.set_level(logging.DEBUG)
 
-    recorder.repair(pool, [job(7, "queued", ["self-hosted"])], ["octo-org/hello-world"], timedelta(minutes=1))
+    writer.repair(pool, [job(7, "queued", ["self-hosted"])], ["octo-org/hello-world"], timedelta(minutes=1))
 
     assert [r for r in caplog.records if r.levelno > logging.DEBUG] == []
 
@@ -264,10 +266,10 @@ def test_a_demand_write_that_fails_says_why_on_one_line(
         def patch(self, *args: Any, **kwargs: Any) -> Any:
             raise err
 
-    recorder = DemandRecorder(Refusing(api_client), pools, DEMAND_API)
+    writer = DemandWriter(Refusing(api_client), pools, GitHubSettings(api_url=DEMAND_API).api_url_of)
 
-    with pytest.raises(RecordFailed) as failed:
-        recorder.record_job(job(8, "queued", ["self-hosted"]))
+    with pytest.raises(DemandWriteFailed) as failed:
+        writer.record_job(job(8, "queued", ["self-hosted"]))
 
     text = str(failed.value)
     assert "\n" not in text and _message(err) in text and str(code) in text

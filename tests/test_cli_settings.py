@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from runnerpool import api
 from runnerpool.cli import parser, settings_from
 from runnerpool.settings import Settings
 
@@ -86,3 +87,21 @@ def test_bad_flags_say_what_to_fix(argv: list[str], message: str, capsys: pytest
 def test_lease_timings_the_library_refuses_are_refused_up_front() -> None:
     with pytest.raises(SystemExit, match="--lease-duration > --renew-deadline"):
         settings_from(parser().parse_args(["--lease-duration=5", "--renew-deadline=10"]))
+
+
+def test_a_pools_api_url_is_its_own_else_the_flags_in_every_ref() -> None:
+    """One resolution per pool: ``--github-api-url`` reaches what the background jobs are given."""
+    settings = settings_from(parser().parse_args(["--github-api-url", "https://ghe.example.com/api/v3/"]))
+    plain = api.RunnerPool.model_validate(
+        {"metadata": {"name": "build", "namespace": "ci"}, "spec": {"organization": "octo-org"}}
+    )
+    own = api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "other", "namespace": "ci"},
+            "spec": {"organization": "octo-org", "githubApiUrl": "https://ghe2.example.com/api/v3"},
+        }
+    )
+    ref = settings.github.pool_ref(plain, credentials_version="7")
+    assert (ref.api_url, ref.credentials_version) == ("https://ghe.example.com/api/v3", "7")
+    assert settings.github.pool_ref(own, "7").api_url == "https://ghe2.example.com/api/v3"
+    assert Settings().github.api_url_of(plain) == "https://api.github.com"

@@ -20,14 +20,14 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.credential_reads import CredentialReads
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeTokenJobs
 from runnerpool.naming import CREDENTIAL_FINALIZER, CREDENTIAL_LABEL, CREDENTIAL_VALUE
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.kube import Kube, Resource
+from runnerpool.secret_reads import SecretReads
 from tests.github_mocks import RunnerEndpoint, github
 from tests.pools import LiveReader, create_pool, pat_secret, pool_manifest
 from tests.test_reconciler import _finalize, runners
@@ -90,7 +90,7 @@ def kube(api_client: client.ApiClient) -> RecordingKube:
 @pytest.fixture
 def protection(api_client: client.ApiClient, kube: RecordingKube, clock: Clock) -> CredentialProtection:
     reader = SelectedReader(api_client)
-    return CredentialProtection(reader, kube, CredentialReads(reader, kube, clock=clock))
+    return CredentialProtection(reader, kube, SecretReads(reader, kube, clock=clock))
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def reconciler(
         api_client,
         FakeTokenJobs(),
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         expectations=Expectations(timeout=0),
         protection=protection,
     )
@@ -237,7 +237,7 @@ def test_a_conflict_on_a_secret_not_labelled_yet_is_read_again_at_once(
     create_pool(api_client, namespace, pool_manifest("together", repo="octo-org/octo-repo"))
     kube = ChangedUnderTheFirstPatch(api_client)
     reader = SelectedReader(api_client)
-    protection = CredentialProtection(reader, kube, CredentialReads(reader, kube))
+    protection = CredentialProtection(reader, kube, SecretReads(reader, kube))
 
     assert protection.protect(namespace, "together", CRED)
 

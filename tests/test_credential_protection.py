@@ -15,7 +15,7 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeTokenJobs
 from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.pods.expectations import Expectations
@@ -49,7 +49,7 @@ def reconciler(
         api_client,
         FakeTokenJobs(),
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
         expectations=Expectations(timeout=0),
         protection=protection,

@@ -16,11 +16,12 @@ from kubernetes import client
 
 from runnerpool import api
 from runnerpool.demand.polling import DemandPoller
-from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.runtime.kube import Kube
+from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, fixture, job_object
 from tests.pools import autoscaling_of
 
@@ -97,11 +98,11 @@ def test_a_queued_job_counts_in_one_autoscaling_pool_it_matches_and_nowhere_else
     api_client: client.ApiClient, pools: Pools
 ) -> None:
     """Both autoscaling pools could take a plain self-hosted job: the plainer one (cpu) counts it."""
-    recorder = DemandRecorder(Kube(api_client), pools, API)
-    assert recorder.record_job(job(1, "queued", ["self-hosted"])) == 1
-    assert recorder.record_job(job(2, "queued", ["self-hosted", "gpu"])) == 1
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of)
+    assert writer.record_job(job(1, "queued", ["self-hosted"])) == 1
+    assert writer.record_job(job(2, "queued", ["self-hosted", "gpu"])) == 1
     before = {name: pools.get(name)["metadata"]["resourceVersion"] for name in ("gpu", "cpu", "fixed")}
-    assert recorder.record_job(job(3, "queued", ["self-hosted", "no-such-label"])) == 0
+    assert writer.record_job(job(3, "queued", ["self-hosted", "no-such-label"])) == 0
     assert {name: pools.get(name)["metadata"]["resourceVersion"] for name in before} == before
     gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
     assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (1, ["2"])
@@ -109,20 +110,22 @@ def test_a_queued_job_counts_in_one_autoscaling_pool_it_matches_and_nowhere_else
     assert demand(pools, "fixed") is None
     # Taken by a gpu runner: busy there, no longer wanted by cpu.
     pools.pods["gpu"] = ["gpu-x1y2z"]
-    assert recorder.record_job(job(1, "in_progress", ["self-hosted"], runner="gpu-x1y2z")) == 2
+    assert writer.record_job(job(1, "in_progress", ["self-hosted"], runner="gpu-x1y2z")) == 2
     gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
     assert gpu is not None and (gpu.queued, gpu.busy) == (1, 1)
     assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
 
 
 def test_deliveries_to_two_replicas_at_once_all_count(api_client: client.ApiClient, pools: Pools) -> None:
-    replicas = [DemandRecorder(Kube(api_client), pools, API) for _ in range(2)]
+    replicas = [
+        DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of) for _ in range(2)
+    ]
     jobs = [job(100 + i, "queued", ["self-hosted", "gpu"]) for i in range(30)]
     errors: list[Exception] = []
 
-    def deliver(recorder: DemandRecorder, item: Job) -> None:
+    def deliver(writer: DemandWriter, item: Job) -> None:
         try:
-            recorder.record_job(item)
+            writer.record_job(item)
         except Exception as err:
             errors.append(err)
 
@@ -146,9 +149,9 @@ def test_polling_repairs_lost_deliveries(
     api_client: client.ApiClient, pools: Pools, github: responses.RequestsMock
 ) -> None:
     clock = Clock()
-    recorder = DemandRecorder(Kube(api_client), pools, API, clock=clock)
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
     # Delivered: job 1 queued. Lost: job 1's completion, and job 2 being queued.
-    recorder.record_job(job(1, "queued", ["self-hosted", "gpu"]))
+    writer.record_job(job(1, "queued", ["self-hosted", "gpu"]))
     runs = "/repos/octo-org/hello-world/actions/runs"
     pattern = re.compile(r"https://api\.github\.com(:443)?" + re.escape(runs) + r"(/\d+/jobs)?(\?.*)?$")
     job_2_queued = [True]
@@ -175,7 +178,14 @@ def test_polling_repairs_lost_deliveries(
     run = fixture("repo-workflow-runs.json")["workflow_runs"][0]
     github.add_callback(responses.GET, pattern, callback=answer)
     gh = Github(auth=Auth.Token("ghp_test"), base_url=API, retry=None, lazy=True)
-    poller = DemandPoller(pools, recorder, lambda pool: PyGithubClient(gh), API, interval=30, clock=clock)
+    poller = DemandPoller(
+        pools,
+        writer,
+        lambda pool: PyGithubClient(gh),
+        GitHubSettings(api_url=API).api_url_of,
+        interval=30,
+        clock=clock,
+    )
     clock.now += timedelta(seconds=10)
     poller.poll_once()
     gpu = demand(pools, "gpu")
@@ -197,10 +207,12 @@ def test_a_polled_job_two_pools_could_take_counts_in_one(api_client: client.ApiC
     """Polling applies the one-pool rule too: the plain cpu pool counts a plain job, the gpu
     pool hears of it once a gpu runner takes it."""
     clock = Clock()
-    recorder = DemandRecorder(Kube(api_client), pools, API, clock=clock)
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
     github = FakeGitHubClient()
     github.jobs[REPO] = [job(40, "queued", ["self-hosted"])]
-    poller = DemandPoller(pools, recorder, lambda pool: github, API, interval=30, clock=clock)
+    poller = DemandPoller(
+        pools, writer, lambda pool: github, GitHubSettings(api_url=API).api_url_of, interval=30, clock=clock
+    )
     poller.poll_once()
     cpu, gpu = demand(pools, "cpu"), demand(pools, "gpu")
     assert cpu is not None and cpu.queued == 1

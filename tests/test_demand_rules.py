@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from runnerpool import api
-from runnerpool.demand import record
+from runnerpool.demand import rules
 from runnerpool.demand.matching import counting_pool, job_matches, recording_pools, registered_labels
 from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
 
 T0 = datetime(2030, 1, 20, 17, 0, tzinfo=UTC)
@@ -56,6 +57,11 @@ def test_registered_labels_are_what_its_runners_register_with() -> None:
     assert "arm64" in registered_labels(arm) and "x64" not in registered_labels(arm)
 
 
+def matches_with_the_operators_default(pool: api.RunnerPool, job: Job) -> bool:
+    """``job_matches`` with the pool's URL as the operator resolves it (``--github-api-url`` = API)."""
+    return job_matches(pool, job, GitHubSettings(api_url=API).api_url_of(pool))
+
+
 @pytest.mark.parametrize(
     ("labels", "matches"),
     [
@@ -71,18 +77,18 @@ def test_registered_labels_are_what_its_runners_register_with() -> None:
     ],
 )
 def test_a_job_counts_where_the_pool_has_all_its_labels(labels: list[str], matches: bool) -> None:
-    assert job_matches(pool(labels=["gpu"]), job(1, "queued", labels), API) is matches
+    assert matches_with_the_operators_default(pool(labels=["gpu"]), job(1, "queued", labels)) is matches
 
 
 def test_a_job_counts_only_in_its_own_scope_and_host() -> None:
     org_pool = pool(repository=None, organization="Octo-Org")
-    assert job_matches(org_pool, job(1, "queued", repository="octo-org/any-repo"), API)
-    assert not job_matches(org_pool, job(1, "queued", repository="other-org/any-repo"), API)
-    assert job_matches(pool(repository="Octo-Org/Hello-World"), job(1, "queued"), API)
-    assert not job_matches(pool(repository="octo-org/other"), job(1, "queued"), API)
+    assert matches_with_the_operators_default(org_pool, job(1, "queued", repository="octo-org/any-repo"))
+    assert not matches_with_the_operators_default(org_pool, job(1, "queued", repository="other-org/any-repo"))
+    assert matches_with_the_operators_default(pool(repository="Octo-Org/Hello-World"), job(1, "queued"))
+    assert not matches_with_the_operators_default(pool(repository="octo-org/other"), job(1, "queued"))
     ghes = pool(githubApiUrl="https://ghe.example.com/api/v3")
-    assert not job_matches(ghes, job(1, "queued"), API)
-    assert job_matches(ghes, job(1, "queued", api="https://ghe.example.com/api/v3"), API)
+    assert not matches_with_the_operators_default(ghes, job(1, "queued"))
+    assert matches_with_the_operators_default(ghes, job(1, "queued", api="https://ghe.example.com/api/v3"))
 
 
 # ------------------------------------------------------------------ demand
@@ -98,42 +104,42 @@ def auto(**kw: Any) -> dict[str, Any]:
 
 
 def test_states_only_move_forward() -> None:
-    demand, moved = record.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
+    demand, moved = rules.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
     assert (demand.queued, demand.busy, len(moved)) == (2, 0, 2)
     runner = "gpu-abcde"
-    demand, _ = record.apply(demand, [job(1, "in_progress", runner=runner)], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(1, "in_progress", runner=runner)], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (1, 1)
-    demand, _ = record.apply(demand, [job(1, "completed", runner=runner)], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(1, "completed", runner=runner)], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (1, 0)
     # A late in_progress or queued delivery of job 1 cannot bring it back.
-    again, moved = record.apply(
+    again, moved = rules.apply(
         demand, [job(1, "queued"), job(1, "in_progress", runner=runner)], T0, runners=OURS
     )
     assert again == demand and moved == []
 
 
 def test_a_job_taken_by_another_pools_runner_no_longer_counts_here() -> None:
-    demand, _ = record.apply(None, [job(1, "queued")], T0, runners=OURS)
-    demand, _ = record.apply(demand, [job(1, "in_progress", runner="gpu-2-xyz12")], T0, runners=OURS)
+    demand, _ = rules.apply(None, [job(1, "queued")], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(1, "in_progress", runner="gpu-2-xyz12")], T0, runners=OURS)
     assert (demand.queued, demand.busy) == (0, 0)
 
 
 def test_states_that_want_no_runner_are_not_tracked() -> None:
-    demand, _ = record.apply(None, [job(1, "waiting")], T0, runners=OURS)
+    demand, _ = rules.apply(None, [job(1, "waiting")], T0, runners=OURS)
     assert demand.jobs == {}
 
 
 def test_completed_jobs_are_forgotten_after_a_while() -> None:
-    demand, _ = record.apply(None, [job(1, "completed")], T0, runners=OURS)
+    demand, _ = rules.apply(None, [job(1, "completed")], T0, runners=OURS)
     assert "1" in demand.jobs
-    later, _ = record.apply(demand, [job(2, "queued")], T0 + record.COMPLETED_TTL, runners=OURS)
+    later, _ = rules.apply(demand, [job(2, "queued")], T0 + rules.COMPLETED_TTL, runners=OURS)
     assert set(later.jobs) == {"2"}
 
 
 def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> None:
-    demand, _ = record.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
+    demand, _ = rules.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
     grace = timedelta(seconds=60)
-    soon, _ = record.repair(
+    soon, _ = rules.repair(
         demand,
         [job(2, "queued")],
         ["octo-org/hello-world"],
@@ -142,7 +148,7 @@ def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> Non
         runners=OURS,
     )
     assert soon.queued == 2, "a job just queued may not be listed yet"
-    late, _ = record.repair(
+    late, _ = rules.repair(
         demand,
         [job(2, "queued"), job(3, "queued")],
         ["octo-org/hello-world"],
@@ -151,7 +157,7 @@ def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> Non
         runners=OURS,
     )
     assert (late.queued, late.jobs["1"].state) == (2, "completed")
-    unpolled, _ = record.repair(demand, [], ["octo-org/other"], now=T0 + grace, grace=grace, runners=OURS)
+    unpolled, _ = rules.repair(demand, [], ["octo-org/other"], now=T0 + grace, grace=grace, runners=OURS)
     assert unpolled.queued == 2, "only repositories that were polled say anything"
 
 
@@ -161,10 +167,10 @@ def test_repair_ends_at_once_a_job_an_earlier_poll_listed() -> None:
     Waiting out the grace for it kept a pool that polls (no webhook) a runner too many for a
     minute after every job (the demand benchmark's back-to-0 of 62 s).
     """
-    demand, _ = record.apply(
+    demand, _ = rules.apply(
         None, [job(1, "queued"), job(2, "in_progress", runner="gpu-abcde")], T0, runners=OURS
     )
-    after, _ = record.repair(
+    after, _ = rules.repair(
         demand,
         [],
         ["octo-org/hello-world"],
@@ -213,7 +219,9 @@ def test_one_pool_counts_a_queued_job(
 ) -> None:
     models = [pool(name, namespace, autoscaling=AUTO, **spec) for name, namespace, spec in pools]
     queued = job(1, "queued", labels)
-    matching = [p for p in models if job_matches(p, queued, API)]  # the rule sees only these
+    matching = [
+        p for p in models if matches_with_the_operators_default(p, queued)
+    ]  # the rule sees only these
     chosen = counting_pool(queued, matching)
     assert (None if chosen is None else f"{chosen.namespace}/{chosen.name}") == counted_by
     assert [f"{p.namespace}/{p.name}" for p in recording_pools(queued, matching)] == (

@@ -1,5 +1,5 @@
 """Per-tenant webhook secrets and the one-pool rule, end to end: real HTTP deliveries to the
-receiver, pools and Secrets on the real API server, demand written by the recorder."""
+receiver, pools and Secrets on the real API server, demand written by the demand writer."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
-from runnerpool.demand.matching import pool_scope_keys
+from runnerpool.demand.matching import scope_keys
 from runnerpool.demand.receiver import WebhookServer
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.runtime.kube import Kube
+from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
-from tests.pools import autoscaling_of
+from tests.pools import autoscaling_of, by_name_reads
 from tests.test_demand_webhook import post as webhook_post
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
@@ -48,7 +49,10 @@ class Pools:
             items.extend(found["items"])
         pools = autoscaling_of(items)
         # What the cache's scope index gives (runnerpool.watches): the pools under those keys.
-        return pools if scopes is None else [p for p in pools if set(pool_scope_keys(p, API)) & set(scopes)]
+        if scopes is None:
+            return pools
+        api_url_of = GitHubSettings(api_url=API).api_url_of
+        return [p for p in pools if set(scope_keys(p, api_url_of(p))) & set(scopes)]
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(
@@ -97,8 +101,13 @@ def tenants(api_client: client.ApiClient, namespace: str, other_namespace: str) 
 def receiver(api_client: client.ApiClient, tenants: Pools) -> Iterator[WebhookServer]:
     kube = Kube(api_client)
     # retry_gap=0: a delivery no cached secret verifies re-reads the Secrets at once.
-    verifier = Verifier(lambda: (CLUSTER,), tenants, PoolSecrets(kube, retry_gap=0.0))
-    server = WebhookServer(0, verifier, DemandRecorder(kube, tenants, API).record_job, host="127.0.0.1")
+    verifier = Verifier(lambda: (CLUSTER,), tenants, PoolSecrets(by_name_reads(kube), retry_gap=0.0))
+    server = WebhookServer(
+        0,
+        verifier,
+        DemandWriter(kube, tenants, GitHubSettings(api_url=API).api_url_of).record_job,
+        host="127.0.0.1",
+    )
     server.start()
     yield server
     server.stop()
@@ -177,7 +186,9 @@ def test_a_missing_tenant_secret_moves_nothing_and_says_so(
     assert deliver(receiver, BOB, 9, "octo-org/lost-app")[0] == 401, "no secret of the pool to verify with"
     assert deliver(receiver, CLUSTER, 9, "octo-org/lost-app") == (200, "job 9 queued: 0 pool(s)\n")
     assert versions(tenants, lost) == before
-    problem = PoolSecrets(Kube(api_client)).problem(other_namespace, api.WebhookSecretRef(name="not-there"))
+    problem = PoolSecrets(by_name_reads(Kube(api_client))).problem(
+        other_namespace, api.WebhookSecretRef(name="not-there")
+    )
     assert problem == f"Secret {other_namespace}/not-there not found"
 
 

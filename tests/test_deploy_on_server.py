@@ -28,8 +28,8 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.hook_access import HOOK_RULES
-from runnerpool.manager import Operator
 from runnerpool.naming import CREDENTIAL_FINALIZER
+from runnerpool.operator import Operator
 from runnerpool.settings import (
     DemandSettings,
     GitHubSettings,

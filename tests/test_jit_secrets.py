@@ -1,6 +1,6 @@
 """A JIT pool's pods and their own Secrets, reconciled against the real API server.
 
-The token scheduler is the recording stand-in (``FakeJitJobs``; ``secret_updater.jit`` has its own
+The secret updater is the recording stand-in (``FakeJitJobs``; ``secret_updater.jit`` has its own
 tests), so a fill is written here by hand the way it writes it (``jit_patch``); no kubelet runs,
 so the register init container's end is reported by hand too.
 """
@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from runnerpool import naming
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.types import JitConfig
 from runnerpool.pods import jit
@@ -45,7 +45,7 @@ def reconciler(
         api_client,
         tokens,
         FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         expectations=Expectations(timeout=0),
     )
@@ -110,14 +110,14 @@ def test_a_jit_pods_secret_is_created_empty_filled_once_emptied_once_used(
         pod["metadata"]["uid"],
     )
     assert secret["metadata"]["labels"][naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
-    # ... and asks the token scheduler for one runner named after the pod, with the pool's labels.
+    # ... and asks the secret updater for one runner named after the pod, with the pool's labels.
     [(secret_name, uid, request)] = tokens.jit.fills[-1:]
     assert (secret_name, uid) == (secret["metadata"]["name"], pod["metadata"]["uid"])
     assert request.name == pod["metadata"]["name"]
     assert request.labels == (f"{namespace}/jp", "gpu")
     assert request.work_folder == naming.WORK_DIR
 
-    # Filled (as the token scheduler writes it): nothing more is asked, nothing written.
+    # Filled (as the secret updater writes it): nothing more is asked, nothing written.
     client.CoreV1Api(api_client).patch_namespaced_secret(
         secret["metadata"]["name"], namespace, jit_patch(JitConfig(runner_id=7, encoded=CONFIG))
     )

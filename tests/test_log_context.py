@@ -24,14 +24,15 @@ from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import PAT_KEY, ClientCache, NamedClientCache
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.types import RegistrationToken
+from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.controller import Controller, Result, TerminalError
 from runnerpool.runtime.workqueue import RateLimiter, RateLimitingQueue
-from runnerpool.scheduling import background_scheduler, started_scheduler
+from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import RunnerSettings
-from secret_updater import TokenUpdater
+from secret_updater import SecretUpdater
 from tests.github_mocks import RunnerEndpoint, fast_client_factory, github
-from tests.helpers import wait_for
+from tests.helpers import started_scheduler, wait_for
 from tests.test_runner_listing import NS, Cache, Pods
 
 __all__ = ["github"]  # the shared fixture
@@ -161,14 +162,16 @@ def test_text_lines_show_the_pool_too() -> None:
 def test_a_token_job_run_on_the_scheduler_logs_for_its_pool(json_lines: Lines) -> None:
     """APScheduler runs the job on a thread of its pool; the next job on that thread (one
     worker) must not inherit the pool."""
-    pool = PoolRef("team-a", "build", Scope(organization="octo-org"), "github-cred", None)
+    pool = PoolRef("team-a", "build", Scope(organization="octo-org"), "github-cred")
     github = FakeGitHubClient()
     github.tokens.append(
         RegistrationToken("AABF3JGZDX3P5PMEXLND6TS6FCWO6", datetime.now(UTC) + timedelta(hours=1))
     )
     cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
     scheduler = started_scheduler(1)
-    updater = TokenUpdater(cache, lambda ns, name, body: None, lambda ns, name: None, scheduler=scheduler)
+    updater = SecretUpdater(
+        cache, lambda ns, name, body: None, lambda ns, name: None, scheduler, delete_leftover_runner
+    )
     other = threading.Event()
     try:
         updater.start(pool)
@@ -179,7 +182,7 @@ def test_a_token_job_run_on_the_scheduler_logs_for_its_pool(json_lines: Lines) -
         scheduler.add_job(lambda: (elsewhere.info("another job"), other.set()))
         assert other.wait(10)
     finally:
-        updater.shutdown()
+        updater.stop_all()
         scheduler.shutdown(wait=False)
     assert refreshed[0]["pool"] == "team-a/build"
     assert "reconcileID" not in refreshed[0], "a job run is no reconcile"
@@ -209,7 +212,7 @@ def test_a_runner_managers_round_logs_each_pools_part_for_that_pool(
         scheduler.start()
         wait_for(lambda: len(json_lines.with_msg("counts changed")) >= 2, message="both pools' counts")
     finally:
-        managers.shutdown()
+        managers.stop_all()
         scheduler.shutdown(wait=False)
     assert endpoint.listed == [(1, 200)], "one listing for both"
     pools = [line.get("pool") for line in json_lines.with_msg("counts changed")]

@@ -5,7 +5,7 @@ token job and its scope's runner manager (``PoolRef.credentials_version``) milli
 their first start, while that first run is still in flight. APScheduler skipped the
 replacement ("maximum number of running instances reached": it counts instances per job id)
 and the stale run, seeing it was stale, scheduled nothing: the pool waited for the 5-minute
-safety net in ``WaitingForToken``. These tests run the real ``TokenUpdater`` and
+safety net in ``WaitingForToken``. These tests run the real ``SecretUpdater`` and
 ``RunnerManagers`` on a running scheduler, with the first GitHub request held on an Event
 while the job is replaced, and assert the replacement's work lands within a bound far below
 the safety net - before the stale request is even answered.
@@ -32,12 +32,12 @@ from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken, Runner
 from runnerpool.naming import TOKEN_SECRET_KEY
+from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
-from runnerpool.scheduling import started_scheduler
 from runnerpool.settings import RunnerSettings, TokenSettings
-from secret_updater import TokenUpdater
-from tests.helpers import wait_for
+from secret_updater import SecretUpdater
+from tests.helpers import started_scheduler, wait_for
 from tests.test_runner_listing import NS, Cache, Pods
 
 #: Far below the safety net (5 min for tokens, 10 intervals for listings), above scheduler jitter.
@@ -101,7 +101,7 @@ class GatedGitHub(FakeGitHubClient):
 
 @dataclass
 class TokenWorld:
-    updater: TokenUpdater
+    updater: SecretUpdater
     clients: ClientCache
     secrets: dict[tuple[str, str], dict[str, str]]
     patches: list[tuple[str, str, dict[str, Any]]]
@@ -119,11 +119,12 @@ def _token_world(scheduler: BaseScheduler, github: GatedGitHub) -> TokenWorld:
         return github
 
     clients = ClientCache(lambda ns, name: secrets.get((ns, name)), factory=factory)
-    updater = TokenUpdater(
+    updater = SecretUpdater(
         clients,
         lambda ns, name, body: patches.append((ns, name, body)),
         lambda ns, name: None,
         scheduler=scheduler,
+        remove_leftover=delete_leftover_runner,
         rng=random.Random(7),
     )
     return TokenWorld(updater, clients, secrets, patches)
@@ -174,13 +175,13 @@ def test_a_token_job_replaced_while_its_first_request_hangs_fills_the_secret_at_
         assert job is not None and job.next_run_time == next_run
     finally:
         stale.open()
-        world.updater.shutdown()
+        world.updater.stop_all()
 
 
 def test_a_stale_run_that_starts_late_and_returns_early_leaves_its_successor_due() -> None:
     """One worker thread, held by another pool's request: the pool's first run waits in the
     executor's queue, its job is replaced meanwhile, and the stale run, once it starts, returns
-    at once (the generation check at the top of ``TokenUpdater._run``). The replacement must
+    at once (the generation check at the top of ``SecretUpdater._run``). The replacement must
     still run as soon as a thread is free, not at the safety net."""
     scheduler = started_scheduler(1)
     busy = Gate()
@@ -205,7 +206,7 @@ def test_a_stale_run_that_starts_late_and_returns_early_leaves_its_successor_due
         assert len(github.token_requests) == 2, "the other pool's and the replacement's, none stale"
     finally:
         busy.open()
-        world.updater.shutdown()
+        world.updater.stop_all()
         scheduler.shutdown(wait=False)
 
 
@@ -270,7 +271,7 @@ def test_a_runner_manager_replaced_while_its_listing_hangs_lists_at_once(schedul
         assert latest is not None and [r.id for r in latest.runners] == [1]
     finally:
         stale.open()
-        managers.shutdown()
+        managers.stop_all()
 
 
 def test_a_pool_joining_a_scope_whose_round_is_in_progress_is_listed_soon(scheduler: BaseScheduler) -> None:
@@ -303,7 +304,7 @@ def test_a_pool_joining_a_scope_whose_round_is_in_progress_is_listed_soon(schedu
         )
     finally:
         listing.open()
-        managers.shutdown()
+        managers.stop_all()
 
 
 # -- whatever the order of events ----------------------------------------------------------------
@@ -402,6 +403,6 @@ def test_whatever_the_order_of_events_a_pool_gets_its_token_and_first_listing(
         )
     finally:
         model.gate.open()
-        model.tokens.updater.shutdown()
-        model.managers.shutdown()
+        model.tokens.updater.stop_all()
+        model.managers.stop_all()
         scheduler.shutdown(wait=False)

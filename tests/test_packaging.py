@@ -30,6 +30,6 @@ def test_the_wheel_holds_no_test_world_and_needs_no_test_dependency(tmp_path: Pa
 
     top_level = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
     assert top_level == {"runnerpool", "secret_updater"}
-    assert "runnerpool/cli.py" in names and "secret_updater/filler.py" in names
+    assert "runnerpool/cli.py" in names and "secret_updater/updater.py" in names
     runtime = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
     assert not [r for r in runtime if r.lower().startswith(("pyyaml", "pytest", "responses"))], runtime

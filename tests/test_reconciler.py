@@ -20,11 +20,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, naming
-from runnerpool.conditions import RUNNERS_DEREGISTERED
-from runnerpool.domain import Scope, TokenFailure
-from runnerpool.events import EventRecorder
+from runnerpool.domain import RegistrationFailure, Scope
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.pods.expectations import Expectations
+from runnerpool.reasons import ConditionType
 from runnerpool.reconciler import (
     DeregistrationError,
     InvalidSpecError,
@@ -70,7 +70,7 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
         scheduler=BackgroundScheduler(timezone=UTC),  # never started
     )
     yield managers
-    managers.shutdown()
+    managers.stop_all()
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ def reconciler(
         api_client,
         tokens,
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(
             deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
         ),
@@ -163,7 +163,7 @@ def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
         api_client,
         tokens,
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
         expectations=Expectations(timeout=0),
     )
@@ -284,7 +284,7 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
     )
 
     with pytest.raises(InvalidSpecError) as info:
@@ -325,7 +325,7 @@ def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
         api_client,
         tokens,
         FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")
@@ -422,7 +422,7 @@ def test_a_token_failure_shows_its_reason(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("zeta"))
-    tokens.failures[(namespace, "zeta")] = TokenFailure(
+    tokens.failures[(namespace, "zeta")] = RegistrationFailure(
         reason="BadCredentials", message="GitHub rejected the credentials", since=datetime.now(UTC)
     )
     reconciler(f"{namespace}/zeta")
@@ -513,7 +513,7 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     assert list(endpoint.runners) == [12], "the pool's runners are gone, the other pool's runner stays"
     assert sorted(runner_id for runner_id, _ in endpoint.deleted) == [11, 13]
     assert (namespace, "eta") in tokens.stopped
-    assert (namespace, "eta") in tokens.emptied, "the token updater empties the Secret"
+    assert (namespace, "eta") in tokens.emptied, "the secret updater empties the Secret"
 
 
 def test_a_github_outage_keeps_the_finalizer_and_says_why(
@@ -528,7 +528,7 @@ def test_a_github_outage_keeps_the_finalizer_and_says_why(
     pool = _get(api_client, namespace, "theta")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert any(reason == "DeregistrationFailed" for _, reason, _ in pool_events(api_client, namespace))
-    cond = _condition(pool, RUNNERS_DEREGISTERED)
+    cond = _condition(pool, ConditionType.RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "GitHubUnavailable")
 
 
@@ -545,7 +545,7 @@ def test_a_busy_runner_delays_deletion_without_error(
     assert _pods(api_client, namespace, "iota"), "a busy runner's pods are not deleted"
     pool = _get(api_client, namespace, "iota")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
-    assert _condition(pool, RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
+    assert _condition(pool, ConditionType.RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
     assert endpoint.deleted == [], "a runner listed busy is not even asked to go"
 
 
@@ -564,7 +564,7 @@ def test_a_runner_that_took_a_job_is_retried_then_deregistered(
     assert endpoint.deleted == [(31, 422)]
     pool = _get(api_client, namespace, "lambda")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
-    cond = _condition(pool, RUNNERS_DEREGISTERED)
+    cond = _condition(pool, ConditionType.RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "RunnersBusy")
     assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in pool_events(
         api_client, namespace

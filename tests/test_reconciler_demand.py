@@ -1,6 +1,6 @@
 """The reconciler of a pool that follows demand, against the real API server.
 
-Demand is recorded the way the webhook receiver records it (``DemandRecorder`` writing
+Demand is recorded the way the webhook receiver records it (``DemandWriter`` writing
 ``status.demand``); the reconciler must act on the autoscaler's decision, write it as
 ``status.desiredReplicas``, and leave ``status.demand`` alone: not null it in its status
 patch, and not see a difference in it on every pass.
@@ -20,11 +20,11 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from runnerpool import api, naming
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
-from runnerpool.events import EventRecorder
+from runnerpool.demand.writer import DemandWriter
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
@@ -32,10 +32,18 @@ from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
-from runnerpool.settings import QueueSettings, Settings
+from runnerpool.settings import GitHubSettings, QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
-from tests.pools import LiveReader, autoscaling_of, create_pool, fill_token, pool_events, pool_manifest
+from tests.pools import (
+    LiveReader,
+    autoscaling_of,
+    by_name_reads,
+    create_pool,
+    fill_token,
+    pool_events,
+    pool_manifest,
+)
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -52,7 +60,7 @@ class Clock:
 
 
 class Cache(LiveReader):
-    """The live reader, plus the pool listing the recorder matches jobs against."""
+    """The live reader, plus the pool listing the writer matches jobs against."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         super().__init__(api_client)
@@ -78,7 +86,7 @@ def cache(api_client: client.ApiClient, namespace: str) -> Cache:
 
 @pytest.fixture
 def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iterator[Reconciler]:
-    events = EventRecorder(Kube(api_client))
+    events = KubeEventRecorder(Kube(api_client))
     runners = RunnerManagers(
         cache,
         live_clients(api_client),
@@ -95,9 +103,9 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
         expectations=Expectations(timeout=0),
-        webhook_secrets=PoolSecrets(Kube(api_client), retry_gap=0.0).problem,
+        webhook_secrets=PoolSecrets(by_name_reads(Kube(api_client)), retry_gap=0.0).problem,
     )
-    runners.shutdown()
+    runners.stop_all()
 
 
 def _job(job_id: int, status: str, namespace: str, pool: str) -> Job:
@@ -144,9 +152,9 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     assert _pods(api_client, namespace, "auto") == 0
     assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 0
 
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     for job_id in (1, 2, 3):
-        assert recorder.record_job(_job(job_id, "queued", namespace, "auto")) == 1
+        assert writer.record_job(_job(job_id, "queued", namespace, "auto")) == 1
     reconciler(key)
 
     status = _pool(api_client, namespace, "auto")["status"]
@@ -164,7 +172,7 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     # Demand gone: the decision holds for scaleDownDelay from when it fell, and the
     # reconciler comes back then.
     for job_id in (1, 2, 3):
-        recorder.record_job(_job(job_id, "completed", namespace, "auto"))
+        writer.record_job(_job(job_id, "completed", namespace, "auto"))
     clock.now += timedelta(seconds=10)
     result = reconciler(key)
     status = _pool(api_client, namespace, "auto")["status"]
@@ -205,8 +213,8 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
     assert scaling["message"] == "2 runner(s) for 0 queued, 0 busy job(s) + 2 idle (minIdle); min 0, max 5"
 
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
-    recorder.record_job(_job(1, "queued", namespace, "warm"))
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    writer.record_job(_job(1, "queued", namespace, "warm"))
     reconciler(key)
     pods = {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")}
     assert (len(pods), _pool(api_client, namespace, "warm")["status"]["desiredReplicas"]) == (3, 3)
@@ -214,7 +222,7 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     taker = sorted(pods)[0]
     labels = ["self-hosted", naming.pool_runner_label(namespace, "warm")]
     taken = job_object(1, "in_progress", labels, repository=REPO, runner=taker)
-    recorder.record_job(parse_delivery(delivery(taken)))
+    writer.record_job(parse_delivery(delivery(taken)))
     clock.now += timedelta(seconds=5)
     reconciler(key)
     status = _pool(api_client, namespace, "warm")["status"]
@@ -228,9 +236,9 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     """After its job an ephemeral runner's pod is used up; while only the delay holds the
     count, a new pod for it would be a registration and a deregistration for nothing."""
     key = _pool_at_zero(api_client, namespace, reconciler, "held")
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     for job_id in (1, 2, 3):
-        recorder.record_job(_job(job_id, "queued", namespace, "held"))
+        writer.record_job(_job(job_id, "queued", namespace, "held"))
     reconciler(key)
     pods = LiveReader(api_client).list_pods(namespace, "held")
     assert len(pods) == 3
@@ -241,7 +249,7 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
         used_up, namespace, {"status": {"phase": "Succeeded"}}
     )
     for job_id in (1, 2, 3):
-        recorder.record_job(_job(job_id, "completed", namespace, "held"))
+        writer.record_job(_job(job_id, "completed", namespace, "held"))
     clock.now += timedelta(seconds=10)
     reconciler(key)
 
@@ -262,21 +270,21 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
         api_client,
         FakeTokenJobs(),
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
         expectations=Expectations(timeout=0),
     )
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
-    recorder.record_job(_job(1, "queued", namespace, "mark"))
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    writer.record_job(_job(1, "queued", namespace, "mark"))
     reconciler(key)
     [pod] = LiveReader(api_client).list_pods(namespace, "mark")
     name = pod["metadata"]["name"]
     runners.rounds_forward.clear()
 
     labels = ["self-hosted", naming.pool_runner_label(namespace, "mark")]
-    recorder.record_job(
+    writer.record_job(
         parse_delivery(delivery(job_object(1, "in_progress", labels, repository=REPO, runner=name)))
     )
     reconciler(key)
@@ -302,11 +310,11 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     assert gauge("runnerpool_pool_ready") == 1, "0 of 0 runners ready, with a token: Ready"
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "nothing queued"
 
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     first_seen = clock.now
-    recorder.record_job(_job(1, "queued", namespace, "gauged"))
+    writer.record_job(_job(1, "queued", namespace, "gauged"))
     clock.now += timedelta(minutes=3)
-    recorder.record_job(_job(2, "queued", namespace, "gauged"))
+    writer.record_job(_job(2, "queued", namespace, "gauged"))
     reconciler(key)
     conditions = _pool(api_client, namespace, "gauged")["status"]["conditions"]
     ready = next(c for c in conditions if c["type"] == "Ready")
@@ -315,11 +323,11 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
     assert oldest == pytest.approx(first_seen.timestamp(), abs=1), "the first job's, not the newest's"
 
-    recorder.record_job(_job(1, "in_progress", namespace, "gauged"))
+    writer.record_job(_job(1, "in_progress", namespace, "gauged"))
     reconciler(key)
     oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
     assert oldest == pytest.approx((first_seen + timedelta(minutes=3)).timestamp(), abs=1)
-    recorder.record_job(_job(2, "completed", namespace, "gauged"))
+    writer.record_job(_job(2, "completed", namespace, "gauged"))
     reconciler(key)
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "the series ends"
 
@@ -350,8 +358,8 @@ def test_an_organization_pool_that_can_see_no_demand_says_so_until_a_delivery_ar
     secret = b"cluster-wide"
     verdict = Verifier(lambda: (secret,))(body, sign(secret, body))
     assert verdict.accepted
-    recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)
-    assert recorder.record_job(parse_delivery(json.loads(body)), verdict) == 0
+    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    assert writer.record_job(parse_delivery(json.loads(body)), verdict) == 0
     reconciler(key)
     assert _condition(api_client, namespace, "blind", "DemandVisible")[:2] == ("True", "WebhookDelivering")
 

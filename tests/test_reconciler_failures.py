@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from runnerpool import metrics, naming
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -50,7 +50,7 @@ def reconciler(api_client: client.ApiClient, clock: _Clock) -> Reconciler:
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         expectations=Expectations(timeout=0),
         create_backoff=CreateBackoff(base=2.0, cap=120.0, clock=clock),

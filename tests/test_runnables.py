@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from prometheus_client import REGISTRY
 
-from runnerpool.runtime.runnables import Runnable, RunnableManager
+from runnerpool.runtime.runnables import Runnable, Supervisor
 from tests.helpers import wait_for
 
 
@@ -52,7 +52,7 @@ class FakeElector:
         return True
 
 
-def _in_thread(manager: RunnableManager) -> threading.Thread:
+def _in_thread(manager: Supervisor) -> threading.Thread:
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
     return thread
@@ -60,7 +60,7 @@ def _in_thread(manager: RunnableManager) -> threading.Thread:
 
 def test_a_stop_before_start_up_starts_nothing() -> None:
     log = Log()
-    manager = RunnableManager([log.part("caches"), log.part("workers", leader_only=True)])
+    manager = Supervisor([log.part("caches"), log.part("workers", leader_only=True)])
     manager.stop()  # SIGTERM while the interpreter was still importing
     manager.run()
     assert log.lines == []
@@ -68,7 +68,7 @@ def test_a_stop_before_start_up_starts_nothing() -> None:
 
 def test_without_election_everything_starts_in_order_and_stops_in_reverse() -> None:
     log = Log()
-    manager = RunnableManager(
+    manager = Supervisor(
         [
             log.part("metrics"),
             log.part("caches"),
@@ -100,7 +100,7 @@ def test_a_lost_lease_stops_the_leader_parts_first_then_everything() -> None:
         electors.append(FakeElector(on_started, on_stopped))
         return electors[0]
 
-    manager = RunnableManager([log.part("caches"), log.part("workers", leader_only=True)], elector=elector)
+    manager = Supervisor([log.part("caches"), log.part("workers", leader_only=True)], elector=elector)
     thread = _in_thread(manager)
     wait_for(lambda: electors, message="the elector to be built after the always-on parts")
     assert log.lines == ["start caches"], "nothing leader-only before the Lease"
@@ -115,7 +115,7 @@ def test_a_lost_lease_stops_the_leader_parts_first_then_everything() -> None:
 
 def test_a_part_that_fails_to_start_stops_what_started() -> None:
     log = Log()
-    manager = RunnableManager([log.part("caches"), log.part("probes", fail=True), log.part("webhook")])
+    manager = Supervisor([log.part("caches"), log.part("probes", fail=True), log.part("webhook")])
     manager.run()
     assert log.lines == ["start caches", "start probes", "stop probes", "stop caches"]
 
@@ -133,7 +133,7 @@ def test_the_leader_gauge_is_1_only_while_the_leader_parts_run() -> None:
         return electors[0]
 
     log = Log()
-    manager = RunnableManager([log.part("caches"), log.part("workers", leader_only=True)], elector=elector)
+    manager = Supervisor([log.part("caches"), log.part("workers", leader_only=True)], elector=elector)
     thread = _in_thread(manager)
     wait_for(lambda: electors, message="the elector to be built")
     assert _leader_gauge() == 0, "a standby does not lead"
@@ -146,7 +146,7 @@ def test_the_leader_gauge_is_1_only_while_the_leader_parts_run() -> None:
 
 
 def test_without_election_the_only_replica_leads() -> None:
-    manager = RunnableManager([Log().part("workers", leader_only=True)])
+    manager = Supervisor([Log().part("workers", leader_only=True)])
     thread = _in_thread(manager)
     wait_for(lambda: _leader_gauge() == 1, message="the gauge to say leading")
     manager.stop()

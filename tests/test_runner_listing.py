@@ -62,7 +62,7 @@ class Cache:
             name=name,
             scope=Scope(organization=pool.spec.organization, repository=pool.spec.repository),
             credential_secret_name=pool.spec.credential_secret_name,
-            github_api_url=API,
+            api_url=API,
         )
 
     def pool(self, namespace: str, name: str) -> ParsedPool | None:
@@ -118,7 +118,7 @@ def harness() -> Iterator[Harness]:
         scheduler=scheduler,
     )
     yield Harness(managers, cache, clients, secrets, notified, scheduler)
-    managers.shutdown()
+    managers.stop_all()
 
 
 # -- the client: pages, ETags, counting ------------------------------------------------------
@@ -360,7 +360,7 @@ def test_a_started_manager_lists_at_once_then_every_interval(github: responses.R
 
         wait_for(next_run, message="the next round an interval later")
     finally:
-        managers.shutdown()
+        managers.stop_all()
         scheduler.shutdown(wait=False)  # wait=True would deadlock with a round still running
 
 

@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY
 from runnerpool import api, naming
 from runnerpool.children import owner_reference as children_owner
 from runnerpool.domain import PoolRef, Scope
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.pods import template
@@ -70,7 +70,7 @@ def pods_reconciler(api_client: client.ApiClient) -> Reconciler:
         api_client,
         FakeTokenJobs(),
         FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         expectations=Expectations(timeout=0),
     )
 
@@ -102,9 +102,7 @@ class Cluster:
         pool = api.RunnerPool.model_validate(created)
         for _ in range(replicas):
             self.add_pod(pool)
-        self.managers.start(
-            PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, github_api_url=API)
-        )
+        self.managers.start(PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, api_url=API))
         return self.wait_pods(name, replicas)
 
     def add_pod(self, pool: api.RunnerPool) -> str:
@@ -148,7 +146,7 @@ def cluster(api_client: client.ApiClient, namespace: str, runnerpool_crd: Any) -
         wanted_hash=lambda pool: template.wanted_hash(pool, api.DEFAULT_RUNNER_IMAGE, API),
     )
     yield Cluster(api_client, namespace, managers, clock)
-    managers.shutdown()
+    managers.stop_all()
 
 
 def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
@@ -362,7 +360,7 @@ def test_a_deployment_managed_pool_is_adopted_without_killing_its_busy_runner(
         assert (owner.kind, owner.name, owner.controller) == ("RunnerPool", "iota", True)
     assert len(pods) == 3, "one surge pod with the current template"
 
-    cluster.managers.start(PoolRef(ns, "iota", ORG, pool.spec.credential_secret_name, github_api_url=API))
+    cluster.managers.start(PoolRef(ns, "iota", ORG, pool.spec.credential_secret_name, api_url=API))
     endpoint = RunnerEndpoint(github)
     endpoint.add(901, busy, [f"{ns}/iota"], busy=True)
     endpoint.add(902, idle, [f"{ns}/iota"])

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 from apscheduler.schedulers.base import BaseScheduler
 
-from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
-from tests.helpers import wait_for
+from runnerpool.scheduling import add_self_scheduling_job
+from tests.helpers import started_scheduler, wait_for
 
 SAFETY_NET = 300.0
 
@@ -63,7 +63,7 @@ def test_a_replaced_job_runs_while_its_predecessor_still_runs() -> None:
     try:
         _add(scheduler, stale)
         wait_for(running.is_set, message="the first run to start")
-        _add(scheduler, replaced_ran.set)  # replace_existing, as the token updater does
+        _add(scheduler, replaced_ran.set)  # replace_existing, as the secret updater does
         wait_for(replaced_ran.is_set, timeout=5, message="the replacement to run while the stale one blocks")
         assert not release.is_set()
     finally:

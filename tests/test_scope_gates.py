@@ -12,7 +12,7 @@ from kubernetes import client
 
 from runnerpool import naming
 from runnerpool.domain import Scope
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
 from runnerpool.github.groups import RunnerGroups
@@ -45,7 +45,7 @@ def _reconciler(
         api_client,
         tokens,
         runners,
-        EventRecorder(Kube(api_client)),
+        KubeEventRecorder(Kube(api_client)),
         settings=Settings(
             queue=QueueSettings(status_coalesce=0.0),
             tenants=TenantSettings(allow=tuple(parse_allow_rule(rule) for rule in allow) or None),

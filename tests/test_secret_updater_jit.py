@@ -1,4 +1,4 @@
-"""The token scheduler's JIT fills: one runner per pod, leftovers replaced, outages backed off per pool.
+"""The secret updater's JIT fills: one runner per pod, leftovers replaced, outages backed off per pool.
 
 GitHub is the in-process fake (``runnerpool.github.fake``, GitHub's codes: a name in use is a 409);
 the scheduler is never started, so each job is run by hand, in this thread.
@@ -11,14 +11,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.errors import Unavailable
 from runnerpool.github.types import JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
-from secret_updater.jit import JitFiller
-from tests.test_secret_updater_filler import POOL, Harness, harness
+from runnerpool.runners.leftovers import delete_leftover_runner
+from secret_updater.jit import JitSecretUpdater, SecretWrites
+from tests.test_secret_updater_tokens import POOL, Harness, harness
 
 __all__ = ["harness"]
 
@@ -46,9 +48,9 @@ def jit(harness: Harness) -> Harness:
 
 
 def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> None:
-    filler = jit.updater.jit
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))  # asked again: free
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))  # asked again: free
     assert _jobs(jit) == ["jit/uid-1"]
 
     _run(jit, "uid-1")
@@ -64,8 +66,24 @@ def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> Non
     }
     # Done: no job left, and asking again for the same pod asks GitHub nothing.
     assert _jobs(jit) == []
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     assert _jobs(jit) == []
+
+
+def test_a_used_secret_is_emptied_by_the_updater_and_a_gone_one_is_no_write(jit: Harness) -> None:
+    """The secret updater is the one writer of a JIT Secret's data: the fill, and the emptying
+    once the pod registered (the key stays, with no value, for the kubelet's volume refresh)."""
+    assert jit.updater.jit.empty("team-a", "runner-jit-build-1") is True
+    assert jit.patches == [("team-a", "runner-jit-build-1", {"data": {JIT_SECRET_KEY: ""}})]
+
+    def gone(namespace: str, name: str, body: dict[str, Any]) -> None:
+        raise ApiException(status=404, reason="Not Found")
+
+    clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
+    updater = JitSecretUpdater(
+        SecretWrites(clients, gone, lambda ns, name: None, jit.scheduler, delete_leftover_runner)
+    )
+    assert updater.empty("team-a", "runner-jit-build-2") is False
 
 
 def test_a_leftover_runner_of_the_pods_name_is_deleted_and_asked_again(jit: Harness) -> None:
@@ -105,16 +123,16 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
         raise Unavailable("HTTP 503")
 
     monkeypatch.setattr(jit.github, "generate_jitconfig", down)
-    filler = jit.updater.jit
+    jit_updater = jit.updater.jit
     for i in range(3):
-        filler.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
+        jit_updater.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
 
     for i in range(3):
         _run(jit, f"uid-{i}")
 
     # One call failed; the pool's other pods waited instead of asking.
     assert calls == ["build-0"]
-    failure = filler.failure("team-a", "build")
+    failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == "GitHubUnavailable"
     assert jit.notified == [("team-a", "build")]
     waits = {jit.scheduler.get_job(f"jit/uid-{i}").next_run_time for i in range(3)}  # type: ignore[union-attr]
@@ -126,17 +144,30 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
         _run(jit, f"uid-{i}")
 
     assert sorted(secret for _, secret, _ in jit.patches) == [f"runner-jit-build-{i}" for i in range(3)]
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
 
 
 def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
-    filler = jit.updater.jit
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
-    filler.forget_pod("team-a", "uid-1")
-    filler.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-fghij"))
-    filler.stop("team-a", "build")
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.forget_pod("team-a", "uid-1")
+    jit_updater.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-fghij"))
+    jit_updater.stop("team-a", "build")
 
     assert _jobs(jit) == []
+    assert jit.github.jit_requests == []
+
+
+def test_the_operators_stop_ends_every_jit_job_too(jit: Harness) -> None:
+    """``stop_all`` (the scheduler's runnable stopping on a lost Lease or SIGTERM) leaves no
+    JIT job behind on the scheduler it does not own, so no runner is made after it."""
+    jit.updater.start(POOL)
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    assert _jobs(jit) == ["jit/uid-1"]
+
+    jit.updater.stop_all()
+
+    assert jit.scheduler.get_jobs() == []
     assert jit.github.jit_requests == []
 
 
@@ -150,10 +181,13 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
 
     caplog.set_level(logging.DEBUG)
     clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
-    filler = JitFiller(clients, patch, lambda ns, name: None, jit.scheduler, clock=jit.clock)
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater = JitSecretUpdater(
+        SecretWrites(clients, patch, lambda ns, name: None, jit.scheduler, delete_leftover_runner),
+        clock=jit.clock,
+    )
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     _run(jit, "uid-1")
-    failure = filler.failure("team-a", "build")
+    failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == "TokenSecretPatchFailed"
 
     # Tried again: the runner the lost write was for is a leftover by then, and replaced.
@@ -163,24 +197,24 @@ def test_no_jit_config_in_the_logs(jit: Harness, caplog: pytest.LogCaptureFixtur
 
     [(_, _, body)] = jit.patches
     assert len(jit.github.deleted) == 1
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
     assert body["stringData"][JIT_SECRET_KEY] not in caplog.text
 
 
 def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
     jit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    filler = jit.updater.jit
+    jit_updater = jit.updater.jit
 
     def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
-        filler.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
+        jit_updater.stop("team-a", "build")  # the pool is deleted while GitHub is slow to fail
         raise Unavailable("HTTP 503")
 
     monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
-    filler.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
 
     _run(jit, "uid-1")
 
     assert _jobs(jit) == []
-    assert filler.failure("team-a", "build") is None
+    assert jit_updater.failure("team-a", "build") is None
     assert jit.notified == []

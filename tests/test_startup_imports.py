@@ -17,7 +17,7 @@ DEFERRED = ("github", "jwt", "cryptography")
 
 PROBE = """
 import json, sys
-from runnerpool import cli, manager  # everything the console script loads before it runs
+from runnerpool import cli, operator  # everything the console script loads before it runs
 at_start = sorted({name.split(".")[0] for name in sys.modules})
 from runnerpool.github.credentials import client_from_secret_data
 client_from_secret_data({"token": "ghp_startup_imports"})

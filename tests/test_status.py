@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runnerpool import api, conditions, naming, status
-from runnerpool.domain import TokenFailure
+from runnerpool.domain import RegistrationFailure
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STAMP = conditions.Stamp(generation=3, now=NOW)
@@ -26,12 +26,12 @@ def _secret(expires_in: timedelta | None) -> dict[str, Any]:
     }
 
 
-def _reason(secret: dict[str, Any], failure: TokenFailure | None = None) -> tuple[str, str]:
+def _reason(secret: dict[str, Any], failure: RegistrationFailure | None = None) -> tuple[str, str]:
     cond = status.token_condition(STAMP, POOL, secret, failure)
     return cond["status"], cond["reason"]
 
 
-FAILURE = TokenFailure(reason="BadCredentials", message="GitHub said 401", since=NOW)
+FAILURE = RegistrationFailure(reason="BadCredentials", message="GitHub said 401", since=NOW)
 
 
 def test_token_reasons() -> None:

@@ -15,11 +15,12 @@ from pydantic import ValidationError
 
 from runnerpool import api, naming
 from runnerpool.demand.matching import job_scope_keys
-from runnerpool.demand.recorder import DemandRecorder
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.kube import Kube
 from runnerpool.runtime.store import Store
+from runnerpool.settings import GitHubSettings
 from runnerpool.watches import (
     BUDGETS,
     CREDENTIALS,
@@ -166,11 +167,11 @@ def test_the_recorder_matches_through_the_index(cache: PoolCache) -> None:
     """Labels and host still decide: the index only narrows the candidates."""
     deliver(cache, POOLS, ADDED, pool("gpu", labels=["gpu"], autoscaling={"maxReplicas": 5}))
     deliver(cache, POOLS, ADDED, pool("cpu", autoscaling={"maxReplicas": 5}))
-    recorder = DemandRecorder(Kube(offline()), cache, API)
-    assert [p.name for p in recorder.matching_pools(job("octo-org/hello"))] == ["cpu", "gpu"]
-    assert [p.name for p in recorder.matching_pools(job("octo-org/hello", labels=("gpu",)))] == ["gpu"]
-    assert recorder.matching_pools(job("octo-org/hello", api_url=GHES)) == []
-    assert recorder.matching_pools(job("someone/else")) == []
+    writer = DemandWriter(Kube(offline()), cache, GitHubSettings(api_url=API).api_url_of)
+    assert [p.name for p in writer.matching_pools(job("octo-org/hello"))] == ["cpu", "gpu"]
+    assert [p.name for p in writer.matching_pools(job("octo-org/hello", labels=("gpu",)))] == ["gpu"]
+    assert writer.matching_pools(job("octo-org/hello", api_url=GHES)) == []
+    assert writer.matching_pools(job("someone/else")) == []
 
 
 # -- events -> pool keys ------------------------------------------------------------------------

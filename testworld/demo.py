@@ -40,6 +40,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
+from runnerpool.reasons import ConditionType
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
 from testworld.envtest.serviceaccount import operator_kubeconfig
@@ -189,7 +190,9 @@ class StatusTable:
             self.gone, self.ready = True, False
             return (sample.name, "-", "(deleted)", str(self.runners), "-")
         status = pool.get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        ready = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == ConditionType.READY), None
+        )
         self.ready = bool(ready and ready.get("status") == "True")
         deleting = " (deleting)" if pool["metadata"].get("deletionTimestamp") else ""
         return (

@@ -7,7 +7,7 @@ The pieces, each with one job:
 * ``matching``: which pools a job counts for (scope and runner labels).
 * ``signature``, ``deliveries``, ``secret``, ``receiver``: the webhook endpoint - verified,
   size-limited, each delivery counted once.
-* ``record`` (pure) and ``recorder`` (writes): demand per pool in ``status.demand``, written
+* ``rules`` (pure) and ``writer`` (writes): demand per pool in ``status.demand``, written
   by whichever operator replica learnt of a job, so a delivery to either replica counts.
 * ``polling``: the repair for lost deliveries and the whole mechanism without a webhook.
 

@@ -24,7 +24,7 @@ signed it), the one that counts it is, in this order:
 
 Once a job is in progress or has ended, every matching pool hears of it
 (:func:`recording_pools`): the pool whose runner took it counts it busy, and any other that
-counted it while queued sees it end (``record.apply``). The rule picks who scales up; it does
+counted it while queued sees it end (``rules.apply``). The rule picks who scales up; it does
 not pick the runner: GitHub gives the job to whichever matching runner is idle first.
 """
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from runnerpool import api
-from runnerpool.domain import api_url_key
+from runnerpool.domain import api_url_key, resolve_api_url
 from runnerpool.github.jobs import Job
 from runnerpool.pods import template
 
@@ -61,18 +61,15 @@ def registered_labels(pool: api.RunnerPool) -> frozenset[str]:
     return frozenset(label.lower() for label in ("self-hosted", "linux", arch, *template.runner_labels(pool)))
 
 
-def _same_api(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
-    return api_url_key(pool.spec.github_api_url or default_api_url) == api_url_key(job.api_url)
-
-
-def pool_scope_keys(pool: api.RunnerPool, default_api_url: str) -> list[str]:
-    """What the pool's scope is found under: its GitHub host and repository or organization;
-    for an enterprise pool, each repository it lists (see :func:`scope_holds`).
+def scope_keys(pool: api.RunnerPool, api_url: str) -> list[str]:
+    """What the pool's scope is found under: its GitHub host (``api_url``, the pool's resolved
+    one: ``GitHubSettings.api_url_of``) and repository or organization; for an enterprise
+    pool, each repository it lists (see :func:`scope_holds`).
 
     A job's candidates are the pools under one of :func:`job_scope_keys` (an index lookup,
     not a scan of every pool); :func:`job_matches` still has the last word.
     """
-    host = api_url_key(pool.spec.github_api_url or default_api_url)
+    host = api_url_key(api_url)
     if pool.spec.repository is not None:
         return [f"{host} repo:{pool.spec.repository.lower()}"]
     if pool.spec.organization is not None:
@@ -112,9 +109,16 @@ def scope_holds(pool: api.RunnerPool, repository: str) -> bool:
     return pool.spec.organization is not None and pool.spec.organization.lower() == owner.lower()
 
 
-def job_matches(pool: api.RunnerPool, job: Job, default_api_url: str) -> bool:
-    """A job without labels (a runner group only) matches no pool: nothing says it wants ours."""
-    if not job.labels or not scope_holds(pool, job.repository) or not _same_api(pool, job, default_api_url):
+def pool_scope_keys(pool: api.RunnerPool, default_api_url: str) -> list[str]:
+    """The old form of :func:`scope_keys`, until ``runnerpool.watches`` passes the resolved URL."""
+    return scope_keys(pool, resolve_api_url(pool.spec.github_api_url, default_api_url))
+
+
+def job_matches(pool: api.RunnerPool, job: Job, api_url: str) -> bool:
+    """Whether ``job`` is one for ``pool`` (``api_url``: the pool's, resolved). A job without
+    labels (a runner group only) matches no pool: nothing says it wants ours."""
+    same_api = api_url_key(api_url) == api_url_key(job.api_url)
+    if not job.labels or not same_api or not scope_holds(pool, job.repository):
         return False
     return {label.lower() for label in job.labels} <= registered_labels(pool)
 

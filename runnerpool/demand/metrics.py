@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable
 from prometheus_client import Counter, Gauge, Histogram
 
 from runnerpool import api
-from runnerpool.demand.record import Transition
+from runnerpool.demand.rules import Transition
 
 QUEUED = Gauge(
     "runnerpool_pool_queued_jobs",

@@ -5,7 +5,7 @@ restart, a network fault or a bad secret would leave a job queued (a runner too 
 ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the active jobs of
 every repository an autoscaling pool depends on - its own repository; for an organization
 pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
-hands each pool what it saw (``record.repair``; a queued job only to the one pool that
+hands each pool what it saw (``rules.repair``; a queued job only to the one pool that
 counts it, ``matching.counting_pool``): new jobs are counted, tracked ones that
 moved on are updated, and tracked ones GitHub no longer shows as active have ended: at once
 if an earlier poll listed them, after a grace period if not (a job just queued may not be
@@ -30,8 +30,8 @@ from datetime import datetime, timedelta
 from runnerpool import api
 from runnerpool.api_errors import describe, log_failure
 from runnerpool.demand.matching import job_matches, recording_pools
-from runnerpool.demand.record import ACTIVE
-from runnerpool.demand.recorder import DemandRecorder, RecordFailed
+from runnerpool.demand.rules import ACTIVE
+from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import api_url_key, utcnow
 from runnerpool.github.budget import next_listing_delay
 from runnerpool.github.errors import GitHubError
@@ -80,9 +80,9 @@ class DemandPoller:
     def __init__(
         self,
         pools: Reads,
-        recorder: DemandRecorder,
+        writer: DemandWriter,
         clients: Callable[[api.RunnerPool], GitHubClient],
-        default_api_url: str,
+        api_url_of: Callable[[api.RunnerPool], str],
         *,
         interval: float,
         clock: Callable[[], datetime] = utcnow,
@@ -91,9 +91,9 @@ class DemandPoller:
         self._pools = pools
         # A pool the allow-lists (--allow) refuse costs no GitHub call, not even a poll.
         self._allowed = allowed
-        self._recorder = recorder
+        self._writer = writer
         self._clients = clients
-        self._default_api_url = default_api_url
+        self._api_url_of = api_url_of
         self._interval = interval
         self._clock = clock
         self.grace = timedelta(seconds=max(60.0, 2 * interval))
@@ -126,7 +126,7 @@ class DemandPoller:
         for pool in self._pools.autoscaling_pools():  # valid, autoscaling, not being deleted
             if not self._allowed(pool):
                 continue
-            api_url = api_url_key(pool.spec.github_api_url or self._default_api_url)
+            api_url = api_url_key(self._api_url_of(pool))
             for repo in polled_repositories(pool):
                 key = (api_url, repo.lower())
                 if key not in targets:
@@ -169,14 +169,14 @@ class DemandPoller:
                 seen.setdefault((pool.namespace, pool.name), (pool, [], []))[2].append(target.repository)
             for job in active.jobs:
                 # A queued job goes to the one pool that counts it (``matching.counting_pool``).
-                matching = [pool for pool in target.pools if job_matches(pool, job, self._default_api_url)]
+                matching = [pool for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))]
                 for pool in recording_pools(job, matching):
                     seen[(pool.namespace, pool.name)][1].append(job)
         listed_before = frozenset(self._listed)
         for pool, jobs, repos in seen.values():
             try:
-                self._recorder.repair(pool, jobs, repos, self.grace, listed_before)
-            except RecordFailed as err:
+                self._writer.repair(pool, jobs, repos, self.grace, listed_before)
+            except DemandWriteFailed as err:
                 log.warning("%s", err)
         self._remember_listed(job for _, jobs, _ in seen.values() for job in jobs)
         now = self._clock().timestamp()

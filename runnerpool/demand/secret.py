@@ -11,10 +11,10 @@ Secret in the pool's namespace, so that one tenant's webhook secret cannot move 
 tenant's pools. :class:`PoolSecrets` reads those by name through the API (``get`` on
 Secrets, deploy/rbac), not from an informer of every Secret: the operator's Secret cache may
 hold only its own Secrets, and a delivery needs a handful of tenant Secrets, not all of them.
-A read is kept for ``ttl`` seconds (a removed secret stops verifying within it) and re-read
+The reads go through the operator's one bounded by-name reader (``runnerpool.secret_reads``):
+a read is kept for ``ttl`` seconds (a removed secret stops verifying within it) and re-read
 sooner, at most once per ``retry_gap``, when nothing verified a delivery (a rotated or
-newly created Secret works at its first delivery). A re-read that finds the same
-``resourceVersion`` keeps the parsed values.
+newly created Secret works at its first delivery).
 """
 
 from __future__ import annotations
@@ -24,18 +24,14 @@ import binascii
 import logging
 import os
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api
 from runnerpool.api_errors import describe
-from runnerpool.runtime.kube import SECRETS, Kube
+from runnerpool.secret_reads import SecretReads
 
 __all__ = ["PoolSecrets", "SecretFile", "Secrets", "secret_lines"]
 
@@ -81,37 +77,16 @@ class Secrets:
     problem: str | None = None
 
 
-@dataclass
-class _Read:
-    at: float
-    resource_version: str | None
-    data: dict[str, str]
-    problem: str | None
-    #: The keys decoded so far (a delivery asks for the same ones again and again).
-    decoded: dict[str, Secrets] = field(default_factory=dict)
-
-
 class PoolSecrets:
-    """The webhook secrets pools name in ``spec.autoscaling.webhookSecretRef``, read by name."""
+    """The webhook secrets pools name in ``spec.autoscaling.webhookSecretRef``, read by name
+    through the operator's one Secret reader (``runnerpool.secret_reads``)."""
 
-    def __init__(
-        self,
-        kube: Kube,
-        *,
-        ttl: float = 60.0,
-        retry_gap: float = 5.0,
-        capacity: int = 4096,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._kube = kube
-        self._ttl, self._retry_gap, self._capacity = ttl, retry_gap, capacity
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._reads: OrderedDict[tuple[str, str], _Read] = OrderedDict()
+    def __init__(self, reads: SecretReads, *, ttl: float = 60.0, retry_gap: float = 5.0) -> None:
+        self._reads = reads
+        self._ttl, self._retry_gap = ttl, retry_gap
 
     def get(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
-        read = self._read(namespace, ref.name, self._ttl)
-        return _secrets_of(read, namespace, ref)
+        return self._secrets(namespace, ref, self._ttl)
 
     def problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
         """Why ``ref`` gives no secret (for the pool's condition), ``None`` when it gives one.
@@ -119,57 +94,28 @@ class PoolSecrets:
         Read again when older than ``retry_gap``: the condition follows a Secret created or
         fixed at the pool's next reconcile, not a ``ttl`` later.
         """
-        return _secrets_of(self._read(namespace, ref.name, self._retry_gap), namespace, ref).problem
+        return self._secrets(namespace, ref, self._retry_gap).problem
 
     def refresh(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets | None:
         """Read again unless read within ``retry_gap``; ``None`` when not read again."""
-        with self._lock:
-            read = self._reads.get((namespace, ref.name))
-        if read is not None and self._clock() - read.at < self._retry_gap:
+        age = self._reads.age(namespace, ref.name)
+        if age is not None and age < self._retry_gap:
             return None
-        return _secrets_of(self._read(namespace, ref.name, 0.0), namespace, ref)
+        return self._secrets(namespace, ref, 0.0)
 
-    def _read(self, namespace: str, name: str, max_age: float) -> _Read:
-        key = (namespace, name)
-        now = self._clock()
-        with self._lock:
-            cached = self._reads.get(key)
-            if cached is not None and now - cached.at < max_age:
-                self._reads.move_to_end(key)
-                return cached
-        fresh = self._fetch(namespace, name, cached, now)
-        with self._lock:
-            self._reads[key] = fresh
-            self._reads.move_to_end(key)
-            while len(self._reads) > self._capacity:
-                self._reads.popitem(last=False)
-        return fresh
-
-    def _fetch(self, namespace: str, name: str, cached: _Read | None, now: float) -> _Read:
+    def _secrets(self, namespace: str, ref: api.WebhookSecretRef, max_age: float) -> Secrets:
         try:
-            raw: dict[str, Any] = self._kube.get(SECRETS, namespace, name)
+            raw = self._reads.get(namespace, ref.name, max_age)
         except ApiException as err:
-            if err.status == 404:
-                return _Read(now, None, {}, f"Secret {namespace}/{name} not found")
-            log.warning("cannot read webhook Secret %s/%s: %s", namespace, name, describe(err))
-            return _Read(now, None, {}, f"cannot read Secret {namespace}/{name}: {describe(err)}")
-        version = (raw.get("metadata") or {}).get("resourceVersion")
-        if cached is not None and version is not None and cached.resource_version == version:
-            return _Read(now, version, cached.data, cached.problem, cached.decoded)
-        return _Read(now, version, dict(raw.get("data") or {}), None)
+            log.warning("cannot read webhook Secret %s/%s: %s", namespace, ref.name, describe(err))
+            return Secrets(problem=f"cannot read Secret {namespace}/{ref.name}: {describe(err)}")
+        if raw is None:
+            return Secrets(problem=f"Secret {namespace}/{ref.name} not found")
+        return _decoded(dict(raw.get("data") or {}), namespace, ref)
 
 
-def _secrets_of(read: _Read, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
-    if read.problem is not None:
-        return Secrets(problem=read.problem)
-    found = read.decoded.get(ref.key)
-    if found is None:
-        found = read.decoded[ref.key] = _decoded(read, namespace, ref)
-    return found
-
-
-def _decoded(read: _Read, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
-    encoded = read.data.get(ref.key)
+def _decoded(data: dict[str, str], namespace: str, ref: api.WebhookSecretRef) -> Secrets:
+    encoded = data.get(ref.key)
     if encoded is None:
         return Secrets(problem=f"Secret {namespace}/{ref.name} has no key {ref.key}")
     try:

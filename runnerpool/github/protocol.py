@@ -1,6 +1,6 @@
 """The small interface the operator sees GitHub through.
 
-The reconciler, the runner managers and the token updater only need a few calls: mint a
+The reconciler, the runner managers and the secret updater only need a few calls: mint a
 registration token (or, for a pool registering just in time, one runner's JIT config), list a
 scope's runners and delete a runner; the demand poller
 (``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs, and

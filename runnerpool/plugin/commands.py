@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import pydantic
 
-from runnerpool import api, conditions
+from runnerpool import api
 from runnerpool.domain import parse_rfc3339, utcnow
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.plugin import views
@@ -25,6 +25,8 @@ from runnerpool.plugin.cluster import Cluster
 from runnerpool.plugin.errors import PluginError
 from runnerpool.plugin.github_access import PoolGitHub
 from runnerpool.plugin.output import NONE, since, table, until
+from runnerpool.reasons import ConditionType, Reason
+from runnerpool.settings import GitHubSettings
 
 __all__ = ["Context", "list_pools", "list_runners", "remove_offline", "why"]
 
@@ -32,7 +34,7 @@ __all__ = ["Context", "list_pools", "list_runners", "remove_offline", "why"]
 RECENT_EVENTS = 10
 RECENT_ERRORS = 5
 #: Condition reasons of a pool on its way up, which are no error (runnerpool.reconciler's list).
-_STARTING = frozenset({"WaitingForToken", "TokenNotReady", "RunnersStarting"})
+_STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING})
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
@@ -44,7 +46,8 @@ class Context:
     out: TextIO
     err: TextIO
     stdin: TextIO
-    github_api_url: str
+    #: The operator's default GitHub (``--github-api-url``), which resolves each pool's URL.
+    github: GitHubSettings
     now: Callable[[], datetime] = utcnow
 
     def print(self, text: str = "") -> None:
@@ -115,7 +118,7 @@ def _runner_rows(
 ) -> tuple[api.RunnerPool, PoolGitHub, list[views.RunnerRow]]:
     pool = _model(ctx.cluster.pool(namespace, name))
     pods = ctx.cluster.pool_pods(namespace, name)
-    github = PoolGitHub.of(ctx.cluster, pool, ctx.github_api_url)
+    github = PoolGitHub.of(ctx.cluster, pool, ctx.github.api_url_of(pool))
     return pool, github, views.match(github.pool_runners(pool), pods)
 
 
@@ -279,7 +282,7 @@ def _last_errors(
         for c in found
         if c.get("status") != "True"
         and c.get("reason") not in _STARTING
-        and c.get("type") != conditions.SCALING
+        and c.get("type") != ConditionType.SCALING
     ]
     errors += views.container_problems(pods)
     errors += [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from runnerpool import api
-from runnerpool.domain import Scope, pool_key, resolve_api_url
+from runnerpool.domain import Scope, pool_key
 from runnerpool.github.credentials import ClientCache, CredentialError, client_from_secret_data
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
@@ -44,8 +44,8 @@ class PoolGitHub:
     secret: str
 
     @classmethod
-    def of(cls, cluster: Cluster, pool: api.RunnerPool, default_api_url: str) -> PoolGitHub:
-        url = resolve_api_url(pool.spec.github_api_url, default_api_url)
+    def of(cls, cluster: Cluster, pool: api.RunnerPool, url: str) -> PoolGitHub:
+        """``url``: the pool's API URL, resolved (``GitHubSettings.api_url_of``)."""
         secret = pool.spec.credential_secret_name
         cache = ClientCache(
             cluster.secret_data,

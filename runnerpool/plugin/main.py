@@ -17,6 +17,7 @@ from runnerpool.domain import DEFAULT_API_URL
 from runnerpool.plugin import commands
 from runnerpool.plugin.cluster import Login, connect
 from runnerpool.plugin.errors import PluginError
+from runnerpool.settings import GitHubSettings
 
 __all__ = ["API_URL_ENV", "main"]
 
@@ -103,7 +104,7 @@ def run(
     try:
         cluster = connect(login)
         try:
-            ctx = commands.Context(cluster, out, err, stdin, api_url)
+            ctx = commands.Context(cluster, out, err, stdin, GitHubSettings(api_url=api_url))
             namespace = getattr(args, "namespace", None) or cluster.namespace
             if args.command == "list":
                 return commands.list_pools(ctx, None if args.all_namespaces else namespace, args.output)

@@ -14,8 +14,9 @@ from typing import Any
 
 from runnerpool import api, conditions, naming
 from runnerpool.domain import parse_rfc3339, pool_key, rfc3339
-from runnerpool.github.credentials import APP_ID_KEY, PAT_KEY, CredentialError
+from runnerpool.github.credentials import APP_ID_KEY, PAT_KEY
 from runnerpool.github.types import Runner
+from runnerpool.reasons import ConditionType, Reason
 
 __all__ = [
     "PodView",
@@ -104,7 +105,7 @@ def pool_row(raw: Mapping[str, Any], expiries: Mapping[str, datetime | None] | N
         expiry, source = expiries[key], "secret"
     else:
         expiry, source = status.token_expires_at, "status"
-    ready = _condition(raw, conditions.READY)
+    ready = _condition(raw, ConditionType.READY)
     desired = status.desired_replicas
     if desired is None and not spec.get("autoscaling"):
         desired = int(spec.get("replicas", 1))
@@ -234,28 +235,28 @@ def event_time(event: Mapping[str, Any]) -> datetime | None:
 
 def _credential_sentence(reason: str, message: str, namespace: str, spec: Mapping[str, Any]) -> str | None:
     secret = f"{namespace}/{spec.get('credentialSecretName') or naming.DEFAULT_CREDENTIAL_SECRET}"
-    if reason == CredentialError.MISSING:
+    if reason == Reason.CREDENTIAL_SECRET_MISSING:
         return (
             f"the credential Secret {secret} (spec.credentialSecretName): create it with key "
             f"{PAT_KEY!r} (a personal access token) or the GitHub App keys ({APP_ID_KEY!r}, ...); "
             "the operator retries by itself"
         )
-    if reason == "CredentialSecretMalformed":
+    if reason == Reason.CREDENTIAL_SECRET_MALFORMED:
         return f"a usable credential in Secret {secret}: {message}"
-    if reason in ("BadCredentials", "Forbidden", "AppInstallationTokenFailed"):
+    if reason in (Reason.BAD_CREDENTIALS, Reason.FORBIDDEN, Reason.APP_INSTALLATION_TOKEN_FAILED):
         return f"a credential GitHub accepts in Secret {secret} (GitHub answered: {message})"
-    if reason == "ScopeNotFound":
+    if reason == Reason.SCOPE_NOT_FOUND:
         return f"GitHub to know {scope_text(spec)} with the credential in Secret {secret}: {message}"
-    if reason == "RateLimited":
+    if reason == Reason.RATE_LIMITED:
         return f"the GitHub rate limit of the credential in Secret {secret} to reset: {message}"
-    if reason == "GitHubUnavailable":
+    if reason == Reason.GITHUB_UNAVAILABLE:
         return f"GitHub to answer (it did not: {message})"
     return None
 
 
 def _deletion_sentence(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> str:
-    gone = _condition(raw, conditions.RUNNERS_DEREGISTERED)
-    if gone is not None and gone.get("reason") == "RunnersBusy":
+    gone = _condition(raw, ConditionType.RUNNERS_DEREGISTERED)
+    if gone is not None and gone.get("reason") == Reason.RUNNERS_BUSY:
         return (
             "Waiting for busy runners to finish their jobs before the pool can go: "
             f"{gone.get('message')} (busy runners are never killed)."
@@ -274,9 +275,9 @@ def _deletion_sentence(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
 def _token_sentence(raw: Mapping[str, Any], token: Mapping[str, Any]) -> str:
     meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
     reason, message = str(token.get("reason") or ""), str(token.get("message") or "")
-    if reason == "WaitingForToken":
+    if reason == Reason.WAITING_FOR_TOKEN:
         return (
-            "Waiting for a registration token: the operator's token updater has not yet put one into "
+            "Waiting for a registration token: the operator's secret updater has not yet put one into "
             f"Secret {naming.token_secret_name(str(meta.get('name') or ''))}; if this lasts, check that "
             "the operator runs and reaches GitHub."
         )
@@ -288,20 +289,20 @@ def _token_sentence(raw: Mapping[str, Any], token: Mapping[str, Any]) -> str:
 
 def _running_sentence(raw: Mapping[str, Any], token: Mapping[str, Any], ready: Mapping[str, Any]) -> str:
     """The pool has a token: what its pods and runners wait for, if anything."""
-    scaling = _condition(raw, conditions.SCALING)
+    scaling = _condition(raw, ConditionType.SCALING)
     reason, message = str(ready.get("reason") or ""), str(ready.get("message") or "")
     if ready.get("status") != "True":
         return f"Waiting for runner pods to become ready: {message} ({reason})."
-    if scaling is not None and scaling.get("reason") == "WaitingToScaleDown":
+    if scaling is not None and scaling.get("reason") == Reason.WAITING_TO_SCALE_DOWN:
         return (
             "Waiting out spec.autoscaling.scaleDownDelay before removing idle runners: "
             f"{scaling.get('message')}."
         )
-    if reason == "ScalingDown":
+    if reason == Reason.SCALING_DOWN:
         return f"Waiting for runners above the desired count to become idle, to remove them: {message}."
-    if reason == "RollingOut":
+    if reason == Reason.ROLLING_OUT:
         return f"Waiting for outdated runners to become idle, to replace them: {message}."
-    if token.get("reason") == "RefreshFailing":
+    if token.get("reason") == Reason.REFRESH_FAILING:
         return f"Nothing for now, but the token expires unless its refresh succeeds: {token.get('message')}."
     return f"Nothing: the pool is ready ({message})."
 
@@ -316,8 +317,8 @@ def waiting_for(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()) 
     meta, status = raw.get("metadata") or {}, raw.get("status") or {}
     if meta.get("deletionTimestamp"):
         return _deletion_sentence(raw, pods)
-    token = _condition(raw, conditions.TOKEN_READY)
-    ready = _condition(raw, conditions.READY)
+    token = _condition(raw, ConditionType.TOKEN_READY)
+    ready = _condition(raw, ConditionType.READY)
     if token is None or ready is None:
         return (
             "Waiting for the operator to reconcile the pool for the first time: is it running, and does "

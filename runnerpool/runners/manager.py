@@ -18,6 +18,11 @@ runner counts (and enqueues the pool when they changed, so the reconciler writes
 (finished pods, offline runners, busy marks) and ``runnerpool.runners.retirement``
 (scale-down and rollout: the only way runner pods of a live pool are taken away).
 
+Ownership: the runner managers are the one owner of runner deletion on GitHub (here, and
+``runnerpool.runners.leftovers`` for a JIT fill's leftover) and of runner pod deletion. They
+start and stop jobs only: ``runnerpool.runtime.runnables.scheduler_runnable`` owns the
+scheduler's lifecycle.
+
 The reconciler brings a scope's round forward (``bring_round_forward``) when it sees pods to
 take away, so a scale-down or a rollout step does not wait for the next listing; such
 requests are folded into one run at most every ``kick_gap`` seconds (``--runner-kick-gap``),
@@ -35,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, log_context
@@ -50,7 +55,7 @@ from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
 from runnerpool.runtime.kube import PODS, Kube
-from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
+from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import RunnerSettings
 
 __all__ = ["KubePods", "PodWriter", "RunnerManagers"]
@@ -109,11 +114,11 @@ class RunnerManagers:
         clients: GitHubClients,
         pods: PodWriter,
         notify: Callable[[str], None],
+        scheduler: BaseScheduler,
         *,
         listing: SharedListing | None = None,
         settings: RunnerSettings = RunnerSettings(),
         clock: Callable[[], datetime] = utcnow,
-        scheduler: BaseScheduler | None = None,
         wanted_hash: Callable[[api.RunnerPool], str] | None = None,
     ) -> None:
         interval = settings.sync_interval
@@ -149,9 +154,6 @@ class RunnerManagers:
         # last pool went (its finalizer drains after that): see runnerpool.github.budget.
         self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
         self._stopping = threading.Event()
-        self._owns_scheduler = scheduler is None
-        if scheduler is None:
-            scheduler = started_scheduler(settings.threads)
         self._scheduler = scheduler
 
     # -- registry (driven by the reconciler) ----------------------------------------------------
@@ -327,11 +329,10 @@ class RunnerManagers:
         with self._lock:
             return sorted(self._scopes, key=str)
 
-    def shutdown(self) -> None:
-        """Stop for good: no GitHub or pod write starts after this returns."""
+    def stop_all(self) -> None:
+        """Stop for good: no GitHub or pod write starts after this returns (the scheduler is
+        shut down by its owner, ``scheduler_runnable``)."""
         self._stopping.set()
-        if self._owns_scheduler and self._scheduler.state != STATE_STOPPED:
-            self._scheduler.shutdown(wait=False)
 
     # -- one run ----------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 controller-runtime's manager, reduced to what this operator needs: each part is a
 :class:`Runnable` with ``start()`` and ``stop(timeout)``, marked always-on (every replica:
 caches, probes, metrics, the webhook receiver) or leader-only (``NeedLeaderElection``:
-workers, token jobs, runner managers, the poller). :class:`RunnableManager` starts the
+workers, the secret updater, runner managers, the poller). :class:`Supervisor` starts the
 always-on parts in order, then, once this replica holds the Lease (or at once without
 leader election), the leader-only ones. Whatever asks for the stop - SIGTERM, a lost Lease,
 a failed start - takes the same path: the leader-only parts stop in reverse order, the Lease
@@ -29,7 +29,7 @@ from prometheus_client import Gauge
 
 from runnerpool.api_errors import log_failure
 
-__all__ = ["LEADING", "Elector", "Runnable", "RunnableManager", "scheduler_runnable"]
+__all__ = ["LEADING", "Elector", "Runnable", "Supervisor", "scheduler_runnable"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ def scheduler_runnable(name: str, scheduler: BaseScheduler, stop_jobs: Callable[
     """A leader-only scheduler whose jobs are added while leading and end with leadership.
 
     A job stuck on a slow call is not waited for: ``stop_jobs`` must bar every write after it
-    returns, which the token updater and the runner managers do.
+    returns (``SecretUpdater.stop_all``, ``RunnerManagers.stop_all``). This is the one owner of
+    the scheduler's lifecycle: the background jobs only add and remove jobs on it.
     """
 
     def stop(timeout: float) -> None:
@@ -67,17 +68,19 @@ def scheduler_runnable(name: str, scheduler: BaseScheduler, stop_jobs: Callable[
 
 
 class Elector(Protocol):
-    """The slice of ``runnerpool.runtime.leader.LeaderElector`` the manager drives."""
+    """The slice of ``runnerpool.runtime.leader.LeaderElector`` the supervisor drives."""
 
     def run(self) -> None: ...
     def stop(self, release: bool = True, timeout: float | None = None) -> bool: ...
 
 
-#: Builds the elector with the two callbacks the manager gives it.
+#: Builds the elector with the two callbacks the supervisor gives it.
 ElectorFactory = Callable[[Callable[[], None], Callable[[], None]], Elector]
 
 
-class RunnableManager:
+class Supervisor:
+    """Starts and stops the operator's parts (controller-runtime calls this its manager)."""
+
     def __init__(
         self,
         runnables: Sequence[Runnable],

@@ -217,11 +217,6 @@ class RateLimitingQueue:
             self._shutting_down = True
             self._cond.notify_all()
 
-    @property
-    def shutting_down(self) -> bool:
-        with self._cond:
-            return self._shutting_down
-
     # -- internals ---------------------------------------------------------
 
     def _add_locked(self, key: str) -> None:

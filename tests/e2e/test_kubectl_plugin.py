@@ -105,7 +105,7 @@ def test_why_says_the_pool_waits_for_its_first_token(
     lines = explained.out.splitlines()
     assert lines[0] == f"RunnerPool {namespace}/slow (repo:{REPO})"
     assert lines[1] == (
-        "Waiting for a registration token: the operator's token updater has not yet put one into Secret "
+        "Waiting for a registration token: the operator's secret updater has not yet put one into Secret "
         f"{naming.token_secret_name('slow')}; if this lasts, check that the operator runs and reaches GitHub."
     )
     conditions = [line.split()[:3] for line in lines[lines.index("Conditions:") + 2 :][:2]]

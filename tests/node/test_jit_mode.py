@@ -1,6 +1,6 @@
 """JIT mode on a real node: each pod registers with a runner config of its own, never a pool token.
 
-The operator creates each pod's Secret empty, its token scheduler fills it from the fake GitHub's
+The operator creates each pod's Secret empty, its secret updater fills it from the fake GitHub's
 generate-jitconfig, the kubelet mounts it into the register init container only, and the
 operator empties it once that container has ended; the runner container runs
 ``run.sh --jitconfig``.

@@ -3,7 +3,7 @@ the permissions a real install gives it.
 
 The control plane's own kubeconfig is admin (``system:masters``): an operator started with it
 can do anything, and a verb missing from deploy/rbac goes unnoticed until a user's cluster
-refuses it (the demand recorder's ``get`` on RunnerPools did, once).  Every process-level
+refuses it (the demand writer's ``get`` on RunnerPools did, once).  Every process-level
 caller (the e2e and node tests, the benches, the demo) starts the operator through
 :func:`operator_kubeconfig` instead: it applies deploy/rbac as ``kubectl apply -k`` does on a
 cluster, asks the TokenRequest API for a token of the ``runnerpool-operator`` ServiceAccount,

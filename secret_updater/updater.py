@@ -1,4 +1,10 @@
-"""Keep each pool's token Secret filled with a valid registration token.
+"""The secret updater: keep each pool's token Secret filled with a valid registration token.
+
+The one writer of a token or JIT Secret's *data* (filling and emptying; the reconciler
+creates the Secrets empty). It deletes no runner on GitHub: a leftover JIT runner is removed
+through the runner managers' rule (``runnerpool.runners.leftovers``), handed in by the
+assembly. It starts and stops jobs only: the scheduler they run on is started and shut down
+by ``runnerpool.runtime.runnables.scheduler_runnable``.
 
 One APScheduler job per pool. A job run fetches a token, merge-patches it into the pool's
 Secret when it changed, and schedules itself for ``margin`` before the token expires. Runner
@@ -27,18 +33,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.base import STATE_STOPPED, BaseScheduler
+from apscheduler.schedulers.base import BaseScheduler
 
 from runnerpool import log_context
 from runnerpool.api_errors import log_failure
-from runnerpool.domain import PoolRef, TokenFailure, pool_key, rfc3339, split_key, utcnow
+from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
 from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
-from runnerpool.scheduling import add_self_scheduling_job, started_scheduler
+from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
 from secret_updater.failures import INTERNAL_REASON, PATCH_FAILED_REASON, PatchFailedError, classify
-from secret_updater.jit import JitFiller
+from secret_updater.jit import JitSecretUpdater, RemoveLeftover, SecretWrites
 from secret_updater.shared_tokens import SharedTokens
 from secret_updater.timing import (
     DEFAULT_POLICY,
@@ -50,7 +56,7 @@ from secret_updater.timing import (
 __all__ = [
     "INTERNAL_REASON",
     "PATCH_FAILED_REASON",
-    "TokenUpdater",
+    "SecretUpdater",
     "token_patch",
 ]
 
@@ -102,20 +108,19 @@ class _PoolState:
     write_lock: threading.Lock = field(default_factory=threading.Lock)
     active: bool = True
     last_digest: str | None = None
-    failure: TokenFailure | None = None
+    failure: RegistrationFailure | None = None
     attempt: int = 0
     reasons: set[str] = field(default_factory=set)
     # When the last write landed (clock time): a cache read soon after may predate it.
     written_at: datetime | None = None
 
 
-class TokenUpdater:
-    """Runs one token job per pool on an APScheduler scheduler.
+class SecretUpdater:
+    """Runs one token job per pool (and one JIT job per JIT pod) on ``scheduler``.
 
-    Pass ``scheduler`` to control it (tests pass one that is never started and inspect its
-    jobs); otherwise the updater creates and starts a ``BackgroundScheduler`` and shuts it
-    down in ``shutdown``. Jobs carry their own ``coalesce``/``max_instances``/misfire settings
-    so they behave the same on any scheduler.
+    The scheduler is someone else's to start and shut down (``scheduler_runnable``; tests
+    pass one that is never started and inspect its jobs). Jobs carry their own
+    ``coalesce``/``max_instances``/misfire settings so they behave the same on any scheduler.
     """
 
     def __init__(
@@ -123,10 +128,11 @@ class TokenUpdater:
         clients: ClientCache,
         patch_secret: Callable[[str, str, dict[str, Any]], object],
         notify: Callable[[str, str], None],
+        scheduler: BaseScheduler,
+        remove_leftover: RemoveLeftover,
         *,
         settings: TokenSettings = TokenSettings(),
         clock: Callable[[], datetime] = utcnow,
-        scheduler: BaseScheduler | None = None,
         failure_retry: RetryPolicy = DEFAULT_POLICY,
         rng: random.Random | None = None,
     ) -> None:
@@ -144,18 +150,14 @@ class TokenUpdater:
         self._lock = threading.Lock()
         self._pools: dict[str, _PoolState] = {}
         self._generations = 0
-        self._owns_scheduler = scheduler is None
-        if scheduler is None:
-            scheduler = started_scheduler(settings.threads)
         self._scheduler = scheduler
         #: Each JIT pod's own config (``spec.registration: jit``): the same writes, on the same jobs' terms.
-        self.jit = JitFiller(
-            clients, patch_secret, notify, scheduler, clock=clock, failure_retry=failure_retry, rng=rng
+        self.jit = JitSecretUpdater(
+            SecretWrites(clients, patch_secret, notify, scheduler, remove_leftover),
+            clock=clock,
+            failure_retry=failure_retry,
+            rng=rng,
         )
-
-    @property
-    def margin(self) -> timedelta:
-        return self._margin
 
     # -- the interface the reconciler drives -----------------------------------------------------
 
@@ -221,7 +223,7 @@ class TokenUpdater:
         log.info("token Secret of pool %s emptied: the pool is being deleted", pool_key(namespace, name))
         return True
 
-    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         with self._lock:
             state = self._pools.get(pool_key(namespace, name))
             return state.failure if state is not None else None
@@ -261,16 +263,15 @@ class TokenUpdater:
         log.info("token Secret of pool %s lost its token; refilling it now", key)
         return None
 
-    def shutdown(self) -> None:
+    def stop_all(self) -> None:
+        """Stop every pool's jobs: no Secret write follows (``scheduler_runnable`` then shuts
+        the scheduler down without waiting for a job stuck on a slow GitHub call)."""
         with self._lock:
             keys = list(self._pools)
         for key in keys:
             namespace, name = split_key(key)
             self.stop(namespace, name)
-        if self._owns_scheduler and self._scheduler.state != STATE_STOPPED:
-            # Do not wait for a job stuck on a slow GitHub call; stop() above already
-            # guarantees no Secret write after this point.
-            self._scheduler.shutdown(wait=False)
+        self.jit.stop_all()
 
     # -- one job run -----------------------------------------------------------------------------
 
@@ -300,14 +301,14 @@ class TokenUpdater:
         return next_run
 
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
-        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.github_api_url)
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
         # The credentials' version too: a replaced job does not wait for (or take the token of)
         # its stale predecessor's request made with the Secret's previous content.
         shared_key = (
             ref.namespace,
             ref.credential_secret_name,
             ref.credentials_version,
-            ref.github_api_url,
+            ref.api_url,
             ref.scope.key,
         )
         token = self._shared.get(shared_key, lambda: client.registration_token(ref.scope))
@@ -367,7 +368,7 @@ class TokenUpdater:
             state.attempt += 1
             attempt = state.attempt
             since = previous.since if previous is not None else now
-            state.failure = TokenFailure(reason=reason, message=message, since=since)
+            state.failure = RegistrationFailure(reason=reason, message=message, since=since)
             state.reasons.add(reason)
             metrics.TOKEN_FAILURES.labels(ref.namespace, ref.name, reason).inc()
         changed = previous is None or (previous.reason, previous.message) != (reason, message)

@@ -2,7 +2,7 @@
 
 Caches, probes, metrics and the webhook receiver run on every replica, so a new leader begins
 with warm caches and a delivery to either replica counts (it is recorded on the pool itself);
-workers, token jobs, runner managers and the demand poller run only while this replica holds
+workers, the secret updater, runner managers and the demand poller run only while this replica holds
 the Lease. ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop
 path, whether a SIGTERM or a lost Lease asks for the stop.
 """
@@ -15,33 +15,33 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from runnerpool import children
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.credential_reads import CredentialReads
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
-from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.verification import Verifier
+from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
-from runnerpool.events import EventRecorder
+from runnerpool.events import KubeEventRecorder
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
+from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
-from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager, scheduler_runnable
+from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
+from runnerpool.secret_reads import SecretReads
 from runnerpool.settings import Settings
 from runnerpool.watches import PoolCache
 from runnerpool.webserver import Limits
-from secret_updater.filler import TokenUpdater
+from secret_updater.updater import SecretUpdater
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,12 @@ class Operator:
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
-        self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
-        # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
-        self._pool_secrets = PoolSecrets(self._kube)
-        self._credentials = CredentialReads(self.informers, self._kube)  # read by name until labelled
+        self._demand = DemandWriter(self._kube, self.informers, settings.github.api_url_of)
+        # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
+        self._secret_reads = SecretReads(self.informers, self._kube)
+        self._pool_secrets = PoolSecrets(self._secret_reads)
         self._clients = NamedClientCache(self._read_credentials)
-        self._manager = RunnableManager(
+        self._supervisor = Supervisor(
             [
                 *self._servers(),
                 Runnable("caches", self.informers.start, self.informers.stop),
@@ -79,60 +79,62 @@ class Operator:
         )
 
     def _leader_parts(self) -> list[Runnable]:
-        """Credential release, token jobs, runner managers, the poller and the workers."""
+        """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
-        tokens = TokenUpdater(
+        secrets = SecretUpdater(
             clients,
             lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
             lambda namespace, name: self._queue.add(pool_key(namespace, name)),
+            token_scheduler,
+            delete_leftover_runner,
             settings=settings.tokens,
-            scheduler=token_scheduler,
         )
         runners = RunnerManagers(
             self.informers,
             clients,
             KubePods(kube),
             self._queue.add,
+            runner_scheduler,
             settings=settings.runners,
-            scheduler=runner_scheduler,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
-        protection = CredentialProtection(self.informers, kube, self._credentials)
+        protection = CredentialProtection(self.informers, kube, self._secret_reads)
         reconciler = Reconciler(
             self.informers,
             self._api,
-            tokens,
+            secrets,
             runners,
-            EventRecorder(kube),
+            KubeEventRecorder(kube),
             settings=settings,
             expectations=self._expectations,
             protection=protection,
             namespaces=self.informers,
-            forgetters=(self._recorder,),
+            forgetters=(self._demand,),
             webhook_secrets=self._pool_secrets.problem,
             github=clients,
         )
+        url_of = settings.github.api_url_of
         poller = DemandPoller(
             self.informers,
-            self._recorder,
-            lambda pool: children.github_client(clients, pool, settings.github.api_url),
-            settings.github.api_url,
+            self._demand,
+            lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, url_of(pool)),
+            url_of,
             interval=settings.demand.poll_interval,
             allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
             Runnable("credential release", protection.release_unused, leader_only=True),
-            scheduler_runnable("token jobs", token_scheduler, tokens.shutdown),
-            scheduler_runnable("runner managers", runner_scheduler, runners.shutdown),
+            scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
+            scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
 
     def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
-        secret = self._credentials.get(namespace, name)
+        secret = self._secret_reads.get(namespace, name)
         if secret is None:
             return None
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
@@ -159,7 +161,7 @@ class Operator:
                 Verifier(
                     secrets.secrets if secrets is not None else tuple, self.informers, self._pool_secrets
                 ),
-                self._recorder.record_job,
+                self._demand.record_job,
                 limits=Limits(
                     read_timeout=demand.webhook_read_timeout,
                     max_connections=demand.webhook_max_connections,
@@ -180,19 +182,19 @@ class Operator:
     def _wait_for_caches(self) -> None:
         """Workers on a half-filled cache would recreate what exists; wait, but not past a stop."""
         while not self.informers.wait_for_sync(timeout=1.0):
-            if self._manager.stopping.is_set():
+            if self._supervisor.stopping.is_set():
                 return
 
     def ready(self) -> bool:
         return self.informers.has_synced
 
     def leading(self) -> bool:
-        return self._manager.leading
+        return self._supervisor.leading
 
     def run(self) -> None:
         """Block until :meth:`shutdown` or until the Lease is lost; everything started is stopped."""
-        self._manager.run()
+        self._supervisor.run()
 
     def shutdown(self) -> None:
         """Stop cleanly (SIGTERM): in-flight reconciles finish, the Lease is released."""
-        self._manager.stop()
+        self._supervisor.stop()

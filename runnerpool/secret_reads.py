@@ -1,4 +1,8 @@
-"""The credential Secrets pools name: from the cache once labelled, read by name before that.
+"""Secrets pools name, by name: from the cache once labelled, read through the API before that.
+
+The operator's one by-name Secret reader, bounded (``capacity`` reads kept, least recently
+used first out): the credential Secrets pools name, and the webhook Secrets pools name in
+``spec.autoscaling.webhookSecretRef`` (``runnerpool.demand.secret.PoolSecrets`` decodes them).
 
 The operator's Secret cache holds only Secrets that carry one of its labels
 (``runnerpool.watches``): a credential Secret gets ``naming.CREDENTIAL_LABEL`` from
@@ -7,14 +11,16 @@ then (a new pool's first pass, a Secret whose label someone removed, one that do
 yet) it is read by name, a ``get`` on Secrets, so a new pool does not wait for the label:
 
 * A cached copy always wins: the informer keeps it current, a rotation included.
-* :meth:`CredentialReads.read` (what protection decides on) reads a Secret that is not cached
-  again every time; :meth:`CredentialReads.get` (the readers that only need the data to build
-  a GitHub client: token jobs, runner managers, the poller) reuses a read, or the answer of
-  protection's own patch, for ``fresh_for`` seconds, the moment until the informer brings
-  the labelled copy.
+* :meth:`SecretReads.read` (what protection decides on) reads a Secret that is not cached
+  again every time; :meth:`SecretReads.get` (the readers that only need the data to build
+  a GitHub client: the secret updater, runner managers, the poller) reuses a read, or the
+  answer of protection's own patch, for ``fresh_for`` seconds, the moment until the informer
+  brings the labelled copy; a caller may ask for another ``max_age`` (a webhook secret is kept
+  longer for deliveries, and read again sooner for its pool's condition).
 * A missing Secret is read again no sooner than a backoff that doubles from ``first_retry``
   (1 s) to ``max_retry`` (30 s), however many pools name it and however often they are
-  reconciled; :meth:`CredentialReads.retry_in` tells the reconciler when to look again.
+  reconciled (or after the caller's ``max_age``, when that is shorter);
+  :meth:`SecretReads.retry_in` tells the reconciler when to look again.
 
 That is how a Secret created after the pool that names it is noticed: no watch of ours can
 see it, it carries no label of ours yet. The other ways were weighed and left: a watch per
@@ -38,7 +44,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.store import clone
 
-__all__ = ["CredentialReads", "SecretCache"]
+__all__ = ["SecretCache", "SecretReads"]
 
 Obj = dict[str, Any]
 
@@ -57,8 +63,8 @@ class _Read:
     backoff: float = 0.0
 
 
-class CredentialReads:
-    """Credential Secrets by name: the cache first, the API server for the rest (module docstring)."""
+class SecretReads:
+    """Secrets by name: the cache first, the API server for the rest (module docstring)."""
 
     def __init__(
         self,
@@ -79,13 +85,20 @@ class CredentialReads:
         self._lock = threading.Lock()
         self._reads: OrderedDict[tuple[str, str], _Read] = OrderedDict()
 
-    def get(self, namespace: str, name: str) -> Obj | None:
-        """The Secret for its data: cached, or a read of the last ``fresh_for`` seconds, or read now."""
-        return self._lookup(namespace, name, reuse=True)
+    def get(self, namespace: str, name: str, max_age: float | None = None) -> Obj | None:
+        """The Secret for its data: cached, or a read of the last ``max_age`` seconds (default
+        ``fresh_for``), or read now. Raises what the API server answers but 404."""
+        return self._lookup(namespace, name, self._fresh_for if max_age is None else max_age, max_age)
 
     def read(self, namespace: str, name: str) -> Obj | None:
         """The Secret to decide on: cached, or read now (a missing one: not before its backoff)."""
-        return self._lookup(namespace, name, reuse=False)
+        return self._lookup(namespace, name, 0.0, None)
+
+    def age(self, namespace: str, name: str) -> float | None:
+        """Seconds since the Secret was last read by name; ``None`` when it never was (or is cached)."""
+        with self._lock:
+            found = self._reads.get((namespace, name))
+        return None if found is None else self._clock() - found.at
 
     def remember(self, namespace: str, name: str, secret: Obj) -> None:
         """What a write of ours answered: the Secret as it is now, until the informer has it."""
@@ -103,7 +116,9 @@ class CredentialReads:
             return None
         return max(found.retry_at - self._clock(), 0.1)
 
-    def _lookup(self, namespace: str, name: str, *, reuse: bool) -> Obj | None:
+    def _lookup(self, namespace: str, name: str, reuse_for: float, missing_for: float | None) -> Obj | None:
+        """``reuse_for``: how old a found Secret's read may be; ``missing_for``: how old a missing
+        one's may be at most (``None``: its backoff alone decides)."""
         cached = self._cache.get_secret(namespace, name)
         key = (namespace, name)
         with self._lock:
@@ -113,9 +128,10 @@ class CredentialReads:
             earlier = self._reads.get(key)
         now = self._clock()
         if earlier is not None:
-            if earlier.secret is None and now < earlier.retry_at:
+            waiting = missing_for is None or now - earlier.at < missing_for
+            if earlier.secret is None and now < earlier.retry_at and waiting:
                 return None
-            if earlier.secret is not None and reuse and now - earlier.at < self._fresh_for:
+            if earlier.secret is not None and now - earlier.at < reuse_for:
                 kept: Obj = clone(earlier.secret)
                 return kept
         try:

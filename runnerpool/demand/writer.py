@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from runnerpool import api
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe
-from runnerpool.demand import metrics, record
+from runnerpool.demand import metrics, rules
 from runnerpool.demand.matching import job_matches, job_scope_keys, recording_pools
 from runnerpool.demand.verification import ANY_POOL, Verdict
 from runnerpool.domain import utcnow
@@ -38,19 +38,19 @@ from runnerpool.github.jobs import Job
 from runnerpool.reads import Reads
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 
-__all__ = ["DemandRecorder", "RecordFailed"]
+__all__ = ["DemandWriteFailed", "DemandWriter"]
 
 log = logging.getLogger(__name__)
 
 MAX_CONFLICTS = 8
 
 PoolKey = tuple[str, str]
-#: Turns a pool's tracked demand into the new one; pure (``record.apply`` or ``record.repair``).
+#: Turns a pool's tracked demand into the new one; pure (``rules.apply`` or ``rules.repair``).
 #: Its arguments: the tracked demand, now, and the names of the pool's runners (its pods).
-Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[record.Transition]]]
+Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[rules.Transition]]]
 
 
-class RecordFailed(Exception):  # noqa: N818 - reads as "recording failed"
+class DemandWriteFailed(Exception):  # noqa: N818 - reads as "recording failed"
     """The API server did not take the write; the caller answers GitHub with 503."""
 
 
@@ -77,17 +77,17 @@ def demand_patch(old: api.Demand | None, new: api.Demand) -> dict[str, Any]:
     return body
 
 
-class DemandRecorder:
+class DemandWriter:
     def __init__(
         self,
         kube: Kube,
         pools: Reads,
-        default_api_url: str,
+        api_url_of: Callable[[api.RunnerPool], str],
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._kube = kube
         self._pools = pools
-        self._default_api_url = default_api_url
+        self._api_url_of = api_url_of
         self._clock = clock
         self._lock = threading.Lock()
         self._pending: dict[PoolKey, list[_Pending]] = {}
@@ -99,17 +99,17 @@ class DemandRecorder:
         """Autoscaling pools, from the cache, that ``job`` counts for: those of the job's
         host and repository or owner (an index lookup), then the rest of ``job_matches``."""
         candidates = self._pools.autoscaling_pools(job_scope_keys(job))
-        return [pool for pool in candidates if job_matches(pool, job, self._default_api_url)]
+        return [pool for pool in candidates if job_matches(pool, job, self._api_url_of(pool))]
 
     def record_job(self, job: Job, verdict: Verdict = ANY_POOL) -> int:
         """Record one job on the pools it counts for (``matching.recording_pools``) among
-        those ``verdict`` admits; the number of pools. Raises RecordFailed.
+        those ``verdict`` admits; the number of pools. Raises DemandWriteFailed.
 
         A delivery also marks, once, the demand-blind pools of its scope that it may move
         (``status.demand_blind``): the webhook is configured for them, whatever the job's labels.
         """
         candidates = self._pools.autoscaling_pools(job_scope_keys(job))
-        matching = [pool for pool in candidates if job_matches(pool, job, self._default_api_url)]
+        matching = [pool for pool in candidates if job_matches(pool, job, self._api_url_of(pool))]
         pools = recording_pools(job, [pool for pool in matching if verdict.admits(pool)])
         chosen = {(pool.namespace, pool.name) for pool in pools}
         marked = [
@@ -123,14 +123,14 @@ class DemandRecorder:
 
         def recorded(
             d: api.Demand | None, now: datetime, runners: frozenset[str]
-        ) -> tuple[api.Demand, list[record.Transition]]:
-            new, moved = record.apply(d, [job], now, runners=runners)
-            return (record.delivered(new, now) if verdict.delivered else new), moved
+        ) -> tuple[api.Demand, list[rules.Transition]]:
+            new, moved = rules.apply(d, [job], now, runners=runners)
+            return (rules.delivered(new, now) if verdict.delivered else new), moved
 
         for pool in pools:
             self.change(pool, recorded)
         for pool in marked:
-            self.change(pool, lambda d, now, runners: (record.delivered(d, now), []))
+            self.change(pool, lambda d, now, runners: (rules.delivered(d, now), []))
         if verdict.delivered:
             metrics.DELIVERY_POOLS.observe(len(pools))
             if matching and not pools and job.state is not None:
@@ -154,11 +154,11 @@ class DemandRecorder:
         grace: timedelta,
         listed_before: Collection[str] = (),
     ) -> None:
-        """Apply a poll's view (jobs already filtered to ``pool``); raises RecordFailed."""
+        """Apply a poll's view (jobs already filtered to ``pool``); raises DemandWriteFailed."""
         seen, polled = list(seen), list(polled)
         self.change(
             pool,
-            lambda d, now, runners: record.repair(
+            lambda d, now, runners: rules.repair(
                 d, seen, polled, now=now, grace=grace, runners=runners, listed_before=listed_before
             ),
         )
@@ -183,7 +183,7 @@ class DemandRecorder:
                     item.error = error
                     item.done.set()
         if mine.error is not None:
-            raise RecordFailed(
+            raise DemandWriteFailed(
                 f"could not record demand on {key[0]}/{key[1]}: {describe(mine.error)}"
             ) from mine.error
 
@@ -224,7 +224,7 @@ class DemandRecorder:
                 new, more = change(new, now, runners)
                 moved.extend(more)
             assert new is not None
-            if record.same(old, new):
+            if rules.same(old, new):
                 return
             body = {
                 "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
@@ -241,4 +241,4 @@ class DemandRecorder:
                 continue
             metrics.observe(pool, new, moved, runners)
             return
-        raise RecordFailed(f"{MAX_CONFLICTS} conflicting writes in a row")
+        raise DemandWriteFailed(f"{MAX_CONFLICTS} conflicting writes in a row")

@@ -1,4 +1,4 @@
-"""TokenUpdater: job bookkeeping on a scheduler that never runs, and job runs driven directly.
+"""SecretUpdater: job bookkeeping on a scheduler that never runs, and job runs driven directly.
 
 Runs are driven with ``run_job``, which calls the job exactly as the scheduler would, and an
 injected clock, so no test sleeps. One test uses a running BackgroundScheduler to prove the first fill really
@@ -21,17 +21,17 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from prometheus_client import REGISTRY
 
-from runnerpool.domain import PoolRef, Scope, TokenFailure
+from runnerpool.domain import PoolRef, RegistrationFailure, Scope
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
 from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
-from runnerpool.scheduling import started_scheduler
+from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.settings import TokenSettings
-from secret_updater import TokenUpdater, token_patch
-from tests.helpers import wait_for
+from secret_updater import SecretUpdater, token_patch
+from tests.helpers import started_scheduler, wait_for
 from tests.test_github_api import API, FAST, api, fixture, mock
 
 __all__ = ["mock"]
@@ -44,7 +44,6 @@ POOL = PoolRef(
     name="build",
     scope=Scope(organization="octo-org"),
     credential_secret_name="github-cred",
-    github_api_url=None,
 )
 
 
@@ -61,7 +60,7 @@ class Clock:
 
 @dataclass
 class Harness:
-    updater: TokenUpdater
+    updater: SecretUpdater
     scheduler: BackgroundScheduler
     github: FakeGitHubClient
     clock: Clock
@@ -104,16 +103,17 @@ def harness() -> Iterator[Harness]:
 
     cache = ClientCache(lambda ns, name: secrets.get((ns, name)), factory=factory)
     scheduler = BackgroundScheduler(timezone=UTC)  # never started: jobs stay inspectable
-    updater = TokenUpdater(
+    updater = SecretUpdater(
         cache,
         lambda ns, name, body: patches.append((ns, name, body)),
         lambda ns, name: notified.append((ns, name)),
         clock=clock,
         scheduler=scheduler,
+        remove_leftover=delete_leftover_runner,
         rng=random.Random(3),
     )
     yield Harness(updater, scheduler, github, clock, secrets, patches, notified)
-    updater.shutdown()
+    updater.stop_all()
 
 
 def sample(name: str, **labels: str) -> float | None:
@@ -142,7 +142,7 @@ def test_changed_poolref_replaces_job_and_runs_now(harness: Harness) -> None:
     harness.run()
     harness.clock.advance(timedelta(minutes=3))
 
-    moved = PoolRef("team-a", "build", Scope(repository="octocat/Hello-World"), "github-cred", None)
+    moved = PoolRef("team-a", "build", Scope(repository="octocat/Hello-World"), "github-cred")
     harness.updater.start(moved)
     harness.github.tokens.append(token(TOKEN_1))  # same value, new scope: must be written again
     harness.run()
@@ -274,7 +274,7 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     assert first is not None
     assert T0 + timedelta(seconds=2.5) <= first <= T0 + timedelta(seconds=5)
     failure = harness.updater.failure("team-a", "build")
-    assert failure == TokenFailure("GitHubUnavailable", "GitHub 502", T0)
+    assert failure == RegistrationFailure("GitHubUnavailable", "GitHub 502", T0)
     assert harness.notified == [("team-a", "build")]
 
     harness.clock.advance(timedelta(seconds=5))
@@ -287,7 +287,7 @@ def test_transient_failure_backs_off_and_recovers(harness: Harness) -> None:
     assert len(harness.notified) == 1  # same failure again: no new notification
 
     harness.clock.advance(timedelta(seconds=10))
-    failure_at_write: list[TokenFailure | None] = []
+    failure_at_write: list[RegistrationFailure | None] = []
     harness.updater._patch_secret = lambda ns, name, body: failure_at_write.append(
         harness.updater.failure(ns, "build")
     )
@@ -478,7 +478,7 @@ def test_running_scheduler_fires_first_fill_immediately() -> None:
         done.set()
 
     scheduler = started_scheduler(2)
-    updater = TokenUpdater(cache, patch, lambda ns, name: None, scheduler=scheduler)
+    updater = SecretUpdater(cache, patch, lambda ns, name: None, scheduler, delete_leftover_runner)
     expected = datetime.now(UTC) + timedelta(minutes=30)
 
     def rescheduled() -> bool:
@@ -490,7 +490,7 @@ def test_running_scheduler_fires_first_fill_immediately() -> None:
         assert done.wait(10), "first fill did not run"
         assert patches[0]["stringData"][TOKEN_SECRET_KEY] == TOKEN_1
         wait_for(rescheduled, message="the next fill 30 minutes before expiry")
-        updater.shutdown()
+        updater.stop_all()
         assert scheduler.get_jobs() == [], "shutdown leaves no job behind"
     finally:
         scheduler.shutdown(wait=False)
@@ -511,11 +511,12 @@ def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at
     cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: github)
     written: list[str] = []
     scheduler = started_scheduler(2)
-    updater = TokenUpdater(
+    updater = SecretUpdater(
         cache,
         lambda ns, name, body: written.append(body["stringData"][TOKEN_SECRET_KEY]),
         lambda ns, n: None,
         scheduler=scheduler,
+        remove_leftover=delete_leftover_runner,
     )
     try:
         updater.start(POOL)
@@ -529,7 +530,7 @@ def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at
         assert written == [TOKEN_2]
     finally:
         release.set()
-        updater.shutdown()
+        updater.stop_all()
         scheduler.shutdown(wait=False)
 
 
@@ -548,18 +549,19 @@ def test_end_to_end_with_pygithub_client(mock: Any) -> None:
 
     cache = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=factory)
     patches: list[tuple[str, str, dict[str, Any]]] = []
-    updater = TokenUpdater(
+    updater = SecretUpdater(
         cache,
         lambda ns, name, body: patches.append((ns, name, body)),
         lambda ns, name: None,
         clock=Clock(),
         scheduler=(scheduler := BackgroundScheduler(timezone=UTC)),
+        remove_leftover=delete_leftover_runner,
     )
     updater.start(POOL)
     try:
         run_job(scheduler)
     finally:
-        updater.shutdown()
+        updater.stop_all()
 
     annotations = patches[0][2]["metadata"]["annotations"]
     assert annotations[TOKEN_EXPIRY_ANNOTATION] == "2020-01-22T20:13:35Z"

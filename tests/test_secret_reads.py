@@ -1,4 +1,4 @@
-"""Credential Secrets by name until the cache has them: bounded reads, a missing one backed off."""
+"""Secrets by name until the cache has them: bounded reads, a missing one backed off."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool.credential_reads import CredentialReads
 from runnerpool.runtime.kube import Kube, Resource
+from runnerpool.secret_reads import SecretReads
 
 Obj = dict[str, Any]
 
@@ -54,12 +54,12 @@ def secret(version: str = "1") -> Obj:
 
 
 @pytest.fixture
-def world() -> tuple[CredentialReads, Server, Cache, Clock]:
+def world() -> tuple[SecretReads, Server, Cache, Clock]:
     server, cache, clock = Server(), Cache(), Clock()
-    return CredentialReads(cache, server, clock=clock), server, cache, clock
+    return SecretReads(cache, server, clock=clock), server, cache, clock
 
 
-def test_a_cached_secret_costs_no_read(world: tuple[CredentialReads, Server, Cache, Clock]) -> None:
+def test_a_cached_secret_costs_no_read(world: tuple[SecretReads, Server, Cache, Clock]) -> None:
     reads, server, cache, _ = world
     cache.secrets[("ns", "creds")] = secret()
     assert reads.get("ns", "creds") == secret()
@@ -68,7 +68,7 @@ def test_a_cached_secret_costs_no_read(world: tuple[CredentialReads, Server, Cac
 
 
 def test_a_secret_not_cached_yet_is_read_by_name_and_the_read_reused_for_its_data(
-    world: tuple[CredentialReads, Server, Cache, Clock],
+    world: tuple[SecretReads, Server, Cache, Clock],
 ) -> None:
     reads, server, cache, clock = world
     server.secrets[("ns", "creds")] = secret()
@@ -86,7 +86,7 @@ def test_a_secret_not_cached_yet_is_read_by_name_and_the_read_reused_for_its_dat
 
 
 def test_what_a_write_answered_is_reused_until_the_cache_has_it(
-    world: tuple[CredentialReads, Server, Cache, Clock],
+    world: tuple[SecretReads, Server, Cache, Clock],
 ) -> None:
     reads, server, _, _ = world
     reads.remember("ns", "creds", secret("7"))
@@ -98,7 +98,7 @@ def test_what_a_write_answered_is_reused_until_the_cache_has_it(
 
 
 def test_a_missing_secret_is_read_again_after_a_doubling_backoff(
-    world: tuple[CredentialReads, Server, Cache, Clock],
+    world: tuple[SecretReads, Server, Cache, Clock],
 ) -> None:
     """However often its pools ask, at most one read per backoff: 1, 2, 4 ... 30 s."""
     reads, server, _, clock = world
@@ -119,8 +119,31 @@ def test_a_missing_secret_is_read_again_after_a_doubling_backoff(
     assert reads.retry_in("ns", "creds") is None, "found: nothing to look for again"
 
 
+def test_a_callers_max_age_bounds_both_the_reuse_and_the_backoff(
+    world: tuple[SecretReads, Server, Cache, Clock],
+) -> None:
+    """A webhook secret's condition asks with its own age: a Secret created after the pool is
+    found within that age, not the backoff's 30 s later; a found one is reused only that long."""
+    reads, server, _, clock = world
+    for _ in range(6):  # the backoff climbs to 30 s
+        reads.read("ns", "creds")
+        clock.now += reads.retry_in("ns", "creds") or 0
+    reads.read("ns", "creds")
+    gets = server.gets
+    assert reads.get("ns", "creds", max_age=5) is None and server.gets == gets, "within the age: no read"
+    server.secrets[("ns", "creds")] = secret()
+    clock.now += 5
+    assert reads.get("ns", "creds", max_age=5) == secret(), "found 5 s on, not 30"
+    assert reads.age("ns", "creds") == 0
+    server.secrets[("ns", "creds")] = secret("2")
+    clock.now += 4
+    assert reads.get("ns", "creds", max_age=5) == secret(), "reused within the age"
+    clock.now += 1
+    assert reads.get("ns", "creds", max_age=5) == secret("2")
+
+
 def test_other_errors_are_not_taken_for_a_missing_secret(
-    world: tuple[CredentialReads, Server, Cache, Clock],
+    world: tuple[SecretReads, Server, Cache, Clock],
 ) -> None:
     reads, server, _, _ = world
 
@@ -135,7 +158,7 @@ def test_other_errors_are_not_taken_for_a_missing_secret(
 
 def test_the_reads_kept_are_bounded() -> None:
     server, cache = Server(), Cache()
-    reads = CredentialReads(cache, server, capacity=3)
+    reads = SecretReads(cache, server, capacity=3)
     for index in range(10):
         reads.remember("ns", f"s{index}", secret())
     assert len(reads._reads) == 3

@@ -1,0 +1,36 @@
+"""Delete a runner left over from an earlier JIT attempt, on the runner managers' terms.
+
+The runner managers are the one owner of runner deletion on GitHub (``runnerpool.runners``).
+A JIT fill (``secret_updater.jit``) that meets a 409 - a runner of the pod's name exists
+already, from an attempt whose Secret write was lost or from before an operator restart - asks
+here to remove it, with the same rule as every other deletion: a runner that is busy is never
+deleted. The secret updater receives this function from the operator's assembly
+(``runnerpool.operator``), since the background jobs never import each other.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from runnerpool.domain import PoolRef
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.types import DeleteOutcome
+
+__all__ = ["delete_leftover_runner"]
+
+log = logging.getLogger(__name__)
+
+
+def delete_leftover_runner(github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
+    """Delete the pool's runner called ``name`` unless it is busy; ``None``: there is none.
+
+    A runner listed busy is not even asked for (GitHub would refuse): ``DeleteOutcome.BUSY``.
+    """
+    leftover = next((r for r in github.list_runners(pool.scope) if r.name == name), None)
+    if leftover is None:
+        return None
+    if leftover.busy:
+        return DeleteOutcome.BUSY
+    outcome = github.delete_runner(pool.scope, leftover.id)
+    log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
+    return outcome
