@@ -28,6 +28,7 @@ from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
+from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
@@ -60,6 +61,8 @@ class Operator:
             default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
             cluster_scoped=not settings.namespaced,
+            # No Secret is listed cluster-wide: only in the namespaces enabled (namespace_access).
+            defer_per_namespace=not settings.namespaced,
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
@@ -100,6 +103,8 @@ class Operator:
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
         protection = CredentialProtection(self.informers, kube, self._credentials)
+        # Cluster mode: the Secret informers of a namespace start once it is enabled.
+        access = NamespaceAccess(kube, watch=None if settings.namespaced else self.informers)
         reconciler = Reconciler(
             self.informers,
             self._api,
@@ -113,6 +118,7 @@ class Operator:
             forgetters=(self._recorder,),
             webhook_secrets=self._pool_secrets.problem,
             github=clients,
+            namespace_access=access,
         )
         poller = DemandPoller(
             self.informers,
@@ -120,7 +126,11 @@ class Operator:
             lambda pool: children.github_client(clients, pool, settings.github.api_url),
             settings.github.api_url,
             interval=settings.demand.poll_interval,
-            allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
+            # No GitHub call for a pool that may not have runners (its gates say why).
+            allowed=lambda pool: (
+                settings.tenants.allow_list.allows(pool.namespace, pool.scope)
+                and access.enabled(pool.namespace)
+            ),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
