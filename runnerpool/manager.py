@@ -61,8 +61,7 @@ class Operator:
             default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
             cluster_scoped=not settings.namespaced,
-            # No Secret is listed cluster-wide: only in the namespaces enabled (namespace_access).
-            defer_per_namespace=not settings.namespaced,
+            defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
@@ -84,6 +83,7 @@ class Operator:
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, token jobs, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
+        allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
         tokens = TokenUpdater(
@@ -103,8 +103,6 @@ class Operator:
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
         protection = CredentialProtection(self.informers, kube, self._credentials)
-        # Cluster mode: the Secret informers of a namespace start once it is enabled.
-        access = NamespaceAccess(kube, watch=None if settings.namespaced else self.informers)
         reconciler = Reconciler(
             self.informers,
             self._api,
@@ -126,11 +124,7 @@ class Operator:
             lambda pool: children.github_client(clients, pool, settings.github.api_url),
             settings.github.api_url,
             interval=settings.demand.poll_interval,
-            # No GitHub call for a pool that may not have runners (its gates say why).
-            allowed=lambda pool: (
-                settings.tenants.allow_list.allows(pool.namespace, pool.scope)
-                and access.enabled(pool.namespace)
-            ),
+            allowed=lambda pool: allow.allows(pool.namespace, pool.scope) and access.enabled(pool.namespace),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
