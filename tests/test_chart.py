@@ -14,6 +14,7 @@ deletes its Namespace and every Lease in it.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -396,7 +397,8 @@ def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None
     # namespace is enabled: the namespace role's rules are in each Role too.
     namespace_rules = rules_of(DEPLOY / "rbac" / "namespace_cluster_role.yaml")
     wanted = [r for r in deploy_rules + namespace_rules if "namespaces" not in r.get("resources", [])]
-    assert sorted(map(json.dumps, cluster_rules + role_rules[0])) == sorted(map(json.dumps, wanted))
+    canonical = functools.partial(json.dumps, sort_keys=True)
+    assert sorted(map(canonical, cluster_rules + role_rules[0])) == sorted(map(canonical, wanted))
     cluster_resources = {r for rule in cluster_rules for r in rule.get("resources", [])}
     assert cluster_resources == {"tokenreviews", "subjectaccessreviews"}
     only_roles = template(helm, {"watchNamespaces": ["team-a"], "metrics": {"secure": False}})
