@@ -59,7 +59,7 @@ from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import operator_kubeconfig
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
@@ -204,6 +204,7 @@ class Bench:
     def setup(self) -> None:
         install_crd(self.api_client)
         self.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        enable_namespace(self.api_client, NAMESPACE)
         self.core.create_namespaced_secret(
             NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )

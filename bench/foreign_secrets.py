@@ -55,7 +55,7 @@ from bench.sampler import ProcessSampler
 from runnerpool import api, naming
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import operator_kubeconfig
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess
 from testworld.wait import poll_until
@@ -180,6 +180,7 @@ class Bench:
         custom = client.CustomObjectsApi(self.api)
         for namespace in self.namespaces:
             self.core.create_namespace({"metadata": {"name": namespace}})
+            enable_namespace(self.api, namespace)
             self.core.create_namespaced_secret(
                 namespace,
                 {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}},

@@ -70,7 +70,7 @@ from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import operator_kubeconfig
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
 from testworld.simulator import OperatorProcess, RunnerSimulator, operator_command
@@ -411,6 +411,7 @@ class SizeRun:
         install_crd(self.api)
         core = client.CoreV1Api(self.api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
+        enable_namespace(self.api, NAMESPACE)
         core.create_namespaced_secret(
             NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )

@@ -64,7 +64,13 @@ from runnerpool.reasons import ConditionType
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE, OPERATOR_USER, kubectl, operator_kubeconfig
+from testworld.envtest.serviceaccount import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_USER,
+    enable_namespace,
+    kubectl,
+    operator_kubeconfig,
+)
 from testworld.envtest.serviceaccount import refusals as rbac_refusals
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
@@ -381,6 +387,7 @@ class World:
 
     def _make_slot(self, slot: Slot) -> None:
         self.core.create_namespace({"metadata": {"name": slot.namespace}})
+        enable_namespace(self.api, slot.namespace)
         self.core.create_namespaced_secret(
             slot.namespace,
             {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}},

@@ -26,6 +26,7 @@ from runnerpool.events import KubeEventRecorder
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
+from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import Reconciler
@@ -60,6 +61,7 @@ class Operator:
             default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
             cluster_scoped=not settings.namespaced,
+            defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
         )
         self._kube = Kube(api_client)
         # Every replica records the deliveries it receives on the pools (status.demand).
@@ -81,6 +83,7 @@ class Operator:
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
+        allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
         secrets = SecretUpdater(
@@ -114,6 +117,7 @@ class Operator:
             forgetters=(self._demand,),
             webhook_secrets=self._pool_secrets.problem,
             github=clients,
+            namespace_access=access,
         )
         url_of = settings.github.api_url_of
         poller = DemandPoller(
@@ -122,7 +126,7 @@ class Operator:
             lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, url_of(pool)),
             url_of,
             interval=settings.demand.poll_interval,
-            allowed=lambda pool: settings.tenants.allow_list.allows(pool.namespace, pool.scope),
+            allowed=lambda pool: allow.allows(pool.namespace, pool.scope) and access.enabled(pool.namespace),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [

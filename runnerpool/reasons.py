@@ -31,6 +31,9 @@ class ConditionType(StrEnum):
     DEMAND_VISIBLE = "DemandVisible"
     #: Pools with their own webhook secret (``spec.autoscaling.webhookSecretRef``): can it be read.
     WEBHOOK_SECRET_READY = "WebhookSecretReady"
+    #: Whether the platform team enabled the operator in the pool's namespace (a RoleBinding to
+    #: runnerpool-operator-namespace): it writes nowhere else (``runnerpool.namespace_access``).
+    NAMESPACE_ENABLED = "NamespaceEnabled"
     #: With --allow rules: whether the pool's namespace may register runners at its scope.
     SCOPE_ALLOWED = "ScopeAllowed"
     #: Pools that name spec.runnerGroup: whether the group exists and admits what the pool serves.
@@ -67,6 +70,9 @@ class Reason(StrEnum):
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"
+    # --- NamespaceEnabled
+    NAMESPACE_ENABLED = "NamespaceEnabled"
+    NAMESPACE_NOT_ENABLED = "NamespaceNotEnabled"
     # --- ScopeAllowed
     SCOPE_ALLOWED = "ScopeAllowed"
     SCOPE_NOT_ALLOWED = "ScopeNotAllowed"

@@ -36,6 +36,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.protocol import GitHubClients
 from runnerpool.hook_access import HookAccessStep
+from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.pods import failures, jit, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -158,8 +159,11 @@ class Reconciler:
         create_backoff: CreateBackoff | None = None,
         github: GitHubClients | None = None,
         runner_groups: RunnerGroups | None = None,
+        namespace_access: NamespaceAccess | None = None,
     ) -> None:
         self._cache = cache
+        #: Whether the operator may write in a pool's namespace (the first gate); ``None``: always.
+        self._namespace_access = namespace_access
         self._jit = JitSecrets(cache, Kube(api_client), tokens.jit)
         # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
         # without ``github``, spec.runnerGroup is not checked.
@@ -214,6 +218,8 @@ class Reconciler:
         try:
             result = self._finalize(run) if self._ending(run) else self._converge(run)
         except ApiException as err:
+            if err.status == 403 and self._namespace_access is not None:
+                self._namespace_access.forget(namespace)  # enabled no longer? the next pass asks
             if not self._ends_quietly(run, err):
                 raise
             _log_pass(namespace, name, "ended", run.writes)
@@ -310,11 +316,17 @@ class Reconciler:
     # ------------------------------------------------------------------ gates
 
     def _gates(self, run: _Pass) -> list[_Gate]:
-        """The checks before anything is made or asked of GitHub: the namespace may use the
-        scope (``--allow``; no GitHub call at all otherwise), then the runner group."""
+        """The checks before anything is made or asked of GitHub: the operator may write in the
+        namespace (``runnerpool.namespace_access``), the namespace may use the scope
+        (``--allow``; no GitHub call at all otherwise), then the runner group."""
         pool = run.pool
         stamp = conditions.Stamp(pool.generation, self._clock())
         gates: list[_Gate] = []
+        if self._namespace_access is not None:
+            access = self._namespace_access.check(pool.namespace)
+            gates.append(_Gate(access.condition(stamp), recheck=access.recheck))
+            if not access.enabled:
+                return gates
         allow = self._settings.tenants.allow_list
         if allow.enforced:
             refusal = allow.refusal(pool.namespace, pool.scope)

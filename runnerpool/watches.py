@@ -9,6 +9,15 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
 * **Secrets**, two informers per namespace, each filtered by a label on the API server, so a
   Secret that is not the operator's is never sent, let alone cached (20,000 Secrets of
   4 KiB cost an operator that cached them all 151 MiB: ``bench/foreign_secrets.py``).
+  Only in namespaces where the operator may read Secrets: cluster-wide it may not
+  (deploy/rbac/cluster_role.yaml holds no Secret verb, since listing Secrets everywhere is
+  reading every Secret of the cluster), so in cluster mode they are ``per_namespace`` watches,
+  started by ``runnerpool.namespace_access`` once the platform team enabled a namespace and
+  stopped when it no longer is. Why one pair per enabled namespace rather than another design:
+  each is a label-selected list and watch of that namespace alone, which is what a RoleBinding
+  there can grant; the alternatives (reads by name on every pass, or a cluster-wide Secret
+  list) cost an API call per pool and pass, or the very permission this takes away. Before a
+  namespace is enabled a read of its Secrets finds nothing, and no pool there gets that far.
   The operator's own (``MANAGED_BY_SELECTOR``: token Secrets) enqueue their pool.  Credential
   Secrets are the user's and carry the operator's label (``naming.CREDENTIAL_SELECTOR``)
   only while a pool needs them: ``runnerpool.credential_protection`` puts it on with the
@@ -217,8 +226,8 @@ def pool_watches(
             decode=parse_pool,
             indexes={BY_SCOPE: _scope_index(default_api_url), BY_CREDENTIAL: _credential_index},
         ),
-        Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR),
-        Watch(CREDENTIALS, SECRETS, _secret, label_selector=CREDENTIAL_SELECTOR),
+        Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR, per_namespace=True),
+        Watch(CREDENTIALS, SECRETS, _secret, label_selector=CREDENTIAL_SELECTOR, per_namespace=True),
         Watch(DEPLOYMENTS_, DEPLOYMENTS, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(
             PODS_,
@@ -253,10 +262,17 @@ class PoolCache(InformerSet):
         on_pod: Callable[[str, str], None] | None = None,
         resync_period: float = 0,
         cluster_scoped: bool = True,
+        defer_per_namespace: bool = False,
     ) -> None:
         table = pool_watches(default_api_url=default_api_url, on_pod=on_pod)
         super().__init__(
-            api_client, enqueue, table, namespaces, resync_period=resync_period, cluster_scoped=cluster_scoped
+            api_client,
+            enqueue,
+            table,
+            namespaces,
+            resync_period=resync_period,
+            cluster_scoped=cluster_scoped,
+            defer_per_namespace=defer_per_namespace,
         )
 
     def get_pool(self, namespace: str, name: str) -> Obj | None:

@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
 from testworld.envtest.controlplane import ComponentGroup, ControlPlane
+from testworld.envtest.serviceaccount import enable_namespace
 from testworld.node.node import Node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -63,10 +64,14 @@ def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api.close()
 
 
-def _fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
+def _fresh_namespace(api_client: client.ApiClient, *, enabled: bool = True) -> Iterator[str]:
+    """A new namespace, deleted after the test; ``enabled``: the operator may make runners
+    there (the RoleBinding a platform team makes, ``enable_namespace``)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    if enabled:
+        enable_namespace(api_client, name)
     yield name
     try:
         core.delete_namespace(name)
@@ -84,6 +89,12 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
 def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
     """A second tenant's namespace."""
     yield from _fresh_namespace(api_client)
+
+
+@pytest.fixture
+def disabled_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A namespace the platform team did not enable: the operator may not write there."""
+    yield from _fresh_namespace(api_client, enabled=False)
 
 
 @pytest.fixture(scope="session")

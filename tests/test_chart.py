@@ -14,6 +14,7 @@ deletes its Namespace and every Lease in it.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -217,7 +218,7 @@ def test_parity_report_names_object_and_field() -> None:
 
 def test_rbac_rules_are_deploys_own_files() -> None:
     """The chart reads its rules from deploy/rbac/ (links), so the two never grant different things."""
-    for name in ("cluster_role.yaml", "leader_election_role.yaml"):
+    for name in ("cluster_role.yaml", "namespace_cluster_role.yaml", "leader_election_role.yaml"):
         linked = CHART / "files" / name
         assert linked.resolve() == (DEPLOY / "rbac" / name).resolve(), f"{linked} must link to deploy/rbac/"
 
@@ -392,9 +393,12 @@ def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None
         role_rules.append(role["rules"])
     assert role_rules[0] == role_rules[1]
     # Nothing lost, nothing added but the Namespace watch, which --namespaced turns off; what
-    # stays cluster-wide is only the metrics reviews, which a Role cannot grant.
-    wanted = [r for r in deploy_rules if "namespaces" not in r.get("resources", [])]
-    assert sorted(map(json.dumps, cluster_rules + role_rules[0])) == sorted(map(json.dumps, wanted))
+    # stays cluster-wide is only the metrics reviews, which a Role cannot grant. Every watched
+    # namespace is enabled: the namespace role's rules are in each Role too.
+    namespace_rules = rules_of(DEPLOY / "rbac" / "namespace_cluster_role.yaml")
+    wanted = [r for r in deploy_rules + namespace_rules if "namespaces" not in r.get("resources", [])]
+    canonical = functools.partial(json.dumps, sort_keys=True)
+    assert sorted(map(canonical, cluster_rules + role_rules[0])) == sorted(map(canonical, wanted))
     cluster_resources = {r for rule in cluster_rules for r in rule.get("resources", [])}
     assert cluster_resources == {"tokenreviews", "subjectaccessreviews"}
     only_roles = template(helm, {"watchNamespaces": ["team-a"], "metrics": {"secure": False}})
@@ -406,6 +410,24 @@ def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None
     assert {"secrets", "pods"} <= {r for rule in role_rules[0] for r in rule["resources"]}
     args = container(objects)["args"]
     assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_runner_namespaces_bind_the_namespace_role_in_each_and_nowhere_else(helm: Path) -> None:
+    objects = template(helm, {"runnerNamespaces": ["team-a", "team-b"]})
+    role = one(objects, "ClusterRole", f"{RELEASE}-namespace")
+    assert role["rules"] == rules_of(DEPLOY / "rbac" / "namespace_cluster_role.yaml")
+    bindings = [
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == f"{RELEASE}-namespace"
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
+    assert not [
+        o
+        for o in template(helm)
+        if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == f"{RELEASE}-namespace"
+    ], "default: no namespace is enabled"
 
 
 def test_allow_rules_become_one_flag_each_that_the_operator_accepts(helm: Path) -> None:
@@ -619,9 +641,19 @@ def test_everything_the_chart_renders_passes_server_side_validation(
     values = {**LINTED_VALUES["everything"], "watchNamespaces": [namespace], "fullnameOverride": namespace}
     values["metrics"] = {**values["metrics"], "serviceMonitor": {"enabled": False}}
     values["prometheusRule"] = {"enabled": False}
-    objects = [
-        o for o in template(helm, values, namespace=namespace) if o["kind"] != "CustomResourceDefinition"
-    ]
+    _server_side_dry_run(control_plane, template(helm, values, namespace=namespace))
+
+
+def test_runner_namespaces_pass_server_side_validation(
+    helm: Path, control_plane: ControlPlane, runnerpool_crd: Obj, namespace: str
+) -> None:
+    """Cluster mode with a runner namespace: the namespace role and its RoleBinding there."""
+    values = {"runnerNamespaces": [namespace], "fullnameOverride": namespace}
+    _server_side_dry_run(control_plane, template(helm, values, namespace=namespace))
+
+
+def _server_side_dry_run(control_plane: ControlPlane, rendered: list[Obj]) -> None:
+    objects = [o for o in rendered if o["kind"] != "CustomResourceDefinition"]
     kubectl = envtest_assets.ensure_binaries(("kubectl",))["kubectl"]
     done = subprocess.run(
         [str(kubectl), "apply", "--dry-run=server", "--validate=strict", "-f", "-"],

@@ -112,6 +112,7 @@ def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
             ("ServiceAccount", NAMESPACE, SERVICE_ACCOUNT),
             ("ClusterRole", "", "runnerpool-operator"),
             ("ClusterRoleBinding", "", "runnerpool-operator"),
+            ("ClusterRole", "", "runnerpool-operator-namespace"),
             ("ClusterRole", "", "runnerpool-operator-metrics-reader"),
             ("ClusterRole", "", "runnerpool-operator-tenant-edit"),
             ("ClusterRole", "", "runnerpool-operator-tenant-view"),
@@ -173,32 +174,50 @@ def test_optional_and_samples_are_not_installed_by_default() -> None:
 # --- RBAC -----------------------------------------------------------------------------------
 
 
-#: Every permission deploy/ grants the operator, pinned: a change here is a change to what the
-#: operator may do on every cluster, and needs its proof in tests/test_deploy_on_server.py.
+#: Every permission deploy/ grants the operator cluster-wide, pinned: a change here is a change to
+#: what the operator may do on every cluster, and needs its proof in tests/test_deploy_on_server.py.
+#: Reads, its own RunnerPools and Events: no Secret verb at all, no pod write.
 OPERATOR_RULES = {
     ("runnerpool.dev", "runnerpools"): {"get", "list", "watch", "patch"},
     ("runnerpool.dev", "runnerpools/status"): {"patch"},
     ("runnerpool.dev", "runnerpools/finalizers"): {"update"},
-    ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"list", "watch"},
+    ("", "serviceaccounts"): {"list", "watch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch"},
+    # Until the legacy Deployments watch and the per-pool runner Role go (issue 30).
+    ("apps", "deployments"): {"list", "watch"},
+    ("rbac.authorization.k8s.io", "roles"): {"list", "watch"},
     ("", "namespaces"): {"list", "watch"},
-    ("apps", "deployments"): {"list", "watch", "delete"},
-    ("apps", "replicasets"): {"list", "delete"},
-    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods/exec"): {"get", "create"},
-    ("", "pods/log"): {"get", "list", "watch"},
-    ("", "serviceaccounts"): {"list", "watch", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "roles"): {"list", "watch", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch", "delete"},
     ("", "events"): {"create", "patch"},
     ("authentication.k8s.io", "tokenreviews"): {"create"},
     ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
+#: What the operator may do in a namespace the platform team enabled (a RoleBinding there to
+#: runnerpool-operator-namespace), pinned the same way.
+NAMESPACE_ROLE = "runnerpool-operator-namespace"
+NAMESPACE_RULES = {
+    ("", "secrets"): {"get", "list", "watch", "create", "patch"},
+    ("", "pods"): {"create", "patch", "delete"},
+    ("policy", "poddisruptionbudgets"): {"create", "patch", "delete"},
+    ("", "serviceaccounts"): {"create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
+}
+#: The one role the operator may bind without holding its verbs (containerMode: kubernetes).
+RUNNER_HOOKS_ROLE = "runnerpool-runner-hooks"
 #: Cluster-scoped: a Role cannot grant them (namespace-scoped mode goes without).
 CLUSTER_SCOPED_RULES = {
     ("", "namespaces"),
     ("authentication.k8s.io", "tokenreviews"),
     ("authorization.k8s.io", "subjectaccessreviews"),
+}
+#: Never granted to the operator, anywhere: reading a pod's log or exec'ing into it, Roles it
+#: could fill with anything, workloads of other controllers.
+NEVER = {
+    ("", "pods/exec"),
+    ("", "pods/log"),
+    ("apps", "replicasets"),
 }
 
 
@@ -213,6 +232,49 @@ def verbs_by_resource(role: Obj) -> dict[tuple[str, str], set[str]]:
 
 def test_cluster_role_grants_exactly_the_pinned_verbs(objects: list[Obj]) -> None:
     assert verbs_by_resource(one(objects, "ClusterRole", "runnerpool-operator")) == OPERATOR_RULES
+
+
+def test_no_secret_verb_and_no_pod_write_cluster_wide(objects: list[Obj]) -> None:
+    """Listing Secrets everywhere is reading every Secret of the cluster; creating pods
+    everywhere is running anything in kube-system."""
+    cluster = verbs_by_resource(one(objects, "ClusterRole", "runnerpool-operator"))
+    assert ("", "secrets") not in cluster
+    assert cluster[("", "pods")] == {"list", "watch"}
+
+
+def test_namespace_role_grants_exactly_the_pinned_verbs_and_is_bound_nowhere(objects: list[Obj]) -> None:
+    role = one(objects, "ClusterRole", NAMESPACE_ROLE)
+    assert verbs_by_resource(role) == NAMESPACE_RULES
+    assert "*" not in yaml.safe_dump(role["rules"])
+    [bind] = [rule for rule in role["rules"] if "bind" in rule["verbs"]]
+    assert bind == {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles"],
+        "verbs": ["bind"],
+        "resourceNames": [RUNNER_HOOKS_ROLE],
+    }, "bind on one role only: any other would let the operator grant anything"
+    assert not [
+        o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == NAMESPACE_ROLE
+    ], "which namespaces are enabled is the platform team's choice: deploy/ enables none"
+
+
+def test_never_exec_log_or_replicasets(objects: list[Obj]) -> None:
+    for name in ("runnerpool-operator", NAMESPACE_ROLE):
+        assert not NEVER & verbs_by_resource(one(objects, "ClusterRole", name)).keys()
+
+
+def test_the_runner_namespace_kustomization_binds_the_namespace_role() -> None:
+    [binding] = render(DEPLOY / "runner-namespace")
+    assert binding["kind"] == "RoleBinding"
+    assert "namespace" not in binding["metadata"], "the kustomization that uses it sets the namespace"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": NAMESPACE_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+    ]
 
 
 def test_metrics_reader_role_reads_only_metrics(objects: list[Obj]) -> None:

@@ -1,14 +1,18 @@
 """deploy/ against the real API server: it applies, and its RBAC is exactly what the operator needs.
 
 The least-privilege proof runs a whole pool lifecycle with the operator logged in
-as deploy/'s ServiceAccount and reads the API server's audit log: the operator is
-never refused (so the rules suffice), and every granted rule was exercised (so
-removing any one of them would turn one of those requests into a refusal).
+as deploy/'s ServiceAccount, in a namespace enabled as a platform team enables one (a
+RoleBinding to runnerpool-operator-namespace), and reads the API server's audit log: the
+operator is never refused (so the rules suffice), and every granted rule was exercised (so
+removing any one of them would turn one of those requests into a refusal). In a namespace
+not enabled the API server refuses it every Secret and every pod, and a pool there waits,
+saying why, until the namespace is enabled.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import ssl
 import subprocess
@@ -27,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
-from runnerpool.hook_access import HOOK_RULES
+from runnerpool.namespace_access import RECHECK
 from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.operator import Operator
 from runnerpool.settings import (
@@ -43,15 +47,16 @@ from tests.pools import (
     LiveReader,
     create_pool,
     legacy_budget,
-    legacy_deployment,
     mark_pods_ready,
     pat_secret,
     play_kubelet,
+    pool_events,
     pool_manifest,
 )
-from tests.test_deploy_manifests import render
+from tests.test_deploy_manifests import NAMESPACE_ROLE, render
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import enable_namespace
 from testworld.fakegithub import FakeGitHub
 from testworld.ports import free_port
 
@@ -62,15 +67,20 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
 # Checked by admission (OwnerReferencesPermissionEnforcement), never requested: it cannot show in
 # the audit log as a request, but without it the operator's creates with an owner reference fail.
 ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
-# Held, never requested, so that the operator may create the runner Role of containerMode:
-# kubernetes (RBAC refuses a Role granting more than its creator holds:
-# tests/test_hook_access.py shows the refusal).
-ESCALATION_ONLY = {
-    (group, resource, verb)
-    for rule in HOOK_RULES
-    for group in rule["apiGroups"]
-    for resource in rule["resources"]
-    for verb in rule["verbs"]
+# Checked when the operator binds runnerpool-runner-hooks (containerMode: kubernetes), never
+# requested: RBAC lets nobody bind a role granting more than they hold, unless they may `bind` it.
+ESCALATION_ONLY = {("rbac.authorization.k8s.io", "clusterroles", "bind")}
+# containerMode: kubernetes's writes: the runner ServiceAccount and its RoleBinding to
+# runnerpool-runner-hooks. The per-pool Role the operator makes today is no longer granted; the
+# RoleBinding to the shipped ClusterRole replaces it (issue 30, the other half of this change),
+# whose lifecycle (_kubernetes_mode, rewritten for it) proves these verbs at the merge.
+KUBERNETES_MODE_AWAITED = {
+    ("", "serviceaccounts", "create"),
+    ("", "serviceaccounts", "patch"),
+    ("", "serviceaccounts", "delete"),
+    ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("rbac.authorization.k8s.io", "rolebindings", "patch"),
+    ("rbac.authorization.k8s.io", "rolebindings", "delete"),
 }
 
 
@@ -146,14 +156,15 @@ def _granted(manifests: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def _rbac_manifests() -> list[dict[str, Any]]:
-    """The roles deploy/rbac binds to the operator (not the tenant or metrics reader roles)."""
+    """The roles deploy/rbac binds to the operator, and the one a platform team binds in each
+    runner namespace (not the tenant or metrics reader roles)."""
     docs = render(DEPLOY / "rbac")
     operator = {"kind": "ServiceAccount", "name": OPERATOR_SA, "namespace": OPERATOR_NAMESPACE}
     bound = {
         (doc["roleRef"]["kind"], doc["roleRef"]["name"])
         for doc in docs
         if doc["kind"] in ("ClusterRoleBinding", "RoleBinding") and operator in doc["subjects"]
-    }
+    } | {("ClusterRole", NAMESPACE_ROLE)}
     return [doc for doc in docs if (doc["kind"], doc["metadata"]["name"]) in bound]
 
 
@@ -167,10 +178,9 @@ class RunningOperator:
     user_agent: str
 
 
-@pytest.fixture
-def operator_as_service_account(
-    api_client: client.ApiClient, installed: None, namespace: str
-) -> Iterator[RunningOperator]:
+@contextlib.contextmanager
+def _operator_as_service_account(api_client: client.ApiClient, namespace: str) -> Iterator[RunningOperator]:
+    """The operator in-process, logged in as deploy/'s ServiceAccount, watching ``namespace``."""
     token = _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)
     metrics_port = free_port()
     operator_client = _bearer_client(api_client, token)
@@ -193,7 +203,7 @@ def operator_as_service_account(
                 leader_election=LeaderElectionSettings(
                     enabled=True,
                     namespace=OPERATOR_NAMESPACE,
-                    lease_name="least-privilege-test",
+                    lease_name=f"least-privilege-{namespace}",
                     lease_duration=5,
                     renew_deadline=4,
                     retry_period=1,
@@ -213,33 +223,23 @@ def operator_as_service_account(
             assert not runner.is_alive(), "the operator did not stop"
 
 
-def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, scope: str) -> None:
-    """The runner Deployment an earlier operator version made for pool ``name``."""
-    manifest = pool_manifest(name, repo=scope) | {"metadata": {"name": name, "namespace": namespace}}
-    legacy_deployment(
-        api_client,
-        api.RunnerPool.model_validate(manifest),
-        api.DEFAULT_RUNNER_IMAGE,
-        "https://api.github.com",
-    )
+@pytest.fixture
+def operator_as_service_account(
+    api_client: client.ApiClient, installed: None, namespace: str
+) -> Iterator[RunningOperator]:
+    with _operator_as_service_account(api_client, namespace) as running:
+        yield running
 
 
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: take over a legacy Deployment and budget, converge
+    """Everything the operator does for a pool: drop an earlier version's budget, converge
     (watching the namespace too), protect its credential Secret, repair drift, protect a busy
     runner, replace a finished pod, deregister, let go of the pool and of the Secret."""
     reader = LiveReader(api_client)
-    apps, core, policy = (
-        client.AppsV1Api(api_client),
-        client.CoreV1Api(api_client),
-        client.PolicyV1Api(api_client),
-    )
+    core, policy = client.CoreV1Api(api_client), client.PolicyV1Api(api_client)
     scope = "octo-org/octo-repo"
     pat_secret(api_client, namespace)
-    _legacy_deployment(api_client, namespace, "lp", scope)
-    wait_for(lambda: reader.list_pods(namespace, "lp"), message="the legacy Deployment's pod")
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
-    wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
     old_budget = legacy_budget(api_client, namespace, "lp")
     wait_for(
         lambda: not reader.get_disruption_budget(namespace, old_budget), message="the per-pool budget to go"
@@ -256,7 +256,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
             )
 
         wait_for(repaired, message="the hand edit to be repaired")
-    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)  # the legacy pod rolled, a fresh one
+    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)
     assert (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(naming.TEMPLATE_HASH_LABEL)
     secret = reader.get_secret(namespace, naming.token_secret_name("lp")) or {}
     token = base64.b64decode(secret["data"][naming.TOKEN_SECRET_KEY]).decode()
@@ -291,9 +291,10 @@ def _finalizers(reader: LiveReader, namespace: str, secret: str) -> list[str]:
     return list(((reader.get_secret(namespace, secret) or {}).get("metadata") or {}).get("finalizers") or [])
 
 
-def _pool_condition(reader: LiveReader, namespace: str, type_: str) -> str | None:
-    pool = reader.get_pool(namespace, "lp") or {}
-    found = [c["status"] for c in (pool.get("status") or {}).get("conditions") or [] if c["type"] == type_]
+def _pool_condition(reader: LiveReader, namespace: str, type_: str, *, pool: str = "lp") -> str | None:
+    found_pool = reader.get_pool(namespace, pool) or {}
+    conditions = (found_pool.get("status") or {}).get("conditions") or []
+    found = [c["status"] for c in conditions if c["type"] == type_]
     return found[0] if found else None
 
 
@@ -330,48 +331,6 @@ def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) ->
     )
 
 
-def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
-    """A containerMode: kubernetes pool: its runner ServiceAccount, Role and RoleBinding are made
-    (list, watch, create), a hand edit of the Role repaired (patch), and all three deleted when
-    the pool leaves the mode (delete)."""
-    reader, name = LiveReader(api_client), naming.runner_account_name("km")
-    create_pool(
-        api_client, namespace, pool_manifest("km", repo="octo-org/octo-repo", containerMode="kubernetes")
-    )
-    wait_for(lambda: reader.get_role_binding(namespace, name), message="the runner RoleBinding")
-    rbac, core = client.RbacAuthorizationV1Api(api_client), client.CoreV1Api(api_client)
-    rbac.patch_namespaced_role(name, namespace, {"rules": []})
-    intruder = [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]
-    rbac.patch_namespaced_role_binding(name, namespace, {"subjects": intruder})
-    core.patch_namespaced_service_account(name, namespace, {"metadata": {"labels": {naming.POOL_LABEL: "x"}}})
-
-    def repaired() -> bool:
-        account = reader.get_service_account(namespace, name) or {}
-        binding = reader.get_role_binding(namespace, name) or {}
-        return (
-            bool((reader.get_role(namespace, name) or {}).get("rules"))
-            and binding.get("subjects") != intruder
-            and (account.get("metadata") or {}).get("labels", {}).get(naming.POOL_LABEL) == "km"
-        )
-
-    wait_for(repaired, message="the hand edits to be repaired")
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
-    )
-    wait_for(
-        lambda: (
-            not any(
-                (
-                    reader.get_service_account(namespace, name),
-                    reader.get_role(namespace, name),
-                    reader.get_role_binding(namespace, name),
-                )
-            )
-        ),
-        message="the runner account to go with the mode",
-    )
-
-
 def _scrape(port: int, token: str) -> int:
     """One scrape of --metrics-secure: a TokenReview and a SubjectAccessReview by the operator."""
     insecure = ssl.create_default_context()
@@ -396,7 +355,6 @@ def test_the_operator_needs_exactly_deploys_rbac(
     running = operator_as_service_account
     _lifecycle(api_client, namespace, running.github)
     _demand(api_client, namespace, running.github)
-    _kubernetes_mode(api_client, namespace)
     assert _scrape(running.metrics_port, running.token) == 403, "the operator itself is no metrics reader"
 
     requests = [
@@ -420,7 +378,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
         for e in requests
         if "objectRef" in e
     }
-    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY
+    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY - KUBERNETES_MODE_AWAITED
     assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
 
 
@@ -462,3 +420,107 @@ def test_owner_references_need_the_finalizers_permission(
         )
     assert refused.value.status == 403
     assert "cannot set blockOwnerDeletion" in refused.value.body
+
+
+# --- namespaces the platform team did not enable --------------------------------------------
+
+
+def _refused(call: Any) -> int:
+    """The status the API server answers ``call()`` with (2xx: 200)."""
+    try:
+        call()
+    except ApiException as err:
+        return int(err.status)
+    return 200
+
+
+def test_the_operator_may_touch_no_secret_and_no_pod_where_not_enabled(
+    api_client: client.ApiClient, installed: None, disabled_namespace: str
+) -> None:
+    """What the API server itself answers deploy/'s ServiceAccount: 403 on a Secret (read by
+    name, listed) and on a new pod in a namespace not enabled; 2xx once the RoleBinding is there."""
+    namespace = disabled_namespace
+    pat_secret(api_client, namespace)
+    operator = client.CoreV1Api(
+        _bearer_client(api_client, _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA))
+    )
+    pod = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    calls = {
+        "get secret": lambda: operator.read_namespaced_secret(naming.DEFAULT_CREDENTIAL_SECRET, namespace),
+        "list secrets": lambda: operator.list_namespaced_secret(namespace),
+        "create pod": lambda: operator.create_namespaced_pod(namespace, pod, dry_run="All"),
+    }
+    assert {what: _refused(call) for what, call in calls.items()} == dict.fromkeys(calls, 403)
+    assert _refused(operator.list_secret_for_all_namespaces) == 403, "no Secret cluster-wide"
+    enable_namespace(api_client, namespace)
+    wait_for(
+        lambda: all(_refused(call) == 200 for call in calls.values()),
+        timeout=30,
+        message="the operator to be allowed in the enabled namespace",
+    )
+
+
+def test_a_pool_where_not_enabled_waits_saying_why_until_the_namespace_is_enabled(
+    api_client: client.ApiClient, control_plane: ControlPlane, installed: None, disabled_namespace: str
+) -> None:
+    """No pod, no token Secret, no GitHub request, not one refused request; a condition with the
+    line to run and an Event. Then the platform team runs it: Ready, without a restart."""
+    namespace, reader = disabled_namespace, LiveReader(api_client)
+    core = client.CoreV1Api(api_client)
+    pat_secret(api_client, namespace)
+    with _operator_as_service_account(api_client, namespace) as running:
+        create_pool(api_client, namespace, pool_manifest("ne", repo="octo-org/octo-repo"))
+
+        def refused_condition() -> dict[str, Any] | None:
+            conditions = ((reader.get_pool(namespace, "ne") or {}).get("status") or {}).get(
+                "conditions"
+            ) or []
+            return next((c for c in conditions if c["type"] == "NamespaceEnabled"), None)
+
+        condition = wait_for(refused_condition, message="the NamespaceEnabled condition")
+        assert (condition["status"], condition["reason"]) == ("False", "NamespaceNotEnabled")
+        line = (
+            f"kubectl create rolebinding runnerpool-operator -n {namespace} "
+            "--clusterrole=runnerpool-operator-namespace "
+            f"--serviceaccount={OPERATOR_NAMESPACE}:{OPERATOR_SA}"
+        )
+        assert line in condition["message"]
+        wait_for(
+            lambda: any(
+                reason == "NamespaceNotEnabled" for _, reason, _ in pool_events(api_client, namespace)
+            ),
+            message="the NamespaceNotEnabled Event",
+        )
+        assert core.list_namespaced_pod(namespace).items == [], "no runner pod"
+        assert [s.metadata.name for s in core.list_namespaced_secret(namespace).items] == [
+            naming.DEFAULT_CREDENTIAL_SECRET
+        ], "no token Secret"
+        assert running.github.requests == [], "no GitHub request for a pool that may have no runner"
+        refused = [
+            (e["verb"], e.get("requestURI"))
+            for e in control_plane.audit_events()
+            if e.get("userAgent") == running.user_agent
+            and (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+        ]
+        assert refused == [], "the operator asked first: it tried no write it may not make"
+
+        enable_namespace(api_client, namespace)  # what the condition's message says to run
+        wait_for(
+            lambda: _pool_condition(reader, namespace, "NamespaceEnabled", pool="ne") == "True",
+            timeout=RECHECK + 30,
+            message="the operator to notice the enabled namespace (it looks again every 30 s)",
+        )
+        [pod] = mark_pods_ready(api_client, namespace, "ne", 1)
+        secret = wait_for(
+            lambda: (reader.get_secret(namespace, naming.token_secret_name("ne")) or {}).get("data"),
+            message="the token",
+        )
+        token = base64.b64decode(secret[naming.TOKEN_SECRET_KEY]).decode()
+        running.github.register_runner_with_token(
+            "octo-org/octo-repo", token, pod, [f"{namespace}/ne", "self-hosted"]
+        )
+        wait_for(
+            lambda: _pool_condition(reader, namespace, "Ready", pool="ne") == "True",
+            timeout=30,
+            message="the pool to be Ready once its namespace is enabled",
+        )

@@ -17,6 +17,7 @@ from tests.test_deploy_manifests import (
     CLUSTER_SCOPED_RULES,
     DEPLOY,
     NAMESPACE,
+    NAMESPACE_RULES,
     OPERATOR_RULES,
     SERVICE_ACCOUNT,
     identity,
@@ -74,10 +75,13 @@ def test_the_operator_gets_roles_instead_of_its_cluster_role(overlay: list[Obj],
     assert not [o for o in overlay if o["kind"] == "ClusterRoleBinding"], "nothing cluster-wide is bound"
 
 
-def test_each_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones(
+def test_each_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones_and_the_namespace_roles(
     overlay: list[Obj], watched: list[str]
 ) -> None:
-    expected = {key: verbs for key, verbs in OPERATOR_RULES.items() if key not in CLUSTER_SCOPED_RULES}
+    """Every watched namespace is one the operator works in: its reads and its writes."""
+    expected = {key: set(verbs) for key, verbs in OPERATOR_RULES.items() if key not in CLUSTER_SCOPED_RULES}
+    for key, verbs in NAMESPACE_RULES.items():
+        expected.setdefault(key, set()).update(verbs)
     for namespace in watched:
         role = next(o for o in overlay if identity(o) == ("Role", namespace, SERVICE_ACCOUNT))
         assert verbs_by_resource(role) == expected

@@ -642,6 +642,37 @@ def test_all_namespaces_mode(
         assert informer_set.stop(timeout=10)
 
 
+def test_secrets_are_watched_only_in_the_namespaces_asked_for(
+    api_client: client.ApiClient, namespace: str, other_namespace: str, keys: Keys, runnerpool_crd: Any
+) -> None:
+    """Cluster mode lists no Secret cluster-wide: a namespace's Secrets are cached once it is
+    watched (enabled), and leave the cache when it no longer is; the rest is watched at start."""
+    core = client.CoreV1Api(api_client)
+    for ns in (namespace, other_namespace):
+        core.create_namespaced_secret(ns, make_secret("creds", labels=CREDENTIAL))
+    informer_set = PoolCache(api_client, keys, None, defer_per_namespace=True)
+    informer_set.start()
+    try:
+        assert informer_set.wait_for_sync(timeout=30), "the set syncs without any Secret informer"
+        assert informer_set.get_secret(namespace, "creds") is None
+        assert informer_set.list_secrets() == []
+        assert informer_set.watch_namespace(namespace, timeout=30)
+        assert informer_set.get_secret(namespace, "creds") is not None, (
+            "listed before watch_namespace returned"
+        )
+        assert [s["metadata"]["namespace"] for s in informer_set.list_secrets()] == [namespace]
+        core.create_namespaced_secret(namespace, make_secret("later", labels=OWNED))
+        wait_for(
+            lambda: informer_set.get_secret(namespace, "later"),
+            message="a new Secret of the watched namespace",
+        )
+        informer_set.unwatch_namespace(namespace)
+        assert informer_set.get_secret(namespace, "creds") is None
+        assert informer_set.count("CredentialSecrets") == 0
+    finally:
+        assert informer_set.stop(timeout=10)
+
+
 def test_stop_is_prompt(api_client: client.ApiClient, namespace: str, informers: PoolCache) -> None:
     informers.start()
     assert informers.wait_for_sync(timeout=30)

@@ -117,6 +117,20 @@ def test_token_failures_name_what_to_fix(reason: str, message: str, sentence: st
     assert waiting_for(pool) == sentence
 
 
+def test_a_namespace_not_enabled_says_the_line_to_run() -> None:
+    line = (
+        "kubectl create rolebinding runnerpool-operator -n team-a --clusterrole=runnerpool-operator-namespace"
+    )
+    refused = _pool(
+        ("NamespaceEnabled", "False", "NamespaceNotEnabled", f"may not create pods; to enable it: {line}"),
+        ("Ready", "False", "NamespaceNotEnabled", "no runners"),
+    )
+    assert waiting_for(refused) == (
+        "Waiting for the platform team to enable the operator here: "
+        f"may not create pods; to enable it: {line}."
+    )
+
+
 def test_a_scale_down_hold_and_a_rollout_say_what_they_wait_for() -> None:
     held = _pool(
         TOKEN_OK,

@@ -43,7 +43,7 @@ from runnerpool import api, naming
 from runnerpool.reasons import ConditionType
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane, ControlPlaneError
-from testworld.envtest.serviceaccount import operator_kubeconfig
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.node import images, prereqs, seal
 from testworld.node.assets import ensure_node_binaries
@@ -271,6 +271,7 @@ class Demo:
         say("installed the RunnerPool CRD (crds/runnerpool.yaml)")
         core = client.CoreV1Api(api_client)
         core.create_namespace(sample.namespace)
+        enable_namespace(api_client, sample.ns)  # what the platform team does (docs/rbac.md)
         core.create_namespaced_secret(sample.ns, sample.credentials)
         say(
             f"created namespace {sample.ns} and Secret {sample.credentials['metadata']['name']} "

@@ -311,12 +311,16 @@ def waiting_for(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = ()) 
     """One sentence: what the operator waits for before the pool is what its spec asks.
 
     Read from the conditions the operator writes (``runnerpool.status``, ``autoscaling``, the
-    finalizer's ``RunnersDeregistered``), most blocking first: a deletion, a first reconcile,
+    finalizer's ``RunnersDeregistered``), most blocking first: a deletion, a namespace the operator
+    may not write in, a first reconcile,
     a spec not acted on yet, the token, the pods, a scale-down hold, a rollout.
     """
     meta, status = raw.get("metadata") or {}, raw.get("status") or {}
     if meta.get("deletionTimestamp"):
         return _deletion_sentence(raw, pods)
+    enabled = _condition(raw, ConditionType.NAMESPACE_ENABLED)
+    if enabled is not None and enabled.get("status") == "False":
+        return f"Waiting for the platform team to enable the operator here: {enabled.get('message')}."
     token = _condition(raw, ConditionType.TOKEN_READY)
     ready = _condition(raw, ConditionType.READY)
     if token is None or ready is None:

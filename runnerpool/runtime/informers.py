@@ -16,6 +16,7 @@ that works) are in :mod:`runnerpool.runtime.listwatch`; the store in
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,15 @@ class Watch:
     informer holds every object); with all namespaces watched, one informer sees every
     object.  ``observe`` sees every event before the mapping.  ``cluster_scoped`` entries
     are the ones an operator that may read only its own namespaces leaves out.
+
+    ``per_namespace``: a namespaced kind the operator may list only in some namespaces, which
+    it learns while it runs (Secrets: only where the platform team enabled it,
+    ``runnerpool.namespace_access``).  In a set made with ``defer_per_namespace`` (the
+    operator in cluster mode) such an entry starts with no informer;
+    :meth:`InformerSet.watch_namespace` starts one per namespace and
+    :meth:`InformerSet.unwatch_namespace` stops it, and a read of a namespace without one finds
+    nothing.  Otherwise (``--namespaced``, whose Roles grant everything in each watched
+    namespace; an admin's in-process tests) it is watched from the start, as every other entry.
     """
 
     name: str
@@ -100,6 +110,7 @@ class Watch:
     decode: Decode | None = None
     indexes: Mapping[str, Index] = field(default_factory=dict)
     observe: Callable[[Event], None] | None = None
+    per_namespace: bool = False
 
     @property
     def cluster_scoped(self) -> bool:
@@ -132,17 +143,21 @@ class _Entry:
 
     watch: Watch
     informers: dict[str | None, StoppableInformer] = field(default_factory=dict)
+    #: Informers come and go per namespace (``Watch.per_namespace`` in a cluster-wide set).
+    deferred: bool = False
 
-    def informer_for(self, namespace: str) -> StoppableInformer:
+    def informer_for(self, namespace: str) -> StoppableInformer | None:
+        """``None``: a deferred entry not (or no longer) watching ``namespace``."""
         informer = self.informers.get(None) or self.informers.get(namespace)
-        if informer is None:
+        if informer is None and not self.deferred:
             raise NamespaceNotWatchedError(f"{self.watch.name} in namespace {namespace!r} are not watched")
         return informer
 
     def stores(self, namespace: str | None) -> list[Store]:
         if namespace is None:
-            return [informer.store for informer in self.informers.values()]
-        return [self.informer_for(namespace).store]
+            return [informer.store for informer in list(self.informers.values())]
+        informer = self.informer_for(namespace)
+        return [] if informer is None else [informer.store]
 
 
 class InformerSet:
@@ -164,12 +179,21 @@ class InformerSet:
         *,
         resync_period: float = 0,
         cluster_scoped: bool = True,
+        defer_per_namespace: bool = False,
     ) -> None:
         self._enqueue = enqueue
         kube = Kube(api_client)
+        self._kube, self._resync_period = kube, resync_period
+        self._namespaces = None if namespaces is None else frozenset(namespaces)
+        #: Guards the deferred entries' informers, which workers start and stop while others read.
+        self._lock = threading.Lock()
+        self._started = self._stopped = False
         self._entries: dict[str, _Entry] = {}
         for watch in _selected(watches, cluster_scoped):
-            entry = self._entries.setdefault(watch.name, _Entry(watch))
+            deferred = watch.per_namespace and defer_per_namespace
+            entry = self._entries.setdefault(watch.name, _Entry(watch, deferred=deferred))
+            if deferred:
+                continue
             for namespace in _scopes(namespaces):
                 entry.informers[namespace] = self._informer(kube, watch, namespace, resync_period)
         for name in self._entries:
@@ -208,22 +232,69 @@ class InformerSet:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def _all(self) -> list[StoppableInformer]:
-        return [informer for entry in self._entries.values() for informer in entry.informers.values()]
+    def _all(self, *, deferred: bool = True) -> list[StoppableInformer]:
+        """Every informer; ``deferred=False``: those the set starts with (whose sync is its own)."""
+        with self._lock:
+            return [
+                informer
+                for entry in self._entries.values()
+                if deferred or not entry.deferred
+                for informer in entry.informers.values()
+            ]
 
     @property
     def informers(self) -> int:
         return len(self._all())
 
     def start(self) -> None:
+        with self._lock:
+            self._started = True
         for informer in self._all():
             informer.start()
+
+    def watch_namespace(self, namespace: str, timeout: float) -> bool:
+        """Start the deferred entries' informers for ``namespace`` (if not running yet) and wait
+        up to ``timeout`` seconds for their first list; ``True`` once all have it.
+
+        Before :meth:`start` they only wait to be started with the rest. A namespace the set
+        does not watch (``namespaces`` given without it) has nothing to start.
+        """
+        if self._namespaces is not None and namespace not in self._namespaces:
+            return True
+        with self._lock:
+            mine: list[StoppableInformer] = []
+            for entry in self._entries.values():
+                if not entry.deferred:
+                    continue
+                informer = entry.informers.get(namespace)
+                if informer is None:
+                    informer = self._informer(self._kube, entry.watch, namespace, self._resync_period)
+                    entry.informers[namespace] = informer
+                    if self._started and not self._stopped:
+                        informer.start()
+                mine.append(informer)
+        deadline = time.monotonic() + timeout
+        return all(informer.adapter.synced.wait(max(0.0, deadline - time.monotonic())) for informer in mine)
+
+    def unwatch_namespace(self, namespace: str) -> None:
+        """Stop the deferred entries' informers for ``namespace``: their objects leave the cache
+        (without events: nothing the operator does follows from "no longer visible")."""
+        with self._lock:
+            gone = [
+                entry.informers.pop(namespace)
+                for entry in self._entries.values()
+                if entry.deferred and namespace in entry.informers
+            ]
+        for informer in gone:
+            informer.signal_stop()
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop every informer; ``True`` if all their threads ended in time.
 
         Giving up after ``timeout`` is safe: informer threads are daemons.
         """
+        with self._lock:
+            self._stopped = True
         informers = self._all()
         for informer in informers:
             informer.signal_stop()
@@ -235,12 +306,15 @@ class InformerSet:
 
     @property
     def has_synced(self) -> bool:
-        return all(informer.adapter.synced.is_set() for informer in self._all())
+        """Every informer the set started with has its first list (a deferred one's is
+        :meth:`watch_namespace`'s to wait for)."""
+        return all(informer.adapter.synced.is_set() for informer in self._all(deferred=False))
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Block until every informer has stored its initial list (like ``WaitForCacheSync``)."""
+        """Block until every informer the set started with has stored its initial list (like
+        ``WaitForCacheSync``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for informer in self._all():
+        for informer in self._all(deferred=False):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not informer.adapter.synced.wait(remaining):
                 return False
@@ -250,24 +324,27 @@ class InformerSet:
 
     def informer(self, watch: str, namespace: str) -> StoppableInformer:
         """The informer of ``watch`` that covers ``namespace``."""
-        return self._entries[watch].informer_for(namespace)
+        informer = self._entries[watch].informer_for(namespace)
+        if informer is None:
+            raise NamespaceNotWatchedError(f"{watch} in namespace {namespace!r} are not watched (yet)")
+        return informer
 
-    def _lookup(self, watch: str, namespace: str, name: str) -> tuple[Store, str]:
-        """The store that holds ``watch``'s objects of ``namespace``, and ``name``'s key in it
-        (a cluster-scoped object's key is its name)."""
+    def _lookup(self, watch: str, namespace: str, name: str) -> tuple[Store | None, str]:
+        """The store that holds ``watch``'s objects of ``namespace`` (``None``: a deferred entry
+        not watching it), and ``name``'s key in it (a cluster-scoped object's key is its name)."""
         entry = self._entries[watch]
         key = name if entry.watch.cluster_scoped else pool_key(namespace, name)
-        return entry.informer_for(namespace).store, key
+        informer = entry.informer_for(namespace)
+        return (None if informer is None else informer.store), key
 
     def get(self, watch: str, namespace: str, name: str) -> Obj | None:
-        store, key = self._lookup(watch, namespace, name)
-        obj = store.get_by_key(key)
+        obj = self.peek(watch, namespace, name)
         return clone(obj) if obj is not None else None
 
     def peek(self, watch: str, namespace: str, name: str) -> Obj | None:
         """The cached object itself, not a copy: read it, never change it."""
         store, key = self._lookup(watch, namespace, name)
-        obj: Obj | None = store.get_by_key(key)
+        obj: Obj | None = None if store is None else store.get_by_key(key)
         return obj
 
     def objects(self, watch: str, namespace: str | None = None) -> list[Obj]:
@@ -285,7 +362,7 @@ class InformerSet:
     def view(self, watch: str, namespace: str, name: str) -> Any:
         """The shared view of one object (``None``: not cached); never change it."""
         store, key = self._lookup(watch, namespace, name)
-        return store.view(key)
+        return None if store is None else store.view(key)
 
     def views(self, watch: str, namespace: str | None, index: str, value: str) -> list[Any]:
         """The shared views found under ``value`` in ``index`` (``namespace`` ``None``: in all)."""

@@ -108,8 +108,12 @@ def test_why_says_the_pool_waits_for_its_first_token(
         "Waiting for a registration token: the operator's secret updater has not yet put one into Secret "
         f"{naming.token_secret_name('slow')}; if this lasts, check that the operator runs and reaches GitHub."
     )
-    conditions = [line.split()[:3] for line in lines[lines.index("Conditions:") + 2 :][:2]]
-    assert conditions == [["Ready", "False", "TokenNotReady"], ["TokenReady", "False", "WaitingForToken"]]
+    conditions = [line.split()[:3] for line in lines[lines.index("Conditions:") + 2 :][:3]]
+    assert conditions == [
+        ["NamespaceEnabled", "True", "NamespaceEnabled"],
+        ["Ready", "False", "TokenNotReady"],
+        ["TokenReady", "False", "WaitingForToken"],
+    ]
     # Let the hung request go: the operator's stop would otherwise wait for its read timeouts.
     fake_github.clear_faults()
     wait_condition(api_client, namespace, "slow", "TokenReady", "True")

@@ -39,6 +39,9 @@ OVERLAY = DEPLOY / "overlays" / "namespaced"
 WATCHED = "ci-runners"  # the overlay's sample watched namespace
 #: The harness's own login check with the token (``service_account_kubeconfig``), not the operator.
 HARNESS = {"selfsubjectreviews"}
+#: The operator asking what it may do in a watched namespace (``runnerpool.namespace_access``):
+#: a review of its own permissions, which needs none and shows nothing of the cluster.
+SELF_REVIEWS = {"selfsubjectaccessreviews"}
 
 
 def render_overlay(control_plane: ControlPlane) -> list[dict[str, Any]]:
@@ -53,6 +56,13 @@ def _moved(obj: dict[str, Any], namespaces: dict[str, str]) -> dict[str, Any]:
     for subject in obj.get("subjects") or []:
         subject["namespace"] = namespaces[subject["namespace"]]
     return obj
+
+
+@pytest.fixture
+def namespace(disabled_namespace: str) -> str:
+    """The watched namespace, not enabled through runnerpool-operator-namespace: the overlay's
+    Role there is all the operator gets (and its RoleBinding takes the same name)."""
+    return disabled_namespace
 
 
 @pytest.fixture
@@ -87,7 +97,7 @@ def namespaced_kubeconfig(
 
 def _cluster_wide(event: dict[str, Any]) -> bool:
     ref = event.get("objectRef")
-    return ref is not None and not ref.get("namespace") and ref.get("resource") not in HARNESS
+    return ref is not None and not ref.get("namespace") and ref.get("resource") not in HARNESS | SELF_REVIEWS
 
 
 @pytest.mark.usefixtures("credentials")

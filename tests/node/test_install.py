@@ -112,10 +112,11 @@ class Installed:
         return kubectl(self.target, *args)
 
     def new_namespace(self) -> str:
-        """A namespace with the credential Secret the fake accepts."""
+        """A namespace the operator is enabled in, with the credential Secret the fake accepts."""
         name = f"inst-{uuid.uuid4().hex[:8]}"
         self.core.create_namespace({"metadata": {"name": name}})
         self.namespaces.append(name)
+        self.installer.enable(name)
         self.core.create_namespaced_secret(
             name, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": GOOD_PAT}}
         )

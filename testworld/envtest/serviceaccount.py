@@ -33,11 +33,13 @@ from testworld.envtest import assets, audit
 from testworld.envtest.controlplane import ControlPlane
 
 __all__ = [
+    "NAMESPACE_ROLE",
     "OPERATOR_NAMESPACE",
     "OPERATOR_SERVICE_ACCOUNT",
     "OPERATOR_USER",
     "TOKEN_SECONDS",
     "apply_manifests",
+    "enable_namespace",
     "install_operator_rbac",
     "kubectl",
     "operator_kubeconfig",
@@ -208,6 +210,29 @@ def refusals(plane: ControlPlane, user: str, since: int = 0) -> list[str]:
         if (event.get("user") or {}).get("username") == user
         and (event.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
     ]
+
+
+#: deploy/rbac's ClusterRole of everything the operator writes in a runner namespace.
+NAMESPACE_ROLE = "runnerpool-operator-namespace"
+
+
+def enable_namespace(api_client: client.ApiClient, namespace: str) -> None:
+    """What a platform team does for each runner namespace (docs/rbac.md): a RoleBinding there
+    of deploy/rbac's ``runnerpool-operator-namespace`` to the operator's ServiceAccount, as
+    ``kubectl create rolebinding runnerpool-operator -n NS --clusterrole=... --serviceaccount=...``
+    makes it. Without it the operator, on deploy/'s RBAC, makes nothing there. Idempotent."""
+    body = {
+        "metadata": {"name": OPERATOR_SERVICE_ACCOUNT, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAMESPACE_ROLE},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": OPERATOR_SERVICE_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+        ],
+    }
+    try:
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(namespace, body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
 
 
 #: deploy/rbac's ClusterRole that may get /metrics (--metrics-secure).

@@ -104,6 +104,20 @@ class HelmInstall:
         self.installed = True
         self._rolled_out()
 
+    def enable(self, namespace: str) -> None:
+        """The one line docs/rbac.md gives (the chart's ``runnerNamespaces`` lists namespaces
+        known at install time; these tests make theirs later, and count the release's upgrades)."""
+        kubectl(
+            self.target,
+            "create",
+            "rolebinding",
+            "runnerpool-operator",
+            "-n",
+            namespace,
+            f"--clusterrole={RELEASE}-namespace",
+            f"--serviceaccount={NAMESPACE}:{RELEASE}",
+        )
+
     def upgrade(self, changes: dict[str, Any]) -> None:
         """``helm upgrade`` with ``changes`` merged into the values (one level deep), rolled out."""
         self.values = {**self.values, **changes}

@@ -18,6 +18,8 @@ import yaml
 from testworld.install.target import DEPLOYMENT, NAMESPACE, Target, kubectl, wait_for_rollout
 
 OVERLAY = Path(__file__).resolve().parent
+#: deploy/'s kustomization that enables the operator in the namespace its user sets.
+RUNNER_NAMESPACE = OVERLAY.parents[1] / "deploy" / "runner-namespace"
 #: The name deploy/manager/deployment.yaml gives the operator's image.
 DEPLOY_IMAGE = "runnerpool-operator"
 
@@ -61,8 +63,22 @@ class KustomizeInstall:
 
     def __init__(self, target: Target, workdir: Path) -> None:
         self.target = target
+        self.workdir = workdir
         self.folder = run_time_overlay(target, workdir / "install-overlay")
         self.manifests: list[dict[str, Any]] = []
+
+    def enable(self, namespace: str) -> None:
+        """``kubectl apply -k`` of a kustomization naming ``namespace`` and deploy/runner-namespace."""
+        folder = self.workdir / f"enable-{namespace}"
+        folder.mkdir(parents=True, exist_ok=True)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "namespace": namespace,
+            "resources": [os.path.relpath(RUNNER_NAMESPACE, folder)],
+        }
+        (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+        kubectl(self.target, "apply", "-k", str(folder))
 
     def render(self) -> list[dict[str, Any]]:
         return [doc for doc in yaml.safe_load_all(kubectl(self.target, "kustomize", str(self.folder))) if doc]

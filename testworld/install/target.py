@@ -88,5 +88,9 @@ class Installer(Protocol):
     def install(self) -> None:
         """Install and wait until the operator's Deployment has rolled out."""
 
+    def enable(self, namespace: str) -> None:
+        """Let the installed operator make runners in ``namespace``, as its docs tell a platform
+        team to (docs/rbac.md)."""
+
     def uninstall(self) -> None:
         """Remove what ``install`` made, except the CRD (the test session owns it), and wait."""

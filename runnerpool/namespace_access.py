@@ -1,0 +1,221 @@
+"""Whether the platform team enabled the operator in a namespace, as the API server says.
+
+Cluster-wide the operator only reads (deploy/rbac/cluster_role.yaml). What it writes in a runner
+namespace (pods, token Secrets, the busy runners' budget, a runner account) it may write only
+where a RoleBinding there grants it the shipped ClusterRole ``runnerpool-operator-namespace``
+(deploy/rbac/namespace_cluster_role.yaml), made by the platform team: the chart's
+``runnerNamespaces``, deploy/runner-namespace, or the one line :meth:`NamespaceAccess.enable_line`
+gives. A pool elsewhere must get no pod, no token and no GitHub call, and say why; finding out
+from a 403 at its first write would come after its token job had asked GitHub.
+
+So the reconciler asks first (:meth:`NamespaceAccess.check`, a gate before anything is made):
+one SelfSubjectAccessReview per thing the operator needs in every runner namespace (create
+pods, list its Secrets). Every authenticated user may ask those (the built-in
+``system:basic-user`` role): the check needs no permission of its own, and it answers with the
+operator's real permissions (a Role, a ClusterRoleBinding made by hand, ``--namespaced``'s Roles
+count too), not with a guess from the RoleBindings it could list.
+
+Answers are cached per namespace. One that is not enabled is asked again after ``recheck``
+seconds, so enabling it makes its pools go on without a restart; one that is, after
+``enabled_recheck`` seconds, and at once after a 403 from a write (:meth:`forget`), so a
+RoleBinding taken away is noticed too.
+
+An enabled namespace gets the operator's Secret informers (``NamespaceWatch``:
+``runnerpool.watches`` says why they are per namespace), and the gate opens only once they
+hold their first list, so no pass takes "not cached yet" for "absent"; a namespace no longer
+enabled has them stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes.client.rest import ApiException
+
+from runnerpool import conditions
+from runnerpool.reasons import Reason
+from runnerpool.runtime.kube import Kube, Resource
+
+__all__ = [
+    "ENABLED_RECHECK",
+    "NAMESPACE_CLUSTER_ROLE",
+    "RECHECK",
+    "Access",
+    "NamespaceAccess",
+    "NamespaceNotSyncedError",
+    "NamespaceWatch",
+]
+
+log = logging.getLogger(__name__)
+
+#: The shipped ClusterRole a RoleBinding in a runner namespace enables the operator with.
+NAMESPACE_CLUSTER_ROLE = "runnerpool-operator-namespace"
+#: deploy/'s ServiceAccount, named in the line when the operator cannot learn its own.
+DEFAULT_ACCOUNT = "runnerpool-system:runnerpool-operator"
+#: Seconds until a namespace that is not enabled is asked about again.
+RECHECK = 30.0
+#: Seconds until an enabled namespace is asked about again (a 403 asks at once).
+ENABLED_RECHECK = 300.0
+#: Seconds an enabling waits for the namespace's Secret informers' first list.
+SYNC_TIMEOUT = 10.0
+
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io/v1", "selfsubjectaccessreviews", namespaced=False
+)
+SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io/v1", "selfsubjectreviews", namespaced=False)
+_SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+#: What the operator needs in every runner namespace before a pool there may start, as
+#: (verb, resource): the first write of every pool, and its Secret informers.
+NEEDED: tuple[tuple[str, str], ...] = (("create", "pods"), ("list", "secrets"), ("watch", "secrets"))
+
+
+class NamespaceWatch(Protocol):
+    """The per-namespace informers (``runnerpool.runtime.informers.InformerSet``)."""
+
+    def watch_namespace(self, namespace: str, timeout: float) -> bool: ...
+    def unwatch_namespace(self, namespace: str) -> None: ...
+
+
+class NamespaceNotSyncedError(RuntimeError):
+    """An enabled namespace whose Secret informers have not listed yet: the queue retries."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """The answer for one namespace: ``enabled``, the condition's message, and (not enabled)
+    the seconds until it is asked again."""
+
+    enabled: bool
+    message: str
+    recheck: float | None = None
+
+    def condition(self, stamp: conditions.Stamp) -> dict[str, Any]:
+        """The pool's ``NamespaceEnabled`` condition."""
+        reason = Reason.NAMESPACE_ENABLED if self.enabled else Reason.NAMESPACE_NOT_ENABLED
+        return stamp.condition(conditions.NAMESPACE_ENABLED, self.enabled, reason, self.message)
+
+
+@dataclass
+class _Answer:
+    access: Access
+    asked: float
+
+
+class NamespaceAccess:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        watch: NamespaceWatch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        recheck: float = RECHECK,
+        enabled_recheck: float = ENABLED_RECHECK,
+    ) -> None:
+        self._kube = kube
+        self._watch = watch
+        self._clock = clock
+        self._recheck = recheck
+        self._enabled_recheck = enabled_recheck
+        self._lock = threading.Lock()
+        self._answers: dict[str, _Answer] = {}
+        #: One asker per namespace at a time: the pools of a namespace share its answer.
+        self._asking: dict[str, threading.Lock] = {}
+        self._account: str | None = None
+
+    def check(self, namespace: str) -> Access:
+        """Whether the operator may work in ``namespace`` (cached; see the module docstring).
+
+        Raises what the API server raises for the reviews, and ``NamespaceNotSyncedError``
+        when the namespace is enabled but its Secrets are not listed yet.
+        """
+        with self._lock:
+            asking = self._asking.setdefault(namespace, threading.Lock())
+        with asking:
+            answer = self._answers.get(namespace)
+            wait = self._enabled_recheck if answer is not None and answer.access.enabled else self._recheck
+            if answer is None or self._clock() - answer.asked >= wait:
+                answer = _Answer(self._ask(namespace), self._clock())
+                self._follow(namespace, answer.access.enabled)
+                self._answers[namespace] = answer
+            elif answer.access.enabled:
+                self._follow(namespace, True)
+        access = answer.access
+        if access.enabled:
+            return access
+        left = max(1.0, answer.asked + self._recheck - self._clock())
+        return Access(False, access.message, recheck=left)
+
+    def enabled(self, namespace: str) -> bool:
+        """The last answer for ``namespace``, without asking (``False`` before the first)."""
+        with self._lock:
+            answer = self._answers.get(namespace)
+        return answer is not None and answer.access.enabled
+
+    def forget(self, namespace: str) -> None:
+        """Ask again at the next check (a write in the namespace was refused: 403)."""
+        with self._lock:
+            self._answers.pop(namespace, None)
+
+    def enable_line(self, namespace: str) -> str:
+        """The one command that enables the operator in ``namespace``."""
+        return (
+            f"kubectl create rolebinding runnerpool-operator -n {namespace} "
+            f"--clusterrole={NAMESPACE_CLUSTER_ROLE} --serviceaccount={self.account()}"
+        )
+
+    def account(self) -> str:
+        """``namespace:name`` of the operator's ServiceAccount, as the API server knows it
+        (SelfSubjectReview, which anyone may ask); deploy/'s when it is no ServiceAccount."""
+        if self._account is None:
+            self._account = self._learn_account()
+        return self._account
+
+    def _learn_account(self) -> str:
+        try:
+            review = self._kube.create(SELF_SUBJECT_REVIEWS, "", {"apiVersion": "authentication.k8s.io/v1"})
+        except ApiException as err:
+            log.info("cannot learn the operator's own account (%s): naming deploy/'s", err.status)
+            return DEFAULT_ACCOUNT
+        user = str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+        if not user.startswith(_SERVICE_ACCOUNT_PREFIX):
+            return DEFAULT_ACCOUNT
+        return user.removeprefix(_SERVICE_ACCOUNT_PREFIX)
+
+    def _ask(self, namespace: str) -> Access:
+        missing = [
+            f"{verb} {resource}" for verb, resource in NEEDED if not self._allowed(namespace, verb, resource)
+        ]
+        if not missing:
+            return Access(
+                True, f"the operator may create runner pods and read its Secrets in namespace {namespace}"
+            )
+        message = (
+            f"the operator may not {' or '.join(missing)} in namespace {namespace}: it writes only "
+            f"where the platform team enabled it; to enable it: {self.enable_line(namespace)}"
+        )
+        return Access(False, message)
+
+    def _allowed(self, namespace: str, verb: str, resource: str) -> bool:
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource}},
+        }
+        review = self._kube.create(SELF_SUBJECT_ACCESS_REVIEWS, "", body)
+        return bool((review.get("status") or {}).get("allowed"))
+
+    def _follow(self, namespace: str, enabled: bool) -> None:
+        """Start the namespace's Secret informers (and wait for their list), or stop them."""
+        if self._watch is None:
+            return
+        if not enabled:
+            self._watch.unwatch_namespace(namespace)
+            return
+        if not self._watch.watch_namespace(namespace, SYNC_TIMEOUT):
+            raise NamespaceNotSyncedError(f"the Secrets of namespace {namespace} are not listed yet")

@@ -1,0 +1,106 @@
+"""runnerpool.namespace_access on a real API server, as deploy/'s ServiceAccount: what it answers
+for a namespace not enabled and for one enabled, when it asks again, and the informers it starts.
+
+The pool-level proof (condition, Event, no pod, no token, no GitHub call, Ready once enabled
+without a restart) is tests/test_deploy_on_server.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+
+from runnerpool.namespace_access import RECHECK, NamespaceAccess
+from runnerpool.runtime.kube import Kube
+from tests.helpers import wait_for
+from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_SERVICE_ACCOUNT,
+    enable_namespace,
+    operator_kubeconfig,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Watched:
+    """The namespaces NamespaceAccess asked to have watched (the informer set's side)."""
+
+    def __init__(self) -> None:
+        self.namespaces: set[str] = set()
+
+    def watch_namespace(self, namespace: str, timeout: float) -> bool:
+        self.namespaces.add(namespace)
+        return True
+
+    def unwatch_namespace(self, namespace: str) -> None:
+        self.namespaces.discard(namespace)
+
+
+@pytest.fixture
+def operator_kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    api = config.new_client_from_config(config_file=str(operator_kubeconfig(control_plane)))
+    yield Kube(api)
+    api.close()
+
+
+def _allowed_now(kube: Kube, namespace: str) -> bool:
+    """A fresh answer (no cache): the API server's authorizer takes a new binding within moments."""
+    return NamespaceAccess(kube).check(namespace).enabled
+
+
+def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_the_recheck(
+    api_client: client.ApiClient, operator_kube: Kube, disabled_namespace: str
+) -> None:
+    namespace, clock, watched = disabled_namespace, Clock(), Watched()
+    access = NamespaceAccess(operator_kube, watch=watched, clock=clock)
+
+    refused = access.check(namespace)
+    assert not refused.enabled
+    line = (
+        f"kubectl create rolebinding runnerpool-operator -n {namespace} "
+        f"--clusterrole=runnerpool-operator-namespace "
+        f"--serviceaccount={OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
+    )
+    assert line in refused.message, "the line names the account the API server knows the operator as"
+    assert "create pods" in refused.message and "list secrets" in refused.message
+    assert refused.recheck == RECHECK
+    assert not access.enabled(namespace) and watched.namespaces == set()
+
+    enable_namespace(api_client, namespace)
+    wait_for(lambda: _allowed_now(operator_kube, namespace), message="the binding to take effect")
+    clock.now += 10
+    assert not access.check(namespace).enabled, "cached until the recheck"
+    assert access.check(namespace).recheck == RECHECK - 10
+    clock.now += RECHECK - 10
+    assert access.check(namespace).enabled
+    assert access.enabled(namespace) and watched.namespaces == {namespace}, "its Secrets are watched"
+
+
+def test_a_refused_write_has_the_namespace_asked_about_again(
+    api_client: client.ApiClient, operator_kube: Kube, namespace: str
+) -> None:
+    """An enabled namespace stays cached; a 403 (``forget``) asks again, and a binding taken
+    away stops its Secret informers."""
+    clock, watched = Clock(), Watched()
+    access = NamespaceAccess(operator_kube, watch=watched, clock=clock)
+    assert access.check(namespace).enabled
+    client.RbacAuthorizationV1Api(api_client).delete_namespaced_role_binding(
+        OPERATOR_SERVICE_ACCOUNT, namespace
+    )
+    wait_for(
+        lambda: not _allowed_now(operator_kube, namespace), message="the binding's removal to take effect"
+    )
+    assert access.check(namespace).enabled, "cached: no review per pass"
+    access.forget(namespace)
+    assert not access.check(namespace).enabled
+    assert watched.namespaces == set()
