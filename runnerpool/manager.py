@@ -1,10 +1,14 @@
-"""Assemble the operator: the parts, and which of them run on every replica or on the leader.
+"""Assemble the operator: the parts, which component runs them, and which of them run on every
+replica or on the leader.
 
-Caches, probes, metrics and the webhook receiver run on every replica, so a new leader begins
-with warm caches and a delivery to either replica counts (it is recorded on the pool itself);
-workers, token jobs, runner managers and the demand poller run only while this replica holds
-the Lease. ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop
-path, whether a SIGTERM or a lost Lease asks for the stop.
+``--component`` (``runnerpool.settings``) picks the parts: the operator (caches, probes,
+metrics, and on the leader the workers, token jobs, runner managers, demand poller and the
+webhook secret mirror), the webhook receiver (its pool cache, probes, metrics and ``POST
+/webhook``: ``runnerpool.webhook_component``), or both in one process. Caches, probes and
+metrics run on every replica, so a new leader begins with warm caches; workers, token jobs,
+runner managers, the poller and the mirror run only while this replica holds the Lease.
+``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop path, whether
+a SIGTERM or a lost Lease asks for the stop.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from kubernetes import client
 from runnerpool import children
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.credential_reads import CredentialReads
+from runnerpool.demand import runner_names
 from runnerpool.demand.polling import DemandPoller
-from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.recorder import DemandRecorder
-from runnerpool.demand.secret import PoolSecrets, SecretFile
-from runnerpool.demand.verification import Verifier
+from runnerpool.demand.secret import PoolSecrets
+from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
 from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
@@ -38,45 +42,96 @@ from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.runnables import Elector, Runnable, RunnableManager, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
-from runnerpool.settings import Settings
+from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
-from runnerpool.webserver import Limits
+from runnerpool.webhook_component import ReceiverCache, webhook_runnable
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
 
 
 class Operator:
+    informers: PoolCache
+
     def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
         self.settings = settings
         self._api = api_client
+        self._kube = Kube(api_client)
+        if settings.component == WEBHOOK_RECEIVER:
+            self._manager = self._receiver()
+        else:
+            self._manager = self._operator()
+
+    def _receiver(self) -> RunnableManager:
+        """The webhook receiver alone: no Lease, no workers; its account reads no pods nor any
+        tenant Secret (``runnerpool.webhook_component``)."""
+        settings = self.settings
+        self.informers = ReceiverCache(
+            self._api,
+            list(settings.namespaces) if settings.namespaces else None,
+            default_api_url=settings.github.api_url,
+        )
+        recorder = DemandRecorder(
+            self._kube, self.informers, settings.github.api_url, runners=runner_names.by_name
+        )
+        mirror = settings.demand.mirror
+        secrets = MirroredSecrets(self._kube, *mirror) if mirror else None
+        webhook = [webhook_runnable(settings.demand, self.informers, secrets, recorder.record_job)]
+        caches = Runnable("caches", self.informers.start, self.informers.stop)
+        return RunnableManager(
+            [*self._endpoints(), caches, *(webhook if settings.demand.webhook_port else [])]
+        )
+
+    def _operator(self) -> RunnableManager:
+        """The operator (``--component operator``), with the webhook receiver too under ``all``."""
+        settings = self.settings
         self._queue = RateLimitingQueue()
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
         self._expectations = Expectations()
         self.informers = PoolCache(
-            api_client,
+            self._api,
             self._queue.add,
             list(settings.namespaces) if settings.namespaces else None,
             default_api_url=settings.github.api_url,
             on_pod=self._expectations.observe,
             cluster_scoped=not settings.namespaced,
         )
-        self._kube = Kube(api_client)
-        # Every replica records the deliveries it receives on the pools (status.demand).
+        # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
         self._recorder = DemandRecorder(self._kube, self.informers, settings.github.api_url)
-        # Pools' own webhook secrets, read by name: shared by the receiver and the conditions.
+        # Pools' own webhook secrets, read by name: for the conditions, the mirror (and ``all``'s receiver).
         self._pool_secrets = PoolSecrets(self._kube)
         self._credentials = CredentialReads(self.informers, self._kube)  # read by name until labelled
         self._clients = NamedClientCache(self._read_credentials)
-        self._manager = RunnableManager(
+        webhook = (
+            [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._recorder.record_job)]
+            if settings.component != OPERATOR and settings.demand.webhook_port
+            else []
+        )
+        return RunnableManager(
             [
-                *self._servers(),
+                *self._endpoints(),
+                *webhook,
                 Runnable("caches", self.informers.start, self.informers.stop),
                 Runnable("caches synced", self._wait_for_caches, leader_only=True),
                 *self._leader_parts(),
+                *self._mirror(),
             ],
             elector=self._elector if settings.leader_election.enabled else None,
         )
+
+    def _mirror(self) -> list[Runnable]:
+        """The pools' own webhook secrets, copied for a separate receiver (leader only)."""
+        target = self.settings.demand.mirror
+        if target is None:
+            return []
+        mirror = SecretMirror(
+            self.informers,
+            self._pool_secrets,
+            self._kube,
+            target,
+            interval=self.settings.demand.mirror_interval,
+        )
+        return [Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)]
 
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, token jobs, runner managers, the poller and the workers."""
@@ -137,9 +192,9 @@ class Operator:
             return None
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
-    def _servers(self) -> list[Runnable]:
-        """The always-on endpoints whose port is set: metrics, probes, webhook receiver."""
-        probes, demand = self.settings.probes, self.settings.demand
+    def _endpoints(self) -> list[Runnable]:
+        """The always-on endpoints whose port is set: metrics and probes."""
+        probes = self.settings.probes
         servers: list[Runnable] = []
         if probes.metrics_port:
             metrics = MetricsEndpoint(probes, self._api)
@@ -147,26 +202,6 @@ class Operator:
         if probes.health_port:
             health = ProbeServer(probes.health_port, live=lambda: True, ready=self.ready)
             servers.append(Runnable("probes", health.start, lambda timeout: health.stop()))
-        if demand.webhook_port:
-            if not demand.webhook_secret_file:
-                log.warning(
-                    "no --webhook-secret-file: webhook deliveries move only pools with their own "
-                    "spec.autoscaling.webhookSecretRef; polling alone follows demand for the others"
-                )
-            secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
-            webhook = WebhookServer(
-                demand.webhook_port,
-                Verifier(
-                    secrets.secrets if secrets is not None else tuple, self.informers, self._pool_secrets
-                ),
-                self._recorder.record_job,
-                limits=Limits(
-                    read_timeout=demand.webhook_read_timeout,
-                    max_connections=demand.webhook_max_connections,
-                    threads=demand.webhook_threads,
-                ),
-            )
-            servers.append(Runnable("webhook receiver", webhook.start, webhook.stop))
         return servers
 
     def _elector(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:
