@@ -340,7 +340,7 @@ class DemandSettings:
     #: The receiver may not read tenants' Secrets: the operator copies the pools' own webhook
     #: secrets into this one Secret, which the receiver alone reads by name.
     webhook_secret_mirror: str = setting(
-        "runnerpool-system/runnerpool-webhook-pool-secrets",
+        "runnerpool-system/runnerpool-operator-webhook-pool-secrets",
         "--webhook-secret-mirror",
         "NAMESPACE/NAME of the Secret into which the operator copies the pools' own webhook secrets "
         "(spec.autoscaling.webhookSecretRef) and from which a separate webhook receiver reads them; "

@@ -32,9 +32,9 @@ RUNNER_DOCKERFILE = DEPLOY / "images" / "runner" / "Dockerfile"
 NAMESPACE = "runnerpool-system"
 SERVICE_ACCOUNT = "runnerpool-operator"
 #: The webhook receiver's Deployment and ServiceAccount (runnerpool/webhook_component.py).
-RECEIVER = "runnerpool-webhook"
+RECEIVER = "runnerpool-operator-webhook"
 #: The pools' own webhook secrets, copied by the operator (runnerpool/demand/secret_mirror.py).
-MIRROR = "runnerpool-webhook-pool-secrets"
+MIRROR = "runnerpool-operator-webhook-pool-secrets"
 GROUP = "runnerpool.dev"
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
@@ -130,10 +130,10 @@ def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list
             ("ClusterRole", "", RECEIVER),
             ("ClusterRoleBinding", "", RECEIVER),
             ("Secret", NAMESPACE, MIRROR),
-            ("Role", NAMESPACE, "runnerpool-webhook-secret-reader"),
-            ("RoleBinding", NAMESPACE, "runnerpool-webhook-secret-reader"),
-            ("Role", NAMESPACE, "runnerpool-operator-webhook-secret-mirror"),
-            ("RoleBinding", NAMESPACE, "runnerpool-operator-webhook-secret-mirror"),
+            ("Role", NAMESPACE, "runnerpool-operator-webhook-secret-reader"),
+            ("RoleBinding", NAMESPACE, "runnerpool-operator-webhook-secret-reader"),
+            ("Role", NAMESPACE, "runnerpool-operator-secret-mirror"),
+            ("RoleBinding", NAMESPACE, "runnerpool-operator-secret-mirror"),
             ("Deployment", NAMESPACE, RECEIVER),
             ("PodDisruptionBudget", NAMESPACE, RECEIVER),
         ]
@@ -293,8 +293,8 @@ def test_receiver_cluster_role_grants_exactly_the_pinned_verbs(objects: list[Obj
 
 def test_the_mirror_secret_is_reachable_by_name_only(objects: list[Obj]) -> None:
     """The receiver may get one Secret, the operator get and patch it: both by name, nothing else."""
-    reader = one(objects, "Role", "runnerpool-webhook-secret-reader")
-    writer = one(objects, "Role", "runnerpool-operator-webhook-secret-mirror")
+    reader = one(objects, "Role", "runnerpool-operator-webhook-secret-reader")
+    writer = one(objects, "Role", "runnerpool-operator-secret-mirror")
     assert reader["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [MIRROR], "verbs": ["get"]}
     ]
@@ -366,7 +366,9 @@ def test_deployment_probes_and_ports(container: Obj) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert "--component=operator" in container["args"]
-    assert not [arg for arg in container["args"] if arg.startswith("--webhook-")]
+    assert [arg for arg in container["args"] if arg.startswith("--webhook-")] == [
+        f"--webhook-secret-mirror=$(POD_NAMESPACE)/{MIRROR}"
+    ], "the operator serves no webhook: it only fills the receiver's mirror Secret"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
         assert get["path"] == path

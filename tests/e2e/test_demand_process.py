@@ -1,5 +1,5 @@
 """A pool that follows demand, with the operator process logged in as deploy/'s ServiceAccount
-and the webhook receiver apart, logged in as its own (``runnerpool-webhook``).
+and the webhook receiver apart, logged in as its own (``runnerpool-operator-webhook``).
 
 What a new user does after ``kubectl apply -k deploy/``: an autoscaling pool at minimum 0, a
 job queued on GitHub, and either a webhook delivery (to the receiver) or the operator's poller
@@ -30,7 +30,7 @@ from testworld.simulator import RunnerSimulator
 
 SECRET = b"a webhook secret for the e2e tests"
 #: deploy/rbac/webhook_secret_mirror.yaml
-MIRROR = "runnerpool-webhook-pool-secrets"
+MIRROR = "runnerpool-operator-webhook-pool-secrets"
 #: The job outlasts the test: demand stays one runner while it is asserted.
 JOB_SECONDS = 600.0
 TIMEOUT = 60.0

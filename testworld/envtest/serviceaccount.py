@@ -68,7 +68,7 @@ def service_account_user(namespace: str, name: str) -> str:
 
 OPERATOR_USER = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
 #: The webhook receiver's own account (deploy/rbac/webhook_receiver_*.yaml).
-RECEIVER_SERVICE_ACCOUNT = "runnerpool-webhook"
+RECEIVER_SERVICE_ACCOUNT = "runnerpool-operator-webhook"
 RECEIVER_USER = service_account_user(OPERATOR_NAMESPACE, RECEIVER_SERVICE_ACCOUNT)
 
 
