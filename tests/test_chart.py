@@ -119,8 +119,18 @@ def one(objects: list[Obj], kind: str, name: str | None = None, namespace: str |
     return found[0]
 
 
-def container(objects: list[Obj]) -> Obj:
-    (operator,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+def deployment(objects: list[Obj], component: str = "operator") -> Obj:
+    """The operator's Deployment, or the webhook receiver's (``component="webhook-receiver"``)."""
+    (found,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return found
+
+
+def container(objects: list[Obj], component: str = "operator") -> Obj:
+    (operator,) = deployment(objects, component)["spec"]["template"]["spec"]["containers"]
     return operator  # type: ignore[no-any-return]
 
 
@@ -423,7 +433,7 @@ def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
     objects = template(helm, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
     kinds = {o["kind"] for o in objects}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
-    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
 def test_release_name_prefixes_every_object(helm: Path) -> None:
@@ -431,7 +441,13 @@ def test_release_name_prefixes_every_object(helm: Path) -> None:
     assert done.returncode == 0, done.stderr
     objects = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert all(o["metadata"]["name"].startswith("ci-runnerpool-operator") for o in objects)
-    assert one(objects, "ClusterRoleBinding")["subjects"][0]["namespace"] == "ci-ops"
+    assert (
+        one(objects, "ClusterRoleBinding", "ci-runnerpool-operator")["subjects"][0]["namespace"] == "ci-ops"
+    )
+    assert (
+        "--webhook-secret-mirror=$(POD_NAMESPACE)/ci-runnerpool-operator-webhook-pool-secrets"
+        in (container(objects, "webhook-receiver")["args"])
+    )
 
 
 def test_images_digests_and_scheduling(helm: Path) -> None:
@@ -449,7 +465,7 @@ def test_images_digests_and_scheduling(helm: Path) -> None:
             "resources": {"requests": {"cpu": "50m"}},
         },
     )
-    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    pod = deployment(objects)["spec"]["template"]["spec"]
     operator = container(objects)
     assert operator["image"] == f"ghcr.io/acme/runnerpool-operator@{digest}"
     assert "--runner-image=ghcr.io/acme/runnerpool-runner:2.0.0" in operator["args"]
@@ -482,7 +498,7 @@ def test_proxy_and_ca_bundle_reach_the_operator(helm: Path) -> None:
     assert operator["envFrom"] == [{"configMapRef": {"name": "proxy-env"}}]
     mounts = {m["name"]: m["mountPath"] for m in operator["volumeMounts"]}
     assert mounts["ca"] == "/etc/runnerpool/ca" and mounts["tmp"] == "/tmp"
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["ca"]["configMap"] == {"name": "corporate-ca"}
 
 
@@ -490,8 +506,11 @@ def test_webhook_secret_from_values_and_ingress(helm: Path) -> None:
     objects = template(helm, LINTED_VALUES["everything"])
     secret = one(objects, "Secret", "runnerpool-webhook-secret")
     assert base64.b64decode(secret["data"]["secret"]).decode() == "0123456789abcdef"
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    receiver = deployment(objects, "webhook-receiver")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in receiver["volumes"]}
     assert volumes["webhook-secret"]["secret"]["secretName"] == "runnerpool-webhook-secret"
+    operator = {v["name"] for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    assert "webhook-secret" not in operator, "the operator serves no webhook"
     ingress = one(objects, "Ingress")
     (rule,) = ingress["spec"]["rules"]
     assert rule["host"] == "runners.example.com"
@@ -572,7 +591,7 @@ def test_secure_metrics(helm: Path) -> None:
     args = container(objects)["args"]
     assert "--metrics-secure" in args
     assert "--metrics-cert-dir=/etc/runnerpool/metrics-cert" in args
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["metrics-cert"]["secret"]["secretName"] == "metrics-tls"
     reader = one(objects, "ClusterRole", f"{RELEASE}-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
@@ -749,7 +768,7 @@ def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_d
     chart = HelmInstall(target, tmp_path / "helm").render()
     sides = []
     for objects in (overlay, chart):
-        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        pod = deployment(objects)["spec"]["template"]["spec"]
         operator = container(objects)
         sides.append(
             {
