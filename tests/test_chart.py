@@ -227,7 +227,7 @@ def test_parity_report_names_object_and_field() -> None:
 
 def test_rbac_rules_are_deploys_own_files() -> None:
     """The chart reads its rules from deploy/rbac/ (links), so the two never grant different things."""
-    for name in ("cluster_role.yaml", "leader_election_role.yaml"):
+    for name in ("cluster_role.yaml", "leader_election_role.yaml", "webhook_receiver_cluster_role.yaml"):
         linked = CHART / "files" / name
         assert linked.resolve() == (DEPLOY / "rbac" / name).resolve(), f"{linked} must link to deploy/rbac/"
 
@@ -780,3 +780,43 @@ def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_d
         )
     assert sides[0]["flags"]["--demand-poll-interval"] == "3600", "the overlay's own choices are compared too"
     assert sides[1] == sides[0]
+
+
+# --- the webhook receiver apart (issue 30) ---------------------------------------------------
+
+
+def test_network_policies_match_deploys_optional_ones(helm: Path) -> None:
+    assert not [o for o in template(helm) if o["kind"] == "NetworkPolicy"], "off by default"
+    objects = template(helm, {"networkPolicy": {"enabled": True}})
+    report = parity_report(
+        kustomize(DEPLOY / "optional" / "network-policies"),
+        [o for o in objects if o["kind"] == "NetworkPolicy"],
+    )
+    assert not report, "\n".join(report)
+
+
+def test_watch_namespaces_give_the_receiver_roles_there_only(helm: Path) -> None:
+    """With watchNamespaces the receiver, like the operator, reads pools only where it may."""
+    name = f"{RELEASE}-webhook"
+    objects = template(helm, {"watchNamespaces": ["team-a", "team-b"], "metrics": {"secure": False}})
+    assert not [o for o in objects if o["kind"].startswith("Cluster") and o["metadata"]["name"] == name]
+    for ns in ("team-a", "team-b"):
+        role = one(objects, "Role", name, ns)
+        assert {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in role["rules"]} == {
+            ("runnerpool.dev", "runnerpools"): ["get", "list", "watch"],
+            ("runnerpool.dev", "runnerpools/status"): ["patch"],
+        }
+        assert one(objects, "RoleBinding", name, ns)["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        ]
+    args = container(objects, "webhook-receiver")["args"]
+    assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_the_receiver_scales_by_replicas_and_keeps_one_through_drains(helm: Path) -> None:
+    objects = template(helm, {"webhook": {"replicaCount": 4}})
+    receiver = deployment(objects, "webhook-receiver")
+    assert receiver["spec"]["replicas"] == 4
+    assert one(objects, "PodDisruptionBudget", f"{RELEASE}-webhook")["spec"]["minAvailable"] == 1
+    single = template(helm, {"webhook": {"replicaCount": 1}})
+    assert not [o for o in single if identity(o) == ("PodDisruptionBudget", NAMESPACE, f"{RELEASE}-webhook")]
