@@ -766,20 +766,26 @@ def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_d
     )
     overlay = kustomize(run_time_overlay(target, tmp_path / "overlay"))
     chart = HelmInstall(target, tmp_path / "helm").render()
-    sides = []
-    for objects in (overlay, chart):
-        pod = deployment(objects)["spec"]["template"]["spec"]
-        operator = container(objects)
-        sides.append(
-            {
-                "flags": effective_flags(operator["args"]),
-                "env": operator["env"],
-                "image": (operator["image"], operator["imagePullPolicy"]),
-                "tolerations": pod["tolerations"],
-            }
-        )
-    assert sides[0]["flags"]["--demand-poll-interval"] == "3600", "the overlay's own choices are compared too"
-    assert sides[1] == sides[0]
+    for component in ("operator", "webhook-receiver"):
+        sides = []
+        for objects in (overlay, chart):
+            pod = deployment(objects, component)["spec"]["template"]["spec"]
+            operator = container(objects, component)
+            sides.append(
+                {
+                    "flags": effective_flags(operator["args"]),
+                    "env": operator["env"],
+                    "image": (operator["image"], operator["imagePullPolicy"]),
+                    "tolerations": pod["tolerations"],
+                }
+            )
+        if component == "operator":
+            assert sides[0]["flags"]["--demand-poll-interval"] == "3600", (
+                "the overlay's own choices are compared too"
+            )
+        else:
+            assert sides[0]["image"] == ("runnerpool-operator:test-abc", "Never")
+        assert sides[1] == sides[0], component
 
 
 # --- the webhook receiver apart (issue 30) ---------------------------------------------------
