@@ -22,11 +22,9 @@ from kubernetes import client
 from runnerpool import children
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.credential_reads import CredentialReads
-from runnerpool.demand import runner_names
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets
-from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
 from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
 from runnerpool.github.credentials import NamedClientCache
@@ -44,7 +42,7 @@ from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
-from runnerpool.webhook_component import ReceiverCache, webhook_runnable
+from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
 from secret_updater.filler import TokenUpdater
 
 log = logging.getLogger(__name__)
@@ -57,30 +55,11 @@ class Operator:
         self.settings = settings
         self._api = api_client
         self._kube = Kube(api_client)
-        if settings.component == WEBHOOK_RECEIVER:
-            self._manager = self._receiver()
+        if settings.component == WEBHOOK_RECEIVER:  # no Lease, no workers: webhook_component
+            self.informers, parts = receiver_parts(settings, api_client, self._kube)
+            self._manager = RunnableManager([*self._endpoints(), *parts])
         else:
             self._manager = self._operator()
-
-    def _receiver(self) -> RunnableManager:
-        """The webhook receiver alone: no Lease, no workers; its account reads no pods nor any
-        tenant Secret (``runnerpool.webhook_component``)."""
-        settings = self.settings
-        self.informers = ReceiverCache(
-            self._api,
-            list(settings.namespaces) if settings.namespaces else None,
-            default_api_url=settings.github.api_url,
-        )
-        recorder = DemandRecorder(
-            self._kube, self.informers, settings.github.api_url, runners=runner_names.by_name
-        )
-        mirror = settings.demand.mirror
-        secrets = MirroredSecrets(self._kube, *mirror) if mirror else None
-        webhook = [webhook_runnable(settings.demand, self.informers, secrets, recorder.record_job)]
-        caches = Runnable("caches", self.informers.start, self.informers.stop)
-        return RunnableManager(
-            [*self._endpoints(), caches, *(webhook if settings.demand.webhook_port else [])]
-        )
 
     def _operator(self) -> RunnableManager:
         """The operator (``--component operator``), with the webhook receiver too under ``all``."""
@@ -114,24 +93,10 @@ class Operator:
                 Runnable("caches", self.informers.start, self.informers.stop),
                 Runnable("caches synced", self._wait_for_caches, leader_only=True),
                 *self._leader_parts(),
-                *self._mirror(),
+                *mirror_runnables(settings.demand, self.informers, self._pool_secrets, self._kube),
             ],
             elector=self._elector if settings.leader_election.enabled else None,
         )
-
-    def _mirror(self) -> list[Runnable]:
-        """The pools' own webhook secrets, copied for a separate receiver (leader only)."""
-        target = self.settings.demand.mirror
-        if target is None:
-            return []
-        mirror = SecretMirror(
-            self.informers,
-            self._pool_secrets,
-            self._kube,
-            target,
-            interval=self.settings.demand.mirror_interval,
-        )
-        return [Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)]
 
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, token jobs, runner managers, the poller and the workers."""

@@ -25,17 +25,21 @@ from collections.abc import Callable, Sequence
 
 from kubernetes import client
 
+from runnerpool.demand import runner_names
 from runnerpool.demand.receiver import WebhookServer
+from runnerpool.demand.recorder import DemandRecorder
 from runnerpool.demand.secret import PoolSecrets, SecretFile
+from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
 from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.informers import InformerSet
+from runnerpool.runtime.kube import Kube
 from runnerpool.runtime.runnables import Runnable
-from runnerpool.settings import DemandSettings
+from runnerpool.settings import DemandSettings, Settings
 from runnerpool.watches import POOLS, PoolCache, pool_watches
 from runnerpool.webserver import Limits
 
-__all__ = ["ReceiverCache", "webhook_runnable"]
+__all__ = ["ReceiverCache", "mirror_runnables", "receiver_parts", "webhook_runnable"]
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +80,31 @@ def webhook_runnable(
         ),
     )
     return Runnable("webhook receiver", webhook.start, webhook.stop)
+
+
+def receiver_parts(
+    settings: Settings, api_client: client.ApiClient, kube: Kube
+) -> tuple[ReceiverCache, list[Runnable]]:
+    """The receiver component's cache and parts (probes and metrics are the manager's)."""
+    cache = ReceiverCache(
+        api_client,
+        list(settings.namespaces) if settings.namespaces else None,
+        default_api_url=settings.github.api_url,
+    )
+    recorder = DemandRecorder(kube, cache, settings.github.api_url, runners=runner_names.by_name)
+    mirror = settings.demand.mirror
+    secrets = MirroredSecrets(kube, *mirror) if mirror else None
+    parts = [Runnable("caches", cache.start, cache.stop)]
+    if settings.demand.webhook_port:
+        parts.append(webhook_runnable(settings.demand, cache, secrets, recorder.record_job))
+    return cache, parts
+
+
+def mirror_runnables(
+    demand: DemandSettings, pools: PoolCache, secrets: PoolSecrets, kube: Kube
+) -> list[Runnable]:
+    """The operator's side: the pools' own webhook secrets copied for the receiver (leader only)."""
+    if demand.mirror is None:
+        return []
+    mirror = SecretMirror(pools, secrets, kube, demand.mirror, interval=demand.mirror_interval)
+    return [Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)]

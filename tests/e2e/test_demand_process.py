@@ -10,8 +10,11 @@ simulator plays the pods. The operator itself listens on no webhook port.
 
 from __future__ import annotations
 
+import json
 import socket
+import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from runnerpool import naming
+from tests.demand_payloads import delivery, job_object
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
@@ -26,6 +30,7 @@ from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import free_port
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.fakegithub import FakeGitHub
+from testworld.fakegithub.webhooks import signature
 from testworld.simulator import RunnerSimulator
 
 SECRET = b"a webhook secret for the e2e tests"
@@ -176,3 +181,61 @@ def test_a_pool_secret_reaches_the_receiver_through_the_mirror(
         _scaled_to_one(api_client, simulator, namespace, "own")
     finally:
         fake_github.stop_webhooks(sender)
+
+
+def _post(url: str, body: bytes, delivery: str) -> int:
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "workflow_job",
+            "X-GitHub-Delivery": delivery,
+            "X-Hub-Signature-256": signature(SECRET, body),
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return int(answer.status)
+
+
+def test_two_receivers_given_the_same_deliveries_count_each_job_once(
+    api_client: client.ApiClient,
+    namespace: str,
+    fake_github: FakeGitHub,
+    start_operator: StartOperator,
+    tmp_path: Path,
+) -> None:
+    """The receiver scales by replicas: GitHub's redelivery, or a retry through another replica,
+    lands the same job on two of them at once; each records it on the pool (guarded by
+    ``resourceVersion``), and the pool counts it once."""
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_bytes(SECRET + b"\n")
+    ports = [free_port(), free_port()]
+    for port in ports:
+        start_operator(
+            "--webhook-secret-file", str(secret_file), webhook_port=port, component="webhook-receiver"
+        )
+    label = _autoscaling_pool(api_client, namespace, "twice")
+    jobs = range(4101, 4106)
+    bodies = {
+        job: json.dumps(
+            delivery(
+                job_object(job, "queued", ["self-hosted", label], repository=REPO, api=fake_github.url),
+                repository=REPO,
+                api=fake_github.url,
+            )
+        ).encode()
+        for job in jobs
+    }
+    with ThreadPoolExecutor(max_workers=len(bodies) * len(ports)) as pool:
+        answers = list(
+            pool.map(
+                lambda sent: _post(f"http://127.0.0.1:{sent[0]}/webhook", bodies[sent[1]], f"d-{sent[1]}"),
+                [(port, job) for job in jobs for port in ports],
+            )
+        )
+    assert answers == [200] * len(answers)
+    demand = _status(api_client, namespace, "twice").get("demand") or {}
+    assert sorted(demand.get("jobs") or {}) == [str(job) for job in jobs]
+    assert demand.get("queued") == len(jobs)
