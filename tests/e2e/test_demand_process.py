@@ -41,10 +41,20 @@ JOB_SECONDS = 600.0
 TIMEOUT = 60.0
 
 
-def _autoscaling_pool(api_client: client.ApiClient, namespace: str, name: str) -> str:
-    autoscaling = {"minReplicas": 0, "maxReplicas": 3, "scaleDownDelay": "5m"}
+def _autoscaling_pool(api_client: client.ApiClient, namespace: str, name: str, **more: Any) -> str:
+    """A pool at 0 that follows demand (``more``: further autoscaling fields); its runner label."""
+    autoscaling = {"minReplicas": 0, "maxReplicas": 3, "scaleDownDelay": "5m", **more}
     create_pool(api_client, namespace, pool_manifest(name, repo=REPO, replicas=0, autoscaling=autoscaling))
     return naming.pool_runner_label(namespace, name)
+
+
+def _settled_at_zero(api_client: client.ApiClient, namespace: str, name: str) -> None:
+    wait_for(
+        lambda: _status(api_client, namespace, name).get("desiredReplicas") == 0,
+        TIMEOUT,
+        0.1,
+        "the pool to settle at 0",
+    )
 
 
 def _status(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -83,12 +93,7 @@ def test_a_webhook_delivery_scales_a_pool_up(
     sender = fake_github.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
     try:
         label = _autoscaling_pool(api_client, namespace, "hooked")
-        wait_for(
-            lambda: _status(api_client, namespace, "hooked").get("desiredReplicas") == 0,
-            TIMEOUT,
-            0.1,
-            "the pool to settle at 0",
-        )
+        _settled_at_zero(api_client, namespace, "hooked")
         fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
         wait_for(
             lambda: sender.deliveries and sender.deliveries[0].status is not None,
@@ -149,20 +154,10 @@ def test_a_pool_secret_reaches_the_receiver_through_the_mirror(
     port = free_port()
     start_operator("--demand-poll-interval", "3600", "--webhook-secret-mirror-interval", "1")
     start_operator(webhook_port=port, component="webhook-receiver")
-    autoscaling = {
-        "minReplicas": 0,
-        "maxReplicas": 3,
-        "scaleDownDelay": "5m",
-        "webhookSecretRef": {"name": "team-hook", "key": "secret"},
-    }
-    create_pool(api_client, namespace, pool_manifest("own", repo=REPO, replicas=0, autoscaling=autoscaling))
-    label = naming.pool_runner_label(namespace, "own")
-    wait_for(
-        lambda: _status(api_client, namespace, "own").get("desiredReplicas") == 0,
-        TIMEOUT,
-        0.1,
-        "the pool to settle at 0",
+    label = _autoscaling_pool(
+        api_client, namespace, "own", webhookSecretRef={"name": "team-hook", "key": "secret"}
     )
+    _settled_at_zero(api_client, namespace, "own")
     wait_for(
         lambda: f"{namespace}_team-hook_secret" in (_mirror(api_client).data or {}),
         TIMEOUT,
