@@ -135,6 +135,7 @@ def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list
             ("Role", NAMESPACE, "runnerpool-operator-secret-mirror"),
             ("RoleBinding", NAMESPACE, "runnerpool-operator-secret-mirror"),
             ("Deployment", NAMESPACE, RECEIVER),
+            ("Service", NAMESPACE, f"{RECEIVER}-metrics"),
             ("PodDisruptionBudget", NAMESPACE, RECEIVER),
         ]
     )
@@ -395,6 +396,21 @@ def test_deployment_flags_are_operator_flags(container: Obj) -> None:
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", known), (
             f"{flag} is not a runnerpool-operator flag"
         )
+
+
+def test_each_part_has_a_metrics_service_of_its_own(objects: list[Obj], deployment: Obj) -> None:
+    """Two Prometheus jobs: a live receiver never hides a dead operator (OperatorDown reads
+    the operator's job), and the ServiceMonitor's selector takes both."""
+    operators = one(objects, "Service", "runnerpool-operator-metrics")
+    receivers = one(objects, "Service", f"{RECEIVER}-metrics")
+    receiver = one(objects, "Deployment", RECEIVER)
+    assert selects(receivers["spec"]["selector"], receiver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(operators["spec"]["selector"], receiver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(receivers["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    monitor = one(render(SERVICEMONITOR), "ServiceMonitor")
+    for service in (operators, receivers):
+        assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+        assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
 
 
 def test_metrics_service_targets_the_operator(objects: list[Obj], deployment: Obj, container: Obj) -> None:
