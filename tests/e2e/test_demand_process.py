@@ -75,6 +75,7 @@ def _scaled_to_one(
     )
 
 
+@pytest.mark.parametrize("apart", [True, False], ids=["receiver-apart", "all-in-one-process"])
 def test_a_webhook_delivery_scales_a_pool_up(
     api_client: client.ApiClient,
     namespace: str,
@@ -83,13 +84,20 @@ def test_a_webhook_delivery_scales_a_pool_up(
     start_operator: StartOperator,
     simulator: RunnerSimulator,
     tmp_path: Path,
+    apart: bool,
 ) -> None:
+    """Through the receiver on its own account (as deploy/ runs it), or, for single-process dev
+    setups, ``--component all``."""
     secret_file = tmp_path / "webhook-secret"
     secret_file.write_bytes(SECRET + b"\n")
     port = free_port()
+    hook = ("--webhook-secret-file", str(secret_file))
     # No poll during the test: the delivery alone must do it.
-    start_operator("--demand-poll-interval", "3600")
-    start_operator("--webhook-secret-file", str(secret_file), webhook_port=port, component="webhook-receiver")
+    if apart:
+        start_operator("--demand-poll-interval", "3600")
+        start_operator(*hook, webhook_port=port, component="webhook-receiver")
+    else:
+        start_operator("--demand-poll-interval", "3600", *hook, webhook_port=port, component="all")
     sender = fake_github.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
     try:
         label = _autoscaling_pool(api_client, namespace, "hooked")
