@@ -17,6 +17,12 @@ Alternatives weighed: granting the receiver ``get`` on Secrets in every runner n
 operator verifying on the receiver's behalf (a call from the internet-facing pod into the
 one that holds the power, which is what the split removes).
 
+What the copy gives away: whoever holds the receiver's token can read every pool's webhook
+secret, i.e. forge deliveries for any pool. That token can already patch any pool's
+``status.demand`` directly, so the copy adds nothing to it; what neither can do is exceed a
+pool's ``spec.autoscaling.maxReplicas`` (the spec is not the receiver's to write), read a
+credential, or start a pod.
+
 One key per distinct ``(namespace, Secret, key)``: ``<namespace>_<secret>_<key>``. Namespaces
 and Secret names cannot hold ``_`` (DNS names), so the first two ``_`` split it back whatever
 the key holds. A Secret holds 1 MiB: some 8,000 pools' own secrets of 64 bytes.
