@@ -32,7 +32,7 @@ node: envtest node-packages
 	$(BIN)/python -m testworld.node.assets
 
 crds: $(STAMP)
-	$(BIN)/python -m testworld.crdgen
+	$(BIN)/python -m generators.crd
 
 # The Python checks, then actionlint on .github/workflows, helm lint on the chart and promtool
 # check rules on deploy/monitoring (all pinned, built once from the Go module proxy into the test

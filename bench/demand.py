@@ -58,13 +58,15 @@ from bench.stats import percentile
 from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import operator_kubeconfig, receiver_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
-from testworld.simulator import OperatorProcess, iter_runner_labels, poll_until
+from testworld.ports import free_port
+from testworld.simulator import OperatorProcess, iter_runner_labels
+from testworld.wait import poll_until
 
 REPO = "octo-org/hello-world"
 PAT = "ghp_bench_demand_0123456789abcdefghijkl"

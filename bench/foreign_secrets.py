@@ -57,7 +57,8 @@ from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
-from testworld.simulator import OperatorProcess, poll_until
+from testworld.simulator import OperatorProcess
+from testworld.wait import poll_until
 
 PAT = "ghp_bench000000000000000000000000000000"
 REPO = "bench-org/secrets"

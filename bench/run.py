@@ -72,7 +72,8 @@ from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import operator_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import DEFAULT_RATE_LIMIT
-from testworld.simulator import OperatorProcess, RunnerSimulator, operator_command, poll_until
+from testworld.simulator import OperatorProcess, RunnerSimulator, operator_command
+from testworld.wait import poll_until
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

@@ -62,7 +62,7 @@ from bench import soak_plot
 from runnerpool import api, conditions, naming
 from testworld.demo import install_crd
 from testworld.envtest import audit
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_USER,
@@ -75,7 +75,9 @@ from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
 from testworld.node import seal
 from testworld.node.node import NODE_NAME, NODE_TOLERATION, Node
-from testworld.simulator import OperatorProcess, iter_runner_labels, poll_until
+from testworld.ports import free_port
+from testworld.simulator import OperatorProcess, iter_runner_labels
+from testworld.wait import poll_until
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"

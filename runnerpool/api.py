@@ -1,7 +1,7 @@
 """The RunnerPool custom resource, as pydantic models.
 
 These models are the single source of truth for the resource: the operator
-parses and writes objects with them, and ``testworld.crdgen`` turns their JSON
+parses and writes objects with them, and ``generators.crd`` turns their JSON
 schema into the CRD that the API server validates against.  Every validation
 rule is therefore written once, as a :class:`Rule` that carries both the CEL
 expression the API server evaluates and a Python predicate that mirrors it, so
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
@@ -106,6 +106,10 @@ class Rule:
 def cel_string(text: str) -> str:
     """Quote text as a CEL string literal (regexes need their backslashes kept)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def cel_list(items: Sequence[str]) -> str:
+    return "[" + ", ".join(cel_string(item) for item in items) + "]"
 
 
 def regex_rule(regex: str, message: str) -> Rule:
@@ -213,6 +217,8 @@ class OpaqueObject:
 
     required: tuple[str, ...] = ()
     descriptions: tuple[tuple[str, str], ...] = ()
+    #: Schemas of optional nested fields a validation rule reads (CEL sees only declared fields).
+    declared: tuple[tuple[str, JsonSchemaValue], ...] = field(default=(), hash=False, compare=False)
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
         def validate(value: dict[str, Any]) -> dict[str, Any]:
@@ -234,6 +240,8 @@ class OpaqueObject:
                 key: {"type": "string", "minLength": 1, "description": described.get(key, key)}
                 for key in self.required
             }
+        if self.declared:
+            out.setdefault("properties", {}).update(dict(self.declared))
         return out
 
 
@@ -458,6 +466,145 @@ Quantity = Annotated[
 
 
 # --------------------------------------------------------------------------------------
+# Credentials stay in the operator's register container (runnerpool.pods.registration)
+
+_CREDENTIAL_VOLUMES = naming.CREDENTIAL_VOLUMES
+_CREDENTIAL_SECRET_PREFIXES = (naming.TOKEN_SECRET_PREFIX, naming.JIT_SECRET_PREFIX)
+#: Most sources of a projected volume the rules read (CEL needs the worst case bounded).
+MAX_PROJECTED_SOURCES = 32
+
+
+def _name_schema(description: str) -> JsonSchemaValue:
+    return {"type": "string", "maxLength": 253, "description": description}
+
+
+def _open_object(description: str, **properties: JsonSchemaValue) -> JsonSchemaValue:
+    """A core/v1 object kept whole, of which the rules read only ``properties``."""
+    return {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": description,
+        "properties": properties,
+    }
+
+
+_CREDENTIAL_SECRETS = f"{naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*"
+_NOT_OURS = f"not one of the operator's credential Secrets ({_CREDENTIAL_SECRETS})"
+_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}.")
+#: What of a core/v1 Volume names a Secret: ``secret.secretName`` and ``projected.sources[].secret.name``.
+SECRET_VOLUME_SOURCE_SCHEMA = _open_object(
+    "A Secret as a volume (core/v1 SecretVolumeSource).",
+    secretName=_SECRET_NAME,
+)
+PROJECTED_VOLUME_SOURCE_SCHEMA = _open_object(
+    "Sources projected into one volume (core/v1 ProjectedVolumeSource).",
+    sources={
+        "type": "array",
+        "maxItems": MAX_PROJECTED_SOURCES,
+        "description": f"The projected sources, at most {MAX_PROJECTED_SOURCES}.",
+        "items": _open_object(
+            "One projected source (core/v1 VolumeProjection).",
+            secret=_open_object(
+                "A Secret's keys (core/v1 SecretProjection).",
+                name=_SECRET_NAME,
+            ),
+        ),
+    },
+)
+
+
+def _credential_secret(name: object) -> bool:
+    """A Secret the operator keeps a registration credential in (a pool's token, a pod's JIT config)."""
+    return isinstance(name, str) and name.startswith(_CREDENTIAL_SECRET_PREFIXES)
+
+
+def _credential_secret_cel(name: str) -> str:
+    return "(" + " || ".join(f"{name}.startsWith({cel_string(p)})" for p in _CREDENTIAL_SECRET_PREFIXES) + ")"
+
+
+def _names_credential_secret(volume: dict[str, Any]) -> bool:
+    """Whether a core/v1 Volume (a dict) mounts one of the operator's credential Secrets."""
+    secret = volume.get("secret") or {}
+    sources = (volume.get("projected") or {}).get("sources") or ()
+    return _credential_secret(secret.get("secretName")) or any(
+        _credential_secret((source.get("secret") or {}).get("name")) for source in sources
+    )
+
+
+#: A volume of the pool (spec.volumes, spec.template.spec.volumes) that names the token or a JIT
+#: Secret would put it where the operator does not: in the runner container, where jobs run.
+_CREDENTIAL_SECRET_VOLUME_RULE = Rule(
+    cel=f"!(has(self.secret) && has(self.secret.secretName) "
+    f"&& {_credential_secret_cel('self.secret.secretName')}) "
+    "&& !(has(self.projected) && has(self.projected.sources) && self.projected.sources.exists(s, "
+    f"has(s.secret) && has(s.secret.name) && {_credential_secret_cel('s.secret.name')}))",
+    message=f"a volume must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}) "
+    "in secret.secretName or projected.sources[].secret.name: they hold "
+    "registration credentials that only the operator's register container mounts, and anything that "
+    "reads one can register runners of its own for the pool's repository or organization; mount a "
+    "Secret of your own, named otherwise",
+    check=lambda v: not _names_credential_secret(v if isinstance(v, dict) else v.model_dump(by_alias=True)),
+)
+
+
+#: What of a core/v1 EnvVarSource and EnvFromSource names a Secret.
+ENV_VAR_SOURCE_SCHEMA = _open_object(
+    "Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, fieldRef or "
+    "resourceFieldRef).",
+    secretKeyRef=_open_object("A key of a Secret (core/v1 SecretKeySelector).", name=_SECRET_NAME),
+)
+ENV_FROM_SOURCE_SCHEMA = _open_object(
+    "A source of variables (core/v1 EnvFromSource).",
+    secretRef=_open_object("A Secret's keys as variables (core/v1 SecretEnvSource).", name=_SECRET_NAME),
+)
+_IN_ENV = (
+    f"must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}): they hold "
+    "registration credentials that only the operator's register container reads, and a job could "
+    "read them in the environment; use a Secret of your own, named otherwise"
+)
+
+
+def _secret_ref(source: dict[str, Any] | None, key: str) -> object:
+    return ((source or {}).get(key) or {}).get("name")
+
+
+#: An env var (spec.env, a template container's env) whose valueFrom names a credential Secret.
+_CREDENTIAL_SECRET_ENV_RULE = Rule(
+    cel="!has(self.valueFrom) || !has(self.valueFrom.secretKeyRef) || !has(self.valueFrom.secretKeyRef.name) "
+    f"|| !{_credential_secret_cel('self.valueFrom.secretKeyRef.name')}",
+    message=f"an env var's valueFrom.secretKeyRef {_IN_ENV}",
+    check=lambda e: not _credential_secret(_secret_ref(e.value_from, "secretKeyRef")),
+)
+
+
+def _credential_env_from_rule(path: str) -> Rule:
+    """A rule that a container's envFrom names no credential Secret."""
+    return Rule(
+        cel="!has(self.envFrom) || self.envFrom.all(f, !has(f.secretRef) || !has(f.secretRef.name) "
+        f"|| !{_credential_secret_cel('f.secretRef.name')})",
+        message=f"{path}.envFrom[].secretRef {_IN_ENV}",
+        check=lambda c: not any(_credential_secret(_secret_ref(f, "secretRef")) for f in c.env_from or ()),
+    )
+
+
+EnvVarSourceDict = Annotated[dict[str, Any], WithJsonSchema(ENV_VAR_SOURCE_SCHEMA)]
+
+
+def _credential_mounts_rule(path: str) -> Rule:
+    """A rule that a container (or spec.volumeMounts, ``path``) mounts no credential volume, at any path."""
+    return Rule(
+        cel="!has(self.volumeMounts) || self.volumeMounts.all(m, "
+        f"!(m.name in {cel_list(_CREDENTIAL_VOLUMES)}))",
+        message=f"{path}.volumeMounts must not mount {' or '.join(_CREDENTIAL_VOLUMES)}, at any "
+        "path: they hold the pool's registration token, the pod's JIT config and the runner's own "
+        "credentials, which only the operator's register container (and, for its configuration, "
+        "its runner container) mounts; a job could read them anywhere else. Mount a volume of "
+        "your own, named otherwise",
+        check=lambda c: not any(m.name in _CREDENTIAL_VOLUMES for m in c.volume_mounts or ()),
+    )
+
+
+# --------------------------------------------------------------------------------------
 # Models
 
 
@@ -529,14 +676,15 @@ class EnvVar(KubeModel):
             message="set either value or valueFrom on an env var, not both",
             check=lambda e: e.value is None or e.value_from is None,
         ),
+        _CREDENTIAL_SECRET_ENV_RULE,
     )
 
     name: EnvName = Field(description="Name of the environment variable in the runner container.")
     value: str | None = Field(default=None, description="Literal value.")
-    value_from: OpaqueDict | None = Field(
+    value_from: EnvVarSourceDict | None = Field(
         default=None,
         description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, "
-        "fieldRef or resourceFieldRef).",
+        f"fieldRef or resourceFieldRef); a secretKeyRef names no {_CREDENTIAL_SECRETS} Secret.",
     )
 
 
@@ -588,9 +736,24 @@ class Toleration(KubeModel):
     )
 
 
+_OPERATOR_VOLUMES = naming.OPERATOR_VOLUMES
 VolumeDict = Annotated[
     dict[str, Any],
-    OpaqueObject(required=("name",), descriptions=(("name", "Volume name, referenced by volumeMounts."),)),
+    OpaqueObject(
+        required=("name",),
+        descriptions=(("name", "Volume name, referenced by volumeMounts."),),
+        declared=(("secret", SECRET_VOLUME_SOURCE_SCHEMA), ("projected", PROJECTED_VOLUME_SOURCE_SCHEMA)),
+    ),
+    Cel(
+        Rule(
+            cel=f"!(self.name in {cel_list(_OPERATOR_VOLUMES)})",
+            message=f"spec.volumes must not be named {' or '.join(_OPERATOR_VOLUMES)}: they are the "
+            "operator's registration token, JIT config, runner configuration and work volumes "
+            "(spec.workVolume changes the work volume)",
+            check=lambda v: v.get("name") not in _OPERATOR_VOLUMES,
+        ),
+        _CREDENTIAL_SECRET_VOLUME_RULE,
+    ),
 ]
 VolumeMountDict = Annotated[
     dict[str, Any],
@@ -600,6 +763,16 @@ VolumeMountDict = Annotated[
             ("name", "Name of the volume to mount."),
             ("mountPath", "Path in the runner container."),
         ),
+    ),
+    Cel(
+        Rule(
+            cel=f"!(self.name in {cel_list(_CREDENTIAL_VOLUMES)})",
+            message=f"spec.volumeMounts must not mount {' or '.join(_CREDENTIAL_VOLUMES)}: they hold "
+            "the pool's registration token, the pod's JIT config and the runner's own credentials, "
+            "which only the operator's register container mounts; a job in the runner container "
+            "could read them. Mount a volume of your own, named otherwise",
+            check=lambda m: m.get("name") not in _CREDENTIAL_VOLUMES,
+        )
     ),
 ]
 
@@ -748,11 +921,6 @@ MAX_TEMPLATE_ITEMS = 128
 #: What the operator sets on a runner pod while its runner is busy (runnerpool.runners.lifecycle).
 _BUSY_ANNOTATION_KEYS = tuple(sorted(naming.BUSY_ANNOTATIONS))
 _OPERATOR_MOUNT_PATHS = naming.OPERATOR_MOUNT_PATHS
-_OPERATOR_VOLUMES = naming.OPERATOR_VOLUMES
-
-
-def cel_list(items: Sequence[str]) -> str:
-    return "[" + ", ".join(cel_string(item) for item in items) + "]"
 
 
 def operator_env(name: str) -> bool:
@@ -790,8 +958,26 @@ class _PassThrough(KubeModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: A template container's envFrom entries, with what names a Secret declared for the rules.
+EnvFromList = Annotated[
+    list[Annotated[dict[str, Any], WithJsonSchema(ENV_FROM_SOURCE_SCHEMA)]] | None,
+    Field(
+        max_length=MAX_TEMPLATE_ITEMS,
+        description="Sources of environment variables (core/v1 EnvFromSource); a secretRef names no "
+        f"{_CREDENTIAL_SECRETS} Secret.",
+    ),
+]
+
+
 class TemplateEnvVar(_PassThrough):
+    rules: ClassVar[tuple[Rule, ...]] = (_CREDENTIAL_SECRET_ENV_RULE,)
+
     name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
+    value_from: EnvVarSourceDict | None = Field(
+        default=None,
+        description="Source for the value (core/v1 EnvVarSource); a secretKeyRef names no "
+        f"{_CREDENTIAL_SECRETS} Secret.",
+    )
 
 
 class TemplateVolumeMount(_PassThrough):
@@ -830,6 +1016,8 @@ class TemplateContainer(_PassThrough):
                 or not any(m.mount_path in _OPERATOR_MOUNT_PATHS for m in c.volume_mounts or ())
             ),
         ),
+        _credential_mounts_rule("spec.template.spec.containers[*]"),
+        _credential_env_from_rule("spec.template.spec.containers[*]"),
     )
 
     name: str = Field(
@@ -849,6 +1037,7 @@ class TemplateContainer(_PassThrough):
         f"container {naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the "
         "operator's.",
     )
+    env_from: EnvFromList = None
     volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
         default=None,
         description="Volume mounts (core/v1 VolumeMount), merged by mountPath. In the runner "
@@ -866,6 +1055,8 @@ class TemplateInitContainer(_PassThrough):
             "it alone mounts the registration token and registers the runner; use another name",
             check=lambda c: c.name != naming.REGISTER_CONTAINER,
         ),
+        _credential_mounts_rule("spec.template.spec.initContainers[*]"),
+        _credential_env_from_rule("spec.template.spec.initContainers[*]"),
     )
 
     name: str = Field(
@@ -874,14 +1065,36 @@ class TemplateInitContainer(_PassThrough):
         description=f"Container name; {naming.REGISTER_CONTAINER!r} is the operator's (it registers "
         "the runner before the runner container starts).",
     )
+    env: (
+        Annotated[list[TemplateEnvVar], ListType("map", ("name",)), Field(max_length=MAX_TEMPLATE_ITEMS)]
+        | None
+    ) = Field(default=None, description="Environment variables (core/v1 EnvVar).")
+    env_from: EnvFromList = None
+    volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(
+        default=None,
+        description=f"Volume mounts (core/v1 VolumeMount); {' and '.join(_CREDENTIAL_VOLUMES)} are the "
+        "operator's register container's alone.",
+    )
 
 
 class TemplateVolume(_PassThrough):
+    rules: ClassVar[tuple[Rule, ...]] = (_CREDENTIAL_SECRET_VOLUME_RULE,)
+
     name: str = Field(
         min_length=1,
         max_length=63,
         description="Volume name (a core/v1 Volume: any volume source passes through). "
         f"{' and '.join(_OPERATOR_VOLUMES)} are the operator's.",
+    )
+    secret: Annotated[dict[str, Any], WithJsonSchema(SECRET_VOLUME_SOURCE_SCHEMA)] | None = Field(
+        default=None,
+        description=f"A Secret as a volume (core/v1 SecretVolumeSource); not one of the operator's "
+        f"credential Secrets ({naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*).",
+    )
+    projected: Annotated[dict[str, Any], WithJsonSchema(PROJECTED_VOLUME_SOURCE_SCHEMA)] | None = Field(
+        default=None,
+        description="Projected sources as a volume (core/v1 ProjectedVolumeSource), at most "
+        f"{MAX_PROJECTED_SOURCES}; none of the operator's credential Secrets.",
     )
 
 
@@ -1035,6 +1248,11 @@ class PodTemplate(KubeModel):
 Registration = Literal["token", "jit"]
 REGISTRATION_TOKEN: Registration = "token"
 REGISTRATION_JIT: Registration = "jit"
+#: Container modes in which a pool-wide token would not stay in the register container: in
+#: kubernetes mode the runner's ServiceAccount can read the namespace's Secrets (the container
+#: hooks need it), and dind's Docker daemon, which every job drives, is root on the node.  There
+#: registration is JIT unless the pool says so, and ``token`` is refused.
+JIT_ONLY_CONTAINER_MODES: tuple[str, ...] = ("dind", KUBERNETES_MODE)
 
 
 class RunnerPoolSpec(KubeModel):
@@ -1164,6 +1382,20 @@ class RunnerPoolSpec(KubeModel):
                 )
             ),
         ),
+        Rule(
+            cel=f"!has(self.containerMode) || !(self.containerMode in {cel_list(JIT_ONLY_CONTAINER_MODES)}) "
+            f"|| !has(self.registration) || self.registration != {cel_string(REGISTRATION_TOKEN)}",
+            message="spec.registration: token cannot be used with containerMode: kubernetes or dind: "
+            "the pool-wide registration token would be within a job's reach (in kubernetes mode the "
+            "runners' ServiceAccount can read the namespace's Secrets, which the container hooks "
+            "need; in dind the Docker daemon every job drives is root on the node, where the token "
+            "is mounted), and whoever reads it can register runners of their own for the pool's "
+            "repository or organization. Remove spec.registration (these modes register just in "
+            "time) or set it to jit",
+            check=lambda s: (
+                s.container_mode not in JIT_ONLY_CONTAINER_MODES or s.registration != REGISTRATION_TOKEN
+            ),
+        ),
     )
 
     repository: Repository | None = Field(
@@ -1281,14 +1513,16 @@ class RunnerPoolSpec(KubeModel):
         "and work volumes, the runner's RUNNER_* env) are refused. A change rolls the pods as "
         "any template change does: idle ones at once, busy ones after their job.",
     )
-    registration: Registration = Field(
-        default="token",
+    registration: Registration | None = Field(
+        default=None,
         description="How a runner pod registers its runner. token: the pod's register init "
         "container runs config.sh with the pool's registration token (one GitHub call per pool "
         "per token life; the token is in the namespace's Secrets for that hour). jit: the "
         "operator asks GitHub for a just-in-time config per pod (one call per pod) and puts it "
         "in a Secret of that pod, emptied once the pod's runner has it; use it where others "
-        "can read Secrets in the namespace (docs/registration.md).",
+        "can read Secrets in the namespace (docs/registration.md). Unset means jit with "
+        "containerMode kubernetes or dind, token otherwise; token is refused with those modes, "
+        "where a job could reach the pool-wide token.",
     )
     recreate_deadline: GoDuration | None = Field(
         default=None,
@@ -1316,6 +1550,24 @@ class RunnerPoolSpec(KubeModel):
         "SIGTERM, a busy one after its job). Unset means busyGracePeriod plus "
         f"{BUSY_EXIT_MARGIN_SECONDS}s.",
     )
+
+    @property
+    def registration_mode(self) -> Registration:
+        """How the pool's pods register: spec.registration, or when unset the mode's default.
+
+        The one place the default is decided (a CRD default cannot depend on containerMode):
+        every reader of the registration mode asks here, or :attr:`registers_jit`.
+        """
+        if self.registration is not None:
+            return self.registration
+        if self.container_mode in JIT_ONLY_CONTAINER_MODES:
+            return REGISTRATION_JIT
+        return REGISTRATION_TOKEN
+
+    @property
+    def registers_jit(self) -> bool:
+        """Whether each runner pod gets a JIT config of its own (no pool-wide token Secret)."""
+        return self.registration_mode == REGISTRATION_JIT
 
 
 #: Jobs remembered per pool: queued and busy ones (at most maxReplicas are busy) plus recently

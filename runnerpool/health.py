@@ -1,64 +1,43 @@
 """``/healthz`` and ``/readyz`` on their own port, as kubelet probes expect.
 
-prometheus-client serves only ``/metrics``; the standard library's HTTP server is
-all a two-path probe endpoint needs.
+Served by :class:`runnerpool.webserver.WebServer` like every HTTP endpoint of the operator
+(that module says why waitress): a two-path WSGI application on a server with one worker
+thread more than the kubelet's two probes need at once.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
+
+__all__ = ["LIMITS", "ProbeServer", "probe_app"]
+
+#: The kubelet opens a connection per probe and closes it; a few spare for a person's curl.
+LIMITS = Limits(read_timeout=10, max_connections=16, threads=2)
 
 
-class BackgroundServer:
-    """A ``ThreadingHTTPServer`` on its own thread: the probes and metrics, reached from inside.
+def probe_app(live: Callable[[], bool], ready: Callable[[], bool]) -> WsgiApp:
+    """200 ``ok`` while the check holds, 503 ``not ready`` when it does not, 404 elsewhere."""
+    checks = {"/healthz": live, "/readyz": ready}
 
-    The internet-facing webhook port has ``runnerpool.webserver`` (a thread per connection
-    would let anyone hold the operator's threads).
-    """
+    def app(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        check = checks.get(str(environ.get("PATH_INFO")))
+        if check is None:
+            status, body = "404 Not Found", b"not found\n"
+        elif check():
+            status, body = "200 OK", b"ok\n"
+        else:
+            status, body = "503 Service Unavailable", b"not ready\n"
+        start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
 
-    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler], name: str) -> None:
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        # A short poll interval: stop() (a SIGTERM, a lost lease) waits up to that long.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name=name, daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    return app
 
 
-class ProbeServer(BackgroundServer):
+class ProbeServer(WebServer):
     def __init__(
         self, port: int, live: Callable[[], bool], ready: Callable[[], bool], host: str = ""
     ) -> None:
-        checks = {"/healthz": live, "/readyz": ready}
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                check = checks.get(self.path.split("?", 1)[0])
-                if check is None:
-                    self.send_error(404)
-                    return
-                ok = check()
-                body = b"ok\n" if ok else b"not ready\n"
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return  # probes every few seconds would drown the operator's own log
-
-        super().__init__(host, port, Handler, "probes")
+        super().__init__(probe_app(live, ready), host, port, "probes", limits=LIMITS)

@@ -13,12 +13,12 @@ token's SHA-256, never the token itself), so a scrape every 15 s costs no API ca
 the time.  Failed reviews are not kept.
 
 What is whose: the exposition is prometheus-client's (its registry and content negotiation),
-the HTTP server the standard library's threading server (``runnerpool.health``, as the probes
-and the webhook receiver), TLS the ``ssl`` module's, the in-memory self-signed certificate
-``cryptography``'s, the bounded expiring caches ``cachetools``'.  Written by hand, because no
-Python library offers it: the two reviews and the 401/403 answers.  The TLS handshake runs in
-the connection's own thread with a timeout, so a client that never finishes it holds one
-thread for at most :data:`CONNECTION_TIMEOUT`, not the server.
+the HTTP server waitress's through ``runnerpool.webserver`` (as the probes and the webhook
+receiver), TLS the ``ssl`` module's driven on waitress's I/O thread (``runnerpool.webserver``
+says how), the in-memory self-signed certificate ``cryptography``'s, the bounded expiring
+caches ``cachetools``'.  Written by hand, because no Python library offers it: the two reviews
+and the 401/403 answers.  A client that never finishes its handshake or its request holds a
+socket, never a thread, and is dropped after :data:`CONNECTION_TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from cachetools import TTLCache
 from kubernetes.client import ApiClient
@@ -46,9 +46,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from runnerpool.api_errors import describe
-from runnerpool.health import BackgroundServer
 from runnerpool.runtime.kube import Kube, Resource
 from runnerpool.settings import ProbeSettings
+from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
 __all__ = [
     "CONNECTION_TIMEOUT",
@@ -177,6 +177,8 @@ class CachedReviews:
 def _server_context(cert: Path, key: Path, password: bytes | None = None) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The encrypted reads on waitress's I/O thread cannot answer a renegotiation; TLS 1.3 has none.
+    context.options |= ssl.OP_NO_RENEGOTIATION
     context.load_cert_chain(str(cert), str(key), password=password)
     return context
 
@@ -279,10 +281,10 @@ class _Certificates:
 # ------------------------------------------------------------------------------ the endpoint
 
 
-class _Server(BackgroundServer):
-    def join(self, timeout: float | None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+#: What one scraper may take: a few threads (a scrape may wait on a review), few connections.
+LIMITS = Limits(read_timeout=int(CONNECTION_TIMEOUT), max_connections=64, threads=2)
+
+_TEXT = "text/plain; charset=utf-8"
 
 
 class MetricsEndpoint:
@@ -304,8 +306,14 @@ class MetricsEndpoint:
                     raise ValueError("--metrics-secure needs an API client for its reviews")
                 reviews = CachedReviews(KubeReviews(api_client))
             certificates = _Certificates(settings.metrics_cert_dir, (settings.metrics_bind_address,))
-        handler = _handler(registry, reviews if self.secure else None, certificates)
-        self._server = _Server(settings.metrics_bind_address, settings.metrics_port, handler, "metrics")
+        self._server = WebServer(
+            _app(registry, reviews if self.secure else None),
+            settings.metrics_bind_address,
+            settings.metrics_port,
+            "metrics",
+            limits=LIMITS,
+            tls=certificates.context if certificates is not None else None,
+        )
 
     @property
     def port(self) -> int:
@@ -317,109 +325,55 @@ class MetricsEndpoint:
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop listening; True if the server thread ended within ``timeout``."""
-        self._server.stop()
-        return self._server.join(timeout)
+        return self._server.stop(timeout)
 
 
-@dataclass(frozen=True)
-class _Config:
-    """What every request of one endpoint shares."""
-
-    registry: CollectorRegistry
-    reviews: Reviews | None
-    certificates: _Certificates | None
+_Answer = tuple[int, bytes, str, dict[str, str]]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    timeout = CONNECTION_TIMEOUT
-    config: ClassVar[_Config]
-    _broken = False
+def _app(registry: CollectorRegistry, reviews: Reviews | None) -> WsgiApp:
+    """The WSGI application: /metrics, behind the reviews when there are any."""
 
-    def setup(self) -> None:
-        certificates = self.config.certificates
-        if certificates is not None:
-            self.request.settimeout(self.timeout)
-            try:
-                self.request = certificates.context().wrap_socket(self.request, server_side=True)
-            except (OSError, ssl.SSLError) as err:  # a port scan, a plain-HTTP client
-                log.debug("metrics: TLS handshake failed: %s", err)
-                self._broken = True
-                return
-        super().setup()
+    def app(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        code, body, content_type, extra = _answer(registry, reviews, environ)
+        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra.items()]
+        start_response(f"{code} {HTTPStatus(code).phrase}", headers)
+        return [body]
 
-    def handle(self) -> None:
-        if not self._broken:
-            super().handle()
-
-    def finish(self) -> None:
-        if self._broken:
-            return
-        try:
-            super().finish()
-        finally:
-            if self.config.certificates is not None:
-                self.request.close()
-
-    def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] != METRICS_PATH:
-            self._answer(404, b"not found\n")
-            return
-        reviews = self.config.reviews
-        if reviews is not None and not self._allowed(reviews):
-            return
-        encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
-        self._answer(200, encoder(self.config.registry), content_type)
-
-    def _allowed(self, reviews: Reviews) -> bool:
-        """TokenReview, then SubjectAccessReview; every refusal is answered here."""
-        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            self._unauthorized()
-            return False
-        try:
-            user = reviews.authenticate(token)
-        except Exception as err:
-            log.warning("metrics: token review failed: %s", describe(err))
-            self._answer(500, b"Authentication failed\n")
-            return False
-        if user is None:
-            self._unauthorized()
-            return False
-        try:
-            allowed = reviews.may_get(user, METRICS_PATH)
-        except Exception as err:
-            log.warning("metrics: access review failed: %s", describe(err))
-            self._answer(500, b"Authorization failed\n")
-            return False
-        if not allowed:
-            log.debug("metrics: %s may not get %s", user.username, METRICS_PATH)
-            self._answer(403, b"Forbidden\n")
-        return allowed
-
-    def _unauthorized(self) -> None:
-        self._answer(401, b"Unauthorized\n", extra={"WWW-Authenticate": "Bearer"})
-
-    def _answer(
-        self,
-        code: int,
-        body: bytes,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        return  # a scrape every 15 s would drown the operator's own log
+    return app
 
 
-def _handler(
-    registry: CollectorRegistry, reviews: Reviews | None, certificates: _Certificates | None
-) -> type[BaseHTTPRequestHandler]:
-    return type("MetricsHandler", (_Handler,), {"config": _Config(registry, reviews, certificates)})
+def _answer(registry: CollectorRegistry, reviews: Reviews | None, environ: dict[str, Any]) -> _Answer:
+    if environ.get("PATH_INFO") != METRICS_PATH:
+        return 404, b"not found\n", _TEXT, {}
+    if reviews is not None:
+        refused = _refusal(reviews, str(environ.get("HTTP_AUTHORIZATION") or ""))
+        if refused is not None:
+            return refused
+    encoder, content_type = choose_encoder(str(environ.get("HTTP_ACCEPT") or ""))
+    return 200, encoder(registry), content_type, {}
+
+
+def _refusal(reviews: Reviews, authorization: str) -> _Answer | None:
+    """TokenReview, then SubjectAccessReview: the answer when they refuse, None when allowed."""
+    unauthorized: _Answer = (401, b"Unauthorized\n", _TEXT, {"WWW-Authenticate": "Bearer"})
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return unauthorized
+    try:
+        user = reviews.authenticate(token)
+    except Exception as err:
+        log.warning("metrics: token review failed: %s", describe(err))
+        return 500, b"Authentication failed\n", _TEXT, {}
+    if user is None:
+        return unauthorized
+    try:
+        allowed = reviews.may_get(user, METRICS_PATH)
+    except Exception as err:
+        log.warning("metrics: access review failed: %s", describe(err))
+        return 500, b"Authorization failed\n", _TEXT, {}
+    if not allowed:
+        log.debug("metrics: %s may not get %s", user.username, METRICS_PATH)
+        return 403, b"Forbidden\n", _TEXT, {}
+    return None

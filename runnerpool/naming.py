@@ -20,11 +20,13 @@ __all__ = [
     "CREDENTIAL_LABEL",
     "CREDENTIAL_SELECTOR",
     "CREDENTIAL_VALUE",
+    "CREDENTIAL_VOLUMES",
     "DEFAULT_CREDENTIAL_SECRET",
     "JIT_MOUNT_DIR",
     "JIT_RUNNER_ID_ANNOTATION",
     "JIT_SECRET_ANNOTATION",
     "JIT_SECRET_KEY",
+    "JIT_SECRET_PREFIX",
     "JIT_VOLUME",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
@@ -42,6 +44,7 @@ __all__ = [
     "TOKEN_EXPIRY_ANNOTATION",
     "TOKEN_MOUNT_DIR",
     "TOKEN_SECRET_KEY",
+    "TOKEN_SECRET_PREFIX",
     "TOKEN_VOLUME",
     "WORK_DIR",
     "WORK_VOLUME",
@@ -126,14 +129,25 @@ WORK_DIR = "/runner/_work"
 #: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
 OPERATOR_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
 OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
+#: The volumes that hold a credential: the pool's registration token, a pod's JIT config, and the
+#: runner's own configuration (its RSA key).  No container of a template and no spec.volumeMounts
+#: may mount them, whatever the path: only the operator's register container (and, for its
+#: configuration, the runner container) does.
+CREDENTIAL_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME)
 #: Env of the runner container that only the operator sets: the entrypoint's RUNNER_* settings
 #: (scope, labels, token file, work directory, busy grace) and the names below.
 RESERVED_ENV_PREFIX = "RUNNER_"
 RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 
 
+#: What the names of the operator's credential Secrets begin with (a pool's token Secret, a pod's
+#: JIT Secret): a pool's own volumes may not name such a Secret.
+TOKEN_SECRET_PREFIX = "runner-token-"
+JIT_SECRET_PREFIX = "runner-jit-"
+
+
 def token_secret_name(pool: str) -> str:
-    return f"runner-token-{pool}"
+    return f"{TOKEN_SECRET_PREFIX}{pool}"
 
 
 def runner_account_name(pool: str) -> str:
@@ -143,7 +157,7 @@ def runner_account_name(pool: str) -> str:
 
 def jit_secret_name(pool: str, suffix: str) -> str:
     """A JIT pod's Secret: ``runner-jit-<pool>-<suffix>``, the suffix drawn per pod."""
-    return f"runner-jit-{pool}-{suffix}"
+    return f"{JIT_SECRET_PREFIX}{pool}-{suffix}"
 
 
 def runner_pod_prefix(pool: str) -> str:

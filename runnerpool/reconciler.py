@@ -465,7 +465,7 @@ class Reconciler:
         return live
 
     def _registers_jit(self, pool: api.RunnerPool) -> bool:
-        return pool.spec.registration == api.REGISTRATION_JIT
+        return pool.spec.registers_jit
 
     def _converge_jit_secrets(self, run: _Pass, live: LivePods) -> None:
         """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token

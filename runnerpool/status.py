@@ -59,7 +59,7 @@ def token_expiry(secret: dict[str, Any]) -> datetime | None:
 def token_condition(
     stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: TokenFailure | None
 ) -> dict[str, Any]:
-    if pool.spec.registration == api.REGISTRATION_JIT:
+    if pool.spec.registers_jit:
         # No pool token: each pod gets its own runner's config (runnerpool.pods.jit).
         if failure is not None:
             return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)

@@ -1,9 +1,13 @@
-"""An internet-facing HTTP endpoint on a thread of the operator: waitress, with hard limits.
+"""Every HTTP endpoint of the operator on a thread of it: waitress, with hard limits.
 
-Why not the standard library's ``ThreadingHTTPServer`` (still fine for the probes, which only
-kubelet reaches): it gives every connection a thread for as long as the client keeps it open,
-so 200 connections that send half a request hold 200 threads, and when they close each one
-prints a traceback to stderr, outside the operator's log format.
+The webhook receiver (internet-facing), the metrics endpoint (plain HTTP, or HTTPS with
+``--metrics-secure``) and the kubelet probes all run on :class:`WebServer`, so one server's
+limits, shutdown and logging hold everywhere, and one stack is learned, patched and pinned.
+
+Why not the standard library's ``ThreadingHTTPServer`` (the probes and metrics ran on it
+before): it gives every connection a thread for as long as the client keeps it open, so 200
+connections that send half a request hold 200 threads, and when they close each one prints a
+traceback to stderr, outside the operator's log format.
 
 Why waitress, measured on this machine (2 cores shared with other work, load average 4-9):
 each candidate served a trivial app (read the body, answer 200) in one process; a client
@@ -52,12 +56,20 @@ What is added here on top of waitress:
   a read-only root filesystem);
 * a start and stop that fit :class:`runnerpool.runtime.runnables.Runnable`: the I/O loop
   runs on a named daemon thread and :meth:`WebServer.stop` returns once the listening
-  socket, every connection and the worker threads are closed.
+  socket, every connection and the worker threads are closed;
+* TLS (``tls``: the context for each new connection, so a renewed certificate is picked up
+  without a restart), which waitress leaves to a proxy in front of it. The operator's metrics
+  port has no proxy in front (Prometheus scrapes it directly, as controller-runtime's does), so
+  the handshake and the encrypted reads and writes are done here on waitress's non-blocking
+  I/O thread: :class:`_TlsChannel`. A client that never finishes its handshake holds a socket
+  and a buffer, never a thread, and is dropped ``read_timeout`` seconds after it connected;
+  one that does not speak TLS (a port scan, a plain-HTTP client) is closed at once.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -103,7 +115,12 @@ class Limits:
     max_header: int = 64 * 1024
 
 
-def _refusing_channel(refused: Refused) -> type[HTTPChannel]:
+#: Bytes handed to one TLS write: one record, so a write retried after ``SSLWantWriteError``
+#: passes the same length again (OpenSSL refuses a shorter retry).
+_TLS_WRITE = 16 * 1024
+
+
+def _channel(refused: Refused, tls: Callable[[], ssl.SSLContext] | None) -> type[HTTPChannel]:
     class Task(ErrorTask):  # type: ignore[misc]  # waitress has no type hints
         def execute(self) -> None:
             try:
@@ -125,7 +142,81 @@ def _refusing_channel(refused: Refused) -> type[HTTPChannel]:
                 self.request_started = None  # complete (or nothing pending): no deadline
             return bool(done)
 
-    return Channel
+    if tls is None:
+        return Channel
+    return type("TlsChannel", (_TlsChannel, Channel), {"context": staticmethod(tls)})
+
+
+class _TlsChannel(HTTPChannel):  # type: ignore[misc]
+    """An HTTP channel whose socket speaks TLS; everything after the bytes is waitress's.
+
+    waitress reads with ``recv`` and writes with ``send`` on a non-blocking socket; an
+    ``SSLSocket`` does the same, except that it may want to read while writing (and the
+    reverse), raises instead of returning 0, and keeps decrypted bytes the kernel no longer
+    signals. So the handshake is driven from the I/O loop's read and write events, every
+    read drains the TLS buffer, and "wants more" is 0 bytes, not an error.
+    """
+
+    context: Callable[[], ssl.SSLContext]
+    connected: bool  # waitress's: False once the client has closed
+    _handshaken = False
+    _handshake_wants_write = False
+
+    def __init__(self, server: Any, sock: Any, addr: Any, adj: Any, map: Any = None) -> None:
+        sock = self.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        super().__init__(server, sock, addr, adj, map)
+
+    def _handshake(self) -> bool:
+        """True once the handshake is done; False while it waits for the client."""
+        self._handshake_wants_write = False
+        try:
+            self.socket.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        except ssl.SSLWantWriteError:
+            self._handshake_wants_write = True
+            return False
+        except OSError as err:  # a port scan, a plain-HTTP client, a reset
+            log.debug("TLS handshake with %s failed: %s", self.addr, err)
+            self.handle_close()
+            return False
+        self._handshaken = True
+        return True
+
+    def writable(self) -> bool:
+        return self._handshake_wants_write or bool(super().writable())
+
+    def handle_write(self) -> None:
+        if not self._handshaken:
+            if self.will_close:  # past its deadline before the handshake ended
+                self.handle_close()
+            elif self._handshake():
+                self.handle_read()
+            return
+        super().handle_write()
+
+    def handle_read(self) -> None:
+        if not self._handshaken and not self._handshake():
+            return
+        while self.connected:
+            try:
+                data = self.socket.recv(self.adj.recv_bytes)
+            except ssl.SSLWantReadError:
+                return  # the TLS buffer is empty: the next bytes come with a read event
+            except OSError:  # a reset, a broken record, a renegotiation (refused)
+                self.handle_close()
+                return
+            if not data:
+                self.connected = False  # the client closed: as waitress's own handle_read
+                return
+            self.last_activity = time.time()
+            self.received(data)
+
+    def send(self, data: bytes, do_close: bool = True) -> int:
+        try:
+            return int(super().send(data[:_TLS_WRITE], do_close))
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return 0
 
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
@@ -139,7 +230,10 @@ class _Server(TcpWSGIServer):  # type: ignore[misc]
 
 
 class WebServer:
-    """A WSGI ``app`` served by waitress on ``host:port`` (0: any free port) from a thread."""
+    """A WSGI ``app`` served by waitress on ``host:port`` (0: any free port) from a thread.
+
+    With ``tls``, HTTPS: it is called for each new connection and returns the context to use.
+    """
 
     def __init__(
         self,
@@ -150,6 +244,7 @@ class WebServer:
         *,
         limits: Limits = Limits(),
         on_refused: Refused = lambda code, headers: None,
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         adj = Adjustments(
             host=host or "0.0.0.0",
@@ -171,7 +266,7 @@ class WebServer:
         self._map: dict[int, Any] = {}
         self._dispatcher = ThreadedTaskDispatcher()
         self._dispatcher.set_thread_count(limits.threads)
-        server_class = type("Server", (_Server,), {"channel_class": _refusing_channel(on_refused)})
+        server_class = type("Server", (_Server,), {"channel_class": _channel(on_refused, tls)})
         self._server = server_class(app, self._map, dispatcher=self._dispatcher, adj=adj)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -192,11 +287,14 @@ class WebServer:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop accepting, close every connection, end the threads; answers in flight may be cut."""
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Stop accepting, close every connection, end the threads; answers in flight may be cut.
+
+        True when the I/O thread ended within ``timeout``."""
         self._stopping.set()
         if self._thread.is_alive():
             self._server.pull_trigger()  # wakes the I/O loop's poll at once
             self._thread.join(timeout)
         wasyncore.close_all(self._map)
         self._dispatcher.shutdown(cancel_pending=True, timeout=timeout)
+        return not self._thread.is_alive()

@@ -231,3 +231,34 @@ def test_map_lists_reject_duplicate_keys() -> None:
 def test_cel_string_quoting_survives_backslashes_and_quotes() -> None:
     assert api.cel_string(r"^\S+$") == r"'^\\S+$'"
     assert api.cel_string("it's") == r"'it\'s'"
+
+
+@pytest.mark.parametrize(
+    ("container_mode", "registration", "resolved"),
+    [
+        (None, None, api.REGISTRATION_TOKEN),
+        (None, "token", api.REGISTRATION_TOKEN),
+        (None, "jit", api.REGISTRATION_JIT),
+        ("kubernetes", None, api.REGISTRATION_JIT),
+        ("kubernetes", "jit", api.REGISTRATION_JIT),
+        ("dind", None, api.REGISTRATION_JIT),
+        ("dind", "jit", api.REGISTRATION_JIT),
+    ],
+)
+def test_the_registration_mode_follows_the_container_mode_unless_the_pool_says(
+    container_mode: str | None, registration: str | None, resolved: str
+) -> None:
+    """A CRD default cannot read containerMode: the models resolve an unset registration, once."""
+    fields = {"containerMode": container_mode, "registration": registration}
+    spec = api.RunnerPoolSpec.model_validate(
+        {"organization": "octo-org", **{k: v for k, v in fields.items() if v is not None}}
+    )
+    assert spec.registration_mode == resolved
+    assert spec.registers_jit == (resolved == api.REGISTRATION_JIT)
+    assert spec.model_dump(by_alias=True, exclude_none=True).get("registration") == registration
+
+
+@pytest.mark.parametrize("container_mode", ["kubernetes", "dind"])
+def test_a_pool_token_is_refused_where_a_job_could_read_it(container_mode: str) -> None:
+    with pytest.raises(ValidationError, match=r"Remove spec\.registration"):
+        api.RunnerPoolSpec(organization="octo-org", container_mode=container_mode, registration="token")  # type: ignore[arg-type]

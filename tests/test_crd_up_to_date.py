@@ -15,15 +15,15 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from generators import crd
 from runnerpool import api, naming
-from testworld import crdgen
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "runnerpool.yaml"
-STALE_HINT = "run `python -m testworld.crdgen`"
+STALE_HINT = "run `python -m generators.crd`"
 
 
 def _version() -> dict[str, Any]:
-    versions: list[dict[str, Any]] = crdgen.crd_manifest()["spec"]["versions"]
+    versions: list[dict[str, Any]] = crd.crd_manifest()["spec"]["versions"]
     assert len(versions) == 1
     return versions[0]
 
@@ -45,28 +45,28 @@ def _nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str
 
 def test_committed_crd_matches_the_models() -> None:
     assert CRD_FILE.exists(), f"{CRD_FILE} is missing: {STALE_HINT}"
-    assert yaml.safe_load(CRD_FILE.read_text()) == crdgen.crd_manifest(), f"{CRD_FILE} is stale: {STALE_HINT}"
-    assert crdgen.main(["--check", "--output", str(CRD_FILE)]) == 0, f"formatting differs: {STALE_HINT}"
+    assert yaml.safe_load(CRD_FILE.read_text()) == crd.crd_manifest(), f"{CRD_FILE} is stale: {STALE_HINT}"
+    assert crd.main(["--check", "--output", str(CRD_FILE)]) == 0, f"formatting differs: {STALE_HINT}"
 
 
 def test_check_mode_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "crd.yaml"
-    assert crdgen.main(["--check", "--output", str(target)]) == 1
-    assert crdgen.main(["--output", str(target)]) == 0
-    assert crdgen.main(["--check", "--output", str(target)]) == 0
+    assert crd.main(["--check", "--output", str(target)]) == 1
+    assert crd.main(["--output", str(target)]) == 0
+    assert crd.main(["--check", "--output", str(target)]) == 0
     target.write_text(target.read_text().replace("maximum: 1000", "maximum: 999"))
     capsys.readouterr()
-    assert crdgen.main(["--check", "--output", str(target)]) == 1
+    assert crd.main(["--check", "--output", str(target)]) == 1
     err = capsys.readouterr().err
     assert "-                maximum: 999" in err and "+                maximum: 1000" in err
     assert "is stale" in err
 
 
 def test_crd_identity() -> None:
-    crd = crdgen.crd_manifest()
-    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
-    assert crd["metadata"]["name"] == f"{api.PLURAL}.{api.GROUP}"
-    spec = crd["spec"]
+    manifest = crd.crd_manifest()
+    assert manifest["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert manifest["metadata"]["name"] == f"{api.PLURAL}.{api.GROUP}"
+    spec = manifest["spec"]
     assert (spec["group"], spec["scope"]) == (api.GROUP, "Namespaced")
     names = spec["names"]
     assert (names["kind"], names["plural"], names["singular"]) == (api.KIND, api.PLURAL, api.SINGULAR)
@@ -199,13 +199,13 @@ class _Constant(BaseModel):
 
 
 def test_translator_refuses_what_it_cannot_express() -> None:
-    with pytest.raises(crdgen.SchemaError):
-        crdgen.to_structural(_Unsupported.model_json_schema(), _Unsupported.__name__)
+    with pytest.raises(crd.SchemaError):
+        crd.to_structural(_Unsupported.model_json_schema(), _Unsupported.__name__)
 
 
 def test_a_one_value_literal_becomes_an_enum_of_one() -> None:
     """``const`` has no place in a structural schema; an enum of one says the same."""
-    schema = crdgen.to_structural(_Constant.model_json_schema(), _Constant.__name__)
+    schema = crd.to_structural(_Constant.model_json_schema(), _Constant.__name__)
     assert schema["properties"]["only"] == {"type": "string", "enum": ["x"]}
 
 

@@ -181,7 +181,195 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("dind-image-without-dind", _repo(dindImage="docker:28-dind"), "set containerMode: dind or remove"),
     ("dind-image-whitespace", _repo(containerMode="dind", dindImage="docker: x"), "spec.dindImage must be"),
     ("registration-unknown", _repo(registration="pat"), "spec.registration: Unsupported value"),
+    *(
+        (
+            f"registration-token-with-{mode}",
+            _repo(containerMode=mode, registration="token"),
+            "spec.registration: token cannot be used with containerMode: kubernetes or dind: the "
+            "pool-wide registration token would be within a job's reach",
+        )
+        for mode in ("kubernetes", "dind")
+    ),
 ]
+
+
+def _container(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, **fields}
+
+
+def _in_template(key: str, name: str, **fields: Any) -> dict[str, Any]:
+    """A pool whose template has one container (``key``: containers or initContainers)."""
+    return _repo(template={"spec": {key: [_container(name, image="busybox:1", **fields)]}})
+
+
+_AT_ANOTHER_PATH = "/var/run/elsewhere"
+#: A projected volume with one harmless source and the pool's token Secret.
+_PROJECTED_TOKEN = {
+    "name": "all",
+    "projected": {
+        "sources": [{"configMap": {"name": "ca"}}, {"secret": {"name": naming.token_secret_name("p")}}]
+    },
+}
+_MOUNT_REFUSED = "volumeMounts must not mount runner-token or runner-jitconfig or runner-config"
+_SECRET_REFUSED = "a volume must not name the operator's credential Secrets (runner-token-*, runner-jit-*)"
+
+#: Ways a pool could put a registration credential in a container other than the operator's
+#: register container: its volumes by name, at any path, or the credential Secrets themselves.
+_ENV_REFUSED = "must not name the operator's credential Secrets (runner-token-*, runner-jit-*)"
+_TOKEN_KEY_REF = {"secretKeyRef": {"name": naming.token_secret_name("p"), "key": naming.TOKEN_SECRET_KEY}}
+_TOKEN_ENV = [{"name": "T", "valueFrom": _TOKEN_KEY_REF}]
+_CONTAINERS, _INITS = "containers", "initContainers"
+CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
+    *(
+        (
+            f"runner-mounts-{volume}-at-another-path",
+            _in_template(
+                _CONTAINERS, "runner", volumeMounts=[{"name": volume, "mountPath": _AT_ANOTHER_PATH}]
+            ),
+            f"spec.template.spec.containers[*].{_MOUNT_REFUSED}, at any path",
+        )
+        for volume in naming.CREDENTIAL_VOLUMES
+    ),
+    (
+        "sidecar-mounts-the-jit-config",
+        _in_template(
+            _CONTAINERS,
+            "proxy",
+            volumeMounts=[{"name": naming.JIT_VOLUME, "mountPath": naming.JIT_MOUNT_DIR}],
+        ),
+        f"spec.template.spec.containers[*].{_MOUNT_REFUSED}",
+    ),
+    (
+        "init-container-mounts-the-token",
+        _in_template(
+            _INITS, "copy", volumeMounts=[{"name": naming.TOKEN_VOLUME, "mountPath": _AT_ANOTHER_PATH}]
+        ),
+        f"spec.template.spec.initContainers[*].{_MOUNT_REFUSED}",
+    ),
+    (
+        "volume-mounts-the-token",
+        _repo(volumeMounts=[{"name": naming.TOKEN_VOLUME, "mountPath": _AT_ANOTHER_PATH}]),
+        f"spec.{_MOUNT_REFUSED}",
+    ),
+    (
+        "volume-mounts-the-config",
+        _repo(volumeMounts=[{"name": naming.CONFIG_VOLUME, "mountPath": _AT_ANOTHER_PATH}]),
+        f"spec.{_MOUNT_REFUSED}",
+    ),
+    (
+        "volume-named-like-the-token-volume",
+        _repo(volumes=[{"name": naming.TOKEN_VOLUME, "emptyDir": {}}]),
+        "spec.volumes must not be named runner-token or runner-jitconfig or runner-config or work",
+    ),
+    (
+        "volume-of-the-token-secret",
+        _repo(volumes=[{"name": "t", "secret": {"secretName": naming.token_secret_name("other")}}]),
+        _SECRET_REFUSED,
+    ),
+    (
+        "template-volume-of-a-jit-secret",
+        _repo(
+            template={
+                "spec": {"volumes": [{"name": "j", "secret": {"secretName": "runner-jit-p-0a1b2c3d4e"}}]}
+            }
+        ),
+        _SECRET_REFUSED,
+    ),
+    *(
+        (
+            f"{where}projected-volume-of-the-token-secret",
+            spec,
+            _SECRET_REFUSED,
+        )
+        for where, spec in (
+            ("", _repo(volumes=[_PROJECTED_TOKEN])),
+            ("template-", _repo(template={"spec": {"volumes": [_PROJECTED_TOKEN]}})),
+        )
+    ),
+    ("env-of-the-token-secret", _repo(env=_TOKEN_ENV), f"an env var's valueFrom.secretKeyRef {_ENV_REFUSED}"),
+    *(
+        (
+            f"{key}-env-of-the-token-secret",
+            _in_template(key, "c", env=_TOKEN_ENV),
+            f"valueFrom.secretKeyRef {_ENV_REFUSED}",
+        )
+        for key in (_CONTAINERS, _INITS)
+    ),
+    *(
+        (
+            f"{key}-env-from-a-jit-secret",
+            _in_template(key, "c", envFrom=[{"secretRef": {"name": "runner-jit-p-0a1b2c3d4e"}}]),
+            f"spec.template.spec.{key}[*].envFrom[].secretRef {_ENV_REFUSED}",
+        )
+        for key in (_CONTAINERS, _INITS)
+    ),
+]
+INVALID_SPECS += CREDENTIAL_LEAKS
+
+
+def test_a_token_volume_mounted_at_another_path_in_the_runner_container_is_refused(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The path rule alone let this through: the token landed in the container that runs the jobs."""
+    runner = _container("runner", volumeMounts=[{"name": naming.TOKEN_VOLUME, "mountPath": _AT_ANOTHER_PATH}])
+    with pytest.raises(ApiException) as caught:
+        _create(api_client, namespace, _pool("leak", _repo(template={"spec": {"containers": [runner]}})))
+    message = _rejection(caught)
+    assert "spec.template.spec.containers[0]" in message
+    assert "must not mount runner-token or runner-jitconfig or runner-config, at any path" in message
+    assert "Mount a volume of your own, named otherwise" in message
+
+
+def test_volumes_mounts_and_env_of_ones_own_secrets_are_accepted(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Only the operator's credential names are refused: a CA bundle, a projected token of one's own."""
+    own = [
+        {"name": "ca", "secret": {"secretName": "runner-ca", "defaultMode": 0o444}},
+        {
+            "name": "mixed",
+            "projected": {
+                "sources": [
+                    {"secret": {"name": "registry-auth"}},
+                    {"serviceAccountToken": {"path": "token", "audience": "vault"}},
+                ]
+            },
+        },
+    ]
+    mounts = [{"name": "ca", "mountPath": "/etc/ca"}, {"name": "mixed", "mountPath": "/etc/mixed"}]
+    env = [{"name": "REGISTRY", "valueFrom": {"secretKeyRef": {"name": "registry-auth", "key": "token"}}}]
+    env_from = [{"secretRef": {"name": "proxy-settings"}}, {"configMapRef": {"name": "ci"}}]
+    spec = _repo(
+        volumes=own[:1],
+        volumeMounts=mounts[:1],
+        env=env,
+        template={
+            "spec": {
+                "volumes": own[1:],
+                "containers": [_container("runner", volumeMounts=mounts[1:], env=env, envFrom=env_from)],
+                "initContainers": [
+                    _container("warm", image="busybox:1", volumeMounts=mounts, env=env, envFrom=env_from)
+                ],
+            }
+        },
+    )
+    created = _create(api_client, namespace, _pool("own", spec))
+    assert created["spec"]["volumes"] == own[:1]
+    assert created["spec"]["env"] == env
+    assert created["spec"]["template"] == spec["template"], "nothing pruned"
+    assert api.RunnerPool.model_validate(created).spec.template is not None
+
+
+@pytest.mark.parametrize("mode", ["kubernetes", "dind"])
+def test_kubernetes_and_dind_pools_register_just_in_time_unless_told(
+    api_client: client.ApiClient, namespace: str, mode: str
+) -> None:
+    """No CRD default: the stored pool says nothing, and the operator reads it as jit."""
+    created = _create(api_client, namespace, _pool(f"{mode}-default", _repo(containerMode=mode)))
+    assert "registration" not in created["spec"]
+    assert api.RunnerPool.model_validate(created).spec.registers_jit
+    told = _create(api_client, namespace, _pool(f"{mode}-jit", _repo(containerMode=mode, registration="jit")))
+    assert api.RunnerPool.model_validate(told).spec.registration_mode == api.REGISTRATION_JIT
 
 
 def test_a_template_names_the_account_of_other_pools_and_not_much_else_of_kubernetes_mode(
@@ -255,10 +443,10 @@ def test_valid_pool_gets_defaults(
         "replicas": 1,
         "credentialSecretName": naming.DEFAULT_CREDENTIAL_SECRET,
         "busyGracePeriod": api.DEFAULT_BUSY_GRACE_PERIOD,
-        "registration": api.REGISTRATION_TOKEN,
     }
     parsed = api.RunnerPool.model_validate(created)
     assert parsed.spec.replicas == 1
+    assert parsed.spec.registration_mode == api.REGISTRATION_TOKEN
     assert parsed.name == "ok" and parsed.namespace == namespace and parsed.generation == 1
 
 

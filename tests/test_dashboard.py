@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testworld import dashboardgen
+from generators import dashboard as dashboard_generator
 from testworld.promql_names import metric_names, variable_query_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,8 +41,8 @@ def panels(dashboard: Obj) -> list[Obj]:
 
 
 def test_committed_dashboard_is_the_generated_one() -> None:
-    assert dashboardgen.main(["--check", "--output", str(DASHBOARD)]) == 0, (
-        "run `python -m testworld.dashboardgen`"
+    assert dashboard_generator.main(["--check", "--output", str(DASHBOARD)]) == 0, (
+        "run `python -m generators.dashboard`"
     )
 
 
@@ -92,7 +92,7 @@ def test_panels_lie_side_by_side_on_the_grid(dashboard: Obj) -> None:
     taken: dict[tuple[int, int], str] = {}
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
-        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= dashboardgen.GRID_WIDTH, panel["title"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= dashboard_generator.GRID_WIDTH, panel["title"]
         for x in range(grid["x"], grid["x"] + grid["w"]):
             for y in range(grid["y"], grid["y"] + grid["h"]):
                 assert (x, y) not in taken, f"{panel['title']} overlaps {taken[(x, y)]}"

@@ -51,8 +51,9 @@ from tests.pools import (
 )
 from tests.test_deploy_manifests import render
 from testworld.envtest import assets
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.fakegithub import FakeGitHub
+from testworld.ports import free_port
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OPERATOR_NAMESPACE = "runnerpool-system"

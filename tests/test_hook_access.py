@@ -22,8 +22,8 @@ from runnerpool.hook_access import HOOK_RULES, HookAccessStep
 from runnerpool.reconciler import Reconciler
 from runnerpool.runtime.kube import Kube
 from runnerpool.writes import Writes
-from tests.pools import LiveReader, create_pool, fill_token, mark_pods_ready, pool_manifest
-from tests.test_reconciler import FUTURE, reconciler, runners, tokens
+from tests.pools import LiveReader, create_pool, mark_pods_ready, pool_manifest
+from tests.test_reconciler import reconciler, runners, tokens
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import DEPLOY, operator_kubeconfig, service_account_kubeconfig
 
@@ -153,8 +153,7 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
     key = f"{namespace}/km"
     uid = create_pool(api_client, namespace, _kubernetes_pool("km"))["metadata"]["uid"]
     reconciler(key)
-    fill_token(api_client, namespace, "km", "tok", FUTURE)
-    reconciler(key)
+    reconciler(key)  # registration is JIT in this mode: the pod's own Secret, no pool token
     [pod] = mark_pods_ready(api_client, namespace, "km", 1)
     reconciler(key)
     name = naming.runner_account_name("km")

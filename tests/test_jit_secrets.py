@@ -176,3 +176,24 @@ def test_a_jit_pool_reports_its_token_ready_without_a_pool_token(
     assert pool is not None
     token = next(c for c in pool["status"]["conditions"] if c["type"] == "TokenReady")
     assert (token["status"], token["reason"]) == ("True", "JitConfigs")
+
+
+def test_a_kubernetes_mode_pool_registers_just_in_time_without_saying_so(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+) -> None:
+    """Its runners' ServiceAccount can read the namespace's Secrets: no pool-wide token may sit there."""
+    create_pool(api_client, namespace, pool_manifest("jp", org="octo-org", containerMode="kubernetes"))
+    key = f"{namespace}/jp"
+    reconciler(key)
+    reconciler(key)
+
+    [pod] = _pods(api_client, namespace)
+    secret = _secret(api_client, namespace, pod)
+    assert secret is not None, "the pod has a JIT Secret of its own"
+    [(secret_name, _uid, _request)] = tokens.jit.fills
+    assert secret_name == secret["metadata"]["name"]
+    assert LiveReader(api_client).get_secret(namespace, naming.token_secret_name("jp")) is None
+    assert tokens.started == [], "no pool token was asked for"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert naming.TOKEN_VOLUME not in volumes
+    assert volumes[naming.JIT_VOLUME]["secret"]["secretName"] == secret_name

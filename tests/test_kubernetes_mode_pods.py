@@ -112,12 +112,15 @@ def test_the_register_container_and_a_template_keep_the_mode() -> None:
         True,
     )
     [register] = [c for c in spec["initContainers"] if c["name"] == naming.REGISTER_CONTAINER]
-    assert naming.TOKEN_VOLUME in {m["name"] for m in register["volumeMounts"]}
+    # Registration is JIT in this mode: the runner's account can read the namespace's Secrets, so
+    # there is no pool-wide token to mount, only the pod's own JIT config, in the register container.
+    assert naming.JIT_VOLUME in {m["name"] for m in register["volumeMounts"]}
+    assert naming.TOKEN_VOLUME not in {v["name"] for v in spec["volumes"]}
     for container in (register, *spec["containers"]):
         env = {e["name"] for e in container["env"]}
         assert {"HTTPS_PROXY", "ACTIONS_RUNNER_CONTAINER_HOOKS"} <= env, container["name"]
     [runner] = spec["containers"]
-    assert naming.TOKEN_VOLUME not in {m["name"] for m in runner["volumeMounts"]}
+    assert not {naming.TOKEN_VOLUME, naming.JIT_VOLUME} & {m["name"] for m in runner["volumeMounts"]}
 
 
 def test_switching_the_mode_rolls_the_pods() -> None:
@@ -145,8 +148,12 @@ def test_switching_the_mode_rolls_the_pods() -> None:
             {"containerMode": "kubernetes", "workVolume": {"emptyDir": {}}},
             "use spec.kubernetesMode.workVolumeClaim",
         ),
+        (
+            {"containerMode": "kubernetes", "registration": "token"},
+            "the runners' ServiceAccount can read the namespace's Secrets",
+        ),
     ],
-    ids=["settings-without-mode", "own-service-account", "template-token", "own-work-volume"],
+    ids=["settings-without-mode", "own-service-account", "template-token", "own-work-volume", "pool-token"],
 )
 def test_the_models_refuse_what_the_api_server_refuses(spec: dict[str, Any], fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment):

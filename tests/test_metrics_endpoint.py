@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import ipaddress
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,18 +26,21 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from runnerpool import metrics_endpoint
 from runnerpool.metrics_endpoint import METRICS_PATH, CachedReviews, KubeReviews, MetricsEndpoint, User
 from runnerpool.settings import ProbeSettings
+from runnerpool.webserver import Limits
 from tests.helpers import wait_for
-from testworld.envtest.controlplane import ControlPlane, free_port
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     install_operator_rbac,
     metrics_reader_binding,
     service_account_user,
     token_of,
 )
+from testworld.ports import free_port
 
 READER = User("system:serviceaccount:monitoring:prometheus", "uid-1", ("system:serviceaccounts",))
 STRANGER = User("system:serviceaccount:default:nobody")
@@ -178,6 +183,47 @@ def test_a_client_that_does_not_speak_tls_leaves_the_server_serving(secure: Metr
     with socket.create_connection(("127.0.0.1", secure.port), timeout=5):
         pass  # one that never starts a handshake holds one thread, not the server
     assert scrape(secure, "reader")[0] == 200
+
+
+def test_a_large_scrape_arrives_whole_and_a_connection_serves_many_over_tls(reviews: Reviews) -> None:
+    """A thousand pools make a scrape of many TLS records; Prometheus keeps its connection."""
+    registry = CollectorRegistry()
+    gauge = Gauge("runnerpool_test_pool", "one series per pool", ["pool"], registry=registry)
+    for n in range(5000):
+        gauge.labels(f"pool-{n:05d}").set(n)
+    settings = ProbeSettings(metrics_port=free_port(), metrics_bind_address="127.0.0.1", metrics_secure=True)
+    endpoint = MetricsEndpoint(settings, registry=registry, reviews=reviews)
+    endpoint.start()
+    connection = http.client.HTTPSConnection("127.0.0.1", endpoint.port, timeout=5, context=_unverified())
+    try:
+        for _ in range(3):
+            connection.request("GET", METRICS_PATH, headers={"Authorization": "Bearer reader"})
+            answer = connection.getresponse()
+            body = answer.read().decode()
+            assert answer.status == 200
+            assert body.count("runnerpool_test_pool{") == 5000 and 'pool="pool-04999"' in body
+    finally:
+        connection.close()
+        endpoint.stop()
+
+
+def test_a_client_that_never_finishes_its_handshake_is_dropped(
+    reviews: Reviews, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics_endpoint, "LIMITS", Limits(read_timeout=1, max_connections=8, threads=1))
+    settings = ProbeSettings(metrics_port=free_port(), metrics_bind_address="127.0.0.1", metrics_secure=True)
+    endpoint = MetricsEndpoint(settings, registry=_registry(), reviews=reviews)
+    endpoint.start()
+    try:
+        with socket.create_connection(("127.0.0.1", endpoint.port), timeout=5) as stalled:
+            stalled.sendall(b"\x16\x03\x01")  # the first bytes of a ClientHello, and no more
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):
+                assert stalled.recv(100) == b"", "no answer to half a handshake"
+            assert time.monotonic() - started < 4, "dropped after the read timeout, not held"
+        assert scrape(endpoint, "reader")[0] == 200
+    finally:
+        endpoint.stop()
 
 
 def test_without_metrics_secure_it_is_plain_http_for_anyone(reviews: Reviews) -> None:

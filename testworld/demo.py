@@ -52,8 +52,8 @@ from testworld.simulator import (
     OperatorProcess,
     RunnerSimulator,
     iter_runner_labels,
-    poll_until,
 )
+from testworld.wait import poll_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = REPO_ROOT / "deploy" / "samples"

@@ -43,30 +43,14 @@ from kubernetes.informer import ADDED, DELETED, MODIFIED
 from runnerpool import naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
-from testworld.envtest.controlplane import free_port
 from testworld.envtest.serviceaccount import uses_a_client_certificate
 from testworld.fakegithub.state import FakeGitHubError, GitHubState
+from testworld.ports import free_port
+from testworld.wait import poll_until
 
-__all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator", "poll_until"]
+__all__ = ["OperatorError", "OperatorProcess", "RunnerSimulator"]
 
 _TOKEN_VOLUME = "runner-token"
-
-
-def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    """Re-check ``predicate`` until it holds; False on timeout.
-
-    For conditions that live in another process (an HTTP endpoint, the API server) and so
-    have nothing to block on here.
-    """
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        if predicate():
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        pause.wait(min(interval, left))
 
 
 # ------------------------------------------------------------------------------ the operator

@@ -65,7 +65,7 @@ def _shared_env() -> list[dict[str, Any]]:
 
 
 def _jit(pool: api.RunnerPool) -> bool:
-    return pool.spec.registration == api.REGISTRATION_JIT
+    return pool.spec.registers_jit
 
 
 def _credential(pool: api.RunnerPool) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -41,7 +41,8 @@ from testworld.envtest.serviceaccount import (
 from testworld.fakegithub import FakeGitHub
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
-from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
+from testworld.simulator import OperatorProcess, RunnerSimulator
+from testworld.wait import poll_until
 
 OPERATORS = pytest.StashKey[list[OperatorProcess]]()
 LOG_TAIL_LINES = 80

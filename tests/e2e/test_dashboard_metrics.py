@@ -30,11 +30,12 @@ from tests.e2e.runners import BAD_PAT, REPO
 from tests.e2e.test_metrics_auth import scrape
 from tests.helpers import wait_for
 from tests.pools import create_pool, play_kubelet, pool_manifest
-from testworld.envtest.controlplane import free_port
 from testworld.envtest.serviceaccount import metrics_reader_binding, token_of
 from testworld.fakegithub import FakeGitHub
+from testworld.ports import free_port
 from testworld.promql_names import metric_names, variable_query_names
-from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
+from testworld.simulator import OperatorProcess, RunnerSimulator
+from testworld.wait import poll_until
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "monitoring" / "dashboard.json"
 SECRET = b"the dashboard test's webhook secret"

@@ -27,10 +27,10 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
-from testworld.envtest.controlplane import free_port
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import signature
+from testworld.ports import free_port
 from testworld.simulator import RunnerSimulator
 
 SECRET = b"a webhook secret for the e2e tests"

@@ -24,7 +24,8 @@ from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.fakegithub import FakeGitHub
-from testworld.simulator import OperatorProcess, RunnerSimulator, poll_until
+from testworld.simulator import OperatorProcess, RunnerSimulator
+from testworld.wait import poll_until
 
 #: The first 8 seconds after start, cut in this many slices; one stop at random in each.
 WINDOW_SECONDS = 8.0

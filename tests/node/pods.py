@@ -15,7 +15,7 @@ from runnerpool import naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
-from testworld.simulator import poll_until
+from testworld.wait import poll_until
 
 START_TIMEOUT = 90.0
 

@@ -30,10 +30,10 @@ from tests.node.pods import (
     wait_done,
 )
 from tests.pools import create_pool
-from testworld.envtest.controlplane import free_port
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
 from testworld.node.node import Node
+from testworld.ports import free_port
 
 SECRET = b"a webhook secret for the node tests"
 TIMEOUT = 90.0

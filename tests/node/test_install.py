@@ -46,7 +46,7 @@ from tests.node.pods import (
 )
 from tests.pools import create_pool
 from testworld.envtest import assets
-from testworld.envtest.controlplane import Component, ControlPlane, free_port
+from testworld.envtest.controlplane import Component, ControlPlane
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
 from testworld.install.helm import RELEASE, HelmInstall
@@ -66,7 +66,8 @@ from testworld.install.target import (
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
 from testworld.node.operator_image import operator_image
-from testworld.simulator import poll_until
+from testworld.ports import free_port
+from testworld.wait import poll_until
 
 INSTALLERS: dict[str, Callable[[Target, Path], Installer]] = {
     "kustomize": KustomizeInstall,

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -31,26 +30,14 @@ from typing import Any, Self
 import yaml
 
 from testworld.envtest import assets, audit, certs
+from testworld.node import seal
+from testworld.ports import free_port
 
 _LOG_TAIL_LINES = 40
 
 
 class ControlPlaneError(RuntimeError):
     """A component did not start; the message carries the tail of its log."""
-
-
-def free_port() -> int:
-    """A TCP port no socket listens on, on any address.
-
-    Bound on the wildcard address, not loopback: the operator's probe server listens on every
-    address, and in the sealed world the fake GitHub and others listen on the node's bridge
-    address (10.88.0.1), so a port free on 127.0.0.1 alone can still be taken (seen once in a
-    full run: "Address already in use" at the operator's start).
-    """
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -410,9 +397,6 @@ class ControlPlane(ComponentGroup):
 
 
 def _sealed_node_address() -> str | None:
-    # Imported here: the node's modules import this one (Component, free_port).
-    from testworld.node import seal  # noqa: PLC0415
-
     return seal.NODE_IP if seal.is_sealed() else None
 
 

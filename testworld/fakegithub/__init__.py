@@ -53,37 +53,6 @@ listing does), as everywhere in the fake.
 """
 
 from testworld.fakegithub.server import FakeGitHub
-from testworld.fakegithub.state import (
-    LOST_CONTACT_SECONDS,
-    AuthRejectedError,
-    FakeGitHubError,
-    Installation,
-    InstallationToken,
-    ListenerError,
-    RateWindow,
-    RegistrationRejectedError,
-    RegistrationToken,
-    RequestRecord,
-    Scope,
-    UnknownJobError,
-    UnknownRunnerError,
-    UnknownScopeError,
-)
+from testworld.fakegithub.state import LOST_CONTACT_SECONDS, RegistrationRejectedError, UnknownScopeError
 
-__all__ = [
-    "LOST_CONTACT_SECONDS",
-    "AuthRejectedError",
-    "FakeGitHub",
-    "FakeGitHubError",
-    "Installation",
-    "InstallationToken",
-    "ListenerError",
-    "RateWindow",
-    "RegistrationRejectedError",
-    "RegistrationToken",
-    "RequestRecord",
-    "Scope",
-    "UnknownJobError",
-    "UnknownRunnerError",
-    "UnknownScopeError",
-]
+__all__ = ["LOST_CONTACT_SECONDS", "FakeGitHub", "RegistrationRejectedError", "UnknownScopeError"]

@@ -14,10 +14,9 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from testworld.fakegithub.state import Scope
+from testworld.fakegithub.scopes import Scope
 
 JobStatus = Literal["queued", "in_progress", "completed"]
 Conclusion = Literal["success", "failure", "cancelled"]

@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from testworld.fakegithub import actions
 from testworld.fakegithub.jobs import Bases
+from testworld.fakegithub.scopes import Scope, ScopeKind
 from testworld.fakegithub.state import (
     AuthRejectedError,
     Credential,
@@ -49,8 +50,6 @@ from testworld.fakegithub.state import (
     RateWindow,
     RegistrationRejectedError,
     RequestRecord,
-    Scope,
-    ScopeKind,
 )
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
 from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json, user_json
+from testworld.fakegithub.scopes import Scope, ScopeKind
 from testworld.fakegithub.webhooks import WebhookSender, workflow_job_payload
 
 DEFAULT_RATE_LIMIT = 5000
@@ -56,7 +56,6 @@ LOST_CONTACT_ANNOTATION = (
 )
 CONCLUSIONS: tuple[Conclusion, ...] = ("success", "failure", "cancelled")
 
-ScopeKind = Literal["org", "repo", "enterprise"]
 DeleteOutcome = Literal["deleted", "missing", "busy"]
 FaultKind = Literal["fail", "hang", "secondary"]
 
@@ -107,49 +106,6 @@ class ListenerError(FakeGitHubError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Scope:
-    """An organization (``octo-org``), a repository (``octo/hello``) or an enterprise
-    (``enterprises/big-corp``, as config.sh's URL names it).
-
-    GitHub compares names case-insensitively, so `key` is what identifies a
-    scope, while `name` keeps the spelling it was created with.
-    """
-
-    kind: ScopeKind
-    name: str
-
-    @classmethod
-    def parse(cls, value: str | Scope) -> Scope:
-        """Accept ``org``, ``owner/repo`` or the ``https://github.com/...`` URL config.sh gets."""
-        if isinstance(value, Scope):
-            return value
-        text = value.strip()
-        if "://" in text:
-            text = urlsplit(text).path
-        text = text.strip("/").removesuffix(".git")
-        parts = text.split("/")
-        if len(parts) == 2 and parts[0] == "enterprises" and parts[1]:
-            return cls("enterprise", parts[1])  # GitHub reserves "enterprises" as an owner
-        if len(parts) == 1 and parts[0]:
-            return cls("org", parts[0])
-        if len(parts) == 2 and all(parts):
-            return cls("repo", text)
-        raise ValueError(f"not an organization or owner/repo: {value!r}")
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.name.lower())
-
-    @property
-    def api_path(self) -> str:
-        prefixes = {"org": "/orgs/", "repo": "/repos/", "enterprise": "/enterprises/"}
-        return prefixes[self.kind] + self.name
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from testworld.simulator import poll_until
+from testworld.wait import poll_until
 
 #: The kubelet's cgroupRoot: every pod and container of the test node lives below it.
 CGROUP_ROOT = "runnerpool-testworld"

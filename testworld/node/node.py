@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from testworld.envtest.controlplane import Component, ComponentGroup, ControlPlane, ControlPlaneError
 from testworld.node import cgroups, images, seal
 from testworld.node.assets import NodeBinaries, ensure_node_binaries
-from testworld.simulator import poll_until
+from testworld.wait import poll_until
 
 NODE_NAME = "runnerpool-node"
 NODE_TAINT = {"key": "runnerpool.test/node", "value": "true", "effect": "NoSchedule"}

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from testworld.node import cgroups, prereqs
-from testworld.simulator import poll_until
+from testworld.wait import poll_until
 
 NODE_IP = "10.88.0.1"
 NODE_CIDR = f"{NODE_IP}/24"

@@ -1,7 +1,7 @@
 """Generate the Grafana dashboard ``deploy/monitoring/dashboard.json`` from the panel table below.
 
-``python -m testworld.dashboardgen`` rewrites the file; ``--check`` only compares and exits 1 when
-it is stale (``tests/test_dashboard.py`` runs the check), as ``testworld.crdgen`` does for the CRD.
+``python -m generators.dashboard`` rewrites the file; ``--check`` only compares and exits 1 when
+it is stale (``tests/test_dashboard.py`` runs the check), as ``generators.crd`` does for the CRD.
 
 Why generated and not written by hand: a dashboard's JSON is mostly layout (grid positions,
 ids, the data-source reference repeated on every panel and target, legend and tooltip options)
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testworld.generated import write_or_check
+from generators.output import write_or_check
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "deploy" / "monitoring" / "dashboard.json"
 UID = "runnerpool-operator"
@@ -620,14 +620,14 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testworld.dashboardgen", description=__doc__.splitlines()[0]
+        prog="python -m generators.dashboard", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is not up to date")
     parser.add_argument(
         "--output", type=Path, default=DEFAULT_OUTPUT, help="JSON file (default: %(default)s)"
     )
     args = parser.parse_args(argv)
-    return write_or_check(args.output, render(), check=args.check, command="python -m testworld.dashboardgen")
+    return write_or_check(args.output, render(), check=args.check, command="python -m generators.dashboard")
 
 
 if __name__ == "__main__":
