@@ -59,7 +59,7 @@ from runnerpool import api, naming
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig, receiver_kubeconfig
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.state import RequestRecord
 from testworld.node import seal
@@ -209,9 +209,7 @@ class Bench:
             NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
         )
 
-    def operator(self, workdir: Path, mode: str, port: int) -> OperatorProcess:
-        secret_file = workdir / "webhook-secret"
-        secret_file.write_bytes(SECRET + b"\n")
+    def operator(self, workdir: Path, mode: str) -> OperatorProcess:
         args = [
             "--runner-image",
             self.node.runner_image.reference,
@@ -220,15 +218,26 @@ class Bench:
             "--runner-sync-interval",
             str(self.args.runner_sync_interval),
         ]
-        if mode == "webhooks":
-            args += ["--webhook-secret-file", str(secret_file)]
         return OperatorProcess(
             operator_kubeconfig(self.plane),
             self.fake.url,
             workdir / f"operator-{mode}.log",
             namespaces=[NAMESPACE],
-            webhook_port=port,
             extra_args=args,
+        )
+
+    def receiver(self, workdir: Path, port: int) -> OperatorProcess:
+        """The webhook receiver apart, on its own account, as deploy/ runs it."""
+        secret_file = workdir / "webhook-secret"
+        secret_file.write_bytes(SECRET + b"\n")
+        return OperatorProcess(
+            receiver_kubeconfig(self.plane),
+            self.fake.url,
+            workdir / "webhook-receiver.log",
+            namespaces=[NAMESPACE],
+            webhook_port=port,
+            extra_args=["--webhook-secret-file", str(secret_file)],
+            component="webhook-receiver",
         )
 
     def create_pool(self) -> None:
@@ -355,10 +364,14 @@ class Bench:
 
     def run_mode(self, mode: str, workdir: Path) -> tuple[list[Burst], Mode]:
         port = free_port()
-        operator = self.operator(workdir, mode, port)
+        operator = self.operator(workdir, mode)
         operator.start()
         sampler = ProcessSampler(operator.pid).start()
         operator.wait_ready()
+        # Webhook mode: the receiver runs apart (its CPU is not the operator's, sampled above).
+        receiver = self.receiver(workdir, port) if mode == "webhooks" else None
+        if receiver is not None:
+            receiver.start().wait_ready()
         sampler.mark("ready")
         sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
         try:
@@ -385,6 +398,8 @@ class Bench:
         finally:
             sampler.stop()
             self.fake.stop_webhooks(sender)
+            if receiver is not None:
+                receiver.stop()
             operator.stop()
         return bursts, counted
 

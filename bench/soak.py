@@ -1,10 +1,10 @@
 """``python -m bench.soak``: a seeded chaos soak of the operator on the real test node.
 
-Two operator replicas (leader election, deploy/'s ServiceAccount, each with its webhook
-receiver) run real runner pods on the test node; the fake GitHub plays GitHub.  Two
-namespaces (``soak-0``, ``soak-1``) each hold a fixed pool and an autoscaling one; runners
-carry a label per slot (``soak-fixed-0``...), so jobs queued for a namespace that is being
-deleted are taken by the pools of the namespace made again in its place.
+Two operator replicas (leader election, deploy/'s ServiceAccount; the webhook receiver runs
+apart on its own account, as deploy/ installs it) run real runner pods on the test node; the
+fake GitHub plays GitHub.  Two namespaces (``soak-0``, ``soak-1``) each hold a fixed pool and
+an autoscaling one; runners carry a label per slot (``soak-fixed-0``...), so jobs queued for a
+namespace that is being deleted are taken by the pools of the namespace made again in its place.
 
 The run alternates chaos and settles.  During chaos a seeded RNG picks a disturbance every
 few seconds, each logged on one line with its time: jobs announced by a signed webhook
@@ -70,6 +70,7 @@ from testworld.envtest.serviceaccount import (
     enable_namespace,
     kubectl,
     operator_kubeconfig,
+    receiver_kubeconfig,
 )
 from testworld.envtest.serviceaccount import refusals as rbac_refusals
 from testworld.fakegithub import FakeGitHub
@@ -272,6 +273,7 @@ class World:
         self.custom = client.CustomObjectsApi(self.api)
         self.slots = [Slot(i) for i in range(SLOTS)]
         self.operators: dict[str, OperatorProcess] = {}
+        self.receiver: OperatorProcess
         self.fake: AuditedFakeGitHub
         self.sender: WebhookSender
         self.polled: set[int] = set()
@@ -314,15 +316,25 @@ class World:
                     self.fake.url,
                     self.logs / f"operator-{name}.log",
                     namespaces=[s.namespace for s in self.slots],
-                    extra_args=self._flags(name, secret_file),
-                    webhook_port=free_port(),
+                    extra_args=self._flags(name),
                 )
+            # The webhook receiver runs apart, on its own account: killing an operator replica
+            # does not touch it.
+            self.receiver = OperatorProcess(
+                receiver_kubeconfig(self.plane),
+                self.fake.url,
+                self.logs / "webhook-receiver.log",
+                namespaces=[s.namespace for s in self.slots],
+                extra_args=["--webhook-secret-file", str(secret_file)],
+                webhook_port=free_port(),
+                component="webhook-receiver",
+            )
             stack.callback(self._stop_operators)
-            for operator in self.operators.values():
+            for operator in [*self.operators.values(), self.receiver]:
                 operator.start()
-            for operator in self.operators.values():
+            for operator in [*self.operators.values(), self.receiver]:
                 operator.wait_ready(60)
-            self.sender = self.fake.send_webhooks(self._webhook_url(REPLICAS[0]), SECRET)
+            self.sender = self.fake.send_webhooks(self._webhook_url(), SECRET)
             self.sender.drop = self._drop
             stack.callback(lambda: self.fake.stop_webhooks(self.sender))
             stack.callback(self._delete_namespaces)
@@ -330,7 +342,7 @@ class World:
                 self._make_slot(slot)
             yield self
 
-    def _flags(self, identity: str, secret_file: Path) -> list[str]:
+    def _flags(self, identity: str) -> list[str]:
         return [
             "--runner-image",
             self.node.runner_image.reference,
@@ -340,8 +352,6 @@ class World:
             "45",
             "--demand-poll-interval",
             "5",
-            "--webhook-secret-file",
-            str(secret_file),
             "--token-refresh-margin",
             f"{TOKEN_MARGIN_MINUTES:g}",
             "--leader-elect",
@@ -359,8 +369,8 @@ class World:
             "1",
         ]
 
-    def _webhook_url(self, replica: str) -> str:
-        return f"http://127.0.0.1:{self.operators[replica].webhook_port}/webhook"
+    def _webhook_url(self) -> str:
+        return f"http://127.0.0.1:{self.receiver.webhook_port}/webhook"
 
     def _stop_operators(self) -> None:
         for thread in self.background:
@@ -369,6 +379,9 @@ class World:
             code = operator.stop()
             if code != 0:
                 self.record.notes.append(f"operator {name} exited with {code} on SIGTERM at the end")
+        code = self.receiver.stop()
+        if code != 0:
+            self.record.notes.append(f"the webhook receiver exited with {code} on SIGTERM at the end")
 
     def _delete_namespaces(self) -> None:
         for slot in self.slots:
@@ -582,8 +595,6 @@ class World:
             return "no leader right now: nothing done"
         target = leader if which == "leader" else self._other(leader)
         operator = self.operators[target]
-        if self.sender.url == self._webhook_url(target):
-            self.sender.url = self._webhook_url(self._other(target))  # the Service's endpoints follow
         if signal_name == "KILL":
             operator.kill()
         else:

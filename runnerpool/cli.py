@@ -110,7 +110,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
             "the operator was given (deploy/overlays/namespaced)"
         )
     settings = Settings(
-        namespaces=tuple(namespaces) if namespaces else None, namespaced=values["namespaced"], **groups
+        component=values["component"],
+        namespaces=tuple(namespaces) if namespaces else None,
+        namespaced=values["namespaced"],
+        **groups,
     )
     election = settings.leader_election
     try:

@@ -1,10 +1,14 @@
-"""Assemble the operator: the parts, and which of them run on every replica or on the leader.
+"""Assemble the operator: the parts, which component runs them, and which of them run on every
+replica or on the leader.
 
-Caches, probes, metrics and the webhook receiver run on every replica, so a new leader begins
-with warm caches and a delivery to either replica counts (it is recorded on the pool itself);
-workers, the secret updater, runner managers and the demand poller run only while this replica holds
-the Lease. ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop
-path, whether a SIGTERM or a lost Lease asks for the stop.
+``--component`` (``runnerpool.settings``) picks the parts: the operator (caches, probes,
+metrics, and on the leader the workers, token jobs, runner managers, demand poller and the
+webhook secret mirror), the webhook receiver (its pool cache, probes, metrics and ``POST
+/webhook``: ``runnerpool.webhook_component``), or both in one process. Caches, probes and
+metrics run on every replica, so a new leader begins with warm caches; workers, token jobs,
+runner managers, the poller and the mirror run only while this replica holds the Lease.
+``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop path, whether
+a SIGTERM or a lost Lease asks for the stop.
 """
 
 from __future__ import annotations
@@ -17,9 +21,7 @@ from kubernetes import client
 
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.demand.polling import DemandPoller
-from runnerpool.demand.receiver import WebhookServer
-from runnerpool.demand.secret import PoolSecrets, SecretFile
-from runnerpool.demand.verification import Verifier
+from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
 from runnerpool.events import KubeEventRecorder
@@ -39,23 +41,35 @@ from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, schedule
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads
-from runnerpool.settings import Settings
+from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
-from runnerpool.webserver import Limits
+from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
 from secret_updater.updater import SecretUpdater
 
 log = logging.getLogger(__name__)
 
 
 class Operator:
+    informers: PoolCache
+
     def __init__(self, settings: Settings, api_client: client.ApiClient) -> None:
         self.settings = settings
         self._api = api_client
+        self._kube = Kube(api_client)
+        if settings.component == WEBHOOK_RECEIVER:  # no Lease, no workers: webhook_component
+            self.informers, parts = receiver_parts(settings, api_client, self._kube)
+            self._supervisor = Supervisor([*self._endpoints(), *parts])
+        else:
+            self._supervisor = self._operator()
+
+    def _operator(self) -> Supervisor:
+        """The operator (``--component operator``), with the webhook receiver too under ``all``."""
+        settings = self.settings
         self._queue = RateLimitingQueue()
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
         self._expectations = Expectations()
         self.informers = PoolCache(
-            api_client,
+            self._api,
             self._queue.add,
             list(settings.namespaces) if settings.namespaces else None,
             default_api_url=settings.github.api_url,
@@ -63,19 +77,26 @@ class Operator:
             cluster_scoped=not settings.namespaced,
             defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
         )
-        self._kube = Kube(api_client)
-        # Every replica records the deliveries it receives on the pools (status.demand).
+        # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
         self._demand = DemandWriter(self._kube, self.informers, settings.github.api_url_of)
-        # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
+        # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets
+        # (for the conditions, the mirror, and ``all``'s receiver).
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
         self._clients = NamedClientCache(self._read_credentials)
-        self._supervisor = Supervisor(
+        webhook = (
+            [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
+            if settings.component != OPERATOR and settings.demand.webhook_port
+            else []
+        )
+        return Supervisor(
             [
-                *self._servers(),
+                *self._endpoints(),
+                *webhook,
                 Runnable("caches", self.informers.start, self.informers.stop),
                 Runnable("caches synced", self._wait_for_caches, leader_only=True),
                 *self._leader_parts(),
+                *mirror_runnables(settings.demand, self.informers, self._pool_secrets, self._kube),
             ],
             elector=self._elector if settings.leader_election.enabled else None,
         )
@@ -143,9 +164,9 @@ class Operator:
             return None
         return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
-    def _servers(self) -> list[Runnable]:
-        """The always-on endpoints whose port is set: metrics, probes, webhook receiver."""
-        probes, demand = self.settings.probes, self.settings.demand
+    def _endpoints(self) -> list[Runnable]:
+        """The always-on endpoints whose port is set: metrics and probes."""
+        probes = self.settings.probes
         servers: list[Runnable] = []
         if probes.metrics_port:
             metrics = MetricsEndpoint(probes, self._api)
@@ -153,26 +174,6 @@ class Operator:
         if probes.health_port:
             health = ProbeServer(probes.health_port, live=lambda: True, ready=self.ready)
             servers.append(Runnable("probes", health.start, lambda timeout: health.stop()))
-        if demand.webhook_port:
-            if not demand.webhook_secret_file:
-                log.warning(
-                    "no --webhook-secret-file: webhook deliveries move only pools with their own "
-                    "spec.autoscaling.webhookSecretRef; polling alone follows demand for the others"
-                )
-            secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
-            webhook = WebhookServer(
-                demand.webhook_port,
-                Verifier(
-                    secrets.secrets if secrets is not None else tuple, self.informers, self._pool_secrets
-                ),
-                self._demand.record_job,
-                limits=Limits(
-                    read_timeout=demand.webhook_read_timeout,
-                    max_connections=demand.webhook_max_connections,
-                    threads=demand.webhook_threads,
-                ),
-            )
-            servers.append(Runnable("webhook receiver", webhook.start, webhook.stop))
         return servers
 
     def _elector(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Elector:

@@ -20,6 +20,10 @@ from runnerpool.domain import DEFAULT_API_URL, PoolRef, resolve_api_url
 from runnerpool.tenants import ALLOW_FLAG, AllowList, AllowRule, parse_allow_rule
 
 __all__ = [
+    "ALL",
+    "COMPONENTS",
+    "OPERATOR",
+    "WEBHOOK_RECEIVER",
     "DeletionSettings",
     "DemandSettings",
     "GitHubSettings",
@@ -32,6 +36,16 @@ __all__ = [
     "TenantSettings",
     "TokenSettings",
 ]
+
+
+#: What one process runs (``--component``): the operator (reconciles; holds the operator's
+#: permissions; takes no inbound traffic but probes and metrics), the webhook receiver (faces
+#: the internet; may only read pools, write their ``status.demand`` and read the mirrored pool
+#: webhook secrets: ``runnerpool.demand.secret_mirror``), or both in one process (``make demo``
+#: and other single-process dev setups only: that process faces the internet *and* holds the
+#: operator's permissions).
+OPERATOR, WEBHOOK_RECEIVER, ALL = "operator", "webhook-receiver", "all"
+COMPONENTS = (OPERATOR, WEBHOOK_RECEIVER, ALL)
 
 
 def positive_int(text: str) -> int:
@@ -53,6 +67,14 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number (0 turns it off), got {text}")
     return value
+
+
+def namespaced_name(text: str) -> str:
+    """``NAMESPACE/NAME``, or empty."""
+    namespace, sep, name = text.partition("/")
+    if text and not (sep and namespace and name and "/" not in name):
+        raise argparse.ArgumentTypeError(f"must be NAMESPACE/NAME (or empty), got {text}")
+    return text
 
 
 def allow_rule(text: str) -> AllowRule:
@@ -324,13 +346,26 @@ class ProbeSettings:
 
 @dataclass(frozen=True)
 class DemandSettings:
-    """Pools that follow demand: the webhook receiver (every replica) and the poller (leader)."""
+    """Pools that follow demand: the webhook receiver (--component webhook-receiver) and the
+    poller (operator leader)."""
 
     webhook_port: int = setting(
         8082,
         "--webhook-port",
-        "port of the GitHub workflow_job webhook receiver (POST /webhook); 0 turns it off",
+        "port of the GitHub workflow_job webhook receiver (POST /webhook; --component "
+        "webhook-receiver or all); 0 turns it off",
         parse=port,
+    )
+    #: The receiver may not read tenants' Secrets: the operator copies the pools' own webhook
+    #: secrets into this one Secret, which the receiver alone reads by name.
+    webhook_secret_mirror: str = setting(
+        "runnerpool-system/runnerpool-operator-webhook-pool-secrets",
+        "--webhook-secret-mirror",
+        "NAMESPACE/NAME of the Secret into which the operator copies the pools' own webhook secrets "
+        "(spec.autoscaling.webhookSecretRef) and from which a separate webhook receiver reads them; "
+        "empty: not copied (a separate receiver then moves only pools trusting the cluster-wide secret)",
+        parse=namespaced_name,
+        metavar="NAMESPACE/NAME",
     )
     webhook_secret_file: str = setting(
         "",
@@ -362,6 +397,14 @@ class DemandSettings:
         "however many connections are open)",
         parse=positive_int,
     )
+    mirror_interval: float = setting(
+        10.0,
+        "--webhook-secret-mirror-interval",
+        "how often the operator's leader brings the --webhook-secret-mirror Secret up to date (a "
+        "pool's secret is re-read at most once a minute; a new one is copied at the next pass)",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
     #: Without webhooks this is the pickup delay's floor; with them, only how soon a lost
     #: delivery is repaired. An idle repository costs nothing per poll (two free 304s).
     poll_interval: float = setting(
@@ -372,6 +415,14 @@ class DemandSettings:
         parse=positive_float,
         metavar="SECONDS",
     )
+
+    @property
+    def mirror(self) -> tuple[str, str] | None:
+        """``(namespace, name)`` of ``webhook_secret_mirror``; ``None`` when it is empty."""
+        if not self.webhook_secret_mirror:
+            return None
+        namespace, _, name = self.webhook_secret_mirror.partition("/")
+        return namespace, name
 
 
 @dataclass(frozen=True)
@@ -388,8 +439,17 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The whole operator's settings; every field but ``namespaces`` and ``namespaced`` is a group."""
+    """The whole operator's settings; every field but ``component``, ``namespaces`` and
+    ``namespaced`` is a group."""
 
+    component: str = setting(
+        OPERATOR,
+        "--component",
+        "what this process runs: the operator (no webhook port), the webhook-receiver (only "
+        "reads pools and writes their demand; scale it by replicas), or all in one process "
+        "(single-process dev setups such as make demo)",
+        choices=COMPONENTS,
+    )
     namespaces: tuple[str, ...] | None = setting(
         None,
         "--namespace",

@@ -21,7 +21,7 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   The operator's own (``MANAGED_BY_SELECTOR``: token Secrets) enqueue their pool.  Credential
   Secrets are the user's and carry the operator's label (``naming.CREDENTIAL_SELECTOR``)
   only while a pool needs them: ``runnerpool.credential_protection`` puts it on with the
-  finalizer, after a first read by name (``runnerpool.credential_reads``), and takes both off
+  finalizer, after a first read by name (``runnerpool.secret_reads``), and takes both off
   with the last pool.  One of them enqueues the pools whose ``spec.credentialSecretName``
   names it (the index), which is how a rotated credential reaches its pools; one that
   leaves the selection (deleted, or its label removed by hand) does the same, and their

@@ -120,8 +120,18 @@ def one(objects: list[Obj], kind: str, name: str | None = None, namespace: str |
     return found[0]
 
 
-def container(objects: list[Obj]) -> Obj:
-    (operator,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+def deployment(objects: list[Obj], component: str = "operator") -> Obj:
+    """The operator's Deployment, or the webhook receiver's (``component="webhook-receiver"``)."""
+    (found,) = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return found
+
+
+def container(objects: list[Obj], component: str = "operator") -> Obj:
+    (operator,) = deployment(objects, component)["spec"]["template"]["spec"]["containers"]
     return operator  # type: ignore[no-any-return]
 
 
@@ -218,7 +228,12 @@ def test_parity_report_names_object_and_field() -> None:
 
 def test_rbac_rules_are_deploys_own_files() -> None:
     """The chart reads its rules from deploy/rbac/ (links), so the two never grant different things."""
-    for name in ("cluster_role.yaml", "namespace_cluster_role.yaml", "leader_election_role.yaml"):
+    for name in (
+        "cluster_role.yaml",
+        "namespace_cluster_role.yaml",
+        "leader_election_role.yaml",
+        "webhook_receiver_cluster_role.yaml",
+    ):
         linked = CHART / "files" / name
         assert linked.resolve() == (DEPLOY / "rbac" / name).resolve(), f"{linked} must link to deploy/rbac/"
 
@@ -445,7 +460,7 @@ def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
     objects = template(helm, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
     kinds = {o["kind"] for o in objects}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
-    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
 
 
 def test_release_name_prefixes_every_object(helm: Path) -> None:
@@ -453,7 +468,13 @@ def test_release_name_prefixes_every_object(helm: Path) -> None:
     assert done.returncode == 0, done.stderr
     objects = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert all(o["metadata"]["name"].startswith("ci-runnerpool-operator") for o in objects)
-    assert one(objects, "ClusterRoleBinding")["subjects"][0]["namespace"] == "ci-ops"
+    assert (
+        one(objects, "ClusterRoleBinding", "ci-runnerpool-operator")["subjects"][0]["namespace"] == "ci-ops"
+    )
+    assert (
+        "--webhook-secret-mirror=$(POD_NAMESPACE)/ci-runnerpool-operator-webhook-pool-secrets"
+        in (container(objects, "webhook-receiver")["args"])
+    )
 
 
 def test_images_digests_and_scheduling(helm: Path) -> None:
@@ -471,7 +492,7 @@ def test_images_digests_and_scheduling(helm: Path) -> None:
             "resources": {"requests": {"cpu": "50m"}},
         },
     )
-    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    pod = deployment(objects)["spec"]["template"]["spec"]
     operator = container(objects)
     assert operator["image"] == f"ghcr.io/acme/runnerpool-operator@{digest}"
     assert "--runner-image=ghcr.io/acme/runnerpool-runner:2.0.0" in operator["args"]
@@ -504,7 +525,7 @@ def test_proxy_and_ca_bundle_reach_the_operator(helm: Path) -> None:
     assert operator["envFrom"] == [{"configMapRef": {"name": "proxy-env"}}]
     mounts = {m["name"]: m["mountPath"] for m in operator["volumeMounts"]}
     assert mounts["ca"] == "/etc/runnerpool/ca" and mounts["tmp"] == "/tmp"
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["ca"]["configMap"] == {"name": "corporate-ca"}
 
 
@@ -512,8 +533,11 @@ def test_webhook_secret_from_values_and_ingress(helm: Path) -> None:
     objects = template(helm, LINTED_VALUES["everything"])
     secret = one(objects, "Secret", "runnerpool-webhook-secret")
     assert base64.b64decode(secret["data"]["secret"]).decode() == "0123456789abcdef"
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    receiver = deployment(objects, "webhook-receiver")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in receiver["volumes"]}
     assert volumes["webhook-secret"]["secret"]["secretName"] == "runnerpool-webhook-secret"
+    operator = {v["name"] for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    assert "webhook-secret" not in operator, "the operator serves no webhook"
     ingress = one(objects, "Ingress")
     (rule,) = ingress["spec"]["rules"]
     assert rule["host"] == "runners.example.com"
@@ -594,7 +618,7 @@ def test_secure_metrics(helm: Path) -> None:
     args = container(objects)["args"]
     assert "--metrics-secure" in args
     assert "--metrics-cert-dir=/etc/runnerpool/metrics-cert" in args
-    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in deployment(objects)["spec"]["template"]["spec"]["volumes"]}
     assert volumes["metrics-cert"]["secret"]["secretName"] == "metrics-tls"
     reader = one(objects, "ClusterRole", f"{RELEASE}-metrics-reader")
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
@@ -779,17 +803,63 @@ def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_d
     )
     overlay = kustomize(run_time_overlay(target, tmp_path / "overlay"))
     chart = HelmInstall(target, tmp_path / "helm").render()
-    sides = []
-    for objects in (overlay, chart):
-        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
-        operator = container(objects)
-        sides.append(
-            {
-                "flags": effective_flags(operator["args"]),
-                "env": operator["env"],
-                "image": (operator["image"], operator["imagePullPolicy"]),
-                "tolerations": pod["tolerations"],
-            }
-        )
-    assert sides[0]["flags"]["--demand-poll-interval"] == "3600", "the overlay's own choices are compared too"
-    assert sides[1] == sides[0]
+    for component in ("operator", "webhook-receiver"):
+        sides = []
+        for objects in (overlay, chart):
+            pod = deployment(objects, component)["spec"]["template"]["spec"]
+            operator = container(objects, component)
+            sides.append(
+                {
+                    "flags": effective_flags(operator["args"]),
+                    "env": operator["env"],
+                    "image": (operator["image"], operator["imagePullPolicy"]),
+                    "tolerations": pod["tolerations"],
+                }
+            )
+        if component == "operator":
+            assert sides[0]["flags"]["--demand-poll-interval"] == "3600", (
+                "the overlay's own choices are compared too"
+            )
+        else:
+            assert sides[0]["image"] == ("runnerpool-operator:test-abc", "Never")
+        assert sides[1] == sides[0], component
+
+
+# --- the webhook receiver apart (issue 30) ---------------------------------------------------
+
+
+def test_network_policies_match_deploys_optional_ones(helm: Path) -> None:
+    assert not [o for o in template(helm) if o["kind"] == "NetworkPolicy"], "off by default"
+    objects = template(helm, {"networkPolicy": {"enabled": True}})
+    report = parity_report(
+        kustomize(DEPLOY / "optional" / "network-policies"),
+        [o for o in objects if o["kind"] == "NetworkPolicy"],
+    )
+    assert not report, "\n".join(report)
+
+
+def test_watch_namespaces_give_the_receiver_roles_there_only(helm: Path) -> None:
+    """With watchNamespaces the receiver, like the operator, reads pools only where it may."""
+    name = f"{RELEASE}-webhook"
+    objects = template(helm, {"watchNamespaces": ["team-a", "team-b"], "metrics": {"secure": False}})
+    assert not [o for o in objects if o["kind"].startswith("Cluster") and o["metadata"]["name"] == name]
+    for ns in ("team-a", "team-b"):
+        role = one(objects, "Role", name, ns)
+        assert {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in role["rules"]} == {
+            ("runnerpool.dev", "runnerpools"): ["get", "list", "watch"],
+            ("runnerpool.dev", "runnerpools/status"): ["patch"],
+        }
+        assert one(objects, "RoleBinding", name, ns)["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        ]
+    args = container(objects, "webhook-receiver")["args"]
+    assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_the_receiver_scales_by_replicas_and_keeps_one_through_drains(helm: Path) -> None:
+    objects = template(helm, {"webhook": {"replicaCount": 4}})
+    receiver = deployment(objects, "webhook-receiver")
+    assert receiver["spec"]["replicas"] == 4
+    assert one(objects, "PodDisruptionBudget", f"{RELEASE}-webhook")["spec"]["minAvailable"] == 1
+    single = template(helm, {"webhook": {"replicaCount": 1}})
+    assert not [o for o in single if identity(o) == ("PodDisruptionBudget", NAMESPACE, f"{RELEASE}-webhook")]

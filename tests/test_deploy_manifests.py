@@ -25,11 +25,16 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 SAMPLES = DEPLOY / "samples"
 SERVICEMONITOR = DEPLOY / "optional" / "servicemonitor"
+NETWORK_POLICIES = DEPLOY / "optional" / "network-policies"
 OPERATOR_DOCKERFILE = DEPLOY / "images" / "operator" / "Dockerfile"
 RUNNER_DOCKERFILE = DEPLOY / "images" / "runner" / "Dockerfile"
 
 NAMESPACE = "runnerpool-system"
 SERVICE_ACCOUNT = "runnerpool-operator"
+#: The webhook receiver's Deployment and ServiceAccount (runnerpool/webhook_component.py).
+RECEIVER = "runnerpool-operator-webhook"
+#: The pools' own webhook secrets, copied by the operator (runnerpool/demand/secret_mirror.py).
+MIRROR = "runnerpool-operator-webhook-pool-secrets"
 GROUP = "runnerpool.dev"
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
@@ -104,7 +109,7 @@ def container(deployment: Obj) -> Obj:
 # --- what gets installed --------------------------------------------------------------------
 
 
-def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
+def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list[Obj]) -> None:
     assert sorted(identity(o) for o in objects) == sorted(
         [
             ("Namespace", "", NAMESPACE),
@@ -122,6 +127,17 @@ def test_default_install_has_exactly_the_operator(objects: list[Obj]) -> None:
             ("Service", NAMESPACE, "runnerpool-operator-metrics"),
             ("Service", NAMESPACE, "runnerpool-operator-webhook"),
             ("PodDisruptionBudget", NAMESPACE, "runnerpool-operator"),
+            ("ServiceAccount", NAMESPACE, RECEIVER),
+            ("ClusterRole", "", RECEIVER),
+            ("ClusterRoleBinding", "", RECEIVER),
+            ("Secret", NAMESPACE, MIRROR),
+            ("Role", NAMESPACE, "runnerpool-operator-webhook-secret-reader"),
+            ("RoleBinding", NAMESPACE, "runnerpool-operator-webhook-secret-reader"),
+            ("Role", NAMESPACE, "runnerpool-operator-secret-mirror"),
+            ("RoleBinding", NAMESPACE, "runnerpool-operator-secret-mirror"),
+            ("Deployment", NAMESPACE, RECEIVER),
+            ("Service", NAMESPACE, f"{RECEIVER}-metrics"),
+            ("PodDisruptionBudget", NAMESPACE, RECEIVER),
         ]
     )
 
@@ -168,6 +184,7 @@ def test_optional_and_samples_are_not_installed_by_default() -> None:
     targets = {(DEPLOY / e).resolve() for e in entries}
     assert SAMPLES.resolve() not in targets
     assert SERVICEMONITOR.resolve() not in targets
+    assert NETWORK_POLICIES.resolve() not in targets
     assert (DEPLOY / "optional").resolve() not in targets
 
 
@@ -323,20 +340,52 @@ def test_leader_election_role_is_namespaced(objects: list[Obj]) -> None:
     assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
 
 
+#: Every permission deploy/ grants the webhook receiver, pinned: it faces the internet, so it
+#: reads pools, writes their demand and reads one Secret by name; no pods, no other Secret.
+RECEIVER_RULES = {
+    ("runnerpool.dev", "runnerpools"): {"get", "list", "watch"},
+    ("runnerpool.dev", "runnerpools/status"): {"patch"},
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+}
+
+
+def test_receiver_cluster_role_grants_exactly_the_pinned_verbs(objects: list[Obj]) -> None:
+    assert verbs_by_resource(one(objects, "ClusterRole", RECEIVER)) == RECEIVER_RULES
+
+
+def test_the_mirror_secret_is_reachable_by_name_only(objects: list[Obj]) -> None:
+    """The receiver may get one Secret, the operator get and patch it: both by name, nothing else."""
+    reader = one(objects, "Role", "runnerpool-operator-webhook-secret-reader")
+    writer = one(objects, "Role", "runnerpool-operator-secret-mirror")
+    assert reader["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [MIRROR], "verbs": ["get"]}
+    ]
+    assert writer["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [MIRROR], "verbs": ["get", "patch"]}
+    ]
+    assert "data" not in one(objects, "Secret", MIRROR), "installed empty: the operator fills it"
+
+
 @pytest.mark.parametrize(
     ("kind", "role_kind"),
     [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")],
 )
-def test_bindings_grant_the_roles_to_the_operator_only(objects: list[Obj], kind: str, role_kind: str) -> None:
-    binding = one(objects, kind)  # the only binding of its kind: the tenant and reader roles are unbound
-    ref = binding["roleRef"]
-    assert ref["apiGroup"] == "rbac.authorization.k8s.io"
-    assert ref["kind"] == role_kind
-    one(objects, role_kind, ref["name"])
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-    ]
-    one(objects, "ServiceAccount", SERVICE_ACCOUNT)
+def test_bindings_grant_the_roles_to_deploys_accounts_only(
+    objects: list[Obj], kind: str, role_kind: str
+) -> None:
+    """Each binding names one role of deploy/ and one of its two accounts: the tenant and reader
+    roles are unbound, the receiver's roles go to the receiver alone."""
+    bindings = [o for o in objects if o["kind"] == kind]
+    assert bindings
+    for binding in bindings:
+        ref = binding["roleRef"]
+        assert ref["apiGroup"] == "rbac.authorization.k8s.io"
+        assert ref["kind"] == role_kind
+        one(objects, role_kind, ref["name"])
+        account = RECEIVER if ref["name"].startswith(RECEIVER) else SERVICE_ACCOUNT
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+        one(objects, "ServiceAccount", account)
 
 
 # --- operator Deployment --------------------------------------------------------------------
@@ -376,8 +425,13 @@ def test_deployment_security_context(deployment: Obj, container: Obj) -> None:
 
 
 def test_deployment_probes_and_ports(container: Obj) -> None:
+    """The operator takes no inbound traffic but probes and metrics: no webhook port."""
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081, "webhook": 8082}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert "--component=operator" in container["args"]
+    assert [arg for arg in container["args"] if arg.startswith("--webhook-")] == [
+        f"--webhook-secret-mirror=$(POD_NAMESPACE)/{MIRROR}"
+    ], "the operator serves no webhook: it only fills the receiver's mirror Secret"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
         assert get["path"] == path
@@ -406,6 +460,21 @@ def test_deployment_flags_are_operator_flags(container: Obj) -> None:
         )
 
 
+def test_each_part_has_a_metrics_service_of_its_own(objects: list[Obj], deployment: Obj) -> None:
+    """Two Prometheus jobs: a live receiver never hides a dead operator (OperatorDown reads
+    the operator's job), and the ServiceMonitor's selector takes both."""
+    operators = one(objects, "Service", "runnerpool-operator-metrics")
+    receivers = one(objects, "Service", f"{RECEIVER}-metrics")
+    receiver = one(objects, "Deployment", RECEIVER)
+    assert selects(receivers["spec"]["selector"], receiver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(operators["spec"]["selector"], receiver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(receivers["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    monitor = one(render(SERVICEMONITOR), "ServiceMonitor")
+    for service in (operators, receivers):
+        assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+        assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
+
+
 def test_metrics_service_targets_the_operator(objects: list[Obj], deployment: Obj, container: Obj) -> None:
     service = one(objects, "Service", "runnerpool-operator-metrics")
     assert selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
@@ -415,23 +484,73 @@ def test_metrics_service_targets_the_operator(objects: list[Obj], deployment: Ob
     assert port["targetPort"] in {p["name"] for p in container["ports"] if p["containerPort"] == 8080}
 
 
-def test_webhook_service_targets_the_operators_webhook_port(
-    objects: list[Obj], deployment: Obj, container: Obj
-) -> None:
+def test_webhook_service_targets_the_receivers_webhook_port(objects: list[Obj], deployment: Obj) -> None:
     service = one(objects, "Service", "runnerpool-operator-webhook")
-    assert selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    receiver = one(objects, "Deployment", RECEIVER)
+    (container,) = receiver["spec"]["template"]["spec"]["containers"]
+    assert selects(service["spec"]["selector"], receiver["spec"]["template"]["metadata"]["labels"])
+    assert not selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
     (port,) = service["spec"]["ports"]
     assert port["targetPort"] == "webhook" and "webhook" in {p["name"] for p in container["ports"]}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["webhook-secret"]["readOnly"] is True
 
 
-def test_disruption_budget_keeps_one_operator(objects: list[Obj], deployment: Obj) -> None:
-    pdb = one(objects, "PodDisruptionBudget")
+def test_receiver_deployment_runs_apart_with_its_own_account(objects: list[Obj]) -> None:
+    receiver = one(objects, "Deployment", RECEIVER)
+    pod = receiver["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["serviceAccountName"] == RECEIVER
+    assert receiver["spec"]["replicas"] >= 2, "stateless: scaled by replicas"
+    assert selects(
+        receiver["spec"]["selector"]["matchLabels"], receiver["spec"]["template"]["metadata"]["labels"]
+    )
+    args = container["args"]
+    assert "--component=webhook-receiver" in args
+    assert "--leader-elect" not in args
+    assert f"--webhook-secret-mirror=$(POD_NAMESPACE)/{MIRROR}" in args
+    known = operator_help()
+    assert all(re.search(rf"(?<![\w-]){re.escape(arg.split('=')[0])}(?![\w-])", known) for arg in args)
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "metrics": 8080,
+        "health": 8081,
+        "webhook": 8082,
+    }
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("name", ["runnerpool-operator", RECEIVER])
+def test_disruption_budget_keeps_one_replica(objects: list[Obj], name: str) -> None:
+    deployment = one(objects, "Deployment", name)
+    pdb = one(objects, "PodDisruptionBudget", name)
     assert selects(
         pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
     )
     assert 0 < pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+
+
+def test_network_policies_admit_only_each_parts_ports(objects: list[Obj]) -> None:
+    """Optional (deploy/optional/network-policies): the operator's pods take probes and metrics,
+    the receiver's deliveries too; each policy selects its part's pods and names only its ports."""
+    policies = render(NETWORK_POLICIES)
+    expected = {"runnerpool-operator": {"metrics", "health"}, RECEIVER: {"metrics", "health", "webhook"}}
+    assert {p["metadata"]["name"] for p in policies} == set(expected)
+    for policy in policies:
+        name = policy["metadata"]["name"]
+        deployment = one(objects, "Deployment", name)
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        spec = policy["spec"]
+        assert policy["metadata"]["namespace"] == NAMESPACE
+        assert spec["policyTypes"] == ["Ingress"]
+        assert selects(
+            spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
+        )
+        (rule,) = spec["ingress"]
+        ports = {p["port"] for p in rule["ports"]}
+        assert ports == expected[name]
+        assert ports == {p["name"] for p in container["ports"]}, "every port the pod opens, no other"
 
 
 def test_namespace_enforces_restricted_pod_security(objects: list[Obj]) -> None:

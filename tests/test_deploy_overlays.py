@@ -19,6 +19,8 @@ from tests.test_deploy_manifests import (
     NAMESPACE,
     NAMESPACE_RULES,
     OPERATOR_RULES,
+    RECEIVER,
+    RECEIVER_RULES,
     SERVICE_ACCOUNT,
     identity,
     one,
@@ -68,8 +70,17 @@ def test_the_real_kustomize_renders_the_default_install_as_the_test_renderer_doe
 
 def test_the_operator_gets_roles_instead_of_its_cluster_role(overlay: list[Obj], watched: list[str]) -> None:
     base = {identity(o) for o in render(DEPLOY)}
-    removed = {("ClusterRole", "", "runnerpool-operator"), ("ClusterRoleBinding", "", "runnerpool-operator")}
-    added = {(kind, ns, SERVICE_ACCOUNT) for ns in watched for kind in ("Role", "RoleBinding")}
+    removed = {
+        (kind, "", account)
+        for account in (SERVICE_ACCOUNT, RECEIVER)
+        for kind in ("ClusterRole", "ClusterRoleBinding")
+    }
+    added = {
+        (kind, ns, account)
+        for ns in watched
+        for kind in ("Role", "RoleBinding")
+        for account in (SERVICE_ACCOUNT, RECEIVER)
+    }
     assert {identity(o) for o in overlay} == (base - removed) | added
     assert watched == ["ci-runners"]
     assert not [o for o in overlay if o["kind"] == "ClusterRoleBinding"], "nothing cluster-wide is bound"
@@ -94,6 +105,20 @@ def test_each_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones_and_
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
         ]
+
+
+def test_the_receiver_gets_a_role_in_each_watched_namespace(overlay: list[Obj], watched: list[str]) -> None:
+    expected = {key: verbs for key, verbs in RECEIVER_RULES.items() if key not in CLUSTER_SCOPED_RULES}
+    for namespace in watched:
+        role = next(o for o in overlay if identity(o) == ("Role", namespace, RECEIVER))
+        assert verbs_by_resource(role) == expected
+        binding = next(o for o in overlay if identity(o) == ("RoleBinding", namespace, RECEIVER))
+        assert binding["roleRef"]["name"] == RECEIVER
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RECEIVER, "namespace": NAMESPACE}]
+    receiver = one(overlay, "Deployment", RECEIVER)
+    args = receiver["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-secure" not in args
+    assert sorted(a.split("=", 1)[1] for a in args if a.startswith("--namespace=")) == watched
 
 
 def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(

@@ -98,6 +98,9 @@ class OperatorProcess:
     log_path: Path
     namespaces: Sequence[str] = ()
     extra_args: Sequence[str] = ()
+    #: ``--component``: ``webhook-receiver`` runs the receiver apart (with its own account's
+    #: kubeconfig, ``receiver_kubeconfig``); ``all`` both in one process.
+    component: str = "operator"
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     #: 0 turns the webhook receiver off: two operators on one machine (failover tests) must not
@@ -123,6 +126,8 @@ class OperatorProcess:
             str(self.health_port),
             "--webhook-port",
             str(self.webhook_port),
+            "--component",
+            self.component,
             "--log-format",
             "json",
         ]

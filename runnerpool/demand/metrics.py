@@ -8,7 +8,7 @@ poller) learnt of it. They are labelled with the pool whose runner took the job.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Container, Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -52,7 +52,7 @@ DELIVERY_POOLS = Histogram(
 
 
 def observe(
-    pool: api.RunnerPool, demand: api.Demand, moved: Iterable[Transition], runners: Collection[str]
+    pool: api.RunnerPool, demand: api.Demand, moved: Iterable[Transition], runners: Container[str]
 ) -> None:
     """``runners``: the names of the pool's runners (its pods' names)."""
     labels = (pool.namespace, pool.name)

@@ -20,7 +20,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Container, Iterable
 from datetime import datetime, timedelta
 
 from runnerpool import api
@@ -41,7 +41,7 @@ class Transition:
         self.job, self.state = job, state
 
 
-def _state_for(job: Job, runners: Collection[str]) -> JobState | None:
+def _state_for(job: Job, runners: Container[str]) -> JobState | None:
     if job.state == "in_progress" and job.runner_name and job.runner_name not in runners:
         return "completed"
     return job.state
@@ -71,7 +71,7 @@ def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.Tra
 
 
 def apply(
-    demand: api.Demand | None, jobs: Iterable[Job], now: datetime, *, runners: Collection[str]
+    demand: api.Demand | None, jobs: Iterable[Job], now: datetime, *, runners: Container[str]
 ) -> tuple[api.Demand, list[Transition]]:
     """``demand`` after ``jobs`` (all known to match the pool whose runner names are
     ``runners``), and the transitions made."""
@@ -99,7 +99,7 @@ def repair(
     *,
     now: datetime,
     grace: timedelta,
-    runners: Collection[str],
+    runners: Container[str],
     listed_before: Collection[str] = (),
 ) -> tuple[api.Demand, list[Transition]]:
     """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,8 +46,8 @@ MAX_CONFLICTS = 8
 
 PoolKey = tuple[str, str]
 #: Turns a pool's tracked demand into the new one; pure (``rules.apply`` or ``rules.repair``).
-#: Its arguments: the tracked demand, now, and the names of the pool's runners (its pods).
-Change = Callable[[api.Demand | None, datetime, frozenset[str]], tuple[api.Demand, list[rules.Transition]]]
+#: Its arguments: the tracked demand, now, and the names of the pool's runners.
+Change = Callable[[api.Demand | None, datetime, Container[str]], tuple[api.Demand, list[rules.Transition]]]
 
 
 class DemandWriteFailed(Exception):  # noqa: N818 - reads as "recording failed"
@@ -84,8 +84,13 @@ class DemandWriter:
         pools: Reads,
         api_url_of: Callable[[api.RunnerPool], str],
         clock: Callable[[], datetime] = utcnow,
+        *,
+        runners: Callable[[str, str], Container[str]] | None = None,
     ) -> None:
+        """``runners(namespace, pool)``: the names of a pool's runners; default: its pods' names
+        from the cache (the webhook receiver, which reads no pods, passes ``runner_names.by_name``)."""
         self._kube = kube
+        self._runner_names = runners or self._pod_names
         self._pools = pools
         self._api_url_of = api_url_of
         self._clock = clock
@@ -122,7 +127,7 @@ class DemandWriter:
         ]
 
         def recorded(
-            d: api.Demand | None, now: datetime, runners: frozenset[str]
+            d: api.Demand | None, now: datetime, runners: Container[str]
         ) -> tuple[api.Demand, list[rules.Transition]]:
             new, moved = rules.apply(d, [job], now, runners=runners)
             return (rules.delivered(new, now) if verdict.delivered else new), moved
@@ -204,13 +209,13 @@ class DemandWriter:
                 return None
             raise
 
-    def _runners(self, key: PoolKey) -> frozenset[str]:
+    def _pod_names(self, namespace: str, pool: str) -> frozenset[str]:
         """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
-        return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(*key))
+        return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(namespace, pool))
 
     def _write(self, key: PoolKey, changes: list[Change]) -> None:
         raw = self._get(key)
-        runners = self._runners(key)
+        runners = self._runner_names(*key)
         for _ in range(MAX_CONFLICTS):
             if raw is None:
                 return

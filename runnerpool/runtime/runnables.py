@@ -134,7 +134,8 @@ class Supervisor:
         with self._lock:
             if self._start_all(self._leader):
                 self._leading.set()
-                LEADING.set(1)
+                if self._leader:  # a process without leader-only parts (the webhook receiver) leads nothing
+                    LEADING.set(1)
                 log.info("leading: %s started", ", ".join(r.name for r in self._leader))
 
     def _lost_lease(self) -> None:

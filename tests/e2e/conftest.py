@@ -31,7 +31,13 @@ from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, issued_secrets
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import OPERATOR_USER, operator_kubeconfig, refusals
+from testworld.envtest.serviceaccount import (
+    OPERATOR_USER,
+    RECEIVER_USER,
+    operator_kubeconfig,
+    receiver_kubeconfig,
+    refusals,
+)
 from testworld.fakegithub import FakeGitHub
 from testworld.node import seal
 from testworld.node.node import NODE_TOLERATION, Node
@@ -193,16 +199,23 @@ def start_operator(
         *extra_args: str,
         webhook_port: int = 0,
         kubeconfig: Path | None = None,
-        user: str = OPERATOR_USER,
+        user: str | None = None,
+        component: str = "operator",
     ) -> OperatorProcess:
         """``kubeconfig`` and its ``user``: another identity than deploy/'s (namespace-scoped
-        mode's); the refusal check covers it too."""
+        mode's); the refusal check covers it too. ``component="webhook-receiver"``: the
+        receiver, logged in as its own deploy/ account."""
+        receiver = component == "webhook-receiver"
+        if kubeconfig is None and receiver:
+            kubeconfig = receiver_kubeconfig(control_plane)
+        user = user or (RECEIVER_USER if receiver else OPERATOR_USER)
         operator = OperatorProcess(
             kubeconfig or operator_credentials,
             fake_github.url,
             tmp_path / f"operator-{len(started)}.log",
             namespaces=[namespace],
             extra_args=extra_args,
+            component=component,
             webhook_port=webhook_port,
         )
         users.add(user)

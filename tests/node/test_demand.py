@@ -60,7 +60,7 @@ class Demand:
         return client.CoreV1Api(self.api_client)
 
     def start(self, poll_interval: str = NO_POLLING) -> WebhookSender:
-        """The operator with its webhook receiver, and the fake GitHub delivering to it."""
+        """The operator, the webhook receiver apart, and the fake GitHub delivering to it."""
         secret_file = self.tmp_path / "webhook-secret"
         secret_file.write_bytes(SECRET + b"\n")
         port = free_port()
@@ -69,11 +69,11 @@ class Demand:
             self.node.runner_image.reference,
             "--runner-sync-interval",
             NODE_RUNNER_SYNC_SECONDS,
-            "--webhook-secret-file",
-            str(secret_file),
             "--demand-poll-interval",
             poll_interval,
-            webhook_port=port,
+        )
+        self.start_operator(
+            "--webhook-secret-file", str(secret_file), webhook_port=port, component="webhook-receiver"
         )
         sender = self.fake.send_webhooks(f"http://127.0.0.1:{port}/webhook", SECRET)
         self.senders.append(sender)

@@ -55,6 +55,7 @@ from testworld.install.target import (
     DEPLOYMENT,
     LEASE,
     NAMESPACE,
+    RECEIVER_DEPLOYMENT,
     WEBHOOK_PORT_NAME,
     WEBHOOK_SERVICE,
     Installer,
@@ -73,6 +74,10 @@ INSTALLERS: dict[str, Callable[[Target, Path], Installer]] = {
     "helm": HelmInstall,
 }
 OPERATOR_SELECTOR = "app.kubernetes.io/name=runnerpool-operator,app.kubernetes.io/component=operator"
+#: The webhook receiver's pods: the webhook Service's endpoints.
+RECEIVER_SELECTOR = "app.kubernetes.io/name=runnerpool-operator,app.kubernetes.io/component=webhook-receiver"
+#: Both parts, for the logs of a failed test.
+PARTS_SELECTOR = "app.kubernetes.io/name=runnerpool-operator"
 #: Through the API server's service proxy: to one of the Service's ready endpoints.
 WEBHOOK_PATH = f"/api/v1/namespaces/{NAMESPACE}/services/{WEBHOOK_SERVICE}:{WEBHOOK_PORT_NAME}/proxy/webhook"
 #: Outlasts a rolling update of both operator replicas (each Ready 5-15 s after it starts).
@@ -131,8 +136,9 @@ class Installed:
             raise
         return False
 
-    def operator_pods(self) -> list[Any]:
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=OPERATOR_SELECTOR).items
+    def operator_pods(self, selector: str = OPERATOR_SELECTOR) -> list[Any]:
+        """The operator's pods (or, with ``RECEIVER_SELECTOR``, the webhook receiver's)."""
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
         return sorted((p for p in pods if not p.metadata.deletion_timestamp), key=lambda p: p.metadata.name)
 
     def lease(self) -> Any:
@@ -148,7 +154,7 @@ class Installed:
 
     def log_tails(self) -> str:
         tails = []
-        for pod in self.core.list_namespaced_pod(NAMESPACE, label_selector=OPERATOR_SELECTOR).items:
+        for pod in self.core.list_namespaced_pod(NAMESPACE, label_selector=PARTS_SELECTOR).items:
             try:
                 text = self.core.read_namespaced_pod_log(
                     pod.metadata.name, NAMESPACE, tail_lines=LOG_TAIL_LINES
@@ -327,14 +333,16 @@ def test_the_operator_namespace_enforces_pod_security_restricted(installed: Inst
 def test_the_readiness_probe_keeps_a_replica_that_cannot_serve_out_of_the_service(
     installed: Installed,
 ) -> None:
-    """A replica of the operator's own pod template whose API server is out of reach.
+    """A replica of the webhook receiver's own pod template whose API server is out of reach.
 
     Its /readyz answers 503 (caches never sync) while /healthz answers 200: the kubelet's
     readiness probe keeps it not Ready, so the webhook Service never sends it a delivery.
     It carries the Deployment's labels but no pod-template-hash, so no ReplicaSet adopts it.
     """
     core = installed.core
-    template = client.AppsV1Api(installed.api_client).read_namespaced_deployment(DEPLOYMENT, NAMESPACE)
+    template = client.AppsV1Api(installed.api_client).read_namespaced_deployment(
+        RECEIVER_DEPLOYMENT, NAMESPACE
+    )
     spec = installed.api_client.sanitize_for_serialization(template.spec.template)
     labels = {k: v for k, v in spec["metadata"]["labels"].items() if k != "pod-template-hash"}
     [container] = spec["spec"]["containers"]
@@ -342,7 +350,7 @@ def test_the_readiness_probe_keeps_a_replica_that_cannot_serve_out_of_the_servic
     container["env"] = [
         {**e, "value": closed_port} if e["name"] == "KUBERNETES_SERVICE_PORT" else e for e in container["env"]
     ]
-    name = "runnerpool-operator-cut-off"
+    name = "runnerpool-operator-webhook-cut-off"
     manifest = {"metadata": {"name": name, "labels": labels}, "spec": spec["spec"]}
     core.create_namespaced_pod(NAMESPACE, manifest)
     try:
@@ -368,7 +376,9 @@ def test_the_readiness_probe_keeps_a_replica_that_cannot_serve_out_of_the_servic
                 {a.ip for s in subsets for a in s.not_ready_addresses or []},
             )
 
-        good = {p.status.pod_ip for p in installed.operator_pods() if p.metadata.name != name}
+        good = {
+            p.status.pod_ip for p in installed.operator_pods(RECEIVER_SELECTOR) if p.metadata.name != name
+        }
         serving, kept_out = wait_for(
             lambda: (found := endpoints())[1] and found, 30.0, 0.2, f"{name} among the unready endpoints"
         )

@@ -37,12 +37,15 @@ __all__ = [
     "OPERATOR_NAMESPACE",
     "OPERATOR_SERVICE_ACCOUNT",
     "OPERATOR_USER",
+    "RECEIVER_SERVICE_ACCOUNT",
+    "RECEIVER_USER",
     "TOKEN_SECONDS",
     "apply_manifests",
     "enable_namespace",
     "install_operator_rbac",
     "kubectl",
     "operator_kubeconfig",
+    "receiver_kubeconfig",
     "refusals",
     "service_account_kubeconfig",
     "service_account_user",
@@ -66,6 +69,9 @@ def service_account_user(namespace: str, name: str) -> str:
 
 
 OPERATOR_USER = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
+#: The webhook receiver's own account (deploy/rbac/webhook_receiver_*.yaml).
+RECEIVER_SERVICE_ACCOUNT = "runnerpool-operator-webhook"
+RECEIVER_USER = service_account_user(OPERATOR_NAMESPACE, RECEIVER_SERVICE_ACCOUNT)
 
 
 def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -180,15 +186,24 @@ def operator_kubeconfig(plane: ControlPlane) -> Path:
     install tests on the node) deletes the ServiceAccount, and with it every token it had:
     then deploy/rbac is applied again and a new token written.
     """
-    path = plane.workdir / "operator.kubeconfig"
-    user = service_account_user(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
+    return _deploy_account_kubeconfig(plane, OPERATOR_SERVICE_ACCOUNT, "operator.kubeconfig")
+
+
+def receiver_kubeconfig(plane: ControlPlane) -> Path:
+    """As :func:`operator_kubeconfig`, for the webhook receiver's own account."""
+    return _deploy_account_kubeconfig(plane, RECEIVER_SERVICE_ACCOUNT, "webhook-receiver.kubeconfig")
+
+
+def _deploy_account_kubeconfig(plane: ControlPlane, account: str, filename: str) -> Path:
+    path = plane.workdir / filename
+    user = service_account_user(OPERATOR_NAMESPACE, account)
     with _lock:
         if path.exists() and authenticated_user(path) == user:
             return path
     install_operator_rbac(plane)
     with _lock:
         if not (path.exists() and authenticated_user(path) == user):
-            service_account_kubeconfig(plane, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, path)
+            service_account_kubeconfig(plane, OPERATOR_NAMESPACE, account, path)
     return path
 
 

@@ -15,7 +15,14 @@ from typing import Any
 
 import yaml
 
-from testworld.install.target import DEPLOYMENT, NAMESPACE, Target, kubectl, wait_for_rollout
+from testworld.install.target import (
+    DEPLOYMENT,
+    NAMESPACE,
+    RECEIVER_DEPLOYMENT,
+    Target,
+    kubectl,
+    wait_for_rollout,
+)
 
 OVERLAY = Path(__file__).resolve().parent
 #: deploy/'s kustomization that enables the operator in the namespace its user sets.
@@ -24,9 +31,12 @@ RUNNER_NAMESPACE = OVERLAY.parents[1] / "deploy" / "runner-namespace"
 DEPLOY_IMAGE = "runnerpool-operator"
 
 
-def _container_patch(target: Target) -> list[dict[str, Any]]:
+def _container_patch(target: Target, *, receiver: bool = False) -> list[dict[str, Any]]:
+    """The operator's (or, with ``receiver``, the webhook receiver's) run-time values."""
     container = "/spec/template/spec/containers/0"
-    args = [f"--runner-image={target.runner_image}", f"--github-api-url={target.github_api_url}"]
+    args = [f"--github-api-url={target.github_api_url}"]
+    if not receiver:
+        args.insert(0, f"--runner-image={target.runner_image}")
     env = {"KUBERNETES_SERVICE_HOST": target.api_host, "KUBERNETES_SERVICE_PORT": str(target.api_port)}
     return [
         {"op": "add", "path": "/spec/template/spec/tolerations", "value": [target.toleration]},
@@ -51,7 +61,11 @@ def run_time_overlay(target: Target, folder: Path) -> Path:
             {
                 "target": {"kind": "Deployment", "name": DEPLOYMENT},
                 "patch": json.dumps(_container_patch(target)),
-            }
+            },
+            {
+                "target": {"kind": "Deployment", "name": RECEIVER_DEPLOYMENT},
+                "patch": json.dumps(_container_patch(target, receiver=True)),
+            },
         ],
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
@@ -96,6 +110,7 @@ class KustomizeInstall:
             self.target,
             "delete",
             f"deployment/{DEPLOYMENT}",
+            f"deployment/{RECEIVER_DEPLOYMENT}",
             "-n",
             NAMESPACE,
             "--ignore-not-found",

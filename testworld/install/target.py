@@ -15,6 +15,9 @@ NAMESPACE = "runnerpool-system"
 DEPLOYMENT = "runnerpool-operator"
 LEASE = "runnerpool-operator"
 WEBHOOK_SERVICE = "runnerpool-operator-webhook"
+#: The webhook receiver's Deployment (deploy/manager/webhook_receiver_deployment.yaml): the
+#: webhook Service's pods.
+RECEIVER_DEPLOYMENT = "runnerpool-operator-webhook"
 WEBHOOK_PORT_NAME = "webhook"
 #: The secret the overlay's webhook Secret holds (one line, as the operator reads it).
 WEBHOOK_SECRET_FILE = Path(__file__).with_name("webhook-secret.txt")
@@ -69,24 +72,26 @@ ROLLOUT_TIMEOUT = "180s"
 
 
 def wait_for_rollout(target: Target) -> None:
-    """Until every replica of the operator Deployment's current template is ready (Helm's
-    ``--wait`` accepts ``replicas - maxUnavailable``; the suite wants them all)."""
-    kubectl(
-        target,
-        "rollout",
-        "status",
-        f"deployment/{DEPLOYMENT}",
-        "-n",
-        NAMESPACE,
-        f"--timeout={ROLLOUT_TIMEOUT}",
-    )
+    """Until every replica of the operator's and the webhook receiver's Deployments' current
+    templates is ready (Helm's ``--wait`` accepts ``replicas - maxUnavailable``; the suite
+    wants them all)."""
+    for deployment in (DEPLOYMENT, RECEIVER_DEPLOYMENT):
+        kubectl(
+            target,
+            "rollout",
+            "status",
+            f"deployment/{deployment}",
+            "-n",
+            NAMESPACE,
+            f"--timeout={ROLLOUT_TIMEOUT}",
+        )
 
 
 class Installer(Protocol):
     """One way of installing the operator (kustomize now; a Helm chart can be another)."""
 
     def install(self) -> None:
-        """Install and wait until the operator's Deployment has rolled out."""
+        """Install and wait until the operator's and the receiver's Deployments have rolled out."""
 
     def enable(self, namespace: str) -> None:
         """Let the installed operator make runners in ``namespace``, as its docs tell a platform

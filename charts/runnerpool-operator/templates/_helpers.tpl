@@ -45,6 +45,23 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* What selects the webhook receiver's pods (immutable on a Deployment: never add to it). */}}
+{{- define "runnerpool-operator.receiverSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "runnerpool-operator.name" . }}
+app.kubernetes.io/component: webhook-receiver
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The webhook receiver's Deployment, ServiceAccount and roles (runnerpool/webhook_component.py). */}}
+{{- define "runnerpool-operator.receiverName" -}}
+{{- printf "%s-webhook" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Secret into which the operator copies the pools' own webhook secrets for the receiver. */}}
+{{- define "runnerpool-operator.mirrorSecretName" -}}
+{{- printf "%s-webhook-pool-secrets" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/*
 The leader-election Lease: leaderElection.leaseName, else the release's full name, which for
 the release named after the chart is "runnerpool-operator", deploy/'s Lease and the operator's

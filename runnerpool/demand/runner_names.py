@@ -1,0 +1,41 @@
+"""Which runner names are a pool's, told by the name alone: for the webhook receiver, which may
+not read pods.
+
+A pool's runners register under their pod's name, ``<pool>-`` and the five characters the API
+server draws for a ``generateName`` (``naming.runner_pod_prefix``). The operator tells a
+pool's runners by its pods (``DemandWriter``'s default); the receiver, whose account reads
+no pods (issue 30: the internet-facing part holds no power), tells them by that shape. The
+fixed length keeps pools of one namespace apart: pool ``a``'s ``a-x1y2z`` is not pool
+``a-x1y2z``'s (``a-x1y2z-`` and five more), nor the reverse. What the shape cannot tell is
+two pools of the *same name* in two namespaces that both match one job: a job in progress on
+one's runner then also counts busy on the other until it ends (one runner kept a job's
+length too long, never a job lost); the leader's poll, which reads pods, does not add it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container
+
+from runnerpool import naming
+
+__all__ = ["RunnerNames", "by_name"]
+
+#: What the API server appends to a ``generateName``: five of its consonants and digits.
+_GENERATED = "[a-z0-9]{5}"
+
+
+class RunnerNames(Container[str]):
+    """The runner names pool ``pool`` may have: ``name in RunnerNames(pool)``."""
+
+    def __init__(self, pool: str) -> None:
+        self._pattern = re.compile(re.escape(naming.runner_pod_prefix(pool)) + _GENERATED)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._pattern.fullmatch(name) is not None
+
+
+def by_name(namespace: str, pool: str) -> Container[str]:
+    """``DemandWriter``'s ``runners`` for a process without the pod cache."""
+    del namespace  # pod names are per namespace; the shape is the same in each
+    return RunnerNames(pool)

@@ -1,0 +1,110 @@
+"""The webhook receiver as a component of its own (``--component webhook-receiver``).
+
+Why apart: the receiver parses requests from the internet, and the operator holds the power
+to read Secrets and start pods in runner namespaces. Run as its own Deployment with its own
+ServiceAccount (deploy/rbac/webhook_receiver_*.yaml, the chart's webhook-receiver-rbac.yaml),
+a hole in the receiver reaches only what that account may do: read RunnerPools, patch
+``runnerpools/status`` (the demand it records, ``demand.writer``) and read one Secret by
+name (the pools' own webhook secrets, copied there by the operator:
+``demand.secret_mirror``). No pods, no credential Secrets, no Secret of any tenant
+namespace; the operator's pods then take no inbound traffic but probes and metrics.
+
+What the receiver holds: one informer, of RunnerPools (:class:`ReceiverCache`), to find the
+pools a delivery may move; the runners of a pool are told by their names
+(``demand.runner_names``), since it reads no pods. It keeps no state of its own beyond a
+short log of delivery ids: every replica records on the pool itself with ``resourceVersion``
+as the write's precondition (``demand.writer``), and recording is idempotent (a job's state
+only moves forward, ``demand.rules``), so any number of replicas may take deliveries, the
+same one twice included, and each job counts once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from kubernetes import client
+
+from runnerpool.demand import runner_names
+from runnerpool.demand.receiver import WebhookServer
+from runnerpool.demand.secret import PoolSecrets, SecretFile
+from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
+from runnerpool.demand.verification import Verdict, Verifier
+from runnerpool.demand.writer import DemandWriter
+from runnerpool.github.jobs import Job
+from runnerpool.runtime.informers import InformerSet
+from runnerpool.runtime.kube import Kube
+from runnerpool.runtime.runnables import Runnable
+from runnerpool.settings import DemandSettings, Settings
+from runnerpool.watches import POOLS, PoolCache, pool_watches
+from runnerpool.webserver import Limits
+
+__all__ = ["ReceiverCache", "mirror_runnables", "receiver_parts", "webhook_runnable"]
+
+log = logging.getLogger(__name__)
+
+
+class ReceiverCache(PoolCache):
+    """Only the RunnerPools entry of the controller's table (its scope index included): the
+    pool reads of :class:`PoolCache` without a watch the receiver's account may not make."""
+
+    def __init__(
+        self, api_client: client.ApiClient, namespaces: Sequence[str] | None, *, default_api_url: str
+    ) -> None:
+        table = [watch for watch in pool_watches(default_api_url=default_api_url) if watch.name == POOLS]
+        InformerSet.__init__(self, api_client, lambda key: None, table, namespaces)
+
+
+def webhook_runnable(
+    demand: DemandSettings,
+    pools: PoolCache,
+    pool_secrets: PoolSecrets | None,
+    record: Callable[[Job, Verdict], int],
+) -> Runnable:
+    """``POST /webhook`` on ``demand.webhook_port``, verified with the cluster-wide secret file
+    and the pools' own secrets (``pool_secrets``: read directly, or from the mirror)."""
+    if not demand.webhook_secret_file:
+        log.warning(
+            "no --webhook-secret-file: webhook deliveries move only pools with their own "
+            "spec.autoscaling.webhookSecretRef; polling alone follows demand for the others"
+        )
+    secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
+    webhook = WebhookServer(
+        demand.webhook_port,
+        Verifier(secrets.secrets if secrets is not None else tuple, pools, pool_secrets),
+        record,
+        limits=Limits(
+            read_timeout=demand.webhook_read_timeout,
+            max_connections=demand.webhook_max_connections,
+            threads=demand.webhook_threads,
+        ),
+    )
+    return Runnable("webhook receiver", webhook.start, webhook.stop)
+
+
+def receiver_parts(
+    settings: Settings, api_client: client.ApiClient, kube: Kube
+) -> tuple[ReceiverCache, list[Runnable]]:
+    """The receiver component's cache and parts (probes and metrics are the manager's)."""
+    cache = ReceiverCache(
+        api_client,
+        list(settings.namespaces) if settings.namespaces else None,
+        default_api_url=settings.github.api_url,
+    )
+    writer = DemandWriter(kube, cache, settings.github.api_url_of, runners=runner_names.by_name)
+    mirror = settings.demand.mirror
+    secrets = MirroredSecrets(kube, *mirror) if mirror else None
+    parts = [Runnable("caches", cache.start, cache.stop)]
+    if settings.demand.webhook_port:
+        parts.append(webhook_runnable(settings.demand, cache, secrets, writer.record_job))
+    return cache, parts
+
+
+def mirror_runnables(
+    demand: DemandSettings, pools: PoolCache, secrets: PoolSecrets, kube: Kube
+) -> list[Runnable]:
+    """The operator's side: the pools' own webhook secrets copied for the receiver (leader only)."""
+    if demand.mirror is None:
+        return []
+    mirror = SecretMirror(pools, secrets, kube, demand.mirror, interval=demand.mirror_interval)
+    return [Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)]

@@ -1,0 +1,67 @@
+"""The webhook receiver's own rules: its runners told by name, its flags (issue 30)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from runnerpool import api
+from runnerpool.cli import parser, settings_from
+from runnerpool.demand import rules
+from runnerpool.demand.runner_names import RunnerNames
+from runnerpool.demand.secret_mirror import mirror_key
+from runnerpool.github.jobs import Job
+from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
+
+
+def test_a_pools_runner_names_are_its_own_and_no_longer_named_pools() -> None:
+    """``a-x1y2z`` is pool a's runner, never pool a-x1y2z's, whose runners are one suffix longer."""
+    assert "a-x1y2z" in RunnerNames("a")
+    assert "a-x1y2z" not in RunnerNames("a-x1y2z")
+    assert "a-x1y2z-b7c8d" in RunnerNames("a-x1y2z")
+    assert "a-x1y2z-b7c8d" not in RunnerNames("a")
+    assert "a-X1Y2Z" not in RunnerNames("a"), "the API server draws lower-case letters and digits"
+    assert "b-x1y2z" not in RunnerNames("a")
+
+
+def test_a_job_in_progress_on_another_pools_runner_ends_for_this_pool() -> None:
+    """What the receiver records without reading pods: the job counts busy only where its runner is."""
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    queued = Job(
+        id=7, state="queued", repository="acme/app", labels=("self-hosted",), api_url="https://api.github.com"
+    )
+    taken = Job(
+        id=7,
+        state="in_progress",
+        repository="acme/app",
+        labels=("self-hosted",),
+        api_url="https://api.github.com",
+        runner_name="b-q2w3e",
+    )
+    mine, _ = rules.apply(None, [queued], now, runners=RunnerNames("a"))
+    after, _ = rules.apply(mine, [taken], now, runners=RunnerNames("a"))
+    assert (after.queued, after.busy, after.jobs["7"].state) == (0, 0, "completed")
+    theirs, _ = rules.apply(None, [taken], now, runners=RunnerNames("b"))
+    assert theirs.busy == 1
+
+
+def test_the_component_flag_and_the_mirror() -> None:
+    assert settings_from(parser().parse_args([])).component == OPERATOR
+    receiver = settings_from(
+        parser().parse_args(["--component", "webhook-receiver", "--webhook-secret-mirror", "ops/hooks"])
+    )
+    assert receiver.component == WEBHOOK_RECEIVER
+    assert receiver.demand.mirror == ("ops", "hooks")
+    assert settings_from(parser().parse_args(["--webhook-secret-mirror", ""])).demand.mirror is None
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--webhook-secret-mirror", "no-namespace"])
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--component", "everything"])
+
+
+def test_mirror_keys_split_back_whatever_the_key_holds() -> None:
+    """Namespaces and Secret names hold no ``_``: the first two split the key back."""
+    key = mirror_key("team-a", api.WebhookSecretRef(name="hooks.v2", key="secret_2.txt"))
+    assert key == "team-a_hooks.v2_secret_2.txt"
+    assert key.split("_", 2) == ["team-a", "hooks.v2", "secret_2.txt"]
