@@ -1,4 +1,4 @@
-"""Recording stand-ins for the reconciler's ports (``TokenJobs``, ``RunnerJobs``).
+"""Recording stand-ins for the reconciler's ports (``TokenJobs``, ``RunnerJobs``, ``PoolSecrets``).
 
 Kept beside the protocols in the operator package so that mypy --strict checks them against
 the protocols they fake, and tests stop reaching into the production classes. Never
@@ -7,13 +7,16 @@ imported by the operator itself (an import-linter contract says so).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from runnerpool import api
 from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key
 from runnerpool.github.types import JitRequest
+from runnerpool.reads import Reads
 
-__all__ = ["FakeJitJobs", "FakeRunnerJobs", "FakeTokenJobs"]
+__all__ = ["FakeJitJobs", "FakePoolSecrets", "FakeRunnerJobs", "FakeTokenJobs"]
 
 
 @dataclass
@@ -103,10 +106,44 @@ class FakeRunnerJobs:
         return self.outcome
 
 
+@dataclass
+class FakePoolSecrets:
+    """``PoolSecrets`` without credential protection: the credential Secret is read from
+    ``reads``; a pool's webhook secret is as ``webhook`` says (usable, unless given)."""
+
+    reads: Reads
+    webhook: Callable[[str, api.WebhookSecretRef], str | None] = lambda namespace, ref: None
+    #: (namespace, pool) of every ``finalized``.
+    finalized_pools: list[tuple[str, str]] = field(default_factory=list)
+
+    def protect(self, namespace: str, pool: str, secret_name: str) -> bool:
+        return False
+
+    def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
+        self.finalized_pools.append((namespace, pool))
+
+    def forget(self, namespace: str, pool: str) -> None:
+        pass
+
+    def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
+        return self.reads.get_secret(namespace, secret_name)
+
+    def retry_in(self, namespace: str, secret_name: str) -> float | None:
+        return None
+
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+        return self.webhook(namespace, ref)
+
+
 def _conforms() -> None:
     """Checked by mypy, never run: the fakes satisfy the protocols they stand in for."""
-    from runnerpool.reconciler import RunnerJobs, TokenJobs  # noqa: PLC0415 - type check only
+    from runnerpool.observe import PoolSecrets, RunnerJobs, TokenJobs  # noqa: PLC0415 - type check only
 
     tokens: TokenJobs = FakeTokenJobs()
     runners: RunnerJobs = FakeRunnerJobs()
-    del tokens, runners
+    secrets: PoolSecrets = FakePoolSecrets(_no_reads())
+    del tokens, runners, secrets
+
+
+def _no_reads() -> Reads:
+    raise NotImplementedError

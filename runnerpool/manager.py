@@ -25,12 +25,14 @@ from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.verification import Verifier
 from runnerpool.domain import pool_key
 from runnerpool.events import EventRecorder
+from runnerpool.gates import RunnerGroupGate, ScopeGate
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
+from runnerpool.observe import SecretChecks
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
-from runnerpool.reconciler import Reconciler
+from runnerpool.reconciler import PoolJobs, PoolStates, Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.kube import SECRETS, Kube
@@ -102,17 +104,13 @@ class Operator:
         protection = CredentialProtection(self.informers, kube, self._credentials)
         reconciler = Reconciler(
             self.informers,
-            self._api,
-            tokens,
-            runners,
+            kube,
+            PoolJobs(tokens, runners, others=(self._recorder,)),
             EventRecorder(kube),
+            gates=(ScopeGate(settings.tenants.allow_list), RunnerGroupGate(clients, settings.github.api_url)),
+            secrets=SecretChecks(protection, self._pool_secrets.problem),
+            states=PoolStates(self._expectations),
             settings=settings,
-            expectations=self._expectations,
-            protection=protection,
-            namespaces=self.informers,
-            forgetters=(self._recorder,),
-            webhook_secrets=self._pool_secrets.problem,
-            github=clients,
         )
         poller = DemandPoller(
             self.informers,

@@ -43,7 +43,6 @@ from tests.pools import (
     LiveReader,
     create_pool,
     legacy_budget,
-    legacy_deployment,
     mark_pods_ready,
     pat_secret,
     play_kubelet,
@@ -61,8 +60,8 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
 # Checked by admission (OwnerReferencesPermissionEnforcement), never requested: it cannot show in
 # the audit log as a request, but without it the operator's creates with an owner reference fail.
 ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
-# Held, never requested, so that the operator may create the runner Role of containerMode:
-# kubernetes (RBAC refuses a Role granting more than its creator holds:
+# Held, never requested, so that the operator may bind the runner hooks' ClusterRole of
+# containerMode: kubernetes (RBAC refuses a binding granting more than its creator holds:
 # tests/test_hook_access.py shows the refusal).
 ESCALATION_ONLY = {
     (group, resource, verb)
@@ -212,33 +211,15 @@ def operator_as_service_account(
             assert not runner.is_alive(), "the operator did not stop"
 
 
-def _legacy_deployment(api_client: client.ApiClient, namespace: str, name: str, scope: str) -> None:
-    """The runner Deployment an earlier operator version made for pool ``name``."""
-    manifest = pool_manifest(name, repo=scope) | {"metadata": {"name": name, "namespace": namespace}}
-    legacy_deployment(
-        api_client,
-        api.RunnerPool.model_validate(manifest),
-        api.DEFAULT_RUNNER_IMAGE,
-        "https://api.github.com",
-    )
-
-
 def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub) -> None:
-    """Everything the operator does for a pool: take over a legacy Deployment and budget, converge
+    """Everything the operator does for a pool: delete an earlier version's budget, converge
     (watching the namespace too), protect its credential Secret, repair drift, protect a busy
     runner, replace a finished pod, deregister, let go of the pool and of the Secret."""
     reader = LiveReader(api_client)
-    apps, core, policy = (
-        client.AppsV1Api(api_client),
-        client.CoreV1Api(api_client),
-        client.PolicyV1Api(api_client),
-    )
+    core, policy = client.CoreV1Api(api_client), client.PolicyV1Api(api_client)
     scope = "octo-org/octo-repo"
     pat_secret(api_client, namespace)
-    _legacy_deployment(api_client, namespace, "lp", scope)
-    wait_for(lambda: reader.list_pods(namespace, "lp"), message="the legacy Deployment's pod")
     create_pool(api_client, namespace, pool_manifest("lp", repo=scope))
-    wait_for(lambda: not apps.list_namespaced_deployment(namespace).items, message="the Deployment to go")
     old_budget = legacy_budget(api_client, namespace, "lp")
     wait_for(
         lambda: not reader.get_disruption_budget(namespace, old_budget), message="the per-pool budget to go"
@@ -255,7 +236,7 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
             )
 
         wait_for(repaired, message="the hand edit to be repaired")
-    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)  # the legacy pod rolled, a fresh one
+    [pod] = mark_pods_ready(api_client, namespace, "lp", 1)
     assert (core.read_namespaced_pod(pod, namespace).metadata.labels or {}).get(naming.TEMPLATE_HASH_LABEL)
     secret = reader.get_secret(namespace, naming.token_secret_name("lp")) or {}
     token = base64.b64decode(secret["data"][naming.TOKEN_SECRET_KEY]).decode()
@@ -330,16 +311,15 @@ def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) ->
 
 
 def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
-    """A containerMode: kubernetes pool: its runner ServiceAccount, Role and RoleBinding are made
-    (list, watch, create), a hand edit of the Role repaired (patch), and all three deleted when
-    the pool leaves the mode (delete)."""
+    """A containerMode: kubernetes pool: its runner ServiceAccount and RoleBinding (to the shipped
+    hooks ClusterRole) are made (list, watch, create), hand edits repaired (patch), and both
+    deleted when the pool leaves the mode (delete)."""
     reader, name = LiveReader(api_client), naming.runner_account_name("km")
     create_pool(
         api_client, namespace, pool_manifest("km", repo="octo-org/octo-repo", containerMode="kubernetes")
     )
     wait_for(lambda: reader.get_role_binding(namespace, name), message="the runner RoleBinding")
     rbac, core = client.RbacAuthorizationV1Api(api_client), client.CoreV1Api(api_client)
-    rbac.patch_namespaced_role(name, namespace, {"rules": []})
     intruder = [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]
     rbac.patch_namespaced_role_binding(name, namespace, {"subjects": intruder})
     core.patch_namespaced_service_account(name, namespace, {"metadata": {"labels": {naming.POOL_LABEL: "x"}}})
@@ -348,8 +328,7 @@ def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
         account = reader.get_service_account(namespace, name) or {}
         binding = reader.get_role_binding(namespace, name) or {}
         return (
-            bool((reader.get_role(namespace, name) or {}).get("rules"))
-            and binding.get("subjects") != intruder
+            binding.get("subjects") not in (None, intruder)
             and (account.get("metadata") or {}).get("labels", {}).get(naming.POOL_LABEL) == "km"
         )
 
@@ -359,13 +338,7 @@ def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
     )
     wait_for(
         lambda: (
-            not any(
-                (
-                    reader.get_service_account(namespace, name),
-                    reader.get_role(namespace, name),
-                    reader.get_role_binding(namespace, name),
-                )
-            )
+            not any((reader.get_service_account(namespace, name), reader.get_role_binding(namespace, name)))
         ),
         message="the runner account to go with the mode",
     )

@@ -14,17 +14,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import naming
-from runnerpool.events import EventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool import children, naming
+from runnerpool.fakes import FakeTokenJobs
 from runnerpool.github.types import JitConfig
-from runnerpool.pods import jit
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings
 from secret_updater.jit import jit_patch
 from tests.pools import LiveReader, create_pool, pool_manifest
+from tests.reconcilers import make_reconciler
 
 CONFIG = "eyJqaXQiOiAic2VjcmV0LWNvbmZpZyJ9"
 
@@ -40,14 +37,8 @@ def reconciler(
     runnerpool_crd: dict,  # type: ignore[type-arg]
     tokens: FakeTokenJobs,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
-        api_client,
-        tokens,
-        FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
-        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
-        expectations=Expectations(timeout=0),
+    return make_reconciler(
+        api_client, tokens=tokens, settings=Settings(queue=QueueSettings(status_coalesce=0.0))
     )
 
 
@@ -163,7 +154,7 @@ def test_a_register_container_that_failed_does_not_empty_the_secret(
     # The kubelet runs it again, and it needs its config then.
     kept = _secret(api_client, namespace, pod)
     assert kept is not None and kept["data"][naming.JIT_SECRET_KEY]
-    assert not jit.registered(pod)
+    assert not children.registered(pod)
 
 
 def test_a_jit_pool_reports_its_token_ready_without_a_pool_token(

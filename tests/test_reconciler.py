@@ -22,8 +22,7 @@ from kubernetes import client
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import Scope, TokenFailure
-from runnerpool.events import EventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.fakes import FakeTokenJobs
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import (
     DeregistrationError,
@@ -47,6 +46,7 @@ from tests.pools import (
     pool_events,
     pool_manifest,
 )
+from tests.reconcilers import make_reconciler
 
 __all__ = ["github"]  # the fixture, shared with the other GitHub-facing tests
 
@@ -80,17 +80,13 @@ def reconciler(
     tokens: FakeTokenJobs,
     runners: RunnerManagers,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
+    return make_reconciler(
         api_client,
-        tokens,
-        runners,
-        EventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(
             deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
         ),
-        # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
-        expectations=Expectations(timeout=0),
     )
 
 
@@ -158,14 +154,11 @@ def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
     """ "Waiting for the token" is not written when the token may still come within the
     coalescing time (the next write would replace it at once), but it is written after."""
     coalesce = 1.5
-    reconciler = Reconciler(
-        LiveReader(api_client),
+    reconciler = make_reconciler(
         api_client,
-        tokens,
-        runners,
-        EventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
-        expectations=Expectations(timeout=0),
     )
     create_pool(api_client, namespace, pool_manifest("early"))
 
@@ -279,12 +272,8 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
     create_pool(api_client, namespace, pool_manifest("omicron"))
     stored = _get(api_client, namespace, "omicron")
     loose = {**stored, "spec": {"repository": "not a repository", "replicas": -1}}
-    invalid = Reconciler(
-        _Stored(LiveReader(api_client), loose),
-        api_client,
-        FakeTokenJobs(),
-        FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+    invalid = make_reconciler(
+        api_client, reads=_Stored(LiveReader(api_client), loose), expectations=Expectations()
     )
 
     with pytest.raises(InvalidSpecError) as info:
@@ -320,12 +309,8 @@ class _StaleCache(LiveReader):
 def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
     api_client: client.ApiClient, namespace: str, tokens: FakeTokenJobs
 ) -> None:
-    stale = Reconciler(
-        _StaleCache(api_client),
-        api_client,
-        tokens,
-        FakeRunnerJobs(),
-        EventRecorder(Kube(api_client)),
+    stale = make_reconciler(
+        api_client, reads=_StaleCache(api_client), tokens=tokens, expectations=Expectations()
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")

@@ -25,10 +25,9 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
 from runnerpool.events import EventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
@@ -36,6 +35,7 @@ from runnerpool.settings import QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
 from tests.pools import LiveReader, autoscaling_of, create_pool, fill_token, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -86,16 +86,14 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         lambda key: None,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started
     )
-    yield Reconciler(
-        cache,
+    yield make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        runners,
-        events,
+        reads=cache,
+        runners=runners,
+        recorder=events,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
-        expectations=Expectations(timeout=0),
-        webhook_secrets=PoolSecrets(Kube(api_client), retry_gap=0.0).problem,
+        secrets=FakePoolSecrets(cache, PoolSecrets(Kube(api_client), retry_gap=0.0).problem),
     )
     runners.shutdown()
 
@@ -257,15 +255,12 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
     """The busy mark (eviction protection) follows the runner listing; a delivery saying a job
     runs on a pod without the mark asks for the listing now instead of at the next interval."""
     runners = FakeRunnerJobs()
-    reconciler = Reconciler(
-        cache,
+    reconciler = make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        runners,
-        EventRecorder(Kube(api_client)),
+        reads=cache,
+        runners=runners,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
-        expectations=Expectations(timeout=0),
     )
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
     recorder = DemandRecorder(Kube(api_client), cache, API, clock=clock)

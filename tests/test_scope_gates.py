@@ -12,18 +12,15 @@ from kubernetes import client
 
 from runnerpool import naming
 from runnerpool.domain import Scope
-from runnerpool.events import EventRecorder
 from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
-from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.types import RunnerGroup
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings, TenantSettings
 from runnerpool.tenants import parse_allow_rule
 from tests.github_mocks import github
 from tests.pools import LiveReader, create_pool, fill_token, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
 
 __all__ = ["github"]
 
@@ -40,19 +37,15 @@ def _reconciler(
     allow: tuple[str, ...] = (),
     github_client: FakeGitHubClient | None = None,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
+    return make_reconciler(
         api_client,
-        tokens,
-        runners,
-        EventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(
             queue=QueueSettings(status_coalesce=0.0),
             tenants=TenantSettings(allow=tuple(parse_allow_rule(rule) for rule in allow) or None),
         ),
-        expectations=Expectations(timeout=0),
         github=FakeGitHubClients(github_client or FakeGitHubClient()),
-        runner_groups=RunnerGroups(),
     )
 
 
