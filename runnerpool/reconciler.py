@@ -40,7 +40,7 @@ from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, obs
 from runnerpool.pods import failures, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.step import Converged, LivePods, PodStep
+from runnerpool.pods.step import Converged, PodStep
 from runnerpool.reads import Reads
 from runnerpool.reasons import Reason
 from runnerpool.runtime.controller import Result, TerminalError
@@ -104,6 +104,11 @@ class PoolState:
     first_seen: float | None = None
     #: The stuck pods' reasons last told as an Event (told once per change).
     failing_told: frozenset[str] | None = None
+
+    def failing_changed(self, reasons: frozenset[str]) -> bool:
+        """Remember ``reasons``; whether they differ from the ones last seen (then: news)."""
+        changed, self.failing_told = reasons != self.failing_told, reasons
+        return changed
 
 
 @dataclass
@@ -237,23 +242,22 @@ class Reconciler:
         if foreign:
             return self._refuse(run, self._not_owned(run, foreign))
         recheck = self._start_jobs(run, seen, secret)
-        live = LivePods(seen.pods, seen.expected)
-        decision = self._decide(run, live)
+        decision = self._decide(run, seen)
         recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
         # A JIT pod waits for its own config, not for the pool's token.
         token = _jit(run.pool) or pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
-            planned = self._pods.counts(run.pool, decision.replicas, live, with_creates=token)
+            planned = self._pods.counts(run.pool, decision.replicas, seen, with_creates=token)
             self._update_status(run, seen, secret, planned, decision)
         if not token:
             # No new pod without a token, but the pods that run still count in the status.
-            counts = self._pods.counts(run.pool, decision.replicas, live)
+            counts = self._pods.counts(run.pool, decision.replicas, seen)
             wait = self._update_status(run, seen, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         self._apply_children(run, children.budgets(run.pool, seen))
-        converged = self._act_on_pods(run, decision, live)
+        converged = self._act_on_pods(run, decision, seen)
         self._apply_jit_secrets(run, seen)
         wait = self._update_status(run, seen, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
@@ -337,8 +341,8 @@ class Reconciler:
             recreated=Write.SECRET_CREATED in run.writes,
         )
 
-    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> Converged:
-        converged = self._pods.converge(run.pool, run.writes, decision.replicas, live)
+    def _act_on_pods(self, run: _Pass, decision: Decision, seen: Observed) -> Converged:
+        converged = self._pods.converge(run.pool, run.writes, decision.replicas, seen)
         pods = converged.counts
         if converged.refused is not None:
             # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count.
@@ -350,7 +354,7 @@ class Reconciler:
             # A pool's first pods are its normal start, which the conditions tell; pods made
             # for a pool that was ready (a scale-up, a replacement) are news.
             self._recorder.event(run.raw, NORMAL, Reason.CREATED_PODS, f"created {created} runner pod(s)")
-        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live.pods):
+        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, seen.pods):
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
             self._jobs.runners.bring_round_forward(run.pool.namespace, run.pool.name)
@@ -360,8 +364,7 @@ class Reconciler:
         """A Warning when the reasons the pool's pods are stuck for change (not when a count does);
         pods no longer stuck are told by the Ready condition's recovery."""
         reasons = frozenset(f.reason for f in pods.failing)
-        changed, run.state.failing_told = reasons != run.state.failing_told, reasons
-        if changed and reasons:
+        if run.state.failing_changed(reasons) and reasons:
             message = failures.describe(pods.failing)
             self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
 
@@ -391,7 +394,7 @@ class Reconciler:
                 )
                 self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
 
-    def _decide(self, run: _Pass, live: LivePods) -> Decision:
+    def _decide(self, run: _Pass, seen: Observed) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
         by the pods that are still up (``held_by``)."""
         pool = run.pool
@@ -400,7 +403,7 @@ class Reconciler:
             run.state.window = window
         if not decision.holding:
             return decision  # nothing held: no need to count the pods
-        return decision.held_by(self._pods.counts(pool, decision.replicas, live).active)
+        return decision.held_by(self._pods.counts(pool, decision.replicas, seen).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if naming.POOL_FINALIZER not in run.pool.finalizers:

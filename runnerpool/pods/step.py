@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubernetes.client.rest import ApiException
 
@@ -28,18 +28,12 @@ from runnerpool.pods.expectations import Expectations, still_pending
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.writes import Write, Writes
 
+if TYPE_CHECKING:
+    from runnerpool.observe import Observed
+
 __all__ = ["Converged", "PodStep"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LivePods:
-    """A pool's pods as one read of the cache showed them, and the creates expected as of
-    just before that read (``runnerpool.pods.expectations``)."""
-
-    pods: list[dict[str, Any]]
-    expected: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -94,9 +88,9 @@ class PodStep:
         return self._expectations.expected(pool_key(pool.namespace, pool.name))
 
     def counts(
-        self, pool: api.RunnerPool, replicas: int, live: LivePods, *, with_creates: bool = False
+        self, pool: api.RunnerPool, replicas: int, live: Observed, *, with_creates: bool = False
     ) -> scaling.PodCounts:
-        """The pool's pods as they are (``live``: this pass's :meth:`read`), without any write;
+        """The pool's pods as they are (``live``: this pass's snapshot), without any write;
         ``with_creates``: as they will be once :meth:`converge` made the missing ones (none
         while the pool backs off from a refused create)."""
         counts = self._count(pool, live, replicas)
@@ -108,15 +102,15 @@ class PodStep:
         """The refusal the pool reports: its current template's last create was refused."""
         return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
 
-    def _count(self, pool: api.RunnerPool, live: LivePods, replicas: int) -> scaling.PodCounts:
+    def _count(self, pool: api.RunnerPool, live: Observed, replicas: int) -> scaling.PodCounts:
         names = [str(p["metadata"].get("name")) for p in live.pods]
         return scaling.count(live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names))
 
-    def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: LivePods) -> Converged:
+    def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: Observed) -> Converged:
         """Create what is missing (unless backing off from a refusal).
 
         ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
-        ``live``: this pass's :meth:`read`.
+        ``live``: this pass's snapshot.
         """
         key = pool_key(pool.namespace, pool.name)
         counts = self._count(pool, live, replicas)
