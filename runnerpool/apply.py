@@ -48,6 +48,9 @@ class Kind:
     created: Write
     updated: Write
     deleted: Write | None = None
+    #: Whether a create refused with 409 reads the object by name (``get``); without, the
+    #: object's own event brings the pool back (the namespace's budget: no ``get`` is held).
+    read_on_conflict: bool = True
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def _create(kube: Kube, child: Child, writes: Writes) -> dict[str, Any] | None:
     except ApiException as err:
         if err.status != 409:
             raise
-        return _read(kube, child)
+        return _read(kube, child) if child.kind.read_on_conflict else None
     writes.add(child.kind.created)
     return made
 

@@ -46,6 +46,7 @@ BUDGET = Kind(
     Write.BUDGET_CREATED,
     Write.BUDGET_UPDATED,
     Write.BUDGET_DELETED,
+    read_on_conflict=False,
 )
 #: The per-pool budget of an earlier version: only ever deleted.
 LEGACY_BUDGET = Kind(

@@ -60,7 +60,7 @@ def token_condition(
     stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: TokenFailure | None
 ) -> dict[str, Any]:
     if pool.spec.registration == api.REGISTRATION_JIT:
-        # No pool token: each pod gets its own runner's config (runnerpool.pods.jit).
+        # No pool token: each pod gets its own runner's config (runnerpool.children.jit_child).
         if failure is not None:
             return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)
         return stamp.condition(

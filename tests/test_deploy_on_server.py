@@ -342,6 +342,35 @@ def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
         ),
         message="the runner account to go with the mode",
     )
+    _foreign_runner_access(api_client, namespace)
+
+
+def _foreign_runner_access(api_client: client.ApiClient, namespace: str) -> None:
+    """A ServiceAccount and RoleBinding someone else made under the names a kubernetes-mode pool
+    would use: the operator's creates are refused (409), it reads them by name (get), leaves them
+    alone and the pool says so."""
+    reader, name = LiveReader(api_client), naming.runner_account_name("kf")
+    client.CoreV1Api(api_client).create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    create_pool(
+        api_client, namespace, pool_manifest("kf", repo="octo-org/octo-repo", containerMode="kubernetes")
+    )
+
+    def ready_reason() -> str | None:
+        pool = reader.get_pool(namespace, "kf") or {}
+        found = [c for c in (pool.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+        return found[0]["reason"] if found else None
+
+    wait_for(lambda: ready_reason() == "ChildNotOwned", message="the pool to say its names are taken")
+    assert not (reader.get_service_account(namespace, name) or {})["metadata"].get("ownerReferences")
+    assert (reader.get_role_binding(namespace, name) or {})["roleRef"]["name"] == "view"
 
 
 def _scrape(port: int, token: str) -> int:
