@@ -25,13 +25,15 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
 from runnerpool.events import KubeEventRecorder
+from runnerpool.gates import NamespaceGate, RunnerGroupGate, ScopeGate
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.namespace_access import NamespaceAccess
+from runnerpool.observe import SecretChecks
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
-from runnerpool.reconciler import Reconciler
+from runnerpool.reconciler import PoolJobs, PoolStates, Reconciler
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
@@ -127,18 +129,17 @@ class Operator:
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
         reconciler = Reconciler(
             self.informers,
-            self._api,
-            secrets,
-            runners,
+            kube,
+            PoolJobs(secrets, runners, others=(self._demand,)),
             KubeEventRecorder(kube),
+            gates=(
+                NamespaceGate(access),
+                ScopeGate(allow),
+                RunnerGroupGate(clients, settings.github.api_url),
+            ),
+            secrets=SecretChecks(protection, self._pool_secrets.problem),
+            states=PoolStates(self._expectations),
             settings=settings,
-            expectations=self._expectations,
-            protection=protection,
-            namespaces=self.informers,
-            forgetters=(self._demand,),
-            webhook_secrets=self._pool_secrets.problem,
-            github=clients,
-            namespace_access=access,
         )
         url_of = settings.github.api_url_of
         poller = DemandPoller(
