@@ -159,13 +159,6 @@ def jit_secret(pod: Mapping[str, Any], name: str, pool: str) -> dict[str, Any]:
     }
 
 
-def jit_secret_name(pod: Mapping[str, Any]) -> str | None:
-    """The pod's own JIT Secret; ``None`` for a token-mode pod."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    name = annotations.get(naming.JIT_SECRET_ANNOTATION)
-    return str(name) if name else None
-
-
 def registered(pod: Mapping[str, Any]) -> bool:
     """The pod's register init container has ended with success: it has copied its config."""
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []

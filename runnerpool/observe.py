@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runnerpool import api, children, naming
+from runnerpool import api, naming
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Drain, PoolRef, RegistrationFailure
 from runnerpool.github.types import JitRequest
+from runnerpool.pods import state as pod_state
 from runnerpool.reads import Reads
 
 __all__ = [
@@ -118,7 +119,7 @@ def observe(
     """The snapshot of ``pool`` (``expected``: the creates still expected, taken before the pod read)."""
     ns, name = pool.namespace, pool.name
     pods = reads.list_pods(ns, name)
-    jit_names = [n for n in (children.jit_secret_name(p) for p in pods) if n is not None]
+    jit_names = [n for n in (pod_state.jit_secret_name(p) for p in pods) if n is not None]
     account = naming.runner_account_name(name)
     jit = pool.spec.registers_jit
     counts = runners.counts(ns, name)

@@ -38,6 +38,7 @@ from runnerpool.github.errors import GitHubError
 from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
 from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, observe
 from runnerpool.pods import failures, template
+from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.step import Converged, PodStep
@@ -379,7 +380,7 @@ class Reconciler:
         group = run.runner_group_id if run.runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID
         request = JitRequest(run.pool.name, tuple(template.runner_labels(run.pool)), group, naming.WORK_DIR)
         for pod in seen.pods:
-            name = children.jit_secret_name(pod)
+            name = pod_state.jit_secret_name(pod)
             if name is None:
                 continue
             uid, live = str(pod["metadata"]["uid"]), seen.jit_secrets.get(name)

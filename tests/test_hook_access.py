@@ -25,8 +25,8 @@ from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_
 from runnerpool.reconciler import Reconciler
 from runnerpool.runtime.kube import Kube
 from runnerpool.writes import Writes
-from tests.pools import LiveReader, create_pool, fill_token, mark_pods_ready, pool_events, pool_manifest
-from tests.test_reconciler import FUTURE, reconciler, runners, tokens
+from tests.pools import LiveReader, create_pool, mark_pods_ready, pool_events, pool_manifest
+from tests.test_reconciler import reconciler, runners, tokens
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     DEPLOY,
@@ -144,35 +144,44 @@ def test_the_operator_binds_the_runner_account_with_deploys_rbac_and_it_holds_ex
     assert not _allowed(as_runner, "default", "", "pods", "", "create")
 
 
-def test_without_the_hooks_permissions_the_api_server_refuses_the_binding(
+def test_without_bind_on_the_hooks_role_the_api_server_refuses_the_binding(
     api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    """Why deploy/rbac holds pods/exec and pods/log the operator never uses: RBAC's escalation check."""
+    """Why the namespace role holds ``bind`` on runnerpool-runner-hooks (and none of its verbs):
+    RBAC's escalation check refuses a binding of a role whose verbs one does not hold, unless one
+    may ``bind`` that very role."""
     install_operator_rbac(control_plane)  # the shipped hooks ClusterRole
-    rules = yaml.safe_load((DEPLOY / "rbac" / "cluster_role.yaml").read_text())["rules"]
-    without_exec = [r for r in rules if "pods/exec" not in r["resources"]]
+    rules = yaml.safe_load((DEPLOY / "rbac" / "namespace_cluster_role.yaml").read_text())["rules"]
     rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "no-exec"}, "rules": without_exec})
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "no-exec"},
-            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "no-exec"},
-            "subjects": [{"kind": "ServiceAccount", "name": "no-exec", "namespace": namespace}],
-        },
-    )
-    path = service_account_kubeconfig(control_plane, namespace, "no-exec", tmp_path / "no-exec", create=True)
-    limited = client.RbacAuthorizationV1Api(config.new_client_from_config(config_file=str(path)))
     hooks = {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RUNNER_HOOKS_CLUSTER_ROLE}
     subjects = [{"kind": "ServiceAccount", "name": "runner", "namespace": namespace}]
 
-    with pytest.raises(ApiException) as refused:
-        limited.create_namespaced_role_binding(
-            namespace, {"metadata": {"name": "hooks"}, "roleRef": hooks, "subjects": subjects}
+    def binder(name: str, role_rules: list[dict[str, object]]) -> client.RbacAuthorizationV1Api:
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": role_rules})
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
         )
+        path = service_account_kubeconfig(control_plane, namespace, name, tmp_path / name, create=True)
+        return client.RbacAuthorizationV1Api(config.new_client_from_config(config_file=str(path)))
 
+    without_bind = binder("no-bind", [r for r in rules if "bind" not in r["verbs"]])
+    with pytest.raises(ApiException) as refused:
+        without_bind.create_namespaced_role_binding(
+            namespace, {"metadata": {"name": "hooks-a"}, "roleRef": hooks, "subjects": subjects}
+        )
     assert refused.value.status == 403
     assert "attempting to grant RBAC permissions not currently held" in refused.value.body
+
+    shipped = binder("shipped", rules)
+    shipped.create_namespaced_role_binding(
+        namespace, {"metadata": {"name": "hooks-b"}, "roleRef": hooks, "subjects": subjects}
+    )
+    assert rbac.read_namespaced_role_binding("hooks-b", namespace).role_ref.name == RUNNER_HOOKS_CLUSTER_ROLE
 
 
 def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_away(
@@ -181,8 +190,7 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
     key = f"{namespace}/km"
     uid = create_pool(api_client, namespace, _kubernetes_pool("km"))["metadata"]["uid"]
     reconciler(key)
-    fill_token(api_client, namespace, "km", "tok", FUTURE)
-    reconciler(key)
+    reconciler(key)  # a JIT pool (kubernetes mode's default): no pool token to wait for
     [pod] = mark_pods_ready(api_client, namespace, "km", 1)
     reconciler(key)
     name = naming.runner_account_name("km")
@@ -229,10 +237,11 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
 def test_same_named_objects_the_pool_does_not_control_are_left_byte_for_byte_and_the_pool_says_so(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
-    """Someone else's Secret named like the pool's token Secret, and a Role and RoleBinding named
-    like its runner access: no patch, no delete, no pod, no token; a condition and an Event."""
+    """Someone else's Secret named like a pool's token Secret, and a Role and RoleBinding named
+    like a kubernetes-mode pool's runner access: no patch, no delete, no pod, no token; a
+    condition and an Event."""
     core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
-    name, secret = naming.runner_account_name("km"), naming.token_secret_name("km")
+    name, secret = naming.runner_account_name("km"), naming.token_secret_name("tk")
     core.create_namespaced_secret(namespace, {"metadata": {"name": secret}, "stringData": {"a": "b"}})
     rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": [rule]})
@@ -253,26 +262,31 @@ def test_same_named_objects_the_pool_does_not_control_are_left_byte_for_byte_and
         ]
 
     before = foreign()
-    key = f"{namespace}/km"
     create_pool(api_client, namespace, _kubernetes_pool("km"))
+    create_pool(api_client, namespace, pool_manifest("tk"))
     for _ in range(2):
-        reconciler(key)
+        reconciler(f"{namespace}/km")
+        reconciler(f"{namespace}/tk")
 
     assert foreign() == before, "left byte for byte"
-    pool = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, "km"
-    )
-    [ready] = [c for c in pool["status"]["conditions"] if c["type"] == "Ready"]
-    assert (ready["status"], ready["reason"]) == ("False", "ChildNotOwned")
-    assert f"rolebindings {name}" in ready["message"] and f"secrets {secret}" in ready["message"]
-    assert [r for _, r, _ in pool_events(api_client, namespace)].count("ChildNotOwned") == 1
-    assert LiveReader(api_client).list_pods(namespace, "km") == []
+    for pool_name, taken in (("km", f"rolebindings {name}"), ("tk", f"secrets {secret}")):
+        pool = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, pool_name
+        )
+        [ready] = [c for c in pool["status"]["conditions"] if c["type"] == "Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "ChildNotOwned"), pool_name
+        assert taken in ready["message"]
+        assert LiveReader(api_client).list_pods(namespace, pool_name) == []
+    assert [r for _, r, _ in pool_events(api_client, namespace)].count("ChildNotOwned") == 2
 
-    # Once they are gone, the pool makes its own.
+    # Once they are gone, the pools make their own.
     core.delete_namespaced_secret(secret, namespace)
     rbac.delete_namespaced_role_binding(name, namespace)
-    reconciler(key)
+    reconciler(f"{namespace}/km")
+    reconciler(f"{namespace}/tk")
     account, binding = _access(api_client, namespace, "km")
     assert account is not None and binding is not None
     assert binding["roleRef"]["kind"] == "ClusterRole"
     assert rbac.read_namespaced_role(name, namespace).rules[0].resources == ["configmaps"], "still theirs"
+    token_secret = core.read_namespaced_secret(secret, namespace)
+    assert token_secret.metadata.owner_references[0].name == "tk"

@@ -31,10 +31,18 @@ from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
-from runnerpool.settings import QueueSettings, Settings
+from runnerpool.settings import GitHubSettings, QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
-from tests.pools import LiveReader, autoscaling_of, create_pool, fill_token, pool_events, pool_manifest
+from tests.pools import (
+    LiveReader,
+    autoscaling_of,
+    by_name_reads,
+    create_pool,
+    fill_token,
+    pool_events,
+    pool_manifest,
+)
 from tests.reconcilers import make_reconciler
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
@@ -93,7 +101,7 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         recorder=events,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
-        secrets=FakePoolSecrets(cache, PoolSecrets(Kube(api_client), retry_gap=0.0).problem),
+        secrets=FakePoolSecrets(cache, PoolSecrets(by_name_reads(Kube(api_client)), retry_gap=0.0).problem),
     )
     runners.stop_all()
 
@@ -142,7 +150,7 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     assert _pods(api_client, namespace, "auto") == 0
     assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 0
 
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     for job_id in (1, 2, 3):
         assert recorder.record_job(_job(job_id, "queued", namespace, "auto")) == 1
     reconciler(key)
@@ -203,7 +211,7 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
     assert scaling["message"] == "2 runner(s) for 0 queued, 0 busy job(s) + 2 idle (minIdle); min 0, max 5"
 
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     recorder.record_job(_job(1, "queued", namespace, "warm"))
     reconciler(key)
     pods = {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")}
@@ -226,7 +234,7 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     """After its job an ephemeral runner's pod is used up; while only the delay holds the
     count, a new pod for it would be a registration and a deregistration for nothing."""
     key = _pool_at_zero(api_client, namespace, reconciler, "held")
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     for job_id in (1, 2, 3):
         recorder.record_job(_job(job_id, "queued", namespace, "held"))
     reconciler(key)
@@ -263,7 +271,7 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
         clock=clock,
     )
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     recorder.record_job(_job(1, "queued", namespace, "mark"))
     reconciler(key)
     [pod] = LiveReader(api_client).list_pods(namespace, "mark")
@@ -297,7 +305,7 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     assert gauge("runnerpool_pool_ready") == 1, "0 of 0 runners ready, with a token: Ready"
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "nothing queued"
 
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     first_seen = clock.now
     recorder.record_job(_job(1, "queued", namespace, "gauged"))
     clock.now += timedelta(minutes=3)
@@ -345,7 +353,7 @@ def test_an_organization_pool_that_can_see_no_demand_says_so_until_a_delivery_ar
     secret = b"cluster-wide"
     verdict = Verifier(lambda: (secret,))(body, sign(secret, body))
     assert verdict.accepted
-    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     assert recorder.record_job(parse_delivery(json.loads(body)), verdict) == 0
     reconciler(key)
     assert _condition(api_client, namespace, "blind", "DemandVisible")[:2] == ("True", "WebhookDelivering")

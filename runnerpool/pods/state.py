@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runnerpool.naming import RUNNER_CONTAINER
+from runnerpool.naming import JIT_SECRET_ANNOTATION, RUNNER_CONTAINER
 
 __all__ = ["FINISHED_PHASES", "active", "counted", "is_used_up", "ready", "runner_status", "used_up"]
 
@@ -53,3 +53,10 @@ def used_up(pod: Mapping[str, Any]) -> bool:
 def ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def jit_secret_name(pod: Mapping[str, Any]) -> str | None:
+    """The pod's own JIT Secret (its annotation); ``None`` for a token-mode pod."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    name = annotations.get(JIT_SECRET_ANNOTATION)
+    return str(name) if name else None
