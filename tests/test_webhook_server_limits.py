@@ -6,6 +6,7 @@ delivery still gets meanwhile, and that nothing reaches stderr outside the log f
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -496,3 +497,43 @@ def test_an_unverified_body_is_parsed_only_when_small_and_its_signature_well_for
     finally:
         server.stop()
     assert recorded.jobs == [4]
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def test_300_stalled_uploads_of_the_largest_body_stay_under_32_mib(recorded: Recorded) -> None:
+    """The stated bound: the default connection cap x (default body cap + header cap)."""
+    limits = Limits(read_timeout=60)
+    bound = limits.max_connections * (limits.max_body + limits.max_header) / 2**20
+    assert bound <= 32
+    server = WebhookServer(0, lambda: (SECRET,), recorded, host="127.0.0.1", limits=limits)
+    server.start()
+    before = _rss_mib()
+    head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {limits.max_body}\r\n\r\n".encode()
+    stalled_upload = head + b" " * (limits.max_body - 1)  # all but the last byte
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            sock = connect(server)
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # what is not sent is the client's to hold
+                sock.send(stalled_upload)
+            socks.append(sock)
+        wait_for(lambda: server.connections == limits.max_connections, timeout=20, message="the cap reached")
+        readings = [_rss_mib()]
+
+        def settled() -> bool:
+            readings.append(_rss_mib())
+            return abs(readings[-1] - readings[-2]) < 0.5
+
+        wait_for(settled, timeout=20, interval=0.5, message="the server's buffers filled")
+        grown = max(readings) - before
+        assert grown < bound, f"{grown:.1f} MiB"
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
+    assert recorded.jobs == []
