@@ -1,17 +1,61 @@
-"""What every in-cluster object a RunnerPool owns carries, and the token Secret.
+"""Every object a RunnerPool wants besides its runner pods, built in one place: pure functions.
 
-Pure functions of the pool: the labels a pool's children are selected by, the owner
-reference that ties them to it, and the empty token Secret the reconciler creates. The
-runner pod itself is built in one place, ``runnerpool.pods.template``.
+The token Secret (token registration), each JIT pod's Secret (JIT registration), the
+namespace's busy-runner PodDisruptionBudget, and in ``containerMode: kubernetes`` the runner
+ServiceAccount and the RoleBinding that grants it ``hook_access.RUNNER_HOOKS_CLUSTER_ROLE``.
+:func:`wanted` turns the pool and what the caches show (``runnerpool.observe.Observed``) into
+rows for the one apply (``runnerpool.apply``); the runner pod itself is
+``runnerpool.pods.template.runner_pod``.  README.md's "Who owns what" is the table of who
+creates, patches and deletes each.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from runnerpool import api, naming
+from runnerpool.apply import Child, Kind, controlled_by
 from runnerpool.domain import resolve_api_url
 from runnerpool.github.protocol import GitHubClient, GitHubClients
+from runnerpool.hook_access import RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE
+from runnerpool.pods import state
+from runnerpool.runtime.kube import POD_DISRUPTION_BUDGETS, ROLE_BINDINGS, SECRETS, SERVICE_ACCOUNTS
+from runnerpool.writes import Write
+
+if TYPE_CHECKING:
+    from runnerpool.observe import Observed
+
+TOKEN_SECRET = Kind(SECRETS, ("metadata",), Write.SECRET_CREATED, Write.SECRET_METADATA)
+#: ``data`` is compared only when the Secret is to be emptied (:func:`jit_secret`).
+JIT_SECRET = Kind(SECRETS, ("data",), Write.JIT_SECRET_CREATED, Write.JIT_SECRET_EMPTIED)
+ACCOUNT = Kind(
+    SERVICE_ACCOUNTS, ("metadata",), Write.ACCOUNT_CREATED, Write.ACCOUNT_UPDATED, Write.ACCOUNT_DELETED
+)
+#: roleRef is immutable (and fixed): labels, owner and subjects are repaired.
+BINDING = Kind(
+    ROLE_BINDINGS,
+    ("metadata", "subjects"),
+    Write.ROLE_BINDING_CREATED,
+    Write.ROLE_BINDING_UPDATED,
+    Write.ROLE_BINDING_DELETED,
+)
+BUDGET = Kind(
+    POD_DISRUPTION_BUDGETS,
+    ("metadata", "spec"),
+    Write.BUDGET_CREATED,
+    Write.BUDGET_UPDATED,
+    Write.BUDGET_DELETED,
+    read_on_conflict=False,
+)
+#: The per-pool budget of an earlier version: only ever deleted.
+LEGACY_BUDGET = Kind(
+    POD_DISRUPTION_BUDGETS, (), Write.BUDGET_CREATED, Write.BUDGET_UPDATED, Write.LEGACY_BUDGET_DELETED
+)
+
+#: The merge patch that empties a used JIT Secret (the key stays, with no value: the kubelet
+#: keeps refreshing the pod's Secret volume and would report a missing key as a failed mount).
+EMPTIED: dict[str, Any] = {"data": {naming.JIT_SECRET_KEY: ""}}
 
 
 def selector_labels(pool: api.RunnerPool) -> dict[str, str]:
@@ -45,13 +89,161 @@ def metadata(pool: api.RunnerPool, name: str) -> dict[str, Any]:
 
 
 def token_secret(pool: api.RunnerPool) -> dict[str, Any]:
-    """An empty Secret: the secret updater fills it, the reconciler never writes a token."""
+    """An empty Secret: the token updater fills it, the reconciler never writes a token."""
+    name = naming.token_secret_name(pool.name)
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata(pool, name)}
+
+
+def service_account(pool: api.RunnerPool) -> dict[str, Any]:
+    name = naming.runner_account_name(pool.name)
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(pool, name)}
+
+
+def role_binding(pool: api.RunnerPool) -> dict[str, Any]:
+    """The pool's runner account bound, in the pool's namespace only, to the shipped hooks role."""
+    name = naming.runner_account_name(pool.name)
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(pool, name),
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RUNNER_HOOKS_CLUSTER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": pool.namespace}],
+    }
+
+
+def disruption_budget(namespace: str) -> dict[str, Any]:
+    """Voluntary evictions of busy runner pods are refused; idle pods are not covered.
+
+    One budget per namespace for every pool: with ``maxUnavailable: 0`` a budget per pool
+    refuses nothing more, and a shared one costs a new pool no write.  It has no owner (no
+    pool may take it along); it goes when the namespace's last pool goes (``Reconciler``).
+    """
+    labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": naming.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: naming.BUSY_VALUE}},
+        },
+    }
+
+
+def managed(obj: Mapping[str, Any]) -> bool:
+    """The namespace's budget is the operator's when it carries the managed-by label."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(naming.MANAGED_BY_LABEL) == naming.MANAGED_BY_VALUE)
+
+
+def budget_child(namespace: str, live: dict[str, Any] | None, *, wanted: bool) -> Child:
+    desired = disruption_budget(namespace) if wanted else None
+    return Child(BUDGET, namespace, naming.BUSY_DISRUPTION_BUDGET, desired, live, managed)
+
+
+def jit_secret(pod: Mapping[str, Any], name: str, pool: str) -> dict[str, Any]:
+    """An empty Secret owned by ``pod`` (it goes with the pod), cached (managed-by) and marked
+    with its pool."""
+    meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"], "controller": True}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": metadata(pool, naming.token_secret_name(pool.name)),
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE, naming.POOL_LABEL: pool},
+            "ownerReferences": [owner],
+        },
     }
+
+
+def jit_secret_name(pod: Mapping[str, Any]) -> str | None:
+    """The pod's own JIT Secret; ``None`` for a token-mode pod."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    name = annotations.get(naming.JIT_SECRET_ANNOTATION)
+    return str(name) if name else None
+
+
+def registered(pod: Mapping[str, Any]) -> bool:
+    """The pod's register init container has ended with success: it has copied its config."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    register: Mapping[str, Any] = next(
+        (c for c in statuses if c.get("name") == naming.REGISTER_CONTAINER), {}
+    )
+    terminated = (register.get("state") or {}).get("terminated") or {}
+    return bool(terminated) and terminated.get("exitCode") == 0
+
+
+def jit_filled(secret: Mapping[str, Any]) -> bool:
+    return bool((secret.get("data") or {}).get(naming.JIT_SECRET_KEY))
+
+
+def jit_done(pod: Mapping[str, Any]) -> bool:
+    """Used, or going: no runner may be made for the pod, and a config left is one too many."""
+    return registered(pod) or not state.active(pod)
+
+
+def jit_child(pool: str, pod: Mapping[str, Any], name: str, live: dict[str, Any] | None) -> Child | None:
+    """A JIT pod's Secret: created while the pod waits for its config, emptied once it is done
+    with it (``None``: nothing to do)."""
+    desired = jit_secret(pod, name, pool)
+    uid = str(pod["metadata"]["uid"])
+
+    def ours(obj: Mapping[str, Any]) -> bool:
+        return controlled_by(obj, uid)
+
+    if not jit_done(pod):
+        return Child(JIT_SECRET, desired["metadata"]["namespace"], name, desired, live, ours)
+    if live is None or not jit_filled(live):
+        return None
+    return Child(
+        JIT_SECRET, live["metadata"]["namespace"], name, {**desired, **EMPTIED}, live, ours, create=False
+    )
+
+
+def runner_access(
+    pool: api.RunnerPool, account: dict[str, Any] | None, binding: dict[str, Any] | None
+) -> list[Child]:
+    """The runner ServiceAccount and its RoleBinding (as cached: ``account``, ``binding``):
+    wanted in ``containerMode: kubernetes``, deleted (if the pool's) otherwise."""
+
+    def ours(obj: Mapping[str, Any]) -> bool:
+        return controlled_by(obj, pool.uid)
+
+    name, hooks = naming.runner_account_name(pool.name), pool.spec.container_mode == api.KUBERNETES_MODE
+    return [
+        Child(ACCOUNT, pool.namespace, name, service_account(pool) if hooks else None, account, ours),
+        Child(BINDING, pool.namespace, name, role_binding(pool) if hooks else None, binding, ours),
+    ]
+
+
+def wanted(pool: api.RunnerPool, seen: Observed) -> list[Child]:
+    """The pool's own children before any pod, in the order they are applied: the runner access
+    (a pod naming a ServiceAccount that does not exist yet is refused), then the token Secret."""
+    rows = runner_access(pool, seen.account, seen.binding)
+    if not pool.spec.registers_jit:
+        name, secret = naming.token_secret_name(pool.name), token_secret(pool)
+        rows.append(Child(TOKEN_SECRET, pool.namespace, name, secret, seen.token_secret, rows[0].ours))
+    return rows
+
+
+def budgets(pool: api.RunnerPool, seen: Observed) -> list[Child]:
+    """With the pool's pods: the namespace's busy budget, and the per-pool one of an earlier
+    version deleted (two budgets over one busy pod make the eviction API answer 500)."""
+    legacy = naming.disruption_budget_name(pool.name)
+    return [
+        budget_child(pool.namespace, seen.budget, wanted=True),
+        Child(
+            LEGACY_BUDGET,
+            pool.namespace,
+            legacy,
+            None,
+            seen.legacy_budget,
+            lambda o: controlled_by(o, pool.uid),
+        ),
+    ]
 
 
 def api_url(pool: api.RunnerPool, default: str) -> str:

@@ -264,9 +264,5 @@ class RegistrationFailure:
     since: datetime
 
 
-#: The old name, until the reconciler's modules say ``RegistrationFailure``.
-TokenFailure = RegistrationFailure
-
-
 #: A workflow job's state as GitHub reports it, in the order states move.
 JobState = Literal["queued", "in_progress", "completed"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Hashable
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
@@ -34,10 +33,6 @@ class EventRecorder(Protocol):
     """Whatever tells users about an object with Kubernetes Events (tests pass a list)."""
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
-
-
-#: The old name, until ``runnerpool.reconciler`` says ``EventRecorder``.
-Recorder = EventRecorder
 
 
 class KubeEventRecorder:
@@ -106,29 +101,3 @@ class KubeEventRecorder:
             if len(self._seen) >= self._max and key not in self._seen:
                 self._seen.pop(next(iter(self._seen)))
             self._seen[key] = (name, count)
-
-
-class OnChange:
-    """Whether what an object is in changed since it was last told as an Event.
-
-    The recorder folds a repeat into a count, but each repeat is still a write; a state that
-    every reconcile sees again (pods stuck pulling their image) would cost one per pass. This
-    remembers, per key, the state last seen, so the caller records an Event once per change.
-    Kept in memory: a restarted operator tells each state once more.
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, Hashable] = {}
-        self._lock = threading.Lock()
-
-    def changed(self, key: str, state: Hashable) -> bool:
-        """Remember ``state`` for ``key``; whether it differs from the one before."""
-        with self._lock:
-            if key in self._seen and self._seen[key] == state:
-                return False
-            self._seen[key] = state
-            return True
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._seen.pop(key, None)

@@ -1,4 +1,4 @@
-"""Recording stand-ins for the reconciler's ports (``TokenJobs``, ``RunnerJobs``).
+"""Recording stand-ins for the reconciler's ports (``TokenJobs``, ``RunnerJobs``, ``PoolSecrets``).
 
 Kept beside the protocols in the operator package so that mypy --strict checks them against
 the protocols they fake, and tests stop reaching into the production classes. Never
@@ -7,23 +7,26 @@ imported by the operator itself (an import-linter contract says so).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from runnerpool import api
-from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key
+from runnerpool.domain import Drain, PoolRef, RegistrationFailure, pool_key
 from runnerpool.github.types import JitRequest
+from runnerpool.reads import Reads
 
-__all__ = ["FakeJitJobs", "FakeRunnerJobs", "FakeTokenJobs"]
+__all__ = ["FakeJitSecretUpdater", "FakePoolSecrets", "FakeRunnerJobs", "FakeSecretUpdater"]
 
 
 @dataclass
-class FakeJitJobs:
+class FakeJitSecretUpdater:
     """``JitJobs``: records the fills asked for (secret, pod uid, request) and the pods let go."""
 
     fills: list[tuple[str, str, JitRequest]] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
-    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+    failures: dict[tuple[str, str], RegistrationFailure] = field(default_factory=dict)
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
         self.fills.append((secret, pod_uid, request))
@@ -34,22 +37,22 @@ class FakeJitJobs:
     def stop(self, namespace: str, name: str) -> None:
         self.stopped.append((namespace, name))
 
-    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         return self.failures.get((namespace, name))
 
 
 @dataclass
-class FakeTokenJobs:
+class FakeSecretUpdater:
     """``TokenJobs``: records starts, stops and Secret checks; failures are set by the test."""
 
     started: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
-    failures: dict[tuple[str, str], TokenFailure] = field(default_factory=dict)
+    failures: dict[tuple[str, str], RegistrationFailure] = field(default_factory=dict)
     #: (namespace, pool, recreated) of every ``check_secret``.
     checked: list[tuple[str, str, bool]] = field(default_factory=list)
     #: (namespace, pool) of every ``withdraw`` that found a token to empty.
     emptied: list[tuple[str, str]] = field(default_factory=list)
-    jit: FakeJitJobs = field(default_factory=FakeJitJobs)
+    jit: FakeJitSecretUpdater = field(default_factory=FakeJitSecretUpdater)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -57,7 +60,7 @@ class FakeTokenJobs:
     def stop(self, namespace: str, name: str) -> None:
         self.stopped.append((namespace, name))
 
-    def failure(self, namespace: str, name: str) -> TokenFailure | None:
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         return self.failures.get((namespace, name))
 
     def check_secret(
@@ -103,10 +106,44 @@ class FakeRunnerJobs:
         return self.outcome
 
 
+@dataclass
+class FakePoolSecrets:
+    """``PoolSecrets`` without credential protection: the credential Secret is read from
+    ``reads``; a pool's webhook secret is as ``webhook`` says (usable, unless given)."""
+
+    reads: Reads
+    webhook: Callable[[str, api.WebhookSecretRef], str | None] = lambda namespace, ref: None
+    #: (namespace, pool) of every ``finalized``.
+    finalized_pools: list[tuple[str, str]] = field(default_factory=list)
+
+    def protect(self, namespace: str, pool: str, secret_name: str) -> bool:
+        return False
+
+    def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
+        self.finalized_pools.append((namespace, pool))
+
+    def forget(self, namespace: str, pool: str) -> None:
+        pass
+
+    def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
+        return self.reads.get_secret(namespace, secret_name)
+
+    def retry_in(self, namespace: str, secret_name: str) -> float | None:
+        return None
+
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+        return self.webhook(namespace, ref)
+
+
 def _conforms() -> None:
     """Checked by mypy, never run: the fakes satisfy the protocols they stand in for."""
-    from runnerpool.reconciler import RunnerJobs, TokenJobs  # noqa: PLC0415 - type check only
+    from runnerpool.observe import PoolSecrets, RunnerJobs, TokenJobs  # noqa: PLC0415 - type check only
 
-    tokens: TokenJobs = FakeTokenJobs()
+    tokens: TokenJobs = FakeSecretUpdater()
     runners: RunnerJobs = FakeRunnerJobs()
-    del tokens, runners
+    secrets: PoolSecrets = FakePoolSecrets(_no_reads())
+    del tokens, runners, secrets
+
+
+def _no_reads() -> Reads:
+    raise NotImplementedError

@@ -48,7 +48,6 @@ __all__ = [
     "TOKEN_VOLUME",
     "WORK_DIR",
     "WORK_VOLUME",
-    "deployment_name",
     "disruption_budget_name",
     "jit_secret_name",
     "pool_runner_label",
@@ -163,11 +162,6 @@ def jit_secret_name(pool: str, suffix: str) -> str:
 def runner_pod_prefix(pool: str) -> str:
     """The ``generateName`` of a pool's runner pods: ``<pool>-`` and five random characters."""
     return f"{pool}-"
-
-
-def deployment_name(pool: str) -> str:
-    """The runner Deployment of operator versions before 0.2: only looked for, to adopt its pods."""
-    return f"runnerpool-{pool}"
 
 
 def disruption_budget_name(pool: str) -> str:

@@ -2,10 +2,10 @@
 replica or on the leader.
 
 ``--component`` (``runnerpool.settings``) picks the parts: the operator (caches, probes,
-metrics, and on the leader the workers, token jobs, runner managers, demand poller and the
+metrics, and on the leader the workers, the secret updater, runner managers, demand poller and the
 webhook secret mirror), the webhook receiver (its pool cache, probes, metrics and ``POST
 /webhook``: ``runnerpool.webhook_component``), or both in one process. Caches, probes and
-metrics run on every replica, so a new leader begins with warm caches; workers, token jobs,
+metrics run on every replica, so a new leader begins with warm caches; workers, the secret updater,
 runner managers, the poller and the mirror run only while this replica holds the Lease.
 ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop path, whether
 a SIGTERM or a lost Lease asks for the stop.
@@ -14,7 +14,6 @@ a SIGTERM or a lost Lease asks for the stop.
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Callable
 
 from kubernetes import client
@@ -25,13 +24,15 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
 from runnerpool.events import KubeEventRecorder
+from runnerpool.gates import NamespaceGate, RunnerGroupGate, ScopeGate
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.namespace_access import NamespaceAccess
+from runnerpool.observe import SecretChecks
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
-from runnerpool.reconciler import Reconciler
+from runnerpool.reconciler import PoolJobs, PoolStates, Reconciler
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
@@ -45,8 +46,6 @@ from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
 from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
 from secret_updater.updater import SecretUpdater
-
-log = logging.getLogger(__name__)
 
 
 class Operator:
@@ -79,8 +78,7 @@ class Operator:
         )
         # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
         self._demand = DemandWriter(self._kube, self.informers, settings.github.api_url_of)
-        # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets
-        # (for the conditions, the mirror, and ``all``'s receiver).
+        # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
         self._clients = NamedClientCache(self._read_credentials)
@@ -127,18 +125,17 @@ class Operator:
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
         reconciler = Reconciler(
             self.informers,
-            self._api,
-            secrets,
-            runners,
+            kube,
+            PoolJobs(secrets, runners, others=(self._demand,)),
             KubeEventRecorder(kube),
+            gates=(
+                NamespaceGate(access),
+                ScopeGate(allow),
+                RunnerGroupGate(clients, settings.github.api_url),
+            ),
+            secrets=SecretChecks(protection, self._pool_secrets.problem),
+            states=PoolStates(self._expectations),
             settings=settings,
-            expectations=self._expectations,
-            protection=protection,
-            namespaces=self.informers,
-            forgetters=(self._demand,),
-            webhook_secrets=self._pool_secrets.problem,
-            github=clients,
-            namespace_access=access,
         )
         url_of = settings.github.api_url_of
         poller = DemandPoller(

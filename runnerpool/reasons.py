@@ -54,6 +54,8 @@ class Reason(StrEnum):
     SCALING_DOWN = "ScalingDown"
     POD_CREATE_FAILED = "PodCreateFailed"
     RUNNER_PODS_FAILING = "RunnerPodsFailing"
+    #: A same-named object the pool would make exists and is not the pool's: left alone.
+    CHILD_NOT_OWNED = "ChildNotOwned"
     # --- TokenReady
     TOKEN_ISSUED = "TokenIssued"
     JIT_CONFIGS = "JitConfigs"

@@ -1,52 +1,50 @@
-"""Reconcile one RunnerPool: small steps, each returning at its first error.
+"""Reconcile one RunnerPool: gates, observe, desire, apply, status, pods, as one linear script.
 
-Reads come from the informer caches; every write is skipped when the live
-object already says what the operator wants, so reconciling a converged pool
-writes nothing.  Waiting (for a token, for a busy runner) is a requeue, not an
-error: only errors get exponential backoff from the work queue.
+:meth:`Reconciler.converge` reads like the pass it makes: the gates (``runnerpool.gates``) before
+anything is made; one snapshot of what the caches show (``runnerpool.observe``); the pool's
+children as wanted (``runnerpool.children``) made so by the one apply (``runnerpool.apply``);
+the decision and the status on the pool before any pod is made; then the pods' creates
+(``runnerpool.pods.step``) and each JIT pod's Secret.  Every write is skipped when the cache
+already shows its result, so a converged pool writes nothing; waiting (for a token, for a busy
+runner) is a requeue, not an error: only errors get the work queue's backoff.
 
-GitHub is the runner managers' business (``runnerpool.runners``): ``status.runners`` is
-the counts they computed from their latest listing, read without a request, and the
-finalizer asks them to deregister the pool's runners, so one component owns every runner
-deletion on GitHub.
+Who owns what (README.md, "Who owns what"): the reconciler creates pods and never deletes one;
+the runner managers (``runnerpool.runners``) delete pods and the runners on GitHub, busy-safe;
+the token updater (``secret_updater``) fills and empties token Secrets and fills JIT Secrets,
+the reconciler creates both and empties a used JIT Secret.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, children, conditions, metrics, naming
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe, is_namespace_terminating, status_of
+from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
-from runnerpool.credential_protection import CredentialProtection
-from runnerpool.domain import Drain, PoolRef, TokenFailure, pool_key, split_key, utcnow
-from runnerpool.drift import contains
-from runnerpool.events import NORMAL, WARNING, OnChange, Recorder
+from runnerpool.domain import Drain, PoolRef, pool_key, split_key, utcnow
+from runnerpool.events import NORMAL, WARNING, EventRecorder
+from runnerpool.gates import Gate, Verdict
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.groups import RunnerGroups
-from runnerpool.github.protocol import GitHubClients
-from runnerpool.hook_access import HookAccessStep
-from runnerpool.namespace_access import NamespaceAccess
-from runnerpool.pods import failures, jit, template
+from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
+from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, observe
+from runnerpool.pods import failures, template
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
-from runnerpool.pods.jit import JitSecrets
-from runnerpool.pods.step import Converged, LivePods, PodStep
-from runnerpool.pods.template import busy_marked
+from runnerpool.pods.step import Converged, PodStep
 from runnerpool.reads import Reads
 from runnerpool.reasons import Reason
 from runnerpool.runtime.controller import Result, TerminalError
-from runnerpool.runtime.kube import RUNNER_POOLS, SECRETS, Kube, Resource
+from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.settings import Settings
 from runnerpool.writes import Write, Writes
 
@@ -54,68 +52,84 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DeregistrationError",
+    "Forgets",
     "InvalidSpecError",
+    "PoolJobs",
     "PoolState",
+    "PoolStates",
     "Reconciler",
     "RunnerJobs",
     "TokenJobs",
 ]
 
-
-class TokenJobs(Protocol):
-    """The part of ``secret_updater.TokenUpdater`` the reconciler drives."""
-
-    def start(self, pool: PoolRef) -> None: ...
-    def stop(self, namespace: str, name: str) -> None: ...
-    def failure(self, namespace: str, name: str) -> TokenFailure | None: ...
-    def check_secret(
-        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
-    ) -> float | None: ...
-    def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
-    #: Each JIT pod's own config: filled by the same scheduler (``secret_updater.jit``).
-    @property
-    def jit(self) -> jit.JitJobs: ...
+#: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
+WEBHOOK_SECRET_RECHECK = 30.0
+#: Seconds until a pool held up by a same-named object it does not own looks again (a foreign
+#: object carries no label of ours, so no watch reports its deletion).
+FOREIGN_RECHECK = 30.0
 
 
-class RunnerJobs(Protocol):
-    """The part of ``runnerpool.runners.manager.RunnerManagers`` the reconciler drives."""
-
-    def start(self, pool: PoolRef) -> None: ...
-    def stop(self, namespace: str, name: str) -> None: ...
-    def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
-    def drain(self, pool: PoolRef) -> Drain: ...
-    def bring_round_forward(self, namespace: str, name: str) -> None: ...
-
-
-class PoolState(Protocol):
+class Forgets(Protocol):
     """Anything else that keeps per-pool state and must let go of a pool that is gone
     (the demand recorder); the reconciler tells it, without knowing what it is."""
 
     def forget(self, namespace: str, name: str) -> None: ...
 
 
-#: Why a pool's own webhook secret (``spec.autoscaling.webhookSecretRef``) cannot be used, or
-#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, given by the manager).
-WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
-#: Seconds until a pool whose webhook Secret is missing or unusable looks for it again.
-WEBHOOK_SECRET_RECHECK = 30.0
-
-#: Seconds until a pool whose runner group could not be checked looks again (its answers are
-#: cached, see ``runnerpool.github.groups``: most looks cost no request).
-RUNNER_GROUP_RECHECK = 60.0
-
-
 @dataclass(frozen=True)
-class _Gate:
-    """A check a pool must pass before it may have runners, as its condition; a closed gate
-    says when to look again (``None``: when something changes)."""
+class PoolJobs:
+    """The background jobs a pool has while it may have runners: its token job (and JIT
+    fills), its runner manager, and whatever else remembers it (``others``)."""
 
-    condition: dict[str, Any]
-    recheck: float | None = None
+    tokens: TokenJobs
+    runners: RunnerJobs
+    others: tuple[Forgets, ...] = ()
 
-    @property
-    def open(self) -> bool:
-        return bool(self.condition["status"] == "True")
+    def stop(self, namespace: str, name: str) -> None:
+        self.tokens.stop(namespace, name)
+        self.tokens.jit.stop(namespace, name)
+        self.runners.stop(namespace, name)
+        for other in self.others:
+            other.forget(namespace, name)
+
+
+@dataclass
+class PoolState:
+    """What the reconciler remembers of one pool between passes."""
+
+    #: The scale-down window of a pool that follows demand (``runnerpool.autoscaling``).
+    window: Window = field(default_factory=Window)
+    #: When the status was last written, and when a new pool was first seen (coalescing).
+    status_written: float | None = None
+    first_seen: float | None = None
+    #: The stuck pods' reasons last told as an Event (told once per change).
+    failing_told: frozenset[str] | None = None
+
+    def failing_changed(self, reasons: frozenset[str]) -> bool:
+        """Remember ``reasons``; whether they differ from the ones last seen (then: news)."""
+        changed, self.failing_told = reasons != self.failing_told, reasons
+        return changed
+
+
+@dataclass
+class PoolStates:
+    """The reconciler's memory of every pool (one :class:`PoolState` each, one :meth:`forget`),
+    the pod creates it still expects and backs off from, and its clock."""
+
+    expectations: Expectations
+    backoff: CreateBackoff = field(default_factory=CreateBackoff)
+    clock: Callable[[], datetime] = utcnow
+    pools: dict[str, PoolState] = field(default_factory=dict)
+
+    def of(self, key: str) -> PoolState:
+        return self.pools.setdefault(key, PoolState())
+
+    def forget(self, namespace: str, name: str) -> None:
+        key = pool_key(namespace, name)
+        self.pools.pop(key, None)
+        self.expectations.forget(key)
+        self.backoff.forget(key)
+        metrics.forget_pool(namespace, name)
 
 
 class DeregistrationError(RuntimeError):
@@ -133,94 +147,71 @@ class _Pass:
 
     pool: api.RunnerPool
     raw: dict[str, Any]
+    state: PoolState
     writes: Writes = field(default_factory=Writes)
-    #: The conditions of the gates the pool passed (``Reconciler._gates``).
+    #: The conditions of the gates the pool passed.
     gates: list[dict[str, Any]] = field(default_factory=list)
-    #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
     runner_group_id: int | None = None
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.pool.namespace, self.pool.name)
 
 
 class Reconciler:
     def __init__(
         self,
-        cache: Reads,
-        api_client: client.ApiClient,
-        tokens: TokenJobs,
-        runners: RunnerJobs,
-        recorder: Recorder,
+        reads: Reads,
+        kube: Kube,
+        jobs: PoolJobs,
+        recorder: EventRecorder,
         *,
-        settings: Settings = Settings(),
-        clock: Callable[[], datetime] = utcnow,
-        expectations: Expectations | None = None,
-        protection: CredentialProtection | None = None,
-        namespaces: Reads | None = None,
-        forgetters: tuple[PoolState, ...] = (),
-        webhook_secrets: WebhookSecretCheck | None = None,
-        create_backoff: CreateBackoff | None = None,
-        github: GitHubClients | None = None,
-        runner_groups: RunnerGroups | None = None,
-        namespace_access: NamespaceAccess | None = None,
+        gates: Sequence[Gate],
+        secrets: PoolSecrets,
+        states: PoolStates,
+        settings: Settings,
     ) -> None:
-        self._cache = cache
-        #: Whether the operator may write in a pool's namespace (the first gate); ``None``: always.
-        self._namespace_access = namespace_access
-        self._jit = JitSecrets(cache, Kube(api_client), tokens.jit)
-        # The pools' runner groups, checked with each pool's client (``runnerpool.github.groups``);
-        # without ``github``, spec.runnerGroup is not checked.
-        self._github = github
-        self._runner_groups = runner_groups or RunnerGroups()
-        self._webhook_secrets = webhook_secrets
-        self._kube = Kube(api_client)
-        self._tokens = tokens
+        self._reads = reads
+        self._kube = kube
+        self._jobs = jobs
         self._recorder = recorder
+        self._gates = tuple(gates)
+        self._secrets = secrets
+        self._states = states
         self._settings = settings
-        self._clock = clock
-        self._runners = runners
         self._pods = PodStep(
-            cache,
-            api_client,
-            expectations or Expectations(),
+            kube,
+            states.expectations,
+            states.backoff,
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
-            backoff=create_backoff,
         )
-        self._hook_access = HookAccessStep(cache, self._kube)
-        #: Stuck pods are told once per change of their reasons, not on every pass that sees them.
-        self._failing_told = OnChange()
-        self._status_written: dict[str, float] = {}
-        self._first_seen: dict[str, float] = {}
-        self._protection = protection
-        self._namespaces = namespaces
-        self._forgetters = forgetters
-        #: The scale-down window of each pool that follows demand (see ``runnerpool.autoscaling``).
-        self._windows: dict[str, Window] = {}
 
     def __call__(self, key: str) -> Result:
         namespace, name = split_key(key)
-        parsed = self._cache.pool(namespace, name)
+        parsed = self._reads.pool(namespace, name)
         if parsed is None:
-            # Deleted (finalizer already gone) or never ours: make sure no job lingers, and the
+            # Deleted (finalizer already gone) or never ours: no job lingers, and the
             # namespace's busy budget goes with its last pool.
-            self._stop_jobs(namespace, name)
-            if self._protection is not None:
-                self._protection.forget(namespace, name)
+            self._forget(namespace, name)
+            self._secrets.forget(namespace, name)
             writes = Writes()
-            self._pods.release_unused_budget(namespace, writes)
+            self._release_unused_budget(namespace, writes)
             _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems
         if pool is None:
-            # Stored under an older, looser schema: retrying cannot help until the user edits it.
             self._recorder.event(raw, WARNING, Reason.INVALID_SPEC, f"fix the RunnerPool spec: {problems}")
             _log_pass(namespace, name, "invalid", Writes())
             raise InvalidSpecError(f"{key}: fix the RunnerPool spec: {problems}")
-        run = _Pass(pool, raw)
+        run = _Pass(pool, raw, self._states.of(key))
         try:
-            result = self._finalize(run) if self._ending(run) else self._converge(run)
+            result = self._finalize(run) if self._ending(run) else self.converge(run)
         except ApiException as err:
-            if err.status == 403 and self._namespace_access is not None:
-                self._namespace_access.forget(namespace)  # enabled no longer? the next pass asks
-            if not self._ends_quietly(run, err):
+            if err.status == 403:
+                for gate in self._gates:
+                    gate.refused(namespace)
+            if not _ends_quietly(run, err):
                 raise
             _log_pass(namespace, name, "ended", run.writes)
             return Result()
@@ -231,164 +222,92 @@ class Reconciler:
 
     def _ending(self, run: _Pass) -> bool:
         """Deleted, or in a namespace being deleted: nothing new may be created, deregister."""
-        if run.pool.deleting:
-            return True
-        return self._namespaces is not None and self._namespaces.namespace_terminating(run.pool.namespace)
-
-    def _ends_quietly(self, run: _Pass, err: ApiException) -> bool:
-        """A pool gone or changed under a stale cache (404/409), or a namespace being deleted.
-
-        Neither is an error: the pool's deletion event, or the namespace's, brings the
-        pool back here (then to deregistration) without a retry.
-        """
-        pool = run.pool
-        status = status_of(err)
-        this_pool = status.details.get("kind") == api.PLURAL and status.details.get("name") == pool.name
-        # 409 on the pool itself: the cache was stale, and the newer version's event is
-        # already on its way to bring the pool back.
-        stale = this_pool and err.status in (404, 409)
-        if not stale and not is_namespace_terminating(err):
-            return False
-        log.debug("pool %s/%s: reconcile ends: %s", pool.namespace, pool.name, describe(err))
-        return True
+        return run.pool.deleting or self._reads.namespace_terminating(run.pool.namespace)
 
     # ------------------------------------------------------------------ converge
 
-    def _converge(self, run: _Pass) -> Result:
-        """Gather, then status, then act: the decision is on the pool before any pod is made."""
-        gates = self._gates(run)
-        closed = next((gate for gate in gates if not gate.open), None)
+    def converge(self, run: _Pass) -> Result:
+        """Gates, observe, desire and apply the children, status, then the pods."""
+        closed = self._check_gates(run)
         if closed is not None:
             return self._refuse(run, closed)
-        run.gates = [gate.condition for gate in gates]
         self._ensure_finalizer(run)
         self._protect_credentials(run)
-        # Before any pod: a pod naming a ServiceAccount that does not exist yet is refused.
-        self._hook_access.converge(run.pool, run.writes)
-        recheck: float | None = None
-        if self._registers_jit(run.pool):
-            # No pool token: a pool switched from token mode has it emptied and its job stopped.
-            secret: dict[str, Any] = {}
-            self._withdraw_token(run)
-            self._runners.start(self._pool_ref(run))
-        else:
-            secret = self._ensure_token_secret(run)
-            self._ensure_jobs(run)
-            # A token lost (Secret deleted, emptied or edited) is refilled now, not at the next refresh.
-            recheck = self._tokens.check_secret(
-                run.pool.namespace,
-                run.pool.name,
-                (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
-                recreated=Write.SECRET_CREATED in run.writes,
-            )
-        # One read of the pool's pods for the whole pass: the decision, the creates, the round.
-        live = self._pods.read(run.pool)
-        decision = self._decide(run.pool, live)
-        # A decision that may fall later (scaleDownDelay) is looked at again when it can.
-        recheck = _sooner(recheck, decision.recheck_after)
-        # A missing webhook Secret is looked for again: no watch reports its creation.
-        if self._webhook_secret_problem(run.pool) is not None:
-            recheck = _sooner(recheck, WEBHOOK_SECRET_RECHECK)
-        # So is a missing credential Secret: the cache sees it only once it carries our label.
-        if self._protection is not None:
-            missing = self._protection.secrets.retry_in(
-                run.pool.namespace, run.pool.spec.credential_secret_name
-            )
-            recheck = _sooner(recheck, missing)
-        # A JIT pod waits for its own config (runnerpool.pods.jit), not for the pool's token.
-        token = self._registers_jit(run.pool) or pool_status.has_token(secret)
+        seen = observe(
+            self._reads,
+            run.pool,
+            self._pods.expected(run.pool),
+            tokens=self._jobs.tokens,
+            runners=self._jobs.runners,
+            secrets=self._secrets,
+        )
+        secret, foreign = self._apply_children(run, children.wanted(run.pool, seen))
+        if foreign:
+            return self._refuse(run, self._not_owned(run, foreign))
+        recheck = self._start_jobs(run, seen, secret)
+        decision = self._decide(run, seen)
+        recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
+        # A JIT pod waits for its own config, not for the pool's token.
+        token = _jit(run.pool) or pool_status.has_token(secret)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
-            planned = self._pods.counts(run.pool, decision.replicas, live, with_creates=token)
-            self._update_status(run, secret, planned, decision)
+            planned = self._pods.counts(run.pool, decision.replicas, seen, with_creates=token)
+            self._update_status(run, seen, secret, planned, decision)
         if not token:
             # No new pod without a token, but the pods that run still count in the status.
-            counts = self._pods.counts(run.pool, decision.replicas, live)
-            wait = self._update_status(run, secret, counts, decision)
+            counts = self._pods.counts(run.pool, decision.replicas, seen)
+            wait = self._update_status(run, seen, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        converged = self._act_on_pods(run, decision, live)
-        self._converge_jit_secrets(run, live)
-        wait = self._update_status(run, secret, converged.counts, decision)
+        self._apply_children(run, children.budgets(run.pool, seen))
+        converged = self._act_on_pods(run, decision, seen)
+        self._apply_jit_secrets(run, seen)
+        wait = self._update_status(run, seen, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
 
-    # ------------------------------------------------------------------ gates
+    def _check_gates(self, run: _Pass) -> Verdict | None:
+        """Each gate in order; the first closed one, or ``None`` (the passed ones are on ``run``)."""
+        stamp = conditions.Stamp(run.pool.generation, self._states.clock())
+        for gate in self._gates:
+            verdict = gate.check(run.pool, stamp)
+            if verdict is None:
+                continue
+            if not verdict.open:
+                return verdict
+            run.gates.append(verdict.condition)
+            if verdict.runner_group_id is not None:
+                run.runner_group_id = verdict.runner_group_id
+        return None
 
-    def _gates(self, run: _Pass) -> list[_Gate]:
-        """The checks before anything is made or asked of GitHub: the operator may write in the
-        namespace (``runnerpool.namespace_access``), the namespace may use the scope
-        (``--allow``; no GitHub call at all otherwise), then the runner group."""
+    def _refuse(self, run: _Pass, verdict: Verdict) -> Result:
+        """A pool that may not have runners: no token (the job stops; the Secret is emptied if the
+        verdict says so), no runner manager, no new pod; its conditions and an Event say why."""
         pool = run.pool
-        stamp = conditions.Stamp(pool.generation, self._clock())
-        gates: list[_Gate] = []
-        if self._namespace_access is not None:
-            access = self._namespace_access.check(pool.namespace)
-            gates.append(_Gate(access.condition(stamp), recheck=access.recheck))
-            if not access.enabled:
-                return gates
-        allow = self._settings.tenants.allow_list
-        if allow.enforced:
-            refusal = allow.refusal(pool.namespace, pool.scope)
-            if refusal is not None:
-                return [
-                    _Gate(stamp.condition(conditions.SCOPE_ALLOWED, False, Reason.SCOPE_NOT_ALLOWED, refusal))
-                ]
-            allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
-            gates.append(
-                _Gate(stamp.condition(conditions.SCOPE_ALLOWED, True, Reason.SCOPE_ALLOWED, allowed))
-            )
-        if pool.spec.runner_group is not None and self._github is not None:
-            gates.append(self._runner_group_gate(run, stamp, pool.spec.runner_group))
-        return gates
-
-    def _runner_group_gate(self, run: _Pass, stamp: conditions.Stamp, name: str) -> _Gate:
-        pool = run.pool
-        assert self._github is not None
-        try:
-            client = children.github_client(self._github, pool, self._settings.github.api_url)
-            group = self._runner_groups.check(client, pool.scope, name, _served_repositories(pool))
-        except (GitHubError, CredentialError) as err:
-            wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
-            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
-            return _Gate(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
-        run.runner_group_id = group.id
-        message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
-        return _Gate(stamp.condition(conditions.RUNNER_GROUP_READY, True, Reason.RUNNER_GROUP_FOUND, message))
-
-    def _refuse(self, run: _Pass, gate: _Gate) -> Result:
-        """A pool that may not have runners: no token (the token job stops and the Secret is
-        emptied), no runner manager, no new pod; its conditions and an Event say why."""
-        pool = run.pool
-        self._stop_jobs(pool.namespace, pool.name)
-        self._withdraw_token(run)
-        refused = gate.condition
+        self._forget(pool.namespace, pool.name)
+        if verdict.withdraw:
+            self._withdraw_token(run)
+        refused = verdict.condition
         before = conditions.find((run.raw.get("status") or {}).get("conditions") or [], refused["type"])
         ready = {**refused, "type": conditions.READY, "message": f"no runners: {refused['message']}"}
-        self._set_condition(run, refused, ready, observed=True)
+        self._set_condition(
+            run, *([refused] if refused["type"] == conditions.READY else [refused, ready]), observed=True
+        )
         if before is None or (before.get("status"), before.get("reason")) != ("False", refused["reason"]):
             self._recorder.event(run.raw, WARNING, refused["reason"], refused["message"])
         _log_pass(pool.namespace, pool.name, "refused", run.writes)
-        return Result(requeue_after=gate.recheck)
+        return Result(requeue_after=verdict.recheck)
 
-    def _act_on_pods(self, run: _Pass, decision: Decision, live: LivePods) -> Converged:
-        converged = self._pods.converge(run.pool, run.writes, decision.replicas, live)
-        pods = converged.counts
-        if converged.refused is not None:
-            # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count, and
-            # the backoff keeps the count small.
-            self._recorder.event(
-                run.raw,
-                WARNING,
-                Reason.FAILED_CREATE,
-                f"creating a runner pod failed: {converged.refused.cause}",
-            )
-        self._tell_failing(run, pods)
-        created = run.writes.count(Write.POD_CREATED)
-        if created and _was_ready(run.raw):
-            # A pool's first pods are its normal start, which the conditions tell; pods made
-            # for a pool that was ready (a scale-up, a replacement) are news.
-            self._recorder.event(run.raw, NORMAL, Reason.CREATED_PODS, f"created {created} runner pod(s)")
+    def _apply_children(self, run: _Pass, rows: list[Child]) -> tuple[dict[str, Any], list[Child]]:
+        """The one apply over ``rows``; the token Secret as it now is, and the foreign objects."""
+        secret: dict[str, Any] = {}
+        foreign: list[Child] = []
+        for child in rows:
+            now = apply(self._kube, child, run.writes)
+            if now is FOREIGN:
+                foreign.append(child)
+            elif child.kind is children.TOKEN_SECRET:
+                secret = now or child.desired or {}
         if Write.BUDGET_UPDATED in run.writes:
             self._recorder.event(
                 run.raw,
@@ -396,33 +315,98 @@ class Reconciler:
                 Reason.UPDATED_DISRUPTION_BUDGET,
                 "brought the busy runners' disruption budget back to spec",
             )
-        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, live.pods):
+        return secret, foreign
+
+    def _not_owned(self, run: _Pass, foreign: list[Child]) -> Verdict:
+        names = ", ".join(f"{c.kind.resource.plural} {c.name}" for c in foreign)
+        message = f"{names} exists and is not controlled by this pool: left alone; delete or rename it"
+        stamp = conditions.Stamp(run.pool.generation, self._states.clock())
+        condition = stamp.condition(conditions.READY, False, Reason.CHILD_NOT_OWNED, message)
+        return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
+
+    def _start_jobs(self, run: _Pass, seen: Observed, secret: dict[str, Any]) -> float | None:
+        """The token job (token mode) and the runner manager: both idempotent, cheap to repeat.
+
+        A JIT pool has no pool token: one switched from token mode has it emptied and its job
+        stopped.  A token lost (Secret deleted, emptied or edited) is refilled now.
+        """
+        ref = self._pool_ref(run, seen.credentials)
+        if _jit(run.pool):
+            self._withdraw_token(run)
+            self._jobs.runners.start(ref)
+            return None
+        self._jobs.tokens.start(ref)
+        self._jobs.runners.start(ref)
+        return self._jobs.tokens.check_secret(
+            run.pool.namespace,
+            run.pool.name,
+            (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
+            recreated=Write.SECRET_CREATED in run.writes,
+        )
+
+    def _act_on_pods(self, run: _Pass, decision: Decision, seen: Observed) -> Converged:
+        converged = self._pods.converge(run.pool, run.writes, decision.replicas, seen)
+        pods = converged.counts
+        if converged.refused is not None:
+            # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count.
+            message = f"creating a runner pod failed: {converged.refused.cause}"
+            self._recorder.event(run.raw, WARNING, Reason.FAILED_CREATE, message)
+        self._tell_failing(run, pods)
+        created = run.writes.count(Write.POD_CREATED)
+        if created and _was_ready(run.raw):
+            # A pool's first pods are its normal start, which the conditions tell; pods made
+            # for a pool that was ready (a scale-up, a replacement) are news.
+            self._recorder.event(run.raw, NORMAL, Reason.CREATED_PODS, f"created {created} runner pod(s)")
+        if pods.surplus or pods.used_up or _busy_not_marked(run.pool, seen.pods):
             # Taking pods away and marking busy ones are the runner managers' job: ask for a
             # round now, not in a minute.
-            self._runners.bring_round_forward(run.pool.namespace, run.pool.name)
+            self._jobs.runners.bring_round_forward(run.pool.namespace, run.pool.name)
         return converged
 
     def _tell_failing(self, run: _Pass, pods: pool_status.PodCounts) -> None:
-        """A Warning when the reasons the pool's pods are stuck for change (not when a count does:
-        pods failing one after the other are one story); pods no longer stuck are told by the
-        Ready condition's recovery."""
+        """A Warning when the reasons the pool's pods are stuck for change (not when a count does);
+        pods no longer stuck are told by the Ready condition's recovery."""
         reasons = frozenset(f.reason for f in pods.failing)
-        key = pool_key(run.pool.namespace, run.pool.name)
-        if not self._failing_told.changed(key, reasons) or not reasons:
-            return
-        message = failures.describe(pods.failing)
-        self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
+        if run.state.failing_changed(reasons) and reasons:
+            message = failures.describe(pods.failing)
+            self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
 
-    def _decide(self, pool: api.RunnerPool, live: LivePods) -> Decision:
+    def _apply_jit_secrets(self, run: _Pass, seen: Observed) -> None:
+        """Each JIT pod's own Secret: created empty, filled by the token scheduler, emptied once
+        used.  A pool switched back to token mode still empties the Secrets of its JIT pods;
+        pods made in this pass are seen in the next, which their creation brings."""
+        ref = self._pool_ref(run, seen.credentials)
+        group = run.runner_group_id if run.runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID
+        request = JitRequest(run.pool.name, tuple(template.runner_labels(run.pool)), group, naming.WORK_DIR)
+        for pod in seen.pods:
+            name = children.jit_secret_name(pod)
+            if name is None:
+                continue
+            uid, live = str(pod["metadata"]["uid"]), seen.jit_secrets.get(name)
+            if children.jit_done(pod):
+                self._jobs.tokens.jit.forget_pod(run.pool.namespace, uid)
+            child = children.jit_child(run.pool.name, pod, name, live)
+            now = None if child is None else apply(self._kube, child, run.writes)
+            if now is FOREIGN:
+                log.warning(
+                    "pool %s: Secret %s is not pod %s's; leaving it", run.key, name, pod["metadata"]["name"]
+                )
+            elif now is not None and not children.jit_done(pod) and not _ever_filled(now):
+                pod_request = JitRequest(
+                    str(pod["metadata"]["name"]), request.labels, group, request.work_folder
+                )
+                self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
+
+    def _decide(self, run: _Pass, seen: Observed) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
         by the pods that are still up (``held_by``)."""
-        key = pool_key(pool.namespace, pool.name)
-        decision, window = autoscaling.decide(pool, self._windows.get(key, Window()), self._clock())
+        pool = run.pool
+        decision, window = autoscaling.decide(pool, run.state.window, self._states.clock())
         if pool.spec.autoscaling is not None:
-            self._windows[key] = window
+            run.state.window = window
         if not decision.holding:
             return decision  # nothing held: no need to count the pods
-        return decision.held_by(self._pods.counts(pool, decision.replicas, live).active)
+        return decision.held_by(self._pods.counts(pool, decision.replicas, seen).active)
 
     def _ensure_finalizer(self, run: _Pass) -> None:
         if naming.POOL_FINALIZER not in run.pool.finalizers:
@@ -431,207 +415,111 @@ class Reconciler:
 
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
         # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
-        run.raw = self._kube.patch(
-            RUNNER_POOLS,
-            run.pool.namespace,
-            run.pool.name,
-            {
-                "metadata": {
-                    "finalizers": finalizers or None,
-                    "resourceVersion": run.raw["metadata"]["resourceVersion"],
-                }
-            },
-        )
+        meta = {"finalizers": finalizers or None, "resourceVersion": run.raw["metadata"]["resourceVersion"]}
+        run.raw = self._kube.patch(RUNNER_POOLS, run.pool.namespace, run.pool.name, {"metadata": meta})
 
     def _protect_credentials(self, run: _Pass) -> None:
-        if self._protection is None:
-            return
         pool = run.pool
-        if self._protection.protect(pool.namespace, pool.name, pool.spec.credential_secret_name):
+        if self._secrets.protect(pool.namespace, pool.name, pool.spec.credential_secret_name):
             run.writes.add(Write.CREDENTIALS_PROTECTED)
 
-    def _ensure_token_secret(self, run: _Pass) -> dict[str, Any]:
-        """The empty, owned Secret the token updater fills: the reconciler never writes its data.
-
-        The cache selects Secrets by the managed-by label: a create refused because the Secret
-        exists (409) is a cache that lags, or a Secret whose labels someone removed, which no
-        event would ever bring back; it is read by name, and its labels put back.
-        """
-        desired = children.token_secret(run.pool)
-        name = desired["metadata"]["name"]
-        live = self._cache.get_secret(run.pool.namespace, name)
-        if live is None:
-            created = self._create(run, Write.SECRET_CREATED, SECRETS, desired)
-            if Write.SECRET_CREATED in run.writes:
-                return created
-            try:
-                live = self._kube.get(SECRETS, run.pool.namespace, name)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-                return desired  # deleted since: its own event brings the pool back
-        if contains(live.get("metadata", {}), desired["metadata"]):
-            return live
-        self._kube.patch(SECRETS, run.pool.namespace, name, {"metadata": desired["metadata"]})
-        run.writes.add(Write.SECRET_METADATA)
-        return live
-
-    def _registers_jit(self, pool: api.RunnerPool) -> bool:
-        return pool.spec.registers_jit
-
-    def _converge_jit_secrets(self, run: _Pass, live: LivePods) -> None:
-        """Each JIT pod's own Secret (created, filled, emptied): a pool switched back to token
-        mode still empties the Secrets of its JIT pods.  Pods made in this pass are seen in the
-        next, which their creation brings."""
-        request = jit.jit_request(run.pool, template.runner_labels(run.pool), run.runner_group_id)
-        self._jit.converge(self._pool_ref(run), request, live.pods, run.writes)
-
-    def _token_failure(self, pool: api.RunnerPool) -> TokenFailure | None:
-        if self._registers_jit(pool):
-            return self._tokens.jit.failure(pool.namespace, pool.name)
-        return self._tokens.failure(pool.namespace, pool.name)
-
-    def _ensure_jobs(self, run: _Pass) -> None:
-        """The token job and the runner manager: both idempotent, both cheap to repeat."""
-        ref = self._pool_ref(run)
-        self._tokens.start(ref)
-        self._runners.start(ref)
-
-    def _credentials(self, pool: api.RunnerPool) -> dict[str, Any] | None:
-        """The pool's credential Secret: cached once labelled, read by name before that."""
-        if self._protection is None:
-            return self._cache.get_secret(pool.namespace, pool.spec.credential_secret_name)
-        return self._protection.secrets.get(pool.namespace, pool.spec.credential_secret_name)
-
-    def _pool_ref(self, run: _Pass) -> PoolRef:
-        spec = run.pool.spec
-        credentials = self._credentials(run.pool)
+    def _pool_ref(self, run: _Pass, credentials: dict[str, Any] | None) -> PoolRef:
+        """What the pool's jobs work with; ``credentials``: its credential Secret as last read."""
+        pool = run.pool
         return PoolRef(
-            namespace=run.pool.namespace,
-            name=run.pool.name,
-            scope=run.pool.scope,
-            credential_secret_name=spec.credential_secret_name,
-            github_api_url=self._api_url(run.pool),
+            namespace=pool.namespace,
+            name=pool.name,
+            scope=pool.scope,
+            credential_secret_name=pool.spec.credential_secret_name,
+            github_api_url=children.api_url(pool, self._settings.github.api_url),
             credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
         )
 
-    def _stop_jobs(self, namespace: str, name: str) -> None:
-        key = pool_key(namespace, name)
-        self._status_written.pop(key, None)
-        self._first_seen.pop(key, None)
-        self._windows.pop(key, None)
-        self._failing_told.forget(key)
-        self._pods.forget(namespace, name)
-        self._tokens.stop(namespace, name)
-        self._tokens.jit.stop(namespace, name)
-        metrics.forget_pool(namespace, name)
-        self._runners.stop(namespace, name)
-        for state in self._forgetters:
-            state.forget(namespace, name)
+    def _forget(self, namespace: str, name: str) -> None:
+        """A pool gone, refused or being deleted: its jobs stop and its memory goes."""
+        self._jobs.stop(namespace, name)
+        self._states.forget(namespace, name)
 
-    def _api_url(self, pool: api.RunnerPool) -> str:
-        return children.api_url(pool, self._settings.github.api_url)
+    def _release_unused_budget(self, namespace: str, writes: Writes) -> None:
+        """Delete the namespace's busy budget once no pool of the namespace is left.
 
-    def _create(
-        self, run: _Pass, write: Write, resource: Resource, desired: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Create a child from the cache's miss; returns ``desired`` itself when it already exists.
-
-        A 409 means the cache has not caught up with an earlier create: the object's own
-        event brings it, and the reconcile it triggers takes it from there.
+        It has no owner (no one pool may take it along), so without this an uninstall that
+        deleted every pool would leave one budget behind in each of their namespaces. Asked
+        when a pool is gone from the cache, so the last pool to go sees none left; a pool
+        made meanwhile creates it again on its first pass.
         """
-        try:
-            answer = self._kube.create(resource, run.pool.namespace, desired)
-        except ApiException as err:
-            if err.status != 409:
-                raise
-            return desired
-        run.writes.add(write)
-        return answer
+        if self._reads.pools_in(namespace):
+            return
+        live = self._reads.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
+        apply(self._kube, children.budget_child(namespace, live, wanted=False), writes)
 
     # ------------------------------------------------------------------ status
 
     def _update_status(
-        self, run: _Pass, secret: dict[str, Any], pods: pool_status.PodCounts | None, decision: Decision
+        self,
+        run: _Pass,
+        seen: Observed,
+        secret: dict[str, Any],
+        pods: pool_status.PodCounts | None,
+        decision: Decision,
     ) -> float | None:
         """Write the status if it changed; returns seconds to wait when the write is coalesced.
 
-        ``status.demand`` is not the reconciler's (``runnerpool.demand.recorder`` writes it,
-        on any replica): it is left out of the comparison and of the patch, which would
-        otherwise write on every pass or null it.
+        ``status.demand`` is not the reconciler's (``runnerpool.demand.writer`` writes it,
+        on any replica): it is left out of the comparison and of the patch.
         """
         pool = run.pool
         old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
         refused = self._pods.create_failure(pool)
         status = pool_status.desired_status(
-            conditions.Stamp(pool.generation, self._clock()),
+            conditions.Stamp(pool.generation, self._states.clock()),
             pool,
             old=old,
             secret=secret,
             pods=pods,
-            failure=self._token_failure(pool),
-            runners=self._runner_counts(pool),
+            failure=seen.token_failure,
+            runners=seen.runner_counts,
             decision=decision,
-            webhook_secret_problem=self._webhook_secret_problem(pool),
+            webhook_secret_problem=seen.webhook_problem,
             refused=refused.cause if refused is not None else None,
             gates=run.gates,
         )
         metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:
             return None
-        wait = self._coalesced(pool, old, status)
+        wait = self._coalesced(run, old, status)
         if wait is not None:
             return wait
-        run.raw = self._kube.patch(
-            RUNNER_POOLS,
-            pool.namespace,
-            pool.name,
-            {"status": pool_status.merge_patch(old, status)},
-            subresource="status",
-        )
+        patch = {"status": pool_status.merge_patch(old, status)}
+        run.raw = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch, subresource="status")
         run.writes.add(Write.STATUS)
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
         self._record_scaling(run, old.get("desiredReplicas"), decision)
         return None
 
-    def _coalesced(self, pool: api.RunnerPool, old: dict[str, Any], status: dict[str, Any]) -> float | None:
+    def _coalesced(self, run: _Pass, old: dict[str, Any], status: dict[str, Any]) -> float | None:
         """Seconds a status change waits (pod counts while pods start fold into one write),
         or ``None`` to write it now (and remember when)."""
-        key = pool_key(pool.namespace, pool.name)
-        now = time.monotonic()
-        last = self._status_written.get(key)
-        if not old and last is None and not _has_failure(status):
+        state, now, gap = run.state, time.monotonic(), self._settings.queue.status_coalesce
+        if not old and state.status_written is None and not _has_failure(status):
             # A new pool's first status waits as long as a coalesced one: its token usually
             # comes within that time, and "waiting for the token" would be overwritten at once.
-            first = self._first_seen.setdefault(key, now)
-            wait = first + self._settings.queue.status_coalesce - now
-            if wait > 0 and pool.spec.autoscaling is None:
+            state.first_seen = now if state.first_seen is None else state.first_seen
+            wait = state.first_seen + gap - now
+            if wait > 0 and run.pool.spec.autoscaling is None:
                 return wait
-        if last is not None and not pool_status.notable(old, status):
-            wait = last + self._settings.queue.status_coalesce - now
+        if state.status_written is not None and not pool_status.notable(old, status):
+            wait = state.status_written + gap - now
             if wait > 0:
                 return wait
-        self._status_written[key] = now
-        self._first_seen.pop(key, None)
+        state.status_written, state.first_seen = now, None
         return None
-
-    def _webhook_secret_problem(self, pool: api.RunnerPool) -> str | None:
-        ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
-        if ref is None or self._webhook_secrets is None:
-            return None
-        return self._webhook_secrets(pool.namespace, ref)
-
-    def _runner_counts(self, pool: api.RunnerPool) -> dict[str, Any] | None:
-        counts = self._runners.counts(pool.namespace, pool.name)
-        return None if counts is None else counts.model_dump(by_alias=True)
 
     def _set_condition(self, run: _Pass, *conds: dict[str, Any], observed: bool = False) -> None:
         """Write conditions on their own (the finalizer and a refused pool have no full status
         to compute); ``observed``: the pool's generation was acted on (written with them)."""
         stored = run.raw.get("status") or {}
-        old = stored.get("conditions") or []
-        merged = conditions.merge(old, list(conds))
-        status: dict[str, Any] = {"conditions": merged}
+        status: dict[str, Any] = {"conditions": conditions.merge(stored.get("conditions") or [], list(conds))}
         if observed:
             status["observedGeneration"] = run.pool.generation
         if all(stored.get(key) == value for key, value in status.items()):
@@ -669,29 +557,26 @@ class Reconciler:
         if run.pool.spec.autoscaling is None or not isinstance(before, int) or before == decision.replicas:
             return
         verb = Reason.SCALED_UP if decision.replicas > before else Reason.SCALED_DOWN
-        message = f"{before} -> {decision.replicas} runners: {decision.message}"
-        self._recorder.event(run.raw, NORMAL, verb, message)
+        self._recorder.event(
+            run.raw, NORMAL, verb, f"{before} -> {decision.replicas} runners: {decision.message}"
+        )
 
     # ------------------------------------------------------------------ deletion
 
     def _finalize(self, run: _Pass) -> Result:
         """Deregister every runner of the pool, then let it go.
 
-        Order matters so that nothing stays registered and no busy runner is
-        killed: stop issuing tokens and have the token updater empty the Secret (a
-        restarted container cannot register again), have the runner managers drain the
-        pool (an idle runner is deleted on GitHub at once and can take no job; a busy one
-        answers 422 and is left to finish; the pods go only once no runner is busy), wait
-        for its pods to go, then look once more for a late registration (every pass
-        lists again, and the pass that finds the pods gone lists last).
-
-        The runner managers let go of the pool first, so that nothing else touches its
-        runners or pods meanwhile.  ``RunnersDeregistered`` says what the deletion waits for.
+        Order matters so that nothing stays registered and no busy runner is killed: stop
+        issuing tokens and have the token updater empty the Secret (a restarted container
+        cannot register again), have the runner managers drain the pool (an idle runner is
+        deleted on GitHub at once and can take no job; a busy one answers 422 and is left to
+        finish; the pods go only once no runner is busy), wait for its pods to go, then look
+        once more for a late registration.  ``RunnersDeregistered`` says what it waits for.
         """
         pool = run.pool
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
-        self._stop_jobs(pool.namespace, pool.name)
+        self._forget(pool.namespace, pool.name)
         if self._settings.tenants.allow_list.refusal(pool.namespace, pool.scope) is not None:
             # No GitHub call for a scope the namespace may not use (it made no runner there).
             self._withdraw_token(run)
@@ -702,42 +587,34 @@ class Reconciler:
         drained = self._drain(run)
         if drained.listing_wait is not None:
             return Result(requeue_after=drained.listing_wait)  # the scope's next shared listing
-        stamp = conditions.Stamp(pool.generation, self._clock())
+        stamp = conditions.Stamp(pool.generation, self._states.clock())
         if drained.busy:
             message = f"{drained.busy} runner(s) still running a job"
             self._recorder.event(run.raw, NORMAL, Reason.WAITING_FOR_BUSY_RUNNERS, message)
+            busy = f"{message}; deleting when done"
             self._set_condition(
-                run,
-                stamp.condition(
-                    conditions.RUNNERS_DEREGISTERED,
-                    False,
-                    Reason.RUNNERS_BUSY,
-                    f"{message}; deleting when done",
-                ),
+                run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.RUNNERS_BUSY, busy)
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
+        done = "no runner of this pool is registered"
         self._set_condition(
-            run,
-            stamp.condition(
-                conditions.RUNNERS_DEREGISTERED,
-                True,
-                Reason.DEREGISTERED,
-                "no runner of this pool is registered",
-            ),
+            run, stamp.condition(conditions.RUNNERS_DEREGISTERED, True, Reason.DEREGISTERED, done)
         )
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
-        self._pods.delete_legacy_deployment(pool, run.writes)
         if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         self._remove_finalizer(run)
-        if self._protection is not None:
-            self._protection.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
+        self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result()
 
     def _withdraw_token(self, run: _Pass) -> None:
-        secret = self._cache.get_secret(run.pool.namespace, naming.token_secret_name(run.pool.name))
-        has_token = secret is not None and pool_status.has_token(secret)
-        if self._tokens.withdraw(run.pool.namespace, run.pool.name, has_token=has_token):
+        """Stop the token job; the token updater empties the Secret if it is the pool's and holds one."""
+        pool = run.pool
+        secret = self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name))
+        ours = secret is not None and controlled_by(secret, pool.uid)
+        if self._jobs.tokens.withdraw(
+            pool.namespace, pool.name, has_token=ours and pool_status.has_token(secret or {})
+        ):
             run.writes.add(Write.TOKEN_EMPTIED)
 
     def _drain(self, run: _Pass) -> Drain:
@@ -745,30 +622,25 @@ class Reconciler:
         delete its pods. A GitHub or credential failure keeps the finalizer and says why."""
         pool = run.pool
         try:
-            drained = self._runners.drain(self._pool_ref(run))
+            credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
+            drained = self._jobs.runners.drain(self._pool_ref(run, credentials))
         except (GitHubError, CredentialError) as err:
-            reason = err.reason
-            self._recorder.event(
-                run.raw,
-                WARNING,
-                Reason.DEREGISTRATION_FAILED,
-                f"cannot deregister runners yet: {reason}: {err}",
-            )
-            stamp = conditions.Stamp(pool.generation, self._clock())
-            failed = stamp.condition(
-                conditions.RUNNERS_DEREGISTERED, False, reason, f"cannot deregister runners yet: {err}"
-            )
+            message = f"cannot deregister runners yet: {err.reason}: {err}"
+            self._recorder.event(run.raw, WARNING, Reason.DEREGISTRATION_FAILED, message)
+            stamp = conditions.Stamp(pool.generation, self._states.clock())
+            failed = f"cannot deregister runners yet: {err}"
             try:
-                self._set_condition(run, failed)
+                self._set_condition(
+                    run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, err.reason, failed)
+                )
             except ApiException as api_err:
                 log.warning(
                     "cannot record the deregistration failure of %s: %s", pool.name, describe(api_err)
                 )
-            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {reason}: {err}") from err
+            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
         if drained.deregistered:
-            self._recorder.event(
-                run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, f"deregistered {drained.deregistered} runner(s)"
-            )
+            message = f"deregistered {drained.deregistered} runner(s)"
+            self._recorder.event(run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, message)
         return drained
 
     def _remove_finalizer(self, run: _Pass) -> None:
@@ -776,11 +648,38 @@ class Reconciler:
         run.writes.add(Write.FINALIZER_REMOVED)
 
 
-def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:
-    """The repositories (``owner/name``) whose jobs the pool is for, as far as its spec says:
-    those it polls; a pool without ``spec.autoscaling.repositories`` names none."""
-    listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
-    return tuple(repo if "/" in repo else f"{pool.spec.organization}/{repo}" for repo in listed)
+def _ends_quietly(run: _Pass, err: ApiException) -> bool:
+    """A pool gone or changed under a stale cache (404/409), or a namespace being deleted.
+
+    Neither is an error: the pool's deletion event, or the namespace's, brings the pool back
+    here (then to deregistration) without a retry.
+    """
+    pool = run.pool
+    status = status_of(err)
+    this_pool = status.details.get("kind") == api.PLURAL and status.details.get("name") == pool.name
+    stale = this_pool and err.status in (404, 409)
+    if not stale and not is_namespace_terminating(err):
+        return False
+    log.debug("pool %s/%s: reconcile ends: %s", pool.namespace, pool.name, describe(err))
+    return True
+
+
+def _jit(pool: api.RunnerPool) -> bool:
+    return pool.spec.registers_jit
+
+
+def _ever_filled(secret: dict[str, Any]) -> bool:
+    """The token scheduler wrote a runner id beside the config: never filled again."""
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    return children.jit_filled(secret) or naming.JIT_RUNNER_ID_ANNOTATION in annotations
+
+
+def _rechecks(seen: Observed) -> float | None:
+    """A missing webhook Secret, or a missing credential Secret (the cache sees it only once it
+    carries our label), is looked for again: no watch reports its creation."""
+    return _sooner(
+        WEBHOOK_SECRET_RECHECK if seen.webhook_problem is not None else None, seen.credentials_retry
+    )
 
 
 def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
@@ -795,7 +694,7 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
     running.discard(None)
     if not running:
         return False
-    return any(str(pod["metadata"].get("name")) in running and not busy_marked(pod) for pod in pods)
+    return any(str(pod["metadata"].get("name")) in running and not template.busy_marked(pod) for pod in pods)
 
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
@@ -826,14 +725,11 @@ def _sooner(a: float | None, b: float | None) -> float | None:
 
 def _log_pass(namespace: str, name: str, action: str, writes: Writes) -> None:
     """The one line per reconcile: what it did (create, update, noop, requeue, delete, gone,
-    invalid, ended) and which writes it made."""
-    log.info(
-        "reconciled pool",
-        # ``pool`` as the log context writes it (namespace/name): one key for every line of a pool.
-        extra={
-            "pool": pool_key(namespace, name),
-            "namespace": namespace,
-            "action": action,
-            "writes": writes.as_log(),
-        },
-    )
+    invalid, ended, refused) and which writes it made."""
+    extra = {
+        "pool": pool_key(namespace, name),
+        "namespace": namespace,
+        "action": action,
+        "writes": writes.as_log(),
+    }
+    log.info("reconciled pool", extra=extra)

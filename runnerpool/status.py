@@ -14,7 +14,7 @@ from typing import Any
 
 from runnerpool import api, children, conditions, naming
 from runnerpool.autoscaling import Decision
-from runnerpool.domain import RFC3339, TokenFailure, parse_rfc3339
+from runnerpool.domain import RFC3339, RegistrationFailure, parse_rfc3339
 from runnerpool.pods import failures
 from runnerpool.pods.scaling import PodCounts
 from runnerpool.reasons import Reason
@@ -57,10 +57,10 @@ def token_expiry(secret: dict[str, Any]) -> datetime | None:
 
 
 def token_condition(
-    stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: TokenFailure | None
+    stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: RegistrationFailure | None
 ) -> dict[str, Any]:
     if pool.spec.registers_jit:
-        # No pool token: each pod gets its own runner's config (runnerpool.pods.jit).
+        # No pool token: each pod gets its own runner's config (runnerpool.children.jit_child).
         if failure is not None:
             return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)
         return stamp.condition(
@@ -253,7 +253,7 @@ def desired_status(
     old: dict[str, Any],
     secret: dict[str, Any],
     pods: PodCounts | None,
-    failure: TokenFailure | None,
+    failure: RegistrationFailure | None,
     runners: dict[str, Any] | None,
     decision: Decision | None = None,
     webhook_secret_problem: str | None = None,

@@ -27,8 +27,7 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   leaves the selection (deleted, or its label removed by hand) does the same, and their
   reconcile reads it by name and labels it again.  Two informers, because a label selector
   cannot say "this label or that one".
-* **Deployments** (only to take over pools that earlier versions ran as one) and **Pods**
-  (``Owns``): only the operator's (``MANAGED_BY_SELECTOR``); an event enqueues the
+* **Pods** (``Owns``): only the operator's (``MANAGED_BY_SELECTOR``); an event enqueues the
   controlling pool (:func:`owner_key`), and on an update that changed the owner the
   previous one too.  Pods are indexed by ``namespace/pool`` label: the reconciler and the
   runner managers read one pool's pods on every pass, and a scan of every cached pod per
@@ -38,9 +37,9 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   hand edit) or its deletion brings the namespace's pools back, whose next reconcile
   repairs it.  Its creation and its status (the disruption controller's counts) do not.
   A per-pool budget of an earlier version maps to its owner.
-* **ServiceAccounts, Roles, RoleBindings** (``Owns``, only the operator's): the runner
-  account of a ``containerMode: kubernetes`` pool (``runnerpool.hook_access``); an edit or a
-  deletion brings the pool back, which repairs it.
+* **ServiceAccounts, RoleBindings** (``Owns``, only the operator's): the runner account of a
+  ``containerMode: kubernetes`` pool and its binding to the shipped hooks ClusterRole
+  (``runnerpool.hook_access``); an edit or a deletion brings the pool back, which repairs it.
 * **Namespaces** (cluster-scoped; all, or each watched one by name): so the reconciler knows
   up front that a namespace is being deleted: nothing new can be created in it, and its
   pools go straight to deregistration.  A namespace that starts terminating enqueues its
@@ -66,12 +65,10 @@ from runnerpool.naming import CREDENTIAL_SELECTOR, MANAGED_BY_SELECTOR, POOL_LAB
 from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runtime.informers import Event, InformerSet, NamespaceNotWatchedError, Watch, object_key
 from runnerpool.runtime.kube import (
-    DEPLOYMENTS,
     NAMESPACES,
     POD_DISRUPTION_BUDGETS,
     PODS,
     ROLE_BINDINGS,
-    ROLES,
     RUNNER_POOLS,
     SECRETS,
     SERVICE_ACCOUNTS,
@@ -86,16 +83,15 @@ __all__ = [
 ]
 
 # The table's entry names, which the reads ask for (and ``runnerpool_cache_objects`` shows).
-POOLS, SECRETS_, CREDENTIALS, DEPLOYMENTS_, PODS_, BUDGETS, NAMESPACES_ = (
+POOLS, SECRETS_, CREDENTIALS, PODS_, BUDGETS, NAMESPACES_ = (
     "RunnerPools",
     "Secrets",
     "CredentialSecrets",
-    "Deployments",
     "Pods",
     "PodDisruptionBudgets",
     "Namespaces",
 )
-ACCOUNTS, ROLES_, ROLE_BINDINGS_ = "ServiceAccounts", "Roles", "RoleBindings"
+ACCOUNTS, ROLE_BINDINGS_ = "ServiceAccounts", "RoleBindings"
 # Index names: pods by ``namespace/pool``; pools by autoscaling scope and by credential Secret.
 BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
 #: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
@@ -228,7 +224,6 @@ def pool_watches(
         ),
         Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR, per_namespace=True),
         Watch(CREDENTIALS, SECRETS, _secret, label_selector=CREDENTIAL_SELECTOR, per_namespace=True),
-        Watch(DEPLOYMENTS_, DEPLOYMENTS, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(
             PODS_,
             PODS,
@@ -239,7 +234,6 @@ def pool_watches(
         ),
         Watch(BUDGETS, POD_DISRUPTION_BUDGETS, _budget, label_selector=MANAGED_BY_SELECTOR),
         Watch(ACCOUNTS, SERVICE_ACCOUNTS, _owners, label_selector=MANAGED_BY_SELECTOR),
-        Watch(ROLES_, ROLES, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(ROLE_BINDINGS_, ROLE_BINDINGS, _owners, label_selector=MANAGED_BY_SELECTOR),
         Watch(NAMESPACES_, NAMESPACES, _namespace, field_selector_in=lambda ns: f"metadata.name={ns}"),
     ]
@@ -283,17 +277,11 @@ class PoolCache(InformerSet):
         found = self.get(SECRETS_, namespace, name)
         return found if found is not None else self.get(CREDENTIALS, namespace, name)
 
-    def get_deployment(self, namespace: str, name: str) -> Obj | None:
-        return self.get(DEPLOYMENTS_, namespace, name)
-
     def get_disruption_budget(self, namespace: str, name: str) -> Obj | None:
         return self.get(BUDGETS, namespace, name)
 
     def get_service_account(self, namespace: str, name: str) -> Obj | None:
         return self.get(ACCOUNTS, namespace, name)
-
-    def get_role(self, namespace: str, name: str) -> Obj | None:
-        return self.get(ROLES_, namespace, name)
 
     def get_role_binding(self, namespace: str, name: str) -> Obj | None:
         return self.get(ROLE_BINDINGS_, namespace, name)
@@ -307,9 +295,6 @@ class PoolCache(InformerSet):
             object_key(s): s for watch in (CREDENTIALS, SECRETS_) for s in self.objects(watch, namespace)
         }
         return [found[key] for key in sorted(found)]
-
-    def list_deployments(self, namespace: str | None = None) -> list[Obj]:
-        return self.objects(DEPLOYMENTS_, namespace)
 
     def list_pods(self, namespace: str, pool: str) -> list[Obj]:
         """The runner pods of one pool, by their pool label, from the index."""

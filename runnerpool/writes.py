@@ -22,11 +22,7 @@ class Write(enum.StrEnum):
     JIT_SECRET_CREATED = "create secret (a pod's JIT config)"
     JIT_SECRET_EMPTIED = "update secret (JIT config removed)"
     POD_CREATED = "create pod"
-    POD_ADOPTED = "adopt pod"
     PODS_DELETED = "delete pod"
-    DEPLOYMENT_ORPHANED = "delete deployment (orphan its pods)"
-    REPLICASET_ORPHANED = "delete replicaset (orphan its pods)"
-    DEPLOYMENT_DELETED = "delete deployment"
     BUDGET_CREATED = "create poddisruptionbudget"
     BUDGET_UPDATED = "update poddisruptionbudget"
     BUDGET_DELETED = "delete poddisruptionbudget (the namespace has no pool left)"
@@ -34,9 +30,6 @@ class Write(enum.StrEnum):
     ACCOUNT_CREATED = "create serviceaccount"
     ACCOUNT_UPDATED = "update serviceaccount"
     ACCOUNT_DELETED = "delete serviceaccount (containerMode is no longer kubernetes)"
-    ROLE_CREATED = "create role"
-    ROLE_UPDATED = "update role"
-    ROLE_DELETED = "delete role (containerMode is no longer kubernetes)"
     ROLE_BINDING_CREATED = "create rolebinding"
     ROLE_BINDING_UPDATED = "update rolebinding"
     ROLE_BINDING_DELETED = "delete rolebinding (containerMode is no longer kubernetes)"
@@ -50,7 +43,6 @@ _CREATES = frozenset(
         Write.POD_CREATED,
         Write.BUDGET_CREATED,
         Write.ACCOUNT_CREATED,
-        Write.ROLE_CREATED,
         Write.ROLE_BINDING_CREATED,
     }
 )

@@ -2,7 +2,7 @@
 
 ``LiveReader`` reads straight from the API server (no informer lag) so step-by-step
 reconcile tests are deterministic; the controller-level tests use the real informers.
-The secret updater's stand-in is ``runnerpool.fakes.FakeTokenJobs``.
+The secret updater's stand-in is ``runnerpool.fakes.FakeSecretUpdater``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, children, naming
-from runnerpool.pods import template
 from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runtime.kube import Kube
 from runnerpool.secret_reads import SecretReads
@@ -40,7 +39,6 @@ class LiveReader:
         self._api = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
-        self._apps = client.AppsV1Api(api_client)
 
     def _read(self, call: Any, *args: Any) -> dict[str, Any] | None:
         try:
@@ -59,9 +57,6 @@ class LiveReader:
     def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(self._core.read_namespaced_secret, name, namespace)
 
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._read(self._apps.read_namespaced_deployment, name, namespace)
-
     def get_disruption_budget(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(
             client.PolicyV1Api(self._api).read_namespaced_pod_disruption_budget, name, namespace
@@ -69,9 +64,6 @@ class LiveReader:
 
     def get_service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(self._core.read_namespaced_service_account, name, namespace)
-
-    def get_role(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._read(client.RbacAuthorizationV1Api(self._api).read_namespaced_role, name, namespace)
 
     def get_role_binding(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read(
@@ -92,6 +84,10 @@ class LiveReader:
     def pool(self, namespace: str, name: str) -> ParsedPool | None:
         raw = self.get_pool(namespace, name)
         return None if raw is None else parse_pool(raw)
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        found = self._read(self._core.read_namespace, namespace)
+        return found is None or (found.get("status") or {}).get("phase") == "Terminating"
 
     def pools_in(self, namespace: str) -> list[ParsedPool]:
         found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
@@ -188,23 +184,6 @@ def mark_pods_ready(api_client: client.ApiClient, namespace: str, pool: str, cou
     for name in names:
         play_kubelet(api_client, namespace, name)
     return names
-
-
-def legacy_deployment(
-    api_client: client.ApiClient, pool: api.RunnerPool, image: str, github_api_url: str
-) -> None:
-    """The runner Deployment an earlier operator version made for ``pool``, one replica
-    (what ``runnerpool.pods.adoption`` takes over)."""
-    legacy = template.pod_template(pool, image, github_api_url)
-    legacy["spec"]["restartPolicy"] = "Always"
-    labels = legacy["metadata"]["labels"]
-    client.AppsV1Api(api_client).create_namespaced_deployment(
-        pool.namespace,
-        {
-            "metadata": {"name": naming.deployment_name(pool.name), "labels": labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": legacy},
-        },
-    )
 
 
 def legacy_budget(api_client: client.ApiClient, namespace: str, name: str) -> str:

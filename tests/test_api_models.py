@@ -74,7 +74,6 @@ FULL_OBJECT: dict[str, Any] = {
 def test_names_and_helpers() -> None:
     assert api.API_VERSION == "runnerpool.dev/v1alpha1"
     assert naming.token_secret_name("ci") == "runner-token-ci"
-    assert naming.deployment_name("ci") == "runnerpool-ci"
     assert naming.pool_runner_label("builds", "ci") == "builds/ci"
 
 

@@ -20,16 +20,15 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeTokenJobs
 from runnerpool.naming import CREDENTIAL_FINALIZER, CREDENTIAL_LABEL, CREDENTIAL_VALUE
-from runnerpool.pods.expectations import Expectations
+from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.kube import Kube, Resource
 from runnerpool.secret_reads import SecretReads
 from tests.github_mocks import RunnerEndpoint, github
 from tests.pools import LiveReader, create_pool, pat_secret, pool_manifest
+from tests.reconcilers import make_reconciler
 from tests.test_reconciler import _finalize, runners
 
 __all__ = ["github", "runners"]  # the fixtures
@@ -100,14 +99,11 @@ def reconciler(
     protection: CredentialProtection,
     runners: RunnerManagers,
 ) -> Reconciler:
-    return Reconciler(
-        SelectedReader(api_client),
+    return make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        runners,
-        KubeEventRecorder(Kube(api_client)),
-        expectations=Expectations(timeout=0),
-        protection=protection,
+        reads=SelectedReader(api_client),
+        runners=runners,
+        secrets=SecretChecks(protection, lambda namespace, ref: None),
     )
 
 

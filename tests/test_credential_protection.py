@@ -15,16 +15,15 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeTokenJobs
 from runnerpool.naming import CREDENTIAL_FINALIZER
-from runnerpool.pods.expectations import Expectations
+from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.kube import Kube
 from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
+from tests.reconcilers import make_reconciler
 from tests.test_reconciler import FUTURE, _finalize, runners
 
 __all__ = ["github", "runners"]  # the fixtures
@@ -44,15 +43,8 @@ def reconciler(
     protection: CredentialProtection,
     runners: RunnerManagers,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
-        api_client,
-        FakeTokenJobs(),
-        runners,
-        KubeEventRecorder(Kube(api_client)),
-        # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
-        expectations=Expectations(timeout=0),
-        protection=protection,
+    return make_reconciler(
+        api_client, runners=runners, secrets=SecretChecks(protection, lambda namespace, ref: None)
     )
 
 

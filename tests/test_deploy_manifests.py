@@ -119,6 +119,7 @@ def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list
             ("ClusterRoleBinding", "", "runnerpool-operator"),
             ("ClusterRole", "", "runnerpool-operator-namespace"),
             ("ClusterRole", "", "runnerpool-operator-metrics-reader"),
+            ("ClusterRole", "", "runnerpool-runner-hooks"),
             ("ClusterRole", "", "runnerpool-operator-tenant-edit"),
             ("ClusterRole", "", "runnerpool-operator-tenant-view"),
             ("Role", NAMESPACE, "runnerpool-operator-leader-election"),
@@ -202,9 +203,6 @@ OPERATOR_RULES = {
     ("", "serviceaccounts"): {"list", "watch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"list", "watch"},
-    # Until the legacy Deployments watch and the per-pool runner Role go (issue 30).
-    ("apps", "deployments"): {"list", "watch"},
-    ("rbac.authorization.k8s.io", "roles"): {"list", "watch"},
     ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create", "patch"},
     ("authentication.k8s.io", "tokenreviews"): {"create"},
@@ -217,8 +215,8 @@ NAMESPACE_RULES = {
     ("", "secrets"): {"get", "list", "watch", "create", "patch"},
     ("", "pods"): {"create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"create", "patch", "delete"},
-    ("", "serviceaccounts"): {"create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "rolebindings"): {"create", "patch", "delete"},
+    ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "clusterroles"): {"bind"},
 }
 #: The one role the operator may bind without holding its verbs (containerMode: kubernetes).

@@ -70,18 +70,6 @@ ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
 # Checked when the operator binds runnerpool-runner-hooks (containerMode: kubernetes), never
 # requested: RBAC lets nobody bind a role granting more than they hold, unless they may `bind` it.
 ESCALATION_ONLY = {("rbac.authorization.k8s.io", "clusterroles", "bind")}
-# containerMode: kubernetes's writes: the runner ServiceAccount and its RoleBinding to
-# runnerpool-runner-hooks. The per-pool Role the operator makes today is no longer granted; the
-# RoleBinding to the shipped ClusterRole replaces it (issue 30, the other half of this change),
-# whose lifecycle (_kubernetes_mode, rewritten for it) proves these verbs at the merge.
-KUBERNETES_MODE_AWAITED = {
-    ("", "serviceaccounts", "create"),
-    ("", "serviceaccounts", "patch"),
-    ("", "serviceaccounts", "delete"),
-    ("rbac.authorization.k8s.io", "rolebindings", "create"),
-    ("rbac.authorization.k8s.io", "rolebindings", "patch"),
-    ("rbac.authorization.k8s.io", "rolebindings", "delete"),
-}
 
 
 def kubectl(control_plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -331,6 +319,69 @@ def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) ->
     )
 
 
+def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
+    """A containerMode: kubernetes pool: its runner ServiceAccount and RoleBinding (to the shipped
+    hooks ClusterRole) are made (list, watch, create), hand edits repaired (patch), and both
+    deleted when the pool leaves the mode (delete)."""
+    reader, name = LiveReader(api_client), naming.runner_account_name("km")
+    create_pool(
+        api_client, namespace, pool_manifest("km", repo="octo-org/octo-repo", containerMode="kubernetes")
+    )
+    wait_for(lambda: reader.get_role_binding(namespace, name), message="the runner RoleBinding")
+    rbac, core = client.RbacAuthorizationV1Api(api_client), client.CoreV1Api(api_client)
+    intruder = [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]
+    rbac.patch_namespaced_role_binding(name, namespace, {"subjects": intruder})
+    core.patch_namespaced_service_account(name, namespace, {"metadata": {"labels": {naming.POOL_LABEL: "x"}}})
+
+    def repaired() -> bool:
+        account = reader.get_service_account(namespace, name) or {}
+        binding = reader.get_role_binding(namespace, name) or {}
+        return (
+            binding.get("subjects") not in (None, intruder)
+            and (account.get("metadata") or {}).get("labels", {}).get(naming.POOL_LABEL) == "km"
+        )
+
+    wait_for(repaired, message="the hand edits to be repaired")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
+    )
+    wait_for(
+        lambda: (
+            not any((reader.get_service_account(namespace, name), reader.get_role_binding(namespace, name)))
+        ),
+        message="the runner account to go with the mode",
+    )
+    _foreign_runner_access(api_client, namespace)
+
+
+def _foreign_runner_access(api_client: client.ApiClient, namespace: str) -> None:
+    """A ServiceAccount and RoleBinding someone else made under the names a kubernetes-mode pool
+    would use: the operator's creates are refused (409), it reads them by name (get), leaves them
+    alone and the pool says so."""
+    reader, name = LiveReader(api_client), naming.runner_account_name("kf")
+    client.CoreV1Api(api_client).create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    create_pool(
+        api_client, namespace, pool_manifest("kf", repo="octo-org/octo-repo", containerMode="kubernetes")
+    )
+
+    def ready_reason() -> str | None:
+        pool = reader.get_pool(namespace, "kf") or {}
+        found = [c for c in (pool.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+        return found[0]["reason"] if found else None
+
+    wait_for(lambda: ready_reason() == "ChildNotOwned", message="the pool to say its names are taken")
+    assert not (reader.get_service_account(namespace, name) or {})["metadata"].get("ownerReferences")
+    assert (reader.get_role_binding(namespace, name) or {})["roleRef"]["name"] == "view"
+
+
 def _scrape(port: int, token: str) -> int:
     """One scrape of --metrics-secure: a TokenReview and a SubjectAccessReview by the operator."""
     insecure = ssl.create_default_context()
@@ -355,6 +406,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
     running = operator_as_service_account
     _lifecycle(api_client, namespace, running.github)
     _demand(api_client, namespace, running.github)
+    _kubernetes_mode(api_client, namespace)
     assert _scrape(running.metrics_port, running.token) == 403, "the operator itself is no metrics reader"
 
     requests = [
@@ -378,7 +430,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
         for e in requests
         if "objectRef" in e
     }
-    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY - KUBERNETES_MODE_AWAITED
+    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY
     assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
 
 

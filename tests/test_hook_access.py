@@ -1,9 +1,11 @@
-"""The runner ServiceAccount, Role and RoleBinding of ``containerMode: kubernetes``, on a real API server.
+"""The runner ServiceAccount and RoleBinding of ``containerMode: kubernetes``, on a real API server.
 
-What a user would check: the pool owns all three, the Role lets the runner do exactly what the
-runner container hooks check for and nothing more, the operator makes them with deploy/'s RBAC
-(not as admin), a converged pool writes nothing, a hand edit is repaired, and a pool that leaves
-the mode takes its Role away at once.
+What a user would check: the pool owns both, the binding grants (in the pool's namespace only)
+the shipped ClusterRole, which lets the runner do exactly what the runner container hooks
+check for and nothing more; the operator makes them with deploy/'s RBAC (not as admin) and
+creates no Role; a converged pool writes nothing, a hand edit is repaired, a pool that leaves
+the mode takes its binding away at once; and a same-named object the pool does not control is
+never touched: the pool says so.
 """
 
 from __future__ import annotations
@@ -17,17 +19,23 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, naming
-from runnerpool.hook_access import HOOK_RULES, HookAccessStep
+from runnerpool import api, children, naming
+from runnerpool.apply import apply
+from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE
 from runnerpool.reconciler import Reconciler
 from runnerpool.runtime.kube import Kube
 from runnerpool.writes import Writes
-from tests.pools import LiveReader, create_pool, mark_pods_ready, pool_manifest
-from tests.test_reconciler import reconciler, runners, tokens
+from tests.pools import LiveReader, create_pool, fill_token, mark_pods_ready, pool_events, pool_manifest
+from tests.test_reconciler import FUTURE, reconciler, runners, tokens
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import DEPLOY, operator_kubeconfig, service_account_kubeconfig
+from testworld.envtest.serviceaccount import (
+    DEPLOY,
+    install_operator_rbac,
+    operator_kubeconfig,
+    service_account_kubeconfig,
+)
 
-__all__ = ["reconciler", "runners", "tokens"]  # the fixtures, shared with test_reconciler
+__all__ = ["make_runner_access", "reconciler", "runners", "tokens"]  # fixtures shared with test_reconciler
 
 #: actions/runner-container-hooks' ``requiredPermissions`` (packages/k8s/src/k8s/index.ts, the
 #: same in k8s-novolume): the hooks ask a SelfSubjectAccessReview for each before every command.
@@ -49,6 +57,15 @@ NOT_GRANTED = [
     ("pods", "ephemeralcontainers", "patch"),
 ]
 BATCH_JOBS = ("batch", "jobs", "create")
+HOOKS_ROLE_FILE = DEPLOY / "rbac" / "runner_hooks_cluster_role.yaml"
+
+
+def make_runner_access(kube: Kube, pool: api.RunnerPool) -> Writes:
+    """What the operator's apply makes for a kubernetes-mode pool that has none yet."""
+    writes = Writes()
+    for row in children.runner_access(pool, None, None):
+        apply(kube, row, writes)
+    return writes
 
 
 def _kubernetes_pool(name: str, **spec: Any) -> dict[str, Any]:
@@ -57,10 +74,13 @@ def _kubernetes_pool(name: str, **spec: Any) -> dict[str, Any]:
 
 def _access(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[str, Any] | None]:
     reader, name = LiveReader(api_client), naming.runner_account_name(pool)
+    return [reader.get_service_account(namespace, name), reader.get_role_binding(namespace, name)]
+
+
+def _roles(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [
-        reader.get_service_account(namespace, name),
-        reader.get_role(namespace, name),
-        reader.get_role_binding(namespace, name),
+        r.metadata.name
+        for r in client.RbacAuthorizationV1Api(api_client).list_namespaced_role(namespace).items
     ]
 
 
@@ -83,7 +103,7 @@ def _allowed(
     return bool(review.status.allowed)
 
 
-def test_the_role_grants_what_the_hooks_check_for() -> None:
+def test_the_shipped_cluster_role_grants_what_the_hooks_check_for() -> None:
     granted = {
         (resource.partition("/")[0], resource.partition("/")[2]): set(rule["verbs"])
         for rule in HOOK_RULES
@@ -91,9 +111,12 @@ def test_the_role_grants_what_the_hooks_check_for() -> None:
     }
     assert granted == HOOKS_CHECK
     assert all(rule["apiGroups"] == [""] for rule in HOOK_RULES)
+    shipped = yaml.safe_load(HOOKS_ROLE_FILE.read_text())
+    assert (shipped["kind"], shipped["metadata"]["name"]) == ("ClusterRole", RUNNER_HOOKS_CLUSTER_ROLE)
+    assert shipped["rules"] == [dict(rule) for rule in HOOK_RULES]
 
 
-def test_the_operator_makes_the_runner_account_with_deploys_rbac_and_it_holds_exactly_the_hooks_rules(
+def test_the_operator_binds_the_runner_account_with_deploys_rbac_and_it_holds_exactly_the_hooks_rules(
     api_client: client.ApiClient,
     control_plane: ControlPlane,
     runnerpool_crd: dict[str, Any],
@@ -102,11 +125,11 @@ def test_the_operator_makes_the_runner_account_with_deploys_rbac_and_it_holds_ex
 ) -> None:
     operator = config.new_client_from_config(config_file=str(operator_kubeconfig(control_plane)))
     pool = api.RunnerPool.model_validate(create_pool(api_client, namespace, _kubernetes_pool("km")))
-    writes = Writes()
 
-    HookAccessStep(LiveReader(api_client), Kube(operator)).converge(pool, writes)
+    writes = make_runner_access(Kube(operator), pool)
 
-    assert writes.as_log() == ["create serviceaccount", "create role", "create rolebinding"]
+    assert writes.as_log() == ["create serviceaccount", "create rolebinding"]
+    assert _roles(api_client, namespace) == [], "the operator creates no Role"
     name = naming.runner_account_name("km")
     as_runner = config.new_client_from_config(
         config_file=str(service_account_kubeconfig(control_plane, namespace, name, tmp_path / "runner"))
@@ -121,10 +144,11 @@ def test_the_operator_makes_the_runner_account_with_deploys_rbac_and_it_holds_ex
     assert not _allowed(as_runner, "default", "", "pods", "", "create")
 
 
-def test_without_the_hooks_permissions_the_api_server_refuses_the_role(
+def test_without_the_hooks_permissions_the_api_server_refuses_the_binding(
     api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
     """Why deploy/rbac holds pods/exec and pods/log the operator never uses: RBAC's escalation check."""
+    install_operator_rbac(control_plane)  # the shipped hooks ClusterRole
     rules = yaml.safe_load((DEPLOY / "rbac" / "cluster_role.yaml").read_text())["rules"]
     without_exec = [r for r in rules if "pods/exec" not in r["resources"]]
     rbac = client.RbacAuthorizationV1Api(api_client)
@@ -133,15 +157,19 @@ def test_without_the_hooks_permissions_the_api_server_refuses_the_role(
         namespace,
         {
             "metadata": {"name": "no-exec"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "no-exec"},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": "no-exec"},
             "subjects": [{"kind": "ServiceAccount", "name": "no-exec", "namespace": namespace}],
         },
     )
     path = service_account_kubeconfig(control_plane, namespace, "no-exec", tmp_path / "no-exec", create=True)
     limited = client.RbacAuthorizationV1Api(config.new_client_from_config(config_file=str(path)))
+    hooks = {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RUNNER_HOOKS_CLUSTER_ROLE}
+    subjects = [{"kind": "ServiceAccount", "name": "runner", "namespace": namespace}]
 
     with pytest.raises(ApiException) as refused:
-        limited.create_namespaced_role(namespace, {"metadata": {"name": "hooks"}, "rules": list(HOOK_RULES)})
+        limited.create_namespaced_role_binding(
+            namespace, {"metadata": {"name": "hooks"}, "roleRef": hooks, "subjects": subjects}
+        )
 
     assert refused.value.status == 403
     assert "attempting to grant RBAC permissions not currently held" in refused.value.body
@@ -153,42 +181,98 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
     key = f"{namespace}/km"
     uid = create_pool(api_client, namespace, _kubernetes_pool("km"))["metadata"]["uid"]
     reconciler(key)
-    reconciler(key)  # registration is JIT in this mode: the pod's own Secret, no pool token
+    fill_token(api_client, namespace, "km", "tok", FUTURE)
+    reconciler(key)
     [pod] = mark_pods_ready(api_client, namespace, "km", 1)
     reconciler(key)
     name = naming.runner_account_name("km")
 
-    account, role, binding = _access(api_client, namespace, "km")
-    assert account and role and binding
-    for obj in (account, role, binding):
+    account, binding = _access(api_client, namespace, "km")
+    assert account and binding
+    for obj in (account, binding):
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == (api.KIND, uid, True)
-    assert role["rules"] == [{k: v for k, v in r.items()} for r in HOOK_RULES]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    assert binding["roleRef"] == {
+        "apiGroup": RBAC_GROUP,
+        "kind": "ClusterRole",
+        "name": RUNNER_HOOKS_CLUSTER_ROLE,
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    assert _roles(api_client, namespace) == [], "the operator creates no Role"
     spec = client.CoreV1Api(api_client).read_namespaced_pod(pod, namespace).spec
     assert (spec.service_account_name, spec.automount_service_account_token) == (name, True)
 
     # Converged: a pass writes nothing.
-    versions = [o["metadata"]["resourceVersion"] for o in (account, role, binding)]
+    versions = [o["metadata"]["resourceVersion"] for o in (account, binding)]
     caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
     reconciler(key)
     assert [(r.__dict__["action"], r.__dict__["writes"]) for r in caplog.records] == [("noop", [])]
     assert [o["metadata"]["resourceVersion"] for o in _access(api_client, namespace, "km") if o] == versions
 
-    # A hand edit that widens the Role is put back.
+    # A hand edit that binds the hooks' role to someone else too is put back.
     rbac = client.RbacAuthorizationV1Api(api_client)
-    rbac.patch_namespaced_role(
-        name, namespace, {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}
-    )
+    intruder = {"kind": "ServiceAccount", "name": "default", "namespace": namespace}
+    rbac.patch_namespaced_role_binding(name, namespace, {"subjects": [*binding["subjects"], intruder]})
     caplog.clear()
     reconciler(key)
-    assert "update role" in caplog.records[-1].__dict__["writes"]
-    assert (_access(api_client, namespace, "km")[1] or {})["rules"] == role["rules"]
+    assert "update rolebinding" in caplog.records[-1].__dict__["writes"]
+    assert (_access(api_client, namespace, "km")[1] or {})["subjects"] == binding["subjects"]
 
-    # Leaving the mode takes all three away at once.
+    # Leaving the mode takes both away at once.
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
     )
     reconciler(key)
-    assert _access(api_client, namespace, "km") == [None, None, None]
+    assert _access(api_client, namespace, "km") == [None, None]
+
+
+def test_same_named_objects_the_pool_does_not_control_are_left_byte_for_byte_and_the_pool_says_so(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Someone else's Secret named like the pool's token Secret, and a Role and RoleBinding named
+    like its runner access: no patch, no delete, no pod, no token; a condition and an Event."""
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    name, secret = naming.runner_account_name("km"), naming.token_secret_name("km")
+    core.create_namespaced_secret(namespace, {"metadata": {"name": secret}, "stringData": {"a": "b"}})
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": [rule]})
+    subjects = [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}]
+    role_ref = {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name}
+    rbac.create_namespaced_role_binding(
+        namespace, {"metadata": {"name": name}, "roleRef": role_ref, "subjects": subjects}
+    )
+
+    def foreign() -> list[Any]:
+        return [
+            api_client.sanitize_for_serialization(obj)
+            for obj in (
+                core.read_namespaced_secret(secret, namespace),
+                rbac.read_namespaced_role(name, namespace),
+                rbac.read_namespaced_role_binding(name, namespace),
+            )
+        ]
+
+    before = foreign()
+    key = f"{namespace}/km"
+    create_pool(api_client, namespace, _kubernetes_pool("km"))
+    for _ in range(2):
+        reconciler(key)
+
+    assert foreign() == before, "left byte for byte"
+    pool = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "km"
+    )
+    [ready] = [c for c in pool["status"]["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ChildNotOwned")
+    assert f"rolebindings {name}" in ready["message"] and f"secrets {secret}" in ready["message"]
+    assert [r for _, r, _ in pool_events(api_client, namespace)].count("ChildNotOwned") == 1
+    assert LiveReader(api_client).list_pods(namespace, "km") == []
+
+    # Once they are gone, the pool makes its own.
+    core.delete_namespaced_secret(secret, namespace)
+    rbac.delete_namespaced_role_binding(name, namespace)
+    reconciler(key)
+    account, binding = _access(api_client, namespace, "km")
+    assert account is not None and binding is not None
+    assert binding["roleRef"]["kind"] == "ClusterRole"
+    assert rbac.read_namespaced_role(name, namespace).rules[0].resources == ["configmaps"], "still theirs"

@@ -386,18 +386,8 @@ def make_secret(
     )
 
 
-def make_deployment(name: str, labels: dict[str, str]) -> Any:
-    return client.V1Deployment(
-        metadata=client.V1ObjectMeta(name=name, labels=labels),
-        spec=client.V1DeploymentSpec(
-            replicas=0,
-            selector=client.V1LabelSelector(match_labels={"app": name}),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels={"app": name}),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
-            ),
-        ),
-    )
+def make_account(name: str, labels: dict[str, str]) -> Any:
+    return client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name, labels=labels))
 
 
 def test_wait_for_sync_means_existing_objects_are_cached(
@@ -493,7 +483,6 @@ def test_child_events_enqueue_owner(
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     core = client.CoreV1Api(api_client)
-    apps = client.AppsV1Api(api_client)
     informers.start()
     assert informers.wait_for_sync(timeout=30)
 
@@ -528,16 +517,16 @@ def test_child_events_enqueue_owner(
     core.create_namespaced_secret(namespace, make_secret("pool-a-token", labels=OWNED, owner=owner))
     keys.wait_for(f"{namespace}/pool-a")
 
-    # A managed Deployment with only the pool label (no owner reference) maps through the label.
+    # A managed ServiceAccount with only the pool label (no owner reference) maps through the label.
     keys.clear()
     managed = {"app.kubernetes.io/managed-by": "runnerpool-operator", POOL_LABEL: "pool-b"}
-    apps.create_namespaced_deployment(namespace, make_deployment("pool-b-runners", managed))
+    core.create_namespaced_service_account(namespace, make_account("pool-b-runners", managed))
     keys.wait_for(f"{namespace}/pool-b")
-    wait_for(lambda: informers.get_deployment(namespace, "pool-b-runners"), message="deployment in cache")
+    wait_for(lambda: informers.get_service_account(namespace, "pool-b-runners"), message="account in cache")
 
     # Deleting a child enqueues its owner so the pool can recreate it.
     keys.clear()
-    apps.delete_namespaced_deployment("pool-b-runners", namespace)
+    core.delete_namespaced_service_account("pool-b-runners", namespace)
     keys.wait_for(f"{namespace}/pool-b")
 
     # A credential Secret (labelled by protection) enqueues the pools that reference it.
@@ -566,18 +555,18 @@ def test_owner_change_enqueues_old_and_new_owner(
     keys.wait_for(f"{namespace}/old")
 
 
-def test_unmanaged_deployments_are_not_cached(
+def test_unmanaged_service_accounts_are_not_cached(
     api_client: client.ApiClient, namespace: str, informers: PoolCache
 ) -> None:
-    apps = client.AppsV1Api(api_client)
-    apps.create_namespaced_deployment(namespace, make_deployment("foreign", {"app": "foreign"}))
-    apps.create_namespaced_deployment(
-        namespace, make_deployment("ours", {"app.kubernetes.io/managed-by": "runnerpool-operator"})
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_service_account(namespace, make_account("foreign", {"app": "foreign"}))
+    core.create_namespaced_service_account(
+        namespace, make_account("ours", {"app.kubernetes.io/managed-by": "runnerpool-operator"})
     )
     informers.start()
     assert informers.wait_for_sync(timeout=30)
-    assert informers.get_deployment(namespace, "ours") is not None
-    assert informers.get_deployment(namespace, "foreign") is None
+    assert informers.get_service_account(namespace, "ours") is not None
+    assert informers.get_service_account(namespace, "foreign") is None
     assert MANAGED_BY_SELECTOR == "app.kubernetes.io/managed-by=runnerpool-operator"
 
 

@@ -1,6 +1,6 @@
 """A JIT pool's pods and their own Secrets, reconciled against the real API server.
 
-The secret updater is the recording stand-in (``FakeJitJobs``; ``secret_updater.jit`` has its own
+The token scheduler is the recording stand-in (``FakeJitSecretUpdater``; ``secret_updater.jit`` has its own
 tests), so a fill is written here by hand the way it writes it (``jit_patch``); no kubelet runs,
 so the register init container's end is reported by hand too.
 """
@@ -14,40 +14,31 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import naming
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool import children, naming
+from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.github.types import JitConfig
-from runnerpool.pods import jit
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings
 from secret_updater.jit import jit_patch
 from tests.pools import LiveReader, create_pool, pool_manifest
+from tests.reconcilers import make_reconciler
 
 CONFIG = "eyJqaXQiOiAic2VjcmV0LWNvbmZpZyJ9"
 
 
 @pytest.fixture
-def tokens() -> FakeTokenJobs:
-    return FakeTokenJobs()
+def tokens() -> FakeSecretUpdater:
+    return FakeSecretUpdater()
 
 
 @pytest.fixture
 def reconciler(
     api_client: client.ApiClient,
     runnerpool_crd: dict,  # type: ignore[type-arg]
-    tokens: FakeTokenJobs,
+    tokens: FakeSecretUpdater,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
-        api_client,
-        tokens,
-        FakeRunnerJobs(),
-        KubeEventRecorder(Kube(api_client)),
-        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
-        expectations=Expectations(timeout=0),
+    return make_reconciler(
+        api_client, tokens=tokens, settings=Settings(queue=QueueSettings(status_coalesce=0.0))
     )
 
 
@@ -85,7 +76,7 @@ def _versions(api_client: client.ApiClient, namespace: str) -> list[str]:
 
 
 def test_a_jit_pods_secret_is_created_empty_filled_once_emptied_once_used(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:
     create_pool(
         api_client, namespace, pool_manifest("jp", org="octo-org", registration="jit", labels=["gpu"])
@@ -110,14 +101,14 @@ def test_a_jit_pods_secret_is_created_empty_filled_once_emptied_once_used(
         pod["metadata"]["uid"],
     )
     assert secret["metadata"]["labels"][naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
-    # ... and asks the secret updater for one runner named after the pod, with the pool's labels.
+    # ... and asks the token scheduler for one runner named after the pod, with the pool's labels.
     [(secret_name, uid, request)] = tokens.jit.fills[-1:]
     assert (secret_name, uid) == (secret["metadata"]["name"], pod["metadata"]["uid"])
     assert request.name == pod["metadata"]["name"]
     assert request.labels == (f"{namespace}/jp", "gpu")
     assert request.work_folder == naming.WORK_DIR
 
-    # Filled (as the secret updater writes it): nothing more is asked, nothing written.
+    # Filled (as the token scheduler writes it): nothing more is asked, nothing written.
     client.CoreV1Api(api_client).patch_namespaced_secret(
         secret["metadata"]["name"], namespace, jit_patch(JitConfig(runner_id=7, encoded=CONFIG))
     )
@@ -163,7 +154,7 @@ def test_a_register_container_that_failed_does_not_empty_the_secret(
     # The kubelet runs it again, and it needs its config then.
     kept = _secret(api_client, namespace, pod)
     assert kept is not None and kept["data"][naming.JIT_SECRET_KEY]
-    assert not jit.registered(pod)
+    assert not children.registered(pod)
 
 
 def test_a_jit_pool_reports_its_token_ready_without_a_pool_token(
@@ -176,24 +167,3 @@ def test_a_jit_pool_reports_its_token_ready_without_a_pool_token(
     assert pool is not None
     token = next(c for c in pool["status"]["conditions"] if c["type"] == "TokenReady")
     assert (token["status"], token["reason"]) == ("True", "JitConfigs")
-
-
-def test_a_kubernetes_mode_pool_registers_just_in_time_without_saying_so(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
-) -> None:
-    """Its runners' ServiceAccount can read the namespace's Secrets: no pool-wide token may sit there."""
-    create_pool(api_client, namespace, pool_manifest("jp", org="octo-org", containerMode="kubernetes"))
-    key = f"{namespace}/jp"
-    reconciler(key)
-    reconciler(key)
-
-    [pod] = _pods(api_client, namespace)
-    secret = _secret(api_client, namespace, pod)
-    assert secret is not None, "the pod has a JIT Secret of its own"
-    [(secret_name, _uid, _request)] = tokens.jit.fills
-    assert secret_name == secret["metadata"]["name"]
-    assert LiveReader(api_client).get_secret(namespace, naming.token_secret_name("jp")) is None
-    assert tokens.started == [], "no pool token was asked for"
-    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert naming.TOKEN_VOLUME not in volumes
-    assert volumes[naming.JIT_VOLUME]["secret"]["secretName"] == secret_name

@@ -23,12 +23,11 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api, naming
-from runnerpool.hook_access import HookAccessStep
 from runnerpool.runtime.kube import Kube
-from runnerpool.writes import Writes
-from tests.pools import LiveReader, create_pool, play_kubelet, pool_manifest
+from tests.pools import create_pool, play_kubelet, pool_manifest
+from tests.test_hook_access import make_runner_access
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import token_of
+from testworld.envtest.serviceaccount import install_operator_rbac, token_of
 from testworld.node.images import RUNNER_HOST_COMMANDS
 
 STANDINS = Path(__file__).resolve().parent.parent / "testworld" / "runner_image"
@@ -107,7 +106,8 @@ def runner(
     pool = api.RunnerPool.model_validate(
         create_pool(api_client, namespace, pool_manifest("km", containerMode=api.KUBERNETES_MODE))
     )
-    HookAccessStep(LiveReader(api_client), Kube(api_client)).converge(pool, Writes())
+    install_operator_rbac(control_plane)  # the shipped hooks ClusterRole the binding names
+    make_runner_access(Kube(api_client), pool)
     account = naming.runner_account_name("km")
     client.CoreV1Api(api_client).create_namespaced_pod(
         namespace,
@@ -217,11 +217,18 @@ def test_without_a_job_container_the_job_fails(runner: Runner) -> None:
 def test_the_hooks_refuse_to_run_without_their_permissions(
     api_client: client.ApiClient, namespace: str, runner: Runner
 ) -> None:
-    role = naming.runner_account_name("km")
-    client.RbacAuthorizationV1Api(api_client).patch_namespaced_role(
-        role,
+    # The pool's binding to the hooks' ClusterRole replaced by one to a Role with less.
+    account, rbac = naming.runner_account_name("km"), client.RbacAuthorizationV1Api(api_client)
+    rbac.delete_namespaced_role_binding(account, namespace)
+    pods_only = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "create", "delete"]}]
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "less"}, "rules": pods_only})
+    rbac.create_namespaced_role_binding(
         namespace,
-        {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "create", "delete"]}]},
+        {
+            "metadata": {"name": "less"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "less"},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
     )
 
     done = _work(runner)

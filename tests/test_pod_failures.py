@@ -2,7 +2,7 @@
 
 Pure rules, no API server: runnerpool/pods/failures.py (the vocabulary), the create backoff
 (runnerpool/pods/create_backoff.py), the Ready condition they lead to (runnerpool/status.py)
-and the memory that keeps Events to one per change (runnerpool/events.OnChange).
+and the memory that keeps Events to one per change (the pool's ``PoolState`` in runnerpool/reconciler.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from runnerpool import api, conditions, metrics
-from runnerpool.events import OnChange
 from runnerpool.pods import failures
 from runnerpool.pods.create_backoff import CreateBackoff
+from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.scaling import PodCounts
+from runnerpool.reconciler import PoolStates
 from runnerpool.status import ready_condition
 
 STAMP = conditions.Stamp(1, datetime(2026, 1, 1, tzinfo=UTC))
@@ -155,11 +156,12 @@ def test_a_changed_template_is_tried_at_once_and_pools_back_off_apart() -> None:
 
 
 def test_a_state_is_news_once_until_it_changes() -> None:
-    told = OnChange()
-    seen = [told.changed("ns/p", state) for state in ("a", "a", "b", "b", "a")]
+    states = PoolStates(Expectations())
+    told = states.of("ns/p")
+    seen = [told.failing_changed(frozenset(state)) for state in ("a", "a", "b", "b", "a")]
     assert seen == [True, False, True, False, True]
-    told.forget("ns/p")
-    assert told.changed("ns/p", "a")
+    states.forget("ns", "p")
+    assert states.of("ns/p").failing_changed(frozenset("a"))
 
 
 def test_the_failing_gauge_has_a_series_per_stuck_reason_only() -> None:

@@ -1,4 +1,4 @@
-"""The pure rules of operator-owned runner pods: template, capacity, retirement, adoption.
+"""The pure rules of operator-owned runner pods: template, capacity, retirement.
 
 The safety rules (a busy runner's pod is never picked; a rollout never goes below
 ``replicas`` registered runners) are checked against every combination of pool shapes.
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from runnerpool import api, naming
+from runnerpool import api, children, naming
 from runnerpool.github.types import Runner
-from runnerpool.pods import adoption, scaling, template
+from runnerpool.pods import scaling, template
 from runnerpool.pods.expectations import Expectations, still_pending
 from runnerpool.runners.lifecycle import Action, PodDecision, PodView, plan
 from runnerpool.runners.retirement import OUTDATED, SCALE_DOWN, retirements
@@ -92,7 +92,7 @@ def test_a_busy_runner_gets_its_busy_grace_and_the_kubelet_waits_longer(
 
 
 def test_the_disruption_budget_covers_only_busy_pods() -> None:
-    pdb = template.disruption_budget("ns")
+    pdb = children.disruption_budget("ns")
     assert (pdb["metadata"]["namespace"], pdb["spec"]["maxUnavailable"]) == ("ns", 0)
     assert pdb["spec"]["selector"]["matchLabels"] == {
         naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE,
@@ -132,7 +132,7 @@ def kube_pod(
         ([kube_pod(n, OLD) for n in "abc"] + [kube_pod("d")], 3, 0, 0),
         ([kube_pod(n, OLD) for n in "ab"] + [kube_pod("d")], 3, 0, 1),
         ([kube_pod(n, OLD) for n in "abcdefgh"], 8, 0, 2),
-        ([kube_pod(n, None) for n in "ab"], 2, 0, 1),  # adopted pods are outdated
+        ([kube_pod(n, None) for n in "ab"], 2, 0, 1),  # pods without the template hash are outdated
         ([kube_pod(n, OLD) for n in "ab"], 0, 0, 0),
     ],
 )
@@ -286,24 +286,6 @@ def test_a_pod_the_watch_delivers_between_the_read_and_the_count_is_still_expect
     assert still_pending(before_the_read, read) == 1, "still counted: no second create"
 
 
-# -- adoption --------------------------------------------------------------------------------
-
-
-def test_adoption_replaces_the_replicaset_controller_and_keeps_other_owners() -> None:
-    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True}
-    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "x-uid"}
-    pod = {"metadata": {"name": "p", "resourceVersion": "9", "ownerReferences": [rs, other]}}
-    patch = adoption.adoption_patch(pod, pool())
-    assert patch is not None
-    refs = patch["metadata"]["ownerReferences"]
-    assert refs[0] == other and refs[1]["uid"] == "pool-uid" and refs[1]["controller"] is True
-    assert patch["metadata"]["resourceVersion"] == "9"
-    adopted = {"metadata": {"name": "p", "ownerReferences": refs}}
-    assert adoption.adoption_patch(adopted, pool()) is None
-    leaving = {"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"}}
-    assert adoption.adoption_patch(leaving, pool()) is None
-
-
-def test_adopted_pods_are_outdated() -> None:
+def test_pods_without_the_template_hash_are_outdated() -> None:
     legacy = {"metadata": {"name": "runnerpool-ci-5d4f-abcde", "labels": {"pod-template-hash": "5d4f"}}}
     assert scaling.count([legacy], 1, NEW).outdated == 1

@@ -20,11 +20,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, naming
+from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import RegistrationFailure, Scope
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
-from runnerpool.reasons import ConditionType
 from runnerpool.reconciler import (
     DeregistrationError,
     InvalidSpecError,
@@ -47,6 +46,7 @@ from tests.pools import (
     pool_events,
     pool_manifest,
 )
+from tests.reconcilers import make_reconciler
 
 __all__ = ["github"]  # the fixture, shared with the other GitHub-facing tests
 
@@ -55,8 +55,8 @@ FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture
-def tokens() -> FakeTokenJobs:
-    return FakeTokenJobs()
+def tokens() -> FakeSecretUpdater:
+    return FakeSecretUpdater()
 
 
 @pytest.fixture
@@ -77,20 +77,16 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
 def reconciler(
     api_client: client.ApiClient,
     runnerpool_crd: dict,  # type: ignore[type-arg]
-    tokens: FakeTokenJobs,
+    tokens: FakeSecretUpdater,
     runners: RunnerManagers,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
+    return make_reconciler(
         api_client,
-        tokens,
-        runners,
-        KubeEventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(
             deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
         ),
-        # LiveReader reads the API server itself: nothing lags, so nothing is to be expected.
-        expectations=Expectations(timeout=0),
     )
 
 
@@ -124,7 +120,7 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> list[dict[
 
 
 def test_a_new_pool_waits_for_its_token_without_error(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("alpha", repo="octo-org/octo-repo"))
 
@@ -151,21 +147,18 @@ def test_a_new_pool_waits_for_its_token_without_error(
 def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
     api_client: client.ApiClient,
     namespace: str,
-    tokens: FakeTokenJobs,
+    tokens: FakeSecretUpdater,
     runners: RunnerManagers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """ "Waiting for the token" is not written when the token may still come within the
     coalescing time (the next write would replace it at once), but it is written after."""
     coalesce = 1.5
-    reconciler = Reconciler(
-        LiveReader(api_client),
+    reconciler = make_reconciler(
         api_client,
-        tokens,
-        runners,
-        KubeEventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
-        expectations=Expectations(timeout=0),
     )
     create_pool(api_client, namespace, pool_manifest("early"))
 
@@ -279,12 +272,8 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
     create_pool(api_client, namespace, pool_manifest("omicron"))
     stored = _get(api_client, namespace, "omicron")
     loose = {**stored, "spec": {"repository": "not a repository", "replicas": -1}}
-    invalid = Reconciler(
-        _Stored(LiveReader(api_client), loose),
-        api_client,
-        FakeTokenJobs(),
-        FakeRunnerJobs(),
-        KubeEventRecorder(Kube(api_client)),
+    invalid = make_reconciler(
+        api_client, reads=_Stored(LiveReader(api_client), loose), expectations=Expectations()
     )
 
     with pytest.raises(InvalidSpecError) as info:
@@ -318,14 +307,10 @@ class _StaleCache(LiveReader):
 
 
 def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
-    api_client: client.ApiClient, namespace: str, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, tokens: FakeSecretUpdater
 ) -> None:
-    stale = Reconciler(
-        _StaleCache(api_client),
-        api_client,
-        tokens,
-        FakeRunnerJobs(),
-        KubeEventRecorder(Kube(api_client)),
+    stale = make_reconciler(
+        api_client, reads=_StaleCache(api_client), tokens=tokens, expectations=Expectations()
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")
@@ -419,7 +404,7 @@ def test_the_per_pool_budget_of_an_earlier_version_goes(
 
 
 def test_a_token_failure_shows_its_reason(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:
     create_pool(api_client, namespace, pool_manifest("zeta"))
     tokens.failures[(namespace, "zeta")] = RegistrationFailure(
@@ -495,7 +480,7 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     api_client: client.ApiClient,
     namespace: str,
     reconciler: Reconciler,
-    tokens: FakeTokenJobs,
+    tokens: FakeSecretUpdater,
     github: responses.RequestsMock,
 ) -> None:
     _converged(api_client, namespace, reconciler, "eta")
@@ -513,7 +498,7 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     assert list(endpoint.runners) == [12], "the pool's runners are gone, the other pool's runner stays"
     assert sorted(runner_id for runner_id, _ in endpoint.deleted) == [11, 13]
     assert (namespace, "eta") in tokens.stopped
-    assert (namespace, "eta") in tokens.emptied, "the secret updater empties the Secret"
+    assert (namespace, "eta") in tokens.emptied, "the token updater empties the Secret"
 
 
 def test_a_github_outage_keeps_the_finalizer_and_says_why(
@@ -528,7 +513,7 @@ def test_a_github_outage_keeps_the_finalizer_and_says_why(
     pool = _get(api_client, namespace, "theta")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert any(reason == "DeregistrationFailed" for _, reason, _ in pool_events(api_client, namespace))
-    cond = _condition(pool, ConditionType.RUNNERS_DEREGISTERED)
+    cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "GitHubUnavailable")
 
 
@@ -545,7 +530,7 @@ def test_a_busy_runner_delays_deletion_without_error(
     assert _pods(api_client, namespace, "iota"), "a busy runner's pods are not deleted"
     pool = _get(api_client, namespace, "iota")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
-    assert _condition(pool, ConditionType.RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
+    assert _condition(pool, RUNNERS_DEREGISTERED)["reason"] == "RunnersBusy"
     assert endpoint.deleted == [], "a runner listed busy is not even asked to go"
 
 
@@ -564,7 +549,7 @@ def test_a_runner_that_took_a_job_is_retried_then_deregistered(
     assert endpoint.deleted == [(31, 422)]
     pool = _get(api_client, namespace, "lambda")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
-    cond = _condition(pool, ConditionType.RUNNERS_DEREGISTERED)
+    cond = _condition(pool, RUNNERS_DEREGISTERED)
     assert (cond["status"], cond["reason"]) == ("False", "RunnersBusy")
     assert ("Normal", "WaitingForBusyRunners", "1 runner(s) still running a job") in pool_events(
         api_client, namespace
@@ -616,7 +601,7 @@ def test_status_runners_come_from_the_runner_managers_listing(
 
 
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:
     """A job in slow retry after bad credentials must not wait minutes once they are fixed."""
     create_pool(api_client, namespace, pool_manifest("kappa"))
@@ -633,7 +618,7 @@ def test_an_edited_credential_secret_restarts_the_token_job_at_once(
 
 
 def test_status_keeps_counting_running_pods_while_the_token_is_missing(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeTokenJobs
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:
     """A token Secret emptied by hand: pods still run, and the status must not say 0."""
     _converged(api_client, namespace, reconciler, "omicron", delete=False)

@@ -25,25 +25,17 @@ from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
-from runnerpool.settings import GitHubSettings, QueueSettings, Settings
+from runnerpool.settings import QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
 from tests.github_mocks import live_clients
-from tests.pools import (
-    LiveReader,
-    autoscaling_of,
-    by_name_reads,
-    create_pool,
-    fill_token,
-    pool_events,
-    pool_manifest,
-)
+from tests.pools import LiveReader, autoscaling_of, create_pool, fill_token, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -60,7 +52,7 @@ class Clock:
 
 
 class Cache(LiveReader):
-    """The live reader, plus the pool listing the writer matches jobs against."""
+    """The live reader, plus the pool listing the recorder matches jobs against."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
         super().__init__(api_client)
@@ -94,16 +86,14 @@ def reconciler(api_client: client.ApiClient, cache: Cache, clock: Clock) -> Iter
         lambda key: None,
         scheduler=BackgroundScheduler(timezone=UTC),  # never started
     )
-    yield Reconciler(
-        cache,
+    yield make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        runners,
-        events,
+        reads=cache,
+        runners=runners,
+        recorder=events,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
-        expectations=Expectations(timeout=0),
-        webhook_secrets=PoolSecrets(by_name_reads(Kube(api_client)), retry_gap=0.0).problem,
+        secrets=FakePoolSecrets(cache, PoolSecrets(Kube(api_client), retry_gap=0.0).problem),
     )
     runners.stop_all()
 
@@ -152,9 +142,9 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     assert _pods(api_client, namespace, "auto") == 0
     assert _pool(api_client, namespace, "auto")["status"]["desiredReplicas"] == 0
 
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
     for job_id in (1, 2, 3):
-        assert writer.record_job(_job(job_id, "queued", namespace, "auto")) == 1
+        assert recorder.record_job(_job(job_id, "queued", namespace, "auto")) == 1
     reconciler(key)
 
     status = _pool(api_client, namespace, "auto")["status"]
@@ -172,7 +162,7 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     # Demand gone: the decision holds for scaleDownDelay from when it fell, and the
     # reconciler comes back then.
     for job_id in (1, 2, 3):
-        writer.record_job(_job(job_id, "completed", namespace, "auto"))
+        recorder.record_job(_job(job_id, "completed", namespace, "auto"))
     clock.now += timedelta(seconds=10)
     result = reconciler(key)
     status = _pool(api_client, namespace, "auto")["status"]
@@ -213,8 +203,8 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
     assert scaling["message"] == "2 runner(s) for 0 queued, 0 busy job(s) + 2 idle (minIdle); min 0, max 5"
 
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
-    writer.record_job(_job(1, "queued", namespace, "warm"))
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder.record_job(_job(1, "queued", namespace, "warm"))
     reconciler(key)
     pods = {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")}
     assert (len(pods), _pool(api_client, namespace, "warm")["status"]["desiredReplicas"]) == (3, 3)
@@ -222,7 +212,7 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     taker = sorted(pods)[0]
     labels = ["self-hosted", naming.pool_runner_label(namespace, "warm")]
     taken = job_object(1, "in_progress", labels, repository=REPO, runner=taker)
-    writer.record_job(parse_delivery(delivery(taken)))
+    recorder.record_job(parse_delivery(delivery(taken)))
     clock.now += timedelta(seconds=5)
     reconciler(key)
     status = _pool(api_client, namespace, "warm")["status"]
@@ -236,9 +226,9 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     """After its job an ephemeral runner's pod is used up; while only the delay holds the
     count, a new pod for it would be a registration and a deregistration for nothing."""
     key = _pool_at_zero(api_client, namespace, reconciler, "held")
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
     for job_id in (1, 2, 3):
-        writer.record_job(_job(job_id, "queued", namespace, "held"))
+        recorder.record_job(_job(job_id, "queued", namespace, "held"))
     reconciler(key)
     pods = LiveReader(api_client).list_pods(namespace, "held")
     assert len(pods) == 3
@@ -249,7 +239,7 @@ def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
         used_up, namespace, {"status": {"phase": "Succeeded"}}
     )
     for job_id in (1, 2, 3):
-        writer.record_job(_job(job_id, "completed", namespace, "held"))
+        recorder.record_job(_job(job_id, "completed", namespace, "held"))
     clock.now += timedelta(seconds=10)
     reconciler(key)
 
@@ -265,26 +255,23 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
     """The busy mark (eviction protection) follows the runner listing; a delivery saying a job
     runs on a pod without the mark asks for the listing now instead of at the next interval."""
     runners = FakeRunnerJobs()
-    reconciler = Reconciler(
-        cache,
+    reconciler = make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        runners,
-        KubeEventRecorder(Kube(api_client)),
+        reads=cache,
+        runners=runners,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
-        expectations=Expectations(timeout=0),
     )
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
-    writer.record_job(_job(1, "queued", namespace, "mark"))
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    recorder.record_job(_job(1, "queued", namespace, "mark"))
     reconciler(key)
     [pod] = LiveReader(api_client).list_pods(namespace, "mark")
     name = pod["metadata"]["name"]
     runners.rounds_forward.clear()
 
     labels = ["self-hosted", naming.pool_runner_label(namespace, "mark")]
-    writer.record_job(
+    recorder.record_job(
         parse_delivery(delivery(job_object(1, "in_progress", labels, repository=REPO, runner=name)))
     )
     reconciler(key)
@@ -310,11 +297,11 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     assert gauge("runnerpool_pool_ready") == 1, "0 of 0 runners ready, with a token: Ready"
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "nothing queued"
 
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
     first_seen = clock.now
-    writer.record_job(_job(1, "queued", namespace, "gauged"))
+    recorder.record_job(_job(1, "queued", namespace, "gauged"))
     clock.now += timedelta(minutes=3)
-    writer.record_job(_job(2, "queued", namespace, "gauged"))
+    recorder.record_job(_job(2, "queued", namespace, "gauged"))
     reconciler(key)
     conditions = _pool(api_client, namespace, "gauged")["status"]["conditions"]
     ready = next(c for c in conditions if c["type"] == "Ready")
@@ -323,11 +310,11 @@ def test_the_pool_gauges_say_ready_and_since_when_the_oldest_job_waits(
     oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
     assert oldest == pytest.approx(first_seen.timestamp(), abs=1), "the first job's, not the newest's"
 
-    writer.record_job(_job(1, "in_progress", namespace, "gauged"))
+    recorder.record_job(_job(1, "in_progress", namespace, "gauged"))
     reconciler(key)
     oldest = gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds")
     assert oldest == pytest.approx((first_seen + timedelta(minutes=3)).timestamp(), abs=1)
-    writer.record_job(_job(2, "completed", namespace, "gauged"))
+    recorder.record_job(_job(2, "completed", namespace, "gauged"))
     reconciler(key)
     assert gauge("runnerpool_pool_oldest_queued_job_timestamp_seconds") is None, "the series ends"
 
@@ -358,8 +345,8 @@ def test_an_organization_pool_that_can_see_no_demand_says_so_until_a_delivery_ar
     secret = b"cluster-wide"
     verdict = Verifier(lambda: (secret,))(body, sign(secret, body))
     assert verdict.accepted
-    writer = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
-    assert writer.record_job(parse_delivery(json.loads(body)), verdict) == 0
+    recorder = DemandWriter(Kube(api_client), cache, API, clock=clock)
+    assert recorder.record_job(parse_delivery(json.loads(body)), verdict) == 0
     reconciler(key)
     assert _condition(api_client, namespace, "blind", "DemandVisible")[:2] == ("True", "WebhookDelivering")
 

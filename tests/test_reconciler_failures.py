@@ -15,14 +15,11 @@ import pytest
 from kubernetes import client
 
 from runnerpool import metrics, naming
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.pods.create_backoff import CreateBackoff
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings
 from tests.pools import LiveReader, create_pool, fill_token, play_kubelet, pool_manifest
+from tests.reconcilers import make_reconciler
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -45,15 +42,10 @@ def clock() -> _Clock:
 
 @pytest.fixture
 def reconciler(api_client: client.ApiClient, clock: _Clock) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
+    return make_reconciler(
         api_client,
-        FakeTokenJobs(),
-        FakeRunnerJobs(),
-        KubeEventRecorder(Kube(api_client)),
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
-        expectations=Expectations(timeout=0),
-        create_backoff=CreateBackoff(base=2.0, cap=120.0, clock=clock),
+        backoff=CreateBackoff(base=2.0, cap=120.0, clock=clock),
     )
 
 

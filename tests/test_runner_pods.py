@@ -1,5 +1,5 @@
 """Runner pods on a real API server: replacement after a job, recreateDeadline, offline-runner GC,
-scale-down and rollout that never take a busy runner's pod, busy marks, adoption.
+scale-down and rollout that never take a busy runner's pod, busy marks.
 
 Pods are created as the reconciler creates them (``runnerpool.pods.template.runner_pod``);
 nothing runs them, so the tests play kubelet by patching pod status (Running, Succeeded, a
@@ -22,13 +22,9 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from runnerpool import api, naming
-from runnerpool.children import owner_reference as children_owner
 from runnerpool.domain import PoolRef, Scope
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.pods import template
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
@@ -38,11 +34,11 @@ from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
     create_pool,
-    fill_token,
     pat_secret,
     play_kubelet,
     pool_manifest,
 )
+from tests.reconcilers import make_reconciler
 
 __all__ = ["github"]  # the shared fixture
 
@@ -65,14 +61,7 @@ class LivePools(LiveReader):
 
 
 def pods_reconciler(api_client: client.ApiClient) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
-        api_client,
-        FakeTokenJobs(),
-        FakeRunnerJobs(),
-        KubeEventRecorder(Kube(api_client)),
-        expectations=Expectations(timeout=0),
-    )
+    return make_reconciler(api_client)
 
 
 @dataclass
@@ -102,7 +91,9 @@ class Cluster:
         pool = api.RunnerPool.model_validate(created)
         for _ in range(replicas):
             self.add_pod(pool)
-        self.managers.start(PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, api_url=API))
+        self.managers.start(
+            PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, github_api_url=API)
+        )
         return self.wait_pods(name, replicas)
 
     def add_pod(self, pool: api.RunnerPool) -> str:
@@ -309,65 +300,3 @@ def test_a_rollout_replaces_idle_pods_once_their_replacement_registered_and_busy
     cluster.kubelet(busy, phase="Succeeded", state="terminated")
     cluster.managers.sync(KEY)
     assert cluster.wait_pods("theta", 1) == [surge]
-
-
-def test_a_deployment_managed_pool_is_adopted_without_killing_its_busy_runner(
-    cluster: Cluster, github: responses.RequestsMock
-) -> None:
-    """An upgrade from the Deployment of earlier versions: its pods stay and become the pool's."""
-    ns, apps = cluster.namespace, client.AppsV1Api(cluster.api_client)
-    created = create_pool(cluster.api_client, ns, pool_manifest("iota", org="octo-org", replicas=2))
-    pool = api.RunnerPool.model_validate(created)
-    legacy = template.pod_template(pool, api.DEFAULT_RUNNER_IMAGE, API)
-    legacy["spec"]["restartPolicy"] = "Always"  # what Deployments allow
-    labels = legacy["metadata"]["labels"]
-    apps.create_namespaced_deployment(
-        ns,
-        {
-            "metadata": {
-                "name": naming.deployment_name("iota"),
-                "labels": labels,
-                "ownerReferences": [children_owner(pool)],
-            },
-            "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": legacy},
-        },
-    )
-    busy, idle = cluster.wait_pods("iota", 2)
-    for pod in (busy, idle):
-        cluster.kubelet(pod)
-    reconciler = pods_reconciler(cluster.api_client)
-    reconciler(f"{ns}/iota")  # the token Secret (an upgraded pool has one already)
-    expiry = datetime.now(UTC) + timedelta(hours=1)
-    fill_token(cluster.api_client, ns, "iota", "tok", expiry.strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-    reconciler(f"{ns}/iota")
-
-    wait_for(lambda: not apps.list_namespaced_deployment(ns).items, message="the Deployment to go")
-    wait_for(lambda: not apps.list_namespaced_replica_set(ns).items, message="its ReplicaSets to go")
-
-    def adopted() -> bool:
-        # The garbage collector's orphaning patch may win the race with the first adoption
-        # (409): its event brings the operator back, as the next pass here does.
-        reconciler(f"{ns}/iota")
-        pods = cluster.pods("iota")
-        return all(pods[n].metadata.owner_references for n in (busy, idle))
-
-    wait_for(adopted, message="the pods to be adopted")
-    pods = cluster.pods("iota")
-    assert {busy, idle} <= set(pods), "orphaned, not deleted"
-    for name in (busy, idle):
-        [owner] = pods[name].metadata.owner_references
-        assert (owner.kind, owner.name, owner.controller) == ("RunnerPool", "iota", True)
-    assert len(pods) == 3, "one surge pod with the current template"
-
-    cluster.managers.start(PoolRef(ns, "iota", ORG, pool.spec.credential_secret_name, api_url=API))
-    endpoint = RunnerEndpoint(github)
-    endpoint.add(901, busy, [f"{ns}/iota"], busy=True)
-    endpoint.add(902, idle, [f"{ns}/iota"])
-    [surge] = set(pods) - {busy, idle}
-    cluster.kubelet(surge)
-    endpoint.add(903, surge, [f"{ns}/iota"])
-    cluster.managers.sync(KEY)
-
-    assert endpoint.deleted == [(902, 204)], "the idle adopted pod is rolled, the busy one keeps its job"
-    assert busy in cluster.wait_pods("iota", 2)

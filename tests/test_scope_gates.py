@@ -12,18 +12,15 @@ from kubernetes import client
 
 from runnerpool import naming
 from runnerpool.domain import Scope
-from runnerpool.events import KubeEventRecorder
-from runnerpool.fakes import FakeRunnerJobs, FakeTokenJobs
+from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
-from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.types import RunnerGroup
-from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import QueueSettings, Settings, TenantSettings
 from runnerpool.tenants import parse_allow_rule
 from tests.github_mocks import github
 from tests.pools import LiveReader, create_pool, fill_token, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
 
 __all__ = ["github"]
 
@@ -34,25 +31,21 @@ FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 def _reconciler(
     api_client: client.ApiClient,
-    tokens: FakeTokenJobs,
+    tokens: FakeSecretUpdater,
     runners: FakeRunnerJobs,
     *,
     allow: tuple[str, ...] = (),
     github_client: FakeGitHubClient | None = None,
 ) -> Reconciler:
-    return Reconciler(
-        LiveReader(api_client),
+    return make_reconciler(
         api_client,
-        tokens,
-        runners,
-        KubeEventRecorder(Kube(api_client)),
+        tokens=tokens,
+        runners=runners,
         settings=Settings(
             queue=QueueSettings(status_coalesce=0.0),
             tenants=TenantSettings(allow=tuple(parse_allow_rule(rule) for rule in allow) or None),
         ),
-        expectations=Expectations(timeout=0),
         github=FakeGitHubClients(github_client or FakeGitHubClient()),
-        runner_groups=RunnerGroups(),
     )
 
 
@@ -70,7 +63,7 @@ def _condition(pool: dict[str, Any], type_: str) -> tuple[str, str, str]:
 def test_a_pool_outside_the_allow_rules_gets_a_condition_and_no_runner_and_no_github_call(
     api_client: client.ApiClient, namespace: str, github: responses.RequestsMock
 ) -> None:
-    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     reconciler = _reconciler(api_client, tokens, runners, allow=("team-*=org:acme",))
     create_pool(api_client, namespace, pool_manifest("rogue", org="other-org", replicas=2))
 
@@ -99,7 +92,7 @@ def test_a_pool_outside_the_allow_rules_gets_a_condition_and_no_runner_and_no_gi
 
 
 def test_a_pool_the_rules_allow_says_so_and_starts(api_client: client.ApiClient, namespace: str) -> None:
-    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     reconciler = _reconciler(api_client, tokens, runners, allow=(f"{namespace}=org:acme",))
     create_pool(api_client, namespace, pool_manifest("ours", repo="acme/tools"))
 
@@ -111,7 +104,7 @@ def test_a_pool_the_rules_allow_says_so_and_starts(api_client: client.ApiClient,
 
 
 def test_without_allow_rules_no_pool_gets_the_condition(api_client: client.ApiClient, namespace: str) -> None:
-    reconciler = _reconciler(api_client, FakeTokenJobs(), FakeRunnerJobs())
+    reconciler = _reconciler(api_client, FakeSecretUpdater(), FakeRunnerJobs())
     create_pool(api_client, namespace, pool_manifest("free", org="anything"))
     reconciler(f"{namespace}/free")
     types = {c["type"] for c in _pool(api_client, namespace, "free")["status"]["conditions"]}
@@ -122,7 +115,7 @@ def test_a_runner_group_must_exist_and_admit_the_pools_repositories(
     api_client: client.ApiClient, namespace: str
 ) -> None:
     github_client = FakeGitHubClient()
-    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
     autoscaling = {"maxReplicas": 3, "minReplicas": 1, "repositories": ["ml", "web"]}
     manifest = pool_manifest("gpu", org="octo-org", runnerGroup="GPU", autoscaling=autoscaling)
@@ -173,7 +166,7 @@ def test_a_jit_pool_makes_its_runners_in_its_runner_group(
         RunnerGroup(id=1, name="Default", visibility="all", default=True),
         RunnerGroup(id=7, name="GPU", visibility="all", default=False),
     ]
-    tokens, runners = FakeTokenJobs(), FakeRunnerJobs()
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
     create_pool(
         api_client, namespace, pool_manifest("gpu", org="octo-org", runnerGroup="GPU", registration="jit")

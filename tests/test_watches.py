@@ -288,12 +288,12 @@ def test_pools_of_one_namespace_are_a_lookup_in_either_mode(keys: Keys) -> None:
 
 def test_the_connection_pool_is_sized_from_the_table(keys: Keys) -> None:
     table = pool_watches()
-    assert informer_count(table, None) == len(table) == 10
-    assert informer_count(table, ["a", "b", "a"]) == 20
-    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 18
-    assert PoolCache(offline(), keys, ["a", "b"]).informers == 20
+    assert informer_count(table, None) == len(table) == 8
+    assert informer_count(table, ["a", "b", "a"]) == 16
+    assert informer_count(table, ["a", "b"], cluster_scoped=False) == 14
+    assert PoolCache(offline(), keys, ["a", "b"]).informers == 16
     namespaced = PoolCache(offline(), keys, ["a", "b"], cluster_scoped=False)
-    assert namespaced.informers == 18
+    assert namespaced.informers == 14
     assert not namespaced.watches(NAMESPACES_)
     assert namespaced.namespace_terminating("a") is False
 

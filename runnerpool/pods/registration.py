@@ -14,8 +14,8 @@ init container (a failed registration), which is all it needs.
 
 In JIT mode (``spec.registration: jit``) the init container mounts the pod's own JIT Secret
 instead (``runner-jit-<pool>-<suffix>``, named in the pod's ``naming.JIT_SECRET_ANNOTATION``): the
-operator creates it empty once the pod exists (``runnerpool.pods.jit``), the token scheduler fills
-it with one runner's config, and until then the kubelet retries the volume (the pod waits in
+operator creates it empty once the pod exists (``runnerpool.children.jit_child``), the token
+scheduler fills it with one runner's config, and until then the kubelet retries the volume (the pod waits in
 ``PodInitializing``, which is no failure: ``runnerpool.pods.failures``). The register phase copies
 the config to the emptyDir, the runner container hands it to ``run.sh --jitconfig``.
 

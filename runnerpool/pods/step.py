@@ -1,7 +1,7 @@
-"""The reconciler's pod step: take over a legacy Deployment, keep the disruption budget, create pods.
+"""The reconciler's pod step: count the pool's pods and create the missing ones.
 
-Reads come from the informer caches and every write is skipped when the cache already
-shows the result, so a converged pool costs no write here.  Creates are the only pod
+The pods come from the pass's snapshot (``runnerpool.observe``), so a converged pool costs
+no write here.  Creates are the only pod
 writes of the reconciler; scale-down, rollout replacement and finished pods are the runner
 managers' (``runnerpool.runners.retirement``), which know from GitHub which runner is busy.
 
@@ -15,43 +15,25 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, children, naming
+from runnerpool import api, naming
 from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import pool_key
-from runnerpool.drift import contains
-from runnerpool.pods import adoption, scaling, template
+from runnerpool.pods import scaling, template
 from runnerpool.pods.create_backoff import CreateBackoff, CreateFailure
 from runnerpool.pods.expectations import Expectations, still_pending
-from runnerpool.reads import Reads
-from runnerpool.runtime.kube import (
-    DEPLOYMENTS,
-    MERGE_PATCH,
-    POD_DISRUPTION_BUDGETS,
-    PODS,
-    REPLICA_SETS,
-    Kube,
-)
+from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.writes import Write, Writes
+
+if TYPE_CHECKING:
+    from runnerpool.observe import Observed
 
 __all__ = ["Converged", "PodStep"]
 
 log = logging.getLogger(__name__)
-
-_ORPHAN = {"propagationPolicy": "Orphan"}
-
-
-@dataclass(frozen=True)
-class LivePods:
-    """A pool's pods as one read of the cache showed them, and the creates expected as of
-    just before that read (``runnerpool.pods.expectations``)."""
-
-    pods: list[dict[str, Any]]
-    expected: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -80,31 +62,19 @@ def refusal(err: ApiException, pool: str) -> str:
     return re.sub(rf'"{re.escape(prefix)}{_GENERATED_SUFFIX}"', f'"{prefix}*"', describe(err))
 
 
-def _controlled_by_replicaset(pod: dict[str, Any]) -> bool:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(ref.get("controller") and ref.get("kind") == "ReplicaSet" for ref in refs)
-
-
-def _ignore(err: ApiException, *codes: int) -> None:
-    if err.status not in codes:
-        raise err
-
-
 class PodStep:
     def __init__(
         self,
-        cache: Reads,
-        api_client: client.ApiClient,
+        kube: Kube,
         expectations: Expectations,
+        backoff: CreateBackoff,
         *,
         default_image: str,
         default_api_url: str,
-        backoff: CreateBackoff | None = None,
     ) -> None:
-        self._cache = cache
-        self._kube = Kube(api_client)
+        self._kube = kube
         self._expectations = expectations
-        self._backoff = backoff or CreateBackoff()
+        self._backoff = backoff
         self._image = default_image
         self._api_url = default_api_url
 
@@ -113,15 +83,14 @@ class PodStep:
 
     # ------------------------------------------------------------------ converge
 
-    def read(self, pool: api.RunnerPool) -> LivePods:
-        """The pool's pods from the cache, once per pass: the creates still expected first."""
-        expected = self._expectations.expected(pool_key(pool.namespace, pool.name))
-        return LivePods(self._cache.list_pods(pool.namespace, pool.name), expected)
+    def expected(self, pool: api.RunnerPool) -> frozenset[str]:
+        """The creates still expected: taken before the pass reads the pool's pods."""
+        return self._expectations.expected(pool_key(pool.namespace, pool.name))
 
     def counts(
-        self, pool: api.RunnerPool, replicas: int, live: LivePods, *, with_creates: bool = False
+        self, pool: api.RunnerPool, replicas: int, live: Observed, *, with_creates: bool = False
     ) -> scaling.PodCounts:
-        """The pool's pods as they are (``live``: this pass's :meth:`read`), without any write;
+        """The pool's pods as they are (``live``: this pass's snapshot), without any write;
         ``with_creates``: as they will be once :meth:`converge` made the missing ones (none
         while the pool backs off from a refused create)."""
         counts = self._count(pool, live, replicas)
@@ -133,18 +102,16 @@ class PodStep:
         """The refusal the pool reports: its current template's last create was refused."""
         return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
 
-    def _count(self, pool: api.RunnerPool, live: LivePods, replicas: int) -> scaling.PodCounts:
+    def _count(self, pool: api.RunnerPool, live: Observed, replicas: int) -> scaling.PodCounts:
         names = [str(p["metadata"].get("name")) for p in live.pods]
         return scaling.count(live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names))
 
-    def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: LivePods) -> Converged:
-        """Take over, keep the budget, create what is missing (unless backing off from a refusal).
+    def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: Observed) -> Converged:
+        """Create what is missing (unless backing off from a refusal).
 
         ``replicas``: the count decided for now (``spec.replicas`` unless the pool follows demand);
-        ``live``: this pass's :meth:`read`.
+        ``live``: this pass's snapshot.
         """
-        self._take_over(pool, live.pods, writes)
-        self._ensure_budget(pool, writes)
         key = pool_key(pool.namespace, pool.name)
         counts = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
@@ -194,126 +161,6 @@ class PodStep:
         body = template.runner_pod(pool, self._image, self._api_url)
         name = str(self._kube.create(PODS, pool.namespace, body)["metadata"]["name"])
         self._expectations.created(key, name)
-
-    def _ensure_budget(self, pool: api.RunnerPool, writes: Writes) -> None:
-        self._drop_legacy_budget(pool, writes)
-        desired = template.disruption_budget(pool.namespace)
-        name = desired["metadata"]["name"]
-        live = self._cache.get_disruption_budget(pool.namespace, name)
-        if live is None:
-            try:
-                self._kube.create(POD_DISRUPTION_BUDGETS, pool.namespace, desired)
-                writes.add(Write.BUDGET_CREATED)
-            except ApiException as err:
-                _ignore(err, 409)  # the cache has not caught up with an earlier create
-            return
-        if contains(live, desired):
-            return
-        self._kube.patch(
-            POD_DISRUPTION_BUDGETS,
-            pool.namespace,
-            name,
-            {
-                "metadata": {"labels": desired["metadata"]["labels"]},
-                "spec": desired["spec"],
-            },
-            patch_type=MERGE_PATCH,
-        )
-        writes.add(Write.BUDGET_UPDATED)
-
-    def release_unused_budget(self, namespace: str, writes: Writes) -> None:
-        """Delete the namespace's busy budget once no pool of the namespace is left.
-
-        It has no owner (no one pool may take it along), so without this an uninstall that
-        deleted every pool would leave one budget behind in each of their namespaces. Asked
-        when a pool is gone from the cache, so the last pool to go sees none left; a pool
-        made meanwhile creates it again on its first pass.
-        """
-        if self._cache.pools_in(namespace):
-            return
-        if self._cache.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET) is None:
-            return
-        try:
-            self._kube.delete(POD_DISRUPTION_BUDGETS, namespace, naming.BUSY_DISRUPTION_BUDGET)
-            writes.add(Write.BUDGET_DELETED)
-        except ApiException as err:
-            _ignore(err, 404)
-
-    def _drop_legacy_budget(self, pool: api.RunnerPool, writes: Writes) -> None:
-        """Earlier versions kept a budget per pool. Left beside the namespace's, a busy pod
-        would match two budgets, and the eviction API answers that with a 500, not the 429
-        that makes ``kubectl drain`` wait."""
-        legacy = self._cache.get_disruption_budget(pool.namespace, naming.disruption_budget_name(pool.name))
-        if legacy is None or not adoption.controlled_by(legacy, pool.uid):
-            return
-        try:
-            self._kube.delete(POD_DISRUPTION_BUDGETS, pool.namespace, legacy["metadata"]["name"])
-            writes.add(Write.LEGACY_BUDGET_DELETED)
-        except ApiException as err:
-            _ignore(err, 404)
-
-    # ------------------------------------------------------------------ take-over
-
-    def _take_over(self, pool: api.RunnerPool, pods: list[dict[str, Any]], writes: Writes) -> None:
-        """See ``runnerpool.pods.adoption``: orphan the legacy Deployment and ReplicaSets, adopt."""
-        namespace = pool.namespace
-        deployment = self._cache.get_deployment(namespace, naming.deployment_name(pool.name))
-        if deployment is not None or any(_controlled_by_replicaset(p) for p in pods):
-            self._orphan_legacy(pool, deployment, writes)
-        adopted = 0
-        for pod in pods:
-            patch = adoption.adoption_patch(pod, pool)
-            if patch is None:
-                continue
-            try:
-                # A JSON merge patch replaces the list: a strategic one would keep the
-                # ReplicaSet's controller reference beside the pool's, which is invalid.
-                self._kube.patch(PODS, namespace, pod["metadata"]["name"], patch, patch_type=MERGE_PATCH)
-            except ApiException as err:
-                _ignore(err, 404, 409)  # gone, or changed: its event brings the pool back
-                continue
-            adopted += 1
-            writes.add(Write.POD_ADOPTED)
-        if adopted:
-            log.info("adopted %d runner pod(s) of pool %s/%s", adopted, namespace, pool.name)
-
-    def _orphan_legacy(self, pool: api.RunnerPool, deployment: dict[str, Any] | None, writes: Writes) -> None:
-        namespace = pool.namespace
-        if deployment is not None and not deployment["metadata"].get("deletionTimestamp"):
-            try:
-                self._kube.delete(DEPLOYMENTS, namespace, deployment["metadata"]["name"], _ORPHAN)
-                writes.add(Write.DEPLOYMENT_ORPHANED)
-            except ApiException as err:
-                _ignore(err, 404)
-        # After the Deployment: while it lives, its controller would make a new ReplicaSet.
-        replicasets = self._kube.list_items(REPLICA_SETS, namespace, label_selector=children.selector(pool))
-        for rs in replicasets:
-            if rs["metadata"].get("deletionTimestamp"):
-                continue
-            try:
-                self._kube.delete(REPLICA_SETS, namespace, rs["metadata"]["name"], _ORPHAN)
-                writes.add(Write.REPLICASET_ORPHANED)
-            except ApiException as err:
-                _ignore(err, 404)
-
-    # ------------------------------------------------------------------ deletion
-
-    def delete_legacy_deployment(self, pool: api.RunnerPool, writes: Writes) -> None:
-        """For a deleted pool: the Deployment an earlier version ran it as (its pods go with
-        it, by garbage collection; the runner managers delete the pool's own pods)."""
-        deployment = self._cache.get_deployment(pool.namespace, naming.deployment_name(pool.name))
-        if deployment is None or deployment["metadata"].get("deletionTimestamp"):
-            return
-        try:
-            self._kube.delete(
-                DEPLOYMENTS,
-                pool.namespace,
-                deployment["metadata"]["name"],
-                {"propagationPolicy": "Background"},
-            )
-            writes.add(Write.DEPLOYMENT_DELETED)
-        except ApiException as err:
-            _ignore(err, 404)
 
 
 def _after(counts: scaling.PodCounts, created: int) -> scaling.PodCounts:

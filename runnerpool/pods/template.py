@@ -1,4 +1,4 @@
-"""The runner pod and the disruption budget a pool wants: pure functions of the pool.
+"""The runner pod a pool wants: a pure function of the pool.
 
 Every pod carries the hash of the template it was made from (``naming.TEMPLATE_HASH_LABEL``), the
 way a Deployment's ReplicaSets carry ``pod-template-hash``: a pod whose label differs from
@@ -10,7 +10,8 @@ upgrade that changes the pod rolls the pools too, and it is computed from canoni
 so that the same pool always gives the same hash, in every process.
 
 Busy pods are marked by the runner managers (``naming.BUSY_LABEL`` plus the cluster autoscaler's
-and Karpenter's do-not-disrupt annotations) and the pool's PodDisruptionBudget selects
+and Karpenter's do-not-disrupt annotations) and the namespace's PodDisruptionBudget
+(``runnerpool.children.disruption_budget``) selects
 exactly the marked pods with ``maxUnavailable: 0``: the eviction API (``kubectl drain``,
 the cluster autoscaler, Karpenter) refuses to evict a busy runner and lets an idle one go.
 What bypasses the eviction API (a pod or its namespace deleted, a drain with eviction
@@ -33,7 +34,6 @@ from runnerpool.pods import dind, kubernetes_mode, merge, registration, security
 __all__ = [
     "busy_grace_seconds",
     "busy_marked",
-    "disruption_budget",
     "pod_spec",
     "pod_template",
     "runner_labels",
@@ -105,26 +105,6 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
 def busy_marked(pod: Mapping[str, Any]) -> bool:
     """The pod carries the operator's busy mark (the disruption budget selects it)."""
     return ((pod.get("metadata") or {}).get("labels") or {}).get(naming.BUSY_LABEL) == naming.BUSY_VALUE
-
-
-def disruption_budget(namespace: str) -> dict[str, Any]:
-    """Voluntary evictions of busy runner pods are refused; idle pods are not covered.
-
-    One budget per namespace for every pool: with ``maxUnavailable: 0`` a budget per pool
-    refuses nothing more, and a shared one costs a new pool no write.  It has no owner
-    (no pool may take it along when deleted); it goes when the namespace's last pool goes
-    (``PodStep.release_unused_budget``).
-    """
-    labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": naming.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
-        "spec": {
-            "maxUnavailable": 0,
-            "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: naming.BUSY_VALUE}},
-        },
-    }
 
 
 def runner_labels(pool: api.RunnerPool) -> list[str]:

@@ -27,14 +27,11 @@ from kubernetes.client.exceptions import ApiException
 from runnerpool import api
 
 __all__ = [
-    "DEPLOYMENTS",
     "EVENTS",
     "MERGE_PATCH",
     "NAMESPACES",
     "PODS",
     "POD_DISRUPTION_BUDGETS",
-    "REPLICA_SETS",
-    "ROLES",
     "ROLE_BINDINGS",
     "RUNNER_POOLS",
     "SECRETS",
@@ -82,12 +79,9 @@ SECRETS = Resource("v1", "secrets")
 PODS = Resource("v1", "pods")
 EVENTS = Resource("v1", "events")
 NAMESPACES = Resource("v1", "namespaces", namespaced=False)
-DEPLOYMENTS = Resource("apps/v1", "deployments")
-REPLICA_SETS = Resource("apps/v1", "replicasets")
 POD_DISRUPTION_BUDGETS = Resource("policy/v1", "poddisruptionbudgets")
 RUNNER_POOLS = Resource(api.API_VERSION, api.PLURAL)
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
-ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
 
 

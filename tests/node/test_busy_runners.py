@@ -1,5 +1,5 @@
-"""No busy runner is killed on a real node: not by a rollout, a scale-down, a drain, a crashed
-operator or an upgrade from Deployment-managed pools.
+"""No busy runner is killed on a real node: not by a rollout, a scale-down, a drain or a crashed
+operator.
 
 Jobs really run in the operator's pods: the fake GitHub queues them, the runner stand-ins in
 the pods take them, run them and report them. A runner that gets SIGTERM while busy cancels
@@ -17,9 +17,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
-from runnerpool.pods import adoption
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
-from tests.e2e.runners import REPO, get_pool, pool_runners, wait_token
+from tests.e2e.runners import REPO, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
 from tests.node.pods import (
@@ -34,7 +33,7 @@ from tests.node.pods import (
     wait_busy,
     wait_done,
 )
-from tests.pools import create_pool, legacy_deployment
+from tests.pools import create_pool
 from testworld.fakegithub import FakeGitHub
 from testworld.node.node import Node
 from testworld.simulator import OperatorProcess
@@ -246,74 +245,6 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
 
     wait_done(fake_github, jobs)
     _assert_agree(core, fake_github, namespace, "drain", 2)
-    assert conclusions(fake_github) == ["success"]
-
-
-def _legacy_deployment(
-    api_client: client.ApiClient, namespace: str, name: str, node: Node, fake: FakeGitHub
-) -> None:
-    """The runner Deployment an earlier operator version made, for the node."""
-    pool = api.RunnerPool.model_validate(get_pool(api_client, namespace, name))
-    legacy_deployment(api_client, pool, node.runner_image.reference, fake.url)
-
-
-def test_an_upgrade_adopts_a_deployment_pools_busy_runner_without_killing_its_job(
-    *,
-    api_client: client.ApiClient,
-    namespace: str,
-    start_operator: StartOperator,
-    node: Node,
-    credentials: str,
-    fake_github: FakeGitHub,
-) -> None:
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-    # The earlier version's world: a pool with its token Secret, its runners a Deployment's pods.
-    operator = start_operator(*_node_args(node))
-    pool = create_pool(api_client, namespace, node_pool("old", replicas=0))
-    wait_token(api_client, namespace, "old", timeout=START_TIMEOUT)
-    assert operator.stop() == 0
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, "old", {"spec": {"replicas": 1}}
-    )
-    _legacy_deployment(api_client, namespace, "old", node, fake_github)
-    [legacy] = registered_pods(core, fake_github, namespace, "old", 1)
-    jobs = queue_jobs(fake_github, namespace, "old", 1, JOB_SECONDS)
-    wait_for(
-        lambda: fake_github.job(jobs[0])["status"] == "in_progress", START_TIMEOUT, 0.2, "the job to start"
-    )
-
-    operator.start().wait_ready()  # the upgraded operator
-
-    wait_for(
-        lambda: not apps.list_namespaced_deployment(namespace).items,
-        START_TIMEOUT,
-        0.2,
-        "the Deployment to go",
-    )
-    wait_for(
-        lambda: not apps.list_namespaced_replica_set(namespace).items,
-        START_TIMEOUT,
-        0.2,
-        "its ReplicaSet to go",
-    )
-    uid = pool["metadata"]["uid"]
-    wait_for(
-        lambda: adoption.controlled_by(
-            api_client.sanitize_for_serialization(core.read_namespaced_pod(legacy, namespace)), uid
-        ),
-        START_TIMEOUT,
-        0.2,
-        f"the pool to adopt {legacy}",
-    )
-    wait_busy(core, fake_github, namespace, jobs)
-    assert fake_github.job(jobs[0])["status"] == "in_progress"
-
-    [done] = wait_done(fake_github, jobs).values()
-    assert (done["conclusion"], done["runner_name"]) == ("success", legacy)
-    [fresh] = _assert_agree(core, fake_github, namespace, "old", 1)
-    labels = core.read_namespaced_pod(fresh, namespace).metadata.labels or {}
-    assert naming.TEMPLATE_HASH_LABEL in labels
-    assert not apps.list_namespaced_deployment(namespace).items
     assert conclusions(fake_github) == ["success"]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import client
 
 from runnerpool import api, naming
-from runnerpool.hook_access import HOOK_RULES
+from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -146,7 +146,6 @@ def test_the_runner_account_is_the_pools_and_goes_with_it(
     def access() -> list[dict[str, Any] | None]:
         return [
             reader.get_service_account(namespace, name),
-            reader.get_role(namespace, name),
             reader.get_role_binding(namespace, name),
         ]
 
@@ -154,13 +153,15 @@ def test_the_runner_account_is_the_pools_and_goes_with_it(
     for obj in found:
         [owner] = obj["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"], owner["controller"]) == (api.KIND, uid, True)
-    assert found[1]["rules"] == [dict(rule) for rule in HOOK_RULES]
+    assert found[1]["roleRef"] == {
+        "apiGroup": RBAC_GROUP,
+        "kind": "ClusterRole",
+        "name": RUNNER_HOOKS_CLUSTER_ROLE,
+    }
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "km"
     )
 
     wait_for(lambda: get_pool(api_client, namespace, "km") is None, START_TIMEOUT, message="the pool to go")
-    wait_for(
-        lambda: access() == [None, None, None], START_TIMEOUT, message="the runner account to go with it"
-    )
+    wait_for(lambda: access() == [None, None], START_TIMEOUT, message="the runner account to go with it")

@@ -1,0 +1,124 @@
+"""The checks a pool must pass before anything is made for it or asked of GitHub.
+
+Each gate answers with the condition it puts on the pool (:class:`Verdict`), or ``None`` when it
+does not apply; the reconciler evaluates them in order and stops at the first closed one: the
+pool gets that condition, ``Ready`` False with its message, and an Event, and nothing else is
+written (no Secret, unless the gate asks for the pool's token to be withdrawn, no pod).  Adding
+a check is adding a gate to the list the manager gives the reconciler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runnerpool import api, children, conditions
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.protocol import GitHubClients
+from runnerpool.namespace_access import NamespaceAccess
+from runnerpool.reasons import Reason
+from runnerpool.tenants import AllowList
+
+__all__ = ["RUNNER_GROUP_RECHECK", "Gate", "NamespaceGate", "RunnerGroupGate", "ScopeGate", "Verdict"]
+
+#: Seconds until a pool whose runner group could not be checked looks again (its answers are
+#: cached, see ``runnerpool.github.groups``: most looks cost no request).
+RUNNER_GROUP_RECHECK = 60.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A gate's answer, as the pool's condition; a closed gate says when to look again
+    (``None``: when something changes) and whether the pool's token is to be withdrawn (a gate
+    that forbids the operator to write Secrets there says ``False``)."""
+
+    condition: dict[str, Any]
+    recheck: float | None = None
+    withdraw: bool = True
+    #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
+    runner_group_id: int | None = None
+
+    @property
+    def open(self) -> bool:
+        return bool(self.condition["status"] == "True")
+
+
+class Gate(Protocol):
+    def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None: ...
+
+    def refused(self, namespace: str) -> None:
+        """The API server refused a write in ``namespace`` (403): forget what was known of it."""
+
+
+@dataclass(frozen=True)
+class NamespaceGate:
+    """The operator may write in the pool's namespace (``runnerpool.namespace_access``): the
+    first gate. A namespace that is not enabled gets no Secret write either (``withdraw`` is
+    False: the write would be refused), no token job, no runner manager, no GitHub call."""
+
+    access: NamespaceAccess
+
+    def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
+        found = self.access.check(pool.namespace)
+        return Verdict(found.condition(stamp), recheck=found.recheck, withdraw=found.enabled)
+
+    def refused(self, namespace: str) -> None:
+        self.access.forget(namespace)  # enabled no longer? the next pass asks again
+
+
+@dataclass(frozen=True)
+class ScopeGate:
+    """The namespace may use the pool's scope (``--allow``); no GitHub call at all otherwise."""
+
+    allow: AllowList
+
+    def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
+        if not self.allow.enforced:
+            return None
+        refusal = self.allow.refusal(pool.namespace, pool.scope)
+        if refusal is not None:
+            return Verdict(
+                stamp.condition(conditions.SCOPE_ALLOWED, False, Reason.SCOPE_NOT_ALLOWED, refusal)
+            )
+        allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
+        return Verdict(stamp.condition(conditions.SCOPE_ALLOWED, True, Reason.SCOPE_ALLOWED, allowed))
+
+    def refused(self, namespace: str) -> None:
+        """Nothing cached per namespace."""
+
+
+@dataclass(frozen=True)
+class RunnerGroupGate:
+    """``spec.runnerGroup`` exists in the pool's scope and may serve its repositories."""
+
+    github: GitHubClients
+    default_api_url: str
+    #: The groups' answers, cached (most looks cost no request).
+    groups: RunnerGroups = field(default_factory=RunnerGroups)
+
+    def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
+        name = pool.spec.runner_group
+        if name is None:
+            return None
+        try:
+            client = children.github_client(self.github, pool, self.default_api_url)
+            group = self.groups.check(client, pool.scope, name, _served_repositories(pool))
+        except (GitHubError, CredentialError) as err:
+            wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
+            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
+            return Verdict(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
+        message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
+        found = stamp.condition(conditions.RUNNER_GROUP_READY, True, Reason.RUNNER_GROUP_FOUND, message)
+        return Verdict(found, runner_group_id=group.id)
+
+    def refused(self, namespace: str) -> None:
+        """Nothing cached per namespace."""
+
+
+def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:
+    """The repositories (``owner/name``) whose jobs the pool is for, as far as its spec says:
+    those it polls; a pool without ``spec.autoscaling.repositories`` names none."""
+    listed = pool.spec.autoscaling.repositories if pool.spec.autoscaling else []
+    return tuple(repo if "/" in repo else f"{pool.spec.organization}/{repo}" for repo in listed)

@@ -1,0 +1,168 @@
+"""Observe: one read of everything a pool's reconcile decides from, as one immutable snapshot.
+
+The pool, its pods (and the creates still expected), its Secrets (token, each JIT pod's, the
+credential Secret), the namespace's disruption budget, its kubernetes-mode account objects,
+and what the background jobs published (token failures, runner counts) and the webhook
+secret's state: all read from the informer caches and the jobs' in-memory results, no API
+request.  The rest of the pass (``runnerpool.children.wanted``, ``runnerpool.status``) is
+pure functions of this snapshot.  The ports the reconciler drives live here too, so the
+fakes (``runnerpool.fakes``) and the real jobs meet one definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runnerpool import api, children, naming
+from runnerpool.credential_protection import CredentialProtection
+from runnerpool.domain import Drain, PoolRef, RegistrationFailure
+from runnerpool.github.types import JitRequest
+from runnerpool.reads import Reads
+
+__all__ = [
+    "JitJobs",
+    "Observed",
+    "PoolSecrets",
+    "RunnerJobs",
+    "SecretChecks",
+    "TokenJobs",
+    "WebhookSecretCheck",
+    "observe",
+]
+
+
+class JitJobs(Protocol):
+    """The part of ``secret_updater.jit.JitSecretUpdater`` the reconciler drives."""
+
+    def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None: ...
+    def forget_pod(self, namespace: str, pod_uid: str) -> None: ...
+    def stop(self, namespace: str, name: str) -> None: ...
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None: ...
+
+
+class TokenJobs(Protocol):
+    """The part of ``secret_updater.SecretUpdater`` the reconciler drives."""
+
+    def start(self, pool: PoolRef) -> None: ...
+    def stop(self, namespace: str, name: str) -> None: ...
+    def failure(self, namespace: str, name: str) -> RegistrationFailure | None: ...
+    def check_secret(
+        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+    ) -> float | None: ...
+    def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
+    #: Each JIT pod's own config: filled by the same scheduler (``secret_updater.jit``).
+    @property
+    def jit(self) -> JitJobs: ...
+
+
+class RunnerJobs(Protocol):
+    """The part of ``runnerpool.runners.manager.RunnerManagers`` the reconciler drives."""
+
+    def start(self, pool: PoolRef) -> None: ...
+    def stop(self, namespace: str, name: str) -> None: ...
+    def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
+    def drain(self, pool: PoolRef) -> Drain: ...
+    def bring_round_forward(self, namespace: str, name: str) -> None: ...
+
+
+#: Why a pool's own webhook secret (``spec.autoscaling.webhookSecretRef``) cannot be used, or
+#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, given by the manager).
+WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
+
+
+class PoolSecrets(Protocol):
+    """The Secrets a pool uses but does not own: its GitHub credential (protected with a
+    finalizer while a pool needs it, ``runnerpool.credential_protection``) and its webhook secret."""
+
+    def protect(self, namespace: str, pool: str, secret_name: str) -> bool: ...
+    def finalized(self, namespace: str, pool: str, secret_name: str) -> None: ...
+    def forget(self, namespace: str, pool: str) -> None: ...
+    def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None: ...
+    def retry_in(self, namespace: str, secret_name: str) -> float | None: ...
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one pass decides from (read once, at its start)."""
+
+    pods: list[dict[str, Any]]
+    #: Pods created by an earlier pass that the cache does not show yet.
+    expected: frozenset[str]
+    token_secret: dict[str, Any] | None
+    #: Each JIT pod's Secret by name (``None``: not there yet).
+    jit_secrets: Mapping[str, dict[str, Any] | None]
+    account: dict[str, Any] | None
+    binding: dict[str, Any] | None
+    budget: dict[str, Any] | None
+    legacy_budget: dict[str, Any] | None
+    credentials: dict[str, Any] | None
+    #: Seconds until a missing credential Secret is looked for by name again.
+    credentials_retry: float | None
+    token_failure: RegistrationFailure | None
+    runner_counts: dict[str, Any] | None
+    webhook_problem: str | None
+
+
+def observe(
+    reads: Reads,
+    pool: api.RunnerPool,
+    expected: frozenset[str],
+    *,
+    tokens: TokenJobs,
+    runners: RunnerJobs,
+    secrets: PoolSecrets,
+) -> Observed:
+    """The snapshot of ``pool`` (``expected``: the creates still expected, taken before the pod read)."""
+    ns, name = pool.namespace, pool.name
+    pods = reads.list_pods(ns, name)
+    jit_names = [n for n in (children.jit_secret_name(p) for p in pods) if n is not None]
+    account = naming.runner_account_name(name)
+    jit = pool.spec.registers_jit
+    counts = runners.counts(ns, name)
+    ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+    return Observed(
+        pods=pods,
+        expected=expected,
+        token_secret=reads.get_secret(ns, naming.token_secret_name(name)),
+        jit_secrets={n: reads.get_secret(ns, n) for n in jit_names},
+        account=reads.get_service_account(ns, account),
+        binding=reads.get_role_binding(ns, account),
+        budget=reads.get_disruption_budget(ns, naming.BUSY_DISRUPTION_BUDGET),
+        legacy_budget=reads.get_disruption_budget(ns, naming.disruption_budget_name(name)),
+        credentials=secrets.credentials(ns, pool.spec.credential_secret_name),
+        credentials_retry=secrets.retry_in(ns, pool.spec.credential_secret_name),
+        token_failure=(tokens.jit if jit else tokens).failure(ns, name),
+        runner_counts=None if counts is None else counts.model_dump(by_alias=True),
+        webhook_problem=None if ref is None else secrets.webhook_problem(ns, ref),
+    )
+
+
+@dataclass(frozen=True)
+class SecretChecks:
+    """:class:`PoolSecrets` of the running operator: credential protection and the demand
+    receiver's check of a pool's webhook secret (``runnerpool.demand.secret.PoolSecrets.problem``)."""
+
+    protection: CredentialProtection
+    webhook: WebhookSecretCheck
+
+    def protect(self, namespace: str, pool: str, secret_name: str) -> bool:
+        return self.protection.protect(namespace, pool, secret_name)
+
+    def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
+        self.protection.finalized(namespace, pool, secret_name)
+
+    def forget(self, namespace: str, pool: str) -> None:
+        self.protection.forget(namespace, pool)
+
+    def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
+        """Cached once labelled, read by name before that."""
+        return self.protection.secrets.get(namespace, secret_name)
+
+    def retry_in(self, namespace: str, secret_name: str) -> float | None:
+        return self.protection.secrets.retry_in(namespace, secret_name)
+
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+        return self.webhook(namespace, ref)

@@ -1,0 +1,59 @@
+"""One way for tests to build a ``Reconciler``: the real one, on a real API server, with fakes
+for the background jobs (``runnerpool.fakes``) unless a test passes its own collaborators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from kubernetes import client
+
+from runnerpool.domain import utcnow
+from runnerpool.events import EventRecorder, KubeEventRecorder
+from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs, FakeSecretUpdater
+from runnerpool.gates import Gate, RunnerGroupGate, ScopeGate
+from runnerpool.github.protocol import GitHubClients
+from runnerpool.observe import PoolSecrets, RunnerJobs, TokenJobs
+from runnerpool.pods.create_backoff import CreateBackoff
+from runnerpool.pods.expectations import Expectations
+from runnerpool.reads import Reads
+from runnerpool.reconciler import Forgets, PoolJobs, PoolStates, Reconciler
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import Settings
+from tests.pools import LiveReader
+
+__all__ = ["make_reconciler"]
+
+
+def make_reconciler(
+    api_client: client.ApiClient,
+    *,
+    reads: Reads | None = None,
+    tokens: TokenJobs | None = None,
+    runners: RunnerJobs | None = None,
+    recorder: EventRecorder | None = None,
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utcnow,
+    expectations: Expectations | None = None,
+    backoff: CreateBackoff | None = None,
+    secrets: PoolSecrets | None = None,
+    github: GitHubClients | None = None,
+    others: Sequence[Forgets] = (),
+) -> Reconciler:
+    """``reads``: the API server itself by default (nothing lags, so no create is expected
+    for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``."""
+    reads = reads or LiveReader(api_client)
+    settings = settings or Settings()
+    gates: list[Gate] = [ScopeGate(settings.tenants.allow_list)]
+    if github is not None:
+        gates.append(RunnerGroupGate(github, settings.github.api_url))
+    return Reconciler(
+        reads,
+        Kube(api_client),
+        PoolJobs(tokens or FakeSecretUpdater(), runners or FakeRunnerJobs(), others=tuple(others)),
+        recorder or KubeEventRecorder(Kube(api_client)),
+        gates=gates,
+        secrets=secrets or FakePoolSecrets(reads),
+        states=PoolStates(expectations or Expectations(timeout=0), backoff or CreateBackoff(), clock),
+        settings=settings,
+    )
