@@ -386,7 +386,7 @@ class DemandSettings:
     webhook_max_connections: int = setting(
         256,
         "--webhook-max-connections",
-        "open webhook connections at most (each may buffer up to the 1 MiB body limit); "
+        "open webhook connections at most (each may buffer up to the 64 KiB body limit); "
         "more wait to be accepted",
         parse=positive_int,
     )

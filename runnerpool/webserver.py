@@ -110,8 +110,11 @@ class Limits:
     max_connections: int = 256
     #: Threads that run the application (the I/O thread comes on top).
     threads: int = 8
-    #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread.
-    max_body: int = 1 << 20
+    #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread. 64 KiB: the
+    #: webhook's deliveries are a few KiB (``runnerpool.demand.receiver``), the other
+    #: endpoints take no body; with ``max_connections`` it bounds what clients can make the
+    #: server buffer (256 x (64 KiB body + 64 KiB headers) = 32 MiB at most).
+    max_body: int = 64 * 1024
     max_header: int = 64 * 1024
 
 

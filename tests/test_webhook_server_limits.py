@@ -6,25 +6,30 @@ delivery still gets meanwhile, and that nothing reaches stderr outside the log f
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
+from kubernetes import client
 
-from runnerpool import logs
+from runnerpool import api, logs
 from runnerpool.demand import metrics
 from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
-from runnerpool.demand.verification import Verdict
+from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.github.jobs import Job
+from runnerpool.runtime.kube import Kube
 from runnerpool.webserver import Limits
 from tests.demand_payloads import delivery, job_object
 from tests.helpers import wait_for
+from tests.pools import by_name_reads
 
 SECRET = b"limits secret"
 TIMEOUT = 1  # the read deadline under test, seconds
@@ -339,3 +344,196 @@ def test_a_chunked_delivery_is_de_chunked_and_checked(server: WebhookServer, rec
     assert conn.getresponse().status == 200
     conn.close()
     assert recorded.jobs == [9]
+
+
+# ------------------------------------------------------------------ hostile bodies
+
+
+class NoPools:
+    """The pool cache's lookup with no pool in it: the receiver's per-pool path runs (a
+    delivery the cluster-wide secret does not sign is looked up) and finds nothing."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+
+    def autoscaling_pools(self, scopes: Iterable[str] | None = None) -> list[api.RunnerPool]:
+        self.lookups += 1
+        return []
+
+
+def hostile_server(recorded: Recorded, pools: NoPools, max_body: int | None = None) -> WebhookServer:
+    """The receiver as the component builds it: the cluster-wide secret, then the pools' own
+    (no Secret is ever read here: no pool has one)."""
+    never_read = PoolSecrets(by_name_reads(Kube(client.ApiClient())))
+    limits = Limits(read_timeout=TIMEOUT, threads=2)
+    if max_body is not None:
+        limits = Limits(read_timeout=TIMEOUT, threads=2, max_body=max_body)
+    server = WebhookServer(
+        0, Verifier(lambda: (SECRET,), pools, never_read), recorded, host="127.0.0.1", limits=limits
+    )
+    server.start()
+    return server
+
+
+def raw_post(server: WebhookServer, payload: bytes, head: dict[str, str]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("POST", PATH, body=payload, headers=head)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+DEEP = b"[" * 100_000
+WRONG_SHAPES = [
+    b"[]",
+    b'"a string"',
+    b"null",
+    b'{"repository": 5}',
+    b'{"repository": {"full_name": "a/b", "url": 7}}',
+    b'{"repository": {"full_name": "a/b", "url": "https://api.github.com/repos/a/b"}, "workflow_job": "x"}',
+    b'{"repository": {"full_name": "a/b", "url": "https://api.github.com/repos/a/b"}, '
+    b'"workflow_job": {"id": 1, "status": "queued", "labels": "gpu", "created_at": 5}}',
+    b'{"repository": {"full_name": "a/b", "url": "https://api.github.com/repos/a/b"}, '
+    b'"workflow_job": {"id": 1, "status": 5, "labels": [], "created_at": [1], "started_at": "x"}}',
+    b'{"workflow_job": {"id": ' + b"9" * 5000 + b"}}",
+]
+
+
+def hostile_requests() -> list[tuple[str, bytes, dict[str, str], int]]:
+    """(what, body, headers, the answer it gets): each malformed in one way."""
+
+    def signed(payload: bytes, **drop_or_set: str) -> dict[str, str]:
+        head = {**headers(payload), **drop_or_set}
+        return {name: value for name, value in head.items() if value}
+
+    forged = "sha256=" + "0" * 64
+    cases = [
+        ("deep-signed", DEEP, signed(DEEP), 400),
+        ("deep-forged", DEEP, signed(DEEP, **{"X-Hub-Signature-256": forged}), 401),
+        ("deep-bad-header", DEEP, signed(DEEP, **{"X-Hub-Signature-256": "sha256=zz"}), 401),
+        ("deep-unsigned", DEEP, signed(DEEP, **{"X-Hub-Signature-256": ""}), 401),
+        ("deep-object-signed", b'{"a":' * 50_000, signed(b'{"a":' * 50_000), 400),
+        ("not-json", b"{not json", signed(b"{not json"), 400),
+        ("not-utf8", b"\xff\xfe{}", signed(b"\xff\xfe{}"), 400),
+        ("not-json-forged", b"{not json", signed(b"{not json", **{"X-Hub-Signature-256": forged}), 401),
+        ("no-event", body(1), signed(body(1), **{"X-GitHub-Event": ""}), 400),
+        ("no-delivery", body(1), signed(body(1), **{"X-GitHub-Delivery": ""}), 400),
+        ("no-content-type", body(1), signed(body(1), **{"Content-Type": ""}), 415),
+        (
+            "form-content-type",
+            body(1),
+            signed(body(1), **{"Content-Type": "application/x-www-form-urlencoded"}),
+            415,
+        ),
+    ]
+    cases += [(f"shape-{i}", shape, signed(shape), 400) for i, shape in enumerate(WRONG_SHAPES)]
+    cases += [
+        (f"shape-forged-{i}", shape, signed(shape, **{"X-Hub-Signature-256": forged}), 401)
+        for i, shape in enumerate(WRONG_SHAPES)
+    ]
+    return cases
+
+
+def test_malformed_requests_get_4xx_with_one_log_line_and_no_traceback(
+    recorded: Recorded, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A receiver whose cap an operator raised to 1 MiB: the 10^5 '[' reach the parser.
+    server = hostile_server(recorded, NoPools(), max_body=1 << 20)
+    caplog.set_level(logging.DEBUG)
+    answers: dict[str, int] = {}
+    try:
+        for what, payload, head, _ in hostile_requests():
+            caplog.clear()
+            answers[what] = raw_post(server, payload, head)
+            records = [r for r in caplog.records if r.levelno >= logging.INFO]
+            assert len(records) == 1, (what, [r.getMessage() for r in records])
+            assert records[0].exc_info is None and "Traceback" not in caplog.text, (what, caplog.text)
+        assert deliver(server, 2)[0] == 200  # and it still serves
+    finally:
+        server.stop()
+    assert answers == {what: status for what, _, _, status in hostile_requests()}
+    assert recorded.jobs == [2]
+    assert "Traceback" not in "".join(capfd.readouterr())
+
+
+def test_by_default_a_body_over_64_kib_gets_413_unread_with_one_log_line(
+    recorded: Recorded, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = hostile_server(recorded, NoPools())  # the component's limits: the default cap
+    caplog.set_level(logging.DEBUG)
+    padded = json.dumps({**delivery(job_object(3, "queued", ["self-hosted"])), "pad": "x" * 60_000}).encode()
+    try:
+        assert len(padded) < 64 * 1024 < len(DEEP)
+        assert raw_post(server, padded, headers(padded)) == 200  # 18x the largest test payload
+        caplog.clear()
+        assert raw_post(server, DEEP, headers(DEEP)) == 413
+        records = [r for r in caplog.records if r.levelno >= logging.INFO]
+        assert len(records) == 1 and records[0].exc_info is None, [r.getMessage() for r in records]
+    finally:
+        server.stop()
+    assert recorded.jobs == [3]
+
+
+def test_an_unverified_body_is_parsed_only_when_small_and_its_signature_well_formed(
+    recorded: Recorded,
+) -> None:
+    pools = NoPools()
+    server = hostile_server(recorded, pools, max_body=1 << 20)
+    forged = "sha256=" + "0" * 64
+    small = body(4)
+    large = json.dumps(
+        {**delivery(job_object(4, "queued", ["self-hosted"])), "pad": "x" * (64 * 1024)}
+    ).encode()
+    try:
+        assert raw_post(server, small, {**headers(small), "X-Hub-Signature-256": forged}) == 401
+        assert pools.lookups == 1  # parsed once to find the pools whose secrets to try
+        assert raw_post(server, large, {**headers(large), "X-Hub-Signature-256": forged}) == 401
+        assert raw_post(server, small, {**headers(small), "X-Hub-Signature-256": "sha256=nothex"}) == 401
+        assert pools.lookups == 1  # neither was parsed
+        assert raw_post(server, large, headers(large)) == 200  # signed: the server's cap holds
+    finally:
+        server.stop()
+    assert recorded.jobs == [4]
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def test_300_stalled_uploads_of_the_largest_body_stay_under_32_mib(recorded: Recorded) -> None:
+    """The stated bound: the default connection cap x (default body cap + header cap)."""
+    limits = Limits(read_timeout=60)
+    bound = limits.max_connections * (limits.max_body + limits.max_header) / 2**20
+    assert bound <= 32
+    server = WebhookServer(0, lambda: (SECRET,), recorded, host="127.0.0.1", limits=limits)
+    server.start()
+    before = _rss_mib()
+    head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {limits.max_body}\r\n\r\n".encode()
+    stalled_upload = head + b" " * (limits.max_body - 1)  # all but the last byte
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            sock = connect(server)
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # what is not sent is the client's to hold
+                sock.send(stalled_upload)
+            socks.append(sock)
+        wait_for(lambda: server.connections == limits.max_connections, timeout=20, message="the cap reached")
+        readings = [_rss_mib()]
+
+        def settled() -> bool:
+            readings.append(_rss_mib())
+            return abs(readings[-1] - readings[-2]) < 0.5
+
+        wait_for(settled, timeout=20, interval=0.5, message="the server's buffers filled")
+        grown = max(readings) - before
+        assert grown < bound, f"{grown:.1f} MiB"
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
+    assert recorded.jobs == []

@@ -2,31 +2,40 @@
 
 Order of checks, so that nothing unverified gets further than it must:
 
-1. size: a body over ``max_body`` (1 MiB; a ``workflow_job`` payload is a few KiB, GitHub's
-   own cap is 25 MB) gets 413 without being read; no ``Content-Length`` gets 411;
+1. size: a body over ``max_body`` (64 KiB by default, ``webserver.Limits``: the largest
+   ``workflow_job`` delivery in the test data is 3.2 KiB, a real one with GitHub's full
+   ``repository`` object an estimated 12 KiB; GitHub's own cap is 25 MB) gets 413 without
+   being read; no ``Content-Length`` gets 411;
 2. signature (``verification.Verifier``): the cluster-wide secret, else the own secrets of
-   the pools the delivery is about; missing, malformed or signed by none gets 401 and
-   changes nothing; no secret configured gets 503 (the operator refuses unsigned webhooks);
-3. event: ``ping`` gets 200; anything but ``workflow_job`` gets 202 and is ignored;
-4. duplicate ``X-GitHub-Delivery``: 200, counted once;
-5. the job is recorded, on the pools it counts for whose secret signed it, before the
+   the pools the delivery is about (found with a bounded parse, see there); missing,
+   malformed or signed by none gets 401 and changes nothing; no secret configured gets 503
+   (the operator refuses unsigned webhooks);
+3. event: no ``X-GitHub-Event`` gets 400; ``ping`` gets 200; anything but ``workflow_job``
+   gets 202 and is ignored;
+4. a ``Content-Type`` other than JSON gets 415, no ``X-GitHub-Delivery`` 400, a body that is
+   not a ``workflow_job`` delivery (not JSON, nested past the parser's depth, the wrong
+   shape) 400;
+5. duplicate ``X-GitHub-Delivery``: 200, counted once;
+6. the job is recorded, on the pools it counts for whose secret signed it, before the
    answer: 200 once written,
    503 if the API server did not take it (GitHub then shows a failed delivery that can be
    redelivered; polling repairs it anyway).
+
+Every refusal (4xx) is one log line, at INFO, with the client's address and the reason; no
+request, however malformed, raises out of the application (a 500 and a traceback).
 
 Also ``GET /`` and ``GET /healthz`` answer 200 (ingress controllers health-check the backend
 port); any other request that is not a ``POST`` gets 404 (405 on ``/webhook``). The HTTP
 server is waitress, with a read deadline, a connection cap and the body limit
 (``runnerpool.webserver`` says why and with what measurements): the 413 over the limit and
 waitress's own refusals (431, 400) are answered before this application runs, and counted
-here. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within the same
-limit) and then checked as if it had a ``Content-Length``.
+and logged here. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within
+the same limit) and then checked as if it had a ``Content-Length``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,7 +46,7 @@ from runnerpool.api_errors import describe
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.signature import HEADER
-from runnerpool.demand.verification import Verdict, Verifier
+from runnerpool.demand.verification import Verdict, Verifier, load_json
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
@@ -84,11 +93,14 @@ class _Handler:
         self.path: str = environ.get("PATH_INFO") or "/"
         self.method: str = environ.get("REQUEST_METHOD") or "GET"
         self.rfile: BinaryIO = environ["wsgi.input"]
+        self.client: str = environ.get("REMOTE_ADDR") or "?"
         self.response: tuple[int, bytes] = (500, b"")
 
     def _answer(self, code: int, text: str, event: str, result: str) -> None:
         metrics.DELIVERIES.labels(event, result).inc()
         self.response = (code, (text + "\n").encode())
+        if 400 <= code < 500:
+            log.info("webhook request from %s refused with %d: %s", self.client, code, text)
 
     def respond(self) -> None:
         if self.method in ("GET", "HEAD") and self.path in HEALTH_PATHS:
@@ -129,6 +141,9 @@ class _Handler:
         return body, verdict
 
     def _handle(self, event: str, body: bytes, verdict: Verdict) -> None:
+        if self.headers.get("X-GitHub-Event") is None:
+            self._answer(400, "X-GitHub-Event missing", event, "invalid")
+            return
         if event == "ping":
             self._answer(200, "pong", event, "accepted")
             return
@@ -143,7 +158,7 @@ class _Handler:
             self._answer(400, "X-GitHub-Delivery missing", event, "invalid")
             return
         try:
-            job = parse_delivery(json.loads(body))
+            job = parse_delivery(load_json(body))
         except (ValueError, InvalidJob) as err:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
             return
@@ -186,6 +201,7 @@ def _count_refused(code: int, headers: Mapping[str, str]) -> None:
     """The server's own answers (413 over the limit, 431, 400), counted as the receiver's are."""
     event = _event_label(headers.get("X_GITHUB_EVENT"))
     metrics.DELIVERIES.labels(event, "too_large" if code == 413 else "invalid").inc()
+    log.info("webhook request refused with %d by the HTTP server (size or syntax)", code)
 
 
 class WebhookServer(WebServer):

@@ -10,16 +10,35 @@ secret is there to exclude.
 Cost, at any number of pools: a delivery the cluster-wide secret signs costs one HMAC up
 front; each pool with its own secret among the job's candidates (the scope index of the pool
 cache, ``matching.job_scope_keys``) costs a cached Secret lookup, and each *distinct* secret
-value one HMAC, remembered for the delivery (:class:`Verdict`). A delivery the cluster-wide
-secret does not sign is parsed once more to find its candidates (its repository or, for an
-organization's ``ping``, its organization); when none of their secrets signs it either,
-those secrets are re-read (``PoolSecrets.refresh``, at most once per few seconds each) in
-case one was rotated, and the delivery is refused with 401 when still none does.
+value one HMAC, remembered for the delivery (:class:`Verdict`).
+
+A delivery the cluster-wide secret does not sign is unverified: whoever sent it, the
+internet included. Which pool secrets to try is written in the body (its repository or, for
+an organization's ``ping``, its organization), so it must be parsed before it is verified;
+that parse is bounded, so that a forged delivery costs its sender more than the receiver:
+
+* only with a well-formed header (``sha256=`` and 64 hex digits): anything else cannot
+  verify under any secret, and gets 401 unparsed;
+* only up to :data:`UNVERIFIED_MAX` bytes (64 KiB, whatever the server's body limit: 20x
+  the largest ``workflow_job`` delivery in the test data, 3.2 KiB, and 5x a real one with
+  GitHub's full ``repository`` object, an estimated 12 KiB); a larger one is refused unparsed.
+  Parsing 64 KiB costs at most some 3.4 ms of CPU (a list of 32,000 zeros; 0.1 ms for a
+  delivery-shaped body; 1 MiB, the body cap before, took 48 ms);
+* a body that is not JSON, or nested past the parser's depth (10^5 ``[``), has no
+  candidates (:func:`load_json`), never an exception.
+
+When none of the candidates' secrets signs it, those secrets are re-read
+(``PoolSecrets.refresh``, at most once per few seconds each) in case one was rotated, and
+the delivery is refused with 401 when still none does.
+
+Not done here: routing per-pool secrets by URL path (``/webhook/<namespace>/<pool>``),
+which would need no unverified parse at all but a webhook URL per pool on GitHub.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -28,7 +47,22 @@ from runnerpool.demand.matching import organization_scope_key, repository_scope_
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import verify
 
-__all__ = ["ANY_POOL", "Verdict", "Verifier"]
+__all__ = ["ANY_POOL", "UNVERIFIED_MAX", "Verdict", "Verifier", "load_json"]
+
+#: The largest unverified body parsed to find which pools' secrets to try (see the module).
+UNVERIFIED_MAX = 64 * 1024
+#: What GitHub sends in ``X-Hub-Signature-256``; nothing else can verify under any secret.
+_WELL_FORMED = re.compile(r"sha256=[0-9a-f]{64}")
+
+
+def load_json(body: bytes) -> Any:
+    """``json.loads``, with every way a hostile body can fail it as ``ValueError``: not JSON,
+    not UTF-8 (a ``ValueError`` already) or nested past the interpreter's recursion limit
+    (``RecursionError``, which is not one)."""
+    try:
+        return json.loads(body)
+    except RecursionError as err:
+        raise ValueError("JSON nested too deep") from err
 
 
 class _Candidates(Protocol):
@@ -145,22 +179,35 @@ class Verifier:
         keys = self._cluster()
         if header and keys and verify(keys, body, header):
             return Verdict(body, header, cluster=True, secrets=self._secrets)
-        candidates = self._candidates(body) if header else []
+        candidates = self._candidates(body, header)
         own = [
-            pool for pool in candidates if pool.spec.autoscaling and pool.spec.autoscaling.webhook_secret_ref
+            pool
+            for pool in candidates or ()
+            if pool.spec.autoscaling and pool.spec.autoscaling.webhook_secret_ref
         ]
+        # Without candidates to look at (a body the per-pool path does not parse), a receiver
+        # that knows pool secrets cannot say none is configured: 401, not 503.
+        unknown = candidates is None and self._secrets is not None
         verdict = Verdict(
-            body, header, cluster=False, secrets=self._secrets, accepted=False, configured=bool(keys or own)
+            body,
+            header,
+            cluster=False,
+            secrets=self._secrets,
+            accepted=False,
+            configured=bool(keys or own or unknown),
         )
         if own:
             verdict.accepted = any(verdict.admits(pool) for pool in own) or verdict.refreshed(own)
         return verdict
 
-    def _candidates(self, body: bytes) -> list[api.RunnerPool]:
+    def _candidates(self, body: bytes, header: str | None) -> list[api.RunnerPool] | None:
+        """The pools an unverified delivery is about; ``None`` when it is not looked at."""
         if self._pools is None or self._secrets is None:
             return []
+        if not header or not _WELL_FORMED.fullmatch(header) or len(body) > UNVERIFIED_MAX:
+            return None  # verifies under no secret, or too large to parse unverified
         try:
-            keys = scope_keys(json.loads(body))
+            keys = scope_keys(load_json(body))
         except ValueError:
-            return []  # not JSON: nothing to look up, and no secret of ours signed it
+            return None  # not JSON: nothing to look up, and no secret of ours signed it
         return self._pools.autoscaling_pools(keys) if keys else []
