@@ -1,8 +1,8 @@
-"""Fill each JIT pod's Secret with its own runner's just-in-time config, and empty it once used.
+"""Fill each JIT pod's Secret with its own runner's just-in-time config.
 
-The secret updater's JIT half, and like it the one writer of a JIT Secret's data: the
-reconciler (``runnerpool.pods.jit``) creates the Secret empty and asks for it to be filled
-(``fill``) and, once the pod has registered or is going, emptied (``empty``). A fill asks
+The secret updater's JIT half, the one writer of a JIT config into a Secret: the reconciler
+creates the Secret empty (``runnerpool.children.jit_child``), asks for it to be filled
+(``fill``), and its one apply empties it once the pod has registered or is going. A fill asks
 GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels) and
 merge-patches the config into the Secret, with GitHub's runner id in an annotation that marks
 the Secret as filled for good. A 409 is a runner of that name left over (an earlier attempt whose
@@ -44,7 +44,7 @@ from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
 
-__all__ = ["EMPTY_JIT_PATCH", "JitSecretUpdater", "RemoveLeftover", "SecretWrites", "jit_patch"]
+__all__ = ["JitSecretUpdater", "RemoveLeftover", "SecretWrites", "jit_patch"]
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,6 @@ _NAME_IN_USE = 409
 #: Removes the pool's runner of that name unless busy (``None``: none). Given by the assembly:
 #: ``runnerpool.runners.leftovers.delete_leftover_runner``, the runner managers' rule.
 RemoveLeftover = Callable[[GitHubClient, PoolRef, str], DeleteOutcome | None]
-
-#: The merge patch that empties a used JIT Secret. The key stays, with no value: the kubelet
-#: keeps refreshing the pod's Secret volume and would report a missing key as a failed mount.
-#: The runner id annotation stays too, so an emptied Secret is never filled again.
-EMPTY_JIT_PATCH: dict[str, Any] = {"data": {JIT_SECRET_KEY: ""}}
 
 
 def jit_patch(config: JitConfig) -> dict[str, Any]:
@@ -168,18 +163,6 @@ class JitSecretUpdater:
                 self._remove_job(uid)
             self._pods.clear()
             self._pools.clear()
-
-    def empty(self, namespace: str, secret: str) -> bool:
-        """Empty a used JIT Secret (its pod registered, or is going): a config left in the API
-        is a runner anyone allowed to read the namespace's Secrets could start first. Returns
-        whether it wrote (``False``: the Secret is gone with its pod); raises other errors."""
-        try:
-            self._patch_secret(namespace, secret, EMPTY_JIT_PATCH)
-        except Exception as err:
-            if getattr(err, "status", None) == 404:
-                return False
-            raise
-        return True
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         with self._lock:

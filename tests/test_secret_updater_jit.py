@@ -11,7 +11,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
@@ -68,22 +67,6 @@ def test_a_pod_gets_one_runner_named_after_it_in_its_secret(jit: Harness) -> Non
     assert _jobs(jit) == []
     jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
     assert _jobs(jit) == []
-
-
-def test_a_used_secret_is_emptied_by_the_updater_and_a_gone_one_is_no_write(jit: Harness) -> None:
-    """The secret updater is the one writer of a JIT Secret's data: the fill, and the emptying
-    once the pod registered (the key stays, with no value, for the kubelet's volume refresh)."""
-    assert jit.updater.jit.empty("team-a", "runner-jit-build-1") is True
-    assert jit.patches == [("team-a", "runner-jit-build-1", {"data": {JIT_SECRET_KEY: ""}})]
-
-    def gone(namespace: str, name: str, body: dict[str, Any]) -> None:
-        raise ApiException(status=404, reason="Not Found")
-
-    clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=lambda data, url: jit.github)
-    updater = JitSecretUpdater(
-        SecretWrites(clients, gone, lambda ns, name: None, jit.scheduler, delete_leftover_runner)
-    )
-    assert updater.empty("team-a", "runner-jit-build-2") is False
 
 
 def test_a_leftover_runner_of_the_pods_name_is_deleted_and_asked_again(jit: Harness) -> None:
