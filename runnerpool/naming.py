@@ -62,6 +62,9 @@ __all__ = [
 POOL_FINALIZER = "runnerpool.dev/deregister-runners"
 #: On a credential Secret while a pool that is not yet finalized needs it.
 CREDENTIAL_FINALIZER = "runnerpool.dev/credential-in-use"
+#: On the RoleBindings that enable the operator in a namespace, while a pool there still has to
+#: deregister (``runnerpool.binding_protection``).
+BINDING_FINALIZER = "runnerpool.dev/pools-in-namespace"
 
 # -- labels and annotations -----------------------------------------------------------------------
 

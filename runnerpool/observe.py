@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runnerpool import api, naming
+from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Drain, PoolRef, RegistrationFailure
 from runnerpool.github.types import JitRequest
@@ -143,20 +144,26 @@ def observe(
 
 @dataclass(frozen=True)
 class SecretChecks:
-    """:class:`PoolSecrets` of the running operator: credential protection and the demand
-    receiver's check of a pool's webhook secret (``runnerpool.demand.secret.PoolSecrets.problem``)."""
+    """:class:`PoolSecrets` of the running operator: what a pool must keep of the user's until it
+    has deregistered (its credential Secret, and the RoleBinding that lets the operator write in
+    its namespace: ``runnerpool.binding_protection``), and the demand receiver's check of a pool's
+    webhook secret (``runnerpool.demand.secret.PoolSecrets.problem``)."""
 
     protection: CredentialProtection
+    bindings: EnablingBindings
     webhook: WebhookSecretCheck
 
     def protect(self, namespace: str, pool: str, secret_name: str) -> bool:
-        return self.protection.protect(namespace, pool, secret_name)
+        held = self.bindings.protect(namespace)
+        return self.protection.protect(namespace, pool, secret_name) or held
 
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
         self.protection.finalized(namespace, pool, secret_name)
+        self.bindings.release_if_unused(namespace)  # the last write there: after the Secret's
 
     def forget(self, namespace: str, pool: str) -> None:
         self.protection.forget(namespace, pool)
+        self.bindings.release_if_unused(namespace)
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
         """Cached once labelled, read by name before that."""

@@ -13,11 +13,11 @@ a SIGTERM or a lost Lease asks for the stop.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 
 from kubernetes import client
 
+from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.secret import PoolSecrets
@@ -81,7 +81,7 @@ class Operator:
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
-        self._clients = NamedClientCache(self._read_credentials)
+        self._clients = NamedClientCache(self._secret_reads.decoded)
         webhook = (
             [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
             if settings.component != OPERATOR and settings.demand.webhook_port
@@ -122,7 +122,10 @@ class Operator:
             settings=settings.runners,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
-        protection = CredentialProtection(self.informers, kube, self._secret_reads)
+        protection, bindings = (
+            CredentialProtection(self.informers, kube, self._secret_reads),
+            EnablingBindings(self.informers, kube, access.account),
+        )
         reconciler = Reconciler(
             self.informers,
             kube,
@@ -133,7 +136,7 @@ class Operator:
                 ScopeGate(allow),
                 RunnerGroupGate(clients, settings.github.api_url),
             ),
-            secrets=SecretChecks(protection, self._pool_secrets.problem),
+            secrets=SecretChecks(protection, bindings, self._pool_secrets.problem),
             states=PoolStates(self._expectations),
             settings=settings,
         )
@@ -154,12 +157,6 @@ class Operator:
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
-
-    def _read_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
-        secret = self._secret_reads.get(namespace, name)
-        if secret is None:
-            return None
-        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
     def _endpoints(self) -> list[Runnable]:
         """The always-on endpoints whose port is set: metrics and probes."""

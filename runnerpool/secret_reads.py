@@ -32,6 +32,7 @@ names pools name, and a Secret created a second after its pool is found within a
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections import OrderedDict
@@ -84,6 +85,13 @@ class SecretReads:
         self._clock = clock
         self._lock = threading.Lock()
         self._reads: OrderedDict[tuple[str, str], _Read] = OrderedDict()
+
+    def decoded(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's data, decoded (what a GitHub client is made from); ``None``: no such Secret."""
+        secret = self.get(namespace, name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
     def get(self, namespace: str, name: str, max_age: float | None = None) -> Obj | None:
         """The Secret for its data: cached, or a read of the last ``max_age`` seconds (default

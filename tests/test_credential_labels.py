@@ -29,6 +29,7 @@ from runnerpool.secret_reads import SecretReads
 from tests.github_mocks import RunnerEndpoint, github
 from tests.pools import LiveReader, create_pool, pat_secret, pool_manifest
 from tests.reconcilers import make_reconciler
+from tests.test_credential_protection import _bindings
 from tests.test_reconciler import _finalize, runners
 
 __all__ = ["github", "runners"]  # the fixtures
@@ -103,7 +104,7 @@ def reconciler(
         api_client,
         reads=SelectedReader(api_client),
         runners=runners,
-        secrets=SecretChecks(protection, lambda namespace, ref: None),
+        secrets=SecretChecks(protection, _bindings(api_client), lambda namespace, ref: None),
     )
 
 

@@ -14,8 +14,9 @@ import responses
 from kubernetes import client
 
 from runnerpool import api, naming
+from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.naming import CREDENTIAL_FINALIZER
+from runnerpool.naming import BINDING_FINALIZER, CREDENTIAL_FINALIZER
 from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
@@ -25,15 +26,22 @@ from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
 from tests.reconcilers import make_reconciler
 from tests.test_reconciler import FUTURE, _finalize, runners
+from testworld.envtest.serviceaccount import NAMESPACE_ROLE, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT
 
 __all__ = ["github", "runners"]  # the fixtures
 
 CRED = naming.DEFAULT_CREDENTIAL_SECRET
+OPERATOR_ACCOUNT = f"{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
 
 
 @pytest.fixture
 def protection(api_client: client.ApiClient) -> CredentialProtection:
     return CredentialProtection(LiveReader(api_client), Kube(api_client))
+
+
+def _bindings(api_client: client.ApiClient) -> EnablingBindings:
+    """What the operator holds of a namespace's enabling RoleBinding (the test namespaces have one)."""
+    return EnablingBindings(LiveReader(api_client), Kube(api_client), lambda: OPERATOR_ACCOUNT)
 
 
 @pytest.fixture
@@ -44,7 +52,9 @@ def reconciler(
     runners: RunnerManagers,
 ) -> Reconciler:
     return make_reconciler(
-        api_client, runners=runners, secrets=SecretChecks(protection, lambda namespace, ref: None)
+        api_client,
+        runners=runners,
+        secrets=SecretChecks(protection, _bindings(api_client), lambda namespace, ref: None),
     )
 
 
@@ -209,3 +219,51 @@ def test_a_pool_finalized_under_another_leader_releases_its_secret_when_it_goes(
     new_leader.forget(namespace, "finalized")
 
     assert not _protected(api_client, namespace), "released as the pool went, not at the next leadership"
+
+
+def _binding_finalizers(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
+    binding = client.RbacAuthorizationV1Api(api_client).read_namespaced_role_binding(name, namespace)
+    return list(binding.metadata.finalizers or [])
+
+
+def test_the_enabling_binding_stays_until_the_namespaces_last_pool_is_finalized(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    github: responses.RequestsMock,
+) -> None:
+    """Deleting a namespace deletes the RoleBinding that lets the operator write there at the same
+    time as its pools: held by the operator's finalizer, RBAC keeps honouring it until the last
+    pool has deregistered and released its credential Secret. Another binding is left alone."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    other = {
+        "metadata": {"name": "someone-else"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAMESPACE_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+    rbac.create_namespaced_role_binding(namespace, other)
+    pat_secret(api_client, namespace)
+    _converge(api_client, namespace, reconciler, "one")
+    _converge(api_client, namespace, reconciler, "two")
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+    RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+
+    rbac.delete_namespaced_role_binding(OPERATOR_SERVICE_ACCOUNT, namespace)
+    _delete_pool(api_client, namespace, "one")
+    _finalize(api_client, namespace, reconciler, "one")
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER], (
+        "another pool still has to deregister"
+    )
+    _delete_pool(api_client, namespace, "two")
+    _finalize(api_client, namespace, reconciler, "two")
+
+    assert not _protected(api_client, namespace), "the credential Secret went first"
+    wait_for(
+        lambda: (
+            not rbac.list_namespaced_role_binding(
+                namespace, field_selector=f"metadata.name={OPERATOR_SERVICE_ACCOUNT}"
+            ).items
+        ),
+        message="the enabling binding to go once released",
+    )
+    assert _binding_finalizers(api_client, namespace, "someone-else") == []

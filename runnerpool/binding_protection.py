@@ -1,0 +1,116 @@
+"""Keep the RoleBinding that enables the operator in a namespace until the namespace's pools are gone.
+
+Everything the operator writes in a runner namespace it may write only through a RoleBinding
+there (``runnerpool.namespace_access``, docs/rbac.md). Deleting the namespace deletes that
+binding together with the pools, their pods and Secrets; once it is gone the operator can no
+longer release the credential Secret it protects (``runnerpool.credential_protection``) nor
+write anything else there, the pools' finalizers fail with 403 on every retry and the namespace
+hangs in Terminating, its runners possibly still registered. So, as with credential Secrets,
+the operator puts its own finalizer (:data:`naming.BINDING_FINALIZER`) on every RoleBinding in
+the namespace that grants its ServiceAccount a ClusterRole, for as long as a pool there carries
+the pool finalizer. The API server's RBAC keeps honouring a binding that is being deleted until
+its finalizers are gone, so the pools deregister and let go, and the last of them releases the
+binding (or the pool's disappearance does, when another leader finalized it).
+
+Which bindings: those whose subjects name the operator's own ServiceAccount (learnt by
+``NamespaceAccess.account``) and whose ``roleRef`` is a ClusterRole: the documented one-liner,
+the kustomize component and the chart's ``runnerNamespaces`` all make one of those, under
+names of their own. In namespace-scoped mode (``--namespaced``) the installer's Role and its
+binding are not held: uninstall that mode by deleting its pools first.
+
+Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
+reconciled by this process (a patch only where the finalizer is missing), and one when its last
+pool is gone. A failure here never fails a pass: it is logged, and the next process start or
+the next pool tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from runnerpool import naming
+from runnerpool.api_errors import describe
+from runnerpool.reads import Reads
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
+
+__all__ = ["EnablingBindings"]
+
+log = logging.getLogger(__name__)
+
+
+def _grants(binding: Mapping[str, Any], account: str) -> bool:
+    """Whether ``binding`` grants a ClusterRole to the ServiceAccount ``namespace:name``."""
+    namespace, _, name = account.partition(":")
+    if (binding.get("roleRef") or {}).get("kind") != "ClusterRole":
+        return False
+    return any(
+        s.get("kind") == "ServiceAccount" and s.get("namespace") == namespace and s.get("name") == name
+        for s in binding.get("subjects") or []
+    )
+
+
+def _finalizer_patch(binding: Mapping[str, Any], *, hold: bool) -> dict[str, Any] | None:
+    """The compare-and-swap patch that adds or removes the finalizer; ``None``: nothing to do."""
+    meta = binding.get("metadata") or {}
+    finalizers = list(meta.get("finalizers") or [])
+    if (naming.BINDING_FINALIZER in finalizers) == hold:
+        return None
+    wanted = (
+        [*finalizers, naming.BINDING_FINALIZER]
+        if hold
+        else [f for f in finalizers if f != naming.BINDING_FINALIZER]
+    )
+    return {"metadata": {"finalizers": wanted or None, "resourceVersion": meta.get("resourceVersion")}}
+
+
+class EnablingBindings:
+    """Holds and releases the enabling RoleBindings of the namespaces that have pools."""
+
+    def __init__(self, reads: Reads, kube: Kube, account: Callable[[], str]) -> None:
+        self._reads = reads
+        self._kube = kube
+        self._account = account
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+
+    def protect(self, namespace: str) -> bool:
+        """Hold the namespace's enabling bindings (once per namespace and process); whether it wrote."""
+        with self._lock:
+            if namespace in self._held:
+                return False
+            self._held.add(namespace)
+        return self._patch_all(namespace, hold=True) > 0
+
+    def release_if_unused(self, namespace: str) -> bool:
+        """Let the bindings go once no pool of the namespace carries the pool finalizer."""
+        if any(
+            naming.POOL_FINALIZER in (p.raw["metadata"].get("finalizers") or [])
+            for p in self._reads.pools_in(namespace)
+        ):
+            return False
+        with self._lock:
+            self._held.discard(namespace)
+        return self._patch_all(namespace, hold=False) > 0
+
+    def _patch_all(self, namespace: str, *, hold: bool) -> int:
+        try:
+            account = self._account()
+            bindings = self._kube.list_items(ROLE_BINDINGS, namespace)
+            written = 0
+            for binding in bindings:
+                patch = _finalizer_patch(binding, hold=hold) if _grants(binding, account) else None
+                if patch is not None:
+                    self._kube.patch(ROLE_BINDINGS, namespace, binding["metadata"]["name"], patch)
+                    written += 1
+            return written
+        except ApiException as err:
+            with self._lock:
+                self._held.discard(namespace)  # try again with the next pool or pass
+            verb = "hold" if hold else "release"
+            log.warning("cannot %s the enabling RoleBinding in %s: %s", verb, namespace, describe(err))
+            return 0
