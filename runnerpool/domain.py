@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -219,12 +219,6 @@ class PoolRef:
     # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
     # rotated credentials are tried at once instead of at the next slow retry.
     credentials_version: str = ""
-    #: The old keyword, until ``runnerpool.reconciler`` builds its refs with ``GitHubSettings.pool_ref``.
-    github_api_url: InitVar[str | None] = None
-
-    def __post_init__(self, github_api_url: str | None) -> None:
-        if github_api_url is not None:
-            object.__setattr__(self, "api_url", resolve_api_url(github_api_url))
 
     @property
     def key(self) -> str:

@@ -426,15 +426,8 @@ class Reconciler:
 
     def _pool_ref(self, run: _Pass, credentials: dict[str, Any] | None) -> PoolRef:
         """What the pool's jobs work with; ``credentials``: its credential Secret as last read."""
-        pool = run.pool
-        return PoolRef(
-            namespace=pool.namespace,
-            name=pool.name,
-            scope=pool.scope,
-            credential_secret_name=pool.spec.credential_secret_name,
-            github_api_url=children.api_url(pool, self._settings.github.api_url),
-            credentials_version=(credentials or {}).get("metadata", {}).get("resourceVersion", "missing"),
-        )
+        version = (credentials or {}).get("metadata", {}).get("resourceVersion", "missing")
+        return self._settings.github.pool_ref(run.pool, version)
 
     def _forget(self, namespace: str, name: str) -> None:
         """A pool gone, refused or being deleted: its jobs stop and its memory goes."""

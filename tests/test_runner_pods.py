@@ -91,9 +91,7 @@ class Cluster:
         pool = api.RunnerPool.model_validate(created)
         for _ in range(replicas):
             self.add_pod(pool)
-        self.managers.start(
-            PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, github_api_url=API)
-        )
+        self.managers.start(PoolRef(self.namespace, name, ORG, pool.spec.credential_secret_name, api_url=API))
         return self.wait_pods(name, replicas)
 
     def add_pod(self, pool: api.RunnerPool) -> str:
