@@ -37,7 +37,9 @@ def test_every_expression_under_deploy_monitoring_parses(promtool: Path) -> None
 
 
 def test_the_rules_read_the_scrape_job_of_deploys_servicemonitor() -> None:
-    """The job an alert names is the metrics Service the ServiceMonitor selects (its job label)."""
+    """The job an alert names is a metrics Service the ServiceMonitor selects (its job label): the
+    operator's and the webhook receiver's (its own Deployment); the absence alerts name the
+    operator's, which a live receiver must not mask."""
     (monitor,) = render(REPO / "deploy" / "optional" / "servicemonitor")
     services = [
         o
@@ -45,7 +47,10 @@ def test_the_rules_read_the_scrape_job_of_deploys_servicemonitor() -> None:
         if o["kind"] == "Service"
         and monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()
     ]
-    assert [s["metadata"]["name"] for s in services] == ["runnerpool-operator-metrics"]
+    assert sorted(s["metadata"]["name"] for s in services) == [
+        "runnerpool-operator-metrics",
+        "runnerpool-operator-webhook-metrics",
+    ]
     jobs = {job for e in promql.monitoring_expressions(MONITORING) for job in promql.job_names(e.expr)}
     assert jobs == {"runnerpool-operator-metrics"}
     (rule,) = render(REPO / "deploy" / "optional" / "prometheusrule")
