@@ -117,6 +117,9 @@ def test_the_operator_with_only_roles_makes_a_pool_ready(
         "--leader-elect",
         "--leader-election-namespace",
         operator_namespace,
+        # No separate receiver here, and the mirror's default Secret is in runnerpool-system,
+        # outside this operator's namespaces: nothing to copy.
+        "--webhook-secret-mirror=",
         kubeconfig=namespaced_kubeconfig,
         user=user,
     )
