@@ -37,6 +37,7 @@ from tests.pools import pool_manifest
 from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.controlplane import ControlPlane
+from testworld.envtest.serviceaccount import install_operator_rbac
 from testworld.install.helm import HelmInstall
 from testworld.install.kustomize import run_time_overlay
 from testworld.install.target import Target
@@ -743,11 +744,18 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
         assert done.returncode == 0, done.stderr
         return {identity(o) for o in json.loads(done.stdout)["items"]}
 
+    # The hooks' ClusterRole has one fixed name per cluster: kubectl apply -k deploy/ made it
+    # here first, and the release leaves that one alone instead of failing to take it over.
+    install_operator_rbac(control_plane)
+    hooks = ("ClusterRole", "", RUNNER_HOOKS_CLUSTER_ROLE)
+    rbac_api = client.RbacAuthorizationV1Api(api_client)
+    before = rbac_api.read_cluster_role(RUNNER_HOOKS_CLUSTER_ROLE).metadata.resource_version
     done = run_helm(helm, "install", release, str(CHART), "-n", namespace, values=values, env=env)
     assert done.returncode == 0, done.stderr
     rendered = run_helm(helm, "template", release, str(CHART), "-n", namespace, values=values)
-    expected = {identity(o) for o in yaml.safe_load_all(rendered.stdout) if o}
+    expected = {identity(o) for o in yaml.safe_load_all(rendered.stdout) if o} - {hooks}
     assert installed() == expected
+    assert rbac_api.read_cluster_role(RUNNER_HOOKS_CLUSTER_ROLE).metadata.resource_version == before
     custom = client.CustomObjectsApi(api_client)
     custom.create_namespaced_custom_object(
         "runnerpool.dev", "v1alpha1", namespace, "runnerpools", pool_manifest("kept", replicas=1)
@@ -772,6 +780,7 @@ def test_install_upgrade_uninstall_leaves_the_crd_and_the_pools(
     done = run_helm(helm, "uninstall", release, "-n", namespace, env=env)
     assert done.returncode == 0, done.stderr
     assert installed() == set()
+    assert rbac_api.read_cluster_role(RUNNER_HOOKS_CLUSTER_ROLE).metadata.resource_version == before
     release_records = client.CoreV1Api(api_client).list_namespaced_secret(
         namespace, label_selector="owner=helm"
     )
