@@ -9,8 +9,9 @@ hangs in Terminating, its runners possibly still registered. So, as with credent
 the operator puts its own finalizer (:data:`naming.BINDING_FINALIZER`) on every RoleBinding in
 the namespace that grants its ServiceAccount a ClusterRole, for as long as a pool there carries
 the pool finalizer. The API server's RBAC keeps honouring a binding that is being deleted until
-its finalizers are gone, so the pools deregister and let go, and the last of them releases the
-binding (or the pool's disappearance does, when another leader finalized it).
+its finalizers are gone, so the pools deregister and let go; the binding is released once the
+namespace has no pool left at all, after the operator's last writes there (the credential
+Secret's release, the busy budget's deletion), whichever leader saw the last pool go.
 
 Which bindings: those whose subjects name the operator's own ServiceAccount (learnt by
 ``NamespaceAccess.account``) and whose ``roleRef`` is a ClusterRole: the documented one-liner,
@@ -20,7 +21,8 @@ binding are not held: uninstall that mode by deleting its pools first.
 
 Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
 reconciled by this process (a patch only where the finalizer is missing), and one when its last
-pool is gone. A failure here never fails a pass: it is logged, and the next process start or
+pool is gone. Several passes may release at once: a 409 or 404 then only means another did.
+A failure here never fails a pass: it is logged, and the next process start or
 the next pool tries again.
 """
 
@@ -87,11 +89,10 @@ class EnablingBindings:
         return self._patch_all(namespace, hold=True) > 0
 
     def release_if_unused(self, namespace: str) -> bool:
-        """Let the bindings go once no pool of the namespace carries the pool finalizer."""
-        if any(
-            naming.POOL_FINALIZER in (p.raw["metadata"].get("finalizers") or [])
-            for p in self._reads.pools_in(namespace)
-        ):
+        """Let the bindings go once the namespace has no pool left at all: called after the last
+        pool's own last writes there (its credential Secret released, the busy budget deleted),
+        which the binding still has to allow."""
+        if self._reads.pools_in(namespace):
             return False
         with self._lock:
             self._held.discard(namespace)

@@ -81,6 +81,10 @@ class PoolSecrets(Protocol):
     def protect(self, namespace: str, pool: str, secret_name: str) -> bool: ...
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None: ...
     def forget(self, namespace: str, pool: str) -> None: ...
+    def namespace_done(self, namespace: str) -> None:
+        """The namespace's last pool is gone, and the operator's last write there is done."""
+        ...
+
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None: ...
     def retry_in(self, namespace: str, secret_name: str) -> float | None: ...
     def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None: ...
@@ -159,10 +163,11 @@ class SecretChecks:
 
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
         self.protection.finalized(namespace, pool, secret_name)
-        self.bindings.release_if_unused(namespace)  # the last write there: after the Secret's
 
     def forget(self, namespace: str, pool: str) -> None:
         self.protection.forget(namespace, pool)
+
+    def namespace_done(self, namespace: str) -> None:
         self.bindings.release_if_unused(namespace)
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:

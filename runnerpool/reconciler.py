@@ -198,6 +198,7 @@ class Reconciler:
             self._secrets.forget(namespace, name)
             writes = Writes()
             self._release_unused_budget(namespace, writes)
+            self._secrets.namespace_done(namespace)  # the last write there: the enabling binding
             _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems

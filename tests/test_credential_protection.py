@@ -256,6 +256,11 @@ def test_the_enabling_binding_stays_until_the_namespaces_last_pool_is_finalized(
     )
     _delete_pool(api_client, namespace, "two")
     _finalize(api_client, namespace, reconciler, "two")
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER], (
+        "the last pool's own last writes there still need it"
+    )
+    wait_for(lambda: LiveReader(api_client).get_pool(namespace, "two") is None, message="pool two to go")
+    reconciler(f"{namespace}/two")  # the pass its disappearance brings
 
     assert not _protected(api_client, namespace), "the credential Secret went first"
     wait_for(
