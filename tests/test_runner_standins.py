@@ -48,9 +48,9 @@ class Pod:
     def wait(self) -> int:
         return self.process.wait(timeout=TIMEOUT)
 
-    def below(self) -> dict[int, list[str]]:
+    def below(self, table: dict[int, tuple[int, list[str]]] | None = None) -> dict[int, list[str]]:
         """The pod's descendant processes: pid -> argv (what ``ps`` inside a pod would list)."""
-        table = _processes()
+        table = _processes() if table is None else table
         found: dict[int, list[str]] = {}
         for pid, (_parent, argv) in table.items():
             ancestor = table.get(pid, (0, []))[0]
@@ -67,8 +67,10 @@ class Pod:
 
     def run_sh(self) -> int:
         """run.sh itself, not its job-renewal subshell (a fork of it, with the same argv)."""
+        # One snapshot of /proc for both questions: a renewal subshell that ends between two
+        # reads would otherwise be a script without a parent entry.
         table = _processes()
-        scripts = {pid for pid, argv in self.below().items() if argv[1:2] == ["./run.sh"]}
+        scripts = {pid for pid, argv in self.below(table).items() if argv[1:2] == ["./run.sh"]}
         [pid] = [pid for pid in scripts if table[pid][0] not in scripts]
         return pid
 

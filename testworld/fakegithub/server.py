@@ -657,10 +657,10 @@ class _Handler(BaseHTTPRequestHandler):
         if answer.status in (200, 304):
             headers["Cache-Control"] = "private, max-age=60, s-maxage=60"
             headers["Vary"] = "Accept, Authorization, Cookie, X-GitHub-OTP"
-        try:
-            self._write(answer, headers)
-        finally:
-            self._record(exchange, answer.status, credential, counted=counted)
+        # Recorded before the answer leaves: a client that reads the answer and calls again must
+        # find this request before its next one in the log, as in a real server's access order.
+        self._record(exchange, answer.status, credential, counted=counted)
+        self._write(answer, headers)
 
     def _record(
         self, exchange: _Exchange, status: int, credential: Credential | None, *, counted: bool
