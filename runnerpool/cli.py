@@ -16,6 +16,7 @@ from kubernetes import client, config
 
 from runnerpool import logs
 from runnerpool.operator import Operator
+from runnerpool.runtime.credential_refresh import throttle_refresh
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.leader import check_timing
 from runnerpool.settings import Settings
@@ -89,6 +90,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
+    throttle_refresh(configuration)
     watches = informer_count(pool_watches(), settings.namespaces, cluster_scoped=not settings.namespaced)
     configuration.connection_pool_maxsize = watches + settings.queue.workers + 16
     return client.ApiClient(configuration)

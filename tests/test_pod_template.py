@@ -337,6 +337,22 @@ def test_a_changed_template_changes_the_hash_and_an_unchanged_one_does_not() -> 
     assert base not in hashes and len(set(hashes)) == len(hashes)
 
 
+def test_the_hash_of_one_parsed_pool_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pass and runner-manager round asks; a parsed pool is shared until it changes."""
+    built: list[str] = []
+    real = template.pod_template
+    monkeypatch.setattr(template, "pod_template", lambda *a: built.append("x") or real(*a))
+    shared = pool(template=FULL_TEMPLATE)
+    first = template.wanted_hash(shared, IMAGE, API_URL)
+    assert all(template.wanted_hash(shared, IMAGE, API_URL) == first for _ in range(5))
+    assert len(built) == 1
+    edited = pool(template={"metadata": {"labels": {"team": "other"}}})
+    assert template.wanted_hash(edited, IMAGE, API_URL) != first, "a new spec is hashed again"
+    plain = pool()
+    assert template.wanted_hash(plain, IMAGE, API_URL) != template.wanted_hash(plain, "img:2", API_URL)
+    assert len(built) == 4, "another default image is hashed again too"
+
+
 # -- the default pod: Pod Security restricted --------------------------------------------------------
 
 
