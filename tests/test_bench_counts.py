@@ -1,0 +1,51 @@
+"""The short benchmark inside ``make test``: the counts of ten pools' life, not its seconds.
+
+``python -m bench.run`` measures times, which a noisy machine moves; the counts below (API
+writes per pool to converge, none in a quiet window, GitHub requests per pool, listings per
+scope while pools are deleted) are the same on any machine, so a change that adds a write or
+a GitHub request to every pool fails here instead of showing up later as a slower benchmark.
+The seconds go to the benchmark's history (bench/README.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from bench import run
+
+POOLS = 10
+
+
+def test_ten_pools_converge_stay_quiet_and_go_with_the_writes_and_requests_they_need(tmp_path: Path) -> None:
+    opts = run.parse(
+        [
+            f"--sizes={POOLS}",
+            "--no-github-hour",
+            "--time-scale=360",  # a simulated hour of token life is 10 s
+            "--resync-period=5",  # the quiet window: 10 s
+            "--deletion",
+            "--converge-timeout=240",
+            f"--out={tmp_path}",
+        ]
+    )
+    size = run.SizeRun(POOLS, opts, tmp_path / "logs", print)
+    result = size.run()
+    assert result.converged, result.notes
+
+    writes = Counter(result.converge_writes)
+    print({k: v for k, v in vars(result).items() if k != "series"})
+    # Per pool: its finalizer, its token Secret, its pod, the token fill, two status writes.
+    assert writes["patch runnerpools"] == POOLS, "one finalizer patch per pool"
+    assert writes["create pods"] == POOLS, "one pod per replica"
+    # A pass that runs before the cache shows the Secret its last pass made gets a 409: +1.
+    assert POOLS <= writes["create secrets"] <= POOLS + 1, "one token Secret per pool"
+    assert writes["patch secrets"] <= POOLS + 2, "one token fill per pool (and the credential's label)"
+    assert writes["patch runnerpools/status"] <= 2 * POOLS, "at most 'starting' and 'ready' per pool"
+    per_pool = ("runnerpools", "runnerpools/status", "secrets", "pods")
+    assert sum(result.converge_writes_by_kind.get(kind, 0) for kind in per_pool) <= 6 * POOLS + 1, writes
+
+    assert result.audit_writes == 0, f"a converged pool writes nothing: {result.audit_write_detail}"
+
+    assert result.deletion_deregistered is not None, "every runner deregistered"
+    assert result.deletion_gone is not None, "every pool gone"
