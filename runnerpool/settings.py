@@ -315,6 +315,11 @@ class TenantSettings:
     def allow_list(self) -> AllowList:
         return AllowList.of(self.allow)
 
+    def allows_pool(self, pool: RunnerPool) -> bool:
+        """Whether the rules let ``pool`` register at its scope: every demand path (the webhook
+        recorder, the poller) and the reconciler's scope gate ask the same question."""
+        return self.allow_list.allows(pool.namespace, pool.scope)
+
 
 @dataclass(frozen=True)
 class ProbeSettings:
