@@ -5,6 +5,7 @@ the receiver, polls through the poller with in-memory GitHub clients, one per cr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import BadCredentials
+from runnerpool.github.errors import BadCredentials, RateLimited
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import ActiveJobs, Job, parse_delivery
 from runnerpool.github.protocol import GitHubClient
@@ -23,6 +24,7 @@ from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings, TenantSettings
 from runnerpool.tenants import parse_allow_rule
 from tests.demand_payloads import API, delivery, job_object
+from tests.test_demand_recording import Clock
 from tests.test_demand_tenants import CLUSTER, Pools, create_pool, deliver
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
@@ -116,17 +118,22 @@ def test_the_webhook_recorder_applies_the_allow_list(
 
 
 class Refused:
-    """A credential GitHub refuses: every call is a 401."""
+    """A credential GitHub refuses: every call is a 401 (or ``error``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception | None = None) -> None:
         self.jobs_requests: list[str] = []
+        self.error = error or BadCredentials(
+            "GET /repos/acme/app/actions/runs: HTTP 401 (Bad credentials)", status=401
+        )
 
     def active_jobs(self, repository: str) -> ActiveJobs:
         self.jobs_requests.append(repository)
-        raise BadCredentials("GET /repos/acme/app/actions/runs: HTTP 401 (Bad credentials)", status=401)
+        raise self.error
 
 
-def poller(api_client: client.ApiClient, pools: Pools, clients: dict[str, Any]) -> DemandPoller:
+def poller(
+    api_client: client.ApiClient, pools: Pools, clients: dict[str, Any], clock: Clock | None = None
+) -> DemandPoller:
     """A poller whose clients are per namespace (each namespace's credential Secret); a namespace
     missing from ``clients`` has no credential Secret."""
 
@@ -139,7 +146,7 @@ def poller(api_client: client.ApiClient, pools: Pools, clients: dict[str, Any]) 
         return found
 
     writer = DemandWriter(Kube(api_client), pools, API_URL_OF)
-    return DemandPoller(pools, writer, client_of, API_URL_OF, interval=30)
+    return DemandPoller(pools, writer, client_of, API_URL_OF, interval=30, clock=clock or Clock())
 
 
 @pytest.mark.parametrize("junk_first", [True, False])
@@ -157,6 +164,33 @@ def test_a_refused_credential_in_one_namespace_leaves_anothers_polling_untouched
     assert demand is not None and (demand.queued, sorted(demand.jobs)) == (1, ["3"])
     assert github.jobs_requests == [REPO] and refused.jobs_requests == [REPO], "each credential asked once"
     assert pools.demand(junk, "app") is None, "nothing listed with the refused credential"
+
+
+def test_a_rate_limited_credential_slows_down_alone(
+    api_client: client.ApiClient, namespace: str, other_namespace: str
+) -> None:
+    """GitHub tells namespace B's credential to wait 10 minutes: A's pool is polled at the
+    normal interval all the same, B's credential not before its wait is over."""
+    team_a, other = namespace, other_namespace
+    create_pool(api_client, team_a, "app", repository=REPO, labels=["gpu"], autoscaling=GPU)
+    create_pool(api_client, other, "app", repository="acme/other", labels=["gpu"], autoscaling=GPU)
+    pools = Pools(api_client, [other, team_a])
+    github = FakeGitHubClient(jobs={REPO: []})
+    limited = Refused(
+        RateLimited("GET /repos/acme/other/actions/runs: HTTP 403 (rate limit)", retry_after=600)
+    )
+    clock = Clock()
+    polls = poller(api_client, pools, {team_a: github, other: limited}, clock)
+    assert polls.poll_once() == 30, "the next poll comes at the interval, for A"
+    github.jobs[REPO] = [job(6, "queued")]
+    clock.now += timedelta(seconds=30)
+    polls.poll_once()
+    demand = pools.demand(team_a, "app")
+    assert demand is not None and sorted(demand.jobs) == ["6"]
+    assert (len(github.jobs_requests), len(limited.jobs_requests)) == (2, 1)
+    clock.now += timedelta(seconds=600)
+    polls.poll_once()
+    assert (len(github.jobs_requests), len(limited.jobs_requests)) == (3, 2)
 
 
 @pytest.mark.parametrize("other_sorts", ["before", "after"])
