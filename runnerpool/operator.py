@@ -77,7 +77,9 @@ class Operator:
             defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
         )
         # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
-        self._demand = DemandWriter(self._kube, self.informers, settings.github.api_url_of)
+        self._demand = DemandWriter(
+            self._kube, self.informers, settings.github.api_url_of, allowed=settings.tenants.allows_pool
+        )
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
@@ -147,7 +149,7 @@ class Operator:
             lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, url_of(pool)),
             url_of,
             interval=settings.demand.poll_interval,
-            allowed=lambda pool: allow.allows(pool.namespace, pool.scope) and access.enabled(pool.namespace),
+            allowed=lambda pool: settings.tenants.allows_pool(pool) and access.enabled(pool.namespace),
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [

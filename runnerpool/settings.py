@@ -300,8 +300,9 @@ class TenantSettings:
         ALLOW_FLAG,
         "NAMESPACE_GLOB=KIND:GLOB[,KIND:GLOB...] with KIND enterprise, org (also its repositories) "
         "or repo (OWNER/NAME), e.g. 'team-*=org:acme,repo:labs/tools' (repeatable); a pool that no "
-        "rule for its namespace allows gets no runner and costs no GitHub call. Default: no rule, "
-        "every pool may name anything",
+        "rule for its namespace allows gets no runner, no demand and costs no GitHub call. Default: "
+        "no rule, every pool may name anything; safe with several tenants, since demand is counted "
+        "per namespace from each pool's own credential and webhook secret (docs/security.md)",
         parse=allow_rule,
         metavar="RULE",
         repeat=True,
@@ -314,6 +315,11 @@ class TenantSettings:
     @property
     def allow_list(self) -> AllowList:
         return AllowList.of(self.allow)
+
+    def allows_pool(self, pool: RunnerPool) -> bool:
+        """Whether the rules let ``pool`` register at its scope: every demand path (the webhook
+        recorder, the poller) and the reconciler's scope gate ask the same question."""
+        return self.allow_list.allows(pool.namespace, pool.scope)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,13 @@ def receiver_parts(
         list(settings.namespaces) if settings.namespaces else None,
         default_api_url=settings.github.api_url,
     )
-    writer = DemandWriter(kube, cache, settings.github.api_url_of, runners=runner_names.by_name)
+    writer = DemandWriter(
+        kube,
+        cache,
+        settings.github.api_url_of,
+        runners=runner_names.by_name,
+        allowed=settings.tenants.allows_pool,
+    )
     mirror = settings.demand.mirror
     secrets = MirroredSecrets(kube, *mirror) if mirror else None
     parts = [Runnable("caches", cache.start, cache.stop)]

@@ -201,9 +201,8 @@ AUTO = {"maxReplicas": 5}
         ([("org", "ci", ORG), ("repo", "ci", {"labels": ["big"]})], ["self-hosted"], "ci/repo"),
         # Between organization pools, the label rule again.
         ([("org-gpu", "ci", {**ORG, "labels": ["gpu"]}), ("org", "ci", ORG)], ["self-hosted"], "ci/org"),
-        # Equally specific: namespace, then name, whatever the order they come in.
+        # Equally specific: the name, whatever the order they come in.
         ([("b", "ci", {}), ("a", "ci", {})], ["self-hosted"], "ci/a"),
-        ([("a", "team-b", {}), ("z", "team-a", {})], ["self-hosted"], "team-a/z"),
         # Arm64 and x64 pools: the job's own architecture label decides; without one, the label rule.
         (
             [("arm", "ci", {"nodeSelector": {"kubernetes.io/arch": "arm64"}}), ("x64", "ci", {})],
@@ -227,6 +226,19 @@ def test_one_pool_counts_a_queued_job(
     assert [f"{p.namespace}/{p.name}" for p in recording_pools(queued, matching)] == (
         [] if counted_by is None else [counted_by]
     )
+
+
+def test_each_namespace_counts_a_queued_job_once_and_none_takes_it_from_another() -> None:
+    """The one-pool rule applies within a namespace (a tenant): another namespace's pool, whatever
+    its name, does not decide whether team-a's pools count the job."""
+    for thief in ("aaa", "zzz"):
+        models = [
+            pool("app", "team-a", autoscaling=AUTO),
+            pool("plain", "team-a", autoscaling=AUTO, labels=["big"]),
+            pool(thief, "aaa-thief", autoscaling=AUTO),
+        ]
+        counted = [f"{p.namespace}/{p.name}" for p in recording_pools(job(1, "queued"), models)]
+        assert sorted(counted) == ["aaa-thief/" + thief, "team-a/app"]
 
 
 def test_a_started_or_ended_job_is_heard_by_every_pool_it_matches() -> None:

@@ -10,17 +10,27 @@ itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
 ``kubernetes.io/arch`` node selector, ``X64`` without one); the pool's own
 ``<namespace>/<pool>``; and ``spec.labels``.
 
-**One pool counts a queued job** (:func:`counting_pool`), however many could take it: a
-``runs-on: [self-hosted]`` job would otherwise scale every pool of the organization up.
-Among the autoscaling pools the job matches (and, for a webhook delivery, whose secret
-signed it), the one that counts it is, in this order:
+**One pool per namespace counts a queued job** (:func:`counting_pool`, applied per namespace by
+:func:`recording_pools`), however many could take it: a ``runs-on: [self-hosted]`` job would
+otherwise scale every pool of the organization up. Among a namespace's autoscaling pools the
+job matches (and, for a webhook delivery, whose secret signed it; for a poll, whose own
+credential listed it), the one that counts it is, in this order:
 
 1. a repository pool before an organization pool: GitHub routes a job to an idle
    repository-level runner first, then to the organization's ("routing precedence for
    self-hosted runners");
 2. the most specific label set: the pool whose registered labels exceed the job's by the
    fewest, so a plain job does not wake the pool kept for ``gpu`` jobs;
-3. ``namespace/name``, the stable tie-break: every replica and every poll choose alike.
+3. ``name``, the stable tie-break: every replica and every poll choose alike.
+
+**Never across namespaces**: a namespace is a tenant, and what one tenant's pools count must
+not depend on which pools another tenant creates. A pool ``aaa-thief/app`` naming team-a's
+repository and labels, with no credential at all, once counted team-a's job instead of
+team-a's pool because its name sorted first. Now each namespace whose pools have their own
+evidence of the job counts it once; two tenants that really both serve one repository with
+the same labels each scale up for its job (one runner too many, which GitHub then leaves
+idle until it goes), the price of neither being able to starve the other
+(docs/security.md, "A tenant takes another's demand").
 
 Once a job is in progress or has ended, every matching pool hears of it
 (:func:`recording_pools`): the pool whose runner took it counts it busy, and any other that
@@ -134,19 +144,23 @@ def _preference(pool: api.RunnerPool, wanted: frozenset[str]) -> tuple[int, int,
 
 
 def counting_pool(job: Job, pools: Iterable[api.RunnerPool]) -> api.RunnerPool | None:
-    """The one pool, of ``pools`` (all matching ``job``), that counts the job while it is queued."""
+    """The one pool, of ``pools`` (all matching ``job``, all of one namespace: see
+    :func:`recording_pools`), that counts the job while it is queued."""
     wanted = frozenset(label.lower() for label in job.labels)
     return min(pools, key=lambda pool: _preference(pool, wanted), default=None)
 
 
 def recording_pools(job: Job, pools: Iterable[api.RunnerPool]) -> list[api.RunnerPool]:
-    """Of ``pools`` (all matching ``job``), those the job's news is recorded on: the counting
-    pool for a queued job, all of them for one in progress or ended (see the module's rule),
-    none for a state that wants no runner yet."""
+    """Of ``pools`` (all matching ``job``), those the job's news is recorded on: for a queued
+    job, the counting pool of each namespace among them; all of them for one in progress or
+    ended (see the module's rule); none for a state that wants no runner yet."""
     pools = list(pools)
     if job.state is None:
         return []  # a state that wants no runner yet (waiting, pending): nothing to record
     if job.state != "queued":
         return pools
-    chosen = counting_pool(job, pools)
-    return [] if chosen is None else [chosen]
+    tenants: dict[str, list[api.RunnerPool]] = {}
+    for pool in pools:
+        tenants.setdefault(pool.namespace, []).append(pool)
+    chosen = (counting_pool(job, own) for own in tenants.values())
+    return [pool for pool in chosen if pool is not None]

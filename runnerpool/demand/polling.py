@@ -5,17 +5,27 @@ restart, a network fault or a bad secret would leave a job queued (a runner too 
 ever) or unseen (a job waiting for nothing). Each poll asks GitHub for the active jobs of
 every repository an autoscaling pool depends on - its own repository; for an organization
 pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is tracking - and
-hands each pool what it saw (``rules.repair``; a queued job only to the one pool that
-counts it, ``matching.counting_pool``): new jobs are counted, tracked ones that
+hands each pool what it saw (``rules.repair``; a queued job only to the one pool per namespace
+that counts it, ``matching.recording_pools``): new jobs are counted, tracked ones that
 moved on are updated, and tracked ones GitHub no longer shows as active have ended: at once
 if an earlier poll listed them, after a grace period if not (a job just queued may not be
 listed yet). Which jobs were listed is kept in memory, so a new leader's first polls fall
 back on the grace.
 
-Budget: one poll per ``interval`` for all pools (a repository shared by several pools is
-polled once), conditional requests throughout (``GitHubClient.active_jobs``), and the runner listing's
-slowdown rule (``github.budget.next_listing_delay``) on the requests the poll spent, so the
-polls use at most half of what is left when a credential's budget runs low. Runs on the
+**Each credential lists for its own pools.** A repository is listed once per credential
+Secret (namespace, Secret, GitHub host) that a pool polling it uses, with that Secret's
+client, and a pool hears only of jobs its own credential listed. So a Secret GitHub refuses
+(401), or one missing, costs only the pools that use it their poll; and a pool without a
+working credential of its own never holds a job learnt with another tenant's token
+(docs/security.md, "A tenant takes another's demand"). Per credential rather than per pool:
+the pools of one namespace sharing a Secret share its listing, which is what the budget is
+counted against anyway.
+
+Budget: one poll per ``interval``, each repository listed once per credential, conditional
+requests throughout (``GitHubClient.active_jobs``), and the runner listing's slowdown rule
+(``github.budget.next_listing_delay``) per credential on the requests its listings spent,
+so the polls use at most half of what is left when a credential's budget runs low, and a
+credential that runs low (or that GitHub tells to wait) slows down alone. Runs on the
 leader only, like the runner managers.
 """
 
@@ -35,7 +45,7 @@ from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import api_url_key, utcnow
 from runnerpool.github.budget import next_listing_delay
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.jobs import Job
+from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
 from runnerpool.reads import Reads
@@ -69,11 +79,32 @@ def polled_repositories(pool: api.RunnerPool) -> list[str]:
     return list(unique.values())
 
 
+#: Whose credential a listing is made with: the pool's GitHub host, namespace and credential
+#: Secret (``ClientCache`` keeps one client per such Secret and host).
+CredentialKey = tuple[str, str, str]
+
+
+def credential_key(pool: api.RunnerPool, api_url: str) -> CredentialKey:
+    return (api_url_key(api_url), pool.namespace, pool.spec.credential_secret_name)
+
+
 @dataclass
 class _Target:
+    """One repository, listed with one credential, for the pools that use that credential."""
+
     repository: str
+    credential: CredentialKey
     client: GitHubClient
     pools: list[api.RunnerPool] = field(default_factory=list)
+
+
+@dataclass
+class _Spend:
+    """What one credential's listings of one poll cost, for its own next-poll delay."""
+
+    spent: int = 0
+    retry_after: float = 0.0
+    budget: RateLimit | None = None
 
 
 class DemandPoller:
@@ -88,6 +119,8 @@ class DemandPoller:
         clock: Callable[[], datetime] = utcnow,
         allowed: Callable[[api.RunnerPool], bool] = lambda pool: True,
     ) -> None:
+        """``clients(pool)``: the client of the pool's own credential, one per credential
+        Secret (raises when the Secret is missing or unusable)."""
         self._pools = pools
         # A pool the allow-lists (--allow) refuse costs no GitHub call, not even a poll.
         self._allowed = allowed
@@ -99,6 +132,8 @@ class DemandPoller:
         self.grace = timedelta(seconds=max(60.0, 2 * interval))
         #: Ids of jobs a poll listed as active -> when it last did; forgotten after `LISTED_TTL`.
         self._listed: dict[str, datetime] = {}
+        #: Credentials slowed down (a low budget, GitHub's Retry-After) -> when they may list again.
+        self._not_before: dict[CredentialKey, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,24 +156,39 @@ class DemandPoller:
                 log_failure(log, logging.WARNING, "demand poll failed", err=err)
                 delay = self._interval
 
-    def _targets(self) -> list[_Target]:
-        targets: dict[tuple[str, str], _Target] = {}
+    def _targets(self, now: float) -> list[_Target]:
+        """Each repository once per credential that a pool polling it uses, skipping the
+        credentials that are slowed down until later than ``now``."""
+        targets: dict[tuple[CredentialKey, str], _Target] = {}
+        clients: dict[CredentialKey, GitHubClient | None] = {}
         for pool in self._pools.autoscaling_pools():  # valid, autoscaling, not being deleted
             if not self._allowed(pool):
                 continue
-            api_url = api_url_key(self._api_url_of(pool))
+            credential = credential_key(pool, self._api_url_of(pool))
+            if self._not_before.get(credential, 0.0) > now:
+                continue
+            if credential not in clients:
+                clients[credential] = self._client(pool)
+            github = clients[credential]
+            if github is None:
+                continue  # its Secret is missing or unusable: only its own pools go unpolled
             for repo in polled_repositories(pool):
-                key = (api_url, repo.lower())
-                if key not in targets:
-                    try:
-                        targets[key] = _Target(repo, self._clients(pool))
-                    except Exception as err:  # a missing credential Secret, say: the others go on
-                        log.warning(
-                            "cannot poll %s for %s/%s: %s", repo, pool.namespace, pool.name, describe(err)
-                        )
-                        continue
-                targets[key].pools.append(pool)
+                key = (credential, repo.lower())
+                targets.setdefault(key, _Target(repo, credential, github)).pools.append(pool)
         return list(targets.values())
+
+    def _client(self, pool: api.RunnerPool) -> GitHubClient | None:
+        try:
+            return self._clients(pool)
+        except Exception as err:  # a missing credential Secret, say: the others go on
+            log.warning(
+                "cannot poll for %s/%s with credential Secret %s: %s",
+                pool.namespace,
+                pool.name,
+                pool.spec.credential_secret_name,
+                describe(err),
+            )
+            return None
 
     def _remember_listed(self, jobs: Iterable[Job]) -> None:
         now = self._clock()
@@ -149,29 +199,35 @@ class DemandPoller:
             del self._listed[key]
 
     def poll_once(self) -> float:
-        """Poll every repository once and record what was seen; seconds until the next poll."""
-        spent, retry_after = 0, 0.0
-        lowest: RateLimit | None = None
+        """Poll every repository once per credential and record what was seen; seconds until
+        the next poll.
+
+        A job counts for a pool only when the pool's own credential listed it: each pool
+        hears what its credential's listing showed (``recording_pools`` over every pool with
+        such evidence, so a queued job still counts once per namespace), and a credential
+        GitHub refuses, or that is rate-limited, costs only its own pools their poll.
+        """
+        now = self._clock().timestamp()
+        spends: dict[CredentialKey, _Spend] = {}
         seen: dict[tuple[str, str], tuple[api.RunnerPool, list[Job], list[str]]] = {}
-        for target in self._targets():
-            try:
-                active = target.client.active_jobs(target.repository)
-            except GitHubError as err:
-                log.warning("polling jobs of %s failed: %s", target.repository, err.message)
-                retry_after = max(retry_after, err.retry_after or 0.0)
+        #: Job id -> each pool whose own credential listed it matching, with its listing of it.
+        evidence: dict[int, list[tuple[api.RunnerPool, Job]]] = {}
+        for target in self._targets(now):
+            spend = spends.setdefault(target.credential, _Spend())
+            active = self._list(target, spend)
+            if active is None:
                 continue
-            finally:
-                budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
-                if budget is not None and (lowest is None or budget.remaining < lowest.remaining):
-                    lowest = budget
-            spent += active.spent
             for pool in target.pools:
                 seen.setdefault((pool.namespace, pool.name), (pool, [], []))[2].append(target.repository)
             for job in active.jobs:
-                # A queued job goes to the one pool that counts it (``matching.counting_pool``).
-                matching = [pool for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))]
-                for pool in recording_pools(job, matching):
-                    seen[(pool.namespace, pool.name)][1].append(job)
+                evidence.setdefault(job.id, []).extend(
+                    (pool, job) for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))
+                )
+        for listings in evidence.values():
+            own = {(pool.namespace, pool.name): job for pool, job in listings}
+            # A queued job goes to one pool per namespace (``matching.recording_pools``).
+            for pool in recording_pools(listings[0][1], [pool for pool, _ in listings]):
+                seen[(pool.namespace, pool.name)][1].append(own[(pool.namespace, pool.name)])
         listed_before = frozenset(self._listed)
         for pool, jobs, repos in seen.values():
             try:
@@ -179,7 +235,44 @@ class DemandPoller:
             except DemandWriteFailed as err:
                 log.warning("%s", err)
         self._remember_listed(job for _, jobs, _ in seen.values() for job in jobs)
-        now = self._clock().timestamp()
-        return next_listing_delay(
-            self._interval, lowest, now, pages=max(1, spent), retry_after=retry_after or None
-        )
+        return self._next_delay(spends, now)
+
+    def _list(self, target: _Target, spend: _Spend) -> ActiveJobs | None:
+        """One listing with the target's credential; ``None`` when GitHub refused it."""
+        try:
+            active = target.client.active_jobs(target.repository)
+        except GitHubError as err:
+            log.warning(
+                "polling jobs of %s with credential Secret %s/%s failed: %s",
+                target.repository,
+                target.credential[1],
+                target.credential[2],
+                err.message,
+            )
+            spend.retry_after = max(spend.retry_after, err.retry_after or 0.0)
+            return None
+        finally:
+            budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
+            if budget is not None:
+                spend.budget = budget
+        spend.spent += active.spent
+        return active
+
+    def _next_delay(self, spends: dict[CredentialKey, _Spend], now: float) -> float:
+        """Each credential's own slowdown (``next_listing_delay`` on what its listings spent):
+        one whose budget runs low, or that GitHub told to wait, waits alone."""
+        self._not_before = {key: until for key, until in self._not_before.items() if until > now}
+        for credential, spend in spends.items():
+            delay = next_listing_delay(
+                self._interval,
+                spend.budget,
+                now,
+                pages=max(1, spend.spent),
+                retry_after=spend.retry_after or None,
+            )
+            if delay > self._interval:
+                self._not_before[credential] = now + delay
+            else:
+                self._not_before.pop(credential, None)
+        waits = [until - now for until in self._not_before.values() if until > now]
+        return min([self._interval, *waits])

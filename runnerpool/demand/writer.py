@@ -86,10 +86,14 @@ class DemandWriter:
         clock: Callable[[], datetime] = utcnow,
         *,
         runners: Callable[[str, str], Container[str]] | None = None,
+        allowed: Callable[[api.RunnerPool], bool] = lambda pool: True,
     ) -> None:
         """``runners(namespace, pool)``: the names of a pool's runners; default: its pods' names
-        from the cache (the webhook receiver, which reads no pods, passes ``runner_names.by_name``)."""
+        from the cache (the webhook receiver, which reads no pods, passes ``runner_names.by_name``).
+        ``allowed``: whether the allow-list (``--allow``) lets the pool register at its scope; a
+        delivery never moves a pool it refuses, as the poller never polls for one."""
         self._kube = kube
+        self._allowed = allowed
         self._runner_names = runners or self._pod_names
         self._pools = pools
         self._api_url_of = api_url_of
@@ -102,8 +106,16 @@ class DemandWriter:
 
     def matching_pools(self, job: Job) -> list[api.RunnerPool]:
         """Autoscaling pools, from the cache, that ``job`` counts for: those of the job's
-        host and repository or owner (an index lookup), then the rest of ``job_matches``."""
-        candidates = self._pools.autoscaling_pools(job_scope_keys(job))
+        host and repository or owner (an index lookup) the allow-list allows, then the rest of
+        ``job_matches``."""
+        return self._matching(job, self._candidates(job))
+
+    def _candidates(self, job: Job) -> list[api.RunnerPool]:
+        """The autoscaling pools of the job's host and repository or owner (an index lookup)
+        that the allow-list lets register at their scope."""
+        return [pool for pool in self._pools.autoscaling_pools(job_scope_keys(job)) if self._allowed(pool)]
+
+    def _matching(self, job: Job, candidates: list[api.RunnerPool]) -> list[api.RunnerPool]:
         return [pool for pool in candidates if job_matches(pool, job, self._api_url_of(pool))]
 
     def record_job(self, job: Job, verdict: Verdict = ANY_POOL) -> int:
@@ -113,8 +125,8 @@ class DemandWriter:
         A delivery also marks, once, the demand-blind pools of its scope that it may move
         (``status.demand_blind``): the webhook is configured for them, whatever the job's labels.
         """
-        candidates = self._pools.autoscaling_pools(job_scope_keys(job))
-        matching = [pool for pool in candidates if job_matches(pool, job, self._api_url_of(pool))]
+        candidates = self._candidates(job)
+        matching = self._matching(job, candidates)
         pools = recording_pools(job, [pool for pool in matching if verdict.admits(pool)])
         chosen = {(pool.namespace, pool.name) for pool in pools}
         marked = [
