@@ -22,7 +22,7 @@ any more:
 * at the start of each leadership term, every protected Secret that no pool needs is
   released (covers pools that went away while no operator was running; only cached Secrets
   are asked about, so one protected by a version before the label, whose pools all went
-  while no operator ran, keeps its finalizer: the README's one-liner lets it go).
+  while no operator ran, keeps its finalizer: the one-liner in docs/operating.md lets it go).
 
 Before the label is on, the Secret is read by name (``runnerpool.secret_reads``): a new
 pool's first pass, a Secret created after its pool, a Secret whose label someone removed. A
@@ -36,7 +36,7 @@ Uninstalling: delete the RunnerPools first while the operator still runs (their
 finalizers deregister runners and release the Secrets).  Should the operator be gone
 already, ``kubectl patch secret NAME --type=json -p
 '[{"op":"remove","path":"/metadata/finalizers/N"}]'`` (N: the index of
-``runnerpool.dev/credential-in-use``) lets a Secret go; the README has the one-liner.
+``runnerpool.dev/credential-in-use``) lets a Secret go; docs/operating.md has the one-liner.
 
 A pool "needs" a Secret when it names it (``spec.credentialSecretName``) and is either
 not being deleted or still carries the pool finalizer.  The answer comes from the

@@ -2,7 +2,7 @@
 the names of the objects it makes, keys and container names.
 
 They are the operator's contract with the cluster (selectors, a Pod's disruption budget,
-``kubectl`` one-liners in the README, an upgrade that must recognise what an earlier
+``kubectl`` one-liners in docs/operating.md, an upgrade that must recognise what an earlier
 version made), so each is written once, here, below everything else; this module imports
 nothing of the operator.
 """
