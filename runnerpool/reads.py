@@ -7,7 +7,8 @@ implements it on the informers; tests pass stand-ins with the reads they need).
 Pools come parsed: each pool is validated once per resourceVersion, on the informer's
 thread, and every reader shares the result (:class:`ParsedPool`).  The models are frozen
 (``api.KubeModel``), so no reader can change what the next one sees; ``ParsedPool.raw`` is
-the cached wire object itself: read it, never change it.  Every other read answers copies.
+the cached wire object itself: read it, never change it.  So are a pool's pods
+(``list_pods``); every other read answers copies.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class Reads(Protocol):
     def get_role_binding(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
-        """The runner pods of one pool (by the pool label), sorted by name."""
+        """The runner pods of one pool (by the pool label), sorted by name: the cached objects
+        themselves, shared like the pools (read them, never change them), because every pass
+        and every runner-manager round reads them and copying them was a tenth of the CPU."""
         ...
 
     def namespace_terminating(self, namespace: str) -> bool:

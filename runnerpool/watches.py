@@ -297,8 +297,8 @@ class PoolCache(InformerSet):
         return [found[key] for key in sorted(found)]
 
     def list_pods(self, namespace: str, pool: str) -> list[Obj]:
-        """The runner pods of one pool, by their pool label, from the index."""
-        return self.by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
+        """The runner pods of one pool, by their pool label, from the index (shared: see Reads)."""
+        return self.shared_by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
 
     def pool(self, namespace: str, name: str) -> ParsedPool | None:
         found: ParsedPool | None = self.view(POOLS, namespace, name)

@@ -359,6 +359,15 @@ class InformerSet:
         stores = self._entries[watch].stores(namespace)
         return sorted((clone(o) for s in stores for o in s.by_index(index, value)), key=object_key)
 
+    def shared_by_index(self, watch: str, namespace: str | None, index: str, value: str) -> list[Obj]:
+        """The cached objects themselves under ``value`` in ``index``: read them, never change them.
+
+        For readers on the hot path that only read (a pool's pods, read by every pass and every
+        runner-manager round): the copies of ``by_index`` were a tenth of the operator's CPU.
+        """
+        stores = self._entries[watch].stores(namespace)
+        return sorted((o for s in stores for o in s.by_index(index, value)), key=object_key)
+
     def view(self, watch: str, namespace: str, name: str) -> Any:
         """The shared view of one object (``None``: not cached); never change it."""
         store, key = self._lookup(watch, namespace, name)
