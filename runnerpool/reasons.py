@@ -53,6 +53,9 @@ class Reason(StrEnum):
     ROLLING_OUT = "RollingOut"
     SCALING_DOWN = "ScalingDown"
     POD_CREATE_FAILED = "PodCreateFailed"
+    #: The API server refuses the pool's pod as written (an unknown or invalid field of
+    #: ``spec.template``): the current pods stay, no rollout starts.
+    TEMPLATE_INVALID = "TemplateInvalid"
     RUNNER_PODS_FAILING = "RunnerPodsFailing"
     #: A same-named object the pool would make exists and is not the pool's: left alone.
     CHILD_NOT_OWNED = "ChildNotOwned"

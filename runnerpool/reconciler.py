@@ -352,7 +352,8 @@ class Reconciler:
         if converged.refused is not None:
             # Every refusal, as a ReplicaSet tells it: the recorder folds repeats into a count.
             message = f"creating a runner pod failed: {converged.refused.cause}"
-            self._recorder.event(run.raw, WARNING, Reason.FAILED_CREATE, message)
+            told = Reason.TEMPLATE_INVALID if converged.refused.invalid else Reason.FAILED_CREATE
+            self._recorder.event(run.raw, WARNING, told, message)
         self._tell_failing(run, pods)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
@@ -477,6 +478,7 @@ class Reconciler:
             decision=decision,
             webhook_secret_problem=seen.webhook_problem,
             refused=refused.cause if refused is not None else None,
+            refused_reason=refused.reason if refused is not None else Reason.POD_CREATE_FAILED,
             gates=run.gates,
         )
         metrics.observe_pool(pool, status, pods.failing if pods else ())
@@ -697,7 +699,7 @@ _STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.
 #: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
 #: ``RunnerPodsFailing`` per change of the stuck pods' reasons): no second one for the condition.
 _TOLD_BY_THEIR_OWN_EVENTS = frozenset(
-    {pool_status.POD_CREATE_FAILED_REASON, pool_status.RUNNER_PODS_FAILING_REASON}
+    {pool_status.POD_CREATE_FAILED_REASON, Reason.TEMPLATE_INVALID, pool_status.RUNNER_PODS_FAILING_REASON}
 )
 
 

@@ -102,11 +102,14 @@ def ready_condition(
     desired: int | None = None,
     *,
     refused: str | None = None,
+    refused_reason: Reason = POD_CREATE_FAILED_REASON,
 ) -> dict[str, Any]:
     """Ready means enough ready runner pods; a rollout or scale-down waiting for jobs says so.
 
     ``desired``: the replica count decided for now (``spec.replicas`` unless the pool follows demand);
-    ``refused``: why the API server refuses the pool's pods, while it does.
+    ``refused``: why the API server refuses the pool's pods, while it does; ``refused_reason``
+    ``TemplateInvalid`` when it refuses the pod as the pool's template writes it (a misspelt or
+    invalid field), so the message points at the template, not at the cluster.
     """
     desired = pool.spec.replicas if desired is None else desired
     if token["status"] != "True":
@@ -116,6 +119,11 @@ def ready_condition(
     pods = pods or PodCounts(desired=desired)
     summary = f"{pods.ready}/{desired} runner pods ready"
     if refused is not None:
+        if refused_reason is Reason.TEMPLATE_INVALID:
+            message = f"{summary}; fix spec.template: the API server refuses the runner pod it makes"
+            return stamp.condition(
+                conditions.READY, False, refused_reason, f"{message} (the current pods stay): {refused}"
+            )
         return stamp.condition(
             conditions.READY,
             False,
@@ -258,11 +266,13 @@ def desired_status(
     decision: Decision | None = None,
     webhook_secret_problem: str | None = None,
     refused: str | None = None,
+    refused_reason: Reason = POD_CREATE_FAILED_REASON,
     gates: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
 
-    ``refused``: why the API server refuses the pool's pods, while it does (``ready_condition``).
+    ``refused``: why the API server refuses the pool's pods, while it does, and
+    ``refused_reason`` whether that is the pod template itself (``ready_condition``).
 
     ``decision``: the replica count decided for now (``spec.replicas`` unless the pool follows
     demand); a pool that follows demand also gets its ``Scaling`` and ``DemandVisible``
@@ -274,7 +284,7 @@ def desired_status(
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
     token = token_condition(stamp, pool, secret, failure)
-    ready = ready_condition(stamp, pool, token, pods, desired, refused=refused)
+    ready = ready_condition(stamp, pool, token, pods, desired, refused=refused, refused_reason=refused_reason)
     updates = [token, ready, *gates]
     previous = old.get("conditions") or []
     if pool.spec.autoscaling is not None:

@@ -203,3 +203,30 @@ def test_pods_stuck_pulling_are_one_event_one_condition_and_a_metric(
         for s in family.samples
         if s.labels["namespace"] == namespace
     }
+
+
+def test_a_misspelt_template_field_is_template_invalid_and_keeps_the_current_pods(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Without strict field validation the API server drops an unknown field with a warning:
+    the pool would roll its pods onto a template without what the user meant to set."""
+    _ready_pool(api_client, namespace, reconciler, "typo")
+    reconciler(f"{namespace}/typo")
+    [current] = _pods(api_client, namespace, "typo")
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "runnerpool.dev",
+        "v1alpha1",
+        namespace,
+        "runnerpools",
+        "typo",
+        {"spec": {"template": {"spec": {"priorityClassNam": "ci"}}}},
+    )
+    reconciler(f"{namespace}/typo")
+
+    ready = _ready(api_client, namespace, "typo")
+    assert (ready["status"], ready["reason"]) == ("False", "TemplateInvalid"), ready
+    assert "priorityClassNam" in ready["message"] and "spec.template" in ready["message"], ready["message"]
+    [event] = _events(api_client, namespace, "TemplateInvalid")
+    assert "priorityClassNam" in event.message
+    assert _pods(api_client, namespace, "typo") == [current], "the current pod stays, no new one"

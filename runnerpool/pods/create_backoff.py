@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runnerpool.reasons import Reason
+
 __all__ = ["BASE_DELAY", "MAX_DELAY", "CreateBackoff", "CreateFailure"]
 
 #: Seconds before the first retry: long enough that a pool's own status write and the watch
@@ -50,6 +52,13 @@ class CreateFailure:
     delay: float
     #: Monotonic time from which the next create may be tried.
     retry_at: float
+    #: The pod as written is refused (400 strict decoding, 422 invalid), not the cluster's
+    #: state (a quota, Pod Security, a webhook): the pool's template needs a fix.
+    invalid: bool = False
+
+    @property
+    def reason(self) -> Reason:
+        return Reason.TEMPLATE_INVALID if self.invalid else Reason.POD_CREATE_FAILED
 
 
 class CreateBackoff:
@@ -81,13 +90,14 @@ class CreateBackoff:
         left = found.retry_at - self._clock()
         return left if left > 0 else None
 
-    def failed(self, pool: str, template: str, cause: str) -> CreateFailure:
-        """Count a refusal; returns it with the time of the next attempt."""
+    def failed(self, pool: str, template: str, cause: str, *, invalid: bool = False) -> CreateFailure:
+        """Count a refusal (``invalid``: of the pod as written); returns it with the time of the
+        next attempt."""
         with self._lock:
             before = self._failures.get(pool)
             count = before.failures + 1 if before is not None and before.template == template else 1
             delay = min(self._base * 2.0 ** min(count - 1, _MAX_EXPONENT), self._cap)
-            failure = CreateFailure(cause, template, count, delay, self._clock() + delay)
+            failure = CreateFailure(cause, template, count, delay, self._clock() + delay, invalid)
             self._failures[pool] = failure
             return failure
 

@@ -51,6 +51,10 @@ class Converged:
 _GENERATED_SUFFIX = "[a-z0-9]{5}"
 
 
+#: Status codes of a pod refused as written: 400 (strict decoding: an unknown field), 422 (invalid).
+_POD_INVALID = frozenset({400, 422})
+
+
 def refusal(err: ApiException, pool: str) -> str:
     """What the API server said of a refused runner pod, without the name it drew for it.
 
@@ -141,7 +145,9 @@ class PodStep:
         key = pool_key(pool.namespace, pool.name)
         if made:
             self._backoff.succeeded(key)  # the backoff counts refusals in a row
-        failure = self._backoff.failed(key, self.wanted_hash(pool), refusal(err, pool.name))
+        failure = self._backoff.failed(
+            key, self.wanted_hash(pool), refusal(err, pool.name), invalid=err.status in _POD_INVALID
+        )
         log.warning(
             "pool %s: creating a runner pod failed (%d in a row, next attempt in %.0f s): %s",
             key,
@@ -159,7 +165,13 @@ class PodStep:
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
         body = template.runner_pod(pool, self._image, self._api_url)
-        name = str(self._kube.create(PODS, pool.namespace, body)["metadata"]["name"])
+        # Strict: an unknown field of the pool's template (a typo) is refused, not dropped with a
+        # warning (the server's default), so the pool says TemplateInvalid instead of running pods
+        # that silently lack what the user wrote. A rollout only takes old pods away once new ones
+        # exist (runnerpool.runners.retirement), so a refused template keeps the current pods.
+        name = str(
+            self._kube.create(PODS, pool.namespace, body, field_validation="Strict")["metadata"]["name"]
+        )
         self._expectations.created(key, name)
 
 

@@ -109,8 +109,10 @@ class Kube:
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         return self._json("GET", resource.path(namespace, name))
 
-    def create(self, resource: Resource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._json("POST", resource.path(namespace), body=body)
+    def create(
+        self, resource: Resource, namespace: str, body: Mapping[str, Any], **query: Any
+    ) -> dict[str, Any]:
+        return self._json("POST", resource.path(namespace), body=body, query=query)
 
     def patch(
         self,
