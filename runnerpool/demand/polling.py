@@ -35,7 +35,7 @@ from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import api_url_key, utcnow
 from runnerpool.github.budget import next_listing_delay
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.jobs import Job
+from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
 from runnerpool.reads import Reads
@@ -159,7 +159,11 @@ class DemandPoller:
             except GitHubError as err:
                 log.warning("polling jobs of %s failed: %s", target.repository, err.message)
                 retry_after = max(retry_after, err.retry_after or 0.0)
-                continue
+                if err.status != 404:
+                    continue
+                # Gone, or no longer visible to the credential: none of its jobs will ever be
+                # listed again, so its tracked jobs end (``rules.repair``), as when none is listed.
+                active = ActiveJobs(jobs=(), spent=1)
             finally:
                 budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
                 if budget is not None and (lowest is None or budget.remaining < lowest.remaining):
