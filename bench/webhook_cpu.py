@@ -16,7 +16,7 @@ each a ``queued`` job of another repository, on this thread:
 
 ``--own-secrets``: every autoscaling repository pool names its own webhook Secret (one per
 repository, as one tenant per repository would), and each delivery is signed with its
-repository's: the cluster-wide secret fails first, then the candidates' own secrets are
+repository's and sent to that Secret's URL (``own_secret_route``): the Secret's key is
 checked (the Secret reads answered by the no-op Kube, cached as in the operator).
 
 Also the poller's round over the same cache (``poll targets``: which repositories to ask
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
-import itertools
 import json
 import platform
 import sys
@@ -77,6 +76,17 @@ def repository(number: int) -> str:
 
 def tenant_secret(repo: str) -> bytes:
     return f"webhook secret of {repo}".encode()
+
+
+def own_secret_route(repo_number: int, pools: int, autoscaling: int) -> tuple[str, str]:
+    """``(namespace, Secret)`` of the URL that repository ``repo_number``'s own-secret pool
+    takes deliveries at, as ``pool_object`` lays pools out: the first autoscaling repository
+    pool of that repository."""
+    every = max(1, pools // max(1, autoscaling))
+    scaling = repo_number % REPOS
+    while scaling < ORGS:
+        scaling += REPOS
+    return f"team-{scaling * every % NAMESPACES}", f"hooks-{scaling % REPOS}"
 
 
 def pool_object(index: int, scaling: int | None, own_secrets: bool = False) -> dict[str, Any]:
@@ -196,7 +206,7 @@ class Row:
     pools_per_delivery: float
 
 
-Delivery = tuple[bytes, str]  # the body and its X-Hub-Signature-256
+Delivery = tuple[bytes, str, Any]  # the body, its X-Hub-Signature-256, its URL's route (or None)
 
 
 def measure(path: str, deliver: Callable[[Delivery, str], int], bodies: list[Delivery]) -> Row:
@@ -238,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     seen = DeliveryLog()
 
     def receive(signed: Delivery, delivery_id: str, record: bool) -> int:
-        body, signature = signed
-        verdict = verifier(body, signature)
+        body, signature, route = signed
+        verdict = verifier(body, signature) if route is None else verifier(body, signature, route)
         assert verdict.accepted
         job = parse_delivery(json.loads(body))
         assert seen.claim(delivery_id)
@@ -247,10 +257,21 @@ def main(argv: list[str] | None = None) -> int:
             return writer.record_job(job, verdict)
         return sum(1 for pool in writer.matching_pools(job) if verdict.admits(pool))
 
-    repos = itertools.cycle(repository(i) for i in range(REPOS))
-    bodies = [(delivery(n + 1, repo), repo) for n, repo in zip(range(args.deliveries), repos, strict=False)]
-    signed = [
-        (body, sign(tenant_secret(repo) if args.own_secrets else SECRET, body)) for body, repo in bodies
+    def route_of(n: int) -> Any:
+        from runnerpool.demand.verification import Route  # noqa: PLC0415 - not in trees before it
+
+        return Route(*own_secret_route(n, args.pools, args.autoscaling))
+
+    bodies = [(delivery(n + 1, repository(n)), n) for n in range(args.deliveries)]
+    signed: list[Delivery] = [
+        (
+            body,
+            sign(tenant_secret(repository(n)), body),
+            route_of(n),
+        )
+        if args.own_secrets
+        else (body, sign(SECRET, body), None)
+        for body, n in bodies
     ]
     rows = [
         measure("match", lambda body, d: receive(body, d, False), signed),

@@ -15,6 +15,13 @@ delivery costs what it costs the operator apart from the API server's round trip
   process's CPU (every thread: the server's I/O and worker threads, the writer) over the
   run, divided by the deliveries. Repeated ``--repeat`` times: the machine is shared, so the
   table shows the best and the median run.
+* **rejected**: the same load of *forged* deliveries (a well-formed ``X-Hub-Signature-256``
+  that no secret makes, the cheapest forgery to send and the dearest to refuse): each must
+  get 401, and CPU per rejected delivery is measured as for the accepted ones. With
+  ``--own-secrets`` the repository pools name their own Secrets and both loads go to those
+  pools' URLs (``/webhook/<namespace>/<secret>``, signed with the pool's secret or forged);
+  without, to ``/webhook``. ``--forge-to-cluster`` sends the forged ones to ``/webhook``
+  even then: the receiver before per-secret URLs parsed such a body to find its pools.
 * **half-open**: 200 connections send headers and half a body, then nothing. After 1 s
   and after ``--hold`` seconds (15): the threads this process holds and one normal
   delivery's answer time (1 s in, every stalled connection is still open; the server drops
@@ -54,15 +61,20 @@ from bench.webhook_cpu import (
     delivery,
     empty_cache,
     fill,
+    own_secret_route,
     pool_object,
     repository,
+    tenant_secret,
     write_result,
 )
 from runnerpool import logs
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
+from runnerpool.demand.verification import Verifier
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.secret_reads import SecretReads
 from runnerpool.settings import GitHubSettings
 
 HALF_OPEN = 200
@@ -71,6 +83,7 @@ TARGETS = {
     "sustained_per_s": ("≥ 500 deliveries/s", lambda v: v >= 500),
     "p99_ms": ("p99 ≤ 50 ms", lambda v: v <= 50),
     "cpu_per_delivery_ms": ("≤ 1 ms CPU", lambda v: v <= 1),
+    "cpu_per_rejected_ms": ("≤ 0.5 ms CPU", lambda v: v <= 0.5),
     "threads_after_hold": ("≤ 20 threads", lambda v: v <= 20),
     "delivery_during_half_open_ms": ("≤ 100 ms", lambda v: v <= 100),
 }
@@ -79,17 +92,23 @@ TARGETS = {
 # ------------------------------------------------------------------ the client process
 
 
-def _send(port: int, body: bytes, number: int) -> tuple[int, float]:
+#: A well-formed signature that no secret makes: a forgery.
+FORGED = "sha256=" + "0" * 64
+
+
+def _send(
+    port: int, body: bytes, number: int, signature: str | None = None, path: str = PATH
+) -> tuple[int, float]:
     headers = {
         "Content-Type": "application/json",
         "X-GitHub-Event": "workflow_job",
         "X-GitHub-Delivery": f"load-{os.getpid()}-{number}",
-        "X-Hub-Signature-256": sign(SECRET, body),
+        "X-Hub-Signature-256": signature or sign(SECRET, body),
     }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     started = time.perf_counter()
     try:
-        conn.request("POST", PATH, body=body, headers=headers)
+        conn.request("POST", path, body=body, headers=headers)
         answer = conn.getresponse()
         answer.read()
         return answer.status, time.perf_counter() - started
@@ -105,6 +124,15 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
     total = int(args.rate * args.seconds)
     mine = list(range(args.part, total, args.parts))
     bodies = {n: delivery(args.first_job + n, repository(n % REPOS)) for n in mine}
+    paths, signatures = {n: PATH for n in mine}, {n: sign(SECRET, bodies[n]) for n in mine}
+    if args.own_secrets:
+        for n in mine:
+            paths[n] = "{}/{}/{}".format(PATH, *own_secret_route(n % REPOS, args.pools, args.autoscaling))
+            signatures[n] = sign(tenant_secret(repository(n % REPOS)), bodies[n])
+    if args.forge:
+        signatures = {n: FORGED for n in mine}
+        if args.forge_to_cluster:
+            paths = {n: PATH for n in mine}
     results: dict[int, tuple[int, float]] = {}
     ends: list[float] = []
 
@@ -113,7 +141,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
             delay = args.start_at + n / args.rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            results[n] = _send(args.client, bodies[n], args.first_job + n)
+            results[n] = _send(args.client, bodies[n], args.first_job + n, signatures[n], paths[n])
         ends.append(time.time())
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(args.clients)]
@@ -131,12 +159,14 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
 class LoadRun:
     offered_per_s: float
     deliveries: int
-    answered_200: int
+    answered_200: int  # answered with ``expected`` (the name kept for older results)
     sustained_per_s: float
     p50_ms: float
     p99_ms: float
     max_ms: float
     cpu_per_delivery_ms: float
+    #: The status every delivery should get: 200 (signed) or 401 (forged).
+    expected: int = 200
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -144,11 +174,16 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def load_run(port: int, args: argparse.Namespace, first_job: int) -> LoadRun:
+def load_run(port: int, args: argparse.Namespace, first_job: int, *, forge: bool = False) -> LoadRun:
     start_at = time.time() + 1.0  # every client process started by then
     command = [sys.executable, "-m", "bench.webhook_load", "--client", str(port)]
     command += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--clients", str(args.clients)]
     command += ["--first-job", str(first_job), "--start-at", str(start_at), "--parts", str(args.processes)]
+    command += ["--pools", str(args.pools), "--autoscaling", str(args.autoscaling)]
+    command += ["--own-secrets"] if args.own_secrets else []
+    command += ["--forge"] if forge else []
+    command += ["--forge-to-cluster"] if args.forge_to_cluster else []
+    expected = 401 if forge else 200
     cpu = time.process_time()
     procs = [
         subprocess.Popen(
@@ -162,7 +197,7 @@ def load_run(port: int, args: argparse.Namespace, first_job: int) -> LoadRun:
     got = [json.loads(proc.communicate()[0]) for proc in procs]
     spent = time.process_time() - cpu
     results = [tuple(result) for part in got for result in part["results"]]
-    ok = [latency for status, latency in results if status == 200]
+    ok = [latency for status, latency in results if status == expected]
     total = len(results)
     return LoadRun(
         offered_per_s=args.rate,
@@ -173,6 +208,7 @@ def load_run(port: int, args: argparse.Namespace, first_job: int) -> LoadRun:
         p99_ms=1000 * _percentile(ok, 0.99) if ok else float("inf"),
         max_ms=1000 * max(ok) if ok else float("inf"),
         cpu_per_delivery_ms=1000 * spent / max(1, total),
+        expected=expected,
     )
 
 
@@ -259,6 +295,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hold", type=float, default=15, help="seconds the half-open connections stay")
     parser.add_argument("--label", default="", help="names the JSON file (e.g. before, after)")
+    parser.add_argument(
+        "--own-secrets", action="store_true", help="repository pools name their own webhook Secret"
+    )
+    parser.add_argument(
+        "--forge-to-cluster",
+        action="store_true",
+        help="with --own-secrets, send the forged deliveries to /webhook (what a tree before the "
+        "per-secret URLs parsed to find the pools' secrets)",
+    )
+    parser.add_argument("--forge", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--first-job", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -277,17 +323,23 @@ def main(argv: list[str] | None = None) -> int:
     informers = empty_cache()
     every = max(1, args.pools // max(1, args.autoscaling))
     pools = [
-        pool_object(i, i // every if i % every == 0 and i // every < args.autoscaling else None)
+        pool_object(
+            i, i // every if i % every == 0 and i // every < args.autoscaling else None, args.own_secrets
+        )
         for i in range(args.pools)
     ]
     fill(informers, copy.deepcopy(pools))
-    writer = DemandWriter(NoOpKube(informers), informers, GitHubSettings(api_url=API_URL).api_url_of)
-    server = WebhookServer(
-        0, lambda: (SECRET,), writer.record_job, host="127.0.0.1", deliveries=DeliveryLog()
-    )
+    kube = NoOpKube(informers)
+    writer = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
+    # As the receiver component builds it: the cluster-wide secret and the pools' own.
+    verifier = Verifier(lambda: (SECRET,), informers, PoolSecrets(SecretReads(informers, kube)))
+    server = WebhookServer(0, verifier, writer.record_job, host="127.0.0.1", deliveries=DeliveryLog())
     server.start()
     try:
         runs = [load_run(server.port, args, 1 + n * 1_000_000) for n in range(args.repeat)]
+        rejected = [
+            load_run(server.port, args, 500_000_000 + n * 1_000_000, forge=True) for n in range(args.repeat)
+        ]
         stalled = half_open(server.port, args.hold, 900_000_000)
     finally:
         server.stop()
@@ -319,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         verdict = _verdict(key, value) if key in TARGETS else ""
         print(f"{title:<40} {fmt.format(value):>10} {fmt.format(median(key)):>10}  {verdict}")
     print(f"answered 200 in every run: {all(run.answered_200 == run.deliveries for run in runs)}")
+    cpu_rejected = min(run.cpu_per_delivery_ms for run in rejected)
+    median_rejected = float(statistics.median(run.cpu_per_delivery_ms for run in rejected))
+    print(
+        f"{'CPU per rejected (forged) delivery ms':<40} {cpu_rejected:>10.3f} {median_rejected:>10.3f}  "
+        + _verdict("cpu_per_rejected_ms", cpu_rejected)
+    )
+    print(f"answered 401 in every run: {all(run.answered_200 == run.deliveries for run in rejected)}")
     for title, key in [
         ("threads, 200 half-open, peak", "threads_peak"),
         (f"threads, 200 half-open, after {args.hold:.0f} s", "threads_after_hold"),
@@ -342,10 +401,12 @@ def main(argv: list[str] | None = None) -> int:
         {
             "pools": args.pools,
             "autoscaling": args.autoscaling,
+            "own_secrets": args.own_secrets,
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
             "server_module": module.__file__,
             "runs": [asdict(run) for run in runs],
+            "rejected_runs": [asdict(run) for run in rejected],
             "half_open": stalled,
         },
     )

@@ -392,7 +392,7 @@ class DemandSettings:
     webhook_max_connections: int = setting(
         256,
         "--webhook-max-connections",
-        "open webhook connections at most (each may buffer up to the 64 KiB body limit); "
+        "open webhook connections at most (each may buffer up to 32 KiB of body and 16 KiB of headers); "
         "more wait to be accepted",
         parse=positive_int,
     )

@@ -226,14 +226,19 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
     )
 
 
-def webhook_secret_condition(stamp: conditions.Stamp, problem: str | None) -> dict[str, Any]:
-    """``problem``: why the pool's own webhook secret cannot be used, ``None`` when it can."""
+def webhook_secret_condition(
+    stamp: conditions.Stamp, problem: str | None, secret: str, namespace: str
+) -> dict[str, Any]:
+    """``problem``: why the pool's own webhook secret cannot be used, ``None`` when it can.
+    The message names the URL whose deliveries are checked with it
+    (``runnerpool.demand.verification``), since that is where the webhook must point."""
     if problem is None:
         return stamp.condition(
             conditions.WEBHOOK_SECRET_READY,
             True,
             Reason.SECRET_FOUND,
-            "webhook deliveries move this pool only when signed with spec.autoscaling.webhookSecretRef",
+            "webhook deliveries move this pool only when signed with spec.autoscaling.webhookSecretRef "
+            f"and sent to the receiver's /webhook/{namespace}/{secret}",
         )
     return stamp.condition(
         conditions.WEBHOOK_SECRET_READY,
@@ -290,8 +295,9 @@ def desired_status(
     if pool.spec.autoscaling is not None:
         updates.append(scaling_condition(stamp, decision))
         updates.append(demand_visible_condition(stamp, pool))
-        if pool.spec.autoscaling.webhook_secret_ref is not None:
-            updates.append(webhook_secret_condition(stamp, webhook_secret_problem))
+        ref = pool.spec.autoscaling.webhook_secret_ref
+        if ref is not None:
+            updates.append(webhook_secret_condition(stamp, webhook_secret_problem, ref.name, pool.namespace))
     kept = {c["type"] for c in updates}
     previous = [c for c in previous if c.get("type") not in _OPTIONAL or c.get("type") in kept]
     status: dict[str, Any] = {

@@ -66,7 +66,8 @@ def webhook_runnable(
     if not demand.webhook_secret_file:
         log.warning(
             "no --webhook-secret-file: webhook deliveries move only pools with their own "
-            "spec.autoscaling.webhookSecretRef; polling alone follows demand for the others"
+            "spec.autoscaling.webhookSecretRef (at /webhook/<namespace>/<secret>); polling alone "
+            "follows demand for the others"
         )
     secrets = SecretFile(demand.webhook_secret_file) if demand.webhook_secret_file else None
     webhook = WebhookServer(

@@ -110,12 +110,14 @@ class Limits:
     max_connections: int = 256
     #: Threads that run the application (the I/O thread comes on top).
     threads: int = 8
-    #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread. 64 KiB: the
-    #: webhook's deliveries are a few KiB (``runnerpool.demand.receiver``), the other
-    #: endpoints take no body; with ``max_connections`` it bounds what clients can make the
-    #: server buffer (256 x (64 KiB body + 64 KiB headers) = 32 MiB at most).
-    max_body: int = 64 * 1024
-    max_header: int = 64 * 1024
+    #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread. 32 KiB: the
+    #: webhook's deliveries are a few KiB (``runnerpool.demand.receiver.DEFAULT_MAX_BODY``
+    #: says how this was sized), the other endpoints take no body.
+    max_body: int = 32 * 1024
+    #: Largest request head: GitHub's deliveries send under 2 KiB of headers, a proxy in front
+    #: adds a few; a bearer token for the metrics endpoint is 1-2 KiB. With ``max_connections``
+    #: the two bound what clients can make the server buffer: 256 x (32 + 16 KiB) = 12 MiB.
+    max_header: int = 16 * 1024
 
 
 #: Bytes handed to one TLS write: one record, so a write retried after ``SSLWantWriteError``

@@ -17,8 +17,9 @@ from kubernetes import client
 from runnerpool import api
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.github.errors import NotFound
 from runnerpool.github.fake import FakeGitHubClient
-from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.github.jobs import ActiveJobs, Job, parse_delivery
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings
@@ -224,3 +225,31 @@ def test_a_polled_job_two_pools_could_take_counts_in_one(api_client: client.ApiC
     cpu, gpu = demand(pools, "cpu"), demand(pools, "gpu")
     assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
     assert gpu is not None and (gpu.queued, gpu.busy) == (0, 1)
+
+
+class GoneRepository(FakeGitHubClient):
+    """GitHub answering 404 for the repository: deleted, renamed, or no longer visible."""
+
+    def active_jobs(self, repository: str) -> ActiveJobs:
+        self.jobs_requests.append(repository)
+        raise NotFound(f"GET /repos/{repository}/actions/runs: HTTP 404 (Not Found)", status=404)
+
+
+def test_a_repository_that_answers_404_ends_its_tracked_jobs(
+    api_client: client.ApiClient, pools: Pools
+) -> None:
+    """Its jobs will never be listed again, nor delivered: left tracked, they would hold runners for ever."""
+    clock = Clock()
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    writer.record_job(job(60, "queued", ["self-hosted", "gpu"]))
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 1
+    github = GoneRepository()
+    poller = DemandPoller(
+        pools, writer, lambda pool: github, GitHubSettings(api_url=API).api_url_of, interval=30, clock=clock
+    )
+    clock.now += poller.grace
+    poller.poll_once()
+    assert github.jobs_requests == [REPO]
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 0 and gpu.jobs["60"].state == "completed"

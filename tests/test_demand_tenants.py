@@ -1,5 +1,8 @@
 """Per-tenant webhook secrets and the one-pool rule, end to end: real HTTP deliveries to the
-receiver, pools and Secrets on the real API server, demand written by the demand writer."""
+receiver, pools and Secrets on the real API server, demand written by the demand writer.
+
+A pool's own secret is tried only at its URL, ``/webhook/<namespace>/<secret>``
+(``demand.verification``); the cluster-wide secret at ``/webhook``."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
@@ -41,6 +45,10 @@ class Pools:
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return []
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+        return [parse_pool(item) for item in found["items"]]
 
     def autoscaling_pools(self, scopes: Any = None) -> list[api.RunnerPool]:
         items: list[dict[str, Any]] = []
@@ -113,30 +121,43 @@ def receiver(api_client: client.ApiClient, tenants: Pools) -> Iterator[WebhookSe
     server.stop()
 
 
-def deliver(server: WebhookServer, secret: bytes, job_id: int, repository: str, **kw: Any) -> tuple[int, str]:
+def deliver(
+    server: WebhookServer, secret: bytes, job_id: int, repository: str, path: str = "/webhook", **kw: Any
+) -> tuple[int, str]:
     labels = kw.pop("labels", ["self-hosted"])
     body = json.dumps(
         delivery(job_object(job_id, "queued", labels, repository=repository, **kw), repository=repository)
     ).encode()
-    return post(server, "workflow_job", body, secret)
+    return post(server, "workflow_job", body, secret, path)
 
 
-def post(server: WebhookServer, event: str, body: bytes, secret: bytes) -> tuple[int, str]:
-    return webhook_post(server, body, event=event, signature=sign(secret, body))
+def post(
+    server: WebhookServer, event: str, body: bytes, secret: bytes, path: str = "/webhook"
+) -> tuple[int, str]:
+    return webhook_post(server, body, event=event, signature=sign(secret, body), path=path)
 
 
 def versions(pools: Pools, *keys: tuple[str, str]) -> list[str]:
     return [pools.get(*key)["metadata"]["resourceVersion"] for key in keys]
 
 
+def url(namespace: str, secret: str = "hooks") -> str:
+    """Where the pools of ``namespace`` that trust Secret ``secret`` take their deliveries."""
+    return f"/webhook/{namespace}/{secret}"
+
+
 def test_a_tenants_signed_delivery_for_another_tenants_repository_changes_nothing(
-    receiver: WebhookServer, tenants: Pools, other_namespace: str
+    receiver: WebhookServer, tenants: Pools, namespace: str, other_namespace: str
 ) -> None:
     bob = (other_namespace, "bob")
     before = versions(tenants, bob)
-    # Alice signs correctly with her own secret, for Bob's repository: nobody's secret signed it.
-    status, text = deliver(receiver, ALICE, 1, "octo-org/bob-app")
+    # Alice signs correctly with her own secret, for Bob's repository: not at Bob's URL, nor
+    # at the cluster's; at hers it verifies, and moves only her pools (none of this repository).
+    status, text = deliver(receiver, ALICE, 1, "octo-org/bob-app", url(other_namespace))
     assert status == 401, text
+    assert deliver(receiver, ALICE, 1, "octo-org/bob-app")[0] == 401
+    at_hers = deliver(receiver, ALICE, 1, "octo-org/bob-app", url(namespace))
+    assert at_hers == (200, "job 1 queued: 0 pool(s)\n")
     # Signed with the cluster-wide secret, which Bob's pool no longer trusts: accepted, moves nothing.
     status, text = deliver(receiver, CLUSTER, 2, "octo-org/bob-app")
     assert (status, text) == (200, "job 2 queued: 0 pool(s)\n")
@@ -147,8 +168,11 @@ def test_a_tenants_signed_delivery_for_another_tenants_repository_changes_nothin
 def test_the_owners_delivery_moves_the_owners_pool(
     receiver: WebhookServer, tenants: Pools, namespace: str, other_namespace: str
 ) -> None:
-    status, text = deliver(receiver, BOB, 3, "octo-org/bob-app")
+    status, text = deliver(receiver, BOB, 3, "octo-org/bob-app", url(other_namespace))
     assert (status, text) == (200, "job 3 queued: 1 pool(s)\n")
+    # At the cluster-wide URL a pool's own secret is not tried: the body is never parsed to
+    # find which pools' secrets to try.
+    assert deliver(receiver, BOB, 33, "octo-org/bob-app")[0] == 401
     demand = tenants.demand(other_namespace, "bob")
     assert demand is not None and (demand.queued, sorted(demand.jobs)) == (1, ["3"])
     assert tenants.demand(namespace, "alice") is None
@@ -169,11 +193,12 @@ def test_the_cluster_wide_secret_still_moves_pools_without_their_own(
 def test_a_rotated_tenant_secret_verifies_with_both_keys(
     api_client: client.ApiClient, receiver: WebhookServer, tenants: Pools, namespace: str
 ) -> None:
-    assert deliver(receiver, ALICE, 6, "octo-org/alice-app")[0] == 200  # the old secret, now cached
+    alice = url(namespace)
+    assert deliver(receiver, ALICE, 6, "octo-org/alice-app", alice)[0] == 200  # the old secret, now cached
     new = b"alice's next webhook secret"
     put_secret(api_client, namespace, "hooks", ALICE + b"\n" + new + b"\n")
-    assert deliver(receiver, new, 7, "octo-org/alice-app") == (200, "job 7 queued: 1 pool(s)\n")
-    assert deliver(receiver, ALICE, 8, "octo-org/alice-app") == (200, "job 8 queued: 1 pool(s)\n")
+    assert deliver(receiver, new, 7, "octo-org/alice-app", alice) == (200, "job 7 queued: 1 pool(s)\n")
+    assert deliver(receiver, ALICE, 8, "octo-org/alice-app", alice) == (200, "job 8 queued: 1 pool(s)\n")
     demand = tenants.demand(namespace, "alice")
     assert demand is not None and sorted(demand.jobs) == ["6", "7", "8"]
 
@@ -183,7 +208,8 @@ def test_a_missing_tenant_secret_moves_nothing_and_says_so(
 ) -> None:
     lost = (other_namespace, "lost")
     before = versions(tenants, lost)
-    assert deliver(receiver, BOB, 9, "octo-org/lost-app")[0] == 401, "no secret of the pool to verify with"
+    lost_url = url(other_namespace, "not-there")
+    assert deliver(receiver, BOB, 9, "octo-org/lost-app", lost_url)[0] == 401, "no secret to verify with"
     assert deliver(receiver, CLUSTER, 9, "octo-org/lost-app") == (200, "job 9 queued: 0 pool(s)\n")
     assert versions(tenants, lost) == before
     problem = PoolSecrets(by_name_reads(Kube(api_client))).problem(
@@ -208,9 +234,9 @@ def test_two_pools_could_take_the_job_and_exactly_one_counts_it(
     assert org_wide.first_delivery_at is not None
 
 
-def _ping(server: WebhookServer, secret: bytes, payload: dict[str, Any]) -> int:
+def _ping(server: WebhookServer, secret: bytes, payload: dict[str, Any], path: str) -> int:
     body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1, **payload}).encode()
-    return post(server, "ping", body, secret)[0]
+    return post(server, "ping", body, secret, path)[0]
 
 
 def test_a_new_webhook_with_a_pools_own_secret_gets_its_ping_answered(
@@ -218,10 +244,11 @@ def test_a_new_webhook_with_a_pools_own_secret_gets_its_ping_answered(
 ) -> None:
     """GitHub pings a new webhook: a repository's names the repository, an organization's the organization."""
     repo = {"repository": {"full_name": "octo-org/bob-app", "url": f"{API}/repos/octo-org/bob-app"}}
-    assert _ping(receiver, BOB, repo) == 200
-    assert _ping(receiver, ALICE, repo) == 401
+    bob = url(other_namespace)
+    assert _ping(receiver, BOB, repo, bob) == 200
+    assert _ping(receiver, ALICE, repo, bob) == 401
     org_scaling = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}}
     create_pool(api_client, other_namespace, "bob-org", organization="bobs-org", autoscaling=org_scaling)
     org = {"organization": {"login": "bobs-org", "url": f"{API}/orgs/bobs-org"}}
-    assert _ping(receiver, BOB, org) == 200
-    assert _ping(receiver, ALICE, org) == 401
+    assert _ping(receiver, BOB, org, bob) == 200
+    assert _ping(receiver, ALICE, org, bob) == 401

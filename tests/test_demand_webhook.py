@@ -63,6 +63,7 @@ def post(
     signature: str | None = None,
     delivery_id: str | None = None,
     extra: dict[str, str] | None = None,
+    path: str = PATH,
 ) -> tuple[int, str]:
     headers = {
         "Content-Type": "application/json",
@@ -75,7 +76,7 @@ def post(
         headers["X-Hub-Signature-256"] = signature
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
-        conn.request("POST", PATH, body=body, headers=headers)
+        conn.request("POST", path, body=body, headers=headers)
         answer = conn.getresponse()
         return answer.status, answer.read().decode()
     finally:

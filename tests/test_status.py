@@ -109,6 +109,21 @@ def test_a_pool_that_stops_following_demand_loses_its_demand_conditions() -> Non
     assert set(_types(fixed)) == {"Ready", "TokenReady"}
 
 
+def test_a_pool_with_its_own_webhook_secret_says_where_its_deliveries_go() -> None:
+    scaling = {"maxReplicas": 3, "webhookSecretRef": {"name": "hooks"}}
+    pool = api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"repository": "octo/app", "autoscaling": scaling},
+        }
+    )
+    result = status.desired_status(
+        STAMP, pool, old={}, secret=_secret(timedelta(hours=1)), pods=None, failure=None, runners=None
+    )
+    ready = next(c for c in result["conditions"] if c["type"] == "WebhookSecretReady")
+    assert ready["status"] == "True" and ready["message"].endswith("/webhook/ns/hooks")
+
+
 def test_an_organization_pool_sees_demand_once_a_delivery_arrived_or_it_polls() -> None:
     def pool(scaling: dict[str, Any], demand: dict[str, Any] | None = None) -> api.RunnerPool:
         return api.RunnerPool.model_validate(

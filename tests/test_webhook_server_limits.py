@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -21,15 +22,16 @@ from kubernetes import client
 from runnerpool import api, logs
 from runnerpool.demand import metrics
 from runnerpool.demand.receiver import PATH, WebhookServer
-from runnerpool.demand.secret import PoolSecrets
+from runnerpool.demand.secret import PoolSecrets, Secrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.github.jobs import Job
+from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runtime.kube import Kube
 from runnerpool.webserver import Limits
 from tests.demand_payloads import delivery, job_object
 from tests.helpers import wait_for
-from tests.pools import by_name_reads
+from tests.pools import by_name_reads, pool_manifest
 
 SECRET = b"limits secret"
 TIMEOUT = 1  # the read deadline under test, seconds
@@ -348,10 +350,13 @@ def test_a_chunked_delivery_is_de_chunked_and_checked(server: WebhookServer, rec
 
 # ------------------------------------------------------------------ hostile bodies
 
+#: A tenant whose pool trusts its own Secret ``hooks``: its deliveries go to TENANT_URL.
+TENANT, POOL_SECRET = "team-a", b"team-a's own webhook secret"
+TENANT_URL = f"{PATH}/{TENANT}/hooks"
 
-class NoPools:
-    """The pool cache's lookup with no pool in it: the receiver's per-pool path runs (a
-    delivery the cluster-wide secret does not sign is looked up) and finds nothing."""
+
+class TenantPools:
+    """The pool cache, holding one pool of TENANT with its own webhook secret; counts lookups."""
 
     def __init__(self) -> None:
         self.lookups = 0
@@ -360,25 +365,52 @@ class NoPools:
         self.lookups += 1
         return []
 
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        self.lookups += 1
+        if namespace != TENANT:
+            return []
+        manifest = pool_manifest(
+            "app",
+            repo="octo-org/hello-world",
+            autoscaling={"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}},
+        )
+        manifest["metadata"]["namespace"] = TENANT
+        return [parse_pool(manifest)]
 
-def hostile_server(recorded: Recorded, pools: NoPools, max_body: int | None = None) -> WebhookServer:
-    """The receiver as the component builds it: the cluster-wide secret, then the pools' own
-    (no Secret is ever read here: no pool has one)."""
-    never_read = PoolSecrets(by_name_reads(Kube(client.ApiClient())))
+
+class TenantSecrets(PoolSecrets):
+    """The pools' own secrets without an API server: TENANT's ``hooks`` holds POOL_SECRET."""
+
+    def __init__(self) -> None:
+        super().__init__(by_name_reads(Kube(client.ApiClient())))
+        self.reads = 0
+
+    def get(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
+        self.reads += 1
+        return Secrets(values=(POOL_SECRET,) if (namespace, ref.name) == (TENANT, "hooks") else ())
+
+    def refresh(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets | None:
+        return self.get(namespace, ref)
+
+
+def hostile_server(
+    recorded: Recorded, pools: TenantPools, secrets: PoolSecrets | None = None, max_body: int | None = None
+) -> WebhookServer:
+    """The receiver as the component builds it: the cluster-wide secret at ``/webhook``, the
+    pools' own at their URLs."""
     limits = Limits(read_timeout=TIMEOUT, threads=2)
     if max_body is not None:
         limits = Limits(read_timeout=TIMEOUT, threads=2, max_body=max_body)
-    server = WebhookServer(
-        0, Verifier(lambda: (SECRET,), pools, never_read), recorded, host="127.0.0.1", limits=limits
-    )
+    verifier = Verifier(lambda: (SECRET,), pools, secrets or TenantSecrets())
+    server = WebhookServer(0, verifier, recorded, host="127.0.0.1", limits=limits)
     server.start()
     return server
 
 
-def raw_post(server: WebhookServer, payload: bytes, head: dict[str, str]) -> int:
+def raw_post(server: WebhookServer, payload: bytes, head: dict[str, str], path: str = PATH) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
-        conn.request("POST", PATH, body=payload, headers=head)
+        conn.request("POST", path, body=payload, headers=head)
         response = conn.getresponse()
         response.read()
         return response.status
@@ -402,11 +434,11 @@ WRONG_SHAPES = [
 ]
 
 
-def hostile_requests() -> list[tuple[str, bytes, dict[str, str], int]]:
+def hostile_requests(secret: bytes = SECRET) -> list[tuple[str, bytes, dict[str, str], int]]:
     """(what, body, headers, the answer it gets): each malformed in one way."""
 
     def signed(payload: bytes, **drop_or_set: str) -> dict[str, str]:
-        head = {**headers(payload), **drop_or_set}
+        head = {**headers(payload), "X-Hub-Signature-256": sign(secret, payload), **drop_or_set}
         return {name: value for name, value in head.items() if value}
 
     forged = "sha256=" + "0" * 64
@@ -437,63 +469,100 @@ def hostile_requests() -> list[tuple[str, bytes, dict[str, str], int]]:
     return cases
 
 
+@pytest.mark.parametrize(("path", "secret"), [(PATH, SECRET), (TENANT_URL, POOL_SECRET)])
 def test_malformed_requests_get_4xx_with_one_log_line_and_no_traceback(
-    recorded: Recorded, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    recorded: Recorded,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+    path: str,
+    secret: bytes,
 ) -> None:
+    """At the cluster-wide URL and at a pool's own."""
     # A receiver whose cap an operator raised to 1 MiB: the 10^5 '[' reach the parser.
-    server = hostile_server(recorded, NoPools(), max_body=1 << 20)
+    server = hostile_server(recorded, TenantPools(), max_body=1 << 20)
     caplog.set_level(logging.DEBUG)
     answers: dict[str, int] = {}
     try:
-        for what, payload, head, _ in hostile_requests():
+        for what, payload, head, _ in hostile_requests(secret):
             caplog.clear()
-            answers[what] = raw_post(server, payload, head)
+            answers[what] = raw_post(server, payload, head, path)
             records = [r for r in caplog.records if r.levelno >= logging.INFO]
             assert len(records) == 1, (what, [r.getMessage() for r in records])
             assert records[0].exc_info is None and "Traceback" not in caplog.text, (what, caplog.text)
         assert deliver(server, 2)[0] == 200  # and it still serves
     finally:
         server.stop()
-    assert answers == {what: status for what, _, _, status in hostile_requests()}
+    assert answers == {what: status for what, _, _, status in hostile_requests(secret)}
     assert recorded.jobs == [2]
     assert "Traceback" not in "".join(capfd.readouterr())
 
 
-def test_by_default_a_body_over_64_kib_gets_413_unread_with_one_log_line(
+#: The largest real ``workflow_job`` delivery found (receiver.DEFAULT_MAX_BODY says which).
+LARGEST_REAL = 13_395
+
+
+def padded_delivery(job_id: int, size: int) -> bytes:
+    """A signed-able queued delivery of exactly ``size`` bytes."""
+    plain = json.dumps({**delivery(job_object(job_id, "queued", ["self-hosted"])), "pad": ""}).encode()
+    return plain[:-2] + b"x" * (size - len(plain)) + plain[-2:]
+
+
+def test_by_default_a_body_over_32_kib_gets_413_unread_with_one_log_line(
     recorded: Recorded, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = hostile_server(recorded, NoPools())  # the component's limits: the default cap
+    server = hostile_server(recorded, TenantPools())  # the component's limits: the default cap
     caplog.set_level(logging.DEBUG)
-    padded = json.dumps({**delivery(job_object(3, "queued", ["self-hosted"])), "pad": "x" * 60_000}).encode()
+    largest, at_cap, over = (
+        padded_delivery(n, size) for n, size in ((3, LARGEST_REAL), (4, 32 << 10), (5, (32 << 10) + 1))
+    )
     try:
-        assert len(padded) < 64 * 1024 < len(DEEP)
-        assert raw_post(server, padded, headers(padded)) == 200  # 18x the largest test payload
+        assert raw_post(server, largest, headers(largest)) == 200
+        assert raw_post(server, at_cap, headers(at_cap)) == 200  # 2.4x the largest real delivery
         caplog.clear()
-        assert raw_post(server, DEEP, headers(DEEP)) == 413
+        assert raw_post(server, over, headers(over)) == 413
         records = [r for r in caplog.records if r.levelno >= logging.INFO]
         assert len(records) == 1 and records[0].exc_info is None, [r.getMessage() for r in records]
     finally:
         server.stop()
-    assert recorded.jobs == [3]
+    assert recorded.jobs == [3, 4]
 
 
-def test_an_unverified_body_is_parsed_only_when_small_and_its_signature_well_formed(
-    recorded: Recorded,
+def test_an_unverified_body_is_never_parsed_and_names_only_the_secrets_of_its_url(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pools = NoPools()
-    server = hostile_server(recorded, pools, max_body=1 << 20)
+    """Which secrets to try comes from the URL: a forgery costs no JSON parse, and no pool
+    lookup or Secret read beyond those its URL names."""
+    pools, secrets = TenantPools(), TenantSecrets()
+    server = hostile_server(recorded, pools, secrets)
+    parsed: list[int] = []
+    loads = json.loads
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        parsed.append(len(args[0]))
+        return loads(*args, **kwargs)
+
     forged = "sha256=" + "0" * 64
-    small = body(4)
-    large = json.dumps(
-        {**delivery(job_object(4, "queued", ["self-hosted"])), "pad": "x" * (64 * 1024)}
-    ).encode()
+    payload = body(4)
+    monkeypatch.setattr(json, "loads", counted)  # from here on, every parse in this process
     try:
-        assert raw_post(server, small, {**headers(small), "X-Hub-Signature-256": forged}) == 401
-        assert pools.lookups == 1  # parsed once to find the pools whose secrets to try
-        assert raw_post(server, large, {**headers(large), "X-Hub-Signature-256": forged}) == 401
-        assert raw_post(server, small, {**headers(small), "X-Hub-Signature-256": "sha256=nothex"}) == 401
-        assert pools.lookups == 1  # neither was parsed
-        assert raw_post(server, large, headers(large)) == 200  # signed: the server's cap holds
+        # A well-formed forgery at the cluster-wide URL, for a repository whose pool has its own secret.
+        assert raw_post(server, payload, {**headers(payload), "X-Hub-Signature-256": forged}) == 401
+        assert (parsed, pools.lookups, secrets.reads) == ([], 0, 0)
+        # Signed with the pool's own secret, but sent to the cluster-wide URL: not tried there.
+        own = {**headers(payload), "X-Hub-Signature-256": sign(POOL_SECRET, payload)}
+        assert raw_post(server, payload, own) == 401
+        assert (parsed, pools.lookups, secrets.reads) == ([], 0, 0)
+        # At a URL no pool names: one lookup of the namespace, no Secret read.
+        assert raw_post(server, payload, own, f"{PATH}/team-b/hooks") == 401
+        assert (parsed, secrets.reads) == ([], 0)
+        # A forgery at the pool's URL: its Secret (read, then re-read once), never the body.
+        assert raw_post(server, payload, {**own, "X-Hub-Signature-256": forged}, TENANT_URL) == 401
+        assert parsed == [] and secrets.reads <= 2
+        # Verified at the pool's URL: parsed once, after the signature.
+        assert raw_post(server, payload, own, TENANT_URL) == 200
+        assert parsed == [len(payload)]
+        for bad in (f"{PATH}/team-a", f"{PATH}/team-a/hooks/more", f"{PATH}/Team_A/hooks", f"{PATH}/../x"):
+            assert raw_post(server, payload, own, bad) == 404, bad
     finally:
         server.stop()
     assert recorded.jobs == [4]
@@ -504,11 +573,15 @@ def _rss_mib() -> float:
         return int(statm.read().split()[1]) * 4096 / 2**20
 
 
-def test_300_stalled_uploads_of_the_largest_body_stay_under_32_mib(recorded: Recorded) -> None:
-    """The stated bound: the default connection cap x (default body cap + header cap)."""
+#: What all connections together may make the receiver buffer, by default (docs/security.md).
+STATED_BOUND_MIB = 12
+
+
+def test_300_stalled_uploads_of_the_largest_body_stay_under_the_stated_bound(recorded: Recorded) -> None:
+    """The stated bound: the default connection cap x (default body cap + header cap); the
+    receiver's RSS (it runs in this process) is measured once its buffers stop growing."""
     limits = Limits(read_timeout=60)
-    bound = limits.max_connections * (limits.max_body + limits.max_header) / 2**20
-    assert bound <= 32
+    assert limits.max_connections * (limits.max_body + limits.max_header) <= STATED_BOUND_MIB * 2**20
     server = WebhookServer(0, lambda: (SECRET,), recorded, host="127.0.0.1", limits=limits)
     server.start()
     before = _rss_mib()
@@ -531,7 +604,8 @@ def test_300_stalled_uploads_of_the_largest_body_stay_under_32_mib(recorded: Rec
 
         wait_for(settled, timeout=20, interval=0.5, message="the server's buffers filled")
         grown = max(readings) - before
-        assert grown < bound, f"{grown:.1f} MiB"
+        print(f"300 stalled uploads of {limits.max_body} bytes: RSS +{grown:.1f} MiB")
+        assert grown < STATED_BOUND_MIB, f"{grown:.1f} MiB"
     finally:
         for sock in socks:
             sock.close()

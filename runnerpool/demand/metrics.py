@@ -40,7 +40,7 @@ DURATION = Histogram(
 DELIVERIES = Counter(
     "runnerpool_webhook_deliveries",
     "Webhook deliveries by event and outcome (accepted, duplicate, ignored, unsigned, "
-    "bad_signature, too_large, invalid, failed).",
+    "bad_signature, too_large, invalid, stale (a replay, changed nothing), failed).",
     ["event", "result"],
 )
 DELIVERY_POOLS = Histogram(

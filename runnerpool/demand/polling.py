@@ -250,7 +250,11 @@ class DemandPoller:
                 err.message,
             )
             spend.retry_after = max(spend.retry_after, err.retry_after or 0.0)
-            return None
+            if err.status != 404:
+                return None
+            # Gone, or no longer visible to the credential: none of its jobs will ever be
+            # listed again, so its tracked jobs end (``rules.repair``), as when none is listed.
+            active = ActiveJobs(jobs=(), spent=1)
         finally:
             budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
             if budget is not None:

@@ -2,21 +2,23 @@
 
 Order of checks, so that nothing unverified gets further than it must:
 
-1. size: a body over ``max_body`` (64 KiB by default, ``webserver.Limits``: the largest
-   ``workflow_job`` delivery in the test data is 3.2 KiB, a real one with GitHub's full
-   ``repository`` object an estimated 12 KiB; GitHub's own cap is 25 MB) gets 413 without
-   being read; no ``Content-Length`` gets 411;
-2. signature (``verification.Verifier``): the cluster-wide secret, else the own secrets of
-   the pools the delivery is about (found with a bounded parse, see there); missing,
-   malformed or signed by none gets 401 and changes nothing; no secret configured gets 503
-   (the operator refuses unsigned webhooks);
+0. path: ``/webhook`` (the cluster-wide secret) or ``/webhook/<namespace>/<secret>`` (the
+   pools of ``<namespace>`` whose ``webhookSecretRef`` names Secret ``<secret>``,
+   ``verification.Route``); anything else gets 404;
+1. size: a body over ``max_body`` (:data:`DEFAULT_MAX_BODY`, 32 KiB, see there) gets 413
+   without being read; no ``Content-Length`` gets 411;
+2. signature (``verification.Verifier``), with the secrets the path names and no others:
+   the body is not parsed before it verifies. Missing, malformed or signed by none gets 401
+   and changes nothing; ``/webhook`` without a cluster-wide secret gets 503 (the operator
+   refuses unsigned webhooks);
 3. event: no ``X-GitHub-Event`` gets 400; ``ping`` gets 200; anything but ``workflow_job``
    gets 202 and is ignored;
 4. a ``Content-Type`` other than JSON gets 415, no ``X-GitHub-Delivery`` 400, a body that is
    not a ``workflow_job`` delivery (not JSON, nested past the parser's depth, the wrong
    shape) 400;
-5. duplicate ``X-GitHub-Delivery``: 200, counted once;
-6. the job is recorded, on the pools it counts for whose secret signed it, before the
+5. a delivery older than ``replays.STALE_AFTER`` (a replay) gets 202 and changes nothing;
+6. duplicate ``X-GitHub-Delivery``: 200, counted once;
+7. the job is recorded, on the pools it counts for whose secret signed it, before the
    answer: 200 once written,
    503 if the API server did not take it (GitHub then shows a failed delivery that can be
    redelivered; polling repairs it anyway).
@@ -39,14 +41,17 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any, BinaryIO
 
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics
 from runnerpool.demand.deliveries import DeliveryLog
+from runnerpool.demand.replays import stale_for
 from runnerpool.demand.signature import HEADER
-from runnerpool.demand.verification import Verdict, Verifier, load_json
+from runnerpool.demand.verification import Route, Verdict, Verifier, load_json
+from runnerpool.domain import utcnow
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
@@ -57,6 +62,13 @@ log = logging.getLogger(__name__)
 PATH = "/webhook"
 #: Answered 200 to ``GET``: what ingress controllers and load balancers probe.
 HEALTH_PATHS = ("/", "/healthz")
+#: The body cap by default: 32 KiB (``webserver.Limits``). Measured on the largest real
+#: ``workflow_job`` deliveries found, GitHub's examples in octokit/webhooks
+#: (payload-examples/api.github.com/workflow_job/, 7 files): the largest, a queued job with
+#: its deployment, is 13,395 bytes as stored (pretty-printed) and 11,395 compact; a completed
+#: job adds ~171 bytes compact (213 pretty) per step (12 steps: 11,441 bytes). 32 KiB is 2.4x
+#: the largest and leaves room for ~120 steps; a larger delivery gets 413 and the job's end is
+#: learnt from the next poll instead. GitHub's own cap is 25 MB.
 DEFAULT_MAX_BODY = Limits.max_body
 
 
@@ -64,10 +76,11 @@ DEFAULT_MAX_BODY = Limits.max_body
 class _Receiver:
     """What every request of one receiver shares."""
 
-    verify: Callable[[bytes, str | None], Verdict]
+    verify: Callable[[bytes, str | None, Route | None], Verdict]
     record: Callable[[Job, Verdict], int]
     max_body: int
     seen: DeliveryLog
+    clock: Callable[[], datetime] = utcnow
 
 
 class _Headers:
@@ -108,7 +121,8 @@ class _Handler:
         elif self.method == "POST":
             self._post()
         else:
-            self.response = (404 if self.path != PATH else 405, f"deliveries: POST {PATH}\n".encode())
+            webhook = self.path == PATH or self.path.startswith(PATH + "/")
+            self.response = (405 if webhook else 404, f"deliveries: POST {PATH}\n".encode())
 
     def _post(self) -> None:
         event = _event_label(self.headers.get("X-GitHub-Event"))
@@ -119,8 +133,10 @@ class _Handler:
     def _verified_body(self, event: str) -> tuple[bytes, Verdict] | None:
         """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
         max_body = self.receiver.max_body
-        if self.path.split("?", 1)[0] != PATH:
-            self._answer(404, f"deliveries go to {PATH}", event, "invalid")
+        path = self.path.split("?", 1)[0]
+        route = Route.parse(path.removeprefix(PATH + "/")) if path.startswith(PATH + "/") else None
+        if path != PATH and route is None:
+            self._answer(404, f"deliveries go to {PATH} or {PATH}/<namespace>/<secret>", event, "invalid")
             return None
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
@@ -130,9 +146,10 @@ class _Handler:
             self._answer(413, f"body larger than {max_body} bytes", event, "too_large")
             return None
         body = self.rfile.read(int(length))
-        verdict = self.receiver.verify(body, self.headers.get(HEADER))
+        verdict = self.receiver.verify(body, self.headers.get(HEADER), route)
         if not verdict.accepted and not verdict.configured:
-            self._answer(503, "no webhook secret configured", event, "unsigned")
+            text = f"no webhook secret configured for {PATH} (a pool's own: {PATH}/<namespace>/<secret>)"
+            self._answer(503, text, event, "unsigned")
             return None
         if not verdict.accepted:
             result = "unsigned" if self.headers.get(HEADER) is None else "bad_signature"
@@ -161,6 +178,10 @@ class _Handler:
             job = parse_delivery(load_json(body))
         except (ValueError, InvalidJob) as err:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
+            return
+        stale = stale_for(job, self.receiver.clock())
+        if stale is not None:
+            self._answer(202, f"job {job.id} {job.state}: {stale}; changes nothing", event, "stale")
             return
         self._record(event, delivery, job, verdict)
 
@@ -219,9 +240,10 @@ class WebhookServer(WebServer):
         max_body: int | None = None,
         deliveries: DeliveryLog | None = None,
         limits: Limits = Limits(),
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if max_body is not None:
             limits = dataclasses.replace(limits, max_body=max_body)
         verifier = secrets if isinstance(secrets, Verifier) else Verifier(secrets)
-        receiver = _Receiver(verifier, record, limits.max_body, deliveries or DeliveryLog())
+        receiver = _Receiver(verifier, record, limits.max_body, deliveries or DeliveryLog(), clock)
         super().__init__(_app(receiver), host, port, "webhook", limits=limits, on_refused=_count_refused)

@@ -1,4 +1,4 @@
-"""Which pools a webhook delivery may move: those whose webhook secret signed it.
+"""Which pools a webhook delivery may move, decided before its body is read as JSON.
 
 A pool without ``spec.autoscaling.webhookSecretRef`` trusts the operator's cluster-wide
 secret (``secret.SecretFile``); a pool with one trusts only its own (``secret.PoolSecrets``):
@@ -7,32 +7,32 @@ another tenant's pools. A pool with its own secret does not also accept the clus
 one: that one is known to whoever configured a webhook with it, which is what the pool's own
 secret is there to exclude.
 
-Cost, at any number of pools: a delivery the cluster-wide secret signs costs one HMAC up
-front; each pool with its own secret among the job's candidates (the scope index of the pool
-cache, ``matching.job_scope_keys``) costs a cached Secret lookup, and each *distinct* secret
-value one HMAC, remembered for the delivery (:class:`Verdict`).
+**Which secret to try is in the URL, never in the body** (:class:`Route`):
 
-A delivery the cluster-wide secret does not sign is unverified: whoever sent it, the
-internet included. Which pool secrets to try is written in the body (its repository or, for
-an organization's ``ping``, its organization), so it must be parsed before it is verified;
-that parse is bounded, so that a forged delivery costs its sender more than the receiver:
+* ``POST /webhook``: the cluster-wide secret, and only it;
+* ``POST /webhook/<namespace>/<secret>``: the keys of Secret ``<secret>`` that the pools of
+  ``<namespace>`` name in their ``webhookSecretRef`` (one, ``webhook-secret``, unless pools
+  name others), and only those. A delivery verified there moves only those pools.
 
-* only with a well-formed header (``sha256=`` and 64 hex digits): anything else cannot
-  verify under any secret, and gets 401 unparsed;
-* only up to :data:`UNVERIFIED_MAX` bytes (64 KiB, whatever the server's body limit: 20x
-  the largest ``workflow_job`` delivery in the test data, 3.2 KiB, and 5x a real one with
-  GitHub's full ``repository`` object, an estimated 12 KiB); a larger one is refused unparsed.
-  Parsing 64 KiB costs at most some 3.4 ms of CPU (a list of 32,000 zeros; 0.1 ms for a
-  delivery-shaped body; 1 MiB, the body cap before, took 48 ms);
-* a body that is not JSON, or nested past the parser's depth (10^5 ``[``), has no
-  candidates (:func:`load_json`), never an exception.
+So an unverified body is never parsed: before, a delivery the cluster-wide secret did not
+sign was parsed as JSON to find which pools' secrets to try (up to 64 KiB, ~3.4 ms of CPU;
+10^5 ``[`` raised RecursionError). Now a forged delivery costs its sender a connection and
+the receiver one HMAC per secret value the URL names: on ``/webhook`` the cluster-wide ones
+(one, two during a rotation), on a pool-secret URL the values of that Secret's named keys,
+found with one lookup of the namespace in the pool cache (no scan of every pool) and a
+cached Secret lookup; a URL that no pool names costs no Secret read at all. A signature
+header that is not ``sha256=`` and 64 hex digits cannot verify under any secret and costs no
+lookup.
 
-When none of the candidates' secrets signs it, those secrets are re-read
+Why one URL per (namespace, Secret) and not per pool: one GitHub webhook (a repository's or
+an organization's) feeds every pool of that scope, and a queued job must reach all of them
+for the one-pool rule (``matching.counting_pool``) to choose; pools of one tenant that share
+a Secret share a URL. Why not try every pool's secret on ``/webhook``: the cost of a forgery
+would grow with the number of pools (1,000 HMACs at 1,000 pools).
+
+When no secret named by the route signs a delivery, those secrets are re-read
 (``PoolSecrets.refresh``, at most once per few seconds each) in case one was rotated, and
 the delivery is refused with 401 when still none does.
-
-Not done here: routing per-pool secrets by URL path (``/webhook/<namespace>/<pool>``),
-which would need no unverified parse at all but a webhook URL per pool on GitHub.
 """
 
 from __future__ import annotations
@@ -40,33 +40,54 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runnerpool import api
-from runnerpool.demand.matching import organization_scope_key, repository_scope_keys
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import verify
+from runnerpool.reads import ParsedPool
 
-__all__ = ["ANY_POOL", "UNVERIFIED_MAX", "Verdict", "Verifier", "load_json"]
+__all__ = ["ANY_POOL", "Route", "Verdict", "Verifier", "load_json"]
 
-#: The largest unverified body parsed to find which pools' secrets to try (see the module).
-UNVERIFIED_MAX = 64 * 1024
 #: What GitHub sends in ``X-Hub-Signature-256``; nothing else can verify under any secret.
 _WELL_FORMED = re.compile(r"sha256=[0-9a-f]{64}")
+#: A namespace (DNS label) and a Secret name (DNS subdomain), as the API server allows them.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SECRET = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+#: Identifies one secret a pool may trust: (namespace, Secret name, key).
+SecretId = tuple[str, str, str]
 
 
 def load_json(body: bytes) -> Any:
     """``json.loads``, with every way a hostile body can fail it as ``ValueError``: not JSON,
     not UTF-8 (a ``ValueError`` already) or nested past the interpreter's recursion limit
-    (``RecursionError``, which is not one)."""
+    (``RecursionError``, which is not one). Only ever called on a verified body."""
     try:
         return json.loads(body)
     except RecursionError as err:
         raise ValueError("JSON nested too deep") from err
 
 
+@dataclass(frozen=True)
+class Route:
+    """``/webhook/<namespace>/<secret>``: the pools of ``namespace`` that trust Secret ``secret``."""
+
+    namespace: str
+    secret: str
+
+    @classmethod
+    def parse(cls, rest: str) -> Route | None:
+        """The route of the path after ``/webhook/``; ``None`` when it is not one."""
+        namespace, sep, secret = rest.partition("/")
+        if sep and _NAMESPACE.fullmatch(namespace) and _SECRET.fullmatch(secret):
+            return cls(namespace, secret)
+        return None
+
+
 class _Candidates(Protocol):
-    def autoscaling_pools(self, scopes: Iterable[str] | None = None) -> list[api.RunnerPool]: ...
+    def pools_in(self, namespace: str) -> list[ParsedPool]: ...
 
 
 class Verdict:
@@ -78,49 +99,22 @@ class Verdict:
 
     def __init__(
         self,
-        body: bytes,
-        header: str | None,
         *,
         cluster: bool,
-        secrets: PoolSecrets | None,
-        accepted: bool | None = None,
+        signed: Iterable[SecretId] = (),
         configured: bool = True,
     ) -> None:
-        self._body, self._header = body, header
         self.cluster = cluster
-        self._secrets = secrets
-        self._memo: dict[bytes, bool] = {}
-        self.accepted = cluster if accepted is None else accepted
+        self.signed = frozenset(signed)
+        self.accepted = cluster or bool(self.signed)
         self.configured = configured
-
-    def _signed_by(self, values: Iterable[bytes]) -> bool:
-        signed = False
-        for value in values:
-            known = self._memo.get(value)
-            if known is None:
-                known = self._memo[value] = verify((value,), self._body, self._header)
-            signed |= known
-        return signed
 
     def admits(self, pool: api.RunnerPool) -> bool:
         """May this delivery move ``pool``?"""
         ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
         if ref is None:
             return self.cluster
-        if self._secrets is None:
-            return False
-        return self._signed_by(self._secrets.get(pool.namespace, ref).values)
-
-    def refreshed(self, pools: Iterable[api.RunnerPool]) -> bool:
-        """Re-read the own secrets of ``pools`` (rate-limited); True when one of them signs."""
-        if self._secrets is None:
-            return False
-        signed = False
-        for namespace, ref in _refs(pools):
-            fresh = self._secrets.refresh(namespace, ref)
-            if fresh is not None:
-                signed |= self._signed_by(fresh.values)
-        return signed
+        return (pool.namespace, ref.name, ref.key) in self.signed
 
 
 #: A verdict that admits every pool: the poller and the tests that record jobs directly.
@@ -128,7 +122,7 @@ class _AnyPool(Verdict):
     delivered = False
 
     def __init__(self) -> None:
-        super().__init__(b"", None, cluster=True, secrets=None)
+        super().__init__(cluster=True)
 
     def admits(self, pool: api.RunnerPool) -> bool:
         return True
@@ -137,33 +131,20 @@ class _AnyPool(Verdict):
 ANY_POOL: Verdict = _AnyPool()
 
 
-def _refs(pools: Iterable[api.RunnerPool]) -> list[tuple[str, api.WebhookSecretRef]]:
-    """The distinct own secrets of ``pools``."""
-    unique: dict[tuple[str, str, str], tuple[str, api.WebhookSecretRef]] = {}
-    for pool in pools:
-        ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
-        if ref is not None:
-            unique.setdefault((pool.namespace, ref.name, ref.key), (pool.namespace, ref))
-    return list(unique.values())
-
-
-def scope_keys(payload: Any) -> list[str]:
-    """The pool scope keys a delivery is about: its repository's, or its organization's (an
-    organization webhook's ``ping`` names no repository)."""
-    if not isinstance(payload, dict):
-        return []
-    repo, org = payload.get("repository"), payload.get("organization")
-    if isinstance(repo, dict) and isinstance(repo.get("full_name"), str) and isinstance(repo.get("url"), str):
-        base, sep, _ = repo["url"].rpartition("/repos/")
-        return repository_scope_keys(base, repo["full_name"]) if sep else []
-    if isinstance(org, dict) and isinstance(org.get("login"), str) and isinstance(org.get("url"), str):
-        base, sep, _ = org["url"].rpartition("/orgs/")
-        return [organization_scope_key(base, org["login"])] if sep else []
-    return []
+def _refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSecretRef]:
+    """The distinct keys of Secret ``secret`` that autoscaling pools of ``parsed`` trust."""
+    unique: dict[str, api.WebhookSecretRef] = {}
+    for item in parsed:
+        scaling = item.model.spec.autoscaling if item.model is not None else None
+        ref = scaling.webhook_secret_ref if scaling is not None else None
+        if ref is not None and ref.name == secret:
+            unique.setdefault(ref.key, ref)
+    return [unique[key] for key in sorted(unique)]
 
 
 class Verifier:
-    """``cluster``: the cluster-wide secrets (may be none); ``pools``: the pool cache."""
+    """``cluster``: the cluster-wide secrets (may be none); ``pools``: the pool cache, and
+    ``secrets`` the pools' own secrets (both ``None``: only ``/webhook`` verifies)."""
 
     def __init__(
         self,
@@ -175,39 +156,27 @@ class Verifier:
         self._pools = pools
         self._secrets = secrets
 
-    def __call__(self, body: bytes, header: str | None) -> Verdict:
-        keys = self._cluster()
-        if header and keys and verify(keys, body, header):
-            return Verdict(body, header, cluster=True, secrets=self._secrets)
-        candidates = self._candidates(body, header)
-        own = [
-            pool
-            for pool in candidates or ()
-            if pool.spec.autoscaling and pool.spec.autoscaling.webhook_secret_ref
-        ]
-        # Without candidates to look at (a body the per-pool path does not parse), a receiver
-        # that knows pool secrets cannot say none is configured: 401, not 503.
-        unknown = candidates is None and self._secrets is not None
-        verdict = Verdict(
-            body,
-            header,
-            cluster=False,
-            secrets=self._secrets,
-            accepted=False,
-            configured=bool(keys or own or unknown),
+    def __call__(self, body: bytes, header: str | None, route: Route | None = None) -> Verdict:
+        if route is None:
+            keys = self._cluster()
+            return Verdict(
+                cluster=bool(header and keys and verify(keys, body, header)), configured=bool(keys)
+            )
+        if self._pools is None or self._secrets is None or not header or not _WELL_FORMED.fullmatch(header):
+            return Verdict(cluster=False)  # verifies under no secret: no lookup
+        refs = _refs(self._pools.pools_in(route.namespace), route.secret)
+        signed = self._signed(body, header, route.namespace, refs, refresh=False)
+        return Verdict(
+            cluster=False, signed=signed or self._signed(body, header, route.namespace, refs, refresh=True)
         )
-        if own:
-            verdict.accepted = any(verdict.admits(pool) for pool in own) or verdict.refreshed(own)
-        return verdict
 
-    def _candidates(self, body: bytes, header: str | None) -> list[api.RunnerPool] | None:
-        """The pools an unverified delivery is about; ``None`` when it is not looked at."""
-        if self._pools is None or self._secrets is None:
-            return []
-        if not header or not _WELL_FORMED.fullmatch(header) or len(body) > UNVERIFIED_MAX:
-            return None  # verifies under no secret, or too large to parse unverified
-        try:
-            keys = scope_keys(load_json(body))
-        except ValueError:
-            return None  # not JSON: nothing to look up, and no secret of ours signed it
-        return self._pools.autoscaling_pools(keys) if keys else []
+    def _signed(
+        self, body: bytes, header: str, namespace: str, refs: list[api.WebhookSecretRef], *, refresh: bool
+    ) -> list[SecretId]:
+        assert self._secrets is not None
+        signed: list[SecretId] = []
+        for ref in refs:
+            found = self._secrets.refresh(namespace, ref) if refresh else self._secrets.get(namespace, ref)
+            if found is not None and found.values and verify(found.values, body, header):
+                signed.append((namespace, ref.name, ref.key))
+        return signed

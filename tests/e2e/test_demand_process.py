@@ -172,7 +172,8 @@ def test_a_pool_secret_reaches_the_receiver_through_the_mirror(
         0.1,
         "the operator to copy the pool's webhook secret into the mirror",
     )
-    sender = fake_github.send_webhooks(f"http://127.0.0.1:{port}/webhook", own)
+    # The pool's own secret is tried at its URL only: /webhook/<namespace>/<secret>.
+    sender = fake_github.send_webhooks(f"http://127.0.0.1:{port}/webhook/{namespace}/team-hook", own)
     try:
         fake_github.queue_job(REPO, ["self-hosted", label], JOB_SECONDS)
         wait_for(

@@ -1,0 +1,103 @@
+"""A replayed delivery changes nothing (``demand.replays``): real HTTP deliveries to the
+receiver, the pool on the real API server, demand written by the demand writer.
+
+``X-GitHub-Delivery`` is not signed: a captured delivery sent again under a new id verifies.
+The job's own times, inside the signed body, say how old it is.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from runnerpool.demand.receiver import WebhookServer
+from runnerpool.demand.signature import sign
+from runnerpool.demand.writer import DemandWriter
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import GitHubSettings
+from tests.demand_payloads import API, delivery, job_object
+from tests.test_demand_recording import Pools, create, demand
+from tests.test_demand_webhook import post
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+SECRET = b"replays secret"
+LABELS = ["self-hosted"]
+
+
+def rfc3339(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ago(minutes: float) -> str:
+    return rfc3339(datetime.now(UTC) - timedelta(minutes=minutes))
+
+
+@pytest.fixture
+def pools(api_client: client.ApiClient, namespace: str) -> Pools:
+    create(api_client, namespace, "app", repository="octo-org/hello-world", autoscaling={"maxReplicas": 5})
+    return Pools(api_client, namespace)
+
+
+@pytest.fixture
+def receiver(api_client: client.ApiClient, pools: Pools) -> Iterator[WebhookServer]:
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of)
+    server = WebhookServer(0, lambda: (SECRET,), writer.record_job, host="127.0.0.1")
+    server.start()
+    yield server
+    server.stop()
+
+
+def signed_body(job_id: int, status: str, **kw: Any) -> bytes:
+    return json.dumps(delivery(job_object(job_id, status, LABELS, **kw))).encode()
+
+
+def send(server: WebhookServer, body: bytes) -> tuple[int, str]:
+    """As a replay is sent: the same signed body, a new delivery id."""
+    return post(server, body, signature=sign(SECRET, body), delivery_id=str(uuid.uuid4()))
+
+
+def version(pools: Pools) -> str:
+    return str(pools.get("app")["metadata"]["resourceVersion"])
+
+
+def test_a_replayed_queued_delivery_changes_nothing_while_the_ended_job_is_remembered(
+    receiver: WebhookServer, pools: Pools
+) -> None:
+    queued = signed_body(501, "queued", created=ago(2))
+    assert send(receiver, queued)[0] == 200
+    app = demand(pools, "app")
+    assert app is not None and app.queued == 1
+    completed = signed_body(501, "completed", created=ago(2), started=ago(1.5), completed=ago(1))
+    assert send(receiver, completed)[0] == 200
+    before = version(pools)
+    assert send(receiver, queued)[0] in (200, 202)
+    app = demand(pools, "app")
+    assert app is not None and app.queued == 0 and app.jobs["501"].state == "completed"
+    assert version(pools) == before
+
+
+def test_a_replayed_queued_delivery_of_a_job_ended_past_the_forget_window_changes_nothing(
+    receiver: WebhookServer, pools: Pools
+) -> None:
+    """The job was queued 12 minutes ago and has ended: forgotten after 10, never counted again."""
+    before = version(pools)
+    status, text = send(receiver, signed_body(502, "queued", created=ago(12)))
+    assert status == 202 and "changes nothing" in text, text
+    in_progress = signed_body(502, "in_progress", created=ago(12), started=ago(11), runner="app-x1y2z")
+    assert send(receiver, in_progress)[0] == 202
+    assert version(pools) == before
+    assert demand(pools, "app") is None
+
+
+def test_a_delivery_within_the_window_still_counts(receiver: WebhookServer, pools: Pools) -> None:
+    """Sent a few minutes late (GitHub queues deliveries under load): still counted."""
+    assert send(receiver, signed_body(503, "queued", created=ago(4)))[0] == 200
+    app = demand(pools, "app")
+    assert app is not None and app.queued == 1
