@@ -31,6 +31,7 @@ from kubernetes import client
 from runnerpool.cli import parser, settings_from
 from runnerpool.domain import Scope
 from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
+from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help
 from tests.pools import pool_manifest
@@ -347,7 +348,11 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "flag without dashes": ({"extraArgs": ["log-level=DEBUG"]}, "/extraArgs/0"),
     "secret without value": ({"webhook": {"secret": {"create": True}}}, "/webhook/secret"),
     "ingress without host": ({"webhook": {"ingress": {"enabled": True}}}, "/webhook/ingress"),
-    "budget blocks drains": ({"replicaCount": 1}, "podDisruptionBudget.minAvailable (1) must be below"),
+    "budget blocks drains": (
+        {"replicaCount": 3, "podDisruptionBudget": {"minAvailable": 3}},
+        "podDisruptionBudget.minAvailable (3) must be below",
+    ),
+    "log level of another name": ({"logLevel": "verbose"}, "/logLevel"),
     "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
     "dashboard typo": ({"dashboard": {"enable": True}}, "additional properties 'enable' not allowed"),
@@ -358,6 +363,70 @@ REFUSED: dict[str, tuple[Obj, str]] = {
 @pytest.mark.parametrize(("values", "message"), REFUSED.values(), ids=REFUSED.keys())
 def test_bad_values_are_refused_with_a_message(helm: Path, values: Obj, message: str) -> None:
     assert message in refusal(helm, values)
+
+
+def test_one_replica_installs_with_the_defaults_and_no_budget(helm: Path) -> None:
+    """A budget one replica could satisfy (minAvailable 0) protects nothing, and minAvailable 1
+    would block every drain: one replica renders none, as the receiver's does."""
+    objects = template(helm, {"replicaCount": 1})
+    assert deployment(objects)["spec"]["replicas"] == 1
+    assert not [o for o in objects if identity(o) == ("PodDisruptionBudget", NAMESPACE, RELEASE)]
+    two = template(helm, {"replicaCount": 2})
+    assert one(two, "PodDisruptionBudget", RELEASE)["spec"]["minAvailable"] == 1
+
+
+@pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])
+def test_log_level_in_any_case_reaches_both_components_in_upper_case(helm: Path, level: str) -> None:
+    objects = template(helm, {"logLevel": level})
+    for component in ("operator", "webhook-receiver"):
+        assert "--log-level=DEBUG" in container(objects, component)["args"]
+
+
+def notes(helm: Path, control_plane: ControlPlane, values: Obj | None = None) -> str:
+    """What ``helm install`` prints after installing (Helm asks the API server its version)."""
+    done = run_helm(
+        helm,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        values=values,
+        env={"KUBECONFIG": str(control_plane.kubeconfig)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_create_the_secret_a_pool_reads_by_default(helm: Path, control_plane: ControlPlane) -> None:
+    """A pool without spec.credentialSecretName reads the CRD's default Secret: the one NOTES makes."""
+    crd = yaml.safe_load((CHART / "crds" / "runnerpool.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    default = spec["properties"]["credentialSecretName"]["default"]
+    assert default == DEFAULT_CREDENTIAL_SECRET
+    created = re.findall(r"kubectl create secret generic (\S+)", notes(helm, control_plane))
+    assert created == [DEFAULT_CREDENTIAL_SECRET]
+
+
+KUBE_FLOOR = "1.30.0"
+
+
+def test_kube_version_floor_is_stated_and_enforced(helm: Path) -> None:
+    """Native sidecars (dind) are on by default from 1.29 and ValidatingAdmissionPolicy is
+    admissionregistration.k8s.io/v1 from 1.30 (Chart.yaml says why)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={KUBE_FLOOR}-0"
+    for version, accepted in (
+        ("1.29.9", False),
+        (KUBE_FLOOR, True),
+        ("1.36.3", True),
+        ("1.31.0-eks-1", True),
+    ):
+        done = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", version)
+        assert (done.returncode == 0) is accepted, f"{version}: {done.stderr}"
+        if not accepted:
+            assert "kubeVersion" in done.stderr, done.stderr
 
 
 def test_single_replica_without_budget_or_leader(helm: Path) -> None:

@@ -71,6 +71,17 @@ default --leader-election-id (tests/test_chart.py checks they agree).
 {{- default (include "runnerpool-operator.fullname" .) .Values.leaderElection.leaseName | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+"true" when the operator gets a PodDisruptionBudget: podDisruptionBudget.enabled and more than
+one replica. A single replica has no budget that helps: minAvailable 1 would block every node
+drain, and one it can satisfy (minAvailable 0, maxUnavailable 1) allows every eviction, i.e.
+protects nothing. It gets none (so replicaCount=1 installs with the defaults), as the webhook
+receiver's single replica does; the standby replica of replicaCount 2 is the protection.
+*/}}
+{{- define "runnerpool-operator.budgeted" -}}
+{{- if and .Values.podDisruptionBudget.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
 {{/* repository:tag, or repository@digest; the tag defaults to the chart's appVersion. */}}
 {{- define "runnerpool-operator.imageRef" -}}
 {{- $image := index . 0 }}
