@@ -615,6 +615,24 @@ def test_the_dind_sample_has_a_namespace_of_its_own_that_admits_privileged_pods(
     assert all(o["metadata"]["namespace"] != namespace for o in others), "only dind runners run privileged"
 
 
+def test_the_kubernetes_mode_sample_has_a_namespace_of_its_own(samples: list[Obj]) -> None:
+    """Its runners' Role reads every Secret of their namespace (docs/kubernetes-mode.md): no
+    other pool's credentials, and no other pool, may live there."""
+    [pool] = [
+        o for o in samples if o["kind"] == "RunnerPool" and o["spec"].get("containerMode") == "kubernetes"
+    ]
+    namespace = pool["metadata"]["namespace"]
+    assert namespace in {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
+    others = [o for o in samples if o["kind"] == "RunnerPool" and o is not pool]
+    assert all(o["metadata"]["namespace"] != namespace for o in others)
+    secrets = [
+        o["metadata"]["name"]
+        for o in samples
+        if o["kind"] == "Secret" and o["metadata"]["namespace"] == namespace
+    ]
+    assert secrets == [pool["spec"]["credentialSecretName"]]
+
+
 def test_sample_credentials_are_obvious_placeholders(samples: list[Obj]) -> None:
     secrets = {o["metadata"]["name"]: o["stringData"] for o in samples if o["kind"] == "Secret"}
     assert set(secrets) == {"github-pat", "github-app", "runnerpool-webhook-secret"}
