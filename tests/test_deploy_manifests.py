@@ -569,10 +569,30 @@ def test_servicemonitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
-    # --metrics-secure: HTTPS, a self-signed certificate, Prometheus's own token.
+    # --metrics-secure: HTTPS, the in-memory self-signed certificate (unverified by explicit
+    # choice), and the token of a scraper account bound to the metrics-reader role.
     assert endpoint["scheme"] == "https"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "bearerTokenFile" not in endpoint
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer" and credentials["key"] == "token"
+    scraper = render(SERVICEMONITOR)
+    token = one(scraper, "Secret", credentials["name"])
+    assert token["metadata"]["namespace"] == NAMESPACE, (
+        "the Prometheus Operator reads the monitor's namespace"
+    )
+    assert token["type"] == "kubernetes.io/service-account-token"
+    account = one(
+        scraper, "ServiceAccount", token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    )
+    binding = one(scraper, "ClusterRoleBinding")
+    assert (
+        binding["roleRef"]["name"]
+        == one(objects, "ClusterRole", "runnerpool-operator-metrics-reader")["metadata"]["name"]
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
     # Per-pool series keep the pool's namespace (not exported_namespace): the alerts read it.
     assert endpoint["honorLabels"] is True
 

@@ -156,3 +156,28 @@ metadata:
 rules:
   {{- toYaml $role.rules | nindent 2 }}
 {{- end }}
+
+{{/*
+The Secret with the metrics endpoints' tls.crt and tls.key (and ca.crt, which the ServiceMonitor
+verifies with): the one cert-manager writes for metrics.certManager, else metrics.certSecret;
+empty: the operator makes a self-signed certificate in memory. Only with metrics.secure.
+*/}}
+{{- define "runnerpool-operator.metricsCertSecret" -}}
+{{- if .Values.metrics.secure }}
+{{- if .Values.metrics.certManager.enabled }}
+{{- printf "%s-metrics-cert" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- .Values.metrics.certSecret }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The metrics-reader ClusterRole's name (deploy/rbac/metrics_reader_role.yaml's, per release). */}}
+{{- define "runnerpool-operator.metricsReaderRole" -}}
+{{- printf "%s-metrics-reader" (include "runnerpool-operator.fullname" .) }}
+{{- end }}
+
+{{/* The ServiceAccount whose token the ServiceMonitor sends, when the chart makes it. */}}
+{{- define "runnerpool-operator.metricsScraperName" -}}
+{{- printf "%s-metrics-scraper" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
