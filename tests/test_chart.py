@@ -247,6 +247,12 @@ def test_rbac_rules_are_deploys_own_files() -> None:
 LINTED_VALUES: dict[str, Obj] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "cert-manager": {
+        "metrics": {
+            "certManager": {"enabled": True, "issuerRef": {"kind": "Issuer", "name": "ca"}},
+            "serviceMonitor": {"enabled": True, "credentialsSecret": "prom-token"},
+        }
+    },
     "everything": {
         "metrics": {
             "secure": True,
@@ -361,6 +367,11 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
     "dashboard typo": ({"dashboard": {"enable": True}}, "additional properties 'enable' not allowed"),
+    "cert-manager without issuer": (
+        {"metrics": {"certManager": {"enabled": True}}},
+        "/metrics/certManager/issuerRef/name",
+    ),
+    "reader without namespace": ({"metrics": {"readers": [{"name": "prometheus"}]}}, "/metrics/readers/0"),
     "bad dashboard namespace": ({"dashboard": {"namespace": "Monitoring"}}, "/dashboard/namespace"),
 }
 
