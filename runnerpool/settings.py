@@ -439,7 +439,11 @@ class LogSettings:
         "text", "--log-format", "text for people, json for log pipelines", choices=("text", "json")
     )
     level: str = setting(
-        "INFO", "--log-level", "lowest level logged", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+        "INFO",
+        "--log-level",
+        "lowest level logged (any case: debug is DEBUG)",
+        parse=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
     )
 
 

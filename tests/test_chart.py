@@ -31,6 +31,7 @@ from kubernetes import client
 from runnerpool.cli import parser, settings_from
 from runnerpool.domain import Scope
 from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
+from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help
 from tests.pools import pool_manifest
@@ -246,8 +247,19 @@ def test_rbac_rules_are_deploys_own_files() -> None:
 LINTED_VALUES: dict[str, Obj] = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "cert-manager": {
+        "metrics": {
+            "certManager": {"enabled": True, "issuerRef": {"kind": "Issuer", "name": "ca"}},
+            "serviceMonitor": {"enabled": True, "credentialsSecret": "prom-token"},
+        }
+    },
     "everything": {
-        "metrics": {"secure": True, "certSecret": "metrics-tls", "serviceMonitor": {"enabled": True}},
+        "metrics": {
+            "secure": True,
+            "certSecret": "metrics-tls",
+            "serviceMonitor": {"enabled": True},
+            "readers": [{"namespace": "monitoring", "name": "prometheus"}],
+        },
         "webhook": {
             "secret": {"create": True, "value": "0123456789abcdef"},
             "ingress": {"enabled": True, "host": "runners.example.com", "className": "nginx"},
@@ -347,10 +359,19 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "flag without dashes": ({"extraArgs": ["log-level=DEBUG"]}, "/extraArgs/0"),
     "secret without value": ({"webhook": {"secret": {"create": True}}}, "/webhook/secret"),
     "ingress without host": ({"webhook": {"ingress": {"enabled": True}}}, "/webhook/ingress"),
-    "budget blocks drains": ({"replicaCount": 1}, "podDisruptionBudget.minAvailable (1) must be below"),
+    "budget blocks drains": (
+        {"replicaCount": 3, "podDisruptionBudget": {"minAvailable": 3}},
+        "podDisruptionBudget.minAvailable (3) must be below",
+    ),
+    "log level of another name": ({"logLevel": "verbose"}, "/logLevel"),
     "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
     "dashboard typo": ({"dashboard": {"enable": True}}, "additional properties 'enable' not allowed"),
+    "cert-manager without issuer": (
+        {"metrics": {"certManager": {"enabled": True}}},
+        "/metrics/certManager/issuerRef/name",
+    ),
+    "reader without namespace": ({"metrics": {"readers": [{"name": "prometheus"}]}}, "/metrics/readers/0"),
     "bad dashboard namespace": ({"dashboard": {"namespace": "Monitoring"}}, "/dashboard/namespace"),
 }
 
@@ -358,6 +379,70 @@ REFUSED: dict[str, tuple[Obj, str]] = {
 @pytest.mark.parametrize(("values", "message"), REFUSED.values(), ids=REFUSED.keys())
 def test_bad_values_are_refused_with_a_message(helm: Path, values: Obj, message: str) -> None:
     assert message in refusal(helm, values)
+
+
+def test_one_replica_installs_with_the_defaults_and_no_budget(helm: Path) -> None:
+    """A budget one replica could satisfy (minAvailable 0) protects nothing, and minAvailable 1
+    would block every drain: one replica renders none, as the receiver's does."""
+    objects = template(helm, {"replicaCount": 1})
+    assert deployment(objects)["spec"]["replicas"] == 1
+    assert not [o for o in objects if identity(o) == ("PodDisruptionBudget", NAMESPACE, RELEASE)]
+    two = template(helm, {"replicaCount": 2})
+    assert one(two, "PodDisruptionBudget", RELEASE)["spec"]["minAvailable"] == 1
+
+
+@pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])
+def test_log_level_in_any_case_reaches_both_components_in_upper_case(helm: Path, level: str) -> None:
+    objects = template(helm, {"logLevel": level})
+    for component in ("operator", "webhook-receiver"):
+        assert "--log-level=DEBUG" in container(objects, component)["args"]
+
+
+def notes(helm: Path, control_plane: ControlPlane, values: Obj | None = None) -> str:
+    """What ``helm install`` prints after installing (Helm asks the API server its version)."""
+    done = run_helm(
+        helm,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        values=values,
+        env={"KUBECONFIG": str(control_plane.kubeconfig)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_create_the_secret_a_pool_reads_by_default(helm: Path, control_plane: ControlPlane) -> None:
+    """A pool without spec.credentialSecretName reads the CRD's default Secret: the one NOTES makes."""
+    crd = yaml.safe_load((CHART / "crds" / "runnerpool.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    default = spec["properties"]["credentialSecretName"]["default"]
+    assert default == DEFAULT_CREDENTIAL_SECRET
+    created = re.findall(r"kubectl create secret generic (\S+)", notes(helm, control_plane))
+    assert created == [DEFAULT_CREDENTIAL_SECRET]
+
+
+KUBE_FLOOR = "1.30.0"
+
+
+def test_kube_version_floor_is_stated_and_enforced(helm: Path) -> None:
+    """Native sidecars (dind) are on by default from 1.29 and ValidatingAdmissionPolicy is
+    admissionregistration.k8s.io/v1 from 1.30 (Chart.yaml says why)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={KUBE_FLOOR}-0"
+    for version, accepted in (
+        ("1.29.9", False),
+        (KUBE_FLOOR, True),
+        ("1.36.3", True),
+        ("1.31.0-eks-1", True),
+    ):
+        done = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", version)
+        assert (done.returncode == 0) is accepted, f"{version}: {done.stderr}"
+        if not accepted:
+            assert "kubeVersion" in done.stderr, done.stderr
 
 
 def test_single_replica_without_budget_or_leader(helm: Path) -> None:
@@ -554,9 +639,19 @@ def test_webhook_secret_from_values_and_ingress(helm: Path) -> None:
 
 
 def test_servicemonitor_matches_deploys_optional_one(helm: Path) -> None:
-    objects = template(helm, {"metrics": {"serviceMonitor": {"enabled": True}}})
-    (deploy_monitor,) = kustomize(DEPLOY / "optional" / "servicemonitor")
-    report = parity_report([deploy_monitor], [one(objects, "ServiceMonitor")])
+    """deploy/ has no certificate to verify (the operator's is made in memory): its ServiceMonitor
+    is the chart's with insecureSkipVerify chosen, with the same scraper account and binding."""
+    values = {"serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}}
+    objects = template(helm, {"metrics": values})
+    deploy_objects = kustomize(DEPLOY / "optional" / "servicemonitor")
+    chart_objects = [o for o in objects if identity(o) in {identity(d) for d in deploy_objects}]
+    assert {o["kind"] for o in chart_objects} == {
+        "ServiceMonitor",
+        "ServiceAccount",
+        "Secret",
+        "ClusterRoleBinding",
+    }
+    report = parity_report(deploy_objects, chart_objects)
     assert not report, "\n".join(report)
     service = one(objects, "Service", f"{RELEASE}-metrics")
     selector = one(objects, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
@@ -629,6 +724,182 @@ def test_secure_metrics(helm: Path) -> None:
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
     assert endpoint["scheme"] == "https"
+
+
+# --- the ServiceMonitor, out of the box --------------------------------------------------------
+
+SCRAPER = f"{RELEASE}-metrics-scraper"
+METRICS_HOST = f"{RELEASE}-metrics.{NAMESPACE}.svc"
+
+
+def endpoints(objects: list[Obj]) -> list[Obj]:
+    return one(objects, "ServiceMonitor")["spec"]["endpoints"]  # type: ignore[no-any-return]
+
+
+def test_servicemonitor_sends_a_token_the_operator_accepts(helm: Path) -> None:
+    """`authorization` with a Secret (bearerTokenFile is deprecated, and Prometheus's own token is
+    not bound to the metrics-reader role): the chart makes a scraper ServiceAccount, its token
+    Secret, and binds metrics-reader to it."""
+    objects = template(helm, {"metrics": {"certSecret": "metrics-tls", "serviceMonitor": {"enabled": True}}})
+    for endpoint in endpoints(objects):
+        assert "bearerTokenFile" not in endpoint and "bearerTokenSecret" not in endpoint
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": SCRAPER, "key": "token"},
+        }
+    account = one(objects, "ServiceAccount", SCRAPER, NAMESPACE)
+    assert account["automountServiceAccountToken"] is False
+    token = one(objects, "Secret", SCRAPER, NAMESPACE)
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": SCRAPER}
+    binding = one(objects, "ClusterRoleBinding", SCRAPER)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": one(objects, "ClusterRole", f"{RELEASE}-metrics-reader")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SCRAPER, "namespace": NAMESPACE}]
+
+
+def test_servicemonitor_with_a_token_secret_of_ones_own(helm: Path) -> None:
+    values = {
+        "certSecret": "metrics-tls",
+        "serviceMonitor": {"enabled": True, "credentialsSecret": "prom-token"},
+    }
+    objects = template(helm, {"metrics": values})
+    for endpoint in endpoints(objects):
+        assert endpoint["authorization"]["credentials"] == {"name": "prom-token", "key": "token"}
+    assert not [o for o in objects if o["metadata"]["name"] == SCRAPER]
+
+
+def test_prometheus_own_account_is_bound_only_when_named(helm: Path) -> None:
+    """For a Prometheus that scrapes with its own token (no ServiceMonitor): an opt-in binding."""
+    assert not [
+        o for o in template(helm) if o["kind"] == "ClusterRoleBinding" and "metrics" in o["metadata"]["name"]
+    ]
+    readers = [{"namespace": "monitoring", "name": "kube-prometheus-stack-prometheus"}]
+    objects = template(helm, {"metrics": {"readers": readers}})
+    binding = one(objects, "ClusterRoleBinding", f"{RELEASE}-metrics-reader")
+    assert binding["roleRef"]["name"] == f"{RELEASE}-metrics-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", **r} for r in readers]
+
+
+def test_servicemonitor_verifies_the_operators_certificate(helm: Path) -> None:
+    """Against ca.crt of metrics.certSecret, for the metrics Service's name."""
+    objects = template(helm, {"metrics": {"certSecret": "metrics-tls", "serviceMonitor": {"enabled": True}}})
+    for endpoint in endpoints(objects):
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"] == {
+            "ca": {"secret": {"name": "metrics-tls", "key": "ca.crt"}},
+            "serverName": METRICS_HOST,
+        }
+
+
+def test_cert_manager_issues_the_certificate_the_servicemonitor_verifies(helm: Path) -> None:
+    issuer = {"kind": "ClusterIssuer", "name": "cluster-ca"}
+    values = {"certManager": {"enabled": True, "issuerRef": issuer}, "serviceMonitor": {"enabled": True}}
+    objects = template(helm, {"metrics": values})
+    certificate = one(objects, "Certificate")
+    assert certificate["apiVersion"] == "cert-manager.io/v1"
+    secret = certificate["spec"]["secretName"]
+    assert certificate["spec"]["issuerRef"] == {**issuer, "group": "cert-manager.io"}
+    assert set(certificate["spec"]["dnsNames"]) == {
+        METRICS_HOST,
+        f"{RELEASE}-webhook-metrics.{NAMESPACE}.svc",
+    }
+    for component in ("operator", "webhook-receiver"):
+        volumes = deployment(objects, component)["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "metrics-cert", "secret": {"secretName": secret}} in volumes
+    for endpoint in endpoints(objects):
+        assert endpoint["tlsConfig"] == {
+            "ca": {"secret": {"name": secret, "key": "ca.crt"}},
+            "serverName": METRICS_HOST,
+        }
+
+
+def test_unverified_tls_is_an_explicit_choice(helm: Path) -> None:
+    """The operator's in-memory certificate cannot be verified: the chart says what to set."""
+    message = refusal(helm, {"metrics": {"serviceMonitor": {"enabled": True}}})
+    assert "metrics.certSecret" in message and "metrics.certManager.enabled" in message
+    assert "insecureSkipVerify" in message
+    values = {"serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}}
+    for endpoint in endpoints(template(helm, {"metrics": values})):
+        assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    assert "insecureSkipVerify" not in yaml.safe_dump(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    return tool_assets.ensure_tool(tool_assets.PROMTOOL)
+
+
+def scrape_config(monitor: Obj, index: int, files: Path) -> Obj:
+    """The scrape config the Prometheus Operator generates for one endpoint, field for field
+    (its Secret references become files, as Prometheus reads them); no CRD schema of the
+    monitoring.coreos.com group is in the test world, so Prometheus's own config rules
+    (``promtool check config``) judge what the ServiceMonitor asks for."""
+    endpoint = monitor["spec"]["endpoints"][index]
+    meta = monitor["metadata"]
+    config: Obj = {
+        "job_name": f"serviceMonitor/{meta['namespace']}/{meta['name']}/{index}",
+        "scheme": endpoint["scheme"],
+        "metrics_path": endpoint["path"],
+        "honor_labels": endpoint["honorLabels"],
+        "scrape_interval": endpoint["interval"],
+        "static_configs": [{"targets": ["127.0.0.1:8080"]}],
+    }
+    if "bearerTokenFile" in endpoint:
+        config["bearer_token_file"] = endpoint["bearerTokenFile"]
+    if "authorization" in endpoint:
+        token = files / "token"
+        token.write_text("a-token")
+        config["authorization"] = {"type": endpoint["authorization"]["type"], "credentials_file": str(token)}
+    tls = endpoint.get("tlsConfig", {})
+    if tls:
+        config["tls_config"] = {"insecure_skip_verify": tls.get("insecureSkipVerify", False)}
+        if "ca" in tls:
+            ca = files / "ca.crt"
+            ca.write_text("")
+            config["tls_config"]["ca_file"] = str(ca)
+        if "serverName" in tls:
+            config["tls_config"]["server_name"] = tls["serverName"]
+    return config
+
+
+def test_prometheus_accepts_the_scrape_and_verifies_the_certificate(
+    helm: Path, promtool: Path, tmp_path: Path
+) -> None:
+    values = {"metrics": {"certSecret": "metrics-tls", "serviceMonitor": {"enabled": True}}}
+    monitor = one(template(helm, values), "ServiceMonitor")
+    configs = [scrape_config(monitor, i, tmp_path) for i in range(len(monitor["spec"]["endpoints"]))]
+    for config in configs:
+        assert config["tls_config"]["insecure_skip_verify"] is False
+        assert config["authorization"]["type"] == "Bearer"
+    prometheus = tmp_path / "prometheus.yml"
+    prometheus.write_text(yaml.safe_dump({"scrape_configs": configs}))
+    done = subprocess.run(
+        [str(promtool), "check", "config", str(prometheus)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_scraper_objects_pass_server_side_validation(
+    helm: Path, control_plane: ControlPlane, runnerpool_crd: Obj, namespace: str
+) -> None:
+    values = {
+        "fullnameOverride": namespace,
+        "metrics": {
+            "certSecret": "metrics-tls",
+            "serviceMonitor": {"enabled": True},
+            "readers": [{"namespace": "monitoring", "name": "prometheus"}],
+        },
+    }
+    rendered = template(helm, values, namespace=namespace)
+    _server_side_dry_run(control_plane, [o for o in rendered if o["kind"] != "ServiceMonitor"])
 
 
 def test_tenant_roles_aggregate_into_view_edit_admin(helm: Path) -> None:

@@ -84,6 +84,12 @@ def test_bad_flags_say_what_to_fix(argv: list[str], message: str, capsys: pytest
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])
+def test_log_level_is_taken_in_any_case(level: str) -> None:
+    """``--log-level=debug`` is what people type (and what Helm charts usually take)."""
+    assert settings_from(parser().parse_args([f"--log-level={level}"])).logs.level == "DEBUG"
+
+
 def test_lease_timings_the_library_refuses_are_refused_up_front() -> None:
     with pytest.raises(SystemExit, match="--lease-duration > --renew-deadline"):
         settings_from(parser().parse_args(["--lease-duration=5", "--renew-deadline=10"]))

@@ -569,10 +569,30 @@ def test_servicemonitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
-    # --metrics-secure: HTTPS, a self-signed certificate, Prometheus's own token.
+    # --metrics-secure: HTTPS, the in-memory self-signed certificate (unverified by explicit
+    # choice), and the token of a scraper account bound to the metrics-reader role.
     assert endpoint["scheme"] == "https"
-    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    assert "bearerTokenFile" not in endpoint
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer" and credentials["key"] == "token"
+    scraper = render(SERVICEMONITOR)
+    token = one(scraper, "Secret", credentials["name"])
+    assert token["metadata"]["namespace"] == NAMESPACE, (
+        "the Prometheus Operator reads the monitor's namespace"
+    )
+    assert token["type"] == "kubernetes.io/service-account-token"
+    account = one(
+        scraper, "ServiceAccount", token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    )
+    binding = one(scraper, "ClusterRoleBinding")
+    assert (
+        binding["roleRef"]["name"]
+        == one(objects, "ClusterRole", "runnerpool-operator-metrics-reader")["metadata"]["name"]
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
     # Per-pool series keep the pool's namespace (not exported_namespace): the alerts read it.
     assert endpoint["honorLabels"] is True
 
@@ -613,6 +633,24 @@ def test_the_dind_sample_has_a_namespace_of_its_own_that_admits_privileged_pods(
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     others = [o for o in samples if o["kind"] == "RunnerPool" and o is not pool]
     assert all(o["metadata"]["namespace"] != namespace for o in others), "only dind runners run privileged"
+
+
+def test_the_kubernetes_mode_sample_has_a_namespace_of_its_own(samples: list[Obj]) -> None:
+    """Its runners' Role reads every Secret of their namespace (docs/kubernetes-mode.md): no
+    other pool's credentials, and no other pool, may live there."""
+    [pool] = [
+        o for o in samples if o["kind"] == "RunnerPool" and o["spec"].get("containerMode") == "kubernetes"
+    ]
+    namespace = pool["metadata"]["namespace"]
+    assert namespace in {o["metadata"]["name"] for o in samples if o["kind"] == "Namespace"}
+    others = [o for o in samples if o["kind"] == "RunnerPool" and o is not pool]
+    assert all(o["metadata"]["namespace"] != namespace for o in others)
+    secrets = [
+        o["metadata"]["name"]
+        for o in samples
+        if o["kind"] == "Secret" and o["metadata"]["namespace"] == namespace
+    ]
+    assert secrets == [pool["spec"]["credentialSecretName"]]
 
 
 def test_sample_credentials_are_obvious_placeholders(samples: list[Obj]) -> None:

@@ -7,7 +7,9 @@ The overlay uses what the plain renderer of tests/test_deploy_manifests.py does 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,6 +63,15 @@ def watched(overlay: list[Obj]) -> list[str]:
 def _args(objects: list[Obj]) -> list[str]:
     deployment = one(objects, "Deployment", "runnerpool-operator")
     return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def assert_the_base_args_less_metrics_secure(args: list[str], base: list[str], patch: str) -> None:
+    """The overlay lists the args by value (``patch``): each of the base's but --metrics-secure,
+    and nothing else but the namespaced flags."""
+    wanted = {a for a in base if a != "--metrics-secure"}
+    kept = {a for a in args if a != "--namespaced" and not a.startswith("--namespace=")}
+    assert not wanted - kept, f"{patch} lacks the base's {sorted(wanted - kept)}"
+    assert not kept - wanted, f"{patch} has {sorted(kept - wanted)}, which the base has not"
 
 
 def test_the_real_kustomize_renders_the_default_install_as_the_test_renderer_does() -> None:
@@ -119,6 +130,8 @@ def test_the_receiver_gets_a_role_in_each_watched_namespace(overlay: list[Obj], 
     args = receiver["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--metrics-secure" not in args
     assert sorted(a.split("=", 1)[1] for a in args if a.startswith("--namespace=")) == watched
+    base = one(render(DEPLOY), "Deployment", RECEIVER)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert_the_base_args_less_metrics_secure(args, base, "receiver_args.yaml")
 
 
 def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(
@@ -129,8 +142,7 @@ def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(
     assert sorted(a.split("=", 1)[1] for a in args if a.startswith("--namespace=")) == watched
     # Reviews of metrics tokens are cluster-scoped: this mode serves metrics without them.
     assert "--metrics-secure" not in args
-    base = [a for a in _args(render(DEPLOY)) if a != "--metrics-secure"]
-    assert [a for a in args if a != "--namespaced" and not a.startswith("--namespace=")] == base
+    assert_the_base_args_less_metrics_secure(args, _args(render(DEPLOY)), "operator_args.yaml")
 
 
 def test_every_watched_folder_names_its_namespace() -> None:
@@ -138,3 +150,23 @@ def test_every_watched_folder_names_its_namespace() -> None:
         kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
         assert kustomization["namespace"] == folder.name
         assert kustomization["resources"] == ["../../role"]
+
+
+@pytest.mark.parametrize("manifest", ["manager/deployment.yaml", "manager/webhook_receiver_deployment.yaml"])
+def test_metrics_secure_is_removed_by_value_wherever_it_sits(tmp_path: Path, manifest: str) -> None:
+    """Reordering the base's args (here: reversing them) must not make the overlay remove
+    another flag, nor fail to build: the overlay names the flag, not its index."""
+    copy = tmp_path / "repo"
+    shutil.copytree(DEPLOY, copy / "deploy", symlinks=True)
+    shutil.copytree(DEPLOY.parent / "crds", copy / "crds")
+    path = copy / "deploy" / manifest
+    base = yaml.safe_load(path.read_text())
+    container = base["spec"]["template"]["spec"]["containers"][0]
+    container["args"].reverse()
+    path.write_text(yaml.safe_dump(base))
+    name = base["metadata"]["name"]
+    original = one(kustomize(str(OVERLAY)), "Deployment", name)
+    rendered = one(kustomize(str(copy / "deploy" / "overlays" / "namespaced")), "Deployment", name)
+    args = rendered["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-secure" not in args
+    assert sorted(args) == sorted(original["spec"]["template"]["spec"]["containers"][0]["args"])

@@ -40,7 +40,9 @@ def test_the_rules_read_the_scrape_job_of_deploys_servicemonitor() -> None:
     """The job an alert names is a metrics Service the ServiceMonitor selects (its job label): the
     operator's and the webhook receiver's (its own Deployment); the absence alerts name the
     operator's, which a live receiver must not mask."""
-    (monitor,) = render(REPO / "deploy" / "optional" / "servicemonitor")
+    (monitor,) = [
+        o for o in render(REPO / "deploy" / "optional" / "servicemonitor") if o["kind"] == "ServiceMonitor"
+    ]
     services = [
         o
         for o in render(REPO / "deploy")

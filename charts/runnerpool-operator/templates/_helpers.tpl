@@ -71,6 +71,17 @@ default --leader-election-id (tests/test_chart.py checks they agree).
 {{- default (include "runnerpool-operator.fullname" .) .Values.leaderElection.leaseName | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+"true" when the operator gets a PodDisruptionBudget: podDisruptionBudget.enabled and more than
+one replica. A single replica has no budget that helps: minAvailable 1 would block every node
+drain, and one it can satisfy (minAvailable 0, maxUnavailable 1) allows every eviction, i.e.
+protects nothing. It gets none (so replicaCount=1 installs with the defaults), as the webhook
+receiver's single replica does; the standby replica of replicaCount 2 is the protection.
+*/}}
+{{- define "runnerpool-operator.budgeted" -}}
+{{- if and .Values.podDisruptionBudget.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
 {{/* repository:tag, or repository@digest; the tag defaults to the chart's appVersion. */}}
 {{- define "runnerpool-operator.imageRef" -}}
 {{- $image := index . 0 }}
@@ -144,4 +155,29 @@ metadata:
     {{- toYaml $labels | nindent 4 }}
 rules:
   {{- toYaml $role.rules | nindent 2 }}
+{{- end }}
+
+{{/*
+The Secret with the metrics endpoints' tls.crt and tls.key (and ca.crt, which the ServiceMonitor
+verifies with): the one cert-manager writes for metrics.certManager, else metrics.certSecret;
+empty: the operator makes a self-signed certificate in memory. Only with metrics.secure.
+*/}}
+{{- define "runnerpool-operator.metricsCertSecret" -}}
+{{- if .Values.metrics.secure }}
+{{- if .Values.metrics.certManager.enabled }}
+{{- printf "%s-metrics-cert" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- .Values.metrics.certSecret }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The metrics-reader ClusterRole's name (deploy/rbac/metrics_reader_role.yaml's, per release). */}}
+{{- define "runnerpool-operator.metricsReaderRole" -}}
+{{- printf "%s-metrics-reader" (include "runnerpool-operator.fullname" .) }}
+{{- end }}
+
+{{/* The ServiceAccount whose token the ServiceMonitor sends, when the chart makes it. */}}
+{{- define "runnerpool-operator.metricsScraperName" -}}
+{{- printf "%s-metrics-scraper" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
