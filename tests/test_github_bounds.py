@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import socketserver
 import threading
 import time
@@ -19,14 +20,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import urllib3.exceptions
+from kubernetes import client as kubernetes_client
 
-from runnerpool.domain import PoolRef, Scope
-from runnerpool.github.credentials import ClientCache, client_from_secret_data
+from runnerpool.domain import DEFAULT_API_URL, PoolRef, Scope
+from runnerpool.github.credentials import ClientCache, CredentialError, client_from_secret_data
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import ClientOptions
 from runnerpool.reasons import Reason
 from runnerpool.runners.leftovers import delete_leftover_runner
+from runnerpool.runtime.kube import SECRETS, Kube, set_request_timeout
+from runnerpool.settings import GitHubSettings
+from runnerpool.tenants import GitHubHosts, parse_github_host
 from secret_updater import SecretUpdater
 from tests.helpers import started_scheduler, wait_for
 
@@ -271,3 +277,76 @@ def test_a_one_byte_a_second_host_delays_another_namespaces_token_by_one_deadlin
     finally:
         updater.stop_all()
         scheduler.shutdown(wait=False)
+
+
+# -- the hosts clients are made for, and how many are kept -------------------------------------
+
+
+def test_no_client_is_made_for_a_host_not_allowed() -> None:
+    made: list[str] = []
+
+    def factory(data: Mapping[str, str], base_url: str) -> GitHubClient:
+        made.append(base_url)
+        return client_from_secret_data(data, base_url, _options())
+
+    hosts = GitHubHosts.of(["ghe.example.com"], DEFAULT_API_URL)
+    clients = ClientCache(lambda ns, name: {"token": "ghp_x"}, factory=factory, hosts=hosts)
+
+    for url in ("http://169.254.169.254/latest", "https://ghe.example.com:8443/api/v3", "https://evil.test"):
+        with pytest.raises(CredentialError) as refused:
+            clients.get("tenant-a", "cred", url)
+        assert refused.value.reason == Reason.GITHUB_HOST_NOT_ALLOWED
+    clients.get("tenant-a", "cred", "https://ghe.example.com/api/v3")
+    clients.get("tenant-a", "cred", DEFAULT_API_URL)
+    assert made == ["https://ghe.example.com/api/v3", DEFAULT_API_URL]
+
+
+def test_the_client_cache_keeps_a_bounded_number_of_clients() -> None:
+    made: list[str] = []
+
+    def factory(data: Mapping[str, str], base_url: str) -> GitHubClient:
+        made.append(data["token"])
+        return client_from_secret_data(data, base_url, _options())
+
+    clients = ClientCache(lambda ns, name: {"token": f"ghp_{name}"}, factory=factory, max_entries=2)
+    for name in ("a", "b", "a", "c"):  # "a" used again: "b" is the least recently used
+        clients.get("tenant", name)
+    assert len(clients) == 2
+    clients.get("tenant", "a")
+    clients.get("tenant", "b")
+    assert made == ["ghp_a", "ghp_b", "ghp_c", "ghp_b"]
+
+
+def test_the_github_host_flag_and_its_default() -> None:
+    default = GitHubSettings()
+    assert default.hosts.allows("https://api.github.com")
+    assert not default.hosts.allows("https://ghe.example.com/api/v3")
+    ghes = GitHubSettings(api_url="https://ghe.example.com/api/v3", api_hosts=("ghe2.example.com:8443",))
+    assert ghes.hosts.allows("https://ghe.example.com/api/v3"), "--github-api-url's host always"
+    assert ghes.hosts.allows("https://ghe2.example.com:8443/api/v3")
+    assert not ghes.hosts.allows("https://api.github.com"), "the flag replaces the default"
+    with pytest.raises(ValueError):
+        parse_github_host("https://ghe.example.com/api/v3")
+
+
+# -- the API server ------------------------------------------------------------------------------
+
+
+def test_an_api_server_that_never_answers_ends_the_call_at_the_timeout() -> None:
+    """The timeout holds per attempt; the kubernetes client tries a GET up to four times."""
+    timeout, attempts = 1.0, 4
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel does), never answers
+    configuration = kubernetes_client.Configuration()
+    configuration.host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    api = set_request_timeout(kubernetes_client.ApiClient(configuration), timeout)
+    started = time.monotonic()
+    try:
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            Kube(api).get(SECRETS, "tenant-a", "anything")
+        took = time.monotonic() - started
+        assert took <= attempts * timeout + SLACK, f"the call took {took:.1f} s"
+    finally:
+        silent.close()
+        api.close()
