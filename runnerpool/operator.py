@@ -25,7 +25,7 @@ from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
 from runnerpool.events import KubeEventRecorder
 from runnerpool.gates import GitHubHostGate, NamespaceGate, RunnerGroupGate, ScopeGate
-from runnerpool.github.credentials import NamedClientCache, bounded_factory
+from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
 from runnerpool.namespace_access import NamespaceAccess
@@ -81,12 +81,7 @@ class Operator:
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
-        github = settings.github
-        self._clients = NamedClientCache(
-            self._secret_reads.decoded,
-            factory=bounded_factory(github.timeout, github.max_response_bytes),
-            hosts=github.hosts,
-        )
+        self._clients = NamedClientCache.bounded(self._secret_reads.decoded, settings.github)
         webhook = (
             [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
             if settings.component != OPERATOR and settings.demand.webhook_port

@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
 from runnerpool.github.protocol import GitHubClient
@@ -31,6 +31,7 @@ from runnerpool.tenants import GitHubHosts
 
 if TYPE_CHECKING:
     from runnerpool.github.pygithub import ClientOptions
+    from runnerpool.settings import GitHubSettings
 
 __all__ = [
     "APP_ID_KEY",
@@ -237,6 +238,16 @@ class ClientCache:
         self._max = max_entries
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
+
+    @classmethod
+    def bounded(cls, read_secret: SecretReader, github: GitHubSettings) -> Self:
+        """The operator's cache: clients for ``github.hosts`` only, each call bounded by
+        ``--github-timeout`` and ``--github-max-response-bytes``."""
+        return cls(
+            read_secret,
+            factory=bounded_factory(github.timeout, github.max_response_bytes),
+            hosts=github.hosts,
+        )
 
     def __len__(self) -> int:
         with self._lock:
