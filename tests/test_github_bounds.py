@@ -185,6 +185,21 @@ def test_a_host_sending_one_byte_a_second_ends_the_call_at_its_deadline(tarpit: 
     assert f"within {DEADLINE:g} s" in err.message
 
 
+def test_after_a_missed_deadline_the_host_is_refused_at_once_and_others_are_not(
+    tarpit: _Tarpit, github: _GitHub
+) -> None:
+    slow = client_from_secret_data({"token": "ghp_tarpit"}, tarpit.url, _options())
+    _timed(lambda: slow.registration_token(ORG))
+    connections = tarpit.connections
+
+    err, took = _timed(lambda: slow.registration_token(Scope(organization="another-org")))
+
+    assert err.reason == Reason.GITHUB_HOST_SLOW
+    assert took < 0.5 and tarpit.connections == connections, "refused without a request"
+    fine = client_from_secret_data({"token": "ghp_fine"}, github.url, _options())
+    assert fine.registration_token(ORG).token == "AABBCC"
+
+
 def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_whole(github: _GitHub) -> None:
     github.answer = (200, b"", True)  # an endless body, no Content-Length
     client = client_from_secret_data(
