@@ -18,6 +18,7 @@ from runnerpool import logs
 from runnerpool.operator import Operator
 from runnerpool.runtime.credential_refresh import throttle_refresh
 from runnerpool.runtime.informers import informer_count
+from runnerpool.runtime.kube import set_request_timeout
 from runnerpool.runtime.leader import check_timing
 from runnerpool.settings import Settings
 from runnerpool.watches import pool_watches
@@ -93,7 +94,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
     throttle_refresh(configuration)
     watches = informer_count(pool_watches(), settings.namespaces, cluster_scoped=not settings.namespaced)
     configuration.connection_pool_maxsize = watches + settings.queue.workers + 16
-    return client.ApiClient(configuration)
+    return set_request_timeout(client.ApiClient(configuration), settings.api_server.request_timeout)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

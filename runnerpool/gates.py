@@ -9,6 +9,7 @@ a check is adding a gate to the list the manager gives the reconciler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,9 +20,17 @@ from runnerpool.github.groups import RunnerGroups
 from runnerpool.github.protocol import GitHubClients
 from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.reasons import Reason
-from runnerpool.tenants import AllowList
+from runnerpool.tenants import AllowList, GitHubHosts
 
-__all__ = ["RUNNER_GROUP_RECHECK", "Gate", "NamespaceGate", "RunnerGroupGate", "ScopeGate", "Verdict"]
+__all__ = [
+    "RUNNER_GROUP_RECHECK",
+    "Gate",
+    "GitHubHostGate",
+    "NamespaceGate",
+    "RunnerGroupGate",
+    "ScopeGate",
+    "Verdict",
+]
 
 #: Seconds until a pool whose runner group could not be checked looks again (its answers are
 #: cached, see ``runnerpool.github.groups``: most looks cost no request).
@@ -84,6 +93,27 @@ class ScopeGate:
             )
         allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
         return Verdict(stamp.condition(conditions.SCOPE_ALLOWED, True, Reason.SCOPE_ALLOWED, allowed))
+
+    def refused(self, namespace: str) -> None:
+        """Nothing cached per namespace."""
+
+
+@dataclass(frozen=True)
+class GitHubHostGate:
+    """The pool's GitHub API URL names a host the operator may call (``--github-api-host``);
+    no GitHub call at all otherwise. Said in ``ScopeAllowed`` (where the pool may register);
+    an allowed host adds no condition of its own."""
+
+    hosts: GitHubHosts
+    api_url_of: Callable[[api.RunnerPool], str]
+
+    def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
+        refusal = self.hosts.refusal(self.api_url_of(pool))
+        if refusal is None:
+            return None
+        return Verdict(
+            stamp.condition(conditions.SCOPE_ALLOWED, False, Reason.GITHUB_HOST_NOT_ALLOWED, refusal)
+        )
 
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""

@@ -24,7 +24,7 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
 from runnerpool.events import KubeEventRecorder
-from runnerpool.gates import NamespaceGate, RunnerGroupGate, ScopeGate
+from runnerpool.gates import GitHubHostGate, NamespaceGate, RunnerGroupGate, ScopeGate
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.health import ProbeServer
 from runnerpool.metrics_endpoint import MetricsEndpoint
@@ -83,7 +83,7 @@ class Operator:
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(self._secret_reads)
-        self._clients = NamedClientCache(self._secret_reads.decoded)
+        self._clients = NamedClientCache.bounded(self._secret_reads.decoded, settings.github)
         webhook = (
             [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
             if settings.component != OPERATOR and settings.demand.webhook_port
@@ -135,6 +135,7 @@ class Operator:
             KubeEventRecorder(kube),
             gates=(
                 NamespaceGate(access),
+                GitHubHostGate(settings.github.hosts, settings.github.api_url_of),
                 ScopeGate(allow),
                 RunnerGroupGate(clients, settings.github.api_url),
             ),

@@ -114,3 +114,8 @@ class Reason(StrEnum):
     DEREGISTERED_RUNNERS = "DeregisteredRunners"
     DEREGISTRATION_FAILED = "DeregistrationFailed"
     FAILED_CREATE = "FailedCreate"
+    # --- bounded GitHub calls (``runnerpool.github.transport``, ``runnerpool.tenants.GitHubHosts``)
+    GITHUB_DEADLINE_EXCEEDED = "GitHubDeadlineExceeded"
+    GITHUB_RESPONSE_TOO_LARGE = "GitHubResponseTooLarge"
+    GITHUB_HOST_SLOW = "GitHubHostSlow"
+    GITHUB_HOST_NOT_ALLOWED = "GitHubHostNotAllowed"

@@ -17,13 +17,22 @@ from typing import Any
 
 from runnerpool.api import DEFAULT_RUNNER_IMAGE, RunnerPool
 from runnerpool.domain import DEFAULT_API_URL, PoolRef, resolve_api_url
-from runnerpool.tenants import ALLOW_FLAG, AllowList, AllowRule, parse_allow_rule
+from runnerpool.tenants import (
+    ALLOW_FLAG,
+    GITHUB_HOST_FLAG,
+    AllowList,
+    AllowRule,
+    GitHubHosts,
+    parse_allow_rule,
+    parse_github_host,
+)
 
 __all__ = [
     "ALL",
     "COMPONENTS",
     "OPERATOR",
     "WEBHOOK_RECEIVER",
+    "ApiServerSettings",
     "DeletionSettings",
     "DemandSettings",
     "GitHubSettings",
@@ -75,6 +84,13 @@ def namespaced_name(text: str) -> str:
     if text and not (sep and namespace and name and "/" not in name):
         raise argparse.ArgumentTypeError(f"must be NAMESPACE/NAME (or empty), got {text}")
     return text
+
+
+def github_host(text: str) -> str:
+    try:
+        return parse_github_host(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def allow_rule(text: str) -> AllowRule:
@@ -270,6 +286,43 @@ class GitHubSettings:
         "GitHub API base URL; for GitHub Enterprise Server e.g. https://ghe.example.com/api/v3 "
         "(a pool's spec.githubApiUrl overrides it)",
     )
+    #: A pool names its GitHub; the operator calls only these hosts (``runnerpool.tenants``).
+    api_hosts: tuple[str, ...] | None = setting(
+        None,
+        GITHUB_HOST_FLAG,
+        "HOST[:PORT] of a GitHub API a pool's spec.githubApiUrl may name, e.g. ghe.example.com "
+        "(repeatable); a pool naming another host gets no GitHub call. --github-api-url's host is "
+        "always allowed. Default: api.github.com",
+        parse=github_host,
+        metavar="HOST",
+        repeat=True,
+    )
+    #: A server that sends a byte a second never trips a per-read timeout: this one is whole.
+    timeout: int = setting(
+        15,
+        "--github-timeout",
+        "each GitHub call's whole deadline: connect, every read and the quick retries; a host "
+        "that misses it is then probed only every 30 s until it answers in time",
+        parse=positive_int,
+        metavar="SECONDS",
+    )
+    max_response_bytes: int = setting(
+        4 * 1024 * 1024,
+        "--github-max-response-bytes",
+        "the largest GitHub answer read (GitHub's largest pages the operator asks for are about "
+        "1 MiB); a larger one is refused unread",
+        parse=positive_int,
+        metavar="BYTES",
+    )
+
+    def __post_init__(self) -> None:
+        if self.api_hosts is not None:  # the command line gives a list
+            object.__setattr__(self, "api_hosts", tuple(self.api_hosts))
+
+    @property
+    def hosts(self) -> GitHubHosts:
+        """The GitHub API hosts pools may name (``--github-api-host`` and ``--github-api-url``'s)."""
+        return GitHubHosts.of(self.api_hosts, self.api_url)
 
     def api_url_of(self, pool: RunnerPool) -> str:
         """The API base ``pool`` talks to: its ``spec.githubApiUrl``, else ``--github-api-url``.
@@ -432,6 +485,22 @@ class DemandSettings:
 
 
 @dataclass(frozen=True)
+class ApiServerSettings:
+    """Calls to the Kubernetes API server."""
+
+    #: A call that hangs holds a worker for ever; watches keep their own. Per attempt: the
+    #: kubernetes client tries a failed call up to four times, so a dead server costs 4x this.
+    request_timeout: float = setting(
+        15.0,
+        "--api-timeout",
+        "each Kubernetes API call's timeout, per attempt, to connect and between two reads "
+        "(watches excepted: the server ends them)",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Log output."""
 
@@ -486,3 +555,4 @@ class Settings:
     probes: ProbeSettings = ProbeSettings()
     demand: DemandSettings = DemandSettings()
     logs: LogSettings = LogSettings()
+    api_server: ApiServerSettings = ApiServerSettings()

@@ -26,12 +26,23 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runnerpool.domain import Scope
 
-__all__ = ["ALLOW_FLAG", "AllowList", "AllowRule", "parse_allow_rule"]
+__all__ = [
+    "ALLOW_FLAG",
+    "DEFAULT_GITHUB_HOSTS",
+    "GITHUB_HOST_FLAG",
+    "AllowList",
+    "AllowRule",
+    "GitHubHosts",
+    "parse_allow_rule",
+    "parse_github_host",
+    "url_host",
+]
 
 ALLOW_FLAG = "--allow"
 
@@ -123,4 +134,67 @@ class AllowList:
             f"{scope.kind} {scope.name}: {said}; ask the operator's administrators to add "
             f"{kind}:{scope.name} to an --allow rule for this namespace (Helm value allow), or "
             "use a scope the namespace is allowed"
+        )
+
+
+# -- which GitHub hosts pools may name ---------------------------------------------------------
+
+GITHUB_HOST_FLAG = "--github-api-host"
+#: github.com's REST API: allowed unless the flag says otherwise.
+DEFAULT_GITHUB_HOSTS = ("api.github.com",)
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+def _host_port(hostname: str, port: int | None, scheme: str = "https") -> str:
+    return f"{hostname.lower()}:{port or (80 if scheme == 'http' else 443)}"
+
+
+def parse_github_host(text: str) -> str:
+    """``--github-api-host``'s parser: ``HOST`` or ``HOST:PORT`` (no scheme, no path)."""
+    value = text.strip().lower()
+    if not _HOST.match(value):
+        raise ValueError(f"{text!r}: expected HOST or HOST:PORT, e.g. ghe.example.com (no https://, no path)")
+    host, _, port = value.partition(":")
+    return _host_port(host, int(port) if port else None)
+
+
+def url_host(url: str) -> str:
+    """``HOST:PORT`` of an API URL (the port spelled out), as ``GitHubHosts`` compares them."""
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    return _host_port(parsed.hostname or "", port, parsed.scheme)
+
+
+@dataclass(frozen=True)
+class GitHubHosts:
+    """The hosts a pool's ``spec.githubApiUrl`` may name: the operator sends nothing elsewhere.
+
+    A tenant who could name any host could make the operator call its internal services (and
+    read their answers back from its pool's conditions) or hold the operator's shared threads
+    with a slow server. ``--github-api-url``'s host is always allowed: pools without a URL of
+    their own use it.
+    """
+
+    hosts: frozenset[str]
+
+    @classmethod
+    def of(cls, hosts: Iterable[str] | None, default_api_url: str) -> GitHubHosts:
+        chosen = hosts if hosts is not None else DEFAULT_GITHUB_HOSTS
+        return cls(frozenset({*(parse_github_host(h) for h in chosen), url_host(default_api_url)}))
+
+    def allows(self, url: str) -> bool:
+        return url_host(url) in self.hosts
+
+    def refusal(self, url: str) -> str | None:
+        """Why the operator does not call ``url`` (``None``: it does); names the setting."""
+        if self.allows(url):
+            return None
+        return (
+            f"the operator calls only the GitHub API hosts it is given, and {url_host(url)} is not "
+            f"one of them ({', '.join(sorted(self.hosts))}): use one of those in spec.githubApiUrl, "
+            f"or ask the operator's administrators to add it ({GITHUB_HOST_FLAG}, Helm value "
+            "githubApiHosts)"
         )

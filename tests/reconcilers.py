@@ -11,7 +11,7 @@ from kubernetes import client
 from runnerpool.domain import utcnow
 from runnerpool.events import EventRecorder, KubeEventRecorder
 from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs, FakeSecretUpdater
-from runnerpool.gates import Gate, RunnerGroupGate, ScopeGate
+from runnerpool.gates import Gate, GitHubHostGate, RunnerGroupGate, ScopeGate
 from runnerpool.github.protocol import GitHubClients
 from runnerpool.observe import PoolSecrets, RunnerJobs, TokenJobs
 from runnerpool.pods.create_backoff import CreateBackoff
@@ -44,7 +44,10 @@ def make_reconciler(
     for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``."""
     reads = reads or LiveReader(api_client)
     settings = settings or Settings()
-    gates: list[Gate] = [ScopeGate(settings.tenants.allow_list)]
+    gates: list[Gate] = [
+        GitHubHostGate(settings.github.hosts, settings.github.api_url_of),
+        ScopeGate(settings.tenants.allow_list),
+    ]
     if github is not None:
         gates.append(RunnerGroupGate(github, settings.github.api_url))
     return Reconciler(

@@ -543,6 +543,19 @@ def test_allow_rules_become_one_flag_each_that_the_operator_accepts(helm: Path) 
     assert not [a for a in container(template(helm, {}))["args"] if a.startswith("--allow")], "default: none"
 
 
+def test_github_api_hosts_become_one_flag_each_that_the_operator_accepts(helm: Path) -> None:
+    hosts = ["ghe.example.com", "ghe2.example.com:8443"]
+    args = container(template(helm, {"githubApiHosts": hosts}))["args"]
+    flags = [a for a in args if a.startswith("--github-api-host=")]
+    assert flags == [f"--github-api-host={host}" for host in hosts]
+    ghes = ["--github-api-url=https://ghe.example.com/api/v3"]
+    allowed = settings_from(parser().parse_args([*flags, *ghes])).github.hosts
+    assert allowed.allows("https://ghe2.example.com:8443/api/v3")
+    assert not allowed.allows("https://api.github.com"), "the value replaces the default"
+    default = [a for a in container(template(helm, {}))["args"] if a.startswith("--github-api-host")]
+    assert not default, "default: none, and the operator then allows api.github.com"
+
+
 def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
     objects = template(helm, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
     kinds = {o["kind"] for o in objects}

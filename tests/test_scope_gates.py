@@ -103,6 +103,28 @@ def test_a_pool_the_rules_allow_says_so_and_starts(api_client: client.ApiClient,
     assert [ref.scope.repository for ref in tokens.started] == ["acme/tools"]
 
 
+@pytest.mark.parametrize(
+    "url", ["https://metadata.internal/api/v3", "https://api.github.com:8443", "https://10.0.0.7"]
+)
+def test_a_pool_naming_a_github_host_not_allowed_gets_a_condition_and_no_github_call(
+    api_client: client.ApiClient, namespace: str, github: responses.RequestsMock, url: str
+) -> None:
+    """No --allow rules at all: the host allow-list still holds (default: api.github.com)."""
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    reconciler = _reconciler(api_client, tokens, runners)
+    create_pool(api_client, namespace, pool_manifest("probe", org="acme", githubApiUrl=url))
+
+    reconciler(f"{namespace}/probe")
+
+    pool = _pool(api_client, namespace, "probe")
+    status, reason, message = _condition(pool, "ScopeAllowed")
+    assert (status, reason) == ("False", "GitHubHostNotAllowed")
+    assert "api.github.com:443" in message and "--github-api-host" in message
+    assert _condition(pool, "Ready")[:2] == ("False", "GitHubHostNotAllowed")
+    assert tokens.started == [] and runners.started == [], "no token job, no runner manager"
+    assert len(github.calls) == 0
+
+
 def test_without_allow_rules_no_pool_gets_the_condition(api_client: client.ApiClient, namespace: str) -> None:
     reconciler = _reconciler(api_client, FakeSecretUpdater(), FakeRunnerJobs())
     create_pool(api_client, namespace, pool_manifest("free", org="anything"))

@@ -19,27 +19,32 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
 from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.reasons import Reason
+from runnerpool.tenants import GitHubHosts
 
 if TYPE_CHECKING:
     from runnerpool.github.pygithub import ClientOptions
+    from runnerpool.settings import GitHubSettings
 
 __all__ = [
     "APP_ID_KEY",
     "APP_INSTALLATION_ID_KEY",
     "APP_PRIVATE_KEY_KEY",
+    "MAX_CLIENTS",
     "PAT_KEY",
     "ClientCache",
     "ClientFactory",
     "CredentialError",
     "KeepsLastGoodClient",
     "SecretReader",
+    "bounded_factory",
     "client_from_secret_data",
 ]
 
@@ -52,6 +57,11 @@ APP_PRIVATE_KEY_KEY = "app-private-key"
 _APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
 
 SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
+
+#: Clients kept (one per namespace, Secret and API URL in use); the least recently used goes
+#: first. Each holds a connection pool and an ETag cache: without a bound, every Secret ever
+#: named (tenants create and delete them at will) would keep one for the process's life.
+MAX_CLIENTS = 1024
 
 
 class ClientFactory(Protocol):
@@ -95,6 +105,10 @@ class CredentialError(Exception):
     @classmethod
     def malformed(cls, message: str) -> CredentialError:
         return cls(Reason.CREDENTIAL_SECRET_MALFORMED, message)
+
+    @classmethod
+    def host_not_allowed(cls, message: str) -> CredentialError:
+        return cls(Reason.GITHUB_HOST_NOT_ALLOWED, message)
 
 
 def _positive_int(data: Mapping[str, str], key: str) -> int:
@@ -168,6 +182,19 @@ def client_from_secret_data(
     return PyGithubClient.from_auth(auth, url, options)
 
 
+def bounded_factory(timeout: int, max_response_bytes: int) -> ClientFactory:
+    """``client_from_secret_data`` with each call's deadline and answer cap (``--github-timeout``,
+    ``--github-max-response-bytes``); PyGithub is still imported by the first client built."""
+
+    def build(data: Mapping[str, str], base_url: str, /) -> GitHubClient:
+        from runnerpool.github.pygithub import ClientOptions  # noqa: PLC0415 - see the module docstring
+
+        options = ClientOptions(timeout=timeout, max_response_bytes=max_response_bytes)
+        return client_from_secret_data(data, base_url, options)
+
+    return build
+
+
 def _fingerprint(data: Mapping[str, str]) -> str:
     """Content hash, so the cache can notice rotation without keeping the values around."""
     digest = hashlib.sha256()
@@ -191,6 +218,10 @@ class ClientCache:
     The Secret is re-read on every ``get`` so that rotation takes effect on the next GitHub
     call without a restart. A Secret that cannot be turned into a client raises every time
     (nothing is cached for it), so fixing the Secret is picked up at once as well.
+
+    ``hosts``: the GitHub API hosts clients may be made for (``--github-api-host``); every
+    path to GitHub takes its client here, so a URL elsewhere gets no call on any of them.
+    At most ``max_entries`` clients are kept, the least recently used dropped first.
     """
 
     def __init__(
@@ -198,14 +229,39 @@ class ClientCache:
         read_secret: SecretReader,
         *,
         factory: ClientFactory = client_from_secret_data,
+        hosts: GitHubHosts | None = None,
+        max_entries: int = MAX_CLIENTS,
     ) -> None:
         self._read_secret = read_secret
         self._factory = factory
+        self._hosts = hosts
+        self._max = max_entries
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str, str], _Entry] = {}
+        self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
+
+    @classmethod
+    def bounded(cls, read_secret: SecretReader, github: GitHubSettings) -> Self:
+        """The operator's cache: clients for ``github.hosts`` only, each call bounded by
+        ``--github-timeout`` and ``--github-max-response-bytes``."""
+        return cls(
+            read_secret,
+            factory=bounded_factory(github.timeout, github.max_response_bytes),
+            hosts=github.hosts,
+        )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _allowed_url(self, base_url: str | None) -> str:
+        url = _validated_base_url(base_url or DEFAULT_API_URL)
+        refusal = self._hosts.refusal(url) if self._hosts is not None else None
+        if refusal is not None:
+            raise CredentialError.host_not_allowed(refusal)
+        return url
 
     def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
-        url = _validated_base_url(base_url or DEFAULT_API_URL)
+        url = self._allowed_url(base_url)
         try:
             data = self._read_secret(namespace, secret_name)
         except ValueError:
@@ -223,11 +279,15 @@ class ClientCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.fingerprint == fingerprint:
+                self._entries.move_to_end(key)
                 return entry.client
             client = self._factory(data, url)
             if entry is not None:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
             self._entries[key] = _Entry(fingerprint, client)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)  # in-flight calls keep their client alive
             return client
 
     def last_good(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient | None:
@@ -236,7 +296,7 @@ class ClientCache:
         For deregistering a deleted pool's runners: the credentials that worked a moment
         ago are better than none, and GitHub still says whether they do.
         """
-        key = (namespace, secret_name, _validated_base_url(base_url or DEFAULT_API_URL))
+        key = (namespace, secret_name, self._allowed_url(base_url))
         with self._lock:
             entry = self._entries.get(key)
         return entry.client if entry is not None else None

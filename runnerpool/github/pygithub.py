@@ -41,7 +41,7 @@ from github import Auth, Github, GithubException, GithubRetry
 from github.GithubException import BadAttributeException
 
 from runnerpool.domain import DEFAULT_API_URL, Scope
-from runnerpool.github import redact
+from runnerpool.github import redact, transport
 from runnerpool.github.errors import BadCredentials, GitHubError, MalformedResponse, NotFound, Unavailable
 from runnerpool.github.jobs import ActiveJobs, InvalidJob, Job, parse_job
 from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
@@ -74,6 +74,7 @@ __all__ = ["ENTERPRISE_NEEDS_PAT", "ClientOptions", "PyGithubClient"]
 log = logging.getLogger(__name__)
 
 redact.install()
+transport.install()
 
 #: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
 #: broken ``Link`` chain rather than followed for ever.
@@ -110,9 +111,14 @@ class ClientOptions:
     writes this operator sends (a token per scope and half hour, a delete per gone runner)
     are nowhere near the bursts the gap protects against. A secondary-limit answer (403/429
     with ``retry-after``) is still honoured by the callers' backoff.
+
+    ``timeout`` is each call's whole deadline (connect, every read, the transport's retries
+    and, for a GitHub App, minting its installation token), not a per-read timeout; no answer
+    is read past ``max_response_bytes`` (``runnerpool.github.transport``).
     """
 
     timeout: int = 15
+    max_response_bytes: int = transport.DEFAULT_MAX_RESPONSE_BYTES
     retries: int = 2
     backoff_factor: float = 0.5
     seconds_between_requests: float | None = None
@@ -129,12 +135,6 @@ class ClientOptions:
             # Hand the final 5xx back as a response so we can report its status.
             raise_on_status=False,
         )
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parsed = urllib.parse.urlsplit(url)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return parsed.scheme, (parsed.hostname or "").lower(), port
 
 
 @dataclass(frozen=True)
@@ -186,12 +186,18 @@ class PyGithubClient:
     """
 
     def __init__(
-        self, gh: Github, *, clock: Callable[[], float] = time.time, credential: str | None = None
+        self,
+        gh: Github,
+        *,
+        clock: Callable[[], float] = time.time,
+        credential: str | None = None,
+        options: ClientOptions | None = None,
     ) -> None:
         self._gh = gh
+        self._options = options or ClientOptions()
         self._requester = gh.requester
         self._clock = clock
-        self._origin = _origin(self._requester.base_url)
+        self._origin = transport.origin_of(self._requester.base_url)
         self._credential_name = credential
         self._pages = PageCache()
         self._budget_lock = threading.Lock()
@@ -222,7 +228,7 @@ class PyGithubClient:
             seconds_between_writes=opts.seconds_between_writes,
             lazy=True,
         )
-        return cls(gh, clock=clock, credential=credential)
+        return cls(gh, clock=clock, credential=credential, options=opts)
 
     @property
     def base_url(self) -> str:
@@ -473,13 +479,35 @@ class PyGithubClient:
 
     def _checked_next(self, next_url: str, what: str) -> str:
         """Refuse to follow a ``Link`` off the configured server (PyGithub only asserts)."""
-        if _origin(next_url) != self._origin:
+        if transport.origin_of(next_url) != self._origin:
             raise MalformedResponse(f"{what}: next page link points to another server")
         return next_url
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Run one PyGithub call and translate whatever it raises."""
-        self._ensure_installation_token(what)
+        """Run one PyGithub call under one deadline and translate whatever it raises."""
+        opts = self._options
+        try:
+            with transport.deadline(opts.timeout, opts.max_response_bytes):
+                self._ensure_installation_token(what)
+                return self._translated(what, fn)
+        except transport.DeadlineExceeded:
+            raise Unavailable(
+                f"{what}: no complete answer within {opts.timeout:g} s",
+                reason=Reason.GITHUB_DEADLINE_EXCEEDED,
+            ) from None
+        except transport.ResponseTooLarge:
+            raise MalformedResponse(
+                f"{what}: the answer is larger than {opts.max_response_bytes} bytes",
+                reason=Reason.GITHUB_RESPONSE_TOO_LARGE,
+            ) from None
+        except transport.HostSlow:
+            raise Unavailable(
+                f"{what}: not sent: the host ran out of a {opts.timeout:g} s deadline lately and "
+                f"is only probed every {transport.PROBE_INTERVAL:g} s until it answers in time",
+                reason=Reason.GITHUB_HOST_SLOW,
+            ) from None
+
+    def _translated(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except GithubException as exc:
@@ -488,12 +516,18 @@ class PyGithubClient:
             raise MalformedResponse(f"{what}: unexpected attribute type") from None
         except json.JSONDecodeError:
             raise MalformedResponse(f"{what}: body is not valid JSON") from None
+        except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
+            raise  # _call says what they mean
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: {type(exc).__name__}") from exc
-        except RuntimeError as exc:
+        except RuntimeError:
             # PyGithub raises RuntimeError for redirects to another host or scheme, i.e. a
-            # base URL that points at the wrong place.
-            raise GitHubError(f"{what}: {exc}", reason=Reason.GITHUB_REDIRECTED) from None
+            # base URL that points at the wrong place. Its text names where the server sent us:
+            # the server's words, kept out of the pool's conditions.
+            raise GitHubError(
+                f"{what}: the server redirected to another host, scheme or path; check the GitHub API URL",
+                reason=Reason.GITHUB_REDIRECTED,
+            ) from None
 
     def _ensure_installation_token(self, what: str) -> None:
         """Mint the App installation token up front so its failures name the right culprit.
@@ -516,5 +550,7 @@ class PyGithubClient:
                     status=err.status,
                 ) from None
             raise err from None
+        except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
+            raise  # _call says what they mean
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: installation token: {type(exc).__name__}") from None

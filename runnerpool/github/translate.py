@@ -7,6 +7,8 @@ that the per-pool schedulers, not a sleeping request, own the backoff.
 from __future__ import annotations
 
 import email.utils
+import http
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +20,8 @@ from runnerpool.github.types import header
 from runnerpool.reasons import Reason
 
 __all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception"]
+
+log = logging.getLogger(__name__)
 
 #: GitHub asks clients that hit a secondary limit without a ``retry-after`` to wait at least a
 #: minute; used whenever a rate-limit answer carries no usable timing header.
@@ -56,6 +60,13 @@ def _github_message(data: Any) -> str:
     return ""
 
 
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
 def _is_rate_limited(status: int, headers: Mapping[str, Any] | None, message: str) -> bool:
     if status not in (403, 429):
         return False
@@ -72,7 +83,12 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
     status = exc.status
     headers = exc.headers
     message = _github_message(exc.data)
-    detail = f"{what}: HTTP {status}" + (f" ({message})" if message else "")
+    # The server's own text stays out: it goes into the pool's conditions and Events, where a
+    # tenant who points spec.githubApiUrl at an internal host would read that host's answers.
+    # The status and its standard phrase say what happened; the operator's log keeps the text.
+    detail = f"{what}: HTTP {status} {_phrase(status)}".rstrip()
+    if message:
+        log.debug("%s: HTTP %s; the server said %r", what, status, message[:200])
     if isinstance(exc, RateLimitExceededException) or _is_rate_limited(status, headers, message):
         retry_after = _retry_after_seconds(headers, now)
         if retry_after is None and isinstance(exc, RateLimitExceededExceedsMaxWait):

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from runnerpool import api
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
     "EVENTS",
     "MERGE_PATCH",
     "NAMESPACES",
@@ -39,6 +40,7 @@ __all__ = [
     "STRATEGIC_MERGE_PATCH",
     "Kube",
     "Resource",
+    "set_request_timeout",
 ]
 
 JSON_PATCH = "application/json-patch+json"
@@ -46,6 +48,22 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 _AUTH = ["BearerToken"]
+
+#: Seconds a Kubernetes API call may wait for the server (to connect, and between two reads)
+#: unless ``set_request_timeout`` said otherwise (``--api-timeout``). Without one, a call to a
+#: server that stopped answering held its worker for ever. Per attempt: the client's own
+#: retries (three) each get it again.
+DEFAULT_REQUEST_TIMEOUT = 15.0
+_TIMEOUT_ATTRIBUTE = "runnerpool_request_timeout"
+#: ``raw``'s timeout when its caller gives none: the client's.
+_CLIENTS_TIMEOUT: Any = object()
+
+
+def set_request_timeout(api_client: ApiClient, seconds: float) -> ApiClient:
+    """The one place the operator's API calls get their timeout: every ``Kube`` over
+    ``api_client`` uses it (watches excepted: the server ends them, and they say their own)."""
+    setattr(api_client, _TIMEOUT_ATTRIBUTE, seconds)
+    return api_client
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,7 @@ class Kube:
 
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
+        self.timeout: float = getattr(api_client, _TIMEOUT_ATTRIBUTE, DEFAULT_REQUEST_TIMEOUT)
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         return self._json("GET", resource.path(namespace, name))
@@ -153,9 +172,14 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: Any = None,
+        timeout: Any = _CLIENTS_TIMEOUT,
     ) -> Any:
-        """The urllib3 response of one request, unread; non-2xx raise ``ApiException``."""
+        """The urllib3 response of one request, unread; non-2xx raise ``ApiException``.
+
+        ``timeout`` as the kubernetes client takes it (``None``: none); by default the client's
+        (``set_request_timeout``)."""
+        if timeout is _CLIENTS_TIMEOUT:
+            timeout = self.timeout
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -192,6 +216,7 @@ class _Lister:
 
     def __call__(self, **kwargs: Any) -> Any:
         kwargs.pop("_preload_content", None)
-        timeout = kwargs.pop("_request_timeout", None)
+        # A watch waits for events as long as the server keeps it open (its timeoutSeconds).
+        timeout = kwargs.pop("_request_timeout", None if kwargs.get("watch") else _CLIENTS_TIMEOUT)
         path = self._resource.path(kwargs.pop("namespace", None))
         return self._kube.raw("GET", path, query=kwargs, timeout=timeout)
