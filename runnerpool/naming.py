@@ -99,6 +99,13 @@ JIT_SECRET_ANNOTATION = "runnerpool.dev/jit-secret"
 #: On a JIT Secret once the secret updater filled it: GitHub's id of the pod's runner. It stays
 #: when the Secret is emptied, so an emptied Secret is never filled again (a second runner).
 JIT_RUNNER_ID_ANNOTATION = "runnerpool.dev/jit-runner-id"
+#: On a pool once it may have registered a runner on GitHub (it had a registration token, or
+#: a JIT config was issued for one of its pods): its finalizer must then deregister, or wait
+#: for a lost credential a bounded time (``runnerpool.deregistration``). Set once, never removed.
+MAY_HAVE_RUNNERS_ANNOTATION = "runnerpool.dev/may-have-runners"
+#: On a deleted pool: when its finalizer first found its credential unusable (RFC 3339); the
+#: pool is let go ``--credential-lost-wait`` seconds later, deregistered or not.
+CREDENTIAL_LOST_ANNOTATION = "runnerpool.dev/credential-lost-at"
 
 # -- objects, keys and containers -----------------------------------------------------------------
 
