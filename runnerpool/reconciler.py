@@ -41,6 +41,7 @@ from runnerpool.pods import failures, template
 from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.pods.step import Converged, PodStep
 from runnerpool.reads import Reads
 from runnerpool.reasons import Reason
@@ -121,6 +122,8 @@ class PoolStates:
     backoff: CreateBackoff = field(default_factory=CreateBackoff)
     clock: Callable[[], datetime] = utcnow
     pools: dict[str, PoolState] = field(default_factory=dict)
+    #: The pools whose runners keep failing at start (``runnerpool.pods.start_backoff``).
+    starts: StartBackoff = field(default_factory=StartBackoff)
 
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -130,6 +133,7 @@ class PoolStates:
         self.pools.pop(key, None)
         self.expectations.forget(key)
         self.backoff.forget(key)
+        self.starts.forget(key)
         metrics.forget_pool(namespace, name)
 
 
@@ -184,6 +188,7 @@ class Reconciler:
             kube,
             states.expectations,
             states.backoff,
+            starts=states.starts,
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
         )

@@ -24,7 +24,7 @@ from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import DeletionSettings, QueueSettings, Settings
 from tests.github_mocks import RunnerEndpoint, github, runner_managers
-from tests.helpers import wait_for
+from tests.helpers import WallClock, wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_events, pool_manifest
 from tests.reconcilers import make_reconciler
 
@@ -37,17 +37,9 @@ FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 LOST_WAIT = 60.0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> _Clock:
-    return _Clock()
+def clock() -> WallClock:
+    return WallClock(datetime(2026, 1, 1, tzinfo=UTC))
 
 
 @pytest.fixture
@@ -56,7 +48,7 @@ def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
 
 
 @pytest.fixture
-def reconciler(api_client: client.ApiClient, runners: RunnerManagers, clock: _Clock) -> Reconciler:
+def reconciler(api_client: client.ApiClient, runners: RunnerManagers, clock: WallClock) -> Reconciler:
     return make_reconciler(
         api_client,
         runners=runners,
@@ -145,7 +137,7 @@ def test_a_pool_whose_credential_vanished_says_what_is_left_and_goes_after_the_w
     api_client: client.ApiClient,
     namespace: str,
     reconciler: Reconciler,
-    clock: _Clock,
+    clock: WallClock,
     github: responses.RequestsMock,
 ) -> None:
     endpoint, pods = _lost_pool(api_client, namespace, reconciler, "lost", github)
@@ -179,7 +171,7 @@ def test_a_pool_whose_credential_vanished_says_what_is_left_and_goes_after_the_w
 
 def test_a_credential_back_within_the_wait_deregisters_as_usual(
     github: responses.RequestsMock,
-    clock: _Clock,
+    clock: WallClock,
     reconciler: Reconciler,
     api_client: client.ApiClient,
     namespace: str,
