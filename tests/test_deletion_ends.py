@@ -91,6 +91,22 @@ def test_a_pool_that_never_had_a_credential_is_deleted_at_once_without_github(
     assert not _events(api_client, namespace, "DeregistrationFailed")
 
 
+def test_a_jit_pool_whose_pods_never_got_a_config_is_deleted_at_once(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """A JIT pool makes its pods before their configs; without a credential none is ever issued,
+    so none of its pods registered a runner."""
+    create_pool(api_client, namespace, pool_manifest("jitless", registration="jit"))
+    reconciler(f"{namespace}/jitless")  # the pod, waiting for its config
+    reconciler(f"{namespace}/jitless")  # its JIT Secret, empty: the fill fails without a credential
+    assert LiveReader(api_client).list_pods(namespace, "jitless")
+    _delete(api_client, namespace, "jitless")
+
+    assert reconciler(f"{namespace}/jitless").requeue_after is None
+    assert _pool(api_client, namespace, "jitless") is None
+    assert len(github.calls) == 0
+
+
 def test_a_namespace_holding_a_credential_less_pool_finishes_terminating(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
 ) -> None:
