@@ -8,19 +8,22 @@ even when the pool never had a runner to deregister. Two cases now end without G
 from GitHub for the pool: the pool's registration token (token mode: the pod's register init
 container runs ``config.sh`` with it) or a pod's JIT config (JIT mode: GitHub registers the
 runner when it issues the config). So "may have runners" is known from the operator's own
-acts, recorded on the pool as ``naming.MAY_HAVE_RUNNERS_ANNOTATION``: the reconciler sets it
-in the first pass that sees the pool's token in its Secret, which is before it creates any
-token-mode pod (it creates none without seeing the token), and in the first pass that sees a
-pod's JIT Secret filled. An annotation, not the status: it survives a restart, a lost
-or rewritten status, and the token Secret being emptied when the deletion starts; it is one
-write in a pool's life. ``status.runners`` alone would not do: it comes from a listing once an
-interval, so a runner that registered and went between two listings never shows there.
+acts, recorded where they are written anyway, at no extra write for a token pool: the secret
+updater's first token fill also sets ``naming.TOKEN_ISSUED_ANNOTATION`` on the token Secret,
+which emptying the Secret (as the deletion starts) leaves, and which lives as long as the pool
+(the Secret is the pool's); the reconciler creates no token-mode pod before it sees the token.
+A JIT pool is marked on the pool itself (``naming.MAY_HAVE_RUNNERS_ANNOTATION``, one write in its
+life) in the first pass that sees one of its pods' JIT Secrets filled, because those Secrets go
+with their pods. Metadata, not the status: it survives a restart and a lost or rewritten
+status. ``status.runners`` alone would not do: it comes from a listing once an interval, so a
+runner that registered and went between two listings never shows there.
 
-What the mark can miss is covered by what the finalizer sees live (:func:`may_have_runners`):
-a token still in the token Secret, a JIT Secret ever filled (a config issued after the last
-pass before the deletion), a token-mode pod (pools of operator versions before the mark), or
-runners GitHub listed in ``status.runners``. A pool that never had a usable credential never
-has any of these: its finalizer goes at once, and the garbage collector takes its children.
+What the marks can miss is covered by what the finalizer sees live (:func:`may_have_runners`):
+a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
+before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
+token-mode pod (pools of operator versions before the marks), or runners GitHub listed in
+``status.runners``. A pool that never had a usable credential never has any of these: its
+finalizer goes at once, and the garbage collector takes its children.
 
 **The pool's credential is lost.** A pool that may have runners and whose credential Secret is
 missing or unusable (malformed, or a token GitHub answers 401 to: :func:`credential_failure`)
@@ -63,7 +66,7 @@ def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def marked(raw: Mapping[str, Any]) -> bool:
-    """The pool carries the mark: it may have registered a runner."""
+    """The (JIT) pool carries the mark: it may have registered a runner."""
     return naming.MAY_HAVE_RUNNERS_ANNOTATION in _annotations(raw)
 
 
@@ -75,11 +78,13 @@ def may_have_runners(
     pods: Iterable[Mapping[str, Any]],
     jit_secrets: Iterable[Mapping[str, Any] | None],
 ) -> bool:
-    """Whether the pool may have registered a runner (see the module docstring): the mark, or
+    """Whether the pool may have registered a runner (see the module docstring): the marks, or
     live evidence of a token, a JIT config, a token-mode pod, or runners GitHub listed."""
     if marked(raw):
         return True
-    if (token_secret or {}).get("data", {}).get(naming.TOKEN_SECRET_KEY):
+    token = token_secret or {}
+    issued = naming.TOKEN_ISSUED_ANNOTATION in _annotations(token)
+    if issued or (token.get("data") or {}).get(naming.TOKEN_SECRET_KEY):
         return True
     if any(secret is not None and _ever_filled(secret) for secret in jit_secrets):
         return True

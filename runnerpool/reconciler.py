@@ -621,8 +621,8 @@ class Reconciler:
         self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
 
     def _may_have_runners(self, run: _Pass) -> bool:
-        """Whether the pool may have registered a runner (``runnerpool.deregistration``); live
-        evidence is recorded as the mark before the token is withdrawn, which erases some."""
+        """Whether the pool may have registered a runner (``runnerpool.deregistration``); a JIT
+        pool's live evidence is recorded as its mark: the drain deletes its pods and Secrets."""
         pool = run.pool
         if deregistration.marked(run.raw):
             return True
@@ -635,19 +635,19 @@ class Reconciler:
             pods=pods,
             jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
         )
-        if found:
+        if found and _jit(pool):  # its JIT Secrets go with the pods the drain deletes
             self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
         return found
 
     def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:
-        """Mark the pool once it may register a runner: in the pass that first sees its token
-        (before any token-mode pod is made) or a filled JIT Secret (``runnerpool.deregistration``)."""
-        if deregistration.marked(run.raw) or not deregistration.may_have_runners(
-            run.raw,
-            jit=_jit(run.pool),
-            token_secret=secret,
-            pods=seen.pods,
-            jit_secrets=seen.jit_secrets.values(),
+        """Mark a JIT pool once a JIT config was issued for one of its pods; a token pool's mark
+        is on its token Secret, written with the token (``runnerpool.deregistration``)."""
+        if (
+            not _jit(run.pool)
+            or deregistration.marked(run.raw)
+            or not deregistration.may_have_runners(
+                run.raw, jit=True, token_secret=None, pods=(), jit_secrets=seen.jit_secrets.values()
+            )
         ):
             return
         self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
