@@ -18,6 +18,7 @@ __all__ = [
     "CONFIG_VOLUME",
     "CREDENTIAL_FINALIZER",
     "CREDENTIAL_LABEL",
+    "CREDENTIAL_LOST_ANNOTATION",
     "CREDENTIAL_SELECTOR",
     "CREDENTIAL_VALUE",
     "CREDENTIAL_VOLUMES",
@@ -31,6 +32,7 @@ __all__ = [
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
+    "MAY_HAVE_RUNNERS_ANNOTATION",
     "OPERATOR_MOUNT_PATHS",
     "OPERATOR_PREFIX",
     "OPERATOR_VOLUMES",
@@ -42,6 +44,7 @@ __all__ = [
     "RUNNER_CONTAINER",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
+    "TOKEN_ISSUED_ANNOTATION",
     "TOKEN_MOUNT_DIR",
     "TOKEN_SECRET_KEY",
     "TOKEN_SECRET_PREFIX",
@@ -99,6 +102,16 @@ JIT_SECRET_ANNOTATION = "runnerpool.dev/jit-secret"
 #: On a JIT Secret once the secret updater filled it: GitHub's id of the pod's runner. It stays
 #: when the Secret is emptied, so an emptied Secret is never filled again (a second runner).
 JIT_RUNNER_ID_ANNOTATION = "runnerpool.dev/jit-runner-id"
+#: On a JIT pool once a JIT config was issued for one of its pods, so it may have registered a
+#: runner on GitHub: its finalizer must then deregister, or wait for a lost credential a bounded
+#: time (``runnerpool.deregistration``). Set once, never removed.
+MAY_HAVE_RUNNERS_ANNOTATION = "runnerpool.dev/may-have-runners"
+#: On the token Secret from the first token the secret updater writes into it; emptying the
+#: Secret leaves it: the pool may have registered runners (``runnerpool.deregistration``).
+TOKEN_ISSUED_ANNOTATION = "runnerpool.dev/token-issued"
+#: On a deleted pool: when its finalizer first found its credential unusable (RFC 3339); the
+#: pool is let go ``--credential-lost-wait`` seconds later, deregistered or not.
+CREDENTIAL_LOST_ANNOTATION = "runnerpool.dev/credential-lost-at"
 
 # -- objects, keys and containers -----------------------------------------------------------------
 

@@ -119,3 +119,10 @@ class Reason(StrEnum):
     GITHUB_RESPONSE_TOO_LARGE = "GitHubResponseTooLarge"
     GITHUB_HOST_SLOW = "GitHubHostSlow"
     GITHUB_HOST_NOT_ALLOWED = "GitHubHostNotAllowed"
+    # --- a deleted pool whose credential is unusable (``runnerpool.deregistration``)
+    #: RunnersDeregistered False, and its Event: the runners cannot be deregistered; the pool is
+    #: let go at the time the message gives unless the credential comes back.
+    CREDENTIAL_LOST = "CredentialLost"
+    #: Event: the wait ended, the pool was let go without deregistering; the message names the
+    #: runners that may be left on GitHub and how to remove them.
+    RUNNERS_LEFT_ON_GITHUB = "RunnersLeftOnGitHub"

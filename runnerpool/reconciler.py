@@ -20,17 +20,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, autoscaling, children, conditions, metrics, naming
+from runnerpool import api, autoscaling, children, conditions, deregistration, metrics, naming
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe, is_namespace_terminating, status_of
 from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
-from runnerpool.domain import Drain, PoolRef, pool_key, split_key, utcnow
+from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcnow
 from runnerpool.events import NORMAL, WARNING, EventRecorder
 from runnerpool.gates import Gate, Verdict
 from runnerpool.github.credentials import CredentialError
@@ -41,6 +41,7 @@ from runnerpool.pods import failures, template
 from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.pods.step import Converged, PodStep
 from runnerpool.reads import Reads
 from runnerpool.reasons import Reason
@@ -121,6 +122,8 @@ class PoolStates:
     backoff: CreateBackoff = field(default_factory=CreateBackoff)
     clock: Callable[[], datetime] = utcnow
     pools: dict[str, PoolState] = field(default_factory=dict)
+    #: The pools whose runners keep failing at start (``runnerpool.pods.start_backoff``).
+    starts: StartBackoff = field(default_factory=StartBackoff)
 
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -130,6 +133,7 @@ class PoolStates:
         self.pools.pop(key, None)
         self.expectations.forget(key)
         self.backoff.forget(key)
+        self.starts.forget(key)
         metrics.forget_pool(namespace, name)
 
 
@@ -184,6 +188,7 @@ class Reconciler:
             kube,
             states.expectations,
             states.backoff,
+            starts=states.starts,
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
         )
@@ -251,6 +256,7 @@ class Reconciler:
         recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
         # A JIT pod waits for its own config, not for the pool's token.
         token = _jit(run.pool) or pool_status.has_token(secret)
+        self._mark_may_have_runners(run, secret, seen)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
@@ -569,19 +575,26 @@ class Reconciler:
         deleted on GitHub at once and can take no job; a busy one answers 422 and is left to
         finish; the pods go only once no runner is busy), wait for its pods to go, then look
         once more for a late registration.  ``RunnersDeregistered`` says what it waits for.
+        A pool that never registered a runner goes without GitHub, and one whose credential
+        is lost goes after a bounded wait (``runnerpool.deregistration``).
         """
         pool = run.pool
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         self._forget(pool.namespace, pool.name)
-        if self._settings.tenants.allow_list.refusal(pool.namespace, pool.scope) is not None:
-            # No GitHub call for a scope the namespace may not use (it made no runner there).
+        if self._settings.tenants.allow_list.refusal(
+            pool.namespace, pool.scope
+        ) is not None or not self._may_have_runners(run):
+            # No GitHub call for a scope the namespace may not use (it made no runner there),
+            # nor for a pool that never registered a runner.
             self._withdraw_token(run)
-            self._remove_finalizer(run)
+            self._release(run)
             return Result()
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
+        if isinstance(drained, Result):
+            return drained  # the credential is lost: waiting for it, or let go without it
         if drained.listing_wait is not None:
             return Result(requeue_after=drained.listing_wait)  # the scope's next shared listing
         stamp = conditions.Stamp(pool.generation, self._states.clock())
@@ -600,9 +613,80 @@ class Reconciler:
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
         if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
+        self._release(run)
+        return Result()
+
+    def _release(self, run: _Pass) -> None:
+        """The finalizer goes, and with it the pool's hold on its credential Secret."""
+        pool = run.pool
         self._remove_finalizer(run)
         self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
-        return Result()
+
+    def _may_have_runners(self, run: _Pass) -> bool:
+        """Whether the pool may have registered a runner (``runnerpool.deregistration``); a JIT
+        pool's live evidence is recorded as its mark: the drain deletes its pods and Secrets."""
+        pool = run.pool
+        if deregistration.marked(run.raw):
+            return True
+        pods = self._reads.list_pods(pool.namespace, pool.name)
+        jit_names = [n for n in (pod_state.jit_secret_name(p) for p in pods) if n is not None]
+        found = deregistration.may_have_runners(
+            run.raw,
+            jit=_jit(pool),
+            token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),
+            pods=pods,
+            jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
+        )
+        if found and _jit(pool):  # its JIT Secrets go with the pods the drain deletes
+            self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
+        return found
+
+    def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:
+        """Mark a JIT pool once a JIT config was issued for one of its pods; a token pool's mark
+        is on its token Secret, written with the token (``runnerpool.deregistration``)."""
+        if (
+            not _jit(run.pool)
+            or deregistration.marked(run.raw)
+            or not deregistration.may_have_runners(
+                run.raw, jit=True, token_secret=None, pods=(), jit_secrets=seen.jit_secrets.values()
+            )
+        ):
+            return
+        self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
+
+    def _annotate(self, run: _Pass, annotations: dict[str, str | None]) -> None:
+        pool = run.pool
+        patch = {"metadata": {"annotations": annotations}}
+        run.raw = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch)
+        run.writes.add(Write.POOL_ANNOTATED)
+
+    def _credential_lost(self, run: _Pass, err: GitHubError | CredentialError) -> Result:
+        """Wait ``--credential-lost-wait`` from when the credential was first found lost, saying
+        which runners may be left; then let the pool go (``runnerpool.deregistration``)."""
+        pool, now = run.pool, self._states.clock()
+        since = deregistration.lost_since(run.raw)
+        if since is None:
+            since = now
+            self._annotate(run, {naming.CREDENTIAL_LOST_ANNOTATION: f"{now:{RFC3339}}"})
+        deadline = since + timedelta(seconds=self._settings.deletion.credential_lost_wait)
+        pods = [str(p["metadata"]["name"]) for p in self._reads.list_pods(pool.namespace, pool.name)]
+        left = deregistration.left_on_github(pool, pods, self._settings.github.api_url_of(pool))
+        if now >= deadline:
+            message = f"let go without deregistering ({err.reason}: {err}): {left}"
+            self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
+            self._release(run)
+            return Result()
+        message = (
+            f"cannot deregister runners: {err.reason}: {err}; restore the credential by "
+            f"{deadline:{RFC3339}} or the pool is let go without deregistering, and {left}"
+        )
+        self._recorder.event(run.raw, WARNING, Reason.CREDENTIAL_LOST, message)
+        stamp = conditions.Stamp(pool.generation, now)
+        self._set_condition(
+            run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.CREDENTIAL_LOST, message)
+        )
+        wait = (deadline - now).total_seconds()
+        return Result(requeue_after=min(wait, self._settings.deletion.busy_runner_wait))
 
     def _withdraw_token(self, run: _Pass) -> None:
         """Stop the token job; the token updater empties the Secret if it is the pool's and holds one."""
@@ -614,14 +698,17 @@ class Reconciler:
         ):
             run.writes.add(Write.TOKEN_EMPTIED)
 
-    def _drain(self, run: _Pass) -> Drain:
+    def _drain(self, run: _Pass) -> Drain | Result:
         """Have the runner managers deregister the pool's runners and, once none is busy,
-        delete its pods. A GitHub or credential failure keeps the finalizer and says why."""
+        delete its pods. A GitHub failure keeps the finalizer and says why; a lost credential
+        is waited for a bounded time (:meth:`_credential_lost`, its result returned)."""
         pool = run.pool
         try:
             credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
             drained = self._jobs.runners.drain(self._pool_ref(run, credentials))
         except (GitHubError, CredentialError) as err:
+            if deregistration.credential_failure(err):
+                return self._credential_lost(run, err)
             message = f"cannot deregister runners yet: {err.reason}: {err}"
             self._recorder.event(run.raw, WARNING, Reason.DEREGISTRATION_FAILED, message)
             stamp = conditions.Stamp(pool.generation, self._states.clock())
@@ -635,6 +722,8 @@ class Reconciler:
                     "cannot record the deregistration failure of %s: %s", pool.name, describe(api_err)
                 )
             raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
+        if deregistration.lost_since(run.raw) is not None:
+            self._annotate(run, {naming.CREDENTIAL_LOST_ANNOTATION: None})  # it came back
         if drained.deregistered:
             message = f"deregistered {drained.deregistered} runner(s)"
             self._recorder.event(run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, message)

@@ -238,6 +238,15 @@ class DeletionSettings:
         parse=positive_float,
         metavar="SECONDS",
     )
+    credential_lost_wait: float = setting(
+        900.0,
+        "--credential-lost-wait",
+        "how long a deleted pool whose credential Secret is missing or unusable waits for it to come "
+        "back before it is let go without deregistering its runners (they may stay on GitHub; its "
+        "Events name them)",
+        parse=positive_float,
+        metavar="SECONDS",
+    )
 
 
 @dataclass(frozen=True)

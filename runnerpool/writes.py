@@ -34,6 +34,7 @@ class Write(enum.StrEnum):
     ROLE_BINDING_UPDATED = "update rolebinding"
     ROLE_BINDING_DELETED = "delete rolebinding (containerMode is no longer kubernetes)"
     STATUS = "update status"
+    POOL_ANNOTATED = "update runnerpool annotations"
 
 
 _CREATES = frozenset(

@@ -39,7 +39,12 @@ from runnerpool import log_context
 from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
-from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY, token_secret_name
+from runnerpool.naming import (
+    TOKEN_EXPIRY_ANNOTATION,
+    TOKEN_ISSUED_ANNOTATION,
+    TOKEN_SECRET_KEY,
+    token_secret_name,
+)
 from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
@@ -70,10 +75,14 @@ def token_patch(token: str, expires_at: datetime) -> dict[str, Any]:
     """JSON merge-patch for the token Secret.
 
     ``stringData`` lets the API server do the base64 encoding; the annotation tells the
-    reconciler (and humans) how long the token is good for without decoding the Secret.
+    reconciler (and humans) how long the token is good for without decoding the Secret. The
+    second one stays when the Secret is emptied: a token was issued, so the pool may have
+    registered runners, which its finalizer must deregister (``runnerpool.deregistration``).
     """
     return {
-        "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: rfc3339(expires_at)}},
+        "metadata": {
+            "annotations": {TOKEN_EXPIRY_ANNOTATION: rfc3339(expires_at), TOKEN_ISSUED_ANNOTATION: "true"}
+        },
         "stringData": {TOKEN_SECRET_KEY: token},
     }
 

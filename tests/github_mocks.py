@@ -15,15 +15,19 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 import pytest
 import responses
+from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import ClientOptions
+from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.kube import Kube
 from tests.pools import LiveReader
 
 __all__ = [
@@ -68,6 +72,20 @@ def secret_reader(api_client: client.ApiClient) -> Callable[[str, str], dict[str
 
 def live_clients(api_client: client.ApiClient, cache: type[ClientCache] = ClientCache) -> ClientCache:
     return cache(secret_reader(api_client), factory=fast_client_factory)
+
+
+def runner_managers(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
+    """The real runner managers on ``live_clients`` (they deregister for the finalizer); their
+    rounds run only when a test calls ``sync()``. For a fixture: ``yield from``."""
+    managers = RunnerManagers(
+        LiveReader(api_client),
+        live_clients(api_client),
+        KubePods(Kube(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started
+    )
+    yield managers
+    managers.stop_all()
 
 
 def runner_json(

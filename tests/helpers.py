@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -72,3 +73,13 @@ def operator_help() -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+class WallClock:
+    """A UTC clock that moves only when the test moves ``now``."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now

@@ -127,7 +127,12 @@ def fill_token(api_client: client.ApiClient, namespace: str, pool: str, token: s
         naming.token_secret_name(pool),
         namespace,
         {
-            "metadata": {"annotations": {naming.TOKEN_EXPIRY_ANNOTATION: expires_at}},
+            "metadata": {
+                "annotations": {
+                    naming.TOKEN_EXPIRY_ANNOTATION: expires_at,
+                    naming.TOKEN_ISSUED_ANNOTATION: "true",
+                }
+            },
             "data": {naming.TOKEN_SECRET_KEY: base64.b64encode(token.encode()).decode()},
         },
     )

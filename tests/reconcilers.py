@@ -16,6 +16,7 @@ from runnerpool.github.protocol import GitHubClients
 from runnerpool.observe import PoolSecrets, RunnerJobs, TokenJobs
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.reads import Reads
 from runnerpool.reconciler import Forgets, PoolJobs, PoolStates, Reconciler
 from runnerpool.runtime.kube import Kube
@@ -36,6 +37,7 @@ def make_reconciler(
     clock: Callable[[], datetime] = utcnow,
     expectations: Expectations | None = None,
     backoff: CreateBackoff | None = None,
+    starts: StartBackoff | None = None,
     secrets: PoolSecrets | None = None,
     github: GitHubClients | None = None,
     others: Sequence[Forgets] = (),
@@ -57,6 +59,11 @@ def make_reconciler(
         recorder or KubeEventRecorder(Kube(api_client)),
         gates=gates,
         secrets=secrets or FakePoolSecrets(reads),
-        states=PoolStates(expectations or Expectations(timeout=0), backoff or CreateBackoff(), clock),
+        states=PoolStates(
+            expectations or Expectations(timeout=0),
+            backoff or CreateBackoff(),
+            clock,
+            starts=starts or StartBackoff(clock=clock),
+        ),
         settings=settings,
     )

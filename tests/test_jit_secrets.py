@@ -116,7 +116,13 @@ def test_a_jit_pods_secret_is_created_empty_filled_once_emptied_once_used(
     before = _versions(api_client, namespace)
     reconciler(key)
     assert len(tokens.jit.fills) == asked
-    assert _versions(api_client, namespace) == before
+    after = _versions(api_client, namespace)
+    assert after[1:] == before[1:], "the pod and its Secret are not written"
+    # The one write: the pool is marked, it may have a runner on GitHub (runnerpool.deregistration).
+    marked = LiveReader(api_client).get_pool(namespace, "jp")
+    assert marked is not None and naming.MAY_HAVE_RUNNERS_ANNOTATION in marked["metadata"]["annotations"]
+    reconciler(key)
+    assert _versions(api_client, namespace) == after
     filled = _secret(api_client, namespace, pod)
     assert filled is not None
     assert base64.b64decode(filled["data"][naming.JIT_SECRET_KEY]).decode() == CONFIG

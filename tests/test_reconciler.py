@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import responses
-from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, naming
@@ -30,11 +29,10 @@ from runnerpool.reconciler import (
     Reconciler,
 )
 from runnerpool.runners.listing import ListingKey
-from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.controller import TerminalError
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
-from tests.github_mocks import API, RunnerEndpoint, gh, github, live_clients
+from tests.github_mocks import API, RunnerEndpoint, gh, github, runner_managers
 from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
@@ -62,15 +60,7 @@ def tokens() -> FakeSecretUpdater:
 @pytest.fixture
 def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
     """The real runner managers (they deregister for the finalizer); rounds run by ``sync()``."""
-    managers = RunnerManagers(
-        LiveReader(api_client),
-        live_clients(api_client),
-        KubePods(Kube(api_client)),
-        lambda key: None,
-        scheduler=BackgroundScheduler(timezone=UTC),  # never started
-    )
-    yield managers
-    managers.stop_all()
+    yield from runner_managers(api_client)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unav
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
-from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_SECRET_KEY
+from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_ISSUED_ANNOTATION, TOKEN_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.settings import TokenSettings
 from secret_updater import SecretUpdater, token_patch
@@ -213,7 +213,12 @@ def test_fill_patches_secret_and_reschedules_without_notifying(harness: Harness)
             "team-a",
             "runner-token-build",
             {
-                "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: "2025-03-01T13:00:00Z"}},
+                "metadata": {
+                    "annotations": {
+                        TOKEN_EXPIRY_ANNOTATION: "2025-03-01T13:00:00Z",
+                        TOKEN_ISSUED_ANNOTATION: "true",
+                    }
+                },
                 "stringData": {TOKEN_SECRET_KEY: TOKEN_1},
             },
         )
@@ -258,7 +263,9 @@ def test_rotating_token_is_written_each_time(harness: Harness) -> None:
 def test_token_patch_body_is_a_merge_patch() -> None:
     body = token_patch("t", datetime(2025, 1, 1, 4, 5, 6, 789000, tzinfo=UTC))
     assert body == {
-        "metadata": {"annotations": {TOKEN_EXPIRY_ANNOTATION: "2025-01-01T04:05:06Z"}},
+        "metadata": {
+            "annotations": {TOKEN_EXPIRY_ANNOTATION: "2025-01-01T04:05:06Z", TOKEN_ISSUED_ANNOTATION: "true"}
+        },
         "stringData": {TOKEN_SECRET_KEY: "t"},
     }
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from runnerpool.reasons import Reason
 
-__all__ = ["BASE_DELAY", "MAX_DELAY", "CreateBackoff", "CreateFailure"]
+__all__ = ["BASE_DELAY", "MAX_DELAY", "CreateBackoff", "CreateFailure", "Doubling"]
 
 #: Seconds before the first retry: long enough that a pool's own status write and the watch
 #: events it causes find the backoff still running.
@@ -37,6 +37,22 @@ BASE_DELAY = 2.0
 MAX_DELAY = 120.0
 #: 2**32 times any base already exceeds any cap; stops float overflow.
 _MAX_EXPONENT = 32
+
+
+@dataclass(frozen=True)
+class Doubling:
+    """Delays that double from ``base`` to at most ``cap`` (shared with the start backoff)."""
+
+    base: float
+    cap: float
+
+    def __post_init__(self) -> None:
+        if self.base <= 0 or self.cap < self.base:
+            raise ValueError("need 0 < base <= cap")
+
+    def after(self, failures: int) -> float:
+        """The wait after the ``failures``-th failure in a row."""
+        return min(self.base * 2.0 ** min(failures - 1, _MAX_EXPONENT), self.cap)
 
 
 @dataclass(frozen=True)
@@ -68,10 +84,7 @@ class CreateBackoff:
         cap: float = MAX_DELAY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if base <= 0 or cap < base:
-            raise ValueError("need 0 < base <= cap")
-        self._base = base
-        self._cap = cap
+        self._delays = Doubling(base, cap)
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, CreateFailure] = {}
@@ -96,7 +109,7 @@ class CreateBackoff:
         with self._lock:
             before = self._failures.get(pool)
             count = before.failures + 1 if before is not None and before.template == template else 1
-            delay = min(self._base * 2.0 ** min(count - 1, _MAX_EXPONENT), self._cap)
+            delay = self._delays.after(count)
             failure = CreateFailure(cause, template, count, delay, self._clock() + delay, invalid)
             self._failures[pool] = failure
             return failure

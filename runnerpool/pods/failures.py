@@ -38,7 +38,7 @@ from typing import Any
 from runnerpool.api_errors import one_line
 from runnerpool.pods.state import active
 
-__all__ = ["REPORTED", "Failing", "describe", "failing", "reported_reason"]
+__all__ = ["EXITED_AT_START", "REPORTED", "Failing", "describe", "failing", "reported_reason"]
 
 _IMAGE = "image"
 _CONTAINER = "container"
@@ -54,8 +54,11 @@ _VOCABULARY: dict[str, tuple[str, str]] = {
     "CreateContainerConfigError": ("CreateContainerConfigError", _MESSAGE),
     "CreateContainerError": ("CreateContainerError", _MESSAGE),
 }
+#: Not a kubelet reason: the pool's runner containers keep exiting at start, so its new pods
+#: back off (``runnerpool.pods.start_backoff``, which reports it).
+EXITED_AT_START = "ExitedAtStart"
 #: Every reason reported (the metric's ``reason`` label takes no other value).
-REPORTED = tuple(sorted({reported for reported, _ in _VOCABULARY.values()}))
+REPORTED = tuple(sorted({reported for reported, _ in _VOCABULARY.values()} | {EXITED_AT_START}))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from runnerpool.domain import pool_key
 from runnerpool.pods import scaling, template
 from runnerpool.pods.create_backoff import CreateBackoff, CreateFailure
 from runnerpool.pods.expectations import Expectations, still_pending
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.writes import Write, Writes
 
@@ -73,12 +74,14 @@ class PodStep:
         expectations: Expectations,
         backoff: CreateBackoff,
         *,
+        starts: StartBackoff,
         default_image: str,
         default_api_url: str,
     ) -> None:
         self._kube = kube
         self._expectations = expectations
         self._backoff = backoff
+        self._starts = starts
         self._image = default_image
         self._api_url = default_api_url
 
@@ -107,8 +110,19 @@ class PodStep:
         return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
 
     def _count(self, pool: api.RunnerPool, live: Observed, replicas: int) -> scaling.PodCounts:
+        """The counts, with the pool's pods failing at start while it backs off from them."""
         names = [str(p["metadata"].get("name")) for p in live.pods]
-        return scaling.count(live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names))
+        counts = scaling.count(
+            live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names)
+        )
+        self._observe_starts(pool, live)
+        exited = self._starts.failing(pool_key(pool.namespace, pool.name), pool.generation)
+        return counts if exited is None else replace(counts, failing=(*counts.failing, exited))
+
+    def _observe_starts(self, pool: api.RunnerPool, live: Observed) -> float | None:
+        """Judge the pods for the start backoff; seconds until a running one may have started."""
+        key = pool_key(pool.namespace, pool.name)
+        return self._starts.observe(key, pool.generation, self.wanted_hash(pool), live.pods)
 
     def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: Observed) -> Converged:
         """Create what is missing (unless backing off from a refusal).
@@ -118,10 +132,11 @@ class PodStep:
         """
         key = pool_key(pool.namespace, pool.name)
         counts = self._count(pool, live, replicas)
+        started = self._observe_starts(pool, live)  # a pod that may end the start backoff
         wanted = scaling.creates(counts)
         if not wanted:
             self._backoff.forget(key)  # nothing to create: no refusal left to report
-            return Converged(counts)
+            return Converged(counts, retry_in=started)
         wait = self._backing_off(pool)
         if wait is not None:
             return Converged(counts, retry_in=wait)
@@ -137,7 +152,18 @@ class PodStep:
         return Converged(_after(counts, wanted))
 
     def _backing_off(self, pool: api.RunnerPool) -> float | None:
-        return self._backoff.wait(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
+        """Seconds until a create may be tried: the longer of the refused-create and the
+        failed-at-start backoffs; ``None``: now."""
+        key = pool_key(pool.namespace, pool.name)
+        waits = [
+            w
+            for w in (
+                self._backoff.wait(key, self.wanted_hash(pool)),
+                self._starts.wait(key, pool.generation),
+            )
+            if w is not None
+        ]
+        return max(waits) if waits else None
 
     def _refused(
         self, pool: api.RunnerPool, counts: scaling.PodCounts, made: int, err: ApiException
@@ -162,6 +188,7 @@ class PodStep:
         key = pool_key(namespace, name)
         self._expectations.forget(key)
         self._backoff.forget(key)
+        self._starts.forget(key)
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
         body = template.runner_pod(pool, self._image, self._api_url)

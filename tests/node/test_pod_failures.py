@@ -8,12 +8,13 @@ reason; and each recovers once its cause is fixed.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from runnerpool import api
+from runnerpool import api, naming
 from tests.e2e.runners import get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -171,3 +172,31 @@ def test_an_image_that_cannot_be_pulled_is_a_reason_an_event_and_a_metric(
     [event] = _events(core, namespace, "RunnerPodsFailing")
     assert event.count == 1
     assert not _events(core, namespace, "FailedCreate")
+
+
+def test_a_runner_that_exits_at_once_backs_off_its_pods_and_github_requests(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
+) -> None:
+    """Before: 41 pods and 126 GitHub requests in 90 s, and only ``RunnersStarting`` on the pool."""
+    core = client.CoreV1Api(api_client)
+    template = {"spec": {"containers": [{"name": naming.RUNNER_CONTAINER, "command": ["false"]}]}}
+    asked_before = len(fake_github.requests)
+    create_pool(api_client, namespace, node_pool("crash", template=template))
+
+    # A measurement over a fixed window: every pod the pool makes in 90 s, sampled twice a second.
+    made: set[str] = set()
+    window_ends = time.monotonic() + 90.0
+    while time.monotonic() < window_ends:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}=crash").items
+        made |= {p.metadata.uid for p in pods}
+        time.sleep(0.5)
+    asked = len(fake_github.requests) - asked_before
+
+    print(f"crash-looping pool, 90 s: {len(made)} pods, {asked} GitHub requests")
+    assert len(made) <= 6, f"{len(made)} pods in 90 s: 10 s doubling allows 5 (at 0, 10, 30, 70 s)"
+    assert asked <= 50, f"{asked} GitHub requests in 90 s (32 measured: registrations, listings, deletions)"
+    ready = _ready(api_client, namespace, "crash")
+    assert (ready.get("status"), ready.get("reason")) == ("False", "RunnerPodsFailing"), ready
+    assert "ExitedAtStart" in ready["message"] and "exit code 1" in ready["message"], ready["message"]
+    event = _wait_event(core, namespace, "RunnerPodsFailing")
+    assert event.type == "Warning" and "exit code 1" in event.message, event.message

@@ -1,0 +1,125 @@
+"""When a deleted pool's finalizer may let the pool go without deregistering runners on GitHub.
+
+Deregistering needs the pool's credential. Without this module a pool whose credential Secret
+is missing failed its finalizer on every retry, forever, and held its namespace in Terminating,
+even when the pool never had a runner to deregister. Two cases now end without GitHub:
+
+**The pool never registered a runner.** A runner registers only with what the operator got
+from GitHub for the pool: the pool's registration token (token mode: the pod's register init
+container runs ``config.sh`` with it) or a pod's JIT config (JIT mode: GitHub registers the
+runner when it issues the config). So "may have runners" is known from the operator's own
+acts, recorded where they are written anyway, at no extra write for a token pool: the secret
+updater's first token fill also sets ``naming.TOKEN_ISSUED_ANNOTATION`` on the token Secret,
+which emptying the Secret (as the deletion starts) leaves, and which lives as long as the pool
+(the Secret is the pool's); the reconciler creates no token-mode pod before it sees the token.
+A JIT pool is marked on the pool itself (``naming.MAY_HAVE_RUNNERS_ANNOTATION``, one write in its
+life) in the first pass that sees one of its pods' JIT Secrets filled, because those Secrets go
+with their pods. Metadata, not the status: it survives a restart and a lost or rewritten
+status. ``status.runners`` alone would not do: it comes from a listing once an interval, so a
+runner that registered and went between two listings never shows there.
+
+What the marks can miss is covered by what the finalizer sees live (:func:`may_have_runners`):
+a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
+before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
+token-mode pod (pools of operator versions before the marks), or runners GitHub listed in
+``status.runners``. A pool that never had a usable credential never has any of these: its
+finalizer goes at once, and the garbage collector takes its children.
+
+**The pool's credential is lost.** A pool that may have runners and whose credential Secret is
+missing or unusable (malformed, or a token GitHub answers 401 to: :func:`credential_failure`)
+cannot deregister them and, waiting for that, could never be deleted. The finalizer records
+when it first found so (``naming.CREDENTIAL_LOST_ANNOTATION``, kept across restarts), says so
+in ``RunnersDeregistered`` (reason ``CredentialLost``) and a Warning Event naming the runners
+that may be left (the pool's pods' names: each pod's runner registers under its pod's name)
+and how to remove them, and lets the pool go ``--credential-lost-wait`` seconds later, with a
+``RunnersLeftOnGitHub`` Event. A credential that comes back within the wait is used: the
+finalizer deregisters as usual. A GitHub outage is not a lost credential: it keeps the
+finalizer, backing off, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from runnerpool import api, children, naming
+from runnerpool.domain import parse_rfc3339
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import GitHubError
+from runnerpool.reasons import Reason
+
+__all__ = [
+    "credential_failure",
+    "left_on_github",
+    "lost_since",
+    "marked",
+    "may_have_runners",
+]
+
+#: GitHub's answers that mean the credential itself is unusable (not GitHub being down).
+_UNUSABLE = frozenset({Reason.BAD_CREDENTIALS})
+
+
+def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (raw.get("metadata") or {}).get("annotations") or {}
+
+
+def marked(raw: Mapping[str, Any]) -> bool:
+    """The (JIT) pool carries the mark: it may have registered a runner."""
+    return naming.MAY_HAVE_RUNNERS_ANNOTATION in _annotations(raw)
+
+
+def may_have_runners(
+    raw: Mapping[str, Any],
+    *,
+    jit: bool,
+    token_secret: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    jit_secrets: Iterable[Mapping[str, Any] | None],
+) -> bool:
+    """Whether the pool may have registered a runner (see the module docstring): the marks, or
+    live evidence of a token, a JIT config, a token-mode pod, or runners GitHub listed."""
+    if marked(raw):
+        return True
+    token = token_secret or {}
+    issued = naming.TOKEN_ISSUED_ANNOTATION in _annotations(token)
+    if issued or (token.get("data") or {}).get(naming.TOKEN_SECRET_KEY):
+        return True
+    if any(secret is not None and _ever_filled(secret) for secret in jit_secrets):
+        return True
+    if not jit and any(True for _ in pods):
+        return True
+    listed = (raw.get("status") or {}).get("runners") or {}
+    return any(int(count or 0) > 0 for count in listed.values())
+
+
+def _ever_filled(secret: Mapping[str, Any]) -> bool:
+    """A JIT Secret the token scheduler filled (the runner id stays once it is emptied)."""
+    return children.jit_filled(dict(secret)) or naming.JIT_RUNNER_ID_ANNOTATION in _annotations(secret)
+
+
+def credential_failure(err: Exception) -> bool:
+    """The credential is missing or unusable, as opposed to GitHub failing for a while."""
+    if isinstance(err, CredentialError):
+        return True
+    return isinstance(err, GitHubError) and err.reason in _UNUSABLE
+
+
+def lost_since(raw: Mapping[str, Any]) -> datetime | None:
+    """When the finalizer first found the pool's credential unusable (``None``: it has not)."""
+    return parse_rfc3339(_annotations(raw).get(naming.CREDENTIAL_LOST_ANNOTATION))
+
+
+def left_on_github(pool: api.RunnerPool, pod_names: Iterable[str], api_url: str) -> str:
+    """Which runners may be left on GitHub, and how to remove them (names only, no secret);
+    ``api_url``: the pool's GitHub API."""
+    names = sorted(pod_names)
+    prefix = naming.runner_pod_prefix(pool.name)
+    which = f"runner(s) {', '.join(names)}" if names else f"any runner named {prefix}*"
+    base = api_url.rstrip("/")
+    return (
+        f"{which} may be left on GitHub in {pool.scope.path}: remove them in its settings "
+        f"(Actions > Runners) or with DELETE {base}/{pool.scope.path}/actions/runners/RUNNER_ID "
+        f"(GET {base}/{pool.scope.path}/actions/runners lists their ids)"
+    )

@@ -1,0 +1,198 @@
+"""Per-pool exponential backoff of new pods while the pool's runners keep failing at start.
+
+A runner container that exits at once (a wrong ``command``, a runner GitHub refuses as
+outdated, a missing tool in a custom image) makes its pod used up: the runner managers replace
+it, the replacement fails the same way, and so on, each pod registering a runner on GitHub and
+deregistering it. Measured before this: a 1-replica pool with ``command: [false]`` made 41 pods
+and 126 GitHub requests in 90 s, and showed only ``RunnersStarting``. The kubelet's own
+CrashLoopBackOff does not help: the pod is replaced before its second restart.
+
+So the pod step asks here before it creates, like for a refused create
+(``runnerpool.pods.create_backoff``): after the n-th pod in a row whose runner failed at start,
+the pool's next create waits ``base * 2**(n-1)`` seconds, at most ``cap`` (the kubelet's
+CrashLoopBackOff timings: 10 s doubling to 5 minutes). Pods created, JIT configs issued and
+runners registered and deleted are all one per pod, so the pool's GitHub requests are bounded
+by the same backoff.
+
+Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
+
+* **failed at start**: it terminated (now, or before a restart) with a non-zero exit code
+  before it had run ``STARTED_AFTER`` seconds, and the pod was never marked busy (a runner that
+  took a job did start);
+* **started**: it has been running ``STARTED_AFTER`` seconds, or it exited 0 (its one job
+  done). A started pod ends the streak.
+
+The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
+user fixed the command, the image) creates at once. While the pool backs off it reports
+``Ready`` False, ``RunnerPodsFailing``, with the container's exit reason and code
+(:meth:`StartBackoff.failing`). Kept in memory, like the create backoff: a restarted operator
+tries once, then backs off again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from runnerpool.domain import parse_rfc3339, utcnow
+from runnerpool.naming import TEMPLATE_HASH_LABEL
+from runnerpool.pods.create_backoff import Doubling
+from runnerpool.pods.failures import EXITED_AT_START, Failing
+from runnerpool.pods.state import runner_status
+from runnerpool.pods.template import busy_marked
+
+__all__ = ["BASE_DELAY", "MAX_DELAY", "STARTED_AFTER", "StartBackoff", "StartFailure"]
+
+#: Seconds before the first retry, and the longest wait (the kubelet's CrashLoopBackOff).
+BASE_DELAY = 10.0
+MAX_DELAY = 300.0
+#: Seconds a runner container must run before its pod counts as started.
+STARTED_AFTER = 30.0
+#: Pods remembered as judged, per pool: more than any pool's pods at once.
+_MAX_JUDGED = 4096
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """The pool's current streak of pods that failed at start."""
+
+    generation: int
+    #: Pods in a row whose runner failed at start.
+    failures: int
+    #: What the last one's runner container said: ``container runner: Error, exit code 1``.
+    exit: str
+    #: Seconds from the last failure to the next create.
+    delay: float
+    retry_at: datetime
+
+
+@dataclass
+class _Pool:
+    judged: set[str] = field(default_factory=set)
+    failure: StartFailure | None = None
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    failed: bool
+    exit: str = ""
+    #: A pod of another template: neither a failure nor a start of the current one.
+    ignored: bool = False
+
+
+def _template(pod: Mapping[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(TEMPLATE_HASH_LABEL)
+
+
+def _until_started(pod: Mapping[str, Any], now: datetime) -> float | None:
+    """Seconds until a running runner container counts as started (``None``: not running)."""
+    running = (runner_status(pod).get("state") or {}).get("running") or {}
+    ran = _seconds_between(running.get("startedAt"), now) if running else None
+    return None if ran is None else max(STARTED_AFTER - ran, 0.0) + 1.0
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    waits = [w for w in (a, b) if w is not None]
+    return min(waits) if waits else None
+
+
+def _seconds_between(start: Any, end: datetime) -> float | None:
+    began = parse_rfc3339(start)
+    return None if began is None else (end - began).total_seconds()
+
+
+def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
+    """Whether the pod's runner failed at start or started; ``None``: not known yet."""
+    runner = runner_status(pod)
+    for state in (runner.get("state") or {}, runner.get("lastState") or {}):
+        ended = state.get("terminated")
+        if not ended:
+            continue
+        code = int(ended.get("exitCode") or 0)
+        finished = parse_rfc3339(ended.get("finishedAt")) or now
+        ran = _seconds_between(ended.get("startedAt"), finished)
+        if code == 0 or busy_marked(pod) or (ran is not None and ran >= STARTED_AFTER):
+            return _Verdict(failed=False)
+        reason = ended.get("reason") or "Error"
+        return _Verdict(True, f"container {runner.get('name')}: {reason}, exit code {code}")
+    running = (runner.get("state") or {}).get("running") or {}
+    ran = _seconds_between(running.get("startedAt"), now) if running else None
+    return _Verdict(failed=False) if ran is not None and ran >= STARTED_AFTER else None
+
+
+class StartBackoff:
+    def __init__(
+        self,
+        base: float = BASE_DELAY,
+        cap: float = MAX_DELAY,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._delays = Doubling(base, cap)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pools: dict[str, _Pool] = {}
+
+    def observe(
+        self, pool: str, generation: int, template: str, pods: Iterable[Mapping[str, Any]]
+    ) -> float | None:
+        """Judge the pool's pods not judged yet (each once; see the module docstring); pods of
+        another ``template`` than the current one are not its failures. Returns the seconds
+        until a running pod may count as started while the pool backs off (look again then)."""
+        now = self._clock()
+        recheck: float | None = None
+        with self._lock:
+            state = self._pools.setdefault(pool, _Pool())
+            for pod in pods:
+                uid = str((pod.get("metadata") or {}).get("uid") or "")
+                if not uid or uid in state.judged:
+                    continue
+                verdict = (
+                    _verdict(pod, now) if _template(pod) == template else _Verdict(failed=False, ignored=True)
+                )
+                if verdict is None:
+                    recheck = _sooner(recheck, _until_started(pod, now))
+                    continue
+                if len(state.judged) >= _MAX_JUDGED:
+                    state.judged.clear()  # old pods are long gone; at worst one is judged twice
+                state.judged.add(uid)
+                if verdict.failed:
+                    state.failure = self._failed(state.failure, generation, verdict.exit, now)
+                elif not verdict.ignored:
+                    state.failure = None
+            return recheck if state.failure is not None else None
+
+    def _failed(self, before: StartFailure | None, generation: int, exit: str, now: datetime) -> StartFailure:
+        count = before.failures + 1 if before is not None and before.generation == generation else 1
+        delay = self._delays.after(count)
+        return StartFailure(generation, count, exit, delay, now + timedelta(seconds=delay))
+
+    def failure(self, pool: str, generation: int) -> StartFailure | None:
+        """The pool's streak, if it belongs to its current spec."""
+        with self._lock:
+            found = self._pools.get(pool)
+        failure = found.failure if found is not None else None
+        return failure if failure is not None and failure.generation == generation else None
+
+    def wait(self, pool: str, generation: int) -> float | None:
+        """Seconds until the pool may create a pod again; ``None``: it may now."""
+        found = self.failure(pool, generation)
+        if found is None:
+            return None
+        left = (found.retry_at - self._clock()).total_seconds()
+        return left if left > 0 else None
+
+    def failing(self, pool: str, generation: int) -> Failing | None:
+        """What the pool reports while its pods fail at start (stable between failures, so a
+        pass that changes nothing writes nothing)."""
+        found = self.failure(pool, generation)
+        if found is None:
+            return None
+        detail = f"{found.exit}; the next pod waits {found.delay:.0f} s"
+        return Failing(EXITED_AT_START, found.failures, detail)
+
+    def forget(self, pool: str) -> None:
+        with self._lock:
+            self._pools.pop(pool, None)

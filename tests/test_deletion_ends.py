@@ -1,0 +1,208 @@
+"""A deleted pool always goes, against the real API server (runnerpool/deregistration.py).
+
+A pool that never registered a runner (it never had a credential, so never a token) goes at
+once, without GitHub, and a namespace holding one finishes Terminating. A pool whose
+credential Secret vanished after it registered runners says which runners may be left on
+GitHub and how to remove them, and goes after ``--credential-lost-wait`` (short here, on a
+clock the test moves). GitHub is mocked on its real endpoints (tests/github_mocks.py): any
+request the test did not expect fails; the runner managers are the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import responses
+from kubernetes import client
+
+from runnerpool import api, naming
+from runnerpool.conditions import RUNNERS_DEREGISTERED
+from runnerpool.reconciler import Reconciler
+from runnerpool.runners.manager import RunnerManagers
+from runnerpool.settings import DeletionSettings, QueueSettings, Settings
+from tests.github_mocks import RunnerEndpoint, github, runner_managers
+from tests.helpers import WallClock, wait_for
+from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
+
+__all__ = ["github"]
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+FUTURE = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+#: ``--credential-lost-wait`` in these tests.
+LOST_WAIT = 60.0
+
+
+@pytest.fixture
+def clock() -> WallClock:
+    return WallClock(datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def runners(api_client: client.ApiClient) -> Iterator[RunnerManagers]:
+    yield from runner_managers(api_client)
+
+
+@pytest.fixture
+def reconciler(api_client: client.ApiClient, runners: RunnerManagers, clock: WallClock) -> Reconciler:
+    return make_reconciler(
+        api_client,
+        runners=runners,
+        clock=clock,
+        settings=Settings(
+            deletion=DeletionSettings(busy_runner_wait=30.0, credential_lost_wait=LOST_WAIT),
+            queue=QueueSettings(status_coalesce=0.0),
+        ),
+    )
+
+
+def _delete(api_client: client.ApiClient, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+
+
+def _pool(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return LiveReader(api_client).get_pool(namespace, name)
+
+
+def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[tuple[str, str]]:
+    return [(kind, message) for kind, why, message in pool_events(api_client, namespace) if why == reason]
+
+
+def test_a_pool_that_never_had_a_credential_is_deleted_at_once_without_github(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("orphan"))
+    reconciler(f"{namespace}/orphan")  # the finalizer is added; no token ever comes
+    found = _pool(api_client, namespace, "orphan")
+    assert found is not None and naming.POOL_FINALIZER in found["metadata"]["finalizers"]
+    _delete(api_client, namespace, "orphan")
+
+    result = reconciler(f"{namespace}/orphan")
+
+    assert result.requeue_after is None
+    assert _pool(api_client, namespace, "orphan") is None, "the finalizer let go in one pass"
+    assert len(github.calls) == 0, "nothing to deregister: no request to GitHub"
+    assert not _events(api_client, namespace, "DeregistrationFailed")
+
+
+def test_a_jit_pool_whose_pods_never_got_a_config_is_deleted_at_once(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """A JIT pool makes its pods before their configs; without a credential none is ever issued,
+    so none of its pods registered a runner."""
+    create_pool(api_client, namespace, pool_manifest("jitless", registration="jit"))
+    reconciler(f"{namespace}/jitless")  # the pod, waiting for its config
+    reconciler(f"{namespace}/jitless")  # its JIT Secret, empty: the fill fails without a credential
+    assert LiveReader(api_client).list_pods(namespace, "jitless")
+    _delete(api_client, namespace, "jitless")
+
+    assert reconciler(f"{namespace}/jitless").requeue_after is None
+    assert _pool(api_client, namespace, "jitless") is None
+    assert len(github.calls) == 0
+
+
+def test_a_namespace_holding_a_credential_less_pool_finishes_terminating(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("stuck"))
+    reconciler(f"{namespace}/stuck")
+    core = client.CoreV1Api(api_client)
+
+    core.delete_namespace(namespace)
+    # The namespace controller marks the pool deleted; its deletion brings it to the operator.
+    wait_for(
+        lambda: (_pool(api_client, namespace, "stuck") or {}).get("metadata", {}).get("deletionTimestamp"),
+        message="the namespace controller to delete the pool",
+    )
+    reconciler(f"{namespace}/stuck")
+
+    def gone() -> bool:
+        return namespace not in {n.metadata.name for n in core.list_namespace().items}
+
+    wait_for(gone, timeout=60.0, message="the namespace to finish Terminating")
+    assert len(github.calls) == 0
+
+
+def _lost_pool(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str, github: Any
+) -> tuple[RunnerEndpoint, list[str]]:
+    """A pool that had a credential and a token, made its pods, whose runners registered; then
+    its credential Secret is deleted, and the pool."""
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo", replicas=2))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(f"{namespace}/{name}")
+    pods = sorted(p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, name))
+    assert len(pods) == 2
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    for number, pod in enumerate(pods):
+        endpoint.add(100 + number, pod, [f"{namespace}/{name}"])
+    client.CoreV1Api(api_client).delete_namespaced_secret(naming.DEFAULT_CREDENTIAL_SECRET, namespace)
+    _delete(api_client, namespace, name)
+    return endpoint, pods
+
+
+def test_a_pool_whose_credential_vanished_says_what_is_left_and_goes_after_the_wait(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    clock: WallClock,
+    github: responses.RequestsMock,
+) -> None:
+    endpoint, pods = _lost_pool(api_client, namespace, reconciler, "lost", github)
+
+    result = reconciler(f"{namespace}/lost")  # raised DeregistrationError on every retry before
+
+    assert result.requeue_after is not None and result.requeue_after <= LOST_WAIT
+    pool = _pool(api_client, namespace, "lost")
+    assert pool is not None and naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
+    cond = next(c for c in pool["status"]["conditions"] if c["type"] == RUNNERS_DEREGISTERED)
+    assert (cond["status"], cond["reason"]) == ("False", "CredentialLost")
+    for text in (cond["message"], *(m for _, m in _events(api_client, namespace, "CredentialLost"))):
+        assert "CredentialSecretMissing" in text, text
+        assert all(pod in text for pod in pods), f"names the runners that may be left: {text}"
+        assert "/repos/octo-org/octo-repo/actions/runners" in text, f"says how to remove them: {text}"
+        assert "2026-01-01T00:01:00Z" in text, f"says when the pool is let go: {text}"
+    [(kind, _)] = _events(api_client, namespace, "CredentialLost")
+    assert kind == "Warning"
+
+    clock.now += timedelta(seconds=LOST_WAIT - 1)
+    reconciler(f"{namespace}/lost")
+    assert _pool(api_client, namespace, "lost") is not None, "held until the wait is over"
+
+    clock.now += timedelta(seconds=1)
+    assert reconciler(f"{namespace}/lost").requeue_after is None
+    assert _pool(api_client, namespace, "lost") is None
+    [(kind, message)] = _events(api_client, namespace, "RunnersLeftOnGitHub")
+    assert kind == "Warning" and all(pod in message for pod in pods), message
+    assert endpoint.deleted == [] and endpoint.listed == [], "no credential: GitHub was never asked"
+
+
+def test_a_credential_back_within_the_wait_deregisters_as_usual(
+    github: responses.RequestsMock,
+    clock: WallClock,
+    reconciler: Reconciler,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    endpoint, _ = _lost_pool(api_client, namespace, reconciler, "back", github)
+    reconciler(f"{namespace}/back")
+    assert (_pool(api_client, namespace, "back") or {})["metadata"]["annotations"].get(
+        naming.CREDENTIAL_LOST_ANNOTATION
+    )
+
+    pat_secret(api_client, namespace)
+    clock.now += timedelta(seconds=10)
+    reconciler(f"{namespace}/back")
+
+    assert sorted(runner for runner, _ in endpoint.deleted) == [100, 101]
+    pool = _pool(api_client, namespace, "back")
+    annotations = (pool or {}).get("metadata", {}).get("annotations") or {}
+    assert naming.CREDENTIAL_LOST_ANNOTATION not in annotations, "a credential lost again gets a whole wait"

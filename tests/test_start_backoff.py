@@ -1,0 +1,131 @@
+"""A pool whose runners keep failing at start backs off, against the real API server
+(runnerpool/pods/start_backoff.py).
+
+Nothing runs pods here: the test writes what the kubelet reports of a runner container that
+exits at once (``command: [false]``), and deletes each used-up pod as the runner managers do.
+The pool registers in JIT mode, so each pod costs the operator a GitHub request for its
+config (the token scheduler's fill, recorded by the stand-in): pods and GitHub requests are
+counted per minute of a clock the test moves, one reconcile a second (as watch events bring
+them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from runnerpool import api, metrics, naming
+from runnerpool.fakes import FakeSecretUpdater
+from runnerpool.reconciler import Reconciler
+from runnerpool.settings import QueueSettings, Settings
+from tests.helpers import WallClock
+from tests.pools import LiveReader, create_pool, pool_events, pool_manifest
+from tests.reconcilers import make_reconciler
+
+pytestmark = pytest.mark.usefixtures("runnerpool_crd")
+
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@pytest.fixture
+def clock() -> WallClock:
+    return WallClock()
+
+
+@pytest.fixture
+def tokens() -> FakeSecretUpdater:
+    return FakeSecretUpdater()
+
+
+@pytest.fixture
+def reconciler(api_client: client.ApiClient, clock: WallClock, tokens: FakeSecretUpdater) -> Reconciler:
+    return make_reconciler(
+        api_client, tokens=tokens, clock=clock, settings=Settings(queue=QueueSettings(status_coalesce=0.0))
+    )
+
+
+def _exited(api_client: client.ApiClient, namespace: str, pod: str, at: datetime) -> None:
+    """What the kubelet reports of a runner container that exited 1 right after it started."""
+    stamp = at.strftime(RFC3339)
+    container = {
+        "name": naming.RUNNER_CONTAINER,
+        "image": api.DEFAULT_RUNNER_IMAGE,
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": stamp, "finishedAt": stamp}},
+    }
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Running", "containerStatuses": [container]}}
+    )
+
+
+def _crash_loop(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock, seconds: int
+) -> list[str]:
+    """``seconds`` of a crash-looping pool; returns the uids of the pods it made."""
+    core, made, crashed = client.CoreV1Api(api_client), [], set()
+    for _ in range(seconds):
+        clock.now += timedelta(seconds=1)
+        reconciler(f"{namespace}/crash")
+        for pod in LiveReader(api_client).list_pods(namespace, "crash"):
+            meta: dict[str, Any] = pod["metadata"]
+            if meta["uid"] not in made:
+                made.append(meta["uid"])
+            if meta["uid"] in crashed:  # used up: the runner managers delete it
+                core.delete_namespaced_pod(meta["name"], namespace, grace_period_seconds=0)
+            else:
+                _exited(api_client, namespace, meta["name"], clock.now)
+                crashed.add(meta["uid"])
+    return made
+
+
+def _asked(tokens: FakeSecretUpdater) -> set[str]:
+    """The pods a JIT config was asked of GitHub for (one request each)."""
+    return {uid for _, uid, _ in tokens.jit.fills}
+
+
+def _ready(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    pool = LiveReader(api_client).get_pool(namespace, "crash")
+    assert pool is not None
+    return next(c for c in pool["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_a_crash_looping_pool_backs_off_says_why_and_resumes_on_a_new_spec(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    clock: WallClock,
+    tokens: FakeSecretUpdater,
+) -> None:
+    create_pool(api_client, namespace, pool_manifest("crash", org="octo-org", registration="jit"))
+
+    first = _crash_loop(api_client, namespace, reconciler, clock, 60)
+    second = _crash_loop(api_client, namespace, reconciler, clock, 60)
+
+    # Before: a pod every 2 s (30 a minute), each a JIT config asked of GitHub. Now: 10 s
+    # doubling (pods at 0, ~12, ~34, ~76 s), then at most one every 5 minutes.
+    assert len(first) <= 4, f"{len(first)} pods in the first minute"
+    assert len(second) <= 2, f"{len(second)} pods in the second minute"
+    assert len(_asked(tokens)) <= len(first) + len(second), "a GitHub request per pod, no more"
+    ready = _ready(api_client, namespace)
+    assert (ready["status"], ready["reason"]) == ("False", "RunnerPodsFailing"), ready
+    assert "ExitedAtStart (container runner: Error, exit code 1; the next pod waits" in ready["message"]
+    warnings = [m for t, r, m in pool_events(api_client, namespace) if r == "RunnerPodsFailing"]
+    assert warnings and all("Error, exit code 1" in m for m in warnings), warnings
+    assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "ExitedAtStart")._value.get() >= 3
+
+    # The user fixes the spec: the new generation makes its pod at once.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "crash", {"spec": {"runnerImage": "localhost/fixed:1"}}
+    )
+    reconciler(f"{namespace}/crash")
+    live = [
+        p
+        for p in LiveReader(api_client).list_pods(namespace, "crash")
+        if p["metadata"]["uid"] not in {*first, *second}
+    ]
+    assert len(live) == 1, "the new spec is not held by the old one's backoff"
