@@ -1,0 +1,83 @@
+"""A pool being converted, and the fields of its source that did not carry over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runnerpool import api
+
+__all__ = ["ConvertError", "Converted", "Draft", "Unmapped"]
+
+
+class ConvertError(ValueError):
+    """Input that yields no pool (not YAML, no runner definition, no scope): exit 2."""
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """A source field with no RunnerPool counterpart, and what to do instead."""
+
+    path: str
+    advice: str
+
+    def line(self) -> str:
+        return f"# not mapped: {self.path}: {self.advice}"
+
+
+@dataclass(frozen=True)
+class Converted:
+    """One RunnerPool manifest (validated) and what its source said that it does not."""
+
+    source: str
+    manifest: dict[str, Any]
+    unmapped: tuple[Unmapped, ...]
+
+
+@dataclass
+class Draft:
+    """The parts of a RunnerPool as a converter fills them in: spec, the template's metadata,
+    its pod spec and its runner container, assembled into one manifest at the end."""
+
+    source: str
+    name: str
+    namespace: str | None
+    spec: dict[str, Any] = field(default_factory=dict)
+    pod_metadata: dict[str, Any] = field(default_factory=dict)
+    pod: dict[str, Any] = field(default_factory=dict)
+    runner: dict[str, Any] = field(default_factory=dict)
+    unmapped: list[Unmapped] = field(default_factory=list)
+
+    def drop(self, path: str, advice: str) -> None:
+        self.unmapped.append(Unmapped(path, advice))
+
+    def set(self, key: str, value: Any) -> None:
+        """A spec field, when the source says anything (empty lists and maps say nothing)."""
+        if value is not None and value not in ([], {}):
+            self.spec[key] = value
+
+    def add_env(self, path: str, env: Iterable[Mapping[str, Any]]) -> None:
+        """Environment variables of the runner, less those only the operator sets."""
+        for var in env:
+            name = str(var.get("name") or "")
+            if api.operator_env(name):
+                self.drop(f"{path}[{name}]", "the operator sets this variable from the pool; remove it")
+            else:
+                self.spec.setdefault("env", []).append(dict(var))
+
+    def manifest(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.name}
+        if self.namespace:
+            metadata["namespace"] = self.namespace
+        spec = dict(self.spec)
+        pod = dict(self.pod)
+        if self.runner:
+            pod["containers"] = [{"name": "runner", **self.runner}, *pod.get("containers", [])]
+        template = {k: v for k, v in (("metadata", self.pod_metadata), ("spec", pod)) if v}
+        if template:
+            spec["template"] = template
+        return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": metadata, "spec": spec}
+
+    def result(self) -> Converted:
+        return Converted(self.source, self.manifest(), tuple(self.unmapped))
