@@ -166,6 +166,15 @@ def test_a_rendered_autoscaling_runner_set_maps_fully_and_exits_0() -> None:
     }
 
 
+def test_kubectl_gets_list_of_a_runner_deployment_and_its_autoscaler_converts_as_one_pool() -> None:
+    """``kubectl get runnerdeployment,hra -o yaml | kubectl runnerpool convert -f -``."""
+    deployment, autoscaler = yaml.safe_load_all((DATA / "summerwind.yaml").read_text())
+    listed = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [autoscaler, deployment]})
+    code, out, _ = _convert("-f", "-", stdin=listed)
+    assert code == 3
+    assert yaml.safe_load(out) == yaml.safe_load(SUMMERWIND_POOL)
+
+
 HRA_WITHOUT_TARGET = """
 apiVersion: actions.summerwind.dev/v1alpha1
 kind: HorizontalRunnerAutoscaler

@@ -28,7 +28,8 @@ def _load(text: str) -> list[Mapping[str, Any]]:
     for i, doc in enumerate(docs):
         if not isinstance(doc, Mapping):
             raise ConvertError(f"document {i + 1} is not a mapping (a Kubernetes object or Helm values)")
-    return docs
+    # ``kubectl get ... -o yaml`` of several objects prints one List of them.
+    return [item for doc in docs for item in (doc.get("items") or [] if doc.get("kind") == "List" else [doc])]
 
 
 def _group(doc: Mapping[str, Any]) -> str:
