@@ -175,6 +175,30 @@ def test_kubectl_gets_list_of_a_runner_deployment_and_its_autoscaler_converts_as
     assert yaml.safe_load(out) == yaml.safe_load(SUMMERWIND_POOL)
 
 
+LONG_NAMED_DEPLOYMENT_WITH_ITS_OWN_DOCKER_SIDECAR = """
+apiVersion: actions.summerwind.dev/v1alpha1
+kind: RunnerDeployment
+metadata: {name: example-org-linux-x64-large-runner-deployment}
+spec:
+  replicas: 3
+  template:
+    spec:
+      repository: octo-org/hello-world
+      containers:
+        - name: docker
+          resources: {limits: {memory: 8Gi}}
+"""
+
+
+def test_a_long_name_is_cut_and_arcs_docker_sidecar_is_named_not_copied() -> None:
+    code, out, err = _convert("-f", "-", stdin=LONG_NAMED_DEPLOYMENT_WITH_ITS_OWN_DOCKER_SIDECAR)
+    assert code == 3
+    pool = yaml.safe_load(out)
+    assert pool["metadata"] == {"name": "example-org-linux-x64-large-runner"}
+    assert pool["spec"] == {"repository": "octo-org/hello-world", "containerMode": "dind", "replicas": 3}
+    assert _paths(err.splitlines()) == ["metadata.name", "spec.template.spec.containers[docker]"]
+
+
 HRA_WITHOUT_TARGET = """
 apiVersion: actions.summerwind.dev/v1alpha1
 kind: HorizontalRunnerAutoscaler
@@ -191,6 +215,12 @@ spec: {scaleTargetRef: {name: elsewhere}, maxReplicas: 3}
         ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "no RunnerDeployment"),
         (HRA_WITHOUT_TARGET, "no RunnerDeployment"),
         ("githubConfigUrl: https://github.com/\n", "names no enterprise, organization or repository"),
+        ("githubConfigSecret: arc-pat\nmaxRunners: 3\n", "no githubConfigUrl"),
+        (
+            "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerDeployment\n"
+            "metadata: {name: odd}\nspec: {template: {spec: [organization]}}\n",
+            "RunnerDeployment/odd: a field has an unexpected shape",
+        ),
     ],
 )
 def test_input_that_makes_no_pool_exits_2_with_what_is_wrong(stdin: str, message: str) -> None:

@@ -96,7 +96,12 @@ def convert_text(text: str) -> tuple[list[Converted], list[Unmapped]]:
     for doc in docs:
         if any(doc is hra for hra in autoscalers):
             continue
-        converted = _one(doc, autoscalers)
+        try:
+            converted = _one(doc, autoscalers)
+        except ConvertError:
+            raise
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ConvertError(f"{_kind_name(doc)}: a field has an unexpected shape ({err})") from None
         if converted is None:
             skipped.append(Unmapped(_kind_name(doc), "not a runner definition; left out"))
             continue

@@ -14,7 +14,15 @@ from runnerpool import api, naming
 from runnerpool.domain import parse_duration
 from runnerpool.plugin.convert.result import Draft
 
-__all__ = ["ARC_WORK_DIR", "grace_period", "pod_metadata", "pod_spec", "runner_container", "runner_image"]
+__all__ = [
+    "ARC_WORK_DIR",
+    "grace_period",
+    "kubernetes_mode",
+    "pod_metadata",
+    "pod_spec",
+    "runner_container",
+    "runner_image",
+]
 
 #: Where ARC's runner images keep the runner's work directory (the operator's is naming.WORK_DIR).
 ARC_WORK_DIR = "/home/runner/_work"
@@ -125,3 +133,17 @@ def pod_spec(draft: Draft, pod: Mapping[str, Any], path: str) -> None:
             draft.drop(where, "the operator's: one job per pod; remove it")
         else:
             draft.pod[key] = value
+
+
+def kubernetes_mode(draft: Draft, claim: Mapping[str, Any] | None) -> None:
+    """``containerMode: kubernetes``, its work volume from a PersistentVolumeClaim spec (ARC's
+    ``workVolumeClaimTemplate`` and ``kubernetesModeWorkVolumeClaim`` are both one)."""
+    draft.set("containerMode", api.KUBERNETES_MODE)
+    if not claim:
+        return
+    found = {
+        "storageClassName": claim.get("storageClassName"),
+        "accessModes": claim.get("accessModes"),
+        "storage": ((claim.get("resources") or {}).get("requests") or {}).get("storage"),
+    }
+    draft.set("kubernetesMode", {"workVolumeClaim": {k: v for k, v in found.items() if v}})

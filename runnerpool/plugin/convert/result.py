@@ -49,6 +49,17 @@ class Draft:
     runner: dict[str, Any] = field(default_factory=dict)
     unmapped: list[Unmapped] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        """Pod names carry the pool's name, so a RunnerPool's is short; a longer one is cut."""
+        if len(self.name) > api.MAX_POOL_NAME_LENGTH:
+            cut = self.name[: api.MAX_POOL_NAME_LENGTH].rstrip("-.")
+            self.drop(
+                "metadata.name",
+                f"{self.name} is longer than {api.MAX_POOL_NAME_LENGTH} characters (pod names carry "
+                f"it); the pool is {cut}",
+            )
+            self.name = cut
+
     def drop(self, path: str, advice: str) -> None:
         self.unmapped.append(Unmapped(path, advice))
 

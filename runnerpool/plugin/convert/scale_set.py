@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from runnerpool import api
-from runnerpool.plugin.convert.pod import pod_metadata, pod_spec
+from runnerpool.plugin.convert.pod import kubernetes_mode, pod_metadata, pod_spec
 from runnerpool.plugin.convert.result import Converted, ConvertError, Draft
 
 __all__ = ["AUTOSCALING_RUNNER_SET", "GROUP", "convert_scale_set", "is_values"]
@@ -83,16 +82,7 @@ def _container_mode(draft: Draft, mode: Mapping[str, Any]) -> None:
     if kind == "dind":
         draft.set("containerMode", "dind")
     elif kind in ("kubernetes", "kubernetes-novolume"):
-        draft.set("containerMode", api.KUBERNETES_MODE)
-        claim = mode.get("kubernetesModeWorkVolumeClaim") or {}
-        storage = ((claim.get("resources") or {}).get("requests") or {}).get("storage")
-        found = {
-            "storageClassName": claim.get("storageClassName"),
-            "accessModes": claim.get("accessModes"),
-            "storage": storage,
-        }
-        if claim and kind == "kubernetes":
-            draft.set("kubernetesMode", {"workVolumeClaim": {k: v for k, v in found.items() if v}})
+        kubernetes_mode(draft, mode.get("kubernetesModeWorkVolumeClaim") if kind == "kubernetes" else None)
         if mode.get("kubernetesModeServiceAccount"):
             draft.drop(
                 "containerMode.kubernetesModeServiceAccount",

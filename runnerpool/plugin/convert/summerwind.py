@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runnerpool.plugin.convert.pod import grace_period, pod_metadata, pod_spec, runner_container, runner_image
+from runnerpool.plugin.convert.pod import (
+    grace_period,
+    kubernetes_mode,
+    pod_metadata,
+    pod_spec,
+    runner_container,
+    runner_image,
+)
 from runnerpool.plugin.convert.result import Converted, Draft
 
 __all__ = ["GROUP", "HRA", "RUNNER_DEPLOYMENT", "convert_runner_deployment"]
@@ -16,6 +23,8 @@ RUNNER_DEPLOYMENT = "RunnerDeployment"
 HRA = "HorizontalRunnerAutoscaler"
 
 _T = "spec.template.spec"
+#: The name of ARC's Docker sidecar, which a RunnerDeployment's containers may override.
+_ARC_DOCKER = "docker"
 _DAEMON = "no field for it: give the daemon a daemon.json in an image of your own (spec.dindImage)"
 #: RunnerConfig and RunnerPodSpec fields that are no pod field, each with what to do instead.
 _NO_COUNTERPART = {
@@ -44,17 +53,7 @@ def _docker(draft: Draft, spec: Mapping[str, Any]) -> None:
     """ARC runs a Docker sidecar unless ``dockerEnabled: false``; here that is containerMode dind."""
     mode = spec.get("containerMode")
     if mode == "kubernetes":
-        draft.set("containerMode", "kubernetes")
-        claim = spec.get("workVolumeClaimTemplate") or {}
-        storage = ((claim.get("resources") or {}).get("requests") or {}).get("storage")
-        found = {
-            "storageClassName": claim.get("storageClassName") or None,
-            "accessModes": claim.get("accessModes") or None,
-            "storage": storage,
-        }
-        draft.set(
-            "kubernetesMode", {"workVolumeClaim": {k: v for k, v in found.items() if v}} if claim else None
-        )
+        kubernetes_mode(draft, spec.get("workVolumeClaimTemplate"))
         return
     if spec.get("dockerdWithinRunnerContainer"):
         draft.drop(
@@ -114,6 +113,13 @@ def _runner_spec(draft: Draft, spec: Mapping[str, Any]) -> None:
     }
     runner_container(draft, runner, _T)
     containers = [*(spec.get("containers") or []), *(spec.get("sidecarContainers") or [])]
+    for container in [c for c in containers if c.get("name") == _ARC_DOCKER]:
+        containers.remove(container)
+        draft.drop(
+            f"{_T}.containers[{_ARC_DOCKER}]",
+            "ARC's Docker sidecar; here the daemon is the dind init container of containerMode: dind: "
+            "set its fields in spec.template.spec.initContainers[dind]",
+        )
     pod_spec(draft, {"containers": containers} if containers else {}, _T)
     if "terminationGracePeriodSeconds" in spec:
         grace_period(draft, spec["terminationGracePeriodSeconds"], f"{_T}.terminationGracePeriodSeconds")
