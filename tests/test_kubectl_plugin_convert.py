@@ -74,7 +74,7 @@ spec:
     workVolumeClaim: {storageClassName: fast-ssd, accessModes: [ReadWriteOnce], storage: 10Gi}
   labels: [k8s-runners]
   nodeSelector: {kubernetes.io/arch: amd64}
-  env: [{name: ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER, value: "true"}]
+  env: [{name: GOFLAGS, value: "-mod=mod"}]
   resources: {requests: {cpu: "1", memory: 2Gi}}
   template:
     metadata: {annotations: {example.com/team: platform}}
@@ -82,6 +82,7 @@ spec:
 SCALE_SET_NOT_MAPPED = [
     "template.spec.containers[runner].image",
     "template.spec.containers[runner].command",
+    "template.spec.containers[runner].env[ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER]",
     "proxy",
 ]
 

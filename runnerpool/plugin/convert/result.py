@@ -11,6 +11,18 @@ from runnerpool import api
 __all__ = ["ConvertError", "Converted", "Draft", "Unmapped"]
 
 
+#: The runner's variables each containerMode sets (runnerpool.pods.kubernetes_mode, .dind).
+_MODE_ENV = {
+    "kubernetes": (
+        "ACTIONS_RUNNER_CONTAINER_HOOKS",
+        "ACTIONS_RUNNER_POD_NAME",
+        "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER",
+        "ACTIONS_RUNNER_CLAIM_NAME",
+    ),
+    "dind": ("DOCKER_HOST",),
+}
+
+
 class ConvertError(ValueError):
     """Input that yields no pool (not YAML, no runner definition, no scope): exit 2."""
 
@@ -69,11 +81,15 @@ class Draft:
             self.spec[key] = value
 
     def add_env(self, path: str, env: Iterable[Mapping[str, Any]]) -> None:
-        """Environment variables of the runner, less those only the operator sets."""
+        """Environment variables of the runner, less those only the operator sets and those its
+        containerMode sets (a copy in spec.env would override the operator's choice)."""
+        mode = str(self.spec.get("containerMode") or "")
         for var in env:
             name = str(var.get("name") or "")
             if api.operator_env(name):
                 self.drop(f"{path}[{name}]", "the operator sets this variable from the pool; remove it")
+            elif name in _MODE_ENV.get(mode, ()):
+                self.drop(f"{path}[{name}]", f"containerMode: {mode} sets it (docs/{mode}.md)")
             else:
                 self.spec.setdefault("env", []).append(dict(var))
 
