@@ -200,6 +200,33 @@ def test_a_long_name_is_cut_and_arcs_docker_sidecar_is_named_not_copied() -> Non
     assert _paths(err.splitlines()) == ["metadata.name", "spec.template.spec.containers[docker]"]
 
 
+KUBERNETES_MODE_WITH_ITS_OWN_SERVICE_ACCOUNT = """
+githubConfigUrl: https://github.com/enterprises/octo-corp
+githubConfigSecret: enterprise-pat
+runnerScaleSetName: jobs-in-pods
+maxRunners: 8
+containerMode: {type: kubernetes-novolume}
+template:
+  spec:
+    serviceAccountName: arc-runner
+    volumes:
+      - {name: work, emptyDir: {}}
+"""
+
+
+def test_kubernetes_mode_leaves_the_service_account_and_work_volume_to_the_operator() -> None:
+    code, out, err = _convert("-f", "-", stdin=KUBERNETES_MODE_WITH_ITS_OWN_SERVICE_ACCOUNT)
+    assert code == 3
+    assert yaml.safe_load(out)["spec"] == {
+        "enterprise": "octo-corp",
+        "credentialSecretName": "enterprise-pat",
+        "autoscaling": {"minReplicas": 0, "maxReplicas": 8},
+        "containerMode": "kubernetes",
+        "labels": ["jobs-in-pods"],
+    }
+    assert _paths(err.splitlines()) == ["template.spec.serviceAccountName", "template.spec.volumes[work]"]
+
+
 HRA_WITHOUT_TARGET = """
 apiVersion: actions.summerwind.dev/v1alpha1
 kind: HorizontalRunnerAutoscaler

@@ -91,7 +91,7 @@ def _volumes(draft: Draft, volumes: list[Mapping[str, Any]], path: str) -> None:
     for volume in volumes:
         name = str(volume.get("name") or "")
         if name == naming.WORK_VOLUME:
-            draft.set("workVolume", {k: v for k, v in volume.items() if k != "name"})
+            draft.set("workVolume", {k: v for k, v in volume.items() if k != "name"}, f"{path}[{name}]")
         elif name in naming.OPERATOR_VOLUMES or name in _ARC_DIND_VOLUMES:
             draft.drop(
                 f"{path}[{name}]",
@@ -118,7 +118,7 @@ def pod_spec(draft: Draft, pod: Mapping[str, Any], path: str) -> None:
     for key, value in pod.items():
         where = f"{path}.{key}"
         if key in _SPEC_FIELDS:
-            draft.set(key, value)
+            draft.set(key, value, where)
         elif key == "volumes":
             _volumes(draft, value or [], where)
         elif key == "containers":
@@ -133,6 +133,7 @@ def pod_spec(draft: Draft, pod: Mapping[str, Any], path: str) -> None:
             draft.drop(where, "the operator's: one job per pod; remove it")
         else:
             draft.pod[key] = value
+            draft.origins[key] = where
 
 
 def kubernetes_mode(draft: Draft, claim: Mapping[str, Any] | None) -> None:

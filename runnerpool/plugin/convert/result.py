@@ -60,6 +60,8 @@ class Draft:
     pod: dict[str, Any] = field(default_factory=dict)
     runner: dict[str, Any] = field(default_factory=dict)
     unmapped: list[Unmapped] = field(default_factory=list)
+    #: Where in the source a spec field came from, for a field dropped after it was set.
+    origins: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Pod names carry the pool's name, so a RunnerPool's is short; a longer one is cut."""
@@ -75,10 +77,12 @@ class Draft:
     def drop(self, path: str, advice: str) -> None:
         self.unmapped.append(Unmapped(path, advice))
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: Any, origin: str | None = None) -> None:
         """A spec field, when the source says anything (empty lists and maps say nothing)."""
         if value is not None and value not in ([], {}):
             self.spec[key] = value
+            if origin is not None:
+                self.origins[key] = origin
 
     def add_env(self, path: str, env: Iterable[Mapping[str, Any]]) -> None:
         """Environment variables of the runner, less those only the operator sets and those its
@@ -106,5 +110,22 @@ class Draft:
             spec["template"] = template
         return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": metadata, "spec": spec}
 
+    def _settle_kubernetes_mode(self) -> None:
+        """What containerMode: kubernetes keeps for the operator: the runners' ServiceAccount
+        (the hooks' Role is bound to it) and the work volume (the job pods mount it)."""
+        if self.spec.get("containerMode") != api.KUBERNETES_MODE:
+            return
+        own = "containerMode: kubernetes: the operator makes the runners' ServiceAccount"
+        for key in ("serviceAccountName", "serviceAccount", "automountServiceAccountToken"):
+            if self.pod.pop(key, None) is not None or self.spec.pop(key, None) is not None:
+                self.drop(self.origins.get(key, key), own)
+        if self.spec.pop("workVolume", None) is not None:
+            self.drop(
+                self.origins.get("workVolume", "workVolume"),
+                "containerMode: kubernetes: the job pods mount the work volume the hooks expect; "
+                "spec.kubernetesMode.workVolumeClaim sets it",
+            )
+
     def result(self) -> Converted:
+        self._settle_kubernetes_mode()
         return Converted(self.source, self.manifest(), tuple(self.unmapped))

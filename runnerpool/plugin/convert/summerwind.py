@@ -82,7 +82,9 @@ def _work_volume(draft: Draft, spec: Mapping[str, Any]) -> None:
         return
     empty = {"sizeLimit": spec.get("volumeSizeLimit"), "medium": spec.get("volumeStorageMedium")}
     draft.set(
-        "workVolume", {"emptyDir": {k: v for k, v in empty.items() if v}} if any(empty.values()) else None
+        "workVolume",
+        {"emptyDir": {k: v for k, v in empty.items() if v}} if any(empty.values()) else None,
+        f"{_T}.volumeSizeLimit",
     )
 
 
