@@ -94,11 +94,16 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     convert = sub.add_parser(
         "convert",
-        parents=[common],
         help="print RunnerPools for ARC RunnerDeployments, scale set values or meows RunnerPools "
         "(exit 3: some fields not mapped, listed on stderr)",
     )
     convert.add_argument("-f", "--filename", required=True, help="YAML file, or - for standard input")
+    convert.add_argument(
+        "-n",
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help="namespace of the printed pools (default: each source's)",
+    )
     return parser
 
 

@@ -20,7 +20,9 @@ def _load(text: str) -> list[Mapping[str, Any]]:
     try:
         docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as err:
-        raise ConvertError(f"the input is not YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConvertError(f"the input is not YAML: {getattr(err, 'problem', None) or err}{where}") from None
     if not docs:
         raise ConvertError(
             "the input is empty: give a RunnerDeployment, scale set values or a meows RunnerPool"
