@@ -266,13 +266,16 @@ def test_a_missing_file_exits_2_naming_it(tmp_path: Path) -> None:
 def test_convert_as_users_run_it_prints_pools_the_api_server_accepts(
     api_client: client.ApiClient, runnerpool_crd: dict[str, Any], namespace: str, tmp_path: Path
 ) -> None:
-    """Every source at once, with a Secret beside them: pools on stdout (applied here to the real
-    API server), the fields left out and the Secret on stderr, exit 3."""
+    """Every source at once, with a RunnerSet and a Secret beside them: pools on stdout (applied
+    here to the real API server), the fields and objects left out on stderr, exit 3."""
     both = tmp_path / "arc-and-meows.yaml"
+    runner_set = (
+        "apiVersion: actions.summerwind.dev/v1alpha1\nkind: RunnerSet\nmetadata: {name: sts-runners}\n"
+    )
     secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: controller-manager}\n"
     names = ("summerwind.yaml", "scale-set-values.yaml", "meows.yaml")
     sources = [(DATA / name).read_text() for name in names]
-    both.write_text("\n---\n".join([*sources, secret]))
+    both.write_text("\n---\n".join([*sources, runner_set, secret]))
     code, out, err = _convert("-f", str(both), "-n", namespace)
     assert code == 3
     pools = list(yaml.safe_load_all(out))
@@ -286,4 +289,8 @@ def test_convert_as_users_run_it_prints_pools_the_api_server_accepts(
     assert "# RunnerDeployment/org-runners:" in lines
     dockerd = "# not mapped: spec.template.spec.dockerdWithinRunnerContainer: "
     assert any(line.startswith(dockerd) for line in lines)
-    assert lines[-1] == "# not mapped: Secret/controller-manager: not a runner definition; left out"
+    assert lines[-2:] == [
+        "# not mapped: RunnerSet/sts-runners: not converted (RunnerDeployments are): move its "
+        "runner fields into a RunnerPool by hand, as docs/migrating.md maps a RunnerDeployment's",
+        "# not mapped: Secret/controller-manager: not a runner definition; left out",
+    ]

@@ -72,6 +72,15 @@ def _one(doc: Mapping[str, Any], autoscalers: list[Mapping[str, Any]]) -> Conver
     return None
 
 
+def _why_left_out(doc: Mapping[str, Any]) -> str:
+    if _group(doc) == summerwind.GROUP:
+        return (
+            "not converted (RunnerDeployments are): move its runner fields into a RunnerPool "
+            "by hand, as docs/migrating.md maps a RunnerDeployment's"
+        )
+    return "not a runner definition; left out"
+
+
 def _validated(converted: Converted) -> Converted:
     """The operator's models have the last word: a pool they refuse is never printed."""
     try:
@@ -105,7 +114,7 @@ def convert_text(text: str) -> tuple[list[Converted], list[Unmapped]]:
         except (TypeError, ValueError, AttributeError) as err:
             raise ConvertError(f"{_kind_name(doc)}: a field has an unexpected shape ({err})") from None
         if converted is None:
-            skipped.append(Unmapped(_kind_name(doc), "not a runner definition; left out"))
+            skipped.append(Unmapped(_kind_name(doc), _why_left_out(doc)))
             continue
         hra = _autoscaler_of(doc, autoscalers) if doc.get("kind") == summerwind.RUNNER_DEPLOYMENT else None
         if hra is not None:
