@@ -1,8 +1,9 @@
-"""The four commands: read, decide (``views``), print.
+"""The commands: read, decide (``views``), print.
 
-Each command makes at most one GitHub listing (``runners``, ``remove-offline``: the pool's
-scope, once) plus, for ``remove-offline``, one DELETE per runner it removes; ``list`` and
-``why`` ask only the API server.
+``convert`` reads only its input (``runnerpool.plugin.convert``). Each other command makes at
+most one GitHub listing (``runners``, ``remove-offline``: the pool's scope, once) plus, for
+``remove-offline``, one DELETE per runner it removes; ``list`` and ``why`` ask only the API
+server.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import pydantic
@@ -22,13 +24,25 @@ from runnerpool.domain import parse_rfc3339, utcnow
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.plugin import views
 from runnerpool.plugin.cluster import Cluster
+from runnerpool.plugin.convert.documents import convert_text, render
+from runnerpool.plugin.convert.result import ConvertError
 from runnerpool.plugin.errors import PluginError
 from runnerpool.plugin.github_access import PoolGitHub
 from runnerpool.plugin.output import NONE, since, table, until
 from runnerpool.reasons import ConditionType, Reason
 from runnerpool.settings import GitHubSettings
 
-__all__ = ["Context", "list_pools", "list_runners", "remove_offline", "why"]
+__all__ = [
+    "CONVERTED",
+    "NOT_ALL_MAPPED",
+    "UNREADABLE",
+    "Context",
+    "convert",
+    "list_pools",
+    "list_runners",
+    "remove_offline",
+    "why",
+]
 
 #: Events ``why`` shows, newest last, and Warning events among "Last errors".
 RECENT_EVENTS = 10
@@ -36,6 +50,8 @@ RECENT_ERRORS = 5
 #: Condition reasons of a pool on its way up, which are no error (runnerpool.reconciler's list).
 _STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING})
 _EPOCH = datetime.min.replace(tzinfo=UTC)
+#: ``convert``'s exit codes: all mapped; input that makes no pool; pools printed, fields left out.
+CONVERTED, UNREADABLE, NOT_ALL_MAPPED = 0, 2, 3
 
 
 @dataclass
@@ -314,3 +330,31 @@ def why(ctx: Context, namespace: str, name: str) -> int:
         )
     ctx.print("\n\n".join(sections))
     return 0
+
+
+# -- convert --------------------------------------------------------------------------------------
+
+
+def convert(filename: str, namespace: str | None, *, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    """``convert -f FILE|-``: the pools on stdout, one ``# not mapped:`` line per field left out on stderr."""
+    try:
+        text = stdin.read() if filename == "-" else Path(filename).read_text(encoding="utf-8")
+        pools, skipped = convert_text(text)
+    except OSError as failure:
+        print(f"error: cannot read {filename}: {failure.strerror or failure}", file=err)
+        return UNREADABLE
+    except UnicodeDecodeError:
+        print(f"error: cannot read {filename}: not UTF-8 text", file=err)
+        return UNREADABLE
+    except ConvertError as failure:
+        print(f"error: {failure}", file=err)
+        return UNREADABLE
+    out.write(render(pools, namespace))
+    for converted in pools:
+        if converted.unmapped and len(pools) > 1:
+            print(f"# {converted.source}:", file=err)
+        for unmapped in converted.unmapped:
+            print(unmapped.line(), file=err)
+    for unmapped in skipped:
+        print(unmapped.line(), file=err)
+    return NOT_ALL_MAPPED if skipped or any(c.unmapped for c in pools) else CONVERTED

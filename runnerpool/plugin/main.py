@@ -30,10 +30,11 @@ examples:
   kubectl runnerpool runners repo-runners -n ci-runners
   kubectl runnerpool why repo-runners -n ci-runners
   kubectl runnerpool remove-offline repo-runners -n ci-runners --yes
+  kubectl runnerpool convert -f runnerdeployment.yaml > runnerpool.yaml
 
 permissions: list and why need get/list on runnerpools, pods and events (the built-in view
 role); runners and remove-offline also read the pool's credential Secret (get secrets: the
-built-in edit or admin role)."""
+built-in edit or admin role). convert reads only its input, never the cluster."""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -91,6 +92,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     remove.add_argument("pool")
     remove.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    convert = sub.add_parser(
+        "convert",
+        help="print RunnerPools for ARC RunnerDeployments, scale set values or meows RunnerPools "
+        "(exit 3: some fields not mapped, listed on stderr)",
+    )
+    convert.add_argument("-f", "--filename", required=True, help="YAML file, or - for standard input")
+    convert.add_argument(
+        "-n",
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help="namespace of the printed pools (default: each source's)",
+    )
     return parser
 
 
@@ -99,6 +112,10 @@ def run(
 ) -> int:
     """The plugin with its streams given (tests call this in-process)."""
     args = _parser().parse_args(list(argv))
+    if args.command == "convert":
+        return commands.convert(
+            args.filename, getattr(args, "namespace", None), out=out, err=err, stdin=stdin
+        )
     login = Login(kubeconfig=getattr(args, "kubeconfig", None), context=getattr(args, "context", None))
     api_url = getattr(args, "github_api_url", None) or os.environ.get(API_URL_ENV) or DEFAULT_API_URL
     try:
