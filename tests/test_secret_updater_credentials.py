@@ -78,6 +78,30 @@ def test_app_secret(mock: Any, app_private_key: str) -> None:
     assert mock.calls[1].request.headers["Authorization"] == f"token {access['token']}"
 
 
+def test_a_secret_made_for_arc_works_unchanged(mock: Any, app_private_key: str) -> None:
+    """ARC's key names (github_token, github_app_*): a team moving over keeps its Secret."""
+    mock_org_token(mock)
+    client_from_secret_data({"github_token": PAT_A}, API, FAST).registration_token(ORG)
+    assert mock.calls[0].request.headers["Authorization"] == f"token {PAT_A}"
+
+    access = {**fixture("installation-access-token.json")["body"], "expires_at": "2099-01-01T00:00:00Z"}
+    mock.post(api("/app/installations/7/access_tokens"), json=access, status=201)
+    arc_app = {
+        "github_app_id": "1234",
+        "github_app_installation_id": "7",
+        "github_app_private_key": app_private_key,
+    }
+    client_from_secret_data(arc_app, API, FAST).registration_token(ORG)
+    assert mock.calls[1].request.url.endswith("/app/installations/7/access_tokens")
+    assert mock.calls[2].request.headers["Authorization"] == f"token {access['token']}"
+
+
+def test_our_key_wins_over_arcs_when_a_secret_has_both(mock: Any) -> None:
+    mock_org_token(mock)
+    client_from_secret_data({"token": PAT_A, "github_token": PAT_B}, API, FAST).registration_token(ORG)
+    assert mock.calls[0].request.headers["Authorization"] == f"token {PAT_A}"
+
+
 def test_ghes_default_and_trailing_slash(mock: Any) -> None:
     mock_org_token(mock, GHES_API)
     gh = client_from_secret_data({"token": PAT_A}, GHES_API + "/", FAST)

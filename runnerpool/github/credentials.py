@@ -37,6 +37,7 @@ __all__ = [
     "APP_ID_KEY",
     "APP_INSTALLATION_ID_KEY",
     "APP_PRIVATE_KEY_KEY",
+    "ARC_KEYS",
     "MAX_CLIENTS",
     "PAT_KEY",
     "ClientCache",
@@ -55,6 +56,14 @@ APP_ID_KEY = "app-id"
 APP_INSTALLATION_ID_KEY = "app-installation-id"
 APP_PRIVATE_KEY_KEY = "app-private-key"
 _APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
+#: actions-runner-controller's key names for the same values: a Secret made for ARC works
+#: here unchanged (docs/migrating.md); our own name wins where both are present.
+ARC_KEYS = {
+    "github_token": PAT_KEY,
+    "github_app_id": APP_ID_KEY,
+    "github_app_installation_id": APP_INSTALLATION_ID_KEY,
+    "github_app_private_key": APP_PRIVATE_KEY_KEY,
+}
 
 SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
 
@@ -141,6 +150,16 @@ def _validated_base_url(base_url: str) -> str:
     return url
 
 
+def _with_arc_keys(data: Mapping[str, str]) -> Mapping[str, str]:
+    """``data`` with ARC's key names read as ours (``ARC_KEYS``), ours kept where both are set."""
+    if not any(key in data for key in ARC_KEYS):
+        return data
+    renamed = {
+        ours: data[arc] for arc, ours in ARC_KEYS.items() if arc in data and not data.get(ours, "").strip()
+    }
+    return {**data, **renamed}
+
+
 def client_from_secret_data(
     data: Mapping[str, str],
     base_url: str = DEFAULT_API_URL,
@@ -156,6 +175,7 @@ def client_from_secret_data(
     from runnerpool.github.pygithub import PyGithubClient  # noqa: PLC0415 - imports PyGithub
 
     url = _validated_base_url(base_url)
+    data = _with_arc_keys(data)
     present_app_keys = [k for k in _APP_KEYS if data.get(k, "").strip()]
     if present_app_keys:
         missing = [k for k in _APP_KEYS if k not in present_app_keys]
