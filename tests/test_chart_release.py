@@ -149,7 +149,7 @@ def renovate() -> Obj:
 def base_image(dockerfile: Path) -> tuple[str, str]:
     (base,) = [args for keyword, args in parse_dockerfile(dockerfile) if keyword == "FROM"]
     name, _, tag = base.partition(":")
-    return name, tag
+    return name, tag.partition("@")[0]
 
 
 def test_renovate_bumps_the_runner_version_at_once(renovate: Obj) -> None:
@@ -170,3 +170,11 @@ def test_renovate_keeps_the_operator_on_python_3_11(renovate: Obj) -> None:
     allowed = re.compile(rule["allowedVersions"].strip("/"))
     assert allowed.fullmatch(tag), f"the current {tag} would not be allowed"
     assert not allowed.fullmatch("3.12.1-slim-bookworm")
+
+
+def test_renovate_keeps_base_images_and_actions_pinned(renovate: Obj) -> None:
+    """tests/test_workflows.py and test_deploy_manifests.py require the pins; Renovate keeps them."""
+    assert "helpers:pinGitHubActionDigests" in renovate["extends"]
+    assert {"dockerfile", "github-actions"} <= set(renovate["enabledManagers"])
+    (rule,) = [r for r in renovate["packageRules"] if r.get("matchManagers") == ["dockerfile"]]
+    assert rule["pinDigests"] is True

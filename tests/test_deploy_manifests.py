@@ -768,9 +768,14 @@ def test_dockerfile_basics(dockerfile: Path, context: Path) -> None:
 def test_operator_image_installs_the_package() -> None:
     instructions = parse_dockerfile(OPERATOR_DOCKERFILE)
     runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
-    assert re.search(r"pip install (--[\w-]+ )*\.( |$)", runs)
+    # Exactly the lock's versions (generators/requirements_lock.py), and nothing the lock misses.
+    assert re.search(r"pip install (--[\w-]+ )*--no-deps (--[\w-]+ )*-r requirements\.lock \.( |$)", runs)
+    assert "&& pip check" in runs
+    copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
+    assert any("deploy/images/operator/requirements.lock" in words for words in copies)
     (base,) = [args for keyword, args in instructions if keyword == "FROM"]
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base)
+    # By digest (the multi-arch index), the tag beside it for people and Renovate.
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", base)
     entrypoint = [args for keyword, args in instructions if keyword == "ENTRYPOINT"][-1]
     assert yaml.safe_load(entrypoint) == ["runnerpool-operator"]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -789,7 +794,7 @@ def test_operator_image_ships_bytecode() -> None:
 def test_runner_image_runs_the_entrypoint() -> None:
     instructions = parse_dockerfile(RUNNER_DOCKERFILE)
     (base,) = [args for keyword, args in instructions if keyword == "FROM"]
-    assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+", base)
+    assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", base)
     copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
     installed = [words[-1] for words in copies if "entrypoint.sh" in words]
     assert len(installed) == 1

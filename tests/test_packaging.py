@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,3 +37,18 @@ def test_the_wheel_holds_no_test_world_and_needs_no_test_dependency(tmp_path: Pa
     assert "runnerpool/cli.py" in names and "secret_updater/updater.py" in names
     runtime = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
     assert not [r for r in runtime if r.lower().startswith(("pyyaml", "pytest", "responses"))], runtime
+
+
+def test_the_image_lock_pins_every_runtime_dependency_in_range() -> None:
+    """deploy/images/operator/requirements.lock: what the image installs (``--no-deps``, then
+    ``pip check``). A dependency added to pyproject without a new lock would fail the release's
+    build; a range narrowed past the lock would ship a version the operator refuses."""
+    lock = (ROOT / "deploy" / "images" / "operator" / "requirements.lock").read_text().splitlines()
+    pins = dict(line.split("==") for line in lock if line and not line.startswith("#"))
+    assert all(name == canonicalize_name(name) for name in pins), "python -m generators.requirements_lock"
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dependency in map(Requirement, dependencies):
+        name = canonicalize_name(dependency.name)
+        assert name in pins, f"{name} is not in the lock: python -m generators.requirements_lock"
+        assert dependency.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {dependency}"
+    assert not {"pytest", "ruff", "mypy", "responses", "hypothesis"} & set(pins), "test tools in the image"
