@@ -128,6 +128,28 @@ def test_published_chart_points_at_the_released_images(workflow: Obj, helm: Path
     assert "--runner-image=ghcr.io/octo-org/runnerpool-runner:9.8.7" in operator["args"]
 
 
+def test_the_chart_is_signed_by_the_digest_helm_pushed(workflow: Obj, tmp_path: Path) -> None:
+    """The push step hands the signing step what ``helm push`` said it pushed (on stderr), or fails."""
+    publish = step(workflow["jobs"]["chart"], "push")["run"]
+    digest = "sha256:" + "ab" * 32
+    fake = tmp_path / "bin" / "helm"
+    fake.parent.mkdir()
+    (tmp_path / "dist").mkdir()
+    # helm v3.22's words (pkg/registry/client.go), on stderr as helm writes them.
+    script = '[ "$1" = push ] && printf "Pushed: x\\nDigest: %s\\n" "$FAKE_DIGEST" >&2'
+    fake.write_text(f"#!/bin/sh\n{script}\nexit 0\n")
+    fake.chmod(0o755)
+    output = tmp_path / "output"
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "GITHUB_OUTPUT": str(output), "VERSION": "9.8.7"}
+    env |= {"OWNER": "octo-org", "REGISTRY_TOKEN": "t", "ACTOR": "a"}
+    done = bash(publish, tmp_path, {**env, "FAKE_DIGEST": digest})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output.read_text() == f"digest={digest}\n"
+    refused = bash(publish, tmp_path, {**env, "FAKE_DIGEST": "latest"})
+    assert refused.returncode == 1
+    assert "helm push told no digest to sign" in refused.stdout
+
+
 def test_rewrite_fails_when_the_values_changed_shape(workflow: Obj, tmp_path: Path) -> None:
     values = tmp_path / "charts" / "runnerpool-operator" / "values.yaml"
     values.parent.mkdir(parents=True)
