@@ -255,8 +255,7 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
             ),
             Panel(
                 "Run time p95, by repository and workflow",
-                "How long each workflow's jobs run on the selected pools' runners (started -> "
-                "completed).",
+                "How long each workflow's jobs run on the selected pools' runners (started -> completed).",
                 (by_workflow("runnerpool_job_run_seconds", 0.95),),
                 unit="s",
                 width=8,
