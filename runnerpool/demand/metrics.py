@@ -52,22 +52,31 @@ DURATION = Histogram(
     ["namespace", "pool"],
     buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600),
 )
+
+
+def _by_workflow(name: str, what: str, buckets: tuple[float, ...]) -> Histogram:
+    """A job histogram with the bounded ``repository`` and ``workflow`` labels (``job_labels``)."""
+    return Histogram(
+        name,
+        f"{what} (GitHub's timestamps), by repository and workflow (--job-metrics-labels; past "
+        "the per-pool cap, 'other').",
+        ["namespace", "pool", "repository", "workflow"],
+        buckets=buckets,
+    )
+
+
 #: CI waits: seconds for a warm pool, minutes for one scaling from zero, hours for a pool at
 #: its maximum; GitHub cancels a job queued for 24 hours. 600 and 900 are the alert's neighbours.
-QUEUE = Histogram(
+QUEUE = _by_workflow(
     "runnerpool_job_queue_seconds",
-    "From a job being queued to a runner of the pool starting it (GitHub's timestamps), by "
-    "repository and workflow (--job-metrics-labels; past the per-pool cap, 'other').",
-    ["namespace", "pool", "repository", "workflow"],
-    buckets=(5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 10800, 86400),
+    "From a job being queued to a runner of the pool starting it",
+    (5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 10800, 86400),
 )
 #: CI runs: under a minute for a lint, hours for a build; GitHub ends a self-hosted job at 5 days.
-RUN = Histogram(
+RUN = _by_workflow(
     "runnerpool_job_run_seconds",
-    "How long jobs ran on a pool's runners (GitHub's timestamps), by repository and workflow "
-    "(--job-metrics-labels; past the per-pool cap, 'other').",
-    ["namespace", "pool", "repository", "workflow"],
-    buckets=(30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600, 86400, 432000),
+    "How long jobs ran on a pool's runners",
+    (30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600, 86400, 432000),
 )
 DELIVERIES = Counter(
     "runnerpool_webhook_deliveries",
