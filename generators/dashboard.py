@@ -76,6 +76,41 @@ def quantiles(histogram: str, selector: str, by: str = "") -> tuple[Query, ...]:
     )
 
 
+def by_workflow(histogram: str, quantile: float) -> Query:
+    """One quantile of a job histogram per repository and workflow (empty under
+    ``--job-metrics-labels none``; ``other`` past the per-pool cap)."""
+    return Query(
+        f"histogram_quantile({quantile}, sum by (repository, workflow, le) "
+        f"(rate({histogram}_bucket{{{POOLS}}}[$__rate_interval])))",
+        f"{{{{repository}}}} {{{{workflow}}}} p{round(quantile * 100)}",
+    )
+
+
+#: The per-workflow panels of the Jobs row: (title, description, histogram, quantile).
+WORKFLOW_PANELS = (
+    (
+        "Queue wait p95",
+        "Which workflow's jobs wait for a runner (queued -> started, GitHub's timestamps). A pool's "
+        "p95 can hide a workflow that is a few percent of its jobs; the alert "
+        "RunnerPoolWorkflowQueueWaitHigh watches this.",
+        "runnerpool_job_queue_seconds",
+        0.95,
+    ),
+    (
+        "Queue wait p50",
+        "The typical wait of each workflow's jobs: a high median is a pool too small for the "
+        "workflow, a high p95 alone a burst.",
+        "runnerpool_job_queue_seconds",
+        0.5,
+    ),
+    (
+        "Run time p95",
+        "How long each workflow's jobs run on the selected pools' runners (started -> completed).",
+        "runnerpool_job_run_seconds",
+        0.95,
+    ),
+)
+
 ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
     (
         "Pools and runners",
@@ -225,6 +260,16 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                     ),
                 ),
                 unit="ops",
+            ),
+            *(
+                Panel(
+                    f"{title}, by repository and workflow",
+                    description,
+                    (by_workflow(histogram, quantile),),
+                    unit="s",
+                    width=8,
+                )
+                for title, description, histogram, quantile in WORKFLOW_PANELS
             ),
         ),
     ),

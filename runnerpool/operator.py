@@ -19,6 +19,7 @@ from kubernetes import client
 
 from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
+from runnerpool.demand.job_labels import JobLabels
 from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
@@ -78,7 +79,11 @@ class Operator:
         )
         # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
         self._demand = DemandWriter(
-            self._kube, self.informers, settings.github.api_url_of, allowed=settings.tenants.allows_pool
+            self._kube,
+            self.informers,
+            settings.github.api_url_of,
+            allowed=settings.tenants.allows_pool,
+            job_labels=JobLabels(settings.demand),
         )
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
         self._secret_reads = SecretReads(self.informers, self._kube)

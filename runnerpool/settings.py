@@ -484,6 +484,22 @@ class DemandSettings:
         metavar="SECONDS",
     )
 
+    #: Repositories and workflows are the users': bounded (runnerpool.demand.job_labels).
+    job_metrics_labels: str = setting(
+        "repository,workflow",
+        "--job-metrics-labels",
+        "labels of runnerpool_job_queue_seconds and runnerpool_job_run_seconds besides namespace "
+        "and pool: repository and workflow, repository only, or none (docs/operating.md: cardinality)",
+        choices=("repository,workflow", "repository", "none"),
+    )
+    job_metrics_max_label_sets: int = setting(
+        50,
+        "--job-metrics-max-label-sets",
+        "distinct repository/workflow label sets per pool in the job metrics; past it a new "
+        'workflow is counted as workflow="other" (a new repository as repository="other")',
+        parse=positive_int,
+    )
+
     @property
     def mirror(self) -> tuple[str, str] | None:
         """``(namespace, name)`` of ``webhook_secret_mirror``; ``None`` when it is empty."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from kubernetes import client
 
 from runnerpool.demand import runner_names
+from runnerpool.demand.job_labels import JobLabels
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
@@ -98,6 +99,7 @@ def receiver_parts(
         settings.github.api_url_of,
         runners=runner_names.by_name,
         allowed=settings.tenants.allows_pool,
+        job_labels=JobLabels(settings.demand),
     )
     mirror = settings.demand.mirror
     secrets = MirroredSecrets(kube, *mirror) if mirror else None

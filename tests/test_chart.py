@@ -373,6 +373,7 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     ),
     "reader without namespace": ({"metrics": {"readers": [{"name": "prometheus"}]}}, "/metrics/readers/0"),
     "bad dashboard namespace": ({"dashboard": {"namespace": "Monitoring"}}, "/dashboard/namespace"),
+    "job metrics by a label of another name": ({"jobMetrics": {"labels": "workflow"}}, "/jobMetrics/labels"),
 }
 
 
@@ -389,6 +390,15 @@ def test_one_replica_installs_with_the_defaults_and_no_budget(helm: Path) -> Non
     assert not [o for o in objects if identity(o) == ("PodDisruptionBudget", NAMESPACE, RELEASE)]
     two = template(helm, {"replicaCount": 2})
     assert one(two, "PodDisruptionBudget", RELEASE)["spec"]["minAvailable"] == 1
+
+
+def test_job_metrics_labels_reach_both_components_that_observe_jobs(helm: Path) -> None:
+    """The poller (operator) and the receivers both observe job transitions: one setting for both."""
+    objects = template(helm, {"jobMetrics": {"labels": "none", "maxLabelSetsPerPool": 7}})
+    for component in ("operator", "webhook-receiver"):
+        args = [a for a in container(objects, component)["args"] if a.startswith("--job-metrics")]
+        demand = settings_from(parser().parse_args(args)).demand
+        assert (demand.job_metrics_labels, demand.job_metrics_max_label_sets) == ("none", 7), component
 
 
 @pytest.mark.parametrize("level", ["debug", "Debug", "DEBUG"])

@@ -126,6 +126,14 @@ def test_the_issue_s_panels_are_there(dashboard: Obj) -> None:
     ]
     assert any("runnerpool_job_pickup_latency_seconds_bucket" in e for e in quantiles)
     assert any("runnerpool_job_duration_seconds_bucket" in e for e in quantiles)
+    by_workflow = [e for e in quantiles if "sum by (repository, workflow, le)" in e]
+    assert {
+        (name, q) for e in by_workflow for name in metric_names(e) for q in ("0.5", "0.95") if q + "," in e
+    } >= {
+        ("runnerpool_job_queue_seconds_bucket", "0.5"),
+        ("runnerpool_job_queue_seconds_bucket", "0.95"),
+        ("runnerpool_job_run_seconds_bucket", "0.95"),
+    }
 
 
 def test_the_service_monitors_keep_the_pools_namespace_label() -> None:

@@ -31,6 +31,7 @@ from runnerpool import api
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics, rules
+from runnerpool.demand.job_labels import JobLabels
 from runnerpool.demand.matching import job_matches, job_scope_keys, recording_pools
 from runnerpool.demand.verification import ANY_POOL, Verdict
 from runnerpool.domain import utcnow
@@ -87,12 +88,16 @@ class DemandWriter:
         *,
         runners: Callable[[str, str], Container[str]] | None = None,
         allowed: Callable[[api.RunnerPool], bool] = lambda pool: True,
+        job_labels: JobLabels | None = None,
     ) -> None:
         """``runners(namespace, pool)``: the names of a pool's runners; default: its pods' names
         from the cache (the webhook receiver, which reads no pods, passes ``runner_names.by_name``).
         ``allowed``: whether the allow-list (``--allow``) lets the pool register at its scope; a
-        delivery never moves a pool it refuses, as the poller never polls for one."""
+        delivery never moves a pool it refuses, as the poller never polls for one.
+        ``job_labels``: the repository and workflow labels of the job metrics
+        (``--job-metrics-labels``); default: both, capped."""
         self._kube = kube
+        self._job_labels = job_labels or JobLabels()
         self._allowed = allowed
         self._runner_names = runners or self._pod_names
         self._pools = pools
@@ -207,7 +212,7 @@ class DemandWriter:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._writers.pop((namespace, name), None)
-        metrics.forget_pool(namespace, name)
+        metrics.forget_pool(namespace, name, self._job_labels)
 
     # -- the write -------------------------------------------------------------------------
 
@@ -256,6 +261,6 @@ class DemandWriter:
                     raise
                 raw = self._get(key)
                 continue
-            metrics.observe(pool, new, moved, runners)
+            metrics.observe(pool, new, moved, runners, self._job_labels)
             return
         raise DemandWriteFailed(f"{MAX_CONFLICTS} conflicting writes in a row")

@@ -34,6 +34,7 @@ class Job:
     repository: str  # owner/name
     api_url: str  # the REST base the job's repository lives on (github.com or a GHES host)
     runner_name: str | None = None
+    workflow: str | None = None  # the workflow's name (``workflow_name``): a metric label
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
@@ -62,6 +63,7 @@ def parse_job(item: Any, repository: str, api_url: str) -> Job:
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
         raise InvalidJob(f"workflow_job {job_id}: labels is not a list of strings")
     runner = item.get("runner_name")
+    workflow = item.get("workflow_name")
     state: JobState | None = status if status in STATE_RANK else None  # type: ignore[assignment]
     return Job(
         id=job_id,
@@ -70,6 +72,7 @@ def parse_job(item: Any, repository: str, api_url: str) -> Job:
         repository=repository,
         api_url=api_url.rstrip("/"),
         runner_name=runner if isinstance(runner, str) and runner else None,
+        workflow=workflow if isinstance(workflow, str) and workflow else None,
         created_at=parse_rfc3339(item.get("created_at")),
         started_at=parse_rfc3339(item.get("started_at")),
         completed_at=parse_rfc3339(item.get("completed_at")),

@@ -126,6 +126,9 @@ BROKEN = [
     ("RunnerPoolTokenExpiringSoon", "< 15 * 60", "< 45 * 60", "fires an hour early"),
     ("RunnerPoolJobsQueuedTooLong", "> 15 * 60", "> 3 * 60", "fires after 3 minutes"),
     ("RunnerPoolPickupLatencyHigh", "0.95", "0.99", "fires when 3 % of jobs are slow"),
+    ("RunnerPoolWorkflowQueueWaitHigh", ">= 3", ">= 1", "fires for one slow nightly job"),
+    ("RunnerPoolWorkflowQueueWaitHigh", "sum by (namespace, pool, repository, workflow, le)",
+     "sum by (namespace, pool, le)", "mixes a slow workflow with the pool's fast ones"),
     ("RunnerPoolGitHubBudgetLow", "> time()", "> 0", "fires after the window has reset"),
     ("RunnerPoolWebhookSignatureFailures", "[5m]", "[15m]", "fires for a stray unsigned post"),
 ]  # fmt: skip

@@ -181,3 +181,12 @@ empty: the operator makes a self-signed certificate in memory. Only with metrics
 {{- define "runnerpool-operator.metricsScraperName" -}}
 {{- printf "%s-metrics-scraper" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+The job metrics' labels and cap: the operator (the poller) and the webhook receivers both
+observe jobs, so both get the same flags.
+*/}}
+{{- define "runnerpool-operator.jobMetricsArgs" -}}
+- --job-metrics-labels={{ .Values.jobMetrics.labels }}
+- --job-metrics-max-label-sets={{ .Values.jobMetrics.maxLabelSetsPerPool }}
+{{- end }}
