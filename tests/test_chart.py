@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import tarfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -409,15 +410,22 @@ def test_log_level_in_any_case_reaches_both_components_in_upper_case(helm: Path,
 
 
 def notes(helm: Path, control_plane: ControlPlane, values: Obj | None = None) -> str:
-    """What ``helm install`` prints after installing (Helm asks the API server its version)."""
+    """What ``helm install`` prints after installing (Helm asks the API server its version).
+
+    A release and namespace of its own: Helm checks the objects it would make against the
+    cluster, and other tests of the session leave an install of deploy/ (its ServiceAccount in
+    runnerpool-system) behind; a server dry run makes ``lookup`` see the shared hooks ClusterRole,
+    which the chart then leaves alone, as a real install would.
+    """
+    release = f"notes-{uuid.uuid4().hex[:8]}"
     done = run_helm(
         helm,
         "install",
-        RELEASE,
+        release,
         str(CHART),
         "--namespace",
-        NAMESPACE,
-        "--dry-run=client",
+        release,
+        "--dry-run=server",
         values=values,
         env={"KUBECONFIG": str(control_plane.kubeconfig)},
     )

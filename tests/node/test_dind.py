@@ -40,6 +40,8 @@ DOCKER_BUILD = f"bash {JOBS_DIR}/docker-build.sh {_IMAGE_ARGS}"
 #: A job still running when its pod is deleted: its last step needs the daemon after SIGTERM.
 LAST_STEP_AFTER_SIGTERM = f"bash {JOBS_DIR}/docker-after-sigterm.sh {_IMAGE_ARGS}"
 JOB_TIMEOUT = 180.0
+#: A finalizer of the test's own: holds an ended pod for its logs (the operator deletes it).
+KEEP = "test.runnerpool.dev/keep-for-logs"
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +109,12 @@ def test_a_job_runs_and_builds_containers_on_the_pods_docker_daemon(
     assert before.index("the Docker daemon answers") < before.index("starting the runner listener")
 
     label = naming.pool_runner_label(namespace, "dind")
+    # The operator deletes the pod as soon as it has ended; the test's finalizer keeps it (and
+    # its logs) readable until the test has read them, however fast the operator is.
+    core.patch_namespaced_pod(
+        pod, namespace, [{"op": "add", "path": "/metadata/finalizers", "value": [KEEP]}]
+    )
     job_id = fake_github.queue_job(REPO, [label], 0, script=DOCKER_BUILD)
-    # The pod as it ends, read at once: the operator soon replaces it.
     seen: dict[str, Any] = {}
 
     def ended() -> bool:
@@ -122,7 +128,10 @@ def test_a_job_runs_and_builds_containers_on_the_pods_docker_daemon(
         )
         return True
 
-    wait_for(ended, JOB_TIMEOUT, 0.2, f"pod {pod} to end after its job")
+    try:
+        wait_for(ended, JOB_TIMEOUT, 0.2, f"pod {pod} to end after its job")
+    finally:
+        core.patch_namespaced_pod(pod, namespace, [{"op": "remove", "path": "/metadata/finalizers"}])
     job = fake_github.job(job_id)
     log = seen["log"]
     assert (job["status"], job["conclusion"]) == ("completed", "success"), log
