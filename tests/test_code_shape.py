@@ -12,8 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OPERATOR = [ROOT / "runnerpool", ROOT / "secret_updater"]
 MAX_FUNCTION_LINES = 60
-# operator.py: 200, +2 for the namespace gate and the webhook receiver component (issue 30).
-MAX_FILE_LINES = {"runnerpool/operator.py": 202, "runnerpool/runtime/informers.py": 500}
+# operator.py: 200, +2 for the namespace gate and the webhook receiver component (issue 30),
+# +5 for the demand writer's allow-list and job-metric labels (issues 33 and 31).
+MAX_FILE_LINES = {"runnerpool/operator.py": 207, "runnerpool/runtime/informers.py": 500}
 
 
 def test_no_operator_function_is_longer_than_60_lines() -> None:

@@ -44,7 +44,6 @@ What it does not do, and is added here with as little code as possible:
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import threading
@@ -62,7 +61,6 @@ from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from runnerpool.api_errors import describe, log_failure, one_line_errors_from
-from runnerpool.runtime.kube import Kube
 from runnerpool.settings import LeaderElectionSettings
 
 __all__ = ["LeaderElector"]
@@ -97,28 +95,6 @@ class _ObservedLeaseLock(LeaseLock):  # type: ignore[misc]  # kubernetes is unty
             logger.debug("lease %s/%s not replaced: %s", namespace, name, describe(exc))
             return False
         return True
-
-
-#: Attempts the kubernetes client makes of one call (urllib3's default retries, plus the first).
-_ATTEMPTS = 4
-
-
-class _TimedLeases:
-    """The Lease calls of the library's ``LeaseLock`` and of the release, each with a timeout.
-
-    The library passes none, so a renew sent to an API server that accepts and never answers
-    (a half-dead control plane, a dropped connection) would block past the renew deadline: the
-    renew loop could not notice, and this replica would go on leading while another one takes
-    the expired Lease, two leaders at once.  Each attempt gets a quarter of the renew deadline
-    (at most the operator's API timeout), so all of a call's attempts end within it.
-    """
-
-    def __init__(self, api: client.CoordinationV1Api, timeout: float) -> None:
-        self._api = api
-        self.timeout = timeout
-
-    def __getattr__(self, name: str) -> Any:
-        return functools.partial(getattr(self._api, name), _request_timeout=self.timeout)
 
 
 class _StoppableElection(LeaderElection):  # type: ignore[misc]  # kubernetes is untyped (pyproject)
@@ -231,8 +207,7 @@ class LeaderElector:
     ) -> None:
         namespace, name = settings.namespace, settings.lease_name
         identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        per_attempt = min(Kube(api_client).timeout, settings.renew_deadline / _ATTEMPTS)
-        self._api = _TimedLeases(client.CoordinationV1Api(api_client), per_attempt)
+        self._api = client.CoordinationV1Api(api_client)
         self._namespace = namespace
         self._name = name
         self._identity = identity
