@@ -100,7 +100,7 @@ class PodStep:
         """The pool's pods as they are (``live``: this pass's snapshot), without any write;
         ``with_creates``: as they will be once :meth:`converge` made the missing ones (none
         while the pool backs off from a refused create)."""
-        counts = self._count(pool, live, replicas)
+        counts, _ = self._count(pool, live, replicas)
         if not with_creates or self._backing_off(pool) is not None:
             return counts
         return _after(counts, scaling.creates(counts))
@@ -109,20 +109,17 @@ class PodStep:
         """The refusal the pool reports: its current template's last create was refused."""
         return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
 
-    def _count(self, pool: api.RunnerPool, live: Observed, replicas: int) -> scaling.PodCounts:
-        """The counts, with the pool's pods failing at start while it backs off from them."""
+    def _count(
+        self, pool: api.RunnerPool, live: Observed, replicas: int
+    ) -> tuple[scaling.PodCounts, float | None]:
+        """The counts, with the pool's pods failing at start while it backs off from them, and
+        the seconds until a running pod may end that backoff (the pods judged once, here)."""
+        key, wanted = pool_key(pool.namespace, pool.name), self.wanted_hash(pool)
+        started = self._starts.observe(key, pool.generation, wanted, live.pods)
         names = [str(p["metadata"].get("name")) for p in live.pods]
-        counts = scaling.count(
-            live.pods, replicas, self.wanted_hash(pool), still_pending(live.expected, names)
-        )
-        self._observe_starts(pool, live)
-        exited = self._starts.failing(pool_key(pool.namespace, pool.name), pool.generation)
-        return counts if exited is None else replace(counts, failing=(*counts.failing, exited))
-
-    def _observe_starts(self, pool: api.RunnerPool, live: Observed) -> float | None:
-        """Judge the pods for the start backoff; seconds until a running one may have started."""
-        key = pool_key(pool.namespace, pool.name)
-        return self._starts.observe(key, pool.generation, self.wanted_hash(pool), live.pods)
+        counts = scaling.count(live.pods, replicas, wanted, still_pending(live.expected, names))
+        exited = self._starts.failing(key, pool.generation)
+        return (counts if exited is None else replace(counts, failing=(*counts.failing, exited))), started
 
     def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: Observed) -> Converged:
         """Create what is missing (unless backing off from a refusal).
@@ -131,8 +128,7 @@ class PodStep:
         ``live``: this pass's snapshot.
         """
         key = pool_key(pool.namespace, pool.name)
-        counts = self._count(pool, live, replicas)
-        started = self._observe_starts(pool, live)  # a pod that may end the start backoff
+        counts, started = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
         if not wanted:
             self._backoff.forget(key)  # nothing to create: no refusal left to report
