@@ -124,7 +124,7 @@ def observe(
     """The snapshot of ``pool`` (``expected``: the creates still expected, taken before the pod read)."""
     ns, name = pool.namespace, pool.name
     pods = reads.list_pods(ns, name)
-    jit_names = [n for n in (pod_state.jit_secret_name(p) for p in pods) if n is not None]
+    jit_names = pod_state.jit_secret_names(pods)
     account = naming.runner_account_name(name)
     jit = pool.spec.registers_jit
     counts = runners.counts(ns, name)

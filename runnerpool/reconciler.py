@@ -629,7 +629,7 @@ class Reconciler:
         if deregistration.marked(run.raw):
             return True
         pods = self._reads.list_pods(pool.namespace, pool.name)
-        jit_names = [n for n in (pod_state.jit_secret_name(p) for p in pods) if n is not None]
+        jit_names = pod_state.jit_secret_names(pods)
         found = deregistration.may_have_runners(
             run.raw,
             jit=_jit(pool),

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runnerpool.naming import JIT_SECRET_ANNOTATION, RUNNER_CONTAINER
@@ -60,3 +60,8 @@ def jit_secret_name(pod: Mapping[str, Any]) -> str | None:
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     name = annotations.get(JIT_SECRET_ANNOTATION)
     return str(name) if name else None
+
+
+def jit_secret_names(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The JIT Secrets of ``pods`` (token-mode pods have none)."""
+    return [name for name in map(jit_secret_name, pods) if name is not None]
