@@ -136,7 +136,10 @@ def test_the_chart_is_signed_by_the_digest_helm_pushed(workflow: Obj, tmp_path: 
     fake.parent.mkdir()
     (tmp_path / "dist").mkdir()
     # helm v3.22's words (pkg/registry/client.go), on stderr as helm writes them.
-    script = '[ "$1" = push ] && printf "Pushed: x\\nDigest: %s\\n" "$FAKE_DIGEST" >&2'
+    # `helm registry login --password-stdin` reads the token: so does the fake, or printf meets a
+    # closed pipe (SIGPIPE, exit 141 under pipefail) whenever the fake exits first.
+    script = '[ "$1" = registry ] && cat >/dev/null\n'
+    script += '[ "$1" = push ] && printf "Pushed: x\\nDigest: %s\\n" "$FAKE_DIGEST" >&2'
     fake.write_text(f"#!/bin/sh\n{script}\nexit 0\n")
     fake.chmod(0o755)
     output = tmp_path / "output"
