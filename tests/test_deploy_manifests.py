@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client
 
 from tests.helpers import operator_help, venv_tool
+from testworld.node import images
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -789,6 +790,22 @@ def test_operator_image_ships_bytecode() -> None:
     assert "--no-compile" not in runs, "pip must compile the installed packages"
     assert "python -m compileall" in runs and 'get_path("stdlib")' in runs, "compile the stdlib too"
     assert "compileall -q -j 0 -x" in runs, "skip test directories (deliberately broken files)"
+
+
+def test_the_runner_stand_in_is_the_runner_image_s_release_and_environment() -> None:
+    """The test world's runner reports the release the image ships (GitHub refuses runners by
+    version: a stand-in older or newer than the image would test another runner) and runs
+    with the image's environment (the deprecated-version exit code among it)."""
+    instructions = parse_dockerfile(RUNNER_DOCKERFILE)
+    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    release = base.split(":")[1].split("@")[0]
+    lib = (REPO / "testworld" / "runner_image" / "standin-lib.sh").read_text()
+    assert re.search(rf"^RUNNER_VERSION={re.escape(release)}$", lib, re.M), release
+    env = " ".join(args for keyword, args in instructions if keyword == "ENV")
+    image_env = dict(word.split("=", 1) for word in shlex.split(env))
+    assert image_env["ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE"] == "1"
+    stand_in_env = dict(entry.split("=", 1) for entry in images.RUNNER_CONFIG["Env"])
+    assert image_env.items() <= stand_in_env.items()
 
 
 def test_runner_image_runs_the_entrypoint() -> None:

@@ -118,6 +118,35 @@ def test_runner_registration_refused_as_github_refuses_it() -> None:
 # ---------------------------------------------------------------------------------------- listener
 
 
+def test_a_runner_below_the_version_floor_is_refused_its_session_in_github_s_words(
+    fake: FakeGitHub,
+) -> None:
+    fake.min_runner_version = "2.336.0"
+    old = Listener(fake, REPO, "pod-old")
+    refused = requests.post(
+        f"{old.service}/sessions", data={"version": "2.334.0"}, headers=old.auth, timeout=5
+    )
+    assert refused.status_code == 403
+    assert _kv(refused) == {"message": "Runner version v2.334.0 is deprecated and cannot receive messages."}
+    assert fake.runner(REPO, "pod-old")["status"] == "offline"
+    assert fake.runner(REPO, "pod-old")["version"] == "2.334.0"
+
+    current = Listener(fake, REPO, "pod-current")
+    opened = requests.post(
+        f"{current.service}/sessions", data={"version": "2.336.0"}, headers=current.auth, timeout=5
+    )
+    assert opened.status_code == 201, opened.text
+    # The floor is a setting of the running fake, as the tests' other settings are.
+    settings = requests.post(
+        f"{_web(fake)}/_fake/settings", json={"min_runner_version": "2.337.0"}, timeout=5
+    )
+    assert settings.json()["min_runner_version"] == "2.337.0"
+    again = requests.post(
+        f"{current.service}/sessions", data={"version": "2.336.0"}, headers=current.auth, timeout=5
+    )
+    assert again.status_code == 403
+
+
 def test_listener_goes_online_takes_its_job_and_disappears_after_it(fake: FakeGitHub) -> None:
     runner = Listener(fake, REPO, "pod-1")
     assert fake.runner(REPO, "pod-1")["status"] == "offline"

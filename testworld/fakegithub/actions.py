@@ -18,10 +18,13 @@ under the service URL (``http://HOST:PORT/_actions``), requests carry
 ``Authorization: Bearer <credential>`` and form-encoded bodies, answers are
 ``text/plain`` ``key=value`` lines (errors: one ``message=...`` line)::
 
-    POST   /runners              tenant credential; name=, labels=a,b, ephemeral=0|1, replace=0|1
+    POST   /runners              tenant credential; name=, labels=a,b, ephemeral=0|1, replace=0|1,
+                                 version= (the runner's, as the real one registers it)
            -> 201 runner_id=, runner_name=, credential=   (the runner, offline so far)
            -> 409 a runner has that name and replace=0;  401 tenant credential unknown
-    POST   /sessions             runner credential  -> 201 session_id=   (runner online)
+    POST   /sessions             runner credential; version=  -> 201 session_id=   (runner online)
+           -> 403 "Runner version vX is deprecated and cannot receive messages." below the
+              fake's ``min_runner_version`` (GitHub's refusal of an outdated runner)
     GET    /sessions/{id}/job?wait=S                  (long poll, S capped at 50 s)
            -> 200 job_id=, run_id=, repository=, labels=, duration_s=[, script=]   a job
               offered to it (script: one line of shell, the job's steps, when it has any)
@@ -80,14 +83,15 @@ def _register(
         ephemeral=_flag(form, "ephemeral"),
         replace=_flag(form, "replace"),
         runner_group=form.get("runner_group", "").strip(),
+        version=form.get("version", "").strip(),
     )
     return 201, _lines(runner_id=runner_id, runner_name=name, credential=credential)
 
 
 def _open(
-    fake: GitHubState, _m: re.Match[str], cred: str, _f: dict[str, str], _q: Mapping[str, str]
+    fake: GitHubState, _m: re.Match[str], cred: str, form: dict[str, str], _q: Mapping[str, str]
 ) -> Reply:
-    return 201, _lines(session_id=fake.listener_open_session(cred))
+    return 201, _lines(session_id=fake.listener_open_session(cred, form.get("version", "").strip()))
 
 
 def _close(

@@ -886,7 +886,12 @@ def _ctl_annotations(fake: FakeGitHub, match: re.Match[str], _scope: Any, _data:
 def _ctl_settings(fake: FakeGitHub, _m: re.Match[str], _scope: Any, data: dict[str, Any]) -> Answer:
     if "lost_contact_seconds" in data:
         fake.lost_contact_seconds = float(data["lost_contact_seconds"])
-    return Answer(200, {"lost_contact_seconds": fake.lost_contact_seconds})
+    if "min_runner_version" in data:
+        fake.min_runner_version = data["min_runner_version"] or None
+    return Answer(
+        200,
+        {"lost_contact_seconds": fake.lost_contact_seconds, "min_runner_version": fake.min_runner_version},
+    )
 
 
 def _ctl_reset(fake: FakeGitHub, _m: re.Match[str], _scope: Any, _data: dict[str, Any]) -> Answer:

@@ -32,6 +32,12 @@ UNAUTHENTICATED_RATE_LIMIT = 60
 RATE_WINDOW_SECONDS = 3600
 TOKEN_LIFETIME_SECONDS = 3600.0
 RUNNER_VERSION = "2.323.0"
+# GitHub's refusal of a runner older than it accepts (``min_runner_version``): 403 on the
+# listener's session, in the words the real runner then prints ("An error occurred: Runner
+# version v2.291.1 is deprecated and cannot receive messages.": actions/runner#1991, #2246,
+# #3658; "Error: Forbidden Runner version v2.336.0 is deprecated ...": #4613). GitHub refuses
+# a runner started with --disableupdate once it is 30 days behind a release.
+RUNNER_DEPRECATED = "Runner version v{version} is deprecated and cannot receive messages."
 # Registration tokens come back with a Pacific-time offset and milliseconds
 # (see the description's example); clients must parse offsets, not assume "Z".
 GITHUB_TZ: tzinfo = timezone(timedelta(hours=-8))
@@ -74,6 +80,15 @@ def _positive_seconds(name: str, seconds: float) -> float:
     if not float(seconds) > 0:
         raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
     return float(seconds)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.removeprefix("v").split(".") if part.isdigit())
+
+
+def _older(version: str | None, floor: str | None) -> bool:
+    """Whether a runner ``version`` is below ``floor`` (unknown versions and no floor: not)."""
+    return bool(version and floor) and _version(str(version)) < _version(str(floor))
 
 
 class FakeGitHubError(Exception):
@@ -351,6 +366,9 @@ class GitHubState:
         self.clock = clock
         self.listener_timeout = listener_timeout
         self._lost_contact_seconds = _positive_seconds("lost_contact_seconds", lost_contact_seconds)
+        #: The oldest runner version whose listener may open a session (``None``: any), as
+        #: GitHub refuses outdated runners (`RUNNER_DEPRECATED`); set it at any time.
+        self.min_runner_version: str | None = None
         self._initial_rate_limit = rate_limit
         # Bumped by reset() and stop() so hanging handlers let go.
         self._generation = 0
@@ -982,6 +1000,7 @@ class GitHubState:
         ephemeral: bool,
         replace: bool,
         runner_group: str = "",
+        version: str = "",
     ) -> tuple[int, str]:
         """Add the runner of a configured runner process; it stays offline until a session opens.
 
@@ -1010,6 +1029,7 @@ class GitHubState:
             runner = self._runners[runner_id]
             runner.listener, runner.status = True, "offline"
             runner.runner_group_id = group.id if group is not None else 1
+            runner.version = version or runner.version
             credential = secrets.token_urlsafe(24)
             self._credentials[credential] = runner_id
             self._notify()
@@ -1022,14 +1042,19 @@ class GitHubState:
             raise ListenerError(401, "runner credential is not valid (the runner is not registered)")
         return runner
 
-    def listener_open_session(self, credential: str) -> str:
+    def listener_open_session(self, credential: str, version: str = "") -> str:
         """The runner's listener starts: the runner is online and may be offered jobs.
 
         A JIT runner's config is single-use: its first listener opens a session, a second run
         with the same config is refused (409), whether or not the first is still running.
+        A runner older than ``min_runner_version`` (the ``version`` it reports, else the one
+        it registered with) is refused with 403 and GitHub's words, and stays offline.
         """
         with self._lock:
             runner = self._listener(credential)
+            runner.version = version or runner.version
+            if _older(runner.version, self.min_runner_version):
+                raise ListenerError(403, RUNNER_DEPRECATED.format(version=runner.version))
             if runner.jit:
                 if runner.jit_used:
                     raise ListenerError(

@@ -81,7 +81,7 @@ tenant="$(json_string token "${http_body}")" || die "no credential in the regist
 http POST "${service}/runners" "Bearer ${tenant}" \
     --data-urlencode "name=${name}" --data-urlencode "labels=${labels}" \
     --data-urlencode "ephemeral=${ephemeral}" --data-urlencode "replace=${replace}" \
-    --data-urlencode "runner_group=${group}"
+    --data-urlencode "runner_group=${group}" --data-urlencode "version=${RUNNER_VERSION}"
 [[ "${stopping}" -eq 0 ]] || die "stopped during registration"
 case "${http_status}" in
     201) ;;

@@ -17,7 +17,8 @@
 #   one: the job completes as "cancelled", the runner goes offline, exit 0. So does a signal
 #   while the job is being started (the real listener completes it as cancelled then too).
 #   A test sees a cancelled job when a busy runner is signalled.
-# If GitHub revokes the runner's credential (the runner was deleted), it exits 0 like the
+# A runner older than GitHub accepts is refused its session: it exits as the real one does
+# (see deprecated below). If GitHub revokes the runner's credential (the runner was deleted), it exits 0 like the
 # real one ("Runner OAuth token has been revoked. Shutting down.").
 #
 # While a job runs, a background loop renews its lock (POST renewjob), as the real runner's
@@ -94,10 +95,25 @@ revoked() {
     finish "Runner OAuth token has been revoked. Shutting down." 0
 }
 
-http POST "${service}/sessions" "${auth}"
+# GitHub refuses an outdated runner's session (403, "Runner version vX is deprecated and cannot
+# receive messages."); the real listener prints "An error occurred: <that>" and its run-helper.sh
+# exits 7 when ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE is 1, else 0 ("terminated
+# error, stop the service, no retry needed": actions/runner src/Misc/layoutroot/run-helper.sh.template).
+deprecated() {
+    log "An error occurred: $(error_message)"
+    if [[ "${ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE:-}" == 1 ]]; then
+        log "Runner listener exit with deprecated version exit code: 7."
+        exit 7
+    fi
+    log "Runner listener exit with terminated error, stop the service, no retry needed."
+    exit 0
+}
+
+http POST "${service}/sessions" "${auth}" --data-urlencode "version=${RUNNER_VERSION}"
 case "${http_status}" in
     201) session="$(value_of session_id "${http_body}")" ;;
     401) revoked ;;
+    403) deprecated ;;
     409) finish "error: GitHub refused the runner's session: $(error_message)" 1 ;;
     *) finish "error: cannot open a listener session (HTTP ${http_status}): $(error_message)" 1 ;;
 esac

@@ -9,6 +9,12 @@
 set +x
 set -uo pipefail
 
+# The actions runner release these stand in for: the runner image's (deploy/images/runner/
+# Dockerfile's FROM tag; tests/test_deploy_manifests.py keeps the two the same). Reported to
+# GitHub on registration and with each listener session, as the real runner reports its own.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+RUNNER_VERSION=2.336.0
+
 STANDIN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # What config.sh leaves for run.sh, in the runner's own directory like the real .runner.
 # shellcheck disable=SC2034 # used by the scripts that source this file
