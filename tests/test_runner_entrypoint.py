@@ -356,6 +356,55 @@ def test_run_exit_code_is_forwarded(sandbox: Sandbox) -> None:
     assert "exited with code 7" in result.stderr
 
 
+DEPRECATED = "An error occurred: Runner version v2.334.0 is deprecated and cannot receive messages."
+
+
+def test_the_runner_s_last_words_are_the_termination_message(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The kubelet makes the file; the runner's last lines and its exit code end up in it, so
+    ``kubectl describe pod`` and the operator see why it ended (a runner GitHub refuses)."""
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    result = run_pod(
+        sandbox, STUB_RUN_SAYS=DEPRECATED, STUB_RUN_EXIT="7", RUNNER_TERMINATION_LOG=str(termination)
+    )
+
+    assert result.returncode == 7
+    assert termination.read_text() == f"{DEPRECATED}\nstub run started\nrunner exited with code 7\n"
+    # The runner's output still reaches the container's log.
+    assert DEPRECATED in result.stdout and "stub run started" in result.stdout
+
+    # The kubelet restarts a failed runner container; its second run says the same, and why it ends.
+    again = run_phase(sandbox.env("run", RUNNER_TERMINATION_LOG=str(termination)), "run")
+    assert again.returncode == 0
+    assert termination.read_text().startswith(f"{DEPRECATED}\nstub run started\n")
+    assert termination.read_text().endswith("exiting so the operator replaces it\n")
+
+
+def test_a_failed_registration_s_last_words_are_config_sh_s_and_the_reason(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    said = "Http response code: NotFound from 'POST https://api.github.com/actions/runner-registration'"
+    result = run_pod(
+        sandbox, STUB_CONFIG_SAYS=said, STUB_CONFIG_EXIT="3", RUNNER_TERMINATION_LOG=str(termination)
+    )
+
+    assert result.returncode == 1
+    message = termination.read_text()
+    assert message.startswith(f"{said}\nstub config started\n"), message
+    assert message.endswith("runner-entrypoint: error: config.sh failed with exit code 3\n"), message
+    assert TOKEN not in message
+
+
+def test_no_termination_message_is_made_outside_a_pod(sandbox: Sandbox, tmp_path: Path) -> None:
+    absent = tmp_path / "no-such-termination-log"
+    result = run_pod(sandbox, STUB_RUN_EXIT="7", RUNNER_TERMINATION_LOG=str(absent))
+
+    assert result.returncode == 7
+    assert not absent.exists()
+
+
 def test_tracing_never_prints_token(sandbox: Sandbox) -> None:
     result = run_pod(sandbox, "-x", SHELLOPTS=None)
 

@@ -12,12 +12,13 @@
 #                            the worker has ended ("stub <name> job done"); SIGTERM meanwhile is
 #                            recorded as with _BLOCK, the worker stopped, exit _TERM_EXIT
 #   STUB_<NAME>_EXIT=N       otherwise print the marker and exit with N (default 0)
+#   STUB_<NAME>_SAYS=TEXT    before that, print TEXT on stderr (a runner's last words)
 #   STUB_<NAME>_WRITES="F G" first write each file F, G (mode 600) in the working directory,
 #                            as config.sh leaves .runner and .credentials
 set -u
 
 stub_main() {
-    local upper log block worker exit_code term_exit writes file sleeper=0
+    local upper log block worker exit_code term_exit writes says file sleeper=0
     upper="$(printf '%s' "${STUB_NAME}" | tr '[:lower:]' '[:upper:]')"
     log="${STUB_LOG_DIR:?STUB_LOG_DIR must be set}"
     block="STUB_${upper}_BLOCK"
@@ -60,6 +61,8 @@ stub_main() {
         echo "stub ${STUB_NAME} job done"
         exit "${!exit_code:-0}"
     fi
+    says="STUB_${upper}_SAYS"
+    [[ -z "${!says:-}" ]] || printf '%s\n' "${!says}" >&2
     echo "stub ${STUB_NAME} started"
     exit "${!exit_code:-0}"
 }

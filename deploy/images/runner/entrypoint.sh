@@ -60,6 +60,15 @@
 # once per pod sandbox; if the sandbox is made again (a node reboot), it finds the runner
 # registered already and leaves the configuration as it is.
 #
+# Last words: the container's termination message (/dev/termination-log, the pod's default
+# terminationMessagePath, which the kubelet creates) says why it ended: the last lines the
+# runner (config.sh in the register phase, run.sh in the run phase) printed and the
+# entrypoint's own reason ("runner exited with code 7", or its error). `kubectl describe pod`
+# shows it, and the operator reads it: a runner GitHub refuses as outdated ("Runner version
+# v2.x is deprecated and cannot receive messages.") makes the pool back off and say so
+# (docs/registration.md, "Runner version"). The runner's stdout and stderr pass through to the
+# container's stdout on their way. RUNNER_TERMINATION_LOG overrides the path (tests).
+#
 # Credentials are secret: this script never traces itself and never prints them.
 
 # Tracing would print credentials; turn it off even if the caller ran `bash -x`.
@@ -72,6 +81,7 @@ log() {
 
 die() {
     log "error: $*"
+    last_words "runner-entrypoint: error: $*"
     exit 1
 }
 
@@ -94,6 +104,24 @@ JITCONFIG_NAME=jitconfig
 # Make the official run.sh pass our SIGTERM on to the listener as SIGINT (graceful stop).
 export RUNNER_MANUALLY_TRAP_SIG="${RUNNER_MANUALLY_TRAP_SIG:-1}"
 BUSY_GRACE="${RUNNER_BUSY_GRACE_SECONDS:-3600}"
+TERMINATION_LOG="${RUNNER_TERMINATION_LOG:-/dev/termination-log}"
+# The runner's last lines of output, kept by keep_tail for last_words (one file per phase: the
+# run container must not report what config.sh said).
+OUTPUT_TAIL="${RUNNER_CONFIG_DIR}/.runnerpool-output-tail.${PHASE}"
+TAIL_LINES=30
+# The kubelet keeps 4096 bytes of a termination message; the end is what matters.
+TERMINATION_MAX=4000
+
+# last_words TEXT: the termination message: the runner's last lines and TEXT. Written only where
+# the kubelet made the file (outside a pod there is no such file, and none is created).
+last_words() {
+    [[ -e "${TERMINATION_LOG}" ]] || return 0
+    local LC_ALL=C text=""
+    [[ -r "${OUTPUT_TAIL}" ]] && text="$(<"${OUTPUT_TAIL}")"$'\n'
+    text+="$*"
+    [[ "${#text}" -le "${TERMINATION_MAX}" ]] || text="${text: -${TERMINATION_MAX}}"
+    { printf '%s\n' "${text}" >"${TERMINATION_LOG}"; } 2>/dev/null || true
+}
 
 [[ "${PHASE}" == register || "${PHASE}" == run ]] || die "unknown phase '${PHASE}' (register or run)"
 [[ "${RUNNER_REGISTRATION}" == token || "${RUNNER_REGISTRATION}" == jit ]] ||
@@ -141,6 +169,8 @@ cd "${RUNNER_DIR}" || die "runner directory ${RUNNER_DIR} does not exist"
     die "${RUNNER_CONFIG_DIR} is not a writable directory (is the runner-config volume mounted?)"
 
 child=0
+# The descriptor run_child sends the child's output to (run_captured sets it); empty: inherited.
+child_output=""
 # What the child is: "registration" (config.sh), "docker" (the wait for the Docker daemon)
 # or "listener" (run.sh).
 phase=""
@@ -216,7 +246,11 @@ trap on_signal TERM INT
 # Runs "$@" in the background and waits for it, so that a signal that arrives meanwhile is
 # handled at once (bash defers traps while a foreground command runs). Sets child_status.
 run_child() {
-    "$@" &
+    if [[ -n "${child_output}" ]]; then
+        "$@" >&"${child_output}" 2>&1 &
+    else
+        "$@" &
+    fi
     child=$!
     # A signal that came between the fork and the line above found no child to stop: the
     # child has only just started, so it is not running a job.
@@ -249,6 +283,40 @@ run_child() {
     fi
 }
 
+# keep_tail FILE: copies its input to stdout and leaves its last TAIL_LINES lines in FILE when it
+# ends. Bash only (the test world's image has no tee); signals are the entrypoint's business, so
+# the copy goes on until the runner's output ends.
+# shellcheck disable=SC2329 # invoked by run_captured, in a process substitution
+keep_tail() {
+    trap '' TERM INT
+    local line
+    local -a kept=()
+    while IFS= read -r line || [[ -n "${line}" ]]; do
+        printf '%s\n' "${line}"
+        kept+=("${line}")
+        [[ "${#kept[@]}" -le "${TAIL_LINES}" ]] || kept=("${kept[@]:1}")
+    done
+    printf '%s\n' "${kept[@]}" >"$1"
+}
+
+# run_captured CMD...: run_child, with the child's output kept for last_words as it passes.
+run_captured() {
+    local out reader waited=0
+    rm -f "${OUTPUT_TAIL}"
+    exec {out}> >(keep_tail "${OUTPUT_TAIL}")
+    reader=$!
+    child_output="${out}"
+    run_child "$@"
+    child_output=""
+    exec {out}>&-
+    # The copy ends once the runner's output does; a leftover process of the runner holding it
+    # open must not hold the container, so wait 2 s at most.
+    while kill -0 "${reader}" 2>/dev/null && [[ "${waited}" -lt 20 ]]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+}
+
 # --- register: the init container ----------------------------------------------------------
 
 register_with_token() {
@@ -260,7 +328,7 @@ register_with_token() {
     unset secret
     log "registering runner ${POD_NAME} for ${GITHUB_URL}/${scope} with labels ${RUNNER_LABELS}"
     phase=registration
-    run_child ./config.sh --unattended --ephemeral --replace \
+    run_captured ./config.sh --unattended --ephemeral --replace \
         --name "${POD_NAME}" \
         --labels "${RUNNER_LABELS}" \
         --url "${GITHUB_URL}/${scope}" \
@@ -330,6 +398,8 @@ await_docker() {
 run_phase() {
     if [[ -e "${RUNNER_STATE_FILE}" ]]; then
         log "this pod already started a runner once; exiting so the operator replaces it"
+        # The runner's last words stay the container's, whichever of its runs is looked at.
+        last_words "this pod already started a runner once; exiting so the operator replaces it"
         exit 0
     fi
     [[ -e "${REGISTERED_FILE}" ]] ||
@@ -359,12 +429,14 @@ run_phase() {
     fi
     log "starting the runner listener"
     phase=listener
-    run_child ./run.sh "${run_args[@]}"
+    run_captured ./run.sh "${run_args[@]}"
     if [[ "${terminating}" -eq 1 ]]; then
         log "runner stopped (run.sh exit code ${child_status})"
+        last_words "runner stopped (run.sh exit code ${child_status})"
         exit 0
     fi
     log "runner exited with code ${child_status}"
+    last_words "runner exited with code ${child_status}"
     exit "${child_status}"
 }
 
