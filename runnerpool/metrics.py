@@ -45,8 +45,8 @@ OLDEST_QUEUED = Gauge(
 RUNNER_PODS_FAILING = Gauge(
     "runnerpool_runner_pods_failing",
     "Runner pods of a pool stuck before their runner can run, by reason (ImagePullBackOff, "
-    "CrashLoopBackOff, CreateContainerConfigError, ...: docs/troubleshooting.md); no series "
-    "while none is.",
+    "CrashLoopBackOff, CreateContainerConfigError, ExitedAtStart, RunnerVersionOutdated (GitHub "
+    "refuses the runner image's version), ...: docs/troubleshooting.md); no series while none is.",
     ["namespace", "pool", "reason"],
 )
 #: 1 with the build in its labels, as Prometheus' own ``*_build_info`` series: a dashboard shows

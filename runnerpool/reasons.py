@@ -57,6 +57,9 @@ class Reason(StrEnum):
     #: ``spec.template``): the current pods stay, no rollout starts.
     TEMPLATE_INVALID = "TemplateInvalid"
     RUNNER_PODS_FAILING = "RunnerPodsFailing"
+    #: GitHub refuses the pool's runners as outdated (their termination message says so:
+    #: ``runnerpool.pods.outdated``): the pool backs off its pods until the image is newer.
+    RUNNER_VERSION_OUTDATED = "RunnerVersionOutdated"
     #: A same-named object the pool would make exists and is not the pool's: left alone.
     CHILD_NOT_OWNED = "ChildNotOwned"
     # --- TokenReady

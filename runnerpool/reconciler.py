@@ -378,7 +378,7 @@ class Reconciler:
         reasons = frozenset(f.reason for f in pods.failing)
         if run.state.failing_changed(reasons) and reasons:
             message = failures.describe(pods.failing)
-            self._recorder.event(run.raw, WARNING, pool_status.RUNNER_PODS_FAILING_REASON, message)
+            self._recorder.event(run.raw, WARNING, failures.ready_reason(pods.failing), message)
 
     def _apply_jit_secrets(self, run: _Pass, seen: Observed) -> None:
         """Each JIT pod's own Secret: created empty, filled by the token scheduler, emptied once
@@ -786,9 +786,15 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
 _STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING})
 #: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
-#: ``RunnerPodsFailing`` per change of the stuck pods' reasons): no second one for the condition.
+#: ``RunnerPodsFailing`` or ``RunnerVersionOutdated`` per change of the stuck pods' reasons): no
+#: second one for the condition.
 _TOLD_BY_THEIR_OWN_EVENTS = frozenset(
-    {pool_status.POD_CREATE_FAILED_REASON, Reason.TEMPLATE_INVALID, pool_status.RUNNER_PODS_FAILING_REASON}
+    {
+        pool_status.POD_CREATE_FAILED_REASON,
+        Reason.TEMPLATE_INVALID,
+        pool_status.RUNNER_PODS_FAILING_REASON,
+        Reason.RUNNER_VERSION_OUTDATED,
+    }
 )
 
 

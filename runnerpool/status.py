@@ -134,7 +134,7 @@ def ready_condition(
         return stamp.condition(
             conditions.READY,
             False,
-            RUNNER_PODS_FAILING_REASON,
+            failures.ready_reason(pods.failing),
             f"{summary}; {failures.describe(pods.failing)}",
         )
     if pods.ready < desired:

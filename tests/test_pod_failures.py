@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
-from runnerpool import api, conditions, metrics
+from runnerpool import api, conditions, metrics, naming
 from runnerpool.pods import failures
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.outdated import refused_version
 from runnerpool.pods.scaling import PodCounts
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.reconciler import PoolStates
 from runnerpool.status import ready_condition
 
@@ -198,3 +200,61 @@ def test_a_jit_pod_waiting_for_its_secret_to_be_filled_is_not_failing() -> None:
     also = _pod("p-jit2", ("register", "ContainerCreating"), init=True)
 
     assert failures.failing([waiting, also]) == ()
+
+
+def _runner_ended(uid: str, code: int, message: str) -> dict[str, Any]:
+    """A pod whose runner container ended at once, with its termination message."""
+    at = "2026-01-01T00:00:00Z"
+    ended = {"exitCode": code, "reason": "Completed", "startedAt": at, "finishedAt": at, "message": message}
+    status = {"name": naming.RUNNER_CONTAINER, "state": {"terminated": ended}}
+    return {
+        "metadata": {"uid": uid, "labels": {naming.TEMPLATE_HASH_LABEL: "t1"}},
+        "status": {"containerStatuses": [status]},
+    }
+
+
+REFUSED = "An error occurred: Runner version v2.334.0 is deprecated and cannot receive messages.\n"
+
+
+def test_a_runner_github_refuses_as_outdated_is_its_own_reason_whatever_its_exit_code() -> None:
+    """The runner exits 0 without ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE: before, such
+    a pod counted as a runner that did its job, and the pool made the next one at once."""
+    assert refused_version({"message": REFUSED + "runner exited with code 7"}) == "2.334.0"
+    assert (
+        refused_version(
+            {"message": "Error: Forbidden Runner version 2.320.0 is deprecated and cannot receive messages."}
+        )
+        == "2.320.0"
+    )
+    assert refused_version({"message": "runner exited with code 1"}) is None
+    assert refused_version({}) is None
+
+    starts = StartBackoff(clock=lambda: datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC))
+    starts.observe("ns/old", 1, "t1", [_runner_ended("a", 0, REFUSED + "runner exited with code 0")])
+    found = starts.failing("ns/old", 1)
+
+    assert found is not None and found.reason == "RunnerVersionOutdated"
+    assert found.detail == (
+        "container runner: GitHub refuses runner version 2.334.0 as outdated; use a newer runner image;"
+        " the next pod waits 10 s"
+    )
+    assert starts.wait("ns/old", 1) is not None, "the pool backs off"
+    # An ordinary exit at start stays ExitedAtStart.
+    starts.observe("ns/crash", 1, "t1", [_runner_ended("b", 1, "runner exited with code 1")])
+    crashed = starts.failing("ns/crash", 1)
+    assert crashed is not None and crashed.reason == "ExitedAtStart"
+
+
+def test_an_outdated_runner_is_the_ready_reason_and_the_event_s() -> None:
+    outdated = failures.Failing(
+        "RunnerVersionOutdated", 2, "container runner: GitHub refuses runner version 2.334.0"
+    )
+    stuck = failures.failing([_pod("x", ("runner", "ErrImagePull"))])
+    counts = PodCounts(desired=1, failing=(*stuck, outdated))
+
+    ready = ready_condition(STAMP, _pool(replicas=1), TOKEN_OK, counts)
+
+    assert (ready["status"], ready["reason"]) == ("False", "RunnerVersionOutdated")
+    assert "2 runner pod(s) in RunnerVersionOutdated (container runner: GitHub refuses" in ready["message"]
+    assert failures.ready_reason(stuck) == "RunnerPodsFailing"
+    assert "RunnerVersionOutdated" in failures.REPORTED, "the failing gauge's reason label takes it"

@@ -47,16 +47,34 @@ def reconciler(api_client: client.ApiClient, clock: WallClock, tokens: FakeSecre
     )
 
 
-def _exited(api_client: client.ApiClient, namespace: str, pod: str, at: datetime) -> None:
-    """What the kubelet reports of a runner container that exited 1 right after it started."""
+#: The runner image's termination message for a runner GitHub refuses as outdated (its last
+#: lines, then the entrypoint's), and the exit code without
+#: ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE.
+OUTDATED = (
+    "An error occurred: Runner version v2.334.0 is deprecated and cannot receive messages.\n"
+    "Runner listener exit with terminated error, stop the service, no retry needed.\n"
+    "runner exited with code 0\n",
+    0,
+)
+
+
+def _exited(
+    api_client: client.ApiClient, namespace: str, pod: str, at: datetime, said: tuple[str, int] = ("", 1)
+) -> None:
+    """What the kubelet reports of a runner container that exited right after it started
+    (``said``: its termination message and exit code)."""
     stamp = at.strftime(RFC3339)
+    message, code = said
+    terminated = {"exitCode": code, "reason": "Error" if code else "Completed", "startedAt": stamp}
     container = {
         "name": naming.RUNNER_CONTAINER,
         "image": api.DEFAULT_RUNNER_IMAGE,
         "imageID": "",
         "ready": False,
         "restartCount": 0,
-        "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": stamp, "finishedAt": stamp}},
+        "state": {
+            "terminated": {**terminated, "finishedAt": stamp, **({"message": message} if message else {})}
+        },
     }
     client.CoreV1Api(api_client).patch_namespaced_pod_status(
         pod, namespace, {"status": {"phase": "Running", "containerStatuses": [container]}}
@@ -64,7 +82,12 @@ def _exited(api_client: client.ApiClient, namespace: str, pod: str, at: datetime
 
 
 def _crash_loop(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock, seconds: int
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    clock: WallClock,
+    seconds: int,
+    said: tuple[str, int] = ("", 1),
 ) -> list[str]:
     """``seconds`` of a crash-looping pool; returns the uids of the pods it made."""
     core, made, crashed = client.CoreV1Api(api_client), [], set()
@@ -78,7 +101,7 @@ def _crash_loop(
             if meta["uid"] in crashed:  # used up: the runner managers delete it
                 core.delete_namespaced_pod(meta["name"], namespace, grace_period_seconds=0)
             else:
-                _exited(api_client, namespace, meta["name"], clock.now)
+                _exited(api_client, namespace, meta["name"], clock.now, said)
                 crashed.add(meta["uid"])
     return made
 
@@ -129,3 +152,24 @@ def test_a_crash_looping_pool_backs_off_says_why_and_resumes_on_a_new_spec(
         if p["metadata"]["uid"] not in {*first, *second}
     ]
     assert len(live) == 1, "the new spec is not held by the old one's backoff"
+
+
+def test_a_runner_github_refuses_as_outdated_backs_off_and_says_so_whatever_its_exit_code(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock
+) -> None:
+    """The runner exits 0 unless its image sets ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE:
+    its termination message tells it. Before: every pod counted as started, a pod every 2 s."""
+    create_pool(api_client, namespace, pool_manifest("crash", org="octo-org", registration="jit"))
+
+    made = _crash_loop(api_client, namespace, reconciler, clock, 60, OUTDATED)
+
+    assert len(made) <= 4, f"{len(made)} pods in a minute"
+    ready = _ready(api_client, namespace)
+    assert (ready["status"], ready["reason"]) == ("False", "RunnerVersionOutdated"), ready
+    assert (
+        "RunnerVersionOutdated (container runner: GitHub refuses runner version 2.334.0 as outdated; "
+        "use a newer runner image; the next pod waits"
+    ) in ready["message"], ready["message"]
+    warnings = [m for t, r, m in pool_events(api_client, namespace) if r == "RunnerVersionOutdated"]
+    assert len(warnings) == 1 and "runner version 2.334.0" in warnings[0], warnings
+    assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "RunnerVersionOutdated")._value.get() >= 3

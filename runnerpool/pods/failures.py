@@ -18,6 +18,11 @@ reported as                    kubelet waiting reasons                     the m
 ``CreateContainerError``       ``CreateContainerError``                    the kubelet's message
 =============================  ==========================================  ====================
 
+Two more are not the kubelet's: ``ExitedAtStart`` and ``RunnerVersionOutdated``, pods whose
+runner ended at start (``runnerpool.pods.start_backoff``, which reports them). The second is
+GitHub refusing the runner as outdated, and is the Ready condition's reason itself
+(:func:`ready_reason`): the fix is a newer runner image, not a look at the pods.
+
 ``ErrImagePull`` (an attempt failed) and ``ImagePullBackOff`` (waiting for the next attempt)
 alternate for as long as the image cannot be pulled: one cause, reported as one reason, so the
 condition, the Event and the metric's series do not flip with every retry of the kubelet. For
@@ -37,8 +42,18 @@ from typing import Any
 
 from runnerpool.api_errors import one_line
 from runnerpool.pods.state import active
+from runnerpool.reasons import Reason
 
-__all__ = ["EXITED_AT_START", "REPORTED", "Failing", "describe", "failing", "reported_reason"]
+__all__ = [
+    "EXITED_AT_START",
+    "REPORTED",
+    "RUNNER_VERSION_OUTDATED",
+    "Failing",
+    "describe",
+    "failing",
+    "ready_reason",
+    "reported_reason",
+]
 
 _IMAGE = "image"
 _CONTAINER = "container"
@@ -57,8 +72,13 @@ _VOCABULARY: dict[str, tuple[str, str]] = {
 #: Not a kubelet reason: the pool's runner containers keep exiting at start, so its new pods
 #: back off (``runnerpool.pods.start_backoff``, which reports it).
 EXITED_AT_START = "ExitedAtStart"
+#: Not a kubelet reason either: GitHub refuses the pool's runners as outdated (the start backoff
+#: reports it, from the runner container's termination message: ``runnerpool.pods.outdated``).
+RUNNER_VERSION_OUTDATED = str(Reason.RUNNER_VERSION_OUTDATED)
 #: Every reason reported (the metric's ``reason`` label takes no other value).
-REPORTED = tuple(sorted({reported for reported, _ in _VOCABULARY.values()} | {EXITED_AT_START}))
+REPORTED = tuple(
+    sorted({reported for reported, _ in _VOCABULARY.values()} | {EXITED_AT_START, RUNNER_VERSION_OUTDATED})
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,13 @@ def failing(pods: Iterable[Mapping[str, Any]]) -> tuple[Failing, ...]:
     for one in stuck:
         by_reason.setdefault(one.reason, []).append(one)
     return tuple(Failing(reason, len(group), group[0].detail) for reason, group in by_reason.items())
+
+
+def ready_reason(found: Iterable[Failing]) -> Reason:
+    """The Ready condition's reason (and the Event's) while pods are stuck: ``RunnerVersionOutdated``
+    when GitHub refuses the runners as outdated, whatever else is stuck, else ``RunnerPodsFailing``."""
+    outdated = any(f.reason == RUNNER_VERSION_OUTDATED for f in found)
+    return Reason.RUNNER_VERSION_OUTDATED if outdated else Reason.RUNNER_PODS_FAILING
 
 
 def describe(found: Iterable[Failing]) -> str:

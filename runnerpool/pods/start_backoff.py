@@ -20,7 +20,10 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
   before it had run ``STARTED_AFTER`` seconds, and the pod was never marked busy (a runner that
   took a job did start);
 * **started**: it has been running ``STARTED_AFTER`` seconds, or it exited 0 (its one job
-  done). A started pod ends the streak.
+  done). A started pod ends the streak;
+* **refused as outdated**, whatever its exit code and run time: its termination message
+  says GitHub refuses its runner version (``runnerpool.pods.outdated``). A failure at start
+  like the first kind, reported as ``RunnerVersionOutdated`` instead of ``ExitedAtStart``.
 
 The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
 user fixed the command, the image) creates at once. While the pool backs off it reports
@@ -40,7 +43,8 @@ from typing import Any
 from runnerpool.domain import parse_rfc3339, utcnow
 from runnerpool.naming import TEMPLATE_HASH_LABEL
 from runnerpool.pods.create_backoff import Doubling
-from runnerpool.pods.failures import EXITED_AT_START, Failing
+from runnerpool.pods.failures import EXITED_AT_START, RUNNER_VERSION_OUTDATED, Failing
+from runnerpool.pods.outdated import refused_version
 from runnerpool.pods.state import runner_status
 from runnerpool.pods.template import busy_marked
 
@@ -64,6 +68,8 @@ class StartFailure:
     failures: int
     #: What the last one's runner container said: ``container runner: Error, exit code 1``.
     exit: str
+    #: The reason the last one is reported with (``ExitedAtStart``, ``RunnerVersionOutdated``).
+    reason: str
     #: Seconds from the last failure to the next create.
     delay: float
     retry_at: datetime
@@ -81,6 +87,7 @@ class _Verdict:
     exit: str = ""
     #: A pod of another template: neither a failure nor a start of the current one.
     ignored: bool = False
+    reason: str = EXITED_AT_START
 
 
 def _template(pod: Mapping[str, Any]) -> str | None:
@@ -111,6 +118,10 @@ def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
         ended = state.get("terminated")
         if not ended:
             continue
+        version = refused_version(ended)
+        if version is not None:
+            told = f"GitHub refuses runner version {version} as outdated; use a newer runner image"
+            return _Verdict(True, f"container {runner.get('name')}: {told}", reason=RUNNER_VERSION_OUTDATED)
         code = int(ended.get("exitCode") or 0)
         finished = parse_rfc3339(ended.get("finishedAt")) or now
         ran = _seconds_between(ended.get("startedAt"), finished)
@@ -159,15 +170,19 @@ class StartBackoff:
                     state.judged.clear()  # old pods are long gone; at worst one is judged twice
                 state.judged.add(uid)
                 if verdict.failed:
-                    state.failure = self._failed(state.failure, generation, verdict.exit, now)
+                    state.failure = self._failed(state.failure, generation, verdict, now)
                 elif not verdict.ignored:
                     state.failure = None
             return recheck if state.failure is not None else None
 
-    def _failed(self, before: StartFailure | None, generation: int, exit: str, now: datetime) -> StartFailure:
+    def _failed(
+        self, before: StartFailure | None, generation: int, verdict: _Verdict, now: datetime
+    ) -> StartFailure:
         count = before.failures + 1 if before is not None and before.generation == generation else 1
         delay = self._delays.after(count)
-        return StartFailure(generation, count, exit, delay, now + timedelta(seconds=delay))
+        return StartFailure(
+            generation, count, verdict.exit, verdict.reason, delay, now + timedelta(seconds=delay)
+        )
 
     def failure(self, pool: str, generation: int) -> StartFailure | None:
         """The pool's streak, if it belongs to its current spec."""
@@ -191,7 +206,7 @@ class StartBackoff:
         if found is None:
             return None
         detail = f"{found.exit}; the next pod waits {found.delay:.0f} s"
-        return Failing(EXITED_AT_START, found.failures, detail)
+        return Failing(found.reason, found.failures, detail)
 
     def forget(self, pool: str) -> None:
         with self._lock:

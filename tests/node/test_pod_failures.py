@@ -200,3 +200,49 @@ def test_a_runner_that_exits_at_once_backs_off_its_pods_and_github_requests(
     assert "ExitedAtStart" in ready["message"] and "exit code 1" in ready["message"], ready["message"]
     event = _wait_event(core, namespace, "RunnerPodsFailing")
     assert event.type == "Warning" and "exit code 1" in event.message, event.message
+
+
+def _termination_messages(pods: list[client.V1Pod]) -> set[str]:
+    """The runner containers' termination messages, current or before a restart."""
+    said: set[str] = set()
+    for pod in pods:
+        for status in pod.status.container_statuses or []:
+            if status.name != naming.RUNNER_CONTAINER:
+                continue
+            for state in (status.state, status.last_state):
+                if state is not None and state.terminated is not None and state.terminated.message:
+                    said.add(state.terminated.message)
+    return said
+
+
+def test_a_runner_github_refuses_as_outdated_is_named_on_the_pool_and_its_pods_back_off(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
+) -> None:
+    """GitHub's floor above the runner image's release (the stand-in reports it): each runner is
+    refused its session and exits. Before: every pod a failure nobody named, replaced at once."""
+    core = client.CoreV1Api(api_client)
+    fake_github.min_runner_version = "2.999.0"
+    try:
+        create_pool(api_client, namespace, node_pool("old"))
+        # A measurement over a fixed window: every pod the pool makes in 75 s, sampled twice a second.
+        made: set[str] = set()
+        said: set[str] = set()
+        window_ends = time.monotonic() + 75.0
+        while time.monotonic() < window_ends:
+            pods = core.list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}=old").items
+            made |= {p.metadata.uid for p in pods}
+            said |= _termination_messages(pods)
+            time.sleep(0.5)
+        ready = _wait_ready_reason(api_client, namespace, "old", "RunnerVersionOutdated")
+        event = _wait_event(core, namespace, "RunnerVersionOutdated")
+    finally:
+        fake_github.min_runner_version = None
+
+    print(f"outdated runners, 75 s: {len(made)} pods")
+    assert len(made) <= 5, f"{len(made)} pods in 75 s: 10 s doubling allows 4 (at 0, 10, 30, 70 s)"
+    refused = "Runner version v2.336.0 is deprecated and cannot receive messages."
+    assert any(refused in message and "runner exited with code 7" in message for message in said), said
+    assert ready["status"] == "False"
+    assert "GitHub refuses runner version 2.336.0 as outdated" in ready["message"], ready["message"]
+    assert event.type == "Warning" and "runner version 2.336.0" in event.message, event.message
+    assert _failing_gauge(operator, namespace).get(("old", "RunnerVersionOutdated"), 0) >= 1
