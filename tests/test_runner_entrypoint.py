@@ -397,6 +397,21 @@ def test_a_failed_registration_s_last_words_are_config_sh_s_and_the_reason(
     assert TOKEN not in message
 
 
+def test_an_entrypoint_error_before_the_runner_ran_is_the_whole_message(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    termination = tmp_path / "termination-log"
+    termination.touch()
+    sandbox.token_file.unlink()
+    result = run_pod(sandbox, RUNNER_TERMINATION_LOG=str(termination))
+
+    assert result.returncode == 1
+    assert termination.read_text() == (
+        f"runner-entrypoint: error: registration token file {sandbox.token_file} does not exist"
+        " (is its Secret mounted?)\n"
+    )
+
+
 def test_no_termination_message_is_made_outside_a_pod(sandbox: Sandbox, tmp_path: Path) -> None:
     absent = tmp_path / "no-such-termination-log"
     result = run_pod(sandbox, STUB_RUN_EXIT="7", RUNNER_TERMINATION_LOG=str(absent))

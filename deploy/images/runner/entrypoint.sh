@@ -117,8 +117,8 @@ TERMINATION_MAX=4000
 last_words() {
     [[ -e "${TERMINATION_LOG}" ]] || return 0
     local LC_ALL=C text=""
-    [[ -r "${OUTPUT_TAIL}" ]] && text="$(<"${OUTPUT_TAIL}")"$'\n'
-    text+="$*"
+    [[ -r "${OUTPUT_TAIL}" ]] && text="$(<"${OUTPUT_TAIL}")"
+    text="${text:+${text}$'\n'}$*"
     [[ "${#text}" -le "${TERMINATION_MAX}" ]] || text="${text: -${TERMINATION_MAX}}"
     { printf '%s\n' "${text}" >"${TERMINATION_LOG}"; } 2>/dev/null || true
 }
@@ -296,7 +296,8 @@ keep_tail() {
         kept+=("${line}")
         [[ "${#kept[@]}" -le "${TAIL_LINES}" ]] || kept=("${kept[@]:1}")
     done
-    printf '%s\n' "${kept[@]}" >"$1"
+    : >"$1"
+    [[ "${#kept[@]}" -eq 0 ]] || printf '%s\n' "${kept[@]}" >"$1"
 }
 
 # run_captured CMD...: run_child, with the child's output kept for last_words as it passes.
