@@ -183,7 +183,7 @@ def test_lost_contact_is_600_s_by_default_and_settable_per_fake(clock: Clock) ->
         # Shortened while the job runs (what the test world's node tests do), over the control API.
         control = fake.url.removesuffix("/api/v3") + "/_fake"
         answer = requests.post(f"{control}/settings", json={"lost_contact_seconds": 4}, timeout=5)
-        assert answer.json() == {"lost_contact_seconds": 4.0}
+        assert answer.json() == {"lost_contact_seconds": 4.0, "min_runner_version": None}
         assert fake.job(job_id)["conclusion"] == "failure"
     with pytest.raises(ValueError, match="positive"):
         FakeGitHub(lost_contact_seconds=0)
