@@ -55,7 +55,8 @@ from runnerpool.github.parse import (
     parse_token,
     structured,
 )
-from runnerpool.github.translate import translate_github_exception
+from runnerpool.github.route import Route
+from runnerpool.github.translate import translate_github_exception, untrusted
 from runnerpool.github.types import (
     RUNNERS_PER_PAGE,
     DeleteOutcome,
@@ -192,8 +193,10 @@ class PyGithubClient:
         clock: Callable[[], float] = time.time,
         credential: str | None = None,
         options: ClientOptions | None = None,
+        route: Route | None = None,
     ) -> None:
         self._gh = gh
+        self._route = route or Route()
         self._options = options or ClientOptions()
         self._requester = gh.requester
         self._clock = clock
@@ -214,6 +217,7 @@ class PyGithubClient:
         *,
         clock: Callable[[], float] = time.time,
         credential: str | None = None,
+        route: Route | None = None,
     ) -> PyGithubClient:
         """Build the ``Github`` instance with our transport settings."""
         opts = options or ClientOptions()
@@ -228,7 +232,7 @@ class PyGithubClient:
             seconds_between_writes=opts.seconds_between_writes,
             lazy=True,
         )
-        return cls(gh, clock=clock, credential=credential, options=opts)
+        return cls(gh, clock=clock, credential=credential, options=opts, route=route)
 
     @property
     def base_url(self) -> str:
@@ -249,6 +253,10 @@ class PyGithubClient:
 
     def name_credential(self, name: str) -> None:
         self._credential_name = name
+
+    def take_route(self, route: Route) -> None:
+        """The pool's CA bundle and proxy, for every call from now on (``runnerpool.github.route``)."""
+        self._route = route
 
     def rate_limit(self) -> RateLimit | None:
         """The budget from the latest answer that carried one; ``None`` before any."""
@@ -487,7 +495,7 @@ class PyGithubClient:
         """Run one PyGithub call under one deadline and translate whatever it raises."""
         opts = self._options
         try:
-            with transport.deadline(opts.timeout, opts.max_response_bytes):
+            with transport.deadline(opts.timeout, opts.max_response_bytes), self._route.used():
                 self._ensure_installation_token(what)
                 return self._translated(what, fn)
         except transport.DeadlineExceeded:
@@ -518,6 +526,8 @@ class PyGithubClient:
             raise MalformedResponse(f"{what}: body is not valid JSON") from None
         except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
             raise  # _call says what they mean
+        except requests.exceptions.SSLError as exc:
+            raise untrusted(what, exc) from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: {type(exc).__name__}") from exc
         except RuntimeError:
@@ -552,5 +562,7 @@ class PyGithubClient:
             raise err from None
         except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
             raise  # _call says what they mean
+        except requests.exceptions.SSLError as exc:
+            raise untrusted(f"{what}: installation token", exc) from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: installation token: {type(exc).__name__}") from None
