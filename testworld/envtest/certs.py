@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,3 +146,41 @@ def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
     )
     (folder / "serving-ca.crt").write_bytes(_pem(serving_ca))
     return pki
+
+
+@dataclass(frozen=True)
+class PrivateServer:
+    """A server certificate signed by a CA of its own (a GHES behind a private CA), as files."""
+
+    ca_pem: str
+    cert_file: Path
+    key_file: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def private_server(folder: Path, ips: tuple[str, ...] = ("127.0.0.1",)) -> PrivateServer:
+    """A fresh private CA and a serving certificate for ``ips`` and localhost, written to ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = _ca("runnerpool-testworld-private-ca")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
+    ]
+    cert = _issue(
+        _name("fake-ghes"),
+        key.public_key(),
+        ca.subject,
+        ca_key,
+        is_ca=False,
+        usage=[x509.oid.ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=sans,
+    )
+    server = PrivateServer(_pem(ca).decode(), folder / "server.crt", folder / "server.key")
+    server.cert_file.write_bytes(_pem(cert))
+    _write_key(server.key_file, key)
+    return server
