@@ -49,7 +49,11 @@ class Route:
 
     @functools.cached_property
     def verify(self) -> str | None:
-        """A file with the public CAs and the pool's (``requests`` takes a path), or ``None``."""
+        """A file with the operator's CAs and the pool's (``requests`` takes a path), or ``None``.
+
+        The operator's: ``REQUESTS_CA_BUNDLE`` (the chart's ``githubServerTLS``) when set, as
+        ``requests`` itself reads it, else the public CAs (certifi).
+        """
         if self.ca_pem is None:
             return None
         import certifi  # noqa: PLC0415 - only pools with a CA need it
@@ -57,7 +61,7 @@ class Route:
         path = _ca_dir() / f"{self.digest}.pem"
         with _FILES_LOCK:
             if not path.exists():
-                public = Path(certifi.where()).read_text()
+                public = Path(os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where()).read_text()
                 partial = path.with_suffix(".tmp")
                 partial.write_text(public.rstrip("\n") + "\n" + self.ca_pem.strip() + "\n")
                 partial.replace(path)
