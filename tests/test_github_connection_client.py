@@ -135,3 +135,14 @@ def test_one_client_per_ca_and_proxy_and_a_new_one_when_the_ca_changes(
     assert clients.get("team", "cred", url) is not first
     bundles["ghes-ca"] = {"ca.crt": private_server(tmp_path).ca_pem}
     assert clients.get("team", "cred", url, connection) is not first
+
+
+def test_an_untrusted_certificate_is_not_tried_again(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    """A second handshake meets the same certificate: the quick retries are for resets and 5xx."""
+    connection = Connection(proxies=(ProxyRef("https", proxy.url, "proxy-login"),))
+    with pytest.raises(Unavailable) as caught:
+        _cache(pki).get("team", "cred", ghes.url, connection).registration_token(ORG)
+    assert caught.value.reason == Reason.GITHUB_CERTIFICATE_UNTRUSTED
+    assert proxy.count() == 1

@@ -33,7 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, cast
 
 import requests
 import urllib3.exceptions
@@ -99,6 +99,22 @@ class _TransientOnlyRetry(GithubRetry):
         if status_code in (403, 429) or has_retry_after:
             return False
         return bool(super().is_retry(method, status_code, has_retry_after))
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> Self:
+        """A certificate no trusted CA signed is not tried again: the next handshake meets the
+        same certificate (two more round trips, and two more WARNING lines, for nothing)."""
+        if isinstance(error, urllib3.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(error):
+            raise urllib3.exceptions.MaxRetryError(_pool, url or "", error) from error
+        # GithubRetry types its answer as a Retry; it is a copy of this class.
+        return cast(Self, super().increment(method, url, response, error, _pool, _stacktrace))
 
 
 @dataclass(frozen=True)
