@@ -36,7 +36,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
 from runnerpool import naming
-from runnerpool.domain import RFC3339, JobState, Scope, parse_duration, pool_key
+from runnerpool.domain import RFC3339, Connection, JobState, ProxyRef, Scope, parse_duration, pool_key
 from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 
 GROUP = "runnerpool.dev"
@@ -794,6 +794,99 @@ class WebhookSecretRef(KubeModel):
     )
 
 
+class KeyRef(KubeModel):
+    """One key of a ConfigMap or Secret in the pool's namespace."""
+
+    name: DnsSubdomain = Field(description="Name of the object in the pool's namespace.")
+    key: SecretKey = Field(description="Key of the object's data.")
+
+
+class CertificateFrom(KubeModel):
+    """Where the CA bundle is: exactly one of a ConfigMap key or a Secret key (ARC's shape)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="has(self.configMapKeyRef) != has(self.secretKeyRef)",
+            message="spec.githubServerTLS.certificateFrom: set exactly one of configMapKeyRef "
+            "or secretKeyRef",
+            check=lambda c: (c.config_map_key_ref is None) != (c.secret_key_ref is None),
+        ),
+    )
+
+    config_map_key_ref: KeyRef | None = Field(
+        default=None, description="ConfigMap key holding the PEM CA bundle (one or more certificates)."
+    )
+    secret_key_ref: KeyRef | None = Field(
+        default=None, description="Secret key holding the PEM CA bundle (one or more certificates)."
+    )
+
+    @property
+    def source(self) -> tuple[Literal["ConfigMap", "Secret"], KeyRef]:
+        """The kind of object and its key (the model's rule guarantees exactly one)."""
+        if self.config_map_key_ref is not None:
+            return "ConfigMap", self.config_map_key_ref
+        if self.secret_key_ref is not None:
+            return "Secret", self.secret_key_ref
+        raise ValueError("certificateFrom names no ConfigMap and no Secret")
+
+
+class GithubServerTLS(KubeModel):
+    """The CA that signed GitHub Enterprise Server's certificate (runnerpool/connection.py)."""
+
+    certificate_from: CertificateFrom = Field(
+        description="The PEM CA bundle trusted for GitHub, in addition to the public CAs: by the "
+        "operator's calls for this pool, and by its runners (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE)."
+    )
+
+
+ProxyUrl = Annotated[
+    str,
+    StringConstraints(max_length=2048),
+    Cel(
+        regex_rule(
+            r"^https?://[^\s/?#@]+/?$",
+            "spec.proxy URLs are http://host:port or https://host:port, without a path or "
+            "credentials (credentials go in credentialSecretRef)",
+        )
+    ),
+]
+NoProxyEntry = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253),
+    Cel(regex_rule(r"^[^\s,]+$", "spec.proxy.noProxy entries are host names, domains or addresses")),
+]
+
+
+class ProxyServer(KubeModel):
+    """One proxy: its URL and the Secret with its credentials, if it asks for any."""
+
+    url: ProxyUrl = Field(description="The proxy, e.g. http://proxy.example.com:3128.")
+    credential_secret_ref: DnsSubdomain | None = Field(
+        default=None,
+        description="Secret in the pool's namespace with keys username and password for the "
+        "proxy; they go into the proxy URL as they are (percent-encode ':', '@', '/' and '%').",
+    )
+
+
+class Proxy(KubeModel):
+    """The proxies GitHub is reached through, for the operator and the runners (ARC's shape)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="has(self.http) || has(self.https)",
+            message="spec.proxy: set http, https or both",
+            check=lambda p: p.http is not None or p.https is not None,
+        ),
+    )
+
+    http: ProxyServer | None = Field(default=None, description="Proxy for http:// URLs (http_proxy).")
+    https: ProxyServer | None = Field(default=None, description="Proxy for https:// URLs (https_proxy).")
+    no_proxy: Annotated[list[NoProxyEntry], Field(max_length=64)] = Field(
+        default_factory=list,
+        description="Hosts, domains (.example.com) or addresses reached directly (no_proxy).",
+    )
+
+
 class Autoscaling(KubeModel):
     """How a pool follows demand; see runnerpool/demand/ for the rule."""
 
@@ -1449,6 +1542,15 @@ class RunnerPoolSpec(KubeModel):
         description="GitHub Enterprise Server API base URL, e.g. https://ghe.example.com/api/v3. "
         "Unset means github.com.",
     )
+    github_server_tls: GithubServerTLS | None = Field(
+        default=None,
+        alias="githubServerTLS",
+        description="CA bundle for a GitHub Enterprise Server whose certificate a private CA signed.",
+    )
+    proxy: Proxy | None = Field(
+        default=None,
+        description="Proxies for the operator's GitHub calls for this pool and for its runners.",
+    )
     runner_image: ImageReference | None = Field(
         default=None,
         description=f"Container image of the runner. Unset means {DEFAULT_RUNNER_IMAGE}.",
@@ -1568,6 +1670,25 @@ class RunnerPoolSpec(KubeModel):
     def registers_jit(self) -> bool:
         """Whether each runner pod gets a JIT config of its own (no pool-wide token Secret)."""
         return self.registration_mode == REGISTRATION_JIT
+
+    @property
+    def connection(self) -> Connection | None:
+        """Where the operator finds this pool's CA bundle and proxy credentials; ``None``: it
+        uses its own (``runnerpool.github.credentials`` reads them)."""
+        if self.github_server_tls is None and self.proxy is None:
+            return None
+        ca = None
+        if self.github_server_tls is not None:
+            kind, ref = self.github_server_tls.certificate_from.source
+            ca = (kind, ref.name, ref.key)
+        if self.proxy is None:
+            return Connection(ca=ca)
+        servers = (("http", self.proxy.http), ("https", self.proxy.https))
+        return Connection(
+            ca=ca,
+            proxies=tuple(ProxyRef(scheme, s.url, s.credential_secret_ref) for scheme, s in servers if s),
+            no_proxy=tuple(self.proxy.no_proxy),
+        )
 
 
 #: Jobs remembered per pool: queued and busy ones (at most maxReplicas are busy) plus recently

@@ -245,4 +245,6 @@ def api_url(pool: api.RunnerPool, default: str) -> str:
 
 def github_client(clients: GitHubClients, pool: api.RunnerPool, default_api_url: str) -> GitHubClient:
     """The GitHub client of the pool's credential Secret and API server."""
-    return clients.get(pool.namespace, pool.spec.credential_secret_name, api_url(pool, default_api_url))
+    return clients.get(
+        pool.namespace, pool.spec.credential_secret_name, api_url(pool, default_api_url), pool.spec.connection
+    )

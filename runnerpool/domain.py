@@ -24,9 +24,11 @@ __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_WEB_URL",
     "RFC3339",
+    "Connection",
     "Drain",
     "JobState",
     "PoolRef",
+    "ProxyRef",
     "RegistrationFailure",
     "Scope",
     "api_url_key",
@@ -37,6 +39,7 @@ __all__ = [
     "split_key",
     "utcnow",
     "web_url_for",
+    "with_userinfo",
 ]
 
 #: github.com's REST API; a pool's ``spec.githubApiUrl`` or ``--github-api-url`` overrides it.
@@ -219,6 +222,8 @@ class PoolRef:
     # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
     # rotated credentials are tried at once instead of at the next slow retry.
     credentials_version: str = ""
+    #: ``None``: the operator's own CA bundle and proxy.
+    connection: Connection | None = None
 
     @property
     def key(self) -> str:
@@ -227,6 +232,32 @@ class PoolRef:
     @property
     def token_secret(self) -> str:
         return naming.token_secret_name(self.name)
+
+
+def with_userinfo(url: str, username: str, password: str) -> str:
+    """A proxy URL with credentials in it, as ``http_proxy`` and ``requests`` take them."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{username}:{password}@{rest}"
+
+
+@dataclass(frozen=True)
+class ProxyRef:
+    """One of a pool's proxies (``spec.proxy``): its scheme (http, https), URL and credential Secret."""
+
+    scheme: str
+    url: str
+    credential_secret: str | None = None
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a pool's CA bundle and proxy credentials are (``spec.githubServerTLS``,
+    ``spec.proxy``): names, never values; ``runnerpool.github.credentials`` reads them."""
+
+    #: (ConfigMap or Secret, name, key) of the PEM CA bundle.
+    ca: tuple[Literal["ConfigMap", "Secret"], str, str] | None = None
+    proxies: tuple[ProxyRef, ...] = ()
+    no_proxy: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ __all__ = [
     "BUSY_DISRUPTION_BUDGET",
     "BUSY_LABEL",
     "BUSY_VALUE",
+    "CA_MOUNT_DIR",
+    "CA_VOLUME",
     "CONFIG_MOUNT_DIR",
     "CONFIG_VOLUME",
     "CREDENTIAL_FINALIZER",
@@ -137,13 +139,16 @@ CONFIG_VOLUME = "runner-config"
 #: the claim the container hooks mount into job pods when ACTIONS_RUNNER_CLAIM_NAME is unset,
 #: so the name is part of the hooks' contract.
 WORK_VOLUME = "work"
+#: spec.githubServerTLS: the pool's CA bundle, in both containers (runnerpool.pods.connection).
+CA_VOLUME = "runner-github-ca"
+CA_MOUNT_DIR = "/runner-github-ca"
 TOKEN_MOUNT_DIR = "/runner-token"
 JIT_MOUNT_DIR = "/runner-jitconfig"
 CONFIG_MOUNT_DIR = "/runner-config"
 WORK_DIR = "/runner/_work"
 #: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
-OPERATOR_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME, WORK_VOLUME)
-OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR)
+OPERATOR_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME, WORK_VOLUME, CA_VOLUME)
+OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR, CA_MOUNT_DIR)
 #: The volumes that hold a credential: the pool's registration token, a pod's JIT config, and the
 #: runner's own configuration (its RSA key).  No container of a template and no spec.volumeMounts
 #: may mount them, whatever the path: only the operator's register container (and, for its

@@ -42,7 +42,7 @@ from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
-from runnerpool.secret_reads import SecretReads
+from runnerpool.secret_reads import SecretReads, config_maps
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
 from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
@@ -86,9 +86,9 @@ class Operator:
             job_labels=JobLabels(settings.demand),
         )
         # The one by-name Secret reader: credential Secrets until labelled, pools' webhook secrets.
-        self._secret_reads = SecretReads(self.informers, self._kube)
-        self._pool_secrets = PoolSecrets(self._secret_reads)
-        self._clients = NamedClientCache.bounded(self._secret_reads.decoded, settings.github)
+        reads = self._secret_reads = SecretReads(self.informers, self._kube)
+        self._pool_secrets = PoolSecrets(reads)
+        self._clients = NamedClientCache.bounded(reads.decoded, settings.github, config_maps(self._kube))
         webhook = (
             [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
             if settings.component != OPERATOR and settings.demand.webhook_port
@@ -152,7 +152,7 @@ class Operator:
         poller = DemandPoller(
             self.informers,
             self._demand,
-            lambda pool: clients.get(pool.namespace, pool.spec.credential_secret_name, url_of(pool)),
+            lambda p: clients.get(p.namespace, p.spec.credential_secret_name, url_of(p), p.spec.connection),
             url_of,
             interval=settings.demand.poll_interval,
             allowed=lambda pool: settings.tenants.allows_pool(pool) and access.enabled(pool.namespace),

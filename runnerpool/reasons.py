@@ -121,6 +121,10 @@ class Reason(StrEnum):
     GITHUB_DEADLINE_EXCEEDED = "GitHubDeadlineExceeded"
     GITHUB_RESPONSE_TOO_LARGE = "GitHubResponseTooLarge"
     GITHUB_HOST_SLOW = "GitHubHostSlow"
+    #: The server's certificate chain ends at a CA the pool does not trust (spec.githubServerTLS).
+    GITHUB_CERTIFICATE_UNTRUSTED = "GitHubCertificateUntrusted"
+    #: spec.githubServerTLS or a spec.proxy credential Secret names what is not there.
+    GITHUB_CONNECTION_CONFIG_MISSING = "GitHubConnectionConfigMissing"
     GITHUB_HOST_NOT_ALLOWED = "GitHubHostNotAllowed"
     # --- a deleted pool whose credential is unusable (``runnerpool.deregistration``)
     #: RunnersDeregistered False, and its Event: the runners cannot be deregistered; the pool is

@@ -42,10 +42,10 @@ from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
-from runnerpool.runtime.kube import SECRETS, Kube
+from runnerpool.runtime.kube import CONFIG_MAPS, SECRETS, Kube, Resource
 from runnerpool.runtime.store import clone
 
-__all__ = ["SecretCache", "SecretReads"]
+__all__ = ["SecretCache", "SecretReads", "config_maps"]
 
 Obj = dict[str, Any]
 
@@ -77,9 +77,11 @@ class SecretReads:
         max_retry: float = 30.0,
         capacity: int = 4096,
         clock: Callable[[], float] = time.monotonic,
+        resource: Resource = SECRETS,
     ) -> None:
         self._cache = cache
         self._kube = kube
+        self._resource = resource
         self._fresh_for, self._first_retry, self._max_retry = fresh_for, first_retry, max_retry
         self._capacity = capacity
         self._clock = clock
@@ -143,7 +145,7 @@ class SecretReads:
                 kept: Obj = clone(earlier.secret)
                 return kept
         try:
-            secret: Obj = self._kube.get(SECRETS, namespace, name)
+            secret: Obj = self._kube.get(self._resource, namespace, name)
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -160,3 +162,28 @@ class SecretReads:
             self._reads.move_to_end(key)
             while len(self._reads) > self._capacity:
                 self._reads.popitem(last=False)
+
+
+class _Unwatched:
+    """No cache: the operator watches no ConfigMaps."""
+
+    def get_secret(self, namespace: str, name: str) -> Obj | None:
+        return None
+
+
+#: How long a ConfigMap read by name is used again: a CA bundle changes seldom, and every
+#: GitHub call of a pool that names one asks for it.
+CONFIG_MAP_FRESH_FOR = 60.0
+
+
+def config_maps(kube: Kube) -> Callable[[str, str], dict[str, str] | None]:
+    """The ConfigMaps pools name for their CA bundle (``spec.githubServerTLS``), by name: the
+    same reads, backoff and bound as Secrets (one GET per ConfigMap a minute at most), as no
+    watch of ours sees them."""
+    reads = SecretReads(_Unwatched(), kube, fresh_for=CONFIG_MAP_FRESH_FOR, resource=CONFIG_MAPS)
+
+    def data(namespace: str, name: str) -> dict[str, str] | None:
+        found = reads.get(namespace, name)
+        return None if found is None else dict(found.get("data") or {})
+
+    return data

@@ -350,6 +350,7 @@ class GitHubSettings:
             credential_secret_name=pool.spec.credential_secret_name,
             api_url=self.api_url_of(pool),
             credentials_version=credentials_version,
+            connection=pool.spec.connection,
         )
 
 

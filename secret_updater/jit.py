@@ -194,7 +194,7 @@ class JitSecretUpdater:
 
     def _fill(self, pod: _Pod, pod_uid: str) -> None:
         ref = pod.ref
-        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
         config = self._generate(client, pod)
         with self._lock:
             if pod_uid not in self._pods:

@@ -310,7 +310,7 @@ class SecretUpdater:
         return next_run
 
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
-        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
+        client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
         # The credentials' version too: a replaced job does not wait for (or take the token of)
         # its stale predecessor's request made with the Secret's previous content.
         shared_key = (

@@ -214,6 +214,7 @@ OPERATOR_RULES = {
 NAMESPACE_ROLE = "runnerpool-operator-namespace"
 NAMESPACE_RULES = {
     ("", "secrets"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get"},
     ("", "pods"): {"create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"create", "patch", "delete"},
     ("", "serviceaccounts"): {"get", "create", "patch", "delete"},

@@ -788,3 +788,40 @@ def test_entrypoint_never_enables_tracing() -> None:
     assert code[0] == "set +x"
     assert not any(line.startswith("set -") and "x" in line.split()[1] for line in code)
     assert ENTRYPOINT.stat().st_mode & 0o111, "entrypoint.sh must be executable"
+
+
+POOL_CA = "-----BEGIN CERTIFICATE-----\nMIIBpoolca\n-----END CERTIFICATE-----\n"
+SYSTEM_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def test_the_pools_ca_is_trusted_besides_the_public_ones_by_config_and_run(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """spec.githubServerTLS: SSL_CERT_FILE replaces the system bundle, so it must hold both."""
+    ca_file = tmp_path / "runner-github-ca" / "ca.crt"
+    ca_file.parent.mkdir()
+    ca_file.write_text(POOL_CA)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run_pod(sandbox, RUNNER_CA_FILE=str(ca_file), TMPDIR=str(scratch))
+    assert result.returncode == 0, result.stderr
+    for stub in ("config", "run"):
+        bundle = Path((sandbox.log_dir / f"{stub}.ssl_cert_file").read_text())
+        assert bundle.parent == scratch
+        text = bundle.read_text()
+        assert text.endswith(POOL_CA)
+        if SYSTEM_BUNDLE.is_file():
+            assert text.startswith(SYSTEM_BUNDLE.read_text())
+
+
+def test_without_a_pool_ca_ssl_cert_file_is_left_alone(sandbox: Sandbox) -> None:
+    assert run_pod(sandbox).returncode == 0
+    assert (sandbox.log_dir / "config.ssl_cert_file").read_text() == ""
+
+
+def test_an_unreadable_pool_ca_stops_the_container_with_its_path(sandbox: Sandbox, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "ca.crt"
+    result = run_pod(sandbox, RUNNER_CA_FILE=str(missing))
+    assert result.returncode == 1
+    assert f"RUNNER_CA_FILE {missing} cannot be read" in result.stderr
+    assert sandbox.args_of("config") is None

@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
-from runnerpool.domain import DEFAULT_API_URL, pool_key, resolve_api_url
+from runnerpool.domain import DEFAULT_API_URL, Connection, pool_key, resolve_api_url, with_userinfo
 from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.route import Route
 from runnerpool.reasons import Reason
 from runnerpool.tenants import GitHubHosts
 
@@ -56,6 +57,8 @@ APP_ID_KEY = "app-id"
 APP_INSTALLATION_ID_KEY = "app-installation-id"
 APP_PRIVATE_KEY_KEY = "app-private-key"
 _APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
+#: The keys of a spec.proxy credential Secret (ARC's).
+_PROXY_USER, _PROXY_PASSWORD = "username", "password"
 #: actions-runner-controller's key names for the same values: a Secret made for ARC works
 #: here unchanged (docs/migrating.md); our own name wins where both are present.
 ARC_KEYS = {
@@ -82,6 +85,13 @@ class _Nameable(Protocol):
     """A client that can be told whose credential it uses (``PyGithubClient``)."""
 
     def name_credential(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class _Routable(Protocol):
+    """A client that can be told its pool's CA bundle and proxy (``PyGithubClient``)."""
+
+    def take_route(self, route: Route) -> None: ...
 
 
 @runtime_checkable
@@ -118,6 +128,10 @@ class CredentialError(Exception):
     @classmethod
     def host_not_allowed(cls, message: str) -> CredentialError:
         return cls(Reason.GITHUB_HOST_NOT_ALLOWED, message)
+
+    @classmethod
+    def connection_missing(cls, message: str) -> CredentialError:
+        return cls(Reason.GITHUB_CONNECTION_CONFIG_MISSING, message)
 
 
 def _positive_int(data: Mapping[str, str], key: str) -> int:
@@ -251,22 +265,28 @@ class ClientCache:
         factory: ClientFactory = client_from_secret_data,
         hosts: GitHubHosts | None = None,
         max_entries: int = MAX_CLIENTS,
+        read_config_map: SecretReader | None = None,
     ) -> None:
         self._read_secret = read_secret
+        self._read_config_map = read_config_map
         self._factory = factory
         self._hosts = hosts
         self._max = max_entries
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str, str], _Entry] = OrderedDict()
 
     @classmethod
-    def bounded(cls, read_secret: SecretReader, github: GitHubSettings) -> Self:
+    def bounded(
+        cls, read_secret: SecretReader, github: GitHubSettings, read_config_map: SecretReader | None = None
+    ) -> Self:
         """The operator's cache: clients for ``github.hosts`` only, each call bounded by
-        ``--github-timeout`` and ``--github-max-response-bytes``."""
+        ``--github-timeout`` and ``--github-max-response-bytes``; ``read_config_map`` reads the
+        ConfigMaps pools name for their CA bundle."""
         return cls(
             read_secret,
             factory=bounded_factory(github.timeout, github.max_response_bytes),
             hosts=github.hosts,
+            read_config_map=read_config_map,
         )
 
     def __len__(self) -> int:
@@ -280,28 +300,42 @@ class ClientCache:
             raise CredentialError.host_not_allowed(refusal)
         return url
 
-    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
-        url = self._allowed_url(base_url)
+    def _data(self, read: SecretReader, kind: str, namespace: str, name: str) -> Mapping[str, str] | None:
         try:
-            data = self._read_secret(namespace, secret_name)
+            return read(namespace, name)
         except ValueError:
             # Base64 or UTF-8 decoding in the reader; the value itself stays out of the message.
             raise CredentialError.malformed(
-                f"Secret {namespace}/{secret_name} holds a value that is not base64-encoded UTF-8 text"
+                f"{kind} {namespace}/{name} holds a value that is not base64-encoded UTF-8 text"
             ) from None
+
+    def get(
+        self,
+        namespace: str,
+        secret_name: str,
+        base_url: str | None = None,
+        connection: Connection | None = None,
+    ) -> GitHubClient:
+        """The client of the pool's credential Secret, API URL and ``connection`` (its CA
+        bundle and proxy, read again on every call like the Secret: ``runnerpool.github.route``)."""
+        url = self._allowed_url(base_url)
+        data = self._data(self._read_secret, "Secret", namespace, secret_name)
         if data is None:
             raise CredentialError.missing(
                 f"Secret {namespace}/{secret_name} not found; create it with key {PAT_KEY!r} "
                 "or keys " + ", ".join(repr(k) for k in _APP_KEYS)
             )
+        route = self._route(namespace, connection)
         fingerprint = _fingerprint(data)
-        key = (namespace, secret_name, url)
+        key = (namespace, secret_name, url, route.digest if route is not None else "")
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.fingerprint == fingerprint:
                 self._entries.move_to_end(key)
                 return entry.client
             client = self._factory(data, url)
+            if route is not None and isinstance(client, _Routable):
+                client.take_route(route)
             if entry is not None:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
             self._entries[key] = _Entry(fingerprint, client)
@@ -310,16 +344,53 @@ class ClientCache:
                 self._entries.popitem(last=False)  # in-flight calls keep their client alive
             return client
 
+    def _route(self, namespace: str, connection: Connection | None) -> Route | None:
+        """The CA bundle and proxies ``connection`` names, read now; messages name keys, not values."""
+        if connection is None:
+            return None
+        ca = None
+        if connection.ca is not None:
+            kind, name, key = connection.ca
+            ca = self._required(kind, namespace, name, key, "spec.githubServerTLS")
+            if "-----BEGIN CERTIFICATE-----" not in ca:
+                raise CredentialError.malformed(
+                    f"{kind} {namespace}/{name} key {key!r} (spec.githubServerTLS) holds no PEM certificate"
+                )
+        proxies = []
+        for proxy in connection.proxies:
+            url = proxy.url
+            if proxy.credential_secret is not None:
+                where = f"spec.proxy.{proxy.scheme}.credentialSecretRef"
+                url = with_userinfo(
+                    url,
+                    self._required("Secret", namespace, proxy.credential_secret, _PROXY_USER, where),
+                    self._required("Secret", namespace, proxy.credential_secret, _PROXY_PASSWORD, where),
+                )
+            proxies.append((proxy.scheme, url))
+        return Route(ca, tuple(proxies), connection.no_proxy)
+
+    def _required(self, kind: str, namespace: str, name: str, key: str, field: str) -> str:
+        read = self._read_secret if kind == "Secret" else self._read_config_map
+        data = self._data(read, kind, namespace, name) if read is not None else None
+        value = (data or {}).get(key, "")
+        if not value.strip():
+            state = "not found" if data is None else f"has no key {key!r}"
+            raise CredentialError.connection_missing(f"{kind} {namespace}/{name} named by {field} {state}")
+        return value
+
     def last_good(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient | None:
         """The last client built from the Secret, even if the Secret is gone now (or ``None``).
 
         For deregistering a deleted pool's runners: the credentials that worked a moment
-        ago are better than none, and GitHub still says whether they do.
+        ago are better than none, and GitHub still says whether they do. The latest used of
+        the Secret's clients (one per CA bundle and proxy the pool had) is the pool's.
         """
-        key = (namespace, secret_name, self._allowed_url(base_url))
+        url = self._allowed_url(base_url)
         with self._lock:
-            entry = self._entries.get(key)
-        return entry.client if entry is not None else None
+            for (ns, name, found_url, _), entry in reversed(self._entries.items()):
+                if (ns, name, found_url) == (namespace, secret_name, url):
+                    return entry.client
+        return None
 
 
 class NamedClientCache(ClientCache):
@@ -330,8 +401,14 @@ class NamedClientCache(ClientCache):
     request.
     """
 
-    def get(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient:
-        github = super().get(namespace, secret_name, base_url)
+    def get(
+        self,
+        namespace: str,
+        secret_name: str,
+        base_url: str | None = None,
+        connection: Connection | None = None,
+    ) -> GitHubClient:
+        github = super().get(namespace, secret_name, base_url, connection)
         if isinstance(github, _Nameable):
             github.name_credential(pool_key(namespace, secret_name))
         return github

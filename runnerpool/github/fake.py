@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runnerpool.domain import Scope
+from runnerpool.domain import Connection, Scope
 from runnerpool.github.errors import GitHubError, NotFound
 from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, GitHubClients
@@ -113,7 +113,9 @@ class FakeGitHubClients:
     client: GitHubClient = field(default_factory=FakeGitHubClient)
     asked: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient:
+    def get(
+        self, namespace: str, secret_name: str, base_url: str, connection: Connection | None = None
+    ) -> GitHubClient:
         self.asked.append((namespace, secret_name, base_url))
         return self.client
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from runnerpool.domain import Scope
+from runnerpool.domain import Connection, Scope
 from runnerpool.github.jobs import ActiveJobs
 from runnerpool.github.types import (
     DeleteOutcome,
@@ -67,4 +67,6 @@ class RateLimitAware(Protocol):
 class GitHubClients(Protocol):
     """One client per credential Secret (``runnerpool.github.credentials.ClientCache``)."""
 
-    def get(self, namespace: str, secret_name: str, base_url: str) -> GitHubClient: ...
+    def get(
+        self, namespace: str, secret_name: str, base_url: str, connection: Connection | None = None
+    ) -> GitHubClient: ...

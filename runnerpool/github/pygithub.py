@@ -33,7 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, cast
 
 import requests
 import urllib3.exceptions
@@ -55,7 +55,8 @@ from runnerpool.github.parse import (
     parse_token,
     structured,
 )
-from runnerpool.github.translate import translate_github_exception
+from runnerpool.github.route import Route
+from runnerpool.github.translate import translate_github_exception, untrusted
 from runnerpool.github.types import (
     RUNNERS_PER_PAGE,
     DeleteOutcome,
@@ -98,6 +99,22 @@ class _TransientOnlyRetry(GithubRetry):
         if status_code in (403, 429) or has_retry_after:
             return False
         return bool(super().is_retry(method, status_code, has_retry_after))
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: Any = None,
+    ) -> Self:
+        """A certificate no trusted CA signed is not tried again: the next handshake meets the
+        same certificate (two more round trips, and two more WARNING lines, for nothing)."""
+        if isinstance(error, urllib3.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(error):
+            raise urllib3.exceptions.MaxRetryError(_pool, url or "", error) from error
+        # GithubRetry types its answer as a Retry; it is a copy of this class.
+        return cast(Self, super().increment(method, url, response, error, _pool, _stacktrace))
 
 
 @dataclass(frozen=True)
@@ -192,8 +209,10 @@ class PyGithubClient:
         clock: Callable[[], float] = time.time,
         credential: str | None = None,
         options: ClientOptions | None = None,
+        route: Route | None = None,
     ) -> None:
         self._gh = gh
+        self._route = route or Route()
         self._options = options or ClientOptions()
         self._requester = gh.requester
         self._clock = clock
@@ -214,6 +233,7 @@ class PyGithubClient:
         *,
         clock: Callable[[], float] = time.time,
         credential: str | None = None,
+        route: Route | None = None,
     ) -> PyGithubClient:
         """Build the ``Github`` instance with our transport settings."""
         opts = options or ClientOptions()
@@ -228,7 +248,7 @@ class PyGithubClient:
             seconds_between_writes=opts.seconds_between_writes,
             lazy=True,
         )
-        return cls(gh, clock=clock, credential=credential, options=opts)
+        return cls(gh, clock=clock, credential=credential, options=opts, route=route)
 
     @property
     def base_url(self) -> str:
@@ -249,6 +269,10 @@ class PyGithubClient:
 
     def name_credential(self, name: str) -> None:
         self._credential_name = name
+
+    def take_route(self, route: Route) -> None:
+        """The pool's CA bundle and proxy, for every call from now on (``runnerpool.github.route``)."""
+        self._route = route
 
     def rate_limit(self) -> RateLimit | None:
         """The budget from the latest answer that carried one; ``None`` before any."""
@@ -487,7 +511,7 @@ class PyGithubClient:
         """Run one PyGithub call under one deadline and translate whatever it raises."""
         opts = self._options
         try:
-            with transport.deadline(opts.timeout, opts.max_response_bytes):
+            with transport.deadline(opts.timeout, opts.max_response_bytes), self._route.used():
                 self._ensure_installation_token(what)
                 return self._translated(what, fn)
         except transport.DeadlineExceeded:
@@ -518,6 +542,8 @@ class PyGithubClient:
             raise MalformedResponse(f"{what}: body is not valid JSON") from None
         except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
             raise  # _call says what they mean
+        except requests.exceptions.SSLError as exc:
+            raise untrusted(what, exc) from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: {type(exc).__name__}") from exc
         except RuntimeError:
@@ -552,5 +578,7 @@ class PyGithubClient:
             raise err from None
         except (transport.DeadlineExceeded, transport.ResponseTooLarge, transport.HostSlow):
             raise  # _call says what they mean
+        except requests.exceptions.SSLError as exc:
+            raise untrusted(f"{what}: installation token", exc) from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: installation token: {type(exc).__name__}") from None

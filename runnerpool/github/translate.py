@@ -19,7 +19,7 @@ from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, Rate
 from runnerpool.github.types import header
 from runnerpool.reasons import Reason
 
-__all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception"]
+__all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception", "untrusted"]
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +109,21 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
     if status >= 500 or status == 408:
         return Unavailable(detail, retry_after=_retry_after_seconds(headers, now), status=status)
     return GitHubError(detail, status=status)
+
+
+def untrusted(what: str, exc: Exception) -> Unavailable:
+    """A TLS failure in plain words (OpenSSL's own text is a traceback's worth of brackets).
+
+    A certificate GitHub's host presents that chains to no trusted CA is the common case
+    behind a GitHub Enterprise Server with a private CA, or a proxy that inspects TLS: the
+    message says so and names the field that fixes it.
+    """
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+        return Unavailable(
+            f"{what}: certificate signed by unknown authority: the server's TLS certificate is not "
+            "signed by a CA the operator trusts for this pool; put the CA bundle that signed it in "
+            "a ConfigMap or Secret and name it in spec.githubServerTLS",
+            reason=Reason.GITHUB_CERTIFICATE_UNTRUSTED,
+        )
+    return Unavailable(f"{what}: the TLS handshake with the server failed")

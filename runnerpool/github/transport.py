@@ -43,6 +43,8 @@ import urllib3.connection
 import urllib3.connectionpool
 from github.Requester import HTTPRequestsConnectionClass, HTTPSRequestsConnectionClass, Requester
 
+from runnerpool.github import route
+
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DeadlineExceeded",
@@ -304,6 +306,7 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         cert: Any = None,
         proxies: Any = None,
     ) -> requests.Response:
+        verify, proxies = _routed(request.url or "", verify, proxies)
         own = _seconds(timeout)
         block = deadline(own) if _active() is None and own is not None else contextlib.nullcontext()
         with block:
@@ -345,6 +348,15 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         if call.expired:  # the body ended just as the watchdog fired: still too late to trust
             raise DeadlineExceeded("no complete answer before the call's deadline", request=request)
         return response
+
+
+def _routed(url: str, verify: bool | str, proxies: Any) -> tuple[bool | str, Any]:
+    """The ``verify`` and proxies of the pool whose call this is (``runnerpool.github.route``)."""
+    chosen = route.active()
+    if chosen is None:
+        return verify, proxies
+    ours = chosen.proxies_for(url)
+    return chosen.verify or verify, proxies if ours is None else ours
 
 
 def _seconds(timeout: Any) -> float | None:

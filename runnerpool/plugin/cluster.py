@@ -159,6 +159,16 @@ class Cluster:
         data = found.get("data") or {}
         return {key: base64.b64decode(value, validate=True).decode() for key, value in data.items()}
 
+    def config_map_data(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """A ConfigMap's data (``None``: no such ConfigMap): a pool's spec.githubServerTLS bundle."""
+        try:
+            found = self._call(
+                "get", "configmaps", namespace, self._core.read_namespaced_config_map, name, namespace
+            )
+        except _NotFoundError:
+            return None
+        return dict(found.get("data") or {})
+
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _items(

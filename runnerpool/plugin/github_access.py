@@ -50,9 +50,11 @@ class PoolGitHub:
         cache = ClientCache(
             cluster.secret_data,
             factory=lambda data, base_url: client_from_secret_data(data, base_url, _OPTIONS),
+            read_config_map=cluster.config_map_data,
         )
         try:
-            github = cache.get(pool.namespace, secret, url)
+            # The pool's CA bundle and proxy, as the operator uses them (docs/ghes-and-proxies.md).
+            github = cache.get(pool.namespace, secret, url, pool.spec.connection)
         except CredentialError as err:
             raise PluginError(
                 f"the pool's credential Secret (spec.credentialSecretName) is not usable: {err.message}"

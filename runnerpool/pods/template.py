@@ -30,7 +30,7 @@ from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
-from runnerpool.pods import dind, kubernetes_mode, merge, registration, security
+from runnerpool.pods import connection, dind, kubernetes_mode, merge, registration, security
 
 __all__ = [
     "busy_grace_seconds",
@@ -152,6 +152,7 @@ def _env(pool: api.RunnerPool, github_api_url: str) -> list[dict[str, Any]]:
         {"name": "RUNNER_WORKDIR", "value": WORK_DIR},
         {"name": "RUNNER_BUSY_GRACE_SECONDS", "value": str(busy_grace_seconds(pool))},
         *registration.runner_env(pool),
+        *connection.env(pool),
     ]
     return fixed + [e.model_dump(by_alias=True, exclude_none=True) for e in pool.spec.env]
 
@@ -201,6 +202,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         "volumeMounts": [
             *registration.runner_mounts(),
             _work_mount(),
+            *connection.mounts(pool),
             *spec.volume_mounts,
         ],
     }
@@ -217,6 +219,7 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
         "volumes": [
             *registration.volumes(pool),
             {"name": _WORK_VOLUME, **(spec.work_volume or {"emptyDir": {}})},
+            *connection.volumes(pool),
             *spec.volumes,
         ],
     }

@@ -271,7 +271,7 @@ class RunnerManagers:
         """
         secret, url = pool.credential_secret_name, pool.api_url
         try:
-            return self._clients.get(pool.namespace, secret, url)
+            return self._clients.get(pool.namespace, secret, url, pool.connection)
         except CredentialError as err:
             if err.reason != CredentialError.MISSING or not isinstance(self._clients, KeepsLastGoodClient):
                 raise
@@ -418,7 +418,9 @@ class RunnerManagers:
                 continue
             tried.add(secret)
             try:
-                github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
+                github = self._clients.get(
+                    ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection
+                )
                 return self.listing.fetch(key, ref.scope, github), github
             except (BadCredentials, NotFound, CredentialError) as err:
                 failure = err
@@ -443,7 +445,7 @@ class RunnerManagers:
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks:
-            github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url)
+            github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
             self._carry_out(ref, github, todo, halted)
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:

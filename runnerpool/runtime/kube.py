@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from runnerpool import api
 
 __all__ = [
+    "CONFIG_MAPS",
     "DEFAULT_REQUEST_TIMEOUT",
     "EVENTS",
     "MERGE_PATCH",
@@ -94,6 +95,7 @@ class Resource:
 
 
 SECRETS = Resource("v1", "secrets")
+CONFIG_MAPS = Resource("v1", "configmaps")
 PODS = Resource("v1", "pods")
 EVENTS = Resource("v1", "events")
 NAMESPACES = Resource("v1", "namespaces", namespaced=False)

@@ -1,8 +1,8 @@
 # Sourced by the config.sh and run.sh stubs used by tests/test_runner_entrypoint.py.
 # shellcheck shell=bash
 #
-# STUB_NAME is "config" or "run". Every stub invocation records its working directory and
-# arguments (one per line) under $STUB_LOG_DIR. Behaviour, per stub (NAME = CONFIG | RUN):
+# STUB_NAME is "config" or "run". Every stub invocation records its working directory,
+# arguments (one per line) and SSL_CERT_FILE under $STUB_LOG_DIR. Behaviour, per stub (NAME = CONFIG | RUN):
 #   STUB_<NAME>_BLOCK=1      print "stub <name> started" and block until SIGTERM; on SIGTERM
 #                            record it in <name>.signal and exit with STUB_<NAME>_TERM_EXIT
 #                            (default 0)
@@ -29,6 +29,7 @@ stub_main() {
 
     pwd >"${log}/${STUB_NAME}.cwd"
     printf '%s\n' "$@" >"${log}/${STUB_NAME}.args"
+    printf '%s' "${SSL_CERT_FILE:-}" >"${log}/${STUB_NAME}.ssl_cert_file"
     for file in ${!writes:-}; do
         (umask 077 && printf '%s of %s\n' "${file}" "${POD_NAME:-}" >"${file}")
     done

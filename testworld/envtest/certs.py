@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,27 @@ def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
     return _issue(name, key.public_key(), name, key, is_ca=True, usage=[]), key
 
 
+def _serving(
+    common_name: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, ips: tuple[str, ...]
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A serving certificate ``ca`` signs, for localhost and ``ips``, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
+    ]
+    cert = _issue(
+        _name(common_name),
+        key.public_key(),
+        ca.subject,
+        ca_key,
+        is_ca=False,
+        usage=[x509.oid.ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=sans,
+    )
+    return cert, key
+
+
 def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
@@ -104,21 +126,7 @@ def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
     serving_ca, serving_ca_key = _ca("runnerpool-envtest-serving-ca")
     client_ca, client_ca_key = _ca("runnerpool-envtest-client-ca")
 
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
-    ]
-    serving = _issue(
-        _name("kube-apiserver"),
-        serving_key.public_key(),
-        serving_ca.subject,
-        serving_ca_key,
-        is_ca=False,
-        usage=[x509.oid.ExtendedKeyUsageOID.SERVER_AUTH],
-        sans=sans,
-    )
+    serving, serving_key = _serving("kube-apiserver", serving_ca, serving_ca_key, ("127.0.0.1", *extra_ips))
     # The serving CA is appended so the kubeconfig can trust the chain from one file.
     pki.serving_cert.write_bytes(_pem(serving) + _pem(serving_ca))
     _write_key(pki.serving_key, serving_key)
@@ -145,3 +153,28 @@ def generate(folder: Path, extra_ips: tuple[str, ...] = ()) -> Pki:
     )
     (folder / "serving-ca.crt").write_bytes(_pem(serving_ca))
     return pki
+
+
+@dataclass(frozen=True)
+class PrivateServer:
+    """A server certificate signed by a CA of its own (a GHES behind a private CA), as files."""
+
+    ca_pem: str
+    cert_file: Path
+    key_file: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+def private_server(folder: Path, ips: tuple[str, ...] = ("127.0.0.1",)) -> PrivateServer:
+    """A fresh private CA and a serving certificate for ``ips`` and localhost, written to ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = _ca("runnerpool-testworld-private-ca")
+    cert, key = _serving("fake-ghes", ca, ca_key, ips)
+    server = PrivateServer(_pem(ca).decode(), folder / "server.crt", folder / "server.key")
+    server.cert_file.write_bytes(_pem(cert))
+    _write_key(server.key_file, key)
+    return server

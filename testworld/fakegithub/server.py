@@ -27,6 +27,7 @@ import re
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -943,9 +944,17 @@ class FakeGitHub(GitHubState):
     """
 
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int = 0, api_prefix: str = "", **kwargs: Any
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_prefix: str = "",
+        tls: ssl.SSLContext | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # ``tls``: serve https with this context (a GHES behind a private CA: testworld/tls.py).
+        self.tls = tls
         self.host = host
         self.port = port
         self.api_prefix = "/" + api_prefix.strip("/") if api_prefix.strip("/") else ""
@@ -960,18 +969,24 @@ class FakeGitHub(GitHubState):
         """Base URL, e.g. ``http://127.0.0.1:41234``; only valid once started."""
         if self._server is None:
             raise RuntimeError("FakeGitHub is not running")
-        return f"http://{self.host}:{self.port}{self.api_prefix}"
+        return f"{self._scheme}://{self.host}:{self.port}{self.api_prefix}"
+
+    @property
+    def _scheme(self) -> str:
+        return "http" if self.tls is None else "https"
 
     def _bases(self) -> Bases:
         if self._server is None:
             return super()._bases()
-        return Bases(api=self.url, web=f"http://{self.host}:{self.port}")
+        return Bases(api=self.url, web=f"{self._scheme}://{self.host}:{self.port}")
 
     def start(self) -> FakeGitHub:
         if self._server is not None:
             return self
         self._stopping.clear()
         server = _Server((self.host, self.port), _Handler)
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         server.fake = self
         self.port = server.server_address[1]
         self._server = server

@@ -190,3 +190,43 @@ observe jobs, so both get the same flags.
 - --job-metrics-labels={{ .Values.jobMetrics.labels }}
 - --job-metrics-max-label-sets={{ .Values.jobMetrics.maxLabelSetsPerPool }}
 {{- end }}
+
+{{/*
+The operator's own CA bundle and proxy for GitHub (values githubServerTLS and proxy): env of the
+operator container. Proxy credentials come from the Secret through env and $(VAR) expansion,
+never into the rendered manifest.
+*/}}
+{{- define "runnerpool-operator.githubConnectionEnv" -}}
+{{- if .Values.githubServerTLS.configMapName }}
+- name: REQUESTS_CA_BUNDLE
+  value: /etc/runnerpool/github-ca/ca.crt
+{{- end }}
+{{- $secret := .Values.proxy.credentialSecretName }}
+{{- if $secret }}
+- name: RUNNERPOOL_PROXY_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: username
+- name: RUNNERPOOL_PROXY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: password
+{{- end }}
+{{- range $name, $url := dict "HTTP_PROXY" .Values.proxy.http "HTTPS_PROXY" .Values.proxy.https }}
+{{- if $url }}
+{{- $value := $url }}
+{{- if $secret }}
+{{- $parts := splitn "://" 2 $url }}
+{{- $value = printf "%s://$(RUNNERPOOL_PROXY_USERNAME):$(RUNNERPOOL_PROXY_PASSWORD)@%s" $parts._0 $parts._1 }}
+{{- end }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- with .Values.proxy.noProxy }}
+- name: NO_PROXY
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end }}

@@ -441,6 +441,21 @@ run_phase() {
     exit "${child_status}"
 }
 
+# RUNNER_CA_FILE (spec.githubServerTLS): the pool's CA bundle, trusted besides the image's public
+# CAs. The runner (.NET on OpenSSL), git and curl read SSL_CERT_FILE, which replaces the system
+# bundle rather than adding to it, so it names the two joined; Node.js actions read
+# NODE_EXTRA_CA_CERTS, which the pod sets.
+trust_pool_ca() {
+    [[ -n "${RUNNER_CA_FILE:-}" ]] || return 0
+    [[ -r "${RUNNER_CA_FILE}" ]] || die "RUNNER_CA_FILE ${RUNNER_CA_FILE} cannot be read"
+    local bundle="${TMPDIR:-/tmp}/runnerpool-ca-bundle.crt" system=/etc/ssl/certs/ca-certificates.crt
+    { if [[ -r "${system}" ]]; then cat "${system}"; fi; cat "${RUNNER_CA_FILE}"; } >"${bundle}" ||
+        die "cannot write ${bundle}"
+    export SSL_CERT_FILE="${bundle}"
+    log "trusting the pool's CA bundle ${RUNNER_CA_FILE} besides the public CAs"
+}
+
+trust_pool_ca
 if [[ "${PHASE}" == register ]]; then
     register_phase
 else

@@ -1,0 +1,148 @@
+"""The operator's GitHub calls for a pool with spec.githubServerTLS and spec.proxy (issue 31).
+
+In process, against the fake GitHub served over TLS by a private CA (a GHES as companies run
+it) and a CONNECT proxy that asks for credentials: the pool's CA makes the call succeed, the
+proxy counts the tunnel it went through, and without the CA the failure says "certificate
+signed by unknown authority" in plain words, for the pool's condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from runnerpool.domain import Connection, ProxyRef, Scope
+from runnerpool.github.credentials import ClientCache, CredentialError
+from runnerpool.github.errors import Unavailable
+from runnerpool.reasons import Reason
+from tests.github_mocks import fast_client_factory
+from testworld.connect_proxy import ConnectProxy
+from testworld.envtest.certs import PrivateServer, private_server
+from testworld.fakegithub.server import FakeGitHub
+
+ORG = Scope(organization="octo-org")
+PAT = "ghp_connection_test"
+PROXY_LOGIN = ("alice", "s3cret-proxy-pass")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PrivateServer:
+    return private_server(tmp_path_factory.mktemp("ghes-ca"))
+
+
+@pytest.fixture
+def ghes(pki: PrivateServer) -> Iterator[FakeGitHub]:
+    with FakeGitHub(scopes=["octo-org"], api_prefix="/api/v3", tls=pki.server_context()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def proxy() -> Iterator[ConnectProxy]:
+    with ConnectProxy(credentials=PROXY_LOGIN) as running:
+        yield running
+
+
+def _cache(pki: PrivateServer, **config_maps: Mapping[str, str]) -> ClientCache:
+    secrets: dict[str, Mapping[str, str]] = {
+        "cred": {"token": PAT},
+        "ghes-ca": {"ca.crt": pki.ca_pem},
+        "proxy-login": {"username": PROXY_LOGIN[0], "password": PROXY_LOGIN[1]},
+    }
+    return ClientCache(
+        lambda _ns, name: secrets.get(name),
+        factory=fast_client_factory,
+        read_config_map=lambda _ns, name: config_maps.get(name),
+    )
+
+
+def test_the_pools_ca_from_a_config_map_makes_the_call_to_a_private_ca_server_succeed(
+    pki: PrivateServer, ghes: FakeGitHub
+) -> None:
+    clients = _cache(pki, **{"ghes-ca": {"bundle.pem": pki.ca_pem}})
+    connection = Connection(ca=("ConfigMap", "ghes-ca", "bundle.pem"))
+    token = clients.get("team", "cred", ghes.url, connection).registration_token(ORG)
+    assert token.token
+
+
+def test_without_the_ca_the_failure_says_unknown_authority_in_plain_words(
+    pki: PrivateServer, ghes: FakeGitHub
+) -> None:
+    with pytest.raises(Unavailable) as caught:
+        _cache(pki).get("team", "cred", ghes.url).registration_token(ORG)
+    assert caught.value.reason == Reason.GITHUB_CERTIFICATE_UNTRUSTED
+    message = caught.value.message
+    assert "certificate signed by unknown authority" in message
+    assert "spec.githubServerTLS" in message
+    assert "Traceback" not in message and "[SSL" not in message and "urllib3" not in message
+
+
+def test_calls_go_through_the_pools_proxy_with_its_credentials(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    connection = Connection(
+        ca=("Secret", "ghes-ca", "ca.crt"),
+        proxies=(ProxyRef("https", proxy.url, "proxy-login"),),
+    )
+    clients = _cache(pki)
+    clients.get("team", "cred", ghes.url, connection).registration_token(ORG)
+    assert proxy.count() >= 1 and not proxy.refused
+    assert {port for _, port in proxy.tunnels} == {ghes.port}
+
+
+def test_a_host_in_no_proxy_is_reached_directly(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    connection = Connection(
+        ca=("Secret", "ghes-ca", "ca.crt"),
+        proxies=(ProxyRef("https", proxy.url, "proxy-login"),),
+        no_proxy=("127.0.0.1",),
+    )
+    _cache(pki).get("team", "cred", ghes.url, connection).registration_token(ORG)
+    assert proxy.count() == 0
+
+
+def test_a_missing_ca_or_proxy_secret_says_which_and_builds_no_client(
+    pki: PrivateServer, ghes: FakeGitHub
+) -> None:
+    clients = _cache(pki)
+    with pytest.raises(CredentialError) as caught:
+        clients.get("team", "cred", ghes.url, Connection(ca=("ConfigMap", "nowhere", "ca.crt")))
+    assert caught.value.reason == Reason.GITHUB_CONNECTION_CONFIG_MISSING
+    assert caught.value.message == "ConfigMap team/nowhere named by spec.githubServerTLS not found"
+    with pytest.raises(CredentialError) as caught:
+        clients.get("team", "cred", ghes.url, Connection(proxies=(ProxyRef("https", "http://p:1", "cred"),)))
+    assert caught.value.message == (
+        "Secret team/cred named by spec.proxy.https.credentialSecretRef has no key 'username'"
+    )
+    assert len(clients) == 0
+
+
+def test_one_client_per_ca_and_proxy_and_a_new_one_when_the_ca_changes(
+    pki: PrivateServer, tmp_path: Path
+) -> None:
+    bundles = {"ghes-ca": {"ca.crt": pki.ca_pem}}
+    clients = ClientCache(
+        lambda _ns, _name: {"token": PAT},
+        factory=fast_client_factory,
+        read_config_map=lambda _ns, name: bundles.get(name),
+    )
+    connection = Connection(ca=("ConfigMap", "ghes-ca", "ca.crt"))
+    url = "https://ghe.example.com/api/v3"
+    first = clients.get("team", "cred", url, connection)
+    assert clients.get("team", "cred", url, connection) is first
+    assert clients.get("team", "cred", url) is not first
+    bundles["ghes-ca"] = {"ca.crt": private_server(tmp_path).ca_pem}
+    assert clients.get("team", "cred", url, connection) is not first
+
+
+def test_an_untrusted_certificate_is_not_tried_again(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    """A second handshake meets the same certificate: the quick retries are for resets and 5xx."""
+    connection = Connection(proxies=(ProxyRef("https", proxy.url, "proxy-login"),))
+    with pytest.raises(Unavailable) as caught:
+        _cache(pki).get("team", "cred", ghes.url, connection).registration_token(ORG)
+    assert caught.value.reason == Reason.GITHUB_CERTIFICATE_UNTRUSTED
+    assert proxy.count() == 1
