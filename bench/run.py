@@ -5,7 +5,8 @@ console script as its own process, the fake GitHub and the runner simulator (the
 pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control plane:
 
 1. Create N pools at once; from watches, time each pool's create -> token in its Secret and
-   create -> Ready=True, and the time until all N are Ready.
+   create -> Ready=True, and the time until all N are Ready; from the audit log, the time until
+   every runner pod exists and the most pod creates the server had in flight at once.
 2. GitHub requests per pool per hour, in compressed time: token lifetime, refresh margin and
    the fake's rate limit are scaled by ``--time-scale`` (30: one simulated hour is 120 s) and
    every request the fake answers in one simulated hour is counted.
@@ -62,7 +63,7 @@ from kubernetes.informer import ADDED, MODIFIED
 
 from bench import plots
 from bench.sampler import ProcessSampler
-from bench.stats import percentile
+from bench.stats import peak_overlap, percentile
 from runnerpool import api, naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.reasons import ConditionType
@@ -125,6 +126,10 @@ class SizeResult:
     ready_p50: float | None = None
     ready_p99: float | None = None
     all_ready: float | None = None
+    #: From the first pool's create until the server answered the last runner pod's create.
+    all_pods_exist: float | None = None
+    #: The most runner pod creates the server had in flight at once (its audit log's times).
+    peak_pod_creates: int | None = None
     create_seconds: float | None = None
     github_per_pool_hour: float | None = None
     github_by_endpoint: dict[str, int] = field(default_factory=dict)
@@ -264,6 +269,21 @@ class AuditTail:
             what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
             found[f"{event['verb']} {what}"] += 1
         return found
+
+    def pod_creates(self) -> list[tuple[datetime, datetime]]:
+        """When the server received and answered each pod create that made a pod (any agent:
+        the operator is the only one that creates pods in the bench's namespace)."""
+        if self.path is None:
+            return []
+        return [
+            (_parse(event["requestReceivedTimestamp"]), _parse(event["stageTimestamp"]))
+            for event in audit.complete_events(self.path, self._offset)
+            if event.get("stage") == "ResponseComplete"
+            and event.get("verb") == "create"
+            and (event.get("objectRef") or {}).get("resource") == "pods"
+            and (event.get("objectRef") or {}).get("namespace") == NAMESPACE
+            and (event.get("responseStatus") or {}).get("code") == 201
+        ]
 
 
 def by_kind(writes: Counter[str] | dict[str, int]) -> dict[str, int]:
@@ -453,6 +473,7 @@ class SizeRun:
 
         self.say(f"N={n}: creating {n} pools")
         self.audit.mark()
+        started_at = datetime.now(UTC)
         start = time.perf_counter()
         self.sampler.mark("creates", start)
         with ThreadPoolExecutor(8) as pool:
@@ -487,6 +508,12 @@ class SizeRun:
             result.converge_writes = dict(writes.most_common())
             result.converge_writes_by_kind = by_kind(writes)
             result.writes_per_pool = sum(writes.values()) / n
+            creates = self.audit.pod_creates()
+            if len(creates) >= n * self.opts.replicas:
+                result.all_pods_exist = (max(end for _, end in creates) - started_at).total_seconds()
+            result.peak_pod_creates = peak_overlap(
+                [(begin.timestamp(), end.timestamp()) for begin, end in creates]
+            )
         self.say(f"N={n}: {result.pools_ready}/{n} Ready, all after {result.all_ready or float('nan'):.1f}s")
 
     def _github_hour(self) -> None:
@@ -599,6 +626,7 @@ class Target:
 
 TARGETS = (
     Target("all_ready", {100: 2.5, 1000: 10.0, 10000: 150.0}, " s"),
+    Target("all_pods_exist", {1: 2.5}, " s"),
     Target("token_p50", {100: 0.3}, " s"),
     Target("token_p99", {100: 1.0}, " s"),
     Target("writes_per_pool", {None: 4.5}, "", one_replica_only=True),
@@ -633,6 +661,8 @@ ROWS = (
     ("create->Ready p50", "ready_p50", " s", 2),
     ("create->Ready p99", "ready_p99", " s", 2),
     ("all Ready after", "all_ready", " s", 1),
+    ("all runner pods exist after", "all_pods_exist", " s", 2),
+    ("pod creates in flight at once (peak)", "peak_pod_creates", "", 0),
     ("API writes to converge/pool", "writes_per_pool", "", 2),
     ("API writes, quiet window (audit)", "audit_writes", "", 0),
     ("objects changed, quiet window", "changed_objects", "", 0),
