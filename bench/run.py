@@ -98,6 +98,8 @@ class Options:
     sizes: list[int]
     workers: int
     replicas: int
+    #: ``--pod-create-concurrency`` of the operator (``None``: its default).
+    pod_creates: int | None
     scopes: int
     time_scale: float
     quiet_periods: int
@@ -410,6 +412,8 @@ class SizeRun:
             "--token-refresh-margin",
             f"{DEFAULT_MARGIN_MINUTES / opts.time_scale:g}",
         ]
+        if opts.pod_creates is not None:
+            extra += ["--pod-create-concurrency", str(opts.pod_creates)]
         self.runner_sync_scaled = _supports("--runner-sync-interval")
         if self.runner_sync_scaled:
             extra += ["--runner-sync-interval", f"{DEFAULT_RUNNER_SYNC / opts.time_scale:g}"]
@@ -714,6 +718,12 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--sizes", default="10,100", help="comma-separated pool counts (e.g. 10,100,1000)")
     p.add_argument("--workers", type=int, default=4, help="operator --workers (its default is 4)")
     p.add_argument("--replicas", type=int, default=1, help="runner pods per pool")
+    p.add_argument(
+        "--pod-create-concurrency",
+        type=int,
+        metavar="N",
+        help="operator --pod-create-concurrency (default: the operator's own default)",
+    )
     p.add_argument("--scopes", type=int, default=10, help="repositories the pools are spread over")
     p.add_argument("--time-scale", type=float, default=30.0, help="simulated hours per real hour")
     p.add_argument("--resync-period", type=float, default=30.0, help="seconds; the quiet window is 2 of them")
@@ -745,6 +755,7 @@ def parse(argv: list[str] | None) -> Options:
         sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
         workers=args.workers,
         replicas=args.replicas,
+        pod_creates=args.pod_create_concurrency,
         scopes=args.scopes,
         time_scale=args.time_scale,
         quiet_periods=2,
