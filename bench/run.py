@@ -515,9 +515,12 @@ class SizeRun:
             creates = self.audit.pod_creates()
             if len(creates) >= n * self.opts.replicas:
                 result.all_pods_exist = (max(end for _, end in creates) - started_at).total_seconds()
-            result.peak_pod_creates = peak_overlap(
-                [(begin.timestamp(), end.timestamp()) for begin, end in creates]
-            )
+            spans = [
+                ((begin - started_at).total_seconds(), (end - started_at).total_seconds())
+                for begin, end in creates
+            ]
+            result.peak_pod_creates = peak_overlap(spans)
+            result.series["pod_creates"] = spans
         self.say(f"N={n}: {result.pools_ready}/{n} Ready, all after {result.all_ready or float('nan'):.1f}s")
 
     def _github_hour(self) -> None:

@@ -67,3 +67,44 @@ def test_every_create_of_a_batch_is_in_flight_at_once() -> None:
     done = SlowStart(4).run(7, create)
 
     assert (done.made, done.failures) == (7, ())
+
+
+def test_once_the_batches_reach_the_cap_a_slow_create_does_not_hold_the_others() -> None:
+    """Cap 2: the second create waits until the fifth is sent. Batches of two would wait for
+    it (and time out); the window sends the third, fourth and fifth beside it."""
+    fifth_sent = threading.Event()
+    calls = 0
+    lock = threading.Lock()
+
+    def create() -> None:
+        nonlocal calls
+        with lock:
+            calls += 1
+            mine = calls
+        if mine == 5:
+            fifth_sent.set()
+        if mine == 2 and not fifth_sent.wait(timeout=10):
+            raise _RefusedError("held by its batch")
+
+    done = SlowStart(2).run(5, create)
+
+    assert (done.made, done.failures) == (5, ())
+
+
+def test_no_create_is_sent_after_a_failure_in_the_window() -> None:
+    calls = 0
+    lock = threading.Lock()
+
+    def create() -> None:
+        nonlocal calls
+        with lock:
+            calls += 1
+            mine = calls
+        if mine == 40:
+            raise _RefusedError("exceeded quota")
+
+    done = SlowStart(4).run(500, create)
+
+    assert len(done.failures) == 1
+    assert calls <= 40 + 3, "at most the creates already in flight beside it"
+    assert done.made == calls - 1
