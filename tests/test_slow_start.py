@@ -29,22 +29,29 @@ class _RefusedError(Exception):
     pass
 
 
+class _RefusedAt:
+    """A create that counts its calls and fails the ``n``-th."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.calls += 1
+            mine = self.calls
+        if mine == self.n:
+            raise _RefusedError("exceeded quota")
+
+
 def test_a_failure_ends_its_batch_and_no_later_batch_is_sent() -> None:
     """The fifth create fails; it is in the third batch (creates 4 to 7), which still ends."""
-    calls = 0
-    lock = threading.Lock()
-
-    def create() -> None:
-        nonlocal calls
-        with lock:
-            calls += 1
-            mine = calls
-        if mine == 5:
-            raise _RefusedError("exceeded quota")
+    create = _RefusedAt(5)
 
     done = SlowStart(16).run(100, create)
 
-    assert calls == 7
+    assert create.calls == 7
     assert done.made == 6
     assert [str(f) for f in done.failures] == ["exceeded quota"]
 
@@ -92,19 +99,10 @@ def test_once_the_batches_reach_the_cap_a_slow_create_does_not_hold_the_others()
 
 
 def test_no_create_is_sent_after_a_failure_in_the_window() -> None:
-    calls = 0
-    lock = threading.Lock()
-
-    def create() -> None:
-        nonlocal calls
-        with lock:
-            calls += 1
-            mine = calls
-        if mine == 40:
-            raise _RefusedError("exceeded quota")
+    create = _RefusedAt(40)
 
     done = SlowStart(4).run(500, create)
 
     assert len(done.failures) == 1
-    assert calls <= 40 + 3, "at most the creates already in flight beside it"
-    assert done.made == calls - 1
+    assert create.calls <= 40 + 3, "at most the creates already in flight beside it"
+    assert done.made == create.calls - 1
