@@ -5,7 +5,8 @@ console script as its own process, the fake GitHub and the runner simulator (the
 pieces as ``make demo`` and the e2e tests).  For each size, on a fresh control plane:
 
 1. Create N pools at once; from watches, time each pool's create -> token in its Secret and
-   create -> Ready=True, and the time until all N are Ready.
+   create -> Ready=True, and the time until all N are Ready; from the audit log, the time until
+   every runner pod exists and the most pod creates the server had in flight at once.
 2. GitHub requests per pool per hour, in compressed time: token lifetime, refresh margin and
    the fake's rate limit are scaled by ``--time-scale`` (30: one simulated hour is 120 s) and
    every request the fake answers in one simulated hour is counted.
@@ -62,7 +63,7 @@ from kubernetes.informer import ADDED, MODIFIED
 
 from bench import plots
 from bench.sampler import ProcessSampler
-from bench.stats import percentile
+from bench.stats import peak_overlap, percentile
 from runnerpool import api, naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.reasons import ConditionType
@@ -97,6 +98,8 @@ class Options:
     sizes: list[int]
     workers: int
     replicas: int
+    #: ``--pod-create-concurrency`` of the operator (``None``: its default).
+    pod_creates: int | None
     scopes: int
     time_scale: float
     quiet_periods: int
@@ -125,6 +128,10 @@ class SizeResult:
     ready_p50: float | None = None
     ready_p99: float | None = None
     all_ready: float | None = None
+    #: From the first pool's create until the server answered the last runner pod's create.
+    all_pods_exist: float | None = None
+    #: The most runner pod creates the server had in flight at once (its audit log's times).
+    peak_pod_creates: int | None = None
     create_seconds: float | None = None
     github_per_pool_hour: float | None = None
     github_by_endpoint: dict[str, int] = field(default_factory=dict)
@@ -265,6 +272,21 @@ class AuditTail:
             found[f"{event['verb']} {what}"] += 1
         return found
 
+    def pod_creates(self) -> list[tuple[datetime, datetime]]:
+        """When the server received and answered each pod create that made a pod (any agent:
+        the operator is the only one that creates pods in the bench's namespace)."""
+        if self.path is None:
+            return []
+        return [
+            (_parse(event["requestReceivedTimestamp"]), _parse(event["stageTimestamp"]))
+            for event in audit.complete_events(self.path, self._offset)
+            if event.get("stage") == "ResponseComplete"
+            and event.get("verb") == "create"
+            and (event.get("objectRef") or {}).get("resource") == "pods"
+            and (event.get("objectRef") or {}).get("namespace") == NAMESPACE
+            and (event.get("responseStatus") or {}).get("code") == 201
+        ]
+
 
 def by_kind(writes: Counter[str] | dict[str, int]) -> dict[str, int]:
     """``"patch runnerpools/status"`` -> ``"runnerpools/status"``: writes per resource, any verb."""
@@ -390,6 +412,8 @@ class SizeRun:
             "--token-refresh-margin",
             f"{DEFAULT_MARGIN_MINUTES / opts.time_scale:g}",
         ]
+        if opts.pod_creates is not None:
+            extra += ["--pod-create-concurrency", str(opts.pod_creates)]
         self.runner_sync_scaled = _supports("--runner-sync-interval")
         if self.runner_sync_scaled:
             extra += ["--runner-sync-interval", f"{DEFAULT_RUNNER_SYNC / opts.time_scale:g}"]
@@ -453,6 +477,7 @@ class SizeRun:
 
         self.say(f"N={n}: creating {n} pools")
         self.audit.mark()
+        started_at = datetime.now(UTC)
         start = time.perf_counter()
         self.sampler.mark("creates", start)
         with ThreadPoolExecutor(8) as pool:
@@ -487,6 +512,15 @@ class SizeRun:
             result.converge_writes = dict(writes.most_common())
             result.converge_writes_by_kind = by_kind(writes)
             result.writes_per_pool = sum(writes.values()) / n
+            creates = self.audit.pod_creates()
+            if len(creates) >= n * self.opts.replicas:
+                result.all_pods_exist = (max(end for _, end in creates) - started_at).total_seconds()
+            spans = [
+                ((begin - started_at).total_seconds(), (end - started_at).total_seconds())
+                for begin, end in creates
+            ]
+            result.peak_pod_creates = peak_overlap(spans)
+            result.series["pod_creates"] = spans
         self.say(f"N={n}: {result.pools_ready}/{n} Ready, all after {result.all_ready or float('nan'):.1f}s")
 
     def _github_hour(self) -> None:
@@ -599,6 +633,7 @@ class Target:
 
 TARGETS = (
     Target("all_ready", {100: 2.5, 1000: 10.0, 10000: 150.0}, " s"),
+    Target("all_pods_exist", {1: 2.5}, " s"),
     Target("token_p50", {100: 0.3}, " s"),
     Target("token_p99", {100: 1.0}, " s"),
     Target("writes_per_pool", {None: 4.5}, "", one_replica_only=True),
@@ -633,6 +668,8 @@ ROWS = (
     ("create->Ready p50", "ready_p50", " s", 2),
     ("create->Ready p99", "ready_p99", " s", 2),
     ("all Ready after", "all_ready", " s", 1),
+    ("all runner pods exist after", "all_pods_exist", " s", 2),
+    ("pod creates in flight at once (peak)", "peak_pod_creates", "", 0),
     ("API writes to converge/pool", "writes_per_pool", "", 2),
     ("API writes, quiet window (audit)", "audit_writes", "", 0),
     ("objects changed, quiet window", "changed_objects", "", 0),
@@ -684,6 +721,12 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--sizes", default="10,100", help="comma-separated pool counts (e.g. 10,100,1000)")
     p.add_argument("--workers", type=int, default=4, help="operator --workers (its default is 4)")
     p.add_argument("--replicas", type=int, default=1, help="runner pods per pool")
+    p.add_argument(
+        "--pod-create-concurrency",
+        type=int,
+        metavar="N",
+        help="operator --pod-create-concurrency (default: the operator's own default)",
+    )
     p.add_argument("--scopes", type=int, default=10, help="repositories the pools are spread over")
     p.add_argument("--time-scale", type=float, default=30.0, help="simulated hours per real hour")
     p.add_argument("--resync-period", type=float, default=30.0, help="seconds; the quiet window is 2 of them")
@@ -715,6 +758,7 @@ def parse(argv: list[str] | None) -> Options:
         sizes=[int(s) for s in args.sizes.split(",") if s.strip()],
         workers=args.workers,
         replicas=args.replicas,
+        pod_creates=args.pod_create_concurrency,
         scopes=args.scopes,
         time_scale=args.time_scale,
         quiet_periods=2,

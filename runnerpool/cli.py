@@ -82,6 +82,7 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
     per CPU) is smaller than the watches plus the workers, the secret updater and runner managers of
     a two-core machine, and urllib3 discards a connection that finds the pool full, so
     every request past it paid a new TLS handshake (the largest entry of the N=100 profile).
+    The pod creates a burst has in flight (``--pod-create-concurrency``) each hold one too.
     """
     configuration = client.Configuration()
     if kubeconfig:
@@ -93,7 +94,9 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
             config.load_kube_config(client_configuration=configuration)
     throttle_refresh(configuration)
     watches = informer_count(pool_watches(), settings.namespaces, cluster_scoped=not settings.namespaced)
-    configuration.connection_pool_maxsize = watches + settings.queue.workers + 16
+    configuration.connection_pool_maxsize = (
+        watches + settings.queue.workers + settings.api_server.pod_creates + 16
+    )
     return set_request_timeout(client.ApiClient(configuration), settings.api_server.request_timeout)
 
 

@@ -41,6 +41,7 @@ from runnerpool.pods import failures, template
 from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
+from runnerpool.pods.slow_start import SlowStart
 from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.pods.step import Converged, PodStep
 from runnerpool.reads import Reads
@@ -191,6 +192,7 @@ class Reconciler:
             starts=states.starts,
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
+            creates=SlowStart(settings.api_server.pod_creates),
         )
 
     def __call__(self, key: str) -> Result:

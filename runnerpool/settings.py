@@ -524,6 +524,15 @@ class ApiServerSettings:
         parse=positive_float,
         metavar="SECONDS",
     )
+    #: Enough to fill a 2-core API server (bench/README.md: 1 pool x 500 replicas); more only
+    #: queue there. The connection pool grows by as many (runnerpool.cli).
+    pod_creates: int = setting(
+        16,
+        "--pod-create-concurrency",
+        "pod creates in flight at once, all pools together: a pool's missing pods are created "
+        "in batches of 1, 2, 4, ... up to this, stopping at the first batch with a refusal",
+        parse=positive_int,
+    )
 
 
 @dataclass(frozen=True)

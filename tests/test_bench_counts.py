@@ -2,7 +2,8 @@
 
 ``python -m bench.run`` measures times, which a noisy machine moves; the counts below (API
 writes per pool to converge, none in a quiet window, GitHub requests per pool, listings per
-scope while pools are deleted) are the same on any machine, so a change that adds a write or
+scope while pools are deleted, the pod creates one big pool has in flight at once) are the same
+on any machine, so a change that adds a write or
 a GitHub request to every pool fails here instead of showing up later as a slower benchmark.
 The seconds go to the benchmark's history (bench/README.md).
 """
@@ -15,6 +16,8 @@ from pathlib import Path
 from bench import run
 
 POOLS = 10
+#: One pool this big reaches the full batch of ``--pod-create-concurrency`` (16): 1+2+4+8+16+16+16+1.
+BURST = 64
 
 
 def test_ten_pools_converge_stay_quiet_and_go_with_the_writes_and_requests_they_need(tmp_path: Path) -> None:
@@ -51,3 +54,26 @@ def test_ten_pools_converge_stay_quiet_and_go_with_the_writes_and_requests_they_
 
     assert result.deletion_deregistered is not None, "every runner deregistered"
     assert result.deletion_gone is not None, "every pool gone"
+
+
+def test_one_big_pool_creates_its_pods_concurrently_and_each_once(tmp_path: Path) -> None:
+    """Slow-start batches (runnerpool.pods.slow_start): the API server sees many of the pool's
+    pod creates in flight at once, yet no pod is created twice (the creates' expectations)."""
+    opts = run.parse(
+        [
+            "--sizes=1",
+            f"--replicas={BURST}",
+            "--converge-only",
+            "--no-github-hour",
+            "--converge-timeout=240",
+            f"--out={tmp_path}",
+        ]
+    )
+    result = run.SizeRun(1, opts, tmp_path / "logs", print).run()
+    assert result.converged, result.notes
+
+    print({k: v for k, v in vars(result).items() if k != "series"})
+    assert result.converge_writes["create pods"] == BURST, "one create per replica, none twice"
+    assert result.all_pods_exist is not None, "every runner pod was created"
+    # Served one after the other, the peak is 1; batches of 16 overlap at the server.
+    assert result.peak_pod_creates is not None and result.peak_pod_creates >= 8, result.peak_pod_creates

@@ -20,6 +20,8 @@ from runnerpool.reconciler import Reconciler
 from runnerpool.settings import QueueSettings, Settings
 from tests.pools import LiveReader, create_pool, fill_token, play_kubelet, pool_manifest
 from tests.reconcilers import make_reconciler
+from testworld.envtest.controlplane import ControlPlane
+from testworld.wait import poll_until
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -72,14 +74,15 @@ def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[c
     return [e for e in items if e.reason == reason and e.involved_object.kind == "RunnerPool"]
 
 
-def _quota(api_client: client.ApiClient, namespace: str) -> None:
+def _quota(api_client: client.ApiClient, namespace: str, pods: int = 0) -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_resource_quota(
-        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": "0"}}}
+        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": str(pods)}}}
     )
-    # What the quota controller writes; admission refuses against status.hard.
+    # What the quota controller writes; admission refuses against status.hard (and counts the
+    # pods it admits into status.used itself).
     core.patch_namespaced_resource_quota_status(
-        QUOTA, namespace, {"status": {"hard": {"pods": "0"}, "used": {"pods": "0"}}}
+        QUOTA, namespace, {"status": {"hard": {"pods": str(pods)}, "used": {"pods": "0"}}}
     )
 
 
@@ -230,3 +233,40 @@ def test_a_misspelt_template_field_is_template_invalid_and_keeps_the_current_pod
     [event] = _events(api_client, namespace, "TemplateInvalid")
     assert "priorityClassNam" in event.message
     assert _pods(api_client, namespace, "typo") == [current], "the current pod stays, no new one"
+
+
+def _pod_creates(plane: ControlPlane, namespace: str) -> list[int]:
+    """The answers to every pod create in ``namespace``, as the API server's audit log has them."""
+    return [
+        e["responseStatus"]["code"]
+        for e in plane.audit_events()
+        if e.get("verb") == "create"
+        and (e.get("objectRef") or {}).get("resource") == "pods"
+        and (e.get("objectRef") or {}).get("namespace") == namespace
+    ]
+
+
+def test_a_burst_creates_in_slow_start_batches_and_a_refused_batch_stops_it(
+    api_client: client.ApiClient, control_plane: ControlPlane, namespace: str, reconciler: Reconciler
+) -> None:
+    """Ten pods wanted, room for three: batches of 1 and 2 go through, the batch of 4 is
+    refused, and no create is sent after it; the pool says why, as a single refused create does."""
+    _quota(api_client, namespace, pods=3)
+    create_pool(api_client, namespace, pool_manifest("burst", replicas=10))
+    reconciler(f"{namespace}/burst")
+    fill_token(api_client, namespace, "burst", "tok", FUTURE)
+
+    result = reconciler(f"{namespace}/burst")
+
+    assert result.requeue_after == 2.0, "backs off from the refusal"
+    assert len(_pods(api_client, namespace, "burst")) == 3
+    ready = _ready(api_client, namespace, "burst")
+    assert (ready["status"], ready["reason"]) == ("False", "PodCreateFailed")
+    assert f"exceeded quota: {QUOTA}" in ready["message"], ready["message"]
+    [event] = _events(api_client, namespace, "FailedCreate")
+    assert event.count == 1 and f"exceeded quota: {QUOTA}" in event.message, event.message
+    # The audit log is written as each request ends: wait for the seven creates, then no more.
+    assert poll_until(lambda: len(_pod_creates(control_plane, namespace)) >= 7, timeout=10), _pod_creates(
+        control_plane, namespace
+    )
+    assert sorted(_pod_creates(control_plane, namespace)) == [201] * 3 + [403] * 4

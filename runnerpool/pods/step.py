@@ -25,6 +25,7 @@ from runnerpool.domain import pool_key
 from runnerpool.pods import scaling, template
 from runnerpool.pods.create_backoff import CreateBackoff, CreateFailure
 from runnerpool.pods.expectations import Expectations, still_pending
+from runnerpool.pods.slow_start import SlowStart
 from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.writes import Write, Writes
@@ -77,6 +78,7 @@ class PodStep:
         starts: StartBackoff,
         default_image: str,
         default_api_url: str,
+        creates: SlowStart,
     ) -> None:
         self._kube = kube
         self._expectations = expectations
@@ -84,6 +86,7 @@ class PodStep:
         self._starts = starts
         self._image = default_image
         self._api_url = default_api_url
+        self._creates = creates
 
     def wanted_hash(self, pool: api.RunnerPool) -> str:
         return template.wanted_hash(pool, self._image, self._api_url)
@@ -136,14 +139,11 @@ class PodStep:
         wait = self._backing_off(pool)
         if wait is not None:
             return Converged(counts, retry_in=wait)
-        for made in range(wanted):
-            try:
-                self._create_pod(pool, key)
-            except ApiException as err:
-                if is_namespace_terminating(err):
-                    raise  # the reconcile ends quietly: the pool is being finalized
-                return self._refused(pool, counts, made, err)
-            writes.add(Write.POD_CREATED)
+        batched = self._creates.run(wanted, lambda: self._create_pod(pool, key))
+        writes.add(Write.POD_CREATED, batched.made)
+        if batched.failures:
+            refused = _refusal_of(batched.failures)
+            return self._refused(pool, counts, batched.made, refused)
         self._backoff.succeeded(key)
         return Converged(_after(counts, wanted))
 
@@ -187,6 +187,7 @@ class PodStep:
         self._starts.forget(key)
 
     def _create_pod(self, pool: api.RunnerPool, key: str) -> None:
+        # Each pod its own body: a JIT pod names its own Secret (template.runner_pod).
         body = template.runner_pod(pool, self._image, self._api_url)
         # Strict: an unknown field of the pool's template (a typo) is refused, not dropped with a
         # warning (the server's default), so the pool says TemplateInvalid instead of running pods
@@ -196,6 +197,17 @@ class PodStep:
             self._kube.create(PODS, pool.namespace, body, field_validation="Strict")["metadata"]["name"]
         )
         self._expectations.created(key, name)
+
+
+def _refusal_of(failures: tuple[BaseException, ...]) -> ApiException:
+    """The refusal a stopped batch reports: its first. Anything else fails the reconcile, as a
+    pool being finalized does (its namespace is terminating: the reconcile ends quietly)."""
+    for err in failures:
+        if not isinstance(err, ApiException) or is_namespace_terminating(err):
+            raise err
+    first = failures[0]
+    assert isinstance(first, ApiException)
+    return first
 
 
 def _after(counts: scaling.PodCounts, created: int) -> scaling.PodCounts:

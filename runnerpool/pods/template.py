@@ -118,7 +118,11 @@ def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -
         "metadata": {
             "generateName": naming.runner_pod_prefix(pool.name),
             "namespace": pool.namespace,
-            "labels": {**template["metadata"]["labels"], naming.TEMPLATE_HASH_LABEL: template_hash(template)},
+            # The memo's: a burst's pods hash one template once, not once each.
+            "labels": {
+                **template["metadata"]["labels"],
+                naming.TEMPLATE_HASH_LABEL: wanted_hash(pool, default_image, default_api_url),
+            },
             # The pool's template may add annotations (runnerpool.pods.merge); a JIT pod has its own.
             **({"annotations": annotations} if annotations else {}),
             "ownerReferences": [children.owner_reference(pool)],
