@@ -46,6 +46,7 @@ class Server(Kube):
         super().__init__(offline())
         self.raw = copy.deepcopy(raw)
         self.requests: list[str] = []
+        self.bodies: list[dict[str, Any]] = []
         self.hold = threading.Event()
         self.hold.set()
         self.patching = threading.Event()
@@ -71,6 +72,7 @@ class Server(Kube):
                 self.requests.append("PATCH 409")
                 raise ApiException(status=409, reason="Conflict")
             self.requests.append("PATCH")
+            self.bodies.append(copy.deepcopy(body))
             merge(self.raw, {"status": body["status"]})
             self.raw["metadata"]["resourceVersion"] = str(int(wanted) + 1)
             return copy.deepcopy(self.raw)
@@ -162,3 +164,15 @@ def test_deliveries_that_arrive_during_a_write_share_the_next_patch(server: Serv
     assert server.requests == ["PATCH", "PATCH"], "12 deliveries, 2 patches"
     assert server.jobs() == {str(number) for number in range(12)}
     assert all(str(number) in seen for number, seen in answered.items()) and len(answered) == 12
+
+
+def test_a_write_sends_what_changed_not_every_tracked_job(server: Server, cache: PoolCache) -> None:
+    """A busy pool tracks hundreds of jobs: each delivery's patch carries its own job (and the
+    counts), not the whole map again."""
+    recorder = writer(server, cache)
+    for number in range(1, 31):
+        recorder.record_job(job(number))
+    last = server.bodies[-1]["status"]["demand"]
+    assert set(last["jobs"]) == {"30"}
+    assert last["queued"] == 30
+    assert server.jobs() == {str(number) for number in range(1, 31)}

@@ -96,11 +96,34 @@ def _pool(raw: dict[str, Any]) -> api.RunnerPool | None:
 
 
 def demand_patch(old: api.Demand | None, new: api.Demand) -> dict[str, Any]:
-    """A merge patch removes a map key only when it says null."""
-    body = new.model_dump(by_alias=True, exclude_none=True)
-    for key in old.jobs if old else {}:
-        if key not in new.jobs:
-            body["jobs"][key] = None
+    """The merge patch (RFC 7386) from ``old`` to ``new``: only the fields and jobs that
+    changed, so a pool tracking hundreds of jobs is not sent (and stored, and watched) whole
+    for each delivery; null removes a key. Exact because the write is guarded by the
+    resourceVersion ``old`` was read at."""
+    before = old or api.Demand()
+    body = _changed(
+        _dumped(before.model_copy(update={"jobs": {}})), _dumped(new.model_copy(update={"jobs": {}}))
+    )
+    body.pop("jobs", None)
+    jobs: dict[str, Any] = {}
+    for key, job in new.jobs.items():
+        was = before.jobs.get(key)
+        if was != job:
+            jobs[key] = _dumped(job) if was is None else _changed(_dumped(was), _dumped(job))
+    jobs.update((key, None) for key in before.jobs if key not in new.jobs)
+    if jobs:
+        body["jobs"] = jobs
+    return body
+
+
+def _dumped(model: api.KubeModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, exclude_none=True)
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A flat merge patch: the keys whose value changed, and null for those gone."""
+    body = {key: value for key, value in new.items() if old.get(key) != value}
+    body.update((key, None) for key in old if key not in new)
     return body
 
 
