@@ -30,6 +30,10 @@ ROOT = Path(__file__).parent.parent
 
 
 def _commit() -> str:
+    """``$BENCH_COMMIT`` when set (a tree measured outside a checkout, e.g. a ``before``
+    exported with ``git archive``), else ``git describe`` of this tree."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         done = subprocess.run(
             ["git", "describe", "--always", "--dirty", "--abbrev=10"],

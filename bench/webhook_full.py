@@ -17,6 +17,7 @@ a one-node cluster; only the receiver's process CPU is counted per delivery.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import Counter
@@ -33,7 +34,7 @@ from runnerpool.webhook_component import ReceiverCache
 from testworld.demo import install_crd
 from testworld.envtest.controlplane import ControlPlane
 
-__all__ = ["CountingKube", "full_path"]
+__all__ = ["CountingKube", "cpu_seconds", "full_path"]
 
 
 class CountingKube(Kube):
@@ -59,6 +60,15 @@ class CountingKube(Kube):
         except ApiException as err:
             self._count(f"patch_{err.status}")
             raise
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU of ``pids`` so far (the API server and etcd)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _api_client(kubeconfig: Path) -> client.ApiClient:
@@ -87,9 +97,10 @@ def _create_pools(api_client: client.ApiClient, pools: list[dict[str, Any]]) -> 
 
 @contextlib.contextmanager
 def full_path(pools: list[dict[str, Any]]) -> Any:
-    """Yields ``(cache, kube)`` over a fresh API server holding ``pools``; stops it all after."""
+    """Yields ``(cache, kube, pids)`` over a fresh API server holding ``pools`` (``pids``: the
+    API server's and etcd's); stops it all after."""
     with contextlib.ExitStack() as stack:
-        plane = ControlPlane()
+        plane = ControlPlane(with_controller_manager=False)  # no controller acts on RunnerPools
         stack.callback(plane.stop)
         plane.start()
         api_client = _api_client(plane.kubeconfig)
@@ -106,4 +117,4 @@ def full_path(pools: list[dict[str, Any]]) -> Any:
             if time.monotonic() > deadline:
                 raise RuntimeError("the receiver's pool cache did not get every pool in 60 s")
             time.sleep(0.1)
-        yield cache, CountingKube(api_client)
+        yield cache, CountingKube(api_client), plane.pids

@@ -295,24 +295,27 @@ def _verdict(key: str, value: float, targets: dict[str, Any] = TARGETS) -> str:
 def full_path_runs(args: argparse.Namespace, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``--repeat`` loads at ``--full-rate`` through the receiver over a real API server
     (``bench.webhook_full``), each with the API requests its writes cost per delivery."""
-    from bench.webhook_full import full_path  # noqa: PLC0415 - needs the envtest binaries
+    from bench.webhook_full import cpu_seconds, full_path  # noqa: PLC0415 - needs the envtest binaries
 
     offered = argparse.Namespace(**{**vars(args), "rate": args.full_rate, "own_secrets": False})
     runs: list[dict[str, Any]] = []
-    with full_path(pools) as (cache, kube):
+    with full_path(pools) as (cache, kube, plane):
         writer = DemandWriter(
             kube, cache, GitHubSettings(api_url=API_URL).api_url_of, runners=runner_names.by_name
         )
         verifier = Verifier(lambda: (SECRET,), cache, None)
-        server = WebhookServer(0, verifier, writer.record_job, host="127.0.0.1", deliveries=DeliveryLog())
+        server = WebhookServer(
+            0, verifier, writer.record_job, host="127.0.0.1", deliveries=DeliveryLog(), **_limits(args)
+        )
         server.start()
         try:
             for n in range(args.repeat):
-                before = kube.requests.copy()
+                before, plane_cpu = kube.requests.copy(), cpu_seconds(plane)
                 run = load_run(server.port, offered, 2_000_000_000 + n * 1_000_000)
                 spent = kube.requests - before
                 per = {what: count / max(1, run.deliveries) for what, count in sorted(spent.items())}
-                runs.append({**asdict(run), "api_requests_per_delivery": per})
+                plane_ms = 1000 * (cpu_seconds(plane) - plane_cpu) / max(1, run.deliveries)
+                runs.append({**asdict(run), "api_requests_per_delivery": per, "apiserver_cpu_ms": plane_ms})
         finally:
             server.stop()
     return runs
@@ -326,7 +329,7 @@ def _print_full(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[st
     )
     print(f"{'row':<40} {'best':>10} {'median':>10}  target")
     best: dict[str, float] = {}
-    for title, key, higher, fmt in _ROWS:
+    for title, key, higher, fmt in _FULL_ROWS:
         values = [run[key] for run in runs]
         best[key] = max(values) if higher else min(values)
         verdict = _verdict(key, best[key], FULL_TARGETS) if key in FULL_TARGETS else ""
@@ -346,6 +349,11 @@ _ROWS = [
     ("answer p50 ms", "p50_ms", False, "{:.1f}"),
     ("answer p99 ms", "p99_ms", False, "{:.1f}"),
     ("CPU per delivery ms", "cpu_per_delivery_ms", False, "{:.3f}"),
+]
+#: The full path's own rows.
+_FULL_ROWS = [
+    *_ROWS,
+    ("API server + etcd CPU per delivery ms", "apiserver_cpu_ms", False, "{:.3f}"),
 ]
 
 
