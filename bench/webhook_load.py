@@ -1,5 +1,13 @@
 """``python -m bench.webhook_load``: the webhook receiver over real HTTP, loaded, at 1,000 pools.
 
+* **full path** (the headline, first): the receiver over a real API server
+  (``bench.webhook_full``), ``--full-rate`` signed deliveries per second (200), each verified,
+  parsed, written into its pool's ``status.demand`` and answered once written; with the API
+  requests per delivery and the API server's and etcd's CPU per delivery beside the
+  receiver's. ``--receiver-only`` skips it, ``--full-only`` runs only it. Every run adds one
+  row to ``bench/history.jsonl`` (``bench.history``; ``--no-history`` not).
+
+The rest measures the receiver alone:
 The receiver (``WebhookServer``, as the operator starts it, default limits) listens on
 127.0.0.1 in this process, over the cache ``bench.webhook_cpu`` builds (``--pools`` pools,
 ``--autoscaling`` of them following demand, a no-op Kube whose PATCH answers at once), so a
