@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rounds = max(1, args.deliveries // 10)
     started = time.process_time()
-    targets = sum(len(poller._targets()) for _ in range(rounds))
+    targets = sum(len(poller._targets(time.time())) for _ in range(rounds))
     poll_ms = 1000 * (time.process_time() - started) / rounds
     print(
         f"{args.pools} pools ({args.autoscaling} autoscaling), {args.deliveries} deliveries, {HEADER} checked"

@@ -1,5 +1,13 @@
 """``python -m bench.webhook_load``: the webhook receiver over real HTTP, loaded, at 1,000 pools.
 
+* **full path** (the headline, first): the receiver over a real API server
+  (``bench.webhook_full``), ``--full-rate`` signed deliveries per second (200), each verified,
+  parsed, written into its pool's ``status.demand`` and answered once written; with the API
+  requests per delivery and the API server's and etcd's CPU per delivery beside the
+  receiver's. ``--receiver-only`` skips it, ``--full-only`` runs only it. Every run adds one
+  row to ``bench/history.jsonl`` (``bench.history``; ``--no-history`` not).
+
+The rest measures the receiver alone:
 The receiver (``WebhookServer``, as the operator starts it, default limits) listens on
 127.0.0.1 in this process, over the cache ``bench.webhook_cpu`` builds (``--pools`` pools,
 ``--autoscaling`` of them following demand, a no-op Kube whose PATCH answers at once), so a
@@ -53,6 +61,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import history
 from bench.webhook_cpu import (
     API_URL,
     REPOS,
@@ -68,6 +77,7 @@ from bench.webhook_cpu import (
     write_result,
 )
 from runnerpool import logs
+from runnerpool.demand import runner_names
 from runnerpool.demand.deliveries import DeliveryLog
 from runnerpool.demand.receiver import PATH, WebhookServer
 from runnerpool.demand.secret import PoolSecrets
@@ -79,6 +89,13 @@ from runnerpool.settings import GitHubSettings
 
 HALF_OPEN = 200
 
+#: The full path's (a real API server under the writes), the headline figures (issue 32).
+FULL_TARGETS = {
+    "sustained_per_s": ("≥ 200 deliveries/s", lambda v: v >= 200),
+    "p99_ms": ("p99 ≤ 100 ms", lambda v: v <= 100),
+    "cpu_per_delivery_ms": ("≤ 2 ms CPU", lambda v: v <= 2),
+}
+#: The receiver's alone (a no-op Kube).
 TARGETS = {
     "sustained_per_s": ("≥ 500 deliveries/s", lambda v: v >= 500),
     "p99_ms": ("p99 ≤ 50 ms", lambda v: v <= 50),
@@ -278,9 +295,74 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     return {"limits": Limits(threads=args.threads)}
 
 
-def _verdict(key: str, value: float) -> str:
-    text, ok = TARGETS[key]
+def _verdict(key: str, value: float, targets: dict[str, Any] = TARGETS) -> str:
+    text, ok = targets[key]
     return f"{'met' if ok(value) else 'MISSED'} ({text})"
+
+
+def full_path_runs(args: argparse.Namespace, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--repeat`` loads at ``--full-rate`` through the receiver over a real API server
+    (``bench.webhook_full``), each with the API requests its writes cost per delivery."""
+    from bench.webhook_full import cpu_seconds, full_path  # noqa: PLC0415 - needs the envtest binaries
+
+    offered = argparse.Namespace(**{**vars(args), "rate": args.full_rate, "own_secrets": False})
+    runs: list[dict[str, Any]] = []
+    with full_path(pools) as (cache, kube, plane):
+        writer = DemandWriter(
+            kube, cache, GitHubSettings(api_url=API_URL).api_url_of, runners=runner_names.by_name
+        )
+        verifier = Verifier(lambda: (SECRET,), cache, None)
+        server = WebhookServer(
+            0, verifier, writer.record_job, host="127.0.0.1", deliveries=DeliveryLog(), **_limits(args)
+        )
+        server.start()
+        try:
+            for n in range(args.repeat):
+                before, plane_cpu = kube.requests.copy(), cpu_seconds(plane)
+                run = load_run(server.port, offered, 2_000_000_000 + n * 1_000_000)
+                spent = kube.requests - before
+                per = {what: count / max(1, run.deliveries) for what, count in sorted(spent.items())}
+                plane_ms = 1000 * (cpu_seconds(plane) - plane_cpu) / max(1, run.deliveries)
+                runs.append({**asdict(run), "api_requests_per_delivery": per, "apiserver_cpu_ms": plane_ms})
+        finally:
+            server.stop()
+    return runs
+
+
+def _print_full(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The headline table; answers the best figures for the history."""
+    print(
+        f"FULL PATH (real API server): {args.pools} pools ({args.autoscaling} autoscaling), "
+        f"{args.full_rate:.0f}/s offered for {args.seconds:.0f} s, {len(runs)} runs"
+    )
+    print(f"{'row':<40} {'best':>10} {'median':>10}  target")
+    best: dict[str, float] = {}
+    for title, key, higher, fmt in _FULL_ROWS:
+        values = [run[key] for run in runs]
+        best[key] = max(values) if higher else min(values)
+        verdict = _verdict(key, best[key], FULL_TARGETS) if key in FULL_TARGETS else ""
+        shown = fmt.format(best[key]), fmt.format(statistics.median(values))
+        print(f"{title:<40} {shown[0]:>10} {shown[1]:>10}  {verdict}")
+    for what in sorted({what for run in runs for what in run["api_requests_per_delivery"]}):
+        values = [run["api_requests_per_delivery"].get(what, 0.0) for run in runs]
+        best[f"api_{what}_per_delivery"] = min(values)
+        title = f"API {what.replace('_', ' ')} per delivery"
+        print(f"{title:<40} {min(values):>10.3f} {statistics.median(values):>10.3f}")
+    print(f"answered 200 in every run: {all(run['answered_200'] == run['deliveries'] for run in runs)}")
+    return best
+
+
+_ROWS = [
+    ("sustained deliveries/s", "sustained_per_s", True, "{:.0f}"),
+    ("answer p50 ms", "p50_ms", False, "{:.1f}"),
+    ("answer p99 ms", "p99_ms", False, "{:.1f}"),
+    ("CPU per delivery ms", "cpu_per_delivery_ms", False, "{:.3f}"),
+]
+#: The full path's own rows.
+_FULL_ROWS = [
+    *_ROWS,
+    ("API server + etcd CPU per delivery ms", "apiserver_cpu_ms", False, "{:.3f}"),
+]
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -288,6 +370,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pools", type=int, default=1000)
     parser.add_argument("--autoscaling", type=int, default=100)
     parser.add_argument("--rate", type=float, default=500, help="offered deliveries per second")
+    parser.add_argument(
+        "--full-rate", type=float, default=200, help="offered per second on the full path (real API server)"
+    )
+    parser.add_argument(
+        "--receiver-only", action="store_true", help="skip the full path (no API server needed)"
+    )
+    parser.add_argument("--full-only", action="store_true", help="only the full path")
+    parser.add_argument("--no-history", action="store_true", help="add no row to bench/history.jsonl")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--processes", type=int, default=1, help="client processes")
     parser.add_argument("--clients", type=int, default=32, help="threads per client process")
@@ -328,6 +418,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for i in range(args.pools)
     ]
+    full = [] if args.receiver_only else full_path_runs(args, pools)
+    headline = _print_full(args, full) if full else {}
+    if args.full_only:
+        _finish(args, full, headline, {})
+        return 0
     fill(informers, copy.deepcopy(pools))
     kube = NoOpKube(informers)
     writer = DemandWriter(kube, informers, GitHubSettings(api_url=API_URL).api_url_of)
@@ -359,14 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.threads or 'default'} server threads, {args.repeat} runs; "
         f"server from {Path(module.__file__ or '').parent.parent.parent}"
     )
-    rows = [
-        ("sustained deliveries/s", "sustained_per_s", True, "{:.0f}"),
-        ("answer p50 ms", "p50_ms", False, "{:.1f}"),
-        ("answer p99 ms", "p99_ms", False, "{:.1f}"),
-        ("CPU per delivery ms", "cpu_per_delivery_ms", False, "{:.3f}"),
-    ]
     print(f"{'row':<40} {'best':>10} {'median':>10}  target")
-    for title, key, higher, fmt in rows:
+    for title, key, higher, fmt in _ROWS:
         value = best(key, higher)
         verdict = _verdict(key, value) if key in TARGETS else ""
         print(f"{title:<40} {fmt.format(value):>10} {fmt.format(median(key)):>10}  {verdict}")
@@ -405,12 +494,39 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
             "server_module": module.__file__,
+            "full_path_runs": full,
             "runs": [asdict(run) for run in runs],
             "rejected_runs": [asdict(run) for run in rejected],
             "half_open": stalled,
         },
     )
+    receiver = {f"receiver_{key}": best(key, higher) for _, key, higher, _ in _ROWS}
+    _finish(args, [], headline, {**receiver, "receiver_cpu_per_rejected_ms": cpu_rejected})
     return 0
+
+
+def _finish(
+    args: argparse.Namespace,
+    full: list[dict[str, Any]],
+    headline: dict[str, float],
+    receiver: dict[str, float],
+) -> None:
+    """The history row (best of the runs) and, with ``--full-only``, the results file."""
+    if full:
+        write_result("webhook_load", args.label, {"pools": args.pools, "full_path_runs": full})
+    if args.no_history:
+        return
+    load = {
+        "pools": args.pools,
+        "autoscaling": args.autoscaling,
+        "full_path_per_s": None if args.receiver_only else args.full_rate,
+        "receiver_per_s": None if args.full_only else args.rate,
+        "seconds": args.seconds,
+        "runs": args.repeat,
+        "client_threads": args.clients,
+    }
+    figures = {f"full_{key}": round(value, 3) for key, value in headline.items()}
+    history.append("webhook_load", load, {**figures, **{k: round(v, 3) for k, v in receiver.items()}})
 
 
 if __name__ == "__main__":

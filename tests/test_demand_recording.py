@@ -21,6 +21,7 @@ from runnerpool.github.errors import NotFound
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import ActiveJobs, Job, parse_delivery
 from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.reads import ParsedPool
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, fixture, job_object
@@ -42,6 +43,9 @@ class Pools:
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return [{"metadata": {"name": name}} for name in self.pods.get(pool, [])]
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        return None  # not cached: the writer reads the pool itself
 
     def autoscaling_pools(self, scopes: Any = None) -> list[api.RunnerPool]:
         found = self._custom.list_namespaced_custom_object(

@@ -46,6 +46,9 @@ class Pools:
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return []
 
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        return None  # not cached: the writer reads the pool itself
+
     def pools_in(self, namespace: str) -> list[ParsedPool]:
         found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
         return [parse_pool(item) for item in found["items"]]

@@ -11,8 +11,14 @@ pod, has no such failover; forwarding to the leader would lose deliveries during
 Writes are read-modify-write with the object's ``resourceVersion`` as precondition (a merge
 patch carrying ``metadata.resourceVersion`` is refused with 409 when someone else wrote in
 between), re-read and retried on conflict, so two replicas recording at once never lose a
-job. Within one replica, concurrent records for one pool are folded into one write (group
-commit): 50 jobs queued at once cost a few writes, not 50.
+job. The read is the pool cache's (or, until the cache shows this writer's last write, what
+that write answered): a GET only after a 409, so a delivery costs one request, not two, and
+no parse of a fresh copy (measured in ``bench/webhook_load.py``'s full path, issue 32).
+Within one replica, concurrent records for one pool are folded into one write (group
+commit): the first starts the write; those arriving while it is in flight wait and are
+written together by the next one; each returns (and the webhook answers 200) only once a
+patch holding its change was taken, and each gets the error of a failed one (503, so GitHub
+may redeliver). 50 jobs queued at once cost a few writes, not 50.
 """
 
 from __future__ import annotations
@@ -55,6 +61,26 @@ class DemandWriteFailed(Exception):  # noqa: N818 - reads as "recording failed"
     """The API server did not take the write; the caller answers GitHub with 503."""
 
 
+@dataclass(frozen=True)
+class _Base:
+    """The pool a write starts from, at ``version``; ``replaced``: the older versions, made
+    or read by this writer, that the cache may still show (oldest first)."""
+
+    version: str
+    pool: api.RunnerPool
+    replaced: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A pool as this writer's last successful write of it left it, at ``version``;
+    ``replaced``: the versions before it that the cache may still show, oldest first."""
+
+    replaced: tuple[str, ...]
+    version: str
+    pool: api.RunnerPool
+
+
 @dataclass
 class _Pending:
     change: Change
@@ -70,11 +96,34 @@ def _pool(raw: dict[str, Any]) -> api.RunnerPool | None:
 
 
 def demand_patch(old: api.Demand | None, new: api.Demand) -> dict[str, Any]:
-    """A merge patch removes a map key only when it says null."""
-    body = new.model_dump(by_alias=True, exclude_none=True)
-    for key in old.jobs if old else {}:
-        if key not in new.jobs:
-            body["jobs"][key] = None
+    """The merge patch (RFC 7386) from ``old`` to ``new``: only the fields and jobs that
+    changed, so a pool tracking hundreds of jobs is not sent (and stored, and watched) whole
+    for each delivery; null removes a key. Exact because the write is guarded by the
+    resourceVersion ``old`` was read at."""
+    before = old or api.Demand()
+    body = _changed(
+        _dumped(before.model_copy(update={"jobs": {}})), _dumped(new.model_copy(update={"jobs": {}}))
+    )
+    body.pop("jobs", None)
+    jobs: dict[str, Any] = {}
+    for key, job in new.jobs.items():
+        was = before.jobs.get(key)
+        if was != job:
+            jobs[key] = _dumped(job) if was is None else _changed(_dumped(was), _dumped(job))
+    jobs.update((key, None) for key in before.jobs if key not in new.jobs)
+    if jobs:
+        body["jobs"] = jobs
+    return body
+
+
+def _dumped(model: api.KubeModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, exclude_none=True)
+
+
+def _changed(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A flat merge patch: the keys whose value changed, and null for those gone."""
+    body = {key: value for key, value in new.items() if old.get(key) != value}
+    body.update((key, None) for key in old if key not in new)
     return body
 
 
@@ -106,6 +155,7 @@ class DemandWriter:
         self._lock = threading.Lock()
         self._pending: dict[PoolKey, list[_Pending]] = {}
         self._writers: dict[PoolKey, threading.Lock] = {}
+        self._written: dict[PoolKey, _Written] = {}
 
     # -- what callers use ------------------------------------------------------------------
 
@@ -212,6 +262,7 @@ class DemandWriter:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._writers.pop((namespace, name), None)
+            self._written.pop((namespace, name), None)
         metrics.forget_pool(namespace, name, self._job_labels)
 
     # -- the write -------------------------------------------------------------------------
@@ -230,15 +281,40 @@ class DemandWriter:
         """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
         return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(namespace, pool))
 
-    def _write(self, key: PoolKey, changes: list[Change]) -> None:
+    def _base(self, key: PoolKey) -> _Base | None:
+        """The pool to write over without a request when this replica knows it: the cached
+        pool, or, while the cache shows one of the versions this writer's own writes have
+        since replaced (their watch events come after the PATCH's answers), what the last of
+        them left. A stale guess costs one 409 and a GET, as a write racing another replica
+        always did. ``None``: the pool is gone or has no autoscaling (nothing to record)."""
+        cached = self._pools.pool(*key)
+        shown = None if cached is None else cached.raw["metadata"].get("resourceVersion")
+        written = self._written.get(key)
+        if written is not None and shown in written.replaced:
+            index = written.replaced.index(shown)
+            return _Base(written.version, written.pool, written.replaced[index:])
+        self._written.pop(key, None)
+        if cached is not None and cached.model is not None and shown:
+            return _Base(str(shown), cached.model, ())
+        return self._read(key)
+
+    def _read(self, key: PoolKey) -> _Base | None:
         raw = self._get(key)
+        pool = None if raw is None else _pool(raw)
+        if raw is None or pool is None:
+            return None
+        cached = self._pools.pool(*key)
+        shown = None if cached is None else cached.raw["metadata"].get("resourceVersion")
+        return _Base(str(raw["metadata"]["resourceVersion"]), pool, (str(shown),) if shown else ())
+
+    def _write(self, key: PoolKey, changes: list[Change]) -> None:
+        """One merge patch for every change of the batch, over :meth:`_base`."""
+        base = self._base(key)
         runners = self._runner_names(*key)
         for _ in range(MAX_CONFLICTS):
-            if raw is None:
+            if base is None or base.pool.spec.autoscaling is None:
                 return
-            pool = _pool(raw)
-            if pool is None or pool.spec.autoscaling is None:
-                return
+            version, pool = base.version, base.pool
             old = pool.status.demand
             now = self._clock()
             new, moved = old, []
@@ -249,18 +325,29 @@ class DemandWriter:
             if rules.same(old, new):
                 return
             body = {
-                "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
+                "metadata": {"resourceVersion": version},
                 "status": {"demand": demand_patch(old, new)},
             }
             try:
-                self._kube.patch(RUNNER_POOLS, key[0], key[1], body, subresource="status")
+                answer = self._kube.patch(RUNNER_POOLS, key[0], key[1], body, subresource="status")
             except ApiException as err:
                 if err.status == 404:
                     return  # the pool is gone: so is its demand
                 if err.status != 409:
                     raise
-                raw = self._get(key)
+                self._written.pop(key, None)
+                base = self._read(key)
                 continue
+            self._remember(key, base, answer, new)
             metrics.observe(pool, new, moved, runners, self._job_labels)
             return
         raise DemandWriteFailed(f"{MAX_CONFLICTS} conflicting writes in a row")
+
+    def _remember(self, key: PoolKey, base: _Base, answer: dict[str, Any], demand: api.Demand) -> None:
+        """What this write left, for the next one while the cache shows an older version."""
+        version = (answer.get("metadata") or {}).get("resourceVersion")
+        if not version:
+            return
+        status = base.pool.status.model_copy(update={"demand": demand})
+        pool = base.pool.model_copy(update={"status": status})
+        self._written[key] = _Written((*base.replaced, base.version), str(version), pool)
