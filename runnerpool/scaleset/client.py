@@ -68,7 +68,8 @@ class ScaleSetClient:
         not_found: type[ScaleSetError] | None = None,
     ) -> Any:
         """One Actions service call with the admin token; the JSON answer (None for 202/204).
-        ``not_found``: the error a plain 404 means on this path (an exception name wins)."""
+        ``not_found``: the error a 404 means on this path, unless its exception name says more
+        (``AgentNotFoundException`` stays ``RunnerNotFound``)."""
         admin = self.connection.admin()
         answer = self.wire.send(
             method,
@@ -80,8 +81,8 @@ class ScaleSetClient:
         status = answer.status_code
         if status not in ok:
             error = error_for(what, status, answer.content)
-            if status == 404 and not_found is not None and not getattr(error, "type_name", ""):
-                raise not_found(f"{what}: HTTP 404", status=404)
+            if status == 404 and not_found is not None and type(error) is ScaleSetError:
+                raise not_found(str(error), status=404, type_name=error.type_name)
             raise error
         if status in (202, 204) or not answer.content:
             return None
