@@ -19,7 +19,13 @@ from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection, from_rest
 from runnerpool.scaleset.demand import Cursor, desired_runners
-from runnerpool.scaleset.errors import JobStillRunning, RunnerNotFound, ScaleSetNotFound, SessionConflict
+from runnerpool.scaleset.errors import (
+    JobStillRunning,
+    RunnerNotFound,
+    ScaleSetNotFound,
+    SessionConflict,
+    SessionNotFound,
+)
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JobMessageType, Label, RunnerScaleSet
 from runnerpool.scaleset.wire import Policy, Wire
@@ -183,5 +189,29 @@ def test_server_errors_are_retried_and_a_deleted_scale_set_surfaces(world: World
 
     session = world.session(created.id)
     world.client.delete_scale_set(created.id)
-    with pytest.raises(ScaleSetNotFound):
+    with pytest.raises(SessionNotFound):  # 401 on the queue, then 404 on the refresh
         session.poll(0, 10)
+    with pytest.raises(ScaleSetNotFound):  # and a new session says why
+        world.session(created.id, conflict_retries=0)
+
+
+def test_a_job_no_runner_took_is_cancelled_and_offered_again(world: World) -> None:
+    created = world.scale_set()
+    session = world.session(created.id)
+    request_id = world.service.offer_job(created.id)
+    offered = session.poll(0, 10)
+    assert offered is not None
+    session.acquire_jobs([request_id])
+    session.acknowledge(offered.message_id)
+    assigned = session.poll(offered.message_id, 10)
+    assert assigned is not None and assigned.statistics.total_assigned_jobs == 1
+    session.acknowledge(assigned.message_id)
+
+    world.service.reassign(request_id)
+    again = session.poll(assigned.message_id, 10)
+    assert again is not None
+    assert [(job.message_type, job.result) for job in again.jobs] == [
+        ("JobCompleted", "canceled"),
+        ("JobAvailable", ""),
+    ]
+    assert (again.statistics.total_assigned_jobs, again.statistics.total_available_jobs) == (0, 1)

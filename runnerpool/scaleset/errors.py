@@ -38,6 +38,7 @@ __all__ = [
     "ScaleSetError",
     "ScaleSetNotFound",
     "SessionConflict",
+    "SessionNotFound",
     "error_for",
     "exception_name",
 ]
@@ -77,6 +78,11 @@ class SessionConflict(ScaleSetError):  # noqa: N818
 
 class ScaleSetNotFound(ScaleSetError, NotFound):  # noqa: N818
     """404 on a scale set's own path: it was deleted on GitHub (or never existed)."""
+
+
+class SessionNotFound(ScaleSetError, NotFound):  # noqa: N818
+    """404 on refreshing or deleting a session: it ended on GitHub's side (or its scale set was
+    deleted); open a new one, which says ``ScaleSetNotFound`` if the scale set is gone."""
 
 
 class RunnerGroupNotFound(ScaleSetError, NotFound):  # noqa: N818

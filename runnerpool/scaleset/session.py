@@ -37,6 +37,7 @@ from runnerpool.scaleset.errors import (
     ScaleSetError,
     ScaleSetNotFound,
     SessionConflict,
+    SessionNotFound,
     error_for,
     malformed,
 )
@@ -144,7 +145,7 @@ class MessageSession:
         what = "PATCH runnerscalesets/{id}/sessions/{sessionId}"
         with self._lock:
             path = f"{SCALE_SETS}/{self.scale_set_id}/sessions/{self._session.session_id}"
-            data = self._client.call("PATCH", path, what=what, not_found=ScaleSetNotFound)
+            data = self._client.call("PATCH", path, what=what, not_found=SessionNotFound)
             self._session = parse(Session, data, what)
             return self._session
 
@@ -153,7 +154,7 @@ class MessageSession:
         what = "DELETE runnerscalesets/{id}/sessions/{sessionId}"
         with self._lock:
             path = f"{SCALE_SETS}/{self.scale_set_id}/sessions/{self._session.session_id}"
-            self._client.call("DELETE", path, what=what, ok=(204,), not_found=ScaleSetNotFound)
+            self._client.call("DELETE", path, what=what, ok=(204,), not_found=SessionNotFound)
 
     def poll(self, last_message_id: int, max_capacity: int) -> Message | None:
         """The next message, or None when the service had none within its hold (202)."""

@@ -30,8 +30,9 @@ control methods (``offer_job``, ``start_job``, ``complete_job``) and by acquirin
 keeps a message until it is acknowledged, so an unacknowledged one is delivered again. Faults
 set with ``fail_next`` (a substring of these paths) apply here too.
 
-Not yet: a runner stand-in consuming the scale set's JIT config, jobs re-assigned after
-``JobCompleted`` ``canceled``, and these runners in the REST runner listing; ``reset`` does not
+``reassign`` plays an assignment GitHub cancels because no runner took the job (``JobCompleted``
+``canceled``, then ``JobAvailable`` again, up to 3 times). Not yet: a runner stand-in consuming
+the scale set's JIT config, and these runners in the REST runner listing; ``reset`` does not
 forget scale sets (``service(fake).reset()`` does).
 """
 
@@ -60,6 +61,8 @@ __all__ = ["PATH", "ScaleSetService", "answer", "service"]
 #: Requests below this path are the scale set API's (the runner protocol has no ``_apis``).
 PATH = SERVICE_PATH + "/_apis/"
 MAX_JOBS_PER_MESSAGE = 50
+#: A job whose assignment was cancelled (no runner took it) is offered again, up to 3 times.
+MAX_ASSIGNMENTS = 3
 _SETS = r"/_apis/runtime/runnerscalesets"
 _AGENTS = r"/_apis/distributedtask/pools/0/agents"
 
@@ -124,6 +127,8 @@ class _Job:
     #: available -> assigned (acquired) -> running -> completed
     state: str = "available"
     runner_id: int | None = None
+    #: How often it was assigned and cancelled because no runner took it.
+    assignments: int = 0
 
 
 @dataclass
@@ -216,6 +221,30 @@ class ScaleSetService:
             who = _who(runner) if runner else {"runnerId": 0, "runnerName": ""}
             self._post(
                 job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who}
+            )
+
+    def reassign(self, request_id: int) -> None:
+        """No runner took the assigned job in time: GitHub cancels the assignment
+        (``JobCompleted`` ``canceled``) and offers the job again (``JobAvailable``), up to
+        `MAX_ASSIGNMENTS` times; after that the cancellation is final."""
+        with self._cond:
+            job = self._jobs[request_id]
+            if job.state != "assigned":
+                raise ValueError(f"job {request_id} is {job.state}, not assigned")
+            cancelled = {**job.fields, "messageType": "JobCompleted", "result": "canceled", "runnerId": 0}
+            self._post(job.scale_set_id, {**cancelled, "runnerName": ""})
+            job.assignments += 1
+            if job.assignments >= MAX_ASSIGNMENTS:
+                job.state = "completed"
+                return
+            job.state = "available"
+            self._post(
+                job.scale_set_id,
+                {
+                    **job.fields,
+                    "messageType": "JobAvailable",
+                    "acquireJobUrl": self._acquire_url(job.scale_set_id),
+                },
             )
 
     def runners(self, scale_set_id: int) -> list[dict[str, Any]]:
@@ -497,6 +526,9 @@ class ScaleSetService:
         raise _Done(204)
 
     # -- helpers (called with the lock held) ---------------------------------------------------
+
+    def _acquire_url(self, scale_set_id: int) -> str:
+        return f"{self._web()}{SERVICE_PATH}{_SETS}/{scale_set_id}/acquirejobs"
 
     def _web(self) -> str:
         return self.fake._bases().web
