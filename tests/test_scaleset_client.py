@@ -34,6 +34,7 @@ from runnerpool.scaleset.errors import (
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JobMessageType, Label, Message, RunnerScaleSet, Statistics
 from runnerpool.scaleset.wire import Policy, Wire
+from testworld.fakegithub.scaleset import actions_exception
 
 API = "https://api.github.com"
 CONFIG_URL = "https://github.com/octo-org"
@@ -54,19 +55,6 @@ def jwt(exp: float) -> str:
 
 
 ADMIN = jwt(NOW + 3600)
-
-
-def exception(type_key: str, message: str) -> dict[str, Any]:
-    """The Actions service's error body (a serialised .NET exception)."""
-    return {
-        "$id": "1",
-        "innerException": None,
-        "message": message,
-        "typeName": f"GitHub.DistributedTask.WebApi.{type_key}, GitHub.DistributedTask.WebApi",
-        "typeKey": type_key,
-        "errorCode": 0,
-        "eventId": 3000,
-    }
 
 
 STATS = {
@@ -259,10 +247,12 @@ def test_jit_config_and_the_runner_exceptions(world: World) -> None:
         rsps.post(
             SCALE_SETS + "/7/generatejitconfig",
             status=409,
-            json=exception("AgentExistsException", "Agent exists with name pool-abc"),
+            json=actions_exception("AgentExistsException", "Agent exists with name pool-abc"),
         )
-        rsps.delete(AGENTS + "/41", status=409, json=exception("JobStillRunningException", "still running"))
-        rsps.delete(AGENTS + "/42", status=404, json=exception("AgentNotFoundException", "missing"))
+        rsps.delete(
+            AGENTS + "/41", status=409, json=actions_exception("JobStillRunningException", "still running")
+        )
+        rsps.delete(AGENTS + "/42", status=404, json=actions_exception("AgentNotFoundException", "missing"))
         rsps.delete(AGENTS + "/41", status=204)
         config = world.client.generate_jit_config(7, "pool-abc")
         with pytest.raises(RunnerExists):
@@ -278,7 +268,9 @@ def test_jit_config_and_the_runner_exceptions(world: World) -> None:
 
 
 def test_a_session_another_owner_holds_is_asked_for_again(world: World) -> None:
-    conflict = exception("TaskAgentSessionConflictException", "The session for this agent already exists.")
+    conflict = actions_exception(
+        "TaskAgentSessionConflictException", "The session for this agent already exists."
+    )
     with Mock() as rsps:
         registration(rsps)
         rsps.post(SCALE_SETS + "/7/sessions", status=409, json=conflict)
@@ -408,7 +400,7 @@ def test_server_errors_are_retried_with_growing_waits(world: World) -> None:
     assert world.sleeps == [1.0, 2.0]
 
     with Mock() as rsps:
-        rsps.get(AGENTS + "/5", status=500, json=exception("VssServiceException", "boom"))
+        rsps.get(AGENTS + "/5", status=500, json=actions_exception("VssServiceException", "boom"))
         with pytest.raises(Unavailable, match="HTTP 500"):
             world.client.runner(5)
     assert world.sleeps[2:] == [1.0, 2.0, 4.0, 8.0]

@@ -56,7 +56,7 @@ from testworld.fakegithub.appjwt import jwt_claims
 from testworld.fakegithub.jobs import Bases
 from testworld.fakegithub.state import SERVICE_PATH, GitHubState
 
-__all__ = ["PATH", "ScaleSetService", "answer", "service"]
+__all__ = ["PATH", "ScaleSetService", "actions_exception", "answer", "service"]
 
 #: Requests below this path are the scale set API's (the runner protocol has no ``_apis``).
 PATH = SERVICE_PATH + "/_apis/"
@@ -69,8 +69,9 @@ _AGENTS = r"/_apis/distributedtask/pools/0/agents"
 Reply = tuple[int, Any, dict[str, str]]
 
 
-def _exception(type_key: str, message: str) -> dict[str, Any]:
-    """The service's error body: a serialised .NET exception (clients match ``typeName``)."""
+def actions_exception(type_key: str, message: str) -> dict[str, Any]:
+    """The service's error body: a serialised .NET exception (clients match ``typeName``); the
+    client's ``responses`` tests answer with it too."""
     return {
         "$id": "1",
         "innerException": None,
@@ -268,12 +269,12 @@ class ScaleSetService:
     def answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
         fault = self.fake.take_fault(method, path)
         if fault is not None and fault.kind == "fail":
-            return fault.status, _exception("VssServiceException", "injected failure"), {}
+            return fault.status, actions_exception("VssServiceException", "injected failure"), {}
         params = dict(parse_qsl(query))
         try:
             data: Any = json.loads(body) if body.strip() else None
         except ValueError:
-            return 400, _exception("ArgumentException", "the body is not JSON"), {}
+            return 400, actions_exception("ArgumentException", "the body is not JSON"), {}
         route = path.removeprefix(SERVICE_PATH)
         try:
             for pattern, verb, handler, auth in _ROUTES:
@@ -291,7 +292,7 @@ class ScaleSetService:
             return done.status, done.payload, {}
         except _Refused as refused:
             return refused.status, refused.payload, {}
-        return 404, _exception("NotFoundException", f"no endpoint {method} {path}"), {}
+        return 404, actions_exception("NotFoundException", f"no endpoint {method} {path}"), {}
 
     def _authorize(
         self, auth: str, authorization: str | None, found: re.Match[str], params: dict[str, str]
@@ -313,7 +314,7 @@ class ScaleSetService:
                     raise _Refused(401)
                 return session
         if params.get("api-version") is None:
-            raise _Refused(400, _exception("VssInvalidApiVersionException", "api-version is required"))
+            raise _Refused(400, actions_exception("VssInvalidApiVersionException", "api-version is required"))
         claims = jwt_claims(token)
         tenants: dict[str, str] = self.fake._tenants  # the fake's own records
         issued = self.fake._registration_tokens.get(tenants.get(token, ""))
@@ -347,17 +348,19 @@ class ScaleSetService:
         data = call.data if isinstance(call.data, dict) else {}
         name = data.get("name")
         if not isinstance(name, str) or not name:
-            raise _Refused(400, _exception("ArgumentException", "name is required"))
+            raise _Refused(400, actions_exception("ArgumentException", "name is required"))
         group_id = int(data.get("runnerGroupId") or 1)
         groups = {g["id"]: g["name"] for g in self.fake.api_runner_groups(call.auth, Bases("", ""))}
         if group_id not in groups:
-            raise _Refused(404, _exception("RunnerGroupNotFoundException", f"no runner group {group_id}"))
+            raise _Refused(
+                404, actions_exception("RunnerGroupNotFoundException", f"no runner group {group_id}")
+            )
         with self._cond:
             if any(
                 s.scope_key == call.auth.key and s.group_id == group_id and s.name == name
                 for s in self._sets.values()
             ):
-                raise _Refused(409, _exception("RunnerScaleSetExistsException", f"{name} exists"))
+                raise _Refused(409, actions_exception("RunnerScaleSetExistsException", f"{name} exists"))
             made = _ScaleSet(
                 self._ids(),
                 call.auth.key,
@@ -402,11 +405,13 @@ class ScaleSetService:
         data = call.data if isinstance(call.data, dict) else {}
         name = data.get("name")
         if not isinstance(name, str) or not name:
-            raise _Refused(400, _exception("ArgumentException", "name is required"))
+            raise _Refused(400, actions_exception("ArgumentException", "name is required"))
         with self._cond:
             found = self._owned(call)
             if any(r.name == name for r in self._runners.values()):
-                raise _Refused(409, _exception("AgentExistsException", f"Agent exists with name {name}"))
+                raise _Refused(
+                    409, actions_exception("AgentExistsException", f"Agent exists with name {name}")
+                )
             runner = _Runner(10_000 + self._ids(), name, found.id)
             self._runners[runner.id] = runner
             config = {
@@ -430,7 +435,7 @@ class ScaleSetService:
                 if other.scale_set_id == found.id and now - other.last_seen < self.session_timeout:
                     raise _Refused(
                         409,
-                        _exception(
+                        actions_exception(
                             "TaskAgentSessionConflictException",
                             f"The session for this agent already exists (owner {other.owner}).",
                         ),
@@ -465,7 +470,9 @@ class ScaleSetService:
             while True:
                 session.last_seen = self.fake.clock()
                 if session.id not in self._sessions:
-                    raise _Refused(404, _exception("TaskAgentSessionExpiredException", "the session ended"))
+                    raise _Refused(
+                        404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
+                    )
                 ready = next(
                     (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
                     None,
@@ -520,7 +527,9 @@ class ScaleSetService:
         with self._cond:
             runner = self._runner_of(call)
             if runner.busy:
-                raise _Refused(409, _exception("JobStillRunningException", f"{runner.name} is running a job"))
+                raise _Refused(
+                    409, actions_exception("JobStillRunningException", f"{runner.name} is running a job")
+                )
             del self._runners[runner.id]
             self._cond.notify_all()
         raise _Done(204)
@@ -536,20 +545,20 @@ class ScaleSetService:
     def _owned(self, call: _Call) -> _ScaleSet:
         found = self._sets.get(int(call.match["id"]))
         if found is None or found.scope_key != call.auth.key:
-            raise _Refused(404, _exception("RunnerScaleSetNotFoundException", "no such scale set"))
+            raise _Refused(404, actions_exception("RunnerScaleSetNotFoundException", "no such scale set"))
         return found
 
     def _session_of(self, call: _Call) -> _Session:
         found = self._owned(call)
         session = self._sessions.get(call.match["session"])
         if session is None or session.scale_set_id != found.id:
-            raise _Refused(404, _exception("TaskAgentSessionExpiredException", "no such session"))
+            raise _Refused(404, actions_exception("TaskAgentSessionExpiredException", "no such session"))
         return session
 
     def _runner_of(self, call: _Call) -> _Runner:
         runner = self._runners.get(int(call.match["runner"]))
         if runner is None or self._sets[runner.scale_set_id].scope_key != call.auth.key:
-            raise _Refused(404, _exception("AgentNotFoundException", "No agent found"))
+            raise _Refused(404, actions_exception("AgentNotFoundException", "No agent found"))
         return runner
 
     def _new_token(self, session: _Session) -> None:
