@@ -56,6 +56,27 @@ def _b64decode(segment: str) -> bytes:
     return base64.urlsafe_b64decode(padded.encode("ascii"))
 
 
+def mint_jwt(claims: Mapping[str, Any]) -> str:
+    """An unsigned-looking JWT (``alg`` RS256, a placeholder signature) carrying ``claims``: the
+    shape of the Actions service's tokens, whose ``exp`` clients read without verifying."""
+
+    def segment(data: Mapping[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(dict(data)).encode()).decode().rstrip("=")
+
+    return f"{segment({'alg': 'RS256', 'typ': 'JWT'})}.{segment(claims)}.ZmFrZS1zaWduYXR1cmU"
+
+
+def jwt_claims(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT, unverified; None when it is not one."""
+    if not looks_like_jwt(token):
+        return None
+    try:
+        claims: Any = json.loads(_b64decode(token.split(".")[1]))
+    except (ValueError, binascii.Error):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
 def looks_like_jwt(token: str) -> bool:
     """Tell a JWT from a PAT or installation token without judging its validity."""
     parts = token.split(".")

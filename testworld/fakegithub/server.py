@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from testworld.fakegithub import actions
+from testworld.fakegithub import actions, scaleset
 from testworld.fakegithub.jobs import Bases
 from testworld.fakegithub.scopes import Scope, ScopeKind
 from testworld.fakegithub.state import (
@@ -567,6 +567,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         if split.path.startswith("/_fake/"):
             self._control(split.path, dict(parse_qsl(split.query)), body)
+            return
+        if split.path.startswith(scaleset.PATH):
+            auth = self.headers.get("Authorization")
+            self._write(Answer(*scaleset.answer(self.fake, self.command, self.path, auth, body)))
             return
         if split.path.startswith(actions.SERVICE_PATH + "/"):
             path = split.path.removeprefix(actions.SERVICE_PATH)

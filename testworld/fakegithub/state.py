@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
 
-from testworld.fakegithub.appjwt import NOT_DECODABLE, JWTRejectedError, check_app_jwt, looks_like_jwt
+from testworld.fakegithub.appjwt import (
+    NOT_DECODABLE,
+    JWTRejectedError,
+    check_app_jwt,
+    looks_like_jwt,
+    mint_jwt,
+)
 from testworld.fakegithub.jobs import Bases, Conclusion, Job, job_json, repository_json, run_json, user_json
 from testworld.fakegithub.scopes import Scope, ScopeKind
 from testworld.fakegithub.webhooks import WebhookSender, workflow_job_payload
@@ -987,7 +993,9 @@ class GitHubState:
                 raise ListenerError(404, "Not Found") from None
             if issued is None or issued.scope.key != wanted.key or self.clock() >= issued.expires_at:
                 raise ListenerError(404, "Not Found")
-            tenant = secrets.token_urlsafe(24)
+            # GitHub's tenant credential is a JWT whose ``exp`` the scale set client reads; here
+            # it lasts as long as the registration token it was traded for.
+            tenant = mint_jwt({"exp": int(issued.expires_at), "jti": secrets.token_urlsafe(12)})
             self._tenants[tenant] = token
             return tenant
 

@@ -1,0 +1,686 @@
+"""The Actions service's runner scale set API, as the fake GitHub serves it.
+
+What the operator's scale set client (``runnerpool.scaleset``) uses, with the shapes of
+``types.go`` and the status codes of ``client.go``/``session_client.go`` (actions/scaleset at
+6ce0259; session conflicts as ARC's cmd/ghalistener handles them at c6e4c94a; no code copied).
+Paths are below the service URL that ``POST {api}/actions/runner-registration`` hands out
+(``{web}/_actions``, the one config.sh gets); the admin token is that answer's ``token``, a JWT
+that expires with the registration token it was traded for (``state.runner_registration``)::
+
+    GET    _apis/runtime/runnergroups/?groupName=       {"count", "value": [RunnerGroup]}
+    GET    _apis/runtime/runnerscalesets?runnerGroupId=&name=   {"count", "value"}
+    POST   _apis/runtime/runnerscalesets                200 RunnerScaleSet (409 name taken)
+    GET|PATCH|DELETE _apis/runtime/runnerscalesets/{id} 200 | 200 | 204; 404 when gone
+    POST   .../{id}/generatejitconfig {"name","workFolder"}  200; 409 AgentExistsException
+    POST   .../{id}/sessions {"ownerName"}   200 session; 409 TaskAgentSessionConflictException
+           while another session is live (polled within ``session_timeout``)
+    PATCH|DELETE .../{id}/sessions/{sessionId}          200 new queue token | 204
+    GET    .../{id}/messages?sessionId=[&lastMessageId=] queue token; 200 the first message not
+           acknowledged with an id above lastMessageId, else held ``poll_wait`` s then 202;
+           401 when the queue token expired (``queue_token_lifetime``)
+    DELETE .../{id}/messages/{messageId}?sessionId=     queue token; 204 (acknowledged)
+    POST   .../{id}/acquirejobs [ids]                    queue token; {"count", "value"}
+    GET    _apis/distributedtask/pools/0/agents/{id} | ?agentName=   404 AgentNotFoundException
+    DELETE _apis/distributedtask/pools/0/agents/{id}     204; 409 JobStillRunningException
+
+Admin calls need ``?api-version=`` and ``Authorization: Bearer <admin token>`` (401 otherwise,
+or once it expired by the fake's clock). Every message and session answer carries the
+statistics, computed when answered. Job messages (at most 50 per message) are added by the
+control methods (``offer_job``, ``start_job``, ``complete_job``) and by acquiring; the queue
+keeps a message until it is acknowledged, so an unacknowledged one is delivered again. Faults
+set with ``fail_next`` (a substring of these paths) apply here too.
+
+``reassign`` plays an assignment GitHub cancels because no runner took the job (``JobCompleted``
+``canceled``, then ``JobAvailable`` again, up to 3 times). Not yet: a runner stand-in consuming
+the scale set's JIT config, and these runners in the REST runner listing; ``reset`` does not
+forget scale sets (``service(fake).reset()`` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+import secrets
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from testworld.fakegithub.appjwt import jwt_claims
+from testworld.fakegithub.jobs import Bases
+from testworld.fakegithub.state import SERVICE_PATH, GitHubState
+
+__all__ = ["PATH", "ScaleSetService", "actions_exception", "answer", "service"]
+
+#: Requests below this path are the scale set API's (the runner protocol has no ``_apis``).
+PATH = SERVICE_PATH + "/_apis/"
+MAX_JOBS_PER_MESSAGE = 50
+#: A job whose assignment was cancelled (no runner took it) is offered again, up to 3 times.
+MAX_ASSIGNMENTS = 3
+_SETS = r"/_apis/runtime/runnerscalesets"
+_AGENTS = r"/_apis/distributedtask/pools/0/agents"
+
+Reply = tuple[int, Any, dict[str, str]]
+
+
+def actions_exception(type_key: str, message: str) -> dict[str, Any]:
+    """The service's error body: a serialised .NET exception (clients match ``typeName``); the
+    client's ``responses`` tests answer with it too."""
+    return {
+        "$id": "1",
+        "innerException": None,
+        "message": message,
+        "typeName": f"GitHub.DistributedTask.WebApi.{type_key}, GitHub.DistributedTask.WebApi",
+        "typeKey": type_key,
+        "errorCode": 0,
+        "eventId": 3000,
+    }
+
+
+class _Refused(Exception):  # noqa: N818 - an answer, not a bug
+    def __init__(self, status: int, payload: Any = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.payload = payload
+
+
+@dataclass
+class _ScaleSet:
+    id: int
+    scope_key: tuple[str, str]
+    name: str
+    group_id: int
+    group_name: str
+    labels: list[dict[str, str]]
+    disable_update: bool
+    created_on: str
+
+
+@dataclass
+class _Session:
+    id: str
+    owner: str
+    scale_set_id: int
+    token: str
+    token_expires: float
+    last_seen: float
+
+
+@dataclass
+class _Message:
+    id: int
+    scale_set_id: int
+    jobs: list[dict[str, Any]]
+    delivered: bool = False
+
+
+@dataclass
+class _Job:
+    request_id: int
+    scale_set_id: int
+    fields: dict[str, Any]
+    #: available -> assigned (acquired) -> running -> completed
+    state: str = "available"
+    runner_id: int | None = None
+    #: How often it was assigned and cancelled because no runner took it.
+    assignments: int = 0
+
+
+@dataclass
+class _Runner:
+    id: int
+    name: str
+    scale_set_id: int
+    busy: bool = False
+
+
+@dataclass
+class ScaleSetService:
+    """The scale sets of one fake GitHub; tests drive jobs through the control methods."""
+
+    fake: GitHubState
+    #: How long an empty poll is held before 202 (GitHub: about 50 s; tests: a fraction).
+    poll_wait: float = 50.0
+    queue_token_lifetime: float = 3600.0
+    #: A session not polled for this long no longer blocks a new one (its owner died).
+    session_timeout: float = 120.0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _sets: dict[int, _ScaleSet] = field(default_factory=dict)
+    _sessions: dict[str, _Session] = field(default_factory=dict)
+    _messages: list[_Message] = field(default_factory=list)
+    _jobs: dict[int, _Job] = field(default_factory=dict)
+    _runners: dict[int, _Runner] = field(default_factory=dict)
+    _ids: Callable[[], int] = field(default_factory=lambda: itertools.count(1).__next__)
+
+    def reset(self) -> None:
+        with self._cond:
+            for table in (self._sets, self._sessions, self._jobs, self._runners):
+                table.clear()
+            self._messages.clear()
+            self._cond.notify_all()
+
+    # -- control: what GitHub and runners do on their own ---------------------------------------
+
+    def scale_set(self, name: str) -> dict[str, Any] | None:
+        with self._cond:
+            found = next((s for s in self._sets.values() if s.name == name), None)
+            return None if found is None else self._set_json(found)
+
+    def offer_job(self, scale_set_id: int, *, repository: str = "app", labels: tuple[str, ...] = ()) -> int:
+        """A workflow job that targets the scale set: ``JobAvailable``; returns its request id."""
+        with self._cond:
+            found = self._sets.get(scale_set_id)
+            if found is None:
+                raise LookupError(f"no scale set {scale_set_id}")
+            request_id = 1000 + self._ids()
+            owner = found.scope_key[1].split("/")[0]
+            job = _Job(
+                request_id,
+                scale_set_id,
+                {
+                    "runnerRequestId": request_id,
+                    "repositoryName": repository,
+                    "ownerName": owner,
+                    "jobId": str(uuid.uuid4()),
+                    "jobWorkflowRef": f"{owner}/{repository}/.github/workflows/ci.yml@refs/heads/main",
+                    "jobDisplayName": "build",
+                    "workflowRunId": request_id * 10,
+                    "eventName": "push",
+                    "requestLabels": list(labels or (found.name,)),
+                    "queueTime": _stamp(self.fake.clock()),
+                },
+            )
+            self._jobs[request_id] = job
+            acquire_url = f"{self._web()}{SERVICE_PATH}{_SETS}/{scale_set_id}/acquirejobs"
+            self._post(
+                scale_set_id, {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": acquire_url}
+            )
+            return request_id
+
+    def start_job(self, request_id: int, runner_name: str) -> None:
+        """The scale set's runner ``runner_name`` took the (acquired) job: ``JobStarted``."""
+        with self._cond:
+            job = self._jobs[request_id]
+            runner = next(r for r in self._runners.values() if r.name == runner_name)
+            if job.state != "assigned" or runner.busy:
+                raise ValueError(f"job {request_id} is {job.state}; runner busy: {runner.busy}")
+            job.state, job.runner_id, runner.busy = "running", runner.id, True
+            self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+
+    def complete_job(self, request_id: int, result: str = "succeeded") -> None:
+        """The job ended: ``JobCompleted``; its (ephemeral) runner is removed, as GitHub does."""
+        with self._cond:
+            job = self._jobs[request_id]
+            runner = self._runners.pop(job.runner_id) if job.runner_id in self._runners else None
+            job.state = "completed"
+            who = _who(runner) if runner else {"runnerId": 0, "runnerName": ""}
+            self._post(
+                job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who}
+            )
+
+    def reassign(self, request_id: int) -> None:
+        """No runner took the assigned job in time: GitHub cancels the assignment
+        (``JobCompleted`` ``canceled``) and offers the job again (``JobAvailable``), up to
+        `MAX_ASSIGNMENTS` times; after that the cancellation is final."""
+        with self._cond:
+            job = self._jobs[request_id]
+            if job.state != "assigned":
+                raise ValueError(f"job {request_id} is {job.state}, not assigned")
+            cancelled = {**job.fields, "messageType": "JobCompleted", "result": "canceled", "runnerId": 0}
+            self._post(job.scale_set_id, {**cancelled, "runnerName": ""})
+            job.assignments += 1
+            if job.assignments >= MAX_ASSIGNMENTS:
+                job.state = "completed"
+                return
+            job.state = "available"
+            self._post(
+                job.scale_set_id,
+                {
+                    **job.fields,
+                    "messageType": "JobAvailable",
+                    "acquireJobUrl": self._acquire_url(job.scale_set_id),
+                },
+            )
+
+    def runners(self, scale_set_id: int) -> list[dict[str, Any]]:
+        with self._cond:
+            return [
+                _who(r) | {"busy": r.busy} for r in self._runners.values() if r.scale_set_id == scale_set_id
+            ]
+
+    def sessions(self, scale_set_id: int) -> list[str]:
+        with self._cond:
+            return [s.owner for s in self._sessions.values() if s.scale_set_id == scale_set_id]
+
+    def expire_queue_tokens(self) -> None:
+        """Every queue token expires now (the next queue call answers 401)."""
+        with self._cond:
+            for session in self._sessions.values():
+                session.token_expires = self.fake.clock()
+
+    # -- the HTTP side -------------------------------------------------------------------------
+
+    def answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
+        fault = self.fake.take_fault(method, path)
+        if fault is not None and fault.kind == "fail":
+            return fault.status, actions_exception("VssServiceException", "injected failure"), {}
+        params = dict(parse_qsl(query))
+        try:
+            data: Any = json.loads(body) if body.strip() else None
+        except ValueError:
+            return 400, actions_exception("ArgumentException", "the body is not JSON"), {}
+        route = path.removeprefix(SERVICE_PATH)
+        try:
+            for pattern, verb, handler, auth in _ROUTES:
+                found = re.fullmatch(pattern, route)
+                if found and verb == method:
+                    return (
+                        200,
+                        handler(
+                            self,
+                            _Call(found, params, data, self._authorize(auth, authorization, found, params)),
+                        ),
+                        {},
+                    )
+        except _Done as done:
+            return done.status, done.payload, {}
+        except _Refused as refused:
+            return refused.status, refused.payload, {}
+        return 404, actions_exception("NotFoundException", f"no endpoint {method} {path}"), {}
+
+    def _authorize(
+        self, auth: str, authorization: str | None, found: re.Match[str], params: dict[str, str]
+    ) -> Any:
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _Refused(401)
+        token = token.strip()
+        now = self.fake.clock()
+        if auth == "queue":
+            with self._cond:
+                set_id = int(found["id"])
+                session = self._sessions.get(params.get("sessionId", "")) or next(
+                    (s for s in self._sessions.values() if s.token == token), None
+                )
+                if session is None or session.token != token or session.scale_set_id != set_id:
+                    raise _Refused(401)
+                if now >= session.token_expires:
+                    raise _Refused(401)
+                return session
+        if params.get("api-version") is None:
+            raise _Refused(400, actions_exception("VssInvalidApiVersionException", "api-version is required"))
+        claims = jwt_claims(token)
+        tenants: dict[str, str] = self.fake._tenants  # the fake's own records
+        issued = self.fake._registration_tokens.get(tenants.get(token, ""))
+        if claims is None or issued is None or now >= float(claims.get("exp", 0)):
+            raise _Refused(401)
+        return issued.scope
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _groups(self, call: _Call) -> Any:
+        wanted = call.params.get("groupName", "").lower()
+        groups = self.fake.api_runner_groups(call.auth, Bases("", ""))
+        value = [
+            {"id": g["id"], "name": g["name"], "size": 0, "isDefaultGroup": bool(g["default"])}
+            for g in groups
+            if g["name"].lower() == wanted
+        ]
+        return {"count": len(value), "value": value}
+
+    def _find_sets(self, call: _Call) -> Any:
+        with self._cond:
+            group, name = int(call.params.get("runnerGroupId", "0")), call.params.get("name")
+            value = [
+                self._set_json(s)
+                for s in self._sets.values()
+                if s.scope_key == call.auth.key and s.group_id == group and (name is None or s.name == name)
+            ]
+            return {"count": len(value), "value": value}
+
+    def _create_set(self, call: _Call) -> Any:
+        data = call.data if isinstance(call.data, dict) else {}
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Refused(400, actions_exception("ArgumentException", "name is required"))
+        group_id = int(data.get("runnerGroupId") or 1)
+        groups = {g["id"]: g["name"] for g in self.fake.api_runner_groups(call.auth, Bases("", ""))}
+        if group_id not in groups:
+            raise _Refused(
+                404, actions_exception("RunnerGroupNotFoundException", f"no runner group {group_id}")
+            )
+        with self._cond:
+            if any(
+                s.scope_key == call.auth.key and s.group_id == group_id and s.name == name
+                for s in self._sets.values()
+            ):
+                raise _Refused(409, actions_exception("RunnerScaleSetExistsException", f"{name} exists"))
+            made = _ScaleSet(
+                self._ids(),
+                call.auth.key,
+                name,
+                group_id,
+                groups[group_id],
+                _labels(data, name),
+                bool((data.get("RunnerSetting") or {}).get("disableUpdate", False)),
+                _stamp(self.fake.clock()),
+            )
+            self._sets[made.id] = made
+            return self._set_json(made)
+
+    def _get_set(self, call: _Call) -> Any:
+        with self._cond:
+            return self._set_json(self._owned(call))
+
+    def _update_set(self, call: _Call) -> Any:
+        data = call.data if isinstance(call.data, dict) else {}
+        with self._cond:
+            found = self._owned(call)
+            found.name = str(data.get("name") or found.name)
+            if data.get("labels"):
+                found.labels = _labels(data, found.name)
+            if "RunnerSetting" in data:
+                found.disable_update = bool((data["RunnerSetting"] or {}).get("disableUpdate", False))
+            return self._set_json(found)
+
+    def _delete_set(self, call: _Call) -> Any:
+        with self._cond:
+            found = self._owned(call)
+            del self._sets[found.id]
+            gone = found.id
+            self._sessions = {k: v for k, v in self._sessions.items() if v.scale_set_id != gone}
+            self._jobs = {k: v for k, v in self._jobs.items() if v.scale_set_id != gone}
+            self._runners = {k: v for k, v in self._runners.items() if v.scale_set_id != gone}
+            self._messages[:] = [m for m in self._messages if m.scale_set_id != found.id]
+            self._cond.notify_all()
+        raise _Done(204)
+
+    def _jit(self, call: _Call) -> Any:
+        data = call.data if isinstance(call.data, dict) else {}
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Refused(400, actions_exception("ArgumentException", "name is required"))
+        with self._cond:
+            found = self._owned(call)
+            if any(r.name == name for r in self._runners.values()):
+                raise _Refused(
+                    409, actions_exception("AgentExistsException", f"Agent exists with name {name}")
+                )
+            runner = _Runner(10_000 + self._ids(), name, found.id)
+            self._runners[runner.id] = runner
+            config = {
+                "scaleSetId": found.id,
+                "runnerId": runner.id,
+                "name": name,
+                "secret": secrets.token_urlsafe(16),
+            }
+            encoded = base64.b64encode(json.dumps(config).encode()).decode()
+            return {
+                "runner": {"id": runner.id, "name": name, "runnerScaleSetId": found.id},
+                "encodedJITConfig": encoded,
+            }
+
+    def _open_session(self, call: _Call) -> Any:
+        data = call.data if isinstance(call.data, dict) else {}
+        now = self.fake.clock()
+        with self._cond:
+            found = self._owned(call)
+            for other in self._sessions.values():
+                if other.scale_set_id == found.id and now - other.last_seen < self.session_timeout:
+                    raise _Refused(
+                        409,
+                        actions_exception(
+                            "TaskAgentSessionConflictException",
+                            f"The session for this agent already exists (owner {other.owner}).",
+                        ),
+                    )
+            for key in [k for k, s in self._sessions.items() if s.scale_set_id == found.id]:
+                del self._sessions[key]
+            session = _Session(str(uuid.uuid4()), str(data.get("ownerName", "")), found.id, "", 0.0, now)
+            self._new_token(session)
+            self._sessions[session.id] = session
+            return self._session_json(session)
+
+    def _refresh_session(self, call: _Call) -> Any:
+        with self._cond:
+            session = self._session_of(call)
+            self._new_token(session)
+            return self._session_json(session)
+
+    def _close_session(self, call: _Call) -> Any:
+        with self._cond:
+            del self._sessions[self._session_of(call).id]
+            self._cond.notify_all()
+        raise _Done(204)
+
+    def _poll(self, call: _Call) -> Any:
+        session: _Session = call.auth
+        try:
+            last = int(call.params.get("lastMessageId", "0"))
+        except ValueError:
+            last = 0
+        deadline = time.monotonic() + self.poll_wait
+        with self._cond:
+            while True:
+                session.last_seen = self.fake.clock()
+                if session.id not in self._sessions:
+                    raise _Refused(
+                        404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
+                    )
+                ready = next(
+                    (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
+                    None,
+                )
+                if ready is not None:
+                    ready.delivered = True
+                    return {
+                        "messageId": ready.id,
+                        "messageType": "RunnerScaleSetJobMessages",
+                        "body": json.dumps(ready.jobs),
+                        "statistics": self._statistics(session.scale_set_id),
+                    }
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Done(202)
+                self._cond.wait(left)
+
+    def _acknowledge(self, call: _Call) -> Any:
+        message_id = int(call.match["message"])
+        with self._cond:
+            self._messages[:] = [m for m in self._messages if m.id != message_id]
+        raise _Done(204)
+
+    def _acquire(self, call: _Call) -> Any:
+        session: _Session = call.auth
+        wanted = call.data if isinstance(call.data, list) else []
+        with self._cond:
+            acquired = []
+            for request_id in wanted:
+                job = self._jobs.get(request_id) if isinstance(request_id, int) else None
+                if job is not None and job.scale_set_id == session.scale_set_id and job.state == "available":
+                    job.state = "assigned"
+                    acquired.append(request_id)
+                    self._post(job.scale_set_id, {**job.fields, "messageType": "JobAssigned"})
+            return {"count": len(acquired), "value": acquired}
+
+    def _get_runner(self, call: _Call) -> Any:
+        with self._cond:
+            return _who(self._runner_of(call)) | {"runnerScaleSetId": self._runner_of(call).scale_set_id}
+
+    def _find_runner(self, call: _Call) -> Any:
+        name = call.params.get("agentName", "")
+        with self._cond:
+            value = [
+                {"id": r.id, "name": r.name, "runnerScaleSetId": r.scale_set_id}
+                for r in self._runners.values()
+                if r.name == name and self._sets[r.scale_set_id].scope_key == call.auth.key
+            ]
+            return {"count": len(value), "value": value}
+
+    def _remove_runner(self, call: _Call) -> Any:
+        with self._cond:
+            runner = self._runner_of(call)
+            if runner.busy:
+                raise _Refused(
+                    409, actions_exception("JobStillRunningException", f"{runner.name} is running a job")
+                )
+            del self._runners[runner.id]
+            self._cond.notify_all()
+        raise _Done(204)
+
+    # -- helpers (called with the lock held) ---------------------------------------------------
+
+    def _acquire_url(self, scale_set_id: int) -> str:
+        return f"{self._web()}{SERVICE_PATH}{_SETS}/{scale_set_id}/acquirejobs"
+
+    def _web(self) -> str:
+        return self.fake._bases().web
+
+    def _owned(self, call: _Call) -> _ScaleSet:
+        found = self._sets.get(int(call.match["id"]))
+        if found is None or found.scope_key != call.auth.key:
+            raise _Refused(404, actions_exception("RunnerScaleSetNotFoundException", "no such scale set"))
+        return found
+
+    def _session_of(self, call: _Call) -> _Session:
+        found = self._owned(call)
+        session = self._sessions.get(call.match["session"])
+        if session is None or session.scale_set_id != found.id:
+            raise _Refused(404, actions_exception("TaskAgentSessionExpiredException", "no such session"))
+        return session
+
+    def _runner_of(self, call: _Call) -> _Runner:
+        runner = self._runners.get(int(call.match["runner"]))
+        if runner is None or self._sets[runner.scale_set_id].scope_key != call.auth.key:
+            raise _Refused(404, actions_exception("AgentNotFoundException", "No agent found"))
+        return runner
+
+    def _new_token(self, session: _Session) -> None:
+        session.token = secrets.token_urlsafe(24)
+        session.token_expires = self.fake.clock() + self.queue_token_lifetime
+
+    def _post(self, scale_set_id: int, job: dict[str, Any]) -> None:
+        """Add a job message to the scale set's newest undelivered message, or to a new one."""
+        last = next((m for m in reversed(self._messages) if m.scale_set_id == scale_set_id), None)
+        if last is None or last.delivered or len(last.jobs) >= MAX_JOBS_PER_MESSAGE:
+            last = _Message(self._ids(), scale_set_id, [])
+            self._messages.append(last)
+        last.jobs.append(job)
+        self._cond.notify_all()
+
+    def _statistics(self, scale_set_id: int) -> dict[str, int]:
+        jobs = [j for j in self._jobs.values() if j.scale_set_id == scale_set_id]
+        runners = [r for r in self._runners.values() if r.scale_set_id == scale_set_id]
+        assigned = sum(j.state == "assigned" for j in jobs)
+        running = sum(j.state == "running" for j in jobs)
+        busy = sum(r.busy for r in runners)
+        return {
+            "totalAvailableJobs": sum(j.state == "available" for j in jobs),
+            "totalAcquiredJobs": assigned,
+            "totalAssignedJobs": assigned + running,
+            "totalRunningJobs": running,
+            "totalRegisteredRunners": len(runners),
+            "totalBusyRunners": busy,
+            "totalIdleRunners": len(runners) - busy,
+        }
+
+    def _set_json(self, found: _ScaleSet) -> dict[str, Any]:
+        return {
+            "id": found.id,
+            "name": found.name,
+            "runnerGroupId": found.group_id,
+            "runnerGroupName": found.group_name,
+            "labels": [dict(label) for label in found.labels],
+            "RunnerSetting": {"ephemeral": True, "isElastic": True, "disableUpdate": found.disable_update},
+            "createdOn": found.created_on,
+            "runnerJitConfigUrl": f"{self._web()}{SERVICE_PATH}{_SETS}/{found.id}/generatejitconfig",
+            "statistics": self._statistics(found.id),
+        }
+
+    def _session_json(self, session: _Session) -> dict[str, Any]:
+        queue = f"{self._web()}{SERVICE_PATH}{_SETS}/{session.scale_set_id}/messages?sessionId={session.id}"
+        return {
+            "sessionId": session.id,
+            "ownerName": session.owner,
+            "runnerScaleSet": self._set_json(self._sets[session.scale_set_id]),
+            "messageQueueUrl": queue,
+            "messageQueueAccessToken": session.token,
+            "statistics": self._statistics(session.scale_set_id),
+        }
+
+
+class _Done(Exception):  # noqa: N818 - an answer without a body
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+        self.payload = None
+
+
+@dataclass(frozen=True)
+class _Call:
+    match: re.Match[str]
+    params: dict[str, str]
+    data: Any
+    #: The admin token's scope, or the queue token's session.
+    auth: Any
+
+
+def _stamp(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(epoch))
+
+
+def _who(runner: _Runner) -> dict[str, Any]:
+    return {"runnerId": runner.id, "runnerName": runner.name}
+
+
+def _labels(data: dict[str, Any], name: str) -> list[dict[str, str]]:
+    given = data.get("labels") or [{"name": name, "type": "System"}]
+    return [{"name": str(label.get("name")), "type": str(label.get("type") or "System")} for label in given]
+
+
+_Handler = Callable[[ScaleSetService, _Call], Any]
+_ROUTES: list[tuple[str, str, _Handler, str]] = [
+    (r"/_apis/runtime/runnergroups/?", "GET", ScaleSetService._groups, "admin"),
+    (_SETS, "GET", ScaleSetService._find_sets, "admin"),
+    (_SETS, "POST", ScaleSetService._create_set, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)", "GET", ScaleSetService._get_set, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)", "PATCH", ScaleSetService._update_set, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)", "DELETE", ScaleSetService._delete_set, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)/generatejitconfig", "POST", ScaleSetService._jit, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)/sessions", "POST", ScaleSetService._open_session, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)/sessions/(?P<session>[^/]+)", "PATCH", ScaleSetService._refresh_session, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)/sessions/(?P<session>[^/]+)", "DELETE", ScaleSetService._close_session, "admin"),
+    (rf"{_SETS}/(?P<id>\d+)/messages", "GET", ScaleSetService._poll, "queue"),
+    (rf"{_SETS}/(?P<id>\d+)/messages/(?P<message>\d+)", "DELETE", ScaleSetService._acknowledge, "queue"),
+    (rf"{_SETS}/(?P<id>\d+)/acquirejobs", "POST", ScaleSetService._acquire, "queue"),
+    (rf"{_AGENTS}/(?P<runner>\d+)", "GET", ScaleSetService._get_runner, "admin"),
+    (_AGENTS, "GET", ScaleSetService._find_runner, "admin"),
+    (rf"{_AGENTS}/(?P<runner>\d+)", "DELETE", ScaleSetService._remove_runner, "admin"),
+]
+
+_SERVICES: weakref.WeakKeyDictionary[GitHubState, ScaleSetService] = weakref.WeakKeyDictionary()
+_SERVICES_LOCK = threading.Lock()
+
+
+def service(fake: GitHubState, **settings: Any) -> ScaleSetService:
+    """The fake's scale set service (made on first use); ``settings`` change its fields."""
+    with _SERVICES_LOCK:
+        found = _SERVICES.get(fake)
+        if found is None:
+            found = _SERVICES[fake] = ScaleSetService(fake)
+    for name, value in settings.items():
+        setattr(found, name, value)
+    return found
+
+
+def answer(fake: GitHubState, method: str, target: str, authorization: str | None, body: bytes) -> Reply:
+    """Serve one request below `PATH` (``target``: path and query), the server's one hook:
+    status, JSON payload (None: no body) and headers."""
+    split = urlsplit(target)
+    return service(fake).answer(method, split.path, query=split.query, authorization=authorization, body=body)
