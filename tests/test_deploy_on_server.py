@@ -55,6 +55,7 @@ from tests.pools import (
 )
 from tests.test_deploy_manifests import NAMESPACE_ROLE, render
 from testworld.envtest import assets
+from testworld.envtest.certs import private_server
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import enable_namespace
 from testworld.fakegithub import FakeGitHub
@@ -70,6 +71,10 @@ ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
 # Checked when the operator binds runnerpool-runner-hooks (containerMode: kubernetes), never
 # requested: RBAC lets nobody bind a role granting more than they hold, unless they may `bind` it.
 ESCALATION_ONLY = {("rbac.authorization.k8s.io", "clusterroles", "bind")}
+# Requested only when a demand write loses a race (409: another replica or the receiver wrote the
+# pool since the cache saw it), which one operator alone never provokes; the re-read is proved in
+# tests/test_demand_writes.py (a conflict costs one GET).
+CONFLICT_ONLY = {("runnerpool.dev", "runnerpools", "get")}
 
 
 def kubectl(control_plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -319,6 +324,33 @@ def _demand(api_client: client.ApiClient, namespace: str, github: FakeGitHub) ->
     )
 
 
+def _private_ca(api_client: client.ApiClient, namespace: str, folder: Path) -> None:
+    """A pool whose GitHub server has a private CA, named in a ConfigMap: the operator reads it
+    by name (configmaps: get) to trust the server itself, and its runner pod mounts it."""
+    reader = LiveReader(api_client)
+    client.CoreV1Api(api_client).create_namespaced_config_map(
+        namespace, {"metadata": {"name": "ghes-ca"}, "data": {"ca.crt": private_server(folder).ca_pem}}
+    )
+    tls = {"certificateFrom": {"configMapKeyRef": {"name": "ghes-ca", "key": "ca.crt"}}}
+    create_pool(
+        api_client, namespace, pool_manifest("ca", repo="octo-org/octo-repo", replicas=1, githubServerTLS=tls)
+    )
+    wait_for(
+        lambda: _pool_condition(reader, namespace, "TokenReady", pool="ca") == "True",
+        timeout=60,
+        message="the token of the pool that trusts its own CA",
+    )
+    wait_for(
+        lambda: any(
+            naming.CA_VOLUME in [v.name for v in p.spec.volumes or []]
+            for p in client.CoreV1Api(api_client)
+            .list_namespaced_pod(namespace, label_selector=f"{naming.POOL_LABEL}=ca")
+            .items
+        ),
+        message="a runner pod that mounts the CA",
+    )
+
+
 def _kubernetes_mode(api_client: client.ApiClient, namespace: str) -> None:
     """A containerMode: kubernetes pool: its runner ServiceAccount and RoleBinding (to the shipped
     hooks ClusterRole) are made (list, watch, create), hand edits repaired (patch), and both
@@ -402,10 +434,12 @@ def test_the_operator_needs_exactly_deploys_rbac(
     control_plane: ControlPlane,
     namespace: str,
     operator_as_service_account: RunningOperator,
+    tmp_path: Path,
 ) -> None:
     running = operator_as_service_account
     _lifecycle(api_client, namespace, running.github)
     _demand(api_client, namespace, running.github)
+    _private_ca(api_client, namespace, tmp_path)
     _kubernetes_mode(api_client, namespace)
     assert _scrape(running.metrics_port, running.token) == 403, "the operator itself is no metrics reader"
 
@@ -430,7 +464,7 @@ def test_the_operator_needs_exactly_deploys_rbac(
         for e in requests
         if "objectRef" in e
     }
-    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY
+    unused = _granted(_rbac_manifests()) - used - ADMISSION_ONLY - ESCALATION_ONLY - CONFLICT_ONLY
     assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
 
 
