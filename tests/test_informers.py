@@ -27,6 +27,7 @@ from runnerpool.naming import (
     POOL_LABEL,
 )
 from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
+from runnerpool.runtime.listwatch import SingleDecodeWatch, StoppableInformer
 from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
 
@@ -248,7 +249,34 @@ def test_watch_sees_the_adapter_as_returning_plain_dicts() -> None:
     assert watch.resource_version == "9"
 
 
-def test_informer_relists_after_410_and_diffs_the_cache() -> None:
+@pytest.mark.parametrize(
+    "line",
+    [
+        json.dumps({"type": "ADDED", "object": secret("a", "9")}),
+        json.dumps({"type": "MODIFIED", "object": secret("a", "12", labels={"x": "y"})}),
+        json.dumps({"type": "BOOKMARK", "object": {"kind": "Secret", "metadata": {"resourceVersion": "30"}}}),
+        json.dumps(gone()),
+        "",
+        "   ",
+        "{not json",
+    ],
+)
+def test_single_decode_watch_reads_events_as_the_library_does(line: str) -> None:
+    library, ours = Watch(), SingleDecodeWatch()
+    library.resource_version = ours.resource_version = "1"
+    assert ours.unmarshal_event(line, object) == library.unmarshal_event(line, object)
+    assert ours.resource_version == library.resource_version
+
+
+@pytest.mark.parametrize("informer_class", [SharedInformer, StoppableInformer])
+def test_informer_relists_after_410_and_diffs_the_cache(
+    informer_class: type[SharedInformer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's informer, and ours, which reads the same events with one JSON decode each
+    (the library's ``Watch`` re-encodes every object and decodes it again)."""
+    encodes: list[object] = []
+    dumps = json.dumps
+    monkeypatch.setattr(json, "dumps", lambda obj, *a, **kw: (encodes.append(obj), dumps(obj, *a, **kw))[1])
     api = ScriptedApi(
         lists=[
             {
@@ -271,13 +299,15 @@ def test_informer_relists_after_410_and_diffs_the_cache() -> None:
         ],
     )
     adapter = ListWatchAdapter(api)
-    informer = SharedInformer(adapter, namespace="ns")
+    informer = informer_class(adapter, namespace="ns")
     log = EventLog(informer)
     informer.start()
     try:
         log.wait(lambda: ("MODIFIED", "c") in log.events[-1:])
     finally:
         informer.stop()
+    objects = [e for e in encodes if isinstance(e, dict) and e.get("metadata", {}).get("name")]
+    assert len(objects) == (0 if informer_class is StoppableInformer else 2), "watched objects re-encoded"
     assert log.events == [
         ("ADDED", "a"),
         ("ADDED", "b"),
