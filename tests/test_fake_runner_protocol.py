@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 
+from testworld.envtest.certs import private_server
 from testworld.fakegithub import FakeGitHub
 
 ORG = "octo-org"
@@ -113,6 +115,23 @@ def test_runner_registration_refused_as_github_refuses_it() -> None:
         assert expired.json()["message"] == "Not Found"
         # Without the API prefix, as on GHES, there is nothing there.
         assert requests.post(f"{web}/actions/runner-registration", headers=PAT, timeout=5).status_code == 404
+
+
+def test_over_tls_the_registration_answer_names_an_https_service_the_runner_then_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GHES behind a private CA: the service URL a runner is sent to is https too, else the
+    runner's next call (its registration with the service) would speak http to a TLS port."""
+    pki = private_server(tmp_path / "ca")
+    (tmp_path / "ca.crt").write_text(pki.ca_pem)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "ca.crt"))
+    with FakeGitHub(scopes=[REPO], api_prefix="/api/v3", tls=pki.server_context()) as fake:
+        assert fake.url.startswith("https://")
+        answer = _register(fake, _token(fake, REPO), f"{_web(fake)}/{REPO}")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["url"] == f"{_web(fake)}/_actions"
+        Listener(fake, REPO, "pod-tls").open()
+        assert [r["name"] for r in fake.runners(REPO) if r["status"] == "online"] == ["pod-tls"]
 
 
 # ---------------------------------------------------------------------------------------- listener

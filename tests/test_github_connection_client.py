@@ -89,6 +89,7 @@ def test_calls_go_through_the_pools_proxy_with_its_credentials(
     clients.get("team", "cred", ghes.url, connection).registration_token(ORG)
     assert proxy.count() >= 1 and not proxy.refused
     assert {port for _, port in proxy.tunnels} == {ghes.port}
+    assert set(proxy.clients) == {"127.0.0.1"} and len(proxy.clients) == proxy.count()
 
 
 def test_a_host_in_no_proxy_is_reached_directly(

@@ -4,7 +4,7 @@ A pool's ``spec.proxy`` (and the operator's own ``HTTPS_PROXY``) sends https to 
 CONNECT tunnel. This proxy opens tunnels to the hosts it is told to allow only (loopback by
 default: the network rule of the test world), optionally asks for Basic credentials as a
 corporate proxy does (407 without them), and counts the tunnels it opened, so a test can say
-the traffic went through it rather than around it. It never reads inside a tunnel.
+the traffic went through it rather than around it, and from whom. It never reads inside a tunnel.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ class ConnectProxy:
     credentials: tuple[str, str] | None = None
     #: Every tunnel opened: (host, port).
     tunnels: list[tuple[str, int]] = field(default_factory=list)
+    #: Who asked for each tunnel (the client's address, in the order of ``tunnels``): a runner
+    #: pod's own address here shows the pod, not only the operator, went through the proxy.
+    clients: list[str] = field(default_factory=list)
     #: Requests refused: (status, what was asked).
     refused: list[tuple[int, str]] = field(default_factory=list)
     _server: socketserver.ThreadingTCPServer | None = None
@@ -92,6 +95,7 @@ class ConnectProxy:
             return
         with self._lock:
             self.tunnels.append((host, int(port)))
+            self.clients.append(str(client.getpeername()[0]))
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
         with upstream:
             _pipe(client, upstream)

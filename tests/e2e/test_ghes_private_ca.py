@@ -17,29 +17,32 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from tests.e2e.conftest import StartOperator
-from tests.e2e.runners import GOOD_PAT, ORG, OTHER_REPO, REPO, condition, events, wait_condition, wait_token
+from tests.e2e.ghes import (
+    UNKNOWN_AUTHORITY,
+    assert_password_hidden,
+    connection_spec,
+    create_ca_and_login,
+    fake_ghes,
+    login_proxy,
+    private_ca,
+)
+from tests.e2e.runners import REPO, condition, events, wait_condition, wait_token
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
-from testworld.connect_proxy import ConnectProxy
-from testworld.envtest.certs import PrivateServer, private_server
+from testworld.envtest.certs import PrivateServer
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import RunnerSimulator
-
-PROXY_LOGIN = ("ci-proxy", "proxy-pass-not-in-any-log")
-UNKNOWN_AUTHORITY = "certificate signed by unknown authority"
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> PrivateServer:
-    return private_server(tmp_path / "ghes-ca")
+    return private_ca(tmp_path / "ghes-ca")
 
 
 @pytest.fixture
 def fake_github(pki: PrivateServer) -> Iterator[FakeGitHub]:
     """The e2e fake (conftest's), over TLS with the private CA."""
-    with FakeGitHub(
-        api_prefix="/api/v3", scopes=[REPO, OTHER_REPO, ORG], tokens=[GOOD_PAT], tls=pki.server_context()
-    ) as fake:
+    with fake_ghes(pki) as fake:
         yield fake
 
 
@@ -72,21 +75,9 @@ def test_an_untrusted_ghes_is_named_plainly_and_its_ca_and_proxy_fix_it_in_place
     assert core.list_namespaced_pod(namespace).items == [], "no pod without a token"
 
     # The fix: the CA in a ConfigMap, a proxy with its credentials in a Secret, both named by the pool.
-    core.create_namespaced_config_map(
-        namespace, {"metadata": {"name": "ghes-ca"}, "data": {"ca.crt": pki.ca_pem}}
-    )
-    core.create_namespaced_secret(
-        namespace,
-        {
-            "metadata": {"name": "proxy-login"},
-            "stringData": {"username": PROXY_LOGIN[0], "password": PROXY_LOGIN[1]},
-        },
-    )
-    with ConnectProxy(credentials=PROXY_LOGIN) as proxy:
-        spec = {
-            "githubServerTLS": {"certificateFrom": {"configMapKeyRef": {"name": "ghes-ca", "key": "ca.crt"}}},
-            "proxy": {"https": {"url": proxy.url, "credentialSecretRef": "proxy-login"}},
-        }
+    create_ca_and_login(core, namespace, pki)
+    with login_proxy() as proxy:
+        spec = connection_spec(proxy)
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             api.GROUP, api.VERSION, namespace, api.PLURAL, "ghes", {"spec": spec}
         )
@@ -95,7 +86,6 @@ def test_an_untrusted_ghes_is_named_plainly_and_its_ca_and_proxy_fix_it_in_place
         assert proxy.count() >= 1 and not proxy.refused
         assert {port for _, port in proxy.tunnels} == {fake_github.port}
     assert len(simulator.registrations(namespace, "ghes")) == 1
-    assert PROXY_LOGIN[1] not in operator.log_text()
     pod = core.list_namespaced_pod(namespace).items[0].to_dict()
-    assert PROXY_LOGIN[1] not in str(pod)
+    assert_password_hidden(pod, operator)
     assert naming.CA_VOLUME in [v["name"] for v in pod["spec"]["volumes"]]

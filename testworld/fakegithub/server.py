@@ -634,8 +634,11 @@ class _Handler(BaseHTTPRequestHandler):
             return Answer(200, fake.rate_limit_json(credential))
         if exchange.route is None:
             return _not_found()
+        # Links name the host the client asked for (the node's bridge address, or loopback) in
+        # the scheme the fake serves: a GHES behind a private CA links to https.
         host = self.headers.get("Host")
-        bases = Bases(f"http://{host}{fake.api_prefix}", f"http://{host}") if host else fake._bases()
+        web = f"{fake._scheme}://{host}"
+        bases = Bases(f"{web}{fake.api_prefix}", web) if host else fake._bases()
         request = _Request(
             exchange.params,
             dict(parse_qsl(exchange.query)),
