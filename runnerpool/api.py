@@ -403,6 +403,20 @@ GoDuration = Annotated[
         )
     ),
 ]
+#: A runner scale set's name: the label workflows target with ``runs-on``, unique within the
+#: runner group (GitHub's runner scale set names; ARC's runnerScaleSetName).
+SCALE_SET_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ScaleSetName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=100),
+    Cel(
+        regex_rule(
+            SCALE_SET_NAME,
+            "spec.scaleSet.name is the label workflows target (runs-on): letters, digits, '.', '_' "
+            "and '-', starting with a letter or digit",
+        )
+    ),
+]
 ScaleDownDelay = Annotated[
     str,
     StringConstraints(max_length=32),
@@ -1337,6 +1351,25 @@ class PodTemplate(KubeModel):
     )
 
 
+class ScaleSet(KubeModel):
+    """A pool that is a GitHub runner scale set (docs/scale-sets.md): its demand comes from the
+    scale set's message session, its runners' JIT configs from the scale set."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.name == oldSelf.name",
+            message="spec.scaleSet.name is immutable: the scale set is registered on GitHub under it; "
+            "create a new RunnerPool for another scale set",
+        ),
+    )
+
+    name: ScaleSetName = Field(
+        description="The scale set's name on GitHub, which is also the label workflows target "
+        "(runs-on: <name>); spec.labels are its extra labels. Unique within the runner group. "
+        "Immutable."
+    )
+
+
 #: How a pool's runner pods register (``spec.registration``; docs/registration.md).
 Registration = Literal["token", "jit"]
 REGISTRATION_TOKEN: Registration = "token"
@@ -1489,6 +1522,35 @@ class RunnerPoolSpec(KubeModel):
                 s.container_mode not in JIT_ONLY_CONTAINER_MODES or s.registration != REGISTRATION_TOKEN
             ),
         ),
+        Rule(
+            cel="has(self.scaleSet) == has(oldSelf.scaleSet)",
+            message="spec.scaleSet cannot be added or removed: a pool is a runner scale set from its "
+            "creation or never; create a new RunnerPool",
+        ),
+        Rule(
+            cel="!has(self.scaleSet) || has(self.autoscaling)",
+            message="spec.scaleSet needs spec.autoscaling (minReplicas, maxReplicas): a scale set "
+            "has as many runners as GitHub assigns it jobs, within those bounds",
+            check=lambda s: s.scale_set is None or s.autoscaling is not None,
+        ),
+        Rule(
+            cel="!has(self.scaleSet) || !has(self.autoscaling) || ((!has(self.autoscaling.repositories) "
+            "|| size(self.autoscaling.repositories) == 0) && !has(self.autoscaling.webhookSecretRef))",
+            message="spec.autoscaling.repositories and webhookSecretRef do not apply to a scale set: "
+            "its jobs come from GitHub's message session, with no polling and no webhook; remove them",
+            check=lambda s: (
+                s.scale_set is None
+                or s.autoscaling is None
+                or (not s.autoscaling.repositories and s.autoscaling.webhook_secret_ref is None)
+            ),
+        ),
+        Rule(
+            cel="!has(self.scaleSet) || !has(self.registration) "
+            f"|| self.registration != {cel_string(REGISTRATION_TOKEN)}",
+            message="spec.registration: token does not apply to a scale set: its runners register "
+            "just in time with configs the scale set makes; remove spec.registration",
+            check=lambda s: s.scale_set is None or s.registration != REGISTRATION_TOKEN,
+        ),
     )
 
     repository: Repository | None = Field(
@@ -1526,6 +1588,13 @@ class RunnerPoolSpec(KubeModel):
         "plus queued jobs that this pool's labels match, plus minIdle idle ones, between "
         "minReplicas and maxReplicas. "
         "The operator writes its decision to status.desiredReplicas, never to spec.",
+    )
+    scale_set: ScaleSet | None = Field(
+        default=None,
+        description="Make the pool a GitHub runner scale set (needs spec.autoscaling): the operator "
+        "creates or adopts the scale set, learns its jobs from GitHub's message session (nothing "
+        "listens on the internet, no polling), registers each runner with a JIT config from the "
+        "scale set and deletes the scale set with the pool. Workflows use runs-on: <name>.",
     )
     labels: Annotated[list[RunnerLabel], ListType("set"), Field(max_length=32)] = Field(
         default_factory=list,
@@ -1662,7 +1731,7 @@ class RunnerPoolSpec(KubeModel):
         """
         if self.registration is not None:
             return self.registration
-        if self.container_mode in JIT_ONLY_CONTAINER_MODES:
+        if self.container_mode in JIT_ONLY_CONTAINER_MODES or self.scale_set is not None:
             return REGISTRATION_JIT
         return REGISTRATION_TOKEN
 
@@ -1719,6 +1788,35 @@ class Demand(KubeModel):
     )
 
 
+class ScaleSetProblem(KubeModel):
+    reason: str = Field(max_length=128, description="Why the scale set's listener cannot go on (CamelCase).")
+    message: str = Field(max_length=1024, description="What is wrong and what to fix.")
+
+
+class ScaleSetStatus(KubeModel):
+    """What the scale-set listener (the leader's, ``runnerpool.scaleset.listener``) last
+    learnt; only it writes this."""
+
+    id: int | None = Field(default=None, ge=1, description="The scale set's id on GitHub.")
+    runner_group_id: int | None = Field(default=None, ge=0, description="Its runner group's id.")
+    last_message_id: int = Field(
+        default=0,
+        ge=0,
+        description="The last message of the session whose effect is recorded here; a new "
+        "leader resumes after it, so no job is lost or counted twice.",
+    )
+    assigned_jobs: int = Field(
+        default=0, ge=0, description="Jobs GitHub has assigned to the scale set and not finished."
+    )
+    running_jobs: int = Field(default=0, ge=0, description="Of those, jobs a runner is running.")
+    busy_runners: Annotated[list[str], ListType("set"), Field(max_length=MAX_REPLICAS)] = Field(
+        default_factory=list, description="Runners with a job started (JobStarted, not yet completed)."
+    )
+    problem: ScaleSetProblem | None = Field(
+        default=None, description="Why the listener is stuck, while it is; unset when all is well."
+    )
+
+
 class RunnerPoolStatus(KubeModel):
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the operator last acted on."
@@ -1741,6 +1839,9 @@ class RunnerPoolStatus(KubeModel):
     )
     runners: RunnerCounts | None = Field(
         default=None, description="Runners GitHub lists for this pool, by state."
+    )
+    scale_set: ScaleSetStatus | None = Field(
+        default=None, description="A scale-set pool's scale set and session, from its listener."
     )
     demand: Demand | None = Field(
         default=None,

@@ -12,8 +12,11 @@ decision is the highest recommendation of the last ``scaleDownDelay``, so a pool
 only after demand stayed low for that long, and a burst right after a lull finds its
 runners still there.
 
-Busy is the larger of the jobs in progress that deliveries or polling reported and the busy
-runners GitHub lists (``status.runners.busy``): a lost ``in_progress`` delivery cannot make
+A scale set's jobs are those GitHub assigned it (``status.scaleSet.assignedJobs``, waiting and
+running; its listener writes them), so for it desired = clamp(min, assigned + minIdle, max),
+the rule of ARC's scale sets, with the same scale-down delay. For other pools, busy is the
+larger of the jobs in progress that deliveries or polling reported and the busy runners GitHub
+lists (``status.runners.busy``): a lost ``in_progress`` delivery cannot make
 the pool think a busy runner is spare. The count only says how many runners the pool should
 have; which pods go is the runner managers' busy-safe path.
 
@@ -154,22 +157,33 @@ def _counts(scaling: api.Autoscaling, busy: int, queued: int) -> str:
     return f"{counts}; min {scaling.min_replicas}, max {scaling.max_replicas}"
 
 
+def _demand(pool: api.RunnerPool) -> tuple[int, int]:
+    """Busy and queued jobs: a scale set's from what GitHub assigned it (``status.scaleSet``,
+    the jobs assigned and not finished, of which running ones are busy); otherwise from
+    deliveries and polling (``status.demand``), busy at least the busy runners GitHub lists."""
+    if pool.spec.scale_set is not None:
+        assigned = pool.status.scale_set or api.ScaleSetStatus()
+        running = min(assigned.running_jobs, assigned.assigned_jobs)
+        return running, assigned.assigned_jobs - running
+    demand = pool.status.demand or api.Demand()
+    runners_busy = pool.status.runners.busy if pool.status.runners else 0
+    return max(demand.busy, runners_busy), demand.queued
+
+
 def decide(pool: api.RunnerPool, window: Window, now: datetime) -> tuple[Decision, Window]:
     """The pool's decision before the hold (:meth:`Decision.held_by`), and the window to keep."""
     scaling = pool.spec.autoscaling
     if scaling is None:
         return Decision.fixed(pool.spec.replicas), Window()
-    demand = pool.status.demand or api.Demand()
-    runners_busy = pool.status.runners.busy if pool.status.runners else 0
-    busy = max(demand.busy, runners_busy)
-    wanted = recommend(scaling.min_replicas, scaling.max_replicas, busy, demand.queued, scaling.min_idle)
+    busy, queued = _demand(pool)
+    wanted = recommend(scaling.min_replicas, scaling.max_replicas, busy, queued, scaling.min_idle)
     delay = parse_duration(scaling.scale_down_delay)
     previous = pool.status.desired_replicas
     if not window and previous is not None:
         window = window.add(now, min(max(previous, scaling.min_replicas), scaling.max_replicas))
     window = window.add(now, wanted).expire(now, delay)
     replicas, recheck = window.top(now, delay)
-    counts = _counts(scaling, busy, demand.queued)
+    counts = _counts(scaling, busy, queued)
     if replicas > wanted:
         message = (
             f"holding {replicas} for scaleDownDelay {scaling.scale_down_delay} "

@@ -75,6 +75,10 @@ class Reason(StrEnum):
     REPOSITORY_POLLED = "RepositoryPolled"
     REPOSITORIES_POLLED = "RepositoriesPolled"
     NO_DEMAND_SOURCE = "NoDemandSource"
+    #: A scale set's jobs come from its message session (``runnerpool.scaleset``).
+    SCALE_SET_LISTENING = "ScaleSetListening"
+    #: The leader's listener has not yet created or adopted the pool's scale set.
+    SCALE_SET_PENDING = "ScaleSetPending"
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"

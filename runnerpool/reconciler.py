@@ -62,6 +62,7 @@ __all__ = [
     "PoolStates",
     "Reconciler",
     "RunnerJobs",
+    "ScaleSets",
     "TokenJobs",
 ]
 
@@ -79,6 +80,15 @@ class Forgets(Protocol):
     def forget(self, namespace: str, name: str) -> None: ...
 
 
+class ScaleSets(Protocol):
+    """The owner of scale sets on GitHub (``runnerpool.scaleset``): the listener creates and
+    adopts them; the finalizer has it delete a pool's once its runners are gone."""
+
+    def delete(self, pool: PoolRef, scale_set_id: int) -> None:
+        """Delete the scale set (gone already: done); raises GitHubError."""
+        ...
+
+
 @dataclass(frozen=True)
 class PoolJobs:
     """The background jobs a pool has while it may have runners: its token job (and JIT
@@ -87,6 +97,7 @@ class PoolJobs:
     tokens: TokenJobs
     runners: RunnerJobs
     others: tuple[Forgets, ...] = ()
+    scale_sets: ScaleSets | None = None
 
     def stop(self, namespace: str, name: str) -> None:
         self.tokens.stop(namespace, name)
@@ -388,6 +399,10 @@ class Reconciler:
         pods made in this pass are seen in the next, which their creation brings."""
         ref = self._pool_ref(run, seen.credentials)
         group = run.runner_group_id if run.runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID
+        scale_set = run.pool.status.scale_set
+        scale_set_id = scale_set.id if scale_set is not None and run.pool.spec.scale_set else None
+        # A scale set not made yet: its pods wait, empty; the listener's status write brings a pass.
+        may_fill = run.pool.spec.scale_set is None or scale_set_id is not None
         request = JitRequest(run.pool.name, tuple(template.runner_labels(run.pool)), group, naming.WORK_DIR)
         for pod in seen.pods:
             name = pod_state.jit_secret_name(pod)
@@ -402,9 +417,9 @@ class Reconciler:
                 log.warning(
                     "pool %s: Secret %s is not pod %s's; leaving it", run.key, name, pod["metadata"]["name"]
                 )
-            elif now is not None and not children.jit_done(pod) and not _ever_filled(now):
+            elif may_fill and now is not None and not children.jit_done(pod) and not _ever_filled(now):
                 pod_request = JitRequest(
-                    str(pod["metadata"]["name"]), request.labels, group, request.work_folder
+                    str(pod["metadata"]["name"]), request.labels, group, request.work_folder, scale_set_id
                 )
                 self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
 
@@ -470,10 +485,13 @@ class Reconciler:
         """Write the status if it changed; returns seconds to wait when the write is coalesced.
 
         ``status.demand`` is not the reconciler's (``runnerpool.demand.writer`` writes it,
-        on any replica): it is left out of the comparison and of the patch.
+        on any replica), nor is ``status.scaleSet`` (the scale-set listener's): they are left
+        out of the comparison and of the patch.
         """
         pool = run.pool
-        old = {k: v for k, v in (run.raw.get("status") or {}).items() if k != pool_status.DEMAND}
+        old = {
+            k: v for k, v in (run.raw.get("status") or {}).items() if k not in pool_status.WRITTEN_ELSEWHERE
+        }
         refused = self._pods.create_failure(pool)
         status = pool_status.desired_status(
             conditions.Stamp(pool.generation, self._states.clock()),
@@ -588,8 +606,9 @@ class Reconciler:
             pool.namespace, pool.scope
         ) is not None or not self._may_have_runners(run):
             # No GitHub call for a scope the namespace may not use (it made no runner there),
-            # nor for a pool that never registered a runner.
+            # nor for a pool that never registered a runner (but its scale set, if it has one).
             self._withdraw_token(run)
+            self._delete_scale_set(run)
             self._release(run)
             return Result()
         self._protect_credentials(run)
@@ -615,8 +634,32 @@ class Reconciler:
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
         if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
+        self._delete_scale_set(run)
         self._release(run)
         return Result()
+
+    def _delete_scale_set(self, run: _Pass) -> None:
+        """A scale-set pool's scale set goes from GitHub once its runners are gone; a failure
+        keeps the finalizer (retried with the queue's backoff) and says why, as a drain does."""
+        pool = run.pool
+        known = pool.status.scale_set
+        if pool.spec.scale_set is None or known is None or known.id is None or self._jobs.scale_sets is None:
+            return
+        try:
+            credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
+            self._jobs.scale_sets.delete(self._pool_ref(run, credentials), known.id)
+        except (GitHubError, CredentialError) as err:
+            if deregistration.credential_failure(err):
+                message = (
+                    f"cannot delete runner scale set {pool.spec.scale_set.name} (id {known.id}): "
+                    f"{err.reason}: {err}; remove it in the runner groups' settings on GitHub"
+                )
+                self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
+                return  # nothing can delete it without the credential: let the pool go
+            message = f"cannot delete runner scale set {pool.spec.scale_set.name} yet: {err.reason}: {err}"
+            self._recorder.event(run.raw, WARNING, Reason.DEREGISTRATION_FAILED, message)
+            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
+        log.info("pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, known.id)
 
     def _release(self, run: _Pass) -> None:
         """The finalizer goes, and with it the pool's hold on its credential Secret."""
@@ -777,8 +820,9 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
     reach it only at the next ``--runner-sync-interval``; a round brought forward reaches it
     within ``kick_gap``, so a drain right after a job starts finds the pod protected.
     """
-    demand = pool.status.demand
+    demand, scale_set = pool.status.demand, pool.status.scale_set
     running = {j.runner for j in demand.jobs.values() if j.state == "in_progress"} if demand else set()
+    running.update(scale_set.busy_runners if scale_set else ())
     running.discard(None)
     if not running:
         return False

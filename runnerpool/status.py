@@ -23,6 +23,8 @@ __all__ = [
     "DEMAND",
     "POD_CREATE_FAILED_REASON",
     "RUNNER_PODS_FAILING_REASON",
+    "SCALE_SET",
+    "WRITTEN_ELSEWHERE",
     "PodCounts",
     "demand_blind",
     "demand_visible_condition",
@@ -40,6 +42,10 @@ __all__ = [
 
 #: ``status.demand``: written by the demand recorder, never by the reconciler's status patch.
 DEMAND = "demand"
+#: ``status.scaleSet``: written by the scale-set listener, never by the reconciler's status patch.
+SCALE_SET = "scaleSet"
+#: The parts of the status other writers own: left out of the reconciler's comparison and patch.
+WRITTEN_ELSEWHERE = frozenset({DEMAND, SCALE_SET})
 #: ``Ready`` reasons of a pool that something outside the operator stops: the API server refuses
 #: its pods, or its pods are stuck (``runnerpool.pods.failures``). Ready is False whatever the
 #: counts: a pool at full strength whose new pods cannot come has a rollout that never ends.
@@ -171,6 +177,8 @@ def demand_blind(pool: api.RunnerPool) -> bool:
     scaling = pool.spec.autoscaling
     if scaling is None or pool.spec.repository is not None or scaling.repositories:
         return False
+    if pool.spec.scale_set is not None:
+        return False  # its session tells it (scale_set_demand_condition)
     if pool.spec.enterprise is not None:
         return True  # only the repositories it lists count for an enterprise pool
     demand = pool.status.demand
@@ -181,6 +189,8 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
     """Says what a pool that follows demand learns of jobs from, and what to fix when nothing."""
     scaling = pool.spec.autoscaling
     assert scaling is not None
+    if pool.spec.scale_set is not None:
+        return _scale_set_demand_condition(stamp, pool, pool.spec.scale_set.name)
     if pool.spec.repository is not None:
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
@@ -223,6 +233,32 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         f"pool stays at {scaling.min_replicas} runner(s): configure the organization's webhook "
         f"(workflow_job events) to the operator's webhook URL, or list repositories to poll in "
         f"spec.autoscaling.repositories",
+    )
+
+
+def _scale_set_demand_condition(stamp: conditions.Stamp, pool: api.RunnerPool, name: str) -> dict[str, Any]:
+    """A scale set learns its jobs from its message session: say whether the listener holds it,
+    or why not (``status.scaleSet.problem``, the listener's words)."""
+    seen = pool.status.scale_set
+    if seen is not None and seen.problem is not None:
+        try:
+            reason = Reason(seen.problem.reason)
+        except ValueError:
+            reason = Reason.SCALE_SET_PENDING  # a reason this version does not know: still not listening
+        return stamp.condition(conditions.DEMAND_VISIBLE, False, reason, seen.problem.message)
+    if seen is None or seen.id is None:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            False,
+            Reason.SCALE_SET_PENDING,
+            f"the operator's leader has not yet created or adopted runner scale set {name}",
+        )
+    return stamp.condition(
+        conditions.DEMAND_VISIBLE,
+        True,
+        Reason.SCALE_SET_LISTENING,
+        f"jobs come from the message session of runner scale set {name} (id {seen.id}); the "
+        "Scaling condition counts them",
     )
 
 

@@ -92,7 +92,8 @@ POOLS, SECRETS_, CREDENTIALS, PODS_, BUDGETS, NAMESPACES_ = (
     "Namespaces",
 )
 ACCOUNTS, ROLE_BINDINGS_ = "ServiceAccounts", "RoleBindings"
-# Index names: pods by ``namespace/pool``; pools by autoscaling scope and by credential Secret.
+# Index names: pods by ``namespace/pool``; pools by autoscaling scope (the pools that follow the
+# demand deliveries and polling report: not scale sets) and by credential Secret.
 BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
 #: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
 ANY_SCOPE = "*"
@@ -182,6 +183,8 @@ def _scope_index(default_api_url: str) -> Callable[[ParsedPool], list[str]]:
         pool = parsed.model
         if pool is None or pool.spec.autoscaling is None or pool.deleting:
             return []
+        if pool.spec.scale_set is not None:
+            return []  # its jobs come from its scale set's session, not deliveries or polling
         return [ANY_SCOPE, *pool_scope_keys(pool, default_api_url)]
 
     return keys

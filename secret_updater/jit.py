@@ -3,7 +3,8 @@
 The secret updater's JIT half, the one writer of a JIT config into a Secret: the reconciler
 creates the Secret empty (``runnerpool.children.jit_child``), asks for it to be filled
 (``fill``), and its one apply empties it once the pod has registered or is going. A fill asks
-GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels) and
+GitHub once (``generate-jitconfig``: name = the pod's name, the pool's labels; for a scale-set
+pool the scale set's ``generatejitconfig``, outside the REST budget) and
 merge-patches the config into the Secret, with GitHub's runner id in an annotation that marks
 the Secret as filled for good. A 409 is a runner of that name left over (an earlier attempt whose
 patch was lost, an operator restart in between): the runner managers' rule removes it unless
@@ -44,7 +45,7 @@ from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
 from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
 
-__all__ = ["JitSecretUpdater", "RemoveLeftover", "SecretWrites", "jit_patch"]
+__all__ = ["JitSecretUpdater", "RemoveLeftover", "ScaleSetJit", "SecretWrites", "jit_patch"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ _NAME_IN_USE = 409
 #: Removes the pool's runner of that name unless busy (``None``: none). Given by the assembly:
 #: ``runnerpool.runners.leftovers.delete_leftover_runner``, the runner managers' rule.
 RemoveLeftover = Callable[[GitHubClient, PoolRef, str], DeleteOutcome | None]
+#: Makes a scale-set pool's runner and its JIT config through the scale set (the Actions
+#: service, no REST budget). Given by the assembly: ``runnerpool.scaleset``'s client.
+ScaleSetJit = Callable[[PoolRef, JitRequest], JitConfig]
 
 
 def jit_patch(config: JitConfig) -> dict[str, Any]:
@@ -74,6 +78,7 @@ class SecretWrites:
     notify: Callable[[str, str], None]
     scheduler: BaseScheduler
     remove_leftover: RemoveLeftover
+    scale_set_jit: ScaleSetJit | None = None
 
 
 class _LeftoverBusyError(GitHubError):
@@ -109,6 +114,7 @@ class JitSecretUpdater:
         self._notify = writes.notify
         self._scheduler = writes.scheduler
         self._remove_leftover = writes.remove_leftover
+        self._scale_set_jit = writes.scale_set_jit
         self._clock = clock
         self._policy = failure_retry
         self._rng = rng or random.Random()
@@ -217,15 +223,23 @@ class JitSecretUpdater:
         )
 
     def _generate(self, client: GitHubClient, pod: _Pod) -> JitConfig:
-        scope = pod.ref.scope
         try:
-            return client.generate_jitconfig(scope, pod.request)
+            return self._ask(client, pod)
         except GitHubError as err:
             if err.status != _NAME_IN_USE:
                 raise
         if self._remove_leftover(client, pod.ref, pod.request.name) is DeleteOutcome.BUSY:
             raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
-        return client.generate_jitconfig(scope, pod.request)
+        return self._ask(client, pod)
+
+    def _ask(self, client: GitHubClient, pod: _Pod) -> JitConfig:
+        """REST ``generate-jitconfig``, or the scale set's for a scale-set pool's runner (a
+        runner of the same name left over is a 409 either way)."""
+        if pod.request.scale_set_id is None:
+            return client.generate_jitconfig(pod.ref.scope, pod.request)
+        if self._scale_set_jit is None:
+            raise GitHubError("this operator was started without the scale set client")
+        return self._scale_set_jit(pod.ref, pod.request)
 
     def _failed(self, pod: _Pod, pod_uid: str, err: Exception) -> None:
         reason, message = classify(err)

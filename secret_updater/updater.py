@@ -49,7 +49,7 @@ from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import TokenSettings
 from secret_updater import metrics
 from secret_updater.failures import INTERNAL_REASON, PATCH_FAILED_REASON, PatchFailedError, classify
-from secret_updater.jit import JitSecretUpdater, RemoveLeftover, SecretWrites
+from secret_updater.jit import JitSecretUpdater, RemoveLeftover, ScaleSetJit, SecretWrites
 from secret_updater.shared_tokens import SharedTokens
 from secret_updater.timing import (
     DEFAULT_POLICY,
@@ -144,6 +144,7 @@ class SecretUpdater:
         clock: Callable[[], datetime] = utcnow,
         failure_retry: RetryPolicy = DEFAULT_POLICY,
         rng: random.Random | None = None,
+        scale_set_jit: ScaleSetJit | None = None,
     ) -> None:
         margin = settings.refresh_margin
         if margin <= timedelta(0):
@@ -162,7 +163,7 @@ class SecretUpdater:
         self._scheduler = scheduler
         #: Each JIT pod's own config (``spec.registration: jit``): the same writes, on the same jobs' terms.
         self.jit = JitSecretUpdater(
-            SecretWrites(clients, patch_secret, notify, scheduler, remove_leftover),
+            SecretWrites(clients, patch_secret, notify, scheduler, remove_leftover, scale_set_jit),
             clock=clock,
             failure_retry=failure_retry,
             rng=rng,

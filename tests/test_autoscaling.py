@@ -175,3 +175,19 @@ def test_runner_managers_read_the_decision_from_the_pool() -> None:
     assert desired_replicas(pool(replicas=3, status={"desiredReplicas": 9})) == 3, "fixed: spec.replicas"
     assert desired_replicas(pool(autoscaling=auto(), status=demand_status(2, desired=2))) == 2
     assert desired_replicas(pool(autoscaling=auto(), status=demand_status(2))) is None, "no decision yet"
+
+
+def test_a_scale_set_wants_the_jobs_github_assigned_it_plus_its_idle_buffer() -> None:
+    """clamp(min, assignedJobs + minIdle, max), as ARC's scale sets; webhook or polled demand
+    and GitHub's busy listing do not count for it (GitHub already counted them as assigned)."""
+    spec = auto(minReplicas=1, maxReplicas=6, minIdle=1)
+    assigned = {"id": 7, "assignedJobs": 4, "runningJobs": 1}
+    seen = {**demand_status(9, busy=9, runners_busy=9), "scaleSet": assigned}
+    decision, _ = decide(pool(autoscaling=spec, status=seen, scaleSet={"name": "arc"}), Window(), T0)
+    assert (decision.replicas, decision.reason) == (5, "FollowingDemand")
+    assert "3 queued, 1 busy job(s) + 1 idle (minIdle)" in decision.message
+    capped = {"scaleSet": {"id": 7, "assignedJobs": 40, "runningJobs": 6}}
+    full, _ = decide(pool(autoscaling=spec, status=capped, scaleSet={"name": "arc"}), Window(), T0)
+    assert full.replicas == 6
+    unknown, _ = decide(pool(autoscaling=spec, scaleSet={"name": "arc"}), Window(), T0)
+    assert unknown.replicas == 1, "no session yet: no job assigned, the minimum (and buffer) only"

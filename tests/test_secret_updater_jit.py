@@ -15,7 +15,7 @@ import pytest
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
 from runnerpool.github.errors import Unavailable
-from runnerpool.github.types import JitRequest, Runner
+from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
 from secret_updater.jit import JitSecretUpdater, SecretWrites
@@ -201,3 +201,33 @@ def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
     assert _jobs(jit) == []
     assert jit_updater.failure("team-a", "build") is None
     assert jit.notified == []
+
+
+def test_a_scale_set_runner_gets_its_config_from_the_scale_set_not_from_rest(jit: Harness) -> None:
+    """A scale-set pool's pod: the config comes from the scale set (the Actions service, no REST
+    budget); REST's generate-jitconfig is never asked."""
+    asked: list[tuple[str, JitRequest]] = []
+
+    def from_scale_set(pool: Any, request: JitRequest) -> JitConfig:
+        asked.append((pool.key, request))
+        return JitConfig(runner_id=77, encoded="scale-set-config")
+
+    updater = JitSecretUpdater(
+        SecretWrites(
+            jit.updater.jit._clients,
+            lambda ns, name, body: jit.patches.append((ns, name, body)),
+            lambda ns, name: None,
+            jit.scheduler,
+            delete_leftover_runner,
+            from_scale_set,
+        )
+    )
+    request = JitRequest(name="arc-abcde", labels=(), work_folder="/runner/_work", scale_set_id=9)
+    updater.fill(POOL, "runner-jit-arc-1", "uid-9", request)
+    _run(jit, "uid-9")
+    assert asked == [(POOL.key, request)]
+    assert jit.github.jit_requests == [], "no REST generate-jitconfig"
+    [(_, secret, body)] = jit.patches
+    assert secret == "runner-jit-arc-1"
+    assert body["stringData"] == {JIT_SECRET_KEY: "scale-set-config"}
+    assert body["metadata"]["annotations"] == {JIT_RUNNER_ID_ANNOTATION: "77"}

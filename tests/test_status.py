@@ -139,3 +139,32 @@ def test_an_organization_pool_sees_demand_once_a_delivery_arrived_or_it_polls() 
     assert status.demand_blind(pool({"minReplicas": 2})), "above minReplicas it never scales either"
     assert not status.demand_blind(pool({}, {"firstDeliveryAt": "2026-11-29T11:00:00Z"}))
     assert not status.demand_blind(pool({"repositories": ["app"]}))
+
+
+def test_a_scale_set_pool_says_whether_its_session_is_held_and_why_not() -> None:
+    """DemandVisible of a scale set comes from its listener's status.scaleSet: pending until the
+    scale set exists, the listener's own reason and words while it is stuck, listening after."""
+
+    def condition(scale_set: dict[str, Any] | None) -> dict[str, Any]:
+        pool = api.RunnerPool.model_validate(
+            {
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {
+                    "organization": "octo",
+                    "autoscaling": {"maxReplicas": 3},
+                    "scaleSet": {"name": "arc"},
+                },
+                "status": {"scaleSet": scale_set} if scale_set else {},
+            }
+        )
+        assert not status.demand_blind(pool), "a scale set needs no webhook and no repositories"
+        return status.demand_visible_condition(STAMP, pool)
+
+    pending = condition(None)
+    assert (pending["status"], pending["reason"]) == ("False", "ScaleSetPending")
+    held = {"id": 4, "problem": {"reason": "ScaleSetSessionHeld", "message": "another listener holds it"}}
+    stuck = condition(held)
+    assert (stuck["status"], stuck["message"]) == ("False", "another listener holds it")
+    listening = condition({"id": 4, "assignedJobs": 2})
+    assert (listening["status"], listening["reason"]) == ("True", "ScaleSetListening")
+    assert "runner scale set arc (id 4)" in listening["message"]

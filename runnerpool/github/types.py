@@ -48,6 +48,9 @@ class JitRequest:
     runner_group_id: int = DEFAULT_RUNNER_GROUP_ID
     #: Relative to the runner's folder, or absolute (the pod's work volume).
     work_folder: str = "_work"
+    #: A scale-set pool's runner: the config comes from this scale set (its labels and group
+    #: are the scale set's), not from the REST ``generate-jitconfig``.
+    scale_set_id: int | None = None
 
 
 @dataclass(frozen=True)
