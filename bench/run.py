@@ -35,9 +35,10 @@ thread) and ``--converge-only`` stops each size after convergence; together they
 part of the run that matters without the minutes of steady state.
 
 Prints a table and writes JSON to bench/results/, with PNG plots beside it (bench/plots.py):
-pools with a token and Ready over time, the per-pool latency distributions, RSS and CPU.
-It is a measurement, not a test: nothing fails on a missed target; bench/README.md compares
-the figures with the targets.
+pools with a token and Ready over time, the per-pool latency distributions, RSS and CPU; each
+size's figures also go to bench/history.jsonl as one row (bench/history.py). It is a
+measurement, not a test: nothing fails on a missed target; bench/README.md compares the figures
+with the targets.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.informer import ADDED, MODIFIED
 
-from bench import plots
+from bench import history, plots
 from bench.sampler import ProcessSampler
 from bench.stats import peak_overlap, percentile
 from runnerpool import api, naming
@@ -838,6 +839,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = opts.out / f"bench-{stamp}.json"
     path.write_text(json.dumps(report, indent=2))
+    for r in results:
+        figures = asdict(r)
+        scalars = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        history.append("run", {"pools": r.pools, "replicas": opts.replicas}, scalars)
     pngs = [png for r in report["results"] for png in write_plots(r, path.with_suffix(""))]
     print(table(results, cores))
     for r in results:
