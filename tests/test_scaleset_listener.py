@@ -105,7 +105,13 @@ class World:
     def listener(self, resume: ScaleSetView | None = None, **changes: Any) -> ScaleSetListener:
         settings = self.settings(**changes)
         made = ScaleSetListener(
-            settings, lambda: self.clients.get(settings.pool), self.sink, OWNER, resume=resume, timing=TIMING
+            settings,
+            lambda: self.clients.get(settings.pool),
+            self.sink,
+            OWNER,
+            resume=resume,
+            refused=lambda: self.clients.forget(settings.pool),
+            timing=TIMING,
         )
         self.listeners.append(made)
         made.start()
@@ -307,6 +313,15 @@ def test_refused_credentials_are_shown_and_retried(world: World) -> None:
     assert refused.problem is not None and refused.problem[0] == Reason.SCALE_SET_CREDENTIALS_REFUSED
     assert "refused the pool's credentials" in refused.problem[1]
     world.listening()
+
+
+def test_an_admin_token_refused_before_its_expiry_is_traded_again(world: World) -> None:
+    world.fake.fail_next(1, 401, path="runnergroups")
+    world.listener()
+    refused = world.wait(lambda v: v.problem is not None)
+    assert refused.problem is not None and refused.problem[0] == Reason.SCALE_SET_CREDENTIALS_REFUSED
+    world.listening()
+    assert world.fake.count("actions/runner-registration", status=200) == 2
 
 
 def test_an_unreachable_service_is_shown_and_retried(world: World) -> None:

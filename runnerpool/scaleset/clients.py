@@ -60,6 +60,16 @@ def config_url(pool: PoolRef) -> str:
 _Key = tuple[str, str, str, Scope, Connection | None]
 
 
+def _key(pool: PoolRef) -> _Key:
+    return (
+        pool.namespace,
+        pool.credential_secret_name,
+        api_url_key(pool.api_url),
+        pool.scope,
+        pool.connection,
+    )
+
+
 @dataclass(frozen=True)
 class _Entry:
     rest: GitHubClient
@@ -87,16 +97,16 @@ class ScaleSetClients:
         with self._lock:
             return len(self._entries)
 
+    def forget(self, pool: PoolRef) -> None:
+        """Drop the pool's client: the next ``get`` trades for a new admin token (one GitHub
+        refused before it expired, e.g. revoked with the credential)."""
+        with self._lock:
+            self._entries.pop(_key(pool), None)
+
     def get(self, pool: PoolRef) -> ScaleSetClient:
         """The pool's client; raises what ``ClientCache.get`` raises for its Secret."""
         rest = self._rest.get(pool.namespace, pool.credential_secret_name, pool.api_url, pool.connection)
-        key: _Key = (
-            pool.namespace,
-            pool.credential_secret_name,
-            api_url_key(pool.api_url),
-            pool.scope,
-            pool.connection,
-        )
+        key = _key(pool)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.rest is rest:

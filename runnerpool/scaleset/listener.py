@@ -43,6 +43,7 @@ The three methods: ``start()``, ``stop()`` (asks, does not wait), ``wait(timeout
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -138,9 +139,14 @@ class Timing:
     #: ARC's listener asks again for a session another owner holds every 30 s.
     conflict_wait: float = CONFLICT_WAIT
 
+    #: Up to this share is taken off each backoff at random, so that pools failing together
+    #: (GitHub down for all) do not come back in step.
+    jitter: float = 0.2
+
     def backoff(self, failures: int) -> float:
-        """The wait after ``failures`` failures in a row (1, 2, 4, ... capped)."""
-        return float(min(self.backoff_max, self.backoff_min * 2 ** max(0, failures - 1)))
+        """The wait after ``failures`` failures in a row (1, 2, 4, ... capped, less jitter)."""
+        wait = min(self.backoff_max, self.backoff_min * 2 ** max(0, failures - 1))
+        return float(wait * (1.0 - self.jitter * random.random()))
 
 
 DEFAULT_TIMING = Timing()
@@ -185,7 +191,9 @@ class _Open:
 class ScaleSetListener:
     """One pool's listener thread. ``client``: called before every attempt, so a rotated
     credential takes effect (``ScaleSetClients.get``); ``resume``: the view the pool's status
-    holds (or the previous listener's), None for a new pool."""
+    holds (or the previous listener's), None for a new pool; ``refused``: called when GitHub
+    refused the credentials (``ScaleSetClients.forget``: an admin token revoked before its
+    expiry is traded again)."""
 
     def __init__(
         self,
@@ -195,10 +203,12 @@ class ScaleSetListener:
         owner: str,
         *,
         resume: ScaleSetView | None = None,
+        refused: Callable[[], None] = lambda: None,
         timing: Timing = DEFAULT_TIMING,
     ) -> None:
         self.settings = settings
         self._client = client
+        self._refused = refused
         self._sink = sink
         self._owner = owner
         self._timing = timing
@@ -302,6 +312,7 @@ class ScaleSetListener:
             )
             return backoff
         if isinstance(exc, BadCredentials):
+            self._refused()  # a client on a fresh admin token next time
             self._show(
                 Reason.SCALE_SET_CREDENTIALS_REFUSED,
                 f"GitHub refused the pool's credentials for the scale set ({exc.message}); they need "

@@ -28,6 +28,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from runnerpool.runtime.runnables import Runnable
@@ -44,6 +46,9 @@ from runnerpool.scaleset.listener import (
 __all__ = ["Listener", "PoolKey", "ScaleSetListeners", "later", "listener_factory"]
 
 log = logging.getLogger(__name__)
+
+#: Sessions deleted at once when all listeners stop (each a DELETE to the Actions service).
+STOP_WORKERS = 16
 
 #: ``(namespace, name)`` of a pool.
 PoolKey = tuple[str, str]
@@ -70,7 +75,13 @@ def listener_factory(
 
     def make(settings: ScaleSetSettings, resume: ScaleSetView | None) -> Listener:
         return ScaleSetListener(
-            settings, lambda: clients.get(settings.pool), sink, owner, resume=resume, timing=timing
+            settings,
+            lambda: clients.get(settings.pool),
+            sink,
+            owner,
+            resume=resume,
+            refused=lambda: clients.forget(settings.pool),
+            timing=timing,
         )
 
     return make
@@ -186,6 +197,20 @@ class ScaleSetListeners:
         listener.stop()
         return listener.wait(timeout)
 
+    @staticmethod
+    def _ask_all(listeners: list[Listener], deadline: float) -> None:
+        """``stop()`` each (one session DELETE each), a few at a time, until the deadline."""
+        if not listeners:
+            return
+        asking = ThreadPoolExecutor(min(STOP_WORKERS, len(listeners)), thread_name_prefix="scale-set-stop")
+        try:
+            futures.wait(
+                [asking.submit(listener.stop) for listener in listeners],
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+        finally:
+            asking.shutdown(wait=False, cancel_futures=True)
+
     def stop(self, timeout: float) -> bool:
         """Stop the loop and every listener: all asked at once, then waited for until the
         deadline; True when all ended in time (a straggler is a daemon thread, asked to stop,
@@ -197,8 +222,7 @@ class ScaleSetListeners:
             listeners = list(self._listeners.values())
             self._listeners.clear()
             thread = self._thread
-        for listener in listeners:
-            listener.stop()
+        self._ask_all(listeners, deadline)
         ended = True
         for listener in listeners:
             ended = listener.wait(max(0.0, deadline - time.monotonic())) and ended
