@@ -216,6 +216,8 @@ class ScaleSetListener:
         self._view = resume or ScaleSetView()
         self._stopping = threading.Event()
         self._open: _Open | None = None
+        #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
+        self._listening = False
         pool = settings.pool
         self._thread = threading.Thread(
             target=self._run, name=f"scale-set-listener {pool.namespace}/{pool.name}", daemon=True
@@ -274,6 +276,9 @@ class ScaleSetListener:
             except Exception as exc:
                 if self._stopping.is_set():
                     break
+                if self._listening:  # it worked until now: a new run of failures starts
+                    failures = 0
+                self._listening = False
                 failures += 1
                 wait = self._failed(exc, failures)
             else:
@@ -416,6 +421,7 @@ class ScaleSetListener:
             )
         if view != self.view:
             self._publish(view)
+        self._listening = True
         log.info("scale set %r: listening as %r", self.settings.name, self._owner)
 
     def _handle(self, session: MessageSession, message: Message) -> bool:
