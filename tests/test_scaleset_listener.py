@@ -219,6 +219,18 @@ def test_jobs_are_acquired_and_each_view_is_written_before_its_message_is_acknow
         assert written < acked, f"message {message_id} acknowledged before its view was written"
 
 
+def test_a_job_github_offers_again_after_a_cancelled_assignment_is_acquired_again(world: World) -> None:
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    request_id = world.service.offer_job(scale_set_id)
+    first = world.wait(lambda v: v.assigned_jobs == 1)
+    world.service.reassign(request_id)  # no runner took it: cancelled, then offered again
+    again = world.wait(lambda v: v.last_message_id > first.last_message_id and v.assigned_jobs == 1)
+    assert again.busy_runners == () and again.problem is None
+    between = [v for v in world.sink.views(NS, POOL) if first.last_message_id < v.last_message_id]
+    assert between[0].assigned_jobs == 0  # the cancellation's view, before the job was acquired again
+
+
 def test_a_new_listener_resumes_from_the_last_message_and_counts_nothing_twice(world: World) -> None:
     first = world.listener()
     scale_set_id = world.listening().scale_set_id
