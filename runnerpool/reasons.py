@@ -137,3 +137,14 @@ class Reason(StrEnum):
     #: Event: the wait ended, the pool was let go without deregistering; the message names the
     #: runners that may be left on GitHub and how to remove them.
     RUNNERS_LEFT_ON_GITHUB = "RunnersLeftOnGitHub"
+    # --- scale-set pools: the listener's problem (``status.scaleSet.problem``,
+    # ``runnerpool.scaleset.listener``)
+    #: Another owner (another operator replica or installation) holds the scale set's message
+    #: session; the listener asks again until it is freed.
+    SCALE_SET_SESSION_HELD = "ScaleSetSessionHeld"
+    #: The Actions service or GitHub did not answer usably (5xx, connection errors, timeouts,
+    #: rate limits, malformed answers); the listener backs off and tries again.
+    SCALE_SET_UNREACHABLE = "ScaleSetUnreachable"
+    #: GitHub refused the credentials (401/403) for the registration token or the Actions
+    #: service's admin token, or the credential Secret is missing or unusable.
+    SCALE_SET_CREDENTIALS_REFUSED = "ScaleSetCredentialsRefused"

@@ -45,6 +45,8 @@ class Label(_Wire):
 
 class RunnerSetting(_Wire):
     disable_update: bool = Field(default=False, alias="disableUpdate")
+    #: Left out of a body while None (the service's default); the listener asks for True.
+    ephemeral: bool | None = None
 
 
 class Statistics(_Wire):

@@ -1,0 +1,490 @@
+"""One scale-set pool's listener: its scale set kept, its message session held, its demand
+written to the pool's status.
+
+Why a listener per pool: a scale-set pool's demand is what GitHub says on the scale set's
+message session (``statistics.totalAssignedJobs``), and only the holder of that one session
+hears it. The leader holds one session per scale-set pool; ``runnerpool.scaleset.runnable``
+starts and stops the listeners.
+
+**One thread per pool, for now.** Each listener is a daemon thread that spends its life in the
+service's long poll (about 50 s per empty answer). Whether 1,000 pools' sessions fit in threads
+or need an event loop is issue 34's benchmark, still to be run; the listener's script does not
+depend on the answer (the sink, the settings and the three methods stay).
+
+The script (after actions/scaleset ``listener/listener.go`` and ARC's ``cmd/ghalistener``; facts
+only, no code copied):
+
+1. **Ensure the scale set**: the runner group by name (``spec.runnerGroup``, else the default
+   group), the scale set by name in it, created when absent (labels: its name and the pool's
+   extra labels; runners ephemeral, ``disableUpdate``), updated when its labels drifted. Its id
+   is published at once. A scale set whose id differs from the one the pool's status recorded
+   (deleted and created again) starts from message 0: message ids belong to a scale set.
+2. **Open the message session** as ``owner`` (the operator's identity), with the last message
+   id the pool's status holds, so a new leader resumes where the last one stopped.
+3. **Long poll**: for each message, acquire the jobs its ``JobAvailable`` entries offer (as the
+   listener of actions/scaleset does), compute the new view (``statistics.totalAssignedJobs`` and
+   ``totalRunningJobs``; busy runners: + on ``JobStarted``, - on ``JobCompleted``), **publish it
+   through the sink first and acknowledge the message only after the write succeeded**. A
+   failed write leaves the message unacknowledged: the service delivers it again. A message
+   whose id is not above the last one recorded was recorded already (``demand.is_new``): it is
+   acknowledged and not counted again.
+4. **Failures never end the thread**: a session another owner holds shows
+   ``ScaleSetSessionHeld`` and is asked for again every ``conflict_wait``; a scale set deleted on
+   GitHub is created again; credentials refused (401/403, a missing or unusable Secret) show
+   ``ScaleSetCredentialsRefused``; 5xx, connection errors, rate limits and malformed answers
+   show ``ScaleSetUnreachable``; each with a backoff that doubles up to ``backoff_max``. The
+   problem is cleared when the session opens again.
+5. **Stop** deletes the session at once (which also ends the long poll), so the next leader's
+   listener gets in without waiting for the service to time the session out.
+
+The three methods: ``start()``, ``stop()`` (asks, does not wait), ``wait(timeout)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from runnerpool.domain import PoolRef
+from runnerpool.github.credentials import CredentialError
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound
+from runnerpool.reasons import Reason
+from runnerpool.scaleset.client import SCALE_SETS, ScaleSetClient
+from runnerpool.scaleset.demand import is_new
+from runnerpool.scaleset.errors import (
+    RunnerGroupNotFound,
+    ScaleSetError,
+    ScaleSetNotFound,
+    SessionConflict,
+    SessionNotFound,
+)
+from runnerpool.scaleset.session import CONFLICT_WAIT, MessageSession
+from runnerpool.scaleset.types import (
+    DEFAULT_RUNNER_GROUP,
+    JobMessageType,
+    Label,
+    Message,
+    RunnerScaleSet,
+    RunnerSetting,
+    Statistics,
+)
+
+__all__ = [
+    "DEFAULT_TIMING",
+    "Problem",
+    "ScaleSetListener",
+    "ScaleSetSettings",
+    "ScaleSetView",
+    "Timing",
+    "ViewSink",
+    "desired_scale_set",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``(reason, message)``: what ``status.scaleSet.problem`` shows.
+Problem = tuple[Reason, str]
+
+
+@dataclass(frozen=True)
+class ScaleSetView:
+    """What the listener knows, as ``status.scaleSet`` holds it (camelCase there):
+    ``{id, runnerGroupId, lastMessageId, assignedJobs, runningJobs, busyRunners, problem}``."""
+
+    scale_set_id: int = 0
+    runner_group_id: int = 0
+    last_message_id: int = 0
+    assigned_jobs: int = 0
+    running_jobs: int = 0
+    busy_runners: tuple[str, ...] = ()
+    problem: Problem | None = None
+
+
+class ViewSink(Protocol):
+    """Where views go: the pool's ``status.scaleSet`` (the main session's status writer).
+
+    ``publish`` returns once the view is written and raises when it is not: a message is
+    acknowledged only after the publish of its view returned."""
+
+    def publish(self, namespace: str, name: str, view: ScaleSetView) -> None: ...
+
+
+@dataclass(frozen=True)
+class ScaleSetSettings:
+    """What a pool's listener needs; a change replaces the listener (``runnable``).
+
+    ``labels``: the pool's extra labels (the scale set's name is always one); ``runner_group``:
+    ``spec.runnerGroup`` (None: the scope's default group); ``max_runners``: the pool's
+    ``maxReplicas``, told to the service with every poll; ``deleting``: the pool is being
+    deleted, so no listener runs for it."""
+
+    pool: PoolRef
+    name: str
+    max_runners: int
+    runner_group: str | None = None
+    labels: tuple[str, ...] = ()
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Waits between attempts; tests shorten them."""
+
+    backoff_min: float = 1.0
+    backoff_max: float = 300.0
+    #: ARC's listener asks again for a session another owner holds every 30 s.
+    conflict_wait: float = CONFLICT_WAIT
+
+    #: Up to this share is taken off each backoff at random, so that pools failing together
+    #: (GitHub down for all) do not come back in step.
+    jitter: float = 0.2
+
+    def backoff(self, failures: int) -> float:
+        """The wait after ``failures`` failures in a row (1, 2, 4, ... capped, less jitter)."""
+        wait = min(self.backoff_max, self.backoff_min * 2 ** max(0, failures - 1))
+        return float(wait * (1.0 - self.jitter * random.random()))
+
+
+DEFAULT_TIMING = Timing()
+
+
+def desired_scale_set(
+    settings: ScaleSetSettings, runner_group_id: int, runner_group_name: str
+) -> RunnerScaleSet:
+    """The scale set as the pool wants it: every label ``System`` (the scale set's own name
+    first), runners ephemeral and not self-updating (the pod's image decides the version)."""
+    names = [settings.name, *(label for label in settings.labels if label != settings.name)]
+    return RunnerScaleSet(
+        name=settings.name,
+        runnerGroupId=runner_group_id,
+        runnerGroupName=runner_group_name,
+        labels=tuple(Label(name=name) for name in dict.fromkeys(names)),
+        RunnerSetting=RunnerSetting(disableUpdate=True, ephemeral=True),
+    )
+
+
+def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
+    return {label.name for label in found.labels} != {
+        label.name for label in wanted.labels
+    } or not found.runner_setting.disable_update
+
+
+class _Stopped(Exception):  # noqa: N818 - a signal, not a failure
+    """The listener was asked to stop while it worked."""
+
+
+@dataclass
+class _Open:
+    """The session being held, for ``stop`` to delete from another thread."""
+
+    client: ScaleSetClient
+    scale_set_id: int
+    session_id: str
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ScaleSetListener:
+    """One pool's listener thread. ``client``: called before every attempt, so a rotated
+    credential takes effect (``ScaleSetClients.get``); ``resume``: the view the pool's status
+    holds (or the previous listener's), None for a new pool; ``refused``: called when GitHub
+    refused the credentials (``ScaleSetClients.forget``: an admin token revoked before its
+    expiry is traded again)."""
+
+    def __init__(
+        self,
+        settings: ScaleSetSettings,
+        client: Callable[[], ScaleSetClient],
+        sink: ViewSink,
+        owner: str,
+        *,
+        resume: ScaleSetView | None = None,
+        refused: Callable[[], None] = lambda: None,
+        timing: Timing = DEFAULT_TIMING,
+    ) -> None:
+        self.settings = settings
+        self._client = client
+        self._refused = refused
+        self._sink = sink
+        self._owner = owner
+        self._timing = timing
+        self._lock = threading.Lock()
+        self._view = resume or ScaleSetView()
+        self._stopping = threading.Event()
+        self._open: _Open | None = None
+        #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
+        self._listening = False
+        pool = settings.pool
+        self._thread = threading.Thread(
+            target=self._run, name=f"scale-set-listener {pool.namespace}/{pool.name}", daemon=True
+        )
+
+    # -- the three methods ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end and delete the session now (which ends a poll in flight);
+        returns without waiting for the thread (``wait``)."""
+        self._stopping.set()
+        with self._lock:
+            held = self._open
+        if held is not None:
+            _close(held)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the thread has ended (or never started)."""
+        if self._thread.ident is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- for the runnable and tests ------------------------------------------------------------
+
+    @property
+    def view(self) -> ScaleSetView:
+        """The last view published."""
+        with self._lock:
+            return self._view
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        pool = self.settings.pool
+        failures = 0
+        while not self._stopping.is_set():
+            wait = 0.0
+            try:
+                client = self._client()
+                scale_set_id = self._ensure(client)
+                self._listen(client, scale_set_id)
+            except _Stopped:
+                break
+            except Exception as exc:
+                if self._stopping.is_set():
+                    break
+                if self._listening:  # it worked until now: a new run of failures starts
+                    failures = 0
+                self._listening = False
+                failures += 1
+                wait = self._failed(exc, failures)
+            else:
+                failures = 0
+            if wait > 0 and self._stopping.wait(wait):
+                break
+        log.info("scale set listener of %s/%s stopped", pool.namespace, pool.name)
+
+    def _failed(self, exc: Exception, failures: int) -> float:
+        """Show what went wrong; the wait before the next attempt."""
+        name = self.settings.name
+        backoff = self._timing.backoff(failures)
+        if isinstance(exc, SessionConflict):
+            wait = self._timing.conflict_wait
+            self._show(
+                Reason.SCALE_SET_SESSION_HELD,
+                f"another listener holds the message session of scale set {name!r} (another operator "
+                f"replica or installation); asking again every {wait:g} s",
+            )
+            return wait
+        if isinstance(exc, ScaleSetNotFound):
+            log.info("scale set %r is gone on GitHub; creating it again", name)
+            with self._lock:
+                self._view = ScaleSetView(problem=self._view.problem)
+            return 0.0 if failures == 1 else backoff
+        if isinstance(exc, SessionNotFound) or (
+            isinstance(exc, ScaleSetError) and exc.status == 404 and not isinstance(exc, NotFound)
+        ):
+            # A poll's 404 (``TaskAgentSessionExpiredException``): the session ended too.
+            log.info("the message session of scale set %r ended on GitHub; opening another", name)
+            return 0.0 if failures == 1 else backoff
+        if isinstance(exc, CredentialError):
+            self._show(
+                Reason.SCALE_SET_CREDENTIALS_REFUSED,
+                f"{exc.message}; the scale set listener tries again in {backoff:g} s",
+            )
+            return backoff
+        if isinstance(exc, BadCredentials):
+            self._refused()  # a client on a fresh admin token next time
+            self._show(
+                Reason.SCALE_SET_CREDENTIALS_REFUSED,
+                f"GitHub refused the pool's credentials for the scale set ({exc.message}); they need "
+                f"the permission to register runners in the scope; trying again in {backoff:g} s",
+            )
+            return backoff
+        if isinstance(exc, RunnerGroupNotFound):
+            group = self.settings.runner_group or DEFAULT_RUNNER_GROUP
+            self._show(
+                Reason.RUNNER_GROUP_NOT_FOUND,
+                f"no runner group named {group!r} for scale set {name!r}; trying again in {backoff:g} s",
+            )
+            return backoff
+        if isinstance(exc, NotFound):
+            self._show(exc.reason, f"{exc.message}; trying again in {backoff:g} s")
+            return backoff
+        if isinstance(exc, GitHubError):
+            wait = max(backoff, exc.retry_after or 0.0)
+            self._show(
+                Reason.SCALE_SET_UNREACHABLE,
+                f"the scale set {name!r} cannot be reached: {exc.message}; trying again in {wait:g} s",
+            )
+            return wait
+        log.exception("scale set listener of %r failed; trying again in %g s", name, backoff, exc_info=exc)
+        return backoff
+
+    def _show(self, reason: Reason, message: str) -> None:
+        """Publish the problem, best effort (a failed write is logged; the next attempt retries)."""
+        log.warning("scale set %r: %s", self.settings.name, message)
+        view = self.view
+        if view.problem is not None and view.problem[0] == reason:
+            return  # shown already; a message that only differs in its wait is not worth a write
+        self._publish(replace(view, problem=(reason, message)), quiet=True)
+
+    def _publish(self, view: ScaleSetView, *, quiet: bool = False) -> bool:
+        pool = self.settings.pool
+        try:
+            self._sink.publish(pool.namespace, pool.name, view)
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.warning("scale set %r: the status write failed: %s", self.settings.name, exc)
+            return False
+        with self._lock:
+            self._view = view
+        return True
+
+    def _ensure(self, client: ScaleSetClient) -> int:
+        """The scale set as the settings want it; its id, published."""
+        settings = self.settings
+        group = client.runner_group(settings.runner_group or DEFAULT_RUNNER_GROUP)
+        wanted = desired_scale_set(settings, group.id, group.name)
+        found = client.scale_set(group.id, settings.name)
+        if found is None:
+            found = client.create_scale_set(wanted)
+            log.info("created scale set %r (id %d) in runner group %r", found.name, found.id, group.name)
+        elif _drifted(found, wanted):
+            found = client.update_scale_set(found.id, wanted)
+            log.info("updated the labels of scale set %r (id %d)", found.name, found.id)
+        view = self.view
+        if view.scale_set_id != found.id or view.runner_group_id != group.id:
+            # Message ids, jobs and runners belong to one scale set: a new one starts afresh.
+            fresh = view.scale_set_id != found.id
+            base = ScaleSetView(problem=view.problem) if fresh else view
+            self._publish(replace(base, scale_set_id=found.id, runner_group_id=group.id))
+        return found.id
+
+    def _listen(self, client: ScaleSetClient, scale_set_id: int) -> None:
+        session = MessageSession.open(client, scale_set_id, self._owner, conflict_retries=0)
+        held = _Open(client, scale_set_id, session.session.session_id)
+        with self._lock:
+            self._open = held
+        try:
+            if self._stopping.is_set():
+                raise _Stopped
+            self._opened(session.statistics)
+            failures = 0
+            while not self._stopping.is_set():
+                message = session.poll(self.view.last_message_id, self.settings.max_runners)
+                if message is None:
+                    continue
+                if self._handle(session, message):
+                    failures = 0
+                    continue
+                failures += 1
+                if self._stopping.wait(self._timing.backoff(failures)):
+                    break
+        finally:
+            with self._lock:
+                self._open = None
+            _close(held)
+
+    def _opened(self, statistics: Statistics | None) -> None:
+        """The session is open: the problem is over, and the statistics it came with count."""
+        view = replace(self.view, problem=None)
+        if statistics is not None:
+            view = replace(
+                view,
+                assigned_jobs=statistics.total_assigned_jobs,
+                running_jobs=statistics.total_running_jobs,
+            )
+        if view != self.view:
+            self._publish(view)
+        self._listening = True
+        log.info("scale set %r: listening as %r", self.settings.name, self._owner)
+
+    def _handle(self, session: MessageSession, message: Message) -> bool:
+        """Record the message, then acknowledge it; False when the record failed (the message
+        stays unacknowledged, so it is delivered again)."""
+        view = self.view
+        if not is_new(message, view.last_message_id):
+            session.acknowledge(message.message_id)  # recorded before; only the ack was lost
+            return True
+        offered = [
+            job.runner_request_id for job in message.of(JobMessageType.AVAILABLE) if job.runner_request_id
+        ]
+        if offered:
+            acquired = session.acquire_jobs(offered)
+            log.debug(
+                "scale set %r: acquired %d of %d jobs offered",
+                self.settings.name,
+                len(acquired),
+                len(offered),
+            )
+        busy = list(view.busy_runners)
+        for job in message.jobs:
+            if not job.runner_name:
+                continue
+            if job.message_type == JobMessageType.STARTED and job.runner_name not in busy:
+                busy.append(job.runner_name)
+            elif job.message_type == JobMessageType.COMPLETED and job.runner_name in busy:
+                busy.remove(job.runner_name)
+        statistics = message.statistics
+        recorded = replace(
+            view,
+            last_message_id=message.message_id,
+            assigned_jobs=statistics.total_assigned_jobs,
+            running_jobs=statistics.total_running_jobs,
+            busy_runners=tuple(busy),
+            problem=None,
+        )
+        try:
+            self._publish(recorded)
+        except Exception as exc:
+            log.warning(
+                "scale set %r: message %d not recorded (%s); it will be delivered again",
+                self.settings.name,
+                message.message_id,
+                exc,
+            )
+            return False
+        session.acknowledge(message.message_id)
+        return True
+
+
+def _close(held: _Open) -> None:
+    """Delete the session (once; 404 means it is gone already). Sent directly, not through the
+    ``MessageSession``, whose lock a poll in flight holds."""
+    with held.lock:
+        if held.closed:
+            return
+        held.closed = True
+    what = "DELETE runnerscalesets/{id}/sessions/{sessionId}"
+    path = f"{SCALE_SETS}/{held.scale_set_id}/sessions/{held.session_id}"
+    try:
+        held.client.call("DELETE", path, what=what, ok=(204,), not_found=SessionNotFound)
+    except (SessionNotFound, ScaleSetNotFound):
+        pass
+    except GitHubError as exc:
+        log.info("the message session of scale set %d was not closed: %s", held.scale_set_id, exc)

@@ -1,0 +1,231 @@
+"""The leader's scale-set listeners: one per scale-set pool, started and stopped as pools come,
+change and go.
+
+Why its input is a callable: the listeners must follow the pools without this package knowing
+the RunnerPool API's fields; the operator's assembly passes ``pools()``, listing ``(pool key,
+ScaleSetSettings)`` for every pool that has a scale set (``settings.deleting`` for those being
+deleted), read from its cache. ``sync`` makes the running listeners match it:
+
+* a pool listed and not being deleted gets a listener (``make(settings, resume)``), resumed from
+  the view of the listener it replaces, else from ``resume(key)`` (the pool's
+  ``status.scaleSet``), whichever recorded the later message of the same scale set;
+* a listener whose pool is no longer listed, is being deleted or whose settings changed is
+  stopped (its session deleted), and replaced in the last case;
+* a listener whose thread ended unasked (it should not) is started again.
+
+``sync`` runs every ``interval`` seconds and at once after ``poke()`` (the main session's pool
+watch can poke). ``stop(timeout)`` stops the sync loop and every listener: all are asked first
+(each deletes its session at once), then waited for within the one deadline. Leader only:
+``runnable()`` is the ``Runnable`` the supervisor starts with leadership and stops with it.
+
+Threads: one for the sync loop plus one per listener (``listener.py``: one thread per pool, for
+now).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from runnerpool.runtime.runnables import Runnable
+from runnerpool.scaleset.clients import ScaleSetClients
+from runnerpool.scaleset.listener import (
+    DEFAULT_TIMING,
+    ScaleSetListener,
+    ScaleSetSettings,
+    ScaleSetView,
+    Timing,
+    ViewSink,
+)
+
+__all__ = ["Listener", "PoolKey", "ScaleSetListeners", "later", "listener_factory"]
+
+log = logging.getLogger(__name__)
+
+#: Sessions deleted at once when all listeners stop (each a DELETE to the Actions service).
+STOP_WORKERS = 16
+
+#: ``(namespace, name)`` of a pool.
+PoolKey = tuple[str, str]
+
+
+class Listener(Protocol):
+    """What the runnable drives (``ScaleSetListener``)."""
+
+    @property
+    def settings(self) -> ScaleSetSettings: ...
+    @property
+    def view(self) -> ScaleSetView: ...
+    @property
+    def alive(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def listener_factory(
+    clients: ScaleSetClients, sink: ViewSink, owner: str, timing: Timing = DEFAULT_TIMING
+) -> Callable[[ScaleSetSettings, ScaleSetView | None], Listener]:
+    """``make`` for ``ScaleSetListeners``: listeners whose client comes from ``clients``."""
+
+    def make(settings: ScaleSetSettings, resume: ScaleSetView | None) -> Listener:
+        return ScaleSetListener(
+            settings,
+            lambda: clients.get(settings.pool),
+            sink,
+            owner,
+            resume=resume,
+            refused=lambda: clients.forget(settings.pool),
+            timing=timing,
+        )
+
+    return make
+
+
+def later(a: ScaleSetView | None, b: ScaleSetView | None) -> ScaleSetView | None:
+    """The view to resume from: of two of the same scale set, the one with the later message;
+    otherwise the first one known (the listener checks the id against GitHub anyway)."""
+    if a is None or b is None:
+        return a or b
+    if a.scale_set_id == b.scale_set_id and b.last_message_id > a.last_message_id:
+        return b
+    return a
+
+
+class ScaleSetListeners:
+    """Thread-safe. ``make``: a started-not-yet listener for the settings, resumed from the view."""
+
+    def __init__(
+        self,
+        pools: Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]],
+        make: Callable[[ScaleSetSettings, ScaleSetView | None], Listener],
+        *,
+        resume: Callable[[PoolKey], ScaleSetView | None] = lambda key: None,
+        interval: float = 10.0,
+        replace_wait: float = 30.0,
+    ) -> None:
+        self._pools = pools
+        self._make = make
+        self._resume = resume
+        self._interval = interval
+        #: How long a listener being replaced is waited for (its view is the replacement's start).
+        self._replace_wait = replace_wait
+        self._lock = threading.Lock()
+        self._listeners: dict[PoolKey, Listener] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def runnable(self, name: str = "scale set listeners") -> Runnable:
+        return Runnable(name, self.start, self.stop, leader_only=True)
+
+    def listening(self) -> dict[PoolKey, ScaleSetSettings]:
+        with self._lock:
+            return {key: listener.settings for key, listener in self._listeners.items()}
+
+    def listener(self, key: PoolKey) -> Listener | None:
+        with self._lock:
+            return self._listeners.get(key)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._stopping.is_set():
+                return
+            self._thread = threading.Thread(target=self._loop, name="scale-set-listeners", daemon=True)
+            self._thread.start()
+
+    def poke(self) -> None:
+        """Sync soon (a pool was added, changed or deleted)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.sync()
+            except Exception:
+                log.exception("the scale set listeners could not be synced; again in %g s", self._interval)
+            self._wake.wait(self._interval)
+            self._wake.clear()
+
+    def sync(self) -> None:
+        """Make the running listeners match ``pools()``."""
+        wanted = {key: settings for key, settings in self._pools() if not settings.deleting}
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            gone = [
+                key
+                for key, listener in self._listeners.items()
+                if wanted.get(key) != listener.settings or not listener.alive
+            ]
+            stopped = [(key, self._listeners.pop(key)) for key in gone]
+        for key, listener in stopped:
+            if listener.alive:
+                log.info("stopping the scale set listener of %s/%s", *key)
+            listener.stop()
+        previous = {}
+        for key, listener in stopped:
+            if not listener.wait(self._replace_wait):
+                log.warning("the scale set listener of %s/%s did not end in time; replacing it", *key)
+            previous[key] = listener.view
+        for key, settings in wanted.items():
+            with self._lock:
+                if self._stopping.is_set() or key in self._listeners:
+                    continue
+            resume = later(previous.get(key), self._resume(key))
+            listener = self._make(settings, resume)
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self._listeners[key] = listener
+            log.info("starting the scale set listener of %s/%s", *key)
+            listener.start()
+
+    def stop_pool(self, key: PoolKey, timeout: float) -> bool:
+        """Stop one pool's listener now (its pool is being deleted); True once it has ended."""
+        with self._lock:
+            listener = self._listeners.pop(key, None)
+        if listener is None:
+            return True
+        listener.stop()
+        return listener.wait(timeout)
+
+    @staticmethod
+    def _ask_all(listeners: list[Listener], deadline: float) -> None:
+        """``stop()`` each (one session DELETE each), a few at a time, until the deadline."""
+        if not listeners:
+            return
+        asking = ThreadPoolExecutor(min(STOP_WORKERS, len(listeners)), thread_name_prefix="scale-set-stop")
+        try:
+            futures.wait(
+                [asking.submit(listener.stop) for listener in listeners],
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+        finally:
+            asking.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self, timeout: float) -> bool:
+        """Stop the loop and every listener: all asked at once, then waited for until the
+        deadline; True when all ended in time (a straggler is a daemon thread, asked to stop,
+        whose session's DELETE was sent)."""
+        deadline = time.monotonic() + timeout
+        self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            listeners = list(self._listeners.values())
+            self._listeners.clear()
+            thread = self._thread
+        self._ask_all(listeners, deadline)
+        ended = True
+        for listener in listeners:
+            ended = listener.wait(max(0.0, deadline - time.monotonic())) and ended
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return ended

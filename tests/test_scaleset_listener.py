@@ -1,0 +1,425 @@
+"""The scale-set listener against the fake GitHub over HTTP: what a scale-set pool's status shows.
+
+Each test runs the listener's thread against ``FakeGitHub`` (its scale set service with a short
+long poll) and watches what it publishes through ``FakeSink``, the stand-in for the pool's
+``status.scaleSet``. The order of writes and acknowledgements is read from the calls the
+listener's transport made (``RecordingWire``) and the sink's own record.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+from github import Auth
+
+from runnerpool.domain import Connection, PoolRef, Scope
+from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.reasons import Reason
+from runnerpool.scaleset.client import ScaleSetClient
+from runnerpool.scaleset.clients import ScaleSetClients, config_url
+from runnerpool.scaleset.fake import FakeSink
+from runnerpool.scaleset.listener import (
+    ScaleSetListener,
+    ScaleSetSettings,
+    ScaleSetView,
+    Timing,
+    desired_scale_set,
+)
+from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, listener_factory
+from runnerpool.scaleset.session import MessageSession
+from runnerpool.scaleset.types import Label, RunnerScaleSet
+from runnerpool.scaleset.wire import Policy, Wire
+from testworld.fakegithub import FakeGitHub
+from testworld.fakegithub.scaleset import ScaleSetService, service
+
+ORG = "octo-org"
+PAT = "ghp_scaleset_listener"
+OWNER = "runnerpool-operator-0"
+NS = "team-a"
+POOL = "linux"
+NAME = "k8s-linux"
+POLICY = Policy(timeout=5, poll_timeout=5, retries=1, backoff_min=0.01, backoff_max=0.05)
+TIMING = Timing(backoff_min=0.02, backoff_max=0.2, conflict_wait=0.1)
+
+
+class RecordingWire(Wire):
+    """Keeps ``(method, url)`` of every request, in order, in a list shared by all its kind."""
+
+    def __init__(self, calls: list[tuple[str, str]], lock: threading.Lock) -> None:
+        super().__init__(POLICY)
+        self._calls = calls
+        self._calls_lock = lock
+
+    def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        with self._calls_lock:
+            self._calls.append((method, url))
+        answer = super().send(method, url, **kwargs)
+        if method == "DELETE" and "/messages/" in url and answer.status_code == 204:
+            with self._calls_lock:  # acknowledged: the message is gone from the queue
+                self._calls.append(("ACKED", url.split("?", maxsplit=1)[0].rsplit("/", 1)[1]))
+        return answer
+
+
+class Rest:
+    """``ClientCache`` for one Secret: ``rotate`` plays a changed Secret (a new REST client)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client: GitHubClient = PyGithubClient.from_auth(Auth.Token(PAT), url)
+
+    def get(
+        self,
+        namespace: str,
+        secret_name: str,
+        base_url: str | None = None,
+        connection: Connection | None = None,
+    ) -> GitHubClient:
+        return self.client
+
+    def rotate(self) -> None:
+        self.client = PyGithubClient.from_auth(Auth.Token(PAT), self.url)
+
+
+@dataclass
+class World:
+    fake: FakeGitHub
+    service: ScaleSetService
+    rest: Rest
+    clients: ScaleSetClients
+    sink: FakeSink
+    pool: PoolRef
+    calls: list[tuple[str, str]]
+    events: list[tuple[str, int]] = field(default_factory=list)
+    listeners: list[ScaleSetListener] = field(default_factory=list)
+
+    def settings(self, **changes: Any) -> ScaleSetSettings:
+        given: dict[str, Any] = {"labels": ("gpu",), "max_runners": 5} | changes
+        return ScaleSetSettings(self.pool, NAME, **given)
+
+    def listener(self, resume: ScaleSetView | None = None, **changes: Any) -> ScaleSetListener:
+        settings = self.settings(**changes)
+        made = ScaleSetListener(
+            settings,
+            lambda: self.clients.get(settings.pool),
+            self.sink,
+            OWNER,
+            resume=resume,
+            refused=lambda: self.clients.forget(settings.pool),
+            timing=TIMING,
+        )
+        self.listeners.append(made)
+        made.start()
+        return made
+
+    @property
+    def client(self) -> ScaleSetClient:
+        return self.clients.get(self.pool)
+
+    def wait(self, predicate: Any, timeout: float = 10.0, *, latest: bool = False) -> ScaleSetView:
+        return self.sink.wait_for(NS, POOL, predicate, timeout, latest=latest)
+
+    def listening(self) -> ScaleSetView:
+        """The view once the listener holds its session (problem cleared, id known)."""
+        view = self.wait(lambda v: v.scale_set_id and v.problem is None, latest=True)
+        assert self.fake.wait_for(lambda: self.service.sessions(view.scale_set_id) == [OWNER])
+        return view
+
+    def acks(self) -> list[int]:
+        """The messages acknowledged (the queue answered 204), in order."""
+        return [int(message_id) for kind, message_id in self.calls if kind == "ACKED"]
+
+    def runner(self, scale_set_id: int, name: str) -> None:
+        self.client.generate_jit_config(scale_set_id, name)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    calls: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    with FakeGitHub(scopes=[ORG], tokens=[PAT]) as fake:
+        rest = Rest(fake.url)
+        clients = ScaleSetClients(rest, wire=lambda: RecordingWire(calls, lock))
+        pool = PoolRef(NS, POOL, Scope(organization=ORG), "github-credentials", api_url=fake.url)
+        made = World(fake, service(fake, poll_wait=0.2), rest, clients, FakeSink(), pool, calls)
+
+        def record(namespace: str, name: str, view: ScaleSetView) -> None:
+            with lock:
+                calls.append(("PUBLISH", str(view.last_message_id)))
+
+        made.sink.on_publish = record
+        try:
+            yield made
+        finally:
+            for listener in made.listeners:
+                listener.stop()
+            for listener in made.listeners:
+                assert listener.wait(10), "a listener thread did not end"
+
+
+def labels_on_github(world: World) -> list[str]:
+    found = world.service.scale_set(NAME)
+    assert found is not None
+    return [label["name"] for label in found["labels"]]
+
+
+def test_the_scale_set_is_created_with_the_pools_labels_and_its_id_published(world: World) -> None:
+    world.listener()
+    view = world.listening()
+    found = world.service.scale_set(NAME)
+    assert found is not None
+    assert view.scale_set_id == found["id"] and view.runner_group_id == found["runnerGroupId"]
+    assert labels_on_github(world) == [NAME, "gpu"]
+    assert found["RunnerSetting"]["disableUpdate"] is True
+    assert view.assigned_jobs == 0 and view.busy_runners == () and view.problem is None
+
+
+def test_drifted_labels_are_put_back_and_an_existing_scale_set_adopted(world: World) -> None:
+    group = world.client.runner_group("default")
+    existing = world.client.create_scale_set(RunnerScaleSet(name=NAME, runnerGroupId=group.id))
+    assert labels_on_github(world) == [NAME]
+    world.listener(labels=("gpu", "x64"))
+    view = world.listening()
+    assert view.scale_set_id == existing.id
+    assert labels_on_github(world) == [NAME, "gpu", "x64"]
+
+
+def test_jobs_are_acquired_and_each_view_is_written_before_its_message_is_acknowledged(world: World) -> None:
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.sink.fail_next(1)  # the status write of the first message fails: no ack, delivered again
+    request_id = world.service.offer_job(scale_set_id)
+    world.sink.wait_refused(1)
+    assigned = world.wait(lambda v: v.assigned_jobs == 1)
+    refused = world.sink.refused[0][2]
+    # The refused message came again and was recorded then; the job was acquired (JobAssigned).
+    assert any(v.last_message_id == refused.last_message_id for v in world.sink.views(NS, POOL))
+    assert assigned.running_jobs == 0
+
+    world.runner(scale_set_id, "linux-abc12")
+    world.service.start_job(request_id, "linux-abc12")
+    running = world.wait(lambda v: v.busy_runners == ("linux-abc12",))
+    assert (running.assigned_jobs, running.running_jobs) == (1, 1)
+    world.service.complete_job(request_id)
+    done = world.wait(lambda v: v.last_message_id > running.last_message_id and not v.busy_runners)
+    assert (done.assigned_jobs, done.running_jobs) == (0, 0)
+
+    # Every acknowledged message was written first, and each once acknowledged.
+    acks = world.acks()
+    assert refused.last_message_id in acks and len(acks) == len(set(acks))
+    order = world.calls
+    for message_id in acks:
+        written = order.index(("PUBLISH", str(message_id)))
+        acked = order.index(("ACKED", str(message_id)))
+        assert written < acked, f"message {message_id} acknowledged before its view was written"
+
+
+def test_a_job_github_offers_again_after_a_cancelled_assignment_is_acquired_again(world: World) -> None:
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    request_id = world.service.offer_job(scale_set_id)
+    first = world.wait(lambda v: v.assigned_jobs == 1)
+    world.service.reassign(request_id)  # no runner took it: cancelled, then offered again
+    again = world.wait(lambda v: v.last_message_id > first.last_message_id and v.assigned_jobs == 1)
+    assert again.busy_runners == () and again.problem is None
+    between = [v for v in world.sink.views(NS, POOL) if first.last_message_id < v.last_message_id]
+    assert between[0].assigned_jobs == 0  # the cancellation's view, before the job was acquired again
+
+
+def test_a_new_listener_resumes_from_the_last_message_and_counts_nothing_twice(world: World) -> None:
+    first = world.listener()
+    scale_set_id = world.listening().scale_set_id
+    request_id = world.service.offer_job(scale_set_id)
+    world.wait(lambda v: v.assigned_jobs == 1)
+    world.runner(scale_set_id, "linux-abc12")
+
+    # The leader dies between writing a message's view and acknowledging it.
+    def die_after_write(namespace: str, name: str, view: ScaleSetView) -> None:
+        if view.busy_runners:
+            first.stop()
+
+    world.sink.on_publish = die_after_write
+    world.service.start_job(request_id, "linux-abc12")
+    assert first.wait(10)
+    resume = world.sink.latest(NS, POOL)
+    assert resume is not None and resume.busy_runners == ("linux-abc12",)
+    assert resume.last_message_id not in world.acks()  # written, never acknowledged
+    before = len(world.sink.published)
+
+    world.sink.on_publish = None
+    world.listener(resume=resume)
+    world.listening()
+    world.service.complete_job(request_id)
+    done = world.wait(lambda v: v.last_message_id > resume.last_message_id and not v.busy_runners)
+    assert (done.assigned_jobs, done.running_jobs) == (0, 0)
+    after = [view for _, _, view in world.sink.published[before:]]
+    # Nothing before the resumed message was handled again, and the message written but not
+    # acknowledged was not delivered again (the poll named it as the last one processed).
+    assert all(view.last_message_id >= resume.last_message_id for view in after)
+    assert resume.last_message_id not in world.acks()
+    assert any(
+        f"lastMessageId={resume.last_message_id}" in url for method, url in world.calls if method == "GET"
+    )
+
+
+def test_a_session_another_owner_holds_is_shown_and_taken_over_once_freed(world: World) -> None:
+    group = world.client.runner_group("default")
+    created = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    other = MessageSession.open(world.client, created.id, "another-replica", conflict_retries=0)
+    world.listener()
+    held = world.wait(lambda v: v.problem is not None)
+    assert held.problem is not None
+    reason, message = held.problem
+    assert reason == Reason.SCALE_SET_SESSION_HELD
+    assert "another listener holds the message session" in message
+    assert world.service.sessions(created.id) == ["another-replica"]
+
+    other.close()
+    view = world.wait(lambda v: v.problem is None, latest=True)
+    assert view.scale_set_id == created.id
+    assert world.fake.wait_for(lambda: world.service.sessions(created.id) == [OWNER])
+
+
+def test_expired_queue_tokens_are_renewed_without_a_problem(world: World) -> None:
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.service.expire_queue_tokens()
+    world.service.offer_job(scale_set_id)
+    assigned = world.wait(lambda v: v.assigned_jobs == 1)
+    assert assigned.problem is None
+    assert any(method == "PATCH" and "/sessions/" in url for method, url in world.calls)
+    assert all(view.problem is None for view in world.sink.views(NS, POOL))
+
+
+def test_a_scale_set_deleted_on_github_is_created_again(world: World) -> None:
+    world.listener()
+    gone = world.listening().scale_set_id
+    world.client.delete_scale_set(gone)
+    view = world.wait(lambda v: v.scale_set_id not in (0, gone))
+    found = world.service.scale_set(NAME)
+    assert found is not None and found["id"] == view.scale_set_id
+    assert labels_on_github(world) == [NAME, "gpu"]
+    assert world.fake.wait_for(lambda: world.service.sessions(view.scale_set_id) == [OWNER])
+    world.service.offer_job(view.scale_set_id)
+    assert world.wait(lambda v: v.scale_set_id == view.scale_set_id and v.assigned_jobs == 1).problem is None
+
+
+def test_stop_closes_the_session_so_another_owner_gets_it_at_once(world: World) -> None:
+    listener = world.listener()
+    scale_set_id = world.listening().scale_set_id
+    listener.stop()
+    assert listener.wait(5)
+    assert world.service.sessions(scale_set_id) == []
+    MessageSession.open(world.client, scale_set_id, "next-leader", conflict_retries=0).close()
+
+
+def test_refused_credentials_are_shown_and_retried(world: World) -> None:
+    world.fake.fail_next(3, 401, path="registration-token")
+    world.listener()
+    refused = world.wait(lambda v: v.problem is not None)
+    assert refused.problem is not None and refused.problem[0] == Reason.SCALE_SET_CREDENTIALS_REFUSED
+    assert "refused the pool's credentials" in refused.problem[1]
+    world.listening()
+
+
+def test_an_admin_token_refused_before_its_expiry_is_traded_again(world: World) -> None:
+    world.fake.fail_next(1, 401, path="runnergroups")
+    world.listener()
+    refused = world.wait(lambda v: v.problem is not None)
+    assert refused.problem is not None and refused.problem[0] == Reason.SCALE_SET_CREDENTIALS_REFUSED
+    world.listening()
+    assert world.fake.count("actions/runner-registration", status=200) == 2
+
+
+def test_an_unreachable_service_is_shown_and_retried(world: World) -> None:
+    world.fake.fail_next(4, 503, path="runnergroups")
+    world.listener()
+    down = world.wait(lambda v: v.problem is not None)
+    assert down.problem is not None and down.problem[0] == Reason.SCALE_SET_UNREACHABLE
+    world.listening()
+
+
+# -- the clients ------------------------------------------------------------------------------
+
+
+def test_one_client_per_credential_rebuilt_when_the_secret_changes(world: World) -> None:
+    client = world.clients.get(world.pool)
+    assert world.clients.get(world.pool) is client
+    sibling = PoolRef(
+        NS, "other", world.pool.scope, world.pool.credential_secret_name, api_url=world.fake.url
+    )
+    assert world.clients.get(sibling) is client
+    assert client.connection.config_url == f"{world.fake.url}/{ORG}"
+    world.rest.rotate()
+    assert world.clients.get(world.pool) is not client
+    assert len(world.clients) == 1
+
+
+def test_the_config_url_is_the_scopes_web_page() -> None:
+    org = PoolRef(NS, POOL, Scope(organization=ORG), "c")
+    assert config_url(org) == f"https://github.com/{ORG}"
+    ghes = PoolRef(NS, POOL, Scope(repository="o/r"), "c", api_url="https://ghe.example.com/api/v3")
+    assert config_url(ghes) == "https://ghe.example.com/o/r"
+
+
+# -- the runnable -----------------------------------------------------------------------------
+
+
+def test_listeners_follow_the_pools_and_stop_with_the_operator(world: World) -> None:
+    key: PoolKey = (NS, POOL)
+    pools: dict[PoolKey, ScaleSetSettings] = {key: world.settings()}
+    listeners = ScaleSetListeners(
+        lambda: list(pools.items()),
+        listener_factory(world.clients, world.sink, OWNER, TIMING),
+        resume=lambda k: world.sink.latest(*k),
+        interval=60,
+    )
+    listeners.sync()
+    scale_set_id = world.listening().scale_set_id
+    first = listeners.listener(key)
+
+    pools[key] = world.settings(labels=("gpu", "arm64"))  # its settings change: replaced
+    listeners.sync()
+    assert listeners.listener(key) is not first and first is not None and not first.alive
+    assert world.fake.wait_for(lambda: labels_on_github(world) == [NAME, "gpu", "arm64"])
+    assert world.fake.wait_for(lambda: world.service.sessions(scale_set_id) == [OWNER])
+
+    pools[key] = world.settings(labels=("gpu", "arm64"), deleting=True)  # being deleted: stopped
+    listeners.sync()
+    assert listeners.listening() == {}
+    assert world.service.sessions(scale_set_id) == []
+
+    pools[key] = world.settings()
+    listeners.start()
+    listeners.poke()
+    assert world.fake.wait_for(lambda: world.service.sessions(scale_set_id) == [OWNER], timeout=10)
+    assert listeners.stop(10)
+    assert world.service.sessions(scale_set_id) == []
+    assert listeners.listening() == {}
+
+
+def test_the_later_view_of_one_scale_set_is_resumed() -> None:
+    old, new = (
+        ScaleSetView(scale_set_id=3, last_message_id=5),
+        ScaleSetView(scale_set_id=3, last_message_id=9),
+    )
+    assert later(old, new) is new and later(new, old) is new
+    other = ScaleSetView(scale_set_id=4, last_message_id=20)
+    assert later(old, other) is old and later(None, other) is other and later(None, None) is None
+
+
+def test_labels_unchanged_mean_no_update(world: World) -> None:
+    world.listener()
+    world.listening()
+    assert not any(
+        method == "PATCH" and "/runnerscalesets/" in url and "/sessions/" not in url
+        for method, url in world.calls
+    )
+    assert [Label(name=NAME), Label(name="gpu")] == list(
+        desired_scale_set(world.settings(), 1, "Default").labels
+    )
