@@ -13,6 +13,7 @@ a SIGTERM or a lost Lease asks for the stop.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
 from kubernetes import client
@@ -41,6 +42,15 @@ from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
+from runnerpool.scale_set_pools import (
+    PoolScaleSets,
+    ScaleSetJitConfigs,
+    StatusSink,
+    listened_pools,
+    resumed_view,
+)
+from runnerpool.scaleset.clients import ScaleSetClients
+from runnerpool.scaleset.runnable import ScaleSetListeners, listener_factory
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads, config_maps
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
@@ -112,6 +122,20 @@ class Operator:
         allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
+        scale_set_clients = ScaleSetClients(clients)
+        listeners = ScaleSetListeners(
+            listened_pools(
+                self.informers,
+                settings.github.pool_ref,
+                lambda pool: settings.tenants.allows_pool(pool) and access.enabled(pool.namespace),
+            ),
+            listener_factory(
+                scale_set_clients,
+                StatusSink(kube, self.informers),
+                owner=settings.leader_election.identity or socket.gethostname(),
+            ),
+            resume=resumed_view(self.informers),
+        )
         secrets = SecretUpdater(
             clients,
             lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
@@ -119,6 +143,7 @@ class Operator:
             token_scheduler,
             delete_leftover_runner,
             settings=settings.tokens,
+            scale_set_jit=ScaleSetJitConfigs(scale_set_clients),
         )
         runners = RunnerManagers(
             self.informers,
@@ -136,7 +161,12 @@ class Operator:
         reconciler = Reconciler(
             self.informers,
             kube,
-            PoolJobs(secrets, runners, others=(self._demand,)),
+            PoolJobs(
+                secrets,
+                runners,
+                others=(self._demand,),
+                scale_sets=PoolScaleSets(scale_set_clients, listeners),
+            ),
             KubeEventRecorder(kube),
             gates=(
                 NamespaceGate(access),
@@ -163,6 +193,7 @@ class Operator:
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
+            listeners.runnable(),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
 

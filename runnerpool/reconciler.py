@@ -81,8 +81,13 @@ class Forgets(Protocol):
 
 
 class ScaleSets(Protocol):
-    """The owner of scale sets on GitHub (``runnerpool.scaleset``): the listener creates and
-    adopts them; the finalizer has it delete a pool's once its runners are gone."""
+    """The owner of scale sets on GitHub (``runnerpool.scale_set_pools``): the leader's
+    listeners create and adopt them; the finalizer has it delete a pool's once its runners are
+    gone."""
+
+    def listen(self, namespace: str, name: str) -> None:
+        """The scale-set pool is live: its listener should run (soon, if it does not)."""
+        ...
 
     def delete(self, pool: PoolRef, scale_set_id: int) -> None:
         """Delete the scale set (gone already: done); raises GitHubError."""
@@ -346,12 +351,15 @@ class Reconciler:
         return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
 
     def _start_jobs(self, run: _Pass, seen: Observed, secret: dict[str, Any]) -> float | None:
-        """The token job (token mode) and the runner manager: both idempotent, cheap to repeat.
+        """The token job (token mode), the runner manager and a scale set's listener: all
+        idempotent, cheap to repeat.
 
         A JIT pool has no pool token: one switched from token mode has it emptied and its job
         stopped.  A token lost (Secret deleted, emptied or edited) is refilled now.
         """
         ref = self._pool_ref(run, seen.credentials)
+        if run.pool.spec.scale_set is not None and self._jobs.scale_sets is not None:
+            self._jobs.scale_sets.listen(run.pool.namespace, run.pool.name)
         if _jit(run.pool):
             self._withdraw_token(run)
             self._jobs.runners.start(ref)

@@ -95,6 +95,8 @@ ACCOUNTS, ROLE_BINDINGS_ = "ServiceAccounts", "RoleBindings"
 # Index names: pods by ``namespace/pool``; pools by autoscaling scope (the pools that follow the
 # demand deliveries and polling report: not scale sets) and by credential Secret.
 BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
+#: Pools with ``spec.scaleSet`` (being deleted too), all under ``ANY_SCOPE``.
+BY_SCALE_SET = "scale-set"
 #: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
 ANY_SCOPE = "*"
 
@@ -190,6 +192,11 @@ def _scope_index(default_api_url: str) -> Callable[[ParsedPool], list[str]]:
     return keys
 
 
+def _scale_set_index(parsed: ParsedPool) -> list[str]:
+    pool = parsed.model
+    return [ANY_SCOPE] if pool is not None and pool.spec.scale_set is not None else []
+
+
 def _credential_index(parsed: ParsedPool) -> list[str]:
     return [credential_secret_name(parsed.raw)]
 
@@ -223,7 +230,11 @@ def pool_watches(
             RUNNER_POOLS,
             _the_pool,
             decode=parse_pool,
-            indexes={BY_SCOPE: _scope_index(default_api_url), BY_CREDENTIAL: _credential_index},
+            indexes={
+                BY_SCOPE: _scope_index(default_api_url),
+                BY_CREDENTIAL: _credential_index,
+                BY_SCALE_SET: _scale_set_index,
+            },
         ),
         Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR, per_namespace=True),
         Watch(CREDENTIALS, SECRETS, _secret, label_selector=CREDENTIAL_SELECTOR, per_namespace=True),
@@ -317,6 +328,11 @@ class PoolCache(InformerSet):
                 if parsed.model is not None:
                     found.setdefault(parsed.model.key, parsed.model)
         return [found[key] for key in sorted(found)]
+
+    def scale_set_pools(self) -> list[api.RunnerPool]:
+        """Valid pools with ``spec.scaleSet``, being deleted or not (the scale-set listeners')."""
+        found = (parsed.model for parsed in self.views(POOLS, None, BY_SCALE_SET, ANY_SCOPE))
+        return sorted((pool for pool in found if pool is not None), key=lambda pool: pool.key)
 
     def namespace_terminating(self, namespace: str) -> bool:
         """Whether the namespace is being deleted (or already gone) as far as the cache knows.

@@ -1,0 +1,190 @@
+"""Scale-set pools (``spec.scaleSet``) meet the scale set protocol (``runnerpool.scaleset``).
+
+``runnerpool.scaleset`` knows GitHub's protocol and nothing of RunnerPools; the reconciler and
+the secret updater know pools and nothing of the protocol. This module is where they meet, as
+the operator's assembly wires them (issue 34, docs/scale-sets.md):
+
+* :func:`listened_pools` — which pools the leader's listeners serve, from the cache: every
+  valid pool with ``spec.scaleSet`` in a namespace the platform team enabled and that the
+  allow-list lets register at its scope; a pool being deleted is listed ``deleting`` (its
+  listener stops before the finalizer deletes the scale set).
+* :class:`StatusSink` — the one writer of ``status.scaleSet``: a merge patch of the status
+  subresource with the listener's view, nothing else (the reconciler leaves that key alone).
+* :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds,
+  so it polls after the last message whose effect was recorded.
+* :class:`ScaleSetJitConfigs` — a scale-set pool's pod's JIT config, from its scale set.
+* :class:`PoolScaleSets` — what the reconciler asks: a listener for a pool it saw, and, as the
+  finalizer's last GitHub act, the pool's listener stopped (so nothing creates the scale set
+  again) and its scale set deleted (gone: done).
+
+Labels: the scale set carries ``<namespace>/<pool>`` besides ``spec.labels``: GitHub lists a
+scale set's runners, with its labels, in the scope's runner listing, where the runner managers
+tell a pool's runners apart by that label (``runnerpool.runners.listing``), so scale-down,
+busy marks and deregistration work as for any pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from runnerpool import api, naming
+from runnerpool.domain import PoolRef
+from runnerpool.github.types import JitConfig, JitRequest
+from runnerpool.runtime.kube import RUNNER_POOLS, Kube
+from runnerpool.scaleset.clients import ScaleSetClients
+from runnerpool.scaleset.errors import ScaleSetNotFound
+from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
+from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners
+
+__all__ = [
+    "LISTENER_CREDENTIALS",
+    "PoolScaleSets",
+    "ScaleSetJitConfigs",
+    "StatusSink",
+    "listened_pools",
+    "resumed_view",
+    "scale_set_labels",
+    "status_of",
+]
+
+#: The listeners' PoolRef carries no credential version: a changed Secret is picked up by the
+#: clients (``ScaleSetClients`` rebuilds when the REST client changes) without a new session.
+LISTENER_CREDENTIALS = "listener"
+#: Seconds the finalizer waits for a pool's listener to end (it deletes its session at once).
+STOP_WAIT = 30.0
+
+
+class ScaleSetPoolReads(Protocol):
+    def scale_set_pools(self) -> list[api.RunnerPool]:
+        """Valid pools with ``spec.scaleSet``, being deleted or not."""
+        ...
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+def scale_set_labels(pool: api.RunnerPool) -> tuple[str, ...]:
+    """The scale set's extra labels (its name is always the first): the pool's own runner
+    label, then ``spec.labels``."""
+    own = naming.pool_runner_label(pool.namespace, pool.name)
+    return (own, *(label for label in pool.spec.labels if label != own))
+
+
+def listened_pools(
+    reads: ScaleSetPoolReads,
+    pool_ref: Callable[[api.RunnerPool, str], PoolRef],
+    allowed: Callable[[api.RunnerPool], bool],
+) -> Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]]:
+    """``pools()`` for ``ScaleSetListeners``: ``allowed`` says whether the namespace is enabled
+    and the allow-list lets the pool register at its scope (a refused pool gets no listener and
+    makes no GitHub call, as it gets no token)."""
+
+    def pools() -> Iterable[tuple[PoolKey, ScaleSetSettings]]:
+        for pool in reads.scale_set_pools():
+            scale_set, scaling = pool.spec.scale_set, pool.spec.autoscaling
+            if scale_set is None or scaling is None or not allowed(pool):
+                continue
+            settings = ScaleSetSettings(
+                pool=pool_ref(pool, LISTENER_CREDENTIALS),
+                name=scale_set.name,
+                max_runners=scaling.max_replicas,
+                runner_group=pool.spec.runner_group,
+                labels=scale_set_labels(pool),
+                deleting=pool.deleting,
+            )
+            yield (pool.namespace, pool.name), settings
+
+    return pools
+
+
+def status_of(view: ScaleSetView) -> dict[str, Any]:
+    """``status.scaleSet`` as the listener's view says (0 ids: not known yet)."""
+    problem = None if view.problem is None else {"reason": str(view.problem[0]), "message": view.problem[1]}
+    return {
+        "id": view.scale_set_id or None,
+        "runnerGroupId": view.runner_group_id if view.scale_set_id else None,
+        "lastMessageId": view.last_message_id,
+        "assignedJobs": view.assigned_jobs,
+        "runningJobs": view.running_jobs,
+        "busyRunners": sorted(view.busy_runners),
+        "problem": problem,
+    }
+
+
+class StatusSink:
+    """Writes each view to ``status.scaleSet`` (``ViewSink``); raises when the API server does
+    not take it, so the listener does not acknowledge the message (it comes again)."""
+
+    def __init__(self, kube: Kube, reads: ScaleSetPoolReads) -> None:
+        self._kube = kube
+        self._reads = reads
+
+    def publish(self, namespace: str, name: str, view: ScaleSetView) -> None:
+        wanted = status_of(view)
+        raw = self._reads.get_pool(namespace, name) or {}
+        shown = (raw.get("status") or {}).get("scaleSet") or {}
+        if {key: value for key, value in wanted.items() if value is not None} == shown:
+            return  # the cache shows it already: a converged pool is written nothing
+        body = {"status": {"scaleSet": wanted}}
+        self._kube.patch(RUNNER_POOLS, namespace, name, body, subresource="status")
+
+
+def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView | None]:
+    """The view a pool's status holds (``None``: none recorded), for a new leader's listener."""
+
+    def resume(key: PoolKey) -> ScaleSetView | None:
+        raw = reads.get_pool(*key)
+        if raw is None:
+            return None
+        try:
+            seen = api.RunnerPool.model_validate(raw).status.scale_set
+        except ValueError:
+            return None
+        if seen is None or seen.id is None:
+            return None
+        return ScaleSetView(
+            scale_set_id=seen.id,
+            runner_group_id=seen.runner_group_id or 0,
+            last_message_id=seen.last_message_id,
+            assigned_jobs=seen.assigned_jobs,
+            running_jobs=seen.running_jobs,
+            busy_runners=tuple(seen.busy_runners),
+        )
+
+    return resume
+
+
+class ScaleSetJitConfigs:
+    """``SecretWrites.scale_set_jit``: a runner and its JIT config, made by the pod's scale set."""
+
+    def __init__(self, clients: ScaleSetClients) -> None:
+        self._clients = clients
+
+    def __call__(self, pool: PoolRef, request: JitRequest) -> JitConfig:
+        assert request.scale_set_id is not None, "only scale-set pools' requests come here"
+        made = self._clients.get(pool).generate_jit_config(
+            request.scale_set_id, request.name, request.work_folder
+        )
+        return JitConfig(runner_id=made.runner.id, encoded=made.encoded_jit_config)
+
+
+class PoolScaleSets:
+    """``PoolJobs.scale_sets``: the reconciler's two asks of the scale-set side. ``listen``: a
+    scale-set pool it saw should have a listener (the listeners sync at once when it has none,
+    not at their next interval); ``delete``: stop the pool's listener, so nothing creates the
+    scale set again, then delete the scale set."""
+
+    def __init__(self, clients: ScaleSetClients, listeners: ScaleSetListeners) -> None:
+        self._clients = clients
+        self._listeners = listeners
+
+    def listen(self, namespace: str, name: str) -> None:
+        if self._listeners.listener((namespace, name)) is None:
+            self._listeners.poke()
+
+    def delete(self, pool: PoolRef, scale_set_id: int) -> None:
+        self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT)
+        try:
+            self._clients.get(pool).delete_scale_set(scale_set_id)
+        except ScaleSetNotFound:
+            return  # gone already: what the deletion wanted
