@@ -31,14 +31,26 @@ keeps a message until it is acknowledged, so an unacknowledged one is delivered 
 set with ``fail_next`` (a substring of these paths) apply here too.
 
 ``reassign`` plays an assignment GitHub cancels because no runner took the job (``JobCompleted``
-``canceled``, then ``JobAvailable`` again, up to 3 times). Not yet: a runner stand-in consuming
-the scale set's JIT config, and these runners in the REST runner listing; ``reset`` does not
-forget scale sets (``service(fake).reset()`` does).
+``canceled``, then ``JobAvailable`` again, up to 3 times).
+
+Runners. ``generatejitconfig`` makes a runner of the fake itself (`GitHubState`), so the REST
+listing (``GET .../actions/runners``, its ETags included) shows it, as GitHub lists scale set
+runners: ephemeral, in the scale set's runner group, labelled with the scale set's labels
+(its name first; ``read-only``/``custom`` for ``System``/``User``), offline until its config
+runs (`use_jit_config`: a pod stand-in, or a runner process opening its session), online after
+and busy while it runs a job. REST ``DELETE .../actions/runners/{id}`` and
+``DELETE _apis/distributedtask/pools/0/agents/{id}`` remove the same runner; a busy one is
+refused by each as before (REST 422 "is still running a job", the service 409
+``JobStillRunningException``). An acquired job goes to an online idle runner of its scale set
+(``JobStarted``), runs its ``duration_s`` by the fake's clock or until `complete_job`, then
+``JobCompleted``, and the ephemeral runner is removed (`on_runner_finished` hooks hear of it).
+`GitHubState.reset` forgets the scale sets too. Not here: scale set jobs are not workflow jobs
+of the REST API (``GET .../actions/jobs/{id}``, ``workflow_job`` webhooks), and a runner process
+(testworld/runner_image) is not handed scale set jobs through its listener: the fake plays them.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import re
@@ -54,7 +66,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 from testworld.fakegithub.appjwt import jwt_claims
 from testworld.fakegithub.jobs import Bases
-from testworld.fakegithub.state import SERVICE_PATH, GitHubState
+from testworld.fakegithub.state import (
+    SERVICE_PATH,
+    GitHubState,
+    RegistrationRejectedError,
+    _Runner,  # the fake's runner record
+)
 
 __all__ = ["PATH", "ScaleSetService", "actions_exception", "answer", "service"]
 
@@ -128,16 +145,14 @@ class _Job:
     #: available -> assigned (acquired) -> running -> completed
     state: str = "available"
     runner_id: int | None = None
+    runner_name: str = ""
     #: How often it was assigned and cancelled because no runner took it.
     assignments: int = 0
-
-
-@dataclass
-class _Runner:
-    id: int
-    name: str
-    scale_set_id: int
-    busy: bool = False
+    #: How long it runs once a runner took it; ``None``: until the test calls ``complete_job``.
+    duration_s: float | None = None
+    started_at: float | None = None
+    #: ``JobCompleted``'s result once completed.
+    result: str = ""
 
 
 @dataclass
@@ -155,12 +170,15 @@ class ScaleSetService:
     _sessions: dict[str, _Session] = field(default_factory=dict)
     _messages: list[_Message] = field(default_factory=list)
     _jobs: dict[int, _Job] = field(default_factory=dict)
-    _runners: dict[int, _Runner] = field(default_factory=dict)
     _ids: Callable[[], int] = field(default_factory=lambda: itertools.count(1).__next__)
+    #: Called with a runner's id when its job completed (it is removed then): a pod stand-in ends.
+    _finished_hooks: list[Callable[[int], None]] = field(default_factory=list)
 
     def reset(self) -> None:
+        """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
+        runners are the fake's and go with its reset)."""
         with self._cond:
-            for table in (self._sets, self._sessions, self._jobs, self._runners):
+            for table in (self._sets, self._sessions, self._jobs):
                 table.clear()
             self._messages.clear()
             self._cond.notify_all()
@@ -172,17 +190,37 @@ class ScaleSetService:
             found = next((s for s in self._sets.values() if s.name == name), None)
             return None if found is None else self._set_json(found)
 
-    def offer_job(self, scale_set_id: int, *, repository: str = "app", labels: tuple[str, ...] = ()) -> int:
-        """A workflow job that targets the scale set: ``JobAvailable``; returns its request id."""
+    def scale_sets(self) -> list[dict[str, Any]]:
+        """Every scale set, as ``GET _apis/runtime/runnerscalesets/{id}`` shows it, oldest first."""
         with self._cond:
-            found = self._sets.get(scale_set_id)
-            if found is None:
-                raise LookupError(f"no scale set {scale_set_id}")
+            return [self._set_json(s) for s in self._sets.values()]
+
+    def scale_set_id(self, scale_set: int | str) -> int:
+        """The id of a scale set given by id or by name (a name must be unique in the fake)."""
+        with self._cond:
+            return self._resolve(scale_set).id
+
+    def offer_job(
+        self,
+        scale_set: int | str,
+        *,
+        repository: str = "app",
+        labels: tuple[str, ...] = (),
+        duration_s: float | None = None,
+    ) -> int:
+        """A workflow job that targets the scale set (by id or name): ``JobAvailable``; returns
+        its request id. Once the listener acquired it, an online idle runner of the scale set
+        takes it (``JobStarted``); it then runs ``duration_s`` seconds of the fake's clock, or
+        until `complete_job` when ``None``."""
+        if duration_s is not None and duration_s < 0:
+            raise ValueError(f"duration_s must not be negative, got {duration_s}")
+        with self._cond:
+            found = self._resolve(scale_set)
             request_id = 1000 + self._ids()
             owner = found.scope_key[1].split("/")[0]
             job = _Job(
                 request_id,
-                scale_set_id,
+                found.id,
                 {
                     "runnerRequestId": request_id,
                     "repositoryName": repository,
@@ -195,34 +233,32 @@ class ScaleSetService:
                     "requestLabels": list(labels or (found.name,)),
                     "queueTime": _stamp(self.fake.clock()),
                 },
+                duration_s=duration_s,
             )
             self._jobs[request_id] = job
-            acquire_url = f"{self._web()}{SERVICE_PATH}{_SETS}/{scale_set_id}/acquirejobs"
             self._post(
-                scale_set_id, {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": acquire_url}
+                found.id,
+                {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": self._acquire_url(found.id)},
             )
             return request_id
 
     def start_job(self, request_id: int, runner_name: str) -> None:
-        """The scale set's runner ``runner_name`` took the (acquired) job: ``JobStarted``."""
-        with self._cond:
+        """The scale set's runner ``runner_name`` took the (acquired) job: ``JobStarted``. A
+        runner still offline came online for it (its config ran)."""
+        with self._cond, self.fake._lock:
             job = self._jobs[request_id]
-            runner = next(r for r in self._runners.values() if r.name == runner_name)
+            runner = next((r for r in self._members(job.scale_set_id) if r.name == runner_name), None)
+            if runner is None:
+                raise LookupError(f"no runner {runner_name!r} in scale set {job.scale_set_id}")
             if job.state != "assigned" or runner.busy:
                 raise ValueError(f"job {request_id} is {job.state}; runner busy: {runner.busy}")
-            job.state, job.runner_id, runner.busy = "running", runner.id, True
-            self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+            runner.status, runner.jit_used = "online", True
+            self._start(job, runner)
 
     def complete_job(self, request_id: int, result: str = "succeeded") -> None:
         """The job ended: ``JobCompleted``; its (ephemeral) runner is removed, as GitHub does."""
         with self._cond:
-            job = self._jobs[request_id]
-            runner = self._runners.pop(job.runner_id) if job.runner_id in self._runners else None
-            job.state = "completed"
-            who = _who(runner) if runner else {"runnerId": 0, "runnerName": ""}
-            self._post(
-                job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who}
-            )
+            self._complete(self._jobs[request_id], result)
 
     def reassign(self, request_id: int) -> None:
         """No runner took the assigned job in time: GitHub cancels the assignment
@@ -236,7 +272,7 @@ class ScaleSetService:
             self._post(job.scale_set_id, {**cancelled, "runnerName": ""})
             job.assignments += 1
             if job.assignments >= MAX_ASSIGNMENTS:
-                job.state = "completed"
+                job.state, job.result = "completed", "canceled"
                 return
             job.state = "available"
             self._post(
@@ -248,11 +284,73 @@ class ScaleSetService:
                 },
             )
 
-    def runners(self, scale_set_id: int) -> list[dict[str, Any]]:
-        with self._cond:
+    def runners(self, scale_set: int | str) -> list[dict[str, Any]]:
+        """The scale set's runners: ``runnerId``, ``runnerName``, ``busy``, ``status``."""
+        with self._cond, self.fake._lock:
+            self._tick()
             return [
-                _who(r) | {"busy": r.busy} for r in self._runners.values() if r.scale_set_id == scale_set_id
+                _who(r) | {"busy": r.busy, "status": r.status}
+                for r in self._members(self._resolve(scale_set).id)
             ]
+
+    def jobs(self, scale_set: int | str | None = None) -> list[dict[str, Any]]:
+        """The scale set's jobs (every one without ``scale_set``), oldest first: ``requestId``,
+        ``scaleSetId``, ``state`` (available, assigned, running, completed), ``runnerName``,
+        ``result``."""
+        with self._cond:
+            self._tick()
+            wanted = None if scale_set is None else self._resolve(scale_set).id
+            return [
+                {
+                    "requestId": j.request_id,
+                    "scaleSetId": j.scale_set_id,
+                    "state": j.state,
+                    "runnerName": j.runner_name,
+                    "result": j.result,
+                }
+                for j in self._jobs.values()
+                if wanted in (None, j.scale_set_id)
+            ]
+
+    def completed(self, scale_set: int | str | None = None, result: str = "succeeded") -> int:
+        """How many of the scale set's jobs (every one's without it) completed with ``result``."""
+        return sum(j["state"] == "completed" and j["result"] == result for j in self.jobs(scale_set))
+
+    def wait_completed(
+        self, n: int, scale_set: int | str | None = None, *, timeout: float = 30.0, result: str = "succeeded"
+    ) -> bool:
+        """Block until at least ``n`` jobs (of ``scale_set``) completed with ``result``; False on
+        timeout. Jobs whose ``duration_s`` ran out complete on the way."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.completed(scale_set, result) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, self._next_due(), 0.2))
+            return True
+
+    def use_jit_config(self, encoded: str) -> int:
+        """A runner pod's stand-in runs ``run.sh --jitconfig <encoded>``: the runner is online and
+        takes a job assigned to its scale set (see `GitHubState.run_jit_config`, which refuses a
+        config used already or whose runner was deleted). Works for a REST JIT config too.
+        Returns the runner's id."""
+        with self._cond:
+            runner_id = self.fake.run_jit_config(encoded)
+            self._tick()
+            self._cond.notify_all()
+            return runner_id
+
+    def on_runner_finished(self, hook: Callable[[int], None]) -> None:
+        """Call ``hook(runner_id)`` whenever a scale set runner's job completed and the runner was
+        removed: its process exits then. It runs under the service's lock and must not block."""
+        with self._cond:
+            self._finished_hooks.append(hook)
+
+    def remove_runner_finished(self, hook: Callable[[int], None]) -> None:
+        with self._cond:
+            if hook in self._finished_hooks:
+                self._finished_hooks.remove(hook)
 
     def sessions(self, scale_set_id: int) -> list[str]:
         with self._cond:
@@ -396,7 +494,10 @@ class ScaleSetService:
             gone = found.id
             self._sessions = {k: v for k, v in self._sessions.items() if v.scale_set_id != gone}
             self._jobs = {k: v for k, v in self._jobs.items() if v.scale_set_id != gone}
-            self._runners = {k: v for k, v in self._runners.items() if v.scale_set_id != gone}
+            with self.fake._lock:
+                for runner in self._members(gone):
+                    self.fake._forget_runner(runner)
+                self.fake._notify()
             self._messages[:] = [m for m in self._messages if m.scale_set_id != found.id]
             self._cond.notify_all()
         raise _Done(204)
@@ -408,21 +509,21 @@ class ScaleSetService:
             raise _Refused(400, actions_exception("ArgumentException", "name is required"))
         with self._cond:
             found = self._owned(call)
-            if any(r.name == name for r in self._runners.values()):
+            try:
+                runner_id, encoded = self.fake.scale_set_jit_runner(
+                    call.auth,
+                    name=name,
+                    labels=_runner_labels(found),
+                    runner_group_id=found.group_id,
+                    scale_set_id=found.id,
+                    work_folder=str(data.get("workFolder") or "_work"),
+                )
+            except RegistrationRejectedError:
                 raise _Refused(
                     409, actions_exception("AgentExistsException", f"Agent exists with name {name}")
-                )
-            runner = _Runner(10_000 + self._ids(), name, found.id)
-            self._runners[runner.id] = runner
-            config = {
-                "scaleSetId": found.id,
-                "runnerId": runner.id,
-                "name": name,
-                "secret": secrets.token_urlsafe(16),
-            }
-            encoded = base64.b64encode(json.dumps(config).encode()).decode()
+                ) from None
             return {
-                "runner": {"id": runner.id, "name": name, "runnerScaleSetId": found.id},
+                "runner": {"id": runner_id, "name": name, "runnerScaleSetId": found.id},
                 "encodedJITConfig": encoded,
             }
 
@@ -469,6 +570,7 @@ class ScaleSetService:
         with self._cond:
             while True:
                 session.last_seen = self.fake.clock()
+                self._tick()
                 if session.id not in self._sessions:
                     raise _Refused(
                         404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
@@ -488,7 +590,7 @@ class ScaleSetService:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise _Done(202)
-                self._cond.wait(left)
+                self._cond.wait(min(left, self._next_due()))
 
     def _acknowledge(self, call: _Call) -> Any:
         message_id = int(call.match["message"])
@@ -507,30 +609,35 @@ class ScaleSetService:
                     job.state = "assigned"
                     acquired.append(request_id)
                     self._post(job.scale_set_id, {**job.fields, "messageType": "JobAssigned"})
+            self._tick()  # an online idle runner of the scale set takes it at once
             return {"count": len(acquired), "value": acquired}
 
     def _get_runner(self, call: _Call) -> Any:
-        with self._cond:
-            return _who(self._runner_of(call)) | {"runnerScaleSetId": self._runner_of(call).scale_set_id}
+        with self._cond, self.fake._lock:
+            runner = self._runner_of(call)
+            return _who(runner) | {"runnerScaleSetId": runner.scale_set_id or 0}
 
     def _find_runner(self, call: _Call) -> Any:
-        name = call.params.get("agentName", "")
-        with self._cond:
+        name = call.params.get("agentName", "").lower()
+        with self._cond, self.fake._lock:
             value = [
-                {"id": r.id, "name": r.name, "runnerScaleSetId": r.scale_set_id}
-                for r in self._runners.values()
-                if r.name == name and self._sets[r.scale_set_id].scope_key == call.auth.key
+                {"id": r.id, "name": r.name, "runnerScaleSetId": r.scale_set_id or 0}
+                for r in self.fake._runners.values()
+                if r.name.lower() == name and r.scope.key == call.auth.key
             ]
             return {"count": len(value), "value": value}
 
     def _remove_runner(self, call: _Call) -> Any:
-        with self._cond:
+        """The same runner as REST's ``DELETE .../actions/runners/{id}`` removes (GitHub's runner
+        id is the agent id); a busy one is refused here with the service's 409."""
+        with self._cond, self.fake._lock:
             runner = self._runner_of(call)
             if runner.busy:
                 raise _Refused(
                     409, actions_exception("JobStillRunningException", f"{runner.name} is running a job")
                 )
-            del self._runners[runner.id]
+            self.fake._forget_runner(runner)
+            self.fake._notify()
             self._cond.notify_all()
         raise _Done(204)
 
@@ -556,10 +663,78 @@ class ScaleSetService:
         return session
 
     def _runner_of(self, call: _Call) -> _Runner:
-        runner = self._runners.get(int(call.match["runner"]))
-        if runner is None or self._sets[runner.scale_set_id].scope_key != call.auth.key:
+        runner = self.fake._runners.get(int(call.match["runner"]))
+        if runner is None or runner.scope.key != call.auth.key:
             raise _Refused(404, actions_exception("AgentNotFoundException", "No agent found"))
         return runner
+
+    def _resolve(self, scale_set: int | str) -> _ScaleSet:
+        if isinstance(scale_set, int):
+            found = self._sets.get(scale_set)
+            if found is None:
+                raise LookupError(f"no scale set {scale_set}")
+            return found
+        named = [s for s in self._sets.values() if s.name == scale_set]
+        if len(named) != 1:
+            raise LookupError(f"{len(named)} scale sets are named {scale_set!r}: give the id")
+        return named[0]
+
+    def _members(self, scale_set_id: int) -> list[_Runner]:
+        """The scale set's runners, oldest first (the fake's records: hold its lock)."""
+        return [r for r in self.fake._runners.values() if r.scale_set_id == scale_set_id]
+
+    def _tick(self) -> None:
+        """Bring the scale sets' jobs up to the clock: jobs whose ``duration_s`` ran out complete,
+        assigned jobs go to online idle runners of their scale set (oldest job first)."""
+        now = self.fake.clock()
+        with self.fake._lock:
+            for job in list(self._jobs.values()):
+                due = job.started_at is not None and job.duration_s is not None
+                if due and job.state == "running" and now >= (job.started_at or 0) + (job.duration_s or 0):
+                    self._complete(job, "succeeded")
+            for job in self._jobs.values():
+                if job.state != "assigned":
+                    continue
+                runner = next(
+                    (
+                        r
+                        for r in self._members(job.scale_set_id)
+                        if r.status == "online" and not r.busy and r.job_id is None
+                    ),
+                    None,
+                )
+                if runner is not None:
+                    self._start(job, runner)
+
+    def _next_due(self) -> float:
+        """Seconds until the next running job's ``duration_s`` runs out (a poll wakes then)."""
+        now = self.fake.clock()
+        ends = [
+            (j.started_at or 0) + (j.duration_s or 0) - now
+            for j in self._jobs.values()
+            if j.state == "running" and j.duration_s is not None
+        ]
+        return max(0.01, min(ends, default=self.poll_wait))
+
+    def _start(self, job: _Job, runner: _Runner) -> None:
+        job.state, job.runner_id, job.runner_name = "running", runner.id, runner.name
+        job.started_at = self.fake.clock()
+        runner.busy = True
+        self.fake._notify()
+        self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+
+    def _complete(self, job: _Job, result: str) -> None:
+        with self.fake._lock:
+            runner = self.fake._runners.get(job.runner_id or 0)
+            if runner is not None and runner.scale_set_id == job.scale_set_id:
+                runner.busy = False
+                self.fake._forget_runner(runner)
+                self.fake._notify()
+                for hook in self._finished_hooks:
+                    hook(runner.id)
+        job.state, job.result = "completed", result
+        who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
+        self._post(job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who})
 
     def _new_token(self, session: _Session) -> None:
         session.token = secrets.token_urlsafe(24)
@@ -576,7 +751,8 @@ class ScaleSetService:
 
     def _statistics(self, scale_set_id: int) -> dict[str, int]:
         jobs = [j for j in self._jobs.values() if j.scale_set_id == scale_set_id]
-        runners = [r for r in self._runners.values() if r.scale_set_id == scale_set_id]
+        with self.fake._lock:
+            runners = self._members(scale_set_id)
         assigned = sum(j.state == "assigned" for j in jobs)
         running = sum(j.state == "running" for j in jobs)
         busy = sum(r.busy for r in runners)
@@ -639,6 +815,17 @@ def _who(runner: _Runner) -> dict[str, Any]:
     return {"runnerId": runner.id, "runnerName": runner.name}
 
 
+def _runner_labels(found: _ScaleSet) -> list[tuple[str, str]]:
+    """A scale set runner's labels in the REST listing: the scale set's name first, then its
+    other labels; ``System`` ones are ``read-only`` (applied by GitHub, as config.sh's
+    ``self-hosted``), ``User`` ones ``custom`` (the REST label types)."""
+    out = [(found.name, "read-only")]
+    for label in found.labels:
+        if label["name"].lower() != found.name.lower():
+            out.append((label["name"], "read-only" if label["type"].lower() == "system" else "custom"))
+    return out
+
+
 def _labels(data: dict[str, Any], name: str) -> list[dict[str, str]]:
     given = data.get("labels") or [{"name": name, "type": "System"}]
     return [{"name": str(label.get("name")), "type": str(label.get("type") or "System")} for label in given]
@@ -674,6 +861,7 @@ def service(fake: GitHubState, **settings: Any) -> ScaleSetService:
         found = _SERVICES.get(fake)
         if found is None:
             found = _SERVICES[fake] = ScaleSetService(fake)
+            fake.on_reset(found.reset)
     for name, value in settings.items():
         setattr(found, name, value)
     return found
