@@ -165,7 +165,9 @@ class ScaleSetService:
     queue_token_lifetime: float = 3600.0
     #: A session not polled for this long no longer blocks a new one (its owner died).
     session_timeout: float = 120.0
-    _cond: threading.Condition = field(default_factory=threading.Condition)
+    #: On the fake's own lock: one lock for runners and scale sets, so a test may ask either while
+    #: holding the other (``fake.wait_for(lambda: fake.scale_sets.completed() == 3)``).
+    _cond: threading.Condition = field(init=False)
     _sets: dict[int, _ScaleSet] = field(default_factory=dict)
     _sessions: dict[str, _Session] = field(default_factory=dict)
     _messages: list[_Message] = field(default_factory=list)
@@ -173,6 +175,9 @@ class ScaleSetService:
     _ids: Callable[[], int] = field(default_factory=lambda: itertools.count(1).__next__)
     #: Called with a runner's id when its job completed (it is removed then): a pod stand-in ends.
     _finished_hooks: list[Callable[[int], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._cond = threading.Condition(self.fake._lock)
 
     def reset(self) -> None:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
@@ -748,6 +753,7 @@ class ScaleSetService:
             self._messages.append(last)
         last.jobs.append(job)
         self._cond.notify_all()
+        self.fake._notify()  # and `GitHubState.wait_for`'s waiters
 
     def _statistics(self, scale_set_id: int) -> dict[str, int]:
         jobs = [j for j in self._jobs.values() if j.scale_set_id == scale_set_id]
