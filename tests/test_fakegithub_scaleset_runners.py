@@ -10,6 +10,8 @@ scale set and, once done, the ephemeral runner is gone.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -193,3 +195,45 @@ def test_reset_forgets_scale_sets_and_their_runners(world: World) -> None:
     assert listed(world) == {}
     client = World(world.fake, world.now).client  # the old admin token went with the reset
     assert client.scale_set(client.runner_group("default").id, NAME) is None
+
+
+def _config_files(encoded: str) -> dict[str, str]:
+    """The key=value lines of a JIT config's ``.runner`` and ``.credentials``, as run.sh reads them."""
+    files = json.loads(base64.b64decode(encoded))
+    lines = [line for text in files.values() for line in base64.b64decode(text).decode().splitlines()]
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def test_a_runner_process_with_a_scale_set_config_runs_the_job_itself(world: World) -> None:
+    created, jit = scale_set_with_runner(world)
+    config = _config_files(jit.encoded_jit_config)
+    service, auth = config["service"], {"Authorization": f"Bearer {config['credential']}"}
+    listener = Listener(world.session(created.id))
+    request_id = world.fake.scale_sets.offer_job(NAME, script="echo built")
+    assert listener.drain() == [("JobAvailable", ""), ("JobAssigned", "")]
+
+    opened = requests.post(f"{service}/sessions", headers=auth, timeout=5)
+    assert opened.status_code == 201, opened.text
+    session = dict(line.split("=", 1) for line in opened.text.splitlines())["session_id"]
+    assert listed(world)["pool-abc"]["status"] == "online"
+    offered = requests.get(f"{service}/sessions/{session}/job", params={"wait": 5}, headers=auth, timeout=10)
+    assert offered.status_code == 200, offered.text
+    job = dict(line.split("=", 1) for line in offered.text.splitlines())
+    assert (job["labels"], job["script"]) == (NAME, "echo built")
+    assert listener.drain() == []  # offered, not started yet
+
+    assert (
+        requests.post(f"{service}/jobs/{job['job_id']}/started", headers=auth, timeout=5).status_code == 204
+    )
+    assert listener.drain() == [("JobStarted", "pool-abc")]
+    assert listed(world)["pool-abc"]["busy"] is True
+    done = requests.post(
+        f"{service}/jobs/{job['job_id']}/completed", data={"conclusion": "success"}, headers=auth, timeout=5
+    )
+    assert done.status_code == 204
+    assert listener.drain() == [("JobCompleted", "pool-abc")]
+    assert world.fake.scale_sets.jobs(NAME)[0]["result"] == "succeeded"
+    assert world.fake.scale_sets.jobs(NAME)[0]["requestId"] == request_id
+    assert "pool-abc" not in listed(world)
+    workflow_job = world.fake.job(int(job["job_id"]))
+    assert (workflow_job["conclusion"], workflow_job["runner_name"]) == ("success", "pool-abc")

@@ -65,7 +65,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from testworld.fakegithub.appjwt import jwt_claims
-from testworld.fakegithub.jobs import Bases
+from testworld.fakegithub.jobs import Bases, Conclusion, Job
 from testworld.fakegithub.state import (
     SERVICE_PATH,
     GitHubState,
@@ -153,6 +153,10 @@ class _Job:
     started_at: float | None = None
     #: ``JobCompleted``'s result once completed.
     result: str = ""
+    #: The job's steps for a runner process (one line of shell), as `GitHubState.queue_job`'s.
+    script: str | None = None
+    #: The workflow job a runner process was offered (the fake's id): the process runs it.
+    workflow_job: int | None = None
 
 
 @dataclass
@@ -178,12 +182,16 @@ class ScaleSetService:
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition(self.fake._lock)
+        #: Workflow job id -> request id of the scale set jobs runner processes were offered.
+        self._offered: dict[int, int] = {}
+        self.fake._job_hooks.append(self._follow)
+        self.fake._poll_hooks.append(self._runner_polls)
 
     def reset(self) -> None:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
         runners are the fake's and go with its reset)."""
         with self._cond:
-            for table in (self._sets, self._sessions, self._jobs):
+            for table in (self._sets, self._sessions, self._jobs, self._offered):
                 table.clear()
             self._messages.clear()
             self._cond.notify_all()
@@ -212,11 +220,14 @@ class ScaleSetService:
         repository: str = "app",
         labels: tuple[str, ...] = (),
         duration_s: float | None = None,
+        script: str | None = None,
     ) -> int:
         """A workflow job that targets the scale set (by id or name): ``JobAvailable``; returns
         its request id. Once the listener acquired it, an online idle runner of the scale set
         takes it (``JobStarted``); it then runs ``duration_s`` seconds of the fake's clock, or
-        until `complete_job` when ``None``."""
+        until `complete_job` when ``None``. A runner process (testworld/runner_image, a session
+        of its own) is offered it as a workflow job instead and runs it itself: ``script`` (one
+        line of shell) or ``duration_s`` seconds (0 when ``None``), as `GitHubState.queue_job`'s."""
         if duration_s is not None and duration_s < 0:
             raise ValueError(f"duration_s must not be negative, got {duration_s}")
         with self._cond:
@@ -239,6 +250,7 @@ class ScaleSetService:
                     "queueTime": _stamp(self.fake.clock()),
                 },
                 duration_s=duration_s,
+                script=script,
             )
             self._jobs[request_id] = job
             self._post(
@@ -263,7 +275,14 @@ class ScaleSetService:
     def complete_job(self, request_id: int, result: str = "succeeded") -> None:
         """The job ended: ``JobCompleted``; its (ephemeral) runner is removed, as GitHub does."""
         with self._cond:
-            self._complete(self._jobs[request_id], result)
+            job = self._jobs[request_id]
+            workflow_job = self.fake._jobs.get(job.workflow_job or 0)
+            if workflow_job is not None and workflow_job.status != "completed":
+                # A runner process's job: GitHub ends it (cancelled, failed...) for the process.
+                self.fake._finish(workflow_job, _CONCLUSIONS.get(result, "failure"))
+                self.fake._notify()
+            else:
+                self._complete(job, result)
 
     def reassign(self, request_id: int) -> None:
         """No runner took the assigned job in time: GitHub cancels the assignment
@@ -698,7 +717,7 @@ class ScaleSetService:
                 if due and job.state == "running" and now >= (job.started_at or 0) + (job.duration_s or 0):
                     self._complete(job, "succeeded")
             for job in self._jobs.values():
-                if job.state != "assigned":
+                if job.state != "assigned" or self._still_offered(job):
                     continue
                 runner = next(
                     (
@@ -708,8 +727,61 @@ class ScaleSetService:
                     ),
                     None,
                 )
-                if runner is not None:
+                if runner is not None and runner.listener:
+                    job.workflow_job = self.fake.offer_to_runner(
+                        runner.id,
+                        f"{self._sets[job.scale_set_id].scope_key[1].split('/')[0]}/{job.fields['repositoryName']}",
+                        list(job.fields["requestLabels"]),
+                        job.duration_s or 0.0,
+                        job.script,
+                    )
+                    self._offered[job.workflow_job] = job.request_id
+                elif runner is not None:
                     self._start(job, runner)
+
+    def _runner_polls(self, runner: _Runner) -> None:
+        """A runner process asks for a job (under the fake's lock): a scale set runner is offered
+        one its scale set was assigned."""
+        if runner.scale_set_id is not None and runner.job_id is None:
+            self._tick()
+
+    def _still_offered(self, job: _Job) -> bool:
+        """Whether a runner process still holds the job it was offered; a job whose runner went
+        (deleted, offline before it started) is withdrawn and may go to another runner."""
+        offered = self.fake._jobs.get(job.workflow_job or 0)
+        if offered is None:
+            return False
+        if offered.assigned_to is not None and offered.assigned_to in self.fake._runners:
+            return True
+        self.fake._jobs.pop(offered.id, None)
+        self.fake._open_jobs.pop(offered.id, None)
+        self._offered.pop(offered.id, None)
+        job.workflow_job = None
+        return False
+
+    def _follow(self, workflow_job: Job) -> None:
+        """A runner process started or completed the job it was offered (under the fake's lock):
+        ``JobStarted``/``JobCompleted`` for its scale set; the runner's removal is the fake's."""
+        job = self._jobs.get(self._offered.get(workflow_job.id, 0))
+        runner = self.fake._runners.get(workflow_job.runner_id or 0)
+        if job is None:
+            return
+        if workflow_job.status == "in_progress" and job.state == "assigned" and runner is not None:
+            job.state, job.runner_id, job.runner_name = "running", runner.id, runner.name
+            job.started_at = self.fake.clock()
+            self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+        elif workflow_job.status == "completed" and job.state != "completed":
+            job.state = "completed"
+            job.result = _RESULTS.get(workflow_job.conclusion or "", "failed")
+            job.runner_id = job.runner_id or workflow_job.runner_id
+            job.runner_name = job.runner_name or workflow_job.runner_name or ""
+            who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
+            self._post(
+                job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": job.result, **who}
+            )
+            if runner is None or (runner.ephemeral and runner.job_id == workflow_job.id):
+                for hook in self._finished_hooks:  # GitHub removes it now (not if contact was lost)
+                    hook(job.runner_id or 0)
 
     def _next_due(self) -> float:
         """Seconds until the next running job's ``duration_s`` runs out (a poll wakes then)."""
@@ -836,6 +908,10 @@ def _labels(data: dict[str, Any], name: str) -> list[dict[str, str]]:
     given = data.get("labels") or [{"name": name, "type": "System"}]
     return [{"name": str(label.get("name")), "type": str(label.get("type") or "System")} for label in given]
 
+
+#: A workflow job's conclusion as a ``JobCompleted`` result, and back.
+_RESULTS = {"success": "succeeded", "failure": "failed", "cancelled": "canceled"}
+_CONCLUSIONS: dict[str, Conclusion] = {"succeeded": "success", "failed": "failure", "canceled": "cancelled"}
 
 _Handler = Callable[[ScaleSetService, _Call], Any]
 _ROUTES: list[tuple[str, str, _Handler, str]] = [

@@ -384,6 +384,11 @@ class GitHubState:
         self._webhooks: list[Callable[[dict[str, Any]], None]] = []
         # What else forgets its world on reset() (the scale set service), called after it.
         self._reset_hooks: list[Callable[[], None]] = []
+        # Told of every job change under the lock (the scale set service follows its jobs).
+        self._job_hooks: list[Callable[[Job], None]] = []
+        # Told (under the lock) when a runner process's listener asks for a job (the scale set
+        # service then offers it one its scale set was assigned).
+        self._poll_hooks: list[Callable[[_Runner], None]] = []
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -827,6 +832,8 @@ class GitHubState:
 
     def _job_event(self, job: Job) -> None:
         """A job changed state (under the lock): queue its delivery to every webhook."""
+        for follow in self._job_hooks:
+            follow(job)
         if not self._webhooks:
             return
         bases = self._bases()
@@ -1121,6 +1128,8 @@ class GitHubState:
                     self._tick()
                     if runner.session != session or self._runners.get(runner.id) is not runner:
                         raise ListenerError(404, "the session ended")
+                    for hook in self._poll_hooks:
+                        hook(runner)
                     job = None if runner.job_id is None else self._jobs[runner.job_id]
                     if job is not None and job.status == "queued":
                         return replace(job, labels=list(job.labels), annotations=[])
@@ -1643,6 +1652,35 @@ class GitHubState:
         encoded = json.dumps({key: base64.b64encode(text.encode()).decode() for key, text in files.items()})
         self._notify()
         return runner, _b64(encoded)
+
+    def offer_to_runner(
+        self, runner_id: int, repository: str, labels: list[str], duration_s: float, script: str | None
+    ) -> int:
+        """A job for one runner process (a scale set runner with a listener): queued, offered to
+        that runner only; it starts and completes it through the listener protocol. Returns the
+        job's id. Under the lock, by the scale set service."""
+        runner = self._runners[runner_id]
+        repo = self.add_scope(repo=repository)
+        self._run_numbers[repo.key] += 1
+        job = Job(
+            id=next(self._job_ids),
+            run_id=next(self._run_ids),
+            run_number=self._run_numbers[repo.key],
+            repo=repo,
+            labels=list(labels),
+            duration_s=float(duration_s),
+            name="build",
+            workflow_name="CI",
+            created_at=self.clock(),
+            script=script,
+            assigned_to=runner.id,
+        )
+        runner.job_id = job.id
+        self._jobs[job.id] = job
+        self._open_jobs[job.id] = job
+        self._job_event(job)
+        self._notify()
+        return job.id
 
     def run_jit_config(self, encoded: str) -> int:
         """A runner pod's stand-in runs ``run.sh --jitconfig <encoded>`` without a process: the
