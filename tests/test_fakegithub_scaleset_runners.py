@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -21,6 +22,7 @@ from runnerpool.scaleset.demand import Cursor
 from runnerpool.scaleset.errors import JobStillRunning, RunnerNotFound
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JitConfig, Label, RunnerScaleSet
+from tests.test_fakegithub_jit import run_sh
 from tests.test_fakegithub_scaleset import ORG, PAT, START, World
 from testworld.fakegithub import FakeGitHub, RegistrationRejectedError
 
@@ -237,3 +239,30 @@ def test_a_runner_process_with_a_scale_set_config_runs_the_job_itself(world: Wor
     assert "pool-abc" not in listed(world)
     workflow_job = world.fake.job(int(job["job_id"]))
     assert (workflow_job["conclusion"], workflow_job["runner_name"]) == ("success", "pool-abc")
+
+
+def test_the_run_sh_stand_in_runs_a_scale_set_config_and_its_job_then_exits(
+    world: World, tmp_path: Path
+) -> None:
+    created, jit = scale_set_with_runner(world)
+    listener = Listener(world.session(created.id))
+    world.fake.scale_sets.offer_job(NAME, script='echo built >> "$GITHUB_STEP_SUMMARY"')
+    listener.drain()
+    runner = run_sh(tmp_path, jit.encoded_jit_config, "pod")
+    try:
+        assert runner.wait(timeout=30) == 0, runner.stdout.read() if runner.stdout else b""
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    listener.drain()
+    assert [kind for kind, _ in listener.seen] == [
+        "JobAvailable",
+        "JobAssigned",
+        "JobStarted",
+        "JobCompleted",
+    ]
+    [job] = world.fake.jobs(f"{ORG}/app")
+    assert (job["runner_name"], world.fake.summary(job["id"]).strip()) == ("pool-abc", "built")
+    assert world.fake.scale_sets.completed(NAME) == 1
+    assert listed(world) == {}
