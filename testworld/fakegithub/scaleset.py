@@ -36,17 +36,26 @@ set with ``fail_next`` (a substring of these paths) apply here too.
 Runners. ``generatejitconfig`` makes a runner of the fake itself (`GitHubState`), so the REST
 listing (``GET .../actions/runners``, its ETags included) shows it, as GitHub lists scale set
 runners: ephemeral, in the scale set's runner group, labelled with the scale set's labels
-(its name first; ``read-only``/``custom`` for ``System``/``User``), offline until its config
-runs (`use_jit_config`: a pod stand-in, or a runner process opening its session), online after
-and busy while it runs a job. REST ``DELETE .../actions/runners/{id}`` and
+(its name first; ``read-only``/``custom`` for ``System``/``User``; none of config.sh's
+``self-hosted``/OS labels: GitHub applies the scale set's labels to its runners,
+actions/scaleset#75), offline until its config runs, online after and busy while it runs a
+job. The config has the format of REST ``generate-jitconfig``'s, as on GitHub, so either runs
+it: a pod stand-in (`use_jit_config`, `testworld.simulator`) or a runner process
+(testworld/runner_image's ``run.sh --jitconfig``). REST ``DELETE .../actions/runners/{id}`` and
 ``DELETE _apis/distributedtask/pools/0/agents/{id}`` remove the same runner; a busy one is
-refused by each as before (REST 422 "is still running a job", the service 409
-``JobStillRunningException``). An acquired job goes to an online idle runner of its scale set
-(``JobStarted``), runs its ``duration_s`` by the fake's clock or until `complete_job`, then
-``JobCompleted``, and the ephemeral runner is removed (`on_runner_finished` hooks hear of it).
-`GitHubState.reset` forgets the scale sets too. Not here: scale set jobs are not workflow jobs
-of the REST API (``GET .../actions/jobs/{id}``, ``workflow_job`` webhooks), and a runner process
-(testworld/runner_image) is not handed scale set jobs through its listener: the fake plays them.
+refused by each in its own words (REST 422 "is still running a job", the service 409
+``JobStillRunningException``, kept as the fake answered them before).
+
+Jobs. An acquired job goes to an online idle runner of its scale set, oldest job first. A
+stand-in's runner takes it at once (``JobStarted``), runs ``duration_s`` of the fake's clock or
+until `complete_job` (``JobCompleted``), and is removed (`on_runner_finished` hooks hear of
+it: the stand-in's pod ends). A runner process is offered it as a workflow job of the
+repository through its listener (`GitHubState.offer_to_runner`) and runs it itself (``script``
+or ``duration_s``); its start and completion become ``JobStarted``/``JobCompleted``, and lost
+contact completes it ``failed``. `GitHubState.reset` forgets the scale sets too. Not here:
+jobs a stand-in plays are not REST workflow jobs (no ``GET .../actions/jobs/{id}`` or
+``workflow_job`` webhook for them), and a runner process whose runner goes offline before it
+started its job gives the job back to the scale set only at the next tick (a poll).
 """
 
 from __future__ import annotations
