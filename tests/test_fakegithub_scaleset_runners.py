@@ -11,7 +11,10 @@ scale set and, once done, the ephemeral runner is gone.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from runnerpool.scaleset.demand import Cursor
 from runnerpool.scaleset.errors import JobStillRunning, RunnerNotFound
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JitConfig, Label, RunnerScaleSet
+from tests.helpers import wait_for
 from tests.test_fakegithub_jit import run_sh
 from tests.test_fakegithub_scaleset import ORG, PAT, START, World
 from testworld.fakegithub import FakeGitHub, RegistrationRejectedError
@@ -266,3 +270,26 @@ def test_the_run_sh_stand_in_runs_a_scale_set_config_and_its_job_then_exits(
     assert (job["runner_name"], world.fake.summary(job["id"]).strip()) == ("pool-abc", "built")
     assert world.fake.scale_sets.completed(NAME) == 1
     assert listed(world) == {}
+
+
+def test_stopping_the_fake_lets_go_of_a_held_poll_at_once(world: World) -> None:
+    created, _ = scale_set_with_runner(world)
+    session = world.session(created.id).session
+    world.fake.scale_sets.poll_wait = 60
+    answers: list[int] = []
+
+    def poll() -> None:
+        headers = {"Authorization": f"Bearer {session.message_queue_access_token}"}
+        with contextlib.suppress(requests.RequestException):
+            answers.append(requests.get(session.message_queue_url, headers=headers, timeout=90).status_code)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    wait_for(lambda: world.fake.scale_sets.polling(created.id) == 1, message="the poll held")
+    started = time.monotonic()
+    world.fake.stop()
+    poller.join(timeout=30)
+    assert not poller.is_alive()
+    assert time.monotonic() - started < 10, "stop waited for the 60 s poll"
+    assert answers in ([], [202])  # let go with a 202, or the connection closed under it
+    assert world.fake.scale_sets.polling(created.id) == 0

@@ -162,3 +162,19 @@ def test_a_rest_jit_pod_runs_and_takes_a_label_job(
     assert fake.job(job)["status"] == "in_progress"
     world.now[0] += 1
     assert fake.job(job)["conclusion"] == "success"
+
+
+def test_a_deleted_idle_pods_runner_is_offline_and_takes_no_job(
+    api_client: client.ApiClient, namespace: str, world: World, simulator: RunnerSimulator
+) -> None:
+    secret = make_jit_pod(api_client, namespace, "ss-pool-gone1")
+    created, jit = scale_set_with_runner(world, "ss-pool-gone1")
+    fill(api_client, namespace, secret, jit.encoded_jit_config)
+    wait_for(lambda: listed(world)["ss-pool-gone1"]["status"] == "online", message="the runner online")
+
+    client.CoreV1Api(api_client).delete_namespaced_pod("ss-pool-gone1", namespace, grace_period_seconds=0)
+    wait_for(lambda: listed(world)["ss-pool-gone1"]["status"] == "offline", message="the runner offline")
+    listener = Listener(world.session(created.id))
+    world.fake.scale_sets.offer_job(NAME)
+    assert listener.drain() == [("JobAvailable", ""), ("JobAssigned", "")]
+    assert world.fake.scale_sets.jobs(NAME)[0]["state"] == "assigned"

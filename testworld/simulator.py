@@ -457,6 +457,10 @@ class RunnerSimulator:
         with self._changed:
             for parked in self._parked.values():
                 parked.discard(key)
+            registered = self._registered.get(key)
+        if registered is not None and _token_secret(pod, naming.JIT_VOLUME):
+            # Its runner process is gone: GitHub shows the scale set runner offline.
+            self._scale_sets.runner_stopped(registered.runner_id)
 
     # -- one pod (worker threads) --------------------------------------------------------
 

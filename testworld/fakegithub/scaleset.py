@@ -195,6 +195,9 @@ class ScaleSetService:
         self._offered: dict[int, int] = {}
         self.fake._job_hooks.append(self._follow)
         self.fake._poll_hooks.append(self._runner_polls)
+        #: Scale set id -> how many of its message polls are held right now.
+        self._held: dict[int, int] = {}
+        self.fake._release_hooks.append(self._cond.notify_all)  # held polls end on `stop`
 
     def reset(self) -> None:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
@@ -374,6 +377,16 @@ class ScaleSetService:
             self._cond.notify_all()
             return runner_id
 
+    def runner_stopped(self, runner_id: int) -> None:
+        """A stand-in's runner process went (its pod was deleted): an idle runner is offline and
+        takes no more jobs, as GitHub shows a runner whose listener stopped; it stays registered
+        until deleted. A busy one keeps its job (the stand-in plays it to its end)."""
+        with self._cond:
+            runner = self.fake._runners.get(runner_id)
+            if runner is not None and runner.scale_set_id is not None and not runner.busy:
+                runner.status = "offline"
+                self.fake._notify()
+
     def on_runner_finished(self, hook: Callable[[int], None]) -> None:
         """Call ``hook(runner_id)`` whenever a scale set runner's job completed and the runner was
         removed: its process exits then. It runs under the service's lock and must not block."""
@@ -385,9 +398,16 @@ class ScaleSetService:
             if hook in self._finished_hooks:
                 self._finished_hooks.remove(hook)
 
-    def sessions(self, scale_set_id: int) -> list[str]:
+    def polling(self, scale_set: int | str) -> int:
+        """How many long polls of the scale set's message queue the fake holds right now."""
         with self._cond:
-            return [s.owner for s in self._sessions.values() if s.scale_set_id == scale_set_id]
+            return self._held.get(self._resolve(scale_set).id, 0)
+
+    def sessions(self, scale_set: int | str) -> list[str]:
+        """The owners of the scale set's message sessions (at most one)."""
+        with self._cond:
+            wanted = scale_set if isinstance(scale_set, int) else self._resolve(scale_set).id
+            return [s.owner for s in self._sessions.values() if s.scale_set_id == wanted]
 
     def expire_queue_tokens(self) -> None:
         """Every queue token expires now (the next queue call answers 401)."""
@@ -601,29 +621,37 @@ class ScaleSetService:
             last = 0
         deadline = time.monotonic() + self.poll_wait
         with self._cond:
-            while True:
-                session.last_seen = self.fake.clock()
-                self._tick()
-                if session.id not in self._sessions:
-                    raise _Refused(
-                        404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
-                    )
-                ready = next(
-                    (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
-                    None,
+            generation = self.fake._generation
+            self._held[session.scale_set_id] = self._held.get(session.scale_set_id, 0) + 1
+            try:
+                return self._hold(session, last, deadline, generation)
+            finally:
+                self._held[session.scale_set_id] -= 1
+
+    def _hold(self, session: _Session, last: int, deadline: float, generation: int) -> Any:
+        while True:
+            session.last_seen = self.fake.clock()
+            self._tick()
+            if session.id not in self._sessions:
+                raise _Refused(
+                    404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
                 )
-                if ready is not None:
-                    ready.delivered = True
-                    return {
-                        "messageId": ready.id,
-                        "messageType": "RunnerScaleSetJobMessages",
-                        "body": json.dumps(ready.jobs),
-                        "statistics": self._statistics(session.scale_set_id),
-                    }
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _Done(202)
-                self._cond.wait(min(left, self._next_due()))
+            ready = next(
+                (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
+                None,
+            )
+            if ready is not None:
+                ready.delivered = True
+                return {
+                    "messageId": ready.id,
+                    "messageType": "RunnerScaleSetJobMessages",
+                    "body": json.dumps(ready.jobs),
+                    "statistics": self._statistics(session.scale_set_id),
+                }
+            left = deadline - time.monotonic()
+            if left <= 0 or generation != self.fake._generation:
+                raise _Done(202)  # (the fake stops: let go at once, as a 202)
+            self._cond.wait(min(left, self._next_due()))
 
     def _acknowledge(self, call: _Call) -> Any:
         message_id = int(call.match["message"])

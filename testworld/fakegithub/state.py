@@ -389,6 +389,8 @@ class GitHubState:
         # Told (under the lock) when a runner process's listener asks for a job (the scale set
         # service then offers it one its scale set was assigned).
         self._poll_hooks: list[Callable[[_Runner], None]] = []
+        # Told (under the lock) when held requests must let go (`release_hangs`, `stop`).
+        self._release_hooks: list[Callable[[], None]] = []
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -1403,6 +1405,8 @@ class GitHubState:
         with self._lock:
             self._generation += 1
             self._notify()
+            for hook in self._release_hooks:
+                hook()
 
     def record(self, record: RequestRecord) -> None:
         with self._lock:
