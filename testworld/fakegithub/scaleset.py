@@ -195,6 +195,8 @@ class ScaleSetService:
         self._offered: dict[int, int] = {}
         self.fake._job_hooks.append(self._follow)
         self.fake._poll_hooks.append(self._runner_polls)
+        #: The jobs not completed (what ticks and statistics look at), by request id.
+        self._active: dict[int, _Job] = {}
         #: Scale set id -> how many of its message polls are held right now.
         self._held: dict[int, int] = {}
         self.fake._release_hooks.append(self._cond.notify_all)  # held polls end on `stop`
@@ -203,7 +205,7 @@ class ScaleSetService:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
         runners are the fake's and go with its reset)."""
         with self._cond:
-            for table in (self._sets, self._sessions, self._jobs, self._offered):
+            for table in (self._sets, self._sessions, self._jobs, self._active, self._offered):
                 table.clear()
             self._messages.clear()
             self._cond.notify_all()
@@ -264,7 +266,7 @@ class ScaleSetService:
                 duration_s=duration_s,
                 script=script,
             )
-            self._jobs[request_id] = job
+            self._jobs[request_id] = self._active[request_id] = job
             self._post(
                 found.id,
                 {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": self._acquire_url(found.id)},
@@ -308,7 +310,7 @@ class ScaleSetService:
             self._post(job.scale_set_id, {**cancelled, "runnerName": ""})
             job.assignments += 1
             if job.assignments >= MAX_ASSIGNMENTS:
-                job.state, job.result = "completed", "canceled"
+                self._done(job, "canceled")
                 return
             job.state = "available"
             self._post(
@@ -350,7 +352,13 @@ class ScaleSetService:
 
     def completed(self, scale_set: int | str | None = None, result: str = "succeeded") -> int:
         """How many of the scale set's jobs (every one's without it) completed with ``result``."""
-        return sum(j["state"] == "completed" and j["result"] == result for j in self.jobs(scale_set))
+        with self._cond:
+            self._tick()
+            wanted = None if scale_set is None else self._resolve(scale_set).id
+            return sum(
+                j.state == "completed" and j.result == result and wanted in (None, j.scale_set_id)
+                for j in self._jobs.values()
+            )
 
     def wait_completed(
         self, n: int, scale_set: int | str | None = None, *, timeout: float = 30.0, result: str = "succeeded"
@@ -547,6 +555,7 @@ class ScaleSetService:
             gone = found.id
             self._sessions = {k: v for k, v in self._sessions.items() if v.scale_set_id != gone}
             self._jobs = {k: v for k, v in self._jobs.items() if v.scale_set_id != gone}
+            self._active = {k: v for k, v in self._active.items() if v.scale_set_id != gone}
             with self.fake._lock:
                 for runner in self._members(gone):
                     self.fake._forget_runner(runner)
@@ -749,31 +758,34 @@ class ScaleSetService:
         assigned jobs go to online idle runners of their scale set (oldest job first)."""
         now = self.fake.clock()
         with self.fake._lock:
-            for job in list(self._jobs.values()):
+            for job in list(self._active.values()):
                 due = job.started_at is not None and job.duration_s is not None
                 if due and job.state == "running" and now >= (job.started_at or 0) + (job.duration_s or 0):
                     self._complete(job, "succeeded")
-            for job in self._jobs.values():
+            idle: dict[int, list[_Runner]] = {}  # per scale set, found once per tick
+            for job in list(self._active.values()):
                 if job.state != "assigned" or self._still_offered(job):
                     continue
-                runner = next(
-                    (
+                if job.scale_set_id not in idle:
+                    idle[job.scale_set_id] = [
                         r
                         for r in self._members(job.scale_set_id)
                         if r.status == "online" and not r.busy and r.job_id is None
-                    ),
-                    None,
-                )
-                if runner is not None and runner.listener:
+                    ]
+                if not idle[job.scale_set_id]:
+                    continue
+                runner = idle[job.scale_set_id].pop(0)
+                if runner.listener:
+                    owner = self._sets[job.scale_set_id].scope_key[1].split("/")[0]
                     job.workflow_job = self.fake.offer_to_runner(
                         runner.id,
-                        f"{self._sets[job.scale_set_id].scope_key[1].split('/')[0]}/{job.fields['repositoryName']}",
+                        f"{owner}/{job.fields['repositoryName']}",
                         list(job.fields["requestLabels"]),
                         job.duration_s or 0.0,
                         job.script,
                     )
                     self._offered[job.workflow_job] = job.request_id
-                elif runner is not None:
+                else:
                     self._start(job, runner)
 
     def _runner_polls(self, runner: _Runner) -> None:
@@ -808,8 +820,7 @@ class ScaleSetService:
             job.started_at = self.fake.clock()
             self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
         elif workflow_job.status == "completed" and job.state != "completed":
-            job.state = "completed"
-            job.result = _RESULTS.get(workflow_job.conclusion or "", "failed")
+            self._done(job, _RESULTS.get(workflow_job.conclusion or "", "failed"))
             job.runner_id = job.runner_id or workflow_job.runner_id
             job.runner_name = job.runner_name or workflow_job.runner_name or ""
             who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
@@ -820,12 +831,16 @@ class ScaleSetService:
                 for hook in self._finished_hooks:  # GitHub removes it now (not if contact was lost)
                     hook(job.runner_id or 0)
 
+    def _done(self, job: _Job, result: str) -> None:
+        job.state, job.result = "completed", result
+        self._active.pop(job.request_id, None)
+
     def _next_due(self) -> float:
         """Seconds until the next running job's ``duration_s`` runs out (a poll wakes then)."""
         now = self.fake.clock()
         ends = [
             (j.started_at or 0) + (j.duration_s or 0) - now
-            for j in self._jobs.values()
+            for j in self._active.values()
             if j.state == "running" and j.duration_s is not None
         ]
         return max(0.01, min(ends, default=self.poll_wait))
@@ -846,7 +861,7 @@ class ScaleSetService:
                 self.fake._notify()
                 for hook in self._finished_hooks:
                     hook(runner.id)
-        job.state, job.result = "completed", result
+        self._done(job, result)
         who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
         self._post(job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who})
 
@@ -865,7 +880,7 @@ class ScaleSetService:
         self.fake._notify()  # and `GitHubState.wait_for`'s waiters
 
     def _statistics(self, scale_set_id: int) -> dict[str, int]:
-        jobs = [j for j in self._jobs.values() if j.scale_set_id == scale_set_id]
+        jobs = [j for j in self._active.values() if j.scale_set_id == scale_set_id]
         with self.fake._lock:
             runners = self._members(scale_set_id)
         assigned = sum(j.state == "assigned" for j in jobs)
