@@ -12,7 +12,12 @@ around a real operator, and keeping them here is what stops them drifting apart:
   gives ``config.sh``, and reports the pod Running and Ready as a kubelet would.  A
   registration that the fake accepts proves the operator delivered a live token for the
   right scope; one it rejects is kept in :attr:`RunnerSimulator.rejections` and retried
-  when the Secret changes, as a crash-looping pod would.
+  when the Secret changes, as a crash-looping pod would.  A JIT pod's own Secret (its JIT
+  config, REST's or a runner scale set's) is run instead, as ``run.sh --jitconfig`` would: the
+  runner comes online without a registration.  A scale set runner takes the jobs its scale set
+  assigns (the fake plays them, `testworld.fakegithub.scaleset`); when its job completed and
+  GitHub removed it, the pod's runner container exits 0 and the pod has Succeeded, as the
+  kubelet reports an ephemeral runner's pod (restartPolicy OnFailure).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from runnerpool import naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
 from testworld.envtest.serviceaccount import uses_a_client_certificate
+from testworld.fakegithub import scaleset
 from testworld.fakegithub.state import FakeGitHubError, GitHubState
 from testworld.ports import free_port
 from testworld.wait import poll_until
@@ -291,9 +297,9 @@ def _env(pod: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
-def _token_secret(pod: dict[str, Any]) -> str | None:
+def _token_secret(pod: dict[str, Any], volume_name: str = _TOKEN_VOLUME) -> str | None:
     for volume in (pod.get("spec") or {}).get("volumes") or []:
-        if volume.get("name") == _TOKEN_VOLUME:
+        if volume.get("name") == volume_name:
             name = (volume.get("secret") or {}).get("secretName")
             return str(name) if name else None
     return None
@@ -333,7 +339,10 @@ class RunnerSimulator:
         self._registered: dict[str, Registration] = {}
         self._queued: set[str] = set()
         self._parked: dict[str, set[str]] = {}
+        #: Pods whose runner ended (its scale set job completed): reported Succeeded, left alone.
+        self._ended: set[str] = set()
         self._closed = False
+        self._scale_sets = scaleset.service(github)
         #: Why pods could not register or report (token missing from the fake, API errors).
         self.rejections: list[str] = []
 
@@ -354,6 +363,7 @@ class RunnerSimulator:
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> RunnerSimulator:
+        self._scale_sets.on_runner_finished(self._on_runner_finished)
         self._pods.start()
         self._secrets.start()
         for adapter in self._adapters:
@@ -365,6 +375,7 @@ class RunnerSimulator:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._scale_sets.remove_runner_finished(self._on_runner_finished)
         informers = (self._pods, self._secrets)
         for informer in informers:
             informer.signal_stop()
@@ -391,6 +402,11 @@ class RunnerSimulator:
             (r for r in found if namespace in (None, r.namespace) and pool in (None, r.pool)),
             key=lambda r: r.at,
         )
+
+    def ended(self, namespace: str | None = None) -> list[str]:
+        """Pods (``namespace/name``) whose runner finished its job and whose container exited."""
+        with self._changed:
+            return sorted(k for k in self._ended if namespace in (None, k.split("/")[0]))
 
     def wait(self, predicate: Callable[[RunnerSimulator], bool], timeout: float = 30.0) -> bool:
         """Block until ``predicate(self)`` holds, re-checked after every registration."""
@@ -429,11 +445,22 @@ class RunnerSimulator:
         for key in waiting:
             self._submit(key)
 
+    def _on_runner_finished(self, runner_id: int) -> None:
+        """The fake removed a scale set runner after its job. This runs under the fake's locks,
+        and a test's `wait` predicate may ask the fake while holding ours: only hand over."""
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile
+                self._executor.submit(self._end, runner_id)
+
     def _on_pod_deleted(self, pod: dict[str, Any]) -> None:
         key = _key(pod)
         with self._changed:
             for parked in self._parked.values():
                 parked.discard(key)
+            registered = self._registered.get(key)
+        if registered is not None and _token_secret(pod, naming.JIT_VOLUME):
+            # Its runner process is gone: GitHub shows the scale set runner offline.
+            self._scale_sets.runner_stopped(registered.runner_id)
 
     # -- one pod (worker threads) --------------------------------------------------------
 
@@ -453,8 +480,11 @@ class RunnerSimulator:
         meta = pod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         with self._changed:
-            registered = key in self._registered
-        if not registered and not self._register(pod, key):
+            registered, ended = key in self._registered, key in self._ended
+        if ended:
+            return
+        register = self._run_jit if _token_secret(pod, naming.JIT_VOLUME) else self._register
+        if not registered and not register(pod, key):
             return
         if self._mark_ready and not _is_ready(pod):
             self._report_ready(namespace, name)
@@ -493,11 +523,62 @@ class RunnerSimulator:
             self._changed.notify_all()
         return True
 
-    def _park(self, secret_key: str, pod_key: str) -> None:
+    def _run_jit(self, pod: dict[str, Any], key: str) -> bool:
+        """A JIT pod: its runner runs the config of the pod's own Secret once it is filled."""
+        meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        secret_key = f"{namespace}/{_token_secret(pod, naming.JIT_VOLUME)}"
+        config = _token_of(self._secrets.cache.get_by_key(secret_key), naming.JIT_SECRET_KEY)
+        if not config:
+            self._park(secret_key, key, naming.JIT_SECRET_KEY)  # the kubelet retries the volume
+            return False
+        try:
+            runner_id = self._scale_sets.use_jit_config(config)
+        except FakeGitHubError as err:
+            # run.sh fails and the container restarts; it retries with the Secret's next config.
+            self._reject(f"{key}: {err}")
+            self._park(secret_key, key, naming.JIT_SECRET_KEY)
+            return False
+        pool = (meta.get("labels") or {}).get(naming.POOL_LABEL, _env(pod).get("RUNNER_POOL_NAME", ""))
+        with self._changed:
+            self._registered[key] = Registration(namespace, pool, name, runner_id, time.time())
+            self._changed.notify_all()
+        return True
+
+    def _end(self, runner_id: int) -> None:
+        """The runner's job completed and GitHub removed it: ``run.sh`` exits 0, the pod Succeeded."""
+        with self._changed:
+            key = next((k for k, r in self._registered.items() if r.runner_id == runner_id), None)
+            if key is None:
+                return  # not a pod of ours
+            self._ended.add(key)
+        namespace, name = key.split("/", 1)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        container = {
+            "name": naming.RUNNER_CONTAINER,
+            "image": "runner",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {
+                "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+            },
+        }
+        ready = {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now}
+        body = {"status": {"phase": "Succeeded", "containerStatuses": [container], "conditions": [ready]}}
+        try:
+            self._core.patch_namespaced_pod_status(name, namespace, body)
+        except ApiException as err:
+            if err.status != 404:
+                self._reject(f"{key}: could not report the runner's exit: {err.status} {err.reason}")
+        with self._changed:
+            self._changed.notify_all()
+
+    def _park(self, secret_key: str, pod_key: str, data_key: str = naming.TOKEN_SECRET_KEY) -> None:
         with self._changed:
             self._parked.setdefault(secret_key, set()).add(pod_key)
         # The Secret may have changed between the cache read and parking: look once more.
-        if _token_of(self._secrets.cache.get_by_key(secret_key)):
+        if _token_of(self._secrets.cache.get_by_key(secret_key), data_key):
             self._release(secret_key)
 
     def _reject(self, message: str) -> None:
@@ -524,8 +605,8 @@ class RunnerSimulator:
                 raise
 
 
-def _token_of(secret: dict[str, Any] | None) -> str | None:
-    value = ((secret or {}).get("data") or {}).get(naming.TOKEN_SECRET_KEY)
+def _token_of(secret: dict[str, Any] | None, data_key: str = naming.TOKEN_SECRET_KEY) -> str | None:
+    value = ((secret or {}).get("data") or {}).get(data_key)
     return base64.b64decode(value).decode() if value else None
 
 

@@ -31,14 +31,35 @@ keeps a message until it is acknowledged, so an unacknowledged one is delivered 
 set with ``fail_next`` (a substring of these paths) apply here too.
 
 ``reassign`` plays an assignment GitHub cancels because no runner took the job (``JobCompleted``
-``canceled``, then ``JobAvailable`` again, up to 3 times). Not yet: a runner stand-in consuming
-the scale set's JIT config, and these runners in the REST runner listing; ``reset`` does not
-forget scale sets (``service(fake).reset()`` does).
+``canceled``, then ``JobAvailable`` again, up to 3 times).
+
+Runners. ``generatejitconfig`` makes a runner of the fake itself (`GitHubState`), so the REST
+listing (``GET .../actions/runners``, its ETags included) shows it, as GitHub lists scale set
+runners: ephemeral, in the scale set's runner group, labelled with the scale set's labels
+(its name first; ``read-only``/``custom`` for ``System``/``User``; none of config.sh's
+``self-hosted``/OS labels: GitHub applies the scale set's labels to its runners,
+actions/scaleset#75), offline until its config runs, online after and busy while it runs a
+job. The config has the format of REST ``generate-jitconfig``'s, as on GitHub, so either runs
+it: a pod stand-in (`use_jit_config`, `testworld.simulator`) or a runner process
+(testworld/runner_image's ``run.sh --jitconfig``). REST ``DELETE .../actions/runners/{id}`` and
+``DELETE _apis/distributedtask/pools/0/agents/{id}`` remove the same runner; a busy one is
+refused by each in its own words (REST 422 "is still running a job", the service 409
+``JobStillRunningException``, kept as the fake answered them before).
+
+Jobs. An acquired job goes to an online idle runner of its scale set, oldest job first. A
+stand-in's runner takes it at once (``JobStarted``), runs ``duration_s`` of the fake's clock or
+until `complete_job` (``JobCompleted``), and is removed (`on_runner_finished` hooks hear of
+it: the stand-in's pod ends). A runner process is offered it as a workflow job of the
+repository through its listener (`GitHubState.offer_to_runner`) and runs it itself (``script``
+or ``duration_s``); its start and completion become ``JobStarted``/``JobCompleted``, and lost
+contact completes it ``failed``. `GitHubState.reset` forgets the scale sets too. Not here:
+jobs a stand-in plays are not REST workflow jobs (no ``GET .../actions/jobs/{id}`` or
+``workflow_job`` webhook for them), and a runner process whose runner goes offline before it
+started its job gives the job back to the scale set only at the next tick (a poll).
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import re
@@ -53,8 +74,13 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from testworld.fakegithub.appjwt import jwt_claims
-from testworld.fakegithub.jobs import Bases
-from testworld.fakegithub.state import SERVICE_PATH, GitHubState
+from testworld.fakegithub.jobs import Bases, Conclusion, Job
+from testworld.fakegithub.state import (
+    SERVICE_PATH,
+    GitHubState,
+    RegistrationRejectedError,
+    _Runner,  # the fake's runner record
+)
 
 __all__ = ["PATH", "ScaleSetService", "actions_exception", "answer", "service"]
 
@@ -128,16 +154,18 @@ class _Job:
     #: available -> assigned (acquired) -> running -> completed
     state: str = "available"
     runner_id: int | None = None
+    runner_name: str = ""
     #: How often it was assigned and cancelled because no runner took it.
     assignments: int = 0
-
-
-@dataclass
-class _Runner:
-    id: int
-    name: str
-    scale_set_id: int
-    busy: bool = False
+    #: How long it runs once a runner took it; ``None``: until the test calls ``complete_job``.
+    duration_s: float | None = None
+    started_at: float | None = None
+    #: ``JobCompleted``'s result once completed.
+    result: str = ""
+    #: The job's steps for a runner process (one line of shell), as `GitHubState.queue_job`'s.
+    script: str | None = None
+    #: The workflow job a runner process was offered (the fake's id): the process runs it.
+    workflow_job: int | None = None
 
 
 @dataclass
@@ -150,17 +178,34 @@ class ScaleSetService:
     queue_token_lifetime: float = 3600.0
     #: A session not polled for this long no longer blocks a new one (its owner died).
     session_timeout: float = 120.0
-    _cond: threading.Condition = field(default_factory=threading.Condition)
+    #: On the fake's own lock: one lock for runners and scale sets, so a test may ask either while
+    #: holding the other (``fake.wait_for(lambda: fake.scale_sets.completed() == 3)``).
+    _cond: threading.Condition = field(init=False)
     _sets: dict[int, _ScaleSet] = field(default_factory=dict)
     _sessions: dict[str, _Session] = field(default_factory=dict)
     _messages: list[_Message] = field(default_factory=list)
     _jobs: dict[int, _Job] = field(default_factory=dict)
-    _runners: dict[int, _Runner] = field(default_factory=dict)
     _ids: Callable[[], int] = field(default_factory=lambda: itertools.count(1).__next__)
+    #: Called with a runner's id when its job completed (it is removed then): a pod stand-in ends.
+    _finished_hooks: list[Callable[[int], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._cond = threading.Condition(self.fake._lock)
+        #: Workflow job id -> request id of the scale set jobs runner processes were offered.
+        self._offered: dict[int, int] = {}
+        self.fake._job_hooks.append(self._follow)
+        self.fake._poll_hooks.append(self._runner_polls)
+        #: The jobs not completed (what ticks and statistics look at), by request id.
+        self._active: dict[int, _Job] = {}
+        #: Scale set id -> how many of its message polls are held right now.
+        self._held: dict[int, int] = {}
+        self.fake._release_hooks.append(self._cond.notify_all)  # held polls end on `stop`
 
     def reset(self) -> None:
+        """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
+        runners are the fake's and go with its reset)."""
         with self._cond:
-            for table in (self._sets, self._sessions, self._jobs, self._runners):
+            for table in (self._sets, self._sessions, self._jobs, self._active, self._offered):
                 table.clear()
             self._messages.clear()
             self._cond.notify_all()
@@ -172,17 +217,40 @@ class ScaleSetService:
             found = next((s for s in self._sets.values() if s.name == name), None)
             return None if found is None else self._set_json(found)
 
-    def offer_job(self, scale_set_id: int, *, repository: str = "app", labels: tuple[str, ...] = ()) -> int:
-        """A workflow job that targets the scale set: ``JobAvailable``; returns its request id."""
+    def scale_sets(self) -> list[dict[str, Any]]:
+        """Every scale set, as ``GET _apis/runtime/runnerscalesets/{id}`` shows it, oldest first."""
         with self._cond:
-            found = self._sets.get(scale_set_id)
-            if found is None:
-                raise LookupError(f"no scale set {scale_set_id}")
+            return [self._set_json(s) for s in self._sets.values()]
+
+    def scale_set_id(self, scale_set: int | str) -> int:
+        """The id of a scale set given by id or by name (a name must be unique in the fake)."""
+        with self._cond:
+            return self._resolve(scale_set).id
+
+    def offer_job(
+        self,
+        scale_set: int | str,
+        *,
+        repository: str = "app",
+        labels: tuple[str, ...] = (),
+        duration_s: float | None = None,
+        script: str | None = None,
+    ) -> int:
+        """A workflow job that targets the scale set (by id or name): ``JobAvailable``; returns
+        its request id. Once the listener acquired it, an online idle runner of the scale set
+        takes it (``JobStarted``); it then runs ``duration_s`` seconds of the fake's clock, or
+        until `complete_job` when ``None``. A runner process (testworld/runner_image, a session
+        of its own) is offered it as a workflow job instead and runs it itself: ``script`` (one
+        line of shell) or ``duration_s`` seconds (0 when ``None``), as `GitHubState.queue_job`'s."""
+        if duration_s is not None and duration_s < 0:
+            raise ValueError(f"duration_s must not be negative, got {duration_s}")
+        with self._cond:
+            found = self._resolve(scale_set)
             request_id = 1000 + self._ids()
             owner = found.scope_key[1].split("/")[0]
             job = _Job(
                 request_id,
-                scale_set_id,
+                found.id,
                 {
                     "runnerRequestId": request_id,
                     "repositoryName": repository,
@@ -195,34 +263,40 @@ class ScaleSetService:
                     "requestLabels": list(labels or (found.name,)),
                     "queueTime": _stamp(self.fake.clock()),
                 },
+                duration_s=duration_s,
+                script=script,
             )
-            self._jobs[request_id] = job
-            acquire_url = f"{self._web()}{SERVICE_PATH}{_SETS}/{scale_set_id}/acquirejobs"
+            self._jobs[request_id] = self._active[request_id] = job
             self._post(
-                scale_set_id, {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": acquire_url}
+                found.id,
+                {**job.fields, "messageType": "JobAvailable", "acquireJobUrl": self._acquire_url(found.id)},
             )
             return request_id
 
     def start_job(self, request_id: int, runner_name: str) -> None:
-        """The scale set's runner ``runner_name`` took the (acquired) job: ``JobStarted``."""
-        with self._cond:
+        """The scale set's runner ``runner_name`` took the (acquired) job: ``JobStarted``. A
+        runner still offline came online for it (its config ran)."""
+        with self._cond, self.fake._lock:
             job = self._jobs[request_id]
-            runner = next(r for r in self._runners.values() if r.name == runner_name)
+            runner = next((r for r in self._members(job.scale_set_id) if r.name == runner_name), None)
+            if runner is None:
+                raise LookupError(f"no runner {runner_name!r} in scale set {job.scale_set_id}")
             if job.state != "assigned" or runner.busy:
                 raise ValueError(f"job {request_id} is {job.state}; runner busy: {runner.busy}")
-            job.state, job.runner_id, runner.busy = "running", runner.id, True
-            self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+            runner.status, runner.jit_used = "online", True
+            self._start(job, runner)
 
     def complete_job(self, request_id: int, result: str = "succeeded") -> None:
         """The job ended: ``JobCompleted``; its (ephemeral) runner is removed, as GitHub does."""
         with self._cond:
             job = self._jobs[request_id]
-            runner = self._runners.pop(job.runner_id) if job.runner_id in self._runners else None
-            job.state = "completed"
-            who = _who(runner) if runner else {"runnerId": 0, "runnerName": ""}
-            self._post(
-                job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who}
-            )
+            workflow_job = self.fake._jobs.get(job.workflow_job or 0)
+            if workflow_job is not None and workflow_job.status != "completed":
+                # A runner process's job: GitHub ends it (cancelled, failed...) for the process.
+                self.fake._finish(workflow_job, _CONCLUSIONS.get(result, "failure"))
+                self.fake._notify()
+            else:
+                self._complete(job, result)
 
     def reassign(self, request_id: int) -> None:
         """No runner took the assigned job in time: GitHub cancels the assignment
@@ -236,7 +310,7 @@ class ScaleSetService:
             self._post(job.scale_set_id, {**cancelled, "runnerName": ""})
             job.assignments += 1
             if job.assignments >= MAX_ASSIGNMENTS:
-                job.state = "completed"
+                self._done(job, "canceled")
                 return
             job.state = "available"
             self._post(
@@ -248,15 +322,100 @@ class ScaleSetService:
                 },
             )
 
-    def runners(self, scale_set_id: int) -> list[dict[str, Any]]:
-        with self._cond:
+    def runners(self, scale_set: int | str) -> list[dict[str, Any]]:
+        """The scale set's runners: ``runnerId``, ``runnerName``, ``busy``, ``status``."""
+        with self._cond, self.fake._lock:
+            self._tick()
             return [
-                _who(r) | {"busy": r.busy} for r in self._runners.values() if r.scale_set_id == scale_set_id
+                _who(r) | {"busy": r.busy, "status": r.status}
+                for r in self._members(self._resolve(scale_set).id)
             ]
 
-    def sessions(self, scale_set_id: int) -> list[str]:
+    def jobs(self, scale_set: int | str | None = None) -> list[dict[str, Any]]:
+        """The scale set's jobs (every one without ``scale_set``), oldest first: ``requestId``,
+        ``scaleSetId``, ``state`` (available, assigned, running, completed), ``runnerName``,
+        ``result``."""
         with self._cond:
-            return [s.owner for s in self._sessions.values() if s.scale_set_id == scale_set_id]
+            self._tick()
+            wanted = None if scale_set is None else self._resolve(scale_set).id
+            return [
+                {
+                    "requestId": j.request_id,
+                    "scaleSetId": j.scale_set_id,
+                    "state": j.state,
+                    "runnerName": j.runner_name,
+                    "result": j.result,
+                }
+                for j in self._jobs.values()
+                if wanted in (None, j.scale_set_id)
+            ]
+
+    def completed(self, scale_set: int | str | None = None, result: str = "succeeded") -> int:
+        """How many of the scale set's jobs (every one's without it) completed with ``result``."""
+        with self._cond:
+            self._tick()
+            wanted = None if scale_set is None else self._resolve(scale_set).id
+            return sum(
+                j.state == "completed" and j.result == result and wanted in (None, j.scale_set_id)
+                for j in self._jobs.values()
+            )
+
+    def wait_completed(
+        self, n: int, scale_set: int | str | None = None, *, timeout: float = 30.0, result: str = "succeeded"
+    ) -> bool:
+        """Block until at least ``n`` jobs (of ``scale_set``) completed with ``result``; False on
+        timeout. Jobs whose ``duration_s`` ran out complete on the way."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.completed(scale_set, result) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, self._next_due(), 0.2))
+            return True
+
+    def use_jit_config(self, encoded: str) -> int:
+        """A runner pod's stand-in runs ``run.sh --jitconfig <encoded>``: the runner is online and
+        takes a job assigned to its scale set (see `GitHubState.run_jit_config`, which refuses a
+        config used already or whose runner was deleted). Works for a REST JIT config too.
+        Returns the runner's id."""
+        with self._cond:
+            runner_id = self.fake.run_jit_config(encoded)
+            self._tick()
+            self._cond.notify_all()
+            return runner_id
+
+    def runner_stopped(self, runner_id: int) -> None:
+        """A stand-in's runner process went (its pod was deleted): an idle runner is offline and
+        takes no more jobs, as GitHub shows a runner whose listener stopped; it stays registered
+        until deleted. A busy one keeps its job (the stand-in plays it to its end)."""
+        with self._cond:
+            runner = self.fake._runners.get(runner_id)
+            if runner is not None and runner.scale_set_id is not None and not runner.busy:
+                runner.status = "offline"
+                self.fake._notify()
+
+    def on_runner_finished(self, hook: Callable[[int], None]) -> None:
+        """Call ``hook(runner_id)`` whenever a scale set runner's job completed and the runner was
+        removed: its process exits then. It runs under the service's lock and must not block."""
+        with self._cond:
+            self._finished_hooks.append(hook)
+
+    def remove_runner_finished(self, hook: Callable[[int], None]) -> None:
+        with self._cond:
+            if hook in self._finished_hooks:
+                self._finished_hooks.remove(hook)
+
+    def polling(self, scale_set: int | str) -> int:
+        """How many long polls of the scale set's message queue the fake holds right now."""
+        with self._cond:
+            return self._held.get(self._resolve(scale_set).id, 0)
+
+    def sessions(self, scale_set: int | str) -> list[str]:
+        """The owners of the scale set's message sessions (at most one)."""
+        with self._cond:
+            wanted = scale_set if isinstance(scale_set, int) else self._resolve(scale_set).id
+            return [s.owner for s in self._sessions.values() if s.scale_set_id == wanted]
 
     def expire_queue_tokens(self) -> None:
         """Every queue token expires now (the next queue call answers 401)."""
@@ -396,7 +555,11 @@ class ScaleSetService:
             gone = found.id
             self._sessions = {k: v for k, v in self._sessions.items() if v.scale_set_id != gone}
             self._jobs = {k: v for k, v in self._jobs.items() if v.scale_set_id != gone}
-            self._runners = {k: v for k, v in self._runners.items() if v.scale_set_id != gone}
+            self._active = {k: v for k, v in self._active.items() if v.scale_set_id != gone}
+            with self.fake._lock:
+                for runner in self._members(gone):
+                    self.fake._forget_runner(runner)
+                self.fake._notify()
             self._messages[:] = [m for m in self._messages if m.scale_set_id != found.id]
             self._cond.notify_all()
         raise _Done(204)
@@ -408,21 +571,21 @@ class ScaleSetService:
             raise _Refused(400, actions_exception("ArgumentException", "name is required"))
         with self._cond:
             found = self._owned(call)
-            if any(r.name == name for r in self._runners.values()):
+            try:
+                runner_id, encoded = self.fake.scale_set_jit_runner(
+                    call.auth,
+                    name=name,
+                    labels=_runner_labels(found),
+                    runner_group_id=found.group_id,
+                    scale_set_id=found.id,
+                    work_folder=str(data.get("workFolder") or "_work"),
+                )
+            except RegistrationRejectedError:
                 raise _Refused(
                     409, actions_exception("AgentExistsException", f"Agent exists with name {name}")
-                )
-            runner = _Runner(10_000 + self._ids(), name, found.id)
-            self._runners[runner.id] = runner
-            config = {
-                "scaleSetId": found.id,
-                "runnerId": runner.id,
-                "name": name,
-                "secret": secrets.token_urlsafe(16),
-            }
-            encoded = base64.b64encode(json.dumps(config).encode()).decode()
+                ) from None
             return {
-                "runner": {"id": runner.id, "name": name, "runnerScaleSetId": found.id},
+                "runner": {"id": runner_id, "name": name, "runnerScaleSetId": found.id},
                 "encodedJITConfig": encoded,
             }
 
@@ -467,28 +630,37 @@ class ScaleSetService:
             last = 0
         deadline = time.monotonic() + self.poll_wait
         with self._cond:
-            while True:
-                session.last_seen = self.fake.clock()
-                if session.id not in self._sessions:
-                    raise _Refused(
-                        404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
-                    )
-                ready = next(
-                    (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
-                    None,
+            generation = self.fake._generation
+            self._held[session.scale_set_id] = self._held.get(session.scale_set_id, 0) + 1
+            try:
+                return self._hold(session, last, deadline, generation)
+            finally:
+                self._held[session.scale_set_id] -= 1
+
+    def _hold(self, session: _Session, last: int, deadline: float, generation: int) -> Any:
+        while True:
+            session.last_seen = self.fake.clock()
+            self._tick()
+            if session.id not in self._sessions:
+                raise _Refused(
+                    404, actions_exception("TaskAgentSessionExpiredException", "the session ended")
                 )
-                if ready is not None:
-                    ready.delivered = True
-                    return {
-                        "messageId": ready.id,
-                        "messageType": "RunnerScaleSetJobMessages",
-                        "body": json.dumps(ready.jobs),
-                        "statistics": self._statistics(session.scale_set_id),
-                    }
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _Done(202)
-                self._cond.wait(left)
+            ready = next(
+                (m for m in self._messages if m.scale_set_id == session.scale_set_id and m.id > last),
+                None,
+            )
+            if ready is not None:
+                ready.delivered = True
+                return {
+                    "messageId": ready.id,
+                    "messageType": "RunnerScaleSetJobMessages",
+                    "body": json.dumps(ready.jobs),
+                    "statistics": self._statistics(session.scale_set_id),
+                }
+            left = deadline - time.monotonic()
+            if left <= 0 or generation != self.fake._generation:
+                raise _Done(202)  # (the fake stops: let go at once, as a 202)
+            self._cond.wait(min(left, self._next_due()))
 
     def _acknowledge(self, call: _Call) -> Any:
         message_id = int(call.match["message"])
@@ -507,30 +679,35 @@ class ScaleSetService:
                     job.state = "assigned"
                     acquired.append(request_id)
                     self._post(job.scale_set_id, {**job.fields, "messageType": "JobAssigned"})
+            self._tick()  # an online idle runner of the scale set takes it at once
             return {"count": len(acquired), "value": acquired}
 
     def _get_runner(self, call: _Call) -> Any:
-        with self._cond:
-            return _who(self._runner_of(call)) | {"runnerScaleSetId": self._runner_of(call).scale_set_id}
+        with self._cond, self.fake._lock:
+            runner = self._runner_of(call)
+            return _who(runner) | {"runnerScaleSetId": runner.scale_set_id or 0}
 
     def _find_runner(self, call: _Call) -> Any:
-        name = call.params.get("agentName", "")
-        with self._cond:
+        name = call.params.get("agentName", "").lower()
+        with self._cond, self.fake._lock:
             value = [
-                {"id": r.id, "name": r.name, "runnerScaleSetId": r.scale_set_id}
-                for r in self._runners.values()
-                if r.name == name and self._sets[r.scale_set_id].scope_key == call.auth.key
+                {"id": r.id, "name": r.name, "runnerScaleSetId": r.scale_set_id or 0}
+                for r in self.fake._runners.values()
+                if r.name.lower() == name and r.scope.key == call.auth.key
             ]
             return {"count": len(value), "value": value}
 
     def _remove_runner(self, call: _Call) -> Any:
-        with self._cond:
+        """The same runner as REST's ``DELETE .../actions/runners/{id}`` removes (GitHub's runner
+        id is the agent id); a busy one is refused here with the service's 409."""
+        with self._cond, self.fake._lock:
             runner = self._runner_of(call)
             if runner.busy:
                 raise _Refused(
                     409, actions_exception("JobStillRunningException", f"{runner.name} is running a job")
                 )
-            del self._runners[runner.id]
+            self.fake._forget_runner(runner)
+            self.fake._notify()
             self._cond.notify_all()
         raise _Done(204)
 
@@ -556,10 +733,137 @@ class ScaleSetService:
         return session
 
     def _runner_of(self, call: _Call) -> _Runner:
-        runner = self._runners.get(int(call.match["runner"]))
-        if runner is None or self._sets[runner.scale_set_id].scope_key != call.auth.key:
+        runner = self.fake._runners.get(int(call.match["runner"]))
+        if runner is None or runner.scope.key != call.auth.key:
             raise _Refused(404, actions_exception("AgentNotFoundException", "No agent found"))
         return runner
+
+    def _resolve(self, scale_set: int | str) -> _ScaleSet:
+        if isinstance(scale_set, int):
+            found = self._sets.get(scale_set)
+            if found is None:
+                raise LookupError(f"no scale set {scale_set}")
+            return found
+        named = [s for s in self._sets.values() if s.name == scale_set]
+        if len(named) != 1:
+            raise LookupError(f"{len(named)} scale sets are named {scale_set!r}: give the id")
+        return named[0]
+
+    def _members(self, scale_set_id: int) -> list[_Runner]:
+        """The scale set's runners, oldest first (the fake's records: hold its lock)."""
+        return [r for r in self.fake._runners.values() if r.scale_set_id == scale_set_id]
+
+    def _tick(self) -> None:
+        """Bring the scale sets' jobs up to the clock: jobs whose ``duration_s`` ran out complete,
+        assigned jobs go to online idle runners of their scale set (oldest job first)."""
+        now = self.fake.clock()
+        with self.fake._lock:
+            for job in list(self._active.values()):
+                due = job.started_at is not None and job.duration_s is not None
+                if due and job.state == "running" and now >= (job.started_at or 0) + (job.duration_s or 0):
+                    self._complete(job, "succeeded")
+            idle: dict[int, list[_Runner]] = {}  # per scale set, found once per tick
+            for job in list(self._active.values()):
+                if job.state != "assigned" or self._still_offered(job):
+                    continue
+                if job.scale_set_id not in idle:
+                    idle[job.scale_set_id] = [
+                        r
+                        for r in self._members(job.scale_set_id)
+                        if r.status == "online" and not r.busy and r.job_id is None
+                    ]
+                if not idle[job.scale_set_id]:
+                    continue
+                runner = idle[job.scale_set_id].pop(0)
+                if runner.listener:
+                    owner = self._sets[job.scale_set_id].scope_key[1].split("/")[0]
+                    job.workflow_job = self.fake.offer_to_runner(
+                        runner.id,
+                        f"{owner}/{job.fields['repositoryName']}",
+                        list(job.fields["requestLabels"]),
+                        job.duration_s or 0.0,
+                        job.script,
+                    )
+                    self._offered[job.workflow_job] = job.request_id
+                else:
+                    self._start(job, runner)
+
+    def _runner_polls(self, runner: _Runner) -> None:
+        """A runner process asks for a job (under the fake's lock): a scale set runner is offered
+        one its scale set was assigned."""
+        if runner.scale_set_id is not None and runner.job_id is None:
+            self._tick()
+
+    def _still_offered(self, job: _Job) -> bool:
+        """Whether a runner process still holds the job it was offered; a job whose runner went
+        (deleted, offline before it started) is withdrawn and may go to another runner."""
+        offered = self.fake._jobs.get(job.workflow_job or 0)
+        if offered is None:
+            return False
+        if offered.assigned_to is not None and offered.assigned_to in self.fake._runners:
+            return True
+        self.fake._jobs.pop(offered.id, None)
+        self.fake._open_jobs.pop(offered.id, None)
+        self._offered.pop(offered.id, None)
+        job.workflow_job = None
+        return False
+
+    def _follow(self, workflow_job: Job) -> None:
+        """A runner process started or completed the job it was offered (under the fake's lock):
+        ``JobStarted``/``JobCompleted`` for its scale set; the runner's removal is the fake's."""
+        job = self._jobs.get(self._offered.get(workflow_job.id, 0))
+        runner = self.fake._runners.get(workflow_job.runner_id or 0)
+        if job is None:
+            return
+        if workflow_job.status == "in_progress" and job.state == "assigned" and runner is not None:
+            job.state, job.runner_id, job.runner_name = "running", runner.id, runner.name
+            job.started_at = self.fake.clock()
+            self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+        elif workflow_job.status == "completed" and job.state != "completed":
+            self._done(job, _RESULTS.get(workflow_job.conclusion or "", "failed"))
+            job.runner_id = job.runner_id or workflow_job.runner_id
+            job.runner_name = job.runner_name or workflow_job.runner_name or ""
+            who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
+            self._post(
+                job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": job.result, **who}
+            )
+            if runner is None or (runner.ephemeral and runner.job_id == workflow_job.id):
+                for hook in self._finished_hooks:  # GitHub removes it now (not if contact was lost)
+                    hook(job.runner_id or 0)
+
+    def _done(self, job: _Job, result: str) -> None:
+        job.state, job.result = "completed", result
+        self._active.pop(job.request_id, None)
+
+    def _next_due(self) -> float:
+        """Seconds until the next running job's ``duration_s`` runs out (a poll wakes then)."""
+        now = self.fake.clock()
+        ends = [
+            (j.started_at or 0) + (j.duration_s or 0) - now
+            for j in self._active.values()
+            if j.state == "running" and j.duration_s is not None
+        ]
+        return max(0.01, min(ends, default=self.poll_wait))
+
+    def _start(self, job: _Job, runner: _Runner) -> None:
+        job.state, job.runner_id, job.runner_name = "running", runner.id, runner.name
+        job.started_at = self.fake.clock()
+        runner.busy = True
+        self.fake._notify()
+        self._post(job.scale_set_id, {**job.fields, "messageType": "JobStarted", **_who(runner)})
+
+    def _complete(self, job: _Job, result: str) -> None:
+        with self.fake._lock:
+            runner = self.fake._runners.get(job.runner_id or 0)
+            if runner is not None and runner.scale_set_id == job.scale_set_id:
+                runner.busy = False
+                self.fake._forget_runner(runner)
+                self.fake._notify()
+                for hook in self._finished_hooks:
+                    hook(runner.id)
+        self._done(job, result)
+        who = {"runnerId": job.runner_id or 0, "runnerName": job.runner_name}
+        self._post(job.scale_set_id, {**job.fields, "messageType": "JobCompleted", "result": result, **who})
 
     def _new_token(self, session: _Session) -> None:
         session.token = secrets.token_urlsafe(24)
@@ -573,10 +877,12 @@ class ScaleSetService:
             self._messages.append(last)
         last.jobs.append(job)
         self._cond.notify_all()
+        self.fake._notify()  # and `GitHubState.wait_for`'s waiters
 
     def _statistics(self, scale_set_id: int) -> dict[str, int]:
-        jobs = [j for j in self._jobs.values() if j.scale_set_id == scale_set_id]
-        runners = [r for r in self._runners.values() if r.scale_set_id == scale_set_id]
+        jobs = [j for j in self._active.values() if j.scale_set_id == scale_set_id]
+        with self.fake._lock:
+            runners = self._members(scale_set_id)
         assigned = sum(j.state == "assigned" for j in jobs)
         running = sum(j.state == "running" for j in jobs)
         busy = sum(r.busy for r in runners)
@@ -639,10 +945,25 @@ def _who(runner: _Runner) -> dict[str, Any]:
     return {"runnerId": runner.id, "runnerName": runner.name}
 
 
+def _runner_labels(found: _ScaleSet) -> list[tuple[str, str]]:
+    """A scale set runner's labels in the REST listing: the scale set's name first, then its
+    other labels; ``System`` ones are ``read-only`` (applied by GitHub, as config.sh's
+    ``self-hosted``), ``User`` ones ``custom`` (the REST label types)."""
+    out = [(found.name, "read-only")]
+    for label in found.labels:
+        if label["name"].lower() != found.name.lower():
+            out.append((label["name"], "read-only" if label["type"].lower() == "system" else "custom"))
+    return out
+
+
 def _labels(data: dict[str, Any], name: str) -> list[dict[str, str]]:
     given = data.get("labels") or [{"name": name, "type": "System"}]
     return [{"name": str(label.get("name")), "type": str(label.get("type") or "System")} for label in given]
 
+
+#: A workflow job's conclusion as a ``JobCompleted`` result, and back.
+_RESULTS = {"success": "succeeded", "failure": "failed", "cancelled": "canceled"}
+_CONCLUSIONS: dict[str, Conclusion] = {"succeeded": "success", "failed": "failure", "canceled": "cancelled"}
 
 _Handler = Callable[[ScaleSetService, _Call], Any]
 _ROUTES: list[tuple[str, str, _Handler, str]] = [
@@ -674,6 +995,7 @@ def service(fake: GitHubState, **settings: Any) -> ScaleSetService:
         found = _SERVICES.get(fake)
         if found is None:
             found = _SERVICES[fake] = ScaleSetService(fake)
+            fake.on_reset(found.reset)
     for name, value in settings.items():
         setattr(found, name, value)
     return found

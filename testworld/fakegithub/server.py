@@ -979,6 +979,12 @@ class FakeGitHub(GitHubState):
         return f"{self._scheme}://{self.host}:{self.port}{self.api_prefix}"
 
     @property
+    def scale_sets(self) -> scaleset.ScaleSetService:
+        """The fake's runner scale sets (`testworld.fakegithub.scaleset`): ``offer_job``,
+        ``complete_job``, ``wait_completed``, ``runners``, ``jobs``... for tests to drive."""
+        return scaleset.service(self)
+
+    @property
     def _scheme(self) -> str:
         return "http" if self.tls is None else "https"
 

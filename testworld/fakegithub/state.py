@@ -206,6 +206,8 @@ class _Runner:
     # A just-in-time runner (generate-jitconfig): its config opens one listener session, ever.
     jit: bool = False
     jit_used: bool = False
+    # A runner of a runner scale set (its ``generatejitconfig``): the scale set's jobs only.
+    scale_set_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -380,6 +382,15 @@ class GitHubState:
         self._generation = 0
         # Webhooks outlive reset(), like a repository's hook settings outlive its jobs.
         self._webhooks: list[Callable[[dict[str, Any]], None]] = []
+        # What else forgets its world on reset() (the scale set service), called after it.
+        self._reset_hooks: list[Callable[[], None]] = []
+        # Told of every job change under the lock (the scale set service follows its jobs).
+        self._job_hooks: list[Callable[[Job], None]] = []
+        # Told (under the lock) when a runner process's listener asks for a job (the scale set
+        # service then offers it one its scale set was assigned).
+        self._poll_hooks: list[Callable[[_Runner], None]] = []
+        # Told (under the lock) when held requests must let go (`release_hangs`, `stop`).
+        self._release_hooks: list[Callable[[], None]] = []
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -439,11 +450,21 @@ class GitHubState:
     # ----------------------------------------------------------------- control: world
 
     def reset(self) -> None:
-        """Forget runners, tokens, budgets, faults and the request log; keep constructor settings."""
+        """Forget runners, tokens, budgets, faults, the request log and scale sets; keep
+        constructor settings."""
         with self._lock:
             self._generation += 1
             self._reset_state()
             self._notify()
+            hooks = list(self._reset_hooks)
+        # Outside the lock: the scale set service takes its own lock first, then this one.
+        for hook in hooks:
+            hook()
+
+    def on_reset(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` after every `reset` (without the fake's lock held)."""
+        with self._lock:
+            self._reset_hooks.append(hook)
 
     def add_scope(
         self,
@@ -813,6 +834,8 @@ class GitHubState:
 
     def _job_event(self, job: Job) -> None:
         """A job changed state (under the lock): queue its delivery to every webhook."""
+        for follow in self._job_hooks:
+            follow(job)
         if not self._webhooks:
             return
         bases = self._bases()
@@ -892,6 +915,8 @@ class GitHubState:
     @staticmethod
     def _can_take(runner: _Runner, job: Job) -> bool:
         if runner.status != "online" or runner.busy or runner.job_id is not None:
+            return False
+        if runner.scale_set_id is not None:  # takes only what its scale set assigns
             return False
         if runner.scope.kind == "repo":
             in_scope = runner.scope.key == job.repo.key
@@ -1105,6 +1130,8 @@ class GitHubState:
                     self._tick()
                     if runner.session != session or self._runners.get(runner.id) is not runner:
                         raise ListenerError(404, "the session ended")
+                    for hook in self._poll_hooks:
+                        hook(runner)
                     job = None if runner.job_id is None else self._jobs[runner.job_id]
                     if job is not None and job.status == "queued":
                         return replace(job, labels=list(job.labels), annotations=[])
@@ -1378,6 +1405,8 @@ class GitHubState:
         with self._lock:
             self._generation += 1
             self._notify()
+            for hook in self._release_hooks:
+                hook()
 
     def record(self, record: RequestRecord) -> None:
         with self._lock:
@@ -1558,32 +1587,134 @@ class GitHubState:
         (here the stand-ins' key=value files; GitHub's also carry ``.credentials_rsaparams``).
         """
         with self._lock:
-            self._tick()
-            try:
-                self._find_runner(scope, name)
-            except UnknownRunnerError:
-                pass
-            else:
-                raise RegistrationRejectedError(
-                    f"Already exists - A runner with the name {name} already exists."
-                )
-            runner_id = self.register_runner(
-                scope, name, labels, status="offline", ephemeral=True, replace=False
+            runner, encoded = self._jit_runner(
+                scope,
+                bases,
+                name=name,
+                labels=labels,
+                runner_group_id=runner_group_id,
+                work_folder=work_folder,
             )
-            runner = self._runners[runner_id]
-            runner.listener, runner.jit, runner.runner_group_id = True, True, runner_group_id
-            credential = secrets.token_urlsafe(24)
-            self._credentials[credential] = runner_id
-            settings = (
-                f"service={bases.web}{SERVICE_PATH}\nrunner_id={runner_id}\nrunner_name={name}\n"
-                f"ephemeral=1\nwork={work_folder}\n"
+            return self._runner_json(runner), encoded
+
+    def scale_set_jit_runner(
+        self,
+        scope: Scope,
+        *,
+        name: str,
+        labels: list[tuple[str, str]],
+        runner_group_id: int,
+        scale_set_id: int,
+        work_folder: str = "_work",
+    ) -> tuple[int, str]:
+        """A scale set's ``generatejitconfig``: a runner of the scale set, offline until its config
+        runs, and the config (the same format as `api_generate_jitconfig`'s). Its labels are the
+        scale set's (``(name, type)``, type ``read-only`` or ``custom``), without the
+        ``self-hosted``/OS/architecture labels a config.sh runner gets: GitHub applies the scale
+        set's labels to its runners (actions/scaleset#75, a maintainer's reply, 2026-04-22).
+        Returns the runner's id (the Actions service's agent id is the REST runner id)."""
+        with self._lock:
+            runner, encoded = self._jit_runner(
+                scope,
+                self._bases(),
+                name=name,
+                labels=[],
+                runner_group_id=runner_group_id,
+                work_folder=work_folder,
             )
-            files = {".runner": settings, ".credentials": f"credential={credential}\n"}
-            encoded = json.dumps(
-                {key: base64.b64encode(text.encode()).decode() for key, text in files.items()}
-            )
+            runner.labels, runner.scale_set_id = list(labels), scale_set_id
             self._notify()
-            return self._runner_json(runner), _b64(encoded)
+            return runner.id, encoded
+
+    def _jit_runner(
+        self,
+        scope: Scope,
+        bases: Bases,
+        *,
+        name: str,
+        labels: list[str],
+        runner_group_id: int,
+        work_folder: str,
+    ) -> tuple[_Runner, str]:
+        self._tick()
+        try:
+            self._find_runner(scope, name)
+        except UnknownRunnerError:
+            pass
+        else:
+            raise RegistrationRejectedError(f"Already exists - A runner with the name {name} already exists.")
+        runner_id = self.register_runner(scope, name, labels, status="offline", ephemeral=True, replace=False)
+        runner = self._runners[runner_id]
+        runner.listener, runner.jit, runner.runner_group_id = True, True, runner_group_id
+        credential = secrets.token_urlsafe(24)
+        self._credentials[credential] = runner_id
+        settings = (
+            f"service={bases.web}{SERVICE_PATH}\nrunner_id={runner_id}\nrunner_name={name}\n"
+            f"ephemeral=1\nwork={work_folder}\n"
+        )
+        files = {".runner": settings, ".credentials": f"credential={credential}\n"}
+        encoded = json.dumps({key: base64.b64encode(text.encode()).decode() for key, text in files.items()})
+        self._notify()
+        return runner, _b64(encoded)
+
+    def offer_to_runner(
+        self, runner_id: int, repository: str, labels: list[str], duration_s: float, script: str | None
+    ) -> int:
+        """A job for one runner process (a scale set runner with a listener): queued, offered to
+        that runner only; it starts and completes it through the listener protocol. Returns the
+        job's id. Under the lock, by the scale set service."""
+        runner = self._runners[runner_id]
+        repo = self.add_scope(repo=repository)
+        self._run_numbers[repo.key] += 1
+        job = Job(
+            id=next(self._job_ids),
+            run_id=next(self._run_ids),
+            run_number=self._run_numbers[repo.key],
+            repo=repo,
+            labels=list(labels),
+            duration_s=float(duration_s),
+            name="build",
+            workflow_name="CI",
+            created_at=self.clock(),
+            script=script,
+            assigned_to=runner.id,
+        )
+        runner.job_id = job.id
+        self._jobs[job.id] = job
+        self._open_jobs[job.id] = job
+        self._job_event(job)
+        self._notify()
+        return job.id
+
+    def run_jit_config(self, encoded: str) -> int:
+        """A runner pod's stand-in runs ``run.sh --jitconfig <encoded>`` without a process: the
+        runner is online (and stays so: no listener to go silent) and, if a REST JIT runner,
+        its jobs are played by the fake like a control-API runner's. Returns the runner's id.
+
+        Refused as the real runner fails (`RegistrationRejectedError`): a config that does not
+        decode, whose runner was deleted (its credential is revoked), or that was used already
+        (a JIT config is single-use)."""
+        try:
+            files = json.loads(base64.b64decode(encoded, validate=True))
+            credentials = base64.b64decode(files[".credentials"]).decode()
+            pairs = (line.split("=", 1) for line in credentials.splitlines() if "=" in line)
+            credential = dict(pairs)["credential"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RegistrationRejectedError(f"not a JIT config: {type(exc).__name__}") from None
+        with self._lock:
+            try:
+                runner = self._listener(credential)
+            except ListenerError as exc:
+                raise RegistrationRejectedError(str(exc)) from None
+            if runner.jit_used:
+                raise RegistrationRejectedError(
+                    f"the JIT config of runner {runner.name!r} has been used already"
+                )
+            runner.jit_used, runner.listener, runner.status = True, False, "online"
+            runner.last_seen = self.clock()
+            self._tick()
+            self._notify()
+            return runner.id
 
     def api_registration_token(self, scope: Scope) -> RegistrationToken:
         with self._lock:
