@@ -72,7 +72,12 @@ spec:
   containerMode: kubernetes
   kubernetesMode:
     workVolumeClaim: {storageClassName: fast-ssd, accessModes: [ReadWriteOnce], storage: 10Gi}
-  labels: [k8s-runners]
+  scaleSet: {name: k8s-runners}
+  labels: [linux]
+  githubServerTLS: {certificateFrom: {configMapKeyRef: {name: ghes-ca, key: ca.crt}}}
+  proxy:
+    https: {url: "http://proxy.example.com:3128", credentialSecretRef: proxy-login}
+    noProxy: [.svc]
   nodeSelector: {kubernetes.io/arch: amd64}
   env: [{name: GOFLAGS, value: "-mod=mod"}]
   resources: {requests: {cpu: "1", memory: 2Gi}}
@@ -83,7 +88,6 @@ SCALE_SET_NOT_MAPPED = [
     "template.spec.containers[runner].image",
     "template.spec.containers[runner].command",
     "template.spec.containers[runner].env[ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER]",
-    "proxy",
 ]
 
 MEOWS_POOL = """
@@ -163,7 +167,7 @@ def test_a_rendered_autoscaling_runner_set_maps_fully_and_exits_0() -> None:
         "repository": "octo-org/hello-world",
         "credentialSecretName": "repo-pat",
         "autoscaling": {"minReplicas": 1, "maxReplicas": 4},
-        "labels": ["repo-set"],
+        "scaleSet": {"name": "repo-set"},
     }
 
 
@@ -222,7 +226,7 @@ def test_kubernetes_mode_leaves_the_service_account_and_work_volume_to_the_opera
         "credentialSecretName": "enterprise-pat",
         "autoscaling": {"minReplicas": 0, "maxReplicas": 8},
         "containerMode": "kubernetes",
-        "labels": ["jobs-in-pods"],
+        "scaleSet": {"name": "jobs-in-pods"},
     }
     assert _paths(err.splitlines()) == ["template.spec.serviceAccountName", "template.spec.volumes[work]"]
 
@@ -294,3 +298,12 @@ def test_convert_as_users_run_it_prints_pools_the_api_server_accepts(
         "runner fields into a RunnerPool by hand, as docs/migrating.md maps a RunnerDeployment's",
         "# not mapped: Secret/controller-manager: not a runner definition; left out",
     ]
+
+
+def test_a_scale_set_name_github_would_refuse_stays_a_label_of_a_label_pool() -> None:
+    values = "githubConfigUrl: https://github.com/octo-org\ngithubConfigSecret: pat\n"
+    code, out, err = _convert("-f", "-", stdin=values + "runnerScaleSetName: _private\nmaxRunners: 2\n")
+    assert code == 3
+    spec = yaml.safe_load(out)["spec"]
+    assert "scaleSet" not in spec and spec["labels"] == ["_private"]
+    assert _paths(err.splitlines()) == ["runnerScaleSetName"]

@@ -1,8 +1,13 @@
 """ARC's runner scale sets: a gha-runner-scale-set chart's values, or the AutoscalingRunnerSet
-(actions.github.com) they render, whose spec holds the same keys."""
+(actions.github.com) they render, whose spec holds the same keys.
+
+An ARC scale set becomes a scale-set pool (``spec.scaleSet``, docs/scale-sets.md): the same
+kind of thing on GitHub, under the same name, so workflows keep their ``runs-on``. Its
+``githubServerTLS`` and ``proxy`` have the same shape as the pool's fields of those names."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,16 +26,19 @@ DEFAULT_MAX = 10
 _SIGNATURE = ("githubConfigUrl", "githubConfigSecret")
 #: Keys for ARC's listener and controller, which have no counterpart: the operator itself
 #: receives webhook deliveries and polls.
-_LISTENER = "the operator reads demand itself (webhook deliveries, polling): no listener; remove it"
+_LISTENER = "the operator's leader holds the scale set's message session itself: no listener pod; remove it"
 _NO_COUNTERPART = {
     "listenerTemplate": _LISTENER,
     "listenerMetrics": _LISTENER,
     "controllerServiceAccount": _LISTENER,
-    "githubServerTLS": "no RunnerPool field for a private CA yet: mount the bundle with spec.volumes and "
-    "spec.volumeMounts and point NODE_EXTRA_CA_CERTS (spec.env) at it",
-    "proxy": "no RunnerPool field for a proxy yet: set HTTPS_PROXY, HTTP_PROXY and NO_PROXY in spec.env",
     "namespaceOverride": "the pool lives where you apply it: kubectl apply -n NAMESPACE",
 }
+#: A scale set's name as GitHub takes it (``runnerpool.api.SCALE_SET_NAME``, not imported: the
+#: converter is pure text in, manifests out, and the API module is the operator's).
+_SCALE_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: The keys of ARC's githubServerTLS and proxy that the pool's fields of the same names take.
+_TLS_SOURCES = ("configMapKeyRef", "secretKeyRef")
+_PROXY_KEYS = ("http", "https", "noProxy")
 
 
 def is_values(doc: Mapping[str, Any]) -> bool:
@@ -95,15 +103,43 @@ def _container_mode(draft: Draft, mode: Mapping[str, Any]) -> None:
 _HANDLED = frozenset(
     {
         "githubConfigUrl", "githubConfigSecret", "runnerScaleSetName", "runnerGroup", "minRunners",
-        "maxRunners", "template", "containerMode", "scaleSetLabels",
+        "maxRunners", "template", "containerMode", "scaleSetLabels", "githubServerTLS", "proxy",
     }
 )  # fmt: skip
 
 
-def _labels(draft: Draft, values: Mapping[str, Any], name: str | None) -> None:
-    """Workflows ask a scale set by its name (``runs-on: NAME``): it stays a label of the pool."""
-    labels = [*([name] if name else []), *(values.get("scaleSetLabels") or [])]
-    draft.set("labels", list(dict.fromkeys(str(label) for label in labels)))
+def _scale_set(draft: Draft, values: Mapping[str, Any], name: str) -> None:
+    """Workflows ask a scale set by its name (``runs-on: NAME``): the pool is a scale set of that
+    name, with ``scaleSetLabels`` as its extra labels. A name GitHub would not take as a scale
+    set's stays a label of a label pool."""
+    extra = [str(label) for label in values.get("scaleSetLabels") or []]
+    if _SCALE_SET_NAME.fullmatch(name):
+        draft.set("scaleSet", {"name": name})
+        draft.set("labels", list(dict.fromkeys(extra)))
+        return
+    draft.set("labels", list(dict.fromkeys([name, *extra])))
+    draft.drop(
+        "runnerScaleSetName",
+        f"{name!r} is no scale set name (letters, digits, '.', '_', '-'): the pool keeps it as a label "
+        "and follows demand from webhook deliveries and polling (docs/demand.md)",
+    )
+
+
+def _connection(draft: Draft, values: Mapping[str, Any]) -> None:
+    """``githubServerTLS`` and ``proxy``: the pool's fields have ARC's shape; unknown keys stay."""
+    tls = values.get("githubServerTLS") or {}
+    source = tls.get("certificateFrom") or {}
+    refs = {key: dict(source[key]) for key in _TLS_SOURCES if isinstance(source.get(key), Mapping)}
+    if refs:
+        draft.set("githubServerTLS", {"certificateFrom": refs})
+    elif tls:
+        draft.drop(
+            "githubServerTLS", "no certificateFrom.configMapKeyRef or secretKeyRef: name the CA bundle"
+        )
+    proxy = values.get("proxy") or {}
+    draft.set("proxy", {key: proxy[key] for key in _PROXY_KEYS if proxy.get(key)})
+    for key in sorted(set(proxy) - set(_PROXY_KEYS)):
+        draft.drop(f"proxy.{key}", "no RunnerPool counterpart")
 
 
 def convert_scale_set(
@@ -127,7 +163,8 @@ def convert_scale_set(
         draft.set("runnerGroup", group)
     _scaling(draft, values)
     _container_mode(draft, values.get("containerMode") or {})
-    _labels(draft, values, set_name)
+    _scale_set(draft, values, str(set_name or DEFAULT_NAME))
+    _connection(draft, values)
     template = values.get("template") or {}
     pod_metadata(draft, template.get("metadata") or {}, "template.metadata")
     pod_spec(draft, template.get("spec") or {}, "template.spec")
