@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from tests.e2e.runners import REPO, pool_runners, wait_condition, wait_gone
@@ -25,6 +26,9 @@ from testworld.simulator import OperatorProcess
 
 SCALE_SET = "node-linux"
 JOB_TIMEOUT = 2 * START_TIMEOUT
+#: A finalizer of the test's own: holds an ended pod for its status and logs (the operator
+#: deletes a used-up pod at once).
+KEEP = "test.runnerpool.dev/keep-for-logs"
 
 
 def _steps(n: int) -> str:
@@ -36,6 +40,35 @@ def _steps(n: int) -> str:
         f'echo "marker from $HOSTNAME" >{marker}; sleep 5; '
         f'echo "steps of job {n} ran on $HOSTNAME: $(cat {marker})" >>"$GITHUB_STEP_SUMMARY"'
     )
+
+
+def _keep(core: client.CoreV1Api, namespace: str, pod: str) -> None:
+    core.patch_namespaced_pod(
+        pod, namespace, [{"op": "add", "path": "/metadata/finalizers", "value": [KEEP]}]
+    )
+
+
+def _release(core: client.CoreV1Api, namespace: str, pods: set[str]) -> None:
+    for pod in pods:
+        try:
+            core.patch_namespaced_pod(pod, namespace, [{"op": "remove", "path": "/metadata/finalizers"}])
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _ended(core: client.CoreV1Api, namespace: str, pod: str) -> tuple[int | None, str] | None:
+    """(the runner container's exit code, its log) once the pod has ended, else None."""
+    found = core.read_namespaced_pod(pod, namespace)
+    if found.status.phase not in ("Succeeded", "Failed"):
+        return None
+    codes = [
+        c.state.terminated.exit_code
+        for c in found.status.container_statuses or []
+        if c.name == naming.RUNNER_CONTAINER and c.state.terminated is not None
+    ]
+    log = core.read_namespaced_pod_log(pod, namespace, container=naming.RUNNER_CONTAINER)
+    return (codes[0] if codes else None), str(log)
 
 
 def _rest_jit_calls(fake: FakeGitHub) -> int:
@@ -78,6 +111,8 @@ def test_a_scale_set_pool_runs_jobs_in_real_pods_and_leaves_nothing_when_deleted
 
     def finished() -> bool:
         pods = pool_pods(core, namespace, "ss")
+        for name in pods.keys() - seen:
+            _keep(core, namespace, name)
         seen.update(pods)
         busy.update(
             name
@@ -86,8 +121,17 @@ def test_a_scale_set_pool_runs_jobs_in_real_pods_and_leaves_nothing_when_deleted
         )
         return all(j["state"] == "completed" for j in service.jobs(SCALE_SET))
 
-    wait_for(finished, JOB_TIMEOUT, 0.2, f"jobs {requests} to run on the pool's runner pods")
-    ran = time.monotonic() - started
+    try:
+        wait_for(finished, JOB_TIMEOUT, 0.2, f"jobs {requests} to run on the pool's runner pods")
+        ran = time.monotonic() - started
+        # Each runner pod ended by itself: its ephemeral runner exited 0 after its one job.
+        for pod in sorted(seen):
+            code, log = wait_for(
+                lambda pod=pod: _ended(core, namespace, pod), START_TIMEOUT, 0.2, f"pod {pod} to end"
+            )
+            assert code == 0 and "ephemeral runner done after one job" in log, log
+    finally:
+        _release(core, namespace, seen)
     jobs = {j["requestId"]: j for j in service.jobs(SCALE_SET)}
     assert [(jobs[r]["state"], jobs[r]["result"]) for r in requests] == [("completed", "succeeded")] * 2
     ran_on = {jobs[r]["runnerName"] for r in requests}
