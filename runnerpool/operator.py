@@ -13,11 +13,12 @@ a SIGTERM or a lost Lease asks for the stop.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 from kubernetes import client
 
+from runnerpool import scale_set_pools
+from runnerpool.api import RunnerPool
 from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.demand.job_labels import JobLabels
@@ -42,15 +43,6 @@ from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.runtime.leader import LeaderElector
 from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, scheduler_runnable
 from runnerpool.runtime.workqueue import RateLimitingQueue
-from runnerpool.scale_set_pools import (
-    PoolScaleSets,
-    ScaleSetJitConfigs,
-    StatusSink,
-    listened_pools,
-    resumed_view,
-)
-from runnerpool.scaleset.clients import ScaleSetClients
-from runnerpool.scaleset.runnable import ScaleSetListeners, listener_factory
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads, config_maps
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
@@ -119,23 +111,14 @@ class Operator:
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
-        allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
+        access = NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
-        scale_set_clients = ScaleSetClients(clients)
-        listeners = ScaleSetListeners(
-            listened_pools(
-                self.informers,
-                settings.github.pool_ref,
-                lambda pool: settings.tenants.allows_pool(pool) and access.enabled(pool.namespace),
-            ),
-            listener_factory(
-                scale_set_clients,
-                StatusSink(kube, self.informers),
-                owner=settings.leader_election.identity or socket.gethostname(),
-            ),
-            resume=resumed_view(self.informers),
-        )
+
+        def allowed(pool: RunnerPool) -> bool:  # the poller's and the scale-set listeners' pools
+            return settings.tenants.allows_pool(pool) and access.enabled(pool.namespace)
+
+        scale_sets = scale_set_pools.assemble(self.informers, kube, clients, settings, allowed)
         secrets = SecretUpdater(
             clients,
             lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
@@ -143,7 +126,7 @@ class Operator:
             token_scheduler,
             delete_leftover_runner,
             settings=settings.tokens,
-            scale_set_jit=ScaleSetJitConfigs(scale_set_clients),
+            scale_set_jit=scale_sets.jit,
         )
         runners = RunnerManagers(
             self.informers,
@@ -154,29 +137,11 @@ class Operator:
             settings=settings.runners,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
         )
-        protection, bindings = (
-            CredentialProtection(self.informers, kube, self._secret_reads),
-            EnablingBindings(self.informers, kube, access.account),
-        )
-        reconciler = Reconciler(
-            self.informers,
-            kube,
-            PoolJobs(
-                secrets,
-                runners,
-                others=(self._demand,),
-                scale_sets=PoolScaleSets(scale_set_clients, listeners),
-            ),
-            KubeEventRecorder(kube),
-            gates=(
-                NamespaceGate(access),
-                GitHubHostGate(settings.github.hosts, settings.github.api_url_of),
-                ScopeGate(allow),
-                RunnerGroupGate(clients, settings.github.api_url),
-            ),
-            secrets=SecretChecks(protection, bindings, self._pool_secrets.problem),
-            states=PoolStates(self._expectations),
-            settings=settings,
+        protection = CredentialProtection(self.informers, kube, self._secret_reads)
+        reconciler = self._reconciler(
+            PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools),
+            access,
+            protection,
         )
         url_of = settings.github.api_url_of
         poller = DemandPoller(
@@ -185,7 +150,7 @@ class Operator:
             lambda p: clients.get(p.namespace, p.spec.credential_secret_name, url_of(p), p.spec.connection),
             url_of,
             interval=settings.demand.poll_interval,
-            allowed=lambda pool: settings.tenants.allows_pool(pool) and access.enabled(pool.namespace),
+            allowed=allowed,
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
@@ -193,9 +158,31 @@ class Operator:
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
-            listeners.runnable(),
+            scale_sets.listeners.runnable(),
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
+
+    def _reconciler(
+        self, jobs: PoolJobs, access: NamespaceAccess, protection: CredentialProtection
+    ) -> Reconciler:
+        settings, kube = self.settings, self._kube
+        return Reconciler(
+            self.informers,
+            kube,
+            jobs,
+            KubeEventRecorder(kube),
+            gates=(
+                NamespaceGate(access),
+                GitHubHostGate(settings.github.hosts, settings.github.api_url_of),
+                ScopeGate(settings.tenants.allow_list),
+                RunnerGroupGate(self._clients, settings.github.api_url),
+            ),
+            secrets=SecretChecks(
+                protection, EnablingBindings(self.informers, kube, access.account), self._pool_secrets.problem
+            ),
+            states=PoolStates(self._expectations),
+            settings=settings,
+        )
 
     def _endpoints(self) -> list[Runnable]:
         """The always-on endpoints whose port is set: metrics and probes."""

@@ -25,23 +25,28 @@ busy marks and deregistration work as for any pool.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runnerpool import api, naming
 from runnerpool.domain import PoolRef
 from runnerpool.github.types import JitConfig, JitRequest
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
-from runnerpool.scaleset.clients import ScaleSetClients
+from runnerpool.scaleset.clients import RestClients, ScaleSetClients
 from runnerpool.scaleset.errors import ScaleSetNotFound
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
-from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners
+from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
+from runnerpool.settings import Settings
 
 __all__ = [
     "LISTENER_CREDENTIALS",
     "PoolScaleSets",
     "ScaleSetJitConfigs",
+    "ScaleSetParts",
     "StatusSink",
+    "assemble",
     "listened_pools",
     "resumed_view",
     "scale_set_labels",
@@ -188,3 +193,36 @@ class PoolScaleSets:
             self._clients.get(pool).delete_scale_set(scale_set_id)
         except ScaleSetNotFound:
             return  # gone already: what the deletion wanted
+
+
+@dataclass(frozen=True)
+class ScaleSetParts:
+    """What the operator's assembly hands on: the secret updater's JIT source, the reconciler's
+    ``PoolJobs.scale_sets`` and the leader's listeners (a ``Runnable``)."""
+
+    jit: ScaleSetJitConfigs
+    pools: PoolScaleSets
+    listeners: ScaleSetListeners
+
+
+def assemble(
+    reads: ScaleSetPoolReads,
+    kube: Kube,
+    rest: RestClients,
+    settings: Settings,
+    allowed: Callable[[api.RunnerPool], bool],
+) -> ScaleSetParts:
+    """The scale-set side of the operator: one client cache, the listeners of the pools in
+    enabled namespaces that the allow-list admits (``allowed``), writing ``status.scaleSet``;
+    the session owner is the leader's identity (else the host name, as ARC's listener pod's)."""
+    clients = ScaleSetClients(rest)
+    listeners = ScaleSetListeners(
+        listened_pools(reads, settings.github.pool_ref, allowed),
+        listener_factory(
+            clients,
+            StatusSink(kube, reads),
+            owner=settings.leader_election.identity or socket.gethostname(),
+        ),
+        resume=resumed_view(reads),
+    )
+    return ScaleSetParts(ScaleSetJitConfigs(clients), PoolScaleSets(clients, listeners), listeners)

@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 OPERATOR = [ROOT / "runnerpool", ROOT / "secret_updater"]
 MAX_FUNCTION_LINES = 60
 # operator.py: 200, +2 for the namespace gate and the webhook receiver component (issue 30),
-# +5 for the demand writer's allow-list and job-metric labels (issues 33 and 31).
-MAX_FILE_LINES = {"runnerpool/operator.py": 207, "runnerpool/runtime/informers.py": 500}
+# +5 for the demand writer's allow-list and job-metric labels (issues 33 and 31), +18 for the
+# scale-set side (issue 34: its parts are assembled in runnerpool/scale_set_pools.py, one call
+# here) and the reconciler's assembly in a method of its own (the leader's parts were over 60).
+MAX_FILE_LINES = {"runnerpool/operator.py": 225, "runnerpool/runtime/informers.py": 500}
 
 
 def test_no_operator_function_is_longer_than_60_lines() -> None:

@@ -19,14 +19,16 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 
-from runnerpool.github import transport
 from runnerpool.github.errors import MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.types import header
 from runnerpool.reasons import Reason
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["Policy", "Wire"]
 
@@ -46,7 +48,8 @@ class Policy:
     retries: int = 4
     backoff_min: float = 1.0
     backoff_max: float = 30.0
-    max_response_bytes: int = transport.DEFAULT_MAX_RESPONSE_BYTES
+    #: ``None``: the transport's cap (``runnerpool.github.transport.DEFAULT_MAX_RESPONSE_BYTES``).
+    max_response_bytes: int | None = None
 
 
 def _retryable(status: int) -> bool:
@@ -68,7 +71,8 @@ class Wire:
         self.sleep = sleep
         self.user_agent = user_agent
         self._session = session or requests.Session()
-        adapter = transport.BoundedAdapter()
+        self._transport = _transport()
+        adapter = self._transport.BoundedAdapter()
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
 
@@ -89,13 +93,18 @@ class Wire:
         """The first answer that is not a transient failure (any status: the caller judges
         it); raises ``Unavailable``/``RateLimited``/``MalformedResponse`` otherwise.
         ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403)."""
-        policy = self.policy
+        policy, transport = self.policy, self._transport
+        cap = (
+            transport.DEFAULT_MAX_RESPONSE_BYTES
+            if policy.max_response_bytes is None
+            else policy.max_response_bytes
+        )
         seconds = policy.timeout if timeout is None else timeout
         sent = {"User-Agent": self.user_agent, **headers}
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
             try:
-                with transport.deadline(seconds, policy.max_response_bytes):
+                with transport.deadline(seconds, cap):
                     answer = self._session.request(method, url, headers=sent, json=body, timeout=seconds)
             except transport.DeadlineExceeded:
                 raise Unavailable(
@@ -103,7 +112,7 @@ class Wire:
                 ) from None
             except transport.ResponseTooLarge:
                 raise MalformedResponse(
-                    f"{what}: the answer is larger than {policy.max_response_bytes} bytes",
+                    f"{what}: the answer is larger than {cap} bytes",
                     reason=Reason.GITHUB_RESPONSE_TOO_LARGE,
                 ) from None
             except transport.HostSlow:
@@ -133,3 +142,12 @@ class Wire:
             wait = float(asked)
         log.info("%s: %s; retrying in %.3g s", what, why, wait)
         self.sleep(wait)
+
+
+def _transport() -> Any:
+    """``runnerpool.github.transport``, imported when the first wire is made: it patches
+    PyGithub's connections, so importing it loads PyGithub, PyJWT and cryptography, which the
+    operator leaves until a pool needs GitHub (tests/test_startup_imports.py)."""
+    from runnerpool.github import transport  # noqa: PLC0415 - see the docstring
+
+    return transport
