@@ -51,6 +51,7 @@ from runnerpool.scale_set_pools import (
 )
 from runnerpool.scaleset.clients import ScaleSetClients
 from runnerpool.scaleset.runnable import ScaleSetListeners, listener_factory
+from runnerpool.scaleset.wire import Policy, Wire
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads, config_maps
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
@@ -122,7 +123,9 @@ class Operator:
         allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
-        scale_set_clients = ScaleSetClients(clients)
+        github = settings.github
+        policy = Policy(timeout=github.timeout, max_response_bytes=github.max_response_bytes)
+        scale_set_clients = ScaleSetClients(clients, wire=lambda: Wire(policy))
         listeners = ScaleSetListeners(
             listened_pools(
                 self.informers,
