@@ -54,10 +54,17 @@ from runnerpool.scaleset.runnable import ScaleSetListeners, listener_factory
 from runnerpool.scaleset.wire import Policy, Wire
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads, config_maps
-from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
+from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, GitHubSettings, Settings
 from runnerpool.watches import PoolCache
 from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
 from secret_updater.updater import SecretUpdater
+
+
+def scale_set_policy(github: GitHubSettings) -> Policy:
+    """The Actions service calls' deadline and answer cap: ``--github-timeout`` and
+    ``--github-max-response-bytes``, as for every other GitHub call (the long poll keeps its
+    own deadline, longer than the service holds it)."""
+    return Policy(timeout=float(github.timeout), max_response_bytes=github.max_response_bytes)
 
 
 class Operator:
@@ -123,8 +130,7 @@ class Operator:
         allow, access = settings.tenants.allow_list, NamespaceAccess(kube, watch=self.informers)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
-        github = settings.github
-        policy = Policy(timeout=github.timeout, max_response_bytes=github.max_response_bytes)
+        policy = scale_set_policy(settings.github)
         scale_set_clients = ScaleSetClients(clients, wire=lambda: Wire(policy))
         listeners = ScaleSetListeners(
             listened_pools(

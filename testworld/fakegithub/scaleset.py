@@ -203,6 +203,8 @@ class ScaleSetService:
         #: Admin tokens seen on admin calls, and those ``revoke_admin_tokens`` revoked.
         self._admin_used: set[str] = set()
         self._revoked: set[str] = set()
+        #: (method, path, status) of every call answered, oldest first.
+        self._answers: list[tuple[str, str, int]] = []
 
     def reset(self) -> None:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
@@ -211,6 +213,7 @@ class ScaleSetService:
             for table in (self._sets, self._sessions, self._jobs, self._active, self._offered):
                 table.clear()
             self._messages.clear()
+            self._answers.clear()
             self._cond.notify_all()
 
     # -- control: what GitHub and runners do on their own ---------------------------------------
@@ -434,7 +437,19 @@ class ScaleSetService:
 
     # -- the HTTP side -------------------------------------------------------------------------
 
+    def answered(self, method: str | None, path: str, status: int) -> int:
+        """How many calls (``method``, None: any) to a path containing ``path`` were answered
+        ``status`` (the REST request log, ``FakeGitHub.requests``, does not hold these)."""
+        with self._cond:
+            return sum(1 for m, p, s in self._answers if method in (None, m) and path in p and s == status)
+
     def answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
+        reply = self._answer(method, path, query=query, authorization=authorization, body=body)
+        with self._cond:
+            self._answers.append((method, path, reply[0]))
+        return reply
+
+    def _answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
         fault = self.fake.take_fault(method, path)
         if fault is not None and fault.kind == "fail":
             return fault.status, actions_exception("VssServiceException", "injected failure"), {}
