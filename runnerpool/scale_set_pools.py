@@ -38,7 +38,8 @@ from runnerpool.scaleset.clients import RestClients, ScaleSetClients
 from runnerpool.scaleset.errors import ScaleSetNotFound
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
-from runnerpool.settings import Settings
+from runnerpool.scaleset.wire import Policy, Wire
+from runnerpool.settings import GitHubSettings, Settings
 
 __all__ = [
     "LISTENER_CREDENTIALS",
@@ -50,6 +51,7 @@ __all__ = [
     "listened_pools",
     "resumed_view",
     "scale_set_labels",
+    "scale_set_policy",
     "status_of",
 ]
 
@@ -195,6 +197,13 @@ class PoolScaleSets:
             return  # gone already: what the deletion wanted
 
 
+def scale_set_policy(github: GitHubSettings) -> Policy:
+    """The Actions service calls' deadline and answer cap: ``--github-timeout`` and
+    ``--github-max-response-bytes``, as for every other GitHub call (the long poll keeps its
+    own deadline, longer than the service holds it)."""
+    return Policy(timeout=float(github.timeout), max_response_bytes=github.max_response_bytes)
+
+
 @dataclass(frozen=True)
 class ScaleSetParts:
     """What the operator's assembly hands on: the secret updater's JIT source, the reconciler's
@@ -215,7 +224,8 @@ def assemble(
     """The scale-set side of the operator: one client cache, the listeners of the pools in
     enabled namespaces that the allow-list admits (``allowed``), writing ``status.scaleSet``;
     the session owner is the leader's identity (else the host name, as ARC's listener pod's)."""
-    clients = ScaleSetClients(rest)
+    policy = scale_set_policy(settings.github)
+    clients = ScaleSetClients(rest, wire=lambda: Wire(policy))
     listeners = ScaleSetListeners(
         listened_pools(reads, settings.github.pool_ref, allowed),
         listener_factory(

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from runnerpool.domain import Connection, ProxyRef, Scope
+from runnerpool.domain import Connection, PoolRef, ProxyRef, Scope
 from runnerpool.github.credentials import ClientCache, CredentialError
 from runnerpool.github.errors import Unavailable
 from runnerpool.reasons import Reason
+from runnerpool.scaleset.clients import ScaleSetClients
 from tests.github_mocks import fast_client_factory
 from testworld.connect_proxy import ConnectProxy
 from testworld.envtest.certs import PrivateServer, private_server
@@ -147,3 +148,24 @@ def test_an_untrusted_certificate_is_not_tried_again(
         _cache(pki).get("team", "cred", ghes.url, connection).registration_token(ORG)
     assert caught.value.reason == Reason.GITHUB_CERTIFICATE_UNTRUSTED
     assert proxy.count() == 1
+
+
+def _scale_set_pool(connection: Connection | None, url: str) -> PoolRef:
+    return PoolRef("team", "arc", ORG, "cred", api_url=url, connection=connection)
+
+
+def test_a_scale_set_pools_actions_service_calls_take_its_ca_and_proxy(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    """Issue 34: the listener's calls (admin token trade and the service itself) go as the
+    pool's REST calls go, not with the operator's own CA bundle and proxy."""
+    connection = Connection(
+        ca=("Secret", "ghes-ca", "ca.crt"),
+        proxies=(ProxyRef("https", proxy.url, "proxy-login"),),
+    )
+    scale_sets = ScaleSetClients(_cache(pki))
+    client = scale_sets.get(_scale_set_pool(connection, ghes.url))
+    assert client.runner_group("default").is_default
+    assert client.wire.route is not None and client.wire.route.proxies
+    assert proxy.count() >= 2 and not proxy.refused, "the REST client's tunnel and the service's"
+    assert {port for _, port in proxy.tunnels} == {ghes.port}

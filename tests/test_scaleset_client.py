@@ -417,12 +417,35 @@ def test_a_long_retry_after_is_the_callers_wait_not_a_sleep(world: World) -> Non
     assert world.sleeps == []
 
 
-def test_a_rejected_admin_token_is_bad_credentials(world: World) -> None:
+def test_a_revoked_admin_token_is_traded_again_once_and_the_call_made_again(world: World) -> None:
+    """GitHub revokes admin tokens before their ``exp``: a 401 is answered with a new one."""
+    revoked, fresh = jwt(NOW + 3600), jwt(NOW + 3601)
     with Mock() as rsps:
+        registration(rsps, token=revoked)
+        registration(rsps, token=fresh)
+        refused = matchers.header_matcher({"Authorization": f"Bearer {revoked}"})
+        rsps.get(AGENTS + "/5", status=401, match=[refused])
+        rsps.get(
+            AGENTS + "/5",
+            json={"id": 5, "name": "r-5", "runnerScaleSetId": 7},
+            match=[matchers.header_matcher({"Authorization": f"Bearer {fresh}"})],
+        )
+        assert world.client.runner(5).name == "r-5"
+        assert world.client.runner(5).name == "r-5"  # the new token is kept
+    assert world.minted == 2
+    bearers = [c.request.headers["Authorization"] for c in rsps.kept if "agents" in c.request.url]
+    assert bearers == [f"Bearer {revoked}", f"Bearer {fresh}", f"Bearer {fresh}"]
+
+
+def test_an_admin_token_refused_again_after_a_new_trade_is_bad_credentials(world: World) -> None:
+    with Mock() as rsps:
+        registration(rsps)
         registration(rsps)
         rsps.get(AGENTS + "/5", status=401)
         with pytest.raises(BadCredentials):
             world.client.runner(5)
+    assert world.minted == 2, "traded once more, not in a loop"
+    assert sum(1 for c in rsps.kept if "agents" in c.request.url) == 2
 
 
 def test_desired_runners_follow_assigned_jobs_within_bounds() -> None:

@@ -327,13 +327,22 @@ def test_refused_credentials_are_shown_and_retried(world: World) -> None:
     world.listening()
 
 
-def test_an_admin_token_refused_before_its_expiry_is_traded_again(world: World) -> None:
+def test_an_admin_token_refused_before_its_expiry_is_traded_again_with_no_problem_shown(
+    world: World,
+) -> None:
     world.fake.fail_next(1, 401, path="runnergroups")
+    world.listener()
+    world.listening()
+    assert all(view.problem is None for view in world.sink.views(NS, POOL)), "nothing shown"
+    assert world.fake.count("actions/runner-registration", status=200) == 2
+
+
+def test_an_admin_token_refused_again_after_a_new_trade_shows_credentials_refused(world: World) -> None:
+    world.fake.fail_next(2, 401, path="runnergroups")
     world.listener()
     refused = world.wait(lambda v: v.problem is not None)
     assert refused.problem is not None and refused.problem[0] == Reason.SCALE_SET_CREDENTIALS_REFUSED
     world.listening()
-    assert world.fake.count("actions/runner-registration", status=200) == 2
 
 
 def test_an_unreachable_service_is_shown_and_retried(world: World) -> None:

@@ -270,6 +270,12 @@ class PyGithubClient:
     def name_credential(self, name: str) -> None:
         self._credential_name = name
 
+    @property
+    def route(self) -> Route:
+        """The CA bundle and proxy this client's calls take (the Actions service calls of a
+        scale-set pool take the same: ``runnerpool.scaleset.clients``)."""
+        return self._route
+
     def take_route(self, route: Route) -> None:
         """The pool's CA bundle and proxy, for every call from now on (``runnerpool.github.route``)."""
         self._route = route

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, TypeVar
 
+import requests
 from pydantic import BaseModel, ValidationError
 
-from runnerpool.scaleset.connection import ActionsConnection
+from runnerpool.scaleset.connection import ActionsConnection, Admin
 from runnerpool.scaleset.errors import (
     RunnerGroupNotFound,
     ScaleSetError,
@@ -69,15 +70,14 @@ class ScaleSetClient:
     ) -> Any:
         """One Actions service call with the admin token; the JSON answer (None for 202/204).
         ``not_found``: the error a 404 means on this path, unless its exception name says more
-        (``AgentNotFoundException`` stays ``RunnerNotFound``)."""
+        (``AgentNotFoundException`` stays ``RunnerNotFound``). A 401 is GitHub refusing the
+        admin token (revoked before it expired): the call is made once more with a new one,
+        and a second 401 is ``BadCredentials``."""
         admin = self.connection.admin()
-        answer = self.wire.send(
-            method,
-            admin.url(path, **(query or {})),
-            what=what,
-            headers={"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"},
-            body=body,
-        )
+        answer = self._send(admin, method, path, what=what, body=body, query=query)
+        if answer.status_code == 401:
+            admin = self.connection.renew(admin)
+            answer = self._send(admin, method, path, what=what, body=body, query=query)
         status = answer.status_code
         if status not in ok:
             error = error_for(what, status, answer.content)
@@ -90,6 +90,24 @@ class ScaleSetClient:
             return answer.json()
         except ValueError:
             raise malformed(what, "body is not JSON") from None
+
+    def _send(
+        self,
+        admin: Admin,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        body: Any,
+        query: dict[str, str | int] | None,
+    ) -> requests.Response:
+        return self.wire.send(
+            method,
+            admin.url(path, **(query or {})),
+            what=what,
+            headers={"Authorization": f"Bearer {admin.token}", "Content-Type": "application/json"},
+            body=body,
+        )
 
     # -- runner groups and scale sets ----------------------------------------------------------
 

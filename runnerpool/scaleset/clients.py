@@ -15,9 +15,11 @@ then drops the scale set client built on the old one (its admin token was traded
 credential), as ``ClientCache`` drops its own. A Secret that cannot be turned into a client
 raises ``CredentialError`` every time, as ``ClientCache.get`` does.
 
-Not yet: the Actions service calls go with the operator's own CA bundle and proxy; a pool's
-``spec.githubServerTLS``/``spec.proxy`` apply to its registration token (the REST client's
-route) only.
+The Actions service calls take the pool's connection as its REST calls do: the REST client's
+``route`` (``spec.githubServerTLS``'s CA bundle and ``spec.proxy``, ``runnerpool.github.route``)
+is given to the client's ``Wire``. ``ClientCache`` makes a new REST client when the route
+changes, so a changed route makes a new scale set client as well. The operator's ``wire``
+carries its ``--github-timeout`` and ``--github-max-response-bytes`` (``Policy``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runnerpool.domain import Connection, PoolRef, Scope, api_url_key, web_url_for
 from runnerpool.github.protocol import GitHubClient
+from runnerpool.github.route import Route
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection, from_rest
 from runnerpool.scaleset.wire import Wire
@@ -50,6 +53,14 @@ class RestClients(Protocol):
         base_url: str | None = None,
         connection: Connection | None = None,
     ) -> GitHubClient: ...
+
+
+@runtime_checkable
+class _Routed(Protocol):
+    """A REST client that says which CA bundle and proxy its calls take (``PyGithubClient``)."""
+
+    @property
+    def route(self) -> Route: ...
 
 
 def config_url(pool: PoolRef) -> str:
@@ -113,6 +124,8 @@ class ScaleSetClients:
                 self._entries.move_to_end(key)
                 return entry.client
             wire = self._wire()
+            if isinstance(rest, _Routed):
+                wire.take_route(rest.route)
             connection = ActionsConnection(pool.api_url, config_url(pool), from_rest(rest, pool.scope), wire)
             client = ScaleSetClient(connection, wire)
             self._entries[key] = _Entry(rest, client)

@@ -5,8 +5,10 @@ GitHub hands it out in exchange for a runner registration token, the same exchan
 RemoteAuth <registration token>`` and ``{"url": <config URL>, "runner_event": "register"}``
 answers ``{"url": <Actions service URL>, "token": <admin token>}``. The admin token is a JWT;
 its ``exp`` says when to trade again, which happens a minute before (the Go client's margin),
-so no call goes out with a token about to lapse. The exchange itself retries 401/403 as the
-Go client does (a registration token just minted may not be known everywhere yet).
+so no call goes out with a token about to lapse. One the service refuses (401) before then, as
+GitHub does with a revoked one, is traded again at once (``renew``). The exchange itself
+retries 401/403 as the Go client does (a registration token just minted may not be known
+everywhere yet).
 
 The registration token comes from a callable: the REST client's path
 (``from_rest``, ``GitHubClient.registration_token``, PAT or App alike) or anything a test or
@@ -103,6 +105,14 @@ class ActionsConnection:
             if admin is None or self._clock() + REFRESH_MARGIN >= admin.expires_at:
                 admin = self._admin = self._trade()
             return admin
+
+    def renew(self, refused: Admin) -> Admin:
+        """A new admin token in place of ``refused``, one the service answered 401 to before it
+        expired (GitHub revokes admin tokens); threads that saw the same refusal trade once."""
+        with self._lock:
+            if self._admin is None or self._admin is refused:
+                self._admin = self._trade()
+            return self._admin
 
     def _trade(self) -> Admin:
         what = "POST /actions/runner-registration"

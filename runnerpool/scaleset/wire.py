@@ -15,6 +15,7 @@ retried (a long poll would hold its thread five times over).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from runnerpool.github.errors import MalformedResponse, RateLimited, Unavailable
+from runnerpool.github.route import Route
 from runnerpool.github.types import header
 from runnerpool.reasons import Reason
 
@@ -57,7 +59,12 @@ def _retryable(status: int) -> bool:
 
 
 class Wire:
-    """Sends requests for one client; ``sleep`` is injectable so tests see the backoff."""
+    """Sends requests for one client; ``sleep`` is injectable so tests see the backoff.
+
+    ``route``: the pool's CA bundle and proxy (``spec.githubServerTLS``, ``spec.proxy``), the
+    ones its REST calls take; every request goes inside ``route.used()``, so the bounded
+    adapter sends it with that ``verify`` and those proxies. None: the operator's own.
+    """
 
     def __init__(
         self,
@@ -66,8 +73,10 @@ class Wire:
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
         user_agent: str = "runnerpool-scaleset",
+        route: Route | None = None,
     ) -> None:
         self.policy = policy
+        self.route = route
         self.sleep = sleep
         self.user_agent = user_agent
         self._session = session or requests.Session()
@@ -75,6 +84,10 @@ class Wire:
         adapter = self._transport.BoundedAdapter()
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
+
+    def take_route(self, route: Route | None) -> None:
+        """The pool's CA bundle and proxy for every request from now on."""
+        self.route = route
 
     def close(self) -> None:
         self._session.close()
@@ -104,7 +117,8 @@ class Wire:
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
             try:
-                with transport.deadline(seconds, cap):
+                routed = self.route.used() if self.route is not None else contextlib.nullcontext()
+                with routed, transport.deadline(seconds, cap):
                     answer = self._session.request(method, url, headers=sent, json=body, timeout=seconds)
             except transport.DeadlineExceeded:
                 raise Unavailable(

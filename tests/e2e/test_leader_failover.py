@@ -1,58 +1,34 @@
 """Two operator processes on one Lease: one reconciles; a SIGKILLed leader is replaced in time.
 
-The Lease lives where deploy/ puts it (``runnerpool-system``, the only namespace whose Leases
-the operator's ServiceAccount may touch), named after the test's namespace.
+The Lease and its timings: ``tests.e2e.leaders``.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import time
-from typing import Any
 
 from kubernetes import client
 
 from runnerpool import naming
 from tests.e2e.conftest import StartOperator
+from tests.e2e.leaders import (
+    LEASE_DURATION,
+    RETRY_PERIOD,
+    became_leader,
+    leader_election_flags,
+    lease_holder,
+    log_records,
+)
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
-from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
 from testworld.simulator import OperatorProcess
-
-LEASE = "failover-test"
-LEASE_DURATION = 4
-RETRY_PERIOD = 1.0
-
-
-def _lease(namespace: str) -> str:
-    return f"{LEASE}-{namespace}"
-
-
-def _lease_holder(api_client: client.ApiClient, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
-            _lease(namespace), OPERATOR_NAMESPACE
-        )
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity or None
-
-
-def _log_records(operator: OperatorProcess) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in operator.log_text().splitlines() if line.startswith("{")]
-
-
-def _became_leader(operator: OperatorProcess) -> bool:
-    return any("became leader" in r.get("msg", "") for r in _log_records(operator))
 
 
 def _reconciled(operator: OperatorProcess, pool: str) -> bool:
     """``pool`` as the log writes it: ``namespace/name``."""
-    return any(r.get("msg") == "reconciled pool" and r.get("pool") == pool for r in _log_records(operator))
+    return any(r.get("msg") == "reconciled pool" and r.get("pool") == pool for r in log_records(operator))
 
 
 def _has_finalizer(api_client: client.ApiClient, namespace: str, name: str) -> bool:
@@ -66,23 +42,11 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     credentials: str,
     start_operator: StartOperator,
 ) -> None:
-    flags = (
-        "--leader-elect",
-        "--leader-election-namespace",
-        OPERATOR_NAMESPACE,
-        "--leader-election-id",
-        _lease(namespace),
-        "--lease-duration",
-        str(LEASE_DURATION),
-        "--renew-deadline",
-        "2.5",
-        "--retry-period",
-        str(RETRY_PERIOD),
-    )
+    flags = leader_election_flags(namespace)
     first, second = start_operator(*flags), start_operator(*flags)
-    holder = wait_for(lambda: _lease_holder(api_client, namespace), message="a Lease holder")
+    holder = wait_for(lambda: lease_holder(api_client, namespace), message="a Lease holder")
     leader = wait_for(
-        lambda: next((op for op in (first, second) if _became_leader(op)), None),
+        lambda: next((op for op in (first, second) if became_leader(op)), None),
         message="a leader's log line",
     )
     standby = second if leader is first else first
@@ -97,7 +61,7 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     killed_at = time.monotonic()
     leader.popen.wait()
     wait_for(
-        lambda: _lease_holder(api_client, namespace) not in (None, holder),
+        lambda: lease_holder(api_client, namespace) not in (None, holder),
         timeout=LEASE_DURATION * 3,
         interval=0.05,
         message="the standby to take the Lease",

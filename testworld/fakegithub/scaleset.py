@@ -24,11 +24,11 @@ that expires with the registration token it was traded for (``state.runner_regis
     DELETE _apis/distributedtask/pools/0/agents/{id}     204; 409 JobStillRunningException
 
 Admin calls need ``?api-version=`` and ``Authorization: Bearer <admin token>`` (401 otherwise,
-or once it expired by the fake's clock). Every message and session answer carries the
-statistics, computed when answered. Job messages (at most 50 per message) are added by the
-control methods (``offer_job``, ``start_job``, ``complete_job``) and by acquiring; the queue
-keeps a message until it is acknowledged, so an unacknowledged one is delivered again. Faults
-set with ``fail_next`` (a substring of these paths) apply here too.
+or once it expired by the fake's clock or ``revoke_admin_tokens`` revoked it). Every message
+and session answer carries the statistics, computed when answered. Job messages (at most 50
+per message) are added by the control methods (``offer_job``, ``start_job``, ``complete_job``)
+and by acquiring; the queue keeps a message until it is acknowledged, so an unacknowledged one
+is delivered again. Faults set with ``fail_next`` (a substring of these paths) apply here too.
 
 ``reassign`` plays an assignment GitHub cancels because no runner took the job (``JobCompleted``
 ``canceled``, then ``JobAvailable`` again, up to 3 times).
@@ -200,6 +200,11 @@ class ScaleSetService:
         #: Scale set id -> how many of its message polls are held right now.
         self._held: dict[int, int] = {}
         self.fake._release_hooks.append(self._cond.notify_all)  # held polls end on `stop`
+        #: Admin tokens seen on admin calls, and those ``revoke_admin_tokens`` revoked.
+        self._admin_used: set[str] = set()
+        self._revoked: set[str] = set()
+        #: (method, path, status) of every call answered, oldest first.
+        self._answers: list[tuple[str, str, int]] = []
 
     def reset(self) -> None:
         """Forget scale sets, sessions, messages and jobs (`GitHubState.reset` calls it; the
@@ -208,6 +213,7 @@ class ScaleSetService:
             for table in (self._sets, self._sessions, self._jobs, self._active, self._offered):
                 table.clear()
             self._messages.clear()
+            self._answers.clear()
             self._cond.notify_all()
 
     # -- control: what GitHub and runners do on their own ---------------------------------------
@@ -423,9 +429,27 @@ class ScaleSetService:
             for session in self._sessions.values():
                 session.token_expires = self.fake.clock()
 
+    def revoke_admin_tokens(self) -> None:
+        """Every admin token used so far is refused from now on (401), before its ``exp``: GitHub
+        revokes them; a client trades its registration token for a new one."""
+        with self._cond:
+            self._revoked |= self._admin_used
+
     # -- the HTTP side -------------------------------------------------------------------------
 
+    def answered(self, method: str | None, path: str, status: int) -> int:
+        """How many calls (``method``, None: any) to a path containing ``path`` were answered
+        ``status`` (the REST request log, ``FakeGitHub.requests``, does not hold these)."""
+        with self._cond:
+            return sum(1 for m, p, s in self._answers if method in (None, m) and path in p and s == status)
+
     def answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
+        reply = self._answer(method, path, query=query, authorization=authorization, body=body)
+        with self._cond:
+            self._answers.append((method, path, reply[0]))
+        return reply
+
+    def _answer(self, method: str, path: str, *, query: str, authorization: str | None, body: bytes) -> Reply:
         fault = self.fake.take_fault(method, path)
         if fault is not None and fault.kind == "fail":
             return fault.status, actions_exception("VssServiceException", "injected failure"), {}
@@ -479,6 +503,10 @@ class ScaleSetService:
         issued = self.fake._registration_tokens.get(tenants.get(token, ""))
         if claims is None or issued is None or now >= float(claims.get("exp", 0)):
             raise _Refused(401)
+        with self._cond:
+            if token in self._revoked:
+                raise _Refused(401)
+            self._admin_used.add(token)
         return issued.scope
 
     # -- handlers ------------------------------------------------------------------------------
