@@ -838,7 +838,9 @@ def _busy_not_marked(pool: api.RunnerPool, pods: list[dict[str, Any]]) -> bool:
 
 
 #: Condition reasons of a pool on its way up: moving between them (or on to ready) is not news.
-_STARTING = frozenset({Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING})
+_STARTING = frozenset(
+    {Reason.WAITING_FOR_TOKEN, Reason.TOKEN_NOT_READY, Reason.RUNNERS_STARTING, Reason.SCALE_SET_PENDING}
+)
 #: Ready reasons whose news has an Event of its own (``FailedCreate`` for each refusal, and
 #: ``RunnerPodsFailing`` or ``RunnerVersionOutdated`` per change of the stuck pods' reasons): no
 #: second one for the condition.

@@ -160,6 +160,8 @@ def test_a_scale_set_pool_runs_the_jobs_github_assigns_it_and_leaves_nothing_whe
     labels = [label["name"] for label in made.get("labels") or []]
     assert naming.pool_runner_label(namespace, "arc") in labels
     assert wait_for(lambda: len(service.sessions("arc-linux")) == 1, TIMEOUT, message="one message session")
+    warnings = [e for e in events(api_client, namespace, "arc") if e[0] == "Warning"]
+    assert warnings == [], "a scale set's normal start is no warning"
 
     jobs = [service.offer_job("arc-linux") for _ in range(2)]
     wait_for(
