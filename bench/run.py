@@ -341,6 +341,17 @@ def _api_client(kubeconfig: Path) -> client.ApiClient:
     return api_client
 
 
+def prepare_cluster(api_client: client.ApiClient) -> None:
+    """The CRD, the bench's namespace enabled for the operator and the pools' PAT Secret."""
+    install_crd(api_client)
+    core = client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    enable_namespace(api_client, NAMESPACE)
+    core.create_namespaced_secret(
+        NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
+    )
+
+
 def _supports(flag: str) -> bool:
     import subprocess  # noqa: PLC0415 - only for this one look at --help
 
@@ -433,13 +444,7 @@ class SizeRun:
         )
         self.api = _api_client(plane.kubeconfig)
         stack.callback(self.api.close)
-        install_crd(self.api)
-        core = client.CoreV1Api(self.api)
-        core.create_namespace({"metadata": {"name": NAMESPACE}})
-        enable_namespace(self.api, NAMESPACE)
-        core.create_namespaced_secret(
-            NAMESPACE, {"metadata": {"name": naming.DEFAULT_CREDENTIAL_SECRET}, "stringData": {"token": PAT}}
-        )
+        prepare_cluster(self.api)
         operator_class = ProfiledOperator if opts.profile else OperatorProcess
         self.operator = operator_class(
             operator_kubeconfig(plane),
