@@ -613,11 +613,13 @@ def test_samples_cover_repository_and_organization_pools(samples: list[Obj]) -> 
         (False, True),
         (False, True),
         (False, True),
+        (False, True),
         (True, False),
         (True, False),
         (True, False),
     ]
     assert any("autoscaling" in p["spec"] for p in pools)
+    assert any("scaleSet" in p["spec"] for p in pools)
     assert any(p["spec"].get("containerMode") == "kubernetes" for p in pools)
     assert any("template" in p["spec"] for p in pools)
     secrets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in samples if o["kind"] == "Secret"}
