@@ -8,7 +8,9 @@ listener's transport made (``RecordingWire``) and the sink's own record.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -432,3 +434,35 @@ def test_labels_unchanged_mean_no_update(world: World) -> None:
     assert [Label(name=NAME), Label(name="gpu")] == list(
         desired_scale_set(world.settings(), 1, "Default").labels
     )
+
+
+def test_a_new_leader_starts_its_listeners_apart_not_all_at_once() -> None:
+    """Each start trades a token and opens a session: a thousand at once tripped the slow-host
+    gate (bench/scale_sets.py --scopes 1000); they start ``start_gap`` apart."""
+    started: list[float] = []
+
+    class Recorded:
+        def __init__(self, settings: ScaleSetSettings) -> None:
+            self.settings, self.view, self.alive = settings, ScaleSetView(), True
+
+        def start(self) -> None:
+            started.append(time.monotonic())
+
+        def stop(self) -> None:
+            self.alive = False
+
+        def wait(self, timeout: float | None = None) -> bool:
+            return True
+
+    pools = [
+        (
+            (NS, f"pool-{i}"),
+            ScaleSetSettings(PoolRef(NS, f"pool-{i}", Scope(organization=ORG), "c"), f"s{i}", 2),
+        )
+        for i in range(4)
+    ]
+    listeners = ScaleSetListeners(lambda: pools, lambda settings, view: Recorded(settings), start_gap=0.2)
+    listeners.sync()
+    assert len(started) == 4
+    gaps = [b - a for a, b in itertools.pairwise(started)]
+    assert min(gaps) >= 0.2, gaps

@@ -13,7 +13,9 @@ deleted), read from its cache. ``sync`` makes the running listeners match it:
   stopped (its session deleted), and replaced in the last case;
 * a listener whose thread ended unasked (it should not) is started again.
 
-``sync`` runs every ``interval`` seconds and at once after ``poke()`` (the main session's pool
+New listeners start ``START_GAP`` apart, so a new leader with many scale-set pools does not
+send all their token trades and session opens at once. ``sync`` runs every ``interval``
+seconds and at once after ``poke()`` (the main session's pool
 watch can poke). ``stop(timeout)`` stops the sync loop and every listener: all are asked first
 (each deletes its session at once), then waited for within the one deadline. Leader only:
 ``runnable()`` is the ``Runnable`` the supervisor starts with leadership and stops with it.
@@ -49,6 +51,14 @@ log = logging.getLogger(__name__)
 
 #: Sessions deleted at once when all listeners stop (each a DELETE to the Actions service).
 STOP_WORKERS = 16
+
+#: Seconds between two listeners' starts. Each start trades a registration token (a REST POST)
+#: for an admin token and opens a session: 1,000 pools started at once queued their requests
+#: past the transport's deadline, tripped the slow-host gate and backed every listener off
+#: (bench/scale_sets.py --scopes 1000: 161 s until all polled). Ten a second keeps a new
+#: leader's start within GitHub's secondary limits for POSTs and brings 1,000 pools up in
+#: about 100 s, two poll cycles.
+START_GAP = 0.1
 
 #: ``(namespace, name)`` of a pool.
 PoolKey = tuple[str, str]
@@ -108,8 +118,11 @@ class ScaleSetListeners:
         resume: Callable[[PoolKey], ScaleSetView | None] = lambda key: None,
         interval: float = 10.0,
         replace_wait: float = 30.0,
+        start_gap: float = START_GAP,
     ) -> None:
         self._pools = pools
+        #: Seconds between two listeners' starts (``START_GAP``).
+        self._start_gap = start_gap
         self._make = make
         self._resume = resume
         self._interval = interval
@@ -175,10 +188,14 @@ class ScaleSetListeners:
             if not listener.wait(self._replace_wait):
                 log.warning("the scale set listener of %s/%s did not end in time; replacing it", *key)
             previous[key] = listener.view
+        started = 0
         for key, settings in wanted.items():
             with self._lock:
                 if self._stopping.is_set() or key in self._listeners:
                     continue
+            if started and self._stopping.wait(self._start_gap):
+                return  # stopping: no more starts
+            started += 1
             resume = later(previous.get(key), self._resume(key))
             listener = self._make(settings, resume)
             with self._lock:
