@@ -1523,6 +1523,12 @@ class RunnerPoolSpec(KubeModel):
             ),
         ),
         Rule(
+            cel="!has(self.scaleSet) || (has(self.runnerGroup) == has(oldSelf.runnerGroup) "
+            "&& (!has(self.runnerGroup) || self.runnerGroup == oldSelf.runnerGroup))",
+            message="spec.runnerGroup of a scale set is immutable: the scale set lives in that group "
+            "on GitHub; create a new RunnerPool for another group",
+        ),
+        Rule(
             cel="has(self.scaleSet) == has(oldSelf.scaleSet)",
             message="spec.scaleSet cannot be added or removed: a pool is a runner scale set from its "
             "creation or never; create a new RunnerPool",

@@ -102,4 +102,6 @@ def test_the_name_and_the_kind_of_pool_are_kept_for_life(
     assert "spec.scaleSet.name is immutable" in _refusal(patch("arc", {"scaleSet": {"name": "other"}}))
     assert "cannot be added or removed" in _refusal(patch("arc", {"scaleSet": None}))
     assert "cannot be added or removed" in _refusal(patch("plain", {"scaleSet": {"name": "late"}}))
+    assert "spec.runnerGroup of a scale set is immutable" in _refusal(patch("arc", {"runnerGroup": "gpu"}))
+    patch("plain", {"runnerGroup": "gpu"})()  # a label pool's group may change
     patch("arc", {"autoscaling": {"maxReplicas": 9}})()  # the rest of the pool stays editable
