@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from kubernetes.client.rest import ApiException
 
@@ -648,7 +648,7 @@ class Reconciler:
 
     def _delete_scale_set(self, run: _Pass) -> None:
         """A scale-set pool's scale set goes from GitHub once its runners are gone; a failure
-        keeps the finalizer (retried with the queue's backoff) and says why, as a drain does."""
+        keeps the finalizer and says why, as a drain's does (:meth:`_deregistration_failed`)."""
         pool = run.pool
         known = pool.status.scale_set
         if pool.spec.scale_set is None or known is None or known.id is None or self._jobs.scale_sets is None:
@@ -664,9 +664,7 @@ class Reconciler:
                 )
                 self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
                 return  # nothing can delete it without the credential: let the pool go
-            message = f"cannot delete runner scale set {pool.spec.scale_set.name} yet: {err.reason}: {err}"
-            self._recorder.event(run.raw, WARNING, Reason.DEREGISTRATION_FAILED, message)
-            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
+            self._deregistration_failed(run, f"delete runner scale set {pool.spec.scale_set.name}", err)
         log.info("pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, known.id)
 
     def _release(self, run: _Pass) -> None:
@@ -762,25 +760,30 @@ class Reconciler:
         except (GitHubError, CredentialError) as err:
             if deregistration.credential_failure(err):
                 return self._credential_lost(run, err)
-            message = f"cannot deregister runners yet: {err.reason}: {err}"
-            self._recorder.event(run.raw, WARNING, Reason.DEREGISTRATION_FAILED, message)
-            stamp = conditions.Stamp(pool.generation, self._states.clock())
-            failed = f"cannot deregister runners yet: {err}"
-            try:
-                self._set_condition(
-                    run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, err.reason, failed)
-                )
-            except ApiException as api_err:
-                log.warning(
-                    "cannot record the deregistration failure of %s: %s", pool.name, describe(api_err)
-                )
-            raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
+            self._deregistration_failed(run, "deregister runners", err)
         if deregistration.lost_since(run.raw) is not None:
             self._annotate(run, {naming.CREDENTIAL_LOST_ANNOTATION: None})  # it came back
         if drained.deregistered:
             message = f"deregistered {drained.deregistered} runner(s)"
             self._recorder.event(run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, message)
         return drained
+
+    def _deregistration_failed(self, run: _Pass, doing: str, err: GitHubError | CredentialError) -> NoReturn:
+        """GitHub failed the finalizer's ``doing``: a Warning, ``RunnersDeregistered`` says why,
+        and the finalizer stays (the queue retries with its backoff)."""
+        pool = run.pool
+        self._recorder.event(
+            run.raw, WARNING, Reason.DEREGISTRATION_FAILED, f"cannot {doing} yet: {err.reason}: {err}"
+        )
+        stamp = conditions.Stamp(pool.generation, self._states.clock())
+        failed = f"cannot {doing} yet: {err}"
+        try:
+            self._set_condition(
+                run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, err.reason, failed)
+            )
+        except ApiException as api_err:
+            log.warning("cannot record the deregistration failure of %s: %s", pool.name, describe(api_err))
+        raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])
