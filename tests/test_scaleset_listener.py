@@ -112,7 +112,6 @@ class World:
             self.sink,
             OWNER,
             resume=resume,
-            refused=lambda: self.clients.forget(settings.pool),
             timing=TIMING,
         )
         self.listeners.append(made)

@@ -108,12 +108,6 @@ class ScaleSetClients:
         with self._lock:
             return len(self._entries)
 
-    def forget(self, pool: PoolRef) -> None:
-        """Drop the pool's client: the next ``get`` trades for a new admin token (one GitHub
-        refused before it expired, e.g. revoked with the credential)."""
-        with self._lock:
-            self._entries.pop(_key(pool), None)
-
     def get(self, pool: PoolRef) -> ScaleSetClient:
         """The pool's client; raises what ``ClientCache.get`` raises for its Secret."""
         rest = self._rest.get(pool.namespace, pool.credential_secret_name, pool.api_url, pool.connection)

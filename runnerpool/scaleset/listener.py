@@ -191,9 +191,8 @@ class _Open:
 class ScaleSetListener:
     """One pool's listener thread. ``client``: called before every attempt, so a rotated
     credential takes effect (``ScaleSetClients.get``); ``resume``: the view the pool's status
-    holds (or the previous listener's), None for a new pool; ``refused``: called when GitHub
-    refused the credentials (``ScaleSetClients.forget``: an admin token revoked before its
-    expiry is traded again)."""
+    holds (or the previous listener's), None for a new pool. An admin token GitHub revoked
+    before its expiry is traded again by the client itself (``ActionsConnection.renew``)."""
 
     def __init__(
         self,
@@ -203,12 +202,10 @@ class ScaleSetListener:
         owner: str,
         *,
         resume: ScaleSetView | None = None,
-        refused: Callable[[], None] = lambda: None,
         timing: Timing = DEFAULT_TIMING,
     ) -> None:
         self.settings = settings
         self._client = client
-        self._refused = refused
         self._sink = sink
         self._owner = owner
         self._timing = timing
@@ -317,7 +314,6 @@ class ScaleSetListener:
             )
             return backoff
         if isinstance(exc, BadCredentials):
-            self._refused()  # a client on a fresh admin token next time
             self._show(
                 Reason.SCALE_SET_CREDENTIALS_REFUSED,
                 f"GitHub refused the pool's credentials for the scale set ({exc.message}); they need "

@@ -90,7 +90,6 @@ def listener_factory(
             sink,
             owner,
             resume=resume,
-            refused=lambda: clients.forget(settings.pool),
             timing=timing,
         )
 
