@@ -83,6 +83,15 @@ def _listening(api_client: client.ApiClient, namespace: str, name: str = "arc") 
     )
 
 
+def _listening_pool(
+    api_client: client.ApiClient, namespace: str, start_operator: StartOperator, **autoscaling: Any
+) -> dict[str, Any]:
+    """The operator started, pool ``arc`` (scale set ``arc-linux``) made and listening."""
+    start_operator(*FAST)
+    create_pool(api_client, namespace, _scale_set_pool("arc", "arc-linux", **autoscaling))
+    return _listening(api_client, namespace)
+
+
 def _wait_running(
     api_client: client.ApiClient, namespace: str, service: ScaleSetService, jobs: int, why: str
 ) -> list[dict[str, Any]]:
@@ -148,12 +157,7 @@ def test_a_scale_set_pool_runs_the_jobs_github_assigns_it_and_leaves_nothing_whe
     simulator: RunnerSimulator,
 ) -> None:
     service = fake_github.scale_sets
-    start_operator(*FAST)
-    create_pool(api_client, namespace, _scale_set_pool("arc", "arc-linux"))
-
-    pool = wait_condition(
-        api_client, namespace, "arc", "DemandVisible", "True", reason="ScaleSetListening", timeout=TIMEOUT
-    )
+    pool = _listening_pool(api_client, namespace, start_operator)
     made = service.scale_set("arc-linux")
     assert made is not None, "the scale set exists on GitHub"
     assert pool["status"]["scaleSet"]["id"] == made["id"]
@@ -164,40 +168,12 @@ def test_a_scale_set_pool_runs_the_jobs_github_assigns_it_and_leaves_nothing_whe
     assert warnings == [], "a scale set's normal start is no warning"
 
     jobs = [service.offer_job("arc-linux") for _ in range(2)]
-    wait_for(
-        lambda: _status(api_client, namespace, "arc").get("desiredReplicas") == 2,
-        TIMEOUT,
-        message="two runners for the two jobs GitHub assigned",
-    )
-    wait_for(
-        lambda: sum(1 for j in service.jobs("arc-linux") if j["state"] == "running") == 2,
-        TIMEOUT,
-        message="both jobs running on the pool's runners",
-    )
+    running = _wait_running(api_client, namespace, service, 2, "two runners for the two jobs GitHub assigned")
     assert _rest_jit_calls(fake_github) == 0, "JIT configs come from the scale set, not REST"
-    wait_for(
-        lambda: (
-            sum(
-                1
-                for p in _pods(api_client, namespace, "arc")
-                if naming.BUSY_LABEL in (p.metadata.labels or {})
-            )
-            == 2
-        ),
-        TIMEOUT,
-        message="both runners with a job marked busy",
-    )
+    busy = {j["runnerName"] for j in running}
+    wait_for(lambda: _busy_pods(api_client, namespace) == busy, TIMEOUT, message="both runners marked busy")
 
-    for job in jobs:
-        service.complete_job(job)
-    wait_for(
-        lambda: (
-            _status(api_client, namespace, "arc").get("desiredReplicas") == 0
-            and not _pods(api_client, namespace, "arc")
-        ),
-        TIMEOUT,
-        message="the pool back to its minimum of 0, its used-up pods gone",
-    )
+    _complete_all(api_client, namespace, service, jobs)
 
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "arc"
@@ -321,9 +297,7 @@ def test_revoked_admin_tokens_and_expired_queue_tokens_are_renewed_and_jobs_keep
 ) -> None:
     service = fake_github.scale_sets
     service.poll_wait = 1.0  # the held poll ends soon after the queue token expires
-    start_operator(*FAST)
-    create_pool(api_client, namespace, _scale_set_pool("arc", "arc-linux"))
-    _listening(api_client, namespace)
+    _listening_pool(api_client, namespace, start_operator)
     _jobs_flow(api_client, namespace, service, 1)
     trades = fake_github.count("actions/runner-registration", status=200)
     told = events(api_client, namespace, "arc")
@@ -350,9 +324,7 @@ def test_a_scale_down_removes_idle_runners_and_leaves_busy_ones_until_their_jobs
     simulator: RunnerSimulator,
 ) -> None:
     service = fake_github.scale_sets
-    start_operator(*FAST)
-    create_pool(api_client, namespace, _scale_set_pool("arc", "arc-linux", minReplicas=4, maxReplicas=4))
-    _listening(api_client, namespace)
+    _listening_pool(api_client, namespace, start_operator, minReplicas=4, maxReplicas=4)
     wait_for(
         lambda: sum(1 for r in service.runners("arc-linux") if r["status"] == "online") == 4,
         TIMEOUT,
