@@ -779,6 +779,10 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
         and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
     ]
     why = []
+    if pool["metadata"].get("deletionTimestamp"):
+        # Its finalizer holds it: what the finalizer waits for says why (not the counts).
+        held = _condition(pool, ConditionType.RUNNERS_DEREGISTERED)
+        return [f"{name}: being deleted, {held.get('reason')}: {held.get('message')}"]
     if status.get("observedGeneration") != pool["metadata"].get("generation"):
         why.append(f"{name}: generation {pool['metadata'].get('generation')} not observed")
     if ready.get("status") != "True":

@@ -26,13 +26,15 @@ from testworld.simulator import OperatorProcess
 LOST_CONTACT_SECONDS = 5.0
 
 #: Run in the runner container: SIGKILL the runner's listener (run.sh, the entrypoint's child),
-#: leaving the job's process and nothing to renew or report the job.
+#: leaving the job's process and nothing to renew or report the job. A process that exits while
+#: the loop reads its /proc entry is skipped quietly (its read fails with ESRCH), so the output is
+#: only the "killed PID" line.
 _KILL_RUNNER = r"""
 for status in /proc/[0-9]*/status; do
     pid="${status#/proc/}"; pid="${pid%/status}"; ppid=""
-    while read -r key value; do [[ "${key}" == PPid: ]] && ppid="${value}"; done <"${status}"
+    { while read -r key value; do [[ "${key}" == PPid: ]] && ppid="${value}"; done <"${status}"; } 2>/dev/null
     [[ "${ppid}" == 1 ]] || continue
-    mapfile -d '' argv <"/proc/${pid}/cmdline"
+    mapfile -d '' argv 2>/dev/null <"/proc/${pid}/cmdline" || continue
     if [[ "${argv[*]}" == *run.sh* ]]; then kill -9 "${pid}" && echo "killed ${pid}"; fi
 done
 """
