@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
 
@@ -54,7 +54,6 @@ from runnerpool.writes import Write, Writes
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DeregistrationError",
     "Forgets",
     "InvalidSpecError",
     "PoolJobs",
@@ -152,10 +151,6 @@ class PoolStates:
         self.backoff.forget(key)
         self.starts.forget(key)
         metrics.forget_pool(namespace, name)
-
-
-class DeregistrationError(RuntimeError):
-    """GitHub refused to deregister; the finalizer stays and the queue backs off."""
 
 
 class InvalidSpecError(TerminalError):
@@ -616,9 +611,7 @@ class Reconciler:
             # No GitHub call for a scope the namespace may not use (it made no runner there),
             # nor for a pool that never registered a runner (but its scale set, if it has one).
             self._withdraw_token(run)
-            self._delete_scale_set(run)
-            self._release(run)
-            return Result()
+            return self._let_go(run)
         self._protect_credentials(run)
         self._withdraw_token(run)
         drained = self._drain(run)
@@ -642,17 +635,21 @@ class Reconciler:
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
         if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
-        self._delete_scale_set(run)
-        self._release(run)
-        return Result()
+        return self._let_go(run)
 
-    def _delete_scale_set(self, run: _Pass) -> None:
-        """A scale-set pool's scale set goes from GitHub once its runners are gone; a failure
-        keeps the finalizer and says why, as a drain's does (:meth:`_deregistration_failed`)."""
+    def _let_go(self, run: _Pass) -> Result:
+        """The pool's scale set, if it has one, goes from GitHub; then the finalizer."""
+        waiting = self._delete_scale_set(run)
+        return waiting if waiting is not None else self._release(run)
+
+    def _delete_scale_set(self, run: _Pass) -> Result | None:
+        """A scale-set pool's scale set goes from GitHub once its runners are gone (None: gone,
+        or none to delete); a failure keeps the finalizer, says why and tells when to look
+        again, as a drain's does (:meth:`_deregistration_failed`)."""
         pool = run.pool
         known = pool.status.scale_set
         if pool.spec.scale_set is None or known is None or known.id is None or self._jobs.scale_sets is None:
-            return
+            return None
         try:
             credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
             self._jobs.scale_sets.delete(self._pool_ref(run, credentials), known.id)
@@ -663,15 +660,18 @@ class Reconciler:
                     f"{err.reason}: {err}; remove it in the runner groups' settings on GitHub"
                 )
                 self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
-                return  # nothing can delete it without the credential: let the pool go
-            self._deregistration_failed(run, f"delete runner scale set {pool.spec.scale_set.name}", err)
+                return None  # nothing can delete it without the credential: let the pool go
+            doing = f"delete runner scale set {pool.spec.scale_set.name}"
+            return self._deregistration_failed(run, doing, err)
         log.info("pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, known.id)
+        return None
 
-    def _release(self, run: _Pass) -> None:
+    def _release(self, run: _Pass) -> Result:
         """The finalizer goes, and with it the pool's hold on its credential Secret."""
         pool = run.pool
         self._remove_finalizer(run)
         self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
+        return Result()
 
     def _may_have_runners(self, run: _Pass) -> bool:
         """Whether the pool may have registered a runner (``runnerpool.deregistration``); a JIT
@@ -760,7 +760,7 @@ class Reconciler:
         except (GitHubError, CredentialError) as err:
             if deregistration.credential_failure(err):
                 return self._credential_lost(run, err)
-            self._deregistration_failed(run, "deregister runners", err)
+            return self._deregistration_failed(run, "deregister runners", err)
         if deregistration.lost_since(run.raw) is not None:
             self._annotate(run, {naming.CREDENTIAL_LOST_ANNOTATION: None})  # it came back
         if drained.deregistered:
@@ -768,9 +768,17 @@ class Reconciler:
             self._recorder.event(run.raw, NORMAL, Reason.DEREGISTERED_RUNNERS, message)
         return drained
 
-    def _deregistration_failed(self, run: _Pass, doing: str, err: GitHubError | CredentialError) -> NoReturn:
+    def _deregistration_failed(self, run: _Pass, doing: str, err: GitHubError | CredentialError) -> Result:
         """GitHub failed the finalizer's ``doing``: a Warning, ``RunnersDeregistered`` says why,
-        and the finalizer stays (the queue retries with its backoff)."""
+        and the finalizer stays.
+
+        Waiting for GitHub is not an error: the pass looks again when the scope may call GitHub
+        again (the error's ``retry_after``, which the runner managers' ``ScopeBackoff`` sets),
+        else after ``--busy-runner-wait``. Raised, it would take the work queue's per-pool
+        backoff instead, which every pass doubles: a namespace being deleted sends the pool a
+        pass per pod and Secret event, and after an outage of a minute its pool came back only
+        minutes later, its namespace stuck in Terminating meanwhile.
+        """
         pool = run.pool
         self._recorder.event(
             run.raw, WARNING, Reason.DEREGISTRATION_FAILED, f"cannot {doing} yet: {err.reason}: {err}"
@@ -783,7 +791,8 @@ class Reconciler:
             )
         except ApiException as api_err:
             log.warning("cannot record the deregistration failure of %s: %s", pool.name, describe(api_err))
-        raise DeregistrationError(f"{pool.namespace}/{pool.name}: {err.reason}: {err}") from err
+        retry_after = getattr(err, "retry_after", None)
+        return Result(requeue_after=retry_after or self._settings.deletion.busy_runner_wait)
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])

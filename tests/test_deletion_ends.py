@@ -158,7 +158,7 @@ def test_a_pool_whose_credential_vanished_says_what_is_left_and_goes_after_the_w
 ) -> None:
     endpoint, pods = _lost_pool(api_client, namespace, reconciler, "lost", github)
 
-    result = reconciler(f"{namespace}/lost")  # raised DeregistrationError on every retry before
+    result = reconciler(f"{namespace}/lost")  # waiting for the credential is not an error
 
     assert result.requeue_after is not None and result.requeue_after <= LOST_WAIT
     pool = _pool(api_client, namespace, "lost")

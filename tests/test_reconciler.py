@@ -24,7 +24,6 @@ from runnerpool.domain import RegistrationFailure, Scope
 from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import (
-    DeregistrationError,
     InvalidSpecError,
     Reconciler,
 )
@@ -491,15 +490,23 @@ def test_deleting_a_pool_deregisters_exactly_its_runners(
     assert (namespace, "eta") in tokens.emptied, "the token updater empties the Secret"
 
 
-def test_a_github_outage_keeps_the_finalizer_and_says_why(
+def test_a_github_outage_keeps_the_finalizer_says_why_and_looks_again_when_github_may_be_asked(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
 ) -> None:
     _converged(api_client, namespace, reconciler, "theta")
     github.get(gh("/repos/octo-org/octo-repo/actions/runners"), status=503, json={"message": "down"})
 
-    with pytest.raises(DeregistrationError):
-        reconciler(f"{namespace}/theta")
+    first = reconciler(f"{namespace}/theta")
+    asked = len(github.calls)
+    # A namespace being deleted sends the pool a pass per pod and Secret event. Each keeps the
+    # scope's wait (found by the chaos soak: raised, the work queue's per-pool backoff doubled
+    # with every pass, and the pool came back minutes after GitHub did).
+    again = [reconciler(f"{namespace}/theta").requeue_after for _ in range(20)]
 
+    cap = RunnerSettings().sync_interval  # the scope's longest backoff for a plain failure
+    assert first.requeue_after is not None and 0 < first.requeue_after <= cap
+    assert all(wait is not None and 0 < wait <= cap for wait in again), again
+    assert len(github.calls) - asked <= 2 * asked, "the passes meanwhile mostly wait, without a request"
     pool = _get(api_client, namespace, "theta")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert any(reason == "DeregistrationFailed" for _, reason, _ in pool_events(api_client, namespace))

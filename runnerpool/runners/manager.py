@@ -217,6 +217,8 @@ class RunnerManagers:
 
         However often the finalizer asks, the scope's GitHub calls back off after a failure
         (``ScopeBackoff``): meanwhile this raises the last failure again without a request.
+        Either way the raised error's ``retry_after`` is the scope's wait, which the finalizer
+        follows.
         """
         key = _listing_key(pool)
         refusal = self._backoff.refusal(key)
@@ -235,7 +237,7 @@ class RunnerManagers:
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
-            raise
+            raise self._backoff.refusal(key) or err from err  # with the scope's wait
         self._backoff.succeeded(key)
         with self._lock:
             if busy or pods:  # the next pass needs a listing that started after this one's
