@@ -36,7 +36,6 @@ from runnerpool.observe import SecretChecks
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.template import wanted_hash
 from runnerpool.reconciler import PoolJobs, PoolStates, Reconciler
-from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Controller
 from runnerpool.runtime.kube import SECRETS, Kube
@@ -119,15 +118,6 @@ class Operator:
             return settings.tenants.allows_pool(pool) and access.enabled(pool.namespace)
 
         scale_sets = scale_set_pools.assemble(self.informers, kube, clients, settings, allowed)
-        secrets = SecretUpdater(
-            clients,
-            lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
-            lambda namespace, name: self._queue.add(pool_key(namespace, name)),
-            token_scheduler,
-            delete_leftover_runner,
-            settings=settings.tokens,
-            scale_set_jit=scale_sets.jit,
-        )
         runners = RunnerManagers(
             self.informers,
             clients,
@@ -136,6 +126,16 @@ class Operator:
             runner_scheduler,
             settings=settings.runners,
             wanted_hash=lambda pool: wanted_hash(pool, settings.runners.image, settings.github.api_url),
+            removal=scale_sets.removal,
+        )
+        secrets = SecretUpdater(
+            clients,
+            lambda namespace, name, body: kube.patch(SECRETS, namespace, name, body),
+            lambda namespace, name: self._queue.add(pool_key(namespace, name)),
+            token_scheduler,
+            runners.delete_leftover,
+            settings=settings.tokens,
+            scale_set_jit=scale_sets.jit,
         )
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
         reconciler = self._reconciler(

@@ -13,6 +13,8 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
 * :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds,
   so it polls after the last message whose effect was recorded.
 * :class:`ScaleSetJitConfigs` — a scale-set pool's pod's JIT config, from its scale set.
+* :class:`ScaleSetRunnerRemoval` — a scale-set pool's runners are deleted through the Actions
+  service, not REST (``runnerpool.runners.removal``), by the runner managers as ever.
 * :class:`PoolScaleSets` — what the reconciler asks: a listener for a pool it saw, and, as the
   finalizer's last GitHub act, the pool's listener stopped (so nothing creates the scale set
   again) and its scale set deleted (gone: done).
@@ -25,6 +27,7 @@ busy marks and deregistration work as for any pool.
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,10 +35,11 @@ from typing import Any, Protocol
 
 from runnerpool import api, naming
 from runnerpool.domain import PoolRef
-from runnerpool.github.types import JitConfig, JitRequest
+from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
+from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
-from runnerpool.scaleset.errors import ScaleSetNotFound
+from runnerpool.scaleset.errors import JobStillRunning, RunnerNotFound, ScaleSetNotFound
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
 from runnerpool.scaleset.wire import Policy, Wire
@@ -46,6 +50,7 @@ __all__ = [
     "PoolScaleSets",
     "ScaleSetJitConfigs",
     "ScaleSetParts",
+    "ScaleSetRunnerRemoval",
     "StatusSink",
     "assemble",
     "listened_pools",
@@ -175,6 +180,33 @@ class ScaleSetJitConfigs:
         return JitConfig(runner_id=made.runner.id, encoded=made.encoded_jit_config)
 
 
+class ScaleSetRunnerRemoval:
+    """``RunnerManagers.removal``: a scale-set pool's runner is removed by the Actions service
+    with the pool's scale set client; other pools (and a pool gone from the cache) are None,
+    so they keep REST."""
+
+    def __init__(self, reads: ScaleSetPoolReads, clients: ScaleSetClients) -> None:
+        self._reads = reads
+        self._clients = clients
+
+    def remover(self, pool: PoolRef) -> Callable[[int], DeleteOutcome] | None:
+        raw = self._reads.get_pool(pool.namespace, pool.name)
+        if raw is None or not (raw.get("spec") or {}).get("scaleSet"):
+            return None
+        return functools.partial(_remove_runner, self._clients.get(pool))
+
+
+def _remove_runner(client: ScaleSetClient, runner_id: int) -> DeleteOutcome:
+    """The service's answers as REST's: refused while it runs a job, gone when not found."""
+    try:
+        client.remove_runner(runner_id)
+    except JobStillRunning:
+        return DeleteOutcome.BUSY
+    except RunnerNotFound:
+        return DeleteOutcome.ALREADY_GONE
+    return DeleteOutcome.DELETED
+
+
 class PoolScaleSets:
     """``PoolJobs.scale_sets``: the reconciler's two asks of the scale-set side. ``listen``: a
     scale-set pool it saw should have a listener (the listeners sync at once when it has none,
@@ -206,10 +238,12 @@ def scale_set_policy(github: GitHubSettings) -> Policy:
 
 @dataclass(frozen=True)
 class ScaleSetParts:
-    """What the operator's assembly hands on: the secret updater's JIT source, the reconciler's
-    ``PoolJobs.scale_sets`` and the leader's listeners (a ``Runnable``)."""
+    """What the operator's assembly hands on: the secret updater's JIT source, the runner
+    managers' way to remove a scale set's runners, the reconciler's ``PoolJobs.scale_sets`` and
+    the leader's listeners (a ``Runnable``)."""
 
     jit: ScaleSetJitConfigs
+    removal: ScaleSetRunnerRemoval
     pools: PoolScaleSets
     listeners: ScaleSetListeners
 
@@ -235,4 +269,9 @@ def assemble(
         ),
         resume=resumed_view(reads),
     )
-    return ScaleSetParts(ScaleSetJitConfigs(clients), PoolScaleSets(clients, listeners), listeners)
+    return ScaleSetParts(
+        ScaleSetJitConfigs(clients),
+        ScaleSetRunnerRemoval(reads, clients),
+        PoolScaleSets(clients, listeners),
+        listeners,
+    )

@@ -18,8 +18,10 @@ import pytest
 import responses
 from responses import matchers
 
+from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
-from runnerpool.github.types import RegistrationToken
+from runnerpool.github.types import DeleteOutcome, RegistrationToken
+from runnerpool.scale_set_pools import ScaleSetRunnerRemoval
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection
 from runnerpool.scaleset.demand import Cursor, desired_runners
@@ -265,6 +267,33 @@ def test_jit_config_and_the_runner_exceptions(world: World) -> None:
     assert config.runner.id == 41
     assert "eyJzZWNyZXQi" not in repr(config)
     assert json.loads(rsps.kept[1].request.body or b"") == {"name": "pool-abc", "workFolder": "_work"}
+
+
+def test_a_scale_set_pools_runners_are_removed_by_the_service_with_rest_outcomes(world: World) -> None:
+    pools = {"arc": {"spec": {"scaleSet": {"name": "arc-linux"}}}, "labelled": {"spec": {}}}
+
+    class Reads:
+        def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return pools.get(name)
+
+    class Clients:
+        def get(self, pool: PoolRef) -> ScaleSetClient:
+            return world.client
+
+    removal = ScaleSetRunnerRemoval(Reads(), Clients())  # type: ignore[arg-type]
+    ref = PoolRef("team-a", "arc", Scope(organization="octo-org"), "cred", api_url=API)
+    assert removal.remover(PoolRef("team-a", "labelled", ref.scope, "cred")) is None, "REST for others"
+    assert removal.remover(PoolRef("team-a", "gone", ref.scope, "cred")) is None
+    remove = removal.remover(ref)
+    assert remove is not None
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.delete(AGENTS + "/41", status=409, json=actions_exception("JobStillRunningException", "busy"))
+        rsps.delete(AGENTS + "/42", status=404, json=actions_exception("AgentNotFoundException", "gone"))
+        rsps.delete(AGENTS + "/43", status=204)
+        outcomes = [remove(41), remove(42), remove(43)]
+    assert outcomes == [DeleteOutcome.BUSY, DeleteOutcome.ALREADY_GONE, DeleteOutcome.DELETED]
+    assert not [c for c in rsps.kept if "/actions/runners" in c.request.url], "no REST call per runner"
 
 
 def test_a_session_another_owner_holds_is_asked_for_again(world: World) -> None:

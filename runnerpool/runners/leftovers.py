@@ -15,22 +15,26 @@ import logging
 from runnerpool.domain import PoolRef
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome
+from runnerpool.runners.removal import ServiceRemoval, deleter
 
 __all__ = ["delete_leftover_runner"]
 
 log = logging.getLogger(__name__)
 
 
-def delete_leftover_runner(github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
+def delete_leftover_runner(
+    github: GitHubClient, pool: PoolRef, name: str, *, removal: ServiceRemoval | None = None
+) -> DeleteOutcome | None:
     """Delete the pool's runner called ``name`` unless it is busy; ``None``: there is none.
 
     A runner listed busy is not even asked for (GitHub would refuse): ``DeleteOutcome.BUSY``.
+    ``removal``: the Actions service's way for a scale-set pool (``runnerpool.runners.removal``).
     """
     leftover = next((r for r in github.list_runners(pool.scope) if r.name == name), None)
     if leftover is None:
         return None
     if leftover.busy:
         return DeleteOutcome.BUSY
-    outcome = github.delete_runner(pool.scope, leftover.id)
+    outcome = deleter(removal, pool, github)(leftover.id)
     log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
     return outcome

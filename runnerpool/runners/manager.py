@@ -53,7 +53,9 @@ from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAwa
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
+from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
+from runnerpool.runners.removal import DeleteRunner, ServiceRemoval, deleter
 from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import RunnerSettings
@@ -120,6 +122,7 @@ class RunnerManagers:
         settings: RunnerSettings = RunnerSettings(),
         clock: Callable[[], datetime] = utcnow,
         wanted_hash: Callable[[api.RunnerPool], str] | None = None,
+        removal: ServiceRemoval | None = None,
     ) -> None:
         interval = settings.sync_interval
         if interval <= 0:
@@ -132,6 +135,8 @@ class RunnerManagers:
         self._interval = interval
         self._clock = clock
         self._wanted_hash = wanted_hash
+        #: Scale-set pools' runners go through the Actions service (``runnerpool.runners.removal``).
+        self._removal = removal
         self._registration_timeout = timedelta(seconds=settings.registration_timeout)
         self._kick_gap = settings.kick_gap
         self._last_run: dict[ListingKey, datetime] = {}
@@ -233,7 +238,7 @@ class RunnerManagers:
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
                 return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
-            busy, deregistered = _deregister(github, pool, snapshot)
+            busy, deregistered = _deregister(deleter(self._removal, pool, github), pool, snapshot)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
@@ -263,6 +268,10 @@ class RunnerManagers:
                 since = max(since, now)
                 self._drained[pool.key] = (since, True)
             return since
+
+    def delete_leftover(self, github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
+        """A JIT fill's leftover runner (``runnerpool.runners.leftovers``), deleted the pool's way."""
+        return delete_leftover_runner(github, pool, name, removal=self._removal)
 
     def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
         """The pool's client; if its Secret is gone, the last one that worked for it.
@@ -463,11 +472,12 @@ class RunnerManagers:
     def _carry_out(
         self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan, halted: Callable[[], bool]
     ) -> None:
-        namespace, name, scope = ref.namespace, ref.name, ref.scope
+        namespace, name = ref.namespace, ref.name
+        delete_runner = deleter(self._removal, ref, github)
         for runner in todo.collect:
             if halted():
                 return
-            if github.delete_runner(scope, runner.id) is DeleteOutcome.DELETED:
+            if delete_runner(runner.id) is DeleteOutcome.DELETED:
                 metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
                 log.info(
                     "deleted offline runner %s (id %d) of pool %s: its pod is gone",
@@ -481,7 +491,7 @@ class RunnerManagers:
             pod = decision.pod
             if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
                 assert decision.runner is not None
-                outcome = github.delete_runner(scope, decision.runner.id)
+                outcome = delete_runner(decision.runner.id)
                 if outcome is DeleteOutcome.BUSY:
                     log.info("pod %s/%s kept: its runner took a job since the listing", namespace, pod.name)
                     continue
@@ -523,14 +533,14 @@ class RunnerManagers:
         return delay
 
 
-def _deregister(github: GitHubClient, pool: PoolRef, snapshot: Snapshot) -> tuple[int, int]:
+def _deregister(delete_runner: DeleteRunner, pool: PoolRef, snapshot: Snapshot) -> tuple[int, int]:
     """Delete the pool's idle runners of ``snapshot`` on GitHub: (busy, deregistered)."""
     busy = deregistered = 0
     for runner in snapshot.of_pool(pool.namespace, pool.name):
         if runner.busy:
             busy += 1
             continue
-        outcome = github.delete_runner(pool.scope, runner.id)
+        outcome = delete_runner(runner.id)
         if outcome is DeleteOutcome.BUSY:
             busy += 1
         elif outcome is DeleteOutcome.DELETED:

@@ -63,6 +63,14 @@ def _rest_jit_calls(fake: FakeGitHub) -> int:
     return sum(1 for r in fake.requests if r.path.rstrip("/").endswith("generate-jitconfig"))
 
 
+def _rest_runner_deletions(fake: FakeGitHub) -> int:
+    return sum(1 for r in fake.requests if r.method == "DELETE" and "/actions/runners/" in r.path)
+
+
+def _service_removals(service: ScaleSetService) -> int:
+    return service.answered("DELETE", "/_apis/distributedtask/pools/0/agents/", 204)
+
+
 def _desired(api_client: client.ApiClient, namespace: str, name: str = "arc") -> int | None:
     value = _status(api_client, namespace, name).get("desiredReplicas")
     return value if isinstance(value, int) else None
@@ -348,5 +356,7 @@ def test_a_scale_down_removes_idle_runners_and_leaves_busy_ones_until_their_jobs
     wait_for(idle_gone, TIMEOUT, message="the two idle runners' pods gone, the busy ones kept")
     assert all(busy <= names for names in seen), "a busy runner's pod was deleted"
     assert {j["runnerName"] for j in _running(service)} == busy, "both jobs still running where they were"
+    assert _service_removals(service) >= 2, "the idle runners were removed by the Actions service"
+    assert _rest_runner_deletions(fake_github) == 0, "no REST call per runner"
 
     _complete_all(api_client, namespace, service, jobs)
