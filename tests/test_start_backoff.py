@@ -11,7 +11,7 @@ them).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from kubernetes import client
 
 from runnerpool import api, metrics, naming
 from runnerpool.fakes import FakeSecretUpdater
+from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.reconciler import Reconciler
 from runnerpool.settings import QueueSettings, Settings
 from tests.helpers import WallClock
@@ -173,3 +174,50 @@ def test_a_runner_github_refuses_as_outdated_backs_off_and_says_so_whatever_its_
     warnings = [m for t, r, m in pool_events(api_client, namespace) if r == "RunnerVersionOutdated"]
     assert len(warnings) == 1 and "runner version 2.334.0" in warnings[0], warnings
     assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "RunnerVersionOutdated")._value.get() >= 3
+
+
+def _young_pod(name: str, started: datetime, finished: datetime, deletion_asked: datetime) -> dict[str, Any]:
+    """A runner pod of template ``t`` deleted with a 30 s grace period, whose runner ran from
+    ``started`` to ``finished`` and exited 143 (SIGTERM)."""
+    grace = 30
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {naming.TEMPLATE_HASH_LABEL: "t"},
+            "deletionTimestamp": (deletion_asked + timedelta(seconds=grace)).strftime(RFC3339),
+            "deletionGracePeriodSeconds": grace,
+        },
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": naming.RUNNER_CONTAINER,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 143,
+                            "reason": "Error",
+                            "startedAt": started.strftime(RFC3339),
+                            "finishedAt": finished.strftime(RFC3339),
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+def test_a_young_pod_a_scale_down_deleted_is_no_failure_at_start_but_one_that_ended_before_is() -> None:
+    now = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    backoff = StartBackoff(clock=lambda: now)
+    second = timedelta(seconds=1)
+    # Found by the chaos soak: retired at 16 s of age, its runner SIGTERMed by the deletion.
+    retired = _young_pod("retired", now - 16 * second, now - 1 * second, deletion_asked=now - 2 * second)
+
+    backoff.observe("ns/auto", 1, "t", [retired])
+
+    assert backoff.failing("ns/auto", 1) is None, "a scale-down is not a crash loop"
+    assert backoff.wait("ns/auto", 1) is None, "the next pod is not held back"
+    crashed = _young_pod("crashed", now - 9 * second, now - 8 * second, deletion_asked=now - 5 * second)
+    backoff.observe("ns/auto", 1, "t", [retired, crashed])
+    failing = backoff.failing("ns/auto", 1)
+    assert failing is not None and failing.reason == "ExitedAtStart", "ended before anyone deleted it"

@@ -21,6 +21,8 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
   took a job did start);
 * **started**: it has been running ``STARTED_AFTER`` seconds, or it exited 0 (its one job
   done). A started pod ends the streak;
+* **neither**, when its runner ended because the pod was deleted (a scale-down, a rollout, an
+  eviction): a deletion is no failure of the runner, and no start of it either;
 * **refused as outdated**, whatever its exit code and run time: its termination message
   says GitHub refuses its runner version (``runnerpool.pods.outdated``). A failure at start
   like the first kind, reported as ``RunnerVersionOutdated`` instead of ``ExitedAtStart``.
@@ -111,10 +113,28 @@ def _seconds_between(start: Any, end: datetime) -> float | None:
     return None if began is None else (end - began).total_seconds()
 
 
+def _ended_by_deletion(pod: Mapping[str, Any], ended: Mapping[str, Any]) -> bool:
+    """The pod was deleted (a scale-down or rollout, an eviction, a user) and its runner ended
+    with it, not before: when the deletion was asked (``deletionTimestamp`` less the grace
+    period) or later. Found by the chaos soak: a young pod retired by a scale-down counted as a
+    failure at start, and its pool reported ``RunnerPodsFailing`` until its next pod ran 30 s."""
+    meta = pod.get("metadata") or {}
+    deleted = parse_rfc3339(meta.get("deletionTimestamp"))
+    if deleted is None:
+        return False
+    asked = deleted - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+    finished = parse_rfc3339(ended.get("finishedAt"))
+    return finished is None or finished >= asked
+
+
 def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
-    """Whether the pod's runner failed at start or started; ``None``: not known yet."""
+    """Whether the pod's runner failed at start or started; ``None``: not known yet. A runner
+    that ended because its pod was deleted did neither (``_ended_by_deletion``)."""
     runner = runner_status(pod)
-    for state in (runner.get("state") or {}, runner.get("lastState") or {}):
+    current = runner.get("state") or {}
+    if current.get("terminated") and _ended_by_deletion(pod, current["terminated"]):
+        return _Verdict(failed=False, ignored=True)
+    for state in (current, runner.get("lastState") or {}):
         ended = state.get("terminated")
         if not ended:
             continue
