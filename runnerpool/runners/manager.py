@@ -499,7 +499,7 @@ class RunnerManagers:
                     continue  # it may have registered again under a new id: see the next listing
             if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
-                log.info("replaced runner pod %s/%s: %s", namespace, pod.name, decision.reason)
+                log.info("deleted runner pod %s/%s: %s", namespace, pod.name, decision.reason)
         for mark in todo.marks:
             if halted():
                 return
