@@ -319,6 +319,20 @@ def test_stop_closes_the_session_so_another_owner_gets_it_at_once(world: World) 
     MessageSession.open(world.client, scale_set_id, "next-leader", conflict_retries=0).close()
 
 
+def test_a_listener_stopped_while_its_poll_is_held_ends_within_a_second(world: World) -> None:
+    world.service.poll_wait = 30.0
+    listener = world.listener()
+    scale_set_id = world.listening().scale_set_id
+    assert world.fake.wait_for(lambda: world.service.polling(scale_set_id) == 1)
+
+    started = time.monotonic()
+    listener.stop()
+
+    assert listener.wait(1.0), "the listener thread still runs a second after stop"
+    assert time.monotonic() - started <= 2.0
+    assert world.service.sessions(scale_set_id) == []
+
+
 def test_refused_credentials_are_shown_and_retried(world: World) -> None:
     world.fake.fail_next(3, 401, path="registration-token")
     world.listener()

@@ -12,8 +12,9 @@ import json
 import subprocess
 import sys
 
-#: Imported by the first client (or the HTTPS metrics certificate), never at start-up.
-DEFERRED = ("github", "jwt", "cryptography")
+#: Imported by the first client (or the HTTPS metrics certificate), never at start-up; aiohttp
+#: by the first scale-set long poll (runnerpool/scaleset/poller.py).
+DEFERRED = ("github", "jwt", "cryptography", "aiohttp", "yarl", "multidict")
 
 PROBE = """
 import json, sys

@@ -6,10 +6,20 @@ message session (``statistics.totalAssignedJobs``), and only the holder of that 
 hears it. The leader holds one session per scale-set pool; ``runnerpool.scaleset.runnable``
 starts and stops the listeners.
 
-**One thread per pool, for now.** Each listener is a daemon thread that spends its life in the
-service's long poll (about 50 s per empty answer). Whether 1,000 pools' sessions fit in threads
-or need an event loop is issue 34's benchmark, still to be run; the listener's script does not
-depend on the answer (the sink, the settings and the three methods stay).
+**One thread per pool; the long poll itself on one event loop.** Each listener is a daemon
+thread that spends its life waiting on the service's long poll (about 50 s per empty answer).
+Issue 34's benchmark (``bench.scale_sets``, bench/README.md) measured 1,000 idle sessions: with
+every call through ``requests`` a poll turnover cost 2.8-3.3 ms of CPU, 5.6-6.5 % of a core at
+the steady 20 polls a second, against a target of 2 %; an all-asyncio poller cost about 0.5 ms.
+Decided: the threads and this script stay (the sink, the settings, the three methods, every
+failure path), and only ``GET <messageQueueUrl>`` moves onto one shared asyncio loop with aiohttp
+(``runnerpool.scaleset.poller``); every other call stays on ``requests``. Measured after, same
+bench, three runs: 1.6-2.1 ms per turnover, 3.2-4.2 % of a core: a third to a half less CPU,
+the target still missed by 1.6-2.1x. Per thread (``/proc``, 30 s of one run): the 1,000
+listener threads took 0.2 % together, the loop's thread 3.1 % (about 1.5 ms per turnover, three
+times the all-asyncio poller's), its profile led by the two points where it hands the GIL to a
+listener thread and back: the thread crossing itself is the cost left, and 2 % needs this
+script on the loop too.
 
 The script (after actions/scaleset ``listener/listener.go`` and ARC's ``cmd/ghalistener``; facts
 only, no code copied):

@@ -190,10 +190,14 @@ class MessageSession:
         headers: Mapping[str, str],
         body: Any = None,
         timeout: float | None = None,
+        long_poll: bool = False,
     ) -> requests.Response:
-        """One request with the queue token; 401 means it expired (``MessageQueueTokenExpired``)."""
+        """One request with the queue token; 401 means it expired (``MessageQueueTokenExpired``).
+        ``long_poll``: the wire's event-loop path (``runnerpool.scaleset.poller`` says why)."""
         sent = {"Authorization": f"Bearer {self._session.message_queue_access_token}", **headers}
-        answer = self._client.wire.send(method, url, what=what, headers=sent, body=body, timeout=timeout)
+        answer = self._client.wire.send(
+            method, url, what=what, headers=sent, body=body, timeout=timeout, long_poll=long_poll
+        )
         if answer.status_code == 401:
             raise MessageQueueTokenExpired(f"{what}: HTTP 401: the queue token expired", status=401)
         return answer
@@ -207,7 +211,8 @@ class MessageSession:
             "Accept": f"application/json; api-version={API_VERSION}",
             MAX_CAPACITY_HEADER: str(max_capacity),
         }
-        answer = self._queue("GET", url, what, headers=headers, timeout=self._client.wire.policy.poll_timeout)
+        timeout = self._client.wire.policy.poll_timeout
+        answer = self._queue("GET", url, what, headers=headers, timeout=timeout, long_poll=True)
         if answer.status_code == 202:
             return None
         if answer.status_code != 200:

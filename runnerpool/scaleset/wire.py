@@ -11,16 +11,23 @@ Retries follow the Go client (go-retryablehttp's default policy, 4 retries, wait
 longest wait is not slept through: the call fails ``RateLimited`` with it, so the caller's
 scheduler, not a blocked thread, owns that wait. A call that ran out of its deadline is not
 retried (a long poll would hold its thread five times over).
+
+The long poll (``long_poll=True``, ``MessageSession.poll``) is the one call that goes another
+way: one attempt is made on the process's event loop (``runnerpool.scaleset.poller``, which
+says why), with the same deadline, cap, route and slow-host gate, and the same retries here.
+``close`` cancels the polls in flight, so a listener thread whose client is closed returns.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 
@@ -28,9 +35,6 @@ from runnerpool.github.errors import MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.route import Route
 from runnerpool.github.types import header
 from runnerpool.reasons import Reason
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["Policy", "Wire"]
 
@@ -84,12 +88,21 @@ class Wire:
         adapter = self._transport.BoundedAdapter()
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._polls: set[concurrent.futures.Future[requests.Response]] = set()
 
     def take_route(self, route: Route | None) -> None:
         """The pool's CA bundle and proxy for every request from now on."""
         self.route = route
 
     def close(self) -> None:
+        """Close the connections and cancel the long polls in flight (their threads return)."""
+        with self._lock:
+            self._closed = True
+            polls, self._polls = self._polls, set()
+        for poll in polls:
+            poll.cancel()
         self._session.close()
 
     def send(
@@ -102,10 +115,12 @@ class Wire:
         body: Any = None,
         timeout: float | None = None,
         also_retry: Collection[int] = (),
+        long_poll: bool = False,
     ) -> requests.Response:
         """The first answer that is not a transient failure (any status: the caller judges
         it); raises ``Unavailable``/``RateLimited``/``MalformedResponse`` otherwise.
-        ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403)."""
+        ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403);
+        ``long_poll``: each attempt on the poll loop (no body), not through ``requests``."""
         policy, transport = self.policy, self._transport
         cap = (
             transport.DEFAULT_MAX_RESPONSE_BYTES
@@ -117,9 +132,10 @@ class Wire:
         for attempt in range(policy.retries + 1):
             last = attempt == policy.retries
             try:
-                routed = self.route.used() if self.route is not None else contextlib.nullcontext()
-                with routed, transport.deadline(seconds, cap):
-                    answer = self._session.request(method, url, headers=sent, json=body, timeout=seconds)
+                if long_poll:
+                    answer = self._long_poll(method, url, what, headers=sent, seconds=seconds, cap=cap)
+                else:
+                    answer = self._request(method, url, sent, body=body, seconds=seconds, cap=cap)
             except transport.DeadlineExceeded:
                 raise Unavailable(
                     f"{what}: no complete answer within {seconds:g} s", reason=Reason.GITHUB_DEADLINE_EXCEEDED
@@ -134,15 +150,57 @@ class Wire:
                     f"{what}: not sent: the host is slow lately", reason=Reason.GITHUB_HOST_SLOW
                 ) from None
             except requests.exceptions.RequestException as exc:
+                why = type(exc.__cause__ or exc).__name__  # the poll loop's: aiohttp's own error
                 if last:
-                    raise Unavailable(f"{what}: {type(exc).__name__}") from None
-                self._wait(what, attempt, None, f"{type(exc).__name__}")
+                    raise Unavailable(f"{what}: {why}") from None
+                self._wait(what, attempt, None, why)
                 continue
             status = answer.status_code
             if last or not (_retryable(status) or status in also_retry):
                 return answer
             self._wait(what, attempt, answer, f"HTTP {status}")
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _request(
+        self, method: str, url: str, headers: Mapping[str, str], *, body: Any, seconds: float, cap: int
+    ) -> requests.Response:
+        """One attempt through ``requests`` and the bounded adapter, on the pool's route."""
+        routed = self.route.used() if self.route is not None else contextlib.nullcontext()
+        with routed, self._transport.deadline(seconds, cap):
+            answer: requests.Response = self._session.request(
+                method, url, headers=headers, json=body, timeout=seconds
+            )
+        return answer
+
+    def _long_poll(
+        self, method: str, url: str, what: str, *, headers: Mapping[str, str], seconds: float, cap: int
+    ) -> requests.Response:
+        """One attempt on the poll loop; ``Unavailable`` (not retried) once ``close`` cancelled it."""
+        from runnerpool.scaleset import poller  # noqa: PLC0415 - its module says why it waits
+
+        if self._closed:
+            raise Unavailable(f"{what}: not sent: the client is closed")
+        try:
+            return poller.POLLER.fetch(
+                method, url, headers, timeout=seconds, max_bytes=cap, route=self.route, started=self._track
+            )
+        except poller.Cancelled:
+            raise Unavailable(f"{what}: cancelled: the client was closed") from None
+
+    def _track(self, poll: concurrent.futures.Future[requests.Response]) -> None:
+        """A poll in flight, for ``close`` to cancel; one that starts after ``close`` is cancelled."""
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._polls.add(poll)
+        if closed:
+            poll.cancel()
+        else:  # outside the lock: a poll done already is called back at once
+            poll.add_done_callback(self._polls_done)
+
+    def _polls_done(self, poll: concurrent.futures.Future[requests.Response]) -> None:
+        with self._lock:
+            self._polls.discard(poll)
 
     def _wait(self, what: str, attempt: int, answer: requests.Response | None, why: str) -> None:
         policy = self.policy

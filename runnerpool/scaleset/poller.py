@@ -1,0 +1,273 @@
+"""The scale-set long polls, held on one event loop instead of one blocked ``requests`` call each.
+
+Why: issue 34's target is 1,000 idle message sessions at 2 % of one core or less. Each session
+turns its long poll over about every 50 s (20 polls a second for 1,000), and through ``requests``
+and ``runnerpool.github.transport.BoundedAdapter`` one turnover cost 1.8-3 ms of CPU (a quarter
+of it ``merge_environment_settings``: the proxy environment and ``.netrc`` looked up on every
+call): 5-6 % of a core. An aiohttp loop costs about 0.5 ms (``bench.scale_sets``; figures in
+bench/README.md). So the listener threads and their script stay as they are, and only the call
+made 20 times a second, ``GET <messageQueueUrl>``, goes through ``LongPoller``: one daemon
+thread running one asyncio loop with one ``aiohttp.ClientSession`` (no connection limit: one
+connection per held poll). Every other call of the protocol stays on ``requests``.
+
+Why by hand around aiohttp rather than an async client of the protocol: the callers are the
+listener threads, and ``Wire.send`` keeps the retries, the backoff and the mapping of failures
+for both paths. This module gives one attempt the same bounds and route as the requests path:
+
+* **Route**: TLS verified against ``route.verify`` (the pool's CA with the operator's) when the
+  pool has a CA, else ``REQUESTS_CA_BUNDLE`` or certifi, as ``requests`` does (one
+  ``ssl.SSLContext`` per file, made once); the proxy from ``route.proxies_for`` when the pool
+  names one (``{}``: direct), else the operator's environment (read once per origin, where
+  ``requests`` reads it on every call); a proxy's login goes as its ``Proxy-Authorization``, never logged.
+* **Bounds**: the attempt's total deadline (``DeadlineExceeded``), the answer cap
+  (``ResponseTooLarge``, at most ``max_bytes + 1`` read) and the slow-host gate
+  (``transport.HOSTS``); connection failures are ``requests`` ``ConnectionError``s, so
+  ``Wire.send`` retries them as it retries the requests path's.
+
+aiohttp is imported when the first poll is made, never at the operator's start-up
+(tests/test_startup_imports.py); so is ``runnerpool.github.transport``, as ``Wire`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import base64
+import concurrent.futures
+import functools
+import logging
+import os
+import ssl
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import requests
+import requests.structures
+import requests.utils
+
+from runnerpool.github.route import Route
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["POLLER", "Cancelled", "LongPoller"]
+
+log = logging.getLogger(__name__)
+
+#: Waited for past the attempt's own deadline before the caller gives up on the loop itself.
+_GRACE = 5.0
+
+Started = Callable[["concurrent.futures.Future[requests.Response]"], None]
+
+
+class Cancelled(Exception):  # noqa: N818 - what happened, not an error of the call
+    """The poll was cancelled from another thread (its ``Wire`` was closed)."""
+
+
+@dataclass(frozen=True)
+class _Poll:
+    method: str
+    url: str
+    headers: dict[str, str]
+    timeout: float
+    max_bytes: int
+    route: Route | None
+
+
+class LongPoller:
+    """One loop thread for the process, started by the first poll. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Touched on the loop's thread only.
+        self._http: aiohttp.ClientSession | None = None
+        self._environment: dict[str, dict[str, str]] = {}
+
+    def fetch(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,
+        max_bytes: int,
+        route: Route | None,
+        started: Started | None = None,
+    ) -> requests.Response:
+        """One attempt, blocking the calling thread; ``started`` is handed the future first, so
+        another thread may cancel it (``Cancelled``). Raises ``transport.DeadlineExceeded``,
+        ``ResponseTooLarge``, ``HostSlow`` or ``requests.exceptions.ConnectionError``."""
+        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+        poll = _Poll(method, url, dict(headers), timeout, max_bytes, route)
+        future = asyncio.run_coroutine_threadsafe(self._call(poll), self._started())
+        if started is not None:
+            started(future)
+        try:
+            return future.result(timeout + _GRACE)
+        except concurrent.futures.CancelledError:
+            raise Cancelled(f"{method} {_safe(url)}: cancelled") from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise transport.DeadlineExceeded("the poll loop gave no answer in time") from None
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="scale-set-long-polls", daemon=True).start()
+                atexit.register(self._shut)
+                self._loop = loop
+            return self._loop
+
+    def _shut(self) -> None:
+        """At exit: close the connections, waiting a second at most (never hangs the exit)."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return
+        closing = asyncio.run_coroutine_threadsafe(self._close(), loop)
+        try:
+            closing.result(1.0)
+        except Exception as exc:  # exiting: nothing more to do about it
+            log.debug("the poll loop's connections were not closed: %s", type(exc).__name__)
+        loop.call_soon_threadsafe(loop.stop)
+
+    async def _close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+    async def _call(self, poll: _Poll) -> requests.Response:
+        """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one."""
+        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+        origin = transport.origin_of(poll.url)
+        transport.HOSTS.enter(origin)
+        timed_out = False
+        try:
+            return await self._attempt(poll)
+        except transport.DeadlineExceeded:
+            timed_out = True
+            raise
+        finally:
+            transport.HOSTS.leave(origin, timed_out=timed_out)
+
+    async def _attempt(self, poll: _Poll) -> requests.Response:
+        import aiohttp  # noqa: PLC0415 - see the module's docstring
+        import yarl  # noqa: PLC0415 - comes with aiohttp
+
+        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+        route = poll.route
+        proxy, proxy_headers = self._proxy(poll.url, route)
+        try:
+            async with self._session().request(
+                poll.method,
+                yarl.URL(poll.url, encoded=True),
+                headers=poll.headers,
+                timeout=aiohttp.ClientTimeout(total=poll.timeout),
+                ssl=_context(route.verify if route is not None else None),
+                proxy=proxy,
+                proxy_headers=proxy_headers or None,
+                allow_redirects=False,
+            ) as answer:
+                return await _response(answer, poll.url, poll.max_bytes)
+        except requests.exceptions.RequestException:  # the cap's (an OSError): as it is
+            raise
+        except TimeoutError:
+            raise transport.DeadlineExceeded(f"no complete answer within {poll.timeout:g} s") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise requests.exceptions.ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _session(self) -> aiohttp.ClientSession:
+        import aiohttp  # noqa: PLC0415 - see the module's docstring
+
+        if self._http is None:
+            # trust_env=False: the proxies are chosen here, as the requests path chooses them.
+            connector = aiohttp.TCPConnector(limit=0)  # one connection per held poll
+            self._http = aiohttp.ClientSession(connector=connector, trust_env=False)
+        return self._http
+
+    def _proxy(self, url: str, route: Route | None) -> tuple[str | None, dict[str, str]]:
+        """The proxy for ``url`` without its login, and the login as ``Proxy-Authorization``
+        (what ``requests`` sends; aiohttp's own ``proxy_auth`` is deprecated)."""
+        proxies = route.proxies_for(url) if route is not None else None
+        if proxies is None:
+            proxies = self._environment_proxies(url)
+        chosen = requests.utils.select_proxy(url, proxies)
+        if not chosen:
+            return None, {}
+        parts = urllib.parse.urlsplit(chosen)
+        if parts.username is None:
+            return chosen, {}
+        login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        try:
+            encoded = login.encode("latin1")  # as requests encodes a login
+        except UnicodeEncodeError:
+            encoded = login.encode()
+        bare = parts.hostname or ""
+        if ":" in bare:
+            bare = f"[{bare}]"
+        if parts.port is not None:
+            bare = f"{bare}:{parts.port}"
+        header = {"Proxy-Authorization": f"Basic {base64.b64encode(encoded).decode()}"}
+        return urllib.parse.urlunsplit(parts._replace(netloc=bare)), header
+
+    def _environment_proxies(self, url: str) -> dict[str, str]:
+        """The operator's own proxies for ``url``'s origin, read from the environment once."""
+        parts = urllib.parse.urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        found = self._environment.get(origin)
+        if found is None:
+            found = self._environment[origin] = dict(requests.utils.get_environ_proxies(origin))
+        return found
+
+
+async def _response(answer: aiohttp.ClientResponse, url: str, max_bytes: int) -> requests.Response:
+    """The answer as ``requests`` gives it, its body read up to the cap."""
+    from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+    length = answer.headers.get("Content-Length", "")
+    if length.strip().isdigit() and int(length) > max_bytes:
+        raise transport.ResponseTooLarge(f"the answer announces {int(length)} bytes, more than {max_bytes}")
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        chunk = await answer.content.read(max_bytes + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > max_bytes:
+        raise transport.ResponseTooLarge(f"the answer is larger than {max_bytes} bytes")
+    response = requests.Response()
+    response.status_code = answer.status
+    response.reason = answer.reason or ""
+    response.headers = requests.structures.CaseInsensitiveDict(answer.headers)
+    response._content = b"".join(chunks)
+    response.url = url
+    return response
+
+
+@functools.cache
+def _context(cafile: str | None) -> ssl.SSLContext:
+    """TLS as the requests path verifies it: the route's bundle, else the operator's (cached
+    per file: building a context reads and parses the whole bundle)."""
+    if cafile is None:
+        import certifi  # noqa: PLC0415 - comes with requests
+
+        cafile = os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where()
+    return ssl.create_default_context(cafile=cafile)
+
+
+def _safe(url: str) -> str:
+    """``url`` without its query (the session id) for messages."""
+    return url.split("?", 1)[0]
+
+
+#: The process's one loop: every ``Wire`` polls through it.
+POLLER = LongPoller()
