@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from runnerpool import api, naming
 from runnerpool.domain import PoolRef
+from runnerpool.github.credentials import CredentialError
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.scaleset.client import ScaleSetClient
@@ -190,10 +191,17 @@ class ScaleSetRunnerRemoval:
         self._clients = clients
 
     def remover(self, pool: PoolRef) -> Callable[[int], DeleteOutcome] | None:
+        """None also when the pool's credential Secret cannot be read: the runner managers then
+        delete by REST with the last client that worked for it (a Secret deleted before it was
+        protected), which beats leaving the runners registered."""
         raw = self._reads.get_pool(pool.namespace, pool.name)
         if raw is None or not (raw.get("spec") or {}).get("scaleSet"):
             return None
-        return functools.partial(_remove_runner, self._clients.get(pool))
+        try:
+            client = self._clients.get(pool)
+        except CredentialError:
+            return None
+        return functools.partial(_remove_runner, client)
 
 
 def _remove_runner(client: ScaleSetClient, runner_id: int) -> DeleteOutcome:

@@ -20,6 +20,7 @@ import responses
 from responses import matchers
 
 from runnerpool.domain import PoolRef, Scope
+from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
 from runnerpool.github.types import DeleteOutcome, RegistrationToken
 from runnerpool.scale_set_pools import ScaleSetRunnerRemoval
@@ -280,12 +281,16 @@ def test_a_scale_set_pools_runners_are_removed_by_the_service_with_rest_outcomes
 
     class Clients:
         def get(self, pool: PoolRef) -> ScaleSetClient:
+            if pool.credential_secret_name == "deleted":
+                raise CredentialError(CredentialError.MISSING, "Secret team-a/deleted not found")
             return world.client
 
     removal = ScaleSetRunnerRemoval(Reads(), Clients())  # type: ignore[arg-type]
     ref = PoolRef("team-a", "arc", Scope(organization="octo-org"), "cred", api_url=API)
     assert removal.remover(PoolRef("team-a", "labelled", ref.scope, "cred")) is None, "REST for others"
     assert removal.remover(PoolRef("team-a", "gone", ref.scope, "cred")) is None
+    unreadable = PoolRef("team-a", "arc", ref.scope, "deleted", api_url=API)
+    assert removal.remover(unreadable) is None, "REST, with the last client that worked"
     remove = removal.remover(ref)
     assert remove is not None
     with Mock() as rsps:
