@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 #: Waited for past the attempt's own deadline before the caller gives up on the loop itself.
 _GRACE = 5.0
 
+#: The slow-host gate's origin, the proxy (None: direct) and the proxy's login header.
+_Routing = tuple[tuple[str, str, int], str | None, dict[str, str]]
 Started = Callable[["concurrent.futures.Future[requests.Response]"], None]
 
 
@@ -90,6 +92,8 @@ class LongPoller:
         #: Touched on the loop's thread only.
         self._http: aiohttp.ClientSession | None = None
         self._environment: dict[str, dict[str, str]] = {}
+        #: Per origin and route: the slow-host gate's origin, the proxy and its login header.
+        self._routes: dict[tuple[str, Route | None], _Routing] = {}
 
     def fetch(
         self,
@@ -160,25 +164,37 @@ class LongPoller:
         """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one."""
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
-        origin = transport.origin_of(poll.url)
+        routing = self._routing(poll.url, poll.route)
+        origin = routing[0]
         transport.HOSTS.enter(origin)
         timed_out = False
         try:
-            return await self._attempt(poll)
+            return await self._attempt(poll, routing)
         except transport.DeadlineExceeded:
             timed_out = True
             raise
         finally:
             transport.HOSTS.leave(origin, timed_out=timed_out)
 
-    async def _attempt(self, poll: Poll) -> requests.Response:
+    def _routing(self, url: str, route: Route | None) -> _Routing:
+        """What depends on ``url``'s origin and the route only, decided once for both (a
+        session polls one URL every 50 s): not three ``urlsplit`` a poll."""
+        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+        key = ("/".join(url.split("/", 3)[:3]), route)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = (transport.origin_of(url), *self._proxy(url, route))
+        return found
+
+    async def _attempt(self, poll: Poll, routing: _Routing) -> requests.Response:
         import aiohttp  # noqa: PLC0415 - see the module's docstring
         import yarl  # noqa: PLC0415 - comes with aiohttp
 
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
         route = poll.route
-        proxy, proxy_headers = self._proxy(poll.url, route)
+        _, proxy, proxy_headers = routing
         try:
             async with self._session().request(
                 poll.method,
