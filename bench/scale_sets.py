@@ -7,8 +7,9 @@ Two parts, each selectable with ``--parts``:
    runs in the bench's own process, so its CPU is not the child's), two ways:
 
    * ``threads``: the operator's code, ``ScaleSetListeners`` of ``runnerpool.scaleset.runnable``
-     with ``listener_factory`` (one ``ScaleSetListener`` thread per pool, the project's
-     requests-based transport), a sink that does nothing;
+     with ``listener_factory`` (one ``ScaleSetListener`` per pool: a thread each until the
+     asynclistener change, a task on the poll loop since; the name is kept so that
+     bench/history.jsonl's ``idle_threads_*`` rows stay comparable), a sink that does nothing;
    * ``loop``: a minimal asyncio long-poller (``bench/scale_set_loop.py``, aiohttp), the same
      GET message polls with the same headers and queue tokens; its sessions are opened with the
      operator's synchronous client first (scale set ensured, session opened), then one task each.

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import requests
@@ -27,6 +27,7 @@ from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
 from runnerpool.scaleset.fake import FakeSink
 from runnerpool.scaleset.listener import (
+    CALL_WORKERS,
     ScaleSetListener,
     ScaleSetSettings,
     ScaleSetView,
@@ -66,6 +67,16 @@ class RecordingWire(Wire):
             with self._calls_lock:  # acknowledged: the message is gone from the queue
                 self._calls.append(("ACKED", url.split("?", maxsplit=1)[0].rsplit("/", 1)[1]))
         return answer
+
+    #: The threads the long polls were awaited on (all wires).
+    poll_threads: ClassVar[set[str]] = set()
+
+    async def send_async(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        """The listener's long polls (awaited on the poll loop)."""
+        with self._calls_lock:
+            self._calls.append((method, url))
+            self.poll_threads.add(threading.current_thread().name)
+        return await super().send_async(method, url, **kwargs)
 
 
 class Rest:
@@ -331,6 +342,41 @@ def test_a_listener_stopped_while_its_poll_is_held_ends_within_a_second(world: W
     assert listener.wait(1.0), "the listener thread still runs a second after stop"
     assert time.monotonic() - started <= 2.0
     assert world.service.sessions(scale_set_id) == []
+
+
+def test_fifty_listeners_poll_on_the_loops_thread_with_no_thread_each(world: World) -> None:
+    """Issue 34: a poll's turnover stays on the poll loop; listeners add no thread each (only
+    the loop's and the shared call threads, ``CALL_WORKERS`` at most, whatever their number)."""
+    world.listener()
+    world.listening()  # the loop and some call threads exist from here on
+    before = {thread.ident for thread in threading.enumerate()}
+    RecordingWire.poll_threads.clear()
+    pools = [
+        PoolRef(NS, f"pool-{i}", world.pool.scope, "github-credentials", api_url=world.fake.url)
+        for i in range(50)
+    ]
+    for pool in pools:
+        settings = ScaleSetSettings(pool, f"k8s-{pool.name}", max_runners=2)
+        made = ScaleSetListener(
+            settings, lambda: world.clients.get(world.pool), world.sink, OWNER, timing=TIMING
+        )
+        world.listeners.append(made)
+        made.start()
+    for pool in pools:  # each has its session and turns its 0.2 s poll over
+        world.sink.wait_for(NS, pool.name, lambda v: v.scale_set_id and v.problem is None, 20.0, latest=True)
+    assert world.fake.wait_for(
+        lambda: all(world.service.polling(f"k8s-{pool.name}") == 1 for pool in pools), timeout=20.0
+    )
+
+    added = [
+        thread.name
+        for thread in threading.enumerate()
+        if thread.ident not in before and "process_request" not in thread.name  # the fake's own
+    ]
+    assert all(name.startswith("scale-set-calls") for name in added), added
+    assert len([t for t in threading.enumerate() if t.name.startswith("scale-set-calls")]) <= CALL_WORKERS
+    assert RecordingWire.poll_threads == {"scale-set-long-polls"}
+    assert all(listener.alive for listener in world.listeners)
 
 
 def test_refused_credentials_are_shown_and_retried(world: World) -> None:

@@ -9,10 +9,12 @@ the session, is in tests/test_scaleset_listener.py).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from runnerpool.github.errors import GitHubError, MalformedResponse, RateLimited
 from runnerpool.github.route import Route
 from runnerpool.github.types import RegistrationToken
 from runnerpool.reasons import Reason
+from runnerpool.scaleset import poller
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection
 from runnerpool.scaleset.session import MessageSession
@@ -190,3 +193,28 @@ def test_closing_the_wire_ends_a_held_poll_within_a_second(queue: QueueServer) -
     with pytest.raises(Unavailable, match="closed"):
         polls.session.poll(0, 5)
     assert polls.sleeps == []
+
+
+async def _no_blocking_call(call: Any) -> Any:
+    raise AssertionError(f"no blocking call expected, got {call}")
+
+
+def test_a_poll_awaited_on_the_loop_is_retried_and_ended_by_closing_the_wire(queue: QueueServer) -> None:
+    """The listener's path (``MessageSession.poll_async`` on the poll loop): the same retries,
+    and a held poll ends within a second when its wire is closed (a rotated credential)."""
+    loop = poller.POLLER.loop()
+    queue.answer(Answer(503), Answer.of_json(MESSAGE))
+    polls = Polls(queue.url, Policy(backoff_min=0.01))
+
+    got = asyncio.run_coroutine_threadsafe(polls.session.poll_async(0, 5, _no_blocking_call), loop).result(10)
+
+    assert got is not None and got.message_id == 4 and len(queue.seen) == 2
+    queue.answer(Answer(hold=30.0))
+    held = asyncio.run_coroutine_threadsafe(polls.session.poll_async(4, 5, _no_blocking_call), loop)
+    assert queue.wait_held()
+    started = time.monotonic()
+    polls.wire.close()
+    with pytest.raises(Unavailable, match="closed"):
+        held.result(1.0 + SLACK)
+    assert time.monotonic() - started <= 1.0 + SLACK
+    assert "lastMessageId=4" in queue.seen[-1].path

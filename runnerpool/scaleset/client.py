@@ -1,8 +1,9 @@
 """The scale set calls made with the admin token: runner groups, scale sets, JIT configs and
 runners (``client.go`` of actions/scaleset), one method per call, typed in and out.
 
-Why synchronous: the operator's controllers are threads; whether 1,000 long-poll sessions need
-an event loop is the session runnable's question (issue 34's benchmark), not this client's.
+Why synchronous: the operator's controllers are threads, and the scale-set listeners (tasks on
+the poll loop since issue 34's benchmark) make these calls on their shared call threads; only
+the long poll, the one call made 20 times a second at 1,000 sessions, is awaited on the loop.
 Each method is one logical call: its answer is checked against the status the service
 documents for it, and anything else becomes a ``GitHubError`` subclass (``errors``).
 """

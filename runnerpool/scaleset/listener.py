@@ -6,20 +6,20 @@ message session (``statistics.totalAssignedJobs``), and only the holder of that 
 hears it. The leader holds one session per scale-set pool; ``runnerpool.scaleset.runnable``
 starts and stops the listeners.
 
-**One thread per pool; the long poll itself on one event loop.** Each listener is a daemon
-thread that spends its life waiting on the service's long poll (about 50 s per empty answer).
-Issue 34's benchmark (``bench.scale_sets``, bench/README.md) measured 1,000 idle sessions: with
-every call through ``requests`` a poll turnover cost 2.8-3.3 ms of CPU, 5.6-6.5 % of a core at
-the steady 20 polls a second, against a target of 2 %; an all-asyncio poller cost about 0.5 ms.
-Decided: the threads and this script stay (the sink, the settings, the three methods, every
-failure path), and only ``GET <messageQueueUrl>`` moves onto one shared asyncio loop with aiohttp
-(``runnerpool.scaleset.poller``); every other call stays on ``requests``. Measured after, same
-bench, three runs: 1.6-2.1 ms per turnover, 3.2-4.2 % of a core: a third to a half less CPU,
-the target still missed by 1.6-2.1x. Per thread (``/proc``, 30 s of one run): the 1,000
-listener threads took 0.2 % together, the loop's thread 3.1 % (about 1.5 ms per turnover, three
-times the all-asyncio poller's), its profile led by the two points where it hands the GIL to a
-listener thread and back: the thread crossing itself is the cost left, and 2 % needs this
-script on the loop too.
+**One asyncio task per pool, on the long poll's event loop.** Each listener is a coroutine
+that spends its life awaiting the service's long poll (about 50 s per empty answer), run as a
+task on the one loop of ``runnerpool.scaleset.poller`` (aiohttp); its blocking calls (the
+service's REST calls through ``requests``, the status writes through the sink, the client
+factory) go to one shared pool of ``CALL_WORKERS`` threads (``scale-set-calls``), and its waits
+are awaited on the loop. An empty poll's turnover (202, poll again) never leaves the loop.
+Why: issue 34's target is 1,000 idle sessions at 2 % of one core or less (``bench.scale_sets``,
+bench/README.md). One thread per pool with every call through ``requests``: 2.8-3.3 ms of CPU
+per turnover, 5.6-6.5 % at the steady 20 turnovers a second. The threads with only the poll on
+the loop: 1.6-2.1 ms, 3.2-4.2 %, most of it the two GIL handovers per turnover between the
+loop's thread and a listener thread. An all-asyncio poller: about 0.5 ms. With the script on
+the loop (this module), five runs: 1.17-1.40 ms per turnover, 2.3-2.8 % of a core (still
+1.2-1.4x the target; the rest is the operator's per-poll path on the loop, bench/README.md),
+RSS +41 MiB instead of +81, 11-13 threads instead of 1,004.
 
 The script (after actions/scaleset ``listener/listener.go`` and ARC's ``cmd/ghalistener``; facts
 only, no code copied):
@@ -38,26 +38,30 @@ only, no code copied):
    failed write leaves the message unacknowledged: the service delivers it again. A message
    whose id is not above the last one recorded was recorded already (``demand.is_new``): it is
    acknowledged and not counted again.
-4. **Failures never end the thread**: a session another owner holds shows
+4. **Failures never end the task**: a session another owner holds shows
    ``ScaleSetSessionHeld`` and is asked for again every ``conflict_wait``; a scale set deleted on
    GitHub is created again; credentials refused (401/403, a missing or unusable Secret) show
    ``ScaleSetCredentialsRefused``; 5xx, connection errors, rate limits and malformed answers
    show ``ScaleSetUnreachable``; each with a backoff that doubles up to ``backoff_max``. The
    problem is cleared when the session opens again.
-5. **Stop** deletes the session at once (which also ends the long poll), so the next leader's
-   listener gets in without waiting for the service to time the session out.
+5. **Stop** deletes the session at once (which also ends the long poll; a poll still held is
+   cancelled too), so the next leader's listener gets in without waiting for the service to
+   time the session out.
 
 The three methods: ``start()``, ``stop()`` (asks, does not wait), ``wait(timeout)``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from runnerpool.domain import PoolRef
 from runnerpool.github.credentials import CredentialError
@@ -84,6 +88,7 @@ from runnerpool.scaleset.types import (
 )
 
 __all__ = [
+    "CALL_WORKERS",
     "DEFAULT_TIMING",
     "Problem",
     "ScaleSetListener",
@@ -98,6 +103,22 @@ log = logging.getLogger(__name__)
 
 #: ``(reason, message)``: what ``status.scaleSet.problem`` shows.
 Problem = tuple[Reason, str]
+T = TypeVar("T")
+
+#: Threads for every listener's blocking calls (REST calls, status writes): a message or a
+#: failure needs a few; an empty poll none.
+CALL_WORKERS = 8
+_calls: concurrent.futures.ThreadPoolExecutor | None = None
+_calls_lock = threading.Lock()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The listeners' one pool of call threads, made when the first listener needs it."""
+    global _calls  # noqa: PLW0603 - one pool for the process, made on first use
+    with _calls_lock:
+        if _calls is None:
+            _calls = concurrent.futures.ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="scale-set-calls")
+        return _calls
 
 
 @dataclass(frozen=True)
@@ -199,10 +220,11 @@ class _Open:
 
 
 class ScaleSetListener:
-    """One pool's listener thread. ``client``: called before every attempt, so a rotated
+    """One pool's listener task. ``client``: called before every attempt, so a rotated
     credential takes effect (``ScaleSetClients.get``); ``resume``: the view the pool's status
     holds (or the previous listener's), None for a new pool. An admin token GitHub revoked
-    before its expiry is traded again by the client itself (``ActionsConnection.renew``)."""
+    before its expiry is traded again by the client itself (``ActionsConnection.renew``).
+    The three methods and the properties may be called from any thread."""
 
     def __init__(
         self,
@@ -225,31 +247,39 @@ class ScaleSetListener:
         self._open: _Open | None = None
         #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
         self._listening = False
-        pool = settings.pool
-        self._thread = threading.Thread(
-            target=self._run, name=f"scale-set-listener {pool.namespace}/{pool.name}", daemon=True
-        )
+        self._future: concurrent.futures.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Touched on the loop only: set by ``stop``; the task while it awaits a poll.
+        self._wake = asyncio.Event()
+        self._polling: asyncio.Task[Any] | None = None
 
     # -- the three methods ---------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        from runnerpool.scaleset import poller  # noqa: PLC0415 - the loop starts with the first listener
+
+        self._loop = poller.POLLER.loop()
+        self._future = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
 
     def stop(self) -> None:
-        """Ask the thread to end and delete the session now (which ends a poll in flight);
-        returns without waiting for the thread (``wait``)."""
+        """Ask the task to end and delete the session now (which ends a poll in flight);
+        returns without waiting for the task (``wait``)."""
         self._stopping.set()
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs on it
+                self._loop.call_soon_threadsafe(self._woken)
         with self._lock:
             held = self._open
         if held is not None:
             _close(held)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """True once the thread has ended (or never started)."""
-        if self._thread.ident is None:
+        """True once the task has ended (or never started)."""
+        future = self._future
+        if future is None:
             return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        concurrent.futures.wait([future], timeout)
+        return future.done()
 
     # -- for the runnable and tests ------------------------------------------------------------
 
@@ -261,23 +291,23 @@ class ScaleSetListener:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._future is not None and not self._future.done()
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    # -- the thread ----------------------------------------------------------------------------
+    # -- the task ------------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         pool = self.settings.pool
         failures = 0
         while not self._stopping.is_set():
             wait = 0.0
             try:
-                client = self._client()
-                scale_set_id = self._ensure(client)
-                self._listen(client, scale_set_id)
+                client = await self._call(self._client)
+                scale_set_id = await self._call(self._ensure, client)
+                await self._listen(client, scale_set_id)
             except _Stopped:
                 break
             except Exception as exc:
@@ -287,12 +317,28 @@ class ScaleSetListener:
                     failures = 0
                 self._listening = False
                 failures += 1
-                wait = self._failed(exc, failures)
+                wait = await self._call(self._failed, exc, failures)
             else:
                 failures = 0
-            if wait > 0 and self._stopping.wait(wait):
+            if wait > 0 and await self._pause(wait):
                 break
         log.info("scale set listener of %s/%s stopped", pool.namespace, pool.name)
+
+    async def _call(self, call: Callable[..., T], *args: Any) -> T:
+        """A blocking call on the listeners' call threads, awaited."""
+        return await asyncio.get_running_loop().run_in_executor(_executor(), call, *args)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` unless asked to stop meanwhile; True when asked to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        return self._stopping.is_set()
+
+    def _woken(self) -> None:
+        """On the loop: ``stop`` was called; a held poll is cancelled."""
+        self._wake.set()
+        if self._polling is not None:
+            self._polling.cancel()
 
     def _failed(self, exc: Exception, failures: int) -> float:
         """Show what went wrong; the wait before the next attempt."""
@@ -391,30 +437,47 @@ class ScaleSetListener:
             self._publish(replace(base, scale_set_id=found.id, runner_group_id=group.id))
         return found.id
 
-    def _listen(self, client: ScaleSetClient, scale_set_id: int) -> None:
-        session = MessageSession.open(client, scale_set_id, self._owner, conflict_retries=0)
+    async def _listen(self, client: ScaleSetClient, scale_set_id: int) -> None:
+        opening = MessageSession.open
+        session = await self._call(lambda: opening(client, scale_set_id, self._owner, conflict_retries=0))
         held = _Open(client, scale_set_id, session.session.session_id)
         with self._lock:
             self._open = held
         try:
             if self._stopping.is_set():
                 raise _Stopped
-            self._opened(session.statistics)
+            await self._call(self._opened, session.statistics)
             failures = 0
             while not self._stopping.is_set():
-                message = session.poll(self.view.last_message_id, self.settings.max_runners)
+                message = await self._poll(session)
                 if message is None:
                     continue
-                if self._handle(session, message):
+                if await self._call(self._handle, session, message):
                     failures = 0
                     continue
                 failures += 1
-                if self._stopping.wait(self._timing.backoff(failures)):
+                if await self._pause(self._timing.backoff(failures)):
                     break
         finally:
             with self._lock:
                 self._open = None
-            _close(held)
+            await self._call(_close, held)
+
+    async def _poll(self, session: MessageSession) -> Message | None:
+        """The next message, awaited on the loop; ``_Stopped`` when ``stop`` cancelled it."""
+        task = asyncio.current_task()
+        self._polling = task
+        try:
+            if self._stopping.is_set():  # stop came before: its ``_woken`` ran already
+                raise _Stopped
+            return await session.poll_async(self.view.last_message_id, self.settings.max_runners, self._call)
+        except asyncio.CancelledError:
+            if task is None or not self._stopping.is_set():
+                raise
+            task.uncancel()
+            raise _Stopped from None
+        finally:
+            self._polling = None
 
     def _opened(self, statistics: Statistics | None) -> None:
         """The session is open: the problem is over, and the statistics it came with count."""

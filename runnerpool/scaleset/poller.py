@@ -5,14 +5,16 @@ turns its long poll over about every 50 s (20 polls a second for 1,000), and thr
 and ``runnerpool.github.transport.BoundedAdapter`` one turnover cost 1.8-3 ms of CPU (a quarter
 of it ``merge_environment_settings``: the proxy environment and ``.netrc`` looked up on every
 call): 5-6 % of a core. An aiohttp loop costs about 0.5 ms (``bench.scale_sets``; figures in
-bench/README.md). So the listener threads and their script stay as they are, and only the call
-made 20 times a second, ``GET <messageQueueUrl>``, goes through ``LongPoller``: one daemon
-thread running one asyncio loop with one ``aiohttp.ClientSession`` (no connection limit: one
-connection per held poll). Every other call of the protocol stays on ``requests``.
+bench/README.md). So the call made 20 times a second, ``GET <messageQueueUrl>``, goes through
+``LongPoller``: one daemon thread running one asyncio loop with one ``aiohttp.ClientSession``
+(no connection limit: one connection per held poll). Every other call of the protocol stays on
+``requests``. The listeners themselves run as tasks on this loop (``runnerpool.scaleset.listener``
+says why) and await ``attempt``; ``fetch`` is the same for a caller on another thread.
 
-Why by hand around aiohttp rather than an async client of the protocol: the callers are the
-listener threads, and ``Wire.send`` keeps the retries, the backoff and the mapping of failures
-for both paths. This module gives one attempt the same bounds and route as the requests path:
+Why by hand around aiohttp rather than an async client of the protocol: ``Wire.send`` and
+``Wire.send_async`` keep the retries, the backoff and the mapping of failures for every path
+(one judgement of an attempt's outcome, ``Wire._judged``). This module gives one attempt the
+same bounds and route as the requests path:
 
 * **Route**: TLS verified against ``route.verify`` (the pool's CA with the operator's) when the
   pool has a CA, else ``REQUESTS_CA_BUNDLE`` or certifi, as ``requests`` does (one
@@ -53,13 +55,15 @@ from runnerpool.github.route import Route
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["POLLER", "Cancelled", "LongPoller"]
+__all__ = ["POLLER", "Cancelled", "LongPoller", "Poll"]
 
 log = logging.getLogger(__name__)
 
 #: Waited for past the attempt's own deadline before the caller gives up on the loop itself.
 _GRACE = 5.0
 
+#: The slow-host gate's origin, the proxy (None: direct) and the proxy's login header.
+_Routing = tuple[tuple[str, str, int], str | None, dict[str, str]]
 Started = Callable[["concurrent.futures.Future[requests.Response]"], None]
 
 
@@ -68,7 +72,9 @@ class Cancelled(Exception):  # noqa: N818 - what happened, not an error of the c
 
 
 @dataclass(frozen=True)
-class _Poll:
+class Poll:
+    """One attempt: what is sent, its deadline, the answer's cap and the route."""
+
     method: str
     url: str
     headers: dict[str, str]
@@ -86,6 +92,8 @@ class LongPoller:
         #: Touched on the loop's thread only.
         self._http: aiohttp.ClientSession | None = None
         self._environment: dict[str, dict[str, str]] = {}
+        #: Per origin and route: the slow-host gate's origin, the proxy and its login header.
+        self._routes: dict[tuple[str, Route | None], _Routing] = {}
 
     def fetch(
         self,
@@ -103,7 +111,7 @@ class LongPoller:
         ``ResponseTooLarge``, ``HostSlow`` or ``requests.exceptions.ConnectionError``."""
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
-        poll = _Poll(method, url, dict(headers), timeout, max_bytes, route)
+        poll = Poll(method, url, dict(headers), timeout, max_bytes, route)
         future = asyncio.run_coroutine_threadsafe(self._call(poll), self._started())
         if started is not None:
             started(future)
@@ -114,6 +122,17 @@ class LongPoller:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise transport.DeadlineExceeded("the poll loop gave no answer in time") from None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, started if it was not: the listeners' tasks run on it too
+        (``runnerpool.scaleset.listener``)."""
+        return self._started()
+
+    async def attempt(self, poll: Poll) -> requests.Response:
+        """``fetch`` awaited on the loop itself (by a task running on it: no thread crossed)."""
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError("a scale set poll awaited outside the poll loop")
+        return await self._call(poll)
 
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -141,29 +160,41 @@ class LongPoller:
         if http is not None:
             await http.close()
 
-    async def _call(self, poll: _Poll) -> requests.Response:
+    async def _call(self, poll: Poll) -> requests.Response:
         """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one."""
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
-        origin = transport.origin_of(poll.url)
+        routing = self._routing(poll.url, poll.route)
+        origin = routing[0]
         transport.HOSTS.enter(origin)
         timed_out = False
         try:
-            return await self._attempt(poll)
+            return await self._attempt(poll, routing)
         except transport.DeadlineExceeded:
             timed_out = True
             raise
         finally:
             transport.HOSTS.leave(origin, timed_out=timed_out)
 
-    async def _attempt(self, poll: _Poll) -> requests.Response:
+    def _routing(self, url: str, route: Route | None) -> _Routing:
+        """What depends on ``url``'s origin and the route only, decided once for both (a
+        session polls one URL every 50 s): not three ``urlsplit`` a poll."""
+        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
+
+        key = ("/".join(url.split("/", 3)[:3]), route)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = (transport.origin_of(url), *self._proxy(url, route))
+        return found
+
+    async def _attempt(self, poll: Poll, routing: _Routing) -> requests.Response:
         import aiohttp  # noqa: PLC0415 - see the module's docstring
         import yarl  # noqa: PLC0415 - comes with aiohttp
 
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
         route = poll.route
-        proxy, proxy_headers = self._proxy(poll.url, route)
+        _, proxy, proxy_headers = routing
         try:
             async with self._session().request(
                 poll.method,

@@ -11,7 +11,7 @@ deleted), read from its cache. ``sync`` makes the running listeners match it:
   ``status.scaleSet``), whichever recorded the later message of the same scale set;
 * a listener whose pool is no longer listed, is being deleted or whose settings changed is
   stopped (its session deleted), and replaced in the last case;
-* a listener whose thread ended unasked (it should not) is started again.
+* a listener whose task ended unasked (it should not) is started again.
 
 New listeners start ``START_GAP`` apart, so a new leader with many scale-set pools does not
 send all their token trades and session opens at once. ``sync`` runs every ``interval``
@@ -20,8 +20,9 @@ watch can poke). ``stop(timeout)`` stops the sync loop and every listener: all a
 (each deletes its session at once), then waited for within the one deadline. Leader only:
 ``runnable()`` is the ``Runnable`` the supervisor starts with leadership and stops with it.
 
-Threads: one for the sync loop plus one per listener (``listener.py``: one thread per pool, for
-now).
+Threads: one for the sync loop; the listeners are tasks on the scale-set poll loop, their
+blocking calls on a shared pool of ``CALL_WORKERS`` threads (``listener.py`` says why): no
+thread per pool.
 """
 
 from __future__ import annotations
@@ -229,8 +230,8 @@ class ScaleSetListeners:
 
     def stop(self, timeout: float) -> bool:
         """Stop the loop and every listener: all asked at once, then waited for until the
-        deadline; True when all ended in time (a straggler is a daemon thread, asked to stop,
-        whose session's DELETE was sent)."""
+        deadline; True when all ended in time (a straggler is a task, asked to stop, whose
+        session's DELETE was sent)."""
         deadline = time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()

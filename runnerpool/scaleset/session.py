@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import requests
@@ -54,6 +54,7 @@ CONFLICT_WAIT = 30.0
 MAX_CAPACITY_HEADER = "X-ScaleSetMaxCapacity"
 _JOB_MESSAGES = "RunnerScaleSetJobMessages"
 _KNOWN_TYPES = frozenset(JobMessageType)
+_POLL = "GET message"
 T = TypeVar("T")
 
 
@@ -161,6 +162,18 @@ class MessageSession:
         with self._lock:
             return self._with_queue_token(lambda: self._poll(last_message_id, max_capacity))
 
+    async def poll_async(
+        self, last_message_id: int, max_capacity: int, run: Callable[[Callable[[], Any]], Awaitable[Any]]
+    ) -> Message | None:
+        """``poll`` awaited on the poll loop (a listener's task); ``run`` makes a blocking call
+        (the queue token's refresh) off the loop. Not under the session's lock, which would
+        block the loop: the listener is the one caller of its session's polls."""
+        try:
+            return await self._poll_async(last_message_id, max_capacity)
+        except MessageQueueTokenExpired:
+            await run(self.refresh)
+            return await self._poll_async(last_message_id, max_capacity)
+
     def acknowledge(self, message_id: int) -> None:
         """Delete the message from the queue: done only after its effect is recorded."""
         with self._lock:
@@ -194,16 +207,33 @@ class MessageSession:
     ) -> requests.Response:
         """One request with the queue token; 401 means it expired (``MessageQueueTokenExpired``).
         ``long_poll``: the wire's event-loop path (``runnerpool.scaleset.poller`` says why)."""
-        sent = {"Authorization": f"Bearer {self._session.message_queue_access_token}", **headers}
         answer = self._client.wire.send(
-            method, url, what=what, headers=sent, body=body, timeout=timeout, long_poll=long_poll
+            method,
+            url,
+            what=what,
+            headers=self._token(headers),
+            body=body,
+            timeout=timeout,
+            long_poll=long_poll,
         )
-        if answer.status_code == 401:
-            raise MessageQueueTokenExpired(f"{what}: HTTP 401: the queue token expired", status=401)
-        return answer
+        return _checked(what, answer)
+
+    def _token(self, headers: Mapping[str, str]) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._session.message_queue_access_token}", **headers}
 
     def _poll(self, last_message_id: int, max_capacity: int) -> Message | None:
-        what = "GET message"
+        url, headers, timeout = self._poll_request(last_message_id, max_capacity)
+        answer = self._queue("GET", url, _POLL, headers=headers, timeout=timeout, long_poll=True)
+        return _poll_answer(answer)
+
+    async def _poll_async(self, last_message_id: int, max_capacity: int) -> Message | None:
+        url, headers, timeout = self._poll_request(last_message_id, max_capacity)
+        wire = self._client.wire
+        answer = await wire.send_async("GET", url, what=_POLL, headers=self._token(headers), timeout=timeout)
+        return _poll_answer(_checked(_POLL, answer))
+
+    def _poll_request(self, last_message_id: int, max_capacity: int) -> tuple[str, dict[str, str], float]:
+        """The poll's URL (with the last message id processed), headers and deadline."""
         url = self._session.message_queue_url
         if last_message_id > 0:
             url = _with_query(url, lastMessageId=str(last_message_id))
@@ -211,17 +241,7 @@ class MessageSession:
             "Accept": f"application/json; api-version={API_VERSION}",
             MAX_CAPACITY_HEADER: str(max_capacity),
         }
-        timeout = self._client.wire.policy.poll_timeout
-        answer = self._queue("GET", url, what, headers=headers, timeout=timeout, long_poll=True)
-        if answer.status_code == 202:
-            return None
-        if answer.status_code != 200:
-            raise error_for(what, answer.status_code, answer.content)
-        try:
-            data = answer.json()
-        except ValueError:
-            raise malformed(what, "body is not JSON") from None
-        return parse_message(data, what)
+        return url, headers, self._client.wire.policy.poll_timeout
 
     def _acknowledge(self, message_id: int) -> None:
         what = "DELETE message"
@@ -245,6 +265,25 @@ class MessageSession:
         if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
             raise malformed(what, "no list of acquired ids")
         return list(value)
+
+
+def _checked(what: str, answer: requests.Response) -> requests.Response:
+    if answer.status_code == 401:
+        raise MessageQueueTokenExpired(f"{what}: HTTP 401: the queue token expired", status=401)
+    return answer
+
+
+def _poll_answer(answer: requests.Response) -> Message | None:
+    """A poll's answer: None for 202 (nothing within the hold), else its message."""
+    if answer.status_code == 202:
+        return None
+    if answer.status_code != 200:
+        raise error_for(_POLL, answer.status_code, answer.content)
+    try:
+        data = answer.json()
+    except ValueError:
+        raise malformed(_POLL, "body is not JSON") from None
+    return parse_message(data, _POLL)
 
 
 def _with_query(url: str, **extra: str) -> str:

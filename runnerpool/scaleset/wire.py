@@ -14,18 +14,21 @@ retried (a long poll would hold its thread five times over).
 
 The long poll (``long_poll=True``, ``MessageSession.poll``) is the one call that goes another
 way: one attempt is made on the process's event loop (``runnerpool.scaleset.poller``, which
-says why), with the same deadline, cap, route and slow-host gate, and the same retries here.
-``close`` cancels the polls in flight, so a listener thread whose client is closed returns.
+says why), with the same deadline, cap, route and slow-host gate, and the same retries here:
+``send(..., long_poll=True)`` from a thread, ``send_async`` from a task on that loop (the
+listeners'), both judging each attempt's outcome with ``_judged``. ``close`` cancels the polls
+in flight, so a listener whose client is closed gets ``Unavailable`` at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +94,8 @@ class Wire:
         self._lock = threading.Lock()
         self._closed = False
         self._polls: set[concurrent.futures.Future[requests.Response]] = set()
+        #: The polls awaited on the loop itself (``send_async``), for ``close`` to cancel.
+        self._tasks: set[asyncio.Task[requests.Response]] = set()
 
     def take_route(self, route: Route | None) -> None:
         """The pool's CA bundle and proxy for every request from now on."""
@@ -101,8 +106,12 @@ class Wire:
         with self._lock:
             self._closed = True
             polls, self._polls = self._polls, set()
+            tasks, self._tasks = self._tasks, set()
         for poll in polls:
             poll.cancel()
+        for task in tasks:
+            with contextlib.suppress(RuntimeError):  # the loop is closed (exiting): nothing held
+                task.get_loop().call_soon_threadsafe(task.cancel)
         self._session.close()
 
     def send(
@@ -120,46 +129,90 @@ class Wire:
         """The first answer that is not a transient failure (any status: the caller judges
         it); raises ``Unavailable``/``RateLimited``/``MalformedResponse`` otherwise.
         ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403);
-        ``long_poll``: each attempt on the poll loop (no body), not through ``requests``."""
-        policy, transport = self.policy, self._transport
+        ``long_poll``: each attempt on the poll loop (no body), not through ``requests``, the
+        calling thread blocked meanwhile (``send_async`` is the same awaited on that loop)."""
+        seconds, cap, sent = self._prepared(headers, timeout)
+        for attempt in range(self.policy.retries + 1):
+            if long_poll:
+                outcome = _outcome(
+                    lambda: self._long_poll(method, url, what, headers=sent, seconds=seconds, cap=cap)
+                )
+            else:
+                outcome = _outcome(
+                    lambda: self._request(method, url, sent, body=body, seconds=seconds, cap=cap)
+                )
+            step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=also_retry)
+            if isinstance(step, requests.Response):
+                return step
+            self.sleep(step)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def send_async(
+        self, method: str, url: str, *, what: str, headers: Mapping[str, str], timeout: float | None = None
+    ) -> requests.Response:
+        """``send(..., long_poll=True)`` awaited on the poll loop itself (a listener's task,
+        ``runnerpool.scaleset.listener``): the same attempts, retries and failures, no thread
+        crossed. Must run on ``poller.POLLER``'s loop."""
+        seconds, cap, sent = self._prepared(headers, timeout)
+        for attempt in range(self.policy.retries + 1):
+            outcome = await _outcome_async(
+                self._long_poll_async(method, url, what, headers=sent, seconds=seconds, cap=cap)
+            )
+            step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=())
+            if isinstance(step, requests.Response):
+                return step
+            await asyncio.sleep(step)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _prepared(
+        self, headers: Mapping[str, str], timeout: float | None
+    ) -> tuple[float, int, dict[str, str]]:
+        """The attempt's deadline, the answer cap and the headers sent."""
+        policy = self.policy
         cap = (
-            transport.DEFAULT_MAX_RESPONSE_BYTES
+            self._transport.DEFAULT_MAX_RESPONSE_BYTES
             if policy.max_response_bytes is None
             else policy.max_response_bytes
         )
         seconds = policy.timeout if timeout is None else timeout
-        sent = {"User-Agent": self.user_agent, **headers}
-        for attempt in range(policy.retries + 1):
-            last = attempt == policy.retries
-            try:
-                if long_poll:
-                    answer = self._long_poll(method, url, what, headers=sent, seconds=seconds, cap=cap)
-                else:
-                    answer = self._request(method, url, sent, body=body, seconds=seconds, cap=cap)
-            except transport.DeadlineExceeded:
-                raise Unavailable(
-                    f"{what}: no complete answer within {seconds:g} s", reason=Reason.GITHUB_DEADLINE_EXCEEDED
-                ) from None
-            except transport.ResponseTooLarge:
-                raise MalformedResponse(
-                    f"{what}: the answer is larger than {cap} bytes",
-                    reason=Reason.GITHUB_RESPONSE_TOO_LARGE,
-                ) from None
-            except transport.HostSlow:
-                raise Unavailable(
-                    f"{what}: not sent: the host is slow lately", reason=Reason.GITHUB_HOST_SLOW
-                ) from None
-            except requests.exceptions.RequestException as exc:
-                why = type(exc.__cause__ or exc).__name__  # the poll loop's: aiohttp's own error
-                if last:
-                    raise Unavailable(f"{what}: {why}") from None
-                self._wait(what, attempt, None, why)
-                continue
-            status = answer.status_code
-            if last or not (_retryable(status) or status in also_retry):
-                return answer
-            self._wait(what, attempt, answer, f"HTTP {status}")
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return seconds, cap, {"User-Agent": self.user_agent, **headers}
+
+    def _judged(
+        self,
+        what: str,
+        attempt: int,
+        outcome: requests.Response | Exception,
+        *,
+        seconds: float,
+        cap: int,
+        also_retry: Collection[int],
+    ) -> requests.Response | float:
+        """What one attempt's outcome means, for the sync and the async loop alike: the answer
+        to return, or the seconds to wait before the next attempt; raises when the call fails."""
+        transport, last = self._transport, attempt == self.policy.retries
+        if isinstance(outcome, transport.DeadlineExceeded):
+            raise Unavailable(
+                f"{what}: no complete answer within {seconds:g} s", reason=Reason.GITHUB_DEADLINE_EXCEEDED
+            ) from None
+        if isinstance(outcome, transport.ResponseTooLarge):
+            raise MalformedResponse(
+                f"{what}: the answer is larger than {cap} bytes", reason=Reason.GITHUB_RESPONSE_TOO_LARGE
+            ) from None
+        if isinstance(outcome, transport.HostSlow):
+            raise Unavailable(
+                f"{what}: not sent: the host is slow lately", reason=Reason.GITHUB_HOST_SLOW
+            ) from None
+        if isinstance(outcome, requests.exceptions.RequestException):
+            why = type(outcome.__cause__ or outcome).__name__  # the poll loop's: aiohttp's own error
+            if last:
+                raise Unavailable(f"{what}: {why}") from None
+            return self._wait(what, attempt, None, why)
+        if isinstance(outcome, Exception):
+            raise outcome
+        status = outcome.status_code
+        if last or not (_retryable(status) or status in also_retry):
+            return outcome
+        return self._wait(what, attempt, outcome, f"HTTP {status}")
 
     def _request(
         self, method: str, url: str, headers: Mapping[str, str], *, body: Any, seconds: float, cap: int
@@ -187,6 +240,30 @@ class Wire:
         except poller.Cancelled:
             raise Unavailable(f"{what}: cancelled: the client was closed") from None
 
+    async def _long_poll_async(
+        self, method: str, url: str, what: str, *, headers: Mapping[str, str], seconds: float, cap: int
+    ) -> requests.Response:
+        """One attempt awaited on the poll loop; ``Unavailable`` (not retried) once ``close``
+        cancelled it. A cancel of the caller's own task goes through as it is."""
+        from runnerpool.scaleset import poller  # noqa: PLC0415 - its module says why it waits
+
+        with self._lock:
+            if self._closed:
+                raise Unavailable(f"{what}: not sent: the client is closed")
+            sent = poller.Poll(method, url, dict(headers), seconds, cap, self.route)
+            poll = asyncio.ensure_future(poller.POLLER.attempt(sent))
+            self._tasks.add(poll)
+        try:
+            return await poll
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if caller is not None and caller.cancelling():
+                raise
+            raise Unavailable(f"{what}: cancelled: the client was closed") from None
+        finally:
+            with self._lock:
+                self._tasks.discard(poll)
+
     def _track(self, poll: concurrent.futures.Future[requests.Response]) -> None:
         """A poll in flight, for ``close`` to cancel; one that starts after ``close`` is cancelled."""
         with self._lock:
@@ -202,9 +279,10 @@ class Wire:
         with self._lock:
             self._polls.discard(poll)
 
-    def _wait(self, what: str, attempt: int, answer: requests.Response | None, why: str) -> None:
+    def _wait(self, what: str, attempt: int, answer: requests.Response | None, why: str) -> float:
+        """The wait before the next attempt (``RateLimited`` when the service asks for longer)."""
         policy = self.policy
-        wait = min(policy.backoff_max, policy.backoff_min * 2**attempt)
+        wait = float(min(policy.backoff_max, policy.backoff_min * 2**attempt))
         asked = None if answer is None else header(answer.headers, "retry-after")
         if asked is not None and asked.strip().isdigit():
             if float(asked) > policy.backoff_max:
@@ -213,7 +291,7 @@ class Wire:
                 )
             wait = float(asked)
         log.info("%s: %s; retrying in %.3g s", what, why, wait)
-        self.sleep(wait)
+        return wait
 
 
 def _transport() -> Any:
@@ -223,3 +301,19 @@ def _transport() -> Any:
     from runnerpool.github import transport  # noqa: PLC0415 - see the docstring
 
     return transport
+
+
+def _outcome(call: Callable[[], requests.Response]) -> requests.Response | Exception:
+    """An attempt's answer, or what it raised (for ``Wire._judged``)."""
+    try:
+        return call()
+    except Exception as exc:
+        return exc
+
+
+async def _outcome_async(call: Awaitable[requests.Response]) -> requests.Response | Exception:
+    """``_outcome`` of an attempt awaited on the loop."""
+    try:
+        return await call
+    except Exception as exc:
+        return exc
