@@ -21,9 +21,12 @@ binding are not held: uninstall that mode by deleting its pools first.
 
 Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
 reconciled by this process (a patch only where the finalizer is missing), and one when its last
-pool is gone. Several passes may release at once: a 409 or 404 then only means another did.
-A failure here never fails a pass: it is logged, and the next process start or
-the next pool tries again.
+pool is gone. A conflict is read again and decided again at once (several passes may release
+at once; the namespace's deletion marks the binding while its last pools go). Failing to hold
+never fails a pass: it is logged, and the next pass tries again. Failing to release (other than
+403/404: the binding or its grant is gone) fails the gone pool's pass, so the work queue
+brings it back: no other pass would come for a namespace without pools, and the namespace
+would hang in Terminating.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
 __all__ = ["EnablingBindings"]
 
 log = logging.getLogger(__name__)
+
+#: Reads and patches of one binding when each patch meets a conflict (client-go's DefaultRetry).
+_ATTEMPTS = 5
 
 
 def _grants(binding: Mapping[str, Any], account: str) -> bool:
@@ -102,16 +108,40 @@ class EnablingBindings:
         try:
             account = self._account()
             bindings = self._kube.list_items(ROLE_BINDINGS, namespace)
-            written = 0
-            for binding in bindings:
-                patch = _finalizer_patch(binding, hold=hold) if _grants(binding, account) else None
-                if patch is not None:
-                    self._kube.patch(ROLE_BINDINGS, namespace, binding["metadata"]["name"], patch)
-                    written += 1
-            return written
+            return sum(self._patch_one(namespace, b, hold=hold) for b in bindings if _grants(b, account))
         except ApiException as err:
             with self._lock:
                 self._held.discard(namespace)  # try again with the next pool or pass
+            if not hold and err.status not in (403, 404):
+                raise  # the work queue brings the gone pool's pass back: no other pass may come
             verb = "hold" if hold else "release"
             log.warning("cannot %s the enabling RoleBinding in %s: %s", verb, namespace, describe(err))
             return 0
+
+    def _patch_one(self, namespace: str, binding: Mapping[str, Any], *, hold: bool) -> int:
+        """Patch one binding's finalizers; whether it wrote (0 or 1).
+
+        A conflict means the binding changed since it was read: the namespace's deletion marks
+        it while the last pools go, or another pass released it. Read it again and decide
+        again, as client-go's ``RetryOnConflict`` does; gone means there is nothing to hold.
+        """
+        name = binding["metadata"]["name"]
+        for attempt in range(_ATTEMPTS):
+            patch = _finalizer_patch(binding, hold=hold)
+            if patch is None:
+                return 0
+            try:
+                self._kube.patch(ROLE_BINDINGS, namespace, name, patch)
+                return 1
+            except ApiException as err:
+                if err.status == 404:
+                    return 0
+                if err.status != 409 or attempt == _ATTEMPTS - 1:
+                    raise
+            try:
+                binding = self._kube.get(ROLE_BINDINGS, namespace, name)
+            except ApiException as err:
+                if err.status == 404:
+                    return 0
+                raise
+        return 0  # not reached: the last attempt writes or raises

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import responses
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.binding_protection import EnablingBindings
@@ -272,3 +273,56 @@ def test_the_enabling_binding_stays_until_the_namespaces_last_pool_is_finalized(
         message="the enabling binding to go once released",
     )
     assert _binding_finalizers(api_client, namespace, "someone-else") == []
+
+
+class _ChangedBeforeEachPatch(Kube):
+    """The binding changes between the operator's read and its patch, ``times`` times: as when
+    the namespace's deletion marks it while the namespace's last pools go."""
+
+    def __init__(self, api_client: client.ApiClient, times: int) -> None:
+        super().__init__(api_client)
+        self.times = times
+        self.patches = 0
+
+    def patch(
+        self, resource: Any, namespace: str | None, name: str, body: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        self.patches += 1
+        if self.times:
+            self.times -= 1
+            change = {"metadata": {"labels": {"changed": str(self.times)}}}
+            client.RbacAuthorizationV1Api(self.api_client).patch_namespaced_role_binding(
+                name, namespace, change
+            )
+        return super().patch(resource, namespace, name, body, **kwargs)
+
+
+def test_the_enabling_binding_is_released_even_when_it_changed_since_it_was_read(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """No pool is left to try again: a conflict on the release must not leave the namespace
+    Terminating for good with the operator's finalizer on its binding."""
+    _bindings(api_client).protect(namespace)
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+    kube = _ChangedBeforeEachPatch(api_client, times=2)
+    bindings = EnablingBindings(LiveReader(api_client), kube, lambda: OPERATOR_ACCOUNT)
+
+    assert bindings.release_if_unused(namespace)
+
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == []
+    assert kube.patches == 3, "each conflict read again and patched again"
+
+
+def test_a_release_that_keeps_meeting_conflicts_fails_the_pass_so_the_work_queue_tries_again(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    _bindings(api_client).protect(namespace)
+    bindings = EnablingBindings(
+        LiveReader(api_client), _ChangedBeforeEachPatch(api_client, 99), lambda: OPERATOR_ACCOUNT
+    )
+
+    with pytest.raises(ApiException) as raised:
+        bindings.release_if_unused(namespace)
+
+    assert raised.value.status == 409
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
