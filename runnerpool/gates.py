@@ -136,7 +136,7 @@ class RunnerGroupGate:
             client = children.github_client(self.github, pool, self.default_api_url)
             group = self.groups.check(client, pool.scope, name, _served_repositories(pool))
         except (GitHubError, CredentialError) as err:
-            wait = getattr(err, "retry_after", None) or RUNNER_GROUP_RECHECK
+            wait = err.retry_after or RUNNER_GROUP_RECHECK
             condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
             return Verdict(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
         message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"

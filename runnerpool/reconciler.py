@@ -791,8 +791,7 @@ class Reconciler:
             )
         except ApiException as api_err:
             log.warning("cannot record the deregistration failure of %s: %s", pool.name, describe(api_err))
-        retry_after = getattr(err, "retry_after", None)
-        return Result(requeue_after=retry_after or self._settings.deletion.busy_runner_wait)
+        return Result(requeue_after=err.retry_after or self._settings.deletion.busy_runner_wait)
 
     def _remove_finalizer(self, run: _Pass) -> None:
         self._patch_finalizers(run, [f for f in run.pool.finalizers if f != naming.POOL_FINALIZER])

@@ -37,6 +37,7 @@ from runnerpool import api, naming
 from runnerpool.domain import PoolRef
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
+from runnerpool.reads import ParsedPool
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
@@ -74,6 +75,11 @@ class ScaleSetPoolReads(Protocol):
         ...
 
     def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        """The cache's parse of the pool: asked "is it a scale-set pool" as everywhere else
+        (``spec.scale_set``), and not parsed again per call."""
+        ...
 
 
 def scale_set_labels(pool: api.RunnerPool) -> tuple[str, ...]:
@@ -146,13 +152,8 @@ def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView |
     """The view a pool's status holds (``None``: none recorded), for a new leader's listener."""
 
     def resume(key: PoolKey) -> ScaleSetView | None:
-        raw = reads.get_pool(*key)
-        if raw is None:
-            return None
-        try:
-            seen = api.RunnerPool.model_validate(raw).status.scale_set
-        except ValueError:
-            return None
+        parsed = reads.pool(*key)
+        seen = None if parsed is None or parsed.model is None else parsed.model.status.scale_set
         if seen is None or seen.id is None:
             return None
         return ScaleSetView(
@@ -194,8 +195,8 @@ class ScaleSetRunnerRemoval:
         """None also when the pool's credential Secret cannot be read: the runner managers then
         delete by REST with the last client that worked for it (a Secret deleted before it was
         protected), which beats leaving the runners registered."""
-        raw = self._reads.get_pool(pool.namespace, pool.name)
-        if raw is None or not (raw.get("spec") or {}).get("scaleSet"):
+        parsed = self._reads.pool(pool.namespace, pool.name)
+        if parsed is None or parsed.model is None or parsed.model.spec.scale_set is None:
             return None
         try:
             client = self._clients.get(pool)

@@ -19,10 +19,12 @@ import pytest
 import responses
 from responses import matchers
 
+from runnerpool import api
 from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
 from runnerpool.github.types import DeleteOutcome, RegistrationToken
+from runnerpool.reads import ParsedPool
 from runnerpool.scale_set_pools import ScaleSetRunnerRemoval
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection
@@ -38,6 +40,7 @@ from runnerpool.scaleset.errors import (
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JobMessageType, Label, Message, RunnerScaleSet, Statistics
 from runnerpool.scaleset.wire import Policy, Wire
+from tests.pools import pool_manifest
 from tests.queue_server import QUEUE_PATH, Answer, QueueServer
 from testworld.fakegithub.scaleset import actions_exception
 
@@ -273,10 +276,24 @@ def test_jit_config_and_the_runner_exceptions(world: World) -> None:
 
 
 def test_a_scale_set_pools_runners_are_removed_by_the_service_with_rest_outcomes(world: World) -> None:
-    pools = {"arc": {"spec": {"scaleSet": {"name": "arc-linux"}}}, "labelled": {"spec": {}}}
+    pools = {
+        name: ParsedPool(raw, api.RunnerPool.model_validate(raw))
+        for name, raw in (
+            (
+                "arc",
+                pool_manifest(
+                    "arc",
+                    org="octo-org",
+                    scaleSet={"name": "arc-linux"},
+                    autoscaling={"minReplicas": 0, "maxReplicas": 2},
+                ),
+            ),
+            ("labelled", pool_manifest("labelled", org="octo-org")),
+        )
+    }
 
     class Reads:
-        def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def pool(self, namespace: str, name: str) -> ParsedPool | None:
             return pools.get(name)
 
     class Clients:

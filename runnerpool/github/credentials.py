@@ -112,6 +112,10 @@ class CredentialError(Exception):
     #: ``reason`` of a Secret that does not exist (``missing``).
     MISSING = Reason.CREDENTIAL_SECRET_MISSING
 
+    #: As ``GitHubError.retry_after``, so a caller of either asks one way: a credential problem
+    #: gives no hint of when to look again (a human fixes it; the Secret's event says when).
+    retry_after: float | None = None
+
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason

@@ -396,9 +396,7 @@ class RunnerManagers:
             log.warning("cannot list the runners of %s: %s: %s", key, err.reason, err.message)
             if isinstance(err, GitHubError):
                 self._backoff.failed(key, err)
-            delay = next_listing_delay(
-                self._interval, None, 0.0, retry_after=getattr(err, "retry_after", None)
-            )
+            delay = next_listing_delay(self._interval, None, 0.0, retry_after=err.retry_after)
             metrics.SYNC_DELAY.labels(str(key)).set(delay)
             return delay
         self._backoff.succeeded(key)
