@@ -1818,6 +1818,12 @@ class ScaleSetStatus(KubeModel):
     busy_runners: Annotated[list[str], ListType("set"), Field(max_length=MAX_REPLICAS)] = Field(
         default_factory=list, description="Runners with a job started (JobStarted, not yet completed)."
     )
+    dropped_labels: Annotated[list[RunnerLabel], ListType("set"), Field(max_length=32)] = Field(
+        default_factory=list,
+        description="Labels of spec.labels GitHub did not keep on the scale set (GitHub "
+        "Enterprise Server before 3.18, or without custom scale-set labels enabled): jobs that ask "
+        "for them are never assigned to it.",
+    )
     problem: ScaleSetProblem | None = Field(
         default=None, description="Why the listener is stuck, while it is; unset when all is well."
     )

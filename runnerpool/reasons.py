@@ -77,6 +77,9 @@ class Reason(StrEnum):
     NO_DEMAND_SOURCE = "NoDemandSource"
     #: A scale set's jobs come from its message session (``runnerpool.scaleset``).
     SCALE_SET_LISTENING = "ScaleSetListening"
+    #: Listening, but GitHub did not keep some of ``spec.labels`` on the scale set (a GHES
+    #: without custom scale-set labels): jobs that ask for them never come.
+    SCALE_SET_LABELS_DROPPED = "ScaleSetLabelsDropped"
     #: The leader's listener has not yet created or adopted the pool's scale set.
     SCALE_SET_PENDING = "ScaleSetPending"
     # --- WebhookSecretReady

@@ -126,6 +126,7 @@ def status_of(view: ScaleSetView) -> dict[str, Any]:
         "assignedJobs": view.assigned_jobs,
         "runningJobs": view.running_jobs,
         "busyRunners": sorted(view.busy_runners),
+        "droppedLabels": list(view.dropped_labels) or None,
         "problem": problem,
     }
 
@@ -163,6 +164,7 @@ def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView |
             assigned_jobs=seen.assigned_jobs,
             running_jobs=seen.running_jobs,
             busy_runners=tuple(seen.busy_runners),
+            dropped_labels=tuple(seen.dropped_labels),
         )
 
     return resume

@@ -253,12 +253,23 @@ def _scale_set_demand_condition(stamp: conditions.Stamp, pool: api.RunnerPool, n
             Reason.SCALE_SET_PENDING,
             f"the operator's leader has not yet created or adopted runner scale set {name}",
         )
+    listening = f"jobs come from the message session of runner scale set {name} (id {seen.id})"
+    if seen.dropped_labels:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            True,
+            Reason.SCALE_SET_LABELS_DROPPED,
+            f"{listening}, but GitHub did not keep its label(s) {', '.join(seen.dropped_labels)}: "
+            f"jobs whose runs-on asks for them are never assigned to it. GitHub Enterprise Server "
+            f"keeps labels beyond the scale set's name from 3.18 with custom scale-set labels "
+            f"enabled (on by default from 3.21); until then target it with runs-on: {name} and "
+            "remove those labels from spec.labels",
+        )
     return stamp.condition(
         conditions.DEMAND_VISIBLE,
         True,
         Reason.SCALE_SET_LISTENING,
-        f"jobs come from the message session of runner scale set {name} (id {seen.id}); the "
-        "Scaling condition counts them",
+        f"{listening}; the Scaling condition counts them",
     )
 
 

@@ -23,6 +23,7 @@ from runnerpool.domain import Connection, PoolRef, Scope
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.reasons import Reason
+from runnerpool.scale_set_pools import status_of
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
 from runnerpool.scaleset.fake import FakeSink
@@ -199,6 +200,17 @@ def test_drifted_labels_are_put_back_and_an_existing_scale_set_adopted(world: Wo
     view = world.listening()
     assert view.scale_set_id == existing.id
     assert labels_on_github(world) == [NAME, "gpu", "x64"]
+
+
+def test_labels_github_does_not_keep_are_published_for_the_pool_to_show(world: World) -> None:
+    """A GHES without custom scale-set labels keeps only the name, without an error: jobs that ask
+    for ``gpu`` would wait for good, unexplained, unless the pool says so."""
+    world.service.custom_labels = False
+    world.listener(labels=("gpu", "x64"))
+    view = world.wait(lambda v: v.dropped_labels, latest=True)
+    assert view.dropped_labels == ("gpu", "x64")
+    assert labels_on_github(world) == [NAME]
+    assert status_of(view)["droppedLabels"] == ["gpu", "x64"]
 
 
 def test_jobs_are_acquired_and_each_view_is_written_before_its_message_is_acknowledged(world: World) -> None:

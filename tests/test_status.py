@@ -168,3 +168,6 @@ def test_a_scale_set_pool_says_whether_its_session_is_held_and_why_not() -> None
     listening = condition({"id": 4, "assignedJobs": 2})
     assert (listening["status"], listening["reason"]) == ("True", "ScaleSetListening")
     assert "runner scale set arc (id 4)" in listening["message"]
+    dropped = condition({"id": 4, "droppedLabels": ["gpu"]})
+    assert (dropped["status"], dropped["reason"]) == ("True", "ScaleSetLabelsDropped")
+    assert "did not keep its label(s) gpu" in dropped["message"] and "runs-on: arc" in dropped["message"]

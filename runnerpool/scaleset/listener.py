@@ -133,6 +133,9 @@ class ScaleSetView:
     running_jobs: int = 0
     busy_runners: tuple[str, ...] = ()
     problem: Problem | None = None
+    #: The pool's labels (``spec.labels``) GitHub did not keep on the scale set (a GHES without
+    #: custom scale-set labels keeps only the name, without an error): their jobs never come.
+    dropped_labels: tuple[str, ...] = ()
 
 
 class ViewSink(Protocol):
@@ -202,6 +205,12 @@ def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
     return {label.name for label in found.labels} != {
         label.name for label in wanted.labels
     } or not found.runner_setting.disable_update
+
+
+def _dropped(found: RunnerScaleSet, wanted: RunnerScaleSet) -> tuple[str, ...]:
+    """The wanted labels the scale set GitHub answered with lacks, in the pool's order."""
+    kept = {label.name for label in found.labels}
+    return tuple(label.name for label in wanted.labels if label.name not in kept)
 
 
 class _Stopped(Exception):  # noqa: N818 - a signal, not a failure
@@ -429,13 +438,26 @@ class ScaleSetListener:
         elif _drifted(found, wanted):
             found = client.update_scale_set(found.id, wanted)
             log.info("updated the labels of scale set %r (id %d)", found.name, found.id)
+        self._adopted(found, group.id, _dropped(found, wanted))
+        return found.id
+
+    def _adopted(self, found: RunnerScaleSet, group_id: int, dropped: tuple[str, ...]) -> None:
+        """Publish the scale set's id, its group's, and the labels GitHub did not keep."""
+        if dropped:
+            log.warning(
+                "scale set %r: GitHub did not keep the label(s) %s (a GHES without custom scale-set "
+                "labels); jobs that ask for them are never assigned to it",
+                found.name,
+                ", ".join(dropped),
+            )
         view = self.view
-        if view.scale_set_id != found.id or view.runner_group_id != group.id:
+        if (view.scale_set_id, view.runner_group_id, view.dropped_labels) != (found.id, group_id, dropped):
             # Message ids, jobs and runners belong to one scale set: a new one starts afresh.
             fresh = view.scale_set_id != found.id
             base = ScaleSetView(problem=view.problem) if fresh else view
-            self._publish(replace(base, scale_set_id=found.id, runner_group_id=group.id))
-        return found.id
+            self._publish(
+                replace(base, scale_set_id=found.id, runner_group_id=group_id, dropped_labels=dropped)
+            )
 
     async def _listen(self, client: ScaleSetClient, scale_set_id: int) -> None:
         opening = MessageSession.open

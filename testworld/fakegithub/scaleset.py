@@ -178,6 +178,9 @@ class ScaleSetService:
     queue_token_lifetime: float = 3600.0
     #: A session not polled for this long no longer blocks a new one (its owner died).
     session_timeout: float = 120.0
+    #: False: a GHES before 3.18 (or 3.18-3.20 with custom scale-set labels off), which keeps only
+    #: the scale set's own name of the labels it is given, without an error.
+    custom_labels: bool = True
     #: On the fake's own lock: one lock for runners and scale sets, so a test may ask either while
     #: holding the other (``fake.wait_for(lambda: fake.scale_sets.completed() == 3)``).
     _cond: threading.Condition = field(init=False)
@@ -554,12 +557,16 @@ class ScaleSetService:
                 name,
                 group_id,
                 groups[group_id],
-                _labels(data, name),
+                self._kept_labels(data, name),
                 bool((data.get("RunnerSetting") or {}).get("disableUpdate", False)),
                 _stamp(self.fake.clock()),
             )
             self._sets[made.id] = made
             return self._set_json(made)
+
+    def _kept_labels(self, data: dict[str, Any], name: str) -> list[dict[str, str]]:
+        given = _labels(data, name)
+        return given if self.custom_labels else [label for label in given if label["name"] == name]
 
     def _get_set(self, call: _Call) -> Any:
         with self._cond:
@@ -571,7 +578,7 @@ class ScaleSetService:
             found = self._owned(call)
             found.name = str(data.get("name") or found.name)
             if data.get("labels"):
-                found.labels = _labels(data, found.name)
+                found.labels = self._kept_labels(data, found.name)
             if "RunnerSetting" in data:
                 found.disable_update = bool((data["RunnerSetting"] or {}).get("disableUpdate", False))
             return self._set_json(found)
