@@ -357,8 +357,9 @@ class ScaleSetListener:
             wait = self._timing.conflict_wait
             self._show(
                 Reason.SCALE_SET_SESSION_HELD,
-                f"another listener holds the message session of scale set {name!r} (another operator "
-                f"replica or installation); asking again every {wait:g} s",
+                f"another listener holds the message session of scale set {name!r}: another operator "
+                f"installation, or an operator process that ended without closing it (GitHub frees a "
+                f"session nobody polls within minutes); asking again every {wait:g} s",
             )
             return wait
         if isinstance(exc, ScaleSetNotFound):
