@@ -9,6 +9,7 @@ signed by unknown authority" in plain words, for the pool's condition.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,28 @@ def test_a_scale_set_pools_actions_service_calls_take_its_ca_and_proxy(
     assert client.wire.route is not None and client.wire.route.proxies
     assert proxy.count() >= 2 and not proxy.refused, "the REST client's tunnel and the service's"
     assert {port for _, port in proxy.tunnels} == {ghes.port}
+
+
+def test_a_proxy_login_with_url_characters_works_percent_encoded_and_is_refused_raw(
+    pki: PrivateServer, ghes: FakeGitHub
+) -> None:
+    """The runner pods put the Secret's login into http_proxy unchanged: a raw '@' or '/' would
+    send another login or reach another host there, so the operator refuses it and says how to
+    write it; encoded, it is the proxy's login exactly."""
+    login = ("ci@corp", "p@ss/w:rd%")
+    encoded = {"username": "ci%40corp", "password": "p%40ss%2Fw:rd%25"}
+    connection = Connection(ca=("Secret", "ghes-ca", "ca.crt"), proxies=(ProxyRef("https", "", "login"),))
+    with ConnectProxy(credentials=login) as proxy:
+        connection = replace(connection, proxies=(ProxyRef("https", proxy.url, "login"),))
+        for secret, works in ((encoded, True), (dict(zip(encoded, login, strict=True)), False)):
+            secrets = {"cred": {"token": PAT}, "ghes-ca": {"ca.crt": pki.ca_pem}, "login": secret}
+            clients = ClientCache(lambda _ns, name, s=secrets: s.get(name), factory=fast_client_factory)
+            if works:
+                clients.get("team", "cred", ghes.url, connection).registration_token(ORG)
+                assert proxy.count() >= 1 and not proxy.refused
+                continue
+            with pytest.raises(CredentialError) as caught:
+                clients.get("team", "cred", ghes.url, connection)
+            message = caught.value.message
+            assert "Secret team/login key 'username'" in message and "percent-encode" in message
+            assert "ci@corp" not in message

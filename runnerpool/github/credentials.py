@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -59,6 +60,10 @@ APP_PRIVATE_KEY_KEY = "app-private-key"
 _APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
 #: The keys of a spec.proxy credential Secret (ARC's).
 _PROXY_USER, _PROXY_PASSWORD = "username", "password"
+#: RFC 3986 userinfo: unreserved, percent-encoded and sub-delimiter characters; ``:`` only in
+#: the password (the first one ends the username).
+_USERNAME_CHARS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*")
+_PASSWORD_CHARS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*")
 #: actions-runner-controller's key names for the same values: a Secret made for ARC works
 #: here unchanged (docs/migrating.md); our own name wins where both are present.
 ARC_KEYS = {
@@ -136,6 +141,19 @@ class CredentialError(Exception):
     @classmethod
     def connection_missing(cls, message: str) -> CredentialError:
         return cls(Reason.GITHUB_CONNECTION_CONFIG_MISSING, message)
+
+
+def _url_ready(value: str, what: str, allowed: re.Pattern[str]) -> str:
+    """A proxy login as it goes into the proxy URL, here and in the runner pods' ``http_proxy``
+    (where Kubernetes puts the Secret's value in unchanged, so the operator cannot encode it
+    for them): a character a URL's userinfo cannot carry as it is would send another login, or
+    another host, so it is refused with what to do. The value is never echoed."""
+    if not allowed.fullmatch(value):
+        raise CredentialError.malformed(
+            f"{what} has characters a proxy URL cannot carry as they are: percent-encode them in the "
+            "Secret (e.g. '@' as %40, ':' in a username as %3A, '/' as %2F, '%' as %25)"
+        )
+    return value
 
 
 def _positive_int(data: Mapping[str, str], key: str) -> int:
@@ -365,11 +383,15 @@ class ClientCache:
             url = proxy.url
             if proxy.credential_secret is not None:
                 where = f"spec.proxy.{proxy.scheme}.credentialSecretRef"
-                url = with_userinfo(
-                    url,
-                    self._required("Secret", namespace, proxy.credential_secret, _PROXY_USER, where),
-                    self._required("Secret", namespace, proxy.credential_secret, _PROXY_PASSWORD, where),
-                )
+                login = [
+                    _url_ready(
+                        self._required("Secret", namespace, proxy.credential_secret, key, where),
+                        f"Secret {namespace}/{proxy.credential_secret} key {key!r} ({where})",
+                        userinfo,
+                    )
+                    for key, userinfo in ((_PROXY_USER, _USERNAME_CHARS), (_PROXY_PASSWORD, _PASSWORD_CHARS))
+                ]
+                url = with_userinfo(url, *login)
             proxies.append((proxy.scheme, url))
         return Route(ca, tuple(proxies), connection.no_proxy)
 
