@@ -80,7 +80,7 @@ class Poll:
 @dataclass(frozen=True, slots=True)
 class PollAnswer:
     """A poll's answer, named as ``requests.Response`` names what ``Wire`` and
-    ``MessageSession`` read of it; ``headers`` has lower-case names."""
+    ``MessageSession`` read of it; ``headers`` are aiohttp's, case-insensitive as requests'."""
 
     status_code: int
     headers: Mapping[str, str]
@@ -253,8 +253,7 @@ async def _response(answer: aiohttp.ClientResponse, url: str, max_bytes: int) ->
         size += len(chunk)
     if size > max_bytes:
         raise transport.ResponseTooLarge(f"the answer is larger than {max_bytes} bytes")
-    headers = {name.lower(): value for name, value in answer.headers.items()}
-    return PollAnswer(answer.status, headers, b"".join(chunks), url)
+    return PollAnswer(answer.status, answer.headers, b"".join(chunks), url)
 
 
 @functools.cache

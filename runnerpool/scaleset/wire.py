@@ -64,8 +64,8 @@ class Policy:
 
 
 class Answer(Protocol):
-    """What is read of an answer, ``requests.Response``'s or a poll's ``PollAnswer``:
-    ``headers.get`` finds a lower-case name in both."""
+    """What is read of an answer, ``requests.Response``'s or a poll's ``PollAnswer``
+    (``headers`` case-insensitive in both)."""
 
     @property
     def status_code(self) -> int: ...
