@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,7 +40,6 @@ from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import JobMessageType, Label, Message, RunnerScaleSet, Statistics
 from runnerpool.scaleset.wire import Policy, Wire
 from tests.pools import pool_manifest
-from tests.queue_server import QUEUE_PATH, Answer, QueueServer
 from testworld.fakegithub.scaleset import actions_exception
 
 API = "https://api.github.com"
@@ -87,12 +85,12 @@ SCALE_SET = {
 }
 
 
-def session_json(token: str, queue: str | None = None) -> dict[str, Any]:
+def session_json(token: str) -> dict[str, Any]:
     return {
         "sessionId": SESSION_ID,
         "ownerName": "runnerpool-0",
         "runnerScaleSet": SCALE_SET,
-        "messageQueueUrl": queue or f"{QUEUE}?sessionId={SESSION_ID}",
+        "messageQueueUrl": f"{QUEUE}?sessionId={SESSION_ID}",
         "messageQueueAccessToken": token,
         "statistics": STATS,
     }
@@ -367,23 +365,13 @@ JOB = {
 }
 
 
-def opened(world: World, rsps: Mock, token: str = "queue-1", queue: str | None = None) -> MessageSession:
+def opened(world: World, rsps: Mock, token: str = "queue-1") -> MessageSession:
     registration(rsps)
-    rsps.post(SCALE_SETS + "/7/sessions", json=session_json(token, queue))
+    rsps.post(SCALE_SETS + "/7/sessions", json=session_json(token))
     return MessageSession.open(world.client, 7, "runnerpool-0")
 
 
-@pytest.fixture
-def queue() -> Iterator[QueueServer]:
-    """The message queue on loopback: the long polls go on the poll loop (aiohttp,
-    ``runnerpool.scaleset.poller``), which ``responses`` does not see."""
-    with QueueServer() as running:
-        yield running
-
-
-def test_poll_answers_nothing_then_a_message_with_its_jobs_and_statistics(
-    world: World, queue: QueueServer
-) -> None:
+def test_poll_answers_nothing_then_a_message_with_its_jobs_and_statistics(world: World) -> None:
     body = [
         {**JOB, "messageType": "JobAvailable", "acquireJobUrl": SERVICE + "acquire"},
         {**JOB, "messageType": "JobAssigned"},
@@ -397,9 +385,10 @@ def test_poll_answers_nothing_then_a_message_with_its_jobs_and_statistics(
             "runnerName": "pool-abc",
         },
     ]
-    queue.answer(Answer(202), Answer.of_json(message(12, body, totalAssignedJobs=4)))
     with Mock() as rsps:
-        session = opened(world, rsps, queue=queue.url)
+        session = opened(world, rsps)
+        rsps.get(QUEUE, status=202)
+        rsps.get(QUEUE, json=message(12, body, totalAssignedJobs=4))
         assert session.poll(0, 10) is None
         got = session.poll(11, 10)
     assert got is not None and got.message_id == 12
@@ -412,32 +401,31 @@ def test_poll_answers_nothing_then_a_message_with_its_jobs_and_statistics(
     ]
     assert got.of(JobMessageType.STARTED)[0].runner_name == "pool-abc"
     assert got.of(JobMessageType.COMPLETED)[0].result == "canceled"
-    first, second = queue.seen
-    assert first.method == "GET"
+    first, second = (c.request for c in rsps.kept if c.request.url.startswith(QUEUE))
     assert first.headers["Authorization"] == "Bearer queue-1"
     assert first.headers["X-ScaleSetMaxCapacity"] == "10"
     assert first.headers["Accept"] == "application/json; api-version=6.0-preview"
     assert first.headers["User-Agent"] == "runnerpool-scaleset"
-    assert "lastMessageId" not in first.path
-    assert second.path == f"{QUEUE_PATH}?sessionId=s-1&lastMessageId=11"
+    assert "lastMessageId" not in (first.url or "")
+    assert second.url == f"{QUEUE}?sessionId={SESSION_ID}&lastMessageId=11"
 
 
-def test_an_expired_queue_token_refreshes_the_session_and_polls_again(
-    world: World, queue: QueueServer
-) -> None:
-    queue.answer(Answer(401), Answer.of_json(message(3, [{**JOB, "messageType": "JobAssigned"}])))
-    queue_base = queue.url.split("?", 1)[0]
+def test_an_expired_queue_token_refreshes_the_session_and_polls_again(world: World) -> None:
     with Mock() as rsps:
-        session = opened(world, rsps, queue=queue.url)
-        rsps.patch(SCALE_SETS + f"/7/sessions/{SESSION_ID}", json=session_json("queue-2", queue.url))
-        rsps.delete(f"{queue_base}/3", status=204)
+        session = opened(world, rsps)
+        rsps.get(QUEUE, status=401, match=[matchers.header_matcher({"Authorization": "Bearer queue-1"})])
+        rsps.patch(SCALE_SETS + f"/7/sessions/{SESSION_ID}", json=session_json("queue-2"))
+        rsps.get(
+            QUEUE,
+            json=message(3, [{**JOB, "messageType": "JobAssigned"}]),
+            match=[matchers.header_matcher({"Authorization": "Bearer queue-2"})],
+        )
+        rsps.delete(f"{QUEUE}/3", status=204)
         got = session.poll(2, 5)
         session.acknowledge(3)
     assert got is not None and got.message_id == 3
-    assert [seen.headers["Authorization"] for seen in queue.seen] == ["Bearer queue-1", "Bearer queue-2"]
-    assert rsps.kept[-2].request.method == "PATCH", "the session refreshed between the two polls"
     ack = rsps.kept[-1].request
-    assert ack.url == f"{queue_base}/3?sessionId=s-1"
+    assert ack.url == f"{QUEUE}/3?sessionId={SESSION_ID}"
     assert ack.headers["Authorization"] == "Bearer queue-2"
 
 

@@ -35,6 +35,7 @@ from runnerpool.scaleset.listener import (
     Timing,
     desired_scale_set,
 )
+from runnerpool.scaleset.poller import PollAnswer
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, listener_factory
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import Label, RunnerScaleSet
@@ -72,7 +73,7 @@ class RecordingWire(Wire):
     #: The threads the long polls were awaited on (all wires).
     poll_threads: ClassVar[set[str]] = set()
 
-    async def send_async(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+    async def send_async(self, method: str, url: str, **kwargs: Any) -> PollAnswer:
         """The listener's long polls (awaited on the poll loop)."""
         with self._calls_lock:
             self._calls.append((method, url))

@@ -1,16 +1,17 @@
 """The scale-set long poll on the poll loop (``runnerpool.scaleset.poller``), over loopback.
 
-What a scale-set pool's owner notices: the poll goes through the pool's proxy with its login
-to a GitHub behind a private CA, a poll past its deadline or with an answer too large fails as
-the other calls do (not retried), connection failures and 5xx are retried with the same waits,
-and closing the wire ends a held poll within a second (the listener's own stop, which deletes
-the session, is in tests/test_scaleset_listener.py).
+The listener's path: ``MessageSession.poll_async`` awaited on the poll loop. What a scale-set
+pool's owner notices: the poll goes through the pool's proxy with its login to a GitHub behind
+a private CA, a poll past its deadline or with an answer too large fails as the other calls do
+(not retried), connection failures and 5xx are retried with the same waits, and closing the
+wire ends a held poll within a second (the listener's own stop, which deletes the session, is
+in tests/test_scaleset_listener.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import concurrent.futures
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from runnerpool.scaleset import poller
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection
 from runnerpool.scaleset.session import MessageSession
-from runnerpool.scaleset.types import Session
+from runnerpool.scaleset.types import Message, Session
 from runnerpool.scaleset.wire import Policy, Wire
 from tests.queue_server import Answer, QueueServer
 from testworld.connect_proxy import ConnectProxy
@@ -44,11 +45,12 @@ MESSAGE = {
 
 
 class Polls:
-    """A message session on ``queue`` whose waits are recorded, not slept."""
+    """A message session on ``queue`` polled on the poll loop, whose waits are recorded, not
+    slept."""
 
     def __init__(self, queue_url: str, policy: Policy | None = None, route: Route | None = None) -> None:
         self.sleeps: list[float] = []
-        self.wire = Wire(policy or Policy(), sleep=self.sleeps.append, route=route)
+        self.wire = Wire(policy or Policy(), pause=self._pause, route=route)
         connection = ActionsConnection(
             "https://api.github.com", "https://github.com/octo-org", self._never, self.wire
         )
@@ -57,15 +59,30 @@ class Polls:
         )
         self.session = MessageSession(ScaleSetClient(connection, self.wire), 7, session)
 
+    async def _pause(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
     @staticmethod
     def _never() -> RegistrationToken:
         raise AssertionError("a poll needs no registration token")
 
+    def started(self, last_message_id: int = 0) -> concurrent.futures.Future[Message | None]:
+        """A poll awaited on the poll loop, as a listener's task awaits it."""
+        polled = self.session.poll_async(last_message_id, 5, _no_blocking_call)
+        return asyncio.run_coroutine_threadsafe(polled, poller.POLLER.loop())
+
+    def poll(self, last_message_id: int = 0) -> Message | None:
+        return self.started(last_message_id).result(30)
+
     def failure(self) -> tuple[GitHubError, float]:
         started = time.monotonic()
         with pytest.raises(GitHubError) as failed:
-            self.session.poll(0, 5)
+            self.poll()
         return failed.value, time.monotonic() - started
+
+
+async def _no_blocking_call(call: Any) -> Any:
+    raise AssertionError(f"no blocking call expected, got {call}")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +121,7 @@ def test_a_poll_goes_through_the_pools_proxy_with_its_login_to_a_private_ca_serv
     private_queue.answer(Answer.of_json(MESSAGE))
     polls = Polls(private_queue.url, route=Route(ca_pem=pki.ca_pem, proxies=_through(proxy)))
 
-    got = polls.session.poll(0, 5)
+    got = polls.poll()
 
     assert got is not None and got.message_id == 4 and got.statistics.total_assigned_jobs == 2
     assert proxy.tunnels == [("127.0.0.1", private_queue.port)] and not proxy.refused
@@ -151,15 +168,16 @@ def test_an_answer_larger_than_the_cap_is_refused(queue: QueueServer, announced:
 
 
 def test_server_errors_and_refused_connections_are_retried_with_growing_waits(queue: QueueServer) -> None:
-    queue.answer(Answer(503), Answer(502), Answer(202))
+    queue.answer(Answer(503), Answer(502), Answer(429, headers={"Retry-After": "3"}), Answer.of_json(MESSAGE))
     polls = Polls(queue.url)
-    assert polls.session.poll(0, 5) is None
-    assert polls.sleeps == [1.0, 2.0]
+    got = polls.poll()
+    assert got is not None and got.message_id == 4
+    assert polls.sleeps == [1.0, 2.0, 3.0], "the service's Retry-After is the third wait"
 
     queue.answer(Answer(429, headers={"Retry-After": "120"}))
     with pytest.raises(RateLimited) as limited:
-        polls.session.poll(0, 5)
-    assert limited.value.retry_after == 120.0 and polls.sleeps == [1.0, 2.0]
+        polls.poll()
+    assert limited.value.retry_after == 120.0 and polls.sleeps == [1.0, 2.0, 3.0]
 
     closed = QueueServer()
     gone = closed.url
@@ -171,46 +189,10 @@ def test_server_errors_and_refused_connections_are_retried_with_growing_waits(qu
 
 
 def test_closing_the_wire_ends_a_held_poll_within_a_second(queue: QueueServer) -> None:
+    """A rotated credential closes the pool's client: its listener's held poll ends at once."""
     queue.answer(Answer(hold=30.0))
     polls = Polls(queue.url)
-    failed: list[BaseException] = []
-
-    def poll() -> None:
-        try:
-            polls.session.poll(0, 5)
-        except GitHubError as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    assert queue.wait_held()
-    started = time.monotonic()
-    polls.wire.close()
-    thread.join(1.0)
-
-    assert not thread.is_alive() and time.monotonic() - started <= 1.0
-    assert len(failed) == 1 and isinstance(failed[0], Unavailable) and "closed" in str(failed[0])
-    with pytest.raises(Unavailable, match="closed"):
-        polls.session.poll(0, 5)
-    assert polls.sleeps == []
-
-
-async def _no_blocking_call(call: Any) -> Any:
-    raise AssertionError(f"no blocking call expected, got {call}")
-
-
-def test_a_poll_awaited_on_the_loop_is_retried_and_ended_by_closing_the_wire(queue: QueueServer) -> None:
-    """The listener's path (``MessageSession.poll_async`` on the poll loop): the same retries,
-    and a held poll ends within a second when its wire is closed (a rotated credential)."""
-    loop = poller.POLLER.loop()
-    queue.answer(Answer(503), Answer.of_json(MESSAGE))
-    polls = Polls(queue.url, Policy(backoff_min=0.01))
-
-    got = asyncio.run_coroutine_threadsafe(polls.session.poll_async(0, 5, _no_blocking_call), loop).result(10)
-
-    assert got is not None and got.message_id == 4 and len(queue.seen) == 2
-    queue.answer(Answer(hold=30.0))
-    held = asyncio.run_coroutine_threadsafe(polls.session.poll_async(4, 5, _no_blocking_call), loop)
+    held = polls.started(4)
     assert queue.wait_held()
     started = time.monotonic()
     polls.wire.close()
@@ -218,3 +200,6 @@ def test_a_poll_awaited_on_the_loop_is_retried_and_ended_by_closing_the_wire(que
         held.result(1.0 + SLACK)
     assert time.monotonic() - started <= 1.0 + SLACK
     assert "lastMessageId=4" in queue.seen[-1].path
+    with pytest.raises(Unavailable, match="closed"):
+        polls.poll()
+    assert polls.sleeps == [] and len(queue.seen) == 1

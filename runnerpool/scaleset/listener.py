@@ -17,9 +17,10 @@ bench/README.md). One thread per pool with every call through ``requests``: 2.8-
 per turnover, 5.6-6.5 % at the steady 20 turnovers a second. The threads with only the poll on
 the loop: 1.6-2.1 ms, 3.2-4.2 %, most of it the two GIL handovers per turnover between the
 loop's thread and a listener thread. An all-asyncio poller: about 0.5 ms. With the script on
-the loop (this module), five runs: 1.17-1.40 ms per turnover, 2.3-2.8 % of a core (still
-1.2-1.4x the target; the rest is the operator's per-poll path on the loop, bench/README.md),
-RSS +41 MiB instead of +81, 11-13 threads instead of 1,004.
+the loop (this module), five runs: 1.17-1.40 ms per turnover, 2.3-2.8 % of a core; with the
+poll's answer a small ``PollAnswer`` (not a ``requests.Response``), two runs: 1.09 / 1.26 ms,
+2.2 / 2.5 % (the start of that change measured 1.26 ms in the same hour; still 1.1-1.3x the
+target, bench/README.md), RSS +41 MiB instead of +81, 12-13 threads instead of 1,004.
 
 The script (after actions/scaleset ``listener/listener.go`` and ARC's ``cmd/ghalistener``; facts
 only, no code copied):

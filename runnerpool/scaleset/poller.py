@@ -9,7 +9,8 @@ bench/README.md). So the call made 20 times a second, ``GET <messageQueueUrl>``,
 ``LongPoller``: one daemon thread running one asyncio loop with one ``aiohttp.ClientSession``
 (no connection limit: one connection per held poll). Every other call of the protocol stays on
 ``requests``. The listeners themselves run as tasks on this loop (``runnerpool.scaleset.listener``
-says why) and await ``attempt``; ``fetch`` is the same for a caller on another thread.
+says why) and await ``attempt``; no thread waits on this loop for a poll (``MessageSession.poll``,
+the synchronous poll of tests and tools, goes through ``requests``).
 
 Why by hand around aiohttp rather than an async client of the protocol: ``Wire.send`` and
 ``Wire.send_async`` keep the retries, the backoff and the mapping of failures for every path
@@ -24,7 +25,10 @@ same bounds and route as the requests path:
 * **Bounds**: the attempt's total deadline (``DeadlineExceeded``), the answer cap
   (``ResponseTooLarge``, at most ``max_bytes + 1`` read) and the slow-host gate
   (``transport.HOSTS``); connection failures are ``requests`` ``ConnectionError``s, so
-  ``Wire.send`` retries them as it retries the requests path's.
+  ``Wire.send_async`` retries them as ``Wire.send`` retries the requests path's.
+* **Answer**: a ``PollAnswer`` (status, headers, body, URL under ``requests.Response``'s names,
+  the ones ``Wire`` and ``MessageSession`` read), not a ``requests.Response``: building one per
+  poll (its cookie jar, two ``CaseInsensitiveDict``s) was a measurable part of each turnover.
 
 aiohttp is imported when the first poll is made, never at the operator's start-up
 (tests/test_startup_imports.py); so is ``runnerpool.github.transport``, as ``Wire`` does.
@@ -35,19 +39,17 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
-import concurrent.futures
 import functools
 import logging
 import os
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import requests
-import requests.structures
 import requests.utils
 
 from runnerpool.github.route import Route
@@ -55,20 +57,12 @@ from runnerpool.github.route import Route
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["POLLER", "Cancelled", "LongPoller", "Poll"]
+__all__ = ["POLLER", "LongPoller", "Poll", "PollAnswer"]
 
 log = logging.getLogger(__name__)
 
-#: Waited for past the attempt's own deadline before the caller gives up on the loop itself.
-_GRACE = 5.0
-
 #: The slow-host gate's origin, the proxy (None: direct) and the proxy's login header.
 _Routing = tuple[tuple[str, str, int], str | None, dict[str, str]]
-Started = Callable[["concurrent.futures.Future[requests.Response]"], None]
-
-
-class Cancelled(Exception):  # noqa: N818 - what happened, not an error of the call
-    """The poll was cancelled from another thread (its ``Wire`` was closed)."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +71,21 @@ class Poll:
 
     method: str
     url: str
-    headers: dict[str, str]
+    headers: Mapping[str, str]
     timeout: float
     max_bytes: int
     route: Route | None
+
+
+@dataclass(frozen=True, slots=True)
+class PollAnswer:
+    """A poll's answer, named as ``requests.Response`` names what ``Wire`` and
+    ``MessageSession`` read of it; ``headers`` are aiohttp's, case-insensitive as requests'."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+    url: str
 
 
 class LongPoller:
@@ -95,41 +100,14 @@ class LongPoller:
         #: Per origin and route: the slow-host gate's origin, the proxy and its login header.
         self._routes: dict[tuple[str, Route | None], _Routing] = {}
 
-    def fetch(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        *,
-        timeout: float,
-        max_bytes: int,
-        route: Route | None,
-        started: Started | None = None,
-    ) -> requests.Response:
-        """One attempt, blocking the calling thread; ``started`` is handed the future first, so
-        another thread may cancel it (``Cancelled``). Raises ``transport.DeadlineExceeded``,
-        ``ResponseTooLarge``, ``HostSlow`` or ``requests.exceptions.ConnectionError``."""
-        from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
-
-        poll = Poll(method, url, dict(headers), timeout, max_bytes, route)
-        future = asyncio.run_coroutine_threadsafe(self._call(poll), self._started())
-        if started is not None:
-            started(future)
-        try:
-            return future.result(timeout + _GRACE)
-        except concurrent.futures.CancelledError:
-            raise Cancelled(f"{method} {_safe(url)}: cancelled") from None
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise transport.DeadlineExceeded("the poll loop gave no answer in time") from None
-
     def loop(self) -> asyncio.AbstractEventLoop:
         """The loop, started if it was not: the listeners' tasks run on it too
         (``runnerpool.scaleset.listener``)."""
         return self._started()
 
-    async def attempt(self, poll: Poll) -> requests.Response:
-        """``fetch`` awaited on the loop itself (by a task running on it: no thread crossed)."""
+    async def attempt(self, poll: Poll) -> PollAnswer:
+        """One attempt, awaited by a task on the loop itself. Raises ``transport.DeadlineExceeded``,
+        ``ResponseTooLarge``, ``HostSlow`` or ``requests.exceptions.ConnectionError``."""
         if asyncio.get_running_loop() is not self._loop:
             raise RuntimeError("a scale set poll awaited outside the poll loop")
         return await self._call(poll)
@@ -160,7 +138,7 @@ class LongPoller:
         if http is not None:
             await http.close()
 
-    async def _call(self, poll: Poll) -> requests.Response:
+    async def _call(self, poll: Poll) -> PollAnswer:
         """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one."""
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
@@ -187,7 +165,7 @@ class LongPoller:
             found = self._routes[key] = (transport.origin_of(url), *self._proxy(url, route))
         return found
 
-    async def _attempt(self, poll: Poll, routing: _Routing) -> requests.Response:
+    async def _attempt(self, poll: Poll, routing: _Routing) -> PollAnswer:
         import aiohttp  # noqa: PLC0415 - see the module's docstring
         import yarl  # noqa: PLC0415 - comes with aiohttp
 
@@ -258,8 +236,8 @@ class LongPoller:
         return found
 
 
-async def _response(answer: aiohttp.ClientResponse, url: str, max_bytes: int) -> requests.Response:
-    """The answer as ``requests`` gives it, its body read up to the cap."""
+async def _response(answer: aiohttp.ClientResponse, url: str, max_bytes: int) -> PollAnswer:
+    """The answer, its body read up to the cap."""
     from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
     length = answer.headers.get("Content-Length", "")
@@ -275,13 +253,7 @@ async def _response(answer: aiohttp.ClientResponse, url: str, max_bytes: int) ->
         size += len(chunk)
     if size > max_bytes:
         raise transport.ResponseTooLarge(f"the answer is larger than {max_bytes} bytes")
-    response = requests.Response()
-    response.status_code = answer.status
-    response.reason = answer.reason or ""
-    response.headers = requests.structures.CaseInsensitiveDict(answer.headers)
-    response._content = b"".join(chunks)
-    response.url = url
-    return response
+    return PollAnswer(answer.status, answer.headers, b"".join(chunks), url)
 
 
 @functools.cache
@@ -293,11 +265,6 @@ def _context(cafile: str | None) -> ssl.SSLContext:
 
         cafile = os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where()
     return ssl.create_default_context(cafile=cafile)
-
-
-def _safe(url: str) -> str:
-    """``url`` without its query (the session id) for messages."""
-    return url.split("?", 1)[0]
 
 
 #: The process's one loop: every ``Wire`` polls through it.

@@ -42,6 +42,7 @@ from runnerpool.scaleset.errors import (
     malformed,
 )
 from runnerpool.scaleset.types import JobMessage, JobMessageType, Message, Session, Statistics
+from runnerpool.scaleset.wire import Answer
 
 __all__ = ["CONFLICT_RETRIES", "CONFLICT_WAIT", "MAX_CAPACITY_HEADER", "MessageSession", "parse_message"]
 
@@ -56,6 +57,7 @@ _JOB_MESSAGES = "RunnerScaleSetJobMessages"
 _KNOWN_TYPES = frozenset(JobMessageType)
 _POLL = "GET message"
 T = TypeVar("T")
+A = TypeVar("A", bound=Answer)
 
 
 def parse_message(data: Any, what: str = "GET message") -> Message:
@@ -158,7 +160,9 @@ class MessageSession:
             self._client.call("DELETE", path, what=what, ok=(204,), not_found=SessionNotFound)
 
     def poll(self, last_message_id: int, max_capacity: int) -> Message | None:
-        """The next message, or None when the service had none within its hold (202)."""
+        """The next message, or None when the service had none within its hold (202); the
+        calling thread blocked meanwhile, through ``requests`` like every other call (tests and
+        tools: the listeners await ``poll_async`` on the poll loop)."""
         with self._lock:
             return self._with_queue_token(lambda: self._poll(last_message_id, max_capacity))
 
@@ -203,19 +207,10 @@ class MessageSession:
         headers: Mapping[str, str],
         body: Any = None,
         timeout: float | None = None,
-        long_poll: bool = False,
     ) -> requests.Response:
-        """One request with the queue token; 401 means it expired (``MessageQueueTokenExpired``).
-        ``long_poll``: the wire's event-loop path (``runnerpool.scaleset.poller`` says why)."""
-        answer = self._client.wire.send(
-            method,
-            url,
-            what=what,
-            headers=self._token(headers),
-            body=body,
-            timeout=timeout,
-            long_poll=long_poll,
-        )
+        """One request with the queue token; 401 means it expired (``MessageQueueTokenExpired``)."""
+        wire = self._client.wire
+        answer = wire.send(method, url, what=what, headers=self._token(headers), body=body, timeout=timeout)
         return _checked(what, answer)
 
     def _token(self, headers: Mapping[str, str]) -> dict[str, str]:
@@ -223,7 +218,7 @@ class MessageSession:
 
     def _poll(self, last_message_id: int, max_capacity: int) -> Message | None:
         url, headers, timeout = self._poll_request(last_message_id, max_capacity)
-        answer = self._queue("GET", url, _POLL, headers=headers, timeout=timeout, long_poll=True)
+        answer = self._queue("GET", url, _POLL, headers=headers, timeout=timeout)
         return _poll_answer(answer)
 
     async def _poll_async(self, last_message_id: int, max_capacity: int) -> Message | None:
@@ -267,20 +262,20 @@ class MessageSession:
         return list(value)
 
 
-def _checked(what: str, answer: requests.Response) -> requests.Response:
+def _checked(what: str, answer: A) -> A:
     if answer.status_code == 401:
         raise MessageQueueTokenExpired(f"{what}: HTTP 401: the queue token expired", status=401)
     return answer
 
 
-def _poll_answer(answer: requests.Response) -> Message | None:
+def _poll_answer(answer: Answer) -> Message | None:
     """A poll's answer: None for 202 (nothing within the hold), else its message."""
     if answer.status_code == 202:
         return None
     if answer.status_code != 200:
         raise error_for(_POLL, answer.status_code, answer.content)
     try:
-        data = answer.json()
+        data = json.loads(answer.content)
     except ValueError:
         raise malformed(_POLL, "body is not JSON") from None
     return parse_message(data, _POLL)

@@ -12,34 +12,36 @@ longest wait is not slept through: the call fails ``RateLimited`` with it, so th
 scheduler, not a blocked thread, owns that wait. A call that ran out of its deadline is not
 retried (a long poll would hold its thread five times over).
 
-The long poll (``long_poll=True``, ``MessageSession.poll``) is the one call that goes another
-way: one attempt is made on the process's event loop (``runnerpool.scaleset.poller``, which
-says why), with the same deadline, cap, route and slow-host gate, and the same retries here:
-``send(..., long_poll=True)`` from a thread, ``send_async`` from a task on that loop (the
-listeners'), both judging each attempt's outcome with ``_judged``. ``close`` cancels the polls
-in flight, so a listener whose client is closed gets ``Unavailable`` at once.
+The listeners' long poll (``MessageSession.poll_async``) is the one call that goes another
+way: ``send_async``, awaited by a task on the process's event loop, makes each attempt there
+(``runnerpool.scaleset.poller``, which says why) with the same deadline, cap, route and
+slow-host gate, and the same retries: ``send`` and ``send_async`` judge each attempt's outcome
+with ``_judged``, whichever ``Answer`` it is (a ``requests.Response``, a poll's ``PollAnswer``).
+``close`` cancels the polls in flight, so a listener whose client is closed gets
+``Unavailable`` at once. A poll from a thread (``MessageSession.poll``) is a plain ``send``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import requests
 
 from runnerpool.github.errors import MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.route import Route
-from runnerpool.github.types import header
 from runnerpool.reasons import Reason
 
-__all__ = ["Policy", "Wire"]
+if TYPE_CHECKING:
+    from runnerpool.scaleset.poller import PollAnswer
+
+__all__ = ["Answer", "Policy", "Wire"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,23 @@ class Policy:
     max_response_bytes: int | None = None
 
 
+class Answer(Protocol):
+    """What is read of an answer, ``requests.Response``'s or a poll's ``PollAnswer``
+    (``headers`` case-insensitive in both)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+
+A = TypeVar("A", bound=Answer)
+
+
 def _retryable(status: int) -> bool:
     return status == 429 or (status >= 500 and status != 501)
 
@@ -79,12 +98,15 @@ class Wire:
         *,
         session: requests.Session | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        pause: Callable[[float], Awaitable[None]] = asyncio.sleep,
         user_agent: str = "runnerpool-scaleset",
         route: Route | None = None,
     ) -> None:
         self.policy = policy
         self.route = route
         self.sleep = sleep
+        #: ``sleep`` for ``send_async``'s waits, awaited on the loop.
+        self.pause = pause
         self.user_agent = user_agent
         self._session = session or requests.Session()
         self._transport = _transport()
@@ -93,22 +115,19 @@ class Wire:
         self._session.mount("https://", adapter)
         self._lock = threading.Lock()
         self._closed = False
-        self._polls: set[concurrent.futures.Future[requests.Response]] = set()
-        #: The polls awaited on the loop itself (``send_async``), for ``close`` to cancel.
-        self._tasks: set[asyncio.Task[requests.Response]] = set()
+        #: The polls awaited on the loop (``send_async``), for ``close`` to cancel.
+        self._tasks: set[asyncio.Task[PollAnswer]] = set()
 
     def take_route(self, route: Route | None) -> None:
         """The pool's CA bundle and proxy for every request from now on."""
         self.route = route
 
     def close(self) -> None:
-        """Close the connections and cancel the long polls in flight (their threads return)."""
+        """Close the connections and cancel the long polls in flight (their awaiters get
+        ``Unavailable``)."""
         with self._lock:
             self._closed = True
-            polls, self._polls = self._polls, set()
             tasks, self._tasks = self._tasks, set()
-        for poll in polls:
-            poll.cancel()
         for task in tasks:
             with contextlib.suppress(RuntimeError):  # the loop is closed (exiting): nothing held
                 task.get_loop().call_soon_threadsafe(task.cancel)
@@ -124,44 +143,34 @@ class Wire:
         body: Any = None,
         timeout: float | None = None,
         also_retry: Collection[int] = (),
-        long_poll: bool = False,
     ) -> requests.Response:
         """The first answer that is not a transient failure (any status: the caller judges
         it); raises ``Unavailable``/``RateLimited``/``MalformedResponse`` otherwise.
-        ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403);
-        ``long_poll``: each attempt on the poll loop (no body), not through ``requests``, the
-        calling thread blocked meanwhile (``send_async`` is the same awaited on that loop)."""
+        ``also_retry``: statuses retried like 5xx for this call (runner-registration's 401/403)."""
         seconds, cap, sent = self._prepared(headers, timeout)
         for attempt in range(self.policy.retries + 1):
-            if long_poll:
-                outcome = _outcome(
-                    lambda: self._long_poll(method, url, what, headers=sent, seconds=seconds, cap=cap)
-                )
-            else:
-                outcome = _outcome(
-                    lambda: self._request(method, url, sent, body=body, seconds=seconds, cap=cap)
-                )
+            outcome = _outcome(lambda: self._request(method, url, sent, body=body, seconds=seconds, cap=cap))
             step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=also_retry)
-            if isinstance(step, requests.Response):
+            if not isinstance(step, float):
                 return step
             self.sleep(step)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def send_async(
         self, method: str, url: str, *, what: str, headers: Mapping[str, str], timeout: float | None = None
-    ) -> requests.Response:
-        """``send(..., long_poll=True)`` awaited on the poll loop itself (a listener's task,
-        ``runnerpool.scaleset.listener``): the same attempts, retries and failures, no thread
-        crossed. Must run on ``poller.POLLER``'s loop."""
+    ) -> PollAnswer:
+        """``send`` of a long poll (no body), awaited on the poll loop itself (a listener's
+        task, ``runnerpool.scaleset.listener``): each attempt on that loop, not through
+        ``requests``, with the same retries and failures. Must run on ``poller.POLLER``'s loop."""
         seconds, cap, sent = self._prepared(headers, timeout)
         for attempt in range(self.policy.retries + 1):
             outcome = await _outcome_async(
                 self._long_poll_async(method, url, what, headers=sent, seconds=seconds, cap=cap)
             )
             step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=())
-            if isinstance(step, requests.Response):
+            if not isinstance(step, float):
                 return step
-            await asyncio.sleep(step)
+            await self.pause(step)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _prepared(
@@ -181,12 +190,12 @@ class Wire:
         self,
         what: str,
         attempt: int,
-        outcome: requests.Response | Exception,
+        outcome: A | Exception,
         *,
         seconds: float,
         cap: int,
         also_retry: Collection[int],
-    ) -> requests.Response | float:
+    ) -> A | float:
         """What one attempt's outcome means, for the sync and the async loop alike: the answer
         to return, or the seconds to wait before the next attempt; raises when the call fails."""
         transport, last = self._transport, attempt == self.policy.retries
@@ -225,24 +234,9 @@ class Wire:
             )
         return answer
 
-    def _long_poll(
-        self, method: str, url: str, what: str, *, headers: Mapping[str, str], seconds: float, cap: int
-    ) -> requests.Response:
-        """One attempt on the poll loop; ``Unavailable`` (not retried) once ``close`` cancelled it."""
-        from runnerpool.scaleset import poller  # noqa: PLC0415 - its module says why it waits
-
-        if self._closed:
-            raise Unavailable(f"{what}: not sent: the client is closed")
-        try:
-            return poller.POLLER.fetch(
-                method, url, headers, timeout=seconds, max_bytes=cap, route=self.route, started=self._track
-            )
-        except poller.Cancelled:
-            raise Unavailable(f"{what}: cancelled: the client was closed") from None
-
     async def _long_poll_async(
         self, method: str, url: str, what: str, *, headers: Mapping[str, str], seconds: float, cap: int
-    ) -> requests.Response:
+    ) -> PollAnswer:
         """One attempt awaited on the poll loop; ``Unavailable`` (not retried) once ``close``
         cancelled it. A cancel of the caller's own task goes through as it is."""
         from runnerpool.scaleset import poller  # noqa: PLC0415 - its module says why it waits
@@ -250,7 +244,7 @@ class Wire:
         with self._lock:
             if self._closed:
                 raise Unavailable(f"{what}: not sent: the client is closed")
-            sent = poller.Poll(method, url, dict(headers), seconds, cap, self.route)
+            sent = poller.Poll(method, url, headers, seconds, cap, self.route)
             poll = asyncio.ensure_future(poller.POLLER.attempt(sent))
             self._tasks.add(poll)
         try:
@@ -264,26 +258,11 @@ class Wire:
             with self._lock:
                 self._tasks.discard(poll)
 
-    def _track(self, poll: concurrent.futures.Future[requests.Response]) -> None:
-        """A poll in flight, for ``close`` to cancel; one that starts after ``close`` is cancelled."""
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._polls.add(poll)
-        if closed:
-            poll.cancel()
-        else:  # outside the lock: a poll done already is called back at once
-            poll.add_done_callback(self._polls_done)
-
-    def _polls_done(self, poll: concurrent.futures.Future[requests.Response]) -> None:
-        with self._lock:
-            self._polls.discard(poll)
-
-    def _wait(self, what: str, attempt: int, answer: requests.Response | None, why: str) -> float:
+    def _wait(self, what: str, attempt: int, answer: Answer | None, why: str) -> float:
         """The wait before the next attempt (``RateLimited`` when the service asks for longer)."""
         policy = self.policy
         wait = float(min(policy.backoff_max, policy.backoff_min * 2**attempt))
-        asked = None if answer is None else header(answer.headers, "retry-after")
+        asked = None if answer is None else answer.headers.get("retry-after")
         if asked is not None and asked.strip().isdigit():
             if float(asked) > policy.backoff_max:
                 raise RateLimited(
@@ -303,7 +282,7 @@ def _transport() -> Any:
     return transport
 
 
-def _outcome(call: Callable[[], requests.Response]) -> requests.Response | Exception:
+def _outcome(call: Callable[[], A]) -> A | Exception:
     """An attempt's answer, or what it raised (for ``Wire._judged``)."""
     try:
         return call()
@@ -311,7 +290,7 @@ def _outcome(call: Callable[[], requests.Response]) -> requests.Response | Excep
         return exc
 
 
-async def _outcome_async(call: Awaitable[requests.Response]) -> requests.Response | Exception:
+async def _outcome_async(call: Awaitable[A]) -> A | Exception:
     """``_outcome`` of an attempt awaited on the loop."""
     try:
         return await call
