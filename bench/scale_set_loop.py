@@ -55,8 +55,13 @@ def _url(base: str, last_message_id: int) -> str:
 
 
 async def _poll_forever(
-    http: aiohttp.ClientSession, session: MessageSession, max_capacity: int, timeout: float
+    http: aiohttp.ClientSession,
+    session: MessageSession,
+    max_capacity: int,
+    timeout: float,
+    first_after: float,
 ) -> None:
+    await asyncio.sleep(first_after)
     loop = asyncio.get_running_loop()
     last = 0
     limit = aiohttp.ClientTimeout(total=timeout)
@@ -93,15 +98,28 @@ async def _poll_forever(
                 last = message.message_id
 
 
-async def _hold(sessions: Sequence[tuple[MessageSession, int]], timeout: float) -> None:
+async def _hold(sessions: Sequence[tuple[MessageSession, int]], timeout: float, start_gap: float) -> None:
     connector = aiohttp.TCPConnector(limit=0)  # one connection per held poll
     async with aiohttp.ClientSession(connector=connector) as http:
-        await asyncio.gather(*(_poll_forever(http, s, capacity, timeout) for s, capacity in sessions))
+        await asyncio.gather(
+            *(
+                _poll_forever(http, s, capacity, timeout, first_after=i * start_gap)
+                for i, (s, capacity) in enumerate(sessions)
+            )
+        )
 
 
-def hold(clients: ScaleSetClients, pools: Sequence[ScaleSetSettings], owner: str) -> None:
-    """Open every pool's session, then poll them all on one event loop, until killed."""
+def hold(
+    clients: ScaleSetClients, pools: Sequence[ScaleSetSettings], owner: str, start_gap: float = 0.0
+) -> None:
+    """Open every pool's session, then poll them all on one event loop, until killed.
+
+    ``start_gap``: seconds between two sessions' first polls. 0 starts them together, so
+    their empty polls end together every hold and one loop wake-up serves many turnovers;
+    the operator starts its listeners ``runnable.START_GAP`` apart, as GitHub's sessions of a
+    real fleet end at their own times, and each turnover then pays a wake-up of its own.
+    """
     with ThreadPoolExecutor(SETUP_WORKERS) as setup:
         opened = list(setup.map(lambda s: open_session(clients, s, owner), pools))
     sessions = [(session, s.max_runners) for session, s in zip(opened, pools, strict=True)]
-    asyncio.run(_hold(sessions, Policy().poll_timeout))
+    asyncio.run(_hold(sessions, Policy().poll_timeout, start_gap))

@@ -12,7 +12,12 @@ Two parts, each selectable with ``--parts``:
      bench/history.jsonl's ``idle_threads_*`` rows stay comparable), a sink that does nothing;
    * ``loop``: a minimal asyncio long-poller (``bench/scale_set_loop.py``, aiohttp), the same
      GET message polls with the same headers and queue tokens; its sessions are opened with the
-     operator's synchronous client first (scale set ensured, session opened), then one task each.
+     operator's synchronous client first (scale set ensured, session opened), then one task each,
+     every first poll at once: their empty polls then end together each hold, and one wake-up
+     of the loop serves many turnovers;
+   * ``spread``: the same minimal poller with the sessions' first polls ``runnable.START_GAP``
+     apart, as the operator starts its listeners (and as a real fleet's polls end at their own
+     times): each turnover pays a wake-up of its own. The fair reference for ``threads``.
 
    The child's CPU (user+system from ``/proc``) over a ``--window`` (60 s) once every session
    holds a poll, its RSS against its RSS before the first session, and its threads. The pools
@@ -66,7 +71,7 @@ __all__ = ["main"]
 
 #: The Actions service holds an empty long poll this long (the fake's default, GitHub's).
 POLL_WAIT = 50.0
-MODES = ("threads", "loop")
+MODES = ("threads", "loop", "spread")
 PARTS = ("idle", "latency", "burst")
 TARGET_CPU_PERCENT = 2.0
 TARGET_RSS_MIB = 100.0
@@ -263,7 +268,9 @@ def child(mode: str, url: str, sessions: int, scopes: int) -> int:
     from bench import scale_set_loop  # noqa: PLC0415 - aiohttp only in this mode
 
     _wait_go()
-    scale_set_loop.hold(clients, pools, OWNER)
+    from runnerpool.scaleset.runnable import START_GAP  # noqa: PLC0415 - the child's own imports
+
+    scale_set_loop.hold(clients, pools, OWNER, start_gap=START_GAP if mode == "spread" else 0.0)
     return 0
 
 
