@@ -41,8 +41,10 @@ def test_ten_pools_converge_stay_quiet_and_go_with_the_writes_and_requests_they_
     # Per pool: its finalizer, its token Secret, its pod, the token fill, two status writes.
     assert writes["patch runnerpools"] == POOLS, "one finalizer patch per pool"
     assert writes["create pods"] == POOLS, "one pod per replica"
-    # A pass that runs before the cache shows the Secret its last pass made gets a 409: +1.
-    assert POOLS <= writes["create secrets"] <= POOLS + 1, "one token Secret per pool"
+    # A pass that runs before the cache shows the Secret its last pass made repeats the create,
+    # refused with 409 (nothing changes; the pass reads it by name). Under a loaded machine more
+    # than one pool's pass races its cache (CI saw 12 of 10): at most once per pool, not per pass.
+    assert POOLS <= writes["create secrets"] <= 2 * POOLS, "one token Secret per pool"
     # Plus the shared credential Secret's protection, patched with its resourceVersion: the first
     # passes of pools that run at once on the four workers may each try it, and all but one get 409.
     assert writes["patch secrets"] <= POOLS + 1 + 4, "one token fill per pool"
