@@ -207,6 +207,25 @@ class ListType:
 
 
 @dataclass(frozen=True)
+class AtomicMap:
+    """``Annotated`` marker for ``x-kubernetes-map-type: atomic`` on a map with free keys.
+
+    The API server tracks field ownership (``metadata.managedFields``) per key of a granular
+    map: a map keyed by job id made every stored pool carry ~80 bytes of ownership per job,
+    and every write re-decode and re-diff it. Atomic, the map is one field to the field
+    manager; merge patches still merge into it key by key (RFC 7386 does not read the schema),
+    so writers keep sending only what changed.
+    """
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["x-kubernetes-map-type"] = "atomic"
+        return out
+
+
+@dataclass(frozen=True)
 class OpaqueObject:
     """``Annotated`` marker for a Kubernetes object kept as a plain dict.
 
@@ -1783,7 +1802,7 @@ class TrackedJob(KubeModel):
 class Demand(KubeModel):
     queued: int = Field(default=0, ge=0, description="Queued jobs this pool's labels match.")
     busy: int = Field(default=0, ge=0, description="Jobs in progress on this pool's runners.")
-    jobs: Annotated[dict[str, TrackedJob], Field(max_length=MAX_TRACKED_JOBS)] = Field(
+    jobs: Annotated[dict[str, TrackedJob], Field(max_length=MAX_TRACKED_JOBS), AtomicMap()] = Field(
         default_factory=dict,
         description="Jobs by GitHub job id, from webhook deliveries and polling.",
     )

@@ -559,6 +559,29 @@ def test_status_is_a_subresource(api_client: client.ApiClient, namespace: str) -
     assert api.RunnerPoolStatus.model_validate(written["status"]) == status
 
 
+def test_tracked_jobs_cost_no_field_ownership_per_job(api_client: client.ApiClient, namespace: str) -> None:
+    """The receiver writes one job per delivery into ``status.demand.jobs``: the stored pool
+    must not grow ~80 bytes of ``managedFields`` per job (every write re-reads them), and a
+    merge patch of one job must still keep the others."""
+    _create(api_client, namespace, _pool("tracked", _repo(autoscaling={"maxReplicas": 5})))
+    at = "2030-01-02T03:04:05Z"
+
+    def record(number: int) -> dict[str, Any]:
+        job = {"state": "queued", "repository": "octo-org/hello-world", "updatedAt": at}
+        body = {"status": {"demand": {"queued": number, "jobs": {str(9_000_000 + number): job}}}}
+        return _call("patch_namespaced_custom_object_status", api_client, namespace, "tracked", body)
+
+    def ownership(written: dict[str, Any]) -> str:
+        return json.dumps(written["metadata"]["managedFields"])
+
+    first = record(1)
+    for number in range(2, 41):
+        written = record(number)
+    assert len(written["status"]["demand"]["jobs"]) == 40, "each patch adds its job to the others"
+    assert "9000040" not in ownership(written), "field ownership names each job"
+    assert len(ownership(written)) == len(ownership(first))
+
+
 # ------------------------------------------------------------------ pools that follow demand
 
 
