@@ -214,6 +214,22 @@ def test_labels_github_does_not_keep_are_published_for_the_pool_to_show(world: W
     assert status_of(view)["droppedLabels"] == ["gpu", "x64"]
 
 
+def test_labels_github_does_not_keep_are_asked_for_once_not_at_every_retry(world: World) -> None:
+    """Each failed session (here: held by another owner) makes the listener start again; asking
+    GitHub again for labels it just dropped would be one useless PATCH per retry."""
+    world.service.custom_labels = False
+    group = world.client.runner_group("default")
+    created = world.client.create_scale_set(RunnerScaleSet(name=NAME, runnerGroupId=group.id))
+    other = MessageSession.open(world.client, created.id, "another-replica", conflict_retries=0)
+    world.listener(labels=("gpu",))
+    assert world.fake.wait_for(lambda: world.service.answered("POST", "/sessions", 409) >= 3)
+    path = f"/runnerscalesets/{created.id}"
+    updates = [u for m, u in world.calls if m == "PATCH" and u.split("?")[0].endswith(path)]
+    assert len(updates) == 1, updates
+    assert world.wait(lambda v: v.dropped_labels == ("gpu",), latest=True).scale_set_id == created.id
+    other.close()
+
+
 def test_jobs_are_acquired_and_each_view_is_written_before_its_message_is_acknowledged(world: World) -> None:
     world.listener()
     scale_set_id = world.listening().scale_set_id

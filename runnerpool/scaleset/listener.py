@@ -202,16 +202,18 @@ def desired_scale_set(
     )
 
 
+def _label_names(scale_set: RunnerScaleSet) -> tuple[str, ...]:
+    return tuple(label.name for label in scale_set.labels)
+
+
 def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
-    return {label.name for label in found.labels} != {
-        label.name for label in wanted.labels
-    } or not found.runner_setting.disable_update
+    return set(_label_names(found)) != set(_label_names(wanted)) or not found.runner_setting.disable_update
 
 
 def _dropped(found: RunnerScaleSet, wanted: RunnerScaleSet) -> tuple[str, ...]:
     """The wanted labels the scale set GitHub answered with lacks, in the pool's order."""
-    kept = {label.name for label in found.labels}
-    return tuple(label.name for label in wanted.labels if label.name not in kept)
+    kept = set(_label_names(found))
+    return tuple(name for name in _label_names(wanted) if name not in kept)
 
 
 class _Stopped(Exception):  # noqa: N818 - a signal, not a failure
@@ -257,6 +259,9 @@ class ScaleSetListener:
         self._open: _Open | None = None
         #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
         self._listening = False
+        #: The labels this listener last asked GitHub for (create or update): GitHub dropping
+        #: some of them (a GHES without custom labels) is shown, not asked again at every retry.
+        self._asked: tuple[str, ...] | None = None
         self._future: concurrent.futures.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Touched on the loop only: set by ``stop``; the task while it awaits a poll.
@@ -436,12 +441,25 @@ class ScaleSetListener:
         found = client.scale_set(group.id, settings.name)
         if found is None:
             found = client.create_scale_set(wanted)
+            self._asked = _label_names(wanted)
             log.info("created scale set %r (id %d) in runner group %r", found.name, found.id, group.name)
-        elif _drifted(found, wanted):
+        elif self._needs_update(found, wanted):
             found = client.update_scale_set(found.id, wanted)
+            self._asked = _label_names(wanted)
             log.info("updated the labels of scale set %r (id %d)", found.name, found.id)
         self._adopted(found, group.id, _dropped(found, wanted))
         return found.id
+
+    def _needs_update(self, found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
+        """Drifted, unless only by labels GitHub dropped when this listener last asked for the
+        same ones: asking again would be dropped again (a new listener asks once more)."""
+        if not _drifted(found, wanted):
+            return False
+        asked_before = self._asked == _label_names(wanted)
+        only_dropped = (
+            set(_label_names(found)) <= set(_label_names(wanted)) and found.runner_setting.disable_update
+        )
+        return not (asked_before and only_dropped)
 
     def _adopted(self, found: RunnerScaleSet, group_id: int, dropped: tuple[str, ...]) -> None:
         """Publish the scale set's id, its group's, and the labels GitHub did not keep."""
