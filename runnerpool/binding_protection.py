@@ -41,7 +41,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool import naming
 from runnerpool.api_errors import describe
 from runnerpool.reads import Reads
-from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube, retry_on_conflict
 
 __all__ = ["EnablingBindings"]
 
@@ -123,25 +123,21 @@ class EnablingBindings:
 
         A conflict means the binding changed since it was read: the namespace's deletion marks
         it while the last pools go, or another pass released it. Read it again and decide
-        again, as client-go's ``RetryOnConflict`` does; gone means there is nothing to hold.
+        again (``retry_on_conflict``); gone means there is nothing to hold.
         """
         name = binding["metadata"]["name"]
-        for attempt in range(_ATTEMPTS):
-            patch = _finalizer_patch(binding, hold=hold)
-            if patch is None:
-                return 0
+
+        def write(first: bool) -> int:
             try:
-                self._kube.patch(ROLE_BINDINGS, namespace, name, patch)
-                return 1
-            except ApiException as err:
-                if err.status == 404:
+                current = binding if first else self._kube.get(ROLE_BINDINGS, namespace, name)
+                patch = _finalizer_patch(current, hold=hold)
+                if patch is None:
                     return 0
-                if err.status != 409 or attempt == _ATTEMPTS - 1:
-                    raise
-            try:
-                binding = self._kube.get(ROLE_BINDINGS, namespace, name)
+                self._kube.patch(ROLE_BINDINGS, namespace, name, patch)
             except ApiException as err:
                 if err.status == 404:
                     return 0
                 raise
-        return 0  # not reached: the last attempt writes or raises
+            return 1
+
+        return retry_on_conflict(write, _ATTEMPTS)

@@ -56,7 +56,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool import naming
 from runnerpool.api_errors import describe
 from runnerpool.reads import Reads
-from runnerpool.runtime.kube import SECRETS, Kube
+from runnerpool.runtime.kube import SECRETS, Kube, retry_on_conflict
 from runnerpool.secret_reads import SecretReads
 
 __all__ = ["CredentialProtection"]
@@ -157,18 +157,14 @@ class CredentialProtection:
             self._used[(namespace, pool)] = secret_name
         if previous is not None and previous != secret_name:
             self.release_if_unused(namespace, previous)
-        for attempt in range(_ATTEMPTS):
-            written = self._mark(namespace, pool, secret_name, last=attempt == _ATTEMPTS - 1)
-            if written is not None:
-                return written
-        return False  # not reached: the last attempt answers or raises
+        return retry_on_conflict(lambda first: self._mark(namespace, pool, secret_name), _ATTEMPTS)
 
-    def _mark(self, namespace: str, pool: str, secret_name: str, *, last: bool) -> bool | None:
-        """One read and, if something is missing, one patch; ``None``: read again.
+    def _mark(self, namespace: str, pool: str, secret_name: str) -> bool:
+        """One read and, if something is missing, one patch.
 
         A Secret without our label is one no event of ours reports: a conflict on it (pools
-        created together, each first pass patching it from the same read) is read again at
-        once, the last attempt's conflict goes to the work queue's retry.
+        created together, each first pass patching it from the same read) is raised to be read
+        again at once (``retry_on_conflict``); the last attempt's goes to the work queue's retry.
         """
         secret = self.secrets.read(namespace, secret_name)
         if secret is None:
@@ -189,9 +185,9 @@ class CredentialProtection:
                     "credential Secret %s/%s not protected yet: %s", namespace, secret_name, describe(err)
                 )
                 return False
-            if last:
+            if err.status == 409:
                 raise
-            return None
+            return False  # deleted: nothing to protect
         self.secrets.remember(namespace, secret_name, answer)
         with self._release_lock:
             self._released.pop((namespace, secret_name), None)

@@ -17,9 +17,9 @@ objects (what the generated methods chose for a dict body); a list body is a JSO
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -41,6 +41,7 @@ __all__ = [
     "STRATEGIC_MERGE_PATCH",
     "Kube",
     "Resource",
+    "retry_on_conflict",
     "set_request_timeout",
 ]
 
@@ -222,3 +223,19 @@ class _Lister:
         timeout = kwargs.pop("_request_timeout", None if kwargs.get("watch") else _CLIENTS_TIMEOUT)
         path = self._resource.path(kwargs.pop("namespace", None))
         return self._kube.raw("GET", path, query=kwargs, timeout=timeout)
+
+
+T = TypeVar("T")
+
+
+def retry_on_conflict(write: Callable[[bool], T], attempts: int) -> T:
+    """client-go's ``RetryOnConflict``: ``write(first)`` reads (its caller's copy when
+    ``first``, the server's after a conflict), decides and writes; a 409 calls it again at once,
+    and the last attempt's 409 is raised (to the work queue's retry)."""
+    for attempt in range(attempts - 1):
+        try:
+            return write(attempt == 0)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    return write(attempts == 1)
