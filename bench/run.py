@@ -153,6 +153,8 @@ class SizeResult:
     deletion_deregistered: float | None = None
     deletion_gone: float | None = None
     deletion_cpu_seconds: float | None = None
+    #: The operator's writes from the deletions until every pool is gone, by verb and resource.
+    deletion_writes: dict[str, int] = field(default_factory=dict)
     deletion_listings: int | None = None
     deletion_listings_per_scope: int | None = None
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -577,6 +579,7 @@ class SizeRun:
         custom = client.CustomObjectsApi(self.api)
         scopes = [f"bench-org/repo-{i}" for i in range(min(n, self.opts.scopes))]
         first, cpu0 = len(self.fake.requests), self.operator.cpu_seconds()
+        self.audit.mark()
         self.say(f"N={n}: deleting every pool")
         start = time.perf_counter()
         names = [f"pool-{index:04d}" for index in range(n)]
@@ -600,6 +603,9 @@ class SizeRun:
         if poll_until(no_pools, timeout, 0.5):
             result.deletion_gone = time.perf_counter() - start
         result.deletion_cpu_seconds = self.operator.cpu_seconds() - cpu0
+        if self.audit.path:
+            threading.Event().wait(AUDIT_SETTLE)  # the audit log is written after the response
+            result.deletion_writes = dict(self.audit.operator_writes().most_common())
         listings = Counter(
             r.path
             for r in self.fake.requests[first:]
@@ -608,6 +614,8 @@ class SizeRun:
         result.deletion_listings = sum(listings.values())
         result.deletion_listings_per_scope = max(listings.values(), default=0)
         self.say(f"N={n}: runners deregistered after {result.deletion_deregistered or float('nan'):.1f}s")
+        if result.deletion_writes:
+            self.say(f"N={n}: writes to delete: {result.deletion_writes}")
 
 
 # ------------------------------------------------------------------------------ report
