@@ -38,7 +38,7 @@ from runnerpool.scaleset.listener import (
 from runnerpool.scaleset.poller import PollAnswer
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, listener_factory
 from runnerpool.scaleset.session import MessageSession
-from runnerpool.scaleset.types import Label, RunnerScaleSet
+from runnerpool.scaleset.types import Label, RunnerScaleSet, RunnerSetting
 from runnerpool.scaleset.wire import Policy, Wire
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.scaleset import ScaleSetService, service
@@ -227,6 +227,23 @@ def test_labels_github_does_not_keep_are_asked_for_once_not_at_every_retry(world
     updates = [u for m, u in world.calls if m == "PATCH" and u.split("?")[0].endswith(path)]
     assert len(updates) == 1, updates
     assert world.wait(lambda v: v.dropped_labels == ("gpu",), latest=True).scale_set_id == created.id
+    other.close()
+
+
+def test_a_label_removed_on_github_after_it_was_kept_is_put_back_at_the_next_start(world: World) -> None:
+    """Only what GitHub dropped from the listener's own request is left alone: a label someone
+    removed later is put back when the listener starts again (here: after a held session)."""
+    group = world.client.runner_group("default")
+    created = world.client.create_scale_set(RunnerScaleSet(name=NAME, runnerGroupId=group.id))
+    other = MessageSession.open(world.client, created.id, "another-replica", conflict_retries=0)
+    world.listener(labels=("gpu",))
+    assert world.fake.wait_for(lambda: labels_on_github(world) == [NAME, "gpu"])  # asked and kept
+    kept_settings = RunnerSetting(disableUpdate=True, ephemeral=True)
+    name_only = RunnerScaleSet(name=NAME, runnerGroupId=group.id, RunnerSetting=kept_settings)
+    world.client.update_scale_set(created.id, name_only)
+    assert labels_on_github(world) == [NAME]
+    assert world.fake.wait_for(lambda: labels_on_github(world) == [NAME, "gpu"])
+    assert world.wait(lambda v: v.problem is not None, latest=True).dropped_labels == ()
     other.close()
 
 

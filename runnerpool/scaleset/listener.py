@@ -210,6 +210,11 @@ def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
     return set(_label_names(found)) != set(_label_names(wanted)) or not found.runner_setting.disable_update
 
 
+def _asked_and_kept(wanted: RunnerScaleSet, answer: RunnerScaleSet) -> tuple[frozenset[str], frozenset[str]]:
+    """The labels asked for and those GitHub kept of them."""
+    return frozenset(_label_names(wanted)), frozenset(_label_names(answer))
+
+
 def _dropped(found: RunnerScaleSet, wanted: RunnerScaleSet) -> tuple[str, ...]:
     """The wanted labels the scale set GitHub answered with lacks, in the pool's order."""
     kept = set(_label_names(found))
@@ -259,9 +264,10 @@ class ScaleSetListener:
         self._open: _Open | None = None
         #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
         self._listening = False
-        #: The labels this listener last asked GitHub for (create or update): GitHub dropping
-        #: some of them (a GHES without custom labels) is shown, not asked again at every retry.
-        self._asked: tuple[str, ...] | None = None
+        #: The labels this listener last asked GitHub for (create or update) and those GitHub's
+        #: answer kept: when it dropped some (a GHES without custom labels), the same answer
+        #: again is shown, not asked for again at every retry.
+        self._asked: tuple[frozenset[str], frozenset[str]] | None = None
         self._future: concurrent.futures.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Touched on the loop only: set by ``stop``; the task while it awaits a poll.
@@ -441,25 +447,21 @@ class ScaleSetListener:
         found = client.scale_set(group.id, settings.name)
         if found is None:
             found = client.create_scale_set(wanted)
-            self._asked = _label_names(wanted)
+            self._asked = _asked_and_kept(wanted, found)
             log.info("created scale set %r (id %d) in runner group %r", found.name, found.id, group.name)
         elif self._needs_update(found, wanted):
             found = client.update_scale_set(found.id, wanted)
-            self._asked = _label_names(wanted)
+            self._asked = _asked_and_kept(wanted, found)
             log.info("updated the labels of scale set %r (id %d)", found.name, found.id)
         self._adopted(found, group.id, _dropped(found, wanted))
         return found.id
 
     def _needs_update(self, found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
-        """Drifted, unless only by labels GitHub dropped when this listener last asked for the
-        same ones: asking again would be dropped again (a new listener asks once more)."""
+        """Drifted, unless it is just what GitHub answered when this listener last asked for
+        the same labels: asking again would be dropped again (a new listener asks once more)."""
         if not _drifted(found, wanted):
             return False
-        asked_before = self._asked == _label_names(wanted)
-        only_dropped = (
-            set(_label_names(found)) <= set(_label_names(wanted)) and found.runner_setting.disable_update
-        )
-        return not (asked_before and only_dropped)
+        return self._asked != _asked_and_kept(wanted, found) or not found.runner_setting.disable_update
 
     def _adopted(self, found: RunnerScaleSet, group_id: int, dropped: tuple[str, ...]) -> None:
         """Publish the scale set's id, its group's, and the labels GitHub did not keep."""
