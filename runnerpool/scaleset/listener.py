@@ -211,7 +211,7 @@ def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
 
 
 def _asked_and_kept(wanted: RunnerScaleSet, answer: RunnerScaleSet) -> tuple[frozenset[str], frozenset[str]]:
-    """The labels asked for and those GitHub kept of them."""
+    """The labels asked for, and those GitHub's answer carries."""
     return frozenset(_label_names(wanted)), frozenset(_label_names(answer))
 
 
