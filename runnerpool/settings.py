@@ -524,10 +524,11 @@ class ApiServerSettings:
         parse=positive_float,
         metavar="SECONDS",
     )
-    #: Enough to fill a 2-core API server (bench/README.md: 1 pool x 500 replicas); more only
-    #: queue there. The connection pool grows by as many (runnerpool.cli).
+    #: Enough to keep a 2-core API server busy (bench/README.md: 1 pool x 500 replicas, 16 in
+    #: flight left it waiting on its own writes); the ReplicaSet controller sends up to 256. The
+    #: connection pool grows by as many (runnerpool.cli), the threads start with the first burst.
     pod_creates: int = setting(
-        16,
+        64,
         "--pod-create-concurrency",
         "pod creates in flight at once, all pools together: a pool's missing pods are created "
         "in batches of 1, 2, 4, ... up to this, stopping at the first batch with a refusal",
