@@ -66,7 +66,7 @@ class Operator:
     def _operator(self) -> Supervisor:
         """The operator (``--component operator``), with the webhook receiver too under ``all``."""
         settings = self.settings
-        self._queue = RateLimitingQueue()
+        self._queue = RateLimitingQueue(spacing=settings.queue.pass_spacing)
         # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
         self._expectations = Expectations()
         self.informers = PoolCache(

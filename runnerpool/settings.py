@@ -71,6 +71,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -137,6 +144,15 @@ class QueueSettings:
         "concurrent reconciles (they mostly wait on the API server; "
         "the queue never runs one pool twice at once)",
         parse=positive_int,
+    )
+    #: A burst's pod events cost a few passes, not one each (runnerpool.runtime.workqueue).
+    pass_spacing: float = setting(
+        0.25,
+        "--pass-spacing",
+        "the shortest time between two passes of one pool: the events that arrive in between "
+        "(a burst's pods starting) fold into one pass",
+        parse=non_negative_float,
+        metavar="SECONDS",
     )
     #: N starting pods cost a few status writes, not N.
     status_coalesce: float = setting(

@@ -298,3 +298,43 @@ def test_metrics() -> None:
     assert sample("runnerpool_workqueue_depth") == 1
     q.add_rate_limited("a")
     assert sample("runnerpool_workqueue_retries_total") == retries + 1
+
+
+def test_spacing_folds_the_adds_after_a_pass_into_one_pass_at_its_end(clock: FakeClock) -> None:
+    q = RateLimitingQueue(clock=clock, name="t-spacing", spacing=0.25)
+    q.add("pool")
+    assert q.get(timeout=0) == "pool"
+    q.add("pool")  # an event during the pass
+    q.done("pool")
+    clock.advance(0.1)
+    for _ in range(5):  # a burst of events right after it
+        q.add("pool")
+    q.add("other")
+    assert drain(q) == ["other"], "another key is not held back"
+    clock.advance(0.149)
+    assert q.get(timeout=0) is None
+    clock.advance(0.001)
+    assert drain(q) == ["pool"], "the seven adds made one pass, at the end of the spacing"
+    assert drain(q) == []
+
+
+def test_spacing_leaves_an_isolated_add_and_a_later_requeue_alone(clock: FakeClock) -> None:
+    q = RateLimitingQueue(clock=clock, name="t-spacing-alone", spacing=0.25)
+    q.add("pool")
+    assert drain(q) == ["pool"]
+    clock.advance(0.25)
+    q.add("pool")
+    assert drain(q) == ["pool"], "once the spacing is over an add is handed out at once"
+    q.add_after("pool", 10)
+    clock.advance(10)
+    assert drain(q) == ["pool"], "a requeue longer than the spacing keeps its own time"
+
+
+def test_spacing_zero_hands_a_key_out_again_at_once(clock: FakeClock) -> None:
+    q = RateLimitingQueue(clock=clock, name="t-spacing-zero")
+    q.add("pool")
+    assert drain(q) == ["pool"]
+    q.add("pool")
+    assert drain(q) == ["pool"]
+    with pytest.raises(ValueError, match="spacing"):
+        RateLimitingQueue(clock=clock, name="t-spacing-bad", spacing=-1)

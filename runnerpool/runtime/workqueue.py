@@ -20,6 +20,13 @@ Deliberate differences from client-go:
   whichever caller next touches the queue, and blocked getters sleep only until
   the earliest delayed key is due.  With an injected clock tests advance time
   and call ``get(timeout=0)``.
+* ``spacing``: a key is handed out at most once per that many seconds.  An add
+  sooner after its last hand-out waits until then, and the adds in between fold
+  into that one pass.  client-go has no such rule; the Job controller batches
+  pod events the same way (``syncJobBatchPeriod``).  A pool whose 500 pods start
+  sends an event per pod and step, and each pass reads all 500 (bench: 84 to 118
+  back-to-back passes for one 500-pod burst, 5 to 13 ms of CPU each); an
+  isolated event still gets its pass at once.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ Clock = Callable[[], float]
 
 # 2**64 times any sane base delay already exceeds every sane cap; stops float overflow.
 _MAX_EXPONENT = 64
+#: Spacing entries kept before the expired ones are dropped (one float per recent key).
+_PRUNE_ABOVE = 4096
 
 
 class RateLimiter:
@@ -121,8 +130,14 @@ class RateLimitingQueue:
         *,
         clock: Clock = time.monotonic,
         name: str = "runnerpool",
+        spacing: float = 0.0,
     ) -> None:
+        if spacing < 0:
+            raise ValueError("need spacing >= 0")
         self._clock = clock
+        self._spacing = spacing
+        #: When each key handed out within the last ``spacing`` may be handed out again.
+        self._not_before: dict[str, float] = {}
         self._limiter = limiter or RateLimiter(clock=clock)
         self._cond = threading.Condition()
         self._queue: deque[str] = deque()
@@ -192,6 +207,8 @@ class RateLimitingQueue:
                     self._dirty.discard(key)
                     self._processing.add(key)
                     self._depth.set(len(self._queue))
+                    if self._spacing:
+                        self._not_before[key] = self._clock() + self._spacing
                     return key
                 wait: float | None = None
                 if end is not None:
@@ -207,9 +224,15 @@ class RateLimitingQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty and not self._shutting_down:
-                self._queue.append(key)
-                self._depth.set(len(self._queue))
-                self._cond.notify()
+                if self._spaced_locked(key):
+                    self._dirty.discard(key)  # due again at the end of its spacing
+                else:
+                    self._queue.append(key)
+                    self._depth.set(len(self._queue))
+                    self._cond.notify()
+            if len(self._not_before) > _PRUNE_ABOVE:
+                now = self._clock()
+                self._not_before = {k: t for k, t in self._not_before.items() if t > now}
 
     def shutdown(self) -> None:
         """Stop handing out keys and wake every blocked getter."""
@@ -222,6 +245,8 @@ class RateLimitingQueue:
     def _add_locked(self, key: str) -> None:
         if self._shutting_down or key in self._dirty:
             return
+        if key not in self._processing and self._spaced_locked(key):
+            return
         self._dirty.add(key)
         self._adds.inc()
         if key in self._processing:
@@ -229,6 +254,24 @@ class RateLimitingQueue:
         self._queue.append(key)
         self._depth.set(len(self._queue))
         self._cond.notify()
+
+    def _spaced_locked(self, key: str) -> bool:
+        """Whether ``key`` was handed out too recently: then it waits (``add_after``'s heap)
+        for the end of its ``spacing``, where later adds find it and fold into it."""
+        not_before = self._not_before.get(key)
+        if not_before is None:
+            return False
+        wait = not_before - self._clock()
+        if wait <= 0:
+            del self._not_before[key]
+            return False
+        current = self._waiting_at.get(key)
+        if current is None or current[0] > not_before:
+            entry = (not_before, next(self._seq))
+            self._waiting_at[key] = entry
+            heapq.heappush(self._waiting, (entry[0], entry[1], key))
+            self._cond.notify_all()
+        return True
 
     def _promote_due_locked(self) -> None:
         if not self._waiting:
