@@ -70,6 +70,7 @@ from runnerpool import api, naming
 from runnerpool.naming import MANAGED_BY_SELECTOR
 from runnerpool.reasons import ConditionType
 from runnerpool.runtime.informers import ListWatchAdapter, StoppableInformer
+from runnerpool.settings import QueueSettings
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
@@ -93,6 +94,8 @@ REAL_HOUR = 3600.0
 #: The operator's defaults that the time scale compresses.
 DEFAULT_MARGIN_MINUTES = 30.0
 DEFAULT_RUNNER_SYNC = 60.0
+#: The operator's own ``--workers`` default.
+DEFAULT_WORKERS = QueueSettings().workers
 
 
 @dataclass
@@ -333,6 +336,13 @@ class ProfiledOperator(OperatorProcess):
         operator_args = super().command()[len(operator_command()) :]
         launcher = ROOT / "profile_operator.py"
         return [sys.executable, str(launcher), str(self.profile_out), "--", *operator_args]
+
+
+def _operator_flags(opts: Options) -> dict[str, int]:
+    """The operator flags a run set away from their defaults: a history row measured with
+    another ``--workers`` or ``--pod-create-concurrency`` says so beside its figures."""
+    flags = {"workers": opts.workers} if opts.workers != DEFAULT_WORKERS else {}
+    return flags | ({"pod_creates": opts.pod_creates} if opts.pod_creates is not None else {})
 
 
 def _api_client(kubeconfig: Path) -> client.ApiClient:
@@ -734,7 +744,12 @@ def table(results: list[SizeResult], cores: int) -> str:
 def parse(argv: list[str] | None) -> Options:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10,100", help="comma-separated pool counts (e.g. 10,100,1000)")
-    p.add_argument("--workers", type=int, default=4, help="operator --workers (its default is 4)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"operator --workers (its default is {DEFAULT_WORKERS})",
+    )
     p.add_argument("--replicas", type=int, default=1, help="runner pods per pool")
     p.add_argument(
         "--pod-create-concurrency",
@@ -856,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results if opts.profile is None else ():  # a profiler's CPU is not the operator's
         figures = asdict(r)
         scalars = {k: v for k, v in figures.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        history.append("run", {"pools": r.pools, "replicas": opts.replicas}, scalars)
+        history.append("run", {"pools": r.pools, "replicas": opts.replicas, **_operator_flags(opts)}, scalars)
     pngs = [png for r in report["results"] for png in write_plots(r, path.with_suffix(""))]
     print(table(results, cores))
     for r in results:
