@@ -116,8 +116,12 @@ def test_metrics_and_probes_after_a_pool_converges(
     def value(metric: str, /, **labels: str) -> float:
         return samples.get((metric, tuple(sorted(labels.items()))), -1.0)
 
-    assert value("runnerpool_reconcile_total", result="success") >= 2
-    assert value("runnerpool_reconcile_duration_seconds_count") >= 2
+    # Passes that ended in success or in a requeue (waiting for the token, the pod): how many
+    # of each depends on how the pod's events fold into passes (--pass-spacing).
+    passes = sum(max(value("runnerpool_reconcile_total", result=r), 0) for r in ("success", "requeue"))
+    assert passes >= 2
+    assert value("runnerpool_reconcile_total", result="success") >= 1
+    assert value("runnerpool_reconcile_duration_seconds_count") >= passes
     assert value("runnerpool_workqueue_adds_total", name="runnerpool") >= 2
     # Only that it is exported: a late event (the Deployment's status settling) may be queued.
     assert value("runnerpool_workqueue_depth", name="runnerpool") >= 0
