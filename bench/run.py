@@ -352,8 +352,8 @@ def _operator_flags(opts: Options) -> dict[str, int]:
 def compile_operator() -> None:
     """The operator's bytecode written beside its sources, as its image has it (deploy/images/
     operator/Dockerfile: ``pip install --compile``): start-up CPU is then what an installed
-    operator spends, not a third more for compiling its own modules at every start (an editable
-    install under ``PYTHONDONTWRITEBYTECODE`` never keeps them)."""
+    operator spends, without the 0.3-0.5 s of compiling its own modules at every start that an
+    editable install under ``PYTHONDONTWRITEBYTECODE`` pays (bench/README.md)."""
     for package in (runnerpool, secret_updater):
         compileall.compile_dir(Path(package.__file__).parent, quiet=1)
 
