@@ -36,6 +36,7 @@ __all__ = [
     "CONFIG_MAPS",
     "DEFAULT_REQUEST_TIMEOUT",
     "EVENTS",
+    "LEASES",
     "MERGE_PATCH",
     "NAMESPACES",
     "PODS",
@@ -126,6 +127,7 @@ POD_DISRUPTION_BUDGETS = Resource("policy/v1", "poddisruptionbudgets")
 RUNNER_POOLS = Resource(api.API_VERSION, api.PLURAL)
 SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
+LEASES = Resource("coordination.k8s.io/v1", "leases")
 
 
 def _camel(key: str) -> str:
@@ -174,6 +176,12 @@ class Kube:
         return self._json(
             "PATCH", resource.path(namespace, name, subresource), body=body, content_type=patch_type
         )
+
+    def replace(
+        self, resource: Resource, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """PUT: the whole object, refused (409) unless its resourceVersion is still the server's."""
+        return self._json("PUT", resource.path(namespace, name), body=body)
 
     def delete(
         self, resource: Resource, namespace: str, name: str, body: Mapping[str, Any] | None = None
