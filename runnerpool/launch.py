@@ -11,13 +11,6 @@ remembered.  What remains is the interpreter's own start-up, before any of our c
 ``faulthandler`` prints every thread's Python traceback on SIGABRT, SIGSEGV and the like,
 so a crash during shutdown says which thread was where instead of only "Aborted".
 
-glibc gives every thread that allocates an arena of its own, up to eight per core, and each
-keeps what it once held: the operator's threads (workers, watches, pod creates, the
-scheduler's pool) made its resident memory grow with its thread count rather than with its
-pools. Python allocates under the GIL, so threads never contend for an arena, and
-``MALLOC_ARENAS`` (two) are enough; the environment's ``MALLOC_ARENA_MAX``, if set, wins
-(``limit_malloc_arenas``).
-
 After the stop path has run, a thread can still sit in a call that GitHub or the API server
 does not answer (the HTTP clients' read timeouts and retries add up to minutes), and the
 interpreter would wait for it at exit: a pod outliving its SIGTERM until the kubelet kills
@@ -28,7 +21,6 @@ already released and every write they could still make is repeated by the next l
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import logging
 import os
@@ -41,27 +33,9 @@ from types import FrameType
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Seconds the stopped process waits for threads still in a call before it exits without them.
 STRAGGLER_GRACE = 5.0
-#: glibc arenas the process may use (``mallopt(M_ARENA_MAX)``), unless ``MALLOC_ARENA_MAX`` says.
-MALLOC_ARENAS = 2
-_M_ARENA_MAX = -8  # glibc's malloc.h
-
-
-def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's arenas before any thread starts; ``False`` where that is not glibc (musl,
-    macOS) or the environment set its own cap."""
-    if os.environ.get("MALLOC_ARENA_MAX"):
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(_M_ARENA_MAX, arenas))
 
 
 def main() -> int:
-    limit_malloc_arenas()
     faulthandler.enable()
     early: list[int] = []
 
