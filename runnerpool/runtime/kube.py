@@ -231,31 +231,25 @@ class Kube:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 
-    def _json(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> dict[str, Any]:
+    def _json(self, method: str, path: str, **request: Any) -> dict[str, Any]:
         """One request answered with a JSON object: on the lean ``Transport`` when the
-        configuration allows it, else through the client's urllib3 pool (``raw``)."""
+        configuration allows it, else through the client's urllib3 pool (``raw``, whose
+        ``query``, ``body`` and ``content_type`` keywords ``request`` holds)."""
         if self._transport is None:
-            response = self.raw(method, path, query=query, body=body, content_type=content_type)
+            response = self.raw(method, path, **request)
             try:
                 data = response.data
             finally:
                 response.release_conn()
         else:
-            data = self._send(method, path, query, body, content_type)
+            data = self._send(method, path, **request)
         answer: dict[str, Any] = json.loads(data) if data else {}
         return answer
 
     def _send(
-        self, method: str, path: str, query: Mapping[str, Any] | None, body: Any, content_type: str | None
+        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None, **rest: str
     ) -> bytes:
+        content_type = rest.get("content_type")
         assert self._transport is not None
         client = self.api_client
         headers = {"Accept": "application/json", **client.default_headers}
