@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -284,3 +285,28 @@ def test_stop_before_run() -> None:
     elector.run()  # returns at once
     with pytest.raises(RuntimeError):
         elector.run()
+
+
+def test_a_silent_api_server_holds_a_lease_call_no_longer_than_the_renew_deadline() -> None:
+    """client-go bounds a renewal by the renew deadline; a Lease call on ``--api-timeout`` alone
+    (15 s, four attempts) let a leader whose server stopped answering believe it led a minute."""
+    renew_deadline = 2.0
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts; nobody answers
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    elector = LeaderElector(
+        client.ApiClient(configuration),
+        election("ns", "me", lease_duration=3, renew_deadline=renew_deadline, retry_period=1),
+    )
+    runner = threading.Thread(target=elector.run, daemon=True)
+    try:
+        runner.start()
+        silent.settimeout(10)
+        held, _ = silent.accept()  # the elector's first Lease read is in flight
+        with held:
+            assert elector.stop(timeout=renew_deadline + 3), "the Lease read outlived the renew deadline"
+    finally:
+        silent.close()
+    assert not elector.is_leader

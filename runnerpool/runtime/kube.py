@@ -148,9 +148,12 @@ def _query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
 class Kube:
     """Create, patch, delete and list over one ``ApiClient`` (its pool, auth and user agent)."""
 
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(self, api_client: ApiClient, *, at_most: float | None = None) -> None:
+        """``at_most``: a shorter timeout per attempt for this caller's calls than the client's."""
         self.api_client = api_client
         self.timeout: float = getattr(api_client, _TIMEOUT_ATTRIBUTE, DEFAULT_REQUEST_TIMEOUT)
+        if at_most is not None:
+            self.timeout = min(self.timeout, at_most)
         self._transport = _transport_of(api_client)
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:

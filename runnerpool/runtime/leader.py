@@ -65,6 +65,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from runnerpool.api_errors import describe, log_failure, one_line_errors_from
 from runnerpool.runtime.kube import LEASES, Kube
+from runnerpool.runtime.transport import ATTEMPTS
 from runnerpool.settings import LeaderElectionSettings
 
 __all__ = ["LeaderElector"]
@@ -262,7 +263,10 @@ class LeaderElector:
     ) -> None:
         namespace, name = settings.namespace, settings.lease_name
         identity = settings.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        self._kube = Kube(api_client)
+        # client-go bounds a renewal by the renew deadline: each attempt of a Lease call gets
+        # its share, so one call gives up within that deadline (with --api-timeout alone, four
+        # attempts of 15 s: a minute in which a leader whose server stopped answering led on).
+        self._kube = Kube(api_client, at_most=settings.renew_deadline / ATTEMPTS)
         self._namespace = namespace
         self._name = name
         self._identity = identity
