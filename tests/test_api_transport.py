@@ -8,6 +8,7 @@ transport too; these pin down the connection handling a healthy server never exe
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -26,8 +27,11 @@ from runnerpool.runtime.transport import ATTEMPTS, supports
 
 @dataclass
 class Seen:
-    """What the server saw: each request's (connection, method, path, headers, body)."""
+    """What the server saw: each request's (connection, method, path, headers, body), the
+    connection numbered in the order the server accepted it (not ``id()`` of its socket, which
+    a closed socket's successor may be given again)."""
 
+    accepted: Iterator[int] = field(default_factory=itertools.count)
     requests: list[tuple[int, str, str, dict[str, str], bytes]] = field(default_factory=list)
     #: How the next requests are answered, first to last; "ok" once they run out.
     plan: list[str] = field(default_factory=list)
@@ -41,13 +45,18 @@ class Seen:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    number: int
+
+    def setup(self) -> None:
+        super().setup()
+        self.number = next(self.server.seen.accepted)
 
     def _any(self) -> None:
         seen = self.server.seen
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         headers = {key.lower(): value for key, value in self.headers.items()}
-        seen.requests.append((id(self.connection), self.command, self.path, headers, body))
+        seen.requests.append((self.number, self.command, self.path, headers, body))
         how = seen.plan.pop(0) if seen.plan else "ok"
         if how == "break":  # read the request, then hang up without a word
             self.close_connection = True
