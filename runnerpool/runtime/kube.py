@@ -217,14 +217,11 @@ class Kube:
         (``set_request_timeout``)."""
         if timeout is _CLIENTS_TIMEOUT:
             timeout = self.timeout
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
         request = self.api_client.param_serialize(
             method,
             path,
             query_params=_query(query or {}) or None,
-            header_params=headers,
+            header_params=_json_headers(body, content_type),
             body=body,
             auth_settings=_AUTH,
         )
@@ -250,27 +247,38 @@ class Kube:
         return answer
 
     def _send(
-        self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None, **rest: str
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
     ) -> bytes:
-        content_type = rest.get("content_type")
+        """``raw``'s request on the ``Transport``: the headers the client would send (default
+        ones last, as ``param_serialize`` merges them; cookie; bearer token), the answer's body."""
         assert self._transport is not None
         client = self.api_client
-        headers = {"Accept": "application/json", **client.default_headers}
+        headers = {**_json_headers(body, content_type), **client.default_headers}
         if client.cookie:
             headers["Cookie"] = client.cookie
         for auth in client.configuration.auth_settings().values():
             if auth["value"]:
                 headers[auth["key"]] = auth["value"]
-        payload = None
-        if body is not None:
-            headers["Content-Type"] = content_type or "application/json"
-            payload = json.dumps(body).encode()
+        payload = None if body is None else json.dumps(body).encode()
         pairs = _query(query or {})
         target = f"{path}?{urlencode(pairs)}" if pairs else path
         answer = self._transport.request(method, target, headers, payload, self.timeout)
         if not 200 <= answer.status <= 299:
             raise ApiException.from_response(http_resp=answer, body=None, data=None)
         return answer.data
+
+
+def _json_headers(body: Any, content_type: str | None) -> dict[str, str]:
+    """JSON answers asked for; a body sent as JSON unless ``content_type`` names a patch type."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type or "application/json"
+    return headers
 
 
 class _Lister:

@@ -60,9 +60,6 @@ class Answer:
     data: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
 
-    def getheaders(self) -> Mapping[str, str]:
-        return self.headers
-
 
 def supports(configuration: Any) -> bool:
     """Whether ``configuration`` asks for nothing this transport leaves to urllib3."""
