@@ -242,23 +242,18 @@ class Kube:
             finally:
                 response.release_conn()
         else:
-            data = self._send(method, path, **request)
+            data = self._send(method, path, request)
         answer: dict[str, Any] = json.loads(data) if data else {}
         return answer
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> bytes:
-        """``raw``'s request on the ``Transport``: the headers the client would send (default
+    def _send(self, method: str, path: str, request: Mapping[str, Any]) -> bytes:
+        """``raw``'s request on the ``Transport`` (``request``: its ``query``, ``body`` and
+        ``content_type`` keywords, each optional): the headers the client would send (default
         ones last, as ``param_serialize`` merges them; cookie; bearer token), the answer's body."""
         assert self._transport is not None
         client = self.api_client
-        headers = {**_json_headers(body, content_type), **client.default_headers}
+        query, body = request.get("query"), request.get("body")
+        headers = {**_json_headers(body, request.get("content_type")), **client.default_headers}
         if client.cookie:
             headers["Cookie"] = client.cookie
         for auth in client.configuration.auth_settings().values():
