@@ -26,6 +26,7 @@ from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import pool_key
+from runnerpool.echoes import Echoes
 from runnerpool.events import KubeEventRecorder
 from runnerpool.gates import GitHubHostGate, NamespaceGate, RunnerGroupGate, ScopeGate
 from runnerpool.github.credentials import NamedClientCache
@@ -67,14 +68,15 @@ class Operator:
         """The operator (``--component operator``), with the webhook receiver too under ``all``."""
         settings = self.settings
         self._queue = RateLimitingQueue(spacing=settings.queue.pass_spacing)
-        # Shared by the pod informer (which sees creates arrive) and the reconciler (which makes them).
-        self._expectations = Expectations()
+        # The reconciler's memory; the informers tell it the pod creates and own pool writes they see.
+        self._states = PoolStates(Expectations(), echoes=Echoes(self._queue.add))
         self.informers = PoolCache(
             self._api,
             self._queue.add,
             list(settings.namespaces) if settings.namespaces else None,
             default_api_url=settings.github.api_url,
-            on_pod=self._expectations.observe,
+            on_pod=self._states.expectations.observe,
+            echo=self._states.echoes.echo,
             cluster_scoped=not settings.namespaced,
             defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
         )
@@ -138,11 +140,8 @@ class Operator:
             scale_set_jit=scale_sets.jit,
         )
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
-        reconciler = self._reconciler(
-            PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools),
-            access,
-            protection,
-        )
+        jobs = PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools)
+        reconciler = self._reconciler(jobs, access, protection)
         url_of = settings.github.api_url_of
         poller = DemandPoller(
             self.informers,
@@ -180,7 +179,7 @@ class Operator:
             secrets=SecretChecks(
                 protection, EnablingBindings(self.informers, kube, access.account), self._pool_secrets.problem
             ),
-            states=PoolStates(self._expectations),
+            states=self._states,
             settings=settings,
         )
 

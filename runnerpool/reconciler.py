@@ -31,6 +31,7 @@ from runnerpool.api_errors import describe, is_namespace_terminating, status_of
 from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
 from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcnow
+from runnerpool.echoes import Echoes, echo_version
 from runnerpool.events import NORMAL, WARNING, EventRecorder
 from runnerpool.gates import Gate, Verdict
 from runnerpool.github.credentials import CredentialError
@@ -140,6 +141,8 @@ class PoolStates:
     pools: dict[str, PoolState] = field(default_factory=dict)
     #: The pools whose runners keep failing at start (``runnerpool.pods.start_backoff``).
     starts: StartBackoff = field(default_factory=StartBackoff)
+    #: The resourceVersions of the reconciler's own pool writes (their events wake no pass).
+    echoes: Echoes = field(default_factory=Echoes)
 
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -150,6 +153,7 @@ class PoolStates:
         self.expectations.forget(key)
         self.backoff.forget(key)
         self.starts.forget(key)
+        self.echoes.forget(namespace, name)
         metrics.forget_pool(namespace, name)
 
 
@@ -445,7 +449,18 @@ class Reconciler:
     def _patch_finalizers(self, run: _Pass, finalizers: list[str]) -> None:
         # The resourceVersion makes this a compare-and-swap: no other controller's finalizer is lost.
         meta = {"finalizers": finalizers or None, "resourceVersion": run.raw["metadata"]["resourceVersion"]}
-        run.raw = self._kube.patch(RUNNER_POOLS, run.pool.namespace, run.pool.name, {"metadata": meta})
+        self._patch_pool(run, {"metadata": meta})
+
+    def _patch_pool(self, run: _Pass, patch: dict[str, Any], subresource: str = "") -> None:
+        """Every write of the pass to its pool: ``run.raw`` follows it, and its watch event
+        is known as the pass's own (``runnerpool.echoes``), so it wakes no pass of its own."""
+        pool, echoes, answer = run.pool, self._states.echoes, None
+        echoes.begin(run.key)
+        try:
+            answer = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch, subresource=subresource)
+        finally:
+            echoes.end(run.key, echo_version(run.raw, patch, answer))
+        run.raw = answer
 
     def _protect_credentials(self, run: _Pass) -> None:
         pool = run.pool
@@ -516,8 +531,7 @@ class Reconciler:
         wait = self._coalesced(run, old, status)
         if wait is not None:
             return wait
-        patch = {"status": pool_status.merge_patch(old, status)}
-        run.raw = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch, subresource="status")
+        self._patch_pool(run, {"status": pool_status.merge_patch(old, status)}, subresource="status")
         run.writes.add(Write.STATUS)
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
         self._record_scaling(run, old.get("desiredReplicas"), decision)
@@ -550,10 +564,7 @@ class Reconciler:
             status["observedGeneration"] = run.pool.generation
         if all(stored.get(key) == value for key, value in status.items()):
             return
-        pool = run.pool
-        run.raw = self._kube.patch(
-            RUNNER_POOLS, pool.namespace, pool.name, {"status": status}, subresource="status"
-        )
+        self._patch_pool(run, {"status": status}, subresource="status")
         run.writes.add(Write.STATUS)
 
     def _record_transitions(self, run: _Pass, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
@@ -706,9 +717,7 @@ class Reconciler:
         self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
 
     def _annotate(self, run: _Pass, annotations: dict[str, str | None]) -> None:
-        pool = run.pool
-        patch = {"metadata": {"annotations": annotations}}
-        run.raw = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch)
+        self._patch_pool(run, {"metadata": {"annotations": annotations}})
         run.writes.add(Write.POOL_ANNOTATED)
 
     def _credential_lost(self, run: _Pass, err: GitHubError | CredentialError) -> Result:

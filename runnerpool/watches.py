@@ -2,7 +2,8 @@
 
 The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches``:
 
-* **RunnerPools** (``For``): an event enqueues the pool itself.  Each pool is parsed once
+* **RunnerPools** (``For``): an event enqueues the pool itself, unless it is the echo of
+  the reconciler's own write (``runnerpool.echoes``).  Each pool is parsed once
   per resourceVersion (``runnerpool.reads.ParsedPool``) and indexed by the scope it
   autoscales for (GitHub host + repository or organization, ``demand.matching``) and by the
   credential Secret it names.
@@ -63,7 +64,14 @@ from runnerpool.demand.matching import pool_scope_keys
 from runnerpool.domain import DEFAULT_API_URL, pool_key
 from runnerpool.naming import CREDENTIAL_SELECTOR, MANAGED_BY_SELECTOR, POOL_LABEL
 from runnerpool.reads import ParsedPool, parse_pool
-from runnerpool.runtime.informers import Event, InformerSet, NamespaceNotWatchedError, Watch, object_key
+from runnerpool.runtime.informers import (
+    Event,
+    InformerSet,
+    MapToKeys,
+    NamespaceNotWatchedError,
+    Watch,
+    object_key,
+)
 from runnerpool.runtime.kube import (
     NAMESPACES,
     POD_DISRUPTION_BUDGETS,
@@ -134,8 +142,13 @@ def pod_pool(obj: Mapping[str, Any]) -> str | None:
 # -- event -> pool keys ----------------------------------------------------------------------
 
 
-def _the_pool(event: Event, informers: InformerSet) -> list[str]:
-    return [object_key(event.obj)]  # every kind of change means "look at this pool again"
+def _the_pool(echo: Callable[[Event], bool] | None) -> MapToKeys:
+    def keys(event: Event, informers: InformerSet) -> list[str]:
+        if echo is not None and echo(event):
+            return []  # the reconciler's own write: the pass that made it saw all it holds
+        return [object_key(event.obj)]  # every other change means "look at this pool again"
+
+    return keys
 
 
 def _owners(event: Event, informers: InformerSet) -> list[str]:
@@ -222,13 +235,15 @@ def pool_watches(
     *,
     default_api_url: str = DEFAULT_API_URL,
     on_pod: Callable[[str, str], None] | None = None,
+    echo: Callable[[Event], bool] | None = None,
 ) -> list[Watch]:
-    """The RunnerPool controller's table of watches (the module docstring says why each)."""
+    """The RunnerPool controller's table of watches (the module docstring says why each);
+    ``echo`` tells the events of the reconciler's own pool writes (``runnerpool.echoes``)."""
     return [
         Watch(
             POOLS,
             RUNNER_POOLS,
-            _the_pool,
+            _the_pool(echo),
             decode=parse_pool,
             indexes={
                 BY_SCOPE: _scope_index(default_api_url),
@@ -268,11 +283,12 @@ class PoolCache(InformerSet):
         *,
         default_api_url: str = DEFAULT_API_URL,
         on_pod: Callable[[str, str], None] | None = None,
+        echo: Callable[[Event], bool] | None = None,
         resync_period: float = 0,
         cluster_scoped: bool = True,
         defer_per_namespace: bool = False,
     ) -> None:
-        table = pool_watches(default_api_url=default_api_url, on_pod=on_pod)
+        table = pool_watches(default_api_url=default_api_url, on_pod=on_pod, echo=echo)
         super().__init__(
             api_client,
             enqueue,

@@ -18,6 +18,7 @@ from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
 from kubernetes.watch import Watch
 
 from runnerpool.api import GROUP, KIND, PLURAL, VERSION
+from runnerpool.echoes import Echoes, echo_version
 from runnerpool.naming import (
     CREDENTIAL_LABEL,
     CREDENTIAL_VALUE,
@@ -27,6 +28,7 @@ from runnerpool.naming import (
     POOL_LABEL,
 )
 from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
+from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.runtime.listwatch import SingleDecodeWatch, StoppableInformer
 from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
@@ -569,6 +571,76 @@ def test_child_events_enqueue_owner(
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "pool-a")
     keys.wait_for(f"{namespace}/pool-a")
     wait_for(lambda: informers.get_pool(namespace, "pool-a") is None, message="pool gone from cache")
+
+
+def test_the_reconcilers_own_pool_writes_wake_no_pass_on_a_real_api_server(
+    api_client: client.ApiClient, namespace: str, keys: Keys, runnerpool_crd: Any
+) -> None:
+    """The API server answers a status or metadata patch with exactly the patched object (what
+    ``runnerpool.echoes`` relies on); the echo is dropped, a user's edit after it is not."""
+    echoes = Echoes(keys)
+    informers = PoolCache(api_client, keys, [namespace], echo=echoes.echo)
+    custom, kube, key = client.CustomObjectsApi(api_client), Kube(api_client), f"{namespace}/pool-e"
+    informers.start()
+    try:
+        assert informers.wait_for_sync(timeout=30)
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": {"name": "pool-e"},
+                "spec": {"repository": "o/r"},
+            },
+        )
+        keys.wait_for(key)
+        for patch, subresource in (
+            ({"metadata": {"finalizers": ["example.com/x"]}}, ""),
+            (
+                {
+                    "status": {
+                        "replicas": 1,
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "False",
+                                "reason": "Starting",
+                                "message": "m",
+                                "lastTransitionTime": "2026-12-04T00:00:00Z",
+                            }
+                        ],
+                    }
+                },
+                "status",
+            ),
+        ):
+            base = wait_for(lambda: informers.get_pool(namespace, "pool-e"), message="pool in cache")
+            keys.clear()
+            echoes.begin(key)  # as Reconciler._patch_pool does: its event may come before the answer
+            answer = kube.patch(RUNNER_POOLS, namespace, "pool-e", patch, subresource=subresource)
+            echoes.end(key, echo_version(base, patch, answer))
+            version = answer["metadata"]["resourceVersion"]
+            wait_for(
+                lambda v=version: (
+                    (informers.get_pool(namespace, "pool-e") or {})["metadata"]["resourceVersion"] == v
+                ),
+                message="the write in the cache",
+            )
+            # A user's edit after it: the informer handles events in order, so once the edit's key
+            # is in, the echo before it was handled too.
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "pool-e", {"metadata": {"labels": {"edited": version}}}
+            )
+            keys.wait_for(key)
+            assert keys.keys == [key], f"only the user's edit woke the pool, not the echo of {patch}"
+    finally:
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "pool-e", {"metadata": {"finalizers": None}}
+        )
+        assert informers.stop(timeout=10), "informers did not stop"
 
 
 def test_owner_change_enqueues_old_and_new_owner(

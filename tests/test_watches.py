@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from runnerpool import api, naming
 from runnerpool.demand.matching import job_scope_keys
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.echoes import Echoes, echo_version, merge_patch
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.kube import Kube
@@ -228,6 +229,93 @@ def test_an_owner_change_enqueues_the_old_owner_and_the_new(cache: PoolCache, ke
     keys.clear()
     deliver(cache, SECRETS_, DELETED, secret("moving", rv="2", labels={naming.POOL_LABEL: "new"}))
     assert keys == ["ns/new"]
+
+
+# -- the reconciler's own pool writes (runnerpool.echoes) -----------------------------------------
+
+
+def answered(base: dict[str, Any], patch: dict[str, Any], rv: str) -> dict[str, Any]:
+    """What the API server answers a patch that nothing else raced: the patched object."""
+    out = merge_patch(base, patch)
+    out["metadata"] = {**out["metadata"], "resourceVersion": rv, "managedFields": [{"manager": "x"}]}
+    return out
+
+
+def test_merge_patch_is_rfc_7386() -> None:
+    target = {"a": {"b": 1, "c": [1, 2]}, "d": "keep", "gone": 1}
+    patched = merge_patch(target, {"a": {"b": None, "c": [3], "e": {"f": 1}}, "gone": None})
+    assert patched == {"a": {"c": [3], "e": {"f": 1}}, "d": "keep"}
+    assert target == {"a": {"b": 1, "c": [1, 2]}, "d": "keep", "gone": 1}, "the target is not changed"
+
+
+def wrote(echoes: Echoes, base: dict[str, Any], patch: dict[str, Any], answer: dict[str, Any]) -> None:
+    """A write of the reconciler's as ``Reconciler._patch_pool`` makes it, answered at once."""
+    echoes.begin("ns/a")
+    echoes.end("ns/a", echo_version(base, patch, answer))
+
+
+def test_the_reconcilers_own_pool_write_wakes_no_pass_and_every_other_change_does(keys: Keys) -> None:
+    echoes = Echoes()
+    cache = PoolCache(offline(), keys, None, echo=echoes.echo)
+    base = pool("a")
+    deliver(cache, POOLS, ADDED, base)
+    assert keys == ["ns/a"]
+    keys.clear()
+
+    status = {"status": {"readyReplicas": 1}}
+    mine = answered(base, status, rv="2")
+    wrote(echoes, base, status, mine)
+    deliver(cache, POOLS, MODIFIED, mine)
+    assert keys == [], "the echo of the pass's own status write"
+
+    deliver(cache, POOLS, MODIFIED, mine)
+    assert keys == ["ns/a"], "a resync repeats the object: it still wakes the pool"
+    keys.clear()
+
+    demand = {**mine, "metadata": {**mine["metadata"], "resourceVersion": "3"}, "status": {"demand": {}}}
+    deliver(cache, POOLS, MODIFIED, demand)
+    assert keys == ["ns/a"], "status.demand, written by another writer"
+    keys.clear()
+
+    # A spec edit lands between the pass's read (rv 3) and its write: the answer holds it too.
+    edited = {**demand, "spec": {**demand["spec"], "replicas": 2}}
+    raced = answered(edited, status, rv="5")
+    wrote(echoes, demand, status, raced)
+    deliver(cache, POOLS, MODIFIED, raced)  # a relist: the edit's own event (rv 4) never came
+    assert keys == ["ns/a"], "a write whose answer holds someone else's change is no echo"
+    keys.clear()
+
+    later = answered(raced, status, rv="6")
+    wrote(echoes, raced, status, later)
+    echoes.forget("ns", "a")
+    deliver(cache, POOLS, MODIFIED, later)
+    assert keys == ["ns/a"], "a forgotten pool's echoes are forgotten"
+
+
+def test_events_that_come_before_the_writes_answer_wait_for_it(keys: Keys) -> None:
+    """The watch may deliver a write's event before the writer has its answer: the pool's
+    events wait for the answer, which says whose they were."""
+    echoes = Echoes(keys)
+    cache = PoolCache(offline(), keys, None, echo=echoes.echo)
+    base = pool("a")
+    deliver(cache, POOLS, ADDED, base)
+    keys.clear()
+
+    status = {"status": {"readyReplicas": 1}}
+    mine = answered(base, status, rv="2")
+    echoes.begin("ns/a")
+    deliver(cache, POOLS, MODIFIED, mine)
+    echoes.end("ns/a", echo_version(base, status, mine))
+    assert keys == [], "the echo came first and was held"
+
+    # Another writer's change arrives while the next write is in flight: the pool wakes once
+    # that write is answered (with or without an echo of its own).
+    theirs = {**mine, "metadata": {**mine["metadata"], "resourceVersion": "3"}, "status": {"demand": {}}}
+    echoes.begin("ns/a")
+    deliver(cache, POOLS, MODIFIED, theirs)
+    assert keys == [], "held until the answer"
+    echoes.end("ns/a", None)  # the write failed, say
+    assert keys == ["ns/a"]
 
 
 def budget(rv: str, generation: int) -> dict[str, Any]:
