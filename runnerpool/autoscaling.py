@@ -157,7 +157,7 @@ def _counts(scaling: api.Autoscaling, busy: int, queued: int) -> str:
     return f"{counts}; min {scaling.min_replicas}, max {scaling.max_replicas}"
 
 
-def _demand(pool: api.RunnerPool) -> tuple[int, int]:
+def _demand(pool: api.RunnerPool, runners_busy: int | None) -> tuple[int, int]:
     """Busy and queued jobs: a scale set's from what GitHub assigned it (``status.scaleSet``,
     the jobs assigned and not finished, of which running ones are busy); otherwise from
     deliveries and polling (``status.demand``), busy at least the busy runners GitHub lists."""
@@ -166,16 +166,25 @@ def _demand(pool: api.RunnerPool) -> tuple[int, int]:
         running = min(assigned.running_jobs, assigned.assigned_jobs)
         return running, assigned.assigned_jobs - running
     demand = pool.status.demand or api.Demand()
-    runners_busy = pool.status.runners.busy if pool.status.runners else 0
+    if runners_busy is None:
+        runners_busy = pool.status.runners.busy if pool.status.runners else 0
     return max(demand.busy, runners_busy), demand.queued
 
 
-def decide(pool: api.RunnerPool, window: Window, now: datetime) -> tuple[Decision, Window]:
-    """The pool's decision before the hold (:meth:`Decision.held_by`), and the window to keep."""
+def decide(
+    pool: api.RunnerPool, window: Window, now: datetime, runners_busy: int | None = None
+) -> tuple[Decision, Window]:
+    """The pool's decision before the hold (:meth:`Decision.held_by`), and the window to keep.
+
+    ``runners_busy``: the busy runners GitHub lists as the runner manager last counted them,
+    which the same pass writes to ``status.runners``; ``None``: as the status says. Deciding
+    on the status alone would act on the count one pass late, and no pass follows the
+    reconciler's own status write (``runnerpool.echoes``).
+    """
     scaling = pool.spec.autoscaling
     if scaling is None:
         return Decision.fixed(pool.spec.replicas), Window()
-    busy, queued = _demand(pool)
+    busy, queued = _demand(pool, runners_busy)
     wanted = recommend(scaling.min_replicas, scaling.max_replicas, busy, queued, scaling.min_idle)
     delay = parse_duration(scaling.scale_down_delay)
     previous = pool.status.desired_replicas

@@ -90,10 +90,17 @@ class Echoes:
         work queue never hands a key to two workers)."""
         if self._enqueue is not None:
             with self._lock:
-                self._held[key] = []
+                self._held.setdefault(key, [])
 
-    def end(self, key: str, version: str | None) -> None:
-        """The write is answered: ``version`` is its echo's (:func:`echo_version`), if any."""
+    def end(
+        self, key: str, base: Mapping[str, Any], patch: Mapping[str, Any], answer: Mapping[str, Any] | None
+    ) -> None:
+        """The write is answered (``answer``; ``None``: it failed, or its event is to wake the
+        pool anyway). Always releases what :meth:`begin` held, whatever the answer looks like."""
+        try:
+            version = echo_version(base, patch, answer)
+        except (AttributeError, TypeError):  # not an object's JSON: no echo, and nothing stays held
+            version = None
         with self._lock:
             held = self._held.pop(key, [])
             if version is not None:

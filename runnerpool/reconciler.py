@@ -31,7 +31,7 @@ from runnerpool.api_errors import describe, is_namespace_terminating, status_of
 from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
 from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcnow
-from runnerpool.echoes import Echoes, echo_version
+from runnerpool.echoes import Echoes
 from runnerpool.events import NORMAL, WARNING, EventRecorder
 from runnerpool.gates import Gate, Verdict
 from runnerpool.github.credentials import CredentialError
@@ -433,8 +433,9 @@ class Reconciler:
     def _decide(self, run: _Pass, seen: Observed) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
         by the pods that are still up (``held_by``)."""
-        pool = run.pool
-        decision, window = autoscaling.decide(pool, run.state.window, self._states.clock())
+        pool, counted = run.pool, seen.runner_counts
+        busy = None if counted is None else int(counted.get("busy", 0))
+        decision, window = autoscaling.decide(pool, run.state.window, self._states.clock(), busy)
         if pool.spec.autoscaling is not None:
             run.state.window = window
         if not decision.holding:
@@ -451,15 +452,18 @@ class Reconciler:
         meta = {"finalizers": finalizers or None, "resourceVersion": run.raw["metadata"]["resourceVersion"]}
         self._patch_pool(run, {"metadata": meta})
 
-    def _patch_pool(self, run: _Pass, patch: dict[str, Any], subresource: str = "") -> None:
+    def _patch_pool(
+        self, run: _Pass, patch: dict[str, Any], subresource: str = "", *, echo: bool = True
+    ) -> None:
         """Every write of the pass to its pool: ``run.raw`` follows it, and its watch event
-        is known as the pass's own (``runnerpool.echoes``), so it wakes no pass of its own."""
+        is known as the pass's own (``runnerpool.echoes``), so it wakes no pass of its own
+        unless ``echo`` is false."""
         pool, echoes, answer = run.pool, self._states.echoes, None
         echoes.begin(run.key)
         try:
             answer = self._kube.patch(RUNNER_POOLS, pool.namespace, pool.name, patch, subresource=subresource)
         finally:
-            echoes.end(run.key, echo_version(run.raw, patch, answer))
+            echoes.end(run.key, run.raw, patch, answer if echo else None)
         run.raw = answer
 
     def _protect_credentials(self, run: _Pass) -> None:
@@ -531,7 +535,13 @@ class Reconciler:
         wait = self._coalesced(run, old, status)
         if wait is not None:
             return wait
-        self._patch_pool(run, {"status": pool_status.merge_patch(old, status)}, subresource="status")
+        # A new desiredReplicas is the runner managers' to act on, read from their cache: its
+        # echo wakes one more pass, which asks for their round again should the round this pass
+        # brought forward have read the pool before the write reached the cache.
+        moved = old.get("desiredReplicas") != status.get("desiredReplicas")
+        self._patch_pool(
+            run, {"status": pool_status.merge_patch(old, status)}, subresource="status", echo=not moved
+        )
         run.writes.add(Write.STATUS)
         self._record_transitions(run, old.get("conditions") or [], status["conditions"])
         self._record_scaling(run, old.get("desiredReplicas"), decision)

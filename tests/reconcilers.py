@@ -9,6 +9,7 @@ from datetime import datetime
 from kubernetes import client
 
 from runnerpool.domain import utcnow
+from runnerpool.echoes import Echoes
 from runnerpool.events import EventRecorder, KubeEventRecorder
 from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.gates import Gate, GitHubHostGate, RunnerGroupGate, ScopeGate
@@ -41,6 +42,7 @@ def make_reconciler(
     secrets: PoolSecrets | None = None,
     github: GitHubClients | None = None,
     others: Sequence[Forgets] = (),
+    echoes: Echoes | None = None,
 ) -> Reconciler:
     """``reads``: the API server itself by default (nothing lags, so no create is expected
     for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``."""
@@ -64,6 +66,7 @@ def make_reconciler(
             backoff or CreateBackoff(),
             clock,
             starts=starts or StartBackoff(clock=clock),
+            echoes=echoes or Echoes(),
         ),
         settings=settings,
     )

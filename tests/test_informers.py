@@ -18,7 +18,7 @@ from kubernetes.informer import ADDED, DELETED, ERROR, MODIFIED, SharedInformer
 from kubernetes.watch import Watch
 
 from runnerpool.api import GROUP, KIND, PLURAL, VERSION
-from runnerpool.echoes import Echoes, echo_version
+from runnerpool.echoes import Echoes
 from runnerpool.naming import (
     CREDENTIAL_LABEL,
     CREDENTIAL_VALUE,
@@ -621,7 +621,7 @@ def test_the_reconcilers_own_pool_writes_wake_no_pass_on_a_real_api_server(
             keys.clear()
             echoes.begin(key)  # as Reconciler._patch_pool does: its event may come before the answer
             answer = kube.patch(RUNNER_POOLS, namespace, "pool-e", patch, subresource=subresource)
-            echoes.end(key, echo_version(base, patch, answer))
+            echoes.end(key, base, patch, answer)
             version = answer["metadata"]["resourceVersion"]
             wait_for(
                 lambda v=version: (

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
+from kubernetes.informer import MODIFIED
 from prometheus_client import REGISTRY
 
 from runnerpool import api, naming
@@ -24,12 +25,14 @@ from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verifier
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.echoes import Echoes
 from runnerpool.events import KubeEventRecorder
 from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.naming import BUSY_LABEL, BUSY_VALUE
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.informers import Event
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings, QueueSettings, Settings
 from tests.demand_payloads import API, delivery, job_object
@@ -228,6 +231,53 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
     assert {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "warm")} == pods
 
 
+def test_a_busy_runner_the_runner_manager_counted_restores_the_buffer_in_the_same_pass(
+    api_client: client.ApiClient, namespace: str, cache: Cache, clock: Clock
+) -> None:
+    """minIdle 2 and no delivery: a runner GitHub lists as busy makes room for the next idle
+    one in the pass that records the count, not in a pass after it (none follows the
+    reconciler's own status write)."""
+    runners, echoes = FakeRunnerJobs(), Echoes()
+    reconciler = make_reconciler(
+        api_client,
+        reads=cache,
+        runners=runners,
+        echoes=echoes,
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        clock=clock,
+        secrets=FakePoolSecrets(cache, PoolSecrets(by_name_reads(Kube(api_client)), retry_gap=0.0).problem),
+    )
+    manifest = pool_manifest(
+        "buffer",
+        repo=REPO,
+        autoscaling={"minReplicas": 0, "maxReplicas": 5, "minIdle": 2, "scaleDownDelay": "1m"},
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/buffer"
+    reconciler(key)
+    fill_token(api_client, namespace, "buffer", "tok", FUTURE)
+    reconciler(key)
+    assert (
+        _pods(api_client, namespace, "buffer"),
+        _pool(api_client, namespace, "buffer")["status"]["desiredReplicas"],
+    ) == (2, 2)
+
+    before = _pool(api_client, namespace, "buffer")
+    runners.runner_counts[key] = api.RunnerCounts(online=1, busy=1)
+    reconciler(key)
+    after = _pool(api_client, namespace, "buffer")
+    assert (after["status"]["runners"]["busy"], after["status"]["desiredReplicas"]) == (1, 3)
+    assert _pods(api_client, namespace, "buffer") == 3
+    # The runner managers act on a new desiredReplicas from their cache: its write wakes one
+    # more pass (runnerpool.echoes), a write of counts alone does not.
+    assert not echoes.echo(Event(MODIFIED, after, before))
+    runners.runner_counts[key] = api.RunnerCounts(online=2, busy=1)
+    reconciler(key)
+    counted = _pool(api_client, namespace, "buffer")
+    assert counted["status"]["runners"]["online"] == 2
+    assert echoes.echo(Event(MODIFIED, counted, after))
+
+
 def test_the_scale_down_delay_keeps_runners_but_replaces_no_used_up_one(
     api_client: client.ApiClient, namespace: str, cache: Cache, reconciler: Reconciler, clock: Clock
 ) -> None:
@@ -262,11 +312,12 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
 ) -> None:
     """The busy mark (eviction protection) follows the runner listing; a delivery saying a job
     runs on a pod without the mark asks for the listing now instead of at the next interval."""
-    runners = FakeRunnerJobs()
+    runners, echoes = FakeRunnerJobs(), Echoes()
     reconciler = make_reconciler(
         api_client,
         reads=cache,
         runners=runners,
+        echoes=echoes,
         settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
         clock=clock,
     )

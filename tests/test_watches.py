@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from runnerpool import api, naming
 from runnerpool.demand.matching import job_scope_keys
 from runnerpool.demand.writer import DemandWriter
-from runnerpool.echoes import Echoes, echo_version, merge_patch
+from runnerpool.echoes import Echoes, merge_patch
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.kube import Kube
@@ -251,7 +251,7 @@ def test_merge_patch_is_rfc_7386() -> None:
 def wrote(echoes: Echoes, base: dict[str, Any], patch: dict[str, Any], answer: dict[str, Any]) -> None:
     """A write of the reconciler's as ``Reconciler._patch_pool`` makes it, answered at once."""
     echoes.begin("ns/a")
-    echoes.end("ns/a", echo_version(base, patch, answer))
+    echoes.end("ns/a", base, patch, answer)
 
 
 def test_the_reconcilers_own_pool_write_wakes_no_pass_and_every_other_change_does(keys: Keys) -> None:
@@ -305,7 +305,7 @@ def test_events_that_come_before_the_writes_answer_wait_for_it(keys: Keys) -> No
     mine = answered(base, status, rv="2")
     echoes.begin("ns/a")
     deliver(cache, POOLS, MODIFIED, mine)
-    echoes.end("ns/a", echo_version(base, status, mine))
+    echoes.end("ns/a", base, status, mine)
     assert keys == [], "the echo came first and was held"
 
     # Another writer's change arrives while the next write is in flight: the pool wakes once
@@ -314,7 +314,14 @@ def test_events_that_come_before_the_writes_answer_wait_for_it(keys: Keys) -> No
     echoes.begin("ns/a")
     deliver(cache, POOLS, MODIFIED, theirs)
     assert keys == [], "held until the answer"
-    echoes.end("ns/a", None)  # the write failed, say
+    echoes.end("ns/a", mine, status, None)  # the write failed, say
+    assert keys == ["ns/a"]
+    keys.clear()
+
+    # An answer that is no object's JSON is no echo, and what the write held is let go.
+    echoes.begin("ns/a")
+    deliver(cache, POOLS, MODIFIED, {**theirs, "metadata": {**theirs["metadata"], "resourceVersion": "4"}})
+    echoes.end("ns/a", theirs, status, {"metadata": "?"})
     assert keys == ["ns/a"]
 
 
