@@ -156,6 +156,9 @@ class SizeResult:
     converge_writes: dict[str, int] = field(default_factory=dict)
     converge_writes_by_kind: dict[str, int] = field(default_factory=dict)
     writes_per_pool: float | None = None
+    #: The reconcile passes until every pool was Ready, by the action their log line names.
+    converge_passes: dict[str, int] = field(default_factory=dict)
+    passes_per_pool: float | None = None
     idle_cpu_seconds: float | None = None
     idle_github: dict[str, int] = field(default_factory=dict)
     deletion_deregistered: float | None = None
@@ -305,6 +308,19 @@ def by_kind(writes: Counter[str] | dict[str, int]) -> dict[str, int]:
     for verb_resource, count in writes.items():
         kinds[verb_resource.split(" ", 1)[1]] += count
     return dict(kinds.most_common())
+
+
+def passes(log: Path, until: datetime) -> Counter[str]:
+    """The operator's reconcile passes logged before ``until``, by action (``noop``: a pass
+    that found nothing to do). Read from its JSON log: one "reconciled pool" line a pass."""
+    actions: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        if '"reconciled pool"' not in line:
+            continue
+        record = json.loads(line)
+        if datetime.fromisoformat(record["time"]) < until:
+            actions[record["action"]] += 1
+    return actions
 
 
 def _versions(api_client: client.ApiClient) -> dict[str, str]:
@@ -530,6 +546,8 @@ class SizeRun:
             result.ready_p50, result.ready_p99 = percentile(ready, 50), percentile(ready, 99)
         if result.converged:
             result.all_ready = max(watcher.ready_at.values()) - start
+            done = passes(self.operator.log_path, converged_at)
+            result.converge_passes, result.passes_per_pool = dict(done.most_common()), done.total() / n
             self.sampler.mark("all Ready", max(watcher.ready_at.values()))
         result.series.update(
             token_seconds=tokens,
@@ -710,6 +728,7 @@ ROWS = (
     ("all runner pods exist after", "all_pods_exist", " s", 2),
     ("pod creates in flight at once (peak)", "peak_pod_creates", "", 0),
     ("API writes to converge/pool", "writes_per_pool", "", 2),
+    ("reconcile passes to converge/pool", "passes_per_pool", "", 2),
     ("API writes, quiet window (audit)", "audit_writes", "", 0),
     ("objects changed, quiet window", "changed_objects", "", 0),
     ("GitHub requests/pool/hour", "github_per_pool_hour", "", 2),
@@ -893,6 +912,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  N={r.pools}: {note}")
         if r.converge_writes:
             print(f"  N={r.pools}: writes to converge: {r.converge_writes}")
+        if r.converge_passes:
+            print(f"  N={r.pools}: reconcile passes to converge: {r.converge_passes}")
         if r.audit_write_detail:
             print(f"  N={r.pools}: writes in the quiet window: {r.audit_write_detail}")
         print(f"  N={r.pools}: GitHub requests in one simulated hour: {r.github_by_endpoint}")
