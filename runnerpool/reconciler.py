@@ -535,10 +535,13 @@ class Reconciler:
         wait = self._coalesced(run, old, status)
         if wait is not None:
             return wait
-        # A new desiredReplicas is the runner managers' to act on, read from their cache: its
-        # echo wakes one more pass, which asks for their round again should the round this pass
-        # brought forward have read the pool before the write reached the cache.
-        moved = old.get("desiredReplicas") != status.get("desiredReplicas")
+        # A new desiredReplicas of a pool that follows demand is the runner managers' to act
+        # on, read from their cache (a fixed pool's is its spec): its echo wakes one more pass,
+        # which asks for their round again should the round this pass brought forward have
+        # read the pool before the write reached the cache.
+        moved = pool.spec.autoscaling is not None and old.get("desiredReplicas") != status.get(
+            "desiredReplicas"
+        )
         self._patch_pool(
             run, {"status": pool_status.merge_patch(old, status)}, subresource="status", echo=not moved
         )
