@@ -32,6 +32,7 @@ from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.runtime.listwatch import SingleDecodeWatch, StoppableInformer
 from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
+from tests.pools import create_pool, pool_manifest
 
 # --------------------------------------------------------------------------- fakes
 
@@ -584,18 +585,7 @@ def test_the_reconcilers_own_pool_writes_wake_no_pass_on_a_real_api_server(
     informers.start()
     try:
         assert informers.wait_for_sync(timeout=30)
-        custom.create_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
-                "metadata": {"name": "pool-e"},
-                "spec": {"repository": "o/r"},
-            },
-        )
+        create_pool(api_client, namespace, pool_manifest("pool-e", repo="o/r"))
         keys.wait_for(key)
         for patch, subresource in (
             ({"metadata": {"finalizers": ["example.com/x"]}}, ""),

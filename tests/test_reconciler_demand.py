@@ -128,6 +128,37 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> int:
     )
 
 
+def _counting(
+    api_client: client.ApiClient, cache: Cache, clock: Clock, echoes: Echoes | None = None
+) -> tuple[Reconciler, FakeRunnerJobs]:
+    """A reconciler whose runner managers are a fake the test sets the runner counts of."""
+    runners = FakeRunnerJobs()
+    settings = Settings(queue=QueueSettings(status_coalesce=0.0))
+    reconciler = make_reconciler(
+        api_client, reads=cache, runners=runners, settings=settings, clock=clock, echoes=echoes
+    )
+    return reconciler, runners
+
+
+def _warm_pool(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> str:
+    """A pool following demand with minIdle 2 (min 0, max 5), its token, reconciled: two pods, its key."""
+    manifest = pool_manifest(
+        name,
+        repo=REPO,
+        autoscaling={"minReplicas": 0, "maxReplicas": 5, "minIdle": 2, "scaleDownDelay": "1m"},
+    )
+    create_pool(api_client, namespace, manifest)
+    key = f"{namespace}/{name}"
+    reconciler(key)
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(key)
+    assert (
+        _pods(api_client, namespace, name),
+        _pool(api_client, namespace, name)["status"]["desiredReplicas"],
+    ) == (2, 2)
+    return key
+
+
 def _pool_at_zero(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> str:
     """A pool following demand (min 0, max 5, 1 min delay) with its token, reconciled: its key."""
     manifest = pool_manifest(
@@ -199,18 +230,8 @@ def test_a_warm_buffer_is_in_the_decision_before_any_job_and_stays_above_the_job
 ) -> None:
     """minIdle 2: two pods at no demand; a queued job adds the next one at once, and an idle
     runner taking it (queued -> in progress) neither adds nor takes away a pod."""
-    manifest = pool_manifest(
-        "warm",
-        repo=REPO,
-        autoscaling={"minReplicas": 0, "maxReplicas": 5, "minIdle": 2, "scaleDownDelay": "1m"},
-    )
-    create_pool(api_client, namespace, manifest)
-    key = f"{namespace}/warm"
-    reconciler(key)
-    fill_token(api_client, namespace, "warm", "tok", FUTURE)
-    reconciler(key)
+    key = _warm_pool(api_client, namespace, reconciler, "warm")
     status = _pool(api_client, namespace, "warm")["status"]
-    assert (_pods(api_client, namespace, "warm"), status["desiredReplicas"]) == (2, 2)
     scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
     assert scaling["message"] == "2 runner(s) for 0 queued, 0 busy job(s) + 2 idle (minIdle); min 0, max 5"
 
@@ -237,31 +258,9 @@ def test_a_busy_runner_the_runner_manager_counted_restores_the_buffer_in_the_sam
     """minIdle 2 and no delivery: a runner GitHub lists as busy makes room for the next idle
     one in the pass that records the count, not in a pass after it (none follows the
     reconciler's own status write)."""
-    runners, echoes = FakeRunnerJobs(), Echoes()
-    reconciler = make_reconciler(
-        api_client,
-        reads=cache,
-        runners=runners,
-        echoes=echoes,
-        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
-        clock=clock,
-        secrets=FakePoolSecrets(cache, PoolSecrets(by_name_reads(Kube(api_client)), retry_gap=0.0).problem),
-    )
-    manifest = pool_manifest(
-        "buffer",
-        repo=REPO,
-        autoscaling={"minReplicas": 0, "maxReplicas": 5, "minIdle": 2, "scaleDownDelay": "1m"},
-    )
-    create_pool(api_client, namespace, manifest)
-    key = f"{namespace}/buffer"
-    reconciler(key)
-    fill_token(api_client, namespace, "buffer", "tok", FUTURE)
-    reconciler(key)
-    assert (
-        _pods(api_client, namespace, "buffer"),
-        _pool(api_client, namespace, "buffer")["status"]["desiredReplicas"],
-    ) == (2, 2)
-
+    echoes = Echoes()
+    reconciler, runners = _counting(api_client, cache, clock, echoes)
+    key = _warm_pool(api_client, namespace, reconciler, "buffer")
     before = _pool(api_client, namespace, "buffer")
     runners.runner_counts[key] = api.RunnerCounts(online=1, busy=1)
     reconciler(key)
@@ -312,15 +311,7 @@ def test_a_job_reported_running_on_an_unmarked_pod_brings_the_runner_round_forwa
 ) -> None:
     """The busy mark (eviction protection) follows the runner listing; a delivery saying a job
     runs on a pod without the mark asks for the listing now instead of at the next interval."""
-    runners, echoes = FakeRunnerJobs(), Echoes()
-    reconciler = make_reconciler(
-        api_client,
-        reads=cache,
-        runners=runners,
-        echoes=echoes,
-        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
-        clock=clock,
-    )
+    reconciler, runners = _counting(api_client, cache, clock)
     key = _pool_at_zero(api_client, namespace, reconciler, "mark")
     recorder = DemandWriter(Kube(api_client), cache, GitHubSettings(api_url=API).api_url_of, clock=clock)
     recorder.record_job(_job(1, "queued", namespace, "mark"))
