@@ -40,9 +40,10 @@ from tests.test_deploy_manifests import identity
 from testworld.envtest import assets as envtest_assets
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import install_operator_rbac
+from testworld.install import helm as helm_install
 from testworld.install.helm import HelmInstall
 from testworld.install.kustomize import run_time_overlay
-from testworld.install.target import Target
+from testworld.install.target import InstallError, Target
 from testworld.tools import assets as tool_assets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -1103,10 +1104,9 @@ def effective_flags(args: list[str]) -> dict[str, str]:
     return {name: value for name, _, value in (arg.partition("=") for arg in args)}
 
 
-def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_does(tmp_path: Path) -> None:
-    """Both installs of the node suite run the same operator: the same flags (last value wins),
-    environment, images, pull policy and toleration, so the suite's Helm part tests the chart only."""
-    target = Target(
+def _node_target(tmp_path: Path) -> Target:
+    """What the node suite installs into, with made-up addresses (nothing here connects)."""
+    return Target(
         kubectl=envtest_assets.ensure_binaries(("kubectl",))["kubectl"],
         kubeconfig=tmp_path / "kubeconfig",
         operator_image="runnerpool-operator:test-abc",
@@ -1116,6 +1116,12 @@ def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_d
         api_port=6443,
         toleration={"key": "node", "operator": "Exists", "effect": "NoSchedule"},
     )
+
+
+def test_the_test_worlds_helm_values_run_the_operator_as_its_kustomize_overlay_does(tmp_path: Path) -> None:
+    """Both installs of the node suite run the same operator: the same flags (last value wins),
+    environment, images, pull policy and toleration, so the suite's Helm part tests the chart only."""
+    target = _node_target(tmp_path)
     overlay = kustomize(run_time_overlay(target, tmp_path / "overlay"))
     chart = HelmInstall(target, tmp_path / "helm").render()
     for component in ("operator", "webhook-receiver"):
@@ -1178,3 +1184,26 @@ def test_the_receiver_scales_by_replicas_and_keeps_one_through_drains(helm: Path
     assert one(objects, "PodDisruptionBudget", f"{RELEASE}-webhook")["spec"]["minAvailable"] == 1
     single = template(helm, {"webhook": {"replicaCount": 1}})
     assert not [o for o in single if identity(o) == ("PodDisruptionBudget", NAMESPACE, f"{RELEASE}-webhook")]
+
+
+def test_a_helm_install_that_fails_is_still_uninstalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``helm install --wait`` that times out leaves a release whose operators run: the node
+    suite's teardown must remove it. Once it did not, and those operators reconciled the next
+    tests' pools beside the tests' own operator, each deleting the other's pods as outdated."""
+    installer = HelmInstall(_node_target(tmp_path), tmp_path / "helm")
+    helm_calls: list[str] = []
+
+    def run(*args: str, with_values: bool = False) -> str:
+        helm_calls.append(args[0])
+        if args[0] == "install":
+            raise InstallError("helm install failed: context deadline exceeded")
+        return ""
+
+    monkeypatch.setattr(installer, "run", run)
+    monkeypatch.setattr(helm_install, "kubectl", lambda *args, **kwargs: "")
+    with pytest.raises(InstallError):
+        installer.install()
+    installer.uninstall()
+    assert helm_calls == ["install", "uninstall"]

@@ -227,15 +227,19 @@ def installed(
     workdir = tmp_path_factory.mktemp(request.param)
     installer = INSTALLERS[request.param](target, workdir)
     world = Installed(api_client, install_fake, target, installer)
-    installer.install()
-    proxy, proxy_url = _kubectl_proxy(control_plane, kubectl, workdir / "kubectl-proxy.log")
+    proxy: Component | None = None
     try:
+        # Inside the try: an install that fails half-way (a rollout that times out) is removed
+        # too, or its operators run on and reconcile the next tests' pools beside theirs.
+        installer.install()
+        proxy, proxy_url = _kubectl_proxy(control_plane, kubectl, workdir / "kubectl-proxy.log")
         world.sender = install_fake.send_webhooks(proxy_url + WEBHOOK_PATH, webhook_secret())
         yield world
     finally:
         if world.sender is not None:
             install_fake.stop_webhooks(world.sender)
-        proxy.stop()
+        if proxy is not None:
+            proxy.stop()
         # The operator finalizes the tests' pools; only then may it go.
         for name in world.namespaces:
             wait_for(

@@ -99,9 +99,11 @@ class HelmInstall:
 
     def install(self) -> None:
         kubectl(self.target, "apply", "-f", str(NAMESPACE_MANIFEST))
+        # Before the install: one that fails (a --wait that times out) leaves a release whose
+        # operators run, and uninstall_release must remove it.
+        self.installed = True
         # The CRD is the test session's: Helm finds it there and leaves crds/ alone.
         self.run("install", RELEASE, str(CHART), "-n", NAMESPACE, *WAIT, with_values=True)
-        self.installed = True
         self._rolled_out()
 
     def enable(self, namespace: str) -> None:
@@ -128,7 +130,7 @@ class HelmInstall:
         """``helm uninstall``; foreground: ``--wait`` then also waits for the operator's pods."""
         if not self.installed or self.released:
             return
-        self.run("uninstall", RELEASE, "-n", NAMESPACE, "--cascade=foreground", *WAIT)
+        self.run("uninstall", RELEASE, "-n", NAMESPACE, "--cascade=foreground", "--ignore-not-found", *WAIT)
         self.released = True
 
     def uninstall(self) -> None:
