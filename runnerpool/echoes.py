@@ -26,10 +26,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kubernetes.informer import MODIFIED
+
 from runnerpool.domain import pool_key
 from runnerpool.runtime.informers import Event, object_key
+from runnerpool.runtime.store import resource_version
 
-__all__ = ["Echoes", "echo_version", "merge_patch"]
+__all__ = ["Echoes", "apply_merge_patch", "echo_version"]
 
 #: resourceVersions remembered per pool: a pass writes its pool at most three times.
 KEPT_PER_POOL = 4
@@ -37,8 +40,9 @@ KEPT_PER_POOL = 4
 _BOOKKEEPING = ("resourceVersion", "managedFields")
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: ``patch`` applied to ``target`` (neither is changed)."""
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: ``patch`` applied to ``target`` (neither is changed). The other direction, the
+    patch from one status to the next, is ``runnerpool.status.merge_patch``."""
     if not isinstance(patch, Mapping):
         return patch
     out = dict(target) if isinstance(target, Mapping) else {}
@@ -46,7 +50,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = merge_patch(out.get(key), value)
+            out[key] = apply_merge_patch(out.get(key), value)
     return out
 
 
@@ -55,9 +59,8 @@ def _without_bookkeeping(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
-def _version(obj: Mapping[str, Any] | None) -> str | None:
-    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
-    return str(version) if version is not None else None
+def _version(obj: Mapping[str, Any]) -> str | None:
+    return resource_version(obj) or None
 
 
 def echo_version(
@@ -65,7 +68,7 @@ def echo_version(
 ) -> str | None:
     """The resourceVersion of ``answer`` if it is ``base`` with ``patch`` applied and nothing
     else (then its event is an echo); ``None`` otherwise, or when the write failed."""
-    if answer is None or _without_bookkeeping(merge_patch(base, patch)) != _without_bookkeeping(answer):
+    if answer is None or _without_bookkeeping(apply_merge_patch(base, patch)) != _without_bookkeeping(answer):
         return None
     return _version(answer)
 
@@ -111,7 +114,7 @@ class Echoes:
     def echo(self, event: Event) -> bool:
         """Whether the event only shows one of the reconciler's own writes (or is held until
         the write in flight is answered)."""
-        if event.type != "MODIFIED" or event.old is None:
+        if event.type != MODIFIED or event.old is None:
             return False
         version = _version(event.obj)
         if version is None or version == _version(event.old):

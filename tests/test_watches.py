@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from runnerpool import api, naming
 from runnerpool.demand.matching import job_scope_keys
 from runnerpool.demand.writer import DemandWriter
-from runnerpool.echoes import Echoes, merge_patch
+from runnerpool.echoes import Echoes, apply_merge_patch
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.informers import informer_count
 from runnerpool.runtime.kube import Kube
@@ -236,14 +236,14 @@ def test_an_owner_change_enqueues_the_old_owner_and_the_new(cache: PoolCache, ke
 
 def answered(base: dict[str, Any], patch: dict[str, Any], rv: str) -> dict[str, Any]:
     """What the API server answers a patch that nothing else raced: the patched object."""
-    out = merge_patch(base, patch)
+    out = apply_merge_patch(base, patch)
     out["metadata"] = {**out["metadata"], "resourceVersion": rv, "managedFields": [{"manager": "x"}]}
     return out
 
 
-def test_merge_patch_is_rfc_7386() -> None:
+def test_apply_merge_patch_is_rfc_7386() -> None:
     target = {"a": {"b": 1, "c": [1, 2]}, "d": "keep", "gone": 1}
-    patched = merge_patch(target, {"a": {"b": None, "c": [3], "e": {"f": 1}}, "gone": None})
+    patched = apply_merge_patch(target, {"a": {"b": None, "c": [3], "e": {"f": 1}}, "gone": None})
     assert patched == {"a": {"c": [3], "e": {"f": 1}}, "d": "keep"}
     assert target == {"a": {"b": 1, "c": [1, 2]}, "d": "keep", "gone": 1}, "the target is not changed"
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from kubernetes.informer.cache import ObjectCache
 
-__all__ = ["NAMESPACE", "Decode", "Index", "Obj", "Store", "clone"]
+__all__ = ["NAMESPACE", "Decode", "Index", "Obj", "Store", "clone", "resource_version"]
 
 Obj = dict[str, Any]
 #: An object's view for its readers; must not raise (represent a bad object in the view).
@@ -48,7 +48,8 @@ def _namespace_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("namespace") or "")
 
 
-def _resource_version(obj: Obj) -> str:
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """``metadata.resourceVersion``, "" when the object has none."""
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
@@ -138,7 +139,7 @@ class Store(ObjectCache):  # type: ignore[misc]  # kubernetes is untyped (pyproj
     def _view(self, obj: Obj, old: Obj | None, old_view: Any) -> Any:
         if self._decode is None:
             return obj
-        if old is not None and old_view is not None and _resource_version(old) == _resource_version(obj):
+        if old is not None and old_view is not None and resource_version(old) == resource_version(obj):
             return old_view  # a relist brought the same version back: parsed already
         return self._decode(obj)
 
