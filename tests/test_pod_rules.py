@@ -67,6 +67,27 @@ def test_the_hash_changes_with_the_template_only() -> None:
     assert base not in changed and len(set(changed)) == len(changed)
 
 
+def test_the_template_is_built_once_per_spec_whichever_version_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconciler and the runner managers ask with parses of different resourceVersions
+    (every status write makes one): an equal spec is the same template, hashed once; a changed
+    one is hashed again."""
+    built: list[str] = []
+    real = template.pod_template
+
+    def counted(p: api.RunnerPool, image: str, url: str) -> dict[str, Any]:
+        built.append(p.name)
+        return real(p, image, url)
+
+    monkeypatch.setattr(template, "pod_template", counted)
+    spec, url = {"labels": ["memo-once"]}, "https://api.github.com"
+    first = template.wanted_hash(pool(**spec), "img:1", url)
+    for _ in range(3):  # a new parse each time, as after each write of the pool
+        assert template.wanted_hash(pool(**spec), "img:1", url) == first
+    assert len(built) == 1
+    assert template.wanted_hash(pool(**spec, busyGracePeriod="30m"), "img:1", url) != first
+    assert len(built) == 2
+
+
 def _runner_env(pod: dict[str, Any]) -> dict[str, str]:
     [container] = pod["spec"]["containers"]
     return {e["name"]: e.get("value") for e in container["env"]}
