@@ -240,7 +240,7 @@ def test_a_runner_manager_replaced_while_its_listing_hangs_lists_at_once(schedul
     world = _token_world(scheduler, github)
     world.secrets[(NS, ref.credential_secret_name)] = {"token": "ghp_x"}
     managers = _managers(scheduler, world.clients, cache)
-    key = str(ListingKey.of(ref.api_url, ref.scope))
+    key = str(ListingKey.of(ref))
     try:
         managers.start(ref)
         wait_for(lambda: stale.held() == 1, message="the first listing to be in flight")
@@ -267,7 +267,7 @@ def test_a_runner_manager_replaced_while_its_listing_hangs_lists_at_once(schedul
         job = scheduler.get_job(key)
         assert job is not None and job.next_run_time == next_run
         assert managers.counts(NS, "build") == counts
-        latest = managers.listing.latest(ListingKey.of(ref.api_url, ref.scope))
+        latest = managers.listing.latest(ListingKey.of(ref))
         assert latest is not None and [r.id for r in latest.runners] == [1]
     finally:
         stale.open()
@@ -350,7 +350,7 @@ class Model:
         self.tokens.updater.check_secret(NS, ref.name, encoded, recreated=False)
         # The next event comes once the scheduler has submitted the runs due now: they are in
         # flight (held at the gate, if they reached GitHub) when it replaces their jobs.
-        jobs = (ref.key, str(ListingKey.of(ref.api_url, ref.scope)))
+        jobs = (ref.key, str(ListingKey.of(ref)))
         wait_for(
             lambda: all(_submitted(self.scheduler, job) for job in jobs),
             message="the due runs to be submitted",

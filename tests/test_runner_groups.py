@@ -13,7 +13,7 @@ import responses
 from github import Auth
 
 from runnerpool.domain import Scope
-from runnerpool.github.errors import BadCredentials, RateLimited
+from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
 from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, PyGithubClient
@@ -215,6 +215,23 @@ def test_a_failing_scope_backs_off_and_says_the_same_again() -> None:
             groups.resolve(github, ORG, "GPU")
     assert len(github.group_requests) == 1, "no request while the scope backs off"
     assert caught.value.retry_after == pytest.approx(30.0)
+
+
+def test_one_credentials_failure_does_not_refuse_anothers_look_ups() -> None:
+    """Another tenant's pool of the organization, behind a proxy that stalls, backs off
+    alone: this pool's credential still asks, and gets its group."""
+    stalled, own = fake(), fake()
+
+    def stall(scope: Scope) -> list[RunnerGroup]:
+        raise Unavailable("GET /orgs/octo-org/actions/runner-groups: timed out")
+
+    stalled.runner_groups = stall  # type: ignore[method-assign]
+    groups = RunnerGroups(clock=Clock())
+    with pytest.raises(Unavailable):
+        groups.resolve(stalled, ORG, "GPU")
+
+    assert groups.resolve(own, ORG, "GPU").id == 7
+    assert own.group_requests == [("groups", ORG)]
 
 
 def test_the_cache_is_bounded() -> None:

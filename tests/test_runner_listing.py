@@ -23,9 +23,9 @@ from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
 from runnerpool.github.pygithub import PyGithubClient
-from runnerpool.github.types import RateLimit, Runner
+from runnerpool.github.types import DeleteOutcome, RateLimit, Runner
 from runnerpool.reads import ParsedPool, parse_pool
-from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners
+from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import RunnerSettings
 from tests.github_mocks import API, RunnerEndpoint, fast_client_factory, gh, github
@@ -39,6 +39,16 @@ ORG = Scope(organization="octo-org")
 REPO = Scope(repository="octo-org/octo-repo")
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 CREDENTIAL = f"{NS}/{naming.DEFAULT_CREDENTIAL_SECRET}"
+#: The listing of the organization with the namespace's default credential Secret.
+ORG_KEY = ListingKey.of(
+    PoolRef(
+        namespace=NS,
+        name="any",
+        scope=ORG,
+        credential_secret_name=naming.DEFAULT_CREDENTIAL_SECRET,
+        api_url=API,
+    )
+)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -202,10 +212,11 @@ def test_two_pools_in_one_organization_share_one_listing(
     org.add(3, "b-1", [f"{NS}/b"], status="offline")
     for ref in (harness.cache.add("a", org="octo-org"), harness.cache.add("b", org="Octo-Org")):
         harness.managers.start(ref)
-    harness.managers.start(harness.cache.add("c", repo="octo-org/octo-repo"))
-    org_key = ListingKey.of(API, ORG)
+    repo_ref = harness.cache.add("c", repo="octo-org/octo-repo")
+    harness.managers.start(repo_ref)
+    org_key = ORG_KEY
 
-    assert harness.managers.scopes() == [org_key, ListingKey.of(API, REPO)]
+    assert harness.managers.scopes() == [org_key, ListingKey.of(repo_ref)]
     assert sorted(job.id for job in harness.scheduler.get_jobs()) == sorted(
         map(str, harness.managers.scopes())
     )
@@ -233,7 +244,7 @@ def test_stopping_the_last_pool_of_a_scope_ends_its_manager(
     RunnerEndpoint(github, "/orgs/octo-org").add(1, "a-1", [f"{NS}/a"])
     for name in ("a", "b"):
         harness.managers.start(harness.cache.add(name, org="octo-org"))
-    key = ListingKey.of(API, ORG)
+    key = ORG_KEY
     harness.managers.sync(key)
 
     harness.managers.stop(NS, "a")
@@ -252,14 +263,71 @@ def test_a_credential_that_cannot_see_the_scope_does_not_blind_the_others(
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     endpoint.add(1, "b-1", [f"{NS}/b"])
     harness.secrets[(NS, "other-cred")] = {PAT_KEY: "ghp_other_test_token"}
-    harness.managers.start(harness.cache.add("a", org="octo-org", credentialSecretName="missing-cred"))
-    harness.managers.start(harness.cache.add("b", org="octo-org", credentialSecretName="other-cred"))
+    blind = harness.cache.add("a", org="octo-org", credentialSecretName="missing-cred")
+    seeing = harness.cache.add("b", org="octo-org", credentialSecretName="other-cred")
+    for ref in (blind, seeing):
+        harness.managers.start(ref)
 
-    harness.managers.sync(ListingKey.of(API, ORG))
+    harness.managers.sync(ListingKey.of(blind))
+    harness.managers.sync(ListingKey.of(seeing))
 
     assert endpoint.listed == [(1, 200)]
     assert github.calls[0].request.headers["Authorization"] == "token ghp_other_test_token"
     assert sample("runnerpool_runners", namespace=NS, pool="b", state="online") == 1
+
+
+@dataclass
+class _SaysWhatItLikes:
+    """A GitHub client whose answers its owner controls (another tenant's ``spec.proxy`` and
+    ``spec.githubServerTLS`` can make api.github.com say anything to its own credential)."""
+
+    runners: list[Runner]
+    deleted: list[int] = field(default_factory=list)
+
+    def list_runners(self, scope: Scope) -> list[Runner]:
+        return list(self.runners)
+
+    def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
+        self.deleted.append(runner_id)
+        return DeleteOutcome.DELETED
+
+
+@dataclass
+class _ClientPerSecret:
+    by_secret: dict[str, _SaysWhatItLikes]
+
+    def get(self, namespace: str, secret_name: str, base_url: str, connection: Any = None) -> Any:
+        return self.by_secret[secret_name]
+
+
+def test_pools_act_only_on_listings_their_own_credential_made() -> None:
+    """A pool deletes runners with its own credential on what a listing says: another pool of
+    the organization (another tenant's, say) must not be the one that made that listing."""
+    lies = [
+        Runner(id=i, name=f"victim-{i}", status="offline", busy=False, labels=(f"{NS}/victim",))
+        for i in (101, 102)
+    ]
+    attacker, victim = _SaysWhatItLikes(lies), _SaysWhatItLikes([])
+    cache = Cache()
+    managers = RunnerManagers(
+        cache,
+        _ClientPerSecret({"attacker-cred": attacker, "victim-cred": victim}),
+        Pods(),
+        lambda key: None,
+        settings=RunnerSettings(sync_interval=60),
+        clock=lambda: NOW,
+        scheduler=BackgroundScheduler(timezone=UTC),
+    )
+    # "attacker" sorts first: one shared listing was made with the first pool's credential.
+    managers.start(cache.add("attacker", org="octo-org", credentialSecretName="attacker-cred"))
+    managers.start(cache.add("victim", org="octo-org", credentialSecretName="victim-cred"))
+
+    for key in managers.scopes():
+        managers.sync(key)
+
+    assert victim.deleted == [] and attacker.deleted == []
+    assert managers.counts(NS, "victim") == runner_counts([])
+    assert len(managers.scopes()) == 2
 
 
 def test_a_finished_listing_is_not_served_to_a_later_caller(github: responses.RequestsMock) -> None:
@@ -267,7 +335,7 @@ def test_a_finished_listing_is_not_served_to_a_later_caller(github: responses.Re
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     client = fast_client_factory({PAT_KEY: "ghp_fold"}, API)
     listing = SharedListing()
-    key = ListingKey.of(API, ORG)
+    key = ORG_KEY
 
     listing.fetch(key, ORG, client)
     endpoint.add(1, "late", ["ns/p"])
@@ -287,7 +355,7 @@ def test_low_budget_is_exported_and_slows_the_listing(
     endpoint.add(1, "a-1", [f"{NS}/a"])
     reset = int(NOW.timestamp()) + 3600
     harness.managers.start(harness.cache.add("a", org="octo-org"))
-    key = ListingKey.of(API, ORG)
+    key = ORG_KEY
 
     endpoint.rate_limit = (4000, 5000, reset)
     assert harness.managers.sync(key) == 60
@@ -314,7 +382,7 @@ def test_a_rate_limited_listing_waits_for_the_reset(harness: Harness, github: re
         headers={"x-ratelimit-remaining": "0", "x-ratelimit-limit": "5000", "x-ratelimit-reset": str(reset)},
     )
     harness.managers.start(harness.cache.add("a", org="octo-org"))
-    key = ListingKey.of(API, ORG)
+    key = ORG_KEY
     failures = sample("runnerpool_runner_listing_failures_total", scope=str(key), reason="RateLimited")
 
     delay = harness.managers.sync(key)
@@ -342,7 +410,7 @@ def test_a_started_manager_lists_at_once_then_every_interval(github: responses.R
         settings=RunnerSettings(sync_interval=60),
         scheduler=scheduler,
     )
-    key = ListingKey.of(API, ORG)
+    key = ORG_KEY
     try:
         started = datetime.now(UTC)
         managers.start(cache.add("a", org="octo-org"))

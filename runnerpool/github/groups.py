@@ -103,7 +103,7 @@ class RunnerGroups:
         key = ("group", _client_key(client), scope.key, name.lower())
         entry = self._cached(key)
         if entry is None:
-            entry = self._ask(key, scope, lambda: self._find(client, scope, name))
+            entry = self._ask(key, (_client_key(client), scope.key), lambda: self._find(client, scope, name))
         if entry.error is not None:
             raise entry.error
         assert entry.group is not None
@@ -123,7 +123,7 @@ class RunnerGroups:
         if entry is None:
             entry = self._ask(
                 key,
-                scope,
+                (_client_key(client), scope.key),
                 lambda: _Entry(
                     self._clock() + self._ttl,
                     members=frozenset(m.lower() for m in client.runner_group_members(scope, group.id)),
@@ -161,9 +161,11 @@ class RunnerGroups:
             ),
         )
 
-    def _ask(self, key: Hashable, scope: Scope, fetch: Callable[[], _Entry]) -> _Entry:
-        """One GitHub look-up, unless the scope backs off; a 404 on the scope is an answer."""
-        refusal = self._backoff.refusal(scope.key)
+    def _ask(self, key: Hashable, whose: Hashable, fetch: Callable[[], _Entry]) -> _Entry:
+        """One GitHub look-up, unless ``whose`` (a credential's view of a scope) backs off; a 404
+        on the scope is an answer. The backoff is per credential, not per scope: another
+        tenant's failing credential or stalling proxy must not refuse this one's look-ups."""
+        refusal = self._backoff.refusal(whose)
         if refusal is not None:
             raise refusal
         try:
@@ -171,9 +173,9 @@ class RunnerGroups:
         except NotFound as err:
             entry = _Entry(self._clock() + self._missing_ttl, error=err)
         except GitHubError as err:
-            self._backoff.failed(scope.key, err)
+            self._backoff.failed(whose, err)
             raise
-        self._backoff.succeeded(scope.key)
+        self._backoff.succeeded(whose)
         with self._lock:
             self._entries[key] = entry
             self._entries.move_to_end(key)

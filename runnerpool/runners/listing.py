@@ -1,4 +1,4 @@
-"""One runner listing per scope, shared by every pool registered there.
+"""One runner listing per scope and credential, shared by every pool that lists with it.
 
 GitHub only lists runners per repository or organization, and tells pools apart by the
 ``<namespace>/<pool>`` label every runner of a pool carries. meows lists the whole scope once
@@ -14,18 +14,26 @@ enough (the finalizers of many pools of one scope, deleted at once) ask ``recent
 the latest listing if it started late enough, lists at most once per ``gap`` otherwise, and
 tells the others how long to wait, so deleting a hundred pools of a scope no longer lists
 it a hundred times (twice: once to deregister, once to confirm).
+
+A listing is shared only by pools that would make it with the same credential: one namespace,
+one credential Secret, one route (``spec.proxy``, ``spec.githubServerTLS``). A pool acts on its
+listing with its own credential (deletes runners, marks pods busy), so a listing made by
+another tenant's credential and route, which that tenant controls (a proxy and a CA of their
+own answer for api.github.com), must never be what a pool acts on; nor may another tenant's
+failing credential or stalling proxy leave a pool without any listing.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from runnerpool import api, naming
-from runnerpool.domain import Scope, api_url_key, utcnow
+from runnerpool.domain import Connection, PoolRef, Scope, api_url_key, pool_key, utcnow
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import Runner
 
@@ -34,17 +42,33 @@ __all__ = ["ListingKey", "SharedListing", "Snapshot", "pool_runners", "runner_co
 
 @dataclass(frozen=True)
 class ListingKey:
-    """Which listing: the same organization on github.com and on a GHES host are two."""
+    """Which listing: a scope on one GitHub host, as one namespace's credential Secret sees it
+    over one route (see the module docstring). The same organization on github.com and on a
+    GHES host are two; so are two namespaces' pools of one organization."""
 
     api_url: str
     scope_key: str
+    #: ``namespace/secret`` of the credential the listing is made with.
+    credential: str
+    connection: Connection | None = None
 
     @classmethod
-    def of(cls, api_url: str, scope: Scope) -> ListingKey:
-        return cls(api_url_key(api_url), scope.key)
+    def of(cls, pool: PoolRef) -> ListingKey:
+        return cls(
+            api_url_key(pool.api_url),
+            pool.scope.key,
+            pool_key(pool.namespace, pool.credential_secret_name),
+            pool.connection,
+        )
 
     def __str__(self) -> str:
-        return f"{self.scope_key}@{self.api_url}"
+        """Unique per key: job ids and metric labels."""
+        route = "" if self.connection is None else f" via {_digest(repr(self.connection))}"
+        return f"{self.scope_key}@{self.api_url} as {self.credential}{route}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 @dataclass(frozen=True)

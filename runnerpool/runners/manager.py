@@ -1,16 +1,17 @@
-"""One runner manager per scope: list the scope's runners, then act for each of its pools.
+"""One runner manager per scope and credential: list the scope's runners, then act for each of
+its pools that list with that credential.
 
-Scheduling: one APScheduler job per scope (repository or organization on one GitHub host,
-see ``ListingKey``), run by a small thread pool (``RunnerSettings.threads``) so that hundreds
-of repository-scoped pools neither need hundreds of threads nor send hundreds of concurrent
-requests (GitHub's secondary limits start at 100). A scope's run never overlaps itself
-(``runnerpool.scheduling``); each run sets its own next run time from the budget rule
-(``runnerpool.github.budget``). A scope whose job was replaced (its last pool went and a new
-one came, e.g. the pool's credential Secret changed) runs the new job at once; the old run
-stops acting at its next step and leaves the new job's schedule alone. The reconciler
-registers a pool with ``start`` on every converge and removes it with ``stop`` when the pool
-goes; the last pool of a scope removes the scope's job. The operator runs this only on the
-leader, like the workers.
+Scheduling: one APScheduler job per listing (repository or organization on one GitHub host, as
+one namespace's credential Secret sees it: ``ListingKey``), run by a small thread pool
+(``RunnerSettings.threads``) so that hundreds of repository-scoped pools neither need hundreds
+of threads nor send hundreds of concurrent requests (GitHub's secondary limits start at 100). A
+scope's run never overlaps itself (``runnerpool.scheduling``); each run sets its own next run
+time from the budget rule (``runnerpool.github.budget``). A scope whose job was replaced (its
+last pool went and a new one came, e.g. the pool's credential Secret changed) runs the new job
+at once; the old run stops acting at its next step and leaves the new job's schedule alone. The
+reconciler registers a pool with ``start`` on every converge and removes it with ``stop`` when
+the pool goes; the last pool of a scope removes the scope's job. The operator runs this only on
+the leader, like the workers.
 
 A run lists the scope once through the shared listing, then for each pool: publishes its
 runner counts (and enqueues the pool when they changed, so the reconciler writes
@@ -48,7 +49,7 @@ from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
-from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
+from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome
 from runnerpool.reads import Reads
@@ -101,10 +102,6 @@ class KubePods:
 
 #: "Started after that listing": a listing's start time plus the clock's resolution.
 _LATER = timedelta(microseconds=1)
-
-
-def _listing_key(ref: PoolRef) -> ListingKey:
-    return ListingKey.of(ref.api_url, ref.scope)
 
 
 class RunnerManagers:
@@ -165,7 +162,7 @@ class RunnerManagers:
 
     def start(self, pool: PoolRef) -> None:
         """Manage ``pool``'s runners; a new scope gets its first run now."""
-        key = _listing_key(pool)
+        key = ListingKey.of(pool)
         with self._lock:
             if self._refs.get(pool.key) == pool:
                 return
@@ -225,7 +222,7 @@ class RunnerManagers:
         Either way the raised error's ``retry_after`` is the scope's wait, which the finalizer
         follows.
         """
-        key = _listing_key(pool)
+        key = ListingKey.of(pool)
         refusal = self._backoff.refusal(key)
         if refusal is not None:
             raise refusal
@@ -298,7 +295,7 @@ class RunnerManagers:
 
     def _detach(self, ref: PoolRef) -> None:
         """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""
-        key = _listing_key(ref)
+        key = ListingKey.of(ref)
         members = self._scopes.get(key, {})
         members.pop(ref.key, None)
         if members:
@@ -321,7 +318,7 @@ class RunnerManagers:
             ref = self._refs.get(f"{namespace}/{name}")
             if ref is None:
                 return
-            key = _listing_key(ref)
+            key = ListingKey.of(ref)
             if key in self._brought_forward:
                 return  # already brought forward, or noted by the run in progress
             self._brought_forward.add(key)
@@ -417,24 +414,11 @@ class RunnerManagers:
         return self._next_delay(key, github, snapshot, retry_after)
 
     def _list(self, key: ListingKey, refs: list[PoolRef]) -> tuple[Snapshot, GitHubClient]:
-        """List with the first pool credential that can: pools of one scope may use different
-        Secrets, and one that cannot see the scope must not blind the others."""
-        failure: GitHubError | CredentialError | None = None
-        tried: set[str] = set()
-        for ref in refs:
-            secret = pool_key(ref.namespace, ref.credential_secret_name)
-            if secret in tried:
-                continue
-            tried.add(secret)
-            try:
-                github = self._clients.get(
-                    ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection
-                )
-                return self.listing.fetch(key, ref.scope, github), github
-            except (BadCredentials, NotFound, CredentialError) as err:
-                failure = err
-        assert failure is not None
-        raise failure
+        """List with the credential the key names (every pool of ``refs`` uses it: ``ListingKey``).
+        Another Secret's failure cannot blind these pools: it lists under a key of its own."""
+        ref = refs[0]
+        github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
+        return self.listing.fetch(key, ref.scope, github), github
 
     @log_context.runs_for_pool
     def _sync_pool(self, ref: PoolRef, snapshot: Snapshot, halted: Callable[[], bool]) -> None:
