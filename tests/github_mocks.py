@@ -128,6 +128,9 @@ class RunnerEndpoint:
     deleted: list[tuple[int, int]] = field(default_factory=list)
     #: Request headers of every listing request.
     list_headers: list[Mapping[str, str]] = field(default_factory=list)
+    #: Called with the page number after each listing answer: runners that come and go
+    #: while a listing's pages are read.
+    after_page: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         base = f"{self.scope_path}/actions/runners"
@@ -168,6 +171,8 @@ class RunnerEndpoint:
         self.list_headers.append(dict(request.headers))
         status = 304 if request.headers.get("If-None-Match") == headers["ETag"] else 200
         self.listed.append((page, status))
+        if self.after_page is not None:
+            self.after_page(page)
         return (
             (status, headers, "")
             if status == 304

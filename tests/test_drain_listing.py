@@ -175,3 +175,56 @@ def test_a_runner_listed_busy_is_listed_again_before_the_next_try(github: respon
     clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
 
     assert managers.drain(ref) == Drain(busy=0, deregistered=1)
+
+
+def _running(name: str, started: datetime) -> dict[str, Any]:
+    """A pod whose runner container runs since ``started`` (the kubelet says whole seconds)."""
+    running = {"startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    container = {"name": naming.RUNNER_CONTAINER, "restartCount": 0, "state": {"running": running}}
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "5"},
+        "status": {"phase": "Running", "containerStatuses": [container]},
+    }
+
+
+def test_a_pod_whose_runner_took_a_job_after_the_listing_is_not_deleted(
+    github: responses.RequestsMock,
+) -> None:
+    """The listing the drain reuses (up to a kick gap old) started before this pod's runner
+    registered and took a job: the pod waits for a listing that can show its runner."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    other, build = cache.add("other", org="octo-org"), cache.add("build", org="octo-org")
+    assert managers.drain(other) == Drain(busy=0, deregistered=0)  # the scope's listing: empty
+    clock.now += timedelta(seconds=0.5)
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build"], busy=True)  # registered, and took a job
+    cache.pods[(NS, "build")] = [_running("build-aaaaa", clock.now)]
+    clock.now += timedelta(seconds=0.5)
+
+    kept = managers.drain(build)
+
+    assert pods.deleted == [], "a pod whose runner runs a job was deleted"
+    assert kept.pods_left == 1 and len(endpoint.listed) == 1
+    clock.now += timedelta(seconds=KICK_GAP)
+    assert managers.drain(build).busy == 1, "the next listing shows the job"
+    assert pods.deleted == []
+    endpoint.runners[7]["busy"] = False  # the job is done
+    clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_deleted=1, pods_left=1)
+    assert pods.deleted == ["build-aaaaa"]
+
+
+def test_a_running_pod_whose_runner_no_later_listing_shows_is_deleted_at_once(
+    github: responses.RequestsMock,
+) -> None:
+    """Its runner is gone (deregistered by an earlier pass, say): no wait for the container."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_running("build-bbbbb", clock.now - timedelta(minutes=1))]
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
+    assert pods.deleted == ["build-bbbbb"]

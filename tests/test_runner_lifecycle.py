@@ -23,12 +23,14 @@ from runnerpool.runners.lifecycle import (
     PodView,
     busy_mark_change,
     decide_pod,
+    drained,
     plan,
     runners_to_collect,
 )
 from runnerpool.runners.listing import pool_runners, runner_counts
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+RUNNING = "running"
 DAY = timedelta(hours=24)
 
 
@@ -46,6 +48,7 @@ def pod_json(
     deleting: bool = False,
     marked: bool = False,
     annotations: dict[str, str] | None = None,
+    started: timedelta | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -61,8 +64,14 @@ def pod_json(
         meta["annotations"] = annotations
     statuses = []
     if state is not None:
+        detail = {"startedAt": (NOW - started).strftime("%Y-%m-%dT%H:%M:%SZ")} if started is not None else {}
         statuses = [
-            {"name": "runner", "restartCount": restarts, "state": {state: {}}, "ready": state == "running"},
+            {
+                "name": "runner",
+                "restartCount": restarts,
+                "state": {state: detail},
+                "ready": state == "running",
+            },
             {"name": "sidecar", "restartCount": 9, "state": {"terminated": {}}, "ready": False},
         ]
     return {"metadata": meta, "status": {"phase": phase, "containerStatuses": statuses}}
@@ -227,6 +236,33 @@ def test_a_running_container_is_only_ever_freed_by_deregistration(
         if view.runner_running:
             assert decision.action is not Action.DELETE_POD
             assert not decision.delete_if_gone
+
+
+# -- a deleted pool's pods -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("started", "kept"),
+    [(None, True), (timedelta(0), True), (timedelta(seconds=1), True), (timedelta(seconds=2), False)],
+    ids=["start-unknown", "started-as-listed", "started-1s-before", "started-2s-before"],
+)
+def test_a_drained_pools_running_pod_that_was_not_listed_waits_for_a_listing_after_its_start(
+    started: timedelta | None, kept: bool
+) -> None:
+    """Its runner registered before the container started: a listing that began well after
+    that would show it (busy, perhaps); an older one may have missed it."""
+    decision = drained(pod(started=started), None, listing_started=NOW)
+    assert decision.action is (Action.KEEP if kept else Action.DELETE_POD)
+    assert decision.runner is None
+
+
+def test_a_drained_pools_pod_goes_with_its_deregistered_runner_or_a_stopped_container() -> None:
+    gone = drained(pod(started=timedelta(0)), runner(), NOW)
+    assert gone.action is Action.DELETE_POD and gone.runner is not None  # any version of the pod
+    for state in ("waiting", "terminated", None):
+        stopped = drained(pod(state=state), None, NOW)
+        assert stopped.action is Action.DELETE_POD and stopped.runner is None  # with its version
+    assert drained(pod(deleting=True), runner(), NOW).action is Action.KEEP
 
 
 # -- garbage collection ----------------------------------------------------------------------

@@ -146,6 +146,28 @@ def test_listing_follows_link_pages_of_100(harness: Harness, github: responses.R
     assert all("per_page=100" in call.request.url for call in github.calls)
 
 
+def test_a_runner_moved_onto_a_page_already_read_is_not_missed(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """GitHub pages by number: an ephemeral runner that leaves after page 1 was read moves the
+    busy runner behind it onto page 1, and page 2 starts after it. The page counts disagree,
+    so the listing is read again."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for i, busy in ((1, False), (2, False), (3, True), (4, False)):
+        endpoint.add(i, f"r{i}", ["ns/p"], busy=busy)
+
+    def first_runner_leaves(page: int) -> None:
+        if page == 1:
+            endpoint.runners.pop(1, None)
+
+    endpoint.after_page = first_runner_leaves
+    runners = harness.client().list_runners(ORG)
+
+    assert {r.id: r.busy for r in runners}.get(3) is True, "the busy runner was missed"
+    assert endpoint.listed == [(1, 200), (2, 200), (1, 200), (2, 304)]
+    assert sorted(r.id for r in runners) == [2, 3, 4]
+
+
 def test_unchanged_pages_are_revalidated_and_free(harness: Harness, github: responses.RequestsMock) -> None:
     endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
     for i in range(1, 6):

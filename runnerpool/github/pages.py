@@ -22,6 +22,8 @@ class Page:
     etag: str
     items: tuple[Any, ...]
     next_url: str | None
+    #: The listing's ``total_count`` when the page said it (runners' pages do).
+    total: int | None = None
 
 
 class PageCache:

@@ -80,6 +80,8 @@ transport.install()
 #: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
 #: broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
+#: Reads of a runner listing whose pages disagree on ``total_count`` (see ``list_runners``).
+RUNNER_LISTING_ATTEMPTS = 3
 #: The reason of the refusal to use a GitHub App on an enterprise scope.
 ENTERPRISE_NEEDS_PAT = Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN
 #: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
@@ -321,22 +323,45 @@ class PyGithubClient:
 
     def list_runners(self, scope: Scope) -> list[Runner]:
         """All pages, each revalidated with its ETag; a runner that moved between pages while
-        they were read is reported once."""
+        they were read is reported once.
+
+        GitHub pages by number: a runner removed while later pages are still to come (an
+        ephemeral runner of any pool of the scope, done with its job) moves the next one onto
+        a page already read, and that runner is missed, busy or not. Pages whose
+        ``total_count`` differ say so: the listing is read again, up to
+        ``RUNNER_LISTING_ATTEMPTS`` times, and if the count never holds still, every runner any
+        attempt saw is reported (one that left meanwhile answers 404 when deleted; a missed
+        busy one would be a pod taken from under its job).
+        """
         self._refuse_app_for_enterprise(scope)
         what = f"GET /{scope.path}/actions/runners"
         endpoint = f"/{scope.path_template}/actions/runners"
-        url = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
+        kind = _Listing(what, endpoint, "runners", functools.partial(parse_runner, what=what))
+        first = f"/{scope.path}/actions/runners?per_page={RUNNERS_PER_PAGE}"
+        seen: dict[int, Runner] = {}
+        for _ in range(RUNNER_LISTING_ATTEMPTS):
+            found, totals = self._runner_pages(first, kind)
+            if len(totals) <= 1:
+                return list(found.values())
+            for runner_id, runner in found.items():
+                seen.setdefault(runner_id, runner)
+            log.info("%s: the runner count changed while its pages were read (%s)", what, sorted(totals))
+        return list(seen.values())
+
+    def _runner_pages(self, url: str, kind: _Listing) -> tuple[dict[int, Runner], set[int]]:
+        """One pass over a runner listing's pages: the runners by id, and the counts the pages gave."""
         found: dict[int, Runner] = {}
+        totals: set[int] = set()
         for _ in range(MAX_RUNNER_PAGES):
-            page = self._page(
-                url, _Listing(what, endpoint, "runners", functools.partial(parse_runner, what=what))
-            )
+            page = self._page(url, kind)
             for runner in page.items:
                 found.setdefault(runner.id, runner)
+            if page.total is not None:
+                totals.add(page.total)
             if page.next_url is None:
-                return list(found.values())
-            url = self._checked_next(page.next_url, what)
-        raise MalformedResponse(f"{what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+                return found, totals
+            url = self._checked_next(page.next_url, kind.what)
+        raise MalformedResponse(f"{kind.what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
 
     def active_jobs(self, repository: str) -> ActiveJobs:
         """Queued and running jobs of one repository, every page conditional.
@@ -458,10 +483,12 @@ class PyGithubClient:
             spent.append(1)
         if not isinstance(data, dict) or not isinstance(data.get(key), list):
             raise MalformedResponse(f"{what}: expected an object with a {key} list")
+        total = data.get("total_count")
         page = Page(
             etag=header(response_headers, "etag") or "",
             items=tuple(kind.parse(item) for item in data[key]),
             next_url=next_link(response_headers),
+            total=total if isinstance(total, int) and not isinstance(total, bool) else None,
         )
         if page.etag:
             self._pages.put(url, page)

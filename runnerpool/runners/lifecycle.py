@@ -30,6 +30,14 @@ The invariants, and how the rules keep them:
   ``registration_timeout`` and whose container is not running (stuck pulling its image,
   crash-looping) is replaced; one whose container runs is left to register.
 
+* **A deleted pool's pods** (``drained``) go once the listing shows none of its runners busy:
+  a pod whose runner that listing showed (and the drain deregistered), a pod whose runner
+  container is not running (with its resourceVersion as precondition), or a running one
+  whose runner is missing from a listing that started ``STARTED_MARGIN`` after the
+  container did. A runner is registered before its container starts (token registration
+  in the init container, a JIT runner before its pod exists), so such a listing would
+  show it; an older listing may miss a runner that registered and took a job since.
+
 Scale-down and rollouts choose among the pods kept here: ``runnerpool.runners.retirement``.
 
 A deregistration that GitHub answers with 404 proves only that the runner id the listing
@@ -62,10 +70,16 @@ __all__ = [
     "PodView",
     "busy_mark_change",
     "decide_pod",
+    "drained",
     "plan",
     "replacement",
     "runners_to_collect",
 ]
+
+
+#: How long after a runner container's reported start a listing must have started to show its
+#: runner: ``startedAt`` has whole seconds and comes from the node's clock, not ours.
+STARTED_MARGIN = timedelta(seconds=2)
 
 
 class Action(enum.Enum):
@@ -91,6 +105,8 @@ class PodView:
     runner_restarts: int
     #: The runner container's current state is ``terminated``.
     runner_terminated: bool
+    #: When the runner container's current run started (``None``: not running, or not said).
+    runner_started: datetime | None = None
     #: Carries the operator's busy label (``BUSY_LABEL``).
     busy_marked: bool = False
     #: The busy annotations that carry the operator's own values (only those are removed).
@@ -116,6 +132,7 @@ class PodView:
             runner_running="running" in current and phase not in state.FINISHED_PHASES,
             runner_restarts=int(runner.get("restartCount") or 0),
             runner_terminated="terminated" in current,
+            runner_started=parse_rfc3339((current.get("running") or {}).get("startedAt")),
             busy_marked=busy_marked(pod),
             busy_annotations=frozenset(k for k, v in BUSY_ANNOTATIONS.items() if annotations.get(k) == v),
             template_hash=labels.get(TEMPLATE_HASH_LABEL),
@@ -211,6 +228,23 @@ def replacement(pod: PodView, runner: Runner | None, reason: str) -> PodDecision
         # shows the runner, so that it can be deregistered first.
         return PodDecision(pod, Action.KEEP, "RunnerNotListed")
     return PodDecision(pod, Action.DELETE_POD, reason)
+
+
+def drained(pod: PodView, runner: Runner | None, listing_started: datetime) -> PodDecision:
+    """A deleted pool's pod, once the listing that started at ``listing_started`` showed none of
+    the pool's runners busy and the drain deregistered the idle ones (``runner``: this pod's,
+    if listed). ``DELETE_POD`` with a runner: any version of the pod (its runner is gone on
+    GitHub); without: with its resourceVersion as precondition."""
+    if pod.deleting:
+        return PodDecision(pod, Action.KEEP, "Terminating", runner)
+    if runner is not None:
+        return PodDecision(pod, Action.DELETE_POD, "Deregistered", runner)
+    if not pod.runner_running:
+        return PodDecision(pod, Action.DELETE_POD, "RunnerNotRunning")
+    if pod.runner_started is not None and listing_started >= pod.runner_started + STARTED_MARGIN:
+        return PodDecision(pod, Action.DELETE_POD, "RunnerGone")
+    # Registered after the listing started, perhaps with a job: the next listing will say.
+    return PodDecision(pod, Action.KEEP, "RunnerNotListed")
 
 
 def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:

@@ -205,7 +205,9 @@ class RunnerManagers:
 
     def drain(self, pool: PoolRef) -> Drain:
         """For a deleted pool's finalizer: delete its idle runners on GitHub now, and once none
-        is busy, its pods. The only other place runner pods are deleted is a live pool's round.
+        is busy, its pods the busy-safe way (``lifecycle.drained``: a running pod whose runner
+        the listing missed waits for a listing that started after its container). The only
+        other place runner pods are deleted is a live pool's round.
 
         The pool's runners come from the scope's shared listing, one at most every
         ``kick_gap`` for all the pools of the scope being drained (``SharedListing.recent``):
@@ -248,12 +250,15 @@ class RunnerManagers:
                 self._drained.pop(pool.key, None)
         if busy:
             return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
-        deleted = sum(
-            1
-            for pod in pods
-            if not pod["metadata"].get("deletionTimestamp")
-            and self._pods.delete_pod(pool.namespace, pod["metadata"]["name"], pod["metadata"]["uid"], None)
-        )
+        listed = {runner.name: runner for runner in snapshot.of_pool(pool.namespace, pool.name)}
+        deleted = 0
+        for pod in pods:
+            view = lifecycle.PodView.of(pod)
+            decision = lifecycle.drained(view, listed.get(view.name), snapshot.started_at)
+            if decision.action is not lifecycle.Action.DELETE_POD:
+                continue
+            version = None if decision.runner is not None else (view.resource_version or None)
+            deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
         return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
 
     def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
