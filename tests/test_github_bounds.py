@@ -27,6 +27,7 @@ from runnerpool.github.credentials import ClientCache, CredentialError, client_f
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import ClientOptions
+from runnerpool.github.route import Route
 from runnerpool.reasons import Reason
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runtime.kube import SECRETS, Kube, set_request_timeout
@@ -198,6 +199,22 @@ def test_after_a_missed_deadline_the_host_is_refused_at_once_and_others_are_not(
     assert took < 0.5 and tarpit.connections == connections, "refused without a request"
     fine = client_from_secret_data({"token": "ghp_fine"}, github.url, _options())
     assert fine.registration_token(ORG).token == "AABBCC"
+
+
+def test_a_proxy_that_stalls_slows_its_own_route_not_the_host_for_everyone(
+    tarpit: _Tarpit, github: _GitHub
+) -> None:
+    """A tenant's ``spec.proxy`` is its own to choose: one that stalls (the tenant runs it)
+    makes that tenant's calls slow, never another tenant's direct calls to the same host."""
+    stalled = client_from_secret_data({"token": "ghp_stalled"}, github.url, _options())
+    stalled.take_route(Route(proxies=(("http", tarpit.url), ("https", tarpit.url))))
+    err, _ = _timed(lambda: stalled.registration_token(ORG))
+    assert err.reason == Reason.GITHUB_DEADLINE_EXCEEDED
+    err, took = _timed(lambda: stalled.registration_token(ORG))
+    assert err.reason == Reason.GITHUB_HOST_SLOW and took < 0.5
+
+    direct = client_from_secret_data({"token": "ghp_direct"}, github.url, _options())
+    assert direct.registration_token(ORG).token == "AABBCC"
 
 
 def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_whole(github: _GitHub) -> None:

@@ -194,48 +194,67 @@ def deadline(seconds: float, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> Ite
 # -- slow hosts ----------------------------------------------------------------------------------
 
 
+Origin = tuple[str, str, int]
+#: A host as one route reaches it: its origin and the origin of the proxy in between, if any.
+Hop = tuple[Origin, Origin | None]
+
+
 @dataclass
 class SlowHosts:
-    """The hosts (scheme, name, port) whose last call ran out of its deadline, each with the
-    time its next probe may go. Thread-safe; one per process (``HOSTS``). A host that answers
-    in time keeps no entry: the map holds slow hosts only."""
+    """The hosts whose last call ran out of its deadline, each with the time its next probe may
+    go; thread-safe, one per process (``HOSTS``). A host that answers in time keeps no entry:
+    the map holds slow hosts only.
+
+    Keyed by the ``Hop``, the host *and the proxy its call went through*: a pool's
+    ``spec.proxy`` is its tenant's to choose, and a proxy that stalls (one the tenant runs in
+    its own namespace will do) must slow that route only, not api.github.com for every
+    tenant."""
 
     probe_interval: float = PROBE_INTERVAL
-    _next_probe: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    _next_probe: dict[Hop, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def enter(self, origin: tuple[str, str, int]) -> None:
+    def enter(self, hop: Hop) -> None:
         """Raises ``HostSlow`` for a slow host whose probe is not due; a due probe goes."""
         now = time.monotonic()
         with self._lock:
-            due = self._next_probe.get(origin)
+            due = self._next_probe.get(hop)
             if due is None:
                 return
             if now < due:
-                raise HostSlow(
-                    f"{origin[1]}:{origin[2]} ran out of its deadline lately; next probe in {due - now:.0f} s"
-                )
-            self._next_probe[origin] = now + self.probe_interval
+                wait = due - now
+                raise HostSlow(f"{_describe(hop)} ran out of its deadline lately; next probe in {wait:.0f} s")
+            self._next_probe[hop] = now + self.probe_interval
 
-    def leave(self, origin: tuple[str, str, int], *, timed_out: bool) -> None:
+    def leave(self, hop: Hop, *, timed_out: bool) -> None:
         with self._lock:
             if timed_out:
-                self._next_probe[origin] = time.monotonic() + self.probe_interval
+                self._next_probe[hop] = time.monotonic() + self.probe_interval
             else:
-                self._next_probe.pop(origin, None)
+                self._next_probe.pop(hop, None)
 
-    def is_slow(self, origin: tuple[str, str, int]) -> bool:
+    def is_slow(self, hop: Hop) -> bool:
         with self._lock:
-            return origin in self._next_probe
+            return hop in self._next_probe
 
 
 HOSTS = SlowHosts()
 
 
-def origin_of(url: str) -> tuple[str, str, int]:
+def origin_of(url: str) -> Origin:
     parsed = urllib.parse.urlsplit(url)
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return parsed.scheme, (parsed.hostname or "").lower(), port
+
+
+def hop_of(url: str, proxy: str | None) -> Hop:
+    """``url``'s host as reached through ``proxy`` (its user and password are not kept)."""
+    return origin_of(url), origin_of(proxy) if proxy else None
+
+
+def _describe(hop: Hop) -> str:
+    (_, host, port), proxy = hop
+    return f"{host}:{port}" + (f" through the proxy {proxy[1]}:{proxy[2]}" if proxy is not None else "")
 
 
 # -- the pieces under requests: connections that tell the call their sockets --------------------
@@ -311,7 +330,8 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         block = deadline(own) if _active() is None and own is not None else contextlib.nullcontext()
         with block:
             call = _active()
-            origin = origin_of(request.url or "")
+            url = request.url or ""
+            origin = hop_of(url, requests.utils.select_proxy(url, proxies) if proxies else None)
             HOSTS.enter(origin)
             timed_out = False
             try:

@@ -62,7 +62,8 @@ __all__ = ["POLLER", "LongPoller", "Poll", "PollAnswer"]
 log = logging.getLogger(__name__)
 
 #: The slow-host gate's origin, the proxy (None: direct) and the proxy's login header.
-_Routing = tuple[tuple[str, str, int], str | None, dict[str, str]]
+#: (``transport.Hop``: the slow-host key, the proxy, its ``Proxy-Authorization``).
+_Routing = tuple[tuple[tuple[str, str, int], tuple[str, str, int] | None], str | None, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ class LongPoller:
         key = ("/".join(url.split("/", 3)[:3]), route)
         found = self._routes.get(key)
         if found is None:
-            found = self._routes[key] = (transport.origin_of(url), *self._proxy(url, route))
+            proxy, headers = self._proxy(url, route)
+            found = self._routes[key] = (transport.hop_of(url, proxy), proxy, headers)
         return found
 
     async def _attempt(self, poll: Poll, routing: _Routing) -> PollAnswer:
