@@ -26,8 +26,8 @@ token-mode pod (pools of operator versions before the marks), or runners GitHub 
 finalizer goes at once, and the garbage collector takes its children.
 
 **The pool's credential is lost.** A pool that may have runners and whose credential Secret is
-missing or unusable (malformed, or a token GitHub answers 401 to: :func:`credential_failure`)
-cannot deregister them and, waiting for that, could never be deleted. The finalizer records
+missing or unusable (malformed, or one GitHub rejects, refuses, or that cannot see the scope:
+:func:`credential_failure`) cannot deregister them and, waiting for that, could never be deleted. The finalizer records
 when it first found so (``naming.CREDENTIAL_LOST_ANNOTATION``, kept across restarts), says so
 in ``RunnersDeregistered`` (reason ``CredentialLost``) and a Warning Event naming the runners
 that may be left (the pool's pods' names: each pod's runner registers under its pod's name)
@@ -57,8 +57,20 @@ __all__ = [
     "may_have_runners",
 ]
 
-#: GitHub's answers that mean the credential itself is unusable (not GitHub being down).
-_UNUSABLE = frozenset({Reason.BAD_CREDENTIALS})
+#: GitHub's answers that mean this credential cannot deregister the pool's runners, now or
+#: later, until a human acts (not GitHub being down or busy, which is waited out): rejected
+#: (401), not allowed (403 that is no rate limit), its App installation gone or its key revoked,
+#: blind to the scope (404: deleted, renamed, or never visible to it), the wrong kind (an App
+#: on an enterprise).
+_UNUSABLE = frozenset(
+    {
+        Reason.BAD_CREDENTIALS,
+        Reason.FORBIDDEN,
+        Reason.APP_INSTALLATION_TOKEN_FAILED,
+        Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN,
+        Reason.SCOPE_NOT_FOUND,
+    }
+)
 
 
 def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -100,7 +112,11 @@ def _ever_filled(secret: Mapping[str, Any]) -> bool:
 
 
 def credential_failure(err: Exception) -> bool:
-    """The credential is missing or unusable, as opposed to GitHub failing for a while."""
+    """The credential is missing or cannot deregister here (``_UNUSABLE``), as opposed to GitHub
+    failing for a while. The finalizer waits ``--credential-lost-wait`` for a fix, then lets the
+    pool go saying which runners may be left: before, only a 401 or a missing Secret counted,
+    and a revoked App key, a token that lost admin rights or a deleted repository held the pool,
+    and its namespace in Terminating, for ever."""
     if isinstance(err, CredentialError):
         return True
     return isinstance(err, GitHubError) and err.reason in _UNUSABLE

@@ -23,7 +23,7 @@ from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import DeletionSettings, QueueSettings, Settings
-from tests.github_mocks import RunnerEndpoint, github, runner_managers
+from tests.github_mocks import RunnerEndpoint, gh, github, runner_managers
 from tests.helpers import WallClock, wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_events, pool_manifest
 from tests.reconcilers import make_reconciler
@@ -206,3 +206,47 @@ def test_a_credential_back_within_the_wait_deregisters_as_usual(
     pool = _pool(api_client, namespace, "back")
     annotations = (pool or {}).get("metadata", {}).get("annotations") or {}
     assert naming.CREDENTIAL_LOST_ANNOTATION not in annotations, "a credential lost again gets a whole wait"
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(403, "Forbidden"), (404, "ScopeNotFound")],
+    ids=["token-lost-admin-rights", "repository-deleted"],
+)
+def test_a_pool_whose_credential_github_refuses_goes_after_the_wait(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    clock: WallClock,
+    github: responses.RequestsMock,
+    status: int,
+    reason: str,
+) -> None:
+    """Not GitHub failing for a while: a human must act, so the wait is bounded, as for a
+    missing Secret (before, such a pool and its namespace stayed for ever)."""
+    name = f"refused-{status}"
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo", replicas=1))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(f"{namespace}/{name}")
+    assert LiveReader(api_client).list_pods(namespace, name)
+    message = {403: "Resource not accessible by personal access token", 404: "Not Found"}[status]
+    github.get(
+        gh("/repos/octo-org/octo-repo/actions/runners"),
+        status=status,
+        json={"message": message, "documentation_url": "https://docs.github.com/rest", "status": str(status)},
+    )
+    _delete(api_client, namespace, name)
+
+    reconciler(f"{namespace}/{name}")
+
+    pool = _pool(api_client, namespace, name)
+    assert pool is not None, "held for the wait"
+    cond = next(c for c in pool["status"]["conditions"] if c["type"] == RUNNERS_DEREGISTERED)
+    assert (cond["status"], cond["reason"]) == ("False", "CredentialLost")
+    assert reason in cond["message"]
+    clock.now += timedelta(seconds=LOST_WAIT)
+    assert reconciler(f"{namespace}/{name}").requeue_after is None
+    assert _pool(api_client, namespace, name) is None
+    assert _events(api_client, namespace, "RunnersLeftOnGitHub")
