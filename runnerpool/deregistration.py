@@ -27,14 +27,14 @@ finalizer goes at once, and the garbage collector takes its children.
 
 **The pool's credential is lost.** A pool that may have runners and whose credential Secret is
 missing or unusable (malformed, or one GitHub rejects, refuses, or that cannot see the scope:
-:func:`credential_failure`) cannot deregister them and, waiting for that, could never be deleted. The finalizer records
-when it first found so (``naming.CREDENTIAL_LOST_ANNOTATION``, kept across restarts), says so
-in ``RunnersDeregistered`` (reason ``CredentialLost``) and a Warning Event naming the runners
-that may be left (the pool's pods' names: each pod's runner registers under its pod's name)
-and how to remove them, and lets the pool go ``--credential-lost-wait`` seconds later, with a
-``RunnersLeftOnGitHub`` Event. A credential that comes back within the wait is used: the
-finalizer deregisters as usual. A GitHub outage is not a lost credential: it keeps the
-finalizer, backing off, as before.
+:func:`credential_failure`) cannot deregister them and, waiting for that, could never be
+deleted. The finalizer records when it first found so (``naming.CREDENTIAL_LOST_ANNOTATION``,
+kept across restarts), says so in ``RunnersDeregistered`` (reason ``CredentialLost``) and a
+Warning Event naming the runners that may be left (the pool's pods' names: each pod's runner
+registers under its pod's name) and how to remove them, and lets the pool go
+``--credential-lost-wait`` seconds later, with a ``RunnersLeftOnGitHub`` Event. A credential
+that comes back within the wait is used: the finalizer deregisters as usual. A GitHub outage is
+not a lost credential: it keeps the finalizer, backing off, as before.
 """
 
 from __future__ import annotations
