@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -10,7 +12,8 @@ from runnerpool import api
 from runnerpool.cli import parser, settings_from
 from runnerpool.demand import rules
 from runnerpool.demand.runner_names import RunnerNames
-from runnerpool.demand.secret_mirror import mirror_key
+from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINES, PoolSecrets
+from runnerpool.demand.secret_mirror import MAX_DATA_KEY_LENGTH, mirror_key
 from runnerpool.github.jobs import Job
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
 
@@ -65,3 +68,53 @@ def test_mirror_keys_split_back_whatever_the_key_holds() -> None:
     key = mirror_key("team-a", api.WebhookSecretRef(name="hooks.v2", key="secret_2.txt"))
     assert key == "team-a_hooks.v2_secret_2.txt"
     assert key.split("_", 2) == ["team-a", "hooks.v2", "secret_2.txt"]
+
+
+def test_mirror_keys_fit_a_secrets_data_key_whatever_the_names() -> None:
+    """One pool's long Secret name and key must not make the mirror's patch fail (422) for
+    every tenant: a key longer than a Secret allows becomes the namespace and a digest."""
+    longest = api.WebhookSecretRef(name="n" * 253, key="k" * 253)
+    key = mirror_key("team-a", longest)
+    assert len(key) <= MAX_DATA_KEY_LENGTH and key.startswith("team-a_")
+    assert key == mirror_key("team-a", api.WebhookSecretRef(name="n" * 253, key="k" * 253))
+    assert key != mirror_key("team-a", api.WebhookSecretRef(name="n" * 253, key="k" * 252))
+    assert key != mirror_key("team-b", longest)
+
+
+class _OneSecret:
+    """The by-name reader, holding one Secret's data."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        self.data = data
+
+    def get(self, namespace: str, name: str, max_age: float) -> dict[str, Any]:
+        return {"data": self.data}
+
+    def age(self, namespace: str, name: str) -> float | None:
+        return None
+
+
+def _encoded(lines: list[bytes]) -> dict[str, str]:
+    return {"secret": base64.b64encode(b"\n".join(lines)).decode()}
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [b"s%d" % i for i in range(MAX_POOL_SECRET_LINES + 1)],
+        [b"x" * (MAX_POOL_SECRET_BYTES // 2 + 1)] * 2,
+    ],
+    ids=["too-many-lines", "too-many-bytes"],
+)
+def test_a_pools_webhook_secret_past_the_bounds_verifies_nothing_and_says_why(lines: list[bytes]) -> None:
+    """Every line is tried as an HMAC key on every delivery anyone sends to the pool."""
+    ref = api.WebhookSecretRef(name="hooks", key="secret")
+    found = PoolSecrets(_OneSecret(_encoded(lines))).get("team-a", ref)  # type: ignore[arg-type]
+    assert found.values == ()
+    assert found.problem is not None and f"at most {MAX_POOL_SECRET_LINES} lines" in found.problem
+
+
+def test_a_rotating_pools_webhook_secret_within_the_bounds_gives_both() -> None:
+    ref = api.WebhookSecretRef(name="hooks", key="secret")
+    found = PoolSecrets(_OneSecret(_encoded([b"old-secret", b"new-secret"]))).get("team-a", ref)  # type: ignore[arg-type]
+    assert found.values == (b"old-secret", b"new-secret") and found.problem is None

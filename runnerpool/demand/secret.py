@@ -33,7 +33,23 @@ from runnerpool import api
 from runnerpool.api_errors import describe
 from runnerpool.secret_reads import SecretReads
 
-__all__ = ["PoolSecrets", "SecretFile", "Secrets", "secret_lines"]
+__all__ = [
+    "MAX_POOL_SECRET_BYTES",
+    "MAX_POOL_SECRET_LINES",
+    "PoolSecrets",
+    "SecretFile",
+    "Secrets",
+    "secret_lines",
+]
+
+#: A pool's own webhook secret: at most this many lines (the secret, and the next one while
+#: rotating, with room to spare) of at most this many bytes in all. Every line is tried as an
+#: HMAC key on every delivery that names the pool, and deliveries come from anyone on the
+#: internet: a tenant's Secret of 230,000 short lines cost 4.5 s of CPU per forged request.
+#: The bytes bound also keeps the receiver's mirror (one 1 MiB Secret for every pool) from
+#: being filled by one tenant.
+MAX_POOL_SECRET_LINES = 8
+MAX_POOL_SECRET_BYTES = 4096
 
 log = logging.getLogger(__name__)
 
@@ -124,4 +140,10 @@ def _decoded(data: dict[str, str], namespace: str, ref: api.WebhookSecretRef) ->
         return Secrets(problem=f"key {ref.key} of Secret {namespace}/{ref.name} is not valid base64")
     if not values:
         return Secrets(problem=f"key {ref.key} of Secret {namespace}/{ref.name} is empty")
+    if len(values) > MAX_POOL_SECRET_LINES or sum(map(len, values)) > MAX_POOL_SECRET_BYTES:
+        return Secrets(
+            problem=f"key {ref.key} of Secret {namespace}/{ref.name} holds {len(values)} line(s), "
+            f"{sum(map(len, values))} bytes: a webhook secret may have at most {MAX_POOL_SECRET_LINES} "
+            f"lines (one secret per line) of {MAX_POOL_SECRET_BYTES} bytes in all"
+        )
     return Secrets(values=values)

@@ -25,7 +25,11 @@ credential, or start a pod.
 
 One key per distinct ``(namespace, Secret, key)``: ``<namespace>_<secret>_<key>``. Namespaces
 and Secret names cannot hold ``_`` (DNS names), so the first two ``_`` split it back whatever
-the key holds. A Secret holds 1 MiB: some 8,000 pools' own secrets of 64 bytes.
+the key holds. A Secret's keys have at most 253 characters, and these three may add up to
+571: a longer one is ``<namespace>_<digest>`` (SHA-256 of the Secret's name and key), so that
+one pool's long names cannot make the whole mirror's patch fail, and every tenant's deliveries
+with it. A Secret holds 1 MiB: some 8,000 pools' own secrets of 64 bytes (a pool's is
+bounded, ``secret.MAX_POOL_SECRET_BYTES``).
 
 Timing: the leader brings the copy up to date every ``--webhook-secret-mirror-interval``;
 the pools' Secrets are read through ``secret.PoolSecrets`` (kept a minute), so a new pool's
@@ -38,6 +42,7 @@ secret it knows signs (at most every few seconds), as it did the pools' Secrets.
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -62,7 +67,15 @@ class _Pools(Protocol):
 
 def mirror_key(namespace: str, ref: api.WebhookSecretRef) -> str:
     """The mirror Secret's key for key ``ref.key`` of Secret ``ref.name`` in ``namespace``."""
-    return f"{namespace}_{ref.name}_{ref.key}"
+    key = f"{namespace}_{ref.name}_{ref.key}"
+    if len(key) <= MAX_DATA_KEY_LENGTH:
+        return key
+    digest = hashlib.sha256(f"{ref.name}\0{ref.key}".encode()).hexdigest()
+    return f"{namespace}_{digest}"
+
+
+#: The longest key a Secret's ``data`` may have (a DNS subdomain's length).
+MAX_DATA_KEY_LENGTH = 253
 
 
 class _NothingCached:
