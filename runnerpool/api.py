@@ -1570,6 +1570,22 @@ class RunnerPoolSpec(KubeModel):
             ),
         ),
         Rule(
+            cel="!has(self.autoscaling) || !has(self.autoscaling.webhookSecretRef) "
+            "|| (self.autoscaling.webhookSecretRef.name != self.credentialSecretName "
+            f"&& !{_credential_secret_cel('self.autoscaling.webhookSecretRef.name')})",
+            message="spec.autoscaling.webhookSecretRef must name a Secret of its own: not the pool's "
+            f"credential Secret (spec.credentialSecretName) nor {_NOT_OURS}. The webhook secret is "
+            "copied where the internet-facing webhook receiver reads it",
+            check=lambda s: (
+                s.autoscaling is None
+                or s.autoscaling.webhook_secret_ref is None
+                or (
+                    s.autoscaling.webhook_secret_ref.name != s.credential_secret_name
+                    and not _credential_secret(s.autoscaling.webhook_secret_ref.name)
+                )
+            ),
+        ),
+        Rule(
             cel="!has(self.scaleSet) || !has(self.registration) "
             f"|| self.registration != {cel_string(REGISTRATION_TOKEN)}",
             message="spec.registration: token does not apply to a scale set: its runners register "

@@ -645,6 +645,22 @@ INVALID_AUTOSCALING: list[tuple[str, dict[str, Any], str]] = [
         _repo(autoscaling=_auto(webhookSecretRef={"name": "hooks", "key": "a/b"})),
         "a Secret key is made of letters, digits",
     ),
+    # The webhook secret is copied where the internet-facing receiver reads it.
+    (
+        "webhook-secret-is-the-default-credential",
+        _repo(autoscaling=_auto(webhookSecretRef={"name": "runnerpool-github-cred", "key": "token"})),
+        "webhookSecretRef must name a Secret of its own",
+    ),
+    (
+        "webhook-secret-is-the-pools-credential",
+        _repo(credentialSecretName="ci-app", autoscaling=_auto(webhookSecretRef={"name": "ci-app"})),
+        "webhookSecretRef must name a Secret of its own",
+    ),
+    (
+        "webhook-secret-is-a-token-secret",
+        _repo(autoscaling=_auto(webhookSecretRef={"name": "runner-token-ci", "key": "token"})),
+        "webhookSecretRef must name a Secret of its own",
+    ),
 ]
 
 
