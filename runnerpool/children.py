@@ -11,7 +11,7 @@ creates, patches and deletes each.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from runnerpool import api, naming
@@ -197,25 +197,37 @@ def jit_child(pool: str, pod: Mapping[str, Any], name: str, live: dict[str, Any]
 
 
 def runner_access(
-    pool: api.RunnerPool, account: dict[str, Any] | None, binding: dict[str, Any] | None
+    pool: api.RunnerPool,
+    account: dict[str, Any] | None,
+    binding: dict[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
 ) -> list[Child]:
     """The runner ServiceAccount and its RoleBinding (as cached: ``account``, ``binding``):
-    wanted in ``containerMode: kubernetes``, deleted (if the pool's) otherwise."""
+    wanted in ``containerMode: kubernetes``, and after the pool leaves that mode for as long as
+    one of its ``pods`` that has not finished runs as the account (a busy one's job hooks use
+    it: without the binding the job fails mid-run); deleted (if the pool's) otherwise."""
 
     def ours(obj: Mapping[str, Any]) -> bool:
         return controlled_by(obj, pool.uid)
 
-    name, hooks = naming.runner_account_name(pool.name), pool.spec.container_mode == api.KUBERNETES_MODE
+    name = naming.runner_account_name(pool.name)
+    hooks = pool.spec.container_mode == api.KUBERNETES_MODE or any(_runs_as(pod, name) for pod in pods)
     return [
         Child(ACCOUNT, pool.namespace, name, service_account(pool) if hooks else None, account, ours),
         Child(BINDING, pool.namespace, name, role_binding(pool) if hooks else None, binding, ours),
     ]
 
 
+def _runs_as(pod: Mapping[str, Any], account: str) -> bool:
+    """A pod that has not finished and runs as ``account``."""
+    phase = (pod.get("status") or {}).get("phase")
+    return (pod.get("spec") or {}).get("serviceAccountName") == account and phase not in state.FINISHED_PHASES
+
+
 def wanted(pool: api.RunnerPool, seen: Observed) -> list[Child]:
     """The pool's own children before any pod, in the order they are applied: the runner access
     (a pod naming a ServiceAccount that does not exist yet is refused), then the token Secret."""
-    rows = runner_access(pool, seen.account, seen.binding)
+    rows = runner_access(pool, seen.account, seen.binding, seen.pods)
     if not pool.spec.registers_jit:
         name, secret = naming.token_secret_name(pool.name), token_secret(pool)
         rows.append(Child(TOKEN_SECRET, pool.namespace, name, secret, seen.token_secret, rows[0].ours))

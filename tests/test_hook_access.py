@@ -25,6 +25,7 @@ from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_
 from runnerpool.reconciler import Reconciler
 from runnerpool.runtime.kube import Kube
 from runnerpool.writes import Writes
+from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, mark_pods_ready, pool_events, pool_manifest
 from tests.test_reconciler import reconciler, runners, tokens
 from testworld.envtest.controlplane import ControlPlane
@@ -226,9 +227,17 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
     assert "update rolebinding" in caplog.records[-1].__dict__["writes"]
     assert (_access(api_client, namespace, "km")[1] or {})["subjects"] == binding["subjects"]
 
-    # Leaving the mode takes both away at once.
+    # Leaving the mode keeps both while a pod runs as the account (a busy runner's job hooks
+    # use them: without the binding the job fails mid-run), then takes them away.
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
+    )
+    reconciler(key)
+    assert all(_access(api_client, namespace, "km")), "the runner pod still runs as the account"
+    client.CoreV1Api(api_client).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: pod not in {p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "km")},
+        message="the old runner pod to go",
     )
     reconciler(key)
     assert _access(api_client, namespace, "km") == [None, None]
