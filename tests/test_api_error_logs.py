@@ -27,7 +27,6 @@ from urllib3 import HTTPResponse
 from runnerpool import api
 from runnerpool.api_errors import describe
 from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
-from runnerpool.domain import Scope
 from runnerpool.github.fake import FakeGitHubClients
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
@@ -168,7 +167,7 @@ def test_a_runner_managers_pool_failure_is_one_line(
     managers.start(ref)
     caplog.set_level(logging.DEBUG, logger="runnerpool.runners.manager")
 
-    managers.sync(ListingKey.of(ref.api_url, Scope(organization="octo-org")))
+    managers.sync(ListingKey.of(ref))
 
     line = _check([r for r in caplog.records if "runner manager for pool" in r.getMessage()], err)
     assert line.levelno == logging.WARNING

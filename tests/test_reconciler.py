@@ -27,11 +27,10 @@ from runnerpool.reconciler import (
     InvalidSpecError,
     Reconciler,
 )
-from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.runtime.controller import TerminalError
 from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
-from tests.github_mocks import API, RunnerEndpoint, gh, github, runner_managers
+from tests.github_mocks import RunnerEndpoint, gh, github, runner_managers
 from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
@@ -587,7 +586,8 @@ def test_status_runners_come_from_the_runner_managers_listing(
     endpoint.add(53, "nu-c", [f"{namespace}/nu"], status="offline")
     endpoint.add(54, "xi-a", [f"{namespace}/xi"])
     scope = Scope(repository="octo-org/octo-repo")
-    runners.sync(ListingKey.of(API, scope))  # what the scope's runner manager does once per interval
+    [key] = [key for key in runners.scopes() if key.scope_key == scope.key]
+    runners.sync(key)  # what the scope's runner manager does once per interval
     listed = list(endpoint.listed)
 
     reconciler(f"{namespace}/nu")

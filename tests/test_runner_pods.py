@@ -26,7 +26,6 @@ from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import NamedClientCache
 from runnerpool.pods import template
 from runnerpool.reconciler import Reconciler
-from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
@@ -43,7 +42,13 @@ from tests.reconcilers import make_reconciler
 __all__ = ["github"]  # the shared fixture
 
 ORG = Scope(organization="octo-org")
-KEY = ListingKey.of(API, ORG)
+
+
+def _sync(managers: RunnerManagers) -> None:
+    """One round of each of the organization's runner managers (one per credential Secret)."""
+    for key in managers.scopes():
+        if key.scope_key == ORG.key:
+            managers.sync(key)
 
 
 class LivePools(LiveReader):
@@ -150,7 +155,7 @@ def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
     endpoint.add(101, restarted, [f"{ns}/alpha"])
     endpoint.add(102, busy, [f"{ns}/alpha"], busy=True)
 
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert endpoint.deleted == [(101, 204)], "deregistered first; the busy runner is not even asked"
     assert cluster.wait_pods("alpha", 1, without={done, restarted}) == [busy]
@@ -159,7 +164,7 @@ def test_finished_pods_are_replaced_and_a_busy_runners_pod_survives(
     assert naming.BUSY_ANNOTATIONS.items() <= kept.metadata.annotations.items()
 
     endpoint.runners[102]["busy"] = False  # the second job ended
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert endpoint.deleted[-1] == (102, 204)
     cluster.wait_pods("alpha", 0)
@@ -178,11 +183,11 @@ def test_recreate_deadline_replaces_idle_pods_never_busy_ones(
     endpoint.add(203, took_a_job, [f"{ns}/beta"])
     endpoint.busy_on_delete.add(203)  # listed idle, busy by the time of the DELETE
 
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert endpoint.deleted == [], "young pods stay"
 
     cluster.clock.now += timedelta(hours=2)
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert endpoint.deleted == [(201, 204), (203, 422)]
     assert cluster.wait_pods("beta", 2, without={idle}) == sorted([busy, took_a_job])
@@ -204,7 +209,7 @@ def test_offline_runners_without_a_pod_are_deleted_never_busy_ones(
         "runnerpool_runners_collected_total", {"namespace": ns, "pool": "gamma"}
     )
 
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert endpoint.deleted == [(302, 204)]
     assert sorted(endpoint.runners) == [301, 303, 304, 305]
@@ -233,11 +238,11 @@ def test_a_busy_runner_is_unmarked_when_idle_again(cluster: Cluster, github: res
     cluster.kubelet(pod)
     endpoint = RunnerEndpoint(github)
     endpoint.add(601, pod, [f"{cluster.namespace}/zeta"], busy=True)
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert cluster.pods("zeta")[pod].metadata.labels.get(naming.BUSY_LABEL) == "true"
 
     endpoint.runners[601]["busy"] = False  # a non-ephemeral runner, say, back to idle
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     meta = cluster.pods("zeta")[pod].metadata
     assert naming.BUSY_LABEL not in meta.labels
@@ -258,16 +263,16 @@ def test_scale_down_below_the_busy_count_takes_only_idle_pods_and_ends_with_the_
     endpoint.add(703, idle, [f"{ns}/eta"])
     cluster.scale("eta", 1)
 
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert endpoint.deleted == [(703, 204)], "the idle runner is deregistered first, the busy ones not asked"
     assert cluster.wait_pods("eta", 2) == sorted([busy_1, busy_2])
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert sorted(cluster.pods("eta")) == sorted([busy_1, busy_2]), "still busy: still there"
 
     del endpoint.runners[701]  # the job ended: GitHub drops the ephemeral runner, its pod exits
     cluster.kubelet(busy_1, phase="Succeeded", state="terminated")
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
 
     assert cluster.wait_pods("eta", 1) == [busy_2], "the pool is at 1"
 
@@ -286,15 +291,15 @@ def test_a_rollout_replaces_idle_pods_once_their_replacement_registered_and_busy
     surge = cluster.add_pod(pool)  # what the reconciler creates: maxSurge 1 for 2 replicas
     cluster.kubelet(surge)
 
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert endpoint.deleted == [], "the surge pod's runner has not registered yet: nothing goes"
 
     endpoint.add(803, surge, [f"{ns}/theta"])
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert endpoint.deleted == [(802, 204)], "the idle outdated pod goes, the busy one stays"
     assert cluster.wait_pods("theta", 2) == sorted([busy, surge])
 
     del endpoint.runners[801]  # its job ended
     cluster.kubelet(busy, phase="Succeeded", state="terminated")
-    cluster.managers.sync(KEY)
+    _sync(cluster.managers)
     assert cluster.wait_pods("theta", 1) == [surge]
