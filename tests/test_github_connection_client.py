@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from runnerpool.domain import Connection, PoolRef, ProxyRef, Scope
-from runnerpool.github.credentials import ClientCache, CredentialError
+from runnerpool.github.credentials import MAX_CA_BUNDLE_CHARS, ClientCache, CredentialError
 from runnerpool.github.errors import Unavailable
+from runnerpool.github.route import MAX_CA_FILES, Route
 from runnerpool.reasons import Reason
 from runnerpool.scaleset.clients import ScaleSetClients
 from tests.github_mocks import fast_client_factory
@@ -195,3 +196,32 @@ def test_a_proxy_login_with_url_characters_works_percent_encoded_and_is_refused_
             message = caught.value.message
             assert "Secret team/login key 'username'" in message and "percent-encode" in message
             assert "ci@corp" not in message
+
+
+def test_a_ca_bundle_too_large_for_the_operators_tmp_says_so_and_builds_no_client(pki: PrivateServer) -> None:
+    huge = pki.ca_pem + "\n" + "#" * MAX_CA_BUNDLE_CHARS
+    clients = ClientCache(
+        lambda _ns, _name: {"token": PAT},
+        factory=fast_client_factory,
+        read_config_map=lambda _ns, name: {"ca.crt": huge},
+    )
+    with pytest.raises(CredentialError) as caught:
+        clients.get(
+            "team", "cred", "https://ghe.example.com/api/v3", Connection(ca=("ConfigMap", "big", "ca.crt"))
+        )
+    assert f"a pool's CA bundle may hold {MAX_CA_BUNDLE_CHARS}" in caught.value.message
+    assert len(clients) == 0
+
+
+def test_ca_bundle_files_are_bounded_and_a_route_gets_its_file_back(pki: PrivateServer) -> None:
+    """Tenants rewriting their CA ConfigMaps make a new route each time: the operator's /tmp
+    (an emptyDir of 64 MiB) keeps the newest bundles only."""
+    routes = [Route(ca_pem=f"{pki.ca_pem}\n# rotation {i}\n") for i in range(MAX_CA_FILES + 8)]
+    paths = [route.verify for route in routes]
+    assert all(paths) and len(set(paths)) == len(routes)
+    directory = Path(str(paths[0])).parent
+    assert len(list(directory.glob("*.pem"))) <= MAX_CA_FILES
+    assert not Path(str(paths[0])).exists(), "the oldest bundle went"
+
+    again = routes[0].verify
+    assert again == paths[0] and Path(again).read_text().rstrip().endswith("# rotation 0")

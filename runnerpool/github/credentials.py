@@ -40,6 +40,7 @@ __all__ = [
     "APP_INSTALLATION_ID_KEY",
     "APP_PRIVATE_KEY_KEY",
     "ARC_KEYS",
+    "MAX_CA_BUNDLE_CHARS",
     "MAX_CLIENTS",
     "PAT_KEY",
     "ClientCache",
@@ -79,6 +80,9 @@ SecretReader = Callable[[str, str], "Mapping[str, str] | None"]
 #: first. Each holds a connection pool and an ETag cache: without a bound, every Secret ever
 #: named (tenants create and delete them at will) would keep one for the process's life.
 MAX_CLIENTS = 1024
+#: A pool's own CA bundle (``spec.githubServerTLS``): its file, with the public CAs, goes to the
+#: operator's small /tmp (``runnerpool.github.route.MAX_CA_FILES``).
+MAX_CA_BUNDLE_CHARS = 256 * 1024
 
 
 class ClientFactory(Protocol):
@@ -377,6 +381,12 @@ class ClientCache:
             if "-----BEGIN CERTIFICATE-----" not in ca:
                 raise CredentialError.malformed(
                     f"{kind} {namespace}/{name} key {key!r} (spec.githubServerTLS) holds no PEM certificate"
+                )
+            if len(ca) > MAX_CA_BUNDLE_CHARS:
+                where = f"{kind} {namespace}/{name} key {key!r} (spec.githubServerTLS)"
+                raise CredentialError.malformed(
+                    f"{where} holds {len(ca)} characters: a pool's CA bundle may hold "
+                    f"{MAX_CA_BUNDLE_CHARS} (a few hundred certificates)"
                 )
         proxies = []
         for proxy in connection.proxies:

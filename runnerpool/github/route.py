@@ -24,10 +24,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Route", "active"]
+__all__ = ["MAX_CA_FILES", "Route", "active"]
 
 _current = threading.local()
 _FILES_LOCK = threading.Lock()
+#: CA bundle files kept (the newest): each is the public bundle (~290 KiB) plus a pool's CAs,
+#: and the directory is the operator pod's /tmp, an emptyDir of 64 MiB. Routes come and go with
+#: tenants' ConfigMaps: a few pools whose CA is rewritten every minute made a new file each
+#: time, none ever deleted, until the kubelet evicted the operator.
+MAX_CA_FILES = 32
 
 
 @dataclass(frozen=True)
@@ -47,24 +52,23 @@ class Route:
     def __repr__(self) -> str:
         return f"Route(digest={self.digest[:12]}, ca={self.ca_pem is not None}, proxied={bool(self.proxies)})"
 
-    @functools.cached_property
+    @property
     def verify(self) -> str | None:
         """A file with the operator's CAs and the pool's (``requests`` takes a path), or ``None``.
 
         The operator's: ``REQUESTS_CA_BUNDLE`` (the chart's ``githubServerTLS``) when set, as
-        ``requests`` itself reads it, else the public CAs (certifi).
+        ``requests`` itself reads it, else the public CAs (certifi). Written when missing, so
+        that at most ``MAX_CA_FILES`` are kept (the oldest go) and a route whose file went gets
+        it back at its next call.
         """
         if self.ca_pem is None:
             return None
-        import certifi  # noqa: PLC0415 - only pools with a CA need it
-
         path = _ca_dir() / f"{self.digest}.pem"
-        with _FILES_LOCK:
-            if not path.exists():
-                public = Path(os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where()).read_text()
-                partial = path.with_suffix(".tmp")
-                partial.write_text(public.rstrip("\n") + "\n" + self.ca_pem.strip() + "\n")
-                partial.replace(path)
+        if not path.exists():
+            with _FILES_LOCK:
+                if not path.exists():
+                    _write_bundle(path, self.ca_pem)
+                    _prune(path.parent, keep=path)
         return str(path)
 
     def proxies_for(self, url: str) -> dict[str, str] | None:
@@ -91,6 +95,22 @@ class Route:
 def active() -> Route | None:
     """The route of the call this thread is in, if any."""
     return getattr(_current, "route", None)
+
+
+def _write_bundle(path: Path, ca_pem: str) -> None:
+    import certifi  # noqa: PLC0415 - only pools with a CA need it
+
+    public = Path(os.environ.get("REQUESTS_CA_BUNDLE") or certifi.where()).read_text()
+    partial = path.with_suffix(".tmp")
+    partial.write_text(public.rstrip("\n") + "\n" + ca_pem.strip() + "\n")
+    partial.replace(path)
+
+
+def _prune(directory: Path, keep: Path) -> None:
+    """The newest ``MAX_CA_FILES`` bundles stay (``keep`` always)."""
+    found = sorted(directory.glob("*.pem"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in [p for p in found if p != keep][MAX_CA_FILES - 1 :]:
+        old.unlink(missing_ok=True)
 
 
 @functools.cache
