@@ -21,9 +21,13 @@ runner that registered and went between two listings never shows there.
 What the marks can miss is covered by what the finalizer sees live (:func:`may_have_runners`):
 a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
 before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
-token-mode pod (pools of operator versions before the marks), or runners GitHub listed in
-``status.runners``. A pool that never had a usable credential never has any of these: its
-finalizer goes at once, and the garbage collector takes its children.
+token-mode pod (pools of operator versions before the marks), runners GitHub listed in
+``status.runners``, or a ``TokenReady`` that says the token was issued. The last one is for a namespace being
+deleted: its controller deletes the token Secret, with the mark, and the idle pods, whatever
+their owner, possibly before the finalizer's first pass, while runners registered less than a
+listing ago are not counted yet; the condition, written with the pool's first pods, stays on
+the pool. A pool that never had a usable credential never has any of these: its finalizer goes
+at once, and the garbage collector takes its children.
 
 **The pool's credential is lost.** A pool that may have runners and whose credential Secret is
 missing or unusable (malformed, or one GitHub rejects, refuses, or that cannot see the scope:
@@ -43,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from runnerpool import api, children, naming
+from runnerpool import api, children, conditions, naming
 from runnerpool.domain import parse_rfc3339
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
@@ -102,8 +106,20 @@ def may_have_runners(
         return True
     if not jit and any(True for _ in pods):
         return True
-    listed = (raw.get("status") or {}).get("runners") or {}
+    status = raw.get("status") or {}
+    if any(_says_token_issued(c) for c in status.get("conditions") or ()):
+        return True
+    listed = status.get("runners") or {}
     return any(int(count or 0) > 0 for count in listed.values())
+
+
+#: ``TokenReady`` reasons that say the pool's registration token was issued (a JIT pool's
+#: ``JitConfigs`` says nothing of its pods' configs).
+_TOKEN_ISSUED = frozenset({Reason.TOKEN_ISSUED, Reason.REFRESH_FAILING})
+
+
+def _says_token_issued(condition: Mapping[str, Any]) -> bool:
+    return condition.get("type") == conditions.TOKEN_READY and condition.get("reason") in _TOKEN_ISSUED
 
 
 def _ever_filled(secret: Mapping[str, Any]) -> bool:

@@ -250,3 +250,34 @@ def test_a_pool_whose_credential_github_refuses_goes_after_the_wait(
     assert reconciler(f"{namespace}/{name}").requeue_after is None
     assert _pool(api_client, namespace, name) is None
     assert _events(api_client, namespace, "RunnersLeftOnGitHub")
+
+
+def test_a_pool_whose_namespace_took_its_token_secret_and_pods_first_still_deregisters(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """The namespace controller deletes Secrets and pods whatever their owner, possibly before
+    the finalizer's first pass: the token Secret's mark goes with it, and a runner registered
+    less than a listing ago is in no status.runners. The pool's TokenReady says a token was
+    issued, so the finalizer still asks GitHub."""
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("raced", repo="octo-org/octo-repo", replicas=1))
+    reconciler(f"{namespace}/raced")
+    fill_token(api_client, namespace, "raced", "tok", FUTURE)
+    reconciler(f"{namespace}/raced")
+    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "raced")]
+    ready = next(
+        c for c in _pool(api_client, namespace, "raced")["status"]["conditions"] if c["type"] == "TokenReady"
+    )
+    assert ready["reason"] == "TokenIssued"
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(300, pod, [f"{namespace}/raced"])
+    core = client.CoreV1Api(api_client)
+    core.delete_namespaced_secret(naming.token_secret_name("raced"), namespace)
+    core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    wait_for(lambda: not LiveReader(api_client).list_pods(namespace, "raced"), message="the pod to go")
+    _delete(api_client, namespace, "raced")
+
+    for _ in range(3):  # the drain lists, deregisters, then confirms with a later listing
+        reconciler(f"{namespace}/raced")
+
+    assert endpoint.deleted == [(300, 204)], "the runner was left on GitHub"
