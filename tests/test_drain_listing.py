@@ -228,3 +228,27 @@ def test_a_running_pod_whose_runner_no_later_listing_shows_is_deleted_at_once(
 
     assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
     assert pods.deleted == ["build-bbbbb"]
+
+
+def test_a_scale_set_runner_that_github_labels_with_the_scale_set_only_is_seen_busy(
+    github: responses.RequestsMock,
+) -> None:
+    """A GitHub Enterprise Server before 3.18 keeps only the scale set's name as its runners'
+    label: the pool's runners are its pods' namesakes with that label."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add(
+        "build", org="octo-org", scaleSet={"name": "my-scale-set"}, autoscaling={"maxReplicas": 2}
+    )
+    endpoint.add(7, "build-aaaaa", ["my-scale-set"], busy=True)
+    endpoint.add(8, "elsewhere-bbbbb", ["my-scale-set"])  # no pod of this pool has its name
+    cache.pods[(NS, "build")] = [_running("build-aaaaa", clock.now - timedelta(minutes=5))]
+
+    drained = managers.drain(build)
+
+    assert drained.busy == 1 and pods.deleted == [], "a busy scale-set runner's pod was deleted"
+    endpoint.runners[7]["busy"] = False
+    clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
+    assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_deleted=1, pods_left=1)
+    assert pods.deleted == ["build-aaaaa"] and 8 in endpoint.runners

@@ -24,6 +24,7 @@ from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.github.errors import MalformedResponse
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.github.types import DeleteOutcome, RateLimit, Runner
+from runnerpool.naming import BUSY_LABEL
 from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, pool_runners, runner_counts
 from runnerpool.runners.manager import RunnerManagers
@@ -87,6 +88,7 @@ class Cache:
 class Pods:
     deleted: list[str] = field(default_factory=list)
     annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
+    patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
         self.deleted.append(name)
@@ -94,6 +96,9 @@ class Pods:
 
     def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
         self.annotated.append((name, key, value))
+
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patched.append((name, patch))
 
 
 @dataclass
@@ -104,6 +109,7 @@ class Harness:
     secrets: dict[tuple[str, str], dict[str, str]]
     notified: list[str]
     scheduler: BackgroundScheduler
+    pods: Pods
 
     def client(self, secret: str = naming.DEFAULT_CREDENTIAL_SECRET) -> PyGithubClient:
         found = self.clients.get(NS, secret, API)
@@ -118,16 +124,17 @@ def harness() -> Iterator[Harness]:
     cache = Cache()
     notified: list[str] = []
     scheduler = BackgroundScheduler(timezone=UTC)  # never started: jobs stay inspectable
+    pods = Pods()
     managers = RunnerManagers(
         cache,
         clients,
-        Pods(),
+        pods,
         notified.append,
         settings=RunnerSettings(sync_interval=60),
         clock=lambda: NOW,
         scheduler=scheduler,
     )
-    yield Harness(managers, cache, clients, secrets, notified, scheduler)
+    yield Harness(managers, cache, clients, secrets, notified, scheduler, pods)
     managers.stop_all()
 
 
@@ -277,6 +284,32 @@ def test_stopping_the_last_pool_of_a_scope_ends_its_manager(
     assert harness.managers.scopes() == []
     assert harness.scheduler.get_jobs() == []
     assert harness.managers.listing.latest(key) is None
+
+
+def test_a_scale_set_pools_runners_are_counted_where_github_kept_only_the_scale_sets_label(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(1, "arc-aaaaa", ["my-scale-set"], busy=True)
+    endpoint.add(2, "arc-bbbbb", ["my-scale-set"])
+    endpoint.add(3, "other-ccccc", ["my-scale-set"])  # not one of the pool's pods
+    ref = harness.cache.add(
+        "arc", org="octo-org", scaleSet={"name": "my-scale-set"}, autoscaling={"maxReplicas": 3}
+    )
+    harness.cache.pods[(NS, "arc")] = [
+        {"metadata": {"name": name, "uid": f"uid-{name}"}} for name in ("arc-aaaaa", "arc-bbbbb")
+    ]
+    harness.managers.start(ref)
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    counts = harness.managers.counts(NS, "arc")
+    assert counts is not None and (counts.busy, counts.online) == (1, 1)
+    pods = harness.managers._pods  # the harness's recording Pods
+    assert isinstance(pods, Pods)
+    assert [name for name, patch in pods.patched if patch["metadata"]["labels"].get(BUSY_LABEL)] == [
+        "arc-aaaaa"
+    ]
 
 
 def test_a_credential_that_cannot_see_the_scope_does_not_blind_the_others(

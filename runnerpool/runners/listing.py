@@ -89,6 +89,20 @@ class Snapshot:
         pools x runners label comparisons per round (a million per scope at N=10,000)."""
         return self._by_label.get(naming.pool_runner_label(namespace, pool).lower(), [])
 
+    def of_scale_set_pool(
+        self, namespace: str, pool: str, scale_set: str, pod_names: Iterable[str]
+    ) -> list[Runner]:
+        """A scale-set pool's runners: by the pool's label, or, where GitHub kept none of them
+        with it, those labelled with the scale set's name and named after one of the pool's
+        pods. A GitHub Enterprise Server before 3.18 keeps only the scale set's name as its
+        runners' label (docs/scale-sets.md); without this its runners were invisible, and a
+        busy one's pod was neither marked busy nor kept by a deletion's drain."""
+        own = self.of_pool(namespace, pool)
+        if own:
+            return own
+        names = set(pod_names)
+        return [r for r in self._by_label.get(scale_set.lower(), []) if r.name in names]
+
     @functools.cached_property
     def _by_label(self) -> dict[str, list[Runner]]:
         index: dict[str, list[Runner]] = {}

@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -51,7 +51,7 @@ from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_de
 from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
 from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
-from runnerpool.github.types import DeleteOutcome
+from runnerpool.github.types import DeleteOutcome, Runner
 from runnerpool.reads import Reads
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.leftovers import delete_leftover_runner
@@ -237,7 +237,13 @@ class RunnerManagers:
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
                 return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
-            busy, deregistered = _deregister(deleter(self._removal, pool, github), pool, snapshot)
+            parsed = self._pools.pool(pool.namespace, pool.name)
+            runners = (
+                _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods))
+                if parsed is not None and parsed.model is not None
+                else snapshot.of_pool(pool.namespace, pool.name)
+            )
+            busy, deregistered = _deregister(deleter(self._removal, pool, github), runners)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
@@ -250,7 +256,7 @@ class RunnerManagers:
                 self._drained.pop(pool.key, None)
         if busy:
             return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
-        listed = {runner.name: runner for runner in snapshot.of_pool(pool.namespace, pool.name)}
+        listed = {runner.name: runner for runner in runners}
         deleted = 0
         for pod in pods:
             view = lifecycle.PodView.of(pod)
@@ -433,9 +439,9 @@ class RunnerManagers:
             return  # gone, or invalid: the reconciler reports it
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
-        runners = snapshot.of_pool(ref.namespace, ref.name)
-        self._publish(ref, runner_counts(runners))
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
+        runners = _runners_of(pool, snapshot, (pod.name for pod in pods))
+        self._publish(ref, runner_counts(runners))
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
         desired = autoscaling.desired_replicas(pool)  # the reconciler's decision, on the pool
@@ -520,10 +526,17 @@ class RunnerManagers:
         return delay
 
 
-def _deregister(delete_runner: DeleteRunner, pool: PoolRef, snapshot: Snapshot) -> tuple[int, int]:
-    """Delete the pool's idle runners of ``snapshot`` on GitHub: (busy, deregistered)."""
+def _runners_of(pool: api.RunnerPool, snapshot: Snapshot, pod_names: Iterable[str]) -> list[Runner]:
+    """The pool's runners in ``snapshot`` (a scale-set pool's by name too: ``of_scale_set_pool``)."""
+    if pool.spec.scale_set is None:
+        return snapshot.of_pool(pool.namespace, pool.name)
+    return snapshot.of_scale_set_pool(pool.namespace, pool.name, pool.spec.scale_set.name, pod_names)
+
+
+def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple[int, int]:
+    """Delete the pool's idle ``runners`` on GitHub: (busy, deregistered)."""
     busy = deregistered = 0
-    for runner in snapshot.of_pool(pool.namespace, pool.name):
+    for runner in runners:
         if runner.busy:
             busy += 1
             continue
