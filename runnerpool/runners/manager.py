@@ -237,12 +237,7 @@ class RunnerManagers:
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
                 return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
-            parsed = self._pools.pool(pool.namespace, pool.name)
-            runners = (
-                _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods))
-                if parsed is not None and parsed.model is not None
-                else snapshot.of_pool(pool.namespace, pool.name)
-            )
+            runners = self._drained_runners(pool, snapshot, pods)
             busy, deregistered = _deregister(deleter(self._removal, pool, github), runners)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
@@ -256,6 +251,20 @@ class RunnerManagers:
                 self._drained.pop(pool.key, None)
         if busy:
             return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
+        deleted = self._delete_drained_pods(pool, pods, runners, snapshot)
+        return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
+
+    def _drained_runners(self, pool: PoolRef, snapshot: Snapshot, pods: list[dict[str, Any]]) -> list[Runner]:
+        """A deleted pool's runners in ``snapshot`` (``_runners_of``, while the cache still has it)."""
+        parsed = self._pools.pool(pool.namespace, pool.name)
+        if parsed is None or parsed.model is None:
+            return snapshot.of_pool(pool.namespace, pool.name)
+        return _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods))
+
+    def _delete_drained_pods(
+        self, pool: PoolRef, pods: list[dict[str, Any]], runners: list[Runner], snapshot: Snapshot
+    ) -> int:
+        """Once none of ``runners`` is busy: the pods ``lifecycle.drained`` lets go; how many went."""
         listed = {runner.name: runner for runner in runners}
         deleted = 0
         for pod in pods:
@@ -265,7 +274,7 @@ class RunnerManagers:
                 continue
             version = None if decision.runner is not None else (view.resource_version or None)
             deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
-        return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
+        return deleted
 
     def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
         """Since when the pool's listing must have started; see ``drain``."""
