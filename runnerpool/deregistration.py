@@ -22,12 +22,12 @@ What the marks can miss is covered by what the finalizer sees live (:func:`may_h
 a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
 before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
 token-mode pod (pools of operator versions before the marks), runners GitHub listed in
-``status.runners``, or a ``TokenReady`` that says the token was issued. The last one is for a namespace being
-deleted: its controller deletes the token Secret, with the mark, and the idle pods, whatever
-their owner, possibly before the finalizer's first pass, while runners registered less than a
-listing ago are not counted yet; the condition, written with the pool's first pods, stays on
-the pool. A pool that never had a usable credential never has any of these: its finalizer goes
-at once, and the garbage collector takes its children.
+``status.runners``, or a ``TokenReady`` that says the token was issued. The last one is for a
+namespace being deleted: its controller deletes the token Secret, with the mark, and the idle
+pods, whatever their owner, possibly before the finalizer's first pass, while runners
+registered less than a listing ago are not counted yet; the condition, written with the pool's
+first pods, stays on the pool. A pool that never had a usable credential never has any of
+these: its finalizer goes at once, and the garbage collector takes its children.
 
 **The pool's credential is lost.** A pool that may have runners and whose credential Secret is
 missing or unusable (malformed, or one GitHub rejects, refuses, or that cannot see the scope:

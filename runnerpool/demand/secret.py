@@ -140,10 +140,11 @@ def _decoded(data: dict[str, str], namespace: str, ref: api.WebhookSecretRef) ->
         return Secrets(problem=f"key {ref.key} of Secret {namespace}/{ref.name} is not valid base64")
     if not values:
         return Secrets(problem=f"key {ref.key} of Secret {namespace}/{ref.name} is empty")
-    if len(values) > MAX_POOL_SECRET_LINES or sum(map(len, values)) > MAX_POOL_SECRET_BYTES:
+    size = sum(map(len, values))
+    if len(values) > MAX_POOL_SECRET_LINES or size > MAX_POOL_SECRET_BYTES:
         return Secrets(
             problem=f"key {ref.key} of Secret {namespace}/{ref.name} holds {len(values)} line(s), "
-            f"{sum(map(len, values))} bytes: a webhook secret may have at most {MAX_POOL_SECRET_LINES} "
+            f"{size} bytes: a webhook secret may have at most {MAX_POOL_SECRET_LINES} "
             f"lines (one secret per line) of {MAX_POOL_SECRET_BYTES} bytes in all"
         )
     return Secrets(values=values)

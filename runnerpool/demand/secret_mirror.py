@@ -60,6 +60,9 @@ __all__ = ["MirroredSecrets", "SecretMirror", "mirror_key"]
 
 log = logging.getLogger(__name__)
 
+#: The longest key a Secret's ``data`` may have (a DNS subdomain's length).
+MAX_DATA_KEY_LENGTH = 253
+
 
 class _Pools(Protocol):
     def autoscaling_pools(self, scopes: Iterable[str] | None = None) -> list[api.RunnerPool]: ...
@@ -72,10 +75,6 @@ def mirror_key(namespace: str, ref: api.WebhookSecretRef) -> str:
         return key
     digest = hashlib.sha256(f"{ref.name}\0{ref.key}".encode()).hexdigest()
     return f"{namespace}_{digest}"
-
-
-#: The longest key a Secret's ``data`` may have (a DNS subdomain's length).
-MAX_DATA_KEY_LENGTH = 253
 
 
 class _NothingCached:

@@ -100,10 +100,11 @@ class RunnerGroups:
 
         Raises ``RunnerGroupNotFound``, or the ``GitHubError`` the listing failed with.
         """
-        key = ("group", _client_key(client), scope.key, name.lower())
+        whose = (_client_key(client), scope.key)
+        key = ("group", *whose, name.lower())
         entry = self._cached(key)
         if entry is None:
-            entry = self._ask(key, (_client_key(client), scope.key), lambda: self._find(client, scope, name))
+            entry = self._ask(key, whose, lambda: self._find(client, scope, name))
         if entry.error is not None:
             raise entry.error
         assert entry.group is not None
@@ -118,12 +119,13 @@ class RunnerGroups:
         group = self.resolve(client, scope, name)
         if not group.selected or not repositories:
             return group
-        key = ("members", _client_key(client), scope.key, group.id)
+        whose = (_client_key(client), scope.key)
+        key = ("members", *whose, group.id)
         entry = self._cached(key)
         if entry is None:
             entry = self._ask(
                 key,
-                (_client_key(client), scope.key),
+                whose,
                 lambda: _Entry(
                     self._clock() + self._ttl,
                     members=frozenset(m.lower() for m in client.runner_group_members(scope, group.id)),

@@ -233,10 +233,6 @@ class SlowHosts:
             else:
                 self._next_probe.pop(hop, None)
 
-    def is_slow(self, hop: Hop) -> bool:
-        with self._lock:
-            return hop in self._next_probe
-
 
 HOSTS = SlowHosts()
 
