@@ -234,6 +234,30 @@ def test_one_credentials_failure_does_not_refuse_anothers_look_ups() -> None:
     assert own.group_requests == [("groups", ORG)]
 
 
+def test_a_group_found_before_is_still_served_while_github_is_down() -> None:
+    """A 502 or a rate limit when the ten minutes are up does not make the group go away (the
+    gate would close, and the pool lose its token and runners): the last answer stands until
+    GitHub answers again, and then GitHub's answer counts."""
+    github, clock = fake(), Clock()
+    groups = RunnerGroups(clock=clock)
+    assert groups.check(github, ORG, "GPU", ["octo-org/ml"]).id == 7
+    working = github.runner_groups, github.runner_group_members
+
+    def down(*args: object) -> list[RunnerGroup]:
+        raise Unavailable("GET /orgs/octo-org/actions/runner-groups: HTTP 502 Bad Gateway", status=502)
+
+    github.runner_groups = github.runner_group_members = down  # type: ignore[assignment,method-assign]
+    clock.now += 601  # past the ten minutes a found group is kept
+    for _ in range(2):  # the call, then the backoff's refusal
+        assert groups.check(github, ORG, "GPU", ["octo-org/ml"]).id == 7
+
+    github.runner_groups, github.runner_group_members = working  # type: ignore[method-assign]
+    github.groups[ORG] = []
+    clock.now += 61  # the backoff is over: GitHub says the group is gone
+    with pytest.raises(RunnerGroupNotFound):
+        groups.check(github, ORG, "GPU", ["octo-org/ml"])
+
+
 def test_the_cache_is_bounded() -> None:
     github = fake()
     groups = RunnerGroups(clock=Clock(), max_entries=2)

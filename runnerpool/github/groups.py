@@ -13,7 +13,8 @@ and cached: a found group for ``ttl`` (10 minutes), a missing one or a refusal f
 ``max_entries`` groups, keyed by credential, API base, scope and name (case-insensitive, as
 the runner's own configuration compares names). After a failed call (GitHub down, rate
 limited) the scope gets no call until ``ScopeBackoff`` allows one; meanwhile the last failure
-is raised again.
+is raised again, unless an earlier call found the group (and its members): that answer is
+served, however old, until GitHub answers again.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 from runnerpool.domain import Scope
 from runnerpool.github.budget import ScopeBackoff
-from runnerpool.github.errors import GitHubError, NotFound
+from runnerpool.github.errors import GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RunnerGroup
 from runnerpool.reasons import Reason
@@ -101,10 +102,7 @@ class RunnerGroups:
         Raises ``RunnerGroupNotFound``, or the ``GitHubError`` the listing failed with.
         """
         whose = (_client_key(client), scope.key)
-        key = ("group", *whose, name.lower())
-        entry = self._cached(key)
-        if entry is None:
-            entry = self._ask(key, whose, lambda: self._find(client, scope, name))
+        entry = self._lookup(("group", *whose, name.lower()), whose, lambda: self._find(client, scope, name))
         if entry.error is not None:
             raise entry.error
         assert entry.group is not None
@@ -120,17 +118,14 @@ class RunnerGroups:
         if not group.selected or not repositories:
             return group
         whose = (_client_key(client), scope.key)
-        key = ("members", *whose, group.id)
-        entry = self._cached(key)
-        if entry is None:
-            entry = self._ask(
-                key,
-                whose,
-                lambda: _Entry(
-                    self._clock() + self._ttl,
-                    members=frozenset(m.lower() for m in client.runner_group_members(scope, group.id)),
-                ),
-            )
+        entry = self._lookup(
+            ("members", *whose, group.id),
+            whose,
+            lambda: _Entry(
+                self._clock() + self._ttl,
+                members=frozenset(m.lower() for m in client.runner_group_members(scope, group.id)),
+            ),
+        )
         if entry.error is not None:
             raise entry.error
         assert entry.members is not None
@@ -148,6 +143,22 @@ class RunnerGroups:
         return group
 
     # -- the cache ---------------------------------------------------------------------------
+
+    def _lookup(self, key: Hashable, whose: Hashable, fetch: Callable[[], _Entry]) -> _Entry:
+        """The cached answer while fresh, else GitHub's; while GitHub is down or rate limits
+        (``Unavailable``, ``RateLimited``, or the backoff that follows them), the last answer
+        found, however old: the group did not go away because GitHub failed to say it is
+        there, and a closed gate would take the pool's token and runners for a 502."""
+        entry = self._cached(key)
+        if entry is not None:
+            return entry
+        try:
+            return self._ask(key, whose, fetch)
+        except (Unavailable, RateLimited):
+            known = self._last_known(key)
+            if known is None:
+                raise
+            return known
 
     def _find(self, client: GitHubClient, scope: Scope, name: str) -> _Entry:
         groups = client.runner_groups(scope)
@@ -186,12 +197,16 @@ class RunnerGroups:
         return entry
 
     def _cached(self, key: Hashable) -> _Entry | None:
+        """The entry while fresh; an expired one stays (LRU-bounded) for :meth:`_last_known`."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if entry.expires <= self._clock():
-                del self._entries[key]
+            if entry is None or entry.expires <= self._clock():
                 return None
             self._entries.move_to_end(key)
             return entry
+
+    def _last_known(self, key: Hashable) -> _Entry | None:
+        """The last answer GitHub gave for ``key`` that found something, fresh or not."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry if entry is not None and entry.error is None else None
