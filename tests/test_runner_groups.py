@@ -17,7 +17,7 @@ from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
 from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, PyGithubClient
-from runnerpool.github.types import RunnerGroup
+from runnerpool.github.types import JitRequest, RunnerGroup
 from tests.github_mocks import FAST, RunnerGroupsEndpoint, gh
 
 DATA = Path(__file__).parent / "data" / "github"
@@ -97,6 +97,8 @@ def test_a_github_app_on_an_enterprise_is_refused_without_a_request(mock: Any) -
         lambda: github.list_runners(BIG),
         lambda: github.delete_runner(BIG, 7),
         lambda: github.runner_groups(BIG),
+        lambda: github.runner_group_members(BIG, 7),
+        lambda: github.generate_jitconfig(BIG, JitRequest("pool-abcde", ("ci/pool",))),
     ):
         with pytest.raises(BadCredentials) as caught:
             call()

@@ -309,6 +309,7 @@ class PyGithubClient:
         A name in use answers 409 (a ``GitHubError`` with ``status`` 409): the caller deletes the
         leftover runner and asks again.
         """
+        self._refuse_app_for_enterprise(scope)
         path = f"/{scope.path}/actions/runners/generate-jitconfig"
         what = f"POST {path}"
         endpoint = f"/{scope.path_template}/actions/runners/generate-jitconfig"
