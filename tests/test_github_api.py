@@ -21,6 +21,7 @@ import responses
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from github import Auth
+from prometheus_client import REGISTRY
 
 from runnerpool.domain import Scope, web_url_for
 from runnerpool.github.errors import (
@@ -32,7 +33,7 @@ from runnerpool.github.errors import (
     Unavailable,
 )
 from runnerpool.github.pygithub import ClientOptions, PyGithubClient
-from runnerpool.github.types import DeleteOutcome, RegistrationToken, Runner
+from runnerpool.github.types import DeleteOutcome, JitRequest, RateLimit, RegistrationToken, Runner
 
 DATA = Path(__file__).parent / "data" / "github"
 API = "https://api.github.com"
@@ -397,6 +398,56 @@ def test_malformed_runner_listing(mock: Any, body: dict[str, Any]) -> None:
 
     with pytest.raises(MalformedResponse):
         client().list_runners(REPO)
+
+
+# -- budget --------------------------------------------------------------------------------------
+
+
+def budget_headers(remaining: int, limit: int, reset: int, resource: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit": str(limit),
+        "x-ratelimit-remaining": str(remaining),
+        "x-ratelimit-used": str(limit - remaining),
+        "x-ratelimit-reset": str(reset),
+        "x-ratelimit-resource": resource,
+    }
+
+
+def test_the_registration_buckets_budget_does_not_replace_the_core_budget(mock: Any) -> None:
+    """Registration tokens and JIT configs spend ``actions_runner_registration``, a bucket of its
+    own (``GET /rate_limit``); their headers must not hide a core budget nearly spent from the
+    listings' slowdown rule or the gauges."""
+    core_reset, registration_reset = int(NOW) + 3000, int(NOW) + 3600
+    mock.get(
+        api("/orgs/octo-org/actions/runners"),
+        json=fixture("org-runners.json")["body"],
+        headers=budget_headers(100, 5000, core_reset, "core"),
+    )
+    registration = budget_headers(9999, 10000, registration_reset, "actions_runner_registration")
+    mock.post(
+        api("/orgs/octo-org/actions/runners/registration-token"),
+        json=fixture("org-registration-token.json")["body"],
+        status=201,
+        headers=registration,
+    )
+    mock.post(
+        api("/orgs/octo-org/actions/runners/generate-jitconfig"),
+        json=fixture("generate-jitconfig.json")["body"],
+        status=201,
+        headers=registration,
+    )
+    github = client()
+    github.name_credential("ci/registration-bucket")
+
+    github.list_runners(ORG)
+    github.registration_token(ORG)
+    github.generate_jitconfig(ORG, JitRequest("pool-abcde", ("ci/pool",)))
+
+    assert github.rate_limit() == RateLimit(remaining=100, limit=5000, reset=core_reset)
+    gauge = REGISTRY.get_sample_value(
+        "runnerpool_github_rate_limit_remaining", {"credential": "ci/registration-bucket"}
+    )
+    assert gauge == 100
 
 
 # -- GitHub App ----------------------------------------------------------------------------------

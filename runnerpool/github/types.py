@@ -105,6 +105,10 @@ class RunnerGroup:
         return self.visibility == SELECTED
 
 
+#: The rate-limit bucket (``x-ratelimit-resource``) of the REST calls the budget rule counts.
+CORE_BUCKET = "core"
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """One credential's primary budget as GitHub last reported it.
@@ -118,7 +122,17 @@ class RateLimit:
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, Any] | None) -> RateLimit | None:
-        """``None`` when the answer carries no budget (GHES with rate limiting off, a proxy)."""
+        """``None`` when the answer carries no budget (GHES with rate limiting off, a proxy) or
+        another bucket's (``x-ratelimit-resource``).
+
+        A registration token or JIT config comes out of ``actions_runner_registration``, a
+        bucket of its own with a limit of its own: taken for the core budget, its answers
+        would hide a core budget nearly spent from the listings' slowdown rule. An answer
+        without ``x-ratelimit-resource`` (older GitHub Enterprise Servers) is core's.
+        """
+        resource = header(headers, "x-ratelimit-resource")
+        if resource is not None and resource.strip().lower() != CORE_BUCKET:
+            return None
         raw = [header(headers, f"x-ratelimit-{name}") for name in ("remaining", "limit", "reset")]
         if any(value is None for value in raw):
             return None
