@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,10 @@ import responses
 from github import Auth
 
 from runnerpool.domain import Scope
-from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
-from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, PyGithubClient
+from runnerpool.github.pygithub import ENTERPRISE_NEEDS_PAT, MAX_RUNNER_PAGES, PyGithubClient
 from runnerpool.github.types import JitRequest, RunnerGroup
 from tests.github_mocks import FAST, RunnerGroupsEndpoint, gh
 
@@ -79,6 +80,41 @@ def test_enterprise_groups_follow_pages(mock: Any) -> None:
     names = [group.name for group in pat_client().runner_groups(BIG)]
 
     assert names == [group["name"] for group in page["runner_groups"]]
+
+
+@pytest.mark.parametrize("listing", ["groups", "members"])
+def test_listings_past_a_thousand_entries_are_read_to_their_last_page(listing: str) -> None:
+    """A selected group's 1,001st repository cut off would refuse the pool that serves it."""
+    names = [f"octo-org/repo-{n:04}" for n in range(1050)]
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        endpoint = RunnerGroupsEndpoint(rsps)
+        github = pat_client()
+        if listing == "groups":
+            for n, name in enumerate(names, start=2):
+                endpoint.add(name, n)
+            found = [group.name for group in github.runner_groups(ORG)]
+        else:
+            endpoint.add("Big", 7, "selected", names)
+            found = github.runner_group_members(ORG, 7)
+
+    assert found == names
+    assert len(endpoint.answered) == 11
+
+
+def test_a_member_listing_that_never_ends_is_refused_not_cut_short(mock: Any) -> None:
+    path = "/orgs/octo-org/actions/runner-groups/7/repositories"
+
+    def endless(request: Any) -> tuple[int, dict[str, str], str]:
+        page = int(urllib.parse.parse_qs(urllib.parse.urlsplit(request.url).query).get("page", ["1"])[0])
+        link = f'<https://api.github.com{path}?per_page=100&page={page + 1}>; rel="next"'
+        repositories = [{"id": page, "name": f"repo-{page}", "full_name": f"octo-org/repo-{page}"}]
+        return 200, {"Link": link}, json.dumps({"total_count": 1, "repositories": repositories})
+
+    mock.add_callback(responses.GET, gh(path), callback=endless)
+
+    with pytest.raises(MalformedResponse, match="pagination did not end"):
+        pat_client().runner_group_members(ORG, 7)
+    assert len(mock.calls) == MAX_RUNNER_PAGES
 
 
 def test_a_github_app_on_an_enterprise_is_refused_without_a_request(mock: Any) -> None:

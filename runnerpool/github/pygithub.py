@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
@@ -77,8 +77,8 @@ log = logging.getLogger(__name__)
 redact.install()
 transport.install()
 
-#: A runner listing that has not ended after this many pages (10,000 runners) is treated as a
-#: broken ``Link`` chain rather than followed for ever.
+#: A listing (runners, runner groups, a group's members) that has not ended after this many
+#: pages (10,000 entries) is treated as a broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
 #: Reads of a runner listing whose pages disagree on ``total_count`` (see ``list_runners``).
 RUNNER_LISTING_ATTEMPTS = 3
@@ -164,6 +164,11 @@ class _Listing:
     endpoint: str
     key: str
     parse: Callable[[Any], Any]
+    #: Where reading stops with what it has: workflow runs (GitHub serves no more than
+    #: ``MAX_RUN_PAGES`` for a status filter) and their jobs. ``None``: GitHub serves every
+    #: entry, and a listing still going after ``MAX_RUNNER_PAGES`` is a broken ``Link`` chain,
+    #: refused rather than cut short.
+    last_page: int | None = None
 
 
 def _run_id(item: Any, prefix: str) -> int:
@@ -353,16 +358,12 @@ class PyGithubClient:
         """One pass over a runner listing's pages: the runners by id, and the counts the pages gave."""
         found: dict[int, Runner] = {}
         totals: set[int] = set()
-        for _ in range(MAX_RUNNER_PAGES):
-            page = self._page(url, kind)
+        for page in self._pages_of(url, kind):
             for runner in page.items:
                 found.setdefault(runner.id, runner)
             if page.total is not None:
                 totals.add(page.total)
-            if page.next_url is None:
-                return found, totals
-            url = self._checked_next(page.next_url, kind.what)
-        raise MalformedResponse(f"{kind.what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+        return found, totals
 
     def active_jobs(self, repository: str) -> ActiveJobs:
         """Queued and running jobs of one repository, every page conditional.
@@ -381,6 +382,7 @@ class PyGithubClient:
             "/repos/{owner}/{repo}/actions/runs",
             "workflow_runs",
             functools.partial(_run_id, prefix=prefix),
+            last_page=MAX_RUN_PAGES,
         )
         runs: dict[int, None] = {}
         for status in ("queued", "in_progress"):
@@ -394,6 +396,7 @@ class PyGithubClient:
                 "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs",
                 "jobs",
                 functools.partial(_job, repository=repository, api_url=self.base_url, what=what),
+                last_page=MAX_RUN_PAGES,
             )
             for job in self._listing(f"{prefix}/{run_id}/jobs?filter=latest&per_page=100", jobs_kind, spent):
                 jobs.setdefault(job.id, job)
@@ -427,14 +430,24 @@ class PyGithubClient:
 
     def _listing(self, url: str, kind: _Listing, spent: list[int]) -> list[Any]:
         """Every page of one listing; each page that cost budget (a 200) appends to ``spent``."""
-        items: list[Any] = []
-        for _ in range(MAX_RUN_PAGES):
+        return [item for page in self._pages_of(url, kind, spent) for item in page.items]
+
+    def _pages_of(self, url: str, kind: _Listing, spent: list[int] | None = None) -> Iterator[Page]:
+        """The pages of one listing from ``url`` on, following ``Link`` up to its bound.
+
+        A listing cut short is a wrong answer, not a smaller one: a runner group's 1,001st
+        repository missing refuses the pool that serves it, a runner missing is a busy pod
+        taken for idle. So only a listing GitHub itself ends early (``_Listing.last_page``)
+        stops quietly; any other that runs past ``MAX_RUNNER_PAGES`` is refused.
+        """
+        for _ in range(kind.last_page or MAX_RUNNER_PAGES):
             page = self._page(url, kind, spent)
-            items.extend(page.items)
+            yield page
             if page.next_url is None:
-                break
+                return
             url = self._checked_next(page.next_url, kind.what)
-        return items
+        if kind.last_page is None:
+            raise MalformedResponse(f"{kind.what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         self._refuse_app_for_enterprise(scope)
