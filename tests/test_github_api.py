@@ -489,3 +489,62 @@ def test_app_installation_failure_is_a_credential_problem(
         gh.registration_token(ORG)
     assert info.value.reason == "AppInstallationTokenFailed"
     assert len(mock.calls) == 1  # the runner endpoint was never called
+
+
+class Installation:
+    """GitHub's side of one App installation: tokens minted in turn (``ghs_1``, ``ghs_2``...), and
+    the runner endpoint answering 401 "Bad credentials" to the ones in ``revoked``."""
+
+    def __init__(self, mock: Any, revoked: set[str]) -> None:
+        self.minted: list[str] = []
+        self.revoked = revoked
+        self.used: list[str] = []
+        access = fixture("installation-access-token.json")["body"]
+        self._access = {**access, "expires_at": "2099-01-01T00:00:00Z"}
+        mock.add_callback(responses.POST, api("/app/installations/42/access_tokens"), callback=self._mint)
+        mock.add_callback(responses.GET, api("/orgs/octo-org/actions/runners"), callback=self._runners)
+
+    def _mint(self, request: Any) -> tuple[int, dict[str, str], str]:
+        self.minted.append(f"ghs_{len(self.minted) + 1}")
+        return 201, {}, json.dumps({**self._access, "token": self.minted[-1]})
+
+    def _runners(self, request: Any) -> tuple[int, dict[str, str], str]:
+        token = request.headers["Authorization"].removeprefix("token ")
+        self.used.append(token)
+        if token in self.revoked:
+            return 401, {}, json.dumps(basic_error("Bad credentials", 401))
+        return 200, {}, json.dumps(fixture("org-runners.json")["body"])
+
+
+def app_client(app_private_key: str) -> PyGithubClient:
+    app = Auth.AppAuth(1234, app_private_key).get_installation_auth(42)
+    return PyGithubClient.from_auth(app, API, FAST, clock=lambda: NOW)
+
+
+def test_an_installation_token_github_rejects_is_minted_again_at_once(
+    mock: Any, app_private_key: str
+) -> None:
+    """PyGithub keeps a token until 20 s before the expiry GitHub gave; one revoked
+    (``DELETE /installation/token``) or expired by GitHub's clock would be refused for up to an
+    hour."""
+    github = Installation(mock, revoked={"ghs_1"})
+    gh = app_client(app_private_key)
+
+    assert len(gh.list_runners(ORG)) == 2
+    assert len(gh.list_runners(ORG)) == 2
+
+    assert github.minted == ["ghs_1", "ghs_2"]
+    assert github.used == ["ghs_1", "ghs_2", "ghs_2"]
+
+
+def test_a_fresh_installation_token_rejected_again_is_bad_credentials(
+    mock: Any, app_private_key: str
+) -> None:
+    github = Installation(mock, revoked={"ghs_1", "ghs_2", "ghs_3"})
+
+    with pytest.raises(BadCredentials) as info:
+        app_client(app_private_key).list_runners(ORG)
+
+    assert (info.value.reason, info.value.status) == ("BadCredentials", 401)
+    assert github.minted == ["ghs_1", "ghs_2"], "minted again once, not a third time"
+    assert github.used == ["ghs_1", "ghs_2"]

@@ -86,6 +86,8 @@ RUNNER_LISTING_ATTEMPTS = 3
 ENTERPRISE_NEEDS_PAT = Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN
 #: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
 MAX_RUN_PAGES = 10
+#: Where ``Auth.AppInstallationAuth`` (PyGithub 2.x) keeps its installation token.
+_CACHED_INSTALLATION_TOKEN = "_AppInstallationAuth__installation_authorization"
 
 
 class _TransientOnlyRetry(GithubRetry):
@@ -559,8 +561,7 @@ class PyGithubClient:
         opts = self._options
         try:
             with transport.deadline(opts.timeout, opts.max_response_bytes), self._route.used():
-                self._ensure_installation_token(what)
-                return self._translated(what, fn)
+                return self._authenticated(what, fn)
         except transport.DeadlineExceeded:
             raise Unavailable(
                 f"{what}: no complete answer within {opts.timeout:g} s",
@@ -601,6 +602,37 @@ class PyGithubClient:
                 f"{what}: the server redirected to another host, scheme or path; check the GitHub API URL",
                 reason=Reason.GITHUB_REDIRECTED,
             ) from None
+
+    def _authenticated(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn`` with a live installation token, minted again once if GitHub rejects it.
+
+        PyGithub keeps an installation token until 20 s before the expiry GitHub gave, and
+        never drops it on its own: one revoked (``DELETE /installation/token``) or expired by
+        GitHub's clock while ours says it has seconds left would be sent again, and refused
+        with a 401 (BadCredentials), on every call until its hour ran out. The App's key
+        mints a new one at once. A 401 to the new token means what it says: no third try.
+        A call GitHub answered 401 did nothing, so a POST is as safe to send again as a GET.
+        """
+        self._ensure_installation_token(what)
+        try:
+            return self._translated(what, fn)
+        except BadCredentials as err:
+            if err.status != 401 or not self._forget_installation_token():
+                raise
+        log.info("%s: GitHub rejected the installation token of %s; minting another", what, self.credential)
+        self._ensure_installation_token(what)
+        return self._translated(what, fn)
+
+    def _forget_installation_token(self) -> bool:
+        """Drop the installation token PyGithub cached; ``False`` when there is none to drop
+        (a personal access token cannot be minted again)."""
+        auth = self._requester.auth
+        if not isinstance(auth, Auth.AppInstallationAuth):
+            return False
+        # PyGithub has no public way to drop it; the class default (None) makes the next
+        # ``auth.token`` mint a new one.
+        vars(auth).pop(_CACHED_INSTALLATION_TOKEN, None)
+        return True
 
     def _ensure_installation_token(self, what: str) -> None:
         """Mint the App installation token up front so its failures name the right culprit.
