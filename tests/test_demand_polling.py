@@ -12,7 +12,7 @@ import responses
 from github import Auth, Github
 
 from runnerpool.github.errors import BadCredentials, RateLimited
-from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.github.pygithub import ACTIVE_RUN_STATUSES, PyGithubClient
 from tests.demand_payloads import API, fixture, job_object
 
 REPO = "octo-org/hello-world"
@@ -54,7 +54,7 @@ def jobs_client() -> PyGithubClient:
     return PyGithubClient(gh, clock=lambda: NOW)
 
 
-def test_lists_jobs_of_queued_and_in_progress_runs(mock: responses.RequestsMock) -> None:
+def test_lists_jobs_of_queued_in_progress_and_waiting_runs(mock: responses.RequestsMock) -> None:
     mock.get(url(RUNS), json=runs(11, status="queued"), match=[status_is("queued")], headers={"ETag": '"q1"'})
     mock.get(
         url(RUNS),
@@ -62,7 +62,15 @@ def test_lists_jobs_of_queued_and_in_progress_runs(mock: responses.RequestsMock)
         match=[status_is("in_progress")],
         headers={"ETag": '"p1"'},
     )
+    mock.get(url(RUNS), json=runs(13, status="waiting"), match=[status_is("waiting")])
     mock.get(url(f"{RUNS}/11/jobs"), json=jobs(job_object(1, "queued", ["self-hosted"], run_id=11)))
+    mock.get(
+        url(f"{RUNS}/13/jobs"),
+        json=jobs(
+            job_object(4, "waiting", ["self-hosted"], run_id=13),  # a deploy job awaiting approval
+            job_object(5, "queued", ["self-hosted"], run_id=13),  # its sibling wants a runner now
+        ),
+    )
     mock.get(
         url(f"{RUNS}/12/jobs"),
         json=jobs(
@@ -76,20 +84,22 @@ def test_lists_jobs_of_queued_and_in_progress_runs(mock: responses.RequestsMock)
         (1, "queued", REPO),
         (2, "in_progress", REPO),
         (3, "queued", REPO),
-    ]
-    assert active.spent == 4
+        (4, None, REPO),  # awaiting approval: wants no runner yet
+        (5, "queued", REPO),
+    ], "a run awaiting an approval is waiting, and its queued jobs are seen there only"
+    assert active.spent == 6
     jobs_query = [call.request.url for call in mock.calls if "/jobs" in (call.request.url or "")]
     assert all("filter=latest" in str(u) and "per_page=100" in str(u) for u in jobs_query)
 
 
 def test_an_idle_repository_costs_nothing_the_second_time(mock: responses.RequestsMock) -> None:
     empty = {"total_count": 0, "workflow_runs": []}
-    for status in ("queued", "in_progress"):
+    for status in ACTIVE_RUN_STATUSES:
         mock.get(url(RUNS), json=empty, match=[status_is(status)], headers={"ETag": f'"{status}"'})
     client = jobs_client()
-    assert client.active_jobs(REPO).spent == 2
+    assert client.active_jobs(REPO).spent == 3
     mock.reset()
-    for status in ("queued", "in_progress"):
+    for status in ACTIVE_RUN_STATUSES:
         mock.get(
             url(RUNS),
             status=304,
@@ -109,6 +119,7 @@ def test_follows_link_pagination(mock: responses.RequestsMock) -> None:
     )
     mock.get(url("/repositories/1296269/actions/runs"), json=runs(13, status="queued"))
     mock.get(url(RUNS), json=runs(status="in_progress"), match=[status_is("in_progress")])
+    mock.get(url(RUNS), json=runs(status="waiting"), match=[status_is("waiting")])
     mock.get(url(f"{RUNS}/11/jobs"), json=jobs(job_object(1, "queued", ["self-hosted"])))
     mock.get(url(f"{RUNS}/13/jobs"), json=jobs(job_object(3, "queued", ["self-hosted"])))
     assert sorted(job.id for job in jobs_client().active_jobs(REPO).jobs) == [1, 3]

@@ -84,6 +84,8 @@ MAX_RUNNER_PAGES = 100
 RUNNER_LISTING_ATTEMPTS = 3
 #: The reason of the refusal to use a GitHub App on an enterprise scope.
 ENTERPRISE_NEEDS_PAT = Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN
+#: The run statuses whose runs can hold a queued or running job (``active_jobs``).
+ACTIVE_RUN_STATUSES = ("queued", "in_progress", "waiting")
 #: GitHub returns at most 1,000 workflow runs for a ``status`` filter: ten pages of 100.
 MAX_RUN_PAGES = 10
 #: Where ``Auth.AppInstallationAuth`` (PyGithub 2.x) keeps its installation token.
@@ -371,10 +373,12 @@ class PyGithubClient:
         """Queued and running jobs of one repository, every page conditional.
 
         GitHub lists workflow runs per repository only (there is no organization-wide job
-        listing), and jobs per run. The cheapest complete view: runs with ``status=queued``
-        and ``status=in_progress`` (a run in progress can still hold queued jobs, e.g. a
-        matrix wider than the pool), then the latest attempt's jobs of each. An idle
-        repository costs two 304s, which GitHub does not count.
+        listing), and jobs per run. The cheapest complete view: runs with ``status=queued``,
+        ``status=in_progress`` (a run in progress can still hold queued jobs, e.g. a matrix
+        wider than the pool) and ``status=waiting`` (a run one of whose jobs awaits an
+        environment's approval is ``waiting``, whatever its other jobs do: their queued jobs
+        would be seen nowhere else), then the latest attempt's jobs of each. An idle
+        repository costs three 304s, which GitHub does not count.
         """
         owner, _, name = repository.partition("/")
         prefix = f"/repos/{urllib.parse.quote(owner)}/{urllib.parse.quote(name)}/actions/runs"
@@ -387,7 +391,7 @@ class PyGithubClient:
             last_page=MAX_RUN_PAGES,
         )
         runs: dict[int, None] = {}
-        for status in ("queued", "in_progress"):
+        for status in ACTIVE_RUN_STATUSES:
             for run_id in self._listing(f"{prefix}?status={status}&per_page=100", runs_kind, spent):
                 runs.setdefault(run_id)
         jobs: dict[int, Job] = {}
