@@ -119,6 +119,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         component=values["component"],
         namespaces=tuple(namespaces) if namespaces else None,
         namespaced=values["namespaced"],
+        namespace_role=values["namespace_role"],
         **groups,
     )
     election = settings.leader_election

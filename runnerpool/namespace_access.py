@@ -3,10 +3,11 @@
 Cluster-wide the operator only reads (deploy/rbac/cluster_role.yaml). What it writes in a runner
 namespace (pods, token Secrets, the busy runners' budget, a runner account) it may write only
 where a RoleBinding there grants it the shipped ClusterRole ``runnerpool-operator-namespace``
-(deploy/rbac/namespace_cluster_role.yaml), made by the platform team: the chart's
-``runnerNamespaces``, deploy/runner-namespace, or the one line :meth:`NamespaceAccess.enable_line`
-gives. A pool elsewhere must get no pod, no token and no GitHub call, and say why; finding out
-from a 403 at its first write would come after its token job had asked GitHub.
+(deploy/rbac/namespace_cluster_role.yaml; the chart's ``<release>-namespace``, passed as
+``--namespace-role``), made by the platform team: the chart's ``runnerNamespaces``,
+deploy/runner-namespace, or the one line :meth:`NamespaceAccess.enable_line` gives. A pool
+elsewhere must get no pod, no token and no GitHub call, and say why; finding out from a 403 at
+its first write would come after its token job had asked GitHub.
 
 So the reconciler asks first (:meth:`NamespaceAccess.check`, a gate before anything is made):
 one SelfSubjectAccessReview per thing the operator needs in every runner namespace (create
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 from kubernetes.client.rest import ApiException
 
 from runnerpool import conditions
+from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
 from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import Kube, Resource
 
@@ -53,8 +55,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The shipped ClusterRole a RoleBinding in a runner namespace enables the operator with.
-NAMESPACE_CLUSTER_ROLE = "runnerpool-operator-namespace"
 #: deploy/'s ServiceAccount, named in the line when the operator cannot learn its own.
 DEFAULT_ACCOUNT = "runnerpool-system:runnerpool-operator"
 #: Seconds until a namespace that is not enabled is asked about again.
@@ -116,8 +116,12 @@ class NamespaceAccess:
         clock: Callable[[], float] = time.monotonic,
         recheck: float = RECHECK,
         enabled_recheck: float = ENABLED_RECHECK,
+        role: str = NAMESPACE_CLUSTER_ROLE,
     ) -> None:
         self._kube = kube
+        #: The ClusterRole the line binds: the one the install made (``--namespace-role``), or
+        #: following the line would bind a role that does not exist and enable nothing.
+        self._role = role
         self._watch = watch
         self._clock = clock
         self._recheck = recheck
@@ -166,7 +170,7 @@ class NamespaceAccess:
         """The one command that enables the operator in ``namespace``."""
         return (
             f"kubectl create rolebinding runnerpool-operator -n {namespace} "
-            f"--clusterrole={NAMESPACE_CLUSTER_ROLE} --serviceaccount={self.account()}"
+            f"--clusterrole={self._role} --serviceaccount={self.account()}"
         )
 
     def account(self) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
     "MAY_HAVE_RUNNERS_ANNOTATION",
+    "NAMESPACE_CLUSTER_ROLE",
     "OPERATOR_MOUNT_PATHS",
     "OPERATOR_PREFIX",
     "OPERATOR_VOLUMES",
@@ -116,6 +117,11 @@ TOKEN_ISSUED_ANNOTATION = "runnerpool.dev/token-issued"
 CREDENTIAL_LOST_ANNOTATION = "runnerpool.dev/credential-lost-at"
 
 # -- objects, keys and containers -----------------------------------------------------------------
+
+#: deploy/'s ClusterRole that a RoleBinding in a runner namespace enables the operator with
+#: (deploy/rbac/namespace_cluster_role.yaml); the chart's is ``<release>-namespace``, which it
+#: hands the operator as ``--namespace-role`` (``runnerpool.settings``).
+NAMESPACE_CLUSTER_ROLE = "runnerpool-operator-namespace"
 
 #: The key of the registration token in a pool's token Secret.
 TOKEN_SECRET_KEY = "runnertoken"

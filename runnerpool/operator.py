@@ -112,7 +112,7 @@ class Operator:
     def _leader_parts(self) -> list[Runnable]:
         """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
-        access = NamespaceAccess(kube, watch=self.informers)
+        access = NamespaceAccess(kube, watch=self.informers, role=settings.namespace_role)
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
 

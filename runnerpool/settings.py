@@ -17,6 +17,7 @@ from typing import Any
 
 from runnerpool.api import DEFAULT_RUNNER_IMAGE, RunnerPool
 from runnerpool.domain import DEFAULT_API_URL, PoolRef, resolve_api_url
+from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
 from runnerpool.tenants import (
     ALLOW_FLAG,
     GITHUB_HOST_FLAG,
@@ -570,8 +571,8 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    """The whole operator's settings; every field but ``component``, ``namespaces`` and
-    ``namespaced`` is a group."""
+    """The whole operator's settings; every field but ``component``, ``namespaces``,
+    ``namespaced`` and ``namespace_role`` is a group."""
 
     component: str = setting(
         OPERATOR,
@@ -596,6 +597,14 @@ class Settings:
         "namespace-scoped mode: needs only Roles in the --namespace namespaces (no ClusterRole); "
         "the operator then does not watch the Namespace objects themselves",
         switch=True,
+    )
+    #: The chart names it after its release: the NamespaceNotEnabled line must name that one.
+    namespace_role: str = setting(
+        NAMESPACE_CLUSTER_ROLE,
+        "--namespace-role",
+        "the ClusterRole a RoleBinding in a runner namespace enables the operator with, as the "
+        "line in a NamespaceNotEnabled condition names it (the Helm chart's: <release>-namespace)",
+        metavar="NAME",
     )
     queue: QueueSettings = QueueSettings()
     tokens: TokenSettings = TokenSettings()

@@ -32,6 +32,7 @@ from kubernetes import client
 from runnerpool.cli import parser, settings_from
 from runnerpool.domain import Scope
 from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
+from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.naming import DEFAULT_CREDENTIAL_SECRET
 from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help
@@ -549,6 +550,44 @@ def test_runner_namespaces_bind_the_namespace_role_in_each_and_nowhere_else(helm
         for o in template(helm)
         if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == f"{RELEASE}-namespace"
     ], "default: no namespace is enabled"
+
+
+class _SelfReviews:
+    """The API server's answer to the operator's SelfSubjectReview, as ``account``."""
+
+    def __init__(self, account: str) -> None:
+        self._account = account
+
+    def create(self, *_: Any, **__: Any) -> Obj:
+        return {"status": {"userInfo": {"username": f"system:serviceaccount:{self._account}"}}}
+
+
+def _enable_line(objects: list[Obj], account: str) -> str:
+    """The NamespaceNotEnabled line of the operator that runs with the rendered flags."""
+    settings = settings_from(parser().parse_args(container(objects)["args"]))
+    access = NamespaceAccess(_SelfReviews(account), role=settings.namespace_role)  # type: ignore[arg-type]
+    return access.enable_line("team-a")
+
+
+@pytest.mark.parametrize("release", [RELEASE, "ci"])
+def test_the_enable_line_binds_the_namespace_role_the_release_made(helm: Path, release: str) -> None:
+    """With any release name, following the line a pool's NamespaceNotEnabled condition gives
+    binds the ClusterRole the chart made (<release>-namespace), not deploy/'s, which is not there."""
+    done = run_helm(helm, "template", release, str(CHART), "--namespace", NAMESPACE)
+    assert done.returncode == 0, done.stderr
+    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    [role] = [
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-namespace")
+    ]
+    fullname = deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"]
+    line = _enable_line(objects, f"{NAMESPACE}:{fullname}")
+    assert f"--clusterrole={role} --serviceaccount={NAMESPACE}:{fullname}" in line, line
+    namespaced = template(helm, {"watchNamespaces": ["team-a"], "fullnameOverride": "ci"})
+    assert not [a for a in container(namespaced)["args"] if a.startswith("--namespace-role")], (
+        "namespaced mode makes no namespace role to name"
+    )
 
 
 def test_allow_rules_become_one_flag_each_that_the_operator_accepts(helm: Path) -> None:

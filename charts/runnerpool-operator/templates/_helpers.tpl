@@ -72,6 +72,15 @@ default --leader-election-id (tests/test_chart.py checks they agree).
 {{- end }}
 
 {{/*
+The ClusterRole a RoleBinding in a runner namespace enables the operator with (cluster mode):
+rbac.yaml makes it under this name and the operator's --namespace-role names it, so the line in
+a NamespaceNotEnabled condition binds a role that exists, whatever the release is called.
+*/}}
+{{- define "runnerpool-operator.namespaceRoleName" -}}
+{{- printf "%s-namespace" (include "runnerpool-operator.fullname" .) }}
+{{- end }}
+
+{{/*
 "true" when the operator gets a PodDisruptionBudget: podDisruptionBudget.enabled and more than
 one replica. A single replica has no budget that helps: minAvailable 1 would block every node
 drain, and one it can satisfy (minAvailable 0, maxUnavailable 1) allows every eviction, i.e.
