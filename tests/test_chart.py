@@ -268,6 +268,7 @@ LINTED_VALUES: dict[str, Obj] = {
             "ingress": {"enabled": True, "host": "runners.example.com", "className": "nginx"},
         },
         "rbac": {"aggregateToDefaultRoles": True},
+        "networkPolicy": {"enabled": True, "apiServer": {"ports": [443], "cidrs": ["10.96.0.1/32"]}},
         "allow": ["team-*=org:acme,repo:acme-labs/tools", "platform=enterprise:big-corp"],
         "dashboard": {"enabled": True, "annotations": {"grafana_folder": "CI"}},
         "prometheusRule": {
@@ -1196,6 +1197,34 @@ def test_network_policies_match_deploys_optional_ones(helm: Path) -> None:
         [o for o in objects if o["kind"] == "NetworkPolicy"],
     )
     assert not report, "\n".join(report)
+
+
+def test_the_receivers_egress_is_the_api_server_and_metrics_whom_the_values_name(helm: Path) -> None:
+    """The receiver (internet-facing) sends only to the API server's ports, narrowed to its
+    addresses when given; metrics are open to the monitoring namespace, or the peers given."""
+    scraper = [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}]
+    values = {
+        "networkPolicy": {
+            "enabled": True,
+            "metricsFrom": scraper,
+            "apiServer": {"ports": [8443], "cidrs": ["10.96.0.1/32", "192.168.1.10/32"]},
+        }
+    }
+    objects = template(helm, values)
+    receiver = one(objects, "NetworkPolicy", f"{RELEASE}-webhook")
+    assert receiver["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert receiver["spec"]["egress"] == [
+        {
+            "ports": [{"port": 8443, "protocol": "TCP"}],
+            "to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}, {"ipBlock": {"cidr": "192.168.1.10/32"}}],
+        }
+    ]
+    for policy in (receiver, one(objects, "NetworkPolicy", RELEASE)):
+        [metrics] = [
+            r for r in policy["spec"]["ingress"] if {"port": "metrics", "protocol": "TCP"} in r["ports"]
+        ]
+        assert metrics["from"] == scraper
+    assert refusal(helm, {"networkPolicy": {"apiServer": {"ports": []}}}), "no egress at all is no install"
 
 
 def test_watch_namespaces_give_the_receiver_roles_there_only(helm: Path) -> None:

@@ -543,14 +543,38 @@ def test_network_policies_admit_only_each_parts_ports(objects: list[Obj]) -> Non
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         spec = policy["spec"]
         assert policy["metadata"]["namespace"] == NAMESPACE
-        assert spec["policyTypes"] == ["Ingress"]
+        assert "Ingress" in spec["policyTypes"]
         assert selects(
             spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
         )
-        (rule,) = spec["ingress"]
-        ports = {p["port"] for p in rule["ports"]}
+        ports = {p["port"] for rule in spec["ingress"] for p in rule["ports"]}
         assert ports == expected[name]
         assert ports == {p["name"] for p in container["ports"]}, "every port the pod opens, no other"
+
+
+def test_metrics_are_open_to_the_monitoring_namespace_only() -> None:
+    """Runner pods (any tenant's CI job) must not read the metrics, whose labels name every pool,
+    namespace, repository and workflow: only pods of namespace `monitoring` may scrape."""
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    for policy in render(NETWORK_POLICIES):
+        name = policy["metadata"]["name"]
+        [metrics] = [
+            r for r in policy["spec"]["ingress"] if {"port": "metrics", "protocol": "TCP"} in r["ports"]
+        ]
+        assert metrics == {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": monitoring}, name
+
+
+def test_the_receiver_sends_only_to_the_api_server() -> None:
+    """The receiver faces the internet: a hole in it must not reach runner pods, the operator,
+    GitHub or a cloud's metadata endpoint. It talks to the API server alone (at
+    KUBERNETES_SERVICE_HOST, an IP: no DNS), on the ports API servers listen on."""
+    receiver = one(render(NETWORK_POLICIES), "NetworkPolicy", RECEIVER)
+    assert receiver["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert receiver["spec"]["egress"] == [
+        {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}
+    ]
+    operator = one(render(NETWORK_POLICIES), "NetworkPolicy", "runnerpool-operator")
+    assert operator["spec"]["policyTypes"] == ["Ingress"], "the operator's GitHub and proxy are the user's"
 
 
 def test_namespace_enforces_restricted_pod_security(objects: list[Obj]) -> None:

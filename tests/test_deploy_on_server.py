@@ -122,6 +122,16 @@ def test_samples_apply_on_top(
     assert done.returncode == 0, done.stderr
 
 
+def test_the_optional_network_policies_apply_on_top(control_plane: ControlPlane, installed: None) -> None:
+    """As a user applies them after deploy/: the API server takes every rule (named ports, the
+    receiver's egress, the metrics peers), so a refused one fails here, not at the user's."""
+    folder = DEPLOY / "optional" / "network-policies"
+    done = kubectl(control_plane, "apply", "--dry-run=server", "--validate=strict", "-k", str(folder))
+    assert done.returncode == 0, done.stderr
+    applied = [line for line in done.stdout.splitlines() if "(server dry run)" in line]
+    assert len(applied) == 2, done.stdout
+
+
 def _bearer_client(api_client: client.ApiClient, token: str) -> client.ApiClient:
     cfg = client.Configuration()
     cfg.host = api_client.configuration.host
