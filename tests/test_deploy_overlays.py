@@ -65,10 +65,15 @@ def _args(objects: list[Obj]) -> list[str]:
     return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
+#: Plain-HTTP metrics (no --metrics-secure) served to the pod's own loopback only.
+LOOPBACK_METRICS = "--metrics-bind-address=127.0.0.1"
+
+
 def assert_the_base_args_less_metrics_secure(args: list[str], base: list[str], patch: str) -> None:
-    """The overlay lists the args by value (``patch``): each of the base's but --metrics-secure,
-    and nothing else but the namespaced flags."""
-    wanted = {a for a in base if a != "--metrics-secure"}
+    """The overlay lists the args by value (``patch``): each of the base's but --metrics-secure
+    and the metrics address (loopback instead), and nothing else but the namespaced flags."""
+    wanted = {a for a in base if a != "--metrics-secure" and not a.startswith("--metrics-bind-address=")}
+    wanted.add(LOOPBACK_METRICS)
     kept = {a for a in args if a != "--namespaced" and not a.startswith("--namespace=")}
     assert not wanted - kept, f"{patch} lacks the base's {sorted(wanted - kept)}"
     assert not kept - wanted, f"{patch} has {sorted(kept - wanted)}, which the base has not"
@@ -143,6 +148,17 @@ def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(
     # Reviews of metrics tokens are cluster-scoped: this mode serves metrics without them.
     assert "--metrics-secure" not in args
     assert_the_base_args_less_metrics_secure(args, _args(render(DEPLOY)), "operator_args.yaml")
+
+
+@pytest.mark.parametrize("name", [SERVICE_ACCOUNT, RECEIVER])
+def test_metrics_without_their_reviews_listen_on_loopback_only(overlay: list[Obj], name: str) -> None:
+    """Without --metrics-secure (its reviews are cluster-scoped) metrics are plain HTTP: on
+    0.0.0.0 any pod in the cluster, a tenant's CI job in a runner pod included, would read every
+    pool, namespace, repository and workflow name in them."""
+    args = one(overlay, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--metrics-secure" not in args
+    addresses = [a for a in args if a.startswith("--metrics-bind-address=")]
+    assert addresses == [LOOPBACK_METRICS], addresses
 
 
 def test_every_watched_folder_names_its_namespace() -> None:
