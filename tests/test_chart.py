@@ -5,7 +5,8 @@ default values it installs what ``kubectl apply -k deploy/`` installs (as ``kube
 renders it), object for object and field for field, and names each object and field that
 differ. Three differences are by design and the only ones tolerated: the chart does not create
 its own Namespace (``helm install -n NS --create-namespace`` does; a chart that renders its
-release namespace cannot be installed into it), it adds Helm's bookkeeping labels, and it
+release namespace cannot be installed into it), it adds Helm's bookkeeping labels (and keeps
+the shared hooks' ClusterRole on uninstall: ``HELM_ANNOTATIONS``), and it
 renders the operator's leader-election Lease (``CHART_ONLY``): else ``helm uninstall`` would leave
 it, as the operator creates it at run time; deploy/ needs no such object, since deleting deploy/
 deletes its Namespace and every Lease in it.
@@ -62,6 +63,8 @@ HELM_LABELS = frozenset(
         "helm.sh/chart",
     }
 )
+#: Annotations only Helm reads: the hooks' ClusterRole outlives the release that made it.
+HELM_ANNOTATIONS = frozenset({"helm.sh/resource-policy"})
 #: Objects only the chart renders (the module's docstring says why).
 CHART_ONLY = frozenset({("Lease", NAMESPACE, LeaderElectionSettings().lease_name)})
 #: Operator flags the chart renders for features another branch adds to the operator (namespaced
@@ -164,16 +167,22 @@ def is_label_map(node: Any) -> bool:
 
 
 def without_helm_labels(node: Any) -> Any:
-    """``node`` with HELM_LABELS removed from every label map and selector in it."""
+    """``node`` with HELM_LABELS removed from every label map and selector in it, and
+    HELM_ANNOTATIONS from its annotations (dropped when nothing else is left)."""
     if isinstance(node, dict):
-        return {
+        cleaned = {
             key: (
                 {k: v for k, v in value.items() if k not in HELM_LABELS}
                 if key in {"labels", "matchLabels", "selector"} and is_label_map(value)
+                else {k: v for k, v in value.items() if k not in HELM_ANNOTATIONS}
+                if key == "annotations" and is_label_map(value)
                 else without_helm_labels(value)
             )
             for key, value in node.items()
         }
+        if cleaned.get("annotations") == {} and node["annotations"]:
+            del cleaned["annotations"]  # only Helm's were there
+        return cleaned
     if isinstance(node, list):
         return [without_helm_labels(item) for item in node]
     return node
@@ -620,6 +629,16 @@ def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
     kinds = {o["kind"] for o in objects}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
     assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+def test_the_shared_hooks_role_outlives_the_release_that_made_it(helm: Path) -> None:
+    """One hooks' ClusterRole per cluster, made by whichever release came first and bound by
+    every release's pools: ``helm uninstall`` of that release must not delete it from under the
+    others' runners."""
+    hooks = one(template(helm), "ClusterRole", RUNNER_HOOKS_CLUSTER_ROLE)
+    assert hooks["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    others = [o for o in template(helm) if o["metadata"]["name"] != RUNNER_HOOKS_CLUSTER_ROLE]
+    assert not [o for o in others if "helm.sh/resource-policy" in o["metadata"].get("annotations", {})]
 
 
 def test_release_name_prefixes_every_object(helm: Path) -> None:

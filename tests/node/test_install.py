@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
+from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
 from tests.e2e.runners import GOOD_PAT, REPO, pool_runners, wait_condition
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
@@ -511,9 +512,12 @@ def _leftovers(installed: Installed, rendered: list[dict[str, Any]]) -> list[str
 
 
 @on("helm")
-def test_helm_uninstall_leaves_nothing_but_the_crd(installed: Installed, namespace: str) -> None:
+def test_helm_uninstall_leaves_nothing_but_the_crd_and_the_hooks_role(
+    installed: Installed, namespace: str
+) -> None:
     """The pools deleted while the operator runs (it deregisters their runners), then ``helm
-    uninstall``: nothing the chart or the operator made is left but the CRD."""
+    uninstall``: nothing the chart or the operator made is left but the CRD and the hooks'
+    ClusterRole, which other releases' pools may bind (``helm.sh/resource-policy: keep``)."""
     helm = installed.installer
     assert isinstance(helm, HelmInstall)
     create_pool(installed.api_client, namespace, node_pool("last", replicas=1))
@@ -546,7 +550,7 @@ def test_helm_uninstall_leaves_nothing_but_the_crd(installed: Installed, namespa
     helm.uninstall_release()
     print(f"helm uninstall (foreground, --wait): {time.monotonic() - started:.1f}s")
 
-    assert _leftovers(installed, rendered) == []
+    assert _leftovers(installed, rendered) == [f"ClusterRole /{RUNNER_HOOKS_CLUSTER_ROLE}"]
     crd = client.ApiextensionsV1Api(installed.api_client).read_custom_resource_definition(
         f"{api.PLURAL}.{api.GROUP}"
     )
