@@ -33,6 +33,7 @@ __all__ = [
     "merge_patch",
     "notable",
     "ready_condition",
+    "refused",
     "scaling_condition",
     "token_condition",
     "token_expiry",
@@ -51,6 +52,38 @@ WRITTEN_ELSEWHERE = frozenset({DEMAND, SCALE_SET})
 #: counts: a pool at full strength whose new pods cannot come has a rollout that never ends.
 POD_CREATE_FAILED_REASON = Reason.POD_CREATE_FAILED
 RUNNER_PODS_FAILING_REASON = Reason.RUNNER_PODS_FAILING
+#: Why a pool may not have runners: the reasons a closed gate puts on ``Ready`` (the reconciler's
+#: ``_refuse`` copies the gate's reason there: ``runnerpool.gates``, and ``ChildNotOwned``), and
+#: the credential and GitHub failures that keep a pool's token from coming (``TokenReady``). Not
+#: the reasons of a pool on its way up (``WaitingForToken``, ``RunnersStarting``): it soon has
+#: runners. ``tests/test_scope_gates.py`` checks that every gate's refusal is here.
+REFUSALS = frozenset(
+    {
+        Reason.NAMESPACE_NOT_ENABLED,
+        Reason.SCOPE_NOT_ALLOWED,
+        Reason.GITHUB_HOST_NOT_ALLOWED,
+        Reason.RUNNER_GROUP_NOT_FOUND,
+        Reason.REPOSITORY_NOT_ALLOWED,
+        Reason.CHILD_NOT_OWNED,
+        Reason.CREDENTIAL_SECRET_MISSING,
+        Reason.CREDENTIAL_SECRET_MALFORMED,
+        Reason.BAD_CREDENTIALS,
+        Reason.FORBIDDEN,
+        Reason.APP_INSTALLATION_TOKEN_FAILED,
+        Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN,
+        Reason.SCOPE_NOT_FOUND,
+        Reason.RATE_LIMITED,
+        Reason.GITHUB_UNAVAILABLE,
+        Reason.GITHUB_REDIRECTED,
+        Reason.MALFORMED_RESPONSE,
+        Reason.GITHUB_REQUEST_FAILED,
+        Reason.GITHUB_DEADLINE_EXCEEDED,
+        Reason.GITHUB_RESPONSE_TOO_LARGE,
+        Reason.GITHUB_HOST_SLOW,
+        Reason.GITHUB_CERTIFICATE_UNTRUSTED,
+        Reason.GITHUB_CONNECTION_CONFIG_MISSING,
+    }
+)
 
 
 def has_token(secret: dict[str, Any]) -> bool:
@@ -165,6 +198,20 @@ def ready_condition(
 def scaling_condition(stamp: conditions.Stamp, decision: Decision) -> dict[str, Any]:
     """Where users look for why a pool that follows demand has the count it has."""
     return stamp.condition(conditions.SCALING, True, decision.reason, decision.message)
+
+
+def refused(pool: api.RunnerPool) -> bool:
+    """Whether the pool, as its stored conditions say, cannot make runners now: ``Ready`` or
+    ``TokenReady`` False for one of :data:`REFUSALS`. Read from the status (not asked of the
+    gates again) because the demand recorder, in whichever replica, has only the pool's object;
+    one rule here so what the demand side calls refused is what the reconciler refused.
+    """
+    return any(
+        condition.type in (conditions.READY, conditions.TOKEN_READY)
+        and condition.status == "False"
+        and condition.reason in REFUSALS
+        for condition in pool.status.conditions
+    )
 
 
 def demand_blind(pool: api.RunnerPool) -> bool:

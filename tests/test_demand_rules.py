@@ -241,6 +241,28 @@ def test_each_namespace_counts_a_queued_job_once_and_none_takes_it_from_another(
         assert sorted(counted) == ["aaa-thief/" + thief, "team-a/app"]
 
 
+REFUSED = {
+    "conditions": [
+        {"type": "Ready", "status": "False", "reason": "RunnerGroupNotFound", "message": "no group"},
+        {"type": "RunnerGroupReady", "status": "False", "reason": "RunnerGroupNotFound"},
+    ]
+}
+
+
+def test_a_pool_refused_runners_leaves_a_queued_job_to_a_sibling_that_can_run_it() -> None:
+    """``a-new``'s runner group does not exist: it makes no runner. Counting the job because its
+    name sorts first, it left ``b-prod`` at 0 and the job waiting for ever; a repository pool
+    refused runners does not outrank a working organization pool either."""
+    broken = pool("a-new", autoscaling=AUTO, runnerGroup="does-not-exist", status=REFUSED, **ORG)
+    working = pool("b-prod", autoscaling=AUTO, **ORG)
+    unreadable = {"conditions": [{"type": "Ready", "status": "False", "reason": "BadCredentials"}]}
+    broken_repo = pool("a-repo", autoscaling=AUTO, status=unreadable)
+    queued = job(9, "queued")
+    assert [p.name for p in recording_pools(queued, [broken, working, broken_repo])] == ["b-prod"]
+    # Alone in its namespace, it still counts the job: it runs once the pool is fixed.
+    assert [p.name for p in recording_pools(queued, [broken])] == ["a-new"]
+
+
 def test_a_started_or_ended_job_is_heard_by_every_pool_it_matches() -> None:
     """The pool whose runner took it counts it busy; one that counted it queued sees it end."""
     models = [pool("gpu", labels=["gpu"], autoscaling=AUTO), pool("cpu", autoscaling=AUTO)]

@@ -6,8 +6,13 @@ import base64
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runnerpool import api, conditions, naming, status
+import pytest
+
+from runnerpool import api, conditions, gates, naming, status
 from runnerpool.domain import RegistrationFailure
+from runnerpool.github.errors import GitHubError
+from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound
+from runnerpool.tenants import AllowList, GitHubHosts, parse_allow_rule
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STAMP = conditions.Stamp(generation=3, now=NOW)
@@ -171,3 +176,65 @@ def test_a_scale_set_pool_says_whether_its_session_is_held_and_why_not() -> None
     dropped = condition({"id": 4, "droppedLabels": ["gpu"]})
     assert (dropped["status"], dropped["reason"]) == ("True", "ScaleSetLabelsDropped")
     assert "did not keep its label(s) gpu" in dropped["message"] and "runs-on: arc" in dropped["message"]
+
+
+# -- refused: a pool that cannot make runners (the demand side ranks it last) ---------------------
+
+
+def _stored(*stored: tuple[str, str, str]) -> api.RunnerPool:
+    """A pool whose status holds the conditions ``(type, status, reason)``."""
+    listed = [{"type": type_, "status": state, "reason": reason} for type_, state, reason in stored]
+    return POOL.model_copy(update={"status": api.RunnerPoolStatus.model_validate({"conditions": listed})})
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        [("Ready", "False", "RunnerGroupNotFound"), ("RunnerGroupReady", "False", "RunnerGroupNotFound")],
+        [("Ready", "False", "NamespaceNotEnabled"), ("NamespaceEnabled", "False", "NamespaceNotEnabled")],
+        [("Ready", "False", "ScopeNotAllowed")],
+        [("Ready", "False", "BadCredentials")],
+        [("Ready", "False", "ChildNotOwned")],
+        # No runner group, so no gate asks GitHub: the token's failure says the credential is refused.
+        [("Ready", "False", "TokenNotReady"), ("TokenReady", "False", "ScopeNotFound")],
+    ],
+)
+def test_a_pool_its_gates_or_credential_refuse_runners_is_refused(stored: list[tuple[str, str, str]]) -> None:
+    assert status.refused(_stored(*stored))
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        [],  # never reconciled yet
+        [("Ready", "False", "TokenNotReady"), ("TokenReady", "False", "WaitingForToken")],
+        [("Ready", "False", "RunnersStarting"), ("TokenReady", "True", "TokenIssued")],
+        [("Ready", "True", "RunnersReady"), ("TokenReady", "True", "RefreshFailing")],
+        [("Ready", "False", "PodCreateFailed")],  # the cluster, not GitHub: it may pass any moment
+        [("Ready", "True", "RunnersReady"), ("RunnerGroupReady", "True", "RunnerGroupFound")],
+    ],
+)
+def test_a_pool_on_its_way_up_is_not_refused(stored: list[tuple[str, str, str]]) -> None:
+    assert not status.refused(_stored(*stored))
+
+
+def _subclasses(kind: type[GitHubError]) -> list[type[GitHubError]]:
+    return [kind, *(sub for direct in kind.__subclasses__() for sub in _subclasses(direct))]
+
+
+def test_every_reason_a_gate_closes_with_counts_as_refused() -> None:
+    """``status.REFUSALS`` is a list kept by hand: a gate (or a GitHub failure one passes on) with
+    a reason missing from it would leave a pool that cannot make runners counting jobs."""
+    stamp = conditions.Stamp(generation=1, now=NOW)
+    pool = POOL.model_copy(update={"metadata": {"name": "p", "namespace": "team-b"}})
+    closed = [
+        gates.ScopeGate(AllowList.of([parse_allow_rule("team-a=org:octo")])).check(pool, stamp),
+        gates.GitHubHostGate(GitHubHosts.of([], "https://api.github.com"), lambda _: "https://x.test").check(
+            pool, stamp
+        ),
+    ]
+    reasons = {verdict.condition["reason"] for verdict in closed if verdict is not None}
+    assert len(reasons) == 2
+    failures = {error.default_reason for error in _subclasses(GitHubError)}
+    assert {RunnerGroupNotFound.default_reason, RepositoryNotAllowed.default_reason} <= failures
+    assert reasons | failures <= status.REFUSALS

@@ -16,12 +16,17 @@ otherwise scale every pool of the organization up. Among a namespace's autoscali
 job matches (and, for a webhook delivery, whose secret signed it; for a poll, whose own
 credential listed it), the one that counts it is, in this order:
 
-1. a repository pool before an organization pool: GitHub routes a job to an idle
+1. a pool that may have runners before one refused them (``status.refused``: its namespace is
+   not enabled, its runner group or scope is not found, its credential is refused, ...): the
+   refused pool makes no runner, so a job it counted would wait for ever while a sibling that
+   could run it stays at 0; a refused pool still counts a job no other pool of its namespace
+   matches (it runs once the pool is fixed);
+2. a repository pool before an organization pool: GitHub routes a job to an idle
    repository-level runner first, then to the organization's ("routing precedence for
    self-hosted runners");
-2. the most specific label set: the pool whose registered labels exceed the job's by the
+3. the most specific label set: the pool whose registered labels exceed the job's by the
    fewest, so a plain job does not wake the pool kept for ``gpu`` jobs;
-3. ``name``, the stable tie-break: every replica and every poll choose alike.
+4. ``name``, the stable tie-break: every replica and every poll choose alike.
 
 **Never across namespaces**: a namespace is a tenant, and what one tenant's pools count must
 not depend on which pools another tenant creates. A pool ``aaa-thief/app`` naming team-a's
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runnerpool import api
+from runnerpool import api, status
 from runnerpool.domain import api_url_key, resolve_api_url
 from runnerpool.github.jobs import Job
 from runnerpool.pods import template
@@ -133,9 +138,11 @@ def job_matches(pool: api.RunnerPool, job: Job, api_url: str) -> bool:
     return {label.lower() for label in job.labels} <= registered_labels(pool)
 
 
-def _preference(pool: api.RunnerPool, wanted: frozenset[str]) -> tuple[int, int, str, str]:
-    """Lower is preferred: repository pools first, then the fewest labels beyond the job's."""
+def _preference(pool: api.RunnerPool, wanted: frozenset[str]) -> tuple[bool, int, int, str, str]:
+    """Lower is preferred: pools that may have runners first, then repository pools, then the
+    fewest labels beyond the job's."""
     return (
+        status.refused(pool),
         0 if pool.spec.repository is not None else 1,
         len(registered_labels(pool) - wanted),
         pool.namespace,
