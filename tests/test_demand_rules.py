@@ -124,6 +124,18 @@ def test_a_job_taken_by_another_pools_runner_no_longer_counts_here() -> None:
     assert (demand.queued, demand.busy) == (0, 0)
 
 
+def test_a_job_started_on_a_runner_github_does_not_name_is_busy_only_where_it_was_queued() -> None:
+    """GitHub sometimes sends ``in_progress`` without ``runner_name`` (garm#19); counted busy in
+    every pool it matched, in every namespace, it kept each a runner too many until it ended."""
+    elsewhere, _ = rules.apply(None, [job(7, "in_progress", runner=None)], T0, runners=OURS)
+    assert (elsewhere.queued, elsewhere.busy) == (0, 0)
+    late, _ = rules.apply(elsewhere, [job(7, "queued")], T0, runners=OURS)
+    assert late.queued == 0, "it has started: a late queued delivery does not count it"
+    counted, _ = rules.apply(None, [job(7, "queued")], T0, runners=OURS)
+    started, _ = rules.apply(counted, [job(7, "in_progress", runner=None)], T0, runners=OURS)
+    assert (started.queued, started.busy) == (0, 1), "the pool that counted it sees it leave the queue"
+
+
 def test_states_that_want_no_runner_are_not_tracked() -> None:
     demand, _ = rules.apply(None, [job(1, "waiting")], T0, runners=OURS)
     assert demand.jobs == {}

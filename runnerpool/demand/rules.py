@@ -5,7 +5,9 @@ Rules:
 * states only move forward (queued -> in_progress -> completed); a late delivery of an
   earlier state, or a repeat, changes nothing;
 * a job in progress on a runner of another pool (or a runner the operator does not own) is
-  done as far as this pool is concerned: it wants no runner here any more. A pool's runners
+  done as far as this pool is concerned: it wants no runner here any more. So is one in
+  progress on a runner GitHub does not name, unless the pool tracks it already (then it
+  leaves the queue and counts busy: whose runner took it is unknown). A pool's runners
   register under their pod's name, so ``runners`` (the names of the pool's pods, from the
   informer cache) says which are ours; a name prefix cannot, since pool ``a``'s pods
   ``a-x1y2z`` look like pool ``a-x1y2z``'s;
@@ -41,10 +43,21 @@ class Transition:
         self.job, self.state = job, state
 
 
-def _state_for(job: Job, runners: Container[str]) -> JobState | None:
-    if job.state == "in_progress" and job.runner_name and job.runner_name not in runners:
-        return "completed"
-    return job.state
+def _state_for(job: Job, runners: Container[str], tracked: bool) -> JobState | None:
+    """The state ``job`` has for the pool whose runners are ``runners`` (``tracked``: the pool
+    tracks it already).
+
+    GitHub sometimes sends ``in_progress`` without ``runner_name`` (garm#19). Counted busy on
+    every pool it matches, such a job kept each of them, in every namespace, a runner too many
+    for its whole length. A pool that tracks it (counted it queued) still sees it leave the
+    queue; for any other it is done, as a job on another pool's runner is, so a late
+    ``queued`` cannot bring it back.
+    """
+    if job.state != "in_progress":
+        return job.state
+    if not job.runner_name:
+        return "in_progress" if tracked else "completed"
+    return "in_progress" if job.runner_name in runners else "completed"
 
 
 def _counted(demand: api.Demand) -> api.Demand:
@@ -78,11 +91,11 @@ def apply(
     tracked = dict((demand or api.Demand()).jobs)
     moved: list[Transition] = []
     for job in jobs:
-        state = _state_for(job, runners)
-        if state is None:
-            continue
         key = str(job.id)
         old = tracked.get(key)
+        state = _state_for(job, runners, old is not None)
+        if state is None:
+            continue
         if old is not None and STATE_RANK[state] <= STATE_RANK[old.state]:
             continue
         runner = job.runner_name if state == "in_progress" else (old.runner if old else None)
