@@ -62,6 +62,50 @@ def matches_with_the_operators_default(pool: api.RunnerPool, job: Job) -> bool:
     return job_matches(pool, job, GitHubSettings(api_url=API).api_url_of(pool))
 
 
+def _arch_affinity(*terms: list[str]) -> dict[str, Any]:
+    """A template's required node affinity: one term per list, each allowing those architectures."""
+    selector_terms = [
+        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": values}]}
+        for values in terms
+    ]
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": selector_terms}}
+    return {"spec": {"affinity": {"nodeAffinity": required}}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "arches"),
+    [
+        # Documented as "any pod field": arm64 through the template's nodeSelector is arm64.
+        pytest.param(
+            {"template": {"spec": {"nodeSelector": {"kubernetes.io/arch": "arm64"}}}},
+            {"arm64"},
+            id="template-node-selector",
+        ),
+        # The template's nodeSelector merges over spec.nodeSelector, as on the pods.
+        pytest.param(
+            {
+                "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                "template": {"spec": {"nodeSelector": {"kubernetes.io/arch": "arm64"}}},
+            },
+            {"arm64"},
+            id="template-over-spec",
+        ),
+        pytest.param({"template": _arch_affinity(["arm64"])}, {"arm64"}, id="affinity"),
+        # Either architecture: which one a runner gets is unknown, so it takes jobs for both.
+        pytest.param({"template": _arch_affinity(["amd64", "arm64"])}, {"x64", "arm64"}, id="either"),
+        pytest.param({"template": _arch_affinity(["amd64"], ["arm64"])}, {"x64", "arm64"}, id="either-term"),
+        pytest.param({}, {"x64"}, id="default"),
+    ],
+)
+def test_the_architecture_label_is_where_the_runner_pods_are_placed(
+    spec: dict[str, Any], arches: set[str]
+) -> None:
+    placed = pool(autoscaling={"maxReplicas": 5}, **spec)
+    assert registered_labels(placed) & {"x64", "arm64", "arm"} == arches
+    for label, wanted in (("ARM64", "arm64" in arches), ("X64", "x64" in arches)):
+        assert matches_with_the_operators_default(placed, job(1, "queued", ["self-hosted", label])) is wanted
+
+
 @pytest.mark.parametrize(
     ("labels", "matches"),
     [

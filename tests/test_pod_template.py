@@ -146,6 +146,19 @@ def test_maps_merge_key_by_key_and_other_lists_are_replaced() -> None:
     assert body["spec"]["tolerations"] == FULL_TEMPLATE["spec"]["tolerations"]
 
 
+def test_the_node_placement_demand_matching_reads_is_the_runner_pods() -> None:
+    """Demand matching reads the runners' architecture from ``node_placement``; it must place
+    them where the pods really go, template and all."""
+    for spec in (
+        {},
+        {"nodeSelector": {"arch": "amd64"}},
+        {"nodeSelector": {"arch": "amd64"}, "template": FULL_TEMPLATE},
+    ):
+        body = pod(**spec)
+        placed = template.node_placement(pool(**spec))
+        assert placed == {k: body["spec"][k] for k in ("nodeSelector", "affinity") if k in body["spec"]}
+
+
 def test_a_named_item_of_the_template_merges_into_the_pods_item_of_that_name() -> None:
     over = {
         "spec": {

@@ -6,9 +6,9 @@ every label of the job's ``runs-on``. GitHub compares labels case-insensitively,
 does too.
 
 A pool's runners carry: ``self-hosted``; the OS and architecture labels the runner adds
-itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the pool's
-``kubernetes.io/arch`` node selector, ``X64`` without one); the pool's own
-``<namespace>/<pool>``; and ``spec.labels``.
+itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the ``kubernetes.io/arch`` its runner
+pods are placed by, through ``spec.nodeSelector`` or ``spec.template``: :func:`architectures`;
+``X64`` without one); the pool's own ``<namespace>/<pool>``; and ``spec.labels``.
 
 **One pool per namespace counts a queued job** (:func:`counting_pool`, applied per namespace by
 :func:`recording_pools`), however many could take it: a ``runs-on: [self-hosted]`` job would
@@ -46,6 +46,7 @@ not pick the runner: GitHub gives the job to whichever matching runner is idle f
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from runnerpool import api, status
 from runnerpool.domain import api_url_key, resolve_api_url
@@ -53,6 +54,7 @@ from runnerpool.github.jobs import Job
 from runnerpool.pods import template
 
 __all__ = [
+    "architectures",
     "counting_pool",
     "job_matches",
     "job_scope_keys",
@@ -70,10 +72,42 @@ ARCH_SELECTOR = "kubernetes.io/arch"
 
 def registered_labels(pool: api.RunnerPool) -> frozenset[str]:
     """The labels GitHub lists for the pool's runners, lower-cased: the runner's own
-    (``self-hosted``, OS, architecture) and those the operator registers it with
-    (``pods.template.runner_labels``)."""
-    arch = _ARCH_LABELS.get(pool.spec.node_selector.get(ARCH_SELECTOR, "amd64"), "X64")
-    return frozenset(label.lower() for label in ("self-hosted", "linux", arch, *template.runner_labels(pool)))
+    (``self-hosted``, OS, architecture: see :func:`architectures`) and those the operator
+    registers it with (``pods.template.runner_labels``)."""
+    arches = (_ARCH_LABELS.get(arch, "X64") for arch in architectures(pool))
+    labels = ("self-hosted", "linux", *arches, *template.runner_labels(pool))
+    return frozenset(label.lower() for label in labels)
+
+
+def architectures(pool: api.RunnerPool) -> frozenset[str]:
+    """The ``kubernetes.io/arch`` values the pool's runner pods may run on, as their merged pod
+    spec says (``pods.template.node_placement``: a template's nodeSelector or affinity counts as
+    much as ``spec.nodeSelector``): the node selector's value, else the values a required node
+    affinity allows, else ``amd64``. Several when the affinity allows several: which one a
+    runner lands on is not known here, so the pool matches a job asking for any of them rather
+    than claiming X64."""
+    placed = template.node_placement(pool)
+    chosen = (placed.get("nodeSelector") or {}).get(ARCH_SELECTOR)
+    if chosen is not None:
+        return frozenset({chosen})
+    return _required_architectures(placed.get("affinity") or {}) or frozenset({"amd64"})
+
+
+def _required_architectures(affinity: dict[str, Any]) -> frozenset[str]:
+    """The architectures a required node affinity allows (empty: it does not limit them). Its
+    terms are ORed, each term's expressions ANDed; only ``In`` is read."""
+    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    allowed: set[str] = set()
+    for term in (required or {}).get("nodeSelectorTerms") or ():
+        limits = [
+            set(expression.get("values") or ())
+            for expression in term.get("matchExpressions") or ()
+            if expression.get("key") == ARCH_SELECTOR and expression.get("operator") == "In"
+        ]
+        if not limits:
+            return frozenset()  # this term lets the pod on a node of any architecture
+        allowed |= set.intersection(*limits)
+    return frozenset(allowed)
 
 
 def scope_keys(pool: api.RunnerPool, api_url: str) -> list[str]:

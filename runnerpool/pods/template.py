@@ -35,6 +35,7 @@ from runnerpool.pods import connection, dind, kubernetes_mode, merge, registrati
 __all__ = [
     "busy_grace_seconds",
     "busy_marked",
+    "node_placement",
     "pod_spec",
     "pod_template",
     "runner_labels",
@@ -183,6 +184,34 @@ def termination_grace_seconds(pool: api.RunnerPool) -> int:
     return busy_grace_seconds(pool) + api.BUSY_EXIT_MARGIN_SECONDS
 
 
+def _placement(spec: api.RunnerPoolSpec) -> dict[str, Any]:
+    """The runner pod's fields that the pool's fixed fields choose its nodes with."""
+    pod: dict[str, Any] = {}
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
+    return pod
+
+
+def node_placement(pool: api.RunnerPool) -> dict[str, Any]:
+    """``nodeSelector`` and ``affinity`` of the pool's runner pods, as the pods have them: the
+    fixed fields with ``spec.template`` merged on by the pods' own rule (``merge``). Demand
+    matching reads the runners' architecture from it (``runnerpool.demand.matching``): a pool
+    put on arm64 nodes through its template registers ARM64 runners. Only these fields are
+    built, not the whole pod, of only these fields of the template: matching asks for every
+    candidate pool of every delivery (dumping a full template cost 50 µs a look)."""
+    over = pool.spec.template.spec if pool.spec.template is not None else None
+    taken = {} if over is None else over.model_dump(by_alias=True, exclude_none=True, include=_PLACED)
+    merged = merge.merge_pod({"metadata": {}, "spec": _placement(pool.spec)}, {"spec": taken})
+    return {key: merged["spec"][key] for key in ("nodeSelector", "affinity") if key in merged["spec"]}
+
+
+#: ``node_placement``'s fields of a template's pod spec: by their JSON names (a pass-through
+#: field's key) and their Python names (should the model come to declare them).
+_PLACED = {"nodeSelector", "node_selector", "affinity"}
+
+
 def _work_mount() -> dict[str, Any]:
     return {"name": _WORK_VOLUME, "mountPath": WORK_DIR}
 
@@ -236,9 +265,6 @@ def pod_spec(pool: api.RunnerPool, default_image: str, github_api_url: str) -> d
     else:
         # Runners run untrusted workflow code; they get no API credentials unless asked for.
         pod["automountServiceAccountToken"] = False
-    if spec.node_selector:
-        pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations]
+    pod.update(_placement(spec))
     # At most one of them changes the pod: a pool has one containerMode.
     return kubernetes_mode.shape(pool, dind.with_docker_daemon(spec, pod, **_daemon_context()))
