@@ -325,3 +325,22 @@ def test_a_started_or_ended_job_is_heard_by_every_pool_it_matches() -> None:
     for state in ("in_progress", "completed"):
         assert recording_pools(job(1, state, runner="gpu-abc"), models) == models
     assert recording_pools(job(1, "waiting"), models) == [], "no runner wanted yet: nothing to record"
+
+
+def test_a_started_or_ended_job_is_written_only_on_the_pools_it_concerns() -> None:
+    """Given which pools a job concerns (tracked there, or run by their runner): those, and each
+    namespace's counting pool, which must see it end lest a late queued delivery count it."""
+    models = [
+        pool("a", autoscaling=AUTO),
+        pool("b", autoscaling=AUTO),
+        pool("c", autoscaling=AUTO),
+        pool("a", "team-b", autoscaling=AUTO),
+        pool("z", "team-b", autoscaling=AUTO),
+    ]
+    runs = {("ci", "c")}
+    for state in ("in_progress", "completed"):
+        heard = recording_pools(
+            job(1, state, runner="c-x1y2z"), models, lambda p: (p.namespace, p.name) in runs
+        )
+        assert [f"{p.namespace}/{p.name}" for p in heard] == ["ci/a", "ci/c", "team-b/a"]
+    assert [p.name for p in recording_pools(job(1, "queued"), models, lambda p: True)] == ["a", "a"]

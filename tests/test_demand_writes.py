@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from runnerpool.demand.runner_names import by_name
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.jobs import Job
 from runnerpool.runtime.kube import Kube, Resource
@@ -176,3 +177,84 @@ def test_a_write_sends_what_changed_not_every_tracked_job(server: Server, cache:
     assert set(last["jobs"]) == {"30"}
     assert last["queued"] == 30
     assert server.jobs() == {str(number) for number in range(1, 31)}
+
+
+# -- a job's start and end, among many pools that could take it ---------------------------------
+
+
+class Servers(Kube):
+    """Several RunnerPools of one namespace, each a :class:`Server`; ``patched``: the pools
+    written, one name per PATCH taken."""
+
+    def __init__(self, *raws: dict[str, Any]) -> None:
+        super().__init__(offline())
+        self.pools = {raw["metadata"]["name"]: Server(raw) for raw in raws}
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        return self.pools[name].get(resource, namespace, name)
+
+    def patch(
+        self, resource: Resource, namespace: str | None, name: str, body: Any, **kw: Any
+    ) -> dict[str, Any]:
+        return self.pools[name].patch(resource, namespace, name, body, **kw)
+
+    def patched(self) -> list[str]:
+        return sorted(name for name, one in self.pools.items() for r in one.requests if r == "PATCH")
+
+    def counted(self) -> dict[str, tuple[int, int]]:
+        """Each pool's (queued, busy) as stored."""
+        demands = {
+            name: (one.raw.get("status") or {}).get("demand") or {} for name, one in self.pools.items()
+        }
+        return {name: (d.get("queued", 0), d.get("busy", 0)) for name, d in demands.items()}
+
+
+def _five_pools() -> tuple[Servers, PoolCache, DemandWriter]:
+    """Pools a..e of one namespace, all matching a ``self-hosted`` job; ``a`` counts it queued."""
+    raws = [pool(name, rv="1", **AUTOSCALING) for name in "abcde"]
+    cache = PoolCache(offline(), lambda key: None, None)
+    for raw in raws:
+        deliver(cache, POOLS, "ADDED", raw)
+    servers = Servers(*raws)
+    return (
+        servers,
+        cache,
+        DemandWriter(servers, cache, GitHubSettings(api_url=API).api_url_of, runners=by_name),
+    )
+
+
+def _news(job_id: int, state: str, runner: str | None = None) -> Job:
+    return Job(
+        id=job_id,
+        state=state,  # type: ignore[arg-type]
+        labels=("self-hosted",),
+        repository="octo-org/hello",
+        api_url=API,
+        runner_name=runner,
+    )
+
+
+def test_a_jobs_start_and_end_are_written_only_where_they_change_what_counts() -> None:
+    """Five pools could take the job: its start and end were written on all five (an ended entry
+    each), ten patches for one job. Now: the pool that counted it and the one whose runner took
+    it."""
+    servers, cache, recorder = _five_pools()
+    recorder.record_job(_news(1, "queued"))
+    assert servers.patched() == ["a"]
+    deliver(cache, POOLS, "MODIFIED", copy.deepcopy(servers.pools["a"].raw))  # the cache catches up
+    recorder.record_job(_news(1, "in_progress", runner="c-x1y2z"))
+    assert servers.counted()["c"] == (0, 1) and servers.counted()["a"] == (0, 0)
+    recorder.record_job(_news(1, "completed", runner="c-x1y2z"))
+    assert servers.patched() == ["a", "a", "c", "c"]
+    assert set(servers.counted().values()) == {(0, 0)}
+
+
+def test_an_end_delivered_before_its_queued_is_still_not_counted() -> None:
+    """GitHub does not keep the order of deliveries: the pool that would count the job records
+    its end, so the late ``queued`` finds it over."""
+    servers, _, recorder = _five_pools()
+    recorder.record_job(_news(2, "completed", runner="c-x1y2z"))
+    recorder.record_job(_news(2, "in_progress", runner="c-x1y2z"))
+    recorder.record_job(_news(2, "queued"))
+    assert servers.patched() == ["a", "c"]
+    assert set(servers.counted().values()) == {(0, 0)}

@@ -37,15 +37,17 @@ the same labels each scale up for its job (one runner too many, which GitHub the
 idle until it goes), the price of neither being able to starve the other
 (docs/security.md, "A tenant takes another's demand").
 
-Once a job is in progress or has ended, every matching pool hears of it
-(:func:`recording_pools`): the pool whose runner took it counts it busy, and any other that
-counted it while queued sees it end (``rules.apply``). The rule picks who scales up; it does
+Once a job is in progress or has ended, the pools it concerns hear of it
+(:func:`recording_pools`): the pool whose runner took it counts it busy, any other that
+counted it while queued sees it end (``rules.apply``), and each namespace's counting pool
+records it ended, so that a late ``queued`` delivery is not counted (a poll tells every
+matching pool: what it no longer lists, a pool ends). The rule picks who scales up; it does
 not pick the runner: GitHub gives the job to whichever matching runner is idle first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from runnerpool import api, status
@@ -191,17 +193,29 @@ def counting_pool(job: Job, pools: Iterable[api.RunnerPool]) -> api.RunnerPool |
     return min(pools, key=lambda pool: _preference(pool, wanted), default=None)
 
 
-def recording_pools(job: Job, pools: Iterable[api.RunnerPool]) -> list[api.RunnerPool]:
+def recording_pools(
+    job: Job, pools: Iterable[api.RunnerPool], concerned: Callable[[api.RunnerPool], bool] | None = None
+) -> list[api.RunnerPool]:
     """Of ``pools`` (all matching ``job``), those the job's news is recorded on: for a queued
-    job, the counting pool of each namespace among them; all of them for one in progress or
-    ended (see the module's rule); none for a state that wants no runner yet."""
+    job, the counting pool of each namespace among them; none for a state that wants no runner
+    yet. For one in progress or ended, all of them; or, given ``concerned`` (whether a pool
+    tracks the job or its runner took it), only those and each namespace's counting pool.
+
+    The counting pools hear it even untracked so that a late ``queued`` delivery (GitHub does
+    not keep their order) finds the job ended there and is not counted: they are the pools it
+    would count in. Every other pool would only add an entry, ended, that nothing reads: with
+    N matching pools each job's start and end cost N status writes (``runnerpool.demand.writer``).
+    """
     pools = list(pools)
     if job.state is None:
         return []  # a state that wants no runner yet (waiting, pending): nothing to record
-    if job.state != "queued":
-        return pools
     tenants: dict[str, list[api.RunnerPool]] = {}
     for pool in pools:
         tenants.setdefault(pool.namespace, []).append(pool)
-    chosen = (counting_pool(job, own) for own in tenants.values())
-    return [pool for pool in chosen if pool is not None]
+    counting = [chosen for own in tenants.values() if (chosen := counting_pool(job, own)) is not None]
+    if job.state == "queued":
+        return counting
+    if concerned is None:
+        return pools
+    kept = {id(pool) for pool in counting}
+    return [pool for pool in pools if id(pool) in kept or concerned(pool)]

@@ -182,7 +182,8 @@ class DemandWriter:
         """
         candidates = self._candidates(job)
         matching = self._matching(job, candidates)
-        pools = recording_pools(job, [pool for pool in matching if verdict.admits(pool)])
+        admitted = [pool for pool in matching if verdict.admits(pool)]
+        pools = recording_pools(job, admitted, lambda pool: self._concerns(pool, job))
         chosen = {(pool.namespace, pool.name) for pool in pools}
         marked = [
             pool
@@ -217,6 +218,23 @@ class DemandWriter:
             "job %s %s recorded on %d pool(s) of %d matching", job.id, job.state, len(pools), len(matching)
         )
         return len(pools)
+
+    def _concerns(self, pool: api.RunnerPool, job: Job) -> bool:
+        """Whether a started or ended job's news changes ``pool`` beyond what its namespace's
+        counting pool gets (``matching.recording_pools``): the pool tracks the job, as the cache
+        or this writer's last write of it shows, or its runner took it.
+
+        A pool that counted the job queued is, but for a change of the pool set in between, the
+        counting pool now too, so a cache that does not show that write yet costs nothing; if
+        both came together, the job stays queued there until a poll ends it.
+        """
+        key = (pool.namespace, pool.name)
+        written = self._written.get(key)
+        for known in (pool, written.pool if written is not None else None):
+            demand = known.status.demand if known is not None else None
+            if demand is not None and str(job.id) in demand.jobs:
+                return True
+        return job.runner_name is not None and job.runner_name in self._runner_names(*key)
 
     def repair(
         self,
