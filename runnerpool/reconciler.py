@@ -38,7 +38,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
 from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, observe
-from runnerpool.pods import failures, template
+from runnerpool.pods import failures, labels, template
 from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -410,7 +410,7 @@ class Reconciler:
         scale_set_id = scale_set.id if scale_set is not None and run.pool.spec.scale_set else None
         # A scale set not made yet: its pods wait, empty; the listener's status write brings a pass.
         may_fill = run.pool.spec.scale_set is None or scale_set_id is not None
-        request = JitRequest(run.pool.name, tuple(template.runner_labels(run.pool)), group, naming.WORK_DIR)
+        request = JitRequest(run.pool.name, tuple(labels.registered(run.pool)), group, naming.WORK_DIR)
         for pod in seen.pods:
             name = pod_state.jit_secret_name(pod)
             if name is None:

@@ -11,6 +11,7 @@ from runnerpool import api
 from runnerpool.demand import rules
 from runnerpool.demand.matching import counting_pool, job_matches, recording_pools, registered_labels
 from runnerpool.github.jobs import Job, parse_delivery
+from runnerpool.pods import labels
 from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
 
@@ -104,6 +105,22 @@ def test_the_architecture_label_is_where_the_runner_pods_are_placed(
     assert registered_labels(placed) & {"x64", "arm64", "arm"} == arches
     for label, wanted in (("ARM64", "arm64" in arches), ("X64", "x64" in arches)):
         assert matches_with_the_operators_default(placed, job(1, "queued", ["self-hosted", label])) is wanted
+
+
+def test_a_jit_runner_is_asked_for_with_every_label_it_matches_and_no_guessed_architecture() -> None:
+    """A JIT runner has the labels its request names and no others: what matching counts a pool
+    for is what the request names, spelled as GitHub does; where the pods may land on either
+    architecture the request names neither (its config is made before the pod is scheduled), and
+    the pool takes neither architecture's jobs."""
+    jit = pool(labels=["GPU"], registration="jit")
+    assert labels.registered(jit) == ["self-hosted", "Linux", "X64", "ci/gpu", "GPU"]
+    assert registered_labels(jit) == {label.lower() for label in labels.registered(jit)}
+
+    either = pool(
+        registration="jit", autoscaling={"maxReplicas": 5}, template=_arch_affinity(["amd64", "arm64"])
+    )
+    assert labels.registered(either) == ["self-hosted", "Linux", "ci/gpu"]
+    assert not matches_with_the_operators_default(either, job(1, "queued", ["self-hosted", "X64"]))
 
 
 @pytest.mark.parametrize(

@@ -101,11 +101,13 @@ def test_a_jit_pods_secret_is_created_empty_filled_once_emptied_once_used(
         pod["metadata"]["uid"],
     )
     assert secret["metadata"]["labels"][naming.MANAGED_BY_LABEL] == naming.MANAGED_BY_VALUE
-    # ... and asks the token scheduler for one runner named after the pod, with the pool's labels.
+    # ... and asks the token scheduler for one runner named after the pod, with every label it
+    # must carry: GitHub makes a JIT runner with the request's labels only (no config.sh adds
+    # self-hosted, OS and architecture), so a runs-on: [self-hosted, ...] job would not reach it.
     [(secret_name, uid, request)] = tokens.jit.fills[-1:]
     assert (secret_name, uid) == (secret["metadata"]["name"], pod["metadata"]["uid"])
     assert request.name == pod["metadata"]["name"]
-    assert request.labels == (f"{namespace}/jp", "gpu")
+    assert request.labels == ("self-hosted", "Linux", "X64", f"{namespace}/jp", "gpu")
     assert request.work_folder == naming.WORK_DIR
 
     # Filled (as the token scheduler writes it): nothing more is asked, nothing written.

@@ -7,7 +7,7 @@ does too.
 
 A pool's runners carry: ``self-hosted``; the OS and architecture labels the runner adds
 itself (``Linux``, plus ``X64``/``ARM64``/``ARM`` from the ``kubernetes.io/arch`` its runner
-pods are placed by, through ``spec.nodeSelector`` or ``spec.template``: :func:`architectures`;
+pods are placed by, through ``spec.nodeSelector`` or ``spec.template``: ``pods.labels``;
 ``X64`` without one); the pool's own ``<namespace>/<pool>``; and ``spec.labels``.
 
 **One pool per namespace counts a queued job** (:func:`counting_pool`, applied per namespace by
@@ -48,15 +48,13 @@ not pick the runner: GitHub gives the job to whichever matching runner is idle f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from runnerpool import api, status
 from runnerpool.domain import api_url_key, resolve_api_url
 from runnerpool.github.jobs import Job
-from runnerpool.pods import template
+from runnerpool.pods import labels
 
 __all__ = [
-    "architectures",
     "counting_pool",
     "job_matches",
     "job_scope_keys",
@@ -68,48 +66,11 @@ __all__ = [
     "scope_holds",
 ]
 
-_ARCH_LABELS = {"amd64": "X64", "arm64": "ARM64", "arm": "ARM"}
-ARCH_SELECTOR = "kubernetes.io/arch"
-
 
 def registered_labels(pool: api.RunnerPool) -> frozenset[str]:
-    """The labels GitHub lists for the pool's runners, lower-cased: the runner's own
-    (``self-hosted``, OS, architecture: see :func:`architectures`) and those the operator
-    registers it with (``pods.template.runner_labels``)."""
-    arches = (_ARCH_LABELS.get(arch, "X64") for arch in architectures(pool))
-    labels = ("self-hosted", "linux", *arches, *template.runner_labels(pool))
-    return frozenset(label.lower() for label in labels)
-
-
-def architectures(pool: api.RunnerPool) -> frozenset[str]:
-    """The ``kubernetes.io/arch`` values the pool's runner pods may run on, as their merged pod
-    spec says (``pods.template.node_placement``: a template's nodeSelector or affinity counts as
-    much as ``spec.nodeSelector``): the node selector's value, else the values a required node
-    affinity allows, else ``amd64``. Several when the affinity allows several: which one a
-    runner lands on is not known here, so the pool matches a job asking for any of them rather
-    than claiming X64."""
-    placed = template.node_placement(pool)
-    chosen = (placed.get("nodeSelector") or {}).get(ARCH_SELECTOR)
-    if chosen is not None:
-        return frozenset({chosen})
-    return _required_architectures(placed.get("affinity") or {}) or frozenset({"amd64"})
-
-
-def _required_architectures(affinity: dict[str, Any]) -> frozenset[str]:
-    """The architectures a required node affinity allows (empty: it does not limit them). Its
-    terms are ORed, each term's expressions ANDed; only ``In`` is read."""
-    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    allowed: set[str] = set()
-    for term in (required or {}).get("nodeSelectorTerms") or ():
-        limits = [
-            set(expression.get("values") or ())
-            for expression in term.get("matchExpressions") or ()
-            if expression.get("key") == ARCH_SELECTOR and expression.get("operator") == "In"
-        ]
-        if not limits:
-            return frozenset()  # this term lets the pod on a node of any architecture
-        allowed |= set.intersection(*limits)
-    return frozenset(allowed)
+    """The labels GitHub lists for the pool's runners, lower-cased (``pods.labels.registered``:
+    the runner's own, ``self-hosted``, OS and architecture, and the operator's)."""
+    return frozenset(label.lower() for label in labels.registered(pool))
 
 
 def scope_keys(pool: api.RunnerPool, api_url: str) -> list[str]:

@@ -66,7 +66,10 @@ def test_a_jit_pool_runs_a_job_and_leaves_no_runner_when_deleted(
         message=f"Secret {secret_name} to be emptied",
     )
 
-    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "jit")], JOB_SECONDS)
+    # runs-on as users write it: a JIT runner has self-hosted only if the operator asked for it.
+    job_id = fake_github.queue_job(
+        REPO, ["self-hosted", naming.pool_runner_label(namespace, "jit")], JOB_SECONDS
+    )
     done = wait_done(fake_github, [job_id])[job_id]
     assert (done["conclusion"], done["runner_name"]) == ("success", pod)
     replacement_pod(core, fake_github, namespace, "jit", pod)

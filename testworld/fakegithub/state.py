@@ -72,6 +72,8 @@ DeleteOutcome = Literal["deleted", "missing", "busy"]
 FaultKind = Literal["fail", "hang", "secondary"]
 
 _OS_LABELS = {"linux": "Linux", "macos": "macOS", "windows": "Windows"}
+#: The labels GitHub gives a runner itself (type ``read-only``), however they are spelled.
+_BUILTIN_LABELS = ("self-hosted", *_OS_LABELS.values(), "X64", "ARM64", "ARM")
 _BASE32 = string.ascii_uppercase + "234567"
 #: Where the runner's service (`testworld.fakegithub.actions`) answers, below the web URL.
 SERVICE_PATH = "/_actions"
@@ -557,8 +559,14 @@ class GitHubState:
         os: str = "linux",
         version: str | None = RUNNER_VERSION,
         replace: bool = True,
+        default_labels: bool = True,
     ) -> int:
         """Add a runner as ``config.sh`` would; returns its id.
+
+        ``config.sh`` adds ``self-hosted`` and the OS and architecture labels to the ones it is
+        given; a JIT runner (``default_labels=False``) has the labels it was made with only, as
+        generate-jitconfig's ``labels`` ("the custom labels to add", whose documented example
+        names ``self-hosted`` and ``X64`` itself) says. Those names are ``read-only`` labels.
 
         With ``replace`` (what ``config.sh --replace`` does) a runner with the
         same name is removed and the new one gets a fresh id; without it the
@@ -575,6 +583,9 @@ class GitHubState:
                     raise RegistrationRejectedError(f"A runner exists with the same name {name!r}.")
                 self._forget_runner(old)
             builtin = ["self-hosted", _OS_LABELS.get(os.lower(), os), "X64"]
+            if not default_labels:
+                given = {label.lower() for label in labels}
+                builtin = [b for b in _BUILTIN_LABELS if b.lower() in given]
             seen = {label.lower() for label in builtin}
             custom: list[str] = []
             for label in labels:
@@ -1643,7 +1654,9 @@ class GitHubState:
             pass
         else:
             raise RegistrationRejectedError(f"Already exists - A runner with the name {name} already exists.")
-        runner_id = self.register_runner(scope, name, labels, status="offline", ephemeral=True, replace=False)
+        runner_id = self.register_runner(
+            scope, name, labels, status="offline", ephemeral=True, replace=False, default_labels=False
+        )
         runner = self._runners[runner_id]
         runner.listener, runner.jit, runner.runner_group_id = True, True, runner_group_id
         credential = secrets.token_urlsafe(24)
