@@ -21,7 +21,7 @@ from responses import matchers
 from runnerpool import api
 from runnerpool.domain import PoolRef, Scope
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import BadCredentials, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.types import DeleteOutcome, RegistrationToken
 from runnerpool.reads import ParsedPool
 from runnerpool.scale_set_pools import ScaleSetRunnerRemoval
@@ -36,8 +36,8 @@ from runnerpool.scaleset.errors import (
     ScaleSetNotFound,
     SessionConflict,
 )
-from runnerpool.scaleset.session import MessageSession
-from runnerpool.scaleset.types import JobMessageType, Label, Message, RunnerScaleSet, Statistics
+from runnerpool.scaleset.session import MessageSession, parse_message
+from runnerpool.scaleset.types import JobMessageType, Label, Message, MessageSkip, RunnerScaleSet, Statistics
 from runnerpool.scaleset.wire import Policy, Wire
 from tests.pools import pool_manifest
 from testworld.fakegithub.scaleset import actions_exception
@@ -410,6 +410,60 @@ def test_poll_answers_nothing_then_a_message_with_its_jobs_and_statistics(world:
     assert second.url == f"{QUEUE}?sessionId={SESSION_ID}&lastMessageId=11"
 
 
+def test_a_message_without_statistics_or_body_parses_as_the_go_client_does() -> None:
+    """session_client_test.go of actions/scaleset answers exactly this and its client takes it:
+    refusing it left the message unacknowledged, delivered again ahead of every later one."""
+    got = parse_message({"messageId": 1, "messageType": "RunnerScaleSetJobMessages"})
+    assert (got.message_id, got.statistics, got.jobs, got.skipped) == (1, None, (), None)
+
+
+def test_null_job_fields_are_their_defaults_as_go_leaves_them() -> None:
+    nulls = {**JOB, "messageType": "JobAvailable", "runnerName": None, "requestLabels": None, "result": None}
+    got = parse_message({**message(2, [nulls]), "statistics": None})
+    assert [(job.runner_request_id, job.runner_name, job.request_labels) for job in got.jobs] == [
+        (1001, "", ())
+    ]
+    assert got.statistics is None
+
+
+def test_a_job_message_that_does_not_parse_is_passed_over_and_logged_without_its_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = {
+        **JOB,
+        "messageType": "JobStarted",
+        "runnerId": "not-a-number",
+        "jobDisplayName": "deploy s3cr3t",
+    }
+    good = {**JOB, "messageType": "JobAssigned", "runnerRequestId": 1002}
+    got = parse_message(message(3, [broken, good]))
+    assert [job.runner_request_id for job in got.jobs] == [1002] and got.skipped is None
+    assert "JobStarted job message (runner request 1001) does not parse" in caplog.text
+    assert "s3cr3t" not in caplog.text and "not-a-number" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({**message(4, [JOB]), "messageType": "RunnerScaleSetSomethingNew"}, MessageSkip.UNKNOWN_TYPE),
+        ({**message(4, []), "body": "{not json"}, MessageSkip.BROKEN_BODY),
+        ({**message(4, []), "body": json.dumps({"messageType": "JobAvailable"})}, MessageSkip.BROKEN_BODY),
+    ],
+)
+def test_a_message_of_another_type_or_with_a_broken_body_is_skipped_not_malformed(
+    answer: dict[str, Any], why: MessageSkip
+) -> None:
+    """With a readable id it can be acknowledged, so it is: refused, it stalled the queue."""
+    got = parse_message(answer)
+    assert (got.message_id, got.jobs, got.skipped) == (4, (), why)
+
+
+def test_only_an_answer_without_a_readable_message_id_is_malformed() -> None:
+    for answer in ({"messageType": "RunnerScaleSetJobMessages"}, {"messageId": "5"}, [], None):
+        with pytest.raises(MalformedResponse, match="no messageId"):
+            parse_message(answer)
+
+
 def test_an_expired_queue_token_refreshes_the_session_and_polls_again(world: World) -> None:
     with Mock() as rsps:
         session = opened(world, rsps)
@@ -514,3 +568,8 @@ def test_a_redelivered_message_does_not_move_the_cursor() -> None:
     cursor = Cursor().advance(first)
     assert cursor.advance(again) is cursor
     assert cursor == Cursor(5, Statistics(total_assigned_jobs=2))
+
+
+def test_a_message_without_statistics_keeps_the_cursors_last_ones() -> None:
+    cursor = Cursor().advance(Message(message_id=5, statistics=Statistics(total_assigned_jobs=2)))
+    assert cursor.advance(Message(message_id=6)) == Cursor(6, Statistics(total_assigned_jobs=2))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -287,6 +287,59 @@ def test_a_job_github_offers_again_after_a_cancelled_assignment_is_acquired_agai
     assert again.busy_runners == () and again.problem is None
     between = [v for v in world.sink.views(NS, POOL) if first.last_message_id < v.last_message_id]
     assert between[0].assigned_jobs == 0  # the cancellation's view, before the job was acquired again
+
+
+def rewrite_messages(world: World, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """The fake's queue answers (200s) go through ``change``: GitHub's odd answers, played."""
+    hold = world.service._hold
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        answer = hold(*args, **kwargs)
+        return change(answer) if isinstance(answer, dict) else answer
+
+    world.service._hold = held  # type: ignore[method-assign]
+
+
+def test_a_message_without_statistics_is_recorded_with_the_last_ones_seen(world: World) -> None:
+    """The Go client accepts a message without statistics; refused, it was never acknowledged,
+    its job never acquired, and it came back ahead of every later message."""
+    stripped: list[int] = []
+
+    def strip(answer: dict[str, Any]) -> dict[str, Any]:
+        if '"JobAvailable"' not in answer["body"]:
+            return answer
+        stripped.append(answer["messageId"])
+        return {key: value for key, value in answer.items() if key != "statistics"}
+
+    rewrite_messages(world, strip)  # before the first poll, which is held in the fake
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.service.offer_job(scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs == 1).problem is None  # acquired: JobAssigned came
+    kept = [v for v in world.sink.views(NS, POOL) if v.last_message_id == stripped[0]]
+    assert kept and kept[0].assigned_jobs == 0, "the last statistics seen (the session's) kept"
+    assert world.acks()[0] == stripped[0]
+
+
+def test_a_message_of_an_unknown_type_is_acknowledged_and_passed_over(world: World) -> None:
+    """Refused as malformed it failed the session again and again, and no later job was ever
+    acquired; acknowledged, it is gone and the next message is handled."""
+    renamed: list[int] = []
+
+    def rename(answer: dict[str, Any]) -> dict[str, Any]:
+        if "poison-repo" not in answer["body"]:
+            return answer
+        renamed.append(answer["messageId"])
+        return {**answer, "messageType": "RunnerScaleSetSomethingNew"}
+
+    rewrite_messages(world, rename)  # before the first poll, which is held in the fake
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.service.offer_job(scale_set_id, repository="poison-repo")
+    assert world.fake.wait_for(lambda: renamed and renamed[0] in world.acks(), timeout=8)
+    world.service.offer_job(scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs >= 1).problem is None
+    assert world.service.answered("POST", "/sessions", 200) == 1, "one session all along"
 
 
 def test_a_new_listener_resumes_from_the_last_message_and_counts_nothing_twice(world: World) -> None:

@@ -36,7 +36,8 @@ class Cursor:
     """Where a session stands: the last message processed and the latest statistics.
 
     ``advance`` is the only way forward: it returns the cursor after a message, or the same
-    cursor for a redelivered one (whose statistics are older than those already seen)."""
+    cursor for a redelivered one (whose statistics are older than those already seen). A
+    message without statistics keeps those seen before."""
 
     last_message_id: int = 0
     statistics: Statistics | None = None
@@ -44,4 +45,4 @@ class Cursor:
     def advance(self, message: Message) -> Cursor:
         if not is_new(message, self.last_message_id):
             return self
-        return Cursor(message.message_id, message.statistics)
+        return Cursor(message.message_id, message.statistics or self.statistics)

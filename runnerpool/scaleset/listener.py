@@ -539,10 +539,12 @@ class ScaleSetListener:
 
     def _handle(self, session: MessageSession, message: Message) -> bool:
         """Record the message, then acknowledge it; False when the record failed (the message
-        stays unacknowledged, so it is delivered again)."""
+        stays unacknowledged, so it is delivered again). A skipped message (``parse_message``
+        logged why) is acknowledged with nothing to record: left in the queue, it would come
+        back on every poll ahead of every later message."""
         view = self.view
-        if not is_new(message, view.last_message_id):
-            session.acknowledge(message.message_id)  # recorded before; only the ack was lost
+        if not is_new(message, view.last_message_id) or message.skipped is not None:
+            session.acknowledge(message.message_id)  # recorded before (only the ack was lost), or void
             return True
         offered = [
             job.runner_request_id for job in message.of(JobMessageType.AVAILABLE) if job.runner_request_id
@@ -555,25 +557,8 @@ class ScaleSetListener:
                 len(acquired),
                 len(offered),
             )
-        busy = list(view.busy_runners)
-        for job in message.jobs:
-            if not job.runner_name:
-                continue
-            if job.message_type == JobMessageType.STARTED and job.runner_name not in busy:
-                busy.append(job.runner_name)
-            elif job.message_type == JobMessageType.COMPLETED and job.runner_name in busy:
-                busy.remove(job.runner_name)
-        statistics = message.statistics
-        recorded = replace(
-            view,
-            last_message_id=message.message_id,
-            assigned_jobs=statistics.total_assigned_jobs,
-            running_jobs=statistics.total_running_jobs,
-            busy_runners=tuple(busy),
-            problem=None,
-        )
         try:
-            self._publish(recorded)
+            self._publish(_recorded(view, message))
         except Exception as exc:
             log.warning(
                 "scale set %r: message %d not recorded (%s); it will be delivered again",
@@ -584,6 +569,27 @@ class ScaleSetListener:
             return False
         session.acknowledge(message.message_id)
         return True
+
+
+def _recorded(view: ScaleSetView, message: Message) -> ScaleSetView:
+    """The view after the message: its statistics (the last seen when it had none) and busy
+    runners (+ on ``JobStarted``, - on ``JobCompleted``; a set, so a message handled twice
+    changes nothing)."""
+    busy = list(view.busy_runners)
+    for job in message.jobs:
+        if not job.runner_name:
+            continue
+        if job.message_type == JobMessageType.STARTED and job.runner_name not in busy:
+            busy.append(job.runner_name)
+        elif job.message_type == JobMessageType.COMPLETED and job.runner_name in busy:
+            busy.remove(job.runner_name)
+    recorded = replace(view, last_message_id=message.message_id, busy_runners=tuple(busy), problem=None)
+    statistics = message.statistics
+    if statistics is None:
+        return recorded
+    return replace(
+        recorded, assigned_jobs=statistics.total_assigned_jobs, running_jobs=statistics.total_running_jobs
+    )
 
 
 def _close(held: _Open) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import requests
+from pydantic import ValidationError
 
 from runnerpool.scaleset.client import SCALE_SETS, ScaleSetClient, parse
 from runnerpool.scaleset.connection import API_VERSION
@@ -41,7 +42,7 @@ from runnerpool.scaleset.errors import (
     error_for,
     malformed,
 )
-from runnerpool.scaleset.types import JobMessage, JobMessageType, Message, Session, Statistics
+from runnerpool.scaleset.types import JobMessage, JobMessageType, Message, MessageSkip, Session, Statistics
 from runnerpool.scaleset.wire import Answer
 
 __all__ = ["CONFLICT_RETRIES", "CONFLICT_WAIT", "MAX_CAPACITY_HEADER", "MessageSession", "parse_message"]
@@ -61,29 +62,63 @@ A = TypeVar("A", bound=Answer)
 
 
 def parse_message(data: Any, what: str = "GET message") -> Message:
-    """A 200 answer of the queue as a ``Message``: job messages of unknown types are skipped
-    (the Go client skips them too), a message of another type is malformed."""
-    if not isinstance(data, dict) or data.get("messageType") != _JOB_MESSAGES:
-        raise malformed(what, "not a RunnerScaleSetJobMessages message")
-    message_id = data.get("messageId")
+    """A 200 answer of the queue as a ``Message``. Only an answer without a readable
+    ``messageId`` is malformed: anything else is a message the caller can acknowledge, since
+    one left unacknowledged comes back on every poll and holds up every later one.
+
+    Statistics may be absent (the Go client accepts that; the caller keeps the last seen). A
+    message of another type or with a body that is not a JSON list is ``skipped`` (logged, no
+    jobs). Job messages of unknown types are passed over (the Go client does too), and so are
+    those that do not parse, each logged by type and request id only (no field of it)."""
+    message_id = data.get("messageId") if isinstance(data, dict) else None
     if not isinstance(message_id, int) or isinstance(message_id, bool):
         raise malformed(what, "no messageId")
-    if data.get("statistics") is None:
-        raise malformed(what, "no statistics")
-    statistics = parse(Statistics, data["statistics"], what)
+    stats = _statistics(message_id, data.get("statistics"))
+    if data.get("messageType") != _JOB_MESSAGES:
+        return _skipped(message_id, stats, MessageSkip.UNKNOWN_TYPE)
     raw = data.get("body") or "[]"
     try:
         items: Any = json.loads(raw) if isinstance(raw, str) else None
     except ValueError:
         items = None
     if not isinstance(items, list):
-        raise malformed(what, "the body is not a JSON list of job messages")
-    jobs = tuple(
-        parse(JobMessage, item, what)
-        for item in items
-        if isinstance(item, dict) and item.get("messageType") in _KNOWN_TYPES
-    )
-    return Message(message_id=message_id, statistics=statistics, jobs=jobs)
+        return _skipped(message_id, stats, MessageSkip.BROKEN_BODY)
+    jobs = (_job(message_id, item) for item in items)
+    return Message(message_id=message_id, statistics=stats, jobs=tuple(job for job in jobs if job))
+
+
+def _statistics(message_id: int, data: Any) -> Statistics | None:
+    """The message's statistics; None when absent or unreadable (the last seen still hold)."""
+    if data is None:
+        return None
+    try:
+        return Statistics.model_validate(data)
+    except ValidationError as exc:
+        log.warning("queue message %d: statistics do not parse (%d problems)", message_id, exc.error_count())
+        return None
+
+
+def _skipped(message_id: int, statistics: Statistics | None, why: MessageSkip) -> Message:
+    log.warning("queue message %d has %s; it is acknowledged and passed over", message_id, why.value)
+    return Message(message_id=message_id, statistics=statistics, skipped=why)
+
+
+def _job(message_id: int, item: Any) -> JobMessage | None:
+    """One job message of a body, or None for one of an unknown type or that does not parse."""
+    if not isinstance(item, dict) or item.get("messageType") not in _KNOWN_TYPES:
+        return None
+    try:
+        return JobMessage.model_validate(item)
+    except ValidationError as exc:
+        log.warning(
+            "queue message %d: a %s job message (runner request %r) does not parse (%d problems); "
+            "passed over",
+            message_id,
+            item["messageType"],
+            item.get("runnerRequestId"),
+            exc.error_count(),
+        )
+        return None
 
 
 class MessageSession:

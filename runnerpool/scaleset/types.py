@@ -8,8 +8,9 @@ operator does not decide on (``queueTime`` and the like) are not modelled.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "DEFAULT_RUNNER_GROUP",
@@ -18,6 +19,7 @@ __all__ = [
     "JobMessageType",
     "Label",
     "Message",
+    "MessageSkip",
     "RunnerGroup",
     "RunnerReference",
     "RunnerScaleSet",
@@ -38,6 +40,16 @@ class _Wire(BaseModel):
     cost it about 40 ms of CPU (a twentieth of its start-up)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_defaults(cls, data: Any) -> Any:
+        """A JSON ``null`` is the field's default, as Go's decoder leaves a null at the zero
+        value: the service sends ``"runnerName": null`` on a job nobody runs yet, and refusing
+        it would refuse the whole message (a required field stays required)."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class Label(_Wire):
@@ -147,13 +159,26 @@ class JobMessage(_Wire):
     result: str = ""
 
 
+class MessageSkip(enum.StrEnum):
+    """Why a queue message with a readable id carries nothing to act on: it is acknowledged and
+    passed over, since one left in the queue comes back on every poll and holds up all later
+    ones (the scale set's demand would stop for good)."""
+
+    UNKNOWN_TYPE = "a message type this client does not know"
+    BROKEN_BODY = "a body that is not a JSON list of job messages"
+
+
 class Message(_Wire):
     """One answer of the queue: its id (to acknowledge and to pass as ``lastMessageId``), the
-    statistics, and the job messages of its body, in order (unknown types skipped)."""
+    statistics, and the job messages of its body, in order (unknown types skipped).
+
+    ``statistics`` None: the answer had none (the Go client accepts that too); the last ones
+    seen still hold. ``skipped``: why the message carries nothing to act on (no jobs then)."""
 
     message_id: int
-    statistics: Statistics
+    statistics: Statistics | None = None
     jobs: tuple[JobMessage, ...] = ()
+    skipped: MessageSkip | None = None
 
     def of(self, kind: JobMessageType) -> tuple[JobMessage, ...]:
         return tuple(job for job in self.jobs if job.message_type == kind)
