@@ -1843,8 +1843,8 @@ class ScaleSetStatus(KubeModel):
     last_message_id: int = Field(
         default=0,
         ge=0,
-        description="The last message of the session whose effect is recorded here; a new "
-        "leader resumes after it, so no job is lost or counted twice.",
+        description="The last message whose effect is recorded here (for reading only: every "
+        "message session starts at 0, and a message handled twice counts once).",
     )
     assigned_jobs: int = Field(
         default=0, ge=0, description="Jobs GitHub has assigned to the scale set and not finished."

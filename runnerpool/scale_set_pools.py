@@ -10,8 +10,8 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
   listener stops before the finalizer deletes the scale set).
 * :class:`StatusSink` — the one writer of ``status.scaleSet``: a merge patch of the status
   subresource with the listener's view, nothing else (the reconciler leaves that key alone).
-* :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds,
-  so it polls after the last message whose effect was recorded.
+* :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds
+  (its scale set, statistics and busy runners); its session still starts at message 0.
 * :class:`ScaleSetJitConfigs` — a scale-set pool's pod's JIT config, from its scale set.
 * :class:`ScaleSetRunnerRemoval` — a scale-set pool's runners are deleted through the Actions
   service, not REST (``runnerpool.runners.removal``), by the runner managers as ever.

@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import pytest
@@ -342,7 +342,11 @@ def test_a_message_of_an_unknown_type_is_acknowledged_and_passed_over(world: Wor
     assert world.service.answered("POST", "/sessions", 200) == 1, "one session all along"
 
 
-def test_a_new_listener_resumes_from_the_last_message_and_counts_nothing_twice(world: World) -> None:
+def test_a_new_listener_handles_again_what_the_last_one_wrote_and_counts_nothing_twice(
+    world: World,
+) -> None:
+    """Each session starts at message 0 (upstream's listener does): the message the last leader
+    wrote but did not acknowledge comes again and is handled again, harmlessly."""
     first = world.listener()
     scale_set_id = world.listening().scale_set_id
     request_id = world.service.offer_job(scale_set_id)
@@ -360,22 +364,36 @@ def test_a_new_listener_resumes_from_the_last_message_and_counts_nothing_twice(w
     resume = world.sink.latest(NS, POOL)
     assert resume is not None and resume.busy_runners == ("linux-abc12",)
     assert resume.last_message_id not in world.acks()  # written, never acknowledged
-    before = len(world.sink.published)
+    before, calls_before = len(world.sink.published), len(world.calls)
 
     world.sink.on_publish = None
     world.listener(resume=resume)
-    world.listening()
+    again = world.wait(lambda v: resume.last_message_id in world.acks(), latest=True)
+    assert (again.busy_runners, again.assigned_jobs, again.running_jobs) == (("linux-abc12",), 1, 1)
     world.service.complete_job(request_id)
     done = world.wait(lambda v: v.last_message_id > resume.last_message_id and not v.busy_runners)
     assert (done.assigned_jobs, done.running_jobs) == (0, 0)
     after = [view for _, _, view in world.sink.published[before:]]
-    # Nothing before the resumed message was handled again, and the message written but not
-    # acknowledged was not delivered again (the poll named it as the last one processed).
-    assert all(view.last_message_id >= resume.last_message_id for view in after)
-    assert resume.last_message_id not in world.acks()
-    assert any(
-        f"lastMessageId={resume.last_message_id}" in url for method, url in world.calls if method == "GET"
-    )
+    assert all(view.busy_runners in ((), ("linux-abc12",)) for view in after)
+    polls = [url for method, url in world.calls[calls_before:] if method == "GET" and "/messages" in url]
+    assert "lastMessageId" not in polls[0], "the new session started at message 0"
+
+
+def test_a_new_session_handles_messages_whose_ids_are_not_above_the_status_last_one(
+    world: World,
+) -> None:
+    """Message ids are the queue's: resumed at the status's lastMessageId, the new session's
+    first messages (ids below it here) were acknowledged unread and their jobs never acquired."""
+    world.listener()
+    first = world.listening()
+    for listener in world.listeners:
+        listener.stop()
+        assert listener.wait(10)
+    world.listener(resume=replace(first, last_message_id=500))  # the old session got to 500
+    world.listening()
+    world.service.offer_job(first.scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs == 1).problem is None
+    assert world.acks() and max(world.acks()) < 500, "the new session's ids were below the old one's"
 
 
 def test_a_session_another_owner_holds_is_shown_and_taken_over_once_freed(world: World) -> None:

@@ -6,9 +6,11 @@ Why pure: the session runnable (not built yet) and its tests must agree on them 
   is what GitHub has assigned to the scale set and not finished (waiting plus running), always
   current on every answer; counting job messages instead goes wrong, since an answer carries at
   most 50 of them and a job can be assigned, cancelled and assigned again.
-* **New messages**: the service delivers a message again until it is acknowledged, so a message
-  whose id is not above the last one processed was processed already (by this replica or, after
-  a failover, by the previous leader whose last id was recorded) and must not count again.
+* **New messages**: the service delivers a message again until it is acknowledged, so within a
+  session a message whose id is not above the last one processed was processed already (its
+  acknowledgement was lost) and must not count again. Each session starts at 0, as upstream's
+  listener does: a new session handles again what the last one recorded but did not
+  acknowledge, which its handling makes harmless (absolute statistics, a set of busy runners).
 """
 
 from __future__ import annotations

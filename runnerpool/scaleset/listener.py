@@ -29,16 +29,21 @@ only, no code copied):
    group), the scale set by name in it, created when absent (labels: its name and the pool's
    extra labels; runners ephemeral, ``disableUpdate``), updated when its labels drifted. Its id
    is published at once. A scale set whose id differs from the one the pool's status recorded
-   (deleted and created again) starts from message 0: message ids belong to a scale set.
-2. **Open the message session** as ``owner`` (the operator's identity), with the last message
-   id the pool's status holds, so a new leader resumes where the last one stopped.
+   (deleted and created again) starts afresh: its jobs and runners are its own.
+2. **Open the message session** as ``owner`` (the operator's identity). Every session starts
+   at message 0, as upstream's listener starts each at ``lastMessageID`` 0: message ids are
+   the queue's, not the pool's, and an id carried over from an old session (the status's
+   ``lastMessageId`` after a restart or a leader change) would have the new session's messages
+   acknowledged unread. The messages the last leader recorded but did not acknowledge come
+   again and are handled again, which is harmless: the statistics are absolute, acquiring a
+   job again acquires nothing, and the busy runners are a set.
 3. **Long poll**: for each message, acquire the jobs its ``JobAvailable`` entries offer (as the
    listener of actions/scaleset does), compute the new view (``statistics.totalAssignedJobs`` and
    ``totalRunningJobs``; busy runners: + on ``JobStarted``, - on ``JobCompleted``), **publish it
    through the sink first and acknowledge the message only after the write succeeded**. A
-   failed write leaves the message unacknowledged: the service delivers it again. A message
-   whose id is not above the last one recorded was recorded already (``demand.is_new``): it is
-   acknowledged and not counted again.
+   failed write leaves the message unacknowledged: the service delivers it again. Within a
+   session, a message whose id is not above the session's last one (``demand.is_new``: its
+   acknowledgement was lost) is acknowledged and not counted again.
 4. **Failures never end the task**: a session another owner holds shows
    ``ScaleSetSessionHeld`` and is asked for again every ``conflict_wait``; a scale set deleted on
    GitHub is created again; credentials refused (401/403, a missing or unusable Secret) show
@@ -492,12 +497,14 @@ class ScaleSetListener:
                 raise _Stopped
             await self._call(self._opened, session.statistics)
             failures = 0
+            last_message_id = 0  # this session's: ids of another session mean nothing here
             while not self._stopping.is_set():
-                message = await self._poll(session)
+                message = await self._poll(session, last_message_id)
                 if message is None:
                     continue
-                if await self._call(self._handle, session, message):
+                if await self._call(self._handle, session, message, last_message_id):
                     failures = 0
+                    last_message_id = max(last_message_id, message.message_id)
                     continue
                 failures += 1
                 if await self._pause(self._timing.backoff(failures)):
@@ -507,14 +514,14 @@ class ScaleSetListener:
                 self._open = None
             await self._call(_close, held)
 
-    async def _poll(self, session: MessageSession) -> Message | None:
+    async def _poll(self, session: MessageSession, last_message_id: int) -> Message | None:
         """The next message, awaited on the loop; ``_Stopped`` when ``stop`` cancelled it."""
         task = asyncio.current_task()
         self._polling = task
         try:
             if self._stopping.is_set():  # stop came before: its ``_woken`` ran already
                 raise _Stopped
-            return await session.poll_async(self.view.last_message_id, self.settings.max_runners, self._call)
+            return await session.poll_async(last_message_id, self.settings.max_runners, self._call)
         except asyncio.CancelledError:
             if task is None or not self._stopping.is_set():
                 raise
@@ -537,13 +544,13 @@ class ScaleSetListener:
         self._listening = True
         log.info("scale set %r: listening as %r", self.settings.name, self._owner)
 
-    def _handle(self, session: MessageSession, message: Message) -> bool:
+    def _handle(self, session: MessageSession, message: Message, last_message_id: int) -> bool:
         """Record the message, then acknowledge it; False when the record failed (the message
-        stays unacknowledged, so it is delivered again). A skipped message (``parse_message``
-        logged why) is acknowledged with nothing to record: left in the queue, it would come
-        back on every poll ahead of every later message."""
+        stays unacknowledged, so it is delivered again). ``last_message_id``: the session's last
+        handled. A skipped message (``parse_message`` logged why) is acknowledged with nothing
+        to record: left in the queue, it would come back on every poll ahead of later ones."""
         view = self.view
-        if not is_new(message, view.last_message_id) or message.skipped is not None:
+        if not is_new(message, last_message_id) or message.skipped is not None:
             session.acknowledge(message.message_id)  # recorded before (only the ack was lost), or void
             return True
         offered = [

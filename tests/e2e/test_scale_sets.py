@@ -7,7 +7,7 @@ the pool deletes the scale set and leaves no runner. The runner stand-in plays t
 (``testworld.simulator``: it runs each pod's JIT config, the runner takes its scale set's jobs).
 
 Then what issue 34 asks of the session on a bad day: a leader SIGKILLed between jobs (the new
-one resumes from ``status.scaleSet.lastMessageId``: no job lost, none counted twice), a
+one's session starts at message 0, as GitHub's listener does: no job lost, none counted twice), a
 session another installation holds (shown, then taken over), revoked admin tokens and expired
 queue tokens (nothing shown, jobs keep flowing), and a scale-down that leaves busy runners
 alone until their jobs are done.
