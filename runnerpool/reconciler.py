@@ -89,8 +89,9 @@ class ScaleSets(Protocol):
         """The scale-set pool is live: its listener should run (soon, if it does not)."""
         ...
 
-    def delete(self, pool: PoolRef, scale_set_id: int) -> None:
-        """Delete the scale set (gone already: done); raises GitHubError."""
+    def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
+        """Delete the pool's scale set: the one of ``scale_set_id`` (None: the status has none
+        yet) and the one of its name (gone already: done); raises GitHubError."""
         ...
 
 
@@ -672,22 +673,25 @@ class Reconciler:
         again, as a drain's does (:meth:`_deregistration_failed`)."""
         pool = run.pool
         known = pool.status.scale_set
-        if pool.spec.scale_set is None or known is None or known.id is None or self._jobs.scale_sets is None:
+        if pool.spec.scale_set is None or self._jobs.scale_sets is None:
             return None
+        scale_set_id = None if known is None else known.id  # None: found by name all the same
         try:
             credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
-            self._jobs.scale_sets.delete(self._pool_ref(run, credentials), known.id)
+            self._jobs.scale_sets.delete(self._pool_ref(run, credentials), scale_set_id)
         except (GitHubError, CredentialError) as err:
             if deregistration.credential_failure(err):
                 message = (
-                    f"cannot delete runner scale set {pool.spec.scale_set.name} (id {known.id}): "
+                    f"cannot delete runner scale set {pool.spec.scale_set.name} (id {scale_set_id}): "
                     f"{err.reason}: {err}; remove it in the runner groups' settings on GitHub"
                 )
                 self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
                 return None  # nothing can delete it without the credential: let the pool go
             doing = f"delete runner scale set {pool.spec.scale_set.name}"
             return self._deregistration_failed(run, doing, err)
-        log.info("pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, known.id)
+        log.info(
+            "pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, scale_set_id
+        )
         return None
 
     def _release(self, run: _Pass) -> Result:

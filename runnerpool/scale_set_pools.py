@@ -17,7 +17,8 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
   service, not REST (``runnerpool.runners.removal``), by the runner managers as ever.
 * :class:`PoolScaleSets` — what the reconciler asks: a listener for a pool it saw, and, as the
   finalizer's last GitHub act, the pool's listener stopped (so nothing creates the scale set
-  again) and its scale set deleted (gone: done).
+  again) and its scale set deleted: the one the status recorded and the one of its name in its
+  runner group (the status may lag), each gone already being done.
 
 Labels: the scale set carries ``<namespace>/<pool>`` besides ``spec.labels``: GitHub lists a
 scale set's runners, with its labels, in the scope's runner listing, where the runner managers
@@ -28,6 +29,7 @@ busy marks and deregistration work as for any pool.
 from __future__ import annotations
 
 import functools
+import logging
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,9 +43,10 @@ from runnerpool.reads import ParsedPool
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
-from runnerpool.scaleset.errors import JobStillRunning, RunnerNotFound, ScaleSetNotFound
+from runnerpool.scaleset.errors import JobStillRunning, RunnerGroupNotFound, RunnerNotFound, ScaleSetNotFound
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
+from runnerpool.scaleset.types import DEFAULT_RUNNER_GROUP
 from runnerpool.scaleset.wire import Policy, Wire
 from runnerpool.settings import GitHubSettings, Settings
 
@@ -61,6 +64,8 @@ __all__ = [
     "scale_set_policy",
     "status_of",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The listeners' PoolRef carries no credential version: a changed Secret is picked up by the
 #: clients (``ScaleSetClients`` rebuilds when the REST client changes) without a new session.
@@ -222,22 +227,51 @@ class PoolScaleSets:
     """``PoolJobs.scale_sets``: the reconciler's two asks of the scale-set side. ``listen``: a
     scale-set pool it saw should have a listener (the listeners sync at once when it has none,
     not at their next interval); ``delete``: stop the pool's listener, so nothing creates the
-    scale set again, then delete the scale set."""
+    scale set again, then delete the pool's scale set."""
 
-    def __init__(self, clients: ScaleSetClients, listeners: ScaleSetListeners) -> None:
+    def __init__(
+        self, clients: ScaleSetClients, listeners: ScaleSetListeners, reads: ScaleSetPoolReads
+    ) -> None:
         self._clients = clients
         self._listeners = listeners
+        self._reads = reads
 
     def listen(self, namespace: str, name: str) -> None:
         if self._listeners.listener((namespace, name)) is None:
             self._listeners.poke()
 
-    def delete(self, pool: PoolRef, scale_set_id: int) -> None:
+    def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
+        """Delete the scale set the status recorded (``scale_set_id``) and the one of the pool's
+        name in its runner group, each gone already being done.
+
+        Why by name too: the status may not have the id yet (the pool deleted before the
+        listener's write of it), or an old one (the scale set deleted on GitHub and made again
+        under a new id), and a 404 on that id would let the pool go with its live scale set
+        left registered. The listener stops first (and is not started again, ``stop_pool``):
+        otherwise it could make the scale set again just after it was deleted."""
         self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT)
+        client = self._clients.get(pool)
+        named = self._named(client, pool)
+        for gone in dict.fromkeys(found for found in (scale_set_id, named) if found):
+            try:
+                client.delete_scale_set(gone)
+            except ScaleSetNotFound:
+                continue  # gone already: what the deletion wanted
+
+    def _named(self, client: ScaleSetClient, pool: PoolRef) -> int | None:
+        """The id of the scale set of the pool's ``spec.scaleSet.name`` in its runner group on
+        GitHub; None when there is none (or no such group, or no readable spec to name it)."""
+        parsed = self._reads.pool(pool.namespace, pool.name)
+        spec = None if parsed is None or parsed.model is None else parsed.model.spec
+        if spec is None or spec.scale_set is None:
+            log.warning("pool %s: no readable spec.scaleSet; its scale set is deleted by id only", pool.key)
+            return None
         try:
-            self._clients.get(pool).delete_scale_set(scale_set_id)
-        except ScaleSetNotFound:
-            return  # gone already: what the deletion wanted
+            group = client.runner_group(spec.runner_group or DEFAULT_RUNNER_GROUP)
+        except RunnerGroupNotFound:
+            return None  # a scale set lives in its group: none there
+        found = client.scale_set(group.id, spec.scale_set.name)
+        return None if found is None else found.id
 
 
 def scale_set_policy(github: GitHubSettings) -> Policy:
@@ -283,6 +317,6 @@ def assemble(
     return ScaleSetParts(
         ScaleSetJitConfigs(clients),
         ScaleSetRunnerRemoval(reads, clients),
-        PoolScaleSets(clients, listeners),
+        PoolScaleSets(clients, listeners, reads),
         listeners,
     )

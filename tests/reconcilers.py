@@ -19,7 +19,7 @@ from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.reads import Reads
-from runnerpool.reconciler import Forgets, PoolJobs, PoolStates, Reconciler
+from runnerpool.reconciler import Forgets, PoolJobs, PoolStates, Reconciler, ScaleSets
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import Settings
 from tests.pools import LiveReader
@@ -43,6 +43,7 @@ def make_reconciler(
     github: GitHubClients | None = None,
     others: Sequence[Forgets] = (),
     echoes: Echoes | None = None,
+    scale_sets: ScaleSets | None = None,
 ) -> Reconciler:
     """``reads``: the API server itself by default (nothing lags, so no create is expected
     for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``."""
@@ -57,7 +58,12 @@ def make_reconciler(
     return Reconciler(
         reads,
         Kube(api_client),
-        PoolJobs(tokens or FakeSecretUpdater(), runners or FakeRunnerJobs(), others=tuple(others)),
+        PoolJobs(
+            tokens or FakeSecretUpdater(),
+            runners or FakeRunnerJobs(),
+            others=tuple(others),
+            scale_sets=scale_sets,
+        ),
         recorder or KubeEventRecorder(Kube(api_client)),
         gates=gates,
         secrets=secrets or FakePoolSecrets(reads),

@@ -20,6 +20,7 @@ from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
+from runnerpool.domain import PoolRef
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import DeletionSettings, QueueSettings, Settings
@@ -105,6 +106,40 @@ def test_a_jit_pool_whose_pods_never_got_a_config_is_deleted_at_once(
     assert reconciler(f"{namespace}/jitless").requeue_after is None
     assert _pool(api_client, namespace, "jitless") is None
     assert len(github.calls) == 0
+
+
+class RecordedScaleSets:
+    """``PoolJobs.scale_sets``, keeping what the finalizer asked to delete."""
+
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, int | None]] = []
+
+    def listen(self, namespace: str, name: str) -> None: ...
+
+    def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
+        self.deleted.append((pool.name, scale_set_id))
+
+
+def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes_its_scale_set(
+    api_client: client.ApiClient, namespace: str, clock: WallClock, github: responses.RequestsMock
+) -> None:
+    """The listener may have made the scale set before its status write of the id: the
+    finalizer asks for it by the pool's name all the same (it skipped GitHub without an id)."""
+    scale_sets = RecordedScaleSets()
+    reconciler = make_reconciler(api_client, clock=clock, scale_sets=scale_sets)
+    manifest = pool_manifest(
+        "arc",
+        org="octo-org",
+        scaleSet={"name": "arc-linux"},
+        autoscaling={"minReplicas": 0, "maxReplicas": 2},
+    )
+    create_pool(api_client, namespace, manifest)
+    reconciler(f"{namespace}/arc")
+    _delete(api_client, namespace, "arc")
+
+    assert reconciler(f"{namespace}/arc").requeue_after is None
+    assert scale_sets.deleted == [("arc", None)]
+    assert _pool(api_client, namespace, "arc") is None
 
 
 def test_a_namespace_holding_a_credential_less_pool_finishes_terminating(

@@ -19,11 +19,13 @@ import pytest
 import requests
 from github import Auth
 
+from runnerpool import api
 from runnerpool.domain import Connection, PoolRef, Scope
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
-from runnerpool.scale_set_pools import status_of
+from runnerpool.scale_set_pools import PoolScaleSets, status_of
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
 from runnerpool.scaleset.fake import FakeSink
@@ -40,6 +42,7 @@ from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, list
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import Label, RunnerScaleSet, RunnerSetting
 from runnerpool.scaleset.wire import Policy, Wire
+from tests.pools import pool_manifest
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.scaleset import ScaleSetService, service
 
@@ -590,6 +593,70 @@ def test_listeners_follow_the_pools_and_stop_with_the_operator(world: World) -> 
     assert listeners.listening() == {}
 
 
+class PoolReads:
+    """``ScaleSetPoolReads.pool`` for the world's one pool (``spec.scaleSet.name`` = NAME)."""
+
+    def __init__(self, **spec: Any) -> None:
+        given = {"scaleSet": {"name": NAME}, "autoscaling": {"maxReplicas": 5}} | spec
+        raw = pool_manifest(POOL, org=ORG, **given)
+        self.parsed = ParsedPool(raw, api.RunnerPool.model_validate(raw))
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        return self.parsed if (namespace, name) == (NS, POOL) else None
+
+
+def pool_scale_sets(world: World, listeners: ScaleSetListeners | None = None, **spec: Any) -> PoolScaleSets:
+    listeners = listeners or ScaleSetListeners(lambda: [], lambda settings, view: None)  # type: ignore[arg-type,return-value]
+    return PoolScaleSets(world.clients, listeners, PoolReads(**spec))  # type: ignore[arg-type]
+
+
+def test_deleting_a_pool_deletes_its_scale_set_by_name_when_the_status_id_is_an_old_one(world: World) -> None:
+    """Deleted on GitHub and made again under a new id the status does not have yet: deleting
+    the old id answers 404, and that alone let the pool go with its live scale set registered."""
+    group = world.client.runner_group("default")
+    old = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    world.client.delete_scale_set(old.id)
+    new = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    assert new.id != old.id
+    pool_scale_sets(world).delete(world.pool, old.id)
+    assert world.service.scale_set(NAME) is None, "the pool's scale set is still registered on GitHub"
+
+
+def test_deleting_a_pool_whose_status_has_no_id_deletes_its_scale_set_all_the_same(world: World) -> None:
+    """The pool deleted before the listener's status write of the id: the scale set it made
+    must go too."""
+    world.client.create_scale_set(desired_scale_set(world.settings(), 1, "default"))
+    pool_scale_sets(world).delete(world.pool, None)
+    assert world.service.scale_set(NAME) is None
+
+
+def test_deleting_a_pool_of_another_runner_group_than_its_scale_sets_leaves_that_one(world: World) -> None:
+    """Found by name in the pool's runner group only: a scale set of that name elsewhere is not
+    the pool's; a group that does not exist holds none (nothing to delete, no failure)."""
+    world.client.create_scale_set(desired_scale_set(world.settings(), 1, "default"))
+    pool_scale_sets(world, runnerGroup="no-such-group").delete(world.pool, None)
+    assert world.service.scale_set(NAME) is not None
+
+
+def test_deleting_a_pool_stops_its_listener_first_so_none_makes_the_scale_set_again(world: World) -> None:
+    """With no id in the status the listener was not stopped, and could make the scale set again
+    after the finalizer let the pool go."""
+    key: PoolKey = (NS, POOL)
+    pools: dict[PoolKey, ScaleSetSettings] = {key: world.settings()}
+    listeners = ScaleSetListeners(
+        lambda: list(pools.items()), listener_factory(world.clients, world.sink, OWNER, TIMING), interval=60
+    )
+    listeners.sync()
+    world.listening()
+    pool_scale_sets(world, listeners).delete(world.pool, None)
+    assert listeners.listening() == {} and world.service.scale_set(NAME) is None
+    pools[key] = world.settings(deleting=True)
+    listeners.sync()
+    time.sleep(0.3)  # a listener would have made it again by now
+    assert listeners.listening() == {} and world.service.scale_set(NAME) is None
+    assert listeners.stop(10)
+
+
 def test_the_later_view_of_one_scale_set_is_resumed() -> None:
     old, new = (
         ScaleSetView(scale_set_id=3, last_message_id=5),
@@ -642,3 +709,49 @@ def test_a_new_leader_starts_its_listeners_apart_not_all_at_once() -> None:
     assert len(started) == 4
     gaps = [b - a for a, b in itertools.pairwise(started)]
     assert min(gaps) >= 0.2, gaps
+
+
+def test_a_sync_that_read_the_pools_before_a_stop_starts_no_listener_for_the_stopped_pool() -> None:
+    """The finalizer's ``stop_pool`` can come between a sync's read of the pools (the pool not
+    yet marked deleting) and its start of the pool's listener, which would then make the scale
+    set again after the finalizer deleted it. A later sync that sees the pool gone forgets the
+    stop: a pool made again under the same name gets its listener."""
+    key: PoolKey = (NS, POOL)
+    settings = ScaleSetSettings(PoolRef(NS, POOL, Scope(organization=ORG), "c"), NAME, 2)
+    made: list[ScaleSetSettings] = []
+    listeners: ScaleSetListeners
+
+    class Started:
+        def __init__(self, settings: ScaleSetSettings) -> None:
+            self.settings, self.view, self.alive = settings, ScaleSetView(), True
+            made.append(settings)
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None:
+            self.alive = False
+
+        def wait(self, timeout: float | None = None) -> bool:
+            return True
+
+    listed: list[list[tuple[PoolKey, ScaleSetSettings]]] = [
+        [(key, settings)],  # read, then the finalizer stops the pool (below)
+        [(key, replace(settings, deleting=True))],
+        [],  # the pool is gone
+        [(key, settings)],  # and made again
+    ]
+
+    def pools() -> list[tuple[PoolKey, ScaleSetSettings]]:
+        read = listed.pop(0)
+        if len(listed) == 3:
+            listeners.stop_pool(key, 1)
+        return read
+
+    listeners = ScaleSetListeners(pools, lambda settings, view: Started(settings))  # type: ignore[arg-type,return-value]
+    listeners.sync()
+    assert made == [] and listeners.listening() == {}
+    listeners.sync()
+    listeners.sync()
+    assert made == []
+    listeners.sync()
+    assert made == [settings] and listeners.listening() == {key: settings}

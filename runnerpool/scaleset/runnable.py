@@ -130,6 +130,11 @@ class ScaleSetListeners:
         self._replace_wait = replace_wait
         self._lock = threading.Lock()
         self._listeners: dict[PoolKey, Listener] = {}
+        #: Syncs begun so far, and the pools ``stop_pool`` stopped, each with the number of the
+        #: first sync begun after the stop: a sync begun before may hold a read of ``pools()``
+        #: from before the pool was marked deleting, and must not start its listener again.
+        self._syncs = 0
+        self._stopped: dict[PoolKey, int] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,11 +173,17 @@ class ScaleSetListeners:
             self._wake.clear()
 
     def sync(self) -> None:
-        """Make the running listeners match ``pools()``."""
-        wanted = {key: settings for key, settings in self._pools() if not settings.deleting}
+        """Make the running listeners match ``pools()``; a pool ``stop_pool`` stopped gets none
+        until a sync begun after the stop sees it gone or back (made again under its name)."""
+        with self._lock:
+            this = self._syncs
+            self._syncs += 1
+        pools = list(self._pools())
+        wanted = {key: settings for key, settings in pools if not settings.deleting}
         with self._lock:
             if self._stopping.is_set():
                 return
+            self._forget_stops(this, {key for key, settings in pools if settings.deleting})
             gone = [
                 key
                 for key, listener in self._listeners.items()
@@ -191,7 +202,7 @@ class ScaleSetListeners:
         started = 0
         for key, settings in wanted.items():
             with self._lock:
-                if self._stopping.is_set() or key in self._listeners:
+                if self._stopping.is_set() or key in self._listeners or key in self._stopped:
                     continue
             if started and self._stopping.wait(self._start_gap):
                 return  # stopping: no more starts
@@ -201,13 +212,24 @@ class ScaleSetListeners:
             with self._lock:
                 if self._stopping.is_set():
                     return
+                if key in self._stopped:  # stopped meanwhile (its pool is being deleted)
+                    continue
                 self._listeners[key] = listener
             log.info("starting the scale set listener of %s/%s", *key)
             listener.start()
 
+    def _forget_stops(self, this: int, deleting: set[PoolKey]) -> None:
+        """Under the lock: the stops sync number ``this`` read ``pools()`` after, of pools no
+        longer being deleted (gone, or made again under the same name), are over."""
+        for key, after in list(self._stopped.items()):
+            if after <= this and key not in deleting:
+                del self._stopped[key]
+
     def stop_pool(self, key: PoolKey, timeout: float) -> bool:
-        """Stop one pool's listener now (its pool is being deleted); True once it has ended."""
+        """Stop one pool's listener now (its pool is being deleted), and start none for it
+        until its pool is gone or made again (``sync``); True once it has ended."""
         with self._lock:
+            self._stopped[key] = self._syncs
             listener = self._listeners.pop(key, None)
         if listener is None:
             return True
