@@ -27,7 +27,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -126,9 +126,13 @@ class JitSecretUpdater:
     # -- the interface the reconciler drives -----------------------------------------------------
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
-        """Fill ``secret`` with a config for the pod ``pod_uid`` (once, however often asked)."""
+        """Fill ``secret`` with a config for the pod ``pod_uid`` (once, however often asked; a
+        pod asked for again with another scale set id follows it, ``_follow_scale_set``)."""
         with self._lock:
-            if pod_uid in self._pods or pod_uid in self._done:
+            if pod_uid in self._done:
+                return
+            if (queued := self._pods.get(pod_uid)) is not None:
+                self._follow_scale_set(queued, pod_uid, request)
                 return
             self._pods[pod_uid] = _Pod(pool, secret, request)
             state = self._pools.setdefault(pool.key, _Pool())
@@ -143,6 +147,19 @@ class JitSecretUpdater:
                 first_run=first,
                 safety_net_seconds=self._policy.permanent_max.total_seconds(),
             )
+
+    def _follow_scale_set(self, queued: _Pod, pod_uid: str, request: JitRequest) -> None:
+        """Under the lock: a queued pod asked for with another scale set id (its scale set made
+        again on GitHub under a new id, which the pool's status now has) asks for that one.
+        Kept, the old id would be asked for at every retry, a 404 for good. The pool's backoff,
+        earned by the old id, starts over, so the pod asks at once."""
+        if queued.request.scale_set_id == request.scale_set_id:
+            return
+        self._pods[pod_uid] = replace(queued, request=request)
+        state = self._pools.get(queued.ref.key)
+        if state is not None:
+            state.attempt, state.not_before = 0, None
+        self._reschedule(pod_uid, self._clock())
 
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         """The pod has used its config or is going: no fill for it from now on."""

@@ -7,6 +7,7 @@ the scheduler is never started, so each job is run by hand, in this thread.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +19,8 @@ from runnerpool.github.errors import Unavailable
 from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
-from secret_updater.jit import JitSecretUpdater, SecretWrites
+from runnerpool.scaleset.errors import ScaleSetNotFound
+from secret_updater.jit import JitSecretUpdater, ScaleSetJit, SecretWrites
 from tests.test_secret_updater_tokens import POOL, Harness, harness
 
 __all__ = ["harness"]
@@ -203,6 +205,20 @@ def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
     assert jit.notified == []
 
 
+def _scale_set_updater(h: Harness, from_scale_set: ScaleSetJit) -> JitSecretUpdater:
+    """A JIT updater whose scale-set pools' configs come from ``from_scale_set``."""
+    return JitSecretUpdater(
+        SecretWrites(
+            h.updater.jit._clients,
+            lambda ns, name, body: h.patches.append((ns, name, body)),
+            lambda ns, name: None,
+            h.scheduler,
+            delete_leftover_runner,
+            from_scale_set,
+        )
+    )
+
+
 def test_a_scale_set_runner_gets_its_config_from_the_scale_set_not_from_rest(jit: Harness) -> None:
     """A scale-set pool's pod: the config comes from the scale set (the Actions service, no REST
     budget); REST's generate-jitconfig is never asked."""
@@ -212,16 +228,7 @@ def test_a_scale_set_runner_gets_its_config_from_the_scale_set_not_from_rest(jit
         asked.append((pool.key, request))
         return JitConfig(runner_id=77, encoded="scale-set-config")
 
-    updater = JitSecretUpdater(
-        SecretWrites(
-            jit.updater.jit._clients,
-            lambda ns, name, body: jit.patches.append((ns, name, body)),
-            lambda ns, name: None,
-            jit.scheduler,
-            delete_leftover_runner,
-            from_scale_set,
-        )
-    )
+    updater = _scale_set_updater(jit, from_scale_set)
     request = JitRequest(name="arc-abcde", labels=(), work_folder="/runner/_work", scale_set_id=9)
     updater.fill(POOL, "runner-jit-arc-1", "uid-9", request)
     _run(jit, "uid-9")
@@ -231,3 +238,31 @@ def test_a_scale_set_runner_gets_its_config_from_the_scale_set_not_from_rest(jit
     assert secret == "runner-jit-arc-1"
     assert body["stringData"] == {JIT_SECRET_KEY: "scale-set-config"}
     assert body["metadata"]["annotations"] == {JIT_RUNNER_ID_ANNOTATION: "77"}
+
+
+def test_a_queued_fill_asked_for_with_a_new_scale_set_id_asks_that_one_at_once(jit: Harness) -> None:
+    """The scale set was deleted on GitHub and made again under a new id, which the reconciler
+    now asks with: a pod whose fill began under the old id kept asking for it at every retry
+    (a 404 for good), and the backoff the old id earned held the pool's pods back meanwhile."""
+    asked: list[int | None] = []
+
+    def from_scale_set(pool: Any, request: JitRequest) -> JitConfig:
+        asked.append(request.scale_set_id)
+        if request.scale_set_id == 9:
+            raise ScaleSetNotFound("POST generatejitconfig: HTTP 404", status=404)
+        return JitConfig(runner_id=77, encoded="scale-set-config")
+
+    updater = _scale_set_updater(jit, from_scale_set)
+    old = JitRequest(name="arc-abcde", labels=(), work_folder="/runner/_work", scale_set_id=9)
+    updater.fill(POOL, "runner-jit-arc-1", "uid-9", old)
+    _run(jit, "uid-9")
+    assert asked == [9] and jit.patches == []
+    assert updater.failure(POOL.namespace, POOL.name) is not None  # backing off
+
+    updater.fill(POOL, "runner-jit-arc-1", "uid-9", old)  # the same id again: nothing changes
+    updater.fill(POOL, "runner-jit-arc-1", "uid-9", replace(old, scale_set_id=10))
+    _run(jit, "uid-9")
+    assert asked == [9, 10]
+    [(_, secret, body)] = jit.patches
+    assert secret == "runner-jit-arc-1" and body["stringData"] == {JIT_SECRET_KEY: "scale-set-config"}
+    assert _jobs(jit) == [] and updater.failure(POOL.namespace, POOL.name) is None
