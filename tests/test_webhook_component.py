@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.cli import parser, settings_from
 from runnerpool.demand import rules
 from runnerpool.demand.runner_names import RunnerNames
 from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINES, PoolSecrets
-from runnerpool.demand.secret_mirror import MAX_DATA_KEY_LENGTH, mirror_key
+from runnerpool.demand.secret_mirror import MAX_DATA_KEY_LENGTH, SecretMirror, mirror_key
 from runnerpool.github.jobs import Job
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
 
@@ -84,11 +84,11 @@ def test_mirror_keys_fit_a_secrets_data_key_whatever_the_names() -> None:
 class _OneSecret:
     """The by-name reader, holding one Secret's data."""
 
-    def __init__(self, data: dict[str, str]) -> None:
-        self.data = data
+    def __init__(self, data: dict[str, str], metadata: dict[str, Any] | None = None) -> None:
+        self.data, self.metadata = data, metadata or {}
 
     def get(self, namespace: str, name: str, max_age: float) -> dict[str, Any]:
-        return {"data": self.data}
+        return {"metadata": self.metadata, "data": self.data}
 
     def age(self, namespace: str, name: str) -> float | None:
         return None
@@ -118,3 +118,45 @@ def test_a_rotating_pools_webhook_secret_within_the_bounds_gives_both() -> None:
     ref = api.WebhookSecretRef(name="hooks", key="secret")
     found = PoolSecrets(_OneSecret(_encoded([b"old-secret", b"new-secret"]))).get("team-a", ref)  # type: ignore[arg-type]
     assert found.values == (b"old-secret", b"new-secret") and found.problem is None
+
+
+class _Pools:
+    def __init__(self, *pools: api.RunnerPool) -> None:
+        self.pools = pools
+
+    def autoscaling_pools(self, scopes: object = None) -> list[api.RunnerPool]:
+        return [pool for pool in self.pools if pool.spec.autoscaling is not None]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"labels": {naming.CREDENTIAL_LABEL: "true"}}, {"finalizers": [naming.CREDENTIAL_FINALIZER]}],
+    ids=["labelled", "finalized"],
+)
+def test_a_sibling_pools_credential_is_no_webhook_secret_and_never_reaches_the_mirror(
+    metadata: dict[str, Any],
+) -> None:
+    """The CRD refuses a pool naming its own credential Secret as its webhook secret, not a
+    sibling pool's: pool hooks naming pool web's PAT would have it copied into the mirror the
+    internet-facing receiver reads. The operator marks every Secret a pool uses as its
+    credential (runnerpool.credential_protection); such a Secret verifies nothing and is not
+    copied, and the pool's condition says why."""
+    pat = base64.b64encode(b"ghp_" + b"A" * 36).decode()
+    reads = _OneSecret({"token": pat}, metadata)
+    ref = api.WebhookSecretRef(name="github-pat", key="token")
+    found = PoolSecrets(reads).get("team-a", ref)  # type: ignore[arg-type]
+    assert found.values == ()
+    assert found.problem is not None and "is a pool's GitHub credential" in found.problem
+
+    hooks = api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "hooks", "namespace": "team-a"},
+            "spec": {
+                "repository": "acme/web",
+                "credentialSecretName": "hooks-app",
+                "autoscaling": {"maxReplicas": 1, "webhookSecretRef": {"name": "github-pat", "key": "token"}},
+            },
+        }
+    )
+    mirror = SecretMirror(_Pools(hooks), PoolSecrets(reads), None, ("ops", "hooks"))  # type: ignore[arg-type]
+    assert mirror.wanted() == {}

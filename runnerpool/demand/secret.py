@@ -26,10 +26,11 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api
+from runnerpool import api, naming
 from runnerpool.api_errors import describe
 from runnerpool.secret_reads import SecretReads
 
@@ -127,7 +128,25 @@ class PoolSecrets:
             return Secrets(problem=f"cannot read Secret {namespace}/{ref.name}: {describe(err)}")
         if raw is None:
             return Secrets(problem=f"Secret {namespace}/{ref.name} not found")
+        if _is_credential(raw):
+            return Secrets(
+                problem=f"Secret {namespace}/{ref.name} is a pool's GitHub credential (it carries "
+                f"{naming.CREDENTIAL_LABEL}): a webhook secret must be a Secret of its own, since it "
+                "is copied where the internet-facing webhook receiver reads it"
+            )
         return _decoded(dict(raw.get("data") or {}), namespace, ref)
+
+
+def _is_credential(secret: dict[str, Any]) -> bool:
+    """A Secret some pool uses as its credential: the operator labels and finalizes every one
+    (``runnerpool.credential_protection``). The CRD refuses a pool naming its own credential as
+    its webhook secret, but not a sibling pool's; this refuses it at the read, so that neither
+    the pool's verification nor the receiver's mirror (``runnerpool.demand.secret_mirror``)
+    takes a PAT for a webhook secret."""
+    meta = secret.get("metadata") or {}
+    return naming.CREDENTIAL_LABEL in (meta.get("labels") or {}) or naming.CREDENTIAL_FINALIZER in (
+        meta.get("finalizers") or ()
+    )
 
 
 def _decoded(data: dict[str, str], namespace: str, ref: api.WebhookSecretRef) -> Secrets:
