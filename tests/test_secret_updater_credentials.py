@@ -120,6 +120,10 @@ def test_ghes_default_and_trailing_slash(mock: Any) -> None:
     [
         ({}, ["'token'", "'app-id'"]),
         ({"token": "  "}, ["'token'"]),
+        # An old and a new token on two lines, or a stray control character: requests would quote
+        # the header, token and all, in its exception, and no retry could help.
+        ({"token": f"{PAT_A}\nghp_theNewOneAfterRotation0000000000000"}, ["'token'", "one line"]),
+        ({"token": f"{PAT_A}\x7f"}, ["'token'"]),
         ({"app-id": "1", "token": PAT_A}, ["'app-installation-id'", "'app-private-key'"]),
         ({"app-id": "x1", "app-installation-id": "7", "app-private-key": "k"}, ["'app-id'"]),
         ({"app-id": "1", "app-installation-id": "0", "app-private-key": "k"}, ["'app-installation-id'"]),

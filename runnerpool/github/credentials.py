@@ -238,6 +238,14 @@ def client_from_secret_data(
                 + ", ".join(repr(k) for k in _APP_KEYS)
                 + " (GitHub App)"
             )
+        if not token.isprintable() or any(c.isspace() for c in token):
+            # Two lines (an old and a new token, as webhook secrets rotate) or a stray control
+            # character: requests refuses the header and quotes it, token and all, in an
+            # exception that tracebacks would print; and no retry can help.
+            raise CredentialError.malformed(
+                f"key {PAT_KEY!r} holds whitespace or control characters inside the token: "
+                "put exactly one token there, on one line"
+            )
         auth = Auth.Token(token)
     return PyGithubClient.from_auth(auth, url, options)
 
