@@ -29,7 +29,14 @@ from runnerpool.naming import (
 )
 from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
-from runnerpool.runtime.listwatch import SingleDecodeWatch, StoppableInformer
+from runnerpool.runtime.listwatch import (
+    WATCH_CONNECT_TIMEOUT,
+    WATCH_READ_MARGIN,
+    WATCH_SECONDS,
+    SingleDecodeWatch,
+    StoppableInformer,
+    watch_backoff,
+)
 from runnerpool.watches import PoolCache, owner_key
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
@@ -180,20 +187,65 @@ def test_adapter_watch_passes_through_with_bookmarks() -> None:
 
     adapter = ListWatchAdapter(list_fn, {"plural": "p"})
     watched: Any = adapter(watch=True, resource_version="7", _preload_content=False)
-    assert seen == [
-        {
-            "plural": "p",
-            "watch": True,
-            "resource_version": "7",
-            "_preload_content": False,
-            "allow_watch_bookmarks": True,
-        }
-    ]
+    [asked] = seen
+    seconds = asked.pop("timeout_seconds")
+    assert asked.pop("_request_timeout") == (WATCH_CONNECT_TIMEOUT, seconds + WATCH_READ_MARGIN)
+    assert asked == {
+        "plural": "p",
+        "watch": True,
+        "resource_version": "7",
+        "_preload_content": False,
+        "allow_watch_bookmarks": True,
+    }
     assert adapter.synced.is_set()
     # Everything Watch touches is the real response's.
     assert watched.status == 200
     assert watched.connection is response.connection
     assert list(watched.stream()) == list(response.stream())
+
+
+def test_every_watch_ends_within_minutes_and_a_dead_connection_is_given_up() -> None:
+    """The operator's informers never resync, so the library asks for no timeoutSeconds: a
+    watch whose peer vanished without a FIN (an API server that died, a load balancer that
+    dropped the flow) blocked its informer for good, that cache frozen while the Lease, on
+    connections with timeouts, kept being renewed. Each watch now asks the server to end it
+    after 5 to 10 minutes (client-go's spread) and reads no longer than a little past that."""
+    asked: list[dict[str, Any]] = []
+    adapter = ListWatchAdapter(lambda **kw: asked.append(kw) or FakeResponse(events=[]))
+    for _ in range(20):
+        adapter(watch=True)
+        adapter.failures = 0  # (each empty stream would count; not what this test is about)
+    seconds = [kw["timeout_seconds"] for kw in asked]
+    assert all(WATCH_SECONDS[0] <= s <= WATCH_SECONDS[1] for s in seconds)
+    assert len(set(seconds)) > 1, "spread, so that many informers do not reconnect at once"
+    assert all(kw["_request_timeout"][1] == kw["timeout_seconds"] + WATCH_READ_MARGIN for kw in asked)
+
+
+def test_a_watch_the_server_keeps_refusing_is_retried_with_a_growing_wait() -> None:
+    """A 503 in a rolling restart, a 429, a 403 once a Role went: the library's loop opened the
+    watch again at once, thousands of times a second per informer against a server already in
+    trouble. Now 0.8 s doubling to 30 s (client-go's reflector), until a watch delivers."""
+    watches = 0
+
+    def api(**kwargs: Any) -> Any:
+        nonlocal watches
+        if kwargs.get("watch"):
+            watches += 1
+            raise ApiException(status=503, reason="Service Unavailable")
+        return FakeResponse(
+            body={"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}}
+        )
+
+    informer = StoppableInformer(ListWatchAdapter(api), namespace="ns")
+    informer.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        informer.signal_stop()
+        assert informer.join(5), "a stop ends the wait at once"
+    assert 1 <= watches <= 3, f"{watches} watch requests in one second against a failing API server"
+    assert [watch_backoff(n, lambda: 1.0) for n in (0, 1, 2, 3, 7, 20)] == [0.0, 0.8, 1.6, 3.2, 30.0, 30.0]
+    assert watch_backoff(3, lambda: 0.0) == 1.6, "half of each wait is jitter"
 
 
 class BrokenStream(FakeResponse):

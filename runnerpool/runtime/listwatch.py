@@ -40,6 +40,15 @@ adds:
   dict.  :class:`SingleDecodeWatch` parses once and tracks the resourceVersion itself; the
   informer gets it in place of the library's ``Watch`` (the ``_watch`` property below).
   Measured in ``bench/watch_decode.py``.
+* **A time bound and a backoff on every watch**, as client-go's reflector has.  The
+  operator's informers resync never, so the library sends no ``timeoutSeconds``, and the
+  watch had no read timeout: a connection whose peer vanished without a FIN (an API server
+  that died, a load balancer that dropped the flow) blocked its informer for good, that cache
+  frozen while the Lease, on connections with timeouts, kept being renewed.  Each watch now
+  asks the server to end it after a random 5 to 10 minutes and gives up reading a little
+  after that.  And a watch the server refuses (503 in a rolling restart, 429, 403 after a
+  Role went) was opened again at once, thousands of times a second: the next one now waits
+  0.8 s, doubling to 30 s, until a watch delivers something again.
 """
 
 # No ``from __future__ import annotations`` here: ``Watch`` inspects the
@@ -48,6 +57,7 @@ adds:
 import contextlib
 import json
 import logging
+import random
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -60,7 +70,35 @@ from kubernetes.watch import Watch
 from runnerpool.api_errors import one_line_errors_from
 from runnerpool.runtime.store import Obj, Store
 
-__all__ = ["InformerStoppedError", "ListWatchAdapter", "SingleDecodeWatch", "StoppableInformer"]
+__all__ = [
+    "WATCH_BACKOFF_CAP",
+    "WATCH_SECONDS",
+    "InformerStoppedError",
+    "ListWatchAdapter",
+    "SingleDecodeWatch",
+    "StoppableInformer",
+    "watch_backoff",
+]
+
+#: The server ends each watch after a random time in this range (client-go's 5 to 10 minutes):
+#: spread out, the reconnects of many informers do not come at once.
+WATCH_SECONDS = (300, 600)
+#: How much longer than that the client waits for the next byte before it takes the
+#: connection for dead (bookmarks and the server's own end come well within it).
+WATCH_READ_MARGIN = 30.0
+WATCH_CONNECT_TIMEOUT = 10.0
+#: A failed watch's next attempt waits 0.8 s, doubling to this (client-go's reflector).
+WATCH_BACKOFF_CAP = 30.0
+
+
+def watch_backoff(failures: int, rng: Callable[[], float] = random.random) -> float:
+    """Seconds before the next watch after ``failures`` in a row that delivered nothing:
+    0 after none, else 0.8 s doubling to :data:`WATCH_BACKOFF_CAP`, with half of it jitter."""
+    if failures <= 0:
+        return 0.0
+    step = min(0.8 * float(2 ** min(failures - 1, 16)), WATCH_BACKOFF_CAP)
+    return step / 2 + step / 2 * rng()
+
 
 # The informer logs "Error during initial list; retrying" (and its watch and handler errors)
 # with a traceback and, for an API error, its HTTP headers and body, every 5 s while it
@@ -102,6 +140,9 @@ class ListWatchAdapter:
         self._closing = False
         self._shut = False
         self._live: Any = None
+        #: Watches in a row that failed or ended without a byte (``watch_backoff``).
+        self.failures = 0
+        self._closed = threading.Event()
         self.synced = threading.Event()
         self.lists = 0  # for tests and debugging: relists show up here
         #: Set by the informer that owns the adapter: ends its current Watch.
@@ -115,6 +156,7 @@ class ListWatchAdapter:
         """From now on a broken watch stream ends quietly and no new watch is opened."""
         with self._lock:
             self._closing = True
+        self._closed.set()
 
     def shutdown_watch(self) -> None:
         """Shut down the open watch, or the one still in flight when it arrives.
@@ -126,6 +168,7 @@ class ListWatchAdapter:
         with self._lock:
             self._closing = self._shut = True
             live, self._live = self._live, None
+        self._closed.set()
         _shutdown(live)
 
     def close(self) -> None:
@@ -145,6 +188,7 @@ class ListWatchAdapter:
         return _list_result(body)
 
     def _watch(self, kwargs: dict[str, Any]) -> object:
+        self._closed.wait(watch_backoff(self.failures))
         if self._closing:
             if self.stop_current_watch is not None:
                 # A stop while the informer was still listing: its Watch was created
@@ -154,8 +198,14 @@ class ListWatchAdapter:
                 return _EmptyWatchResponse()
             raise InformerStoppedError("informer is stopping")
         kwargs.setdefault("allow_watch_bookmarks", True)
+        seconds = kwargs.setdefault("timeout_seconds", random.randint(*WATCH_SECONDS))
+        kwargs.setdefault("_request_timeout", (WATCH_CONNECT_TIMEOUT, seconds + WATCH_READ_MARGIN))
         self.synced.set()
-        resp = self._func(**self._fixed, **kwargs)
+        try:
+            resp = self._func(**self._fixed, **kwargs)
+        except Exception:
+            self.failures += 1
+            raise
         with self._lock:
             if self._shut:
                 _shutdown(resp)
@@ -204,12 +254,18 @@ class _WatchResponse:
         return getattr(self._resp, name)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        delivered = False
         try:
-            yield from self._resp.stream(*args, **kwargs)
+            for chunk in self._resp.stream(*args, **kwargs):
+                if not delivered:
+                    delivered, self._adapter.failures = True, 0
+                yield chunk
         except Exception:
             if not self._adapter.closing:
                 raise
         finally:
+            if not delivered:
+                self._adapter.failures += 1
             self._adapter._ended(self._resp)
 
 
