@@ -113,6 +113,34 @@ def test_a_lost_lease_stops_the_leader_parts_first_then_everything() -> None:
     assert electors[0].released is True
 
 
+def test_a_lost_lease_bars_every_leader_part_at_once_not_after_the_workers_drained() -> None:
+    """The workers' stop waits for a reconcile in flight (a slow API or GitHub call); in the
+    usual order the runner managers, stopped after them, went on deregistering runners and
+    deleting pods beside the new leader all that while."""
+    managers_stopped, workers_stopping = threading.Event(), threading.Event()
+
+    def stop_workers(timeout: float) -> None:
+        workers_stopping.set()
+        managers_stopped.wait(5)  # still draining when the managers are told
+
+    supervisor = Supervisor(
+        [
+            Runnable(
+                "runner managers", lambda: None, lambda timeout: managers_stopped.set(), leader_only=True
+            ),
+            Runnable("workers", lambda: None, stop_workers, leader_only=True),
+        ],
+        elector=None,
+    )
+    supervisor._start_leading()
+    lost = threading.Thread(target=supervisor._lost_lease, daemon=True)
+    lost.start()
+    assert workers_stopping.wait(5)
+    assert managers_stopped.wait(1), "the runner managers acted on while the workers drained"
+    lost.join(5)
+    assert not supervisor.leading and supervisor.stopping.is_set()
+
+
 def test_a_part_that_fails_to_start_stops_what_started() -> None:
     log = Log()
     manager = Supervisor([log.part("caches"), log.part("probes", fail=True), log.part("webhook")])

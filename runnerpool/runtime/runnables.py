@@ -6,8 +6,9 @@ caches, probes, metrics, the webhook receiver) or leader-only (``NeedLeaderElect
 workers, the secret updater, runner managers, the poller). :class:`Supervisor` starts the
 always-on parts in order, then, once this replica holds the Lease (or at once without
 leader election), the leader-only ones. Whatever asks for the stop - SIGTERM, a lost Lease,
-a failed start - takes the same path: the leader-only parts stop in reverse order, the Lease
-is released, then the always-on parts stop in reverse order. A stop asked for before or
+a failed start - takes the same path: the leader-only parts stop in reverse order (after a
+lost Lease all at once: another replica leads already), the Lease is released, then the
+always-on parts stop in reverse order. A stop asked for before or
 during start-up starts nothing more.
 
 After a lost Lease the process ends, as controller-runtime's does, so a replica never acts
@@ -139,7 +140,24 @@ class Supervisor:
                 log.info("leading: %s started", ", ".join(r.name for r in self._leader))
 
     def _lost_lease(self) -> None:
-        self._stop_leading()
+        """Another replica leads now: every leader-only part is told to stop at once, not one
+        after another as on a normal stop. The workers' stop waits for reconciles in flight (up
+        to the stop timeout), and the runner managers and the secret updater, stopped after
+        them, went on deregistering runners, deleting pods and asking for JIT configs beside the
+        new leader meanwhile; their stops are barriers that take effect when called."""
+        with self._lock:
+            self._leading.clear()
+            LEADING.set(0)
+            leading = [r for r in self._leader if any(started is r for started in self._started)]
+            self._started = [started for started in self._started if not any(started is r for r in leading)]
+            stops = [
+                threading.Thread(target=self._stop_one, args=(r,), name=f"stop {r.name}", daemon=True)
+                for r in leading
+            ]
+            for thread in stops:
+                thread.start()
+            for thread in stops:
+                thread.join(self._timeout)
         self.stop()
 
     def _stop_leading(self) -> None:
@@ -167,7 +185,10 @@ class Supervisor:
             if not any(started is runnable for started in self._started):
                 continue
             self._started = [started for started in self._started if started is not runnable]
-            try:
-                runnable.stop(self._timeout)
-            except Exception as err:
-                log_failure(log, logging.ERROR, "%s did not stop cleanly", runnable.name, err=err)
+            self._stop_one(runnable)
+
+    def _stop_one(self, runnable: Runnable) -> None:
+        try:
+            runnable.stop(self._timeout)
+        except Exception as err:
+            log_failure(log, logging.ERROR, "%s did not stop cleanly", runnable.name, err=err)
