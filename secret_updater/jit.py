@@ -9,7 +9,9 @@ merge-patches the config into the Secret, with GitHub's runner id in an annotati
 the Secret as filled for good. A 409 is a runner of that name left over (an earlier attempt whose
 patch was lost, an operator restart in between): the runner managers' rule removes it unless
 busy (``remove_leftover``, i.e. ``runnerpool.runners.leftovers``; this module deletes no
-runner itself), and the fill asks again.
+runner itself), and the fill asks again. The same rule removes the runner of a fill whose pod
+or pool went while GitHub made it: nothing would run it, and a deleted pool's finalizer may
+have drained already.
 
 One job per pod on the token jobs' scheduler, asked for any number of times, run once to
 success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
@@ -220,8 +222,13 @@ class JitSecretUpdater:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
         config = self._generate(client, pod)
         with self._lock:
-            if pod_uid not in self._pods:
-                return  # forgotten meanwhile: the runner, never started, is collected (runner managers)
+            forgotten = pod_uid not in self._pods
+        if forgotten:
+            # The pod or its pool went while GitHub made the runner: nobody will run it, and a
+            # deleted pool's finalizer may have drained already, its runner manager stopped:
+            # nothing else would ever delete it.
+            self._remove_leftover(client, ref, pod.request.name)
+            return
         # The pod stays asked for during the write: a second ask meanwhile is no second runner.
         try:
             self._patch_secret(ref.namespace, pod.secret, jit_patch(config))

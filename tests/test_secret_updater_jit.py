@@ -205,6 +205,27 @@ def test_a_pool_stopped_during_a_failing_call_is_not_asked_again(
     assert jit.notified == []
 
 
+def test_a_runner_made_for_a_pool_stopped_during_the_call_is_deleted_not_left_on_github(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's finalizer stops its jobs while generate-jitconfig is on its way, and GitHub
+    has registered the runner when it answers: the config goes nowhere, and with the pool's
+    runner manager stopped too, nothing else would ever delete that runner."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
+        config = made(scope, request)
+        jit_updater.stop("team-a", "build")  # the finalizer's pass, while the answer travels back
+        return config
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert jit.patches == [], "no Secret written for a pod whose pool is gone"
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == [], "the runner made for it is deleted"
+
+
 def _scale_set_updater(h: Harness, from_scale_set: ScaleSetJit) -> JitSecretUpdater:
     """A JIT updater whose scale-set pools' configs come from ``from_scale_set``."""
     return JitSecretUpdater(
