@@ -406,6 +406,18 @@ ImageReference = Annotated[
     StringConstraints(min_length=1, max_length=512),
     Cel(regex_rule(r"^\S+$", "spec.runnerImage must be an image reference without whitespace")),
 ]
+#: No pod of a pool runs as a kubernetes-mode pool's runner account: the operator binds it to a
+#: Role that reads the namespace's Secrets (the container hooks need it), so a token pool naming
+#: it would hand its jobs every token and credential Secret there (docs/kubernetes-mode.md).
+_NOT_A_RUNNER_ACCOUNT = Cel(
+    Rule(
+        cel=f"!self.startsWith({cel_string(naming.RUNNER_ACCOUNT_PREFIX)})",
+        message=f"must not name a kubernetes-mode pool's runner account ({naming.RUNNER_ACCOUNT_PREFIX}*): "
+        "it may read the namespace's Secrets; name an account of your own",
+        check=lambda name: not str(name).startswith(naming.RUNNER_ACCOUNT_PREFIX),
+    )
+)
+PodAccountName = Annotated[str, StringConstraints(max_length=253), _NOT_A_RUNNER_ACCOUNT]
 DindImageReference = Annotated[
     str,
     StringConstraints(min_length=1, max_length=512),
@@ -1257,15 +1269,13 @@ class TemplatePodSpec(_PassThrough):
         json_schema_extra={"format": "int64"},
         description="Not settable: use spec.terminationGracePeriodSeconds.",
     )
-    service_account_name: str | None = Field(
+    service_account_name: PodAccountName | None = Field(
         default=None,
-        max_length=253,
         description="The pods' ServiceAccount. Not settable with containerMode: kubernetes (the "
         "operator makes the runners' account there).",
     )
-    service_account: str | None = Field(
+    service_account: PodAccountName | None = Field(
         default=None,
-        max_length=253,
         description="Deprecated alias of serviceAccountName; not settable with containerMode: kubernetes.",
     )
     automount_service_account_token: bool | None = Field(
@@ -1695,7 +1705,7 @@ class RunnerPoolSpec(KubeModel):
     tolerations: Annotated[list[Toleration], Field(max_length=64)] = Field(
         default_factory=list, description="Taints runner pods tolerate."
     )
-    service_account_name: DnsSubdomain | None = Field(
+    service_account_name: Annotated[DnsSubdomain, _NOT_A_RUNNER_ACCOUNT] | None = Field(
         default=None,
         description="Service account of the runner pods. Unset means the namespace's default.",
     )

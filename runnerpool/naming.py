@@ -44,6 +44,7 @@ __all__ = [
     "REGISTER_CONTAINER",
     "RESERVED_ENV",
     "RESERVED_ENV_PREFIX",
+    "RUNNER_ACCOUNT_PREFIX",
     "RUNNER_CONTAINER",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
@@ -176,9 +177,13 @@ def token_secret_name(pool: str) -> str:
     return f"{TOKEN_SECRET_PREFIX}{pool}"
 
 
+#: The start of every kubernetes-mode runner account's name (:func:`runner_account_name`).
+RUNNER_ACCOUNT_PREFIX = "runnerpool-runner-"
+
+
 def runner_account_name(pool: str) -> str:
     """The ServiceAccount, Role and RoleBinding (one name) of a kubernetes-mode pool's runners."""
-    return f"runnerpool-runner-{pool}"
+    return f"{RUNNER_ACCOUNT_PREFIX}{pool}"
 
 
 def jit_secret_name(pool: str, suffix: str) -> str:

@@ -111,6 +111,16 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "remove terminationGracePeriodSeconds (it is then busyGracePeriod plus 90s), raise it, or lower",
     ),
     ("sa-name-invalid", _repo(serviceAccountName="Runner SA"), "must be a valid Kubernetes object name"),
+    # A kubernetes-mode pool's runner account reads the namespace's Secrets: another pool's jobs
+    # running as it would read every token and credential there.
+    *(
+        (f"runner-account-{where}", spec, "must not name a kubernetes-mode pool's runner account")
+        for where, spec in (
+            ("spec", _repo(serviceAccountName="runnerpool-runner-km")),
+            ("template", _repo(template={"spec": {"serviceAccountName": "runnerpool-runner-km"}})),
+            ("template-alias", _repo(template={"spec": {"serviceAccount": "runnerpool-runner-km"}})),
+        )
+    ),
     ("toleration-operator", _repo(tolerations=[{"key": "k", "operator": "Maybe"}]), "Unsupported value"),
     ("toleration-effect", _repo(tolerations=[{"key": "k", "effect": "Sometimes"}]), "Unsupported value"),
     (
