@@ -61,6 +61,17 @@ def test_both_containers_share_the_configuration_volume_in_memory() -> None:
         assert {"name": "RUNNER_CONFIG_DIR", "value": registration.CONFIG_MOUNT_DIR} in container["env"]
 
 
+def test_the_init_container_mounts_the_disk_backed_work_volume_for_its_reboot_marker() -> None:
+    """The entrypoint keeps its markers on the work volume too, where they outlive a node reboot
+    that empties the memory-backed configuration volume: the init container must mount it."""
+    spec = pod()["spec"]
+    [init] = spec["initContainers"]
+    [work] = [v for v in spec["volumes"] if v["name"] == naming.WORK_VOLUME]
+
+    assert {"name": naming.WORK_VOLUME, "mountPath": naming.WORK_DIR} in init["volumeMounts"]
+    assert work["emptyDir"].get("medium") != "Memory"
+
+
 def test_the_init_container_registers_with_what_the_runner_container_is_given() -> None:
     """Scope, labels, a proxy from spec.env, a CA bundle mount, resources: config.sh needs them too."""
     spec = pod(

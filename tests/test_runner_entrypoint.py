@@ -3,8 +3,9 @@
 The script runs under bash against stub config.sh/run.sh (tests/shell/) in a temporary
 RUNNER_DIR; the stubs record their arguments and whether they received SIGTERM.  A pod runs
 it twice: ``register`` in its init container, then ``run`` in its runner container, each in a
-fresh copy of the image; the sandbox plays that with two runner directories and one
-RUNNER_CONFIG_DIR (the pod's emptyDir).
+fresh copy of the image; the sandbox plays that with two runner directories, one
+RUNNER_CONFIG_DIR (the pod's memory-backed emptyDir) and one RUNNER_WORKDIR (its disk-backed
+work volume).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class Sandbox:
     token_file: Path
     jit_file: Path
     config_dir: Path
+    #: The work volume, on the node's disk: unlike config_dir it outlives a node reboot.
+    work_dir: Path
 
     def env(self, phase: str = "register", **overrides: str | None) -> dict[str, str]:
         directory = self.runner_dir if phase == "register" else self.run_dir
@@ -62,6 +65,7 @@ class Sandbox:
             "RUNNER_TOKEN_FILE": str(self.token_file),
             "RUNNER_JITCONFIG_FILE": str(self.jit_file),
             "RUNNER_CONFIG_DIR": str(self.config_dir),
+            "RUNNER_WORKDIR": str(self.work_dir),
             "STUB_LOG_DIR": str(self.log_dir),
             "POD_NAME": POD,
             "POD_NAMESPACE": "team-a",
@@ -97,7 +101,8 @@ def sandbox(tmp_path: Path) -> Sandbox:
     run_dir = tmp_path / "runner-container"
     log_dir = tmp_path / "log"
     config_dir = tmp_path / "runner-config"
-    for directory in (runner_dir, run_dir, log_dir, config_dir):
+    work_dir = tmp_path / "work"
+    for directory in (runner_dir, run_dir, log_dir, config_dir, work_dir):
         directory.mkdir()
     for name in ("config.sh", "run.sh", "stub-common.sh"):
         for directory in (runner_dir, run_dir):
@@ -114,6 +119,7 @@ def sandbox(tmp_path: Path) -> Sandbox:
         token_file=token_file,
         jit_file=tmp_path / "runner-jitconfig" / "jitconfig",
         config_dir=config_dir,
+        work_dir=work_dir,
     )
 
 
@@ -149,9 +155,7 @@ def assert_no_token(result: Result) -> None:
     assert TOKEN[:12] not in result.stdout + result.stderr
 
 
-def expected_config_args(
-    url: str, workdir: str = "/runner/_work", *, runner_group: str | None = None
-) -> list[str]:
+def expected_config_args(url: str, workdir: Path, *, runner_group: str | None = None) -> list[str]:
     group = [] if runner_group is None else ["--runnergroup", runner_group]
     return [
         "--unattended",
@@ -166,7 +170,7 @@ def expected_config_args(
         "--token",
         TOKEN,
         "--work",
-        workdir,
+        str(workdir),
         *group,
         "--disableupdate",
     ]
@@ -236,7 +240,9 @@ def test_repository_scope_registers_with_exact_flags(sandbox: Sandbox) -> None:
     result = run_pod(sandbox)
 
     assert result.returncode == 0, result.stderr
-    assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+    assert sandbox.args_of("config") == expected_config_args(
+        "https://github.com/octo-org/hello-world", sandbox.work_dir
+    )
     assert sandbox.cwd_of("config") == str(sandbox.runner_dir)
     assert sandbox.args_of("run") == []
     assert sandbox.cwd_of("run") == str(sandbox.run_dir)
@@ -298,6 +304,60 @@ def test_an_init_container_run_again_does_not_register_again(sandbox: Sandbox) -
     assert "registered its runner already" in again.stderr
 
 
+def reboot_the_node(sandbox: Sandbox) -> None:
+    """What a node reboot leaves of a pod: its memory-backed runner-config empty, its disk-backed
+    work volume as the previous job left it."""
+    shutil.rmtree(sandbox.config_dir)
+    sandbox.config_dir.mkdir()
+    for stub in ("config", "run"):
+        (sandbox.log_dir / f"{stub}.args").unlink(missing_ok=True)
+
+
+def test_a_used_pod_after_a_node_reboot_neither_registers_nor_runs_a_second_runner(sandbox: Sandbox) -> None:
+    """After a reboot the kubelet runs the register init container and the runner container again;
+    their markers in runner-config went with the node's memory, the previous job's checkout did not."""
+    assert run_pod(sandbox).returncode == 0
+    (sandbox.work_dir / "previous-job-checkout").write_text("left by the pod's one job\n")
+    reboot_the_node(sandbox)
+
+    registered = run_phase(sandbox.env("register"), "register")
+    ran = run_phase(sandbox.env("run"), "run")
+
+    assert (registered.returncode, ran.returncode) == (0, 0), registered.stderr + ran.stderr
+    assert sandbox.args_of("config") is None, "config.sh registered a second runner in the used pod"
+    assert sandbox.args_of("run") is None, "a second runner ran in the previous job's work directory"
+    assert "already started a runner once" in ran.stderr
+
+
+def test_a_pod_rebooted_before_its_runner_started_exits_instead_of_failing_for_ever(
+    sandbox: Sandbox,
+) -> None:
+    """Registered, then rebooted before the runner container started: the configuration is gone
+    with the memory, so the runner container ends the pod (the operator replaces it) rather than
+    crash-looping on a configuration that will never come back."""
+    assert run_phase(sandbox.env("register"), "register").returncode == 0
+    reboot_the_node(sandbox)
+
+    registered = run_phase(sandbox.env("register"), "register")
+    ran = run_phase(sandbox.env("run"), "run")
+
+    assert (registered.returncode, ran.returncode) == (0, 0), registered.stderr + ran.stderr
+    assert sandbox.args_of("config") is None, "config.sh registered a second runner in the pod"
+    assert sandbox.args_of("run") is None
+    assert "lost with its memory (a node reboot)" in ran.stderr
+
+
+def test_only_the_markers_reach_the_disk_backed_work_volume(sandbox: Sandbox) -> None:
+    """The runner's credential stays in memory; the work volume gets the two markers alone."""
+    result = run_pod(sandbox, STUB_CONFIG_WRITES=".runner .credentials .credentials_rsaparams")
+
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in sandbox.work_dir.iterdir()) == [
+        ".runnerpool-registered",
+        ".runnerpool-started",
+    ]
+
+
 def test_the_runner_container_without_a_registration_fails_clearly(sandbox: Sandbox) -> None:
     result = run_phase(sandbox.env("run"), "run")
 
@@ -321,11 +381,13 @@ def test_organization_scope_with_custom_url_and_workdir(sandbox: Sandbox) -> Non
         RUNNER_REPO=None,
         RUNNER_ORG="octo-org",
         GITHUB_URL="https://ghe.example.com/",
-        RUNNER_WORKDIR="/work/area",
+        RUNNER_WORKDIR=str(sandbox.work_dir.parent / "work-area"),
     )
 
     assert result.returncode == 0, result.stderr
-    assert sandbox.args_of("config") == expected_config_args("https://ghe.example.com/octo-org", "/work/area")
+    assert sandbox.args_of("config") == expected_config_args(
+        "https://ghe.example.com/octo-org", sandbox.work_dir.parent / "work-area"
+    )
     assert sandbox.args_of("run") == []
 
 
@@ -335,7 +397,7 @@ def test_enterprise_scope_in_a_runner_group(sandbox: Sandbox) -> None:
 
     assert result.returncode == 0, result.stderr
     assert sandbox.args_of("config") == expected_config_args(
-        "https://github.com/enterprises/big-corp", runner_group="GPU runners"
+        "https://github.com/enterprises/big-corp", sandbox.work_dir, runner_group="GPU runners"
     )
 
 
@@ -424,7 +486,9 @@ def test_tracing_never_prints_token(sandbox: Sandbox) -> None:
     result = run_pod(sandbox, "-x", SHELLOPTS=None)
 
     assert result.returncode == 0, result.stderr
-    assert sandbox.args_of("config") == expected_config_args("https://github.com/octo-org/hello-world")
+    assert sandbox.args_of("config") == expected_config_args(
+        "https://github.com/octo-org/hello-world", sandbox.work_dir
+    )
 
 
 # --- JIT mode -------------------------------------------------------------------------------

@@ -39,7 +39,8 @@
 #                       scope's default group)
 #   RUNNER_LABELS       comma-separated labels, including <namespace>/<pool> (register, token)
 #   GITHUB_URL          web base URL for config.sh --url (default https://github.com)
-#   RUNNER_WORKDIR      job work directory (default /runner/_work)
+#   RUNNER_WORKDIR      job work directory (default /runner/_work); also holds the pod's
+#                       markers on disk (see "One job per pod")
 #   RUNNER_REGISTRATION token (default) or jit
 #   RUNNER_TOKEN_FILE   token file (default /runner-token/runnertoken; register phase only)
 #   RUNNER_JITCONFIG_FILE  the pod's JIT config (default /runner-jitconfig/jitconfig; register, jit)
@@ -57,8 +58,18 @@
 # pod ends. A restarted runner container (it failed) must not run a runner again (its work
 # directory is no longer clean, and a job could land on a pod the operator is about to
 # replace): it exits 0 at once, and the operator replaces the pod. The init container runs
-# once per pod sandbox; if the sandbox is made again (a node reboot), it finds the runner
-# registered already and leaves the configuration as it is.
+# once per pod sandbox; if the sandbox is made again, it finds the runner registered already
+# and leaves the configuration as it is.
+#
+# Both markers ("registered", "started") are kept twice: in RUNNER_CONFIG_DIR and on the work
+# volume (RUNNER_WORKDIR). RUNNER_CONFIG_DIR is memory (a tmpfs, so the runner's credential
+# never lands on the node's disk), and a node reboot empties it; the work volume is on disk (an
+# emptyDir or the pool's claim) and keeps the previous job's files through the reboot, after
+# which the kubelet runs the init container and the runner container (restartPolicy OnFailure)
+# again. Either marker found in either place stops the phase: without the disk copy a rebooted
+# pod would register a second runner and run it in the used work directory. A pod whose
+# configuration went with its memory exits 0 too, and the operator replaces it. Only the
+# markers go to disk, never the configuration.
 #
 # Last words: the container's termination message (/dev/termination-log, the pod's default
 # terminationMessagePath, which the kubelet creates) says why it ended: the last lines the
@@ -97,6 +108,9 @@ RUNNER_WORKDIR="${RUNNER_WORKDIR:-/runner/_work}"
 RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_CONFIG_DIR}/.runnerpool-started}"
 # Written last by the register phase: the configuration in RUNNER_CONFIG_DIR is complete.
 REGISTERED_FILE="${RUNNER_CONFIG_DIR}/.runnerpool-registered"
+# Their copies on the disk-backed work volume, which outlive a node reboot ("One job per pod").
+DISK_REGISTERED_FILE="${RUNNER_WORKDIR}/.runnerpool-registered"
+DISK_STARTED_FILE="${RUNNER_WORKDIR}/.runnerpool-started"
 # What config.sh leaves in the runner directory that run.sh needs: the runner's settings, its
 # own credential and key, and the environment config.sh recorded for jobs.
 RUNNER_CONFIG_FILES=(.runner .credentials .credentials_rsaparams .env .path)
@@ -318,6 +332,17 @@ run_captured() {
     done
 }
 
+# mark WHERE FILE...: creates each marker FILE (and its directory), or dies naming WHERE, the
+# volume that should hold it.
+mark() {
+    local where="$1" file
+    shift
+    for file in "$@"; do
+        { mkdir -p "$(dirname "${file}")" && : >"${file}"; } 2>/dev/null ||
+            die "cannot write ${file} (is the ${where} volume mounted and writable?)"
+    done
+}
+
 # --- register: the init container ----------------------------------------------------------
 
 register_with_token() {
@@ -360,7 +385,7 @@ register_with_jitconfig() {
 }
 
 register_phase() {
-    if [[ -e "${REGISTERED_FILE}" ]]; then
+    if [[ -e "${REGISTERED_FILE}" || -e "${DISK_REGISTERED_FILE}" ]]; then
         log "this pod registered its runner already (its sandbox was made again); nothing to do"
         exit 0
     fi
@@ -370,6 +395,8 @@ register_phase() {
     else
         register_with_token
     fi
+    # The disk copy first: the memory one says the configuration is complete.
+    mark work "${DISK_REGISTERED_FILE}"
     : >"${REGISTERED_FILE}" || die "cannot write ${REGISTERED_FILE}"
     exit 0
 }
@@ -397,18 +424,22 @@ await_docker() {
 # --- run: the runner container -------------------------------------------------------------
 
 run_phase() {
-    if [[ -e "${RUNNER_STATE_FILE}" ]]; then
+    if [[ -e "${RUNNER_STATE_FILE}" || -e "${DISK_STARTED_FILE}" ]]; then
         log "this pod already started a runner once; exiting so the operator replaces it"
         # The runner's last words stay the container's, whichever of its runs is looked at.
         last_words "this pod already started a runner once; exiting so the operator replaces it"
         exit 0
     fi
+    if [[ ! -e "${REGISTERED_FILE}" && -e "${DISK_REGISTERED_FILE}" ]]; then
+        log "this pod's runner configuration was lost with its memory (a node reboot); exiting so the operator replaces it"
+        last_words "this pod's runner configuration was lost with its memory (a node reboot); exiting so the operator replaces it"
+        exit 0
+    fi
     [[ -e "${REGISTERED_FILE}" ]] ||
         die "no runner configuration in ${RUNNER_CONFIG_DIR} (the register init container did not finish)"
     await_docker
-    if ! { mkdir -p "$(dirname "${RUNNER_STATE_FILE}")" && : >"${RUNNER_STATE_FILE}"; }; then
-        die "cannot write ${RUNNER_STATE_FILE} (is the runner-config volume mounted and writable?)"
-    fi
+    mark work "${DISK_STARTED_FILE}"
+    mark runner-config "${RUNNER_STATE_FILE}"
     local -a run_args=()
     local jit="${RUNNER_CONFIG_DIR}/${JITCONFIG_NAME}" file
     if [[ -e "${jit}" ]]; then
