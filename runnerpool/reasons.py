@@ -60,6 +60,9 @@ class Reason(StrEnum):
     #: GitHub refuses the pool's runners as outdated (their termination message says so:
     #: ``runnerpool.pods.outdated``): the pool backs off its pods until the image is newer.
     RUNNER_VERSION_OUTDATED = "RunnerVersionOutdated"
+    #: Pods the scheduler could not place for a minute (no node fits them): a stuck-pod reason of
+    #: ``RunnerPodsFailing`` (``runnerpool.pods.failures``), not a Ready reason of its own.
+    UNSCHEDULABLE = "Unschedulable"
     #: A same-named object the pool would make exists and is not the pool's: left alone.
     CHILD_NOT_OWNED = "ChildNotOwned"
     # --- TokenReady

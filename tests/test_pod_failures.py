@@ -7,7 +7,7 @@ and the memory that keeps Events to one per change (the pool's ``PoolState`` in 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -258,3 +258,83 @@ def test_an_outdated_runner_is_the_ready_reason_and_the_event_s() -> None:
     assert "2 runner pod(s) in RunnerVersionOutdated (container runner: GitHub refuses" in ready["message"]
     assert failures.ready_reason(stuck) == "RunnerPodsFailing"
     assert "RunnerVersionOutdated" in failures.REPORTED, "the failing gauge's reason label takes it"
+
+
+# -- pods the scheduler cannot place -----------------------------------------------------------
+
+SCHEDULED_AT = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+NO_NODE_FITS = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available."
+
+
+def _unschedulable(name: str, message: str = NO_NODE_FITS) -> dict[str, Any]:
+    """A pod as the scheduler leaves one it cannot place: no container status, only its condition."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": SCHEDULED_AT.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return {"metadata": {"name": name}, "status": {"phase": "Pending", "conditions": [condition]}}
+
+
+def test_a_pod_the_scheduler_cannot_place_for_a_minute_fails_the_pool_with_the_scheduler_s_words() -> None:
+    """No node fits the pool's pods (requests, a nodeSelector typo, an untolerated taint): the pool
+    said RunnersStarting, with no Event, for as long as it lasted."""
+    later = SCHEDULED_AT + failures.UNSCHEDULABLE_AFTER + timedelta(seconds=1)
+
+    found = failures.failing([_unschedulable("p-b"), _unschedulable("p-a")], later)
+
+    assert found == (failures.Failing("Unschedulable", 2, f"scheduler: {NO_NODE_FITS}"),)
+    assert "Unschedulable" in failures.REPORTED, "the failing gauge refuses the reason"
+    ready = ready_condition(STAMP, _pool(), TOKEN_OK, PodCounts(desired=2, active=2, failing=found))
+    assert (ready["status"], ready["reason"]) == ("False", "RunnerPodsFailing")
+    assert (
+        ready["message"]
+        == f"0/2 runner pods ready; 2 runner pod(s) in Unschedulable (scheduler: {NO_NODE_FITS})"
+    )
+    # The reasons changed from none: the reconciler's _tell_failing makes this its Warning Event.
+    assert PoolStates(Expectations()).of("ns/p").failing_changed(frozenset(f.reason for f in found))
+
+
+def test_a_pod_waiting_under_a_minute_for_room_is_still_starting_and_is_looked_at_again() -> None:
+    """A cluster autoscaler's new node or a preemption often places the pod within the minute;
+    no pod event comes when the minute is up, so the pool is requeued for it."""
+    pod = _unschedulable("p-a")
+    soon = SCHEDULED_AT + timedelta(seconds=20)
+
+    assert failures.failing([pod], soon) == ()
+    assert (
+        failures.unschedulable_in([pod], soon)
+        == (failures.UNSCHEDULABLE_AFTER - timedelta(seconds=20)).seconds
+    )
+    assert failures.unschedulable_in([pod], SCHEDULED_AT + failures.UNSCHEDULABLE_AFTER) is None
+    scheduled = {
+        **pod,
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
+    }
+    assert failures.unschedulable_in([scheduled], soon) is None
+    assert failures.failing([scheduled], soon + timedelta(hours=1)) == ()
+
+
+def test_the_scheduler_s_message_of_a_big_cluster_is_cut_to_one_bounded_line() -> None:
+    message = "0/900 nodes are available:\n" + " ".join(f"{n} node(s) had taint t{n}." for n in range(200))
+    later = SCHEDULED_AT + timedelta(hours=1)
+
+    [found] = failures.failing([_unschedulable("p-a", message)], later)
+
+    assert len(found.detail) <= len("scheduler: ") + failures.SCHEDULER_MESSAGE_MAX
+    assert found.detail.startswith("scheduler: 0/900 nodes are available: 0 node(s) had taint t0.")
+    assert "\n" not in found.detail and found.detail.endswith("...")
+
+
+def test_only_a_pending_pod_bound_to_no_node_counts_as_unschedulable() -> None:
+    """A condition left over on a pod that runs (or one bound to a node) is no scheduler's verdict."""
+    later = SCHEDULED_AT + timedelta(hours=1)
+    running = _unschedulable("p-run")
+    running["status"]["phase"] = "Running"
+    bound = _unschedulable("p-bound")
+    bound["spec"] = {"nodeName": "node-1"}
+
+    assert failures.failing([running, bound], later) == ()
+    assert failures.unschedulable_in([running, bound], SCHEDULED_AT) is None

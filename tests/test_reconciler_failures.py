@@ -208,6 +208,47 @@ def test_pods_stuck_pulling_are_one_event_one_condition_and_a_metric(
     }
 
 
+def _unschedulable(api_client: client.ApiClient, namespace: str, pod: str, since: datetime) -> None:
+    """What the scheduler reports of a pod no node can take: a condition, no container status."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient cpu.",
+        "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Pending", "conditions": [condition]}}
+    )
+
+
+def test_pods_the_scheduler_cannot_place_are_a_warning_and_a_condition_after_a_minute(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """The pool said RunnersStarting, with no Event, for as long as no node fitted its pods."""
+    _ready_pool(api_client, namespace, reconciler, "unplaced")
+    reconciler(f"{namespace}/unplaced")
+    [pod] = _pods(api_client, namespace, "unplaced")
+
+    _unschedulable(api_client, namespace, pod, datetime.now(UTC) - timedelta(seconds=10))
+    result = reconciler(f"{namespace}/unplaced")
+    assert _ready(api_client, namespace, "unplaced")["reason"] == "RunnersStarting", "room may come yet"
+    assert result.requeue_after is not None and result.requeue_after <= 50, "looked at again at the minute"
+
+    _unschedulable(api_client, namespace, pod, datetime.now(UTC) - timedelta(minutes=2))
+    reconciler(f"{namespace}/unplaced")
+
+    told = "1 runner pod(s) in Unschedulable (scheduler: 0/3 nodes are available: 3 Insufficient cpu.)"
+    ready = _ready(api_client, namespace, "unplaced")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "RunnerPodsFailing",
+        f"0/1 runner pods ready; {told}",
+    )
+    [event] = _events(api_client, namespace, "RunnerPodsFailing")
+    assert (event.type, event.message) == ("Warning", told)
+
+
 def test_a_misspelt_template_field_is_template_invalid_and_keeps_the_current_pods(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:

@@ -18,6 +18,14 @@ reported as                    kubelet waiting reasons                     the m
 ``CreateContainerError``       ``CreateContainerError``                    the kubelet's message
 =============================  ==========================================  ====================
 
+One is the scheduler's: ``Unschedulable``, a pod whose ``PodScheduled`` condition has been
+``False`` with reason ``Unschedulable`` for ``UNSCHEDULABLE_AFTER`` (no node fits its requests, a
+``nodeSelector`` no node has, a taint it does not tolerate). Such a pod has no container status
+at all, so without it the pool would say ``RunnersStarting`` for ever; the message quotes the
+scheduler's own (``0/3 nodes are available: 3 Insufficient cpu.``), cut at
+``SCHEDULER_MESSAGE_MAX``. The wait lets a cluster autoscaler's new node or a preemption place
+the pod without a Warning; :func:`unschedulable_in` says when to look again.
+
 Two more are not the kubelet's: ``ExitedAtStart`` and ``RunnerVersionOutdated``, pods whose
 runner ended at start (``runnerpool.pods.start_backoff``, which reports them). The second is
 GitHub refusing the runner as outdated, and is the Ready condition's reason itself
@@ -38,9 +46,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from runnerpool.api_errors import one_line
+from runnerpool.domain import parse_rfc3339, utcnow
 from runnerpool.pods.state import active
 from runnerpool.reasons import Reason
 
@@ -48,11 +58,15 @@ __all__ = [
     "EXITED_AT_START",
     "REPORTED",
     "RUNNER_VERSION_OUTDATED",
+    "SCHEDULER_MESSAGE_MAX",
+    "UNSCHEDULABLE",
+    "UNSCHEDULABLE_AFTER",
     "Failing",
     "describe",
     "failing",
     "ready_reason",
     "reported_reason",
+    "unschedulable_in",
 ]
 
 _IMAGE = "image"
@@ -75,9 +89,21 @@ EXITED_AT_START = "ExitedAtStart"
 #: Not a kubelet reason either: GitHub refuses the pool's runners as outdated (the start backoff
 #: reports it, from the runner container's termination message: ``runnerpool.pods.outdated``).
 RUNNER_VERSION_OUTDATED = str(Reason.RUNNER_VERSION_OUTDATED)
+#: The scheduler's word for a pod no node can take (the ``PodScheduled`` condition's reason).
+UNSCHEDULABLE = str(Reason.UNSCHEDULABLE)
+#: How long a pod may stay unschedulable before it counts as failing: a cluster autoscaler's
+#: scale-up or a preemption often places it within that, and a pool that only waits for room
+#: is not worth a Warning; one that waits longer is (nothing else tells the user it waits).
+UNSCHEDULABLE_AFTER = timedelta(minutes=1)
+#: The scheduler's message, cut to this: it lists each node's reason, one per node group, and
+#: a big cluster's would swamp the condition and the Event.
+SCHEDULER_MESSAGE_MAX = 300
 #: Every reason reported (the metric's ``reason`` label takes no other value).
 REPORTED = tuple(
-    sorted({reported for reported, _ in _VOCABULARY.values()} | {EXITED_AT_START, RUNNER_VERSION_OUTDATED})
+    sorted(
+        {reported for reported, _ in _VOCABULARY.values()}
+        | {EXITED_AT_START, RUNNER_VERSION_OUTDATED, UNSCHEDULABLE}
+    )
 )
 
 
@@ -103,7 +129,57 @@ def reported_reason(waiting_reason: str) -> str | None:
     return found[0] if found else None
 
 
-def _stuck(pod: Mapping[str, Any]) -> _Stuck | None:
+def _unschedulable_since(pod: Mapping[str, Any]) -> tuple[datetime | None, str] | None:
+    """When the scheduler last said the pod fits no node (``None``: the condition has no time),
+    and its message; ``None``: the pod is not unschedulable. Only a pending pod bound to no node
+    can be: a status patched by hand (or a stale condition) must not fail a running pod."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for condition in status.get("conditions") or ():
+        if (condition.get("type"), condition.get("status")) != ("PodScheduled", "False"):
+            continue
+        if condition.get("reason") != UNSCHEDULABLE:
+            return None
+        return parse_rfc3339(condition.get("lastTransitionTime")), str(condition.get("message") or "")
+    return None
+
+
+def _scheduler_said(message: str) -> str:
+    folded = one_line(message)
+    if len(folded) <= SCHEDULER_MESSAGE_MAX:
+        return folded
+    return folded[: SCHEDULER_MESSAGE_MAX - 3] + "..."
+
+
+def _unschedulable(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
+    """An unschedulable pod past ``UNSCHEDULABLE_AFTER`` (a condition without a time counts at
+    once: the scheduler's verdict is there, only its age is unknown)."""
+    found = _unschedulable_since(pod)
+    if found is None:
+        return None
+    since, message = found
+    if since is not None and now - since < UNSCHEDULABLE_AFTER:
+        return None
+    name = str((pod.get("metadata") or {}).get("name"))
+    return _Stuck(name, UNSCHEDULABLE, f"scheduler: {_scheduler_said(message) or 'no node fits the pod'}")
+
+
+def unschedulable_in(pods: Iterable[Mapping[str, Any]], now: datetime | None = None) -> float | None:
+    """Seconds until the first active pod that is unschedulable but not for long enough yet
+    counts as failing (``None``: none): no pod event comes then, so the pool is looked at again."""
+    at = now or utcnow()
+    waits = []
+    for pod in pods:
+        found = _unschedulable_since(pod) if active(pod) else None
+        if found is not None and found[0] is not None:
+            left = (found[0] + UNSCHEDULABLE_AFTER - at).total_seconds()
+            if left > 0:
+                waits.append(left)
+    return min(waits) if waits else None
+
+
+def _stuck(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
     status = pod.get("status") or {}
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     for container in containers:
@@ -118,14 +194,16 @@ def _stuck(pod: Mapping[str, Any]) -> _Stuck | None:
             _MESSAGE: f"container {container.get('name')}: {one_line(str(waiting.get('message') or ''))}",
         }[names]
         return _Stuck(str((pod.get("metadata") or {}).get("name")), reported, detail)
-    return None
+    return _unschedulable(pod, now)
 
 
-def failing(pods: Iterable[Mapping[str, Any]]) -> tuple[Failing, ...]:
+def failing(pods: Iterable[Mapping[str, Any]], now: datetime | None = None) -> tuple[Failing, ...]:
     """The pool's active pods that are stuck, by reported reason (sorted, so that the same pods
-    always give the same answer)."""
+    always give the same answer). ``now``: the time unschedulable pods are judged at."""
+    at = now or utcnow()
     stuck = sorted(
-        (s for s in (_stuck(p) for p in pods if active(p)) if s is not None), key=lambda s: (s.reason, s.pod)
+        (s for s in (_stuck(p, at) for p in pods if active(p)) if s is not None),
+        key=lambda s: (s.reason, s.pod),
     )
     by_reason: dict[str, list[_Stuck]] = {}
     for one in stuck:

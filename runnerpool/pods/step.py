@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, naming
 from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import pool_key
-from runnerpool.pods import scaling, template
+from runnerpool.pods import failures, scaling, template
 from runnerpool.pods.create_backoff import CreateBackoff, CreateFailure
 from runnerpool.pods.expectations import Expectations, still_pending
 from runnerpool.pods.slow_start import SlowStart
@@ -45,7 +45,8 @@ class Converged:
     counts: scaling.PodCounts
     #: This pass's create was refused (``None``: no create was refused in this pass).
     refused: CreateFailure | None = None
-    #: Seconds until the next create may be tried (the pool is backing off).
+    #: Seconds until the next create may be tried (the pool is backing off), or until its pods
+    #: are to be judged again (one may end the start backoff or count as unschedulable).
     retry_in: float | None = None
 
 
@@ -116,13 +117,16 @@ class PodStep:
         self, pool: api.RunnerPool, live: Observed, replicas: int
     ) -> tuple[scaling.PodCounts, float | None]:
         """The counts, with the pool's pods failing at start while it backs off from them, and
-        the seconds until a running pod may end that backoff (the pods judged once, here)."""
+        the seconds until a running pod may end that backoff (the pods judged once, here) or an
+        unschedulable one counts as failing, whichever comes first: no pod event comes then."""
         key, wanted = pool_key(pool.namespace, pool.name), self.wanted_hash(pool)
         started = self._starts.observe(key, pool.generation, wanted, live.pods)
         names = [str(p["metadata"].get("name")) for p in live.pods]
         counts = scaling.count(live.pods, replicas, wanted, still_pending(live.expected, names))
         exited = self._starts.failing(key, pool.generation)
-        return (counts if exited is None else replace(counts, failing=(*counts.failing, exited))), started
+        waits = [w for w in (started, failures.unschedulable_in(live.pods)) if w is not None]
+        recheck = min(waits) if waits else None
+        return (counts if exited is None else replace(counts, failing=(*counts.failing, exited))), recheck
 
     def converge(self, pool: api.RunnerPool, writes: Writes, replicas: int, live: Observed) -> Converged:
         """Create what is missing (unless backing off from a refusal).
@@ -131,11 +135,11 @@ class PodStep:
         ``live``: this pass's snapshot.
         """
         key = pool_key(pool.namespace, pool.name)
-        counts, started = self._count(pool, live, replicas)
+        counts, recheck = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
         if not wanted:
             self._backoff.forget(key)  # nothing to create: no refusal left to report
-            return Converged(counts, retry_in=started)
+            return Converged(counts, retry_in=recheck)
         wait = self._backing_off(pool)
         if wait is not None:
             return Converged(counts, retry_in=wait)
