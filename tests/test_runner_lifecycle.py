@@ -280,6 +280,25 @@ def test_only_offline_idle_runners_without_a_pod_are_collected() -> None:
     assert runners_to_collect(runners, []) == [runners[0], runners[3]]
 
 
+def test_the_offline_idle_runner_of_a_pod_stuck_terminating_is_collected() -> None:
+    """A dead node: its pod keeps its deletionTimestamp for as long as the Node object exists,
+    so waiting for the pod to vanish would leave its runner registered on GitHub as long."""
+    stuck = pod(age=timedelta(hours=6), deleting=True)
+    result = plan([stuck], [runner(status="offline")], NOW, None, timedelta(minutes=15))
+    assert [r.name for r in result.collect] == ["pod-a"]
+    assert result.replace == ()  # the pod is already being deleted
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [runner(status="online"), runner(status="offline", busy=True), runner(status="online", busy=True)],
+    ids=["online-idle", "offline-busy", "online-busy"],
+)
+def test_the_runner_of_a_terminating_pod_is_kept_while_online_or_busy(listed: Runner) -> None:
+    """Still connected (a graceful shutdown under way) or running a job: not ours to delete."""
+    assert plan([pod(deleting=True)], [listed], NOW, None, timedelta(minutes=15)).collect == ()
+
+
 def test_plan_combines_collection_replacement_and_busy_marks() -> None:
     pods = [
         pod(name="finished", phase="Succeeded", state="terminated"),

@@ -18,9 +18,11 @@ The invariants, and how the rules keep them:
   pod's resourceVersion as a precondition, so a container restarted since the decision
   (which changes the pod's status) makes the delete fail instead.
 * **No offline runner piles up.** A runner of the pool that is offline, not busy and has no
-  pod of that name left is deleted from GitHub. Its pod is gone, so nothing can bring it back.
-  (The pod list is read after the listing, so a runner that registered before the listing
-  finds its pod in the list.)
+  pod of that name left, or only one being deleted (``deletionTimestamp``), is deleted from
+  GitHub. Its pod is gone or going, so nothing can bring it back; a pod on a dead node stays
+  Terminating for as long as its Node object exists, and waiting for it to vanish would leave
+  its runner registered for that long. (The pod list is read after the listing, so a runner
+  that registered before the listing finds its pod in the list.)
 * **One job per pod.** Runners register ``--ephemeral``: after one job the listener exits and
   the kubelet restarts the container, which registers again in a used work directory. A pod
   whose runner container has restarted or terminated, or that has finished, is replaced.
@@ -186,7 +188,7 @@ class Plan:
 
 
 def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> list[Runner]:
-    """Offline, idle runners whose pod is gone: nothing will ever bring them back."""
+    """Offline, idle runners none of ``pod_names`` (the pods not being deleted) can bring back."""
     names = set(pod_names)
     return [r for r in runners if r.offline and not r.busy and r.name not in names]
 
@@ -287,7 +289,8 @@ def plan(
         and (change := busy_mark_change(decision.pod, decision.runner)) is not None
     ]
     return Plan(
-        collect=tuple(runners_to_collect(runners, (pod.name for pod in pods))),
+        # A Terminating pod's runner counts as podless: its pod may never go (a dead node).
+        collect=tuple(runners_to_collect(runners, (pod.name for pod in pods if not pod.deleting))),
         replace=tuple(d for d in decisions if d.action is not Action.KEEP),
         marks=tuple(marks),
         decisions=tuple(decisions),

@@ -482,7 +482,7 @@ class RunnerManagers:
             if delete_runner(runner.id) is DeleteOutcome.DELETED:
                 metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
                 log.info(
-                    "deleted offline runner %s (id %d) of pool %s: its pod is gone",
+                    "deleted offline runner %s (id %d) of pool %s: its pod is gone or terminating",
                     runner.name,
                     runner.id,
                     ref.key,

@@ -34,7 +34,7 @@ RUNNERS = Gauge(
 )
 RUNNERS_COLLECTED = Counter(
     "runnerpool_runners_collected",
-    "Offline runners without a pod that were deleted from GitHub.",
+    "Offline runners without a pod, or whose pod is terminating, that were deleted from GitHub.",
     ["namespace", "pool"],
 )
 PODS_REPLACED = Counter(
