@@ -111,12 +111,28 @@ def role_binding(pool: api.RunnerPool) -> dict[str, Any]:
     }
 
 
+#: The busy pods' budget asks for more healthy pods than any namespace has, so no eviction of a
+#: busy pod is ever allowed (see :func:`disruption_budget`).
+BUSY_MIN_AVAILABLE = 2**31 - 1
+
+
 def disruption_budget(namespace: str) -> dict[str, Any]:
     """Voluntary evictions of busy runner pods are refused; idle pods are not covered.
 
-    One budget per namespace for every pool: with ``maxUnavailable: 0`` a budget per pool
-    refuses nothing more, and a shared one costs a new pool no write.  It has no owner (no
-    pool may take it along); it goes when the namespace's last pool goes (``Reconciler``).
+    ``minAvailable`` as a number, not ``maxUnavailable: 0``: for ``maxUnavailable`` the
+    disruption controller takes the expected count from the pods' controller's scale, the
+    RunnerPool's ``spec.replicas``, not from the pods it selects, so a pool with more busy pods
+    than ``spec.replicas`` (a scale-down while jobs run, a rollout's surge, any pool following
+    demand) let ``kubectl drain`` evict the surplus busy pods. A number counts the selected pods
+    themselves (the Kubernetes docs' way for pods of "an operator"); one larger than any
+    namespace's pods allows no disruption. Its status then shows fewer healthy pods than
+    desired, which an alert such as kube-prometheus' ``KubePdbNotEnoughHealthyPods`` reports
+    (docs/busy-runners.md says how to leave this budget out of it).
+
+    One budget per namespace for every pool: a budget per pool refuses nothing more, and a
+    shared one costs a new pool no write. It has no owner (no pool may take it along); it goes
+    when the namespace's last pool goes (``Reconciler``). ``maxUnavailable: None`` removes the
+    field from a budget an earlier version made (a budget may not have both).
     """
     labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
     return {
@@ -124,7 +140,8 @@ def disruption_budget(namespace: str) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": {"name": naming.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
         "spec": {
-            "maxUnavailable": 0,
+            "minAvailable": BUSY_MIN_AVAILABLE,
+            "maxUnavailable": None,
             "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: naming.BUSY_VALUE}},
         },
     }

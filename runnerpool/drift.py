@@ -17,11 +17,12 @@ def contains(live: Any, desired: Any) -> bool:
 
     Lists must have the same length and match item by item, so an extra container
     or volume added by hand counts as drift, while defaulted fields inside an item
-    do not.
+    do not. A desired ``None`` is a field that must be absent (a merge patch removes it).
     """
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(
-            key in live and contains(live[key], value) for key, value in desired.items()
+            live.get(key) is None if value is None else key in live and contains(live[key], value)
+            for key, value in desired.items()
         )
     if isinstance(desired, list):
         return (

@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, naming
+from runnerpool import api, children, naming
 from runnerpool.namespace_access import RECHECK
 from runnerpool.naming import CREDENTIAL_FINALIZER
 from runnerpool.operator import Operator
@@ -251,12 +251,11 @@ def _lifecycle(api_client: client.ApiClient, namespace: str, github: FakeGitHub)
     wait_for(lambda: reader.get_disruption_budget(namespace, budget), message="the disruption budget")
     assert CREDENTIAL_FINALIZER in _finalizers(reader, namespace, naming.DEFAULT_CREDENTIAL_SECRET)
     for _ in range(2):  # twice, so the repeated event is folded into a count (events patch)
-        policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 3}})
+        policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"minAvailable": 3}})
 
         def repaired() -> bool:
-            return bool(
-                policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0
-            )
+            spec = policy.read_namespaced_pod_disruption_budget(budget, namespace).spec
+            return bool(spec.min_available == children.BUSY_MIN_AVAILABLE)
 
         wait_for(repaired, message="the hand edit to be repaired")
     [pod] = mark_pods_ready(api_client, namespace, "lp", 1)

@@ -115,7 +115,9 @@ def test_a_busy_runner_gets_its_busy_grace_and_the_kubelet_waits_longer(
 
 def test_the_disruption_budget_covers_only_busy_pods() -> None:
     pdb = children.disruption_budget("ns")
-    assert (pdb["metadata"]["namespace"], pdb["spec"]["maxUnavailable"]) == ("ns", 0)
+    # A number, counted over the busy pods themselves: maxUnavailable would count the pool's scale.
+    assert (pdb["metadata"]["namespace"], pdb["spec"]["minAvailable"]) == ("ns", children.BUSY_MIN_AVAILABLE)
+    assert pdb["spec"]["maxUnavailable"] is None, "removed from a budget an earlier version made"
     assert pdb["spec"]["selector"]["matchLabels"] == {
         naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE,
         naming.BUSY_LABEL: "true",

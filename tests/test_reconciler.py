@@ -18,7 +18,7 @@ import pytest
 import responses
 from kubernetes import client
 
-from runnerpool import api, naming
+from runnerpool import api, children, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import RegistrationFailure, Scope
 from runnerpool.fakes import FakeSecretUpdater
@@ -206,7 +206,8 @@ def test_a_filled_token_brings_the_pods_then_ready(
     assert mount["readOnly"] is True
     assert token_volume["name"] not in {m["name"] for m in container["volumeMounts"]}
     budget = LiveReader(api_client).get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
-    assert budget is not None and budget["spec"]["maxUnavailable"] == 0
+    assert budget is not None and budget["spec"]["minAvailable"] == children.BUSY_MIN_AVAILABLE
+    assert "maxUnavailable" not in budget["spec"]
     # The 0440 token file belongs to the runner user's group, or uid 1001 cannot read it.
     assert (token_volume["secret"]["defaultMode"], pod["spec"]["securityContext"]["fsGroup"]) == (0o440, 1001)
     pool = _get(api_client, namespace, "beta")
@@ -363,9 +364,18 @@ def test_deleted_pods_and_hand_edits_are_repaired(
     assert len(_pods(api_client, namespace, "eps")) == 1, "replaced"
 
     budget = naming.BUSY_DISRUPTION_BUDGET
-    policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"maxUnavailable": 5}})
+    policy.patch_namespaced_pod_disruption_budget(budget, namespace, {"spec": {"minAvailable": 5}})
     reconciler(f"{namespace}/eps")
-    assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.max_unavailable == 0
+    assert policy.read_namespaced_pod_disruption_budget(budget, namespace).spec.min_available == (
+        children.BUSY_MIN_AVAILABLE
+    )
+    # As an earlier version made it: maxUnavailable 0, which let surplus busy pods be evicted.
+    policy.patch_namespaced_pod_disruption_budget(
+        budget, namespace, {"spec": {"minAvailable": None, "maxUnavailable": 0}}
+    )
+    reconciler(f"{namespace}/eps")
+    spec = policy.read_namespaced_pod_disruption_budget(budget, namespace).spec
+    assert (spec.min_available, spec.max_unavailable) == (children.BUSY_MIN_AVAILABLE, None)
 
     core.patch_namespaced_secret(
         naming.token_secret_name("eps"), namespace, {"metadata": {"labels": {naming.MANAGED_BY_LABEL: None}}}

@@ -12,7 +12,7 @@ so that the same pool always gives the same hash, in every process.
 Busy pods are marked by the runner managers (``naming.BUSY_LABEL`` plus the cluster autoscaler's
 and Karpenter's do-not-disrupt annotations) and the namespace's PodDisruptionBudget
 (``runnerpool.children.disruption_budget``) selects
-exactly the marked pods with ``maxUnavailable: 0``: the eviction API (``kubectl drain``,
+exactly the marked pods and allows no disruption of them: the eviction API (``kubectl drain``,
 the cluster autoscaler, Karpenter) refuses to evict a busy runner and lets an idle one go.
 What bypasses the eviction API (a pod or its namespace deleted, a drain with eviction
 disabled, a node shutdown) signals the pod directly: the runner image's entrypoint then lets

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, naming
+from runnerpool import api, children, naming
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, pool_runners
 from tests.helpers import wait_for
@@ -189,6 +189,10 @@ def test_scaling_3_to_1_with_2_busy_keeps_them_and_reaches_1_after_their_jobs(
     assert idle not in {r["name"] for r in pool_runners(fake_github, REPO, namespace, "down")}
     assert [fake_github.job(j)["status"] for j in jobs] == ["in_progress"] * 2
     assert_alive(core, namespace, "down", busy)
+    # Two busy pods, spec.replicas 1: kubectl drain may take neither (a budget counting the
+    # pool's scale, not the busy pods, allowed one eviction here).
+    _wait_budget_counts(api_client, namespace, len(busy))
+    assert [_refused(core, namespace, name).status for name in busy] == [429, 429]
 
     done = wait_done(fake_github, jobs)
     assert [(d["conclusion"], d["runner_name"]) for d in done.values()] == [("success", n) for n in busy]
@@ -201,6 +205,25 @@ def test_scaling_3_to_1_with_2_busy_keeps_them_and_reaches_1_after_their_jobs(
         "status to show 1 replica",
     )
     assert conclusions(fake_github) == ["success", "success"]
+
+
+def _wait_budget_counts(api_client: client.ApiClient, namespace: str, healthy: int) -> None:
+    """Until the disruption controller has judged the namespace's busy budget on ``healthy`` busy
+    pods (its verdict, not a sync failure, which refuses everything on its own)."""
+    policy = client.PolicyV1Api(api_client)
+
+    def counted() -> bool:
+        budget = policy.read_namespaced_pod_disruption_budget(naming.BUSY_DISRUPTION_BUDGET, namespace)
+        status = budget.status
+        return bool(
+            status is not None
+            and status.observed_generation == budget.metadata.generation
+            and status.current_healthy == healthy
+            and status.desired_healthy == children.BUSY_MIN_AVAILABLE
+            and status.disruptions_allowed == 0
+        )
+
+    wait_for(counted, START_TIMEOUT, 0.5, f"the busy budget to count {healthy} busy pod(s)")
 
 
 def _evict(core: client.CoreV1Api, namespace: str, name: str) -> None:
