@@ -160,17 +160,28 @@ def _stuck(api_client: client.ApiClient, namespace: str, pod: str, reason: str) 
         "restartCount": 0,
         "state": {"waiting": {"reason": reason, "message": f"{reason}: attempt at {datetime.now(UTC)}"}},
     }
+    _pending(api_client, namespace, pod, containerStatuses=[container])
+
+
+def _one_pod(api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str) -> str:
+    """A ready pool of one pod, reconciled once more; its pod's name."""
+    _ready_pool(api_client, namespace, reconciler, name)
+    reconciler(f"{namespace}/{name}")
+    [pod] = _pods(api_client, namespace, name)
+    return pod
+
+
+def _pending(api_client: client.ApiClient, namespace: str, pod: str, **status: Any) -> None:
+    """The pod's status as the kubelet or the scheduler reports a pod that is not running yet."""
     client.CoreV1Api(api_client).patch_namespaced_pod_status(
-        pod, namespace, {"status": {"phase": "Pending", "containerStatuses": [container]}}
+        pod, namespace, {"status": {"phase": "Pending", **status}}
     )
 
 
 def test_pods_stuck_pulling_are_one_event_one_condition_and_a_metric(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
-    _ready_pool(api_client, namespace, reconciler, "pull")
-    reconciler(f"{namespace}/pull")
-    [pod] = _pods(api_client, namespace, "pull")
+    pod = _one_pod(api_client, namespace, reconciler, "pull")
 
     _stuck(api_client, namespace, pod, "ErrImagePull")
     reconciler(f"{namespace}/pull")
@@ -217,18 +228,14 @@ def _unschedulable(api_client: client.ApiClient, namespace: str, pod: str, since
         "message": "0/3 nodes are available: 3 Insufficient cpu.",
         "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    client.CoreV1Api(api_client).patch_namespaced_pod_status(
-        pod, namespace, {"status": {"phase": "Pending", "conditions": [condition]}}
-    )
+    _pending(api_client, namespace, pod, conditions=[condition])
 
 
 def test_pods_the_scheduler_cannot_place_are_a_warning_and_a_condition_after_a_minute(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:
     """The pool said RunnersStarting, with no Event, for as long as no node fitted its pods."""
-    _ready_pool(api_client, namespace, reconciler, "unplaced")
-    reconciler(f"{namespace}/unplaced")
-    [pod] = _pods(api_client, namespace, "unplaced")
+    pod = _one_pod(api_client, namespace, reconciler, "unplaced")
 
     _unschedulable(api_client, namespace, pod, datetime.now(UTC) - timedelta(seconds=10))
     result = reconciler(f"{namespace}/unplaced")
@@ -254,9 +261,7 @@ def test_a_misspelt_template_field_is_template_invalid_and_keeps_the_current_pod
 ) -> None:
     """Without strict field validation the API server drops an unknown field with a warning:
     the pool would roll its pods onto a template without what the user meant to set."""
-    _ready_pool(api_client, namespace, reconciler, "typo")
-    reconciler(f"{namespace}/typo")
-    [current] = _pods(api_client, namespace, "typo")
+    current = _one_pod(api_client, namespace, reconciler, "typo")
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         "runnerpool.dev",
