@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from runnerpool import api
-from runnerpool.demand import rules
+from runnerpool.demand import matching, rules
 from runnerpool.demand.matching import counting_pool, job_matches, recording_pools, registered_labels
 from runnerpool.github.jobs import Job, parse_delivery
-from runnerpool.pods import labels
+from runnerpool.pods import labels, template
+from runnerpool.pods.spec_memo import SpecMemo
 from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
 
@@ -56,6 +57,20 @@ def test_registered_labels_are_what_its_runners_register_with() -> None:
     assert registered_labels(pool(labels=["GPU"])) == {"self-hosted", "linux", "x64", "ci/gpu", "gpu"}
     arm = pool(nodeSelector={"kubernetes.io/arch": "arm64"})
     assert "arm64" in registered_labels(arm) and "x64" not in registered_labels(arm)
+
+
+def test_registered_labels_are_worked_out_once_per_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every candidate pool of every webhook delivery is asked, with a new parse after each
+    status write: an equal spec is not merged again; a changed one is."""
+    merged: list[str] = []
+    real = template.node_placement
+    monkeypatch.setattr(template, "node_placement", lambda p: merged.append(p.name) or real(p))
+    monkeypatch.setattr(matching, "_REGISTERED", SpecMemo())
+    for _ in range(3):  # a new parse each time, as after each write of the pool
+        assert "arm64" in registered_labels(pool(nodeSelector={"kubernetes.io/arch": "arm64"}))
+    assert merged == ["gpu"]
+    assert "x64" in registered_labels(pool())
+    assert merged == ["gpu", "gpu"]
 
 
 def matches_with_the_operators_default(pool: api.RunnerPool, job: Job) -> bool:

@@ -16,6 +16,7 @@ from runnerpool import api, children, naming
 from runnerpool.github.types import Runner
 from runnerpool.pods import scaling, template
 from runnerpool.pods.expectations import Expectations, still_pending
+from runnerpool.pods.spec_memo import SpecMemo
 from runnerpool.runners.lifecycle import Action, PodDecision, PodView, plan
 from runnerpool.runners.retirement import OUTDATED, SCALE_DOWN, retirements
 
@@ -79,7 +80,7 @@ def test_the_template_is_built_once_per_spec_whichever_version_asks(monkeypatch:
         return real(p, image, url)
 
     monkeypatch.setattr(template, "pod_template", counted)
-    monkeypatch.setattr(template, "_MEMO", {})  # what other tests hashed is no concern here
+    monkeypatch.setattr(template, "_HASHES", SpecMemo())  # what other tests hashed is no concern here
     spec, url = {"labels": ["memo-once"]}, "https://api.github.com"
     first = template.wanted_hash(pool(**spec), "img:1", url)
     for _ in range(3):  # a new parse each time, as after each write of the pool

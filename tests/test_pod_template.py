@@ -16,6 +16,7 @@ import yaml
 
 from runnerpool import api, naming
 from runnerpool.pods import merge, security, template
+from runnerpool.pods.spec_memo import SpecMemo
 
 API_URL = "https://api.github.com"
 IMAGE = "img:1"
@@ -355,7 +356,7 @@ def test_the_hash_of_one_parsed_pool_is_computed_once(monkeypatch: pytest.Monkey
     built: list[str] = []
     real = template.pod_template
     monkeypatch.setattr(template, "pod_template", lambda *a: built.append("x") or real(*a))
-    monkeypatch.setattr(template, "_MEMO", {})  # what other tests hashed is no concern here
+    monkeypatch.setattr(template, "_HASHES", SpecMemo())  # what other tests hashed is no concern here
     shared = pool(template=FULL_TEMPLATE)
     first = template.wanted_hash(shared, IMAGE, API_URL)
     assert all(template.wanted_hash(shared, IMAGE, API_URL) == first for _ in range(5))

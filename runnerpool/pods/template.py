@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from runnerpool import api, children, naming
 from runnerpool.domain import parse_duration, web_url_for
 from runnerpool.pods import connection, dind, kubernetes_mode, merge, registration, security
+from runnerpool.pods.spec_memo import SpecMemo
 
 __all__ = [
     "busy_grace_seconds",
@@ -84,23 +84,15 @@ def wanted_hash(pool: api.RunnerPool, default_image: str, default_api_url: str) 
     identity alone missed every other time (py-spy at N=300: 0.7 ms CPU per pool).  It compares
     by identity first, then by value (pydantic's ``==``, about 1 µs against 50 µs a hash).
     """
-    key = (pool.namespace, pool.name, default_image, default_api_url)
-    with _MEMO_LOCK:
-        known = _MEMO.get(key)
-    if known is not None and (known[0] is pool.spec or known[0] == pool.spec):
-        return known[1]
-    digest = template_hash(pod_template(pool, default_image, default_api_url))
-    with _MEMO_LOCK:
-        if len(_MEMO) >= _MEMO_SIZE:
-            _MEMO.clear()  # pools deleted long ago: dropping the rest costs one hash each
-        _MEMO[key] = (pool.spec, digest)
-    return digest
+    return _HASHES.get(
+        pool,
+        (default_image, default_api_url),
+        lambda: template_hash(pod_template(pool, default_image, default_api_url)),
+    )
 
 
-#: ``wanted_hash``'s memo: (namespace, pool, image, API URL) -> (the spec hashed, its hash).
-_MEMO: dict[tuple[str, str, str, str], tuple[api.RunnerPoolSpec, str]] = {}
-_MEMO_LOCK = threading.Lock()
-_MEMO_SIZE = 20_000
+#: ``wanted_hash``'s memo, by the default image and API URL besides the spec.
+_HASHES: SpecMemo[str] = SpecMemo()
 
 
 def runner_pod(pool: api.RunnerPool, default_image: str, default_api_url: str) -> dict[str, Any]:
