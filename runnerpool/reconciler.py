@@ -209,6 +209,7 @@ class Reconciler:
             default_image=settings.runners.image,
             default_api_url=settings.github.api_url,
             creates=SlowStart(settings.api_server.pod_creates),
+            clock=states.clock,
         )
 
     def __call__(self, key: str) -> Result:

@@ -23,6 +23,8 @@ from runnerpool.reconciler import PoolStates
 from runnerpool.status import ready_condition
 
 STAMP = conditions.Stamp(1, datetime(2026, 1, 1, tzinfo=UTC))
+#: When the kubelet's reasons are judged (they do not depend on the time).
+JUDGED_AT = datetime(2026, 1, 2, tzinfo=UTC)
 TOKEN_OK = {"status": "True"}
 
 
@@ -39,6 +41,10 @@ def _pod(name: str, *waiting: tuple[str, str], init: bool = False, phase: str = 
     return {"metadata": {"name": name}, "status": {"phase": phase, key: statuses}}
 
 
+def _failing(pods: list[dict[str, Any]], now: datetime = JUDGED_AT) -> tuple[failures.Failing, ...]:
+    return failures.judge(pods, now).failing
+
+
 def _pool(replicas: int = 2) -> api.RunnerPool:
     return api.RunnerPool.model_validate(
         {
@@ -53,13 +59,13 @@ def _pool(replicas: int = 2) -> api.RunnerPool:
 def test_the_kubelets_pull_retries_are_one_reason_that_names_the_image() -> None:
     pods = [_pod("p-b", ("runner", "ImagePullBackOff")), _pod("p-a", ("runner", "ErrImagePull"))]
 
-    found = failures.failing(pods)
+    found = _failing(pods)
 
     assert found == (failures.Failing("ImagePullBackOff", 2, "image localhost/missing:1"),)
     assert failures.describe(found) == "2 runner pod(s) in ImagePullBackOff (image localhost/missing:1)"
     # The next retry swaps the two reasons: the report stays the same, word for word.
     swapped = [_pod("p-b", ("runner", "ErrImagePull")), _pod("p-a", ("runner", "ImagePullBackOff"))]
-    assert failures.failing(swapped) == found
+    assert _failing(swapped) == found
 
 
 def test_a_normal_start_finished_pods_and_other_reasons_are_not_failures() -> None:
@@ -68,7 +74,7 @@ def test_a_normal_start_finished_pods_and_other_reasons_are_not_failures() -> No
         _pod("done", ("runner", "CrashLoopBackOff"), phase="Failed"),
         {"metadata": {"name": "new"}, "status": {"phase": "Pending"}},
     ]
-    assert failures.failing(pods) == ()
+    assert _failing(pods) == ()
 
 
 def test_each_stuck_pod_counts_once_under_its_first_stuck_container_init_first() -> None:
@@ -78,7 +84,7 @@ def test_each_stuck_pod_counts_once_under_its_first_stuck_container_init_first()
     ]
     crash = _pod("p-crash", ("sidecar", "CrashLoopBackOff"), ("runner", "ErrImagePull"))
 
-    found = failures.failing([init, crash])
+    found = _failing([init, crash])
 
     assert found == (
         failures.Failing("CrashLoopBackOff", 1, "container sidecar"),
@@ -96,7 +102,7 @@ def test_refused_pods_and_stuck_pods_make_ready_false_with_their_cause() -> None
         active=2,
         ready=2,
         updated=2,
-        failing=failures.failing([_pod("x", ("runner", "ErrImagePull"))]),
+        failing=_failing([_pod("x", ("runner", "ErrImagePull"))]),
     )
 
     refused = ready_condition(
@@ -169,9 +175,7 @@ def test_a_state_is_news_once_until_it_changes() -> None:
 def test_the_failing_gauge_has_a_series_per_stuck_reason_only() -> None:
     pool = _pool()
     status = {"desiredReplicas": 2, "readyReplicas": 0, "conditions": []}
-    stuck = failures.failing(
-        [_pod("x", ("runner", "ErrImagePull")), _pod("y", ("runner", "CrashLoopBackOff"))]
-    )
+    stuck = _failing([_pod("x", ("runner", "ErrImagePull")), _pod("y", ("runner", "CrashLoopBackOff"))])
 
     metrics.observe_pool(pool, status, stuck)
     assert _failing_series() == {("ns", "p", "CrashLoopBackOff"): 1.0, ("ns", "p", "ImagePullBackOff"): 1.0}
@@ -199,7 +203,7 @@ def test_a_jit_pod_waiting_for_its_secret_to_be_filled_is_not_failing() -> None:
     ]
     also = _pod("p-jit2", ("register", "ContainerCreating"), init=True)
 
-    assert failures.failing([waiting, also]) == ()
+    assert _failing([waiting, also]) == ()
 
 
 def _runner_ended(uid: str, code: int, message: str) -> dict[str, Any]:
@@ -249,7 +253,7 @@ def test_an_outdated_runner_is_the_ready_reason_and_the_event_s() -> None:
     outdated = failures.Failing(
         "RunnerVersionOutdated", 2, "container runner: GitHub refuses runner version 2.334.0"
     )
-    stuck = failures.failing([_pod("x", ("runner", "ErrImagePull"))])
+    stuck = _failing([_pod("x", ("runner", "ErrImagePull"))])
     counts = PodCounts(desired=1, failing=(*stuck, outdated))
 
     ready = ready_condition(STAMP, _pool(replicas=1), TOKEN_OK, counts)
@@ -283,7 +287,7 @@ def test_a_pod_the_scheduler_cannot_place_for_a_minute_fails_the_pool_with_the_s
     said RunnersStarting, with no Event, for as long as it lasted."""
     later = SCHEDULED_AT + failures.UNSCHEDULABLE_AFTER + timedelta(seconds=1)
 
-    found = failures.failing([_unschedulable("p-b"), _unschedulable("p-a")], later)
+    found = _failing([_unschedulable("p-b"), _unschedulable("p-a")], later)
 
     assert found == (failures.Failing("Unschedulable", 2, f"scheduler: {NO_NODE_FITS}"),)
     assert "Unschedulable" in failures.REPORTED, "the failing gauge refuses the reason"
@@ -303,25 +307,25 @@ def test_a_pod_waiting_under_a_minute_for_room_is_still_starting_and_is_looked_a
     pod = _unschedulable("p-a")
     soon = SCHEDULED_AT + timedelta(seconds=20)
 
-    assert failures.failing([pod], soon) == ()
+    assert _failing([pod], soon) == ()
     assert (
-        failures.unschedulable_in([pod], soon)
+        failures.judge([pod], soon).recheck_in
         == (failures.UNSCHEDULABLE_AFTER - timedelta(seconds=20)).seconds
     )
-    assert failures.unschedulable_in([pod], SCHEDULED_AT + failures.UNSCHEDULABLE_AFTER) is None
+    assert failures.judge([pod], SCHEDULED_AT + failures.UNSCHEDULABLE_AFTER).recheck_in is None
     scheduled = {
         **pod,
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]},
     }
-    assert failures.unschedulable_in([scheduled], soon) is None
-    assert failures.failing([scheduled], soon + timedelta(hours=1)) == ()
+    assert failures.judge([scheduled], soon).recheck_in is None
+    assert _failing([scheduled], soon + timedelta(hours=1)) == ()
 
 
 def test_the_scheduler_s_message_of_a_big_cluster_is_cut_to_one_bounded_line() -> None:
     message = "0/900 nodes are available:\n" + " ".join(f"{n} node(s) had taint t{n}." for n in range(200))
     later = SCHEDULED_AT + timedelta(hours=1)
 
-    [found] = failures.failing([_unschedulable("p-a", message)], later)
+    [found] = _failing([_unschedulable("p-a", message)], later)
 
     assert len(found.detail) <= len("scheduler: ") + failures.SCHEDULER_MESSAGE_MAX
     assert found.detail.startswith("scheduler: 0/900 nodes are available: 0 node(s) had taint t0.")
@@ -336,5 +340,5 @@ def test_only_a_pending_pod_bound_to_no_node_counts_as_unschedulable() -> None:
     bound = _unschedulable("p-bound")
     bound["spec"] = {"nodeName": "node-1"}
 
-    assert failures.failing([running, bound], later) == ()
-    assert failures.unschedulable_in([running, bound], SCHEDULED_AT) is None
+    assert _failing([running, bound], later) == ()
+    assert failures.judge([running, bound], SCHEDULED_AT).recheck_in is None

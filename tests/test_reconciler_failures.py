@@ -232,17 +232,25 @@ def _unschedulable(api_client: client.ApiClient, namespace: str, pod: str, since
 
 
 def test_pods_the_scheduler_cannot_place_are_a_warning_and_a_condition_after_a_minute(
-    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+    api_client: client.ApiClient, namespace: str
 ) -> None:
-    """The pool said RunnersStarting, with no Event, for as long as no node fitted its pods."""
+    """The pool said RunnersStarting, with no Event, for as long as no node fitted its pods. The
+    minute is the reconciler's clock's (the scheduler's time is half an hour ahead of this
+    machine's here: only a judge that reads that clock sees the minute pass)."""
+    now = [datetime.now(UTC)]
+    reconciler = make_reconciler(
+        api_client, settings=Settings(queue=QueueSettings(status_coalesce=0.0)), clock=lambda: now[0]
+    )
     pod = _one_pod(api_client, namespace, reconciler, "unplaced")
+    since = now[0] + timedelta(minutes=30)
 
-    _unschedulable(api_client, namespace, pod, datetime.now(UTC) - timedelta(seconds=10))
+    _unschedulable(api_client, namespace, pod, since)
+    now[0] = since + timedelta(seconds=10)
     result = reconciler(f"{namespace}/unplaced")
     assert _ready(api_client, namespace, "unplaced")["reason"] == "RunnersStarting", "room may come yet"
     assert result.requeue_after is not None and result.requeue_after <= 50, "looked at again at the minute"
 
-    _unschedulable(api_client, namespace, pod, datetime.now(UTC) - timedelta(minutes=2))
+    now[0] = since + timedelta(minutes=2)
     reconciler(f"{namespace}/unplaced")
 
     told = "1 runner pod(s) in Unschedulable (scheduler: 0/3 nodes are available: 3 Insufficient cpu.)"

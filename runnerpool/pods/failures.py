@@ -50,7 +50,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runnerpool.api_errors import one_line
-from runnerpool.domain import parse_rfc3339, utcnow
+from runnerpool.domain import parse_rfc3339
 from runnerpool.pods.state import active
 from runnerpool.reasons import Reason
 
@@ -62,11 +62,11 @@ __all__ = [
     "UNSCHEDULABLE",
     "UNSCHEDULABLE_AFTER",
     "Failing",
+    "Judged",
     "describe",
-    "failing",
+    "judge",
     "ready_reason",
     "reported_reason",
-    "unschedulable_in",
 ]
 
 _IMAGE = "image"
@@ -165,20 +165,6 @@ def _unschedulable(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
     return _Stuck(name, UNSCHEDULABLE, f"scheduler: {_scheduler_said(message) or 'no node fits the pod'}")
 
 
-def unschedulable_in(pods: Iterable[Mapping[str, Any]], now: datetime | None = None) -> float | None:
-    """Seconds until the first active pod that is unschedulable but not for long enough yet
-    counts as failing (``None``: none): no pod event comes then, so the pool is looked at again."""
-    at = now or utcnow()
-    waits = []
-    for pod in pods:
-        found = _unschedulable_since(pod) if active(pod) else None
-        if found is not None and found[0] is not None:
-            left = (found[0] + UNSCHEDULABLE_AFTER - at).total_seconds()
-            if left > 0:
-                waits.append(left)
-    return min(waits) if waits else None
-
-
 def _stuck(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
     status = pod.get("status") or {}
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
@@ -197,18 +183,36 @@ def _stuck(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
     return _unschedulable(pod, now)
 
 
-def failing(pods: Iterable[Mapping[str, Any]], now: datetime | None = None) -> tuple[Failing, ...]:
-    """The pool's active pods that are stuck, by reported reason (sorted, so that the same pods
-    always give the same answer). ``now``: the time unschedulable pods are judged at."""
-    at = now or utcnow()
-    stuck = sorted(
-        (s for s in (_stuck(p, at) for p in pods if active(p)) if s is not None),
-        key=lambda s: (s.reason, s.pod),
-    )
+@dataclass(frozen=True)
+class Judged:
+    """The pool's active pods judged at one time: which are stuck, and when to look again."""
+
+    #: The stuck pods, by reported reason (sorted, so that the same pods always give the same answer).
+    failing: tuple[Failing, ...]
+    #: Seconds until the first pod that is unschedulable, but not for long enough yet, counts as
+    #: failing (``None``: none is): no pod event comes then, so the pool is looked at again.
+    recheck_in: float | None
+
+
+def judge(pods: Iterable[Mapping[str, Any]], now: datetime) -> Judged:
+    """The pool's active pods, each looked at once (``now``: the reconciler's clock, which
+    unschedulable pods are judged by)."""
+    stuck: list[_Stuck] = []
+    waits: list[float] = []
+    for pod in pods:
+        if not active(pod):
+            continue
+        found = _stuck(pod, now)
+        if found is not None:
+            stuck.append(found)
+        elif (since := _unschedulable_since(pod)) is not None and since[0] is not None:
+            waits.append((since[0] + UNSCHEDULABLE_AFTER - now).total_seconds())
+    stuck.sort(key=lambda s: (s.reason, s.pod))
     by_reason: dict[str, list[_Stuck]] = {}
     for one in stuck:
         by_reason.setdefault(one.reason, []).append(one)
-    return tuple(Failing(reason, len(group), group[0].detail) for reason, group in by_reason.items())
+    failing = tuple(Failing(reason, len(group), group[0].detail) for reason, group in by_reason.items())
+    return Judged(failing, min(waits) if waits else None)
 
 
 def ready_reason(found: Iterable[Failing]) -> Reason:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runnerpool.naming import TEMPLATE_HASH_LABEL
-from runnerpool.pods.failures import Failing, failing
+from runnerpool.pods.failures import Failing
 from runnerpool.pods.state import active, ready, used_up
 
 __all__ = ["SURGE_FRACTION", "PodCounts", "count", "creates", "max_surge"]
@@ -70,8 +70,15 @@ class PodCounts:
         return max(0, self.active - self.desired)
 
 
-def count(pods: Iterable[Mapping[str, Any]], desired: int, wanted: str, pending: int = 0) -> PodCounts:
-    """``pending``: pods created but not yet in the cache (see ``expectations``)."""
+def count(
+    pods: Iterable[Mapping[str, Any]],
+    desired: int,
+    wanted: str,
+    pending: int = 0,
+    failing: tuple[Failing, ...] = (),
+) -> PodCounts:
+    """``pending``: pods created but not yet in the cache (see ``expectations``); ``failing``: the
+    stuck ones (``failures.judge``, which needs the reconciler's clock)."""
     live = list(pods)
     running = [p for p in live if active(p)]
     return PodCounts(
@@ -80,7 +87,7 @@ def count(pods: Iterable[Mapping[str, Any]], desired: int, wanted: str, pending:
         ready=sum(1 for p in running if ready(p)),
         updated=sum(1 for p in running if pod_hash(p) == wanted) + pending,
         used_up=sum(1 for p in live if used_up(p) and not (p.get("metadata") or {}).get("deletionTimestamp")),
-        failing=failing(live),
+        failing=failing,
     )
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from kubernetes.client.rest import ApiException
@@ -80,6 +82,7 @@ class PodStep:
         default_image: str,
         default_api_url: str,
         creates: SlowStart,
+        clock: Callable[[], datetime],
     ) -> None:
         self._kube = kube
         self._expectations = expectations
@@ -88,6 +91,7 @@ class PodStep:
         self._image = default_image
         self._api_url = default_api_url
         self._creates = creates
+        self._clock = clock
 
     def wanted_hash(self, pool: api.RunnerPool) -> str:
         return template.wanted_hash(pool, self._image, self._api_url)
@@ -122,9 +126,12 @@ class PodStep:
         key, wanted = pool_key(pool.namespace, pool.name), self.wanted_hash(pool)
         started = self._starts.observe(key, pool.generation, wanted, live.pods)
         names = [str(p["metadata"].get("name")) for p in live.pods]
-        counts = scaling.count(live.pods, replicas, wanted, still_pending(live.expected, names))
+        judged = failures.judge(live.pods, self._clock())
+        counts = scaling.count(
+            live.pods, replicas, wanted, still_pending(live.expected, names), failing=judged.failing
+        )
         exited = self._starts.failing(key, pool.generation)
-        waits = [w for w in (started, failures.unschedulable_in(live.pods)) if w is not None]
+        waits = [w for w in (started, judged.recheck_in) if w is not None]
         recheck = min(waits) if waits else None
         return (counts if exited is None else replace(counts, failing=(*counts.failing, exited))), recheck
 
