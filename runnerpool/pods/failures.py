@@ -24,7 +24,7 @@ One is the scheduler's: ``Unschedulable``, a pod whose ``PodScheduled`` conditio
 at all, so without it the pool would say ``RunnersStarting`` for ever; the message quotes the
 scheduler's own (``0/3 nodes are available: 3 Insufficient cpu.``), cut at
 ``SCHEDULER_MESSAGE_MAX``. The wait lets a cluster autoscaler's new node or a preemption place
-the pod without a Warning; :func:`unschedulable_in` says when to look again.
+the pod without a Warning; :func:`judge` says when to look again.
 
 Two more are not the kubelet's: ``ExitedAtStart`` and ``RunnerVersionOutdated``, pods whose
 runner ended at start (``runnerpool.pods.start_backoff``, which reports them). The second is
