@@ -145,11 +145,21 @@ class Supervisor:
         to the stop timeout), and the runner managers and the secret updater, stopped after
         them, went on deregistering runners, deleting pods and asking for JIT configs beside the
         new leader meanwhile; their stops are barriers that take effect when called."""
+        self._stop_leading(at_once=True)
+        self.stop()
+
+    def _stop_leading(self, *, at_once: bool = False) -> None:
+        """``at_once``: every leader-only part is told to stop in its own thread (a lost Lease);
+        else one after another, in reverse start order (a normal stop)."""
         with self._lock:
             self._leading.clear()
             LEADING.set(0)
-            leading = [r for r in self._leader if any(started is r for started in self._started)]
+            leading = [r for r in reversed(self._leader) if any(started is r for started in self._started)]
             self._started = [started for started in self._started if not any(started is r for r in leading)]
+            if not at_once:
+                for runnable in leading:
+                    self._stop_one(runnable)
+                return
             stops = [
                 threading.Thread(target=self._stop_one, args=(r,), name=f"stop {r.name}", daemon=True)
                 for r in leading
@@ -158,13 +168,6 @@ class Supervisor:
                 thread.start()
             for thread in stops:
                 thread.join(self._timeout)
-        self.stop()
-
-    def _stop_leading(self) -> None:
-        with self._lock:
-            self._leading.clear()
-            LEADING.set(0)
-            self._stop_started(self._leader)
 
     def _start_all(self, runnables: Sequence[Runnable]) -> bool:
         """Start in order; ``False`` once a stop was asked for (what started is stopped later)."""
