@@ -59,8 +59,9 @@ class Operator:
         self._api = api_client
         self._kube = Kube(api_client)
         if settings.component == WEBHOOK_RECEIVER:  # no Lease, no workers: webhook_component
-            self.informers, parts = receiver_parts(settings, api_client, self._kube)
-            self._supervisor = Supervisor([*self._endpoints(), *parts])
+            receiver = receiver_parts(settings, api_client, self._kube)
+            self.informers = receiver.cache
+            self._supervisor = Supervisor([*self._endpoints(), *receiver.runnables])
         else:
             self._supervisor = self._operator()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from kubernetes import client
 
@@ -32,15 +33,16 @@ from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
 from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.domain import split_key
 from runnerpool.github.jobs import Job
-from runnerpool.runtime.informers import InformerSet
+from runnerpool.runtime.informers import Enqueue, InformerSet
 from runnerpool.runtime.kube import Kube
 from runnerpool.runtime.runnables import Runnable
 from runnerpool.settings import DemandSettings, Settings
 from runnerpool.watches import POOLS, PoolCache, pool_watches
 from runnerpool.webserver import Limits
 
-__all__ = ["ReceiverCache", "mirror_runnables", "receiver_parts", "webhook_runnable"]
+__all__ = ["ReceiverCache", "ReceiverParts", "mirror_runnables", "receiver_parts", "webhook_runnable"]
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +52,25 @@ class ReceiverCache(PoolCache):
     pool reads of :class:`PoolCache` without a watch the receiver's account may not make."""
 
     def __init__(
-        self, api_client: client.ApiClient, namespaces: Sequence[str] | None, *, default_api_url: str
+        self,
+        api_client: client.ApiClient,
+        namespaces: Sequence[str] | None,
+        *,
+        default_api_url: str,
+        on_pool: Enqueue = lambda key: None,
     ) -> None:
+        """``on_pool``: told the key of every pool an event touched (the store already changed)."""
         table = [watch for watch in pool_watches(default_api_url=default_api_url) if watch.name == POOLS]
-        InformerSet.__init__(self, api_client, lambda key: None, table, namespaces)
+        InformerSet.__init__(self, api_client, on_pool, table, namespaces)
+
+
+@dataclass(frozen=True)
+class ReceiverParts:
+    """The receiver component: its pool cache, the writer of demand, and what the manager runs."""
+
+    cache: ReceiverCache
+    writer: DemandWriter
+    runnables: list[Runnable]
 
 
 def webhook_runnable(
@@ -84,14 +101,24 @@ def webhook_runnable(
     return Runnable("webhook receiver", webhook.start, webhook.stop)
 
 
-def receiver_parts(
-    settings: Settings, api_client: client.ApiClient, kube: Kube
-) -> tuple[ReceiverCache, list[Runnable]]:
-    """The receiver component's cache and parts (probes and metrics are the manager's)."""
+def receiver_parts(settings: Settings, api_client: client.ApiClient, kube: Kube) -> ReceiverParts:
+    """The receiver component's cache and parts (probes and metrics are the manager's).
+
+    A deleted pool is forgotten by the writer (its group-commit lock, its last write and its
+    demand series on ``/metrics``): the operator's reconciler does that for the operator's
+    writer, and nothing reconciles here, so the receiver kept every pool it ever wrote to and
+    went on exporting a deleted pool's last queued and busy counts."""
+
+    def forget_deleted(key: str) -> None:  # events come once the cache starts: both are made by then
+        namespace, name = split_key(key)
+        if cache.pool(namespace, name) is None:
+            writer.forget(namespace, name)
+
     cache = ReceiverCache(
         api_client,
         list(settings.namespaces) if settings.namespaces else None,
         default_api_url=settings.github.api_url,
+        on_pool=forget_deleted,
     )
     writer = DemandWriter(
         kube,
@@ -106,7 +133,7 @@ def receiver_parts(
     parts = [Runnable("caches", cache.start, cache.stop)]
     if settings.demand.webhook_port:
         parts.append(webhook_runnable(settings.demand, cache, secrets, writer.record_job))
-    return cache, parts
+    return ReceiverParts(cache, writer, parts)
 
 
 def mirror_runnables(

@@ -9,6 +9,7 @@ deliveries that waited while the previous one was in flight.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,13 +19,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from runnerpool import api
+from runnerpool.demand import metrics as demand_metrics
 from runnerpool.demand import runner_names
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.signature import sign
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.github.jobs import parse_delivery
 from runnerpool.runtime.kube import Kube
-from runnerpool.settings import GitHubSettings
-from runnerpool.webhook_component import ReceiverCache
+from runnerpool.settings import GitHubSettings, Settings
+from runnerpool.webhook_component import ReceiverCache, receiver_parts
 from tests.demand_payloads import API
 from tests.helpers import wait_for
 from tests.test_demand_recording import Pools, create, demand
@@ -116,3 +120,37 @@ def test_deliveries_for_one_pool_at_once_share_a_write_and_are_answered_once_wri
     assert "GET" not in kube.requests, "the cached pool is written over: a write is one request"
     final = demand(pools, "app")
     assert final is not None and final.queued == DELIVERIES
+
+
+def _queued_series(namespace: str) -> dict[str, float]:
+    return {
+        sample.labels["pool"]: sample.value
+        for family in demand_metrics.QUEUED.collect()
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace
+    }
+
+
+def test_the_receiver_forgets_a_deleted_pool_and_stops_exporting_its_demand(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Nothing reconciles in the receiver component, so its writer kept every pool it had
+    written to, and its /metrics went on showing a deleted pool's last queued count."""
+    create(api_client, namespace, "app", repository="octo-org/hello-world", autoscaling={"maxReplicas": 50})
+    receiver = receiver_parts(
+        Settings(namespaces=(namespace,), github=GitHubSettings(api_url=API)), api_client, Kube(api_client)
+    )
+    receiver.cache.start()
+    try:
+        assert receiver.cache.wait_for_sync(30)
+        wait_for(lambda: receiver.cache.pool(namespace, "app"), message="the pool in the receiver's cache")
+        assert receiver.writer.record_job(parse_delivery(json.loads(queued(1000)))) == 1
+        assert _queued_series(namespace) == {"app": 1.0}
+
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "app"
+        )
+        wait_for(lambda: not _queued_series(namespace), message="the deleted pool's series gone")
+        assert (namespace, "app") not in receiver.writer._written, "nor is its last write kept"
+    finally:
+        receiver.cache.stop()
