@@ -63,6 +63,10 @@ class Reason(StrEnum):
     #: Pods the scheduler could not place for a minute (no node fits them): a stuck-pod reason of
     #: ``RunnerPodsFailing`` (``runnerpool.pods.failures``), not a Ready reason of its own.
     UNSCHEDULABLE = "Unschedulable"
+    #: Events of pods that ended badly (``runnerpool.pods.endings``): a container killed for
+    #: passing its memory limit, and a busy pod taken away (evicted, preempted, ...).
+    RUNNER_OOM_KILLED = "RunnerOOMKilled"
+    RUNNER_POD_DISRUPTED = "RunnerPodDisrupted"
     #: A same-named object the pool would make exists and is not the pool's: left alone.
     CHILD_NOT_OWNED = "ChildNotOwned"
     # --- TokenReady

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -38,7 +38,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
 from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, observe
-from runnerpool.pods import failures, labels, template
+from runnerpool.pods import endings, failures, labels, template
 from runnerpool.pods import state as pod_state
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.pods.expectations import Expectations
@@ -125,10 +125,20 @@ class PoolState:
     #: The stuck pods' reasons last told as an Event (told once per change).
     failing_told: frozenset[str] | None = None
 
+    #: The pods whose bad ending was told (``runnerpool.pods.endings``), by uid.
+    endings_told: frozenset[str] = frozenset()
+
     def failing_changed(self, reasons: frozenset[str]) -> bool:
         """Remember ``reasons``; whether they differ from the ones last seen (then: news)."""
         changed, self.failing_told = reasons != self.failing_told, reasons
         return changed
+
+    def endings_news(self, pods: Sequence[Mapping[str, Any]]) -> list[endings.Ending]:
+        """The bad endings of ``pods`` not told yet; remembered, and pods gone forgotten."""
+        found = endings.bad_endings(pods)
+        news = [ending for ending in found if ending.uid not in self.endings_told]
+        self.endings_told = frozenset(ending.uid for ending in found)
+        return news
 
 
 @dataclass
@@ -383,6 +393,8 @@ class Reconciler:
             told = Reason.TEMPLATE_INVALID if converged.refused.invalid else Reason.FAILED_CREATE
             self._recorder.event(run.raw, WARNING, told, message)
         self._tell_failing(run, pods)
+        for ending in run.state.endings_news(seen.pods):
+            self._recorder.event(run.raw, WARNING, ending.reason, ending.message)
         created = run.writes.count(Write.POD_CREATED)
         if created and _was_ready(run.raw):
             # A pool's first pods are its normal start, which the conditions tell; pods made

@@ -219,6 +219,26 @@ def test_pods_stuck_pulling_are_one_event_one_condition_and_a_metric(
     }
 
 
+def test_a_runner_killed_for_memory_is_one_warning_on_the_pool(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """The job failed and GitHub told its users only that the runner lost communication; the
+    pool said nothing and the pod was replaced as after any job."""
+    pod = _one_pod(api_client, namespace, reconciler, "oom")
+    killed = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    runner = {"name": "runner", "image": "x", "imageID": "", "ready": False, "restartCount": 1}
+    status = {**runner, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": killed}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Running", "containerStatuses": [status]}}
+    )
+    for _ in range(2):  # the pod's next events: told once
+        reconciler(f"{namespace}/oom")
+
+    [event] = _events(api_client, namespace, "RunnerOOMKilled")
+    assert (event.type, event.count) == ("Warning", 1)
+    assert event.message.startswith(f"pod {pod}: container runner was killed for passing its memory limit")
+
+
 def _unschedulable(api_client: client.ApiClient, namespace: str, pod: str, since: datetime) -> None:
     """What the scheduler reports of a pod no node can take: a condition, no container status."""
     condition = {
