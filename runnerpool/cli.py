@@ -83,8 +83,13 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
     a two-core machine, and urllib3 discards a connection that finds the pool full, so
     every request past it paid a new TLS handshake (the largest entry of the N=100 profile).
     The pod creates a burst has in flight (``--pod-create-concurrency``) each hold one too.
+
+    ``HTTPS_PROXY`` and the like are for GitHub (the chart's ``proxy`` values set them): the
+    client would send every API request through that proxy too (the pinned kubernetes 37 reads
+    them), which rarely reaches a cluster's API server. Only a kubeconfig's own ``proxy-url``
+    applies to the API server (docs/ghes-and-proxies.md).
     """
-    configuration = client.Configuration()
+    configuration = client.Configuration(proxy="")  # not None: None means "from the environment"
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     else:
