@@ -128,6 +128,23 @@ def _pods(api_client: client.ApiClient, namespace: str, pool: str) -> int:
     )
 
 
+def _pending(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in LiveReader(api_client).list_pods(namespace, "auto")
+        if p["status"].get("phase") == "Pending"
+    ]
+
+
+def _unschedulable_for_a_minute_in(pod: dict[str, Any], now: datetime) -> float:
+    """Seconds until ``pod`` has been unschedulable for a minute (60 when the scheduler has not said)."""
+    for condition in pod["status"].get("conditions") or ():
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            since = datetime.fromisoformat(condition["lastTransitionTime"])
+            return (since + timedelta(minutes=1) - now).total_seconds()
+    return 60.0
+
+
 def _counting(
     api_client: client.ApiClient, cache: Cache, clock: Clock, echoes: Echoes | None = None
 ) -> tuple[Reconciler, FakeRunnerJobs]:
@@ -209,9 +226,16 @@ def test_queued_jobs_bring_pods_and_the_status_keeps_the_recorded_demand(
     result = reconciler(key)
     status = _pool(api_client, namespace, "auto")["status"]
     assert status["desiredReplicas"] == 3
-    # scaleDownDelay; the pods, pending with no node to take them, are looked at again when
-    # they have been unschedulable for a minute (runnerpool.pods.failures): just before that.
-    assert result.requeue_after is not None and 58 <= result.requeue_after <= 60, result.requeue_after
+    # scaleDownDelay (a minute from now, on the reconciler's clock), unless the pods, pending
+    # with no node to take them, are due first: they are looked at again once they have been
+    # unschedulable for a minute by the same clock (runnerpool.pods.failures).
+    due = min(
+        60.0, *(_unschedulable_for_a_minute_in(pod, clock.now) for pod in _pending(api_client, namespace))
+    )
+    assert result.requeue_after is not None and abs(result.requeue_after - due) < 1, (
+        result.requeue_after,
+        due,
+    )
     scaling = next(c for c in status["conditions"] if c["type"] == "Scaling")
     assert scaling["reason"] == "WaitingToScaleDown"
     assert scaling["message"].startswith("holding 3 for scaleDownDelay 1m (demand wants 0)"), scaling
