@@ -1816,6 +1816,17 @@ class RunnerPoolSpec(KubeModel):
 MAX_TRACKED_JOBS = 2000
 
 
+#: The longest ``Problem.message``.
+PROBLEM_MESSAGE_MAX = 1024
+
+
+class Problem(KubeModel):
+    """Why a part of the operator that publishes on the pool cannot go on, in its own words."""
+
+    reason: str = Field(max_length=128, description="Why it cannot go on (CamelCase).")
+    message: str = Field(max_length=PROBLEM_MESSAGE_MAX, description="What is wrong and what to fix.")
+
+
 class TrackedJob(KubeModel):
     state: JobState = Field(description="The job's latest state as GitHub reported it.")
     repository: str = Field(max_length=140, description="Repository (owner/name) the job runs for.")
@@ -1837,11 +1848,11 @@ class Demand(KubeModel):
         description="When a verified webhook delivery for the pool's repository or organization "
         "was first seen: the webhook is configured.",
     )
-
-
-class ScaleSetProblem(KubeModel):
-    reason: str = Field(max_length=128, description="Why the scale set's listener cannot go on (CamelCase).")
-    message: str = Field(max_length=1024, description="What is wrong and what to fix.")
+    poll_problem: Problem | None = Field(
+        default=None,
+        description="Why GitHub refuses the poll of the pool's jobs (a credential without read "
+        "access to Actions, a repository it cannot see), while it does; unset when polling works.",
+    )
 
 
 class ScaleSetStatus(KubeModel):
@@ -1869,7 +1880,7 @@ class ScaleSetStatus(KubeModel):
         "Enterprise Server before 3.18, or without custom scale-set labels enabled): jobs that ask "
         "for them are never assigned to it.",
     )
-    problem: ScaleSetProblem | None = Field(
+    problem: Problem | None = Field(
         default=None, description="Why the listener is stuck, while it is; unset when all is well."
     )
 

@@ -82,6 +82,10 @@ class Reason(StrEnum):
     REPOSITORY_POLLED = "RepositoryPolled"
     REPOSITORIES_POLLED = "RepositoriesPolled"
     NO_DEMAND_SOURCE = "NoDemandSource"
+    #: GitHub refuses the poll of the pool's jobs for good (``status.demand.pollProblem``: a
+    #: credential without Actions read access, a repository it cannot see) and no webhook
+    #: delivery has reached the pool.
+    POLL_REFUSED = "PollRefused"
     #: A scale set's jobs come from its message session (``runnerpool.scaleset``).
     SCALE_SET_LISTENING = "ScaleSetListening"
     #: Listening, but GitHub did not keep some of ``spec.labels`` on the scale set (a GHES

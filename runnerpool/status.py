@@ -238,6 +238,9 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
     assert scaling is not None
     if pool.spec.scale_set is not None:
         return _scale_set_demand_condition(stamp, pool, pool.spec.scale_set.name)
+    demand = pool.status.demand
+    if demand is not None and demand.poll_problem is not None:
+        return _poll_refused_condition(stamp, pool, demand)
     if pool.spec.repository is not None:
         return stamp.condition(
             conditions.DEMAND_VISIBLE,
@@ -280,6 +283,29 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
         f"pool stays at {scaling.min_replicas} runner(s): configure the organization's webhook "
         f"(workflow_job events) to the operator's webhook URL, or list repositories to poll in "
         f"spec.autoscaling.repositories",
+    )
+
+
+def _poll_refused_condition(
+    stamp: conditions.Stamp, pool: api.RunnerPool, demand: api.Demand
+) -> dict[str, Any]:
+    """GitHub refuses the poll (``demand.poll_problem``): deliveries alone can still tell jobs."""
+    assert demand.poll_problem is not None and pool.spec.autoscaling is not None
+    refused = demand.poll_problem.message
+    if demand.first_delivery_at is not None:
+        return stamp.condition(
+            conditions.DEMAND_VISIBLE,
+            True,
+            Reason.WEBHOOK_DELIVERING,
+            f"webhook deliveries reach the operator; polling, which catches what they miss, is "
+            f"refused: {refused}",
+        )
+    return stamp.condition(
+        conditions.DEMAND_VISIBLE,
+        False,
+        Reason.POLL_REFUSED,
+        f"{refused}; no webhook delivery has reached the pool either, so it stays at "
+        f"{pool.spec.autoscaling.min_replicas} runner(s)",
     )
 
 

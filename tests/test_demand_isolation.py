@@ -16,7 +16,7 @@ from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import BadCredentials, RateLimited
+from runnerpool.github.errors import BadCredentials, NotFound, RateLimited
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.jobs import ActiveJobs, Job, parse_delivery
 from runnerpool.github.protocol import GitHubClient
@@ -163,7 +163,58 @@ def test_a_refused_credential_in_one_namespace_leaves_anothers_polling_untouched
     demand = pools.demand(team_a, "app")
     assert demand is not None and (demand.queued, sorted(demand.jobs)) == (1, ["3"])
     assert github.jobs_requests == [REPO] and refused.jobs_requests == [REPO], "each credential asked once"
-    assert pools.demand(junk, "app") is None, "nothing listed with the refused credential"
+    junk_demand = pools.demand(junk, "app")
+    assert junk_demand is not None and junk_demand.jobs == {}, "nothing listed with the refused credential"
+    assert junk_demand.poll_problem is not None and junk_demand.poll_problem.reason == "BadCredentials"
+    assert team_a_demand_problem(pools, team_a) is None, "the refusal is its own pool's alone"
+
+
+def team_a_demand_problem(pools: Pools, namespace: str) -> api.Problem | None:
+    demand = pools.demand(namespace, "app")
+    return None if demand is None else demand.poll_problem
+
+
+def test_a_refused_poll_is_on_the_pool_until_a_poll_goes_through(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A credential without Actions read access got a warning in the log per poll and nothing on
+    the pool (DemandVisible said the repository was polled). A rate limit or an outage says
+    nothing of the credential: the refusal known stays, and nothing is written."""
+    create_pool(api_client, namespace, "app", repository=REPO, labels=["gpu"], autoscaling=GPU)
+    pools = Pools(api_client, [namespace])
+    clients: dict[str, Any] = {
+        namespace: Refused(
+            BadCredentials(
+                "GET /repos/acme/app/actions/runs: HTTP 403 (Resource not accessible by integration)",
+                status=403,
+            )
+        )
+    }
+    clock = Clock()
+    polls = poller(api_client, pools, clients, clock)
+    polls.poll_once()
+    problem = team_a_demand_problem(pools, namespace)
+    assert problem is not None and problem.reason == "BadCredentials"
+    assert "HTTP 403 (Resource not accessible by integration)" in problem.message
+    assert '"Actions: read"' in problem.message
+
+    written = pools.get(namespace, "app")["metadata"]["resourceVersion"]
+    clients[namespace] = Refused(RateLimited("GET /repos/acme/app/actions/runs: HTTP 429", retry_after=1))
+    polls.poll_once()
+    assert team_a_demand_problem(pools, namespace) == problem
+    assert pools.get(namespace, "app")["metadata"]["resourceVersion"] == written
+
+    clients[namespace] = Refused(NotFound("GET /repos/acme/app/actions/runs: HTTP 404", status=404))
+    clock.now += timedelta(minutes=1)  # past the rate limit's wait
+    polls.poll_once()
+    gone = team_a_demand_problem(pools, namespace)
+    assert gone is not None and gone.message.startswith(f"{REPO} is not found with the pool's credential")
+
+    clients[namespace] = FakeGitHubClient(jobs={REPO: [job(3, "queued")]})
+    clock.now += timedelta(minutes=1)
+    polls.poll_once()
+    demand = pools.demand(namespace, "app")
+    assert demand is not None and demand.poll_problem is None and sorted(demand.jobs) == ["3"]
 
 
 def test_a_rate_limited_credential_slows_down_alone(

@@ -148,6 +148,33 @@ def test_an_organization_pool_sees_demand_once_a_delivery_arrived_or_it_polls() 
     assert not status.demand_blind(pool({"repositories": ["app"]}))
 
 
+def test_a_refused_poll_is_demand_out_of_sight_unless_deliveries_come() -> None:
+    """A credential without Actions read access: every poll a 403 in the log, and DemandVisible
+    said RepositoryPolled while the pool never scaled."""
+    refused = {"reason": "BadCredentials", "message": "GitHub refuses to list the workflow runs of o/r"}
+
+    def condition(demand: dict[str, Any]) -> dict[str, Any]:
+        pool = api.RunnerPool.model_validate(
+            {
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {"repository": "o/r", "autoscaling": {"maxReplicas": 3, "minReplicas": 1}},
+                "status": {"demand": demand},
+            }
+        )
+        return status.demand_visible_condition(STAMP, pool)
+
+    blind = condition({"pollProblem": refused})
+    assert (blind["status"], blind["reason"]) == ("False", "PollRefused")
+    assert blind["message"] == (
+        "GitHub refuses to list the workflow runs of o/r; no webhook delivery has reached the pool "
+        "either, so it stays at 1 runner(s)"
+    )
+    delivered = condition({"pollProblem": refused, "firstDeliveryAt": "2026-11-29T11:00:00Z"})
+    assert (delivered["status"], delivered["reason"]) == ("True", "WebhookDelivering")
+    assert delivered["message"].endswith("is refused: GitHub refuses to list the workflow runs of o/r")
+    assert condition({})["reason"] == "RepositoryPolled"
+
+
 def test_a_scale_set_pool_says_whether_its_session_is_held_and_why_not() -> None:
     """DemandVisible of a scale set comes from its listener's status.scaleSet: pending until the
     scale set exists, the listener's own reason and words while it is stuck, listening after."""

@@ -44,19 +44,39 @@ from runnerpool.demand.rules import ACTIVE
 from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import api_url_key, utcnow
 from runnerpool.github.budget import next_listing_delay
-from runnerpool.github.errors import GitHubError
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound
 from runnerpool.github.jobs import ActiveJobs, Job
 from runnerpool.github.protocol import GitHubClient, RateLimitAware
 from runnerpool.github.types import RateLimit
 from runnerpool.reads import Reads
 
-__all__ = ["DemandPoller", "polled_repositories"]
+__all__ = ["DemandPoller", "poll_problem", "polled_repositories"]
 
 #: How long a listed job is remembered after the last poll that listed it: longer than any
 #: interval between two polls, so a job that ends between them is known as listed.
 LISTED_TTL = timedelta(hours=1)
 
 log = logging.getLogger(__name__)
+
+
+def poll_problem(repository: str, err: GitHubError) -> api.Problem | None:
+    """What to fix when GitHub refuses a listing for good: a credential that may not read the
+    repository's Actions (401, 403) or cannot see the repository (404). ``None``: a rate limit
+    or an outage, which the next polls retry."""
+    if isinstance(err, BadCredentials):
+        said = (
+            f"GitHub refuses to list the workflow runs of {repository}: {err.message}. The pool's "
+            'credential needs read access to Actions ("Actions: read" for a GitHub App or a '
+            "fine-grained token; the repo scope for a classic PAT and a private repository)"
+        )
+    elif isinstance(err, NotFound):
+        said = (
+            f"{repository} is not found with the pool's credential: it does not exist, or the "
+            f"credential cannot see it ({err.message})"
+        )
+    else:
+        return None
+    return api.Problem(reason=str(err.reason), message=said[: api.PROBLEM_MESSAGE_MAX])
 
 
 def polled_repositories(pool: api.RunnerPool) -> list[str]:
@@ -212,13 +232,25 @@ class DemandPoller:
         seen: dict[tuple[str, str], tuple[api.RunnerPool, list[Job], list[str]]] = {}
         #: Job id -> each pool whose own credential listed it matching, with its listing of it.
         evidence: dict[int, list[tuple[api.RunnerPool, Job]]] = {}
+        unsure: set[tuple[str, str]] = set()
+        #: Pools a listing was refused for (a credential without Actions read access, a repository
+        #: it cannot see), with GitHub's words: ``status.demand.pollProblem``, ``DemandVisible``.
+        refused: dict[tuple[str, str], api.Problem] = {}
         for target in self._targets(now):
             spend = spends.setdefault(target.credential, _Spend())
-            active = self._list(target, spend)
+            active, problem = self._list(target, spend)
+            for pool in target.pools:
+                key = (pool.namespace, pool.name)
+                if problem is not None:
+                    refused.setdefault(key, problem)
+                if active is None and problem is None:
+                    unsure.add(key)  # a rate limit, an outage: says nothing of the credential
+                    continue
+                entry = seen.setdefault(key, (pool, [], []))
+                if active is not None:
+                    entry[2].append(target.repository)
             if active is None:
                 continue
-            for pool in target.pools:
-                seen.setdefault((pool.namespace, pool.name), (pool, [], []))[2].append(target.repository)
             for job in active.jobs:
                 evidence.setdefault(job.id, []).extend(
                     (pool, job) for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))
@@ -229,18 +261,24 @@ class DemandPoller:
             for pool in recording_pools(listings[0][1], [pool for pool, _ in listings]):
                 seen[(pool.namespace, pool.name)][1].append(own[(pool.namespace, pool.name)])
         listed_before = frozenset(self._listed)
-        for pool, jobs, repos in seen.values():
+        for key, (pool, jobs, repos) in seen.items():
+            # A listing that failed for a while says nothing: the problem known stays as it was.
+            kept = pool.status.demand.poll_problem if key in unsure and pool.status.demand else None
             try:
-                self._writer.repair(pool, jobs, repos, self.grace, listed_before)
+                self._writer.repair(
+                    pool, jobs, repos, self.grace, listed_before, refused=refused.get(key, kept)
+                )
             except DemandWriteFailed as err:
                 log.warning("%s", err)
         self._remember_listed(job for _, jobs, _ in seen.values() for job in jobs)
         return self._next_delay(spends, now)
 
-    def _list(self, target: _Target, spend: _Spend) -> ActiveJobs | None:
-        """One listing with the target's credential; ``None`` when GitHub refused it."""
+    def _list(self, target: _Target, spend: _Spend) -> tuple[ActiveJobs | None, api.Problem | None]:
+        """One listing with the target's credential (``None`` when GitHub refused it), and the
+        refusal when a human must fix it (:func:`poll_problem`)."""
+        problem = None
         try:
-            active = target.client.active_jobs(target.repository)
+            active: ActiveJobs | None = target.client.active_jobs(target.repository)
         except GitHubError as err:
             log.warning(
                 "polling jobs of %s with credential Secret %s/%s failed: %s",
@@ -250,17 +288,17 @@ class DemandPoller:
                 err.message,
             )
             spend.retry_after = max(spend.retry_after, err.retry_after or 0.0)
-            if err.status != 404:
-                return None
-            # Gone, or no longer visible to the credential: none of its jobs will ever be
+            problem = poll_problem(target.repository, err)
+            # 404: gone, or no longer visible to the credential: none of its jobs will ever be
             # listed again, so its tracked jobs end (``rules.repair``), as when none is listed.
-            active = ActiveJobs(jobs=(), spent=1)
+            active = ActiveJobs(jobs=(), spent=1) if err.status == 404 else None
         finally:
             budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
             if budget is not None:
                 spend.budget = budget
-        spend.spent += active.spent
-        return active
+        if active is not None:
+            spend.spent += active.spent
+        return active, problem
 
     def _next_delay(self, spends: dict[CredentialKey, _Spend], now: float) -> float:
         """Each credential's own slowdown (``next_listing_delay`` on what its listings spent):

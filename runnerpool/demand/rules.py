@@ -135,6 +135,13 @@ def repair(
     return _counted(api.Demand(jobs=jobs, first_delivery_at=updated.first_delivery_at)), moved
 
 
+def poll_refused(demand: api.Demand, problem: api.Problem | None) -> api.Demand:
+    """``demand`` with the poll's refusal (``None``: the poll went through) recorded."""
+    if demand.poll_problem == problem:
+        return demand
+    return demand.model_copy(update={"poll_problem": problem})
+
+
 def same(a: api.Demand | None, b: api.Demand) -> bool:
     """Equal as stored: a write that changes nothing is not sent."""
     return (a or api.Demand()) == b

@@ -243,15 +243,22 @@ class DemandWriter:
         polled: Iterable[str],
         grace: timedelta,
         listed_before: Collection[str] = (),
+        *,
+        refused: api.Problem | None = None,
     ) -> None:
-        """Apply a poll's view (jobs already filtered to ``pool``); raises DemandWriteFailed."""
+        """Apply a poll's view (jobs already filtered to ``pool``; ``refused``: why GitHub refused
+        the listing of one of its repositories, ``None`` when none was); raises DemandWriteFailed."""
         seen, polled = list(seen), list(polled)
-        self.change(
-            pool,
-            lambda d, now, runners: rules.repair(
+
+        def change(
+            d: api.Demand | None, now: datetime, runners: Container[str]
+        ) -> tuple[api.Demand, list[rules.Transition]]:
+            repaired, moved = rules.repair(
                 d, seen, polled, now=now, grace=grace, runners=runners, listed_before=listed_before
-            ),
-        )
+            )
+            return rules.poll_refused(repaired, refused), moved
+
+        self.change(pool, change)
 
     def change(self, pool: api.RunnerPool, change: Change) -> None:
         """Group commit: whoever holds the pool's writer lock writes every pending change."""
