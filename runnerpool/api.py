@@ -800,6 +800,14 @@ VolumeDict = Annotated[
         _CREDENTIAL_SECRET_VOLUME_RULE,
     ),
 ]
+#: ``spec.workVolume``: a volume source, which names a Secret as any volume does.
+WorkVolumeDict = Annotated[
+    dict[str, Any],
+    OpaqueObject(
+        declared=(("secret", SECRET_VOLUME_SOURCE_SCHEMA), ("projected", PROJECTED_VOLUME_SOURCE_SCHEMA))
+    ),
+    Cel(_CREDENTIAL_SECRET_VOLUME_RULE),
+]
 VolumeMountDict = Annotated[
     dict[str, Any],
     OpaqueObject(
@@ -1424,9 +1432,13 @@ class RunnerPoolSpec(KubeModel):
             " && has(self.organization) == has(oldSelf.organization)"
             " && (!has(self.organization) || self.organization == oldSelf.organization)"
             " && has(self.enterprise) == has(oldSelf.enterprise)"
-            " && (!has(self.enterprise) || self.enterprise == oldSelf.enterprise)",
-            message="spec.repository, spec.organization and spec.enterprise are immutable: "
-            "create a new RunnerPool to register runners elsewhere",
+            " && (!has(self.enterprise) || self.enterprise == oldSelf.enterprise)"
+            " && has(self.githubApiUrl) == has(oldSelf.githubApiUrl)"
+            " && (!has(self.githubApiUrl) || self.githubApiUrl == oldSelf.githubApiUrl)",
+            message="spec.repository, spec.organization, spec.enterprise and spec.githubApiUrl are "
+            "immutable: they say where the pool's runners are registered, and runners registered "
+            "before a change would be neither listed nor removed; create a new RunnerPool to "
+            "register runners elsewhere",
         ),
         Rule(
             cel="!has(self.runnerGroup) || !has(self.repository)",
@@ -1717,7 +1729,7 @@ class RunnerPoolSpec(KubeModel):
         default_factory=list,
         description="Extra mounts in the runner container (core/v1 VolumeMount objects).",
     )
-    work_volume: OpaqueDict | None = Field(
+    work_volume: WorkVolumeDict | None = Field(
         default=None,
         description="Volume source (a core/v1 VolumeSource such as emptyDir or ephemeral) for the "
         "runner's _work directory. Unset means an emptyDir.",

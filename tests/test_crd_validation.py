@@ -277,6 +277,11 @@ CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
         _SECRET_REFUSED,
     ),
     (
+        "work-volume-of-the-token-secret",
+        _repo(workVolume={"secret": {"secretName": naming.token_secret_name("p")}}),
+        _SECRET_REFUSED,
+    ),
+    (
         "template-volume-of-a-jit-secret",
         _repo(
             template={
@@ -505,8 +510,24 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         ({"organization": "octo-org"}, {"organization": "other-org"}),
         ({"enterprise": "big"}, {"enterprise": "other"}),
         ({"organization": "octo-org"}, {"enterprise": "big"}),
+        (
+            {"repository": "octo-org/one", "githubApiUrl": "https://ghe.example.com/api/v3"},
+            {"repository": "octo-org/one", "githubApiUrl": "https://ghe2.example.com/api/v3"},
+        ),
+        (
+            {"repository": "octo-org/one"},
+            {"repository": "octo-org/one", "githubApiUrl": "https://x.example.com"},
+        ),
     ],
-    ids=["repo-renamed", "repo-to-org", "org-renamed", "enterprise-renamed", "org-to-enterprise"],
+    ids=[
+        "repo-renamed",
+        "repo-to-org",
+        "org-renamed",
+        "enterprise-renamed",
+        "org-to-enterprise",
+        "another-github",
+        "github-named",
+    ],
 )
 def test_scope_is_immutable(
     api_client: client.ApiClient, namespace: str, before: dict[str, str], after: dict[str, str]
@@ -515,7 +536,10 @@ def test_scope_is_immutable(
     created["spec"] = {**{k: v for k, v in created["spec"].items() if k not in before}, **after}
     with pytest.raises(ApiException) as caught:
         _call("replace_namespaced_custom_object", api_client, namespace, "fixed", created)
-    assert "spec.repository, spec.organization and spec.enterprise are immutable" in _rejection(caught)
+    assert (
+        "spec.repository, spec.organization, spec.enterprise and spec.githubApiUrl are immutable"
+        in _rejection(caught)
+    )
 
 
 def test_other_fields_stay_mutable(api_client: client.ApiClient, namespace: str) -> None:
