@@ -121,7 +121,7 @@ def test_pull_requests_run_on_the_readme_python_and_go() -> None:
     """The README's floors, so CI proves what it promises a newcomer."""
     readme = (REPO / "README.md").read_text()
     python = re.search(r"Python ≥ (\d+\.\d+)", readme)
-    go = re.search(r"Go ≥ (\d+\.\d+)", readme)
+    go = re.search(r"Go ≥ (\d+\.\d+(?:\.\d+)?)", readme)
     assert python and go
     (job,) = load(CI)["jobs"].values()
     (setup_python,) = steps_using(job, "actions/setup-python")
@@ -129,3 +129,23 @@ def test_pull_requests_run_on_the_readme_python_and_go() -> None:
     assert setup_python["with"]["python-version"] == python[1]
     assert setup_go["with"]["go-version"] == go[1]
     assert job["runs-on"].startswith("ubuntu-")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_the_readme_go_floor_builds_every_pinned_tool_without_fetching_a_toolchain() -> None:
+    """A go.mod asking for a newer Go than the README's makes the go command fetch a toolchain,
+    which GOTOOLCHAIN=local or a module mirror without toolchains refuses: the README said 1.25
+    while promtool's go.mod asked for 1.26.7."""
+    found = re.search(r"Go ≥ (\d+\.\d+(?:\.\d+)?)", (REPO / "README.md").read_text())
+    assert found
+    floor = _version(found[1])
+    wanted = {
+        str(mod.relative_to(REPO)): _version(directive[1])
+        for mod in (REPO / "testworld").rglob("go.mod")
+        if (directive := re.search(r"^go (\S+)$", mod.read_text(), re.MULTILINE))
+    }
+    assert len(wanted) >= 4, wanted
+    assert {mod: version for mod, version in wanted.items() if version > floor} == {}
