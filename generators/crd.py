@@ -215,6 +215,8 @@ def _printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Repository", "type": "string", "jsonPath": ".spec.repository"},
         {"name": "Organization", "type": "string", "jsonPath": ".spec.organization"},
+        # Rarer, and one column more than most terminals fit: `kubectl get -o wide` shows it.
+        {"name": "Enterprise", "type": "string", "jsonPath": ".spec.enterprise", "priority": 1},
         # status.desiredReplicas: spec.replicas, or what demand asks for when autoscaling.
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
         {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},

@@ -99,10 +99,12 @@ def test_printer_columns() -> None:
     }
     assert columns["Status"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Age"]["type"] == "date"
-    assert {columns[n]["jsonPath"] for n in ("Repository", "Organization")} == {
+    assert {columns[n]["jsonPath"] for n in ("Repository", "Organization", "Enterprise")} == {
         ".spec.repository",
         ".spec.organization",
+        ".spec.enterprise",
     }
+    assert columns["Enterprise"]["priority"] == 1, "shown by kubectl get -o wide"
 
 
 def test_schema_is_structural() -> None:
