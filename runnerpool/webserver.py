@@ -50,7 +50,7 @@ What is added here on top of waitress:
 * a deadline for the whole request: waitress drops a connection only after ``read_timeout``
   seconds *without a byte*; a slow-loris client sending one byte every few seconds would
   never be dropped, so a connection whose request is not complete ``read_timeout`` seconds
-  after its first byte is closed too;
+  after its first byte is closed too, whatever complete requests came before it;
 * the errors waitress answers itself (413 over the body limit, 431, 400) are reported to
   ``on_refused`` so the caller can count them; bodies stay in memory (no temporary files on
   a read-only root filesystem);
@@ -136,15 +136,20 @@ def _channel(refused: Refused, tls: Callable[[], ssl.SSLContext] | None) -> type
 
     class Channel(HTTPChannel):  # type: ignore[misc]
         error_task_class = Task
-        #: When the first byte of the request still being read arrived.
+        #: The request still being read (waitress's parser) and when its first byte arrived.
+        #: Stamped by the request itself, not by the channel's state: bytes of a next request
+        #: that arrive with a complete one (pipelined) start its clock as well, so a client
+        #: cannot hide a trickled request behind an answer it asked for first.
+        timed_request: object = None
         request_started: float | None = None
 
         def received(self, data: bytes) -> bool:
-            if self.request is None and not self.requests and self.request_started is None:
-                self.request_started = time.monotonic()
+            arrived = time.monotonic()
             done = super().received(data)
-            if self.requests or self.request is None:
-                self.request_started = None  # complete (or nothing pending): no deadline
+            if self.request is None:
+                self.timed_request = self.request_started = None  # nothing half read: no deadline
+            elif self.request is not self.timed_request:
+                self.timed_request, self.request_started = self.request, arrived
             return bool(done)
 
     if tls is None:
@@ -226,11 +231,17 @@ class _TlsChannel(HTTPChannel):  # type: ignore[misc]
 
 class _Server(TcpWSGIServer):  # type: ignore[misc]
     def maintenance(self, now: float) -> None:
+        """Close idle channels (waitress) and those whose request being read is past its deadline.
+
+        Whatever the channel still has queued: else a client that pipelines a complete request
+        and the first byte of the next one is never timed. The price: a pipelining client whose
+        earlier answer takes longer than the deadline loses the connection (GitHub and the
+        ingresses in front of the receiver send one request at a time)."""
         super().maintenance(now)  # idle for read_timeout: closed
         cutoff = time.monotonic() - self.adj.channel_timeout
         for channel in list(self.active_channels.values()):
             started = getattr(channel, "request_started", None)
-            if started is not None and started < cutoff and not channel.requests:
+            if started is not None and started < cutoff:
                 channel.will_close = True
 
 

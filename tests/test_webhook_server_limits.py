@@ -179,26 +179,43 @@ def test_half_open_connections_hold_no_thread_and_are_dropped_after_the_timeout(
     assert threading.active_count() <= threads_before + 1
 
 
+def trickle(sock: socket.socket, request: bytes) -> bool:
+    """Send ``request`` one byte every TIMEOUT/4 s (never idle for the timeout) for up to
+    TIMEOUT + 4 s; True when the server closed the connection meanwhile."""
+    started = time.monotonic()
+    for byte in request:
+        try:
+            sock.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+        if closed_by_server(sock, within=TIMEOUT / 4):
+            return True
+        if time.monotonic() - started > TIMEOUT + 4:
+            return False
+    return False
+
+
 def test_a_slow_loris_client_is_dropped_although_it_never_goes_idle(server: WebhookServer) -> None:
-    request = half_request(2)
     sock = connect(server)
     started = time.monotonic()
-    dropped = False
     try:
-        for byte in request:  # one byte every TIMEOUT/4 s: never idle for the timeout
-            try:
-                sock.sendall(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                dropped = True
-                break
-            if closed_by_server(sock, within=TIMEOUT / 4):
-                dropped = True
-                break
-            if time.monotonic() - started > TIMEOUT + 4:
-                break
+        assert trickle(sock, half_request(2)), "still connected past the deadline"
     finally:
         sock.close()
-    assert dropped, "still connected past the deadline"
+    assert time.monotonic() - started < TIMEOUT + 3
+
+
+def test_a_slow_loris_behind_a_complete_pipelined_request_is_dropped(server: WebhookServer) -> None:
+    # One segment: a complete health check, then the first byte of the request to trickle.
+    request = half_request(2)
+    sock = connect(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + request[:1])
+    started = time.monotonic()
+    try:
+        sock.settimeout(5)
+        assert b" 200 " in sock.recv(4096)  # the complete one is answered
+        assert trickle(sock, request[1:]), "the request behind it was never timed"
+    finally:
+        sock.close()
     assert time.monotonic() - started < TIMEOUT + 3
 
 
