@@ -125,19 +125,31 @@ def receiver(api_client: client.ApiClient, tenants: Pools) -> Iterator[WebhookSe
 
 
 def deliver(
-    server: WebhookServer, secret: bytes, job_id: int, repository: str, path: str = "/webhook", **kw: Any
+    server: WebhookServer,
+    secret: bytes,
+    job_id: int,
+    repository: str,
+    path: str = "/webhook",
+    guid: str | None = None,
+    **kw: Any,
 ) -> tuple[int, str]:
     labels = kw.pop("labels", ["self-hosted"])
     body = json.dumps(
         delivery(job_object(job_id, "queued", labels, repository=repository, **kw), repository=repository)
     ).encode()
-    return post(server, "workflow_job", body, secret, path)
+    return post(server, "workflow_job", body, secret, path, guid)
 
 
 def post(
-    server: WebhookServer, event: str, body: bytes, secret: bytes, path: str = "/webhook"
+    server: WebhookServer,
+    event: str,
+    body: bytes,
+    secret: bytes,
+    path: str = "/webhook",
+    guid: str | None = None,
 ) -> tuple[int, str]:
-    return webhook_post(server, body, event=event, signature=sign(secret, body), path=path)
+    """``guid``: the ``X-GitHub-Delivery`` (default: a new one)."""
+    return webhook_post(server, body, event=event, signature=sign(secret, body), delivery_id=guid, path=path)
 
 
 def versions(pools: Pools, *keys: tuple[str, str]) -> list[str]:
@@ -191,6 +203,28 @@ def test_the_cluster_wide_secret_still_moves_pools_without_their_own(
     assert deliver(receiver, ALICE, 5, "octo-org/shared-app")[0] == 401, (
         "a tenant's secret is not the cluster's"
     )
+
+
+def test_one_event_sent_to_two_tenants_webhooks_counts_for_both(
+    api_client: client.ApiClient,
+    receiver: WebhookServer,
+    tenants: Pools,
+    namespace: str,
+    other_namespace: str,
+) -> None:
+    """GitHub sends one event to every webhook subscribed to it under one GUID: each tenant's
+    own webhook is a delivery of its own, and only a repeat to the same secret is a duplicate."""
+    own = {"maxReplicas": 5, "webhookSecretRef": {"name": "hooks"}}
+    for tenant in (namespace, other_namespace):
+        create_pool(api_client, tenant, "both", repository="octo-org/both-app", autoscaling=own)
+    guid = "58474f00-b361-11eb-836d-0e4f3503ccbe"
+    for tenant, secret in ((namespace, ALICE), (other_namespace, BOB)):
+        answer = deliver(receiver, secret, 12, "octo-org/both-app", url(tenant), guid)
+        assert answer == (200, "job 12 queued: 1 pool(s)\n"), tenant
+        demand = tenants.demand(tenant, "both")
+        assert demand is not None and sorted(demand.jobs) == ["12"], tenant
+    again = deliver(receiver, BOB, 12, "octo-org/both-app", url(other_namespace), guid)
+    assert again == (200, "duplicate delivery, already counted\n")
 
 
 def test_a_rotated_tenant_secret_verifies_with_both_keys(

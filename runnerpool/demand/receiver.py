@@ -17,7 +17,8 @@ Order of checks, so that nothing unverified gets further than it must:
    not a ``workflow_job`` delivery (not JSON, nested past the parser's depth, the wrong
    shape) 400;
 5. a delivery older than ``replays.STALE_AFTER`` (a replay) gets 202 and changes nothing;
-6. duplicate ``X-GitHub-Delivery``: 200, counted once;
+6. duplicate delivery (the same ``X-GitHub-Delivery`` signed by the same secrets,
+   ``deliveries``): 200, counted once;
 7. the job is recorded, on the pools it counts for whose secret signed it, before the
    answer: 200 once written,
    503 if the API server did not take it (GitHub then shows a failed delivery that can be
@@ -186,15 +187,15 @@ class _Handler:
         self._record(event, delivery, job, verdict)
 
     def _record(self, event: str, delivery: str, job: Job, verdict: Verdict) -> None:
-        """Steps 4 and 5: once per delivery, answered only once the job is written."""
-        seen = self.receiver.seen
-        if not seen.claim(delivery):
+        """Steps 6 and 7: once per delivery, answered only once the job is written."""
+        seen, key = self.receiver.seen, (delivery, verdict.signers)
+        if not seen.claim(key):
             self._answer(200, "duplicate delivery, already counted", event, "duplicate")
             return
         try:
             pools = self.receiver.record(job, verdict)
         except Exception as err:
-            seen.release(delivery)
+            seen.release(key)
             log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, describe(err))
             self._answer(503, "could not record the job; redeliver later", event, "failed")
             return

@@ -109,6 +109,13 @@ class Verdict:
         self.accepted = cluster or bool(self.signed)
         self.configured = configured
 
+    @property
+    def signers(self) -> tuple[bool, tuple[SecretId, ...]]:
+        """Which secrets signed it. Two deliveries alike here may move the same pools and no
+        others: with the GUID, what names a delivery (``deliveries.DeliveryLog``). Tuples, not
+        the set: the log keeps 10,000 of them, and a set costs 216 bytes even empty."""
+        return self.cluster, tuple(sorted(self.signed))
+
     def admits(self, pool: api.RunnerPool) -> bool:
         """May this delivery move ``pool``?"""
         ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
