@@ -194,6 +194,30 @@ def test_repeated_delivery_counts_once(server: WebhookServer, recorded: Recorded
     assert [job.id for job in recorded.jobs] == [7]
 
 
+@pytest.mark.parametrize(
+    ("guid", "status"),
+    [
+        ("72d3162e-cc78-11e3-81ab-4c9367dc0958", 200),  # what GitHub sends
+        ("d" * 64, 200),
+        ("d" * 65, 400),
+        ("d" * 15 * 1024, 400),  # the header cap allows 16 KiB; 10,000 of them: 156 MiB kept
+        ("72d3162e_cc78", 400),
+        ("72d3162e cc78", 400),
+    ],
+    ids=["githubs-uuid", "64-characters", "65-characters", "15-kib", "underscore", "space"],
+)
+def test_a_delivery_id_is_kept_only_when_it_is_guid_like(secret_file: Path, guid: str, status: int) -> None:
+    recorded, seen = Recorded(), DeliveryLog()
+    server = WebhookServer(0, SecretFile(secret_file).secrets, recorded, host="127.0.0.1", deliveries=seen)
+    server.start()
+    try:
+        body = queued_body(9)
+        assert post(server, body, signature=sign(SECRET, body), delivery_id=guid)[0] == status
+    finally:
+        server.stop()
+    assert (len(recorded.jobs), len(seen)) == ((1, 1) if status == 200 else (0, 0))
+
+
 def test_failed_recording_answers_503_and_a_redelivery_is_processed(
     server: WebhookServer, recorded: Recorded
 ) -> None:

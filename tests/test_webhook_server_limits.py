@@ -470,6 +470,8 @@ def hostile_requests(secret: bytes = SECRET) -> list[tuple[str, bytes, dict[str,
         ("not-json-forged", b"{not json", signed(b"{not json", **{"X-Hub-Signature-256": forged}), 401),
         ("no-event", body(1), signed(body(1), **{"X-GitHub-Event": ""}), 400),
         ("no-delivery", body(1), signed(body(1), **{"X-GitHub-Delivery": ""}), 400),
+        ("long-delivery", body(1), signed(body(1), **{"X-GitHub-Delivery": "d" * 15 * 1024}), 400),
+        ("delivery-not-guid", body(1), signed(body(1), **{"X-GitHub-Delivery": "{a guid?}"}), 400),
         ("no-content-type", body(1), signed(body(1), **{"Content-Type": ""}), 415),
         (
             "form-content-type",

@@ -44,6 +44,10 @@ class DeliveryLog:
                 self._seen.popitem(last=False)
             return True
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._seen)
+
     def release(self, delivery: Hashable) -> None:
         with self._lock:
             self._seen.pop(delivery, None)

@@ -13,9 +13,9 @@ Order of checks, so that nothing unverified gets further than it must:
    refuses unsigned webhooks);
 3. event: no ``X-GitHub-Event`` gets 400; ``ping`` gets 200; anything but ``workflow_job``
    gets 202 and is ignored;
-4. a ``Content-Type`` other than JSON gets 415, no ``X-GitHub-Delivery`` 400, a body that is
-   not a ``workflow_job`` delivery (not JSON, nested past the parser's depth, the wrong
-   shape) 400;
+4. a ``Content-Type`` other than JSON gets 415, no ``X-GitHub-Delivery`` or one that is not
+   GUID-like (:data:`DELIVERY_ID`) 400, a body that is not a ``workflow_job`` delivery (not
+   JSON, nested past the parser's depth, the wrong shape) 400;
 5. a delivery older than ``replays.STALE_AFTER`` (a replay) gets 202 and changes nothing;
 6. duplicate delivery (the same ``X-GitHub-Delivery`` signed by the same secrets,
    ``deliveries``): 200, counted once;
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,7 +57,7 @@ from runnerpool.domain import utcnow
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
-__all__ = ["DEFAULT_MAX_BODY", "HEALTH_PATHS", "PATH", "WebhookServer"]
+__all__ = ["DEFAULT_MAX_BODY", "DELIVERY_ID", "HEALTH_PATHS", "PATH", "WebhookServer"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,12 @@ HEALTH_PATHS = ("/", "/healthz")
 #: the largest and leaves room for ~120 steps; a larger delivery gets 413 and the job's end is
 #: learnt from the next poll instead. GitHub's own cap is 25 MB.
 DEFAULT_MAX_BODY = Limits.max_body
+#: An ``X-GitHub-Delivery`` the receiver accepts: GitHub sends a GUID (a UUID, 36 characters:
+#: ``72d3162e-cc78-11e3-81ab-4c9367dc0958``). The delivery log keeps the last 10,000 ids
+#: (``deliveries.DeliveryLog``), and the header cap alone let each be 16 KiB: 156 MiB against
+#: the receiver's 512 Mi limit. Bounded at 64 rather than the UUID's exact shape, so that an id
+#: of another GUID form still counts; 10,000 of them take under 5 MiB with what signed them.
+DELIVERY_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
 
 
 @dataclass
@@ -175,6 +182,11 @@ class _Handler:
         if not delivery:
             self._answer(400, "X-GitHub-Delivery missing", event, "invalid")
             return
+        if not DELIVERY_ID.fullmatch(delivery):
+            self._answer(
+                400, "X-GitHub-Delivery is not a GUID (at most 64 of 0-9, A-Z, a-z, -)", event, "invalid"
+            )
+            return
         try:
             job = parse_delivery(load_json(body))
         except (ValueError, InvalidJob) as err:
@@ -246,5 +258,6 @@ class WebhookServer(WebServer):
         if max_body is not None:
             limits = dataclasses.replace(limits, max_body=max_body)
         verifier = secrets if isinstance(secrets, Verifier) else Verifier(secrets)
-        receiver = _Receiver(verifier, record, limits.max_body, deliveries or DeliveryLog(), clock)
+        seen = DeliveryLog() if deliveries is None else deliveries  # an empty log is falsy
+        receiver = _Receiver(verifier, record, limits.max_body, seen, clock)
         super().__init__(_app(receiver), host, port, "webhook", limits=limits, on_refused=_count_refused)
