@@ -31,6 +31,7 @@ __all__ = [
     "ProxyRef",
     "RegistrationFailure",
     "Scope",
+    "WebhookSecretProblem",
     "api_url_key",
     "parse_duration",
     "pool_key",
@@ -287,6 +288,18 @@ class RegistrationFailure:
     reason: Reason
     message: str
     since: datetime
+
+
+@dataclass(frozen=True)
+class WebhookSecretProblem:
+    """Why webhook deliveries cannot move a pool that trusts its own webhook secret (its
+    ``WebhookSecretReady`` condition): the Secret itself (``demand.secret``), or the copy the
+    separate receiver reads (``demand.secret_mirror``). ``cause`` says what is wrong, never a
+    secret's value; ``fix`` what the pool's owner can do."""
+
+    reason: Reason
+    cause: str
+    fix: str
 
 
 #: A workflow job's state as GitHub reports it, in the order states move.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runnerpool import api
-from runnerpool.domain import Drain, PoolRef, RegistrationFailure, pool_key
+from runnerpool.domain import Drain, PoolRef, RegistrationFailure, WebhookSecretProblem, pool_key
 from runnerpool.github.types import JitRequest
 from runnerpool.reads import Reads
 
@@ -112,7 +112,7 @@ class FakePoolSecrets:
     ``reads``; a pool's webhook secret is as ``webhook`` says (usable, unless given)."""
 
     reads: Reads
-    webhook: Callable[[str, api.WebhookSecretRef], str | None] = lambda namespace, ref: None
+    webhook: Callable[[str, api.WebhookSecretRef], WebhookSecretProblem | None] = lambda namespace, ref: None
     #: (namespace, pool) of every ``finalized``.
     finalized_pools: list[tuple[str, str]] = field(default_factory=list)
 
@@ -134,7 +134,7 @@ class FakePoolSecrets:
     def retry_in(self, namespace: str, secret_name: str) -> float | None:
         return None
 
-    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
         return self.webhook(namespace, ref)
 
 

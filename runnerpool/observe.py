@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from runnerpool import api, naming
 from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
-from runnerpool.domain import Drain, PoolRef, RegistrationFailure
+from runnerpool.domain import Drain, PoolRef, RegistrationFailure, WebhookSecretProblem
 from runnerpool.github.types import JitRequest
 from runnerpool.pods import state as pod_state
 from runnerpool.reads import Reads
@@ -70,8 +70,9 @@ class RunnerJobs(Protocol):
 
 
 #: Why a pool's own webhook secret (``spec.autoscaling.webhookSecretRef``) cannot be used, or
-#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, given by the manager).
-WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], str | None]
+#: ``None`` when it can (``runnerpool.demand.secret.PoolSecrets.problem``, or with a separate
+#: receiver ``runnerpool.demand.secret_mirror.SecretMirror.problem``; given by the manager).
+WebhookSecretCheck = Callable[[str, api.WebhookSecretRef], WebhookSecretProblem | None]
 
 
 class PoolSecrets(Protocol):
@@ -87,7 +88,7 @@ class PoolSecrets(Protocol):
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None: ...
     def retry_in(self, namespace: str, secret_name: str) -> float | None: ...
-    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None: ...
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None: ...
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class Observed:
     credentials_retry: float | None
     token_failure: RegistrationFailure | None
     runner_counts: dict[str, Any] | None
-    webhook_problem: str | None
+    webhook_problem: WebhookSecretProblem | None
 
 
 def observe(
@@ -151,7 +152,7 @@ class SecretChecks:
     """:class:`PoolSecrets` of the running operator: what a pool must keep of the user's until it
     has deregistered (its credential Secret, and the RoleBinding that lets the operator write in
     its namespace: ``runnerpool.binding_protection``), and the demand receiver's check of a pool's
-    webhook secret (``runnerpool.demand.secret.PoolSecrets.problem``)."""
+    webhook secret (:data:`WebhookSecretCheck`)."""
 
     protection: CredentialProtection
     bindings: EnablingBindings
@@ -177,5 +178,5 @@ class SecretChecks:
     def retry_in(self, namespace: str, secret_name: str) -> float | None:
         return self.protection.secrets.retry_in(namespace, secret_name)
 
-    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+    def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
         return self.webhook(namespace, ref)

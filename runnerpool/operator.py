@@ -45,9 +45,9 @@ from runnerpool.runtime.runnables import Elector, Runnable, Supervisor, schedule
 from runnerpool.runtime.workqueue import RateLimitingQueue
 from runnerpool.scheduling import background_scheduler
 from runnerpool.secret_reads import SecretReads, config_maps
-from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER, Settings
+from runnerpool.settings import WEBHOOK_RECEIVER, Settings
 from runnerpool.watches import PoolCache
-from runnerpool.webhook_component import mirror_runnables, receiver_parts, webhook_runnable
+from runnerpool.webhook_component import operator_webhook_parts, receiver_parts
 from secret_updater.updater import SecretUpdater
 
 
@@ -93,19 +93,17 @@ class Operator:
         reads = self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(reads)
         self._clients = NamedClientCache.bounded(reads.decoded, settings.github, config_maps(self._kube))
-        webhook = (
-            [webhook_runnable(settings.demand, self.informers, self._pool_secrets, self._demand.record_job)]
-            if settings.component != OPERATOR and settings.demand.webhook_port
-            else []
+        self._webhook = operator_webhook_parts(
+            settings, self.informers, self._pool_secrets, self._kube, self._demand, notify=self._queue.add
         )
         return Supervisor(
             [
                 *self._endpoints(),
-                *webhook,
+                *self._webhook.receiver,
                 Runnable("caches", self.informers.start, self.informers.stop),
                 Runnable("caches synced", self._wait_for_caches, leader_only=True),
                 *self._leader_parts(),
-                *mirror_runnables(settings.demand, self.informers, self._pool_secrets, self._kube),
+                *self._webhook.mirror,
             ],
             elector=self._elector if settings.leader_election.enabled else None,
         )
@@ -178,7 +176,7 @@ class Operator:
                 RunnerGroupGate(self._clients, settings.github.api_url),
             ),
             secrets=SecretChecks(
-                protection, EnablingBindings(self.informers, kube, access.account), self._pool_secrets.problem
+                protection, EnablingBindings(self.informers, kube, access.account), self._webhook.check
             ),
             states=self._states,
             settings=settings,

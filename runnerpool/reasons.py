@@ -96,6 +96,9 @@ class Reason(StrEnum):
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"
+    #: The secret is usable, but the copy a separate webhook receiver reads (one Secret, under
+    #: 1 MiB, shared between namespaces: ``demand.secret_mirror``) has no room for it.
+    SECRET_NOT_MIRRORED = "SecretNotMirrored"
     # --- NamespaceEnabled
     NAMESPACE_ENABLED = "NamespaceEnabled"
     NAMESPACE_NOT_ENABLED = "NamespaceNotEnabled"

@@ -14,7 +14,7 @@ from typing import Any
 
 from runnerpool import api, children, conditions, naming
 from runnerpool.autoscaling import Decision
-from runnerpool.domain import RFC3339, RegistrationFailure, parse_rfc3339
+from runnerpool.domain import RFC3339, RegistrationFailure, WebhookSecretProblem, parse_rfc3339
 from runnerpool.pods import failures
 from runnerpool.pods.scaling import PodCounts
 from runnerpool.reasons import Reason
@@ -347,7 +347,7 @@ def _scale_set_demand_condition(stamp: conditions.Stamp, pool: api.RunnerPool, n
 
 
 def webhook_secret_condition(
-    stamp: conditions.Stamp, problem: str | None, secret: str, namespace: str
+    stamp: conditions.Stamp, problem: WebhookSecretProblem | None, secret: str, namespace: str
 ) -> dict[str, Any]:
     """``problem``: why the pool's own webhook secret cannot be used, ``None`` when it can.
     The message names the URL whose deliveries are checked with it
@@ -363,9 +363,8 @@ def webhook_secret_condition(
     return stamp.condition(
         conditions.WEBHOOK_SECRET_READY,
         False,
-        Reason.SECRET_NOT_USABLE,
-        f"{problem}: webhook deliveries cannot move this pool (polling still can); create the Secret "
-        f"or fix spec.autoscaling.webhookSecretRef",
+        problem.reason,
+        f"{problem.cause}: webhook deliveries cannot move this pool (polling still can); {problem.fix}",
     )
 
 
@@ -389,7 +388,7 @@ def desired_status(
     failure: RegistrationFailure | None,
     runners: dict[str, Any] | None,
     decision: Decision | None = None,
-    webhook_secret_problem: str | None = None,
+    webhook_secret_problem: WebhookSecretProblem | None = None,
     refused: str | None = None,
     refused_reason: Reason = POD_CREATE_FAILED_REASON,
     gates: Sequence[dict[str, Any]] = (),

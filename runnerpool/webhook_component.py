@@ -35,14 +35,22 @@ from runnerpool.demand.verification import Verdict, Verifier
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import split_key
 from runnerpool.github.jobs import Job
+from runnerpool.observe import WebhookSecretCheck
 from runnerpool.runtime.informers import Enqueue, InformerSet
 from runnerpool.runtime.kube import Kube
 from runnerpool.runtime.runnables import Runnable
-from runnerpool.settings import DemandSettings, Settings
+from runnerpool.settings import OPERATOR, DemandSettings, Settings
 from runnerpool.watches import POOLS, PoolCache, pool_watches
 from runnerpool.webserver import Limits
 
-__all__ = ["ReceiverCache", "ReceiverParts", "mirror_runnables", "receiver_parts", "webhook_runnable"]
+__all__ = [
+    "OperatorWebhookParts",
+    "ReceiverCache",
+    "ReceiverParts",
+    "operator_webhook_parts",
+    "receiver_parts",
+    "webhook_runnable",
+]
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +144,35 @@ def receiver_parts(settings: Settings, api_client: client.ApiClient, kube: Kube)
     return ReceiverParts(cache, writer, parts)
 
 
-def mirror_runnables(
-    demand: DemandSettings, pools: PoolCache, secrets: PoolSecrets, kube: Kube
-) -> list[Runnable]:
-    """The operator's side: the pools' own webhook secrets copied for the receiver (leader only)."""
+@dataclass(frozen=True)
+class OperatorWebhookParts:
+    """The operator's parts of the webhook: the receiver itself under ``--component all``, the
+    copy of the pools' own webhook secrets for a separate receiver (leader only, and started
+    after the caches synced: from an empty cache the copy would be emptied), and the check of
+    a pool's own webhook secret that goes with them (with a copy, a secret left out of it for
+    want of room is a problem too)."""
+
+    receiver: list[Runnable]
+    mirror: list[Runnable]
+    check: WebhookSecretCheck
+
+
+def operator_webhook_parts(
+    settings: Settings,
+    pools: PoolCache,
+    secrets: PoolSecrets,
+    kube: Kube,
+    writer: DemandWriter,
+    *,
+    notify: Callable[[str], None],
+) -> OperatorWebhookParts:
+    """``writer`` records what the receiver verified; ``notify`` wakes a pool whose webhook
+    secret is left out of the copy, or back in."""
+    demand = settings.demand
+    in_process = settings.component != OPERATOR and bool(demand.webhook_port)
+    receiver = [webhook_runnable(demand, pools, secrets, writer.record_job)] if in_process else []
     if demand.mirror is None:
-        return []
-    mirror = SecretMirror(pools, secrets, kube, demand.mirror, interval=demand.mirror_interval)
-    return [Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)]
+        return OperatorWebhookParts(receiver, [], secrets.problem)
+    mirror = SecretMirror(pools, secrets, kube, demand.mirror, interval=demand.mirror_interval, notify=notify)
+    runnable = Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)
+    return OperatorWebhookParts(receiver, [runnable], mirror.problem)

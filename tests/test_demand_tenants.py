@@ -252,7 +252,7 @@ def test_a_missing_tenant_secret_moves_nothing_and_says_so(
     problem = PoolSecrets(by_name_reads(Kube(api_client))).problem(
         other_namespace, api.WebhookSecretRef(name="not-there")
     )
-    assert problem == f"Secret {other_namespace}/not-there not found"
+    assert problem is not None and problem.cause == f"Secret {other_namespace}/not-there not found"
 
 
 def test_two_pools_could_take_the_job_and_exactly_one_counts_it(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runnerpool import api, conditions, gates, naming, status
-from runnerpool.domain import RegistrationFailure
+from runnerpool.domain import RegistrationFailure, WebhookSecretProblem
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound
 from runnerpool.reasons import Reason
@@ -105,9 +105,8 @@ def test_a_pool_that_stops_following_demand_loses_its_demand_conditions() -> Non
         "failure": None,
         "runners": None,
     }
-    following = status.desired_status(
-        STAMP, blind, old={}, webhook_secret_problem="Secret ns/hooks not found", **inputs
-    )
+    missing = WebhookSecretProblem(Reason.SECRET_NOT_USABLE, "Secret ns/hooks not found", "create it")
+    following = status.desired_status(STAMP, blind, old={}, webhook_secret_problem=missing, **inputs)
     assert {k: v for k, v in _types(following).items() if k in ("DemandVisible", "WebhookSecretReady")} == {
         "DemandVisible": "NoDemandSource",
         "WebhookSecretReady": "SecretNotUsable",

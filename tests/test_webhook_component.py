@@ -1,4 +1,5 @@
-"""The webhook receiver's own rules: its runners told by name, its flags (issue 30)."""
+"""The webhook receiver's own rules: its runners told by name, its flags (issue 30), and the
+operator's copy of the pools' own webhook secrets that it reads."""
 
 from __future__ import annotations
 
@@ -7,15 +8,29 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.cli import parser, settings_from
+from runnerpool.conditions import Stamp
 from runnerpool.demand import rules
 from runnerpool.demand.runner_names import RunnerNames
 from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINES, PoolSecrets
-from runnerpool.demand.secret_mirror import MAX_DATA_KEY_LENGTH, SecretMirror, mirror_key
+from runnerpool.demand.secret_mirror import (
+    BUDGET,
+    MAX_DATA_KEY_LENGTH,
+    SecretMirror,
+    entry_bytes,
+    fair_share,
+    mirror_key,
+)
+from runnerpool.domain import WebhookSecretProblem
 from runnerpool.github.jobs import Job
+from runnerpool.reasons import Reason
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
+from runnerpool.status import webhook_secret_condition
+from runnerpool.webhook_component import operator_webhook_parts
+from tests.helpers import wait_for
 
 
 def test_a_pools_runner_names_are_its_own_and_no_longer_named_pools() -> None:
@@ -160,3 +175,153 @@ def test_a_sibling_pools_credential_is_no_webhook_secret_and_never_reaches_the_m
     )
     mirror = SecretMirror(_Pools(hooks), PoolSecrets(reads), None, ("ops", "hooks"))  # type: ignore[arg-type]
     assert mirror.wanted() == {}
+
+
+#: The API server's limit on a Secret's values (``api.MaxSecretSize``).
+MAX_SECRET_SIZE = 1024 * 1024
+#: A pool's own webhook secret at the per-pool bound: 8 lines, 4 KiB in all.
+AT_THE_BOUND = b"\n".join([b"x" * (MAX_POOL_SECRET_BYTES // MAX_POOL_SECRET_LINES)] * MAX_POOL_SECRET_LINES)
+
+
+class _MirrorSecret:
+    """The mirror Secret as the API server keeps it: a patch whose values pass 1 MiB is refused whole."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        return {"data": dict(self.data)}
+
+    def patch(self, resource: Any, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        new = {**self.data, **body["data"]}
+        new = {key: value for key, value in new.items() if value is not None}
+        if sum(len(base64.b64decode(value)) for value in new.values()) > MAX_SECRET_SIZE:
+            raise ApiException(status=422, reason="Unprocessable Entity")  # data: Too long
+        self.data = new
+        return {}
+
+
+class _WebhookSecrets:
+    """The by-name reader: every Secret of a namespace holds ``values[namespace]`` at its one key."""
+
+    def __init__(self, values: dict[str, bytes]) -> None:
+        self.values = values
+
+    def get(self, namespace: str, name: str, max_age: float) -> dict[str, Any]:
+        return {"metadata": {}, "data": {"webhook-secret": base64.b64encode(self.values[namespace]).decode()}}
+
+    def age(self, namespace: str, name: str) -> float | None:
+        return None
+
+
+def _own_secret_pool(namespace: str, name: str) -> api.RunnerPool:
+    """A pool naming Secret ``name`` of its namespace as its webhook secret."""
+    return api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "repository": "acme/app",
+                "autoscaling": {"maxReplicas": 1, "webhookSecretRef": {"name": name}},
+            },
+        }
+    )
+
+
+def _in_mirror(kube: _MirrorSecret, pool: api.RunnerPool) -> bool:
+    assert pool.spec.autoscaling is not None and pool.spec.autoscaling.webhook_secret_ref is not None
+    return mirror_key(pool.namespace, pool.spec.autoscaling.webhook_secret_ref) in kube.data
+
+
+def _problem(check: Any, pool: api.RunnerPool) -> WebhookSecretProblem | None:
+    assert pool.spec.autoscaling is not None and pool.spec.autoscaling.webhook_secret_ref is not None
+    return check(pool.namespace, pool.spec.autoscaling.webhook_secret_ref)  # type: ignore[no-any-return]
+
+
+def _greedy_world() -> tuple[list[api.RunnerPool], list[api.RunnerPool], _WebhookSecrets]:
+    """256 pools of namespace greedy, each naming its own Secret at the per-pool bound (over
+    1 MiB in all), and one pool each of team-a and team-b with a short secret."""
+    greedy = [_own_secret_pool("greedy", f"p{i:03}") for i in range(256)]
+    others = [_own_secret_pool("team-a", "web"), _own_secret_pool("team-b", "api")]
+    reads = _WebhookSecrets(
+        {"greedy": AT_THE_BOUND, "team-a": b"team-a's secret", "team-b": b"team-b's secret"}
+    )
+    return greedy, others, reads
+
+
+def test_one_tenant_filling_the_mirror_leaves_out_its_own_secrets_and_nobody_elses() -> None:
+    """Pools whose secrets need more than the 1 MiB the API server allows a Secret: the whole
+    patch was refused (422), so no tenant's new or rotated secret reached the receiver any
+    more, nor was a removed one taken out."""
+    greedy, others, reads = _greedy_world()
+    kube, woken = _MirrorSecret(), []
+    pools = _Pools(*others, *greedy)
+    mirror = SecretMirror(pools, PoolSecrets(reads), kube, ("ops", "hooks"), notify=woken.append)  # type: ignore[arg-type]
+    mirror.sync()
+    assert all(_in_mirror(kube, pool) and _problem(mirror.problem, pool) is None for pool in others)
+    left_out = [pool for pool in greedy if not _in_mirror(kube, pool)]
+    assert 0 < len(left_out) < 256 - 200, f"{len(left_out)} left out"
+    assert sorted(woken) == sorted(pool.key for pool in left_out), "their conditions change"
+    problem = _problem(mirror.problem, left_out[0])
+    assert problem is not None and problem.reason == Reason.SECRET_NOT_MIRRORED
+    assert "namespace greedy need" in problem.cause and "namespace greedy" in problem.fix
+
+    woken.clear()
+    reads.values["greedy"] = b"a short secret"  # the tenant shortens its secrets: all of them fit
+    mirror.sync()
+    assert all(_in_mirror(kube, pool) and _problem(mirror.problem, pool) is None for pool in greedy)
+    assert sorted(woken) == sorted(pool.key for pool in left_out), "their conditions change back"
+
+
+@pytest.mark.parametrize(
+    ("budget", "left_out"),
+    [
+        (170, set()),
+        (120, {"b2"}),
+        (90, {"b2", "c2"}),
+        (60, {"b1", "b2", "c2"}),
+        (10, {"b1", "b2", "c1", "c2"}),
+    ],
+)
+def test_the_namespace_holding_the_most_gives_up_room_first(budget: int, left_out: set[str]) -> None:
+    """a holds 10 bytes, b 100, c 60: a namespace loses an entry only while no other holds more."""
+    sizes = {"a": {"a1": 10}, "b": {"b1": 50, "b2": 50}, "c": {"c1": 30, "c2": 30}}
+    assert fair_share(sizes, budget) == left_out
+
+
+def test_within_a_namespace_the_largest_secret_goes_first() -> None:
+    """One long secret costs fewer pools their copy than many short ones."""
+    assert fair_share({"a": {"a1": 5, "a2": 40, "a3": 5}}, 30) == {"a2"}
+
+
+def test_the_copy_counts_what_the_api_server_stores() -> None:
+    """Values under the API server's 1 MiB, whatever the keys: they are stored twice, in
+    ``data`` and in ``managedFields``."""
+    assert BUDGET < MAX_SECRET_SIZE
+    longest = mirror_key("n" * 63, api.WebhookSecretRef(name="n" * 253, key="k" * 253))
+    assert entry_bytes(longest, b"s") > 2 * len(longest) + 1
+
+
+def test_the_operator_with_a_separate_receiver_shows_a_secret_left_out_of_its_copy_on_the_pool() -> None:
+    """The check behind the pools' ``WebhookSecretReady`` is the copy's when there is a copy."""
+    greedy, others, reads = _greedy_world()
+    args = ["--component", "operator", "--webhook-secret-mirror", "ops/hooks"]
+    parts = operator_webhook_parts(
+        settings_from(parser().parse_args(args)),
+        _Pools(*others, *greedy),  # type: ignore[arg-type]
+        PoolSecrets(reads),  # type: ignore[arg-type]
+        _MirrorSecret(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]  # no receiver in this process
+        notify=lambda pool: None,
+    )
+    assert parts.receiver == [] and [part.leader_only for part in parts.mirror] == [True]
+    parts.mirror[0].start()
+    try:
+        problem = wait_for(lambda: _problem(parts.check, greedy[-1]), timeout=10, message="the first copy")
+    finally:
+        parts.mirror[0].stop(5.0)
+    condition = webhook_secret_condition(
+        Stamp(1, datetime(2030, 1, 1, tzinfo=UTC)), problem, "p255", "greedy"
+    )
+    assert (condition["status"], condition["reason"]) == ("False", "SecretNotMirrored")
+    assert condition["message"].endswith("pools naming the same Secret and key share one copy)")
+    assert _problem(parts.check, others[0]) is None

@@ -32,6 +32,8 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.api_errors import describe
+from runnerpool.domain import WebhookSecretProblem
+from runnerpool.reasons import Reason
 from runnerpool.secret_reads import SecretReads
 
 __all__ = [
@@ -47,8 +49,9 @@ __all__ = [
 #: rotating, with room to spare) of at most this many bytes in all. Every line is tried as an
 #: HMAC key on every delivery that names the pool, and deliveries come from anyone on the
 #: internet: a tenant's Secret of 230,000 short lines cost 4.5 s of CPU per forged request.
-#: The bytes bound also keeps the receiver's mirror (one 1 MiB Secret for every pool) from
-#: being filled by one tenant.
+#: The receiver's copy of these secrets (one Secret under 1 MiB for every pool) is shared
+#: between namespaces (``secret_mirror.fair_share``): a tenant cannot fill it for the others
+#: with many secrets at this bound, only its own share.
 MAX_POOL_SECRET_LINES = 8
 MAX_POOL_SECRET_BYTES = 4096
 
@@ -105,13 +108,17 @@ class PoolSecrets:
     def get(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
         return self._secrets(namespace, ref, self._ttl)
 
-    def problem(self, namespace: str, ref: api.WebhookSecretRef) -> str | None:
+    def problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
         """Why ``ref`` gives no secret (for the pool's condition), ``None`` when it gives one.
 
         Read again when older than ``retry_gap``: the condition follows a Secret created or
         fixed at the pool's next reconcile, not a ``ttl`` later.
         """
-        return self._secrets(namespace, ref, self._retry_gap).problem
+        cause = self._secrets(namespace, ref, self._retry_gap).problem
+        if cause is None:
+            return None
+        fix = "create the Secret or fix spec.autoscaling.webhookSecretRef"
+        return WebhookSecretProblem(Reason.SECRET_NOT_USABLE, cause, fix)
 
     def refresh(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets | None:
         """Read again unless read within ``retry_gap``; ``None`` when not read again."""

@@ -28,8 +28,18 @@ and Secret names cannot hold ``_`` (DNS names), so the first two ``_`` split it 
 the key holds. A Secret's keys have at most 253 characters, and these three may add up to
 571: a longer one is ``<namespace>_<digest>`` (SHA-256 of the Secret's name and key), so that
 one pool's long names cannot make the whole mirror's patch fail, and every tenant's deliveries
-with it. A Secret holds 1 MiB: some 8,000 pools' own secrets of 64 bytes (a pool's is
-bounded, ``secret.MAX_POOL_SECRET_BYTES``).
+with it.
+
+Room, shared fairly: the API server refuses a Secret whose values pass 1 MiB, and one refused
+patch froze the whole copy, additions and removals, for every tenant: one tenant's 256 pools
+naming 4 KiB secrets each (``secret.MAX_POOL_SECRET_BYTES``) were enough. So the copy keeps
+to :data:`BUDGET`, counted by :func:`entry_bytes`, and when the pools' secrets need more, the
+namespace that holds the most gives up its largest secret, again and again, until they fit
+(:func:`fair_share`): a namespace loses room only while no other holds more, so a tenant who
+asks for too much leaves out its own secrets and nobody else's. The pools whose secret is
+left out say so (``WebhookSecretReady`` False, ``SecretNotMirrored``: :meth:`SecretMirror.problem`)
+and are woken when that changes. Room for some 6,000 secrets of 64 bytes under short names
+(1,600 under the longest).
 
 Timing: the leader brings the copy up to date every ``--webhook-secret-mirror-interval``;
 the pools' Secrets are read through ``secret.PoolSecrets`` (kept a minute), so a new pool's
@@ -43,9 +53,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from kubernetes.client.rest import ApiException
@@ -53,15 +64,45 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api
 from runnerpool.api_errors import describe
 from runnerpool.demand.secret import PoolSecrets, Secrets
+from runnerpool.domain import WebhookSecretProblem
+from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import SECRETS, Kube
 from runnerpool.secret_reads import SecretReads
 
-__all__ = ["MirroredSecrets", "SecretMirror", "mirror_key"]
+__all__ = ["BUDGET", "MirroredSecrets", "SecretMirror", "entry_bytes", "fair_share", "mirror_key"]
 
 log = logging.getLogger(__name__)
 
 #: The longest key a Secret's ``data`` may have (a DNS subdomain's length).
 MAX_DATA_KEY_LENGTH = 253
+#: What the copy's entries may add up to (:func:`entry_bytes`): under the API server's 1 MiB
+#: for a Secret's values (``MaxSecretSize``), with 64 KiB left for its metadata.
+BUDGET = 1024 * 1024 - 64 * 1024
+
+
+def entry_bytes(key: str, value: bytes) -> int:
+    """What one entry adds to the stored copy: its value, its key twice (in ``data`` and in the
+    ``managedFields`` that record who set it) and the framing of each, rounded up."""
+    return len(value) + 2 * len(key) + 32
+
+
+def fair_share(sizes: Mapping[str, Mapping[str, int]], budget: int) -> set[str]:
+    """The keys to leave out so that ``sizes`` (each namespace's keys and their bytes) fit in
+    ``budget``: the namespace holding the most bytes gives up its largest entry (ties: the last
+    key, then the namespace named first), until the rest fits. A namespace loses an entry only
+    while no other holds more, so what one namespace asks for never costs another its place."""
+    total = sum(sum(entries.values()) for entries in sizes.values())
+    largest_last = {ns: sorted(entries.items(), key=lambda e: (e[1], e[0])) for ns, entries in sizes.items()}
+    held = [(-sum(entries.values()), ns) for ns, entries in sizes.items()]
+    heapq.heapify(held)
+    left_out: set[str] = set()
+    while total > budget:
+        most, namespace = heapq.heappop(held)
+        key, size = largest_last[namespace].pop()
+        left_out.add(key)
+        total -= size
+        heapq.heappush(held, (most + size, namespace))
+    return left_out
 
 
 class _Pools(Protocol):
@@ -103,7 +144,9 @@ class MirroredSecrets(PoolSecrets):
 
 
 class SecretMirror:
-    """The operator's side (leader only): keeps the mirror Secret equal to the pools' secrets."""
+    """The operator's side (leader only): keeps the mirror Secret equal to the pools' secrets,
+    as far as :data:`BUDGET` goes; ``notify`` is given the key of each pool whose secret is
+    left out, or copied again."""
 
     def __init__(
         self,
@@ -113,28 +156,97 @@ class SecretMirror:
         mirror: tuple[str, str],
         *,
         interval: float = 10.0,
+        budget: int = BUDGET,
+        notify: Callable[[str], None] = lambda pool: None,
     ) -> None:
         self._pools = pools
         self._secrets = secrets
         self._kube = kube
         self._namespace, self._name = mirror
-        self._interval = interval
+        self._interval, self._budget, self._notify = interval, budget, notify
+        #: The keys the last pass left out, with what their pools' conditions say (replaced
+        #: whole, never changed in place: the reconciler's threads read it).
+        self._left_out: dict[str, WebhookSecretProblem] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="webhook-secret-mirror", daemon=True)
         self._missing_told = False
 
+    def problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
+        """The pool's ``WebhookSecretReady`` problem with a separate receiver: the Secret's own
+        (``PoolSecrets.problem``), else that the last pass had no room for it in the copy."""
+        return self._secrets.problem(namespace, ref) or self._left_out.get(mirror_key(namespace, ref))
+
     def wanted(self) -> dict[str, str]:
-        """The mirror's data: every autoscaling pool's own webhook secret that can be read."""
-        data: dict[str, str] = {}
+        """The mirror's data: every autoscaling pool's own webhook secret that can be read and
+        fits its namespace's share (:func:`fair_share`); the pools of the others are told."""
+        found, pools = self._readable()
+        sizes = {
+            ns: {key: entry_bytes(key, value) for key, value in entries.items()}
+            for ns, entries in found.items()
+        }
+        left_out = fair_share(sizes, self._budget)
+        self._tell(left_out, sizes, pools)
+        return {
+            key: base64.b64encode(value).decode()
+            for entries in found.values()
+            for key, value in entries.items()
+            if key not in left_out
+        }
+
+    def _readable(self) -> tuple[dict[str, dict[str, bytes]], dict[str, list[str]]]:
+        """Each namespace's readable webhook secrets by mirror key, and which pools name each key."""
+        found: dict[str, dict[str, bytes]] = {}
+        pools: dict[str, list[str]] = {}
         for pool in self._pools.autoscaling_pools():
             ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
-            if ref is None or mirror_key(pool.namespace, ref) in data:
+            if ref is None:
                 continue
-            found = self._secrets.get(pool.namespace, ref)
-            if found.values:
-                joined = b"\n".join(found.values)
-                data[mirror_key(pool.namespace, ref)] = base64.b64encode(joined).decode()
-        return data
+            key = mirror_key(pool.namespace, ref)
+            pools.setdefault(key, []).append(pool.key)
+            entries = found.setdefault(pool.namespace, {})
+            if key not in entries and (values := self._secrets.get(pool.namespace, ref).values):
+                entries[key] = b"\n".join(values)
+        return found, pools
+
+    def _tell(
+        self, left_out: set[str], sizes: dict[str, dict[str, int]], pools: dict[str, list[str]]
+    ) -> None:
+        """Keep why each key is left out, and wake the pools whose answer changed."""
+        problems: dict[str, WebhookSecretProblem] = {}
+        short = sorted(ns for ns, entries in sizes.items() if not left_out.isdisjoint(entries))
+        for namespace in short:
+            problem = self._no_room(namespace, sizes[namespace], left_out)
+            problems.update((key, problem) for key in sizes[namespace] if key in left_out)
+        before, self._left_out = self._left_out, problems
+        changed = sorted(
+            key for key in problems.keys() | before.keys() if problems.get(key) != before.get(key)
+        )
+        if short and changed:
+            log.warning(
+                "%d pool webhook secret(s) of namespace(s) %s left out of Secret %s/%s: "
+                "over their share of its %d bytes",
+                len(problems),
+                ", ".join(short),
+                self._namespace,
+                self._name,
+                self._budget,
+            )
+        for key in changed:
+            for pool in pools.get(key, ()):
+                self._notify(pool)
+
+    def _no_room(self, namespace: str, entries: dict[str, int], left_out: set[str]) -> WebhookSecretProblem:
+        need = sum(entries.values())
+        kept = sum(size for key, size in entries.items() if key not in left_out)
+        return WebhookSecretProblem(
+            Reason.SECRET_NOT_MIRRORED,
+            f"the copy of the pools' webhook secrets that the webhook receiver reads (Secret "
+            f"{self._namespace}/{self._name}) has no room for it: it holds {self._budget:,} bytes, shared "
+            f"between namespaces, and the webhook secrets of namespace {namespace} need {need:,} of them, "
+            f"more than their share ({kept:,} kept; the largest are left out first)",
+            f"use fewer or shorter webhook secrets in namespace {namespace} (pools naming the same Secret "
+            "and key share one copy)",
+        )
 
     def sync(self) -> None:
         """One pass: read the mirror, patch it when it differs (removed keys set to null)."""
