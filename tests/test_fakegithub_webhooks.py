@@ -89,3 +89,22 @@ def test_a_dropped_delivery_never_arrives(fake: FakeGitHub, receiver: tuple[Webh
         fake.stop_webhooks(hook)
     assert [(d.dropped, d.status) for d in hook.deliveries] == [(True, None)]
     assert received.jobs == []
+
+
+def test_two_hooks_deliver_one_event_under_one_guid(
+    fake: FakeGitHub, receiver: tuple[WebhookServer, Received]
+) -> None:
+    """GitHub's X-GitHub-Delivery is the event's, "shared with all deliveries for all webhooks
+    that subscribe to this event"; the fake gave each hook its own, so the receiver's count of
+    one event sent to two tenants' webhooks was never tried against GitHub's shape."""
+    server, _ = receiver
+    hooks = [fake.send_webhooks(f"http://127.0.0.1:{server.port}/webhook", SECRET) for _ in range(2)]
+    try:
+        fake.queue_job(REPO, ["self-hosted"], 0)
+        fake.queue_job(REPO, ["self-hosted"], 0)
+        assert all(hook.wait_idle() for hook in hooks)
+    finally:
+        for hook in hooks:
+            fake.stop_webhooks(hook)
+    first, second = ([d.guid for d in hook.deliveries] for hook in hooks)
+    assert first == second and len(set(first)) == 2, "one GUID per event, the same for each hook"

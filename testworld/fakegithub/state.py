@@ -16,6 +16,7 @@ import secrets
 import string
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -384,6 +385,8 @@ class GitHubState:
         self._generation = 0
         # Webhooks outlive reset(), like a repository's hook settings outlive its jobs.
         self._webhooks: list[Callable[[dict[str, Any]], None]] = []
+        #: ``send_webhooks``' hooks: signed deliveries over HTTP, one GUID per event for all.
+        self._senders: list[WebhookSender] = []
         # What else forgets its world on reset() (the scale set service), called after it.
         self._reset_hooks: list[Callable[[], None]] = []
         # Told of every job change under the lock (the scale set service follows its jobs).
@@ -836,18 +839,21 @@ class GitHubState:
         """From now on, deliver a signed ``workflow_job`` event to ``url`` whenever a job is
         queued, starts or completes (see ``webhooks``); ``stop_webhooks`` ends it."""
         sender = WebhookSender(url, secret)
-        self.on_job_event(sender)
+        with self._lock:
+            self._senders.append(sender)
         return sender
 
     def stop_webhooks(self, sender: WebhookSender) -> None:
-        self.remove_job_event(sender)
+        with self._lock:
+            if sender in self._senders:
+                self._senders.remove(sender)
         sender.close()
 
     def _job_event(self, job: Job) -> None:
         """A job changed state (under the lock): queue its delivery to every webhook."""
         for follow in self._job_hooks:
             follow(job)
-        if not self._webhooks:
+        if not self._webhooks and not self._senders:
             return
         bases = self._bases()
         repository = repository_json(bases, job.repo)
@@ -855,6 +861,9 @@ class GitHubState:
         payload = workflow_job_payload(job.status, job_json(bases, job), repository, sender)
         for hook in self._webhooks:
             hook(payload)
+        event = str(uuid.uuid4())  # one GUID per event, every hook's delivery of it
+        for webhook in self._senders:
+            webhook(payload, event)
 
     def _bases(self) -> Bases:
         """Where links in job and run bodies point; `FakeGitHub` points them at itself."""

@@ -2,7 +2,8 @@
 
 GitHub's webhook documentation ("Webhook events and payloads", "Validating webhook
 deliveries"): a ``POST`` with ``Content-Type: application/json``, the event name in
-``X-GitHub-Event``, a GUID per delivery in ``X-GitHub-Delivery``, the hook's id in
+``X-GitHub-Event``, the event's GUID in ``X-GitHub-Delivery`` ("shared with all deliveries for
+all webhooks that subscribe to this event": two hooks get one GUID), the hook's id in
 ``X-GitHub-Hook-ID``, ``User-Agent: GitHub-Hookshot/<id>``, and the HMAC-SHA256 of the
 body with the hook's secret as ``X-Hub-Signature-256: sha256=<hex>`` (and the legacy
 SHA-1 one in ``X-Hub-Signature``). A ``workflow_job`` payload carries ``action``
@@ -96,10 +97,11 @@ class WebhookSender:
         for thread in self._threads:
             thread.start()
 
-    def __call__(self, payload: dict[str, Any]) -> None:
-        """Queue the delivery of one event (called by the fake under its lock: never blocks)."""
+    def __call__(self, payload: dict[str, Any], guid: str | None = None) -> None:
+        """Queue the delivery of one event (called by the fake under its lock: never blocks);
+        ``guid``: the event's, which every hook's delivery of it shares (a new one if not given)."""
         job = payload["workflow_job"]
-        delivery = Delivery(guid=str(uuid.uuid4()), action=payload["action"], job_id=int(job["id"]))
+        delivery = Delivery(guid=guid or str(uuid.uuid4()), action=payload["action"], job_id=int(job["id"]))
         drop = self.drop
         with self._lock:
             self.deliveries.append(delivery)
