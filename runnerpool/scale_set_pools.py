@@ -304,7 +304,7 @@ def assemble(
     enabled namespaces that the allow-list admits (``allowed``), writing ``status.scaleSet``;
     the session owner is the leader's identity (else the host name, as ARC's listener pod's)."""
     policy = scale_set_policy(settings.github)
-    clients = ScaleSetClients(rest, wire=lambda: Wire(policy))
+    clients = ScaleSetClients(rest, wire=lambda: Wire(policy), hosts=settings.github.hosts.hosts)
     listeners = ScaleSetListeners(
         listened_pools(reads, settings.github.pool_ref, allowed),
         listener_factory(

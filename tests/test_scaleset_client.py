@@ -24,6 +24,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, MalformedResponse, RateLimited, Unavailable
 from runnerpool.github.types import DeleteOutcome, RegistrationToken
 from runnerpool.reads import ParsedPool
+from runnerpool.reasons import Reason
 from runnerpool.scale_set_pools import ScaleSetRunnerRemoval
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.connection import ActionsConnection
@@ -33,6 +34,7 @@ from runnerpool.scaleset.errors import (
     RunnerExists,
     RunnerGroupNotFound,
     RunnerNotFound,
+    ScaleSetError,
     ScaleSetNotFound,
     SessionConflict,
 )
@@ -191,6 +193,73 @@ def test_an_admin_token_without_expiry_is_malformed(world: World) -> None:
         registration(rsps, token="not-a-jwt")
         with pytest.raises(Exception, match="not a JWT"):
             world.client.runner(5)
+
+
+#: Service URLs a hostile answer for api.github.com (a tenant's spec.proxy and
+#: spec.githubServerTLS can give one) names: an internal service, plain http to GitHub's own
+#: domain, a look-alike host, GitHub's domain on another port.
+NOT_THE_SERVICE = [
+    "http://10.0.0.5:8080/internal/",
+    "http://pipelines.actions.githubusercontent.com/AbC/",
+    "https://pipelines.actions.githubusercontent.com.evil.example/AbC/",
+    "https://pipelines.actions.githubusercontent.com:8443/AbC/",
+    "https://metadata.internal/",
+    "https://[::1/",
+]
+
+
+@pytest.mark.parametrize("url", NOT_THE_SERVICE)
+def test_a_service_url_that_is_not_githubs_actions_service_is_refused_unsent(world: World, url: str) -> None:
+    with Mock() as rsps:
+        rsps.post(API + "/actions/runner-registration", json={"url": url, "token": ADMIN})
+        with pytest.raises(MalformedResponse, match="not called") as raised:
+            world.client.runner_group("default")
+    assert [call.request.url for call in rsps.kept] == [API + "/actions/runner-registration"]
+    assert raised.value.reason == Reason.MALFORMED_RESPONSE
+    assert any(why in str(raised.value) for why in ("not https", "not GitHub's Actions service", "not a URL"))
+
+
+GHES = "https://ghe.example.com/api/v3"
+
+
+@pytest.mark.parametrize(
+    ("api", "service", "hosts"),
+    [
+        (API, "https://pipelinesghubeus6.actions.githubusercontent.com/AbC/", ()),
+        (GHES, "https://ghe.example.com/_services/pipelines/AbC/", ()),
+        (GHES, "https://actions.ghe.example.com/AbC/", ("actions.ghe.example.com:443",)),
+        ("http://127.0.0.1:8081", "http://127.0.0.1:8081/_actions/", ()),  # the test world's GitHub
+    ],
+)
+def test_githubs_actions_service_the_pools_own_github_and_allowed_hosts_are_called(
+    api: str, service: str, hosts: tuple[str, ...]
+) -> None:
+    wire = Wire(Policy(retries=0))
+    token = RegistrationToken("AABF3JGZDX3P5PMEXLND6TS6FCWO1", datetime.fromtimestamp(NOW + 3600, UTC))
+    connection = ActionsConnection(api, CONFIG_URL, lambda: token, wire, clock=lambda: NOW, hosts=hosts)
+    with Mock() as rsps:
+        rsps.post(api + "/actions/runner-registration", json={"url": service, "token": ADMIN})
+        rsps.get(service + "_apis/distributedtask/pools/0/agents/5", json={"id": 5, "name": "r-5"})
+        assert ScaleSetClient(connection, wire).runner(5).name == "r-5"
+
+
+def test_an_actions_service_redirect_is_not_followed(world: World) -> None:
+    with Mock(assert_all_requests_are_fired=False) as rsps:
+        registration(rsps)
+        rsps.get(AGENTS + "/5", status=302, headers={"Location": "http://10.0.0.5:8080/internal"})
+        rsps.get("http://10.0.0.5:8080/internal", json={"id": 5, "name": "internal"})
+        with pytest.raises(ScaleSetError, match="HTTP 302"):
+            world.client.runner(5)
+    assert "http://10.0.0.5:8080/internal" not in [call.request.url for call in rsps.kept]
+
+
+def test_a_message_queue_url_that_is_not_githubs_actions_service_is_refused_unpolled(world: World) -> None:
+    hostile = {**session_json("queue-1"), "messageQueueUrl": "http://10.0.0.5:8080/queue?sessionId=s"}
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.post(SCALE_SETS + "/7/sessions", json=hostile)
+        with pytest.raises(MalformedResponse, match="not https; not called"):
+            MessageSession.open(world.client, 7, "runnerpool-0")
 
 
 def test_scale_set_lookup_create_update_delete(world: World) -> None:

@@ -15,6 +15,9 @@ then drops the scale set client built on the old one (its admin token was traded
 credential), as ``ClientCache`` drops its own. A Secret that cannot be turned into a client
 raises ``CredentialError`` every time, as ``ClientCache.get`` does.
 
+The Actions service URL an answer names must be GitHub's (``connection.ServiceHosts``): the
+cache's ``hosts`` are ``--github-api-host``'s, where an installation's service may also live.
+
 The Actions service calls take the pool's connection as its REST calls do: the REST client's
 ``route`` (``spec.githubServerTLS``'s CA bundle and ``spec.proxy``, ``runnerpool.github.route``)
 is given to the client's ``Wire``. ``ClientCache`` makes a new REST client when the route
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -89,7 +92,7 @@ class _Entry:
 
 class ScaleSetClients:
     """Thread-safe; ``wire``: makes the transport of each new client (tests inject a clock or
-    sleeps through it)."""
+    sleeps through it); ``hosts``: ``--github-api-host``'s ``HOST:PORT`` values."""
 
     def __init__(
         self,
@@ -97,9 +100,11 @@ class ScaleSetClients:
         *,
         wire: Callable[[], Wire] = Wire,
         max_entries: int = MAX_CLIENTS,
+        hosts: Iterable[str] = (),
     ) -> None:
         self._rest = rest
         self._wire = wire
+        self._hosts = tuple(hosts)
         self._max = max_entries
         self._lock = threading.Lock()
         self._entries: OrderedDict[_Key, _Entry] = OrderedDict()
@@ -120,7 +125,9 @@ class ScaleSetClients:
             wire = self._wire()
             if isinstance(rest, _Routed):
                 wire.take_route(rest.route)
-            connection = ActionsConnection(pool.api_url, config_url(pool), from_rest(rest, pool.scope), wire)
+            connection = ActionsConnection(
+                pool.api_url, config_url(pool), from_rest(rest, pool.scope), wire, hosts=self._hosts
+            )
             client = ScaleSetClient(connection, wire)
             self._entries[key] = _Entry(rest, client)
             self._entries.move_to_end(key)

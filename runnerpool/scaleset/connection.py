@@ -13,6 +13,19 @@ everywhere yet).
 The registration token comes from a callable: the REST client's path
 (``from_rest``, ``GitHubClient.registration_token``, PAT or App alike) or anything a test or
 the operator injects. Neither token is ever logged or put into a message.
+
+**The service URL is checked before anything is sent to it** (``ServiceHosts``). It comes from
+an answer, and a tenant who sets ``spec.proxy`` and ``spec.githubServerTLS`` can answer for
+api.github.com itself: an unchecked URL let it aim the operator's pod at any address, an
+internal ``http://`` service included (``noProxy`` sends it there directly), and read the
+status code back from the pool's conditions. So the URL must be ``https`` on GitHub's Actions
+service: a host under ``actions.githubusercontent.com`` (what github.com answers:
+``https://pipelines.actions.githubusercontent.com/<id>``, ``pipelinesghubeus<N>....``), the
+pool's own GitHub (a GHES serves it on its own host, ``https://<host>/_services/pipelines/<id>``;
+the pool's API origin is trusted as it is, so the test world's ``http`` GitHub works), or a
+``--github-api-host``. Anything else is refused as a malformed answer, unsent. The message
+session's queue URL (``runnerpool.scaleset.session``) comes from an answer too and is held to
+the same rule, and no Actions service request follows a redirect (``runnerpool.scaleset.wire``).
 """
 
 from __future__ import annotations
@@ -23,22 +36,34 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runnerpool.domain import Scope
+from runnerpool.domain import Scope, web_url_for
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
 from runnerpool.scaleset.errors import error_for, malformed
 from runnerpool.scaleset.wire import Wire
+from runnerpool.tenants import url_host
 
-__all__ = ["API_VERSION", "ActionsConnection", "Admin", "from_rest", "token_expiry"]
+__all__ = [
+    "ACTIONS_SERVICE_DOMAIN",
+    "API_VERSION",
+    "ActionsConnection",
+    "Admin",
+    "ServiceHosts",
+    "from_rest",
+    "token_expiry",
+]
 
 #: Every Actions service call names this version (``?api-version=``).
 API_VERSION = "6.0-preview"
 #: Trade for a new admin token this long before the current one expires.
 REFRESH_MARGIN = 60.0
+
+#: github.com's Actions service: the URLs its answers name are on hosts under this domain.
+ACTIONS_SERVICE_DOMAIN = "actions.githubusercontent.com"
 
 RegistrationTokens = Callable[[], RegistrationToken]
 
@@ -61,6 +86,53 @@ def token_expiry(token: str) -> float | None:
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
     return float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else None
+
+
+#: At most this much of a refused host goes into a message (a condition's, in the end).
+_SHOWN = 128
+
+
+def _origin(url: str) -> tuple[str, str]:
+    """Scheme and ``HOST:PORT`` (the port spelled out), lower case."""
+    return urllib.parse.urlsplit(url).scheme.lower(), url_host(url)
+
+
+@dataclass(frozen=True)
+class ServiceHosts:
+    """Where one pool's Actions service may be (the module docstring says why it is checked).
+
+    ``api_url``: the pool's GitHub API, already allowed (``runnerpool.tenants.GitHubHosts``);
+    its origin and its web origin are the pool's own GitHub. ``hosts``: ``--github-api-host``'s
+    ``HOST:PORT`` values, for an installation whose Actions service lives elsewhere."""
+
+    api_url: str
+    hosts: frozenset[str] = frozenset()
+
+    def problem(self, url: str) -> str | None:
+        """Why ``url`` is not the pool's Actions service (``None``: it is); names the host only."""
+        try:
+            parsed = urllib.parse.urlsplit(url)
+        except ValueError:  # an unclosed IPv6 bracket, say
+            return "the Actions service URL is not a URL"
+        if _origin(url) in {_origin(self.api_url), _origin(web_url_for(self.api_url))}:
+            return None  # the pool's own GitHub, as its REST calls reach it
+        if parsed.scheme.lower() != "https":
+            return "the Actions service URL is not https"
+        host = (parsed.hostname or "").lower()
+        github = host == ACTIONS_SERVICE_DOMAIN or host.endswith("." + ACTIONS_SERVICE_DOMAIN)
+        if (github and url_host(url) == f"{host}:443") or url_host(url) in self.hosts:
+            return None
+        return (
+            f"the Actions service URL's host {url_host(url)[:_SHOWN]} is not GitHub's Actions service "
+            f"(*.{ACTIONS_SERVICE_DOMAIN}, the pool's GitHub host, or a --github-api-host)"
+        )
+
+    def checked(self, what: str, url: str) -> str:
+        """``url`` when it is the pool's Actions service; raises ``MalformedResponse`` else."""
+        problem = self.problem(url)
+        if problem is not None:
+            raise malformed(what, f"{problem}; not called")
+        return url
 
 
 @dataclass(frozen=True)
@@ -88,10 +160,14 @@ class ActionsConnection:
         wire: Wire,
         *,
         clock: Callable[[], float] = time.time,
+        hosts: Iterable[str] = (),
     ) -> None:
+        """``hosts``: ``--github-api-host``'s ``HOST:PORT`` values (``ServiceHosts``)."""
         self.api_url = api_url.rstrip("/")
         #: The web URL of the repository, organization or enterprise (``Scope.html_url``).
         self.config_url = config_url
+        #: Where the service URLs that answers name may point (checked before any call).
+        self.service_hosts = ServiceHosts(self.api_url, frozenset(hosts))
         self._registration_token = registration_token
         self._wire = wire
         self._clock = clock
@@ -135,6 +211,7 @@ class ActionsConnection:
         token = data.get("token") if isinstance(data, dict) else None
         if not isinstance(url, str) or not url or not isinstance(token, str) or not token:
             raise malformed(what, "no service url or no token in the answer")
+        self.service_hosts.checked(what, url)
         expires_at = token_expiry(token)
         if expires_at is None:
             raise malformed(what, "the admin token is not a JWT with an expiry")

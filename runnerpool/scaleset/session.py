@@ -17,6 +17,9 @@ The protocol (``session_client.go`` and ``listener/listener.go`` of actions/scal
 * A message not acknowledged is delivered again; the caller acknowledges only after the
   message's effect is recorded, and passes the last id it processed so nothing counts twice.
 * ``DELETE .../sessions/{sessionId}`` (204) on shutdown lets the next owner in at once.
+
+The queue's URL comes from the answer, so it is checked as the service URL is
+(``connection.ServiceHosts``) before the first poll.
 """
 
 from __future__ import annotations
@@ -165,7 +168,7 @@ class MessageSession:
                 )
                 client.wire.sleep(conflict_wait)
                 continue
-            return cls(client, scale_set_id, parse(Session, data, what))
+            return cls(client, scale_set_id, _session(client, data, what))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     @property
@@ -184,7 +187,7 @@ class MessageSession:
         with self._lock:
             path = f"{SCALE_SETS}/{self.scale_set_id}/sessions/{self._session.session_id}"
             data = self._client.call("PATCH", path, what=what, not_found=SessionNotFound)
-            self._session = parse(Session, data, what)
+            self._session = _session(self._client, data, what)
             return self._session
 
     def close(self) -> None:
@@ -295,6 +298,14 @@ class MessageSession:
         if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
             raise malformed(what, "no list of acquired ids")
         return list(value)
+
+
+def _session(client: ScaleSetClient, data: Any, what: str) -> Session:
+    """The session an answer holds, its queue URL held to the service URL's rule: polls,
+    acknowledgements and their status codes go there (``connection.ServiceHosts``)."""
+    session = parse(Session, data, what)
+    client.connection.service_hosts.checked(what, session.message_queue_url)
+    return session
 
 
 def _checked(what: str, answer: A) -> A:

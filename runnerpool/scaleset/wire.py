@@ -226,11 +226,14 @@ class Wire:
     def _request(
         self, method: str, url: str, headers: Mapping[str, str], *, body: Any, seconds: float, cap: int
     ) -> requests.Response:
-        """One attempt through ``requests`` and the bounded adapter, on the pool's route."""
+        """One attempt through ``requests`` and the bounded adapter, on the pool's route. No
+        redirect is followed: a redirect would reach a URL nobody checked (the service URL is,
+        ``connection.ServiceHosts``), so a 3xx is the answer the caller judges, as the poll
+        loop's is."""
         routed = self.route.used() if self.route is not None else contextlib.nullcontext()
         with routed, self._transport.deadline(seconds, cap):
             answer: requests.Response = self._session.request(
-                method, url, headers=headers, json=body, timeout=seconds
+                method, url, headers=headers, json=body, timeout=seconds, allow_redirects=False
             )
         return answer
 
