@@ -159,6 +159,9 @@ class Reason(StrEnum):
     #: Another owner (another operator replica or installation) holds the scale set's message
     #: session; the listener asks again until it is freed.
     SCALE_SET_SESSION_HELD = "ScaleSetSessionHeld"
+    #: Another live pool of this operator names the same scale set and has it (it was made
+    #: first): this pool's listener makes no call until that pool is being deleted.
+    SCALE_SET_HELD_BY_ANOTHER_POOL = "ScaleSetHeldByAnotherPool"
     #: The Actions service or GitHub did not answer usably (5xx, connection errors, timeouts,
     #: rate limits, malformed answers); the listener backs off and tries again.
     SCALE_SET_UNREACHABLE = "ScaleSetUnreachable"

@@ -18,7 +18,11 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
 * :class:`PoolScaleSets` — what the reconciler asks: a listener for a pool it saw, and, as the
   finalizer's last GitHub act, the pool's listener stopped (so nothing creates the scale set
   again) and its scale set deleted: the one the status recorded and the one of its name in its
-  runner group (the status may lag), each gone already being done.
+  runner group (the status may lag), each gone already being done, unless another live pool
+  names it (:class:`ScaleSetClaims`).
+* :class:`ScaleSetClaims` — which of several live pools naming one scale set has it: a user
+  renames a pool, or moves it to another namespace, keeping ``spec.scaleSet.name`` (the
+  workflows' ``runs-on``), so for a while two pools name one scale set.
 
 Labels: the scale set carries ``<namespace>/<pool>`` besides ``spec.labels``: GitHub lists a
 scale set's runners, with its labels, in the scope's runner listing, where the runner managers
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runnerpool import api, naming
-from runnerpool.domain import PoolRef
+from runnerpool.domain import PoolRef, api_url_key
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.reads import ParsedPool
@@ -53,6 +57,7 @@ from runnerpool.settings import GitHubSettings, Settings
 __all__ = [
     "LISTENER_CREDENTIALS",
     "PoolScaleSets",
+    "ScaleSetClaims",
     "ScaleSetJitConfigs",
     "ScaleSetParts",
     "ScaleSetRunnerRemoval",
@@ -223,6 +228,79 @@ def _remove_runner(client: ScaleSetClient, runner_id: int) -> DeleteOutcome:
     return DeleteOutcome.DELETED
 
 
+#: What tells one scale set from another: the GitHub API, the scope, the runner group and the
+#: name (unique within a group), names case-folded (GitHub compares them so).
+_ScaleSetIdentity = tuple[str, str, str, str]
+
+
+def _identity(pool: PoolRef, runner_group: str | None, name: str) -> _ScaleSetIdentity:
+    group = runner_group or DEFAULT_RUNNER_GROUP
+    return api_url_key(pool.api_url), pool.scope.key, group.casefold(), name.casefold()
+
+
+class ScaleSetClaims:
+    """Which live pool has a scale set that several name.
+
+    Why: a user renames a pool, or moves it to another namespace, keeping ``spec.scaleSet.name``
+    (the workflows' ``runs-on`` names it): the new pool adopts the scale set, and the old pool's
+    finalizer deleted it, with the new pool's runners and their jobs. And two live pools sharing
+    one would take the session from each other and rewrite its labels in turn. So:
+
+    * ``others``: a pool's deletion leaves its scale set on GitHub while another live pool
+      names it (``PoolScaleSets.delete``); that pool has it next.
+    * ``holder``: of the live pools naming one scale set, the one made first (creation time,
+      then ``namespace/name``) has it; the others' listeners ask GitHub nothing and show
+      ``ScaleSetHeldByAnotherPool`` until it is being deleted, then adopt the scale set.
+
+    Live: listed by the listeners' ``pools()`` (``listened_pools``: a namespace the operator may
+    write in, a scope the allow-list admits) and not being deleted; a pool the operator never
+    listens for takes nothing from another. Told from this operator's cache alone, not from the
+    scale set's labels on GitHub: a GHES without custom scale-set labels keeps none to tell by,
+    and they name the old pool until the new pool's listener has run, so deleting by them would
+    delete in that window and, once the new pool had relabelled it and was deleted before its
+    listener ran again, leave a scale set no pool names on GitHub for good. Another installation
+    listening on the same scale set is not seen (it shows as ``ScaleSetSessionHeld``).
+    """
+
+    def __init__(
+        self,
+        pools: Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]],
+        reads: ScaleSetPoolReads,
+    ) -> None:
+        self._pools = pools
+        self._reads = reads
+
+    def others(self, pool: PoolRef, runner_group: str | None, name: str) -> list[str]:
+        """``namespace/name`` of the live pools besides ``pool`` that name the same scale set."""
+        return [
+            naming.pool_runner_label(*key)
+            for key in self._rivals((pool.namespace, pool.name), _identity(pool, runner_group, name))
+        ]
+
+    def holder(self, settings: ScaleSetSettings) -> str | None:
+        """``ScaleSetListener``'s ``holder``: the pool that has the scale set ``settings`` name,
+        when it is another one (``namespace/name``); None when this pool may have it."""
+        mine: PoolKey = (settings.pool.namespace, settings.pool.name)
+        rivals = self._rivals(mine, _identity(settings.pool, settings.runner_group, settings.name))
+        first = min([mine, *rivals], key=self._made)
+        return None if first == mine else naming.pool_runner_label(*first)
+
+    def _rivals(self, mine: PoolKey, identity: _ScaleSetIdentity) -> list[PoolKey]:
+        return [
+            key
+            for key, settings in self._pools()
+            if key != mine
+            and not settings.deleting
+            and _identity(settings.pool, settings.runner_group, settings.name) == identity
+        ]
+
+    def _made(self, key: PoolKey) -> tuple[str, PoolKey]:
+        """The order pools were made in: creation time (RFC 3339 in UTC sorts as text), then key."""
+        parsed = self._reads.pool(*key)
+        meta = {} if parsed is None else parsed.raw.get("metadata") or {}
+        return str(meta.get("creationTimestamp") or ""), key
+
+
 class PoolScaleSets:
     """``PoolJobs.scale_sets``: the reconciler's two asks of the scale-set side. ``listen``: a
     scale-set pool it saw should have a listener (the listeners sync at once when it has none,
@@ -230,11 +308,16 @@ class PoolScaleSets:
     scale set again, then delete the pool's scale set."""
 
     def __init__(
-        self, clients: ScaleSetClients, listeners: ScaleSetListeners, reads: ScaleSetPoolReads
+        self,
+        clients: ScaleSetClients,
+        listeners: ScaleSetListeners,
+        reads: ScaleSetPoolReads,
+        claims: ScaleSetClaims,
     ) -> None:
         self._clients = clients
         self._listeners = listeners
         self._reads = reads
+        self._claims = claims
 
     def listen(self, namespace: str, name: str) -> None:
         if self._listeners.listener((namespace, name)) is None:
@@ -242,7 +325,8 @@ class PoolScaleSets:
 
     def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
         """Delete the scale set the status recorded (``scale_set_id``) and the one of the pool's
-        name in its runner group, each gone already being done.
+        name in its runner group, each gone already being done; none while another live pool
+        names that scale set (``ScaleSetClaims``: it is that pool's now, with its runners).
 
         Why by name too: the status may not have the id yet (the pool deleted before the
         listener's write of it), or an old one (the scale set deleted on GitHub and made again
@@ -250,27 +334,43 @@ class PoolScaleSets:
         left registered. The listener stops first (and is not started again, ``stop_pool``):
         otherwise it could make the scale set again just after it was deleted."""
         self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT)
+        named = self._scale_set_named(pool)
+        others = [] if named is None else self._claims.others(pool, *named)
+        if named is not None and others:
+            log.info(
+                "pool %s: scale set %r is left on GitHub: pool(s) %s name it too",
+                pool.key,
+                named[1],
+                ", ".join(others),
+            )
+            return
         client = self._clients.get(pool)
-        named = self._named(client, pool)
-        for gone in dict.fromkeys(found for found in (scale_set_id, named) if found):
+        found = None if named is None else self._found(client, *named)
+        for gone in dict.fromkeys(one for one in (scale_set_id, found) if one):
             try:
                 client.delete_scale_set(gone)
             except ScaleSetNotFound:
                 continue  # gone already: what the deletion wanted
 
-    def _named(self, client: ScaleSetClient, pool: PoolRef) -> int | None:
-        """The id of the scale set of the pool's ``spec.scaleSet.name`` in its runner group on
-        GitHub; None when there is none (or no such group, or no readable spec to name it)."""
+    def _scale_set_named(self, pool: PoolRef) -> tuple[str | None, str] | None:
+        """The pool's ``spec.runnerGroup`` and ``spec.scaleSet.name``; None when its spec is not
+        readable (its scale set is then deleted by the recorded id only)."""
         parsed = self._reads.pool(pool.namespace, pool.name)
         spec = None if parsed is None or parsed.model is None else parsed.model.spec
         if spec is None or spec.scale_set is None:
             log.warning("pool %s: no readable spec.scaleSet; its scale set is deleted by id only", pool.key)
             return None
+        return spec.runner_group, spec.scale_set.name
+
+    @staticmethod
+    def _found(client: ScaleSetClient, runner_group: str | None, name: str) -> int | None:
+        """The id of the scale set of that name in that runner group on GitHub; None when there
+        is none (or no such group)."""
         try:
-            group = client.runner_group(spec.runner_group or DEFAULT_RUNNER_GROUP)
+            group = client.runner_group(runner_group or DEFAULT_RUNNER_GROUP)
         except RunnerGroupNotFound:
             return None  # a scale set lives in its group: none there
-        found = client.scale_set(group.id, spec.scale_set.name)
+        found = client.scale_set(group.id, name)
         return None if found is None else found.id
 
 
@@ -305,18 +405,21 @@ def assemble(
     the session owner is the leader's identity (else the host name, as ARC's listener pod's)."""
     policy = scale_set_policy(settings.github)
     clients = ScaleSetClients(rest, wire=lambda: Wire(policy), hosts=settings.github.hosts.hosts)
+    listened = listened_pools(reads, settings.github.pool_ref, allowed)
+    claims = ScaleSetClaims(listened, reads)
     listeners = ScaleSetListeners(
-        listened_pools(reads, settings.github.pool_ref, allowed),
+        listened,
         listener_factory(
             clients,
             StatusSink(kube, reads),
             owner=settings.leader_election.identity or socket.gethostname(),
+            holder=claims.holder,
         ),
         resume=resumed_view(reads),
     )
     return ScaleSetParts(
         ScaleSetJitConfigs(clients),
         ScaleSetRunnerRemoval(reads, clients),
-        PoolScaleSets(clients, listeners, reads),
+        PoolScaleSets(clients, listeners, reads, claims),
         listeners,
     )

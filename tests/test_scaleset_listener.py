@@ -25,16 +25,18 @@ from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
-from runnerpool.scale_set_pools import PoolScaleSets, status_of
+from runnerpool.scale_set_pools import PoolScaleSets, ScaleSetClaims, listened_pools, status_of
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
 from runnerpool.scaleset.fake import FakeSink
 from runnerpool.scaleset.listener import (
     CALL_WORKERS,
+    Holder,
     ScaleSetListener,
     ScaleSetSettings,
     ScaleSetView,
     Timing,
+    alone,
     desired_scale_set,
 )
 from runnerpool.scaleset.poller import PollAnswer
@@ -120,7 +122,9 @@ class World:
         given: dict[str, Any] = {"labels": ("gpu",), "max_runners": 5} | changes
         return ScaleSetSettings(self.pool, NAME, **given)
 
-    def listener(self, resume: ScaleSetView | None = None, **changes: Any) -> ScaleSetListener:
+    def listener(
+        self, resume: ScaleSetView | None = None, holder: Holder = alone, **changes: Any
+    ) -> ScaleSetListener:
         settings = self.settings(**changes)
         made = ScaleSetListener(
             settings,
@@ -129,6 +133,7 @@ class World:
             OWNER,
             resume=resume,
             timing=TIMING,
+            holder=holder,
         )
         self.listeners.append(made)
         made.start()
@@ -594,20 +599,50 @@ def test_listeners_follow_the_pools_and_stop_with_the_operator(world: World) -> 
 
 
 class PoolReads:
-    """``ScaleSetPoolReads.pool`` for the world's one pool (``spec.scaleSet.name`` = NAME)."""
+    """``ScaleSetPoolReads`` of the world's pool (``spec.scaleSet.name`` = NAME), made at
+    ``MADE``, and of the pools ``add`` makes."""
+
+    MADE = "2026-06-01T12:00:00Z"
 
     def __init__(self, **spec: Any) -> None:
+        self.parsed: dict[PoolKey, ParsedPool] = {}
+        self.add(NS, POOL, **spec)
+
+    def add(self, namespace: str, name: str, made: str = MADE, deleting: bool = False, **spec: Any) -> None:
         given = {"scaleSet": {"name": NAME}, "autoscaling": {"maxReplicas": 5}} | spec
-        raw = pool_manifest(POOL, org=ORG, **given)
-        self.parsed = ParsedPool(raw, api.RunnerPool.model_validate(raw))
+        raw = pool_manifest(name, org=ORG, **given)
+        raw["metadata"].update(namespace=namespace, creationTimestamp=made)
+        if deleting:
+            raw["metadata"]["deletionTimestamp"] = "2026-06-02T12:00:00Z"
+        self.parsed[(namespace, name)] = ParsedPool(raw, api.RunnerPool.model_validate(raw))
 
     def pool(self, namespace: str, name: str) -> ParsedPool | None:
-        return self.parsed if (namespace, name) == (NS, POOL) else None
+        return self.parsed.get((namespace, name))
+
+    def scale_set_pools(self) -> list[api.RunnerPool]:
+        return [parsed.model for parsed in self.parsed.values() if parsed.model is not None]
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        parsed = self.pool(namespace, name)
+        return None if parsed is None else parsed.raw
 
 
-def pool_scale_sets(world: World, listeners: ScaleSetListeners | None = None, **spec: Any) -> PoolScaleSets:
+def claims(world: World, reads: PoolReads) -> ScaleSetClaims:
+    """The assembly's claims: the pools the listeners would serve (all of ``reads``, on the
+    world's GitHub)."""
+
+    def pool_ref(pool: api.RunnerPool, credentials: str) -> PoolRef:
+        return PoolRef(pool.namespace, pool.name, pool.scope, "github-credentials", api_url=world.fake.url)
+
+    return ScaleSetClaims(listened_pools(reads, pool_ref, lambda pool: True), reads)
+
+
+def pool_scale_sets(
+    world: World, listeners: ScaleSetListeners | None = None, reads: PoolReads | None = None, **spec: Any
+) -> PoolScaleSets:
     listeners = listeners or ScaleSetListeners(lambda: [], lambda settings, view: None)  # type: ignore[arg-type,return-value]
-    return PoolScaleSets(world.clients, listeners, PoolReads(**spec))  # type: ignore[arg-type]
+    reads = reads or PoolReads(**spec)
+    return PoolScaleSets(world.clients, listeners, reads, claims(world, reads))
 
 
 def test_deleting_a_pool_deletes_its_scale_set_by_name_when_the_status_id_is_an_old_one(world: World) -> None:
@@ -655,6 +690,71 @@ def test_deleting_a_pool_stops_its_listener_first_so_none_makes_the_scale_set_ag
     time.sleep(0.3)  # a listener would have made it again by now
     assert listeners.listening() == {} and world.service.scale_set(NAME) is None
     assert listeners.stop(10)
+
+
+@pytest.mark.parametrize(
+    "old", [(NS, "linux-old"), ("team-b", POOL)], ids=["renamed", "moved to another namespace"]
+)
+def test_deleting_an_old_pool_leaves_the_scale_set_a_live_pool_naming_it_listens_on(
+    world: World, old: PoolKey
+) -> None:
+    """The user made the new pool with the old one's spec.scaleSet.name (the workflows' runs-on),
+    then deleted the old one: its finalizer deleted the scale set, the new pool's runners and
+    their jobs with it."""
+    reads = PoolReads()
+    reads.add(*old, made="2026-05-01T12:00:00Z", deleting=True)
+    world.listener(holder=claims(world, reads).holder)
+    view = world.listening()
+    world.runner(view.scale_set_id, "linux-aaaaa")
+    old_ref = PoolRef(*old, Scope(organization=ORG), "github-credentials", api_url=world.fake.url)
+
+    pool_scale_sets(world, reads=reads).delete(old_ref, view.scale_set_id)
+
+    assert world.service.scale_set(NAME) is not None, "the new pool's scale set was deleted"
+    assert world.service.sessions(view.scale_set_id) == [OWNER]
+    assert [runner["runnerName"] for runner in world.service.runners(NAME)] == ["linux-aaaaa"]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"deleting": True},
+        {"runnerGroup": "other-group"},
+        {"scaleSet": {"name": "another-scale-set"}},
+    ],
+    ids=["being deleted too", "another runner group", "another name"],
+)
+def test_a_pool_naming_no_scale_set_another_live_pool_names_deletes_its_own(
+    world: World, other: dict[str, Any]
+) -> None:
+    reads = PoolReads()
+    reads.add("team-b", "other", **other)
+    world.client.create_scale_set(desired_scale_set(world.settings(), 1, "default"))
+    pool_scale_sets(world, reads=reads).delete(world.pool, None)
+    assert world.service.scale_set(NAME) is None
+
+
+def test_a_pool_naming_the_scale_set_an_older_live_pool_has_waits_for_it_asking_github_nothing(
+    world: World,
+) -> None:
+    """Two live pools sharing one scale set take its session from each other and relabel it in
+    turn: the one made first keeps it, the other says so and takes it over once that one is
+    being deleted (which leaves the scale set on GitHub)."""
+    reads = PoolReads()
+    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z")
+    world.listener(holder=claims(world, reads).holder)
+
+    held = world.wait(lambda v: v.problem is not None, latest=True)
+    assert held.problem is not None
+    reason, message = held.problem
+    assert reason == Reason.SCALE_SET_HELD_BY_ANOTHER_POOL and "team-b/linux-old" in message
+    assert held.scale_set_id == 0 and status_of(held)["id"] is None, "its pods would get JIT configs"
+    assert [call for call in world.calls if call[0] != "PUBLISH"] == [], "it asked GitHub"
+    assert world.service.scale_set(NAME) is None
+
+    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z", deleting=True)
+    view = world.listening()
+    assert world.service.scale_set(NAME) is not None and view.scale_set_id
 
 
 def test_the_later_view_of_one_scale_set_is_resumed() -> None:

@@ -25,11 +25,15 @@ target, bench/README.md), RSS +41 MiB instead of +81, 12-13 threads instead of 1
 The script (after actions/scaleset ``listener/listener.go`` and ARC's ``cmd/ghalistener``; facts
 only, no code copied):
 
-1. **Ensure the scale set**: the runner group by name (``spec.runnerGroup``, else the default
-   group), the scale set by name in it, created when absent (labels: its name and the pool's
-   extra labels; runners ephemeral, ``disableUpdate``), updated when its labels drifted. Its id
-   is published at once. A scale set whose id differs from the one the pool's status recorded
-   (deleted and created again) starts afresh: its jobs and runners are its own.
+1. **Ensure the scale set**, unless another pool has it (``holder``: the operator's assembly
+   says which of several live pools naming one scale set may; the others make no call and show
+   ``ScaleSetHeldByAnotherPool``, asking again every ``conflict_wait``, and hold no scale set
+   id, so none of their pods gets a JIT config): the runner group by name
+   (``spec.runnerGroup``, else the default group), the scale set by name in it, created when
+   absent (labels: its name and the pool's extra labels; runners ephemeral, ``disableUpdate``),
+   updated when its labels drifted. Its id is published at once. A scale set whose id differs
+   from the one the pool's status recorded (deleted and created again) starts afresh: its jobs
+   and runners are its own.
 2. **Open the message session** as ``owner`` (the operator's identity). Every session starts
    at message 0, as upstream's listener starts each at ``lastMessageID`` 0: message ids are
    the queue's, not the pool's, and an id carried over from an old session (the status's
@@ -96,12 +100,14 @@ from runnerpool.scaleset.types import (
 __all__ = [
     "CALL_WORKERS",
     "DEFAULT_TIMING",
+    "Holder",
     "Problem",
     "ScaleSetListener",
     "ScaleSetSettings",
     "ScaleSetView",
     "Timing",
     "ViewSink",
+    "alone",
     "desired_scale_set",
 ]
 
@@ -170,6 +176,11 @@ class ScaleSetSettings:
     deleting: bool = False
 
 
+#: Which other pool (``namespace/name``) has the scale set these settings name; None: this one
+#: may have it (``runnerpool.scale_set_pools.ScaleSetClaims.holder``).
+Holder = Callable[[ScaleSetSettings], str | None]
+
+
 @dataclass(frozen=True)
 class Timing:
     """Waits between attempts; tests shorten them."""
@@ -230,6 +241,19 @@ class _Stopped(Exception):  # noqa: N818 - a signal, not a failure
     """The listener was asked to stop while it worked."""
 
 
+class _HeldByAnotherPool(Exception):  # noqa: N818 - a refusal, not a failure
+    """Another live pool names the same scale set and has it (``Holder``)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def alone(settings: ScaleSetSettings) -> str | None:
+    """The ``Holder`` of a listener no other pool competes with: nobody else has its scale set."""
+    return None
+
+
 @dataclass
 class _Open:
     """The session being held, for ``stop`` to delete from another thread."""
@@ -246,6 +270,7 @@ class ScaleSetListener:
     credential takes effect (``ScaleSetClients.get``); ``resume``: the view the pool's status
     holds (or the previous listener's), None for a new pool. An admin token GitHub revoked
     before its expiry is traded again by the client itself (``ActionsConnection.renew``).
+    ``holder``: asked before each attempt whether another pool has the scale set.
     The three methods and the properties may be called from any thread."""
 
     def __init__(
@@ -257,9 +282,11 @@ class ScaleSetListener:
         *,
         resume: ScaleSetView | None = None,
         timing: Timing = DEFAULT_TIMING,
+        holder: Holder = alone,
     ) -> None:
         self.settings = settings
         self._client = client
+        self._holder = holder
         self._sink = sink
         self._owner = owner
         self._timing = timing
@@ -366,12 +393,18 @@ class ScaleSetListener:
         if self._polling is not None:
             self._polling.cancel()
 
-    def _failed(self, exc: Exception, failures: int) -> float:
-        """Show what went wrong; the wait before the next attempt."""
-        name = self.settings.name
-        backoff = self._timing.backoff(failures)
+    def _held(self, exc: Exception) -> float | None:
+        """When another pool has the scale set, or another listener its session: show it; the
+        wait before asking again (theirs to end, so no backoff). None for any other failure."""
+        name, wait = self.settings.name, self._timing.conflict_wait
+        if isinstance(exc, _HeldByAnotherPool):
+            self._give_up_scale_set(
+                f"pool {exc.holder} names scale set {name!r} too and has it (it was made first); "
+                f"this pool takes the scale set over once that pool is being deleted, which then "
+                f"leaves it on GitHub; asking again every {wait:g} s"
+            )
+            return wait
         if isinstance(exc, SessionConflict):
-            wait = self._timing.conflict_wait
             self._show(
                 Reason.SCALE_SET_SESSION_HELD,
                 f"another listener holds the message session of scale set {name!r}: another operator "
@@ -379,6 +412,15 @@ class ScaleSetListener:
                 f"session nobody polls within minutes); asking again every {wait:g} s",
             )
             return wait
+        return None
+
+    def _failed(self, exc: Exception, failures: int) -> float:
+        """Show what went wrong; the wait before the next attempt."""
+        name = self.settings.name
+        backoff = self._timing.backoff(failures)
+        held = self._held(exc)
+        if held is not None:
+            return held
         if isinstance(exc, ScaleSetNotFound):
             log.info("scale set %r is gone on GitHub; creating it again", name)
             with self._lock:
@@ -431,6 +473,14 @@ class ScaleSetListener:
             return  # shown already; a message that only differs in its wait is not worth a write
         self._publish(replace(view, problem=(reason, message)), quiet=True)
 
+    def _give_up_scale_set(self, message: str) -> None:
+        """Show ``ScaleSetHeldByAnotherPool`` with no scale set id, jobs or runners: they are the
+        other pool's, and without an id the pool's pods get no JIT config from its scale set."""
+        log.warning("scale set %r: %s", self.settings.name, message)
+        held = ScaleSetView(problem=(Reason.SCALE_SET_HELD_BY_ANOTHER_POOL, message))
+        if self.view != held:
+            self._publish(held, quiet=True)
+
     def _publish(self, view: ScaleSetView, *, quiet: bool = False) -> bool:
         pool = self.settings.pool
         try:
@@ -445,8 +495,12 @@ class ScaleSetListener:
         return True
 
     def _ensure(self, client: ScaleSetClient) -> int:
-        """The scale set as the settings want it; its id, published."""
+        """The scale set as the settings want it; its id, published. Nothing is asked of GitHub
+        while another pool has it (``_HeldByAnotherPool``)."""
         settings = self.settings
+        holder = self._holder(settings)
+        if holder is not None:
+            raise _HeldByAnotherPool(holder)
         group = client.runner_group(settings.runner_group or DEFAULT_RUNNER_GROUP)
         wanted = desired_scale_set(settings, group.id, group.name)
         found = client.scale_set(group.id, settings.name)

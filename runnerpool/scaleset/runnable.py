@@ -39,11 +39,13 @@ from runnerpool.runtime.runnables import Runnable
 from runnerpool.scaleset.clients import ScaleSetClients
 from runnerpool.scaleset.listener import (
     DEFAULT_TIMING,
+    Holder,
     ScaleSetListener,
     ScaleSetSettings,
     ScaleSetView,
     Timing,
     ViewSink,
+    alone,
 )
 
 __all__ = ["Listener", "PoolKey", "ScaleSetListeners", "later", "listener_factory"]
@@ -80,9 +82,14 @@ class Listener(Protocol):
 
 
 def listener_factory(
-    clients: ScaleSetClients, sink: ViewSink, owner: str, timing: Timing = DEFAULT_TIMING
+    clients: ScaleSetClients,
+    sink: ViewSink,
+    owner: str,
+    timing: Timing = DEFAULT_TIMING,
+    holder: Holder = alone,
 ) -> Callable[[ScaleSetSettings, ScaleSetView | None], Listener]:
-    """``make`` for ``ScaleSetListeners``: listeners whose client comes from ``clients``."""
+    """``make`` for ``ScaleSetListeners``: listeners whose client comes from ``clients``;
+    ``holder``: which other pool has a listener's scale set (``alone``: none ever does)."""
 
     def make(settings: ScaleSetSettings, resume: ScaleSetView | None) -> Listener:
         return ScaleSetListener(
@@ -92,6 +99,7 @@ def listener_factory(
             owner,
             resume=resume,
             timing=timing,
+            holder=holder,
         )
 
     return make
