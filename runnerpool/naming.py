@@ -9,6 +9,8 @@ nothing of the operator.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "BUSY_ANNOTATIONS",
     "BUSY_DISRUPTION_BUDGET",
@@ -25,6 +27,7 @@ __all__ = [
     "CREDENTIAL_VALUE",
     "CREDENTIAL_VOLUMES",
     "DEFAULT_CREDENTIAL_SECRET",
+    "GENERATED_NAME_SUFFIX",
     "JIT_MOUNT_DIR",
     "JIT_RUNNER_ID_ANNOTATION",
     "JIT_SECRET_ANNOTATION",
@@ -56,9 +59,11 @@ __all__ = [
     "WORK_DIR",
     "WORK_VOLUME",
     "disruption_budget_name",
+    "is_pool_runner_label",
     "jit_secret_name",
     "pool_runner_label",
     "runner_account_name",
+    "runner_pod_name_pattern",
     "runner_pod_prefix",
     "token_secret_name",
 ]
@@ -196,6 +201,22 @@ def runner_pod_prefix(pool: str) -> str:
     return f"{pool}-"
 
 
+#: What the API server appends to a ``generateName``: five of its consonants and digits. It cuts
+#: a longer prefix to 58 characters first; a pool's name has at most 35 (``api``'s
+#: ``MAX_POOL_NAME_LENGTH``), so its pods are named ``<pool>-`` and these five, exactly.
+GENERATED_NAME_SUFFIX = "[a-z0-9]{5}"
+
+
+def runner_pod_name_pattern(pool: str) -> re.Pattern[str]:
+    """What pool ``pool``'s runner pods, and so their runners, are named (``fullmatch`` it).
+
+    The suffix's fixed length keeps the pools of one namespace apart, where a prefix alone
+    would not: pool ``a``'s ``a-x1y2z`` is not pool ``a-x1y2z``'s (``a-x1y2z-`` and five more),
+    and pool ``a-b``'s ``a-b-x1y2z`` is not pool ``a``'s. Pools of one name in two namespaces
+    have one pattern: the name does not tell them apart."""
+    return re.compile(re.escape(runner_pod_prefix(pool)) + GENERATED_NAME_SUFFIX)
+
+
 def disruption_budget_name(pool: str) -> str:
     """The per-pool budget of operator versions before 0.3 (the shared one replaced it)."""
     return f"runnerpool-{pool}-busy"
@@ -204,3 +225,9 @@ def disruption_budget_name(pool: str) -> str:
 def pool_runner_label(namespace: str, pool: str) -> str:
     """GitHub label that ties a runner to its pool: namespaces make pool names unique."""
     return f"{namespace}/{pool}"
+
+
+def is_pool_runner_label(label: str) -> bool:
+    """Whether ``label`` is some pool's ``pool_runner_label``: the CRD refuses ``/`` in
+    ``spec.labels``, so only the operator's own label has one."""
+    return "/" in label

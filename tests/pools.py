@@ -93,6 +93,11 @@ class LiveReader:
         found = self._custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
         return [parse_pool(raw) for raw in found["items"]]
 
+    def scale_set_pools(self) -> list[api.RunnerPool]:
+        found = self._custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL)
+        models = (parse_pool(raw).model for raw in found["items"])
+        return [model for model in models if model is not None and model.spec.scale_set is not None]
+
 
 def autoscaling_of(raws: Iterable[dict[str, Any]]) -> list[api.RunnerPool]:
     """``Reads.autoscaling_pools`` of a live listing, for any scopes: every valid autoscaling

@@ -63,13 +63,13 @@ class Cache:
     pools: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
 
-    def add(self, name: str, **spec: Any) -> PoolRef:
+    def add(self, name: str, namespace: str = NS, **spec: Any) -> PoolRef:
         manifest = pool_manifest(name, **spec)
-        manifest["metadata"].update(namespace=NS, uid=f"uid-{name}", generation=1)
+        manifest["metadata"].update(namespace=namespace, uid=f"uid-{name}", generation=1)
         pool = api.RunnerPool.model_validate(manifest)
-        self.pools[(NS, name)] = manifest
+        self.pools[(namespace, name)] = manifest
         return PoolRef(
-            namespace=NS,
+            namespace=namespace,
             name=name,
             scope=Scope(organization=pool.spec.organization, repository=pool.spec.repository),
             credential_secret_name=pool.spec.credential_secret_name,
@@ -82,6 +82,10 @@ class Cache:
 
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         return self.pods.get((namespace, pool), [])
+
+    def scale_set_pools(self) -> list[api.RunnerPool]:
+        models = (parse_pool(raw).model for raw in self.pools.values())
+        return [model for model in models if model is not None and model.spec.scale_set is not None]
 
 
 @dataclass
@@ -310,6 +314,52 @@ def test_a_scale_set_pools_runners_are_counted_where_github_kept_only_the_scale_
     assert [name for name, patch in pods.patched if patch["metadata"]["labels"].get(BUSY_LABEL)] == [
         "arc-aaaaa"
     ]
+
+
+def test_an_offline_scale_set_runner_whose_pod_is_gone_is_collected_where_github_kept_no_pool_label(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """Its pod was force-deleted (or its node lost): no pod of its name is left to find it by, so
+    it is the pool's by its name's shape, ``arc-`` and five characters, which no other pool of
+    the namespace has (``arc-b-ccccc`` is pool ``arc-b``'s, ``arc-fffff-ggggg`` pool
+    ``arc-fffff``'s); a runner GitHub keeps another pool's label on is that pool's."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(1, "arc-aaaaa", ["my-scale-set"])
+    endpoint.add(2, "arc-bbbbb", ["my-scale-set"], status="offline")
+    endpoint.add(3, "arc-b-ccccc", ["my-scale-set"], status="offline")
+    endpoint.add(4, "arc-ddddd", ["my-scale-set", "team-b/arc"], status="offline")
+    endpoint.add(5, "other-eeeee", ["my-scale-set"], status="offline")
+    endpoint.add(6, "arc-fffff-ggggg", ["my-scale-set"], status="offline")
+    scale_set = {"scaleSet": {"name": "my-scale-set"}, "autoscaling": {"maxReplicas": 3}}
+    ref = harness.cache.add("arc", org="octo-org", **scale_set)
+    harness.cache.pods[(NS, "arc")] = [{"metadata": {"name": "arc-aaaaa", "uid": "uid-arc-aaaaa"}}]
+    harness.managers.start(ref)
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert endpoint.deleted == [(2, 204)]
+    counts = harness.managers.counts(NS, "arc")
+    assert counts is not None and (counts.online, counts.offline) == (1, 1)
+
+
+def test_a_scale_set_runner_named_like_a_namesake_pools_is_left_to_its_pods(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """A pool of the same name in another namespace with a scale set of the same name (moved
+    there keeping both, or in another runner group) names its runners the same way: without a
+    pool label, only a runner named after one of the pool's own pods is told to be its."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(2, "arc-bbbbb", ["my-scale-set"], status="offline")
+    scale_set = {"scaleSet": {"name": "my-scale-set"}, "autoscaling": {"maxReplicas": 3}}
+    ref = harness.cache.add("arc", org="octo-org", **scale_set)
+    harness.cache.add("arc", namespace="team-b", org="octo-org", **scale_set)
+    harness.managers.start(ref)
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert endpoint.deleted == []
+    counts = harness.managers.counts(NS, "arc")
+    assert counts is not None and counts.offline == 0
 
 
 def test_a_credential_that_cannot_see_the_scope_does_not_blind_the_others(

@@ -2,7 +2,7 @@
 not read pods.
 
 A pool's runners register under their pod's name, ``<pool>-`` and the five characters the API
-server draws for a ``generateName`` (``naming.runner_pod_prefix``). The operator tells a
+server draws for a ``generateName`` (``naming.runner_pod_name_pattern``). The operator tells a
 pool's runners by its pods (``DemandWriter``'s default); the receiver, whose account reads
 no pods (issue 30: the internet-facing part holds no power), tells them by that shape. The
 fixed length keeps pools of one namespace apart: pool ``a``'s ``a-x1y2z`` is not pool
@@ -14,22 +14,18 @@ length too long, never a job lost); the leader's poll, which reads pods, does no
 
 from __future__ import annotations
 
-import re
 from collections.abc import Container
 
 from runnerpool import naming
 
 __all__ = ["RunnerNames", "by_name"]
 
-#: What the API server appends to a ``generateName``: five of its consonants and digits.
-_GENERATED = "[a-z0-9]{5}"
-
 
 class RunnerNames(Container[str]):
     """The runner names pool ``pool`` may have: ``name in RunnerNames(pool)``."""
 
     def __init__(self, pool: str) -> None:
-        self._pattern = re.compile(re.escape(naming.runner_pod_prefix(pool)) + _GENERATED)
+        self._pattern = naming.runner_pod_name_pattern(pool)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._pattern.fullmatch(name) is not None

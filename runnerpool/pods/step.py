@@ -52,10 +52,6 @@ class Converged:
     retry_in: float | None = None
 
 
-#: The suffix the API server appends to a ``generateName`` (five of its consonants and digits).
-_GENERATED_SUFFIX = "[a-z0-9]{5}"
-
-
 #: Status codes of a pod refused as written: 400 (strict decoding: an unknown field), 422 (invalid).
 _POD_INVALID = frozenset({400, 422})
 
@@ -68,7 +64,7 @@ def refusal(err: ApiException, pool: str) -> str:
     every time: one Event counting the attempts, one condition message, no status write.
     """
     prefix = naming.runner_pod_prefix(pool)
-    return re.sub(rf'"{re.escape(prefix)}{_GENERATED_SUFFIX}"', f'"{prefix}*"', describe(err))
+    return re.sub(rf'"{re.escape(prefix)}{naming.GENERATED_NAME_SUFFIX}"', f'"{prefix}*"', describe(err))
 
 
 class PodStep:

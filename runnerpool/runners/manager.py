@@ -259,7 +259,7 @@ class RunnerManagers:
         parsed = self._pools.pool(pool.namespace, pool.name)
         if parsed is None or parsed.model is None:
             return snapshot.of_pool(pool.namespace, pool.name)
-        return _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods))
+        return _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods), self._pools)
 
     def _delete_drained_pods(
         self, pool: PoolRef, pods: list[dict[str, Any]], runners: list[Runner], snapshot: Snapshot
@@ -449,7 +449,7 @@ class RunnerManagers:
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
-        runners = _runners_of(pool, snapshot, (pod.name for pod in pods))
+        runners = _runners_of(pool, snapshot, (pod.name for pod in pods), self._pools)
         self._publish(ref, runner_counts(runners))
         todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
@@ -535,11 +535,38 @@ class RunnerManagers:
         return delay
 
 
-def _runners_of(pool: api.RunnerPool, snapshot: Snapshot, pod_names: Iterable[str]) -> list[Runner]:
+def _runners_of(
+    pool: api.RunnerPool, snapshot: Snapshot, pod_names: Iterable[str], reads: Reads
+) -> list[Runner]:
     """The pool's runners in ``snapshot`` (a scale-set pool's by name too: ``of_scale_set_pool``)."""
-    if pool.spec.scale_set is None:
+    scale_set = pool.spec.scale_set
+    if scale_set is None:
         return snapshot.of_pool(pool.namespace, pool.name)
-    return snapshot.of_scale_set_pool(pool.namespace, pool.name, pool.spec.scale_set.name, pod_names)
+    return snapshot.of_scale_set_pool(
+        pool.namespace,
+        pool.name,
+        scale_set.name,
+        pod_names,
+        lambda: not _has_namesake(pool, scale_set.name, reads),
+    )
+
+
+def _has_namesake(pool: api.RunnerPool, scale_set: str, reads: Reads) -> bool:
+    """Whether a cached scale-set pool of another namespace has the pool's name and a scale set
+    of the same name (on any GitHub and scope: rare, so judged broadly). Its runners are named
+    and labelled as the pool's would be (a runner's name is its pod's, which carries no
+    namespace), so the name's shape would take them for the pool's: a pool moved to another
+    namespace keeping its name and ``spec.scaleSet.name``, or two namespaces' pools of one name
+    in two runner groups, where GitHub keeps no pool label. Then only runners named after one of
+    the pool's own pods are its."""
+    name = scale_set.casefold()
+    return any(
+        other.name == pool.name
+        and other.namespace != pool.namespace
+        and other.spec.scale_set is not None
+        and other.spec.scale_set.name.casefold() == name
+        for other in reads.scale_set_pools()
+    )
 
 
 def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple[int, int]:
