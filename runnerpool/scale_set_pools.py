@@ -204,9 +204,10 @@ class ScaleSetRunnerRemoval:
         self._clients = clients
 
     def remover(self, pool: PoolRef) -> Callable[[int], DeleteOutcome] | None:
-        """None also when the pool's credential Secret cannot be read: the runner managers then
-        delete by REST with the last client that worked for it (a Secret deleted before it was
-        protected), which beats leaving the runners registered."""
+        """None also when the pool's credential Secret, or the CA bundle or proxy login it names,
+        cannot be read: the runner managers then delete by REST with the last client that worked
+        for it (a Secret deleted before it was protected, a namespace's deletion taking its
+        ConfigMaps and Secrets), which beats leaving the runners registered."""
         parsed = self._reads.pool(pool.namespace, pool.name)
         if parsed is None or parsed.model is None or parsed.model.spec.scale_set is None:
             return None
@@ -344,7 +345,7 @@ class PoolScaleSets:
                 ", ".join(others),
             )
             return
-        client = self._clients.get(pool)
+        client = self._clients.get(pool, tearing_down=True)
         found = None if named is None else self._found(client, *named)
         for gone in dict.fromkeys(one for one in (scale_set_id, found) if one):
             try:

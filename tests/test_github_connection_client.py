@@ -10,17 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
+from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 
+from runnerpool import api
 from runnerpool.domain import Connection, PoolRef, ProxyRef, Scope
 from runnerpool.github.credentials import MAX_CA_BUNDLE_CHARS, ClientCache, CredentialError
 from runnerpool.github.errors import Unavailable
 from runnerpool.github.route import MAX_CA_FILES, Route
+from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
+from runnerpool.runners.manager import RunnerManagers
+from runnerpool.scale_set_pools import PoolScaleSets
 from runnerpool.scaleset.clients import ScaleSetClients
+from runnerpool.scaleset.runnable import ScaleSetListeners
+from runnerpool.scaleset.types import RunnerScaleSet
+from runnerpool.settings import RunnerSettings
 from tests.github_mocks import fast_client_factory
+from tests.pools import pool_manifest
+from tests.test_runner_listing import NS, Cache, Pods
 from testworld.connect_proxy import ConnectProxy
 from testworld.envtest.certs import PrivateServer, private_server
 from testworld.fakegithub.server import FakeGitHub
@@ -225,3 +237,89 @@ def test_ca_bundle_files_are_bounded_and_a_route_gets_its_file_back(pki: Private
 
     again = routes[0].verify
     assert again == paths[0] and Path(again).read_text().rstrip().endswith("# rotation 0")
+
+
+class _Namespace:
+    """A namespace's Secrets and ConfigMaps as the operator's readers see them: what its
+    deletion removes is gone, except the credential Secret (credential protection holds it)."""
+
+    def __init__(self, pki: PrivateServer, proxy: ConnectProxy) -> None:
+        self.secrets: dict[str, Mapping[str, str]] = {
+            "cred": {"token": PAT},
+            "proxy-login": {"username": PROXY_LOGIN[0], "password": PROXY_LOGIN[1]},
+        }
+        self.config_maps: dict[str, Mapping[str, str]] = {"ghes-ca": {"ca.crt": pki.ca_pem}}
+        self.clients = ClientCache(
+            lambda ns, name: self.secrets.get(name) if ns == NS else None,
+            factory=fast_client_factory,
+            read_config_map=lambda ns, name: self.config_maps.get(name) if ns == NS else None,
+        )
+        self.connection = Connection(
+            ca=("ConfigMap", "ghes-ca", "ca.crt"), proxies=(ProxyRef("https", proxy.url, "proxy-login"),)
+        )
+
+    def pool(self, name: str, url: str) -> PoolRef:
+        """The pool's ref, its client made as the pool's token job and listings made it."""
+        ref = PoolRef(NS, name, ORG, "cred", api_url=url, connection=self.connection)
+        self.clients.get(NS, "cred", url, self.connection)
+        # Another pool of the namespace, on the operator's own route, used the Secret since:
+        # its client (which cannot reach this GHES) is not the one the deleted pool gets.
+        self.clients.get(NS, "cred", url)
+        return ref
+
+    def delete(self, gone: str) -> None:
+        """The namespace controller deletes the namespace's ConfigMaps and Secrets."""
+        self.config_maps.pop(gone, None)
+        self.secrets.pop(gone, None)
+
+
+@pytest.mark.parametrize("gone", ["ghes-ca", "proxy-login"])
+def test_a_pool_whose_namespace_deletion_took_its_ca_or_proxy_login_still_deregisters_its_runners(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy, gone: str
+) -> None:
+    """Before, the drain raised GitHubConnectionConfigMissing, and the finalizer waited
+    --credential-lost-wait and let the pool go with its runners registered."""
+    namespace, cache = _Namespace(pki, proxy), Cache()
+    cache.add("build", org="octo-org")
+    ref = namespace.pool("build", ghes.url)
+    ghes.register_runner("octo-org", "build-aaaaa", [f"{NS}/build"])
+    managers = RunnerManagers(
+        cache,
+        namespace.clients,
+        Pods(),  # type: ignore[arg-type]
+        lambda key: None,
+        settings=RunnerSettings(sync_interval=60),
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
+    )
+    namespace.delete(gone)
+    with pytest.raises(CredentialError):
+        namespace.clients.get(NS, "cred", ghes.url, namespace.connection)
+    tunnels = proxy.count()
+
+    drained = managers.drain(ref)
+
+    assert drained.deregistered == 1 and ghes.runners("octo-org") == []
+    assert proxy.count() > tunnels and not proxy.refused, "through the pool's proxy, with its login"
+
+
+def test_a_scale_set_pool_whose_namespace_deletion_took_its_proxy_login_still_deletes_its_scale_set(
+    pki: PrivateServer, ghes: FakeGitHub, proxy: ConnectProxy
+) -> None:
+    namespace = _Namespace(pki, proxy)
+    ref = namespace.pool("arc", ghes.url)
+    scale_sets = ScaleSetClients(namespace.clients)
+    client = scale_sets.get(ref)
+    group = client.runner_group("default")
+    made = client.create_scale_set(RunnerScaleSet(name="arc-linux", runner_group_id=group.id))
+    raw = pool_manifest("arc", org="octo-org", scaleSet={"name": "arc-linux"}, autoscaling={"maxReplicas": 2})
+
+    class Reads:
+        def pool(self, ns: str, name: str) -> ParsedPool | None:
+            return ParsedPool(raw, api.RunnerPool.model_validate(raw))
+
+    listeners: Any = ScaleSetListeners(lambda: [], lambda settings, view: None)  # type: ignore[arg-type,return-value]
+    namespace.delete("proxy-login")
+
+    PoolScaleSets(scale_sets, listeners, Reads()).delete(ref, made.id)  # type: ignore[arg-type]
+
+    assert ghes.scale_sets.scale_set("arc-linux") is None

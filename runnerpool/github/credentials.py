@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
-from runnerpool.domain import DEFAULT_API_URL, Connection, pool_key, resolve_api_url, with_userinfo
-from runnerpool.github.protocol import GitHubClient
+from runnerpool.domain import DEFAULT_API_URL, Connection, PoolRef, pool_key, resolve_api_url, with_userinfo
+from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.github.route import Route
 from runnerpool.reasons import Reason
 from runnerpool.tenants import GitHubHosts
@@ -50,6 +50,7 @@ __all__ = [
     "SecretReader",
     "bounded_factory",
     "client_from_secret_data",
+    "teardown_client",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,11 @@ class KeepsLastGoodClient(Protocol):
     """A client source that can still hand out a client whose Secret has disappeared."""
 
     def last_good(
-        self, namespace: str, secret_name: str, base_url: str | None = None
+        self,
+        namespace: str,
+        secret_name: str,
+        base_url: str | None = None,
+        connection: Connection | None = None,
     ) -> GitHubClient | None: ...
 
 
@@ -278,6 +283,8 @@ def _fingerprint(data: Mapping[str, str]) -> str:
 class _Entry:
     fingerprint: str
     client: GitHubClient
+    #: What the client's route was read from (``last_good`` hands out a pool's own route only).
+    connection: Connection | None = None
 
 
 class ClientCache:
@@ -372,7 +379,7 @@ class ClientCache:
                 client.take_route(route)
             if entry is not None:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
-            self._entries[key] = _Entry(fingerprint, client)
+            self._entries[key] = _Entry(fingerprint, client, connection)
             self._entries.move_to_end(key)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)  # in-flight calls keep their client alive
@@ -422,17 +429,26 @@ class ClientCache:
             raise CredentialError.connection_missing(f"{kind} {namespace}/{name} named by {field} {state}")
         return value
 
-    def last_good(self, namespace: str, secret_name: str, base_url: str | None = None) -> GitHubClient | None:
-        """The last client built from the Secret, even if the Secret is gone now (or ``None``).
+    def last_good(
+        self,
+        namespace: str,
+        secret_name: str,
+        base_url: str | None = None,
+        connection: Connection | None = None,
+    ) -> GitHubClient | None:
+        """The last client built from the Secret for ``connection``, even if the Secret, or the
+        CA bundle or proxy login ``connection`` names, is gone now (or ``None``).
 
         For deregistering a deleted pool's runners: the credentials that worked a moment
-        ago are better than none, and GitHub still says whether they do. The latest used of
-        the Secret's clients (one per CA bundle and proxy the pool had) is the pool's.
+        ago are better than none, and GitHub still says whether they do. Only a client built
+        for the pool's own connection is handed out: another pool's CA bundle and proxy (or the
+        operator's own) may not reach the pool's GitHub, and a route is not swapped behind a
+        pool's back. The latest used of them (one per CA bundle and proxy content) is the pool's.
         """
         url = self._allowed_url(base_url)
         with self._lock:
             for (ns, name, found_url, _), entry in reversed(self._entries.items()):
-                if (ns, name, found_url) == (namespace, secret_name, url):
+                if (ns, name, found_url, entry.connection) == (namespace, secret_name, url, connection):
                     return entry.client
         return None
 
@@ -456,3 +472,35 @@ class NamedClientCache(ClientCache):
         if isinstance(github, _Nameable):
             github.name_credential(pool_key(namespace, secret_name))
         return github
+
+
+#: What a deleted pool's teardown works around with the last client that worked for it: its
+#: credential Secret gone, or the ConfigMap or Secret its ``spec.githubServerTLS`` or
+#: ``spec.proxy`` names. Deleting a namespace deletes all of them while its pools' finalizers
+#: still need them; only the credential Secret is held back (``runnerpool.credential_protection``).
+_GONE = frozenset({CredentialError.MISSING, Reason.GITHUB_CONNECTION_CONFIG_MISSING})
+
+
+def teardown_client(clients: GitHubClients, pool: PoolRef) -> GitHubClient:
+    """The client that deregisters a deleted pool's runners and deletes its scale set: the
+    pool's own, or, when a Secret or ConfigMap it is built from is gone (``_GONE``), the last
+    one that worked for the pool (``ClientCache.last_good``).
+
+    Before, only a missing credential Secret fell back: a namespace deleted with a pool that
+    sets ``spec.proxy`` or ``spec.githubServerTLS`` lost the proxy login or CA bundle with it,
+    the drain raised ``GitHubConnectionConfigMissing``, and the finalizer waited
+    ``--credential-lost-wait`` and let the pool go with its runners registered. Raises the
+    ``CredentialError`` when there is no such client (none was built since the operator
+    started): the finalizer then waits for the credential as before (``runnerpool.deregistration``).
+    """
+    secret, url = pool.credential_secret_name, pool.api_url
+    try:
+        return clients.get(pool.namespace, secret, url, pool.connection)
+    except CredentialError as err:
+        if err.reason not in _GONE or not isinstance(clients, KeepsLastGoodClient):
+            raise
+        last = clients.last_good(pool.namespace, secret, url, pool.connection)
+        if last is None:
+            raise
+        log.info("pool %s: %s; using the last GitHub client that worked for it", pool.key, err.message)
+        return last

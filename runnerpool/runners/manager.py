@@ -48,7 +48,7 @@ from runnerpool import api, autoscaling, log_context
 from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
-from runnerpool.github.credentials import CredentialError, KeepsLastGoodClient
+from runnerpool.github.credentials import CredentialError, teardown_client
 from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome, Runner
@@ -228,7 +228,10 @@ class RunnerManagers:
         refusal = self._backoff.refusal(key)
         if refusal is not None:
             raise refusal
-        github = self._deregistration_client(pool)
+        # Credential protection keeps the Secret while the pool needs it; what it cannot keep
+        # (a Secret deleted before it was protected, the CA bundle or proxy login a deleted
+        # namespace took along) is served by the last client that worked for the pool.
+        github = teardown_client(self._clients, pool)
         # The pod cache can only lag behind deletions, so "none left" is never early; read
         # before the listing, so that the listing that confirms "none left" started later.
         pods = self._pools.list_pods(pool.namespace, pool.name)
@@ -289,29 +292,6 @@ class RunnerManagers:
     def delete_leftover(self, github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
         """A JIT fill's leftover runner (``runnerpool.runners.leftovers``), deleted the pool's way."""
         return delete_leftover_runner(github, pool, name, removal=self._removal)
-
-    def _deregistration_client(self, pool: PoolRef) -> GitHubClient:
-        """The pool's client; if its Secret is gone, the last one that worked for it.
-
-        Credential protection (``runnerpool.credential_protection``) keeps the Secret while
-        the pool needs it; this covers a Secret deleted before it could be protected (e.g.
-        before an upgrade), since credentials that worked a moment ago beat none.
-        """
-        secret, url = pool.credential_secret_name, pool.api_url
-        try:
-            return self._clients.get(pool.namespace, secret, url, pool.connection)
-        except CredentialError as err:
-            if err.reason != CredentialError.MISSING or not isinstance(self._clients, KeepsLastGoodClient):
-                raise
-            last = self._clients.last_good(pool.namespace, secret, url)
-            if last is None:
-                raise
-            log.info(
-                "credential Secret %s/%s is gone; deregistering with its last good client",
-                pool.namespace,
-                secret,
-            )
-            return last
 
     def _detach(self, ref: PoolRef) -> None:
         """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""

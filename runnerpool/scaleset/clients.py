@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from runnerpool.domain import Connection, PoolRef, Scope, api_url_key, web_url_for
+from runnerpool.github.credentials import teardown_client
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.route import Route
 from runnerpool.scaleset.client import ScaleSetClient
@@ -113,9 +114,16 @@ class ScaleSetClients:
         with self._lock:
             return len(self._entries)
 
-    def get(self, pool: PoolRef) -> ScaleSetClient:
-        """The pool's client; raises what ``ClientCache.get`` raises for its Secret."""
-        rest = self._rest.get(pool.namespace, pool.credential_secret_name, pool.api_url, pool.connection)
+    def get(self, pool: PoolRef, *, tearing_down: bool = False) -> ScaleSetClient:
+        """The pool's client; raises what ``ClientCache.get`` raises for its Secret.
+
+        ``tearing_down``: for deleting a deleted pool's scale set, built on the last REST client
+        that worked for the pool when its Secret or connection config is gone
+        (``credentials.teardown_client``: a namespace being deleted takes them along)."""
+        if tearing_down:
+            rest = teardown_client(self._rest, pool)
+        else:
+            rest = self._rest.get(pool.namespace, pool.credential_secret_name, pool.api_url, pool.connection)
         key = _key(pool)
         with self._lock:
             entry = self._entries.get(key)
