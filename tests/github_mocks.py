@@ -1,8 +1,9 @@
 """GitHub behind ``responses``, shared by the tests that need runners on the other side.
 
-``RunnerEndpoint`` serves one scope's runner listing and deletion the way GitHub does:
-``per_page`` capped at 100, ``Link`` pages, an ``ETag`` per page and a bodiless 304 for a
-matching ``If-None-Match``, 204/404/422 for deletes, and optional ``x-ratelimit-*`` headers.
+``RunnerEndpoint`` serves one scope's runner listing (its ``name`` filter included) and
+deletion the way GitHub does: ``per_page`` capped at 100, ``Link`` pages, an ``ETag`` per page
+and a bodiless 304 for a matching ``If-None-Match``, 204/404/422 for deletes, and optional
+``x-ratelimit-*`` headers.
 Shapes follow tests/data/github (GitHub's REST description).
 """
 
@@ -131,6 +132,8 @@ class RunnerEndpoint:
     #: Called with the page number after each listing answer: runners that come and go
     #: while a listing's pages are read.
     after_page: Callable[[int], None] | None = None
+    #: (name, status) per lookup of one runner by name (``?name=``, not a listing), in order.
+    looked_up: list[tuple[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         base = f"{self.scope_path}/actions/runners"
@@ -160,6 +163,9 @@ class RunnerEndpoint:
         # GitHub caps per_page at 100; page_size lets a test get pages from a few runners.
         per_page = min(int(asked), 100, self.page_size)
         ordered = [self.runners[i] for i in sorted(self.runners)]
+        named = query.get("name", [None])[0]
+        if named is not None:  # GitHub's filter: the runners of that name (any case)
+            ordered = [runner for runner in ordered if runner["name"].lower() == named.lower()]
         body = json.dumps(
             {"total_count": len(ordered), "runners": ordered[(page - 1) * per_page : page * per_page]}
         )
@@ -168,11 +174,14 @@ class RunnerEndpoint:
             headers["Link"] = (
                 f'<{API}{self.scope_path}/actions/runners?per_page={asked}&page={page + 1}>; rel="next"'
             )
-        self.list_headers.append(dict(request.headers))
         status = 304 if request.headers.get("If-None-Match") == headers["ETag"] else 200
-        self.listed.append((page, status))
-        if self.after_page is not None:
-            self.after_page(page)
+        if named is not None:
+            self.looked_up.append((named, status))
+        else:
+            self.list_headers.append(dict(request.headers))
+            self.listed.append((page, status))
+            if self.after_page is not None:
+                self.after_page(page)
         return (
             (status, headers, "")
             if status == 304

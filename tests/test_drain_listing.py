@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from runnerpool import naming
 from runnerpool.domain import Drain, PoolRef
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
+from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import DeletionSettings, RunnerSettings
 from tests.github_mocks import RunnerEndpoint, fast_client_factory, github
@@ -219,15 +220,17 @@ def test_a_pod_whose_runner_took_a_job_after_the_listing_is_not_deleted(
 def test_a_running_pod_whose_runner_no_later_listing_shows_is_deleted_at_once(
     github: responses.RequestsMock,
 ) -> None:
-    """Its runner is gone (deregistered by an earlier pass, say): no wait for the container."""
+    """Its runner is gone (deregistered by an earlier pass, say): no wait for the container, one
+    lookup by name to be sure the listing did not miss it."""
     clock, cache = Clock(), Cache()
     managers, pods = _managers(clock, cache)
-    RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     build = cache.add("build", org="octo-org")
     cache.pods[(NS, "build")] = [_running("build-bbbbb", clock.now - timedelta(minutes=1))]
 
     assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
     assert pods.deleted == ["build-bbbbb"]
+    assert endpoint.looked_up == [("build-bbbbb", 200)]
 
 
 def test_a_scale_set_runner_that_github_labels_with_the_scale_set_only_is_seen_busy(
@@ -252,3 +255,60 @@ def test_a_scale_set_runner_that_github_labels_with_the_scale_set_only_is_seen_b
     clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
     assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_deleted=1, pods_left=1)
     assert pods.deleted == ["build-aaaaa"] and 8 in endpoint.runners
+
+
+def _shifting(endpoint: RunnerEndpoint) -> None:
+    """Between the first and the second page: another pool's ephemeral runner (id 1) is done and
+    leaves, another registers. Runner 3 moves onto page 1, already read, and ``total_count``
+    holds still: nothing in the listing says it missed runner 3."""
+
+    def churn(page: int) -> None:
+        if page == 1 and 1 in endpoint.runners:
+            del endpoint.runners[1]
+            endpoint.add(5, "other-55555", [f"{NS}/other"])
+
+    endpoint.after_page = churn
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
+def test_a_runner_a_paged_listing_missed_is_looked_up_by_name_before_its_pod_goes(
+    github: responses.RequestsMock, busy: bool
+) -> None:
+    """Busy, its pod stays and the pool waits for the job; idle, it is deregistered first. Before,
+    the drain took "not listed" for "gone" and deleted a running job's pod."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    endpoint.add(1, "other-11111", [f"{NS}/other"])
+    endpoint.add(2, "other-22222", [f"{NS}/other"])
+    endpoint.add(3, "build-aaaaa", [f"{NS}/build"], busy=busy)
+    endpoint.add(4, "other-44444", [f"{NS}/other"])
+    build = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_running("build-aaaaa", clock.now - timedelta(minutes=10))]
+    _shifting(endpoint)
+
+    drained = managers.drain(build)
+
+    listed = managers.listing.latest(ListingKey.of(build))
+    assert listed is not None and 3 not in {runner.id for runner in listed.runners}, "the listing missed it"
+    assert endpoint.looked_up == [("build-aaaaa", 200)], "one request for the one pod in doubt"
+    if busy:
+        assert drained == Drain(busy=1, deregistered=0, pods_left=1)
+        assert pods.deleted == [] and 3 in endpoint.runners
+    else:
+        assert drained == Drain(busy=0, deregistered=1, pods_deleted=1, pods_left=1)
+        assert pods.deleted == ["build-aaaaa"] and 3 not in endpoint.runners
+
+
+def test_a_namesake_of_another_pool_does_not_keep_the_pod(github: responses.RequestsMock) -> None:
+    """The lookup is by name, and two namespaces' pools of one name can draw one pod name: only
+    a runner with this pool's label counts (another pool's is never deregistered here)."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(9, "build-bbbbb", ["team-b/build"], busy=True)
+    build = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_running("build-bbbbb", clock.now - timedelta(minutes=1))]
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
+    assert pods.deleted == ["build-bbbbb"] and 9 in endpoint.runners

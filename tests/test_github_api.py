@@ -220,6 +220,23 @@ def test_list_org_runners_single_page(mock: Any) -> None:
     assert [r.id for r in runners] == [23, 24]
 
 
+def test_a_runner_is_looked_up_by_its_exact_name_and_again_for_a_free_304(mock: Any) -> None:
+    """GET .../actions/runners?name=NAME (GitHub's REST description: the ``name`` query
+    parameter of the repository, organization and enterprise runner listings)."""
+    first, second = fixture("org-runners.json")["body"]["runners"]
+    namesake = {**second, "id": 25, "name": "LINUX_RUNNER-2"}  # kept out whatever GitHub matched
+    named = api("/orgs/octo-org/actions/runners")
+    query = [responses.matchers.query_param_matcher({"name": "linux_runner"})]
+    answer = {"total_count": 2, "runners": [first, namesake]}
+    mock.get(named, json=answer, headers={"ETag": '"a"'}, match=query)
+    mock.get(named, status=304, match=[*query, responses.matchers.header_matcher({"If-None-Match": '"a"'})])
+    github = client()
+
+    assert [r.id for r in github.runners_named(ORG, "linux_runner")] == [23]
+    assert [r.id for r in github.runners_named(ORG, "linux_runner")] == [23], "the 304 keeps the answer"
+    assert len(mock.calls) == 2
+
+
 def test_list_refuses_link_to_another_host(mock: Any) -> None:
     mock.get(
         api("/repos/octocat/Hello-World/actions/runners"),

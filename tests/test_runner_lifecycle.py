@@ -24,6 +24,7 @@ from runnerpool.runners.lifecycle import (
     busy_mark_change,
     decide_pod,
     drained,
+    looked_up,
     plan,
     runners_to_collect,
 )
@@ -252,8 +253,22 @@ def test_a_drained_pools_running_pod_that_was_not_listed_waits_for_a_listing_aft
     """Its runner registered before the container started: a listing that began well after
     that would show it (busy, perhaps); an older one may have missed it."""
     decision = drained(pod(started=started), None, listing_started=NOW)
-    assert decision.action is (Action.KEEP if kept else Action.DELETE_POD)
+    assert decision.action is (Action.KEEP if kept else Action.LOOK_UP_AND_DELETE)
     assert decision.runner is None
+
+
+def test_a_drained_pools_running_pod_goes_only_once_github_has_no_runner_of_its_name() -> None:
+    """A later listing may have missed its runner too (pages shift while they are read): the
+    pod goes with its version once the lookup by name finds none, or as a deregistered
+    runner's once the lookup found one and the drain deregistered it."""
+    doubt = drained(pod(started=timedelta(minutes=1)), None, listing_started=NOW)
+    assert doubt.action is Action.LOOK_UP_AND_DELETE
+    none = looked_up(doubt, None)
+    assert (none.action, none.runner) == (Action.DELETE_POD, None)  # with its version
+    found = looked_up(doubt, runner())
+    assert (found.action, found.runner) == (Action.DELETE_POD, runner())  # any version of it
+    listed = drained(pod(started=timedelta(minutes=1)), runner(), NOW)
+    assert looked_up(listed, None) is listed
 
 
 def test_a_drained_pools_pod_goes_with_its_deregistered_runner_or_a_stopped_container() -> None:
@@ -339,7 +354,7 @@ OURS = dict(BUSY_ANNOTATIONS)
         (True, OURS, runner(busy=True), False, "unchanged"),
         (True, None, runner(busy=True), False, True),  # someone stripped the annotations
         (True, OURS, runner(), False, False),
-        (True, OURS, None, False, False),
+        (True, OURS, None, False, "unchanged"),  # not listed: the listing may have missed it
         (False, {"karpenter.sh/do-not-disrupt": "true"}, runner(), False, "unchanged"),  # not ours
         (False, None, None, False, "unchanged"),
         (False, None, runner(busy=True), True, "unchanged"),
@@ -351,6 +366,17 @@ def test_busy_marks(
     view = pod(marked=marked, annotations=annotations, deleting=deleting)
     expected = None if change == "unchanged" else BusyMark(view, change)
     assert busy_mark_change(view, listed) == expected
+
+
+def test_a_busy_mark_stays_until_a_listing_shows_the_runner_idle_or_its_container_stops() -> None:
+    """A paged listing can miss a busy runner (one runner leaving and another registering while
+    its pages are read shift it onto a page already read): dropping the mark on that word let an
+    eviction take the job until the next listing."""
+    running = pod(marked=True, annotations=OURS)
+    assert busy_mark_change(running, None) is None
+    assert busy_mark_change(running, runner()) == BusyMark(running, False)
+    stopped = pod(marked=True, annotations=OURS, state="terminated")
+    assert busy_mark_change(stopped, None) == BusyMark(stopped, False)
 
 
 def test_unmarking_removes_only_the_operators_values() -> None:

@@ -290,6 +290,40 @@ def test_stopping_the_last_pool_of_a_scope_ends_its_manager(
     assert harness.managers.listing.latest(key) is None
 
 
+def test_a_busy_runner_a_listing_missed_keeps_its_pods_busy_mark(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """One runner leaves after page 1 was read and another registers: the busy runner moves onto
+    page 1 and the page counts agree, so the listing cannot tell it missed one. Its pod, whose
+    runner container runs, keeps its mark (unmarked, an eviction could take the job), and no
+    request more is spent on it."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for i, pool in ((1, "other"), (2, "other"), (3, "build"), (4, "other")):
+        endpoint.add(i, f"{pool}-{i}", [f"{NS}/{pool}"], busy=pool == "build")
+
+    def one_leaves_one_comes(page: int) -> None:
+        if page == 1 and 1 in endpoint.runners:
+            del endpoint.runners[1]
+            endpoint.add(5, "other-5", [f"{NS}/other"])
+
+    endpoint.after_page = one_leaves_one_comes
+    ref = harness.cache.add("build", org="octo-org")
+    runner = {"name": naming.RUNNER_CONTAINER, "restartCount": 0, "state": {"running": {}}}
+    harness.cache.pods[(NS, "build")] = [
+        {
+            "metadata": {"name": "build-3", "uid": "uid-build-3", "labels": {BUSY_LABEL: "true"}},
+            "status": {"phase": "Running", "containerStatuses": [runner]},
+        }
+    ]
+    harness.managers.start(ref)
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert harness.managers.counts(NS, "build") == api.RunnerCounts(online=0, busy=0, offline=0), "missed"
+    assert harness.pods.patched == [], "the busy mark was taken off a pod running a job"
+    assert endpoint.looked_up == []
+
+
 def test_a_scale_set_pools_runners_are_counted_where_github_kept_only_the_scale_sets_label(
     harness: Harness, github: responses.RequestsMock
 ) -> None:

@@ -80,6 +80,9 @@ class FakeGitHubClient:
     def list_runners(self, scope: Scope) -> list[Runner]:
         return list(self.runners.get(scope, []))
 
+    def runners_named(self, scope: Scope, name: str) -> list[Runner]:
+        return [r for r in self.runners.get(scope, []) if r.name.lower() == name.lower()]
+
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         self.deleted.append((scope, runner_id))
         listed = self.runners.get(scope, [])

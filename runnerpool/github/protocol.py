@@ -2,7 +2,7 @@
 
 The reconciler, the runner managers and the secret updater only need a few calls: mint a
 registration token (or, for a pool registering just in time, one runner's JIT config), list a
-scope's runners and delete a runner; the demand poller
+scope's runners (or look one up by name) and delete a runner; the demand poller
 (``runnerpool.demand.polling``) adds a fourth, a repository's queued and running jobs, and
 the runner-group check (``runnerpool.github.groups``) two more: an organization's or
 enterprise's runner groups, and which repositories or organizations a group admits. Keeping them behind
@@ -38,6 +38,10 @@ class GitHubClient(Protocol):
     def generate_jitconfig(self, scope: Scope, request: JitRequest) -> JitConfig: ...
 
     def list_runners(self, scope: Scope) -> list[Runner]: ...
+
+    def runners_named(self, scope: Scope, name: str) -> list[Runner]:
+        """The scope's runners called ``name``: one runner looked up without a whole listing."""
+        ...
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome: ...
 

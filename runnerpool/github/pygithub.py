@@ -358,6 +358,23 @@ class PyGithubClient:
             log.info("%s: the runner count changed while its pages were read (%s)", what, sorted(totals))
         return list(seen.values())
 
+    def runners_named(self, scope: Scope, name: str) -> list[Runner]:
+        """The scope's runners called ``name`` (GitHub's ``name`` filter on the runner listing:
+        one small page, revalidated with its ETag like every listing page, so asking again
+        while the answer is unchanged costs a free 304).
+
+        For a runner pod a paged listing did not show: runners that come and go while the pages
+        are read can shift a runner onto a page already read while ``total_count`` holds still
+        (one left, another registered), and ``list_runners`` cannot tell. Only exact names are
+        kept (GitHub compares them case-insensitively).
+        """
+        self._refuse_app_for_enterprise(scope)
+        what = f"GET /{scope.path}/actions/runners?name={name}"
+        endpoint = f"/{scope.path_template}/actions/runners"
+        kind = _Listing(what, endpoint, "runners", functools.partial(parse_runner, what=what))
+        url = f"/{scope.path}/actions/runners?name={urllib.parse.quote(name, safe='')}"
+        return [runner for runner in self._listing(url, kind, []) if runner.name.lower() == name.lower()]
+
     def _runner_pages(self, url: str, kind: _Listing) -> tuple[dict[int, Runner], set[int]]:
         """One pass over a runner listing's pages: the runners by id, and the counts the pages gave."""
         found: dict[int, Runner] = {}

@@ -36,9 +36,17 @@ The invariants, and how the rules keep them:
   a pod whose runner that listing showed (and the drain deregistered), a pod whose runner
   container is not running (with its resourceVersion as precondition), or a running one
   whose runner is missing from a listing that started ``STARTED_MARGIN`` after the
-  container did. A runner is registered before its container starts (token registration
-  in the init container, a JIT runner before its pod exists), so such a listing would
-  show it; an older listing may miss a runner that registered and took a job since.
+  container did, once GitHub, asked for the runner by its name, has none either
+  (``LOOK_UP_AND_DELETE``). A runner is registered before its container starts (token
+  registration in the init container, a JIT runner before its pod exists), so such a listing
+  would show it; an older listing may miss a runner that registered and took a job since.
+  And even a later one can miss it: GitHub pages by number, so a runner that leaves while
+  the pages are read moves the next one onto a page already read, and when another runner
+  registers meanwhile ``total_count`` holds still and nothing tells. Only the lookup by name
+  (one small page) proves the runner gone; the runner managers make it for such pods alone.
+* **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
+  same reason, a marked pod whose runner container runs keeps its mark until a listing shows
+  its runner idle. The mark goes with the pod when its runner is done (the container exits).
 
 Scale-down and rollouts choose among the pods kept here: ``runnerpool.runners.retirement``.
 
@@ -73,6 +81,7 @@ __all__ = [
     "busy_mark_change",
     "decide_pod",
     "drained",
+    "looked_up",
     "plan",
     "replacement",
     "runners_to_collect",
@@ -90,6 +99,10 @@ class Action(enum.Enum):
     DELETE_POD = "DeletePod"
     #: Delete the runner on GitHub; only a 204 (or a 404 where ``delete_if_gone``) frees the pod.
     DEREGISTER_AND_DELETE = "DeregisterAndDelete"
+    #: A deleted pool's running pod that no listing showed a runner for: look its runner up by
+    #: name first (a paged listing can miss one); the pod goes only if GitHub has none, or once
+    #: the runner found is deregistered.
+    LOOK_UP_AND_DELETE = "LookUpAndDelete"
 
 
 @dataclass(frozen=True)
@@ -236,7 +249,8 @@ def drained(pod: PodView, runner: Runner | None, listing_started: datetime) -> P
     """A deleted pool's pod, once the listing that started at ``listing_started`` showed none of
     the pool's runners busy and the drain deregistered the idle ones (``runner``: this pod's,
     if listed). ``DELETE_POD`` with a runner: any version of the pod (its runner is gone on
-    GitHub); without: with its resourceVersion as precondition."""
+    GitHub); without, and ``LOOK_UP_AND_DELETE`` once GitHub has no runner of the pod's name:
+    with its resourceVersion as precondition."""
     if pod.deleting:
         return PodDecision(pod, Action.KEEP, "Terminating", runner)
     if runner is not None:
@@ -244,18 +258,33 @@ def drained(pod: PodView, runner: Runner | None, listing_started: datetime) -> P
     if not pod.runner_running:
         return PodDecision(pod, Action.DELETE_POD, "RunnerNotRunning")
     if pod.runner_started is not None and listing_started >= pod.runner_started + STARTED_MARGIN:
-        return PodDecision(pod, Action.DELETE_POD, "RunnerGone")
+        return PodDecision(pod, Action.LOOK_UP_AND_DELETE, "RunnerGone")
     # Registered after the listing started, perhaps with a job: the next listing will say.
     return PodDecision(pod, Action.KEEP, "RunnerNotListed")
+
+
+def looked_up(decision: PodDecision, runner: Runner | None) -> PodDecision:
+    """``decision`` once its runner was looked up by name (``LOOK_UP_AND_DELETE``; others are
+    returned as they are): GitHub has none (``runner`` ``None``), and the pod goes with its
+    resourceVersion as precondition; or the lookup found the runner the listing missed, which
+    the caller deregistered (not busy: a busy one keeps every pod of the pool), and the pod
+    goes as one whose runner was listed."""
+    if decision.action is not Action.LOOK_UP_AND_DELETE:
+        return decision
+    if runner is not None:
+        return PodDecision(decision.pod, Action.DELETE_POD, "Deregistered", runner)
+    return PodDecision(decision.pod, Action.DELETE_POD, decision.reason)
 
 
 def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:
     """Mark busy runners' pods (no eviction, no node scale-down), and unmark them when idle.
 
-    Only the operator's own values are ever removed, so an annotation set by someone else
-    survives.
+    A running pod whose runner the listing did not show keeps what it has: the listing may have
+    missed a busy runner (see the module docstring), and a mark dropped on that word would let
+    an eviction take the job. Only the operator's own values are ever removed, so an
+    annotation set by someone else survives.
     """
-    if pod.deleting:
+    if pod.deleting or (runner is None and pod.runner_running):
         return None
     busy = runner is not None and runner.busy
     if busy and (not pod.busy_marked or pod.busy_annotations != frozenset(BUSY_ANNOTATIONS)):

@@ -104,6 +104,16 @@ class KubePods:
 _LATER = timedelta(microseconds=1)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Drained:
+    """What a drain pass did on GitHub: runners still busy, runners it deregistered, and the
+    pods that may go now (``DELETE_POD`` decisions; none while a runner is busy)."""
+
+    busy: int
+    deregistered: int
+    deletions: tuple[lifecycle.PodDecision, ...] = ()
+
+
 class RunnerManagers:
     """All scopes' runner managers, on one scheduler."""
 
@@ -206,8 +216,9 @@ class RunnerManagers:
     def drain(self, pool: PoolRef) -> Drain:
         """For a deleted pool's finalizer: delete its idle runners on GitHub now, and once none
         is busy, its pods the busy-safe way (``lifecycle.drained``: a running pod whose runner
-        the listing missed waits for a listing that started after its container). The only
-        other place runner pods are deleted is a live pool's round.
+        the listing missed waits for a listing that started after its container, and goes only
+        once GitHub, asked by the pod's name, has no runner of it either: ``_looked_up``). The
+        only other place runner pods are deleted is a live pool's round.
 
         The pool's runners come from the scope's shared listing, one at most every
         ``kick_gap`` for all the pools of the scope being drained (``SharedListing.recent``):
@@ -240,41 +251,82 @@ class RunnerManagers:
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
                 return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
-            runners = self._drained_runners(pool, snapshot, pods)
-            busy, deregistered = _deregister(deleter(self._removal, pool, github), runners)
+            done = self._deregister_drained(pool, github, snapshot, pods)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
             raise self._backoff.refusal(key) or err from err  # with the scope's wait
         self._backoff.succeeded(key)
         with self._lock:
-            if busy or pods:  # the next pass needs a listing that started after this one's
+            if done.busy or pods:  # the next pass needs a listing that started after this one's
                 self._drained[pool.key] = (snapshot.started_at + _LATER, not pods)
             else:
                 self._drained.pop(pool.key, None)
-        if busy:
-            return Drain(busy=busy, deregistered=deregistered, pods_left=len(pods))
-        deleted = self._delete_drained_pods(pool, pods, runners, snapshot)
-        return Drain(busy=0, deregistered=deregistered, pods_deleted=deleted, pods_left=len(pods))
+        if done.busy:
+            return Drain(busy=done.busy, deregistered=done.deregistered, pods_left=len(pods))
+        deleted = self._delete_drained_pods(pool, done.deletions)
+        return Drain(busy=0, deregistered=done.deregistered, pods_deleted=deleted, pods_left=len(pods))
 
-    def _drained_runners(self, pool: PoolRef, snapshot: Snapshot, pods: list[dict[str, Any]]) -> list[Runner]:
+    def _deregister_drained(
+        self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, pods: list[dict[str, Any]]
+    ) -> _Drained:
+        """Deregister the pool's idle runners ``snapshot`` shows; once none is busy, look up the
+        runners of the running pods it showed none for (``_looked_up``), deregister those too,
+        and say which pods may go (``lifecycle.drained``)."""
+        delete_runner = deleter(self._removal, pool, github)
+        runners = self._drained_runners(pool, snapshot, (str(p["metadata"]["name"]) for p in pods))
+        busy, deregistered = _deregister(delete_runner, runners)
+        if busy:
+            return _Drained(busy, deregistered)
+        listed = {runner.name: runner for runner in runners}
+        views = [lifecycle.PodView.of(pod) for pod in pods]
+        decisions = [lifecycle.drained(view, listed.get(view.name), snapshot.started_at) for view in views]
+        found = self._looked_up(pool, github, snapshot, decisions)
+        busy, more = _deregister(delete_runner, found.values())
+        if busy:
+            return _Drained(busy, deregistered + more)
+        deletions = tuple(
+            lifecycle.looked_up(decision, found.get(decision.pod.name))
+            for decision in decisions
+            if decision.action is not lifecycle.Action.KEEP
+        )
+        return _Drained(0, deregistered + more, deletions)
+
+    def _looked_up(
+        self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, decisions: list[lifecycle.PodDecision]
+    ) -> dict[str, Runner]:
+        """The pool's runners GitHub has under the names of the pods to look up
+        (``LOOK_UP_AND_DELETE``: running, and no listing showed their runner), by pod name.
+
+        A paged listing can miss a runner, busy or not (``lifecycle``), and a busy one's pod must
+        stay. One request per such pod, answered from GitHub's ``name`` filter (a conditional
+        page: the same answer again is a free 304). Such pods are few: a pod whose runner an
+        earlier pass deregistered while its container still runs, or one a listing missed; a
+        pod whose runner a listing showed, or whose container stopped, needs none.
+        """
+        found: dict[str, Runner] = {}
+        for decision in decisions:
+            if decision.action is not lifecycle.Action.LOOK_UP_AND_DELETE:
+                continue
+            name = decision.pod.name
+            named = dataclasses.replace(snapshot, runners=tuple(github.runners_named(pool.scope, name)))
+            for runner in self._drained_runners(pool, named, [name]):
+                if name not in found or runner.busy:  # two of one name: the busy one decides
+                    found[name] = runner
+        return found
+
+    def _drained_runners(self, pool: PoolRef, snapshot: Snapshot, pod_names: Iterable[str]) -> list[Runner]:
         """A deleted pool's runners in ``snapshot`` (``_runners_of``, while the cache still has it)."""
         parsed = self._pools.pool(pool.namespace, pool.name)
         if parsed is None or parsed.model is None:
             return snapshot.of_pool(pool.namespace, pool.name)
-        return _runners_of(parsed.model, snapshot, (str(p["metadata"]["name"]) for p in pods), self._pools)
+        return _runners_of(parsed.model, snapshot, pod_names, self._pools)
 
-    def _delete_drained_pods(
-        self, pool: PoolRef, pods: list[dict[str, Any]], runners: list[Runner], snapshot: Snapshot
-    ) -> int:
-        """Once none of ``runners`` is busy: the pods ``lifecycle.drained`` lets go; how many went."""
-        listed = {runner.name: runner for runner in runners}
+    def _delete_drained_pods(self, pool: PoolRef, deletions: Iterable[lifecycle.PodDecision]) -> int:
+        """Once none of the pool's runners is busy: the pods ``deletions`` let go; how many went."""
         deleted = 0
-        for pod in pods:
-            view = lifecycle.PodView.of(pod)
-            decision = lifecycle.drained(view, listed.get(view.name), snapshot.started_at)
-            if decision.action is not lifecycle.Action.DELETE_POD:
-                continue
+        for decision in deletions:
+            view = decision.pod
             version = None if decision.runner is not None else (view.resource_version or None)
             deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
         return deleted
