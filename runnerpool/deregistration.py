@@ -39,16 +39,25 @@ registers under its pod's name) and how to remove them, and lets the pool go
 ``--credential-lost-wait`` seconds later, with a ``RunnersLeftOnGitHub`` Event. A credential
 that comes back within the wait is used: the finalizer deregisters as usual. A GitHub outage is
 not a lost credential: it keeps the finalizer, backing off, as before.
+
+**The pool's pods are stuck Terminating.** The finalizer waits for the pool's pods to go, so
+that a runner registering at the last moment is found. A pod on a node that is powered off or
+cut off from the API server stays Terminating for as long as the Node object exists: before,
+the finalizer waited for it for ever, saying ``Deregistered`` and nothing of the pod. Now a pod
+past its deletion time is named with its node in ``RunnersDeregistered`` (reason
+``RunnerPodsStuckTerminating``, :func:`stuck_pods`) and a Warning Event, and an hour later the
+pool goes without it, once GitHub confirms it has no runner of the pod's name (the rule and
+why it is safe: ``runnerpool.runners.lifecycle.STUCK_MARGIN``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from runnerpool import api, children, conditions, naming
-from runnerpool.domain import parse_rfc3339
+from runnerpool.domain import RFC3339, StuckPod, parse_rfc3339
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.reasons import Reason
@@ -59,6 +68,7 @@ __all__ = [
     "lost_since",
     "marked",
     "may_have_runners",
+    "stuck_pods",
 ]
 
 #: GitHub's answers that mean this credential cannot deregister the pool's runners, now or
@@ -154,4 +164,23 @@ def left_on_github(pool: api.RunnerPool, pod_names: Iterable[str], api_url: str)
         f"{which} may be left on GitHub in {pool.scope.path}: remove them in its settings "
         f"(Actions > Runners) or with DELETE {base}/{pool.scope.path}/actions/runners/RUNNER_ID "
         f"(GET {base}/{pool.scope.path}/actions/runners lists their ids)"
+    )
+
+
+def stuck_pods(stuck: Sequence[StuckPod], *, let_go: bool) -> str:
+    """What ``RunnersDeregistered`` and its Event say of pods stuck Terminating (names and nodes,
+    never more): whether the pool waits for them, until when, and how they go for good."""
+    which = ", ".join(f"{pod.name} on node {pod.node or '(none)'}" for pod in stuck)
+    how = "they go when their node comes back, or once its Node object is deleted (a node gone for good)"
+    if let_go:
+        return (
+            f"no runner of this pool is registered; let go while pod(s) {which} are still Terminating, "
+            f"over an hour past their deletion time: GitHub has no runner of them; {how}"
+        )
+    until = max(pod.given_up_at for pod in stuck)
+    return (
+        f"no runner of this pool is registered; pod(s) {which} are still Terminating past their "
+        "deletion time: their node does not answer (powered off, or cut off from the API server) or a "
+        f"finalizer holds them; the pool goes without them from {until:{RFC3339}} if GitHub still has "
+        f"no runner of their names; {how}"
     )

@@ -31,6 +31,7 @@ __all__ = [
     "ProxyRef",
     "RegistrationFailure",
     "Scope",
+    "StuckPod",
     "WebhookSecretProblem",
     "api_url_key",
     "parse_duration",
@@ -262,6 +263,17 @@ class Connection:
 
 
 @dataclass(frozen=True)
+class StuckPod:
+    """A deleted pool's pod still Terminating past its deletion time: its node does not answer
+    (or someone else's finalizer holds it). ``given_up_at``: from then on, the finalizer lets the
+    pool go without it, once GitHub has no runner of its name (``runnerpool.runners.lifecycle``)."""
+
+    name: str
+    node: str
+    given_up_at: datetime
+
+
+@dataclass(frozen=True)
 class Drain:
     """What draining a deleted pool (its runners on GitHub, then its pods) left behind.
 
@@ -270,7 +282,9 @@ class Drain:
     were removed by this pass (204; a 404 is not counted). ``pods_deleted`` by this pass, and
     ``pods_left`` still there (being deleted or not): the finalizer waits until none is.
     ``listing_wait``: nothing was done yet, the scope's next listing (shared by every pool of
-    the scope being drained) is due in that many seconds; ask again then.
+    the scope being drained) is due in that many seconds; ask again then. ``stuck``: pods still
+    there past their deletion time; those given up on and confirmed runnerless are not in
+    ``pods_left``.
     """
 
     busy: int
@@ -278,6 +292,7 @@ class Drain:
     pods_deleted: int = 0
     pods_left: int = 0
     listing_wait: float | None = None
+    stuck: tuple[StuckPod, ...] = ()
 
 
 @dataclass(frozen=True)

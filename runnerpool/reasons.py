@@ -112,6 +112,10 @@ class Reason(StrEnum):
     # --- RunnersDeregistered
     DEREGISTERED = "Deregistered"
     RUNNERS_BUSY = "RunnersBusy"
+    #: True, and its Event: the runners are gone, but pods are still Terminating past their
+    #: deletion time (their node lost); the pool goes without them an hour later, once GitHub
+    #: confirms it has none of their runners (``runnerpool.runners.lifecycle.given_up``).
+    RUNNER_PODS_STUCK_TERMINATING = "RunnerPodsStuckTerminating"
     # --- failures of credentials and of GitHub (``runnerpool.github.errors``, the secret updater)
     CREDENTIAL_SECRET_MISSING = "CredentialSecretMissing"
     CREDENTIAL_SECRET_MALFORMED = "CredentialSecretMalformed"

@@ -666,14 +666,27 @@ class Reconciler:
                 run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.RUNNERS_BUSY, busy)
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
-        done = "no runner of this pool is registered"
-        self._set_condition(
-            run, stamp.condition(conditions.RUNNERS_DEREGISTERED, True, Reason.DEREGISTERED, done)
-        )
+        self._report_deregistered(run, stamp, drained)
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
         if drained.pods_left:
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         return self._let_go(run)
+
+    def _report_deregistered(self, run: _Pass, stamp: conditions.Stamp, drained: Drain) -> None:
+        """``RunnersDeregistered`` True; pods stuck Terminating (a lost node) are named with their
+        nodes, and a Warning Event tells when they first are and when the pool goes without them
+        (``deregistration.stuck_pods``)."""
+        reason, message = Reason.DEREGISTERED, "no runner of this pool is registered"
+        if drained.stuck:
+            reason = Reason.RUNNER_PODS_STUCK_TERMINATING
+            message = deregistration.stuck_pods(drained.stuck, let_go=not drained.pods_left)
+            stored = (run.raw.get("status") or {}).get("conditions") or []
+            before = conditions.find(stored, conditions.RUNNERS_DEREGISTERED)
+            if not drained.pods_left or before is None or before.get("reason") != reason:
+                self._recorder.event(run.raw, WARNING, reason, message)
+            if not drained.pods_left:
+                return  # the pool goes now
+        self._set_condition(run, stamp.condition(conditions.RUNNERS_DEREGISTERED, True, reason, message))
 
     def _let_go(self, run: _Pass) -> Result:
         """The pool's scale set, if it has one, goes from GitHub; then the finalizer."""

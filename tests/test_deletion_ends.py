@@ -4,8 +4,10 @@ A pool that never registered a runner (it never had a credential, so never a tok
 once, without GitHub, and a namespace holding one finishes Terminating. A pool whose
 credential Secret vanished after it registered runners says which runners may be left on
 GitHub and how to remove them, and goes after ``--credential-lost-wait`` (short here, on a
-clock the test moves). GitHub is mocked on its real endpoints (tests/github_mocks.py): any
-request the test did not expect fails; the runner managers are the real ones.
+clock the test moves). A pool whose pod is stuck Terminating on a lost node (a Node object no
+kubelet answers for) says so and goes without it an hour past the pod's deletion time. GitHub is
+mocked on its real endpoints (tests/github_mocks.py): any request the test did not expect fails;
+the runner managers are the real ones.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from typing import Any
 
 import pytest
 import responses
+from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import PoolRef
 from runnerpool.reconciler import Reconciler
-from runnerpool.runners.manager import RunnerManagers
-from runnerpool.settings import DeletionSettings, QueueSettings, Settings
-from tests.github_mocks import RunnerEndpoint, gh, github, runner_managers
+from runnerpool.runners.manager import KubePods, RunnerManagers
+from runnerpool.runtime.controller import Result
+from runnerpool.runtime.kube import Kube
+from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
+from tests.github_mocks import RunnerEndpoint, gh, github, live_clients, runner_managers
 from tests.helpers import WallClock, wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_events, pool_manifest
 from tests.reconcilers import make_reconciler
@@ -316,3 +321,86 @@ def test_a_pool_whose_namespace_took_its_token_secret_and_pods_first_still_dereg
         reconciler(f"{namespace}/raced")
 
     assert endpoint.deleted == [(300, 204)], "the runner was left on GitHub"
+
+
+@pytest.fixture
+def lost_node(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A Node object no kubelet answers for (powered off): a pod bound to it and deleted stays
+    Terminating for as long as the object exists. Nothing is scheduled there."""
+    name = f"lost-{namespace}"
+    core = client.CoreV1Api(api_client)
+    taint = {"key": "runnerpool.dev/test-lost-node", "effect": "NoSchedule"}
+    core.create_node({"metadata": {"name": name}, "spec": {"unschedulable": True, "taints": [taint]}})
+    yield name
+    core.delete_node(name)
+
+
+def _settled(reconciler: Reconciler, clock: WallClock, key: str) -> Result:
+    """A pass, and more while the scope's next listing is due (the clock moved over each wait)."""
+    result = reconciler(key)
+    while result.requeue_after is not None and result.requeue_after <= RunnerSettings().kick_gap:
+        clock.now += timedelta(seconds=result.requeue_after)
+        result = reconciler(key)
+    return result
+
+
+def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_without_it(
+    api_client: client.ApiClient, namespace: str, lost_node: str, github: responses.RequestsMock
+) -> None:
+    """Before, the finalizer said Deregistered and waited for the pod for ever, the pool and its
+    namespace Terminating with it. Now the pod is named with its node once past its deletion
+    time, and an hour later, GitHub having no runner of its name, the pool goes without it."""
+    clock, key = WallClock(), f"{namespace}/lost"
+    managers = RunnerManagers(
+        LiveReader(api_client),
+        live_clients(api_client),
+        KubePods(Kube(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
+        clock=clock,
+    )
+    settings = Settings(
+        deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
+    )
+    reconciler = make_reconciler(api_client, runners=managers, clock=clock, settings=settings)
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("lost", repo="octo-org/octo-repo", replicas=1))
+    reconciler(key)
+    fill_token(api_client, namespace, "lost", "tok", FUTURE)
+    reconciler(key)
+    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "lost")]
+    core = client.CoreV1Api(api_client)
+    binding = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": lost_node}}
+    core.create_namespaced_pod_binding(pod, namespace, binding, _preload_content=False)
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(7, pod, [f"{namespace}/lost"], status="offline")  # its node lost power
+    core.delete_namespaced_pod(pod, namespace, grace_period_seconds=30)
+    deleted_at = core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp
+    _delete(api_client, namespace, "lost")
+    waiting = DeletionSettings().pods_gone_wait
+    try:
+        assert _settled(reconciler, clock, key).requeue_after == waiting
+        assert endpoint.deleted == [(7, 204)]
+
+        clock.now = deleted_at  # its grace is over: a kubelet would have removed it by now
+        for _ in range(2):
+            assert _settled(reconciler, clock, key).requeue_after == waiting
+        pool = _pool(api_client, namespace, "lost")
+        assert pool is not None
+        cond = next(c for c in pool["status"]["conditions"] if c["type"] == RUNNERS_DEREGISTERED)
+        assert (cond["status"], cond["reason"]) == ("True", "RunnerPodsStuckTerminating")
+        given_up_at = (deleted_at + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert f"{pod} on node {lost_node}" in cond["message"] and given_up_at in cond["message"], cond
+        assert _events(api_client, namespace, "RunnerPodsStuckTerminating") == [("Warning", cond["message"])]
+
+        clock.now = deleted_at + timedelta(hours=1)
+        assert _settled(reconciler, clock, key).requeue_after is None
+
+        assert _pool(api_client, namespace, "lost") is None
+        assert endpoint.looked_up == [(pod, 200)], "GitHub confirmed it has no runner of that name"
+        told = [message for _, message in _events(api_client, namespace, "RunnerPodsStuckTerminating")]
+        assert any("let go" in message and f"{pod} on node {lost_node}" in message for message in told), told
+        assert core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp, "the pod is left alone"
+    finally:
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+        managers.stop_all()

@@ -20,7 +20,7 @@ import responses
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from runnerpool import naming
-from runnerpool.domain import Drain, PoolRef
+from runnerpool.domain import Drain, PoolRef, StuckPod
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
@@ -312,3 +312,80 @@ def test_a_namesake_of_another_pool_does_not_keep_the_pod(github: responses.Requ
 
     assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
     assert pods.deleted == ["build-bbbbb"] and 9 in endpoint.runners
+
+
+def _terminating(name: str, deleted_at: datetime, node: str = "node-7") -> dict[str, Any]:
+    """A running pod deleted with the default grace (busy grace + 90 s), on ``node``."""
+    pod = _running(name, deleted_at - timedelta(hours=2))
+    pod["metadata"]["deletionTimestamp"] = deleted_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    pod["metadata"]["deletionGracePeriodSeconds"] = 3690
+    pod["spec"] = {"nodeName": node}
+    return pod
+
+
+def test_a_pod_stuck_terminating_on_a_lost_node_is_given_up_on_once_github_has_no_runner_of_it(
+    github: responses.RequestsMock,
+) -> None:
+    """Its node is powered off: the pod keeps its deletionTimestamp for as long as the Node
+    object exists. Before, the drain reported it left on every pass, for ever, and nothing said
+    why. Now it is named with its node once past its deletion time, and an hour later, its runner
+    looked up by name and not found, it is no longer waited for."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build"], status="offline")
+    build = cache.add("build", org="octo-org")
+    deleted_at = clock.now + timedelta(minutes=30)
+    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", deleted_at)]
+    stuck = StuckPod("build-aaaaa", "node-7", deleted_at + timedelta(hours=1))
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_left=1), "within its grace"
+    clock.now = deleted_at
+    assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_left=1, stuck=(stuck,))
+    clock.now = stuck.given_up_at - timedelta(seconds=1)
+    assert managers.drain(build).pods_left == 1
+    assert endpoint.looked_up == [], "waited for: no question to GitHub"
+
+    clock.now = stuck.given_up_at
+    waited = managers.drain(build)  # a listing that started after it was given up on is due
+    assert waited.listing_wait is not None and waited.pods_left == 1
+    clock.now += timedelta(seconds=waited.listing_wait)
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_left=0, stuck=(stuck,))
+    assert endpoint.looked_up == [("build-aaaaa", 200)] and pods.deleted == []
+
+
+def test_a_pod_stuck_terminating_whose_runner_runs_a_job_keeps_the_pool(
+    github: responses.RequestsMock,
+) -> None:
+    """Its node is cut off from the API server, not from GitHub: the pod runs on, and its runner
+    took a job. Busy runners are never given up on."""
+    clock, cache = Clock(), Cache()
+    managers, _ = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", clock.now - timedelta(hours=2))]
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build"], busy=True)
+
+    for _ in range(3):
+        drained = managers.drain(build)
+        assert drained.busy == 1 and drained.pods_left == 1, drained
+        clock.now += timedelta(minutes=30)
+    assert endpoint.runners and endpoint.deleted == []
+
+
+def test_a_pod_stuck_terminating_is_confirmed_runnerless_only_once_the_other_pods_are_gone(
+    github: responses.RequestsMock,
+) -> None:
+    """Until then the finalizer waits anyway: no lookup on every pass."""
+    clock, cache = Clock(), Cache()
+    managers, _ = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    going = _terminating("build-bbbbb", clock.now + timedelta(minutes=5), node="node-1")
+    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", clock.now - timedelta(hours=2)), going]
+
+    for _ in range(3):
+        assert managers.drain(build).pods_left == 2
+        clock.now += timedelta(seconds=KICK_GAP)
+    assert endpoint.looked_up == []

@@ -71,6 +71,14 @@ def test_a_deletion_waits_for_busy_runners() -> None:
     )
 
 
+def test_a_deletion_waits_for_pods_stuck_terminating_on_a_lost_node() -> None:
+    message = "no runner of this pool is registered; pod(s) ci-abcde on node n1 are still Terminating ..."
+    pool = _pool(
+        TOKEN_OK, READY, ("RunnersDeregistered", "True", "RunnerPodsStuckTerminating", message), deleting=True
+    )
+    assert waiting_for(pool) == f"Waiting for pods stuck Terminating (a lost node?): {message}."
+
+
 def test_a_pool_never_reconciled_points_at_the_operator() -> None:
     assert waiting_for({"metadata": {"name": "ci", "namespace": "team"}, "spec": {}}).startswith(
         "Waiting for the operator to reconcile the pool for the first time: is it running, and does it watch "

@@ -266,6 +266,8 @@ def _deletion_sentence(raw: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]
             "Waiting to deregister the pool's runners before it goes: "
             f"{gone.get('reason')}: {gone.get('message')}."
         )
+    if gone is not None and gone.get("reason") == Reason.RUNNER_PODS_STUCK_TERMINATING:
+        return f"Waiting for pods stuck Terminating (a lost node?): {gone.get('message')}."
     left = len(list(pods))
     if left:
         return f"Waiting for the pool's {left} pod(s) to go; then the finalizer is removed."

@@ -44,6 +44,11 @@ The invariants, and how the rules keep them:
   the pages are read moves the next one onto a page already read, and when another runner
   registers meanwhile ``total_count`` holds still and nothing tells. Only the lookup by name
   (one small page) proves the runner gone; the runner managers make it for such pods alone.
+* **A deleted pool's pod stuck Terminating** (``overdue``: past its deletion time, its node
+  lost) is waited for ``STUCK_MARGIN`` more (``given_up``); then the finalizer lets the pool go
+  without it, once GitHub has no runner of the pod's name. Its node may only be cut off, the
+  pod alive, but its runner is gone and it can register no other: nothing of the pool is left
+  on GitHub, and no job is cut short (the pod is not touched, only no longer waited for).
 * **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
   same reason, a marked pod whose runner container runs keeps its mark until a listing shows
   its runner idle. The mark goes with the pod when its runner is done (the container exits).
@@ -81,7 +86,9 @@ __all__ = [
     "busy_mark_change",
     "decide_pod",
     "drained",
+    "given_up",
     "looked_up",
+    "overdue",
     "plan",
     "replacement",
     "runners_to_collect",
@@ -91,6 +98,13 @@ __all__ = [
 #: How long after a runner container's reported start a listing must have started to show its
 #: runner: ``startedAt`` has whole seconds and comes from the node's clock, not ours.
 STARTED_MARGIN = timedelta(seconds=2)
+#: How long past its deletion time a deleted pool's pod stuck Terminating is waited for
+#: (``given_up``): a registration token's life. A pod whose node is cut off from the API server
+#: never learns that it was deleted and runs on; its register container may hold a token issued
+#: before the pool's deletion (none is issued after), good for an hour at most, and register a
+#: runner with it until then. After that it can register nothing, and a runner GitHub confirms
+#: gone cannot come back.
+STUCK_MARGIN = timedelta(hours=1)
 
 
 class Action(enum.Enum):
@@ -128,6 +142,10 @@ class PodView:
     busy_annotations: frozenset[str] = frozenset()
     #: ``TEMPLATE_HASH_LABEL``: which pod template the pod was made from (none: adopted).
     template_hash: str | None = None
+    #: ``deletionTimestamp``: when the pod's grace period ends (``None``: not being deleted).
+    deleted_at: datetime | None = None
+    #: ``spec.nodeName`` ("": not scheduled).
+    node: str = ""
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodView:
@@ -151,6 +169,8 @@ class PodView:
             busy_marked=busy_marked(pod),
             busy_annotations=frozenset(k for k, v in BUSY_ANNOTATIONS.items() if annotations.get(k) == v),
             template_hash=labels.get(TEMPLATE_HASH_LABEL),
+            deleted_at=parse_rfc3339(meta.get("deletionTimestamp")),
+            node=str((pod.get("spec") or {}).get("nodeName") or ""),
         )
 
     @property
@@ -274,6 +294,20 @@ def looked_up(decision: PodDecision, runner: Runner | None) -> PodDecision:
     if runner is not None:
         return PodDecision(decision.pod, Action.DELETE_POD, "Deregistered", runner)
     return PodDecision(decision.pod, Action.DELETE_POD, decision.reason)
+
+
+def overdue(pod: PodView, now: datetime) -> bool:
+    """Still there past its deletion time: by then the kubelet has stopped its containers and
+    removed it, unless its node does not answer (powered off, cut off from the API server: the
+    pod then stays Terminating for as long as the Node object exists) or a finalizer of someone
+    else's holds it."""
+    return pod.deleted_at is not None and now >= pod.deleted_at
+
+
+def given_up(pod: PodView, now: datetime) -> bool:
+    """``overdue`` for ``STUCK_MARGIN`` more: a deleted pool's finalizer no longer waits for it,
+    once GitHub confirms it has no runner of the pod's name (a busy one keeps the pool)."""
+    return pod.deleted_at is not None and now >= pod.deleted_at + STUCK_MARGIN
 
 
 def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:

@@ -46,7 +46,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, log_context
 from runnerpool.api_errors import describe, log_failure
-from runnerpool.domain import Drain, PoolRef, parse_duration, pool_key, utcnow
+from runnerpool.domain import Drain, PoolRef, StuckPod, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, teardown_client
 from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
@@ -106,12 +106,15 @@ _LATER = timedelta(microseconds=1)
 
 @dataclasses.dataclass(frozen=True)
 class _Drained:
-    """What a drain pass did on GitHub: runners still busy, runners it deregistered, and the
-    pods that may go now (``DELETE_POD`` decisions; none while a runner is busy)."""
+    """What a drain pass did on GitHub: runners still busy, runners it deregistered, the pods
+    that may go now (``DELETE_POD`` decisions; none while a runner is busy), and how many pods
+    stuck Terminating it no longer waits for."""
 
     busy: int
     deregistered: int
     deletions: tuple[lifecycle.PodDecision, ...] = ()
+    #: Pods given up on (stuck Terminating) that GitHub has no runner of: not waited for.
+    abandoned: int = 0
 
 
 class RunnerManagers:
@@ -218,7 +221,10 @@ class RunnerManagers:
         is busy, its pods the busy-safe way (``lifecycle.drained``: a running pod whose runner
         the listing missed waits for a listing that started after its container, and goes only
         once GitHub, asked by the pod's name, has no runner of it either: ``_looked_up``). The
-        only other place runner pods are deleted is a live pool's round.
+        only other place runner pods are deleted is a live pool's round. Pods still Terminating
+        past their deletion time are named in ``Drain.stuck``; given up on
+        (``lifecycle.given_up``: their node lost) and confirmed runnerless by GitHub, they are
+        no longer counted in ``pods_left``.
 
         The pool's runners come from the scope's shared listing, one at most every
         ``kick_gap`` for all the pools of the scope being drained (``SharedListing.recent``):
@@ -245,43 +251,59 @@ class RunnerManagers:
         github = teardown_client(self._clients, pool)
         # The pod cache can only lag behind deletions, so "none left" is never early; read
         # before the listing, so that the listing that confirms "none left" started later.
-        pods = self._pools.list_pods(pool.namespace, pool.name)
+        pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(pool.namespace, pool.name)]
+        now = self._clock()
+        waited = [view for view in pods if not lifecycle.given_up(view, now)]
+        stuck = tuple(_stuck(view) for view in pods if lifecycle.overdue(view, now))
         try:
-            since = self._listed_since(pool, gone=not pods)
+            since = self._listed_since(pool, gone=not waited)
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
-                return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot)
-            done = self._deregister_drained(pool, github, snapshot, pods)
+                return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot, stuck=stuck)
+            done = self._deregister_drained(pool, github, snapshot, pods, confirm=not waited)
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
             raise self._backoff.refusal(key) or err from err  # with the scope's wait
         self._backoff.succeeded(key)
+        left = len(pods) - done.abandoned
         with self._lock:
-            if done.busy or pods:  # the next pass needs a listing that started after this one's
-                self._drained[pool.key] = (snapshot.started_at + _LATER, not pods)
+            if done.busy or left:  # the next pass needs a listing that started after this one's
+                self._drained[pool.key] = (snapshot.started_at + _LATER, not waited)
             else:
                 self._drained.pop(pool.key, None)
         if done.busy:
-            return Drain(busy=done.busy, deregistered=done.deregistered, pods_left=len(pods))
+            return Drain(busy=done.busy, deregistered=done.deregistered, pods_left=left, stuck=stuck)
         deleted = self._delete_drained_pods(pool, done.deletions)
-        return Drain(busy=0, deregistered=done.deregistered, pods_deleted=deleted, pods_left=len(pods))
+        return Drain(0, done.deregistered, pods_deleted=deleted, pods_left=left, stuck=stuck)
 
     def _deregister_drained(
-        self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, pods: list[dict[str, Any]]
+        self,
+        pool: PoolRef,
+        github: GitHubClient,
+        snapshot: Snapshot,
+        pods: list[lifecycle.PodView],
+        *,
+        confirm: bool,
     ) -> _Drained:
         """Deregister the pool's idle runners ``snapshot`` shows; once none is busy, look up the
         runners of the running pods it showed none for (``_looked_up``), deregister those too,
-        and say which pods may go (``lifecycle.drained``)."""
+        and say which pods may go (``lifecycle.drained``).
+
+        ``confirm``: only pods given up on are left (``lifecycle.given_up``: stuck Terminating,
+        their node lost); those GitHub has no runner of, neither listed nor looked up by name,
+        are no longer waited for (``_Drained.abandoned``). One listed is deregistered now and
+        confirmed by the next pass."""
         delete_runner = deleter(self._removal, pool, github)
-        runners = self._drained_runners(pool, snapshot, (str(p["metadata"]["name"]) for p in pods))
+        runners = self._drained_runners(pool, snapshot, (view.name for view in pods))
         busy, deregistered = _deregister(delete_runner, runners)
         if busy:
             return _Drained(busy, deregistered)
         listed = {runner.name: runner for runner in runners}
-        views = [lifecycle.PodView.of(pod) for pod in pods]
-        decisions = [lifecycle.drained(view, listed.get(view.name), snapshot.started_at) for view in views]
-        found = self._looked_up(pool, github, snapshot, decisions)
+        decisions = [lifecycle.drained(view, listed.get(view.name), snapshot.started_at) for view in pods]
+        doubtful = [d.pod.name for d in decisions if d.action is lifecycle.Action.LOOK_UP_AND_DELETE]
+        confirming = [view.name for view in pods if view.name not in listed] if confirm else []
+        found = self._looked_up(pool, github, snapshot, doubtful + confirming)
         busy, more = _deregister(delete_runner, found.values())
         if busy:
             return _Drained(busy, deregistered + more)
@@ -290,13 +312,15 @@ class RunnerManagers:
             for decision in decisions
             if decision.action is not lifecycle.Action.KEEP
         )
-        return _Drained(0, deregistered + more, deletions)
+        abandoned = sum(1 for name in confirming if name not in found)
+        return _Drained(0, deregistered + more, deletions, abandoned)
 
     def _looked_up(
-        self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, decisions: list[lifecycle.PodDecision]
+        self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, names: Iterable[str]
     ) -> dict[str, Runner]:
-        """The pool's runners GitHub has under the names of the pods to look up
-        (``LOOK_UP_AND_DELETE``: running, and no listing showed their runner), by pod name.
+        """The pool's runners GitHub has under ``names`` (pods no listing showed a runner for:
+        running ones about to be deleted, ``LOOK_UP_AND_DELETE``, and stuck ones about to be
+        given up on), by pod name.
 
         A paged listing can miss a runner, busy or not (``lifecycle``), and a busy one's pod must
         stay. One request per such pod, answered from GitHub's ``name`` filter (a conditional
@@ -305,10 +329,7 @@ class RunnerManagers:
         pod whose runner a listing showed, or whose container stopped, needs none.
         """
         found: dict[str, Runner] = {}
-        for decision in decisions:
-            if decision.action is not lifecycle.Action.LOOK_UP_AND_DELETE:
-                continue
-            name = decision.pod.name
+        for name in names:
             named = dataclasses.replace(snapshot, runners=tuple(github.runners_named(pool.scope, name)))
             for runner in self._drained_runners(pool, named, [name]):
                 if name not in found or runner.busy:  # two of one name: the busy one decides
@@ -624,3 +645,9 @@ def _deadline(pool: api.RunnerPool) -> timedelta | None:
         return parse_duration(text)
     except ValueError:
         return None  # the CRD rejects such values; an older stored object just gets no deadline
+
+
+def _stuck(view: lifecycle.PodView) -> StuckPod:
+    """An ``overdue`` pod as the finalizer tells it: its name, its node, and when it is given up on."""
+    assert view.deleted_at is not None, "overdue pods are being deleted"
+    return StuckPod(view.name, view.node, view.deleted_at + lifecycle.STUCK_MARGIN)
