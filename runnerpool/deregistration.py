@@ -21,6 +21,8 @@ runner that registered and went between two listings never shows there.
 What the marks can miss is covered by what the finalizer sees live (:func:`may_have_runners`):
 a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
 before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
+JIT config the secret updater says it wrote when the finalizer stops the pool's jobs (its write
+may have landed a moment before the finalizer reads a cache that does not show it yet), a
 token-mode pod (pools of operator versions before the marks), runners GitHub listed in
 ``status.runners``, or a ``TokenReady`` that says the token was issued. The last one is for a
 namespace being deleted: its controller deletes the token Secret, with the mark, and the idle

@@ -27,6 +27,8 @@ class FakeJitSecretUpdater:
     forgotten: list[str] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[tuple[str, str], RegistrationFailure] = field(default_factory=dict)
+    #: (namespace, pool) whose ``stop`` says a config was written that the caches may not show.
+    issued: set[tuple[str, str]] = field(default_factory=set)
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
         self.fills.append((secret, pod_uid, request))
@@ -34,8 +36,9 @@ class FakeJitSecretUpdater:
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         self.forgotten.append(pod_uid)
 
-    def stop(self, namespace: str, name: str) -> None:
+    def stop(self, namespace: str, name: str) -> bool:
         self.stopped.append((namespace, name))
+        return (namespace, name) in self.issued
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         return self.failures.get((namespace, name))

@@ -105,12 +105,15 @@ class PoolJobs:
     others: tuple[Forgets, ...] = ()
     scale_sets: ScaleSets | None = None
 
-    def stop(self, namespace: str, name: str) -> None:
+    def stop(self, namespace: str, name: str) -> bool:
+        """Every job of the pool stops; whether a JIT config was written for one of its pods
+        that the caches may not show yet (``JitJobs.stop``)."""
         self.tokens.stop(namespace, name)
-        self.tokens.jit.stop(namespace, name)
+        issued = self.tokens.jit.stop(namespace, name)
         self.runners.stop(namespace, name)
         for other in self.others:
             other.forget(namespace, name)
+        return issued
 
 
 @dataclass
@@ -490,10 +493,12 @@ class Reconciler:
         version = (credentials or {}).get("metadata", {}).get("resourceVersion", "missing")
         return self._settings.github.pool_ref(run.pool, version)
 
-    def _forget(self, namespace: str, name: str) -> None:
-        """A pool gone, refused or being deleted: its jobs stop and its memory goes."""
-        self._jobs.stop(namespace, name)
+    def _forget(self, namespace: str, name: str) -> bool:
+        """A pool gone, refused or being deleted: its jobs stop and its memory goes; whether a
+        JIT config was written for one of its pods that the caches may not show yet."""
+        issued = self._jobs.stop(namespace, name)
         self._states.forget(namespace, name)
+        return issued
 
     def _release_unused_budget(self, namespace: str, writes: Writes) -> None:
         """Delete the namespace's busy budget once no pool of the namespace is left.
@@ -642,10 +647,10 @@ class Reconciler:
         pool = run.pool
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
-        self._forget(pool.namespace, pool.name)
+        issued = self._forget(pool.namespace, pool.name)
         if self._settings.tenants.allow_list.refusal(
             pool.namespace, pool.scope
-        ) is not None or not self._may_have_runners(run):
+        ) is not None or not self._may_have_runners(run, issued=issued):
             # No GitHub call for a scope the namespace may not use (it made no runner there),
             # nor for a pool that never registered a runner (but its scale set, if it has one).
             self._withdraw_token(run)
@@ -727,15 +732,16 @@ class Reconciler:
         self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result()
 
-    def _may_have_runners(self, run: _Pass) -> bool:
+    def _may_have_runners(self, run: _Pass, *, issued: bool = False) -> bool:
         """Whether the pool may have registered a runner (``runnerpool.deregistration``); a JIT
-        pool's live evidence is recorded as its mark: the drain deletes its pods and Secrets."""
+        pool's live evidence is recorded as its mark: the drain deletes its pods and Secrets.
+        ``issued``: the JIT fills wrote a config the caches may not show yet."""
         pool = run.pool
         if deregistration.marked(run.raw):
             return True
         pods = self._reads.list_pods(pool.namespace, pool.name)
         jit_names = pod_state.jit_secret_names(pods)
-        found = deregistration.may_have_runners(
+        found = issued or deregistration.may_have_runners(
             run.raw,
             jit=_jit(pool),
             token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),

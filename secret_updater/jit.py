@@ -123,6 +123,7 @@ class JitSecretUpdater:
         self._lock = threading.Lock()
         self._pods: dict[str, _Pod] = {}  # by pod uid, until filled or forgotten
         self._done: set[str] = set()  # pod uids filled, until forgotten
+        self._made: set[str] = set()  # pod uids GitHub made a runner for, until forgotten
         self._pools: dict[str, _Pool] = {}
 
     # -- the interface the reconciler drives -----------------------------------------------------
@@ -167,6 +168,7 @@ class JitSecretUpdater:
         """The pod has used its config or is going: no fill for it from now on."""
         with self._lock:
             self._done.discard(pod_uid)
+            self._made.discard(pod_uid)
             pod = self._pods.pop(pod_uid, None)
             if pod is not None:
                 self._remove_job(pod_uid)
@@ -174,12 +176,25 @@ class JitSecretUpdater:
                 if state is not None:
                     state.pods.discard(pod_uid)
 
-    def stop(self, namespace: str, name: str) -> None:
+    def stop(self, namespace: str, name: str) -> bool:
+        """No fill for the pool from now on (it is gone, refused or being deleted); whether
+        GitHub made a runner for one of its pods (its config written, being written, or lost
+        with a write that failed and waits for its retry).
+
+        A deleted pool's finalizer decides from its caches whether the pool may have runners
+        (``runnerpool.deregistration``): they show a filled JIT Secret only once the write has
+        landed and reached them, and a failed write never. This answer makes it ask GitHub then.
+        A fill that finds its pool stopped, before its write or during it, deletes the runner
+        GitHub made for it (``_fill``)."""
         with self._lock:
             state = self._pools.pop(pool_key(namespace, name), None)
-            for uid in state.pods if state is not None else ():
+            pods = state.pods if state is not None else set()
+            made = not self._made.isdisjoint(pods)
+            self._made.difference_update(pods)
+            for uid in pods:
                 self._pods.pop(uid, None)
                 self._remove_job(uid)
+            return made
 
     def stop_all(self) -> None:
         """Stop every pod's job (the operator is stopping): no fill starts after this returns."""
@@ -223,6 +238,8 @@ class JitSecretUpdater:
         config = self._generate(client, pod)
         with self._lock:
             forgotten = pod_uid not in self._pods
+            if not forgotten:
+                self._made.add(pod_uid)  # ``stop`` tells the finalizer: GitHub has a runner for it
         if forgotten:
             # The pod or its pool went while GitHub made the runner: nobody will run it, and a
             # deleted pool's finalizer may have drained already, its runner manager stopped:
@@ -235,13 +252,24 @@ class JitSecretUpdater:
         except Exception as err:
             # Asked again after the backoff; the runner made for it is a 409 then, and replaced.
             status = getattr(err, "status", None) or type(err).__name__
-            raise PatchFailedError(
+            failed: PatchFailedError | None = PatchFailedError(
                 f"cannot write the JIT config into Secret {ref.namespace}/{pod.secret}: {status}"
-            ) from None
+            )
+        else:
+            failed = None
         with self._lock:
-            if self._pods.pop(pod_uid, None) is not None:
+            kept = pod_uid in self._pods
+            if kept and failed is None:
+                del self._pods[pod_uid]
                 self._remove_job(pod_uid)
                 self._done.add(pod_uid)
+        if not kept:
+            # Forgotten during the write, written or not: as above, and no retry will come. A
+            # deleted pool's finalizer that stopped it meanwhile also drains (``stop`` said so).
+            self._remove_leftover(client, ref, pod.request.name)
+            return
+        if failed is not None:
+            raise failed from None
         log.info(
             "JIT config for runner %s (pool %s) written to Secret %s", pod.request.name, ref.key, pod.secret
         )

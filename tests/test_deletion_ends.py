@@ -24,6 +24,7 @@ from kubernetes import client
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import PoolRef
+from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
@@ -111,6 +112,24 @@ def test_a_jit_pool_whose_pods_never_got_a_config_is_deleted_at_once(
     assert reconciler(f"{namespace}/jitless").requeue_after is None
     assert _pool(api_client, namespace, "jitless") is None
     assert len(github.calls) == 0
+
+
+def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_drained(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The JIT fill wrote a config the caches do not show yet: the finalizer, told so when it
+    stops the pool's jobs, marks the pool and asks GitHub instead of letting it go without."""
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    reconciler = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock)
+    create_pool(api_client, namespace, pool_manifest("landing", registration="jit"))
+    reconciler(f"{namespace}/landing")
+    tokens.jit.issued.add((namespace, "landing"))
+    _delete(api_client, namespace, "landing")
+
+    assert reconciler(f"{namespace}/landing").requeue_after is None
+
+    assert [ref.name for ref in runners.drains] == ["landing"], "GitHub was asked"
+    assert _pool(api_client, namespace, "landing") is None
 
 
 class RecordedScaleSets:

@@ -226,6 +226,56 @@ def test_a_runner_made_for_a_pool_stopped_during_the_call_is_deleted_not_left_on
     assert [r.name for r in jit.github.runners.get(SCOPE, [])] == [], "the runner made for it is deleted"
 
 
+def test_stop_says_whether_a_config_was_written_that_the_caches_may_not_show_yet(jit: Harness) -> None:
+    """A deleted pool's finalizer stops the pool's jobs, then decides from its caches whether the
+    pool may have runners; a write that landed a moment before may not show there yet."""
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    assert jit_updater.stop("team-a", "build") is False, "nothing written: no runner made"
+
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert jit_updater.stop("team-a", "build") is True
+    assert jit_updater.stop("team-a", "build") is False, "said once: the finalizer marks the pool"
+
+
+def test_stop_tells_of_a_runner_whose_config_write_failed_and_waits_for_its_retry(jit: Harness) -> None:
+    """Nothing ever shows that runner in a Secret: the pool's stop is the one place that knows."""
+    jit_updater, write = jit.updater.jit, jit.updater.jit._patch_secret
+
+    def refused(namespace: str, name: str, body: dict[str, Any]) -> object:
+        raise RuntimeError("the API server is restarting")
+
+    jit_updater._patch_secret = refused  # type: ignore[method-assign]
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+    assert [r.name for r in jit.github.runners[SCOPE]] == ["build-abcde"] and jit.patches == []
+    jit_updater._patch_secret = write  # type: ignore[method-assign]
+
+    assert jit_updater.stop("team-a", "build") is True
+
+
+def test_a_pool_stopped_while_its_config_is_written_loses_the_runner_and_is_told(jit: Harness) -> None:
+    """The finalizer's pass comes between the fill's last look and its write landing in the
+    cache. Before, the write went on, the finalizer saw no filled Secret and let the pool go
+    without GitHub, and the runner stayed registered for good."""
+    jit_updater, write = jit.updater.jit, jit.updater.jit._patch_secret
+    told: list[bool] = []
+
+    def finalizer_meanwhile(namespace: str, name: str, body: dict[str, Any]) -> object:
+        told.append(jit_updater.stop("team-a", "build"))
+        return write(namespace, name, body)
+
+    jit_updater._patch_secret = finalizer_meanwhile  # type: ignore[method-assign]
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert told == [True], "the finalizer learns that a config is landing, and asks GitHub"
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == [], "the runner made for it is deleted"
+    assert _jobs(jit) == [] and jit_updater.failure("team-a", "build") is None
+
+
 def _scale_set_updater(h: Harness, from_scale_set: ScaleSetJit) -> JitSecretUpdater:
     """A JIT updater whose scale-set pools' configs come from ``from_scale_set``."""
     return JitSecretUpdater(
