@@ -10,8 +10,9 @@ the Secret as filled for good. A 409 is a runner of that name left over (an earl
 patch was lost, an operator restart in between): the runner managers' rule removes it unless
 busy (``remove_leftover``, i.e. ``runnerpool.runners.leftovers``; this module deletes no
 runner itself), and the fill asks again. The same rule removes the runner of a fill whose pod
-or pool went while GitHub made it: nothing would run it, and a deleted pool's finalizer may
-have drained already.
+or pool went while GitHub made it or while its config was written: nothing would run it, and a
+deleted pool's finalizer may have drained already. That removal is tried again with the same
+backoff until GitHub has no runner of that name (``_remove_unused``), for at most a day.
 
 One job per pod on the token jobs' scheduler, asked for any number of times, run once to
 success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
@@ -30,14 +31,14 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, utcnow
-from runnerpool.github.credentials import ClientCache
+from runnerpool.github.credentials import ClientCache, teardown_client
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
@@ -52,6 +53,9 @@ __all__ = ["JitSecretUpdater", "RemoveLeftover", "ScaleSetJit", "SecretWrites", 
 log = logging.getLogger(__name__)
 
 _NAME_IN_USE = 409
+#: How long a runner made for a pod or pool that went is tried to be deleted: GitHub itself
+#: removes an ephemeral runner (a JIT runner is one) that has not connected for a day.
+LEFTOVER_TRIES_FOR = timedelta(days=1)
 
 #: Removes the pool's runner of that name unless busy (``None``: none). Given by the assembly:
 #: ``runnerpool.runners.leftovers.delete_leftover_runner``, the runner managers' rule.
@@ -95,6 +99,21 @@ class _Pod:
 
 
 @dataclass
+class _Leftover:
+    """A runner GitHub made for a pod or pool that went: nothing will run it, and nothing else
+    deletes it (a deleted pool's runner manager is gone), so it is tried until it is gone."""
+
+    ref: PoolRef
+    name: str
+    since: datetime
+    attempt: int = 0
+
+    @property
+    def job_id(self) -> str:
+        return f"jit-leftover/{self.ref.namespace}/{self.name}"
+
+
+@dataclass
 class _Pool:
     attempt: int = 0
     not_before: datetime | None = None
@@ -125,6 +144,7 @@ class JitSecretUpdater:
         self._done: set[str] = set()  # pod uids filled, until forgotten
         self._made: set[str] = set()  # pod uids GitHub made a runner for, until forgotten
         self._pools: dict[str, _Pool] = {}
+        self._leftovers: dict[str, _Leftover] = {}  # by job id, until gone
 
     # -- the interface the reconciler drives -----------------------------------------------------
 
@@ -201,8 +221,11 @@ class JitSecretUpdater:
         with self._lock:
             for uid in self._pods:
                 self._remove_job(uid)
+            for leftover in self._leftovers.values():
+                self._remove_job_id(leftover.job_id)
             self._pods.clear()
             self._pools.clear()
+            self._leftovers.clear()
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         with self._lock:
@@ -244,7 +267,7 @@ class JitSecretUpdater:
             # The pod or its pool went while GitHub made the runner: nobody will run it, and a
             # deleted pool's finalizer may have drained already, its runner manager stopped:
             # nothing else would ever delete it.
-            self._remove_leftover(client, ref, pod.request.name)
+            self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)
             return
         # The pod stays asked for during the write: a second ask meanwhile is no second runner.
         try:
@@ -266,7 +289,7 @@ class JitSecretUpdater:
         if not kept:
             # Forgotten during the write, written or not: as above, and no retry will come. A
             # deleted pool's finalizer that stopped it meanwhile also drains (``stop`` said so).
-            self._remove_leftover(client, ref, pod.request.name)
+            self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)
             return
         if failed is not None:
             raise failed from None
@@ -321,15 +344,93 @@ class JitSecretUpdater:
         if changed:
             self._notify(pod.ref.namespace, pod.ref.name)
 
+    # -- runners nobody will run ----------------------------------------------------------------
+
+    def _remove_unused(self, leftover: _Leftover, client: GitHubClient | None = None) -> None:
+        """Delete ``leftover`` on GitHub (the runner managers' rule: never a busy one); a
+        failure, or a runner found busy, is tried again with the fills' backoff
+        (``_removal_failed``). Before, the failure went to ``_failed``, which dropped it for a
+        pod or pool no longer known, and the runner stayed registered for good.
+
+        ``client``: the fill's; a retry takes the pool's client again, or the last one that
+        worked for it when a deleted namespace took its Secrets (``teardown_client``)."""
+        try:
+            github = client if client is not None else teardown_client(self._clients, leftover.ref)
+            if self._remove_leftover(github, leftover.ref, leftover.name) is DeleteOutcome.BUSY:
+                raise _LeftoverBusyError(f"runner {leftover.name} runs a job; deleted once done", status=409)
+        except Exception as err:  # anything: the runner must not be forgotten
+            self._removal_failed(leftover, err)
+            return
+        with self._lock:
+            if self._leftovers.pop(leftover.job_id, None) is not None:
+                self._remove_job_id(leftover.job_id)
+        if leftover.attempt:
+            log.info("deleted runner %s left over for pool %s", leftover.name, leftover.ref.key)
+
+    def _removal_failed(self, leftover: _Leftover, err: Exception) -> None:
+        """Try ``leftover`` again after the backoff, for at most ``LEFTOVER_TRIES_FOR``."""
+        reason, message = classify(err)
+        now = self._clock()
+        if now - leftover.since >= LEFTOVER_TRIES_FOR:
+            log.warning(
+                "runner %s of pool %s is left on GitHub (%s: %s); GitHub removes it once it has not "
+                "connected for a day",
+                leftover.name,
+                leftover.ref.key,
+                reason,
+                message,
+            )
+            with self._lock:
+                if self._leftovers.pop(leftover.job_id, None) is not None:
+                    self._remove_job_id(leftover.job_id)
+            return
+        leftover.attempt += 1
+        when = now + next_run_after_failure(leftover.attempt, err, self._rng, self._policy)
+        with self._lock:
+            scheduled = leftover.job_id in self._leftovers
+            self._leftovers[leftover.job_id] = leftover
+            if scheduled:
+                self._reschedule_id(leftover.job_id, when)
+            else:
+                add_self_scheduling_job(
+                    self._scheduler,
+                    self._retry_removal,
+                    (leftover.job_id,),
+                    job_id=leftover.job_id,
+                    name=f"leftover runner {leftover.ref.namespace}/{leftover.name}",
+                    first_run=when,
+                    safety_net_seconds=self._policy.permanent_max.total_seconds(),
+                )
+        log.warning(
+            "cannot delete runner %s left over for pool %s: %s: %s (retry at %s)",
+            leftover.name,
+            leftover.ref.key,
+            reason,
+            message,
+            f"{when:%H:%M:%S}",
+        )
+
+    def _retry_removal(self, job_id: str) -> None:
+        with self._lock:
+            leftover = self._leftovers.get(job_id)
+        if leftover is not None:
+            self._remove_unused(leftover)
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _reschedule(self, pod_uid: str, when: datetime) -> None:
+        self._reschedule_id(_job_id(pod_uid), when)
+
+    def _reschedule_id(self, job_id: str, when: datetime) -> None:
         with contextlib.suppress(JobLookupError):
-            self._scheduler.modify_job(_job_id(pod_uid), next_run_time=when)
+            self._scheduler.modify_job(job_id, next_run_time=when)
 
     def _remove_job(self, pod_uid: str) -> None:
+        self._remove_job_id(_job_id(pod_uid))
+
+    def _remove_job_id(self, job_id: str) -> None:
         with contextlib.suppress(JobLookupError):
-            self._scheduler.remove_job(_job_id(pod_uid))
+            self._scheduler.remove_job(job_id)
 
 
 def _job_id(pod_uid: str) -> str:

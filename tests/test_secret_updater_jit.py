@@ -276,6 +276,82 @@ def test_a_pool_stopped_while_its_config_is_written_loses_the_runner_and_is_told
     assert _jobs(jit) == [] and jit_updater.failure("team-a", "build") is None
 
 
+def _made_then_stopped(jit: Harness, monkeypatch: pytest.MonkeyPatch, **runner: Any) -> None:
+    """GitHub makes the pod's runner (as ``runner`` says), and the pool is deleted meanwhile."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def stopped_meanwhile(scope: Scope, request: JitRequest) -> Any:
+        config = made(scope, request)
+        jit.github.runners[scope] = [replace(r, **runner) for r in jit.github.runners[scope]]
+        jit_updater.stop("team-a", "build")
+        return config
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", stopped_meanwhile)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+
+def _down(scope: Scope, name: str) -> Any:
+    raise Unavailable("GET /orgs/octo-org/actions/runners: HTTP 503")
+
+
+def _leftover_jobs(jit: Harness) -> list[Any]:
+    return [job for job in jit.scheduler.get_jobs() if job.id.startswith("jit-leftover/")]
+
+
+def test_a_leftover_whose_delete_fails_is_tried_again_with_backoff_until_it_is_gone(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outage that slowed GitHub's answer fails the removal too. Before, the failure was
+    dropped (the pod's pool was no longer known) and the runner stayed registered for good."""
+    looked_up = jit.github.runners_named
+    monkeypatch.setattr(jit.github, "runners_named", _down)
+    _made_then_stopped(jit, monkeypatch)
+    [job] = _leftover_jobs(jit)
+    first = job.next_run_time
+    assert first > jit.clock.now
+    job.func(*job.args)  # still down: later again, and later than the first time
+    [job] = _leftover_jobs(jit)
+    assert job.next_run_time - jit.clock.now > first - jit.clock.now
+
+    monkeypatch.setattr(jit.github, "runners_named", looked_up)  # GitHub is back
+    job.func(*job.args)
+
+    assert jit.github.runners[SCOPE] == [], "deleted"
+    assert _leftover_jobs(jit) == []
+
+
+def test_a_leftover_running_a_job_is_tried_again_until_github_has_removed_it(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its pod ran it before the removal: busy runners are never deleted; an ephemeral one is
+    gone from GitHub after its job, and the next try finds none."""
+    _made_then_stopped(jit, monkeypatch, busy=True, status="online")
+    assert [r.name for r in jit.github.runners[SCOPE]] == ["build-abcde"] and jit.github.deleted == []
+    [job] = _leftover_jobs(jit)
+
+    jit.github.runners[SCOPE] = []  # its job done, GitHub removed it
+    job.func(*job.args)
+
+    assert _leftover_jobs(jit) == [] and jit.github.deleted == []
+
+
+def test_a_leftover_is_tried_for_a_day_then_left_to_githubs_own_clean_up(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jit.github, "runners_named", _down)  # for good
+    _made_then_stopped(jit, monkeypatch)
+    [job] = _leftover_jobs(jit)
+    jit.clock.advance(timedelta(hours=23))
+    job.func(*job.args)
+    assert _leftover_jobs(jit), "tried again within the day"
+
+    jit.clock.advance(timedelta(hours=1))
+    job.func(*job.args)
+
+    assert _leftover_jobs(jit) == []
+
+
 def _scale_set_updater(h: Harness, from_scale_set: ScaleSetJit) -> JitSecretUpdater:
     """A JIT updater whose scale-set pools' configs come from ``from_scale_set``."""
     return JitSecretUpdater(

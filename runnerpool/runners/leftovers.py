@@ -27,14 +27,17 @@ def delete_leftover_runner(
 ) -> DeleteOutcome | None:
     """Delete the pool's runner called ``name`` unless it is busy; ``None``: there is none.
 
-    A runner listed busy is not even asked for (GitHub would refuse): ``DeleteOutcome.BUSY``.
+    Found with GitHub's lookup by name (one small conditional request; the scope's whole listing
+    cost a request per changed page, on every try of a fill and of a removal tried again). A
+    runner listed busy is not even asked for (GitHub would refuse): ``DeleteOutcome.BUSY``.
     ``removal``: the Actions service's way for a scale-set pool (``runnerpool.runners.removal``).
     """
-    leftover = next((r for r in github.list_runners(pool.scope) if r.name == name), None)
-    if leftover is None:
+    named = github.runners_named(pool.scope, name)
+    if not named:
         return None
-    if leftover.busy:
+    if any(runner.busy for runner in named):
         return DeleteOutcome.BUSY
+    leftover = named[0]
     outcome = deleter(removal, pool, github)(leftover.id)
     log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
     return outcome
