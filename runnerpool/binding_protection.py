@@ -16,8 +16,9 @@ Secret's release, the busy budget's deletion), whichever leader saw the last poo
 Which bindings: those whose subjects name the operator's own ServiceAccount (learnt by
 ``NamespaceAccess.account``) and whose ``roleRef`` is a ClusterRole: the documented one-liner,
 the kustomize component and the chart's ``runnerNamespaces`` all make one of those, under
-names of their own. In namespace-scoped mode (``--namespaced``) the installer's Role and its
-binding are not held: uninstall that mode by deleting its pools first.
+names of their own, and so do namespace-scoped mode's installs (deploy/overlays/namespaced, the
+chart's ``watchNamespaces``: a RoleBinding to a ClusterRole in each watched namespace). A
+binding to a Role is not held: the namespace's deletion deletes the Role itself at once.
 
 Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
 reconciled by this process (a patch only where the finalizer is missing), and one when its last

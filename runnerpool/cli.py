@@ -117,8 +117,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     namespaces = values["namespaces"]
     if values["namespaced"] and not namespaces:
         raise SystemExit(
-            "error: --namespaced needs at least one --namespace: name the namespaces whose Roles "
-            "the operator was given (deploy/overlays/namespaced)"
+            "error: --namespaced needs at least one --namespace: name the namespaces where the "
+            "operator was given its RoleBinding (deploy/overlays/namespaced)"
         )
     settings = Settings(
         component=values["component"],

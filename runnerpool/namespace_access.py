@@ -13,7 +13,7 @@ So the reconciler asks first (:meth:`NamespaceAccess.check`, a gate before anyth
 one SelfSubjectAccessReview per thing the operator needs in every runner namespace (create
 pods, list its Secrets). Every authenticated user may ask those (the built-in
 ``system:basic-user`` role): the check needs no permission of its own, and it answers with the
-operator's real permissions (a Role, a ClusterRoleBinding made by hand, ``--namespaced``'s Roles
+operator's real permissions (a Role, a ClusterRoleBinding made by hand, ``--namespaced``'s bindings
 count too), not with a guess from the RoleBindings it could list.
 
 Answers are cached per namespace. One that is not enabled is asked again after ``recheck``

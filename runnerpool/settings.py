@@ -589,12 +589,13 @@ class Settings:
         metavar="NS",
         repeat=True,
     )
-    #: Roles in the watched namespaces suffice (deploy/overlays/namespaced): nothing is read or
-    #: watched cluster-wide, not even the watched Namespace objects.
+    #: Bindings in the watched namespaces suffice (deploy/overlays/namespaced): nothing is read
+    #: or watched cluster-wide, not even the watched Namespace objects.
     namespaced: bool = setting(
         False,
         "--namespaced",
-        "namespace-scoped mode: needs only Roles in the --namespace namespaces (no ClusterRole); "
+        "namespace-scoped mode: needs permissions in the --namespace namespaces only (RoleBindings "
+        "there, nothing bound cluster-wide); "
         "the operator then does not watch the Namespace objects themselves",
         switch=True,
     )
@@ -603,7 +604,8 @@ class Settings:
         NAMESPACE_CLUSTER_ROLE,
         "--namespace-role",
         "the ClusterRole a RoleBinding in a runner namespace enables the operator with, as the "
-        "line in a NamespaceNotEnabled condition names it (the Helm chart's: <release>-namespace)",
+        "line in a NamespaceNotEnabled condition names it (the Helm chart's: <release>-namespace, "
+        "with its watchNamespaces <release>-namespaced)",
         metavar="NAME",
     )
     queue: QueueSettings = QueueSettings()

@@ -508,29 +508,33 @@ def test_the_chart_renders_the_lease_the_operator_elects_on(
     assert ids == ([flag] if flag else [])
 
 
-def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None:
+NAMESPACED_ROLE = f"{RELEASE}-namespaced"
+
+
+def test_watch_namespaces_bind_the_operators_rules_in_each_namespace_only(helm: Path) -> None:
     objects = template(helm, {"watchNamespaces": ["team-a", "team-b"]})
     deploy_rules = rules_of(DEPLOY / "rbac" / "cluster_role.yaml")
     cluster_rules = one(objects, "ClusterRole", RELEASE)["rules"]
-    role_rules = []
+    role_rules = one(objects, "ClusterRole", NAMESPACED_ROLE)["rules"]
     for ns in ("team-a", "team-b"):
-        role = one(objects, "Role", RELEASE, ns)
-        binding = one(objects, "RoleBinding", RELEASE, ns)
+        binding = one(objects, "RoleBinding", NAMESPACED_ROLE, ns)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": RELEASE,
+            "kind": "ClusterRole",
+            "name": NAMESPACED_ROLE,
         }
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
-        role_rules.append(role["rules"])
-    assert role_rules[0] == role_rules[1]
+    assert not [
+        o for o in objects if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == NAMESPACED_ROLE
+    ]
+    assert not [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == RELEASE]
     # Nothing lost, nothing added but the Namespace watch, which --namespaced turns off; what
-    # stays cluster-wide is only the metrics reviews, which a Role cannot grant. Every watched
-    # namespace is enabled: the namespace role's rules are in each Role too.
+    # stays cluster-wide is only the metrics reviews, which a RoleBinding cannot grant. Every
+    # watched namespace is enabled: the namespace role's rules are bound there too.
     namespace_rules = rules_of(DEPLOY / "rbac" / "namespace_cluster_role.yaml")
     wanted = [r for r in deploy_rules + namespace_rules if "namespaces" not in r.get("resources", [])]
     canonical = functools.partial(json.dumps, sort_keys=True)
-    assert sorted(map(canonical, cluster_rules + role_rules[0])) == sorted(map(canonical, wanted))
+    assert sorted(map(canonical, cluster_rules + role_rules)) == sorted(map(canonical, wanted))
     cluster_resources = {r for rule in cluster_rules for r in rule.get("resources", [])}
     assert cluster_resources == {"tokenreviews", "subjectaccessreviews"}
     only_roles = template(helm, {"watchNamespaces": ["team-a"], "metrics": {"secure": False}})
@@ -538,10 +542,26 @@ def test_watch_namespaces_grant_roles_in_each_namespace_only(helm: Path) -> None
         o
         for o in only_roles
         if o["kind"] in ("ClusterRole", "ClusterRoleBinding") and o["metadata"]["name"] == RELEASE
-    ], "without metrics.secure: Roles only"
-    assert {"secrets", "pods"} <= {r for rule in role_rules[0] for r in rule["resources"]}
+    ], "without metrics.secure: nothing bound cluster-wide"
+    assert {"secrets", "pods"} <= {r for rule in role_rules for r in rule["resources"]}
     args = container(objects)["args"]
     assert args[-3:] == ["--namespaced", "--namespace=team-a", "--namespace=team-b"]
+
+
+def test_watch_namespaces_bind_like_deploys_namespaced_overlay(helm: Path) -> None:
+    """The same role, binding and flag as deploy/overlays/namespaced: a RoleBinding to a
+    ClusterRole, which the operator holds while a namespace being deleted still has pools
+    (runnerpool.binding_protection holds no binding to a Role)."""
+    overlay = kustomize(DEPLOY / "overlays" / "namespaced")
+    chart = template(helm, {"watchNamespaces": ["ci-runners"], "metrics": {"secure": False}})
+    for kind, namespace in (("ClusterRole", None), ("RoleBinding", "ci-runners")):
+        report = parity_report(
+            [one(overlay, kind, NAMESPACED_ROLE, namespace)], [one(chart, kind, NAMESPACED_ROLE, namespace)]
+        )
+        assert not report, "\n".join(report)
+    flag = f"--namespace-role={NAMESPACED_ROLE}"
+    assert flag in container(chart)["args"]
+    assert flag in one(overlay, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_runner_namespaces_bind_the_namespace_role_in_each_and_nowhere_else(helm: Path) -> None:
@@ -595,9 +615,9 @@ def test_the_enable_line_binds_the_namespace_role_the_release_made(helm: Path, r
     line = _enable_line(objects, f"{NAMESPACE}:{fullname}")
     assert f"--clusterrole={role} --serviceaccount={NAMESPACE}:{fullname}" in line, line
     namespaced = template(helm, {"watchNamespaces": ["team-a"], "fullnameOverride": "ci"})
-    assert not [a for a in container(namespaced)["args"] if a.startswith("--namespace-role")], (
-        "namespaced mode makes no namespace role to name"
-    )
+    one(namespaced, "ClusterRole", "ci-namespaced")
+    line = _enable_line(namespaced, f"{NAMESPACE}:ci")
+    assert f"--clusterrole=ci-namespaced --serviceaccount={NAMESPACE}:ci" in line, line
 
 
 def test_allow_rules_become_one_flag_each_that_the_operator_accepts(helm: Path) -> None:

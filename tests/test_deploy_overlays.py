@@ -32,6 +32,9 @@ from tests.test_deploy_manifests import (
 from testworld.envtest import assets
 
 OVERLAY = DEPLOY / "overlays" / "namespaced"
+#: The operator's rules in a watched namespace: a ClusterRole bound there by a RoleBinding of the
+#: same name, never cluster-wide.
+NAMESPACED_ROLE = "runnerpool-operator-namespaced"
 
 Obj = dict[str, Any]
 
@@ -52,11 +55,11 @@ def overlay() -> list[Obj]:
 
 @pytest.fixture(scope="module")
 def watched(overlay: list[Obj]) -> list[str]:
-    """The namespaces the overlay gives the operator a Role in."""
+    """The namespaces where the overlay binds the operator's rules."""
     return sorted(
         o["metadata"]["namespace"]
         for o in overlay
-        if o["kind"] == "Role" and o["metadata"]["name"] == SERVICE_ACCOUNT
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == NAMESPACED_ROLE
     )
 
 
@@ -74,7 +77,8 @@ def assert_the_base_args_less_metrics_secure(args: list[str], base: list[str], p
     and the metrics address (loopback instead), and nothing else but the namespaced flags."""
     wanted = {a for a in base if a != "--metrics-secure" and not a.startswith("--metrics-bind-address=")}
     wanted.add(LOOPBACK_METRICS)
-    kept = {a for a in args if a != "--namespaced" and not a.startswith("--namespace=")}
+    namespaced = ("--namespace=", "--namespace-role=")
+    kept = {a for a in args if a != "--namespaced" and not a.startswith(namespaced)}
     assert not wanted - kept, f"{patch} lacks the base's {sorted(wanted - kept)}"
     assert not kept - wanted, f"{patch} has {sorted(kept - wanted)}, which the base has not"
 
@@ -84,39 +88,54 @@ def test_the_real_kustomize_renders_the_default_install_as_the_test_renderer_doe
     assert sorted(map(identity, kustomize(str(DEPLOY)))) == sorted(map(identity, render(DEPLOY)))
 
 
-def test_the_operator_gets_roles_instead_of_its_cluster_role(overlay: list[Obj], watched: list[str]) -> None:
+def test_the_operator_gets_its_rules_bound_in_the_watched_namespaces_only(
+    overlay: list[Obj], watched: list[str]
+) -> None:
     base = {identity(o) for o in render(DEPLOY)}
     removed = {
         (kind, "", account)
         for account in (SERVICE_ACCOUNT, RECEIVER)
         for kind in ("ClusterRole", "ClusterRoleBinding")
     }
-    added = {
-        (kind, ns, account)
+    added = {("ClusterRole", "", NAMESPACED_ROLE)} | {
+        binding
         for ns in watched
-        for kind in ("Role", "RoleBinding")
-        for account in (SERVICE_ACCOUNT, RECEIVER)
+        for binding in (
+            ("RoleBinding", ns, NAMESPACED_ROLE),
+            ("Role", ns, RECEIVER),
+            ("RoleBinding", ns, RECEIVER),
+        )
     }
     assert {identity(o) for o in overlay} == (base - removed) | added
     assert watched == ["ci-runners"]
     assert not [o for o in overlay if o["kind"] == "ClusterRoleBinding"], "nothing cluster-wide is bound"
 
 
-def test_each_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones_and_the_namespace_roles(
-    overlay: list[Obj], watched: list[str]
+def test_the_namespaced_role_has_the_cluster_roles_rules_less_the_cluster_scoped_ones_and_the_namespace_roles(
+    overlay: list[Obj],
 ) -> None:
     """Every watched namespace is one the operator works in: its reads and its writes."""
     expected = {key: set(verbs) for key, verbs in OPERATOR_RULES.items() if key not in CLUSTER_SCOPED_RULES}
     for key, verbs in NAMESPACE_RULES.items():
         expected.setdefault(key, set()).update(verbs)
-    for namespace in watched:
-        role = next(o for o in overlay if identity(o) == ("Role", namespace, SERVICE_ACCOUNT))
-        assert verbs_by_resource(role) == expected
-        binding = next(o for o in overlay if identity(o) == ("RoleBinding", namespace, SERVICE_ACCOUNT))
+    assert verbs_by_resource(one(overlay, "ClusterRole", NAMESPACED_ROLE)) == expected
+
+
+def test_each_watched_namespace_binds_the_role_with_a_binding_the_operator_holds(
+    overlay: list[Obj], watched: list[str]
+) -> None:
+    """A RoleBinding to a ClusterRole, never a Role: deleting the namespace deletes a Role there at
+    once, and the operator then cannot finalize its pools there (the namespace hangs in
+    Terminating); a binding to a ClusterRole it holds with its finalizer until they are gone
+    (runnerpool.binding_protection, which holds only those). Proven on an API server by
+    tests/e2e/test_namespaced_mode.py."""
+    bindings = [o for o in overlay if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == NAMESPACED_ROLE]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == watched
+    for binding in bindings:
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": SERVICE_ACCOUNT,
+            "kind": "ClusterRole",
+            "name": NAMESPACED_ROLE,
         }
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
@@ -144,6 +163,8 @@ def test_the_operator_runs_namespaced_in_exactly_the_watched_namespaces(
 ) -> None:
     args = _args(overlay)
     assert "--namespaced" in args
+    # A pool's NamespaceNotEnabled line binds the role this mode binds.
+    assert f"--namespace-role={NAMESPACED_ROLE}" in args
     assert sorted(a.split("=", 1)[1] for a in args if a.startswith("--namespace=")) == watched
     # Reviews of metrics tokens are cluster-scoped: this mode serves metrics without them.
     assert "--metrics-secure" not in args

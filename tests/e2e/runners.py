@@ -33,6 +33,27 @@ def pool_runners(fake: FakeGitHub, scope: str, namespace: str, pool: str) -> lis
     return [r for r in fake.runners(scope) if label in iter_runner_labels(r)]
 
 
+def runners_of_namespace(fake: FakeGitHub, namespace: str) -> list[str]:
+    """Runners on any scope carrying a pool label of ``namespace``."""
+    prefix = f"{namespace}/"
+    return [
+        runner["name"]
+        for scope in fake.scopes()
+        for runner in fake.runners(scope)
+        if any(label.startswith(prefix) for label in iter_runner_labels(runner))
+    ]
+
+
+def namespace_gone(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core.read_namespace(namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
 def issued_secrets(fake: FakeGitHub) -> set[str]:
     """Every registration token the fake handed out, plus the PATs: none may reach a log."""
     tokens = {t.token for scope in fake.scopes() for t in fake.tokens_issued(scope)}

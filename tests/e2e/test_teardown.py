@@ -13,15 +13,22 @@ import time
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from tests.e2e.conftest import StartOperator
-from tests.e2e.runners import ORG, REPO, token_of, wait_condition, wait_token
+from tests.e2e.runners import (
+    ORG,
+    REPO,
+    namespace_gone,
+    runners_of_namespace,
+    token_of,
+    wait_condition,
+    wait_token,
+)
 from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
 from testworld.fakegithub import FakeGitHub
-from testworld.simulator import OperatorProcess, RunnerSimulator, iter_runner_labels
+from testworld.simulator import OperatorProcess, RunnerSimulator
 
 pytestmark = pytest.mark.usefixtures("credentials")
 
@@ -29,27 +36,6 @@ pytestmark = pytest.mark.usefixtures("credentials")
 NAMESPACE_GONE_WITHIN = 60.0
 #: A token Secret that lost its token has one again within this many seconds.
 TOKEN_BACK_WITHIN = 5.0
-
-
-def _runners_of_namespace(fake: FakeGitHub, namespace: str) -> list[str]:
-    """Runners on any scope carrying a pool label of ``namespace``."""
-    prefix = f"{namespace}/"
-    return [
-        runner["name"]
-        for scope in fake.scopes()
-        for runner in fake.runners(scope)
-        if any(label.startswith(prefix) for label in iter_runner_labels(runner))
-    ]
-
-
-def _namespace_gone(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.read_namespace(namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def _error_lines(operator: OperatorProcess) -> list[str]:
@@ -73,20 +59,20 @@ def test_deleting_a_namespace_deregisters_every_runner_and_finishes(
     for name, scope in (("web", {"repo": REPO}), ("api", {"repo": REPO}), ("org", {"org": ORG})):
         create_pool(api_client, namespace, pool_manifest(name, replicas=2, **scope))
     assert simulator.wait(lambda s: len(s.registrations(namespace)) == 6), simulator.rejections
-    assert len(_runners_of_namespace(fake_github, namespace)) == 6
+    assert len(runners_of_namespace(fake_github, namespace)) == 6
 
     core = client.CoreV1Api(api_client)
     started = time.monotonic()
     core.delete_namespace(namespace)
     wait_for(
-        lambda: _namespace_gone(core, namespace),
+        lambda: namespace_gone(core, namespace),
         timeout=NAMESPACE_GONE_WITHIN,
         interval=0.2,
         message=f"namespace {namespace} to be gone",
     )
     took = time.monotonic() - started
 
-    assert _runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"
+    assert runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"
     assert _error_lines(operator) == [], "a namespace being deleted is no error"
     print(f"namespace gone {took:.1f}s after its deletion")
 

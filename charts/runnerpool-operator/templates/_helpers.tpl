@@ -72,12 +72,14 @@ default --leader-election-id (tests/test_chart.py checks they agree).
 {{- end }}
 
 {{/*
-The ClusterRole a RoleBinding in a runner namespace enables the operator with (cluster mode):
-rbac.yaml makes it under this name and the operator's --namespace-role names it, so the line in
-a NamespaceNotEnabled condition binds a role that exists, whatever the release is called.
+The ClusterRole a RoleBinding in a runner namespace enables the operator with: rbac.yaml makes it
+under this name and the operator's --namespace-role names it, so the line in a
+NamespaceNotEnabled condition binds a role that exists, whatever the release is called. Cluster
+mode: <fullname>-namespace (its writes there); watchNamespaces: <fullname>-namespaced (its reads
+and writes there, as deploy/overlays/namespaced's runnerpool-operator-namespaced).
 */}}
 {{- define "runnerpool-operator.namespaceRoleName" -}}
-{{- printf "%s-namespace" (include "runnerpool-operator.fullname" .) }}
+{{- printf "%s-%s" (include "runnerpool-operator.fullname" .) (ternary "namespaced" "namespace" (not (empty .Values.watchNamespaces))) }}
 {{- end }}
 
 {{/*
@@ -117,8 +119,9 @@ The rules of a Role or ClusterRole in files/: links to deploy/rbac/, so that the
 {{- end }}
 
 {{/*
-Resources a Role cannot grant (they are not namespaced): with watchNamespaces, rules on only
-these go to a ClusterRole, the rest to a Role in each watched namespace.
+Resources a RoleBinding cannot grant (they are not namespaced): with watchNamespaces, rules on
+only these go to a ClusterRole bound cluster-wide, the rest to one bound in each watched
+namespace only.
 */}}
 {{- define "runnerpool-operator.clusterScopedResources" -}}
 - namespaces
