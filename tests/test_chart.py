@@ -379,6 +379,15 @@ REFUSED: dict[str, tuple[Obj, str]] = {
     "log level of another name": ({"logLevel": "verbose"}, "/logLevel"),
     "two leaders": ({"leaderElection": {"enabled": False}}, "needs leaderElection.enabled"),
     "no account": ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+    "no receiver account": (
+        {"serviceAccount": {"create": False, "name": "ops"}},
+        "serviceAccount.webhookName is required when serviceAccount.create is false: create a "
+        "ServiceAccount of its own for the webhook receiver",
+    ),
+    "receiver as the operator": (
+        {"serviceAccount": {"create": False, "name": "ops", "webhookName": "ops"}},
+        "serviceAccount.webhookName must differ from the operator's account",
+    ),
     "dashboard typo": ({"dashboard": {"enable": True}}, "additional properties 'enable' not allowed"),
     "cert-manager without issuer": (
         {"metrics": {"certManager": {"enabled": True}}},
@@ -644,11 +653,39 @@ def test_github_api_hosts_become_one_flag_each_that_the_operator_accepts(helm: P
     assert not default, "default: none, and the operator then allows api.github.com"
 
 
+BROUGHT_ACCOUNTS = {"create": False, "name": "ops", "webhookName": "ops-webhook"}
+
+
 def test_rbac_can_be_left_to_the_cluster_admin(helm: Path) -> None:
-    objects = template(helm, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "ops"}})
+    objects = template(helm, {"rbac": {"create": False}, "serviceAccount": BROUGHT_ACCOUNTS})
     kinds = {o["kind"] for o in objects}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
     assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+    assert deployment(objects, "webhook-receiver")["spec"]["template"]["spec"]["serviceAccountName"] == (
+        "ops-webhook"
+    )
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["cluster", "namespaced"])
+def test_brought_accounts_run_both_components_and_get_their_bindings(helm: Path, values: Obj) -> None:
+    """serviceAccount.create=false: each Deployment runs as an account that was brought (a pod
+    naming one nobody made is refused, and a receiver that never starts takes no delivery), and
+    the chart's roles are bound to those accounts: the receiver's to its own, never the operator's."""
+    objects = template(helm, {**values, "serviceAccount": BROUGHT_ACCOUNTS})
+    assert not [o for o in objects if o["kind"] == "ServiceAccount"]
+    runs_as = {
+        component: deployment(objects, component)["spec"]["template"]["spec"]["serviceAccountName"]
+        for component in ("operator", "webhook-receiver")
+    }
+    assert runs_as == {"operator": "ops", "webhook-receiver": "ops-webhook"}
+    bound: dict[str, set[str]] = {}
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        for subject in binding["subjects"]:
+            assert subject["namespace"] == NAMESPACE
+            bound.setdefault(subject["name"], set()).add(binding["roleRef"]["name"])
+    assert set(bound) == {"ops", "ops-webhook"}, bound
+    assert all("webhook" in role and "mirror" not in role for role in bound["ops-webhook"]), bound
+    assert not [role for role in bound["ops"] if role.startswith(f"{RELEASE}-webhook")], bound
 
 
 def test_the_shared_hooks_role_outlives_the_release_that_made_it(helm: Path) -> None:

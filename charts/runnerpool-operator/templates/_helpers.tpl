@@ -52,9 +52,28 @@ app.kubernetes.io/component: webhook-receiver
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* The webhook receiver's Deployment, ServiceAccount and roles (runnerpool/webhook_component.py). */}}
+{{/* The webhook receiver's Deployment, Services and roles (runnerpool/webhook_component.py). */}}
 {{- define "runnerpool-operator.receiverName" -}}
 {{- printf "%s-webhook" (include "runnerpool-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The webhook receiver's ServiceAccount: its own, never the operator's (the receiver parses
+requests from the internet and must hold no credential; docs/security.md). Made by the chart
+(serviceAccount.webhookName, else <fullname>-webhook), or, with serviceAccount.create=false,
+brought like the operator's: its name is then required, or the receiver's pods would name an
+account nobody made and never start.
+*/}}
+{{- define "runnerpool-operator.receiverServiceAccountName" -}}
+{{- $operator := include "runnerpool-operator.serviceAccountName" . }}
+{{- $name := default (include "runnerpool-operator.receiverName" .) .Values.serviceAccount.webhookName }}
+{{- if not .Values.serviceAccount.create }}
+{{- $name = required "serviceAccount.webhookName is required when serviceAccount.create is false: create a ServiceAccount of its own for the webhook receiver in the release namespace (not the operator's: the receiver must hold no credential) and name it here" .Values.serviceAccount.webhookName }}
+{{- end }}
+{{- if eq $name $operator }}
+{{- fail "serviceAccount.webhookName must differ from the operator's account: the webhook receiver parses requests from the internet and must not hold the operator's permissions" }}
+{{- end }}
+{{- $name }}
 {{- end }}
 
 {{/* The Secret into which the operator copies the pools' own webhook secrets for the receiver. */}}
