@@ -861,6 +861,39 @@ def test_prometheusrule_follows_the_release(helm: Path) -> None:
     assert {r["annotations"]["runbook_url"] for r in rules} == {base + r["alert"].lower() for r in rules}
 
 
+def _metrics_flags(objects: list[Obj], component: str) -> list[str]:
+    return [a for a in container(objects, component)["args"] if a.startswith("--metrics-")]
+
+
+@pytest.mark.parametrize("component", ["operator", "webhook-receiver"])
+def test_metrics_without_their_reviews_listen_on_loopback_only(helm: Path, component: str) -> None:
+    """metrics.secure=false serves plain HTTP, no token checked: on a pod address any pod in the
+    cluster, a tenant's CI job in a runner pod included, would read every pool, namespace,
+    repository and workflow name in the metrics. So the address is 127.0.0.1 then, as
+    deploy/overlays/namespaced has it, unless chosen; with secure it stays 0.0.0.0 (deploy/'s)."""
+    overlay = kustomize(DEPLOY / "overlays" / "namespaced")
+    name = RELEASE if component == "operator" else f"{RELEASE}-webhook"
+    overlay_args = one(overlay, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"]
+    plain = template(helm, {"watchNamespaces": ["ci-runners"], "metrics": {"secure": False}})
+    assert _metrics_flags(plain, component) == [a for a in overlay_args if a.startswith("--metrics-")]
+    assert "--metrics-bind-address=127.0.0.1" in _metrics_flags(plain, component)
+    assert "--metrics-bind-address=127.0.0.1" in _metrics_flags(
+        template(helm, {"metrics": {"secure": False}}), component
+    ), "cluster mode too"
+    assert "--metrics-bind-address=0.0.0.0" in _metrics_flags(template(helm), component)
+    chosen = template(helm, {"metrics": {"secure": False, "bindAddress": "0.0.0.0"}})
+    assert "--metrics-bind-address=0.0.0.0" in _metrics_flags(chosen, component)
+
+
+def test_a_servicemonitor_of_loopback_metrics_is_refused(helm: Path) -> None:
+    """No scraper reaches 127.0.0.1: a ServiceMonitor there would scrape nothing, silently."""
+    message = refusal(helm, {"metrics": {"secure": False, "serviceMonitor": {"enabled": True}}})
+    assert "metrics.serviceMonitor with metrics.secure=false cannot scrape" in message
+    chosen = {"secure": False, "bindAddress": "0.0.0.0", "serviceMonitor": {"enabled": True}}
+    (endpoint,) = endpoints(template(helm, {"metrics": chosen}))
+    assert endpoint["scheme"] == "http"
+
+
 def test_secure_metrics(helm: Path) -> None:
     objects = template(helm, LINTED_VALUES["everything"])
     args = container(objects)["args"]

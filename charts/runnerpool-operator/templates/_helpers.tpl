@@ -203,6 +203,17 @@ empty: the operator makes a self-signed certificate in memory. Only with metrics
 {{- end }}
 {{- end }}
 
+{{/*
+Where both components serve /metrics (--metrics-bind-address): metrics.bindAddress when set;
+else 0.0.0.0 with metrics.secure (every scrape's token reviewed) and 127.0.0.1 without it, as
+deploy/overlays/namespaced does: plain-HTTP metrics on a pod address would let any pod in the
+cluster, a tenant's job in a runner pod included, read every pool, namespace, repository and
+workflow name in them. The ServiceMonitor cannot reach loopback: servicemonitor.yaml refuses that.
+*/}}
+{{- define "runnerpool-operator.metricsBindAddress" -}}
+{{- .Values.metrics.bindAddress | default (ternary "0.0.0.0" "127.0.0.1" .Values.metrics.secure) }}
+{{- end }}
+
 {{/* The metrics-reader ClusterRole's name (deploy/rbac/metrics_reader_role.yaml's, per release). */}}
 {{- define "runnerpool-operator.metricsReaderRole" -}}
 {{- printf "%s-metrics-reader" (include "runnerpool-operator.fullname" .) }}
