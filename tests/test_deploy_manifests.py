@@ -388,6 +388,56 @@ def test_bindings_grant_the_roles_to_deploys_accounts_only(
         one(objects, "ServiceAccount", account)
 
 
+RBAC_DOC = REPO / "docs" / "rbac.md"
+#: docs/rbac.md's tables of verbs, by the sentence or heading right above each, and what each lists.
+RBAC_DOC_TABLES = {
+    "Cluster-wide, ClusterRole `runnerpool-operator`:": OPERATOR_RULES,
+    "In each enabled namespace, ClusterRole `runnerpool-operator-namespace`:": NAMESPACE_RULES,
+    "### The webhook receiver's account": RECEIVER_RULES,
+}
+
+
+def _cells(cell: str) -> list[str]:
+    """``pods, serviceaccounts`` or ``bind (`resourceNames: [...]`)``: the names, without notes."""
+    return [name.strip().strip('`"') for name in re.sub(r"\(.*?\)", "", cell).split(",") if name.strip()]
+
+
+def _doc_tables() -> dict[str, dict[tuple[str, str], set[str]]]:
+    """Each table of docs/rbac.md under the sentence right above it, and the first one under
+    each heading under the heading too: (group, resource) to verbs, less the rows of the Roles
+    in the operator's namespace (they are not these roles')."""
+    tables: dict[str, dict[tuple[str, str], set[str]]] = {}
+    above = heading = ""
+    fenced = False
+    for line in RBAC_DOC.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced or not line.startswith("|"):
+            above = line.strip() or above
+            heading = above if above.startswith("#") and not fenced else heading
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == "API group" or set(cells[0]) <= {"-"} or "Role in" in cells[1]:
+            continue
+        table = tables.setdefault(above, {})
+        tables.setdefault(heading, table)
+        for group in _cells(cells[0]) or [""]:
+            for resource in _cells(cells[1]):
+                table.setdefault((group, resource), set()).update(_cells(cells[2]))
+    return tables
+
+
+def test_docs_rbac_lists_every_verb_each_role_grants_and_no_other() -> None:
+    """docs/rbac.md says each verb and why: a verb granted without its row (or a row for one not
+    granted) is a permission the platform team reviews without being told."""
+    tables = _doc_tables()
+    for above, rules in RBAC_DOC_TABLES.items():
+        # The receiver's one row of reviews names both groups and both reviews.
+        reviews = ("tokenreviews", "subjectaccessreviews")
+        listed = {key: verbs for key, verbs in tables[above].items() if key in rules or key[1] not in reviews}
+        assert listed == rules, f"docs/rbac.md under {above!r}"
+
+
 # --- operator Deployment --------------------------------------------------------------------
 
 
