@@ -44,6 +44,21 @@ def runners_of_namespace(fake: FakeGitHub, namespace: str) -> list[str]:
     ]
 
 
+#: The promise: a deleted namespace is gone within a minute (its pods, its pools' finalizers).
+NAMESPACE_GONE_WITHIN = 60.0
+
+
+def delete_namespace_and_wait(core: client.CoreV1Api, namespace: str) -> None:
+    """Delete ``namespace`` and wait until the API server has no such namespace."""
+    core.delete_namespace(namespace)
+    wait_for(
+        lambda: namespace_gone(core, namespace),
+        timeout=NAMESPACE_GONE_WITHIN,
+        interval=0.2,
+        message=f"namespace {namespace} to be gone",
+    )
+
+
 def namespace_gone(core: client.CoreV1Api, namespace: str) -> bool:
     try:
         core.read_namespace(namespace)

@@ -20,8 +20,7 @@ import yaml
 from kubernetes import client
 
 from tests.e2e.conftest import StartOperator
-from tests.e2e.runners import REPO, namespace_gone, runners_of_namespace, wait_condition
-from tests.helpers import wait_for
+from tests.e2e.runners import REPO, delete_namespace_and_wait, runners_of_namespace, wait_condition
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
@@ -44,8 +43,6 @@ HARNESS = {"selfsubjectreviews"}
 #: The operator asking what it may do in a watched namespace (``runnerpool.namespace_access``):
 #: a review of its own permissions, which needs none and shows nothing of the cluster.
 SELF_REVIEWS = {"selfsubjectaccessreviews"}
-#: As for a namespace in the cluster-wide install (tests/e2e/test_teardown.py).
-NAMESPACE_GONE_WITHIN = 60.0
 
 
 def render_overlay(control_plane: ControlPlane) -> list[dict[str, Any]]:
@@ -170,12 +167,6 @@ def test_deleting_a_watched_namespace_deregisters_its_runners_and_finishes(
     assert len(runners_of_namespace(fake_github, namespace)) == 2
 
     core = client.CoreV1Api(api_client)
-    core.delete_namespace(namespace)
-    wait_for(
-        lambda: namespace_gone(core, namespace),
-        timeout=NAMESPACE_GONE_WITHIN,
-        interval=0.2,
-        message=f"namespace {namespace} to be gone",
-    )
+    delete_namespace_and_wait(core, namespace)
     assert runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"
     # And no refusal: the fixture's teardown checks the audit log for the operator's account.

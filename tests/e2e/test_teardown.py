@@ -19,21 +19,18 @@ from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import (
     ORG,
     REPO,
-    namespace_gone,
+    delete_namespace_and_wait,
     runners_of_namespace,
     token_of,
     wait_condition,
     wait_token,
 )
-from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
 pytestmark = pytest.mark.usefixtures("credentials")
 
-#: The issue's promise: a deleted namespace is gone within a minute.
-NAMESPACE_GONE_WITHIN = 60.0
 #: A token Secret that lost its token has one again within this many seconds.
 TOKEN_BACK_WITHIN = 5.0
 
@@ -63,13 +60,7 @@ def test_deleting_a_namespace_deregisters_every_runner_and_finishes(
 
     core = client.CoreV1Api(api_client)
     started = time.monotonic()
-    core.delete_namespace(namespace)
-    wait_for(
-        lambda: namespace_gone(core, namespace),
-        timeout=NAMESPACE_GONE_WITHIN,
-        interval=0.2,
-        message=f"namespace {namespace} to be gone",
-    )
+    delete_namespace_and_wait(core, namespace)
     took = time.monotonic() - started
 
     assert runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"

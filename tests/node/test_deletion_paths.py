@@ -28,7 +28,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
-from tests.e2e.runners import REPO, get_pool, pool_runners
+from tests.e2e.runners import REPO, get_pool, namespace_gone, pool_runners
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
 from tests.node.pods import (
@@ -328,22 +328,13 @@ def test_deleting_the_namespace_lets_the_busy_job_finish(
     clock = Clock()
     _run_kubectl(control_plane, "delete", "namespace", namespace, "--wait=false")
 
-    def namespace_gone() -> bool:
-        try:
-            core.read_namespace(namespace)
-        except ApiException as err:
-            if err.status == 404:
-                return True
-            raise
-        return False
-
     times = _follow(
         clock,
         {
             "idle pod gone": lambda: _pod_gone(core, namespace, idle),
             "delete namespace: job ended": _job_done(fake_github, job),
             "delete namespace: pod gone": lambda: _pod_gone(core, namespace, busy),
-            "delete namespace: namespace gone": namespace_gone,
+            "delete namespace: namespace gone": lambda: namespace_gone(core, namespace),
         },
         NAMESPACE_TIMEOUT,
     )
