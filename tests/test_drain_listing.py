@@ -300,18 +300,29 @@ def test_a_runner_a_paged_listing_missed_is_looked_up_by_name_before_its_pod_goe
         assert pods.deleted == ["build-aaaaa"] and 3 not in endpoint.runners
 
 
-def test_a_namesake_of_another_pool_does_not_keep_the_pod(github: responses.RequestsMock) -> None:
-    """The lookup is by name, and two namespaces' pools of one name can draw one pod name: only
-    a runner with this pool's label counts (another pool's is never deregistered here)."""
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
+def test_a_runner_of_the_pods_name_with_another_pools_label_is_never_deregistered_and_busy_keeps_the_pod(
+    github: responses.RequestsMock, busy: bool
+) -> None:
+    """The lookup is by name. Another label on a runner of the pod's very name: a namesake pool
+    in another namespace that drew the same pod name, or the pod's own runner relabelled by the
+    pool that adopted its scale set. Busy, the pod stays and the pool waits (the job may be the
+    pod's own: waiting costs only time); idle, the pod goes. Another pool's runner is never
+    deregistered here."""
     clock, cache = Clock(), Cache()
     managers, pods = _managers(clock, cache)
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
-    endpoint.add(9, "build-bbbbb", ["team-b/build"], busy=True)
+    endpoint.add(9, "build-bbbbb", ["team-b/build"], busy=busy)
     build = cache.add("build", org="octo-org")
     cache.pods[(NS, "build")] = [_running("build-bbbbb", clock.now - timedelta(minutes=1))]
 
-    assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
-    assert pods.deleted == ["build-bbbbb"] and 9 in endpoint.runners
+    if busy:
+        assert managers.drain(build) == Drain(busy=1, deregistered=0, pods_left=1)
+        assert pods.deleted == []
+    else:
+        assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_deleted=1, pods_left=1)
+        assert pods.deleted == ["build-bbbbb"]
+    assert 9 in endpoint.runners
 
 
 def _terminating(name: str, deleted_at: datetime, node: str = "node-7") -> dict[str, Any]:

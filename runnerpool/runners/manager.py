@@ -330,8 +330,12 @@ class RunnerManagers:
         """
         found: dict[str, Runner] = {}
         for name in names:
-            named = dataclasses.replace(snapshot, runners=tuple(github.runners_named(pool.scope, name)))
-            for runner in self._drained_runners(pool, named, [name]):
+            runners = tuple(github.runners_named(pool.scope, name))
+            ours = self._drained_runners(pool, dataclasses.replace(snapshot, runners=runners), [name])
+            # A busy runner of the pod's very name keeps the pod whatever labels it shows: the
+            # labels may no longer say whose it is (a scale set another pool adopted relabels its
+            # runners), and waiting for a job costs only time. Only ours is ever deregistered.
+            for runner in [*ours, *(runner for runner in runners if runner.busy)]:
                 if name not in found or runner.busy:  # two of one name: the busy one decides
                     found[name] = runner
         return found
