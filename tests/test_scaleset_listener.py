@@ -757,6 +757,22 @@ def test_a_pool_naming_the_scale_set_an_older_live_pool_has_waits_for_it_asking_
     assert world.service.scale_set(NAME) is not None and view.scale_set_id
 
 
+def test_a_listening_pool_lets_go_once_an_older_pool_naming_its_scale_set_is_live(world: World) -> None:
+    """The holder was asked only when an attempt began: an older pool that became live while a
+    newer one listened (its namespace enabled later) contended for the session for good."""
+    reads = PoolReads()
+    world.listener(holder=claims(world, reads).holder)
+    view = world.listening()
+
+    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z")
+
+    held = world.wait(lambda v: v.problem is not None, latest=True)
+    assert held.problem is not None and held.problem[0] == Reason.SCALE_SET_HELD_BY_ANOTHER_POOL
+    assert world.fake.wait_for(lambda: world.service.sessions(view.scale_set_id) == []), (
+        "its session is closed"
+    )
+
+
 def test_the_later_view_of_one_scale_set_is_resumed() -> None:
     old, new = (
         ScaleSetView(scale_set_id=3, last_message_id=5),

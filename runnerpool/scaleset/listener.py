@@ -553,6 +553,11 @@ class ScaleSetListener:
             failures = 0
             last_message_id = 0  # this session's: ids of another session mean nothing here
             while not self._stopping.is_set():
+                # An older pool naming the scale set may have come (its namespace enabled, say)
+                # since the attempt began: it has the scale set, this one lets go of the session.
+                holder = await self._call(self._holder, self.settings)
+                if holder is not None:
+                    raise _HeldByAnotherPool(holder)
                 message = await self._poll(session, last_message_id)
                 if message is None:
                     continue
