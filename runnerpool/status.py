@@ -239,7 +239,8 @@ def demand_visible_condition(stamp: conditions.Stamp, pool: api.RunnerPool) -> d
     if pool.spec.scale_set is not None:
         return _scale_set_demand_condition(stamp, pool, pool.spec.scale_set.name)
     demand = pool.status.demand
-    if demand is not None and demand.poll_problem is not None:
+    polls = pool.spec.repository is not None or bool(scaling.repositories)
+    if polls and demand is not None and demand.poll_problem is not None:
         return _poll_refused_condition(stamp, pool, demand)
     if pool.spec.repository is not None:
         return stamp.condition(

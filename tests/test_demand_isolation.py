@@ -257,3 +257,49 @@ def test_a_pool_never_holds_a_job_learnt_with_another_namespaces_credential(
     demand = pools.demand(team_b, "app")
     assert demand is not None and sorted(demand.jobs) == ["4", "5"]
     assert pools.demand(other, "app18") is None
+
+
+class PerRepository(FakeGitHubClient):
+    """Listings per repository: an exception to raise, or the jobs to answer."""
+
+    def __init__(self, answers: dict[str, Exception | list[Job]]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def active_jobs(self, repository: str) -> ActiveJobs:
+        answer = self.answers[repository]
+        if isinstance(answer, Exception):
+            raise answer
+        return ActiveJobs(jobs=tuple(answer), spent=1)
+
+
+def test_a_refusal_fixed_while_another_repository_fails_for_a_while_is_cleared(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """An organization pool polls two repositories. The one GitHub refused lists again while the
+    other hits a rate limit: the refusal is gone (it was kept whole while any listing failed)."""
+    create_pool(
+        api_client,
+        namespace,
+        "app",
+        organization="acme",
+        labels=["gpu"],
+        autoscaling={**GPU, "repositories": ["app", "lib"]},
+    )
+    pools = Pools(api_client, [namespace])
+    forbidden = BadCredentials(
+        "GET /repos/acme/app/actions/runs: HTTP 403 (Resource not accessible)", status=403
+    )
+    github = PerRepository({"acme/app": forbidden, "acme/lib": []})
+    clock = Clock()
+    polls = poller(api_client, pools, {namespace: github}, clock)
+    polls.poll_once()
+    assert team_a_demand_problem(pools, namespace) is not None
+
+    github.answers = {
+        "acme/app": [],
+        "acme/lib": RateLimited("GET /repos/acme/lib/actions/runs: HTTP 429", retry_after=0),
+    }
+    clock.now += timedelta(minutes=1)
+    polls.poll_once()
+    assert team_a_demand_problem(pools, namespace) is None

@@ -172,6 +172,18 @@ def test_a_refused_poll_is_demand_out_of_sight_unless_deliveries_come() -> None:
     assert (delivered["status"], delivered["reason"]) == ("True", "WebhookDelivering")
     assert delivered["message"].endswith("is refused: GitHub refuses to list the workflow runs of o/r")
     assert condition({})["reason"] == "RepositoryPolled"
+    unpolled = api.RunnerPool.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"organization": "octo", "autoscaling": {"maxReplicas": 3}},
+            "status": {"demand": {"pollProblem": refused, "firstDeliveryAt": "2026-11-29T11:00:00Z"}},
+        }
+    )
+    visible = status.demand_visible_condition(STAMP, unpolled)
+    assert (visible["reason"], visible["message"]) == (
+        "WebhookDelivering",
+        "webhook deliveries for octo reach the operator",
+    ), "a refusal left from repositories it no longer lists says nothing of a pool that polls none"
 
 
 def test_a_scale_set_pool_says_whether_its_session_is_held_and_why_not() -> None:

@@ -262,8 +262,10 @@ class DemandPoller:
                 seen[(pool.namespace, pool.name)][1].append(own[(pool.namespace, pool.name)])
         listed_before = frozenset(self._listed)
         for key, (pool, jobs, repos) in seen.items():
-            # A listing that failed for a while says nothing: the problem known stays as it was.
-            kept = pool.status.demand.poll_problem if key in unsure and pool.status.demand else None
+            # A listing that failed for a while says nothing: the problem known stays as it was,
+            # unless another of the pool's listings went through (then what was refused is known).
+            unknown = key in unsure and not repos
+            kept = pool.status.demand.poll_problem if unknown and pool.status.demand else None
             try:
                 self._writer.repair(
                     pool, jobs, repos, self.grace, listed_before, refused=refused.get(key, kept)
