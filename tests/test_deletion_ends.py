@@ -20,6 +20,7 @@ import pytest
 import responses
 from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
@@ -128,6 +129,35 @@ def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_dra
 
     assert reconciler(f"{namespace}/landing").requeue_after is None
 
+    assert [ref.name for ref in runners.drains] == ["landing"], "GitHub was asked"
+    assert _pool(api_client, namespace, "landing") is None
+
+
+def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The JIT fills answer "a runner was made" once, when the finalizer stops them: a pass whose
+    mark write then failed (a 409, a timeout) let the pool go on the next without asking GitHub."""
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    reconciler = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock)
+    create_pool(api_client, namespace, pool_manifest("landing", registration="jit"))
+    reconciler(f"{namespace}/landing")
+    tokens.jit.issued.add((namespace, "landing"))
+    _delete(api_client, namespace, "landing")
+    real, failed = reconciler._annotate, []
+
+    def annotate_failing_once(run: Any, annotations: dict[str, str | None]) -> None:
+        if not failed:
+            failed.append(annotations)
+            raise ApiException(status=500, reason="Internal Server Error")
+        real(run, annotations)
+
+    reconciler._annotate = annotate_failing_once  # type: ignore[method-assign]
+    with pytest.raises(ApiException):
+        reconciler(f"{namespace}/landing")
+    tokens.jit.issued.clear()  # told once: stopped already
+
+    assert reconciler(f"{namespace}/landing").requeue_after is None
     assert [ref.name for ref in runners.drains] == ["landing"], "GitHub was asked"
     assert _pool(api_client, namespace, "landing") is None
 
