@@ -82,3 +82,12 @@ def test_each_pod_is_told_once_and_forgotten_once_gone() -> None:
     assert state.endings_news([killed, _pod("u2")]) == [], "told already"
     assert state.endings_news([]) == []
     assert [e.uid for e in state.endings_news([killed])] == ["u1"], "a pod seen again after it went is news"
+
+
+def test_an_init_container_killed_for_memory_ran_no_job() -> None:
+    """The register container runs before any job: one killed at start is a stuck pod, told by
+    the failures rule, not a lost job."""
+    killed = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    assert (
+        endings.bad_endings([_pod(initContainerStatuses=[{"name": "register", "lastState": killed}])]) == []
+    )

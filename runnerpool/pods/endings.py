@@ -61,8 +61,9 @@ def bad_endings(pods: Iterable[Mapping[str, Any]]) -> list[Ending]:
 
 
 def _killed_for_memory(pod: Mapping[str, Any], name: str) -> tuple[Reason, str] | None:
-    status = pod.get("status") or {}
-    for container in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
+    # The pod's containers, not its init containers: those run before any job (one killed at
+    # start is a stuck pod, ``runnerpool.pods.failures``).
+    for container in (pod.get("status") or {}).get("containerStatuses") or ():
         for state in ("state", "lastState"):
             if ((container.get(state) or {}).get("terminated") or {}).get("reason") == _OOM:
                 limit = _memory_limit(pod, str(container.get("name")))
@@ -75,8 +76,7 @@ def _killed_for_memory(pod: Mapping[str, Any], name: str) -> tuple[Reason, str] 
 
 
 def _memory_limit(pod: Mapping[str, Any], container: str) -> str | None:
-    spec = pod.get("spec") or {}
-    for each in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+    for each in (pod.get("spec") or {}).get("containers") or ():
         if each.get("name") == container:
             return ((each.get("resources") or {}).get("limits") or {}).get("memory")
     return None
