@@ -69,6 +69,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
@@ -552,12 +553,16 @@ class ScaleSetListener:
             await self._call(self._opened, session.statistics)
             failures = 0
             last_message_id = 0  # this session's: ids of another session mean nothing here
+            asked = time.monotonic()
             while not self._stopping.is_set():
                 # An older pool naming the scale set may have come (its namespace enabled, say)
                 # since the attempt began: it has the scale set, this one lets go of the session.
-                holder = await self._call(self._holder, self.settings)
-                if holder is not None:
-                    raise _HeldByAnotherPool(holder)
+                # Asked as often as a held scale set is asked for (each ask reads every pool).
+                if time.monotonic() - asked >= self._timing.conflict_wait:
+                    asked = time.monotonic()
+                    holder = await self._call(self._holder, self.settings)
+                    if holder is not None:
+                        raise _HeldByAnotherPool(holder)
                 message = await self._poll(session, last_message_id)
                 if message is None:
                     continue
