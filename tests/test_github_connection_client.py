@@ -25,7 +25,7 @@ from runnerpool.github.route import MAX_CA_FILES, Route
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
 from runnerpool.runners.manager import RunnerManagers
-from runnerpool.scale_set_pools import PoolScaleSets
+from runnerpool.scale_set_pools import PoolScaleSets, ScaleSetClaims
 from runnerpool.scaleset.clients import ScaleSetClients
 from runnerpool.scaleset.runnable import ScaleSetListeners
 from runnerpool.scaleset.types import RunnerScaleSet
@@ -320,6 +320,7 @@ def test_a_scale_set_pool_whose_namespace_deletion_took_its_proxy_login_still_de
     listeners: Any = ScaleSetListeners(lambda: [], lambda settings, view: None)  # type: ignore[arg-type,return-value]
     namespace.delete("proxy-login")
 
-    PoolScaleSets(scale_sets, listeners, Reads()).delete(ref, made.id)  # type: ignore[arg-type]
+    alone = ScaleSetClaims(lambda: [], Reads())  # type: ignore[arg-type]  # no other pool names it
+    PoolScaleSets(scale_sets, listeners, Reads(), alone).delete(ref, made.id)  # type: ignore[arg-type]
 
     assert ghes.scale_sets.scale_set("arc-linux") is None

@@ -255,14 +255,15 @@ def test_pods_the_scheduler_cannot_place_are_a_warning_and_a_condition_after_a_m
     api_client: client.ApiClient, namespace: str
 ) -> None:
     """The pool said RunnersStarting, with no Event, for as long as no node fitted its pods. The
-    minute is the reconciler's clock's (the scheduler's time is half an hour ahead of this
-    machine's here: only a judge that reads that clock sees the minute pass)."""
+    minute is the reconciler's clock's (the scheduler's time is 3 minutes ahead of this
+    machine's here: only a judge that reads that clock sees the minute pass; minutes, not more,
+    since the pool's token is filled to expire an hour after the module was imported)."""
     now = [datetime.now(UTC)]
     reconciler = make_reconciler(
         api_client, settings=Settings(queue=QueueSettings(status_coalesce=0.0)), clock=lambda: now[0]
     )
     pod = _one_pod(api_client, namespace, reconciler, "unplaced")
-    since = now[0] + timedelta(minutes=30)
+    since = now[0] + timedelta(minutes=3)
 
     _unschedulable(api_client, namespace, pod, since)
     now[0] = since + timedelta(seconds=10)

@@ -38,6 +38,8 @@ from testworld.simulator import OperatorProcess, RunnerSimulator
 
 OVERLAY = DEPLOY / "overlays" / "namespaced"
 WATCHED = "ci-runners"  # the overlay's sample watched namespace
+#: The overlay's own ClusterRole (the operator's rules, bound only in the watched namespaces).
+NAMESPACED_ROLE = "runnerpool-operator-namespaced"
 #: The harness's own login check with the token (``service_account_kubeconfig``), not the operator.
 HARNESS = {"selfsubjectreviews"}
 #: The operator asking what it may do in a watched namespace (``runnerpool.namespace_access``):
@@ -79,9 +81,15 @@ def operator_namespace(api_client: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture
 def namespaced_kubeconfig(
-    control_plane: ControlPlane, namespace: str, operator_namespace: str, tmp_path: Path
-) -> Path:
-    """The overlay's roles and RoleBindings applied, and a token of the account they bind."""
+    control_plane: ControlPlane,
+    api_client: client.ApiClient,
+    namespace: str,
+    operator_namespace: str,
+    tmp_path: Path,
+) -> Iterator[Path]:
+    """The overlay's roles and RoleBindings applied, and a token of the account they bind; its
+    own ClusterRole deleted after (the namespaces take the rest, and the shared ClusterRoles are
+    the suite's: a later test's check of what an uninstall leaves cluster-wide would find it)."""
     objects = render_overlay(control_plane)
     moves = {WATCHED: namespace, OPERATOR_NAMESPACE: operator_namespace}
     kinds = ("ClusterRole", "Role", "RoleBinding", "ServiceAccount")
@@ -93,10 +101,12 @@ def namespaced_kubeconfig(
         ("ServiceAccount", operator_namespace),
     }
     assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert NAMESPACED_ROLE in {o["metadata"]["name"] for o in rbac if o["kind"] == "ClusterRole"}
     apply_manifests(control_plane, "-f", "-", stdin=yaml.safe_dump_all(rbac))
-    return service_account_kubeconfig(
+    yield service_account_kubeconfig(
         control_plane, operator_namespace, OPERATOR_SERVICE_ACCOUNT, tmp_path / "namespaced.kubeconfig"
     )
+    client.RbacAuthorizationV1Api(api_client).delete_cluster_role(NAMESPACED_ROLE)
 
 
 def _cluster_wide(event: dict[str, Any]) -> bool:
