@@ -115,17 +115,25 @@ def test_a_jit_pool_whose_pods_never_got_a_config_is_deleted_at_once(
     assert len(github.calls) == 0
 
 
-def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_drained(
+def _jit_pool_deleted_with_a_runner_made(
     api_client: client.ApiClient, namespace: str, clock: WallClock
-) -> None:
-    """The JIT fill wrote a config the caches do not show yet: the finalizer, told so when it
-    stops the pool's jobs, marks the pool and asks GitHub instead of letting it go without."""
+) -> tuple[FakeSecretUpdater, FakeRunnerJobs, Reconciler]:
+    """JIT pool ``landing``, deleted after its fills made a runner (their ``stop`` says so)."""
     tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     reconciler = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock)
     create_pool(api_client, namespace, pool_manifest("landing", registration="jit"))
     reconciler(f"{namespace}/landing")
     tokens.jit.issued.add((namespace, "landing"))
     _delete(api_client, namespace, "landing")
+    return tokens, runners, reconciler
+
+
+def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_drained(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The JIT fill wrote a config the caches do not show yet: the finalizer, told so when it
+    stops the pool's jobs, marks the pool and asks GitHub instead of letting it go without."""
+    _, runners, reconciler = _jit_pool_deleted_with_a_runner_made(api_client, namespace, clock)
 
     assert reconciler(f"{namespace}/landing").requeue_after is None
 
@@ -138,12 +146,7 @@ def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
 ) -> None:
     """The JIT fills answer "a runner was made" once, when the finalizer stops them: a pass whose
     mark write then failed (a 409, a timeout) let the pool go on the next without asking GitHub."""
-    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
-    reconciler = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock)
-    create_pool(api_client, namespace, pool_manifest("landing", registration="jit"))
-    reconciler(f"{namespace}/landing")
-    tokens.jit.issued.add((namespace, "landing"))
-    _delete(api_client, namespace, "landing")
+    tokens, runners, reconciler = _jit_pool_deleted_with_a_runner_made(api_client, namespace, clock)
     real, failed = reconciler._annotate, []
 
     def annotate_failing_once(run: Any, annotations: dict[str, str | None]) -> None:
