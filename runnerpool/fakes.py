@@ -27,7 +27,8 @@ class FakeJitSecretUpdater:
     forgotten: list[str] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[tuple[str, str], RegistrationFailure] = field(default_factory=dict)
-    #: (namespace, pool) whose ``stop`` says a config was written that the caches may not show.
+    #: (namespace, pool) whose ``stop`` says a config was written that the caches may not show,
+    #: until ``marked``.
     issued: set[tuple[str, str]] = field(default_factory=set)
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
@@ -39,6 +40,9 @@ class FakeJitSecretUpdater:
     def stop(self, namespace: str, name: str) -> bool:
         self.stopped.append((namespace, name))
         return (namespace, name) in self.issued
+
+    def marked(self, namespace: str, name: str) -> None:
+        self.issued.discard((namespace, name))
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         return self.failures.get((namespace, name))

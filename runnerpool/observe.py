@@ -42,7 +42,12 @@ class JitJobs(Protocol):
     def forget_pod(self, namespace: str, pod_uid: str) -> None: ...
     def stop(self, namespace: str, name: str) -> bool:
         """No fill for the pool from now on; whether a config was (or is being) written for one
-        of its pods, which the caches may not show yet."""
+        of its pods, which the caches may not show yet (said again at every stop until
+        :meth:`marked`)."""
+        ...
+
+    def marked(self, namespace: str, name: str) -> None:
+        """The pool carries its mark now, or is gone: ``stop`` need not tell of it again."""
         ...
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None: ...

@@ -107,13 +107,17 @@ class PoolJobs:
 
     def stop(self, namespace: str, name: str) -> bool:
         """Every job of the pool stops; whether a JIT config was written for one of its pods
-        that the caches may not show yet (``JitJobs.stop``)."""
+        that the caches may not show yet (``JitJobs.stop``: told until :meth:`marked`)."""
         self.tokens.stop(namespace, name)
         issued = self.tokens.jit.stop(namespace, name)
         self.runners.stop(namespace, name)
         for other in self.others:
             other.forget(namespace, name)
         return issued
+
+    def marked(self, namespace: str, name: str) -> None:
+        """The pool carries its may-have-runners mark, or is gone (``JitJobs.marked``)."""
+        self.tokens.jit.marked(namespace, name)
 
 
 @dataclass
@@ -157,10 +161,6 @@ class PoolStates:
     starts: StartBackoff = field(default_factory=StartBackoff)
     #: The resourceVersions of the reconciler's own pool writes (their events wake no pass).
     echoes: Echoes = field(default_factory=Echoes)
-    #: Deleted JIT pools the JIT fills made a runner for (``JitJobs.stop`` answers once), kept
-    #: through :meth:`forget` until the pool's mark is written or the pool is gone: a pass whose
-    #: mark write failed would otherwise let the pool go on the next without asking GitHub.
-    jit_issued: set[str] = field(default_factory=set)
 
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -236,7 +236,7 @@ class Reconciler:
             # Deleted (finalizer already gone) or never ours: no job lingers, and the
             # namespace's busy budget goes with its last pool.
             self._forget(namespace, name)
-            self._states.jit_issued.discard(key)
+            self._jobs.marked(namespace, name)
             self._secrets.forget(namespace, name)
             writes = Writes()
             self._release_unused_budget(namespace, writes)
@@ -500,13 +500,10 @@ class Reconciler:
 
     def _forget(self, namespace: str, name: str) -> bool:
         """A pool gone, refused or being deleted: its jobs stop and its memory goes; whether a
-        JIT config was written for one of its pods that the caches may not show yet (told now
-        or on an earlier pass whose mark was not written: ``PoolStates.jit_issued``)."""
-        key = pool_key(namespace, name)
-        if self._jobs.stop(namespace, name):
-            self._states.jit_issued.add(key)
+        JIT config was written for one of its pods that the caches may not show yet."""
+        issued = self._jobs.stop(namespace, name)
         self._states.forget(namespace, name)
-        return key in self._states.jit_issued
+        return issued
 
     def _release_unused_budget(self, namespace: str, writes: Writes) -> None:
         """Delete the namespace's busy budget once no pool of the namespace is left.
@@ -758,7 +755,7 @@ class Reconciler:
         )
         if found and _jit(pool):  # its JIT Secrets go with the pods the drain deletes
             self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
-        self._states.jit_issued.discard(run.key)  # marked, or no mark needed: it answered
+        self._jobs.marked(pool.namespace, pool.name)  # marked, or no mark needed: it answered
         return found
 
     def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:

@@ -145,6 +145,7 @@ class JitSecretUpdater:
         self._made: set[str] = set()  # pod uids GitHub made a runner for, until forgotten
         self._pools: dict[str, _Pool] = {}
         self._leftovers: dict[str, _Leftover] = {}  # by job id, until gone
+        self._issued: set[str] = set()  # stopped pools GitHub made a runner for, until marked
 
     # -- the interface the reconciler drives -----------------------------------------------------
 
@@ -203,18 +204,27 @@ class JitSecretUpdater:
 
         A deleted pool's finalizer decides from its caches whether the pool may have runners
         (``runnerpool.deregistration``): they show a filled JIT Secret only once the write has
-        landed and reached them, and a failed write never. This answer makes it ask GitHub then.
-        A fill that finds its pool stopped, before its write or during it, deletes the runner
-        GitHub made for it (``_fill``)."""
+        landed and reached them, and a failed write never. This answer makes it ask GitHub then,
+        and it is given at every stop until the finalizer has written the pool's mark
+        (:meth:`marked`): a pass whose mark write failed would otherwise be told nothing on the
+        next, and let the pool go without GitHub. A fill that finds its pool stopped, before
+        its write or during it, deletes the runner GitHub made for it (``_fill``)."""
+        key = pool_key(namespace, name)
         with self._lock:
-            state = self._pools.pop(pool_key(namespace, name), None)
+            state = self._pools.pop(key, None)
             pods = state.pods if state is not None else set()
-            made = not self._made.isdisjoint(pods)
+            if not self._made.isdisjoint(pods):
+                self._issued.add(key)
             self._made.difference_update(pods)
             for uid in pods:
                 self._pods.pop(uid, None)
                 self._remove_job(uid)
-            return made
+            return key in self._issued
+
+    def marked(self, namespace: str, name: str) -> None:
+        """The pool carries its mark (``runnerpool.deregistration``), or is gone."""
+        with self._lock:
+            self._issued.discard(pool_key(namespace, name))
 
     def stop_all(self) -> None:
         """Stop every pod's job (the operator is stopping): no fill starts after this returns."""
@@ -226,6 +236,7 @@ class JitSecretUpdater:
             self._pods.clear()
             self._pools.clear()
             self._leftovers.clear()
+            self._issued.clear()
 
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None:
         with self._lock:

@@ -144,8 +144,9 @@ def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_dra
 def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
     api_client: client.ApiClient, namespace: str, clock: WallClock
 ) -> None:
-    """The JIT fills answer "a runner was made" once, when the finalizer stops them: a pass whose
-    mark write then failed (a 409, a timeout) let the pool go on the next without asking GitHub."""
+    """The JIT fills answered "a runner was made" once, when the finalizer stopped them: a pass
+    whose mark write then failed (a 409, a timeout) let the pool go on the next without asking
+    GitHub. They now answer until the finalizer says the mark is written."""
     tokens, runners, reconciler = _jit_pool_deleted_with_a_runner_made(api_client, namespace, clock)
     real, failed = reconciler._annotate, []
 
@@ -158,9 +159,10 @@ def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
     reconciler._annotate = annotate_failing_once  # type: ignore[method-assign]
     with pytest.raises(ApiException):
         reconciler(f"{namespace}/landing")
-    tokens.jit.issued.clear()  # told once: stopped already
+    assert tokens.jit.issued == {(namespace, "landing")}, "no mark written: the fills keep telling"
 
     assert reconciler(f"{namespace}/landing").requeue_after is None
+    assert tokens.jit.issued == set(), "marked, then gone"
     assert [ref.name for ref in runners.drains] == ["landing"], "GitHub was asked"
     assert _pool(api_client, namespace, "landing") is None
 

@@ -237,7 +237,9 @@ def test_stop_says_whether_a_config_was_written_that_the_caches_may_not_show_yet
     _run(jit, "uid-1")
 
     assert jit_updater.stop("team-a", "build") is True
-    assert jit_updater.stop("team-a", "build") is False, "said once: the finalizer marks the pool"
+    assert jit_updater.stop("team-a", "build") is True, "said again until the pool's mark is written"
+    jit_updater.marked("team-a", "build")
+    assert jit_updater.stop("team-a", "build") is False, "the mark says it now"
 
 
 def test_stop_tells_of_a_runner_whose_config_write_failed_and_waits_for_its_retry(jit: Harness) -> None:
