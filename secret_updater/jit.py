@@ -372,9 +372,7 @@ class JitSecretUpdater:
         except Exception as err:  # anything: the runner must not be forgotten
             self._removal_failed(leftover, err)
             return
-        with self._lock:
-            if self._leftovers.pop(leftover.job_id, None) is not None:
-                self._remove_job_id(leftover.job_id)
+        self._drop_leftover(leftover)
         if leftover.attempt:
             log.info("deleted runner %s left over for pool %s", leftover.name, leftover.ref.key)
 
@@ -391,9 +389,7 @@ class JitSecretUpdater:
                 reason,
                 message,
             )
-            with self._lock:
-                if self._leftovers.pop(leftover.job_id, None) is not None:
-                    self._remove_job_id(leftover.job_id)
+            self._drop_leftover(leftover)
             return
         leftover.attempt += 1
         when = now + next_run_after_failure(leftover.attempt, err, self._rng, self._policy)
@@ -420,6 +416,12 @@ class JitSecretUpdater:
             message,
             f"{when:%H:%M:%S}",
         )
+
+    def _drop_leftover(self, leftover: _Leftover) -> None:
+        """``leftover`` is gone, or given up on: no retry of it is kept."""
+        with self._lock:
+            if self._leftovers.pop(leftover.job_id, None) is not None:
+                self._remove_job_id(leftover.job_id)
 
     def _retry_removal(self, job_id: str) -> None:
         with self._lock:
