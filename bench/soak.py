@@ -510,7 +510,8 @@ class World:
                 # Made again now, it would fail in a Terminating namespace and the slot would be
                 # lost silently; left "being deleted", the convergence check reports it.
                 self.record.notes.append(
-                    f"namespace {slot.namespace} not gone {NAMESPACE_GONE_SECONDS:.0f}s after its deletion"
+                    f"namespace {slot.namespace} not gone {NAMESPACE_GONE_SECONDS:.0f}s after its deletion: "
+                    + self._what_holds(slot.namespace)
                 )
                 return
             with contextlib.suppress(ApiException):
@@ -522,6 +523,34 @@ class World:
 
         self._spawn(f"again-{slot.namespace}", again)
         return f"{slot.namespace} ({len(pods)} pods, {len(busy)} busy)"
+
+    def _what_holds(self, namespace: str) -> str:
+        """What a namespace being deleted still waits for, as the namespace controller and the
+        cluster tell it: its conditions that say so, its pods (with their containers' states)
+        and its pools (with their finalizers), and the kubelet's last words on those pods."""
+        try:
+            ns = self.core.read_namespace(namespace)
+            said = [f"{c.type}: {c.message}" for c in ns.status.conditions or [] if c.status == "True"]
+            pods = self.core.list_namespaced_pod(namespace).items
+            pools = self.custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+        except ApiException as err:
+            return f"cannot look ({err.status} {err.reason})"
+        parts = ["; ".join(said) or "no condition"]
+        parts += [_pod_held(pod) for pod in pods]
+        for pool in pools["items"]:
+            meta = pool["metadata"]
+            deleted = "being deleted" if meta.get("deletionTimestamp") else "not deleted"
+            parts.append(f"pool {meta['name']} ({deleted}, finalizers {meta.get('finalizers') or []})")
+        kubelet = self.plane.workdir / "kubelet.log"
+        names = [pod.metadata.name for pod in pods]
+        if names and kubelet.exists():
+            lines = [
+                line
+                for line in kubelet.read_text(errors="replace").splitlines()
+                if any(n in line for n in names)
+            ]
+            parts += [f"kubelet: {line[:300]}" for line in lines[-5:]]
+        return " | ".join(parts)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
         thread = threading.Thread(target=self._guarded(target), name=name, daemon=True)
@@ -796,6 +825,23 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
     if want is not None and (len(live) != want or len(running) != want):
         why.append(f"{name}: {len(live)} pods ({len(running)} running and ready), wants {want}")
     return why
+
+
+def _pod_held(pod: Any) -> str:
+    """A pod left in a namespace being deleted: since when it is being deleted, its phase and
+    each container's state (a container still running is what holds it)."""
+    states = []
+    for status in (pod.status.init_container_statuses or []) + (pod.status.container_statuses or []):
+        state = status.state
+        if state.running:
+            states.append(f"{status.name} running")
+        elif state.terminated:
+            states.append(f"{status.name} exited {state.terminated.exit_code}")
+        else:
+            states.append(f"{status.name} waiting ({state.waiting.reason if state.waiting else '?'})")
+    deleted = pod.metadata.deletion_timestamp
+    since = f"deleted at {deleted:%H:%M:%S}" if deleted else "not deleted"
+    return f"pod {pod.metadata.name} ({since}, {pod.status.phase}, {', '.join(states) or 'no container'})"
 
 
 # ------------------------------------------------------------------------------ the run

@@ -3,8 +3,11 @@ the soak reports as kept must be one it would report as broken when it is."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
+
+from kubernetes import client
 
 from bench import soak, soak_plot
 
@@ -75,3 +78,38 @@ def test_job_curves_follow_each_job_once_it_completed() -> None:
     assert curves["running"][-1] == (10.0, 0)
     assert curves["completed"][-1] == (10.0, 1)
     assert max(y for _, y in curves["running"]) == 1
+
+
+def test_a_pod_left_in_a_deleted_namespace_says_which_container_holds_it() -> None:
+    """The soak's note when a namespace outlives its deletion names what still runs."""
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="auto-x1", deletion_timestamp=datetime(2026, 1, 1, 11, 29, 50, tzinfo=UTC)
+        ),
+        status=client.V1PodStatus(
+            phase="Running",
+            init_container_statuses=[
+                client.V1ContainerStatus(
+                    name="register",
+                    image="i",
+                    image_id="",
+                    ready=False,
+                    restart_count=0,
+                    state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=0)),
+                )
+            ],
+            container_statuses=[
+                client.V1ContainerStatus(
+                    name="runner",
+                    image="i",
+                    image_id="",
+                    ready=True,
+                    restart_count=0,
+                    state=client.V1ContainerState(running=client.V1ContainerStateRunning()),
+                )
+            ],
+        ),
+    )
+    assert (
+        soak._pod_held(pod) == "pod auto-x1 (deleted at 11:29:50, Running, register exited 0, runner running)"
+    )
