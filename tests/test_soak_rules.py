@@ -80,34 +80,24 @@ def test_job_curves_follow_each_job_once_it_completed() -> None:
     assert max(y for _, y in curves["running"]) == 1
 
 
+def _container(name: str, state: client.V1ContainerState) -> client.V1ContainerStatus:
+    return client.V1ContainerStatus(
+        name=name, image="i", image_id="", ready=False, restart_count=0, state=state
+    )
+
+
 def test_a_pod_left_in_a_deleted_namespace_says_which_container_holds_it() -> None:
     """The soak's note when a namespace outlives its deletion names what still runs."""
+    exited = client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=0))
+    running = client.V1ContainerState(running=client.V1ContainerStateRunning())
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(
             name="auto-x1", deletion_timestamp=datetime(2026, 1, 1, 11, 29, 50, tzinfo=UTC)
         ),
         status=client.V1PodStatus(
             phase="Running",
-            init_container_statuses=[
-                client.V1ContainerStatus(
-                    name="register",
-                    image="i",
-                    image_id="",
-                    ready=False,
-                    restart_count=0,
-                    state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=0)),
-                )
-            ],
-            container_statuses=[
-                client.V1ContainerStatus(
-                    name="runner",
-                    image="i",
-                    image_id="",
-                    ready=True,
-                    restart_count=0,
-                    state=client.V1ContainerState(running=client.V1ContainerStateRunning()),
-                )
-            ],
+            init_container_statuses=[_container("register", exited)],
+            container_statuses=[_container("runner", running)],
         ),
     )
     assert (
