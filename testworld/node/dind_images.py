@@ -23,7 +23,6 @@ unpacked packages when they are there, else from the host, as ``ldd`` resolves t
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import json
@@ -34,8 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testworld.envtest.assets import AssetError, cache_root, progress
+from testworld.envtest.assets import AssetError, progress
 from testworld.node import images
+from testworld.node.debian import debian_packages
 
 __all__ = ["BUSYBOX_ARCHIVE", "BUSYBOX_IMAGE", "dind_image", "runner_dind_image"]
 
@@ -151,62 +151,6 @@ def busybox_archive() -> bytes:
 def _pack(name: str, rootfs: images.Rootfs, config: dict[str, Any]) -> images.Image:
     key = hashlib.sha256((rootfs.digest() + json.dumps(config, sort_keys=True)).encode()).hexdigest()[:16]
     return images.cached(name, key, lambda ref: images.oci_archive(rootfs, ref, config, _COMPRESSION))
-
-
-def debian_packages(names: tuple[str, ...]) -> dict[str, Path]:
-    """Each package unpacked (``dpkg-deb -x``) in the cache: name -> its root folder.
-
-    Downloaded once (``apt-get download``, after an ``apt-get update`` if the mirror's lists
-    are missing) and kept: a newer Debian build is picked up only after the cache is cleared.
-    """
-    folder = cache_root() / "debs"
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "debs.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = [name for name in names if _deb(folder, name) is None]
-        if missing:
-            started = time.monotonic()
-            _download(folder, missing)
-            progress(f"Debian packages {' '.join(missing)} downloaded", started)
-        roots = {}
-        for name in names:
-            deb = _deb(folder, name)
-            if deb is None:
-                raise AssetError(f"apt-get download {name} left no {name}_*.deb in {folder}")
-            root = deb.with_suffix("")
-            if not root.is_dir():
-                partial = root.with_suffix(".partial")
-                _run(["rm", "-rf", str(partial)])
-                _run(["dpkg-deb", "-x", str(deb), str(partial)])
-                partial.rename(root)
-            roots[name] = root
-    return roots
-
-
-def _deb(folder: Path, name: str) -> Path | None:
-    found = sorted(folder.glob(f"{name}_*.deb"))
-    return found[-1] if found else None
-
-
-def _download(folder: Path, names: list[str]) -> None:
-    command = ["apt-get", "download", *names]
-    first = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
-    if first.returncode == 0:
-        return
-    # A fresh machine may have no package lists yet.
-    subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, check=False)
-    again = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
-    if again.returncode != 0:
-        raise AssetError(
-            f"`{' '.join(command)}` failed (it needs Debian's package mirror: build the test images "
-            f"outside the sealed world with `python -m testworld.node.assets`):\n{again.stderr.strip()}"
-        )
-
-
-def _run(command: list[str]) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise AssetError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
 
 
 def _add_from_packages(rootfs: images.Rootfs, roots: dict[str, Path], paths: list[str]) -> None:
