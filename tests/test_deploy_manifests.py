@@ -869,12 +869,17 @@ def test_operator_image_ships_bytecode() -> None:
     assert "compileall -q -j 0 -x" in runs, "skip test directories (deliberately broken files)"
 
 
+def runner_base(instructions: list[tuple[str, str]]) -> str:
+    """The runner image's base: its last stage's (the first stage only builds tini)."""
+    return [args for keyword, args in instructions if keyword == "FROM"][-1]
+
+
 def test_the_runner_stand_in_is_the_runner_image_s_release_and_environment() -> None:
     """The test world's runner reports the release the image ships (GitHub refuses runners by
     version: a stand-in older or newer than the image would test another runner) and runs
     with the image's environment (the deprecated-version exit code among it)."""
     instructions = parse_dockerfile(RUNNER_DOCKERFILE)
-    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    base = runner_base(instructions)
     release = base.split(":")[1].split("@")[0]
     lib = (REPO / "testworld" / "runner_image" / "standin-lib.sh").read_text()
     assert re.search(rf"^RUNNER_VERSION={re.escape(release)}$", lib, re.M), release
@@ -887,11 +892,18 @@ def test_the_runner_stand_in_is_the_runner_image_s_release_and_environment() -> 
 
 def test_runner_image_runs_the_entrypoint() -> None:
     instructions = parse_dockerfile(RUNNER_DOCKERFILE)
-    (base,) = [args for keyword, args in instructions if keyword == "FROM"]
+    base = runner_base(instructions)
     assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", base)
+    # tini's stage is the operator image's own pinned base (one digest to keep current).
+    (tini_stage,) = [args for keyword, args in instructions if keyword == "FROM" and args.endswith(" AS tini")]
+    operator_base = [args for keyword, args in parse_dockerfile(OPERATOR_DOCKERFILE) if keyword == "FROM"]
+    assert tini_stage.split()[0] in operator_base
     copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
     installed = [words[-1] for words in copies if "entrypoint.sh" in words]
     assert len(installed) == 1
     entrypoint = yaml.safe_load([args for keyword, args in instructions if keyword == "ENTRYPOINT"][-1])
-    assert entrypoint == [installed[0]]
+    assert entrypoint == ["/usr/bin/tini", "--", installed[0]], "tini is PID 1 (the Dockerfile says why)"
+    runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
+    assert "apt-get install -y --no-install-recommends tini" in runs
+    assert images.RUNNER_CONFIG["Entrypoint"] == entrypoint, "the test image starts as the real one"
     assert final_user(instructions) == "1001:1001"

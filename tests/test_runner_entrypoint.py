@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import venv_tool, wait_for
+from testworld.node import images
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRYPOINT = REPO / "deploy" / "images" / "runner" / "entrypoint.sh"
@@ -889,3 +890,53 @@ def test_an_unreadable_pool_ca_stops_the_container_with_its_path(sandbox: Sandbo
     assert result.returncode == 1
     assert f"RUNNER_CA_FILE {missing} cannot be read" in result.stderr
     assert sandbox.args_of("config") is None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc: no pgrep in the sealed world)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_sigterm_before_the_entrypoint_handles_it_stops_the_container(sandbox: Sandbox) -> None:
+    """The runner container's PID 1, the image's ENTRYPOINT (tini, then the entrypoint), stops on
+    a SIGTERM that comes before the entrypoint has its handler: the kernel drops a signal to a PID
+    namespace's init that has no handler for it. With the entrypoint as PID 1, a pod deleted as
+    its container started lost its only SIGTERM, and its runner went on listening (and could take
+    a job) until the kubelet's SIGKILL an hour later. BASH_ENV holds bash before the script's
+    first line, where that SIGTERM lands; ``unshare`` gives the container its PID namespace."""
+    assert run_phase(sandbox.env("register"), "register").returncode == 0
+    started = sandbox.log_dir / "bash-env.started"
+    hold = sandbox.log_dir / "hold.sh"
+    hold.write_text(f"unset BASH_ENV\n: >'{started}'\nsleep 3\n")
+    host_paths = {images.TINI_PATH: str(images.tini_static()), images.ENTRYPOINT_PATH: str(ENTRYPOINT)}
+    argv = [host_paths.get(word, word) for word in images.RUNNER_CONFIG["Entrypoint"]]
+    unshare = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "--", *argv, "run"],
+        env=sandbox.env("run", STUB_RUN_BLOCK="1", BASH_ENV=str(hold)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(started.exists, timeout=TIMEOUT, message="bash reading BASH_ENV in the new PID namespace")
+        [init] = _children(unshare.pid)
+        os.kill(init, signal.SIGTERM)
+        try:
+            out, err = unshare.communicate(timeout=8)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the container's PID 1 dropped its SIGTERM: still running 8 s later")
+    finally:
+        if unshare.poll() is None:
+            unshare.kill()
+            unshare.wait()
+
+    assert sandbox.args_of("run") is None, f"the runner started after the SIGTERM: {out!r} {err!r}"
+    assert unshare.returncode != 0, "a container stopped by its SIGTERM does not end as a job does"

@@ -10,7 +10,8 @@ Two images, each one layer, packed as an OCI image-layout archive that
   runner's ``config.sh`` and ``run.sh`` (and its worker with container hooks, and the hooks:
   ``k8s-hook.sh`` at the runner image's hook paths).  Its userland is the host's own bash,
   curl and coreutils with the shared libraries ``ldd`` names, laid out as on the host
-  (symlinks included), so no registry or mirror is involved and the image is a few MiB.
+  (symlinks included), and its PID 1 is tini, as in the real image, from Debian's package
+  (the one thing taken from the mirror, once: ``testworld.node.debian``); the image is a few MiB.
 
 Archives are cached by a digest of their inputs (file contents, modes, owners,
 config), so an edited entrypoint or stand-in gives a new tag and a new archive.
@@ -39,6 +40,7 @@ from typing import Any
 
 from runnerpool.api import KUBERNETES_HOOK, KUBERNETES_NOVOLUME_HOOK
 from testworld.envtest.assets import AssetError, cache_root
+from testworld.node.debian import debian_packages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAUSE_SOURCE = Path(__file__).with_name("pause.c")
@@ -48,6 +50,12 @@ RUNNER_STANDINS = REPO_ROOT / "testworld" / "runner_image"
 RUNNER_UID = 1001
 RUNNER_HOME = "/home/runner"
 ENTRYPOINT_PATH = "/usr/local/bin/runnerpool-runner-entrypoint"
+#: The container's PID 1, as in the real image: tini, which handles SIGTERM from its first
+#: instruction and passes it to the entrypoint (deploy/images/runner/Dockerfile says why).
+TINI_PATH = "/usr/bin/tini"
+#: tini's static build, from Debian's package (``testworld.node.debian``; no mirror inside the
+#: sealed world, the cache has it from ``make node``).
+TINI_PACKAGE, TINI_STATIC = "tini", "usr/bin/tini-static"
 #: Where the image keeps the test jobs' steps (testworld/runner_image/jobs/), e.g. the steal probe.
 JOBS_DIR = "/opt/runnerpool-test-jobs"
 #: Host commands for the image: bash, curl and the coreutils a shell script reaches for
@@ -295,7 +303,7 @@ def runner_image() -> Image:
 RUNNER_CONFIG: dict[str, Any] = {
     "User": f"{RUNNER_UID}:{RUNNER_UID}",
     "WorkingDir": RUNNER_HOME,
-    "Entrypoint": [ENTRYPOINT_PATH],
+    "Entrypoint": [TINI_PATH, "--", ENTRYPOINT_PATH],
     "Env": [
         "PATH=/usr/local/bin:/usr/bin:/bin",
         f"RUNNER_DIR={RUNNER_HOME}",
@@ -304,6 +312,12 @@ RUNNER_CONFIG: dict[str, Any] = {
         "ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE=1",
     ],
 }
+
+
+def tini_static() -> Path:
+    """tini's static binary on this machine (unpacked from Debian's package, in the cache)."""
+    [root] = debian_packages((TINI_PACKAGE,)).values()
+    return root / TINI_STATIC
 
 
 def runner_rootfs() -> Rootfs:
@@ -331,6 +345,7 @@ def runner_rootfs() -> Rootfs:
     rootfs.directory("/runner", 0o755, RUNNER_UID)
     rootfs.directory("/runner/_work", 0o755, RUNNER_UID)
     rootfs.file(ENTRYPOINT_PATH, RUNNER_ENTRYPOINT.read_bytes(), 0o755)
+    rootfs.file(TINI_PATH, tini_static().read_bytes(), 0o755)
     # config.sh, run.sh and what they source, beside each other as in the real runner's folder.
     for script in sorted(RUNNER_STANDINS.glob("*.sh")):
         rootfs.file(f"{RUNNER_HOME}/{script.name}", script.read_bytes(), 0o755, RUNNER_UID)
