@@ -90,8 +90,10 @@ SLOTS = 2
 LEASE = "runnerpool-soak"
 #: Within this long after the last disturbance every pool must have converged.
 CONVERGE_SECONDS = 60.0
-#: How long a deleted namespace may take: the namespace controller comes back to one whose pods
-#: are terminating only after half their grace period or its 5-minute resync (docs/busy-runners.md).
+#: How long a deleted namespace may take: the namespace controller deletes its pods first, and
+#: once it has seen them outlive two of its passes (a busy runner finishing its job), it comes
+#: back only after half their grace period or at its 5-minute resync (docs/busy-runners.md): so
+#: this holds if every pod is gone within two minutes.
 NAMESPACE_GONE_SECONDS = 420.0
 #: Length of one chaos phase; a settle follows each.
 CHAOS_SECONDS = 75.0
