@@ -895,7 +895,8 @@ def test_runner_image_runs_the_entrypoint() -> None:
     base = runner_base(instructions)
     assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", base)
     # tini's stage is the operator image's own pinned base (one digest to keep current).
-    (tini_stage,) = [args for keyword, args in instructions if keyword == "FROM" and args.endswith(" AS tini")]
+    froms = [args for keyword, args in instructions if keyword == "FROM"]
+    (tini_stage,) = [args for args in froms if args.endswith(" AS tini")]
     operator_base = [args for keyword, args in parse_dockerfile(OPERATOR_DOCKERFILE) if keyword == "FROM"]
     assert tini_stage.split()[0] in operator_base
     copies = [shlex.split(args) for keyword, args in instructions if keyword == "COPY"]
