@@ -172,7 +172,8 @@ def renovate() -> Obj:
 
 
 def base_image(dockerfile: Path) -> tuple[str, str]:
-    (base,) = [args for keyword, args in parse_dockerfile(dockerfile) if keyword == "FROM"]
+    """The image's base: its last stage's (the runner Dockerfile's first stage only builds tini)."""
+    base = [args for keyword, args in parse_dockerfile(dockerfile) if keyword == "FROM"][-1]
     name, _, tag = base.partition(":")
     return name, tag.partition("@")[0]
 

@@ -25,7 +25,8 @@ from testworld.simulator import OperatorProcess
 #: GitHub waits 600 s; a few seconds here, still many of the stand-in's renewals (a tenth each).
 LOST_CONTACT_SECONDS = 5.0
 
-#: Run in the runner container: SIGKILL the runner's listener (run.sh, the entrypoint's child),
+#: Run in the runner container: SIGKILL the runner's listener (run.sh, the entrypoint's child;
+#: the entrypoint is tini's, the container's PID 1),
 #: leaving the job's process and nothing to renew or report the job. A process that exits while
 #: the loop reads its /proc entry is skipped quietly (its read fails with ESRCH), so the output is
 #: only the "killed PID" line.
@@ -33,7 +34,8 @@ _KILL_RUNNER = r"""
 for status in /proc/[0-9]*/status; do
     pid="${status#/proc/}"; pid="${pid%/status}"; ppid=""
     { while read -r key value; do [[ "${key}" == PPid: ]] && ppid="${value}"; done <"${status}"; } 2>/dev/null
-    [[ "${ppid}" == 1 ]] || continue
+    mapfile -d '' parent 2>/dev/null <"/proc/${ppid}/cmdline" || continue
+    [[ "${parent[*]}" == *runnerpool-runner-entrypoint* ]] || continue
     mapfile -d '' argv 2>/dev/null <"/proc/${pid}/cmdline" || continue
     if [[ "${argv[*]}" == *run.sh* ]]; then kill -9 "${pid}" && echo "killed ${pid}"; fi
 done
