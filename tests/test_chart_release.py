@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.test_chart import run_helm
-from tests.test_deploy_manifests import parse_dockerfile
+from tests.test_deploy_manifests import final_base, parse_dockerfile
 from testworld.tools.assets import HELM, ensure_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,9 +172,8 @@ def renovate() -> Obj:
 
 
 def base_image(dockerfile: Path) -> tuple[str, str]:
-    """The image's base: its last stage's (the runner Dockerfile's first stage only builds tini)."""
-    base = [args for keyword, args in parse_dockerfile(dockerfile) if keyword == "FROM"][-1]
-    name, _, tag = base.partition(":")
+    """The image's base as name and tag (without the digest)."""
+    name, _, tag = final_base(parse_dockerfile(dockerfile)).partition(":")
     return name, tag.partition("@")[0]
 
 

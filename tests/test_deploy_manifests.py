@@ -869,8 +869,8 @@ def test_operator_image_ships_bytecode() -> None:
     assert "compileall -q -j 0 -x" in runs, "skip test directories (deliberately broken files)"
 
 
-def runner_base(instructions: list[tuple[str, str]]) -> str:
-    """The runner image's base: its last stage's (the first stage only builds tini)."""
+def final_base(instructions: list[tuple[str, str]]) -> str:
+    """An image's base: its last stage's (the runner Dockerfile's first stage only builds tini)."""
     return [args for keyword, args in instructions if keyword == "FROM"][-1]
 
 
@@ -879,7 +879,7 @@ def test_the_runner_stand_in_is_the_runner_image_s_release_and_environment() -> 
     version: a stand-in older or newer than the image would test another runner) and runs
     with the image's environment (the deprecated-version exit code among it)."""
     instructions = parse_dockerfile(RUNNER_DOCKERFILE)
-    base = runner_base(instructions)
+    base = final_base(instructions)
     release = base.split(":")[1].split("@")[0]
     lib = (REPO / "testworld" / "runner_image" / "standin-lib.sh").read_text()
     assert re.search(rf"^RUNNER_VERSION={re.escape(release)}$", lib, re.M), release
@@ -892,7 +892,7 @@ def test_the_runner_stand_in_is_the_runner_image_s_release_and_environment() -> 
 
 def test_runner_image_runs_the_entrypoint() -> None:
     instructions = parse_dockerfile(RUNNER_DOCKERFILE)
-    base = runner_base(instructions)
+    base = final_base(instructions)
     assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+@sha256:[0-9a-f]{64}", base)
     # tini's stage is the operator image's own pinned base (one digest to keep current).
     froms = [args for keyword, args in instructions if keyword == "FROM"]
