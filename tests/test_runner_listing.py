@@ -157,6 +157,22 @@ def test_listing_follows_link_pages_of_100(harness: Harness, github: responses.R
     assert all("per_page=100" in call.request.url for call in github.calls)
 
 
+def test_a_scope_of_more_than_10000_runners_is_listed_to_its_end(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """Several full runner groups make a scope of more than 100 pages: refusing its listing as
+    a broken page chain left every pool of the scope without busy marks, and a deleted one
+    waiting for ever with its finalizer."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    for i in range(1, 10_051):
+        endpoint.add(i, f"r{i}", ["ns/p"])
+
+    runners = harness.client().list_runners(ORG)
+
+    assert len(runners) == 10_050
+    assert [page for page, _ in endpoint.listed] == list(range(1, 102))
+
+
 def test_a_runner_moved_onto_a_page_already_read_is_not_missed(
     harness: Harness, github: responses.RequestsMock
 ) -> None:
@@ -177,6 +193,31 @@ def test_a_runner_moved_onto_a_page_already_read_is_not_missed(
     assert {r.id: r.busy for r in runners}.get(3) is True, "the busy runner was missed"
     assert endpoint.listed == [(1, 200), (2, 200), (1, 200), (2, 304)]
     assert sorted(r.id for r in runners) == [2, 3, 4]
+
+
+def test_a_listing_whose_count_never_holds_still_is_read_twice_and_keeps_the_latest_busy_state(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """In an organization whose ephemeral runners come and go every second, the count changes
+    on every page: the listing is read once more, not again and again (each read costs a
+    request per changed page), and a runner that took a job meanwhile is reported busy."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for i in range(1, 7):
+        endpoint.add(i, f"r{i}", ["ns/p"])
+
+    def churn(page: int) -> None:
+        # Another pool's ephemeral runner registers after one page and is gone after the next.
+        if endpoint.runners.pop(100, None) is None:
+            endpoint.add(100, "ephemeral", ["other/pool"])
+        if len(endpoint.listed) == 4:  # the first read is over: runner 5 takes a job
+            endpoint.runners[5]["busy"] = True
+
+    endpoint.after_page = churn
+    runners = {r.id: r for r in harness.client().list_runners(ORG)}
+
+    assert [page for page, _ in endpoint.listed].count(1) == 2, endpoint.listed
+    assert {1, 2, 3, 4, 5, 6} <= runners.keys()
+    assert runners[5].busy, "the runner the later read saw busy was reported idle"
 
 
 def test_unchanged_pages_are_revalidated_and_free(harness: Harness, github: responses.RequestsMock) -> None:

@@ -25,13 +25,14 @@ means.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
@@ -78,10 +79,16 @@ redact.install()
 transport.install()
 
 #: A listing (runners, runner groups, a group's members) that has not ended after this many
-#: pages (10,000 entries) is treated as a broken ``Link`` chain rather than followed for ever.
+#: pages (10,000 entries), nor after the pages its ``total_count`` promises (``_page_bound``),
+#: is treated as a broken ``Link`` chain rather than followed for ever.
 MAX_RUNNER_PAGES = 100
+#: Pages read past what a listing's ``total_count`` promises: entries added while it is read.
+PAGES_PAST_TOTAL = 2
+#: The most pages any listing is followed for, whatever its ``total_count`` says (a million
+#: entries; a hostile server's count must not hold a shared thread for ever).
+MAX_LISTING_PAGES = 10_000
 #: Reads of a runner listing whose pages disagree on ``total_count`` (see ``list_runners``).
-RUNNER_LISTING_ATTEMPTS = 3
+RUNNER_LISTING_ATTEMPTS = 2
 #: The reason of the refusal to use a GitHub App on an enterprise scope.
 ENTERPRISE_NEEDS_PAT = Reason.ENTERPRISE_NEEDS_PERSONAL_ACCESS_TOKEN
 #: The run statuses whose runs can hold a queued or running job (``active_jobs``).
@@ -173,6 +180,26 @@ class _Listing:
     #: entry, and a listing still going after ``MAX_RUNNER_PAGES`` is a broken ``Link`` chain,
     #: refused rather than cut short.
     last_page: int | None = None
+
+
+def _merge(into: dict[int, Runner], runners: Iterable[Runner]) -> None:
+    """``runners`` into ``into`` by id, each as read last, but busy if any read saw it busy:
+    a runner read twice (moved onto a later page, or read again) may have taken a job in
+    between, and one reported idle could be picked to retire."""
+    for runner in runners:
+        before = into.get(runner.id)
+        into[runner.id] = (
+            dataclasses.replace(runner, busy=True) if before is not None and before.busy else runner
+        )
+
+
+def _page_bound(total: int | None) -> int:
+    """The pages a listing whose ``total_count`` is ``total`` may take: a scope of more than
+    10,000 runners (several full runner groups) is read to its end, not refused, which would
+    leave its pools' finalizers waiting for ever."""
+    if total is None:
+        return MAX_RUNNER_PAGES
+    return min(MAX_LISTING_PAGES, -(-total // RUNNERS_PER_PAGE) + PAGES_PAST_TOTAL)
 
 
 def _run_id(item: Any, prefix: str) -> int:
@@ -338,10 +365,15 @@ class PyGithubClient:
         GitHub pages by number: a runner removed while later pages are still to come (an
         ephemeral runner of any pool of the scope, done with its job) moves the next one onto
         a page already read, and that runner is missed, busy or not. Pages whose
-        ``total_count`` differ say so: the listing is read again, up to
-        ``RUNNER_LISTING_ATTEMPTS`` times, and if the count never holds still, every runner any
-        attempt saw is reported (one that left meanwhile answers 404 when deleted; a missed
-        busy one would be a pod taken from under its job).
+        ``total_count`` differ say so: the listing is read once more (``RUNNER_LISTING_ATTEMPTS``),
+        and if the count did not hold still then either, every runner either read saw is
+        reported, as the later read saw it, but busy if any read saw it busy (one that left
+        meanwhile answers 404 when deleted; a busy one reported idle would be picked to retire).
+
+        Only once more: in a scope whose runners come and go every second the count never holds
+        still, and each read costs a request per changed page. A runner both reads missed is no
+        pod taken from its job: a running pod no listing shows a runner for is kept until GitHub,
+        asked by the pod's name, has none (``runnerpool.runners``).
         """
         self._refuse_app_for_enterprise(scope)
         what = f"GET /{scope.path}/actions/runners"
@@ -353,8 +385,7 @@ class PyGithubClient:
             found, totals = self._runner_pages(first, kind)
             if len(totals) <= 1:
                 return list(found.values())
-            for runner_id, runner in found.items():
-                seen.setdefault(runner_id, runner)
+            _merge(seen, found.values())
             log.info("%s: the runner count changed while its pages were read (%s)", what, sorted(totals))
         return list(seen.values())
 
@@ -380,8 +411,7 @@ class PyGithubClient:
         found: dict[int, Runner] = {}
         totals: set[int] = set()
         for page in self._pages_of(url, kind):
-            for runner in page.items:
-                found.setdefault(runner.id, runner)
+            _merge(found, page.items)
             if page.total is not None:
                 totals.add(page.total)
         return found, totals
@@ -463,14 +493,18 @@ class PyGithubClient:
         taken for idle. So only a listing GitHub itself ends early (``_Listing.last_page``)
         stops quietly; any other that runs past ``MAX_RUNNER_PAGES`` is refused.
         """
-        for _ in range(kind.last_page or MAX_RUNNER_PAGES):
+        bound, read = kind.last_page or MAX_RUNNER_PAGES, 0
+        while read < bound:
             page = self._page(url, kind, spent)
+            read += 1
             yield page
             if page.next_url is None:
                 return
+            if kind.last_page is None:
+                bound = max(bound, _page_bound(page.total))
             url = self._checked_next(page.next_url, kind.what)
         if kind.last_page is None:
-            raise MalformedResponse(f"{kind.what}: pagination did not end after {MAX_RUNNER_PAGES} pages")
+            raise MalformedResponse(f"{kind.what}: pagination did not end after {read} pages")
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         self._refuse_app_for_enterprise(scope)
