@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from runnerpool.github import transport
 from tests.helpers import process_alive, wait_for
 from testworld.envtest.controlplane import ComponentGroup, ControlPlane
 from testworld.envtest.serviceaccount import enable_namespace
@@ -25,6 +26,14 @@ from testworld.node.node import Node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "runnerpool.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_slow_host_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no host or tenant held slow: the gate is process-wide, and a
+    tenant one test timed out (namespaces like ``ns`` recur) would make the next test's calls
+    in that namespace go one at a time."""
+    monkeypatch.setattr(transport, "HOSTS", transport.SlowHosts())
 
 
 def _stop_and_check(group: ComponentGroup, what: str) -> None:

@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client as kubernetes_client
 
 from runnerpool.domain import DEFAULT_API_URL, PoolRef, Scope
+from runnerpool.github import transport
 from runnerpool.github.credentials import ClientCache, CredentialError, client_from_secret_data
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
@@ -267,13 +268,12 @@ def _pool(namespace: str, name: str, api_url: str, scope: Scope = ORG) -> PoolRe
     )
 
 
-def test_a_one_byte_a_second_host_delays_another_namespaces_token_by_one_deadline_at_most(
-    tarpit: _Tarpit, github: _GitHub
-) -> None:
-    """Eight pools of one namespace name a tarpit, each with a credential and organization of
-    its own (pools of one scope share one token request, a credential sends one write at a
-    time); the four token threads (the default) serve every tenant.
-    Another namespace's new pool still gets its token within one deadline."""
+def _another_namespaces_token_wait(slow_urls: list[str], held: Callable[[], int], github: _GitHub) -> float:
+    """Seconds until a pool of namespace ``tenant-b`` gets its token, while the pools of namespace
+    ``tenant-slow`` name ``slow_urls`` (one each), each with a credential and organization of its
+    own (pools of one scope share one token request, a credential sends one write at a time);
+    the four token threads (the default) serve every tenant. ``held``: connections the slow
+    hosts hold."""
     threads = 4
     scheduler = started_scheduler(threads)
     patches: list[tuple[str, str, float]] = []
@@ -291,24 +291,71 @@ def test_a_one_byte_a_second_host_delays_another_namespaces_token_by_one_deadlin
         rng=random.Random(3),
     )
     try:
-        for i in range(2 * threads):
-            updater.start(_pool("tenant-slow", f"slow-{i}", tarpit.url, Scope(organization=f"org-{i}")))
-        wait_for(lambda: tarpit.connections >= threads, message="the tarpit to hold every token thread")
+        for i, url in enumerate(slow_urls):
+            updater.start(_pool("tenant-slow", f"slow-{i}", url, Scope(organization=f"org-{i}")))
+        wait_for(lambda: held() >= threads, message="the slow hosts to hold every token thread")
 
         started = time.monotonic()
         updater.start(_pool("tenant-b", "build", github.url))
         wait_for(
             lambda: [p for p in patches if p[0] == "tenant-b"], timeout=TARPIT_SECONDS, message="b's token"
         )
-
-        took = next(at for ns, _, at in patches if ns == "tenant-b") - started
-        assert took <= DEADLINE + SLACK, (
-            f"tenant-b waited {took:.1f} s for its token; one deadline is {DEADLINE} s"
-        )
         assert not [p for p in patches if p[0] == "tenant-slow"]
+        return next(at for ns, _, at in patches if ns == "tenant-b") - started
     finally:
         updater.stop_all()
         scheduler.shutdown(wait=False)
+
+
+def test_a_one_byte_a_second_host_delays_another_namespaces_token_by_one_deadline_at_most(
+    tarpit: _Tarpit, github: _GitHub
+) -> None:
+    """Eight pools of one namespace name one tarpit."""
+    took = _another_namespaces_token_wait([tarpit.url] * 8, lambda: tarpit.connections, github)
+
+    assert took <= DEADLINE + SLACK, (
+        f"tenant-b waited {took:.1f} s for its token; one deadline is {DEADLINE} s"
+    )
+
+
+def test_a_tarpit_per_pool_delays_another_namespaces_token_by_one_deadline_at_most(github: _GitHub) -> None:
+    """Sixteen pools of one namespace each name a tarpit of their own (a proxy each will do): each
+    is a new host to the slow-host gate, so only the tenant's own gate keeps them from taking
+    every token thread for a deadline after another."""
+    tarpits = [_Tarpit("headers") for _ in range(16)]
+    for server in tarpits:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        took = _another_namespaces_token_wait(
+            [server.url for server in tarpits], lambda: sum(t.connections for t in tarpits), github
+        )
+    finally:
+        for server in tarpits:
+            server.stopping.set()
+            server.shutdown()
+            server.server_close()
+
+    assert took <= DEADLINE + SLACK, (
+        f"tenant-b waited {took:.1f} s for its token; one deadline is {DEADLINE} s"
+    )
+
+
+def test_a_tenant_that_missed_a_deadline_makes_one_call_at_a_time_for_a_while() -> None:
+    now = [0.0]
+    gate = transport.SlowHosts(probe_interval=30, clock=lambda: now[0])
+    slow, healthy = transport.hop_of("http://127.0.0.1:1", None), transport.hop_of(DEFAULT_API_URL, None)
+    gate.enter(slow, "tenant-a")
+    gate.leave(slow, "tenant-a", timed_out=True)
+
+    gate.enter(healthy, "tenant-a")  # its one call at a time, on a healthy host
+    with pytest.raises(transport.HostSlow, match="namespace tenant-a"):
+        gate.enter(healthy, "tenant-a")
+    gate.enter(healthy, "tenant-b")  # another tenant is not held
+    gate.leave(healthy, "tenant-b", timed_out=False)
+    gate.leave(healthy, "tenant-a", timed_out=False)
+    gate.enter(healthy, "tenant-a")  # the next one, once that call is over
+    now[0] = 30.0
+    gate.enter(healthy, "tenant-a")  # no deadline missed for an interval: calls go side by side again
 
 
 # -- the hosts clients are made for, and how many are kept -------------------------------------

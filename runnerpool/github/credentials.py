@@ -368,14 +368,14 @@ class ClientCache:
             )
         route = self._route(namespace, connection)
         fingerprint = _fingerprint(data)
-        key = (namespace, secret_name, url, route.digest if route is not None else "")
+        key = (namespace, secret_name, url, route.digest)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.fingerprint == fingerprint:
                 self._entries.move_to_end(key)
                 return entry.client
             client = self._factory(data, url)
-            if route is not None and isinstance(client, _Routable):
+            if isinstance(client, _Routable):
                 client.take_route(route)
             if entry is not None:
                 log.info("credential Secret %s/%s changed; using a new GitHub client", namespace, secret_name)
@@ -385,10 +385,10 @@ class ClientCache:
                 self._entries.popitem(last=False)  # in-flight calls keep their client alive
             return client
 
-    def _route(self, namespace: str, connection: Connection | None) -> Route | None:
+    def _route(self, namespace: str, connection: Connection | None) -> Route:
         """The CA bundle and proxies ``connection`` names, read now; messages name keys, not values."""
         if connection is None:
-            return None
+            return Route(tenant=namespace)
         ca = None
         if connection.ca is not None:
             kind, name, key = connection.ca
@@ -418,7 +418,7 @@ class ClientCache:
                 ]
                 url = with_userinfo(url, *login)
             proxies.append((proxy.scheme, url))
-        return Route(ca, tuple(proxies), connection.no_proxy)
+        return Route(ca, tuple(proxies), connection.no_proxy, tenant=namespace)
 
     def _required(self, kind: str, namespace: str, name: str, key: str, field: str) -> str:
         read = self._read_secret if kind == "Secret" else self._read_config_map

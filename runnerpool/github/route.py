@@ -38,11 +38,15 @@ MAX_CA_FILES = 32
 @dataclass(frozen=True)
 class Route:
     """``ca_pem``: PEM certificates trusted besides the public CAs; ``proxies``: (scheme, URL)
-    pairs (``http``, ``https``); ``no_proxy``: hosts reached directly, as ``no_proxy`` lists them."""
+    pairs (``http``, ``https``); ``no_proxy``: hosts reached directly, as ``no_proxy`` lists them;
+    ``tenant``: the namespace whose pool the calls are for (the slow-host gate holds a tenant
+    whose calls ran out of their deadline to one call at a time: ``runnerpool.github.transport``).
+    The digest leaves the tenant out: clients are cached per namespace already."""
 
     ca_pem: str | None = field(default=None, repr=False)
     proxies: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     no_proxy: tuple[str, ...] = ()
+    tenant: str = ""
 
     @functools.cached_property
     def digest(self) -> str:

@@ -21,6 +21,11 @@ What this module does, for every request PyGithub sends (``install`` puts it und
   ``PROBE_INTERVAL`` seconds, until a call to it answers in time. So a slow or hostile host
   holds the shared threads for one deadline at most, and then one thread now and then, never
   all of them.
+* **A slow tenant gets one call at a time** (``SlowHosts``, by ``Route.tenant``): a namespace
+  one of whose calls ran out of its deadline in the last ``PROBE_INTERVAL`` seconds has its
+  other calls refused at once while one of its calls is in flight. The host gate alone let a
+  tenant whose every pool names a proxy of its own (each a new host) hold every shared thread
+  for a deadline per pool, one after the other.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,36 +207,65 @@ Hop = tuple[Origin, Origin | None]
 @dataclass
 class SlowHosts:
     """The hosts whose last call ran out of its deadline, each with the time its next probe may
-    go; thread-safe, one per process (``HOSTS``). A host that answers in time keeps no entry:
-    the map holds slow hosts only.
+    go, and the tenants one of whose calls did lately; thread-safe, one per process (``HOSTS``).
+    A host that answers in time keeps no entry: the map holds slow hosts only.
 
     Keyed by the ``Hop``, the host *and the proxy its call went through*: a pool's
     ``spec.proxy`` is its tenant's to choose, and a proxy that stalls (one the tenant runs in
     its own namespace will do) must slow that route only, not api.github.com for every
-    tenant."""
+    tenant. And by the tenant (the pool's namespace): each of a tenant's pools may name a proxy
+    of its own, a new hop each, so a tenant whose call ran out of its deadline in the last
+    ``probe_interval`` seconds makes one call at a time, whichever hosts they go to. Its calls
+    on a healthy route wait their turn only while another of its calls is in flight."""
 
     probe_interval: float = PROBE_INTERVAL
+    clock: Callable[[], float] = time.monotonic
     _next_probe: dict[Hop, float] = field(default_factory=dict)
+    #: Tenants with a call out of its deadline lately: until when they make one call at a time.
+    _slow_tenants: dict[str, float] = field(default_factory=dict)
+    _in_flight: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def enter(self, hop: Hop) -> None:
-        """Raises ``HostSlow`` for a slow host whose probe is not due; a due probe goes."""
-        now = time.monotonic()
+    def enter(self, hop: Hop, tenant: str = "") -> None:
+        """Raises ``HostSlow`` for a slow host whose probe is not due, or for a slow tenant with
+        a call in flight; a due probe goes. Every ``enter`` that returns needs its ``leave``."""
+        now = self.clock()
         with self._lock:
+            if tenant and self._in_flight.get(tenant, 0) and now < self._slow_tenants.get(tenant, 0.0):
+                wait = self._slow_tenants[tenant] - now
+                raise HostSlow(
+                    f"a GitHub call for namespace {tenant} ran out of its deadline lately: its calls go "
+                    f"one at a time for another {wait:.0f} s"
+                )
             due = self._next_probe.get(hop)
-            if due is None:
-                return
-            if now < due:
-                wait = due - now
-                raise HostSlow(f"{_describe(hop)} ran out of its deadline lately; next probe in {wait:.0f} s")
-            self._next_probe[hop] = now + self.probe_interval
+            if due is not None:
+                if now < due:
+                    wait = due - now
+                    raise HostSlow(
+                        f"{_describe(hop)} ran out of its deadline lately; next probe in {wait:.0f} s"
+                    )
+                self._next_probe[hop] = now + self.probe_interval
+            if tenant:
+                self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
 
-    def leave(self, hop: Hop, *, timed_out: bool) -> None:
+    def leave(self, hop: Hop, tenant: str = "", *, timed_out: bool) -> None:
+        now = self.clock()
         with self._lock:
             if timed_out:
-                self._next_probe[hop] = time.monotonic() + self.probe_interval
+                self._next_probe[hop] = now + self.probe_interval
             else:
                 self._next_probe.pop(hop, None)
+            if not tenant:
+                return
+            left = self._in_flight.get(tenant, 0) - 1
+            if left > 0:
+                self._in_flight[tenant] = left
+            else:
+                self._in_flight.pop(tenant, None)
+            if timed_out:
+                self._slow_tenants[tenant] = now + self.probe_interval
+            elif self._slow_tenants.get(tenant, now) <= now:
+                self._slow_tenants.pop(tenant, None)
 
 
 HOSTS = SlowHosts()
@@ -328,7 +362,9 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
             call = _active()
             url = request.url or ""
             origin = hop_of(url, requests.utils.select_proxy(url, proxies) if proxies else None)
-            HOSTS.enter(origin)
+            chosen = route.active()
+            tenant = chosen.tenant if chosen is not None else ""
+            HOSTS.enter(origin, tenant)
             timed_out = False
             try:
                 return self._send(
@@ -338,7 +374,7 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
                 timed_out = True
                 raise
             finally:
-                HOSTS.leave(origin, timed_out=timed_out)
+                HOSTS.leave(origin, tenant, timed_out=timed_out)
 
     def _send(
         self, call: _Call | None, request: requests.PreparedRequest, stream: bool, **kwargs: Any
