@@ -93,6 +93,9 @@ class Reason(StrEnum):
     SCALE_SET_LABELS_DROPPED = "ScaleSetLabelsDropped"
     #: The leader's listener has not yet created or adopted the pool's scale set.
     SCALE_SET_PENDING = "ScaleSetPending"
+    #: The scale set id the pool's status holds is not the pool's scale set on GitHub (its
+    #: name in its runner group): no JIT config is made from it (``runnerpool.scale_set_pools``).
+    SCALE_SET_NOT_THE_POOLS = "ScaleSetNotThePools"
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"

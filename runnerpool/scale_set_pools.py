@@ -13,6 +13,14 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
 * :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds
   (its scale set, statistics and busy runners); its session still starts at message 0.
 * :class:`ScaleSetJitConfigs` — a scale-set pool's pod's JIT config, from its scale set.
+
+The scale set id in ``status.scaleSet`` is the listener's record, but not the listener's alone
+to write: the webhook receiver may patch the status subresource too (for ``status.demand``;
+RBAC cannot tell the fields apart). So nothing the operator does with that id trusts it
+unasked: a JIT config is made from it, and a finalizer deletes it, only once GitHub says it is
+the scale set of the pool's ``spec.scaleSet.name`` in the pool's runner group (``_is_named``).
+A receiver taken over could otherwise have the operator delete another team's scale set, or
+run its jobs, with their secrets, on this pool's pods.
 * :class:`ScaleSetRunnerRemoval` — a scale-set pool's runners are deleted through the Actions
   service, not REST (``runnerpool.runners.removal``), by the runner managers as ever.
 * :class:`PoolScaleSets` — what the reconciler asks: a listener for a pool it saw, and, as the
@@ -35,6 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,7 +56,13 @@ from runnerpool.reads import ParsedPool
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
-from runnerpool.scaleset.errors import JobStillRunning, RunnerGroupNotFound, RunnerNotFound, ScaleSetNotFound
+from runnerpool.scaleset.errors import (
+    JobStillRunning,
+    RunnerGroupNotFound,
+    RunnerNotFound,
+    ScaleSetNotFound,
+    ScaleSetNotThePools,
+)
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
 from runnerpool.scaleset.types import DEFAULT_RUNNER_GROUP
@@ -181,17 +196,36 @@ def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView |
 
 
 class ScaleSetJitConfigs:
-    """``SecretWrites.scale_set_jit``: a runner and its JIT config, made by the pod's scale set."""
+    """``SecretWrites.scale_set_jit``: a runner and its JIT config, made by the pod's scale set,
+    once GitHub said the id the status holds is the pool's scale set (asked once per pool and
+    id: the module docstring says why)."""
 
-    def __init__(self, clients: ScaleSetClients) -> None:
+    def __init__(self, clients: ScaleSetClients, reads: ScaleSetPoolReads) -> None:
         self._clients = clients
+        self._reads = reads
+        self._confirmed: dict[PoolKey, int] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, pool: PoolRef, request: JitRequest) -> JitConfig:
         assert request.scale_set_id is not None, "only scale-set pools' requests come here"
-        made = self._clients.get(pool).generate_jit_config(
-            request.scale_set_id, request.name, request.work_folder
-        )
+        client = self._clients.get(pool)
+        self._confirm(client, pool, request.scale_set_id)
+        made = client.generate_jit_config(request.scale_set_id, request.name, request.work_folder)
         return JitConfig(runner_id=made.runner.id, encoded=made.encoded_jit_config)
+
+    def _confirm(self, client: ScaleSetClient, pool: PoolRef, scale_set_id: int) -> None:
+        key: PoolKey = (pool.namespace, pool.name)
+        with self._lock:
+            if self._confirmed.get(key) == scale_set_id:
+                return
+        named = _scale_set_named(self._reads, pool)
+        if named is None or not _is_named(client, scale_set_id, *named):
+            raise ScaleSetNotThePools(
+                f"scale set {scale_set_id} in the pool's status is not its scale set on GitHub; "
+                "no runner is made in it until the listener records the pool's own"
+            )
+        with self._lock:
+            self._confirmed[key] = scale_set_id
 
 
 class ScaleSetRunnerRemoval:
@@ -347,7 +381,21 @@ class PoolScaleSets:
             return
         client = self._clients.get(pool, tearing_down=True)
         found = None if named is None else self._found(client, *named)
-        for gone in dict.fromkeys(one for one in (scale_set_id, found) if one):
+        recorded = scale_set_id
+        if (
+            named is not None
+            and scale_set_id
+            and scale_set_id != found
+            and not _is_named(client, scale_set_id, *named)
+        ):
+            log.warning(
+                "pool %s: scale set %d in its status is not its scale set %r on GitHub: left alone",
+                pool.key,
+                scale_set_id,
+                named[1],
+            )
+            recorded = None
+        for gone in dict.fromkeys(one for one in (recorded, found) if one):
             try:
                 client.delete_scale_set(gone)
             except ScaleSetNotFound:
@@ -355,13 +403,12 @@ class PoolScaleSets:
 
     def _scale_set_named(self, pool: PoolRef) -> tuple[str | None, str] | None:
         """The pool's ``spec.runnerGroup`` and ``spec.scaleSet.name``; None when its spec is not
-        readable (its scale set is then deleted by the recorded id only)."""
-        parsed = self._reads.pool(pool.namespace, pool.name)
-        spec = None if parsed is None or parsed.model is None else parsed.model.spec
-        if spec is None or spec.scale_set is None:
+        readable (its scale set is then deleted by the recorded id only: no one can make a
+        pool's spec unreadable to point that id elsewhere)."""
+        named = _scale_set_named(self._reads, pool)
+        if named is None:
             log.warning("pool %s: no readable spec.scaleSet; its scale set is deleted by id only", pool.key)
-            return None
-        return spec.runner_group, spec.scale_set.name
+        return named
 
     @staticmethod
     def _found(client: ScaleSetClient, runner_group: str | None, name: str) -> int | None:
@@ -373,6 +420,27 @@ class PoolScaleSets:
             return None  # a scale set lives in its group: none there
         found = client.scale_set(group.id, name)
         return None if found is None else found.id
+
+
+def _scale_set_named(reads: ScaleSetPoolReads, pool: PoolRef) -> tuple[str | None, str] | None:
+    """The pool's ``spec.runnerGroup`` and ``spec.scaleSet.name``; None when its spec is not
+    readable."""
+    parsed = reads.pool(pool.namespace, pool.name)
+    spec = None if parsed is None or parsed.model is None else parsed.model.spec
+    if spec is None or spec.scale_set is None:
+        return None
+    return spec.runner_group, spec.scale_set.name
+
+
+def _is_named(client: ScaleSetClient, scale_set_id: int, runner_group: str | None, name: str) -> bool:
+    """Whether GitHub's scale set ``scale_set_id`` is the one called ``name`` in ``runner_group``
+    (names compared as GitHub does, case-folded); False when either is not found."""
+    try:
+        recorded = client.scale_set_by_id(scale_set_id)
+        group = client.runner_group(runner_group or DEFAULT_RUNNER_GROUP)
+    except (ScaleSetNotFound, RunnerGroupNotFound):
+        return False
+    return recorded.name.casefold() == name.casefold() and recorded.runner_group_id == group.id
 
 
 def scale_set_policy(github: GitHubSettings) -> Policy:
@@ -419,7 +487,7 @@ def assemble(
         resume=resumed_view(reads),
     )
     return ScaleSetParts(
-        ScaleSetJitConfigs(clients),
+        ScaleSetJitConfigs(clients, reads),
         ScaleSetRunnerRemoval(reads, clients),
         PoolScaleSets(clients, listeners, reads, claims),
         listeners,

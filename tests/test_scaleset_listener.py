@@ -23,11 +23,19 @@ from runnerpool import api
 from runnerpool.domain import Connection, PoolRef, Scope
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
+from runnerpool.github.types import JitRequest
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
-from runnerpool.scale_set_pools import PoolScaleSets, ScaleSetClaims, listened_pools, status_of
+from runnerpool.scale_set_pools import (
+    PoolScaleSets,
+    ScaleSetClaims,
+    ScaleSetJitConfigs,
+    listened_pools,
+    status_of,
+)
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
+from runnerpool.scaleset.errors import ScaleSetNotThePools
 from runnerpool.scaleset.fake import FakeSink
 from runnerpool.scaleset.listener import (
     CALL_WORKERS,
@@ -655,6 +663,43 @@ def test_deleting_a_pool_deletes_its_scale_set_by_name_when_the_status_id_is_an_
     assert new.id != old.id
     pool_scale_sets(world).delete(world.pool, old.id)
     assert world.service.scale_set(NAME) is None, "the pool's scale set is still registered on GitHub"
+
+
+def _another_teams_scale_set(world: World) -> RunnerScaleSet:
+    """A scale set of the same organization and runner group that is not the pool's."""
+    group = world.client.runner_group("default")
+    return world.client.create_scale_set(
+        desired_scale_set(replace(world.settings(), name="team-b-linux"), group.id, group.name)
+    )
+
+
+def test_deleting_a_pool_whose_status_names_another_scale_set_deletes_only_its_own(world: World) -> None:
+    """The webhook receiver's account may patch the status too: a receiver taken over could
+    write another team's scale set id there, and the finalizer deleted whatever id it read."""
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    victim = _another_teams_scale_set(world)
+
+    pool_scale_sets(world).delete(world.pool, victim.id)
+
+    assert world.service.scale_set(NAME) is None, "the pool's own scale set is still registered"
+    assert world.service.scale_set("team-b-linux") is not None, "another team's scale set was deleted"
+
+
+def test_no_runner_is_made_in_a_scale_set_the_status_names_but_that_is_not_the_pools(world: World) -> None:
+    """Pods of the pool would take the other scale set's jobs, and their secrets."""
+    group = world.client.runner_group("default")
+    own = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    victim = _another_teams_scale_set(world)
+    jit = ScaleSetJitConfigs(world.clients, PoolReads())
+
+    with pytest.raises(ScaleSetNotThePools) as refused:
+        jit(world.pool, JitRequest("linux-abcde", (), scale_set_id=victim.id))
+
+    assert refused.value.reason == Reason.SCALE_SET_NOT_THE_POOLS
+    assert world.service.runners(victim.id) == []
+    assert jit(world.pool, JitRequest("linux-fghij", (), scale_set_id=own.id)).runner_id
+    assert [r["runnerName"] for r in world.service.runners(own.id)] == ["linux-fghij"]
 
 
 def test_deleting_a_pool_whose_status_has_no_id_deletes_its_scale_set_all_the_same(world: World) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "RunnerNotFound",
     "ScaleSetError",
     "ScaleSetNotFound",
+    "ScaleSetNotThePools",
     "SessionConflict",
     "SessionNotFound",
     "error_for",
@@ -78,6 +79,13 @@ class SessionConflict(ScaleSetError):  # noqa: N818
 
 class ScaleSetNotFound(ScaleSetError, NotFound):  # noqa: N818
     """404 on a scale set's own path: it was deleted on GitHub (or never existed)."""
+
+
+class ScaleSetNotThePools(ScaleSetError):  # noqa: N818
+    """The scale set id a pool's status holds is not the pool's scale set on GitHub (another
+    name or runner group, or none): nothing is made in it, nor is it deleted."""
+
+    default_reason = Reason.SCALE_SET_NOT_THE_POOLS
 
 
 class SessionNotFound(ScaleSetError, NotFound):  # noqa: N818
