@@ -165,10 +165,13 @@ class PoolStates:
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
 
-    def forget(self, namespace: str, name: str) -> None:
+    def forget(self, namespace: str, name: str, *, expectations: bool = True) -> None:
+        """``expectations=False``: a pool being deleted keeps the pod creates its cache has not
+        shown yet until it is gone (``Reconciler._finalize`` waits for them)."""
         key = pool_key(namespace, name)
         self.pools.pop(key, None)
-        self.expectations.forget(key)
+        if expectations:
+            self.expectations.forget(key)
         self.backoff.forget(key)
         self.starts.forget(key)
         self.echoes.forget(namespace, name)
@@ -498,11 +501,12 @@ class Reconciler:
         version = (credentials or {}).get("metadata", {}).get("resourceVersion", "missing")
         return self._settings.github.pool_ref(run.pool, version)
 
-    def _forget(self, namespace: str, name: str) -> bool:
-        """A pool gone, refused or being deleted: its jobs stop and its memory goes; whether a
-        JIT config was written for one of its pods that the caches may not show yet."""
+    def _forget(self, namespace: str, name: str, *, expectations: bool = True) -> bool:
+        """A pool gone, refused or being deleted: its jobs stop and its memory goes (but for its
+        expected pod creates, unless ``expectations``); whether a JIT config was written for one
+        of its pods that the caches may not show yet."""
         issued = self._jobs.stop(namespace, name)
-        self._states.forget(namespace, name)
+        self._states.forget(namespace, name, expectations=expectations)
         return issued
 
     def _release_unused_budget(self, namespace: str, writes: Writes) -> None:
@@ -642,7 +646,8 @@ class Reconciler:
 
         Order matters so that nothing stays registered and no busy runner is killed: stop
         issuing tokens and have the token updater empty the Secret (a restarted container
-        cannot register again), have the runner managers drain the pool (an idle runner is
+        cannot register again), wait until the cache shows every pod the pool created (the
+        drain reads the cache), have the runner managers drain the pool (an idle runner is
         deleted on GitHub at once and can take no job; a busy one answers 422 and is left to
         finish; the pods go only once no runner is busy), wait for its pods to go, then look
         once more for a late registration.  ``RunnersDeregistered`` says what it waits for.
@@ -652,7 +657,7 @@ class Reconciler:
         pool = run.pool
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
-        issued = self._forget(pool.namespace, pool.name)
+        issued = self._forget(pool.namespace, pool.name, expectations=False)
         if self._settings.tenants.allow_list.refusal(
             pool.namespace, pool.scope
         ) is not None or not self._may_have_runners(run, issued=issued):
@@ -662,6 +667,11 @@ class Reconciler:
             return self._let_go(run)
         self._protect_credentials(run)
         self._withdraw_token(run)
+        if self._pods.expected(pool):
+            # A pod created just before the deletion that the cache does not show yet: the drain
+            # reads the cache, and would let the pool go while that pod may still register a
+            # runner (its event brings the next pass; an expectation ends after 5 minutes).
+            return Result(requeue_after=self._settings.deletion.pods_gone_wait)
         drained = self._drain(run)
         if isinstance(drained, Result):
             return drained  # the credential is lost: waiting for it, or let go without it

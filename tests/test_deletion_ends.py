@@ -26,6 +26,7 @@ from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import PoolRef
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
+from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
@@ -165,6 +166,41 @@ def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
     assert tokens.jit.issued == set(), "marked, then gone"
     assert [ref.name for ref in runners.drains] == ["landing"], "GitHub was asked"
     assert _pool(api_client, namespace, "landing") is None
+
+
+class PodsNotCachedYet(LiveReader):
+    """Reads from the API server, but for the pods: a cache whose watch has not shown them yet."""
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return []
+
+
+def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before_draining(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The drain reads the pod cache: a pod created just before the deletion, not in it yet, was
+    taken for none, and the pool went while that pod could still register a runner."""
+    expectations, runners = Expectations(), FakeRunnerJobs()
+    reconciler = make_reconciler(
+        api_client,
+        reads=PodsNotCachedYet(api_client),
+        runners=runners,
+        clock=clock,
+        expectations=expectations,
+    )
+    create_pool(api_client, namespace, pool_manifest("late"))
+    reconciler(f"{namespace}/late")
+    fill_token(api_client, namespace, "late", "AABBCC", FUTURE)
+    reconciler(f"{namespace}/late")
+    (pod,) = LiveReader(api_client).list_pods(namespace, "late")
+    _delete(api_client, namespace, "late")
+
+    assert reconciler(f"{namespace}/late").requeue_after is not None
+    assert runners.drains == [] and _pool(api_client, namespace, "late") is not None
+
+    expectations.observe(f"{namespace}/late", pod["metadata"]["name"])  # the pod's watch event
+    reconciler(f"{namespace}/late")
+    assert [ref.name for ref in runners.drains] == ["late"]
 
 
 class RecordedScaleSets:
