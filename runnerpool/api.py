@@ -847,11 +847,34 @@ class WebhookSecretRef(KubeModel):
     )
 
 
+#: A Secret the operator reads for the pool and its runners get too (a CA bundle, a proxy
+#: login): one of the operator's credential Secrets there would put the pool's registration
+#: credential in the runner container, where jobs run.
+OwnSecretName = Annotated[
+    DnsSubdomain,
+    Cel(
+        Rule(
+            cel=f"!{_credential_secret_cel('self')}",
+            message=f"must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}): "
+            "the runners get this Secret's value, and a registration credential lets anyone who "
+            "reads it register runners of their own; name a Secret of your own",
+            check=lambda name: not _credential_secret(name),
+        )
+    ),
+]
+
+
 class KeyRef(KubeModel):
     """One key of a ConfigMap or Secret in the pool's namespace."""
 
     name: DnsSubdomain = Field(description="Name of the object in the pool's namespace.")
     key: SecretKey = Field(description="Key of the object's data.")
+
+
+class SecretKeyRef(KeyRef):
+    """One key of a Secret in the pool's namespace that the runners get too."""
+
+    name: OwnSecretName = Field(description=f"Name of the Secret in the pool's namespace; {_NOT_OURS}.")
 
 
 class CertificateFrom(KubeModel):
@@ -869,7 +892,7 @@ class CertificateFrom(KubeModel):
     config_map_key_ref: KeyRef | None = Field(
         default=None, description="ConfigMap key holding the PEM CA bundle (one or more certificates)."
     )
-    secret_key_ref: KeyRef | None = Field(
+    secret_key_ref: SecretKeyRef | None = Field(
         default=None, description="Secret key holding the PEM CA bundle (one or more certificates)."
     )
 
@@ -914,10 +937,11 @@ class ProxyServer(KubeModel):
     """One proxy: its URL and the Secret with its credentials, if it asks for any."""
 
     url: ProxyUrl = Field(description="The proxy, e.g. http://proxy.example.com:3128.")
-    credential_secret_ref: DnsSubdomain | None = Field(
+    credential_secret_ref: OwnSecretName | None = Field(
         default=None,
         description="Secret in the pool's namespace with keys username and password for the "
-        "proxy; they go into the proxy URL as they are (percent-encode ':', '@', '/' and '%').",
+        "proxy; they go into the proxy URL as they are (percent-encode ':', '@', '/' and '%'); "
+        f"{_NOT_OURS}.",
     )
 
 

@@ -86,6 +86,16 @@ def test_a_ca_from_a_secret_is_accepted(api_client: client.ApiClient, namespace:
         ),
         ("proxy", {"http": {"url": "socks5://proxy.corp:1080"}}, "spec.proxy URLs are http://host:port"),
         ("proxy", {"http": {"url": "http://p:3128"}, "noProxy": ["a b"]}, "spec.proxy.noProxy entries"),
+        (
+            "githubServerTLS",
+            {"certificateFrom": {"secretKeyRef": {"name": "runner-token-ci", "key": "token"}}},
+            "must not name the operator's credential Secrets",
+        ),
+        (
+            "proxy",
+            {"https": {"url": "http://proxy.corp:3128", "credentialSecretRef": "runner-jit-ci-abcde"}},
+            "must not name the operator's credential Secrets",
+        ),
     ],
     ids=[
         "no-ca-source",
@@ -94,6 +104,8 @@ def test_a_ca_from_a_secret_is_accepted(api_client: client.ApiClient, namespace:
         "credentials-in-url",
         "socks",
         "space-in-no-proxy",
+        "ca-from-the-token-secret",
+        "proxy-login-from-a-jit-secret",
     ],
 )
 def test_a_wrong_ca_or_proxy_is_refused_with_what_to_fix(
