@@ -741,10 +741,13 @@ class Reconciler:
         return None
 
     def _release(self, run: _Pass) -> Result:
-        """The finalizer goes, and with it the pool's hold on its credential Secret."""
+        """The pool's hold on its credential Secret goes, then its finalizer. In this order: a
+        crash or failure between the two leaves a pool whose next pass releases again, not a
+        Secret held for a pool that is gone (a new leader may never look at it again, and its
+        namespace would stay Terminating)."""
         pool = run.pool
-        self._remove_finalizer(run)
         self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
+        self._remove_finalizer(run)
         return Result()
 
     def _may_have_runners(self, run: _Pass, *, issued: bool = False) -> bool:

@@ -99,6 +99,14 @@ class LiveReader:
         return [model for model in models if model is not None and model.spec.scale_set is not None]
 
 
+class PodsNotCachedYet(LiveReader):
+    """Reads from the API server, but for the pods: a cache whose watch has not shown the pool's
+    creates yet."""
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        return []
+
+
 def autoscaling_of(raws: Iterable[dict[str, Any]]) -> list[api.RunnerPool]:
     """``Reads.autoscaling_pools`` of a live listing, for any scopes: every valid autoscaling
     pool not being deleted (a superset of one scope's; the demand writer and the poller match

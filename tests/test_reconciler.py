@@ -34,6 +34,7 @@ from tests.github_mocks import RunnerEndpoint, gh, github, runner_managers
 from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
+    PodsNotCachedYet,
     create_pool,
     fill_token,
     legacy_budget,
@@ -288,18 +289,11 @@ class _Stored(LiveReader):
         return self._pool
 
 
-class _StaleCache(LiveReader):
-    """A pod cache that has not seen any create yet (the watch lags behind)."""
-
-    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
-        return []
-
-
 def test_a_cache_that_has_not_seen_the_creates_yet_does_not_cause_more(
     api_client: client.ApiClient, namespace: str, tokens: FakeSecretUpdater
 ) -> None:
     stale = make_reconciler(
-        api_client, reads=_StaleCache(api_client), tokens=tokens, expectations=Expectations()
+        api_client, reads=PodsNotCachedYet(api_client), tokens=tokens, expectations=Expectations()
     )
     create_pool(api_client, namespace, pool_manifest("omicron", replicas=2))
     stale(f"{namespace}/omicron")
