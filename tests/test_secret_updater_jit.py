@@ -278,6 +278,25 @@ def test_a_pool_stopped_while_its_config_is_written_loses_the_runner_and_is_told
     assert _jobs(jit) == [] and jit_updater.failure("team-a", "build") is None
 
 
+def test_a_config_written_as_the_operator_stops_leading_keeps_its_runner(jit: Harness) -> None:
+    """The Lease lost (or SIGTERM) while a fill's write was in flight: the write landed, and the
+    fill deleted the runner as if its pool had gone. The new leader saw a filled Secret and never
+    filled it again: the pod started with the config of a deleted runner."""
+    jit_updater, write = jit.updater.jit, jit.updater.jit._patch_secret
+
+    def stopping_meanwhile(namespace: str, name: str, body: dict[str, Any]) -> object:
+        jit_updater.stop_all()
+        return write(namespace, name, body)
+
+    jit_updater._patch_secret = stopping_meanwhile  # type: ignore[method-assign]
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == ["build-abcde"]
+    [(_, secret, body)] = jit.patches
+    assert secret == "runner-jit-build-1" and body["stringData"][JIT_SECRET_KEY]
+
+
 def _made_then_stopped(jit: Harness, monkeypatch: pytest.MonkeyPatch, **runner: Any) -> None:
     """GitHub makes the pod's runner (as ``runner`` says), and the pool is deleted meanwhile."""
     jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
