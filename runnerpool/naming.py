@@ -45,6 +45,7 @@ __all__ = [
     "POOL_FINALIZER",
     "POOL_LABEL",
     "REGISTER_CONTAINER",
+    "REQUIRE_JOB_CONTAINER_ENV",
     "RESERVED_ENV",
     "RESERVED_ENV_PREFIX",
     "RUNNER_ACCOUNT_PREFIX",
@@ -170,6 +171,10 @@ CREDENTIAL_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME)
 #: (scope, labels, token file, work directory, busy grace) and the names below.
 RESERVED_ENV_PREFIX = "RUNNER_"
 RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
+#: The runner's setting that makes a job without ``container:`` fail rather than run in the runner
+#: container; a pool may set it only to "true" (``api``: in containerMode kubernetes the runner
+#: container holds the runner account's token, and unset, "false", is the runner's own default).
+REQUIRE_JOB_CONTAINER_ENV = "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"
 
 
 #: What the names of the operator's credential Secrets begin with (a pool's token Secret, a pod's

@@ -77,14 +77,24 @@ def test_the_pools_own_hook_path_and_env_win() -> None:
         _pool(
             containerMode="kubernetes",
             kubernetesMode={"hookPath": "/opt/hooks/index.js"},
-            env=[{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "false"}],
+            env=[{"name": "ACTIONS_RUNNER_CONTAINER_HOOKS", "value": "/opt/own/index.js"}],
         )
     )
     [runner] = spec["containers"]
     names = [e["name"] for e in runner["env"]]
     assert len(names) == len(set(names)), "no env var twice"
-    assert _env(spec)["ACTIONS_RUNNER_CONTAINER_HOOKS"] == "/opt/hooks/index.js"
-    assert _env(spec)["ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"] == "false"
+    assert _env(spec)["ACTIONS_RUNNER_CONTAINER_HOOKS"] == "/opt/own/index.js"
+    assert _env(spec)["ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"] == "true"
+
+
+def test_no_pool_lets_jobs_run_next_to_the_runner_accounts_token() -> None:
+    """A job without ``container:`` would run in the runner container, which holds the runner
+    account's token (it reads the namespace's Secrets, the pool's credential among them)."""
+    with pytest.raises(ValidationError, match="ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER may only be set"):
+        _pool(
+            containerMode="kubernetes",
+            env=[{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "false"}],
+        )
 
 
 def test_other_pools_get_no_api_credentials_and_no_hooks() -> None:

@@ -54,7 +54,7 @@ def _runner(pool: api.RunnerPool, container: dict[str, Any], mode: api.Kubernete
         return container
     env: list[dict[str, Any]] = [
         {"name": "ACTIONS_RUNNER_CONTAINER_HOOKS", "value": hook_path(mode)},
-        {"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "true"},
+        {"name": naming.REQUIRE_JOB_CONTAINER_ENV, "value": "true"},
         {"name": "ACTIONS_RUNNER_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     if mode.work_volume_claim is not None:
