@@ -354,9 +354,23 @@ def test_only_the_markers_reach_the_disk_backed_work_volume(sandbox: Sandbox) ->
 
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in sandbox.work_dir.iterdir()) == [
-        ".runnerpool-registered",
-        ".runnerpool-started",
+        f".runnerpool-registered-{POD}",
+        f".runnerpool-started-{POD}",
     ]
+
+
+def test_a_pod_on_a_work_volume_another_pod_used_registers_and_runs(sandbox: Sandbox) -> None:
+    """A spec.workVolume claim that outlives its pod, or that the pool's pods share: the markers
+    of the pod before stopped every later pod from registering, and the pool replaced them for
+    ever."""
+    assert run_pod(sandbox, POD_NAME="pool-a-7d9f8-before").returncode == 0
+    reboot_the_node(sandbox)  # a new pod: nothing in memory, the claim's files stay
+
+    result = run_pod(sandbox)
+
+    assert result.returncode == 0, result.stderr
+    assert sandbox.args_of("config") is not None and POD in sandbox.args_of("config")
+    assert sandbox.args_of("run") is not None, "the new pod's runner never ran"
 
 
 def test_the_runner_container_without_a_registration_fails_clearly(sandbox: Sandbox) -> None:

@@ -109,8 +109,10 @@ RUNNER_STATE_FILE="${RUNNER_STATE_FILE:-${RUNNER_CONFIG_DIR}/.runnerpool-started
 # Written last by the register phase: the configuration in RUNNER_CONFIG_DIR is complete.
 REGISTERED_FILE="${RUNNER_CONFIG_DIR}/.runnerpool-registered"
 # Their copies on the disk-backed work volume, which outlive a node reboot ("One job per pod").
-DISK_REGISTERED_FILE="${RUNNER_WORKDIR}/.runnerpool-registered"
-DISK_STARTED_FILE="${RUNNER_WORKDIR}/.runnerpool-started"
+# Named after the pod: a work volume of the pool's (spec.workVolume) may be a claim that outlives
+# the pod or that pods share, and another pod's markers would stop this one from ever registering.
+DISK_REGISTERED_FILE="${RUNNER_WORKDIR}/.runnerpool-registered-${POD_NAME:-}"
+DISK_STARTED_FILE="${RUNNER_WORKDIR}/.runnerpool-started-${POD_NAME:-}"
 # What config.sh leaves in the runner directory that run.sh needs: the runner's settings, its
 # own credential and key, and the environment config.sh recorded for jobs.
 RUNNER_CONFIG_FILES=(.runner .credentials .credentials_rsaparams .env .path)
