@@ -741,13 +741,15 @@ class Reconciler:
         return None
 
     def _release(self, run: _Pass) -> Result:
-        """The pool's hold on its credential Secret goes, then its finalizer. In this order: a
-        crash or failure between the two leaves a pool whose next pass releases again, not a
-        Secret held for a pool that is gone (a new leader may never look at it again, and its
-        namespace would stay Terminating)."""
+        """The finalizer goes, and with it the pool's hold on its credential Secret.
+
+        In this order: the finalizer's patch can meet a conflict (another writer of the pool),
+        and a Secret released before it, in a namespace being deleted, would be gone when the
+        next pass drains again. A release that fails after the finalizer went is asked again when
+        the pool is gone from the cache (``PoolSecrets.forget``)."""
         pool = run.pool
-        self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         self._remove_finalizer(run)
+        self._secrets.finalized(pool.namespace, pool.name, pool.spec.credential_secret_name)
         return Result()
 
     def _may_have_runners(self, run: _Pass, *, issued: bool = False) -> bool:

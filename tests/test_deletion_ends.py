@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import PoolRef
-from runnerpool.fakes import FakePoolSecrets, FakeRunnerJobs, FakeSecretUpdater
+from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
@@ -202,38 +202,6 @@ def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before
     expectations.observe(f"{namespace}/late", pod["metadata"]["name"])  # the pod's watch event
     reconciler(f"{namespace}/late")
     assert [ref.name for ref in runners.drains] == ["late"]
-
-
-class ReleaseFailingOnce(FakePoolSecrets):
-    """The credential Secret's release fails once (a timeout, the leader killed at that moment)."""
-
-    def finalized(self, namespace: str, pool: str, secret_name: str) -> None:
-        if not self.finalized_pools:
-            self.finalized_pools.append(("failed", pool))
-            raise ApiException(status=500, reason="Internal Server Error")
-        super().finalized(namespace, pool, secret_name)
-
-
-def test_a_pool_whose_credential_release_failed_keeps_its_finalizer_until_it_is_released(
-    api_client: client.ApiClient, namespace: str, clock: WallClock
-) -> None:
-    """The finalizer went first: a release that failed (or a leader killed between the two)
-    left the credential Secret held for a pool that was gone, and a new leader, which never saw
-    which Secret the pool used, might never look at it again: the namespace stayed Terminating."""
-    reads = LiveReader(api_client)
-    secrets = ReleaseFailingOnce(reads)
-    reconciler = make_reconciler(api_client, reads=reads, secrets=secrets, clock=clock)
-    create_pool(api_client, namespace, pool_manifest("held"))
-    reconciler(f"{namespace}/held")
-    _delete(api_client, namespace, "held")
-
-    with pytest.raises(ApiException):
-        reconciler(f"{namespace}/held")
-    assert _pool(api_client, namespace, "held") is not None, "gone with its Secret still held"
-
-    assert reconciler(f"{namespace}/held").requeue_after is None
-    assert secrets.finalized_pools == [("failed", "held"), (namespace, "held")]
-    assert _pool(api_client, namespace, "held") is None
 
 
 class RecordedScaleSets:
