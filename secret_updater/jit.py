@@ -146,10 +146,12 @@ class JitSecretUpdater:
         self._pools: dict[str, _Pool] = {}
         self._leftovers: dict[str, _Leftover] = {}  # by job id, until gone
         self._issued: set[str] = set()  # stopped pools GitHub made a runner for, until marked
-        #: ``stop_all`` ran (the operator stops leading): a fill in flight leaves its runner to
-        #: the next leader, who sees the config written or, if the write failed, meets the
-        #: runner as a 409 and replaces it.
-        self._stopping = False
+        #: Pod uids whose config write is in flight (GitHub made the runner), until it ends.
+        self._writing: set[str] = set()
+        #: Of those, the ones in flight when ``stop_all`` ran (the operator stops leading): their
+        #: runner is left to the next leader, who sees the config written or, if the write
+        #: failed, meets the runner as a 409 and replaces it.
+        self._handed_over: set[str] = set()
 
     # -- the interface the reconciler drives -----------------------------------------------------
 
@@ -157,7 +159,6 @@ class JitSecretUpdater:
         """Fill ``secret`` with a config for the pod ``pod_uid`` (once, however often asked; a
         pod asked for again with another scale set id follows it, ``_follow_scale_set``)."""
         with self._lock:
-            self._stopping = False  # leading (again)
             if pod_uid in self._done:
                 return
             if (queued := self._pods.get(pod_uid)) is not None:
@@ -233,9 +234,10 @@ class JitSecretUpdater:
 
     def stop_all(self) -> None:
         """Stop every pod's job (the operator is stopping): no fill starts after this returns,
-        and a fill in flight keeps the runner GitHub made for it (``_stopping``)."""
+        and a fill whose write is in flight keeps the runner GitHub made for it
+        (``_handed_over``)."""
         with self._lock:
-            self._stopping = True
+            self._handed_over |= self._writing
             for uid in self._pods:
                 self._remove_job(uid)
             for leftover in self._leftovers.values():
@@ -278,10 +280,11 @@ class JitSecretUpdater:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
         config = self._generate(client, pod)
         with self._lock:
-            forgotten, stopping = pod_uid not in self._pods, self._stopping
+            forgotten = pod_uid not in self._pods
             if not forgotten:
                 self._made.add(pod_uid)  # ``stop`` tells the finalizer: GitHub has a runner for it
-        if forgotten and not stopping:
+                self._writing.add(pod_uid)
+        if forgotten:
             # The pod or its pool went while GitHub made the runner: nobody will run it, and a
             # deleted pool's finalizer may have drained already, its runner manager stopped:
             # nothing else would ever delete it.
@@ -299,12 +302,14 @@ class JitSecretUpdater:
         else:
             failed = None
         with self._lock:
-            kept, stopping = pod_uid in self._pods, self._stopping
+            self._writing.discard(pod_uid)
+            kept, handed_over = pod_uid in self._pods, pod_uid in self._handed_over
+            self._handed_over.discard(pod_uid)
             if kept and failed is None:
                 del self._pods[pod_uid]
                 self._remove_job(pod_uid)
                 self._done.add(pod_uid)
-        if not kept and not stopping:
+        if not kept and not handed_over:
             # Forgotten during the write, written or not: as above, and no retry will come. A
             # deleted pool's finalizer that stopped it meanwhile also drains (``stop`` said so).
             self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)

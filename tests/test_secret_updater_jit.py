@@ -297,6 +297,26 @@ def test_a_config_written_as_the_operator_stops_leading_keeps_its_runner(jit: Ha
     assert secret == "runner-jit-build-1" and body["stringData"][JIT_SECRET_KEY]
 
 
+def test_a_runner_made_as_the_operator_stops_leading_is_deleted_not_written(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GitHub answered after the Lease was lost: no write from a process that no longer leads
+    (it would race the new leader's own fill of that Secret), and no runner left behind."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def stopping_meanwhile(scope: Scope, request: JitRequest) -> Any:
+        config = made(scope, request)
+        jit_updater.stop_all()
+        return config
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", stopping_meanwhile)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert jit.patches == []
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == []
+
+
 def _made_then_stopped(jit: Harness, monkeypatch: pytest.MonkeyPatch, **runner: Any) -> None:
     """GitHub makes the pod's runner (as ``runner`` says), and the pool is deleted meanwhile."""
     jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
