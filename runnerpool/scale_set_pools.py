@@ -434,13 +434,20 @@ def _scale_set_named(reads: ScaleSetPoolReads, pool: PoolRef) -> tuple[str | Non
 
 def _is_named(client: ScaleSetClient, scale_set_id: int, runner_group: str | None, name: str) -> bool:
     """Whether GitHub's scale set ``scale_set_id`` is the one called ``name`` in ``runner_group``
-    (names compared as GitHub does, case-folded); False when either is not found."""
+    (names compared as GitHub does, case-folded); False when there is no such scale set. A runner
+    group GitHub no longer has by that name (renamed, deleted) is not held against it: the pool's
+    own scale set would otherwise be left registered."""
     try:
         recorded = client.scale_set_by_id(scale_set_id)
-        group = client.runner_group(runner_group or DEFAULT_RUNNER_GROUP)
-    except (ScaleSetNotFound, RunnerGroupNotFound):
+    except ScaleSetNotFound:
         return False
-    return recorded.name.casefold() == name.casefold() and recorded.runner_group_id == group.id
+    if recorded.name.casefold() != name.casefold():
+        return False
+    try:
+        group = client.runner_group(runner_group or DEFAULT_RUNNER_GROUP)
+    except RunnerGroupNotFound:
+        return True
+    return recorded.runner_group_id == group.id
 
 
 def scale_set_policy(github: GitHubSettings) -> Policy:

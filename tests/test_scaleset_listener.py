@@ -702,6 +702,19 @@ def test_no_runner_is_made_in_a_scale_set_the_status_names_but_that_is_not_the_p
     assert [r["runnerName"] for r in world.service.runners(own.id)] == ["linux-fghij"]
 
 
+def test_deleting_a_pool_whose_runner_group_github_no_longer_has_deletes_its_recorded_scale_set(
+    world: World,
+) -> None:
+    """The group renamed or deleted on GitHub: the scale set the status recorded, of the pool's
+    name, is still the pool's."""
+    group = world.client.runner_group("default")
+    own = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+
+    pool_scale_sets(world, runnerGroup="renamed-group").delete(world.pool, own.id)
+
+    assert world.service.scale_set(NAME) is None
+
+
 def test_deleting_a_pool_whose_status_has_no_id_deletes_its_scale_set_all_the_same(world: World) -> None:
     """The pool deleted before the listener's status write of the id: the scale set it made
     must go too."""
