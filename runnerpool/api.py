@@ -622,33 +622,6 @@ _CREDENTIAL_SECRET_ENV_RULE = Rule(
 )
 
 
-#: An env var (spec.env, a template container's env) that would let a job without ``container:``
-#: run in the runner container where the pool's mode keeps it out (``naming.REQUIRE_JOB_CONTAINER_ENV``).
-_JOB_CONTAINER_ENV_RULE = Rule(
-    cel=f"self.name != {cel_string(naming.REQUIRE_JOB_CONTAINER_ENV)} "
-    "|| (has(self.value) && self.value == 'true')",
-    message=f'{naming.REQUIRE_JOB_CONTAINER_ENV} may only be set to "true": unset, a job without '
-    "container: runs in the runner container (the runner's default outside containerMode "
-    "kubernetes); in containerMode kubernetes that container holds the runner account's token, so "
-    "jobs must run in pods of their own",
-    check=lambda e: e.name != naming.REQUIRE_JOB_CONTAINER_ENV or getattr(e, "value", None) == "true",
-)
-
-
-def _shared_secret_names(spec: Any) -> set[str]:
-    """The Secrets a pool's spec names whose values its runners get: its CA bundle's, its proxies'
-    logins."""
-    names: set[str] = set()
-    tls = spec.github_server_tls
-    if tls is not None and tls.certificate_from.secret_key_ref is not None:
-        names.add(tls.certificate_from.secret_key_ref.name)
-    proxy = spec.proxy
-    for server in (proxy.http, proxy.https) if proxy is not None else ():
-        if server is not None and server.credential_secret_ref is not None:
-            names.add(server.credential_secret_ref)
-    return names
-
-
 def _credential_env_from_rule(path: str) -> Rule:
     """A rule that a container's envFrom names no credential Secret."""
     return Rule(
@@ -749,7 +722,6 @@ class EnvVar(KubeModel):
             check=lambda e: e.value is None or e.value_from is None,
         ),
         _CREDENTIAL_SECRET_ENV_RULE,
-        _JOB_CONTAINER_ENV_RULE,
     )
 
     name: EnvName = Field(description="Name of the environment variable in the runner container.")
@@ -1168,10 +1140,9 @@ EnvFromList = Annotated[
 
 
 class TemplateEnvVar(_PassThrough):
-    rules: ClassVar[tuple[Rule, ...]] = (_CREDENTIAL_SECRET_ENV_RULE, _JOB_CONTAINER_ENV_RULE)
+    rules: ClassVar[tuple[Rule, ...]] = (_CREDENTIAL_SECRET_ENV_RULE,)
 
     name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
-    value: str | None = Field(default=None, description="Literal value.")
     value_from: EnvVarSourceDict | None = Field(
         default=None,
         description="Source for the value (core/v1 EnvVarSource); a secretKeyRef names no "
@@ -1643,19 +1614,6 @@ class RunnerPoolSpec(KubeModel):
                 or s.autoscaling is None
                 or (not s.autoscaling.repositories and s.autoscaling.webhook_secret_ref is None)
             ),
-        ),
-        Rule(
-            cel="(!has(self.githubServerTLS) || !has(self.githubServerTLS.certificateFrom.secretKeyRef) "
-            "|| self.githubServerTLS.certificateFrom.secretKeyRef.name != self.credentialSecretName) "
-            "&& (!has(self.proxy) || ((!has(self.proxy.http) || !has(self.proxy.http.credentialSecretRef) "
-            "|| self.proxy.http.credentialSecretRef != self.credentialSecretName) "
-            "&& (!has(self.proxy.https) || !has(self.proxy.https.credentialSecretRef) "
-            "|| self.proxy.https.credentialSecretRef != self.credentialSecretName)))",
-            message="spec.githubServerTLS.certificateFrom.secretKeyRef and spec.proxy's "
-            "credentialSecretRef must not name the pool's credential Secret (spec.credentialSecretName): "
-            "the runners get what they name (the CA bundle as a file, the proxy login in the proxy "
-            "URL), and the credential must stay with the operator; use a Secret of their own",
-            check=lambda s: s.credential_secret_name not in _shared_secret_names(s),
         ),
         Rule(
             cel="!has(self.autoscaling) || !has(self.autoscaling.webhookSecretRef) "

@@ -172,8 +172,8 @@ CREDENTIAL_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME)
 RESERVED_ENV_PREFIX = "RUNNER_"
 RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
 #: The runner's setting that makes a job without ``container:`` fail rather than run in the runner
-#: container; a pool may set it only to "true" (``api``: in containerMode kubernetes the runner
-#: container holds the runner account's token, and unset, "false", is the runner's own default).
+#: container. In containerMode kubernetes that container holds the runner account's token, so the
+#: operator sets it to "true" there, whatever the pool's env or template say (pods/kubernetes_mode.py).
 REQUIRE_JOB_CONTAINER_ENV = "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"
 
 

@@ -321,22 +321,6 @@ CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
 ]
 INVALID_SPECS += CREDENTIAL_LEAKS
 
-#: A kubernetes-mode pool's runner container holds the runner account's token (it reads the
-#: namespace's Secrets, makes pods): a job without ``container:`` must not run in it.
-_JOBS_IN_THE_RUNNER = [{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "false"}]
-INVALID_SPECS += [
-    (
-        "jobs-in-the-runner-container-by-env",
-        _repo(containerMode="kubernetes", env=_JOBS_IN_THE_RUNNER),
-        'ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER may only be set to "true"',
-    ),
-    (
-        "jobs-in-the-runner-container-by-template",
-        {**_in_template(_CONTAINERS, "runner", env=_JOBS_IN_THE_RUNNER), "containerMode": "kubernetes"},
-        'ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER may only be set to "true"',
-    ),
-]
-
 
 def test_a_token_volume_mounted_at_another_path_in_the_runner_container_is_refused(
     api_client: client.ApiClient, namespace: str

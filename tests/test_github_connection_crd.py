@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from runnerpool import api, naming
+from runnerpool import api
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
 
@@ -96,21 +96,6 @@ def test_a_ca_from_a_secret_is_accepted(api_client: client.ApiClient, namespace:
             {"https": {"url": "http://proxy.corp:3128", "credentialSecretRef": "runner-jit-ci-abcde"}},
             "must not name the operator's credential Secrets",
         ),
-        (
-            "githubServerTLS",
-            {"certificateFrom": {"secretKeyRef": {"name": naming.DEFAULT_CREDENTIAL_SECRET, "key": "token"}}},
-            "must not name the pool's credential Secret",
-        ),
-        (
-            "proxy",
-            {
-                "http": {
-                    "url": "http://proxy.corp:3128",
-                    "credentialSecretRef": naming.DEFAULT_CREDENTIAL_SECRET,
-                }
-            },
-            "must not name the pool's credential Secret",
-        ),
     ],
     ids=[
         "no-ca-source",
@@ -121,8 +106,6 @@ def test_a_ca_from_a_secret_is_accepted(api_client: client.ApiClient, namespace:
         "space-in-no-proxy",
         "ca-from-the-token-secret",
         "proxy-login-from-a-jit-secret",
-        "ca-from-the-pools-credential",
-        "proxy-login-from-the-pools-credential",
     ],
 )
 def test_a_wrong_ca_or_proxy_is_refused_with_what_to_fix(

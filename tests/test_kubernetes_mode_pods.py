@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from runnerpool import api, naming
-from runnerpool.pods import template
+from runnerpool.pods import kubernetes_mode, template
 
 API_URL = "https://api.github.com"
 
@@ -87,14 +87,40 @@ def test_the_pools_own_hook_path_and_env_win() -> None:
     assert _env(spec)["ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"] == "true"
 
 
-def test_no_pool_lets_jobs_run_next_to_the_runner_accounts_token() -> None:
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"env": [{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "false"}]},
+        {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "runner",
+                            "env": [{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "0"}],
+                        }
+                    ]
+                }
+            }
+        },
+    ],
+    ids=["spec-env", "template"],
+)
+def test_no_pool_lets_jobs_run_next_to_the_runner_accounts_token(where: dict[str, Any]) -> None:
     """A job without ``container:`` would run in the runner container, which holds the runner
     account's token (it reads the namespace's Secrets, the pool's credential among them)."""
-    with pytest.raises(ValidationError, match="ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER may only be set"):
-        _pool(
-            containerMode="kubernetes",
-            env=[{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "false"}],
-        )
+    spec = template.pod_template(_pool(containerMode="kubernetes", **where), "runner:1", API_URL)["spec"]
+    [runner] = [c for c in spec["containers"] if c["name"] == naming.RUNNER_CONTAINER]
+    required = [e for e in runner["env"] if e["name"] == "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER"]
+    assert required == [{"name": "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER", "value": "true"}]
+
+
+def test_a_pool_that_sets_nothing_keeps_its_pods() -> None:
+    """Enforced in place: the operator's own entry stays where it was, so the template hash, and
+    with it every running pod, stays as it was."""
+    pool = _pool(containerMode="kubernetes")
+    shaped = _spec(pool)
+    assert kubernetes_mode.jobs_in_pods_of_their_own(pool, shaped) == shaped
 
 
 def test_other_pools_get_no_api_credentials_and_no_hooks() -> None:

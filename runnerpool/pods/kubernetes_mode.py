@@ -49,6 +49,32 @@ def shape(pool: api.RunnerPool, pod: dict[str, Any]) -> dict[str, Any]:
     return shaped
 
 
+def jobs_in_pods_of_their_own(pool: api.RunnerPool, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` (a runner pod spec, the pool's template merged in) with its runner container's
+    ``ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER`` "true" in kubernetes mode, whatever ``spec.env`` or
+    the template set: a job without ``container:`` would otherwise run in the runner container,
+    next to the runner account's token (it reads the namespace's Secrets, the pool's credential
+    among them). Enforced here rather than refused by the API server: a rule added to the CRD
+    would make pools that already set it unreadable, and their deletion would never end."""
+    if pool.spec.container_mode != api.KUBERNETES_MODE:
+        return pod
+    required = {"name": naming.REQUIRE_JOB_CONTAINER_ENV, "value": "true"}
+
+    def enforced(container: dict[str, Any]) -> dict[str, Any]:
+        if container["name"] != naming.RUNNER_CONTAINER:
+            return container
+        env, seen = [], False  # in place: a pool that set nothing keeps its template hash
+        for entry in container.get("env") or []:
+            if entry.get("name") != naming.REQUIRE_JOB_CONTAINER_ENV:
+                env.append(entry)
+            elif not seen:
+                env.append(required)
+                seen = True
+        return {**container, "env": env if seen else [*env, required]}
+
+    return {**pod, "containers": [enforced(c) for c in pod["containers"]]}
+
+
 def _runner(pool: api.RunnerPool, container: dict[str, Any], mode: api.KubernetesMode) -> dict[str, Any]:
     if container["name"] != naming.RUNNER_CONTAINER:
         return container

@@ -59,6 +59,7 @@ def pod_template(pool: api.RunnerPool, default_image: str, default_api_url: str)
     # The register init container is made from the merged runner container: a template's image,
     # env (a proxy) or mounts (a CA bundle) reach config.sh too.
     merged = merge.apply_template(operators, pool.spec.template)
+    merged["spec"] = kubernetes_mode.jobs_in_pods_of_their_own(pool, merged["spec"])
     # containerMode dind: the daemon goes before the register container, so that dockerd warms
     # up while config.sh registers (a template may merge into it by name, within dind's rules).
     merged["spec"] = dind.with_daemon_first(
