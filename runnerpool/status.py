@@ -82,6 +82,7 @@ REFUSALS = frozenset(
         Reason.GITHUB_HOST_SLOW,
         Reason.GITHUB_CERTIFICATE_UNTRUSTED,
         Reason.GITHUB_CONNECTION_CONFIG_MISSING,
+        Reason.SCALE_SET_NOT_THE_POOLS,
     }
 )
 
