@@ -257,3 +257,25 @@ def test_a_repository_that_answers_404_ends_its_tracked_jobs(
     assert github.jobs_requests == [REPO]
     gpu = demand(pools, "gpu")
     assert gpu is not None and gpu.queued == 0 and gpu.jobs["60"].state == "completed"
+
+
+def test_a_polled_job_no_pool_can_take_leaves_the_others_counted(
+    api_client: client.ApiClient, pools: Pools
+) -> None:
+    """A repository also runs jobs for GitHub-hosted runners, or for a pool just deleted: such a
+    job is no pool's, and the jobs beside it still count (it made every poll fail before)."""
+    clock = Clock()
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    github = FakeGitHubClient()
+    github.jobs[REPO] = [
+        job(70, "queued", ["ubuntu-latest"]),
+        job(71, "queued", ["self-hosted", "no-such-label"]),
+        job(72, "queued", ["self-hosted", "gpu"]),
+    ]
+    poller = DemandPoller(
+        pools, writer, lambda pool: github, GitHubSettings(api_url=API).api_url_of, interval=30, clock=clock
+    )
+    poller.poll_once()
+    gpu, cpu = demand(pools, "gpu"), demand(pools, "cpu")
+    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (1, ["72"])
+    assert cpu is None or cpu.queued == 0

@@ -252,9 +252,11 @@ class DemandPoller:
             if active is None:
                 continue
             for job in active.jobs:
-                evidence.setdefault(job.id, []).extend(
-                    (pool, job) for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))
-                )
+                # A job no pool here can take (one for GitHub-hosted runners, or a deleted pool's)
+                # is no evidence: it must not reach ``recording_pools`` with no pool to pick.
+                matched = [pool for pool in target.pools if job_matches(pool, job, self._api_url_of(pool))]
+                if matched:
+                    evidence.setdefault(job.id, []).extend((pool, job) for pool in matched)
         for listings in evidence.values():
             own = {(pool.namespace, pool.name): job for pool, job in listings}
             # A queued job goes to one pool per namespace (``matching.recording_pools``).
