@@ -8,6 +8,7 @@ that answers registration-token requests at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
@@ -92,15 +93,24 @@ class _TarpitHandler(socketserver.BaseRequestHandler):
                 return
 
 
+@contextlib.contextmanager
+def _serving_tarpits(count: int, what: str = "headers") -> Iterator[list[_Tarpit]]:
+    servers = [_Tarpit(what) for _ in range(count)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.stopping.set()
+            server.shutdown()
+            server.server_close()
+
+
 @pytest.fixture(params=["headers", "body"])
 def tarpit(request: pytest.FixtureRequest) -> Iterator[_Tarpit]:
-    server = _Tarpit(request.param)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.stopping.set()
-    server.shutdown()
-    server.server_close()
+    with _serving_tarpits(1, request.param) as (server,):
+        yield server
 
 
 def _token_body() -> bytes:
@@ -197,6 +207,7 @@ def test_after_a_missed_deadline_the_host_is_refused_at_once_and_others_are_not(
     err, took = _timed(lambda: slow.registration_token(Scope(organization="another-org")))
 
     assert err.reason == Reason.GITHUB_HOST_SLOW
+    assert "only probed every" in err.message
     assert took < 0.5 and tarpit.connections == connections, "refused without a request"
     fine = client_from_secret_data({"token": "ghp_fine"}, github.url, _options())
     assert fine.registration_token(ORG).token == "AABBCC"
@@ -216,6 +227,30 @@ def test_a_proxy_that_stalls_slows_its_own_route_not_the_host_for_everyone(
 
     direct = client_from_secret_data({"token": "ghp_direct"}, github.url, _options())
     assert direct.registration_token(ORG).token == "AABBCC"
+
+
+def test_a_namespace_held_to_one_call_at_a_time_is_told_so_not_that_its_host_is_slow(github: _GitHub) -> None:
+    """The pool's condition names the namespace's gate: its GitHub host answers fine."""
+
+    def client(url: str) -> GitHubClient:
+        made = client_from_secret_data({"token": "ghp_a"}, url, _options())
+        made.take_route(Route(tenant="tenant-a"))
+        return made
+
+    with _serving_tarpits(2) as (first, second):
+        _timed(lambda: client(first.url).registration_token(ORG))  # missed: one call at a time now
+        in_flight = threading.Thread(
+            target=lambda: _timed(lambda: client(second.url).registration_token(ORG)), daemon=True
+        )
+        in_flight.start()
+        wait_for(lambda: second.connections > 0, message="a call of tenant-a in flight")
+
+        err, took = _timed(lambda: client(github.url).registration_token(ORG))
+        in_flight.join(DEADLINE + SLACK)
+
+    assert err.reason == Reason.GITHUB_HOST_SLOW and took < 0.5
+    assert "namespace tenant-a" in err.message and "one at a time" in err.message
+    assert "probed" not in err.message
 
 
 def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_whole(github: _GitHub) -> None:
@@ -322,18 +357,10 @@ def test_a_tarpit_per_pool_delays_another_namespaces_token_by_one_deadline_at_mo
     """Sixteen pools of one namespace each name a tarpit of their own (a proxy each will do): each
     is a new host to the slow-host gate, so only the tenant's own gate keeps them from taking
     every token thread for a deadline after another."""
-    tarpits = [_Tarpit("headers") for _ in range(16)]
-    for server in tarpits:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with _serving_tarpits(16) as tarpits:
         took = _another_namespaces_token_wait(
             [server.url for server in tarpits], lambda: sum(t.connections for t in tarpits), github
         )
-    finally:
-        for server in tarpits:
-            server.stopping.set()
-            server.shutdown()
-            server.server_close()
 
     assert took <= DEADLINE + SLACK, (
         f"tenant-b waited {took:.1f} s for its token; one deadline is {DEADLINE} s"

@@ -627,12 +627,9 @@ class PyGithubClient:
                 f"{what}: the answer is larger than {opts.max_response_bytes} bytes",
                 reason=Reason.GITHUB_RESPONSE_TOO_LARGE,
             ) from None
-        except transport.HostSlow:
-            raise Unavailable(
-                f"{what}: not sent: the host ran out of a {opts.timeout:g} s deadline lately and "
-                f"is only probed every {transport.PROBE_INTERVAL:g} s until it answers in time",
-                reason=Reason.GITHUB_HOST_SLOW,
-            ) from None
+        except transport.HostSlow as err:
+            # Its own words: a slow host, or a namespace held to one call at a time.
+            raise Unavailable(f"{what}: not sent: {err}", reason=Reason.GITHUB_HOST_SLOW) from None
 
     def _translated(self, what: str, fn: Callable[[], Any]) -> Any:
         try:

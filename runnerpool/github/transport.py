@@ -242,7 +242,8 @@ class SlowHosts:
                 if now < due:
                     wait = due - now
                     raise HostSlow(
-                        f"{_describe(hop)} ran out of its deadline lately; next probe in {wait:.0f} s"
+                        f"{_describe(hop)} ran out of a deadline lately and is only probed every "
+                        f"{self.probe_interval:g} s until it answers in time (next probe in {wait:.0f} s)"
                     )
                 self._next_probe[hop] = now + self.probe_interval
             if tenant:
@@ -355,15 +356,15 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         cert: Any = None,
         proxies: Any = None,
     ) -> requests.Response:
-        verify, proxies = _routed(request.url or "", verify, proxies)
+        chosen = route.active()
+        tenant = chosen.tenant if chosen is not None else ""
+        verify, proxies = _routed(chosen, request.url or "", verify, proxies)
         own = _seconds(timeout)
         block = deadline(own) if _active() is None and own is not None else contextlib.nullcontext()
         with block:
             call = _active()
             url = request.url or ""
             origin = hop_of(url, requests.utils.select_proxy(url, proxies) if proxies else None)
-            chosen = route.active()
-            tenant = chosen.tenant if chosen is not None else ""
             HOSTS.enter(origin, tenant)
             timed_out = False
             try:
@@ -402,9 +403,8 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         return response
 
 
-def _routed(url: str, verify: bool | str, proxies: Any) -> tuple[bool | str, Any]:
-    """The ``verify`` and proxies of the pool whose call this is (``runnerpool.github.route``)."""
-    chosen = route.active()
+def _routed(chosen: route.Route | None, url: str, verify: bool | str, proxies: Any) -> tuple[bool | str, Any]:
+    """The ``verify`` and proxies of the pool whose call this is (``chosen``: its route, if any)."""
     if chosen is None:
         return verify, proxies
     ours = chosen.proxies_for(url)

@@ -208,9 +208,7 @@ class Wire:
                 f"{what}: the answer is larger than {cap} bytes", reason=Reason.GITHUB_RESPONSE_TOO_LARGE
             ) from None
         if isinstance(outcome, transport.HostSlow):
-            raise Unavailable(
-                f"{what}: not sent: the host is slow lately", reason=Reason.GITHUB_HOST_SLOW
-            ) from None
+            raise Unavailable(f"{what}: not sent: {outcome}", reason=Reason.GITHUB_HOST_SLOW) from None
         if isinstance(outcome, requests.exceptions.RequestException):
             why = type(outcome.__cause__ or outcome).__name__  # the poll loop's: aiohttp's own error
             if last:
