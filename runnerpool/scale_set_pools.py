@@ -369,7 +369,11 @@ class PoolScaleSets:
         left registered. The listener stops first (and is not started again, ``stop_pool``):
         otherwise it could make the scale set again just after it was deleted."""
         self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT)
-        named = self._scale_set_named(pool)
+        named = _scale_set_named(self._reads, pool)
+        if named is None:
+            # Deleted by the recorded id only: no one can make a pool's spec unreadable to point
+            # that id elsewhere.
+            log.warning("pool %s: no readable spec.scaleSet; its scale set is deleted by id only", pool.key)
         others = [] if named is None else self._claims.others(pool, *named)
         if named is not None and others:
             log.info(
@@ -400,15 +404,6 @@ class PoolScaleSets:
                 client.delete_scale_set(gone)
             except ScaleSetNotFound:
                 continue  # gone already: what the deletion wanted
-
-    def _scale_set_named(self, pool: PoolRef) -> tuple[str | None, str] | None:
-        """The pool's ``spec.runnerGroup`` and ``spec.scaleSet.name``; None when its spec is not
-        readable (its scale set is then deleted by the recorded id only: no one can make a
-        pool's spec unreadable to point that id elsewhere)."""
-        named = _scale_set_named(self._reads, pool)
-        if named is None:
-            log.warning("pool %s: no readable spec.scaleSet; its scale set is deleted by id only", pool.key)
-        return named
 
     @staticmethod
     def _found(client: ScaleSetClient, runner_group: str | None, name: str) -> int | None:
