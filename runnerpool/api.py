@@ -13,8 +13,10 @@ ever sees one version of an object.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, Self, get_args
@@ -126,7 +128,27 @@ def regex_rule(regex: str, message: str) -> Rule:
     )
 
 
+#: Off only inside :func:`rules_skipped`.
+_RULES_ON: ContextVar[bool] = ContextVar("runnerpool_rules_on", default=True)
+
+
+@contextlib.contextmanager
+def rules_skipped() -> Iterator[None]:
+    """Validate without the rules (:class:`Rule`), the schema's types and bounds still checked.
+
+    For one reader only: the finalizer of a pool stored under an older CRD whose rules it no
+    longer meets (``runnerpool.reads.parse_pool``). Refused outright, such a pool could never
+    deregister its runners nor be deleted, and its namespace would stay Terminating."""
+    token = _RULES_ON.set(False)
+    try:
+        yield
+    finally:
+        _RULES_ON.reset(token)
+
+
 def _run_rules(rules: Sequence[Rule], value: Any) -> None:
+    if not _RULES_ON.get():
+        return
     for rule in rules:
         if rule.check is not None and not rule.check(value):
             raise ValueError(rule.message)

@@ -27,7 +27,10 @@ __all__ = ["ParsedPool", "Reads", "parse_pool"]
 @dataclass(frozen=True)
 class ParsedPool:
     """A cached pool and its parse: ``model`` when the stored object validates, else
-    ``problems`` says why (a spec written under an older, looser schema)."""
+    ``problems`` says why (a spec written under an older, looser schema).
+
+    A pool being deleted whose spec fails only today's rules has both: the ``model`` parsed
+    without the rules (``api.rules_skipped``), for its finalizer alone, and the ``problems``."""
 
     raw: dict[str, Any]
     model: api.RunnerPool | None
@@ -41,9 +44,22 @@ def parse_pool(raw: dict[str, Any]) -> ParsedPool:
         return ParsedPool(raw, api.RunnerPool.model_validate(raw))
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        return ParsedPool(raw, None, problems)
     except Exception as err:  # a rule that broke on a shape it did not expect: still invalid
-        return ParsedPool(raw, None, f"{type(err).__name__}: {err}")
+        problems = f"{type(err).__name__}: {err}"
+    return ParsedPool(raw, _for_deletion(raw), problems)
+
+
+def _for_deletion(raw: dict[str, Any]) -> api.RunnerPool | None:
+    """A deleted pool's spec without the rules, which it may have been stored before (its
+    scope, credential and scale set are what the finalizer needs); None when not deleted, or
+    when even its types are not today's."""
+    if not (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    with api.rules_skipped():
+        try:
+            return api.RunnerPool.model_validate(raw)
+        except Exception:  # types or bounds: the pool stays refused, as before
+            return None
 
 
 class Reads(Protocol):

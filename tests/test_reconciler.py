@@ -278,6 +278,30 @@ def test_an_invalid_stored_spec_is_terminal_and_says_what_to_fix(
     )
 
 
+def test_a_deleted_pool_stored_before_todays_rules_still_deregisters_its_runners_and_goes(
+    api_client: client.ApiClient,
+    namespace: str,
+    reconciler: Reconciler,
+    tokens: FakeSecretUpdater,
+    runners: RunnerManagers,
+    github: responses.RequestsMock,
+) -> None:
+    """A label a later CRD forbids: refused as invalid, the finalizer never ran, the runners
+    stayed on GitHub and the namespace stayed Terminating."""
+    reads = _Edited(api_client, labels=["team/gpu"])  # a rule of today's: no '/' in a label
+    _converged(api_client, namespace, reconciler, "rho")
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+    endpoint.add(21, "rho-a", [f"{namespace}/rho", "self-hosted"])
+    endpoint.add(22, "other-b", [f"{namespace}/other"])
+    settings = Settings(queue=QueueSettings(status_coalesce=0.0))
+    stored = make_reconciler(api_client, reads=reads, tokens=tokens, runners=runners, settings=settings)
+
+    _finalize(api_client, namespace, stored, "rho")
+
+    assert [runner_id for runner_id, _ in endpoint.deleted] == [21]
+    assert list(endpoint.runners) == [22]
+
+
 class _Stored(LiveReader):
     """Serves one pool as stored, whatever the API server's schema says today."""
 
@@ -635,3 +659,15 @@ def test_status_keeps_counting_running_pods_while_the_token_is_missing(
     assert _condition(_get(api_client, namespace, "omicron"), "TokenReady")["status"] == "False"
     assert result.requeue_after == 10.0, "still waiting for the token"
     assert tokens.checked[-1] == (namespace, "omicron", False), "the secret updater was told"
+
+
+class _Edited(LiveReader):
+    """Serves each pool as the API server has it, with ``spec`` fields as an older CRD let them be."""
+
+    def __init__(self, api_client: client.ApiClient, **spec: Any) -> None:
+        super().__init__(api_client)
+        self._spec = spec
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        live = super().get_pool(namespace, name)
+        return None if live is None else {**live, "spec": {**live["spec"], **self._spec}}
