@@ -513,7 +513,7 @@ class World:
                 # lost silently; left "being deleted", the convergence check reports it.
                 self.record.notes.append(
                     f"namespace {slot.namespace} not gone {NAMESPACE_GONE_SECONDS:.0f}s after its deletion: "
-                    + self._what_holds(slot.namespace)
+                    + self.what_holds(slot.namespace)
                 )
                 return
             with contextlib.suppress(ApiException):
@@ -526,7 +526,7 @@ class World:
         self._spawn(f"again-{slot.namespace}", again)
         return f"{slot.namespace} ({len(pods)} pods, {len(busy)} busy)"
 
-    def _what_holds(self, namespace: str) -> str:
+    def what_holds(self, namespace: str) -> str:
         """What a namespace being deleted still waits for, as the namespace controller and the
         cluster tell it: its conditions that say so, its pods (with their containers' states)
         and its pools (with their finalizers), and the kubelet's last words on those pods."""
@@ -542,7 +542,13 @@ class World:
         for pool in pools["items"]:
             meta = pool["metadata"]
             deleted = "being deleted" if meta.get("deletionTimestamp") else "not deleted"
-            parts.append(f"pool {meta['name']} ({deleted}, finalizers {meta.get('finalizers') or []})")
+            waits = [
+                f"{c.get('reason')}: {c.get('message')}"
+                for c in (pool.get("status") or {}).get("conditions") or []
+                if c.get("type") == ConditionType.RUNNERS_DEREGISTERED
+            ]
+            finalizers = meta.get("finalizers") or []
+            parts.append(f"pool {meta['name']} ({deleted}, finalizers {finalizers}, {waits or 'no word'})")
         kubelet = self.plane.workdir / "kubelet.log"
         names = [pod.metadata.name for pod in pods]
         if names and kubelet.exists():
@@ -817,7 +823,7 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
     if status.get("observedGeneration") != pool["metadata"].get("generation"):
         why.append(f"{name}: generation {pool['metadata'].get('generation')} not observed")
     if ready.get("status") != "True":
-        why.append(f"{name}: Ready={ready.get('status')} ({ready.get('reason')})")
+        why.append(f"{name}: Ready={ready.get('status')} ({ready.get('reason')}: {ready.get('message')})")
     if want is None or status.get("replicas") != want or status.get("readyReplicas") != want:
         why.append(
             f"{name}: replicas {status.get('replicas')}/ready {status.get('readyReplicas')}, wants {want}"
@@ -958,6 +964,10 @@ class Soak:
 
         ok = poll_until(settled, max(1.0, deadline - time.monotonic()), 1.0)
         took = time.monotonic() - self.last_disturbance
+        if not ok:
+            # A namespace that is not gone yet says what holds it (its pods, its pools' finalizers,
+            # the kubelet's last words on those pods), so that a failure explains itself.
+            why += [f"{s.namespace}: {w.what_holds(s.namespace)}" for s in w.slots if s.recreating]
         inv = self.record.invariants
         inv["pools converge within 60 s"].check(not why, f"+{self.record.now():.0f}s: {why}")
         inv["no runner without its pod"].check(not orphans, f"+{self.record.now():.0f}s: {orphans}")
