@@ -326,8 +326,15 @@ class JitSecretUpdater:
         except GitHubError as err:
             if err.status != _NAME_IN_USE:
                 raise
-        if self._remove_leftover(client, pod.ref, pod.request.name) is DeleteOutcome.BUSY:
+        outcome = self._remove_leftover(client, pod.ref, pod.request.name)
+        if outcome is DeleteOutcome.BUSY:
             raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
+        if outcome is DeleteOutcome.NOT_THE_POOLS:
+            raise _LeftoverBusyError(
+                f"a runner named {pod.request.name} exists that is not this pool's (another namespace's "
+                "pool of the same name, or one registered by hand): left alone",
+                status=409,
+            )
         return self._ask(client, pod)
 
     def _ask(self, client: GitHubClient, pod: _Pod) -> JitConfig:
@@ -379,13 +386,14 @@ class JitSecretUpdater:
         worked for it when a deleted namespace took its Secrets (``teardown_client``)."""
         try:
             github = client if client is not None else teardown_client(self._clients, leftover.ref)
-            if self._remove_leftover(github, leftover.ref, leftover.name) is DeleteOutcome.BUSY:
+            outcome = self._remove_leftover(github, leftover.ref, leftover.name)
+            if outcome is DeleteOutcome.BUSY:
                 raise _LeftoverBusyError(f"runner {leftover.name} runs a job; deleted once done", status=409)
         except Exception as err:  # anything: the runner must not be forgotten
             self._removal_failed(leftover, err)
             return
         self._drop_leftover(leftover)
-        if leftover.attempt:
+        if leftover.attempt and outcome is not DeleteOutcome.NOT_THE_POOLS:
             log.info("deleted runner %s left over for pool %s", leftover.name, leftover.ref.key)
 
     def _removal_failed(self, leftover: _Leftover, err: Exception) -> None:

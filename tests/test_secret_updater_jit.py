@@ -97,6 +97,23 @@ def test_a_busy_runner_of_that_name_is_left_alone_and_reported(jit: Harness) -> 
     assert failure is not None and failure.reason == "JitRunnerNameInUse"
 
 
+def test_a_runner_of_that_name_without_the_pools_label_is_another_tenants_and_left_alone(
+    jit: Harness,
+) -> None:
+    """Pod names carry no namespace: team-b's pool "build" can have a runner of this name."""
+    theirs = Runner(id=5, name="build-abcde", status="online", busy=False, labels=("team-b/build", "gpu"))
+    jit.github.runners[SCOPE] = [theirs]
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert jit.github.deleted == [] and jit.patches == []
+    assert jit.github.runners[SCOPE] == [theirs]
+    failure = jit.updater.jit.failure("team-a", "build")
+    assert failure is not None and failure.reason == "JitRunnerNameInUse"
+    assert "not this pool's" in failure.message
+
+
 def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
     jit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

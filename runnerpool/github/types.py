@@ -150,6 +150,9 @@ class DeleteOutcome(enum.Enum):
     DELETED = "Deleted"
     ALREADY_GONE = "AlreadyGone"
     BUSY = "Busy"
+    #: A runner of that name is not the pool's (another namespace's pool, or one registered by
+    #: hand): left alone (``runnerpool.runners.leftovers``).
+    NOT_THE_POOLS = "NotThePools"
 
 
 def header(headers: Mapping[str, Any] | None, name: str) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from runnerpool import naming
 from runnerpool.domain import PoolRef
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome
@@ -25,7 +26,8 @@ log = logging.getLogger(__name__)
 def delete_leftover_runner(
     github: GitHubClient, pool: PoolRef, name: str, *, removal: ServiceRemoval | None = None
 ) -> DeleteOutcome | None:
-    """Delete the pool's runner called ``name`` unless it is busy; ``None``: there is none.
+    """Delete the pool's runner called ``name`` unless it is busy, or not the pool's (no label
+    ``<namespace>/<pool>``: ``DeleteOutcome.NOT_THE_POOLS``); ``None``: there is none.
 
     Found with GitHub's lookup by name (one small conditional request; the scope's whole listing
     cost a request per changed page, on every try of a fill and of a removal tried again). A
@@ -38,6 +40,13 @@ def delete_leftover_runner(
     if any(runner.busy for runner in named):
         return DeleteOutcome.BUSY
     leftover = named[0]
-    outcome = deleter(removal, pool, github)(leftover.id)
+    by_service = removal.remover(pool) if removal is not None else None
+    own = naming.pool_runner_label(pool.namespace, pool.name).casefold()
+    if by_service is None and own not in {label.casefold() for label in leftover.labels}:
+        # Pod names carry no namespace: a pool of the same name in another namespace of the
+        # scope can have a runner of this name, and it is that tenant's. (A scale-set runner
+        # keeps no pool label; it is asked for in the pool's own scale set.)
+        return DeleteOutcome.NOT_THE_POOLS
+    outcome = (by_service or deleter(removal, pool, github))(leftover.id)
     log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
     return outcome
