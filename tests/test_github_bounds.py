@@ -375,8 +375,18 @@ def test_a_tenant_that_missed_a_deadline_makes_one_call_at_a_time_for_a_while() 
     gate.leave(slow, "tenant-a", timed_out=True)
 
     gate.enter(healthy, "tenant-a")  # its one call at a time, on a healthy host
-    with pytest.raises(transport.HostSlow, match="namespace tenant-a"):
+    with pytest.raises(transport.HostSlow, match="namespace tenant-a") as first:
         gate.enter(healthy, "tenant-a")
+    with pytest.raises(transport.HostSlow, match="only probed every") as host_first:
+        gate.enter(slow, "")
+    now[0] = 10.0
+    with pytest.raises(transport.HostSlow) as again:
+        gate.enter(healthy, "tenant-a")
+    with pytest.raises(transport.HostSlow) as host_again:
+        gate.enter(slow, "")
+    # Compared to tell a new failure from the same one again: a countdown made every retry new.
+    assert (str(again.value), str(host_again.value)) == (str(first.value), str(host_first.value))
+    now[0] = 0.0
     gate.enter(healthy, "tenant-b")  # another tenant is not held
     gate.leave(healthy, "tenant-b", timed_out=False)
     gate.leave(healthy, "tenant-a", timed_out=False)

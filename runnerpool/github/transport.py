@@ -231,19 +231,19 @@ class SlowHosts:
         a call in flight; a due probe goes. Every ``enter`` that returns needs its ``leave``."""
         now = self.clock()
         with self._lock:
+            # The words go into conditions and are compared to tell a new failure from the same
+            # one again: no countdown in them, or every retry would be "new".
             if tenant and self._in_flight.get(tenant, 0) and now < self._slow_tenants.get(tenant, 0.0):
-                wait = self._slow_tenants[tenant] - now
                 raise HostSlow(
                     f"a GitHub call for namespace {tenant} ran out of its deadline lately: its calls go "
-                    f"one at a time for another {wait:.0f} s"
+                    f"one at a time until {self.probe_interval:g} s pass without a missed deadline"
                 )
             due = self._next_probe.get(hop)
             if due is not None:
                 if now < due:
-                    wait = due - now
                     raise HostSlow(
                         f"{_describe(hop)} ran out of a deadline lately and is only probed every "
-                        f"{self.probe_interval:g} s until it answers in time (next probe in {wait:.0f} s)"
+                        f"{self.probe_interval:g} s until it answers in time"
                     )
                 self._next_probe[hop] = now + self.probe_interval
             if tenant:
@@ -285,7 +285,8 @@ def hop_of(url: str, proxy: str | None) -> Hop:
 
 def _describe(hop: Hop) -> str:
     (_, host, port), proxy = hop
-    return f"{host}:{port}" + (f" through the proxy {proxy[1]}:{proxy[2]}" if proxy is not None else "")
+    # The proxy unnamed: it may be the operator's own (HTTPS_PROXY), not the tenant's to see.
+    return f"{host}:{port}" + (" through a proxy" if proxy is not None else "")
 
 
 # -- the pieces under requests: connections that tell the call their sockets --------------------
