@@ -331,8 +331,8 @@ class JitSecretUpdater:
             raise _LeftoverBusyError(f"a busy runner named {pod.request.name} already exists", status=409)
         if outcome is DeleteOutcome.NOT_THE_POOLS:
             raise _LeftoverBusyError(
-                f"a runner named {pod.request.name} exists that is not this pool's (another namespace's "
-                "pool of the same name, or one registered by hand): left alone",
+                f"a runner named {pod.request.name} is another pool's (one of the same name in another "
+                "namespace): left alone",
                 status=409,
             )
         return self._ask(client, pod)
@@ -393,7 +393,13 @@ class JitSecretUpdater:
             self._removal_failed(leftover, err)
             return
         self._drop_leftover(leftover)
-        if leftover.attempt and outcome is not DeleteOutcome.NOT_THE_POOLS:
+        if outcome is DeleteOutcome.NOT_THE_POOLS:
+            log.info(
+                "runner %s is another pool's, not left over for pool %s: left alone",
+                leftover.name,
+                leftover.ref.key,
+            )
+        elif leftover.attempt:
             log.info("deleted runner %s left over for pool %s", leftover.name, leftover.ref.key)
 
     def _removal_failed(self, leftover: _Leftover, err: Exception) -> None:

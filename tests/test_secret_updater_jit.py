@@ -111,7 +111,20 @@ def test_a_runner_of_that_name_without_the_pools_label_is_another_tenants_and_le
     assert jit.github.runners[SCOPE] == [theirs]
     failure = jit.updater.jit.failure("team-a", "build")
     assert failure is not None and failure.reason == "JitRunnerNameInUse"
-    assert "not this pool's" in failure.message
+    assert "another pool's" in failure.message
+
+
+def test_a_leftover_with_no_pool_label_at_all_is_still_deleted(jit: Harness) -> None:
+    """A scale set's runner keeps no pool label where GitHub has no custom scale-set labels:
+    only another pool's label keeps a leftover."""
+    jit.github.runners[SCOPE] = [
+        Runner(id=5, name="build-abcde", status="offline", busy=False, labels=("gpu",))
+    ]
+    jit.updater.jit.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+
+    _run(jit, "uid-1")
+
+    assert jit.github.deleted == [(SCOPE, 5)] and len(jit.patches) == 1
 
 
 def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(

@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 def delete_leftover_runner(
     github: GitHubClient, pool: PoolRef, name: str, *, removal: ServiceRemoval | None = None
 ) -> DeleteOutcome | None:
-    """Delete the pool's runner called ``name`` unless it is busy, or not the pool's (no label
-    ``<namespace>/<pool>``: ``DeleteOutcome.NOT_THE_POOLS``); ``None``: there is none.
+    """Delete the pool's runner called ``name`` unless it is busy, or another pool's
+    (``DeleteOutcome.NOT_THE_POOLS``: ``_another_pools``); ``None``: there is none.
 
     Found with GitHub's lookup by name (one small conditional request; the scope's whole listing
     cost a request per changed page, on every try of a fill and of a removal tried again). A
@@ -40,13 +40,18 @@ def delete_leftover_runner(
     if any(runner.busy for runner in named):
         return DeleteOutcome.BUSY
     leftover = named[0]
-    by_service = removal.remover(pool) if removal is not None else None
-    own = naming.pool_runner_label(pool.namespace, pool.name).casefold()
-    if by_service is None and own not in {label.casefold() for label in leftover.labels}:
-        # Pod names carry no namespace: a pool of the same name in another namespace of the
-        # scope can have a runner of this name, and it is that tenant's. (A scale-set runner
-        # keeps no pool label; it is asked for in the pool's own scale set.)
+    if _another_pools(leftover.labels, naming.pool_runner_label(pool.namespace, pool.name)):
         return DeleteOutcome.NOT_THE_POOLS
-    outcome = (by_service or deleter(removal, pool, github))(leftover.id)
+    outcome = deleter(removal, pool, github)(leftover.id)
     log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
     return outcome
+
+
+def _another_pools(labels: tuple[str, ...], own: str) -> bool:
+    """Whether a runner with ``labels`` is another pool's: it carries some pool's label
+    (``<namespace>/<pool>``) and not ``own``. Pod names carry no namespace, so a pool of the same
+    name in another namespace of the scope can have a runner of this name: that tenant's. A
+    runner with no pool label at all may be this pool's (a scale set's runners keep none on a
+    GitHub without custom scale-set labels), and is deleted as before."""
+    folded = {label.casefold() for label in labels}
+    return own.casefold() not in folded and any(naming.is_pool_runner_label(label) for label in folded)
