@@ -57,9 +57,13 @@ def _for_deletion(raw: dict[str, Any]) -> api.RunnerPool | None:
         return None
     with api.rules_skipped():
         try:
-            return api.RunnerPool.model_validate(raw)
-        except Exception:  # types or bounds: the pool stays refused, as before
+            model = api.RunnerPool.model_validate(raw)
+            # What every reader takes for granted from the rules: one scope, and a CA source
+            # that names something (they raise otherwise, in readers that serve every pool).
+            _ = model.scope, model.spec.connection
+        except Exception:  # types or bounds, or one of those: the pool stays refused, as before
             return None
+    return model
 
 
 class Reads(Protocol):

@@ -23,6 +23,7 @@ from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import RegistrationFailure, Scope
 from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
+from runnerpool.reads import parse_pool
 from runnerpool.reconciler import (
     InvalidSpecError,
     Reconciler,
@@ -300,6 +301,18 @@ def test_a_deleted_pool_stored_before_todays_rules_still_deregisters_its_runners
 
     assert [runner_id for runner_id, _ in endpoint.deleted] == [21]
     assert list(endpoint.runners) == [22]
+
+
+def test_a_deleted_pool_whose_old_spec_names_no_single_scope_stays_refused() -> None:
+    """Rules off for a deletion, but never what every reader takes for granted: one scope."""
+    deleted = {"namespace": "team-a", "name": "tau", "deletionTimestamp": FUTURE, "finalizers": ["x"]}
+    two_scopes = pool_manifest("tau", org="octo-org", repository="octo-org/octo-repo")
+    one_bad_label = pool_manifest("tau", labels=["team/gpu"])
+
+    assert parse_pool({**two_scopes, "metadata": deleted}).model is None
+    parsed = parse_pool({**one_bad_label, "metadata": deleted})
+    assert parsed.model is not None and "labels" in parsed.problems
+    assert parse_pool({**one_bad_label, "metadata": {**deleted, "deletionTimestamp": None}}).model is None
 
 
 class _Stored(LiveReader):
