@@ -966,8 +966,13 @@ class Soak:
         took = time.monotonic() - self.last_disturbance
         if not ok:
             # A namespace that is not gone yet says what holds it (its pods, its pools' finalizers,
-            # the kubelet's last words on those pods), so that a failure explains itself.
-            why += [f"{s.namespace}: {w.what_holds(s.namespace)}" for s in w.slots if s.recreating]
+            # the kubelet's last words on those pods), so that a failure explains itself; a note,
+            # not a reason the pools did not converge.
+            self.record.notes += [
+                f"+{self.record.now():.0f}s {s.namespace} not gone yet: {w.what_holds(s.namespace)}"
+                for s in w.slots
+                if s.recreating
+            ]
         inv = self.record.invariants
         inv["pools converge within 60 s"].check(not why, f"+{self.record.now():.0f}s: {why}")
         inv["no runner without its pod"].check(not orphans, f"+{self.record.now():.0f}s: {orphans}")
