@@ -646,13 +646,13 @@ class Reconciler:
 
         Order matters so that nothing stays registered and no busy runner is killed: stop
         issuing tokens and have the token updater empty the Secret (a restarted container
-        cannot register again), wait until the cache shows every pod the pool created (the
-        drain reads the cache), have the runner managers drain the pool (an idle runner is
-        deleted on GitHub at once and can take no job; a busy one answers 422 and is left to
-        finish; the pods go only once no runner is busy), wait for its pods to go, then look
-        once more for a late registration.  ``RunnersDeregistered`` says what it waits for.
-        A pool that never registered a runner goes without GitHub, and one whose credential
-        is lost goes after a bounded wait (``runnerpool.deregistration``).
+        cannot register again), wait until the cache shows every pod the pool created that
+        the API server still has (the drain reads the cache), have the runner managers drain
+        the pool (an idle runner is deleted on GitHub at once and can take no job; a busy one
+        answers 422 and is left to finish; the pods go only once no runner is busy), wait for
+        its pods to go, then look once more for a late registration. ``RunnersDeregistered``
+        says what it waits for. A pool that never registered a runner goes without GitHub, and
+        one whose credential is lost goes after a bounded wait (``runnerpool.deregistration``).
         """
         pool = run.pool
         if naming.POOL_FINALIZER not in pool.finalizers:
@@ -667,7 +667,7 @@ class Reconciler:
             return self._let_go(run)
         self._protect_credentials(run)
         self._withdraw_token(run)
-        if self._pods.expected(pool):
+        if self._pods.unseen_creates(pool):
             # A pod created just before the deletion that the cache does not show yet: the drain
             # reads the cache, and would let the pool go while that pod may still register a
             # runner (its event brings the next pass; an expectation ends after 5 minutes).

@@ -204,6 +204,35 @@ def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before
     assert [ref.name for ref in runners.drains] == ["late"]
 
 
+def test_a_new_pod_deleted_before_the_cache_ever_showed_it_does_not_hold_the_deletion(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """A watch that re-listed meanwhile never tells of such a pod: waiting for its event held
+    the pool (and its namespace) for the expectations' 5 minutes."""
+    expectations, runners = Expectations(), FakeRunnerJobs()
+    reconciler = make_reconciler(
+        api_client,
+        reads=PodsNotCachedYet(api_client),
+        runners=runners,
+        clock=clock,
+        expectations=expectations,
+    )
+    create_pool(api_client, namespace, pool_manifest("brief"))
+    reconciler(f"{namespace}/brief")
+    fill_token(api_client, namespace, "brief", "AABBCC", FUTURE)
+    reconciler(f"{namespace}/brief")
+    (pod,) = LiveReader(api_client).list_pods(namespace, "brief")
+    client.CoreV1Api(api_client).delete_namespaced_pod(
+        pod["metadata"]["name"], namespace, grace_period_seconds=0
+    )
+    _delete(api_client, namespace, "brief")
+
+    reconciler(f"{namespace}/brief")
+
+    assert [ref.name for ref in runners.drains] == ["brief"], "drained at once, not after 5 minutes"
+    assert expectations.expected(f"{namespace}/brief") == frozenset()
+
+
 class RecordedScaleSets:
     """``PoolJobs.scale_sets``, keeping what the finalizer asked to delete."""
 

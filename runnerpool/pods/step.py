@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, naming
+from runnerpool import api, children, naming
 from runnerpool.api_errors import describe, is_namespace_terminating
 from runnerpool.domain import pool_key
 from runnerpool.pods import failures, scaling, template
@@ -185,6 +185,22 @@ class PodStep:
             failure.cause,
         )
         return Converged(_after(counts, made), refused=failure, retry_in=failure.delay)
+
+    def unseen_creates(self, pool: api.RunnerPool) -> frozenset[str]:
+        """For a deleted pool's finalizer: its creates the cache has not shown that the API
+        server still has. The expected ones it no longer has are gone before any watch event
+        reached the cache (a watch that re-listed meanwhile never tells of them): they can
+        register nothing more, and waiting for their event would hold the deletion for the
+        expectations' 5 minutes. One list of the pool's pods, only while some are expected."""
+        expected = self.expected(pool)
+        if not expected:
+            return expected
+        listed = self._kube.list_items(PODS, pool.namespace, label_selector=children.selector(pool))
+        there = {str(pod["metadata"]["name"]) for pod in listed}
+        key = pool_key(pool.namespace, pool.name)
+        for name in expected - there:
+            self._expectations.observe(key, name)
+        return expected & there
 
     def forget(self, namespace: str, name: str) -> None:
         """A finalized or gone pool's create expectations and backoff go with it."""
