@@ -13,6 +13,7 @@ the runner managers are the real ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -176,11 +177,19 @@ def test_a_jit_pool_whose_mark_write_failed_is_still_drained_on_the_next_pass(
     assert _pool(api_client, namespace, "landing") is None
 
 
-def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before_draining(
-    api_client: client.ApiClient, namespace: str, clock: WallClock
-) -> None:
-    """The drain reads the pod cache: a pod created just before the deletion, not in it yet, was
-    taken for none, and the pool went while that pod could still register a runner."""
+@dataclass
+class _Uncached:
+    """A pool with one pod created that its (stand-in) pod cache never shows."""
+
+    reconcile: Reconciler
+    expectations: Expectations
+    runners: FakeRunnerJobs
+    pod: str
+
+
+def _pool_with_an_uncached_pod(
+    api_client: client.ApiClient, namespace: str, name: str, clock: WallClock
+) -> _Uncached:
     expectations, runners = Expectations(), FakeRunnerJobs()
     reconciler = make_reconciler(
         api_client,
@@ -189,19 +198,28 @@ def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before
         clock=clock,
         expectations=expectations,
     )
-    create_pool(api_client, namespace, pool_manifest("late"))
-    reconciler(f"{namespace}/late")
-    fill_token(api_client, namespace, "late", "AABBCC", FUTURE)
-    reconciler(f"{namespace}/late")
-    (pod,) = LiveReader(api_client).list_pods(namespace, "late")
+    create_pool(api_client, namespace, pool_manifest(name))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "AABBCC", FUTURE)
+    reconciler(f"{namespace}/{name}")
+    (pod,) = LiveReader(api_client).list_pods(namespace, name)
+    return _Uncached(reconciler, expectations, runners, pod["metadata"]["name"])
+
+
+def test_a_pool_deleted_before_its_new_pod_reached_the_cache_waits_for_it_before_draining(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The drain reads the pod cache: a pod created just before the deletion, not in it yet, was
+    taken for none, and the pool went while that pod could still register a runner."""
+    late = _pool_with_an_uncached_pod(api_client, namespace, "late", clock)
     _delete(api_client, namespace, "late")
 
-    assert reconciler(f"{namespace}/late").requeue_after is not None
-    assert runners.drains == [] and _pool(api_client, namespace, "late") is not None
+    assert late.reconcile(f"{namespace}/late").requeue_after is not None
+    assert late.runners.drains == [] and _pool(api_client, namespace, "late") is not None
 
-    expectations.observe(f"{namespace}/late", pod["metadata"]["name"])  # the pod's watch event
-    reconciler(f"{namespace}/late")
-    assert [ref.name for ref in runners.drains] == ["late"]
+    late.expectations.observe(f"{namespace}/late", late.pod)  # the pod's watch event
+    late.reconcile(f"{namespace}/late")
+    assert [ref.name for ref in late.runners.drains] == ["late"]
 
 
 def test_a_new_pod_deleted_before_the_cache_ever_showed_it_does_not_hold_the_deletion(
@@ -209,28 +227,14 @@ def test_a_new_pod_deleted_before_the_cache_ever_showed_it_does_not_hold_the_del
 ) -> None:
     """A watch that re-listed meanwhile never tells of such a pod: waiting for its event held
     the pool (and its namespace) for the expectations' 5 minutes."""
-    expectations, runners = Expectations(), FakeRunnerJobs()
-    reconciler = make_reconciler(
-        api_client,
-        reads=PodsNotCachedYet(api_client),
-        runners=runners,
-        clock=clock,
-        expectations=expectations,
-    )
-    create_pool(api_client, namespace, pool_manifest("brief"))
-    reconciler(f"{namespace}/brief")
-    fill_token(api_client, namespace, "brief", "AABBCC", FUTURE)
-    reconciler(f"{namespace}/brief")
-    (pod,) = LiveReader(api_client).list_pods(namespace, "brief")
-    client.CoreV1Api(api_client).delete_namespaced_pod(
-        pod["metadata"]["name"], namespace, grace_period_seconds=0
-    )
+    brief = _pool_with_an_uncached_pod(api_client, namespace, "brief", clock)
+    client.CoreV1Api(api_client).delete_namespaced_pod(brief.pod, namespace, grace_period_seconds=0)
     _delete(api_client, namespace, "brief")
 
-    reconciler(f"{namespace}/brief")
+    brief.reconcile(f"{namespace}/brief")
 
-    assert [ref.name for ref in runners.drains] == ["brief"], "drained at once, not after 5 minutes"
-    assert expectations.expected(f"{namespace}/brief") == frozenset()
+    assert [ref.name for ref in brief.runners.drains] == ["brief"], "drained at once, not after 5 minutes"
+    assert brief.expectations.expected(f"{namespace}/brief") == frozenset()
 
 
 class RecordedScaleSets:
