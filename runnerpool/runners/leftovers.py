@@ -15,7 +15,8 @@ import logging
 from runnerpool import naming
 from runnerpool.domain import PoolRef
 from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.types import DeleteOutcome
+from runnerpool.github.types import DeleteOutcome, Runner
+from runnerpool.runners import listing
 from runnerpool.runners.removal import ServiceRemoval, deleter
 
 __all__ = ["delete_leftover_runner"]
@@ -40,18 +41,18 @@ def delete_leftover_runner(
     if any(runner.busy for runner in named):
         return DeleteOutcome.BUSY
     leftover = named[0]
-    if _another_pools(leftover.labels, naming.pool_runner_label(pool.namespace, pool.name)):
+    if _another_pools(leftover, pool):
         return DeleteOutcome.NOT_THE_POOLS
     outcome = deleter(removal, pool, github)(leftover.id)
     log.info("deleted leftover runner %s (id %d) of pool %s", leftover.name, leftover.id, pool.key)
     return outcome
 
 
-def _another_pools(labels: tuple[str, ...], own: str) -> bool:
-    """Whether a runner with ``labels`` is another pool's: it carries some pool's label
-    (``<namespace>/<pool>``) and not ``own``. Pod names carry no namespace, so a pool of the same
-    name in another namespace of the scope can have a runner of this name: that tenant's. A
-    runner with no pool label at all may be this pool's (a scale set's runners keep none on a
-    GitHub without custom scale-set labels), and is deleted as before."""
-    folded = {label.casefold() for label in labels}
-    return own.casefold() not in folded and any(naming.is_pool_runner_label(label) for label in folded)
+def _another_pools(runner: Runner, pool: PoolRef) -> bool:
+    """Whether ``runner`` is another pool's: it carries some pool's label (``<namespace>/<pool>``)
+    and not this pool's. Pod names carry no namespace, so a pool of the same name in another
+    namespace of the scope can have a runner of this name: that tenant's. A runner with no pool
+    label at all may be this pool's (a scale set's runners keep none on a GitHub without custom
+    scale-set labels), and is deleted as before."""
+    own = listing.pool_runners([runner], pool.namespace, pool.name)
+    return not own and any(naming.is_pool_runner_label(label) for label in runner.labels)
