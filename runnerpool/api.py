@@ -136,9 +136,10 @@ _RULES_ON: ContextVar[bool] = ContextVar("runnerpool_rules_on", default=True)
 def rules_skipped() -> Iterator[None]:
     """Validate without the rules (:class:`Rule`), the schema's types and bounds still checked.
 
-    For one reader only: the finalizer of a pool stored under an older CRD whose rules it no
-    longer meets (``runnerpool.reads.parse_pool``). Refused outright, such a pool could never
-    deregister its runners nor be deleted, and its namespace would stay Terminating."""
+    For one parse only: that of a pool being deleted, stored under an older CRD whose rules it
+    no longer meets (``runnerpool.reads.parse_pool``), so that its finalizer can run. Refused
+    outright, such a pool could never deregister its runners nor be deleted, and its namespace
+    would stay Terminating."""
     token = _RULES_ON.set(False)
     try:
         yield

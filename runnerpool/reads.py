@@ -30,7 +30,9 @@ class ParsedPool:
     ``problems`` says why (a spec written under an older, looser schema).
 
     A pool being deleted whose spec fails only today's rules has both: the ``model`` parsed
-    without the rules (``api.rules_skipped``), for its finalizer alone, and the ``problems``."""
+    without the rules (``api.rules_skipped``), so that its finalizer can run, and the
+    ``problems``. Every reader sees that model, so ``_for_deletion`` keeps only one that still
+    has what readers take for granted from the rules."""
 
     raw: dict[str, Any]
     model: api.RunnerPool | None

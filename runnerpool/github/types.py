@@ -150,8 +150,9 @@ class DeleteOutcome(enum.Enum):
     DELETED = "Deleted"
     ALREADY_GONE = "AlreadyGone"
     BUSY = "Busy"
-    #: A runner of that name is not the pool's (another namespace's pool, or one registered by
-    #: hand): left alone (``runnerpool.runners.leftovers``).
+    #: A runner of that name is another pool's (it carries another pool's ``<namespace>/<pool>``
+    #: label, e.g. a same-named pool's in another namespace): left alone
+    #: (``runnerpool.runners.leftovers``).
     NOT_THE_POOLS = "NotThePools"
 
 
