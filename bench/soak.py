@@ -538,7 +538,9 @@ class World:
         except ApiException as err:
             return f"cannot look ({err.status} {err.reason})"
         parts = ["; ".join(said) or "no condition"]
-        parts += [_pod_held(pod) for pod in pods]
+        for pod in pods:
+            parts.append(_pod_held(pod))
+            parts += self._last_words(pod)
         for pool in pools["items"]:
             meta = pool["metadata"]
             deleted = "being deleted" if meta.get("deletionTimestamp") else "not deleted"
@@ -559,6 +561,21 @@ class World:
             ]
             parts += [f"kubelet: {line[:300]}" for line in lines[-5:]]
         return " | ".join(parts)
+
+    def _last_words(self, pod: Any) -> list[str]:
+        """The last lines of each container of ``pod`` still running: what it is waiting for."""
+        lines = []
+        for status in pod.status.container_statuses or []:
+            if not status.state.running:
+                continue
+            try:
+                log = self.core.read_namespaced_pod_log(
+                    pod.metadata.name, pod.metadata.namespace, container=status.name, tail_lines=5
+                )
+            except ApiException as err:
+                log = f"cannot read its log ({err.status} {err.reason})"
+            lines += [f"{status.name}: {line[:300]}" for line in str(log).splitlines()]
+        return lines
 
     def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
         thread = threading.Thread(target=self._guarded(target), name=name, daemon=True)
@@ -847,8 +864,9 @@ def _pod_held(pod: Any) -> str:
             states.append(f"{status.name} exited {state.terminated.exit_code}")
         else:
             states.append(f"{status.name} waiting ({state.waiting.reason if state.waiting else '?'})")
+    # deletionTimestamp is when the grace ends (the kubelet's SIGKILL), not when delete was asked.
     deleted = pod.metadata.deletion_timestamp
-    since = f"deleted at {deleted:%H:%M:%S}" if deleted else "not deleted"
+    since = f"being deleted, grace ends {deleted:%H:%M:%S}" if deleted else "not deleted"
     return f"pod {pod.metadata.name} ({since}, {pod.status.phase}, {', '.join(states) or 'no container'})"
 
 

@@ -101,5 +101,6 @@ def test_a_pod_left_in_a_deleted_namespace_says_which_container_holds_it() -> No
         ),
     )
     assert (
-        soak._pod_held(pod) == "pod auto-x1 (deleted at 11:29:50, Running, register exited 0, runner running)"
+        soak._pod_held(pod)
+        == "pod auto-x1 (being deleted, grace ends 11:29:50, Running, register exited 0, runner running)"
     )

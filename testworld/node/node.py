@@ -274,7 +274,9 @@ imports = []
                 f"--hostname-override={NODE_NAME}",
                 f"--node-ip={seal.NODE_IP}",
                 f"--cert-dir={_STATE / 'kubelet-pki'}",
-                "--v=1",
+                # 2: the pod lifecycle (SyncLoop events, "Killing container"), which a pod that
+                # outlives its deletion is explained by.
+                "--v=2",
             ],
             env={**os.environ, "PATH": self._path()},
         )
