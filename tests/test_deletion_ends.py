@@ -528,3 +528,67 @@ def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_w
     finally:
         core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
         managers.stop_all()
+
+
+def test_a_deleted_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_with_a_short_grace(
+    api_client: client.ApiClient, namespace: str, lost_node: str, github: responses.RequestsMock
+) -> None:
+    """Its runner container still runs a minute after the drain deleted the pod (here the node's
+    status stands still; on a live node, a lost signal or a listener hung on its way out), and
+    GitHub has no runner of its name. Before, the pod kept its hour of grace, and the pool and
+    its namespace waited as long. Now the API server takes a second deletion with a 30 s grace:
+    the kubelet signals the container again and kills it then."""
+    clock, key = WallClock(), f"{namespace}/hung"
+    managers = RunnerManagers(
+        LiveReader(api_client),
+        live_clients(api_client),
+        KubePods(Kube(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
+        clock=clock,
+    )
+    settings = Settings(
+        deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
+    )
+    reconciler = make_reconciler(api_client, runners=managers, clock=clock, settings=settings)
+    pat_secret(api_client, namespace)
+    create_pool(api_client, namespace, pool_manifest("hung", repo="octo-org/octo-repo", replicas=1))
+    reconciler(key)
+    fill_token(api_client, namespace, "hung", "tok", FUTURE)
+    reconciler(key)
+    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "hung")]
+    core = client.CoreV1Api(api_client)
+    binding = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": lost_node}}
+    core.create_namespaced_pod_binding(pod, namespace, binding, _preload_content=False)
+    started = (clock.now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    running = {"name": naming.RUNNER_CONTAINER, "image": "runner", "imageID": "", "ready": True}
+    running |= {"restartCount": 0, "state": {"running": {"startedAt": started}}}
+    core.patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Running", "containerStatuses": [running]}}
+    )
+    endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")  # its runner is gone already
+    wait_for(
+        lambda: LiveReader(api_client).list_pods(namespace, "hung")[0]["status"].get("containerStatuses"),
+        message="the pod's running container in the cache",
+    )
+    _delete(api_client, namespace, "hung")
+    try:
+        _settled(reconciler, clock, key)
+        told = core.read_namespaced_pod(pod, namespace).metadata
+        assert told.deletion_grace_period_seconds == 3690, "deleted with its own grace first"
+        _settled(reconciler, clock, key)
+        assert core.read_namespaced_pod(pod, namespace).metadata.deletion_grace_period_seconds == 3690
+
+        clock.now += timedelta(seconds=61)
+        _settled(reconciler, clock, key)
+
+        again = core.read_namespaced_pod(pod, namespace).metadata
+        assert again.deletion_grace_period_seconds == 30
+        assert again.deletion_timestamp < told.deletion_timestamp
+        assert endpoint.looked_up == [(pod, 200), (pod, 304)], "GitHub, asked by its name, had none each time"
+        clock.now += timedelta(seconds=61)
+        _settled(reconciler, clock, key)
+        assert core.read_namespaced_pod(pod, namespace).metadata.deletion_grace_period_seconds == 30, "once"
+    finally:
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+        managers.stop_all()

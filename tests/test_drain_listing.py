@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from runnerpool import naming
 from runnerpool.domain import Drain, PoolRef, StuckPod
 from runnerpool.github.credentials import PAT_KEY, NamedClientCache
+from runnerpool.runners import lifecycle
 from runnerpool.runners.listing import ListingKey
 from runnerpool.runners.manager import RunnerManagers
 from runnerpool.settings import DeletionSettings, RunnerSettings
@@ -34,6 +35,7 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 KICK_GAP = RunnerSettings().kick_gap
 #: What the finalizer waits after deleting pods (the pod watch usually brings it back sooner).
 PODS_GONE_WAIT = DeletionSettings().pods_gone_wait
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class Clock:
@@ -46,12 +48,35 @@ class Clock:
 
 @dataclass
 class PodsGo:
-    """Pod deletes that take effect at once in the cache the runner managers read."""
+    """Pod deletes that take effect at once in the cache the runner managers read; a shorter
+    grace for a pod being deleted moves its deletion time, as the API server does."""
 
     cache: Cache
+    clock: Clock
     deleted: list[str] = field(default_factory=list)
+    #: (pod, grace) of each deletion that shortened a pod's grace.
+    hurried: list[tuple[str, int]] = field(default_factory=list)
 
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
+    def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str | None,
+        grace_seconds: int | None = None,
+    ) -> bool:
+        if grace_seconds is not None:
+            (meta,) = [
+                p["metadata"]
+                for pods in self.cache.pods.values()
+                for p in pods
+                if p["metadata"]["name"] == name
+            ]
+            assert meta.get("deletionTimestamp"), "only a pod being deleted is hurried"
+            meta["deletionTimestamp"] = (self.clock.now + timedelta(seconds=grace_seconds)).strftime(_RFC3339)
+            meta["deletionGracePeriodSeconds"] = grace_seconds
+            self.hurried.append((name, grace_seconds))
+            return True
         for pool, pods in self.cache.pods.items():
             self.cache.pods[pool] = [pod for pod in pods if pod["metadata"]["name"] != name]
         self.deleted.append(name)
@@ -68,7 +93,7 @@ def _pod(name: str) -> dict[str, Any]:
 def _managers(clock: Clock, cache: Cache) -> tuple[RunnerManagers, PodsGo]:
     secrets = {(NS, naming.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_drain_listing_test"}}
     clients = NamedClientCache(lambda ns, name: secrets.get((ns, name)), factory=fast_client_factory)
-    pods = PodsGo(cache)
+    pods = PodsGo(cache, clock)
     managers = RunnerManagers(
         cache,
         clients,
@@ -325,11 +350,11 @@ def test_a_runner_of_the_pods_name_with_another_pools_label_is_never_deregistere
     assert 9 in endpoint.runners
 
 
-def _terminating(name: str, deleted_at: datetime, node: str = "node-7") -> dict[str, Any]:
-    """A running pod deleted with the default grace (busy grace + 90 s), on ``node``."""
+def _terminating(name: str, deleted_at: datetime, node: str = "node-7", grace: int = 3690) -> dict[str, Any]:
+    """A running pod deleted with ``grace`` (default: busy grace + 90 s), on ``node``."""
     pod = _running(name, deleted_at - timedelta(hours=2))
-    pod["metadata"]["deletionTimestamp"] = deleted_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    pod["metadata"]["deletionGracePeriodSeconds"] = 3690
+    pod["metadata"]["deletionTimestamp"] = deleted_at.strftime(_RFC3339)
+    pod["metadata"]["deletionGracePeriodSeconds"] = grace
     pod["spec"] = {"nodeName": node}
     return pod
 
@@ -346,8 +371,8 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_given_up_on_once_github_has_n
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     endpoint.add(7, "build-aaaaa", [f"{NS}/build"], status="offline")
     build = cache.add("build", org="octo-org")
-    deleted_at = clock.now + timedelta(minutes=30)
-    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", deleted_at)]
+    deleted_at = clock.now + timedelta(seconds=20)  # deleted 10 s ago with a 30 s grace
+    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", deleted_at, grace=30)]
     stuck = StuckPod("build-aaaaa", "node-7", deleted_at + timedelta(hours=1))
 
     assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_left=1), "within its grace"
@@ -364,6 +389,38 @@ def test_a_pod_stuck_terminating_on_a_lost_node_is_given_up_on_once_github_has_n
 
     assert managers.drain(build) == Drain(busy=0, deregistered=0, pods_left=0, stuck=(stuck,))
     assert endpoint.looked_up == [("build-aaaaa", 200)] and pods.deleted == []
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["runner-gone", "runner-busy"])
+def test_a_pod_whose_runner_outlives_its_stop_by_a_minute_is_deleted_again_with_a_short_grace(
+    github: responses.RequestsMock, busy: bool
+) -> None:
+    """Its runner container still runs a minute after the pod was told to stop, and GitHub has
+    no runner of its name: a second deletion with a 30 s grace makes the kubelet signal it again
+    and kill it then. Before, it held the pool's finalizer and the namespace's deletion for its
+    whole grace, an hour. A busy runner of its name keeps it (its job may finish in the grace)."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    if busy:
+        endpoint.add(7, "build-aaaaa", [f"{NS}/build"], busy=True)
+    build = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_terminating("build-aaaaa", clock.now + timedelta(seconds=3690))]
+
+    assert managers.drain(build).pods_left == 1
+    assert pods.hurried == [] and endpoint.looked_up == [], "an idle runner stops within seconds"
+    clock.now += lifecycle.STOP_OVERDUE
+
+    drained = managers.drain(build)
+
+    if busy:
+        assert drained.busy == 1 and pods.hurried == []
+        return
+    assert endpoint.looked_up == [("build-aaaaa", 200)], "GitHub, asked by its name, has none"
+    assert pods.hurried == [("build-aaaaa", lifecycle.HURRY_GRACE_SECONDS)]
+    assert pods.deleted == [], "the pod is told again, not removed from the API"
+    clock.now += timedelta(seconds=KICK_GAP)
+    assert managers.drain(build).pods_left == 1 and len(pods.hurried) == 1, "told again once"
 
 
 def test_a_pod_stuck_terminating_whose_runner_runs_a_job_keeps_the_pool(
@@ -393,7 +450,7 @@ def test_a_pod_stuck_terminating_is_confirmed_runnerless_only_once_the_other_pod
     managers, _ = _managers(clock, cache)
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     build = cache.add("build", org="octo-org")
-    going = _terminating("build-bbbbb", clock.now + timedelta(minutes=5), node="node-1")
+    going = _terminating("build-bbbbb", clock.now + timedelta(seconds=3690), node="node-1")  # told now
     cache.pods[(NS, "build")] = [_terminating("build-aaaaa", clock.now - timedelta(hours=2)), going]
 
     for _ in range(3):

@@ -25,6 +25,7 @@ from runnerpool.runners.lifecycle import (
     decide_pod,
     drained,
     looked_up,
+    outlived_stop,
     plan,
     runners_to_collect,
 )
@@ -278,6 +279,51 @@ def test_a_drained_pools_pod_goes_with_its_deregistered_runner_or_a_stopped_cont
         stopped = drained(pod(state=state), None, NOW)
         assert stopped.action is Action.DELETE_POD and stopped.runner is None  # with its version
     assert drained(pod(deleting=True), runner(), NOW).action is Action.KEEP
+
+
+def told_to_stop(ago: timedelta, *, grace: int = 3690, state: str | None = "running") -> PodView:
+    """A deleted pool's pod told to stop ``ago`` before NOW, with ``grace``."""
+    raw = pod_json(state=state, started=timedelta(hours=1))
+    raw["metadata"]["deletionTimestamp"] = (NOW - ago + timedelta(seconds=grace)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    raw["metadata"]["deletionGracePeriodSeconds"] = grace
+    return PodView.of(raw)
+
+
+@pytest.mark.parametrize(
+    ("ago", "grace", "state", "hurried"),
+    [
+        (timedelta(seconds=59), 3690, "running", False),
+        (timedelta(seconds=60), 3690, "running", True),
+        (timedelta(minutes=30), 3690, "running", True),
+        (timedelta(minutes=2), 30, "running", False),
+        (timedelta(seconds=60), 3690, "terminated", False),
+        (timedelta(seconds=3690), 3690, "running", False),
+    ],
+    ids=["59s", "60s", "30min", "told-again-already", "container-stopped", "past-its-grace"],
+)
+def test_a_drained_pools_pod_whose_runner_outlives_its_stop_is_told_again_briefly(
+    ago: timedelta, grace: int, state: str, hurried: bool
+) -> None:
+    """An idle runner stops within seconds of its SIGTERM. One still running a minute later (a
+    lost signal, a hung listener) would hold the pool's finalizer and its namespace's deletion
+    for the pod's whole grace, an hour. Past its grace its node does not answer (``overdue``)."""
+    view = told_to_stop(ago, grace=grace, state=state)
+    assert outlived_stop(view, NOW) is hurried
+    unlisted, listed = drained(view, None, NOW), drained(view, runner(), NOW)
+    if not hurried:
+        assert (unlisted.action, listed.action) == (Action.KEEP, Action.KEEP)
+        return
+    # Not listed: only once GitHub, asked by its name, has no runner of it (a busy one would be).
+    assert (unlisted.action, unlisted.grace_seconds) == (Action.LOOK_UP_AND_DELETE, 30)
+    assert (looked_up(unlisted, None).action, looked_up(unlisted, None).grace_seconds) == (
+        Action.DELETE_POD,
+        30,
+    )
+    assert looked_up(unlisted, runner()).grace_seconds == 30
+    # Listed: the drain has just deregistered its idle runner (a busy one keeps every pod).
+    assert (listed.action, listed.runner, listed.grace_seconds) == (Action.DELETE_POD, runner(), 30)
 
 
 # -- garbage collection ----------------------------------------------------------------------

@@ -94,7 +94,15 @@ class Pods:
     annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> bool:
+    def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str | None,
+        grace_seconds: int | None = None,
+    ) -> bool:
+        assert grace_seconds is None, "a live pool's round deletes with the pod's own grace"
         self.deleted.append(name)
         return True
 

@@ -49,6 +49,14 @@ The invariants, and how the rules keep them:
   without it, once GitHub has no runner of the pod's name. Its node may only be cut off, the
   pod alive, but its runner is gone and it can register no other: nothing of the pool is left
   on GitHub, and no job is cut short (the pod is not touched, only no longer waited for).
+* **A deleted pool's pod that outlives its stop** (``outlived_stop``): its runner container
+  still runs ``STOP_OVERDUE`` after the pod was told to stop, and GitHub has no runner of its
+  name (or the drain just deregistered its idle one), is deleted again with a grace of
+  ``HURRY_GRACE_SECONDS``: the kubelet signals it again and kills it when that grace ends. A
+  runner stops within seconds of its SIGTERM (a busy one's job finishes inside the busy grace,
+  and GitHub keeps a busy runner listed, so it is never hurried); one that does not (a signal
+  lost, a listener hung on its way out) would otherwise hold its node, the pool's finalizer and
+  its namespace's deletion for the pod's whole grace, an hour by default.
 * **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
   same reason, a marked pod whose runner container runs keeps its mark until a listing shows
   its runner idle. The mark goes with the pod when its runner is done (the container exits).
@@ -88,6 +96,7 @@ __all__ = [
     "drained",
     "given_up",
     "looked_up",
+    "outlived_stop",
     "overdue",
     "plan",
     "replacement",
@@ -105,6 +114,11 @@ STARTED_MARGIN = timedelta(seconds=2)
 #: runner with it until then. After that it can register nothing, and a runner GitHub confirms
 #: gone cannot come back.
 STUCK_MARGIN = timedelta(hours=1)
+#: How long a deleted pool's pod may keep its runner container running after it was told to stop
+#: before it is told again, briefly (``outlived_stop``): an idle runner stops in seconds.
+STOP_OVERDUE = timedelta(seconds=60)
+#: The grace of that second deletion: a clean stop on the second signal, then the kubelet's kill.
+HURRY_GRACE_SECONDS = 30
 
 
 class Action(enum.Enum):
@@ -146,6 +160,15 @@ class PodView:
     deleted_at: datetime | None = None
     #: ``spec.nodeName`` ("": not scheduled).
     node: str = ""
+    #: ``deletionGracePeriodSeconds``: the grace its deletion gave it (``None``: not being deleted).
+    grace_seconds: int | None = None
+
+    @property
+    def stop_asked(self) -> datetime | None:
+        """When the pod was told to stop: its grace period's end less the grace."""
+        if self.deleted_at is None or self.grace_seconds is None:
+            return None
+        return self.deleted_at - timedelta(seconds=self.grace_seconds)
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodView:
@@ -171,6 +194,7 @@ class PodView:
             template_hash=labels.get(TEMPLATE_HASH_LABEL),
             deleted_at=parse_rfc3339(meta.get("deletionTimestamp")),
             node=str((pod.get("spec") or {}).get("nodeName") or ""),
+            grace_seconds=_whole(meta.get("deletionGracePeriodSeconds")),
         )
 
     @property
@@ -192,6 +216,8 @@ class PodDecision:
     runner: Runner | None = None
     #: For DEREGISTER_AND_DELETE: does a 404 (runner already gone) free the pod?
     delete_if_gone: bool = False
+    #: For DELETE_POD (and LOOK_UP_AND_DELETE): the deletion's grace (``None``: the pod's own).
+    grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -270,9 +296,13 @@ def drained(pod: PodView, runner: Runner | None, listing_started: datetime) -> P
     the pool's runners busy and the drain deregistered the idle ones (``runner``: this pod's,
     if listed). ``DELETE_POD`` with a runner: any version of the pod (its runner is gone on
     GitHub); without, and ``LOOK_UP_AND_DELETE`` once GitHub has no runner of the pod's name:
-    with its resourceVersion as precondition."""
+    with its resourceVersion as precondition. A pod that ``outlived_stop`` goes again the same
+    way, with a grace of ``HURRY_GRACE_SECONDS``."""
     if pod.deleting:
-        return PodDecision(pod, Action.KEEP, "Terminating", runner)
+        if not outlived_stop(pod, listing_started):
+            return PodDecision(pod, Action.KEEP, "Terminating", runner)
+        action = Action.DELETE_POD if runner is not None else Action.LOOK_UP_AND_DELETE
+        return PodDecision(pod, action, "OutlivedStop", runner, grace_seconds=HURRY_GRACE_SECONDS)
     if runner is not None:
         return PodDecision(pod, Action.DELETE_POD, "Deregistered", runner)
     if not pod.runner_running:
@@ -292,8 +322,26 @@ def looked_up(decision: PodDecision, runner: Runner | None) -> PodDecision:
     if decision.action is not Action.LOOK_UP_AND_DELETE:
         return decision
     if runner is not None:
-        return PodDecision(decision.pod, Action.DELETE_POD, "Deregistered", runner)
-    return PodDecision(decision.pod, Action.DELETE_POD, decision.reason)
+        return PodDecision(
+            decision.pod, Action.DELETE_POD, "Deregistered", runner, grace_seconds=decision.grace_seconds
+        )
+    return PodDecision(decision.pod, Action.DELETE_POD, decision.reason, grace_seconds=decision.grace_seconds)
+
+
+def outlived_stop(pod: PodView, listing_started: datetime) -> bool:
+    """Its runner container still ran ``STOP_OVERDUE`` after the pod was told to stop, as the
+    listing that started at ``listing_started`` saw it, within its grace (past it, ``overdue``:
+    its node does not answer, and a second deletion would not reach it either) and not already
+    told again (a grace of ``HURRY_GRACE_SECONDS`` or less)."""
+    asked = pod.stop_asked
+    return (
+        pod.runner_running
+        and asked is not None
+        and pod.grace_seconds is not None
+        and pod.grace_seconds > HURRY_GRACE_SECONDS
+        and listing_started >= asked + STOP_OVERDUE
+        and not overdue(pod, listing_started)
+    )
 
 
 def overdue(pod: PodView, now: datetime) -> bool:
@@ -308,6 +356,10 @@ def given_up(pod: PodView, now: datetime) -> bool:
     """``overdue`` for ``STUCK_MARGIN`` more: a deleted pool's finalizer no longer waits for it,
     once GitHub confirms it has no runner of the pod's name (a busy one keeps the pool)."""
     return pod.deleted_at is not None and now >= pod.deleted_at + STUCK_MARGIN
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:

@@ -67,7 +67,14 @@ log = logging.getLogger(__name__)
 
 
 class PodWriter(Protocol):
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool: ...
+    def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str | None,
+        grace_seconds: int | None = None,
+    ) -> bool: ...
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
 
@@ -77,15 +84,26 @@ class KubePods:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
 
-    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
+    def delete_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str | None,
+        grace_seconds: int | None = None,
+    ) -> bool:
         """Delete only the pod as it was decided on: a restart since then changed its
         resourceVersion, and the API server answers 409 instead of deleting (``None``: any
-        version of that pod, for a pool being deleted whose runners are all gone)."""
+        version of that pod, for a pool being deleted whose runners are all gone).
+        ``grace_seconds``: shorten its grace (``lifecycle.outlived_stop``); ``None``: its own."""
         preconditions = {"uid": uid}
         if resource_version is not None:
             preconditions["resourceVersion"] = resource_version
+        body: dict[str, Any] = {"preconditions": preconditions}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         try:
-            self._kube.delete(PODS, namespace, name, {"preconditions": preconditions})
+            self._kube.delete(PODS, namespace, name, body)
         except ApiException as err:
             if err.status in (404, 409):
                 return False
@@ -353,7 +371,18 @@ class RunnerManagers:
         for decision in deletions:
             view = decision.pod
             version = None if decision.runner is not None else (view.resource_version or None)
-            deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
+            if decision.grace_seconds is not None:
+                log.info(
+                    "pod %s/%s still runs its runner container %ds after it was told to stop; "
+                    "deleting it again with a %ds grace",
+                    pool.namespace,
+                    view.name,
+                    lifecycle.STOP_OVERDUE.total_seconds(),
+                    decision.grace_seconds,
+                )
+            deleted += self._pods.delete_pod(
+                pool.namespace, view.name, view.uid, version, decision.grace_seconds
+            )
         return deleted
 
     def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
