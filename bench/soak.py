@@ -384,6 +384,22 @@ class World:
         code = self.receiver.stop()
         if code != 0:
             self.record.notes.append(f"the webhook receiver exited with {code} on SIGTERM at the end")
+        self._note_outlived_stops()
+
+    def _note_outlived_stops(self) -> None:
+        """Pods the operator told to stop twice (``lifecycle.outlived_stop``), with the kubelet's
+        last words on each: a runner that outlived its SIGTERM is news even when the run passes."""
+        kubelet = self.plane.workdir / "kubelet.log"
+        kubelet_lines = kubelet.read_text(errors="replace").splitlines() if kubelet.exists() else []
+        for name in self.operators:
+            for line in (self.logs / f"operator-{name}.log").read_text(errors="replace").splitlines():
+                found = _OUTLIVED.search(line)
+                if found is None:
+                    continue
+                pod = found.group(1).split("/")[-1]
+                self.record.notes.append(f"operator {name} told a pod to stop again: {found.group(0)}")
+                words = [text for text in kubelet_lines if pod in text][-8:]
+                self.record.notes += [f"kubelet on {pod}: {text[:300]}" for text in words]
 
     def _delete_namespaces(self) -> None:
         for slot in self.slots:
@@ -850,6 +866,10 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
     if want is not None and (len(live) != want or len(running) != want):
         why.append(f"{name}: {len(live)} pods ({len(running)} running and ready), wants {want}")
     return why
+
+
+#: The runner managers' line for a pod told to stop again (``RunnerManagers._delete_drained_pods``).
+_OUTLIVED = re.compile(r"pod (\S+) still runs its runner container \d+s after it was told to stop")
 
 
 def _pod_held(pod: Any) -> str:
