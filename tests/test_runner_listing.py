@@ -93,6 +93,8 @@ class Pods:
     deleted: list[str] = field(default_factory=list)
     annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    #: (pod, grace) of each deletion that shortened a pod's grace.
+    hurried: list[tuple[str, int]] = field(default_factory=list)
 
     def delete_pod(
         self,
@@ -102,8 +104,10 @@ class Pods:
         resource_version: str | None,
         grace_seconds: int | None = None,
     ) -> bool:
-        assert grace_seconds is None, "a live pool's round deletes with the pod's own grace"
-        self.deleted.append(name)
+        if grace_seconds is not None:
+            self.hurried.append((name, grace_seconds))
+        else:
+            self.deleted.append(name)
         return True
 
     def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:
@@ -371,6 +375,46 @@ def test_a_busy_runner_a_listing_missed_keeps_its_pods_busy_mark(
     assert harness.managers.counts(NS, "build") == api.RunnerCounts(online=0, busy=0, offline=0), "missed"
     assert harness.pods.patched == [], "the busy mark was taken off a pod running a job"
     assert endpoint.looked_up == []
+
+
+def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:
+    """A pod scaled down ``ago`` (default grace: busy grace + 90 s) whose runner container runs."""
+    runner = {"name": naming.RUNNER_CONTAINER, "restartCount": 0, "state": {"running": {}}}
+    meta = {"name": name, "uid": f"uid-{name}", "resourceVersion": "9", "deletionGracePeriodSeconds": 3690}
+    meta["deletionTimestamp"] = (NOW - ago + timedelta(seconds=3690)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": meta, "status": {"phase": "Running", "containerStatuses": [runner]}}
+
+
+@pytest.mark.parametrize(
+    ("listed", "hurried"),
+    [("none", True), ("idle", True), ("busy", False), ("only-by-name-busy", False)],
+)
+def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_with_a_short_grace(
+    harness: Harness, github: responses.RequestsMock, listed: str, hurried: bool
+) -> None:
+    """Scaled down or rolled out, its runner container still runs a minute after the pod was
+    told to stop: told again with a 30 s grace, its idle runner deregistered first, unless
+    GitHub shows its runner busy (in the listing, or asked by its name)."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    if listed in ("idle", "busy"):
+        endpoint.add(1, "build-a", [f"{NS}/build"], busy=listed == "busy")
+    ref = harness.cache.add("build", org="octo-org")
+    if listed == "only-by-name-busy":  # a listing missed it; GitHub's name filter finds it
+        endpoint.after_page = lambda page: endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
+    harness.cache.pods[(NS, "build")] = [
+        _told_to_stop("build-a", timedelta(minutes=2)),
+        _told_to_stop("build-b", timedelta(seconds=30)),
+    ]
+    harness.managers.start(ref)
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert harness.pods.hurried == ([("build-a", 30)] if hurried else []), (
+        "build-b was told 30 s ago: not yet"
+    )
+    assert harness.pods.deleted == []
+    assert endpoint.deleted == ([(1, 204)] if listed == "idle" else [])
+    assert endpoint.looked_up == ([("build-a", 200)] if listed in ("none", "only-by-name-busy") else [])
 
 
 def test_a_scale_set_pools_runners_are_counted_where_github_kept_only_the_scale_sets_label(

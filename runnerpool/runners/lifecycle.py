@@ -49,14 +49,15 @@ The invariants, and how the rules keep them:
   without it, once GitHub has no runner of the pod's name. Its node may only be cut off, the
   pod alive, but its runner is gone and it can register no other: nothing of the pool is left
   on GitHub, and no job is cut short (the pod is not touched, only no longer waited for).
-* **A deleted pool's pod that outlives its stop** (``outlived_stop``): its runner container
-  still runs ``STOP_OVERDUE`` after the pod was told to stop, and GitHub has no runner of its
-  name (or the drain just deregistered its idle one), is deleted again with a grace of
+* **A pod that outlives its stop** (``outlived_stop``; a deleted pool's, or a live one's that was
+  scaled down or rolled out): its runner container still runs ``STOP_OVERDUE`` after the pod
+  was told to stop, and GitHub has no runner of its name (asked by it when the listing showed
+  none; an idle one listed is deregistered first), so it is deleted again with a grace of
   ``HURRY_GRACE_SECONDS``: the kubelet signals it again and kills it when that grace ends. A
   runner stops within seconds of its SIGTERM (a busy one's job finishes inside the busy grace,
   and GitHub keeps a busy runner listed, so it is never hurried); one that does not (a signal
-  lost, a listener hung on its way out) would otherwise hold its node, the pool's finalizer and
-  its namespace's deletion for the pod's whole grace, an hour by default.
+  lost, a listener hung on its way out) would otherwise hold its node, and a deleted pool's
+  finalizer and its namespace's deletion, for the pod's whole grace, an hour by default.
 * **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
   same reason, a marked pod whose runner container runs keeps its mark until a listing shows
   its runner idle. The mark goes with the pod when its runner is done (the container exits).
@@ -114,8 +115,8 @@ STARTED_MARGIN = timedelta(seconds=2)
 #: runner with it until then. After that it can register nothing, and a runner GitHub confirms
 #: gone cannot come back.
 STUCK_MARGIN = timedelta(hours=1)
-#: How long a deleted pool's pod may keep its runner container running after it was told to stop
-#: before it is told again, briefly (``outlived_stop``): an idle runner stops in seconds.
+#: How long a pod may keep its runner container running after it was told to stop before it is
+#: told again, briefly (``outlived_stop``): an idle runner stops in seconds.
 STOP_OVERDUE = timedelta(seconds=60)
 #: The grace of that second deletion: a clean stop on the second signal, then the kubelet's kill.
 HURRY_GRACE_SECONDS = 30

@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -292,7 +292,7 @@ class RunnerManagers:
                 self._drained.pop(pool.key, None)
         if done.busy:
             return Drain(busy=done.busy, deregistered=done.deregistered, pods_left=left, stuck=stuck)
-        deleted = self._delete_drained_pods(pool, done.deletions)
+        deleted = self._delete_pods(pool, done.deletions)
         return Drain(0, done.deregistered, pods_deleted=deleted, pods_left=left, stuck=stuck)
 
     def _deregister_drained(
@@ -337,8 +337,8 @@ class RunnerManagers:
         self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, names: Iterable[str]
     ) -> dict[str, Runner]:
         """The pool's runners GitHub has under ``names`` (pods no listing showed a runner for:
-        running ones about to be deleted, ``LOOK_UP_AND_DELETE``, and stuck ones about to be
-        given up on), by pod name.
+        running ones about to be deleted, ``LOOK_UP_AND_DELETE``, stuck ones about to be given
+        up on, and ones that outlived their stop, ``_hurry``), by pod name.
 
         A paged listing can miss a runner, busy or not (``lifecycle``), and a busy one's pod must
         stay. One request per such pod, answered from GitHub's ``name`` filter (a conditional
@@ -365,8 +365,9 @@ class RunnerManagers:
             return snapshot.of_pool(pool.namespace, pool.name)
         return _runners_of(parsed.model, snapshot, pod_names, self._pools)
 
-    def _delete_drained_pods(self, pool: PoolRef, deletions: Iterable[lifecycle.PodDecision]) -> int:
-        """Once none of the pool's runners is busy: the pods ``deletions`` let go; how many went."""
+    def _delete_pods(self, pool: PoolRef, deletions: Iterable[lifecycle.PodDecision]) -> int:
+        """The pods ``deletions`` let go (a drain's once none of the pool's runners is busy, and
+        ``_hurry``'s); how many went."""
         deleted = 0
         for decision in deletions:
             view = decision.pod
@@ -543,9 +544,11 @@ class RunnerManagers:
         retire = retirement.retirements(todo.decisions, desired, wanted) if desired is not None else ()
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
-        if todo.collect or todo.replace or todo.marks:
+        outlived = [pod for pod in pods if lifecycle.outlived_stop(pod, snapshot.started_at)]
+        if todo.collect or todo.replace or todo.marks or outlived:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
             self._carry_out(ref, github, todo, halted)
+            self._hurry(ref, github, snapshot, outlived, {runner.name: runner for runner in runners})
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:
         with self._lock:
@@ -592,6 +595,34 @@ class RunnerManagers:
             if halted():
                 return
             self._pods.patch_pod(namespace, mark.pod.name, mark.patch())
+
+    def _hurry(
+        self,
+        ref: PoolRef,
+        github: GitHubClient,
+        snapshot: Snapshot,
+        outlived: Iterable[lifecycle.PodView],
+        listed: Mapping[str, Runner],
+    ) -> None:
+        """A live pool's pods that ``lifecycle.outlived_stop`` (scaled down, rolled out), the
+        drain's way: looked up by name when the listing showed no runner of theirs, an idle
+        runner deregistered first, a busy one left to its job; then deleted again with a grace
+        of ``HURRY_GRACE_SECONDS``."""
+        delete_runner = deleter(self._removal, ref, github)
+        for view in outlived:
+            runner = listed.get(view.name)
+            if runner is None:
+                runner = self._looked_up(ref, github, snapshot, [view.name]).get(view.name)
+            if runner is not None and (runner.busy or delete_runner(runner.id) is DeleteOutcome.BUSY):
+                continue
+            decision = lifecycle.PodDecision(
+                view,
+                lifecycle.Action.DELETE_POD,
+                "OutlivedStop",
+                runner,
+                grace_seconds=lifecycle.HURRY_GRACE_SECONDS,
+            )
+            self._delete_pods(ref, [decision])
 
     def _next_delay(
         self, key: ListingKey, github: GitHubClient, snapshot: Snapshot, retry_after: float | None
