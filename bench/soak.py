@@ -869,7 +869,7 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
 
 
 #: The runner managers' line for a pod told to stop again (``RunnerManagers._delete_pods``).
-_OUTLIVED = re.compile(r"pod (\S+) still runs its runner container \d+s after it was told to stop")
+_OUTLIVED = re.compile(r"pod (\S+) still ran its runner container more than \d+s after it was told to stop")
 
 
 def _pod_held(pod: Any) -> str:

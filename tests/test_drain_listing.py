@@ -49,10 +49,10 @@ class Clock:
 @dataclass
 class PodsGo:
     """Pod deletes that take effect at once in the cache the runner managers read; a shorter
-    grace for a pod being deleted moves its deletion time, as the API server does."""
+    grace for a pod being deleted moves its deletion time to the first deletion's plus the new
+    grace, as the API server does (k8s.io/apiserver ``rest.BeforeDelete``)."""
 
     cache: Cache
-    clock: Clock
     deleted: list[str] = field(default_factory=list)
     #: (pod, grace) of each deletion that shortened a pod's grace.
     hurried: list[tuple[str, int]] = field(default_factory=list)
@@ -66,14 +66,12 @@ class PodsGo:
         grace_seconds: int | None = None,
     ) -> bool:
         if grace_seconds is not None:
-            (meta,) = [
-                p["metadata"]
-                for pods in self.cache.pods.values()
-                for p in pods
-                if p["metadata"]["name"] == name
-            ]
-            assert meta.get("deletionTimestamp"), "only a pod being deleted is hurried"
-            meta["deletionTimestamp"] = (self.clock.now + timedelta(seconds=grace_seconds)).strftime(_RFC3339)
+            pods = [pod for pods in self.cache.pods.values() for pod in pods]
+            (meta,) = [pod["metadata"] for pod in pods if pod["metadata"]["name"] == name]
+            assert resource_version == meta["resourceVersion"], "told again as it was decided on"
+            first = datetime.strptime(meta["deletionTimestamp"], _RFC3339).replace(tzinfo=UTC)
+            first -= timedelta(seconds=meta["deletionGracePeriodSeconds"])
+            meta["deletionTimestamp"] = (first + timedelta(seconds=grace_seconds)).strftime(_RFC3339)
             meta["deletionGracePeriodSeconds"] = grace_seconds
             self.hurried.append((name, grace_seconds))
             return True
@@ -93,7 +91,7 @@ def _pod(name: str) -> dict[str, Any]:
 def _managers(clock: Clock, cache: Cache) -> tuple[RunnerManagers, PodsGo]:
     secrets = {(NS, naming.DEFAULT_CREDENTIAL_SECRET): {PAT_KEY: "ghp_drain_listing_test"}}
     clients = NamedClientCache(lambda ns, name: secrets.get((ns, name)), factory=fast_client_factory)
-    pods = PodsGo(cache, clock)
+    pods = PodsGo(cache)
     managers = RunnerManagers(
         cache,
         clients,
@@ -396,9 +394,10 @@ def test_a_pod_whose_runner_outlives_its_stop_by_a_minute_is_deleted_again_with_
     github: responses.RequestsMock, busy: bool
 ) -> None:
     """Its runner container still runs a minute after the pod was told to stop, and GitHub has
-    no runner of its name: a second deletion with a 30 s grace makes the kubelet signal it again
-    and kill it then. Before, it held the pool's finalizer and the namespace's deletion for its
-    whole grace, an hour. A busy runner of its name keeps it (its job may finish in the grace)."""
+    no runner of its name: a second deletion whose grace ends 30 s from now makes the kubelet
+    signal it again and kill it then. Before, it held the pool's finalizer and the namespace's
+    deletion for its whole grace, an hour. A busy runner of its name keeps it (its job may
+    finish in the grace)."""
     clock, cache = Clock(), Cache()
     managers, pods = _managers(clock, cache)
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
@@ -417,10 +416,13 @@ def test_a_pod_whose_runner_outlives_its_stop_by_a_minute_is_deleted_again_with_
         assert drained.busy == 1 and pods.hurried == []
         return
     assert endpoint.looked_up == [("build-aaaaa", 200)], "GitHub, asked by its name, has none"
-    assert pods.hurried == [("build-aaaaa", lifecycle.HURRY_GRACE_SECONDS)]
-    assert pods.deleted == [], "the pod is told again, not removed from the API"
+    # Counted from the first deletion, 60 s ago, as the API server counts it: 30 s from now.
+    assert pods.hurried == [("build-aaaaa", 90)]
+    assert pods.deleted == [] and drained.pods_deleted == 0, "told again, not removed from the API"
     clock.now += timedelta(seconds=KICK_GAP)
-    assert managers.drain(build).pods_left == 1 and len(pods.hurried) == 1, "told again once"
+    again = managers.drain(build)
+    assert again.pods_left == 1 and len(pods.hurried) == 1, "told again once"
+    assert again.stuck == (), "within its new grace: not stuck (its node answers)"
 
 
 def test_a_pod_stuck_terminating_whose_runner_runs_a_job_keeps_the_pool(

@@ -24,6 +24,7 @@ from runnerpool.runners.lifecycle import (
     busy_mark_change,
     decide_pod,
     drained,
+    hurried_grace,
     looked_up,
     outlived_stop,
     plan,
@@ -297,33 +298,53 @@ def told_to_stop(ago: timedelta, *, grace: int = 3690, state: str | None = "runn
         (timedelta(seconds=59), 3690, "running", False),
         (timedelta(seconds=60), 3690, "running", True),
         (timedelta(minutes=30), 3690, "running", True),
-        (timedelta(minutes=2), 30, "running", False),
+        (timedelta(seconds=120), 151, "running", True),
+        (timedelta(seconds=120), 150, "running", False),
         (timedelta(seconds=60), 3690, "terminated", False),
         (timedelta(seconds=3690), 3690, "running", False),
     ],
-    ids=["59s", "60s", "30min", "told-again-already", "container-stopped", "past-its-grace"],
+    ids=[
+        "59s",
+        "60s",
+        "30min",
+        "31s-of-grace-left",
+        "30s-left-told-again",
+        "container-stopped",
+        "past-its-grace",
+    ],
 )
 def test_a_drained_pools_pod_whose_runner_outlives_its_stop_is_told_again_briefly(
     ago: timedelta, grace: int, state: str, hurried: bool
 ) -> None:
     """An idle runner stops within seconds of its SIGTERM. One still running a minute later (a
     lost signal, a hung listener) would hold the pool's finalizer and its namespace's deletion
-    for the pod's whole grace, an hour. Past its grace its node does not answer (``overdue``)."""
+    for the pod's whole grace, an hour. With 30 s or less of it left it was told again already
+    (or is about to be killed); past it, its node does not answer (``overdue``)."""
     view = told_to_stop(ago, grace=grace, state=state)
     assert outlived_stop(view, NOW) is hurried
     unlisted, listed = drained(view, None, NOW), drained(view, runner(), NOW)
     if not hurried:
         assert (unlisted.action, listed.action) == (Action.KEEP, Action.KEEP)
         return
+    # The API server counts the new grace from the first deletion: it ends 30 s from now.
+    again = int(ago.total_seconds()) + 30
     # Not listed: only once GitHub, asked by its name, has no runner of it (a busy one would be).
-    assert (unlisted.action, unlisted.grace_seconds) == (Action.LOOK_UP_AND_DELETE, 30)
-    assert (looked_up(unlisted, None).action, looked_up(unlisted, None).grace_seconds) == (
-        Action.DELETE_POD,
-        30,
-    )
-    assert looked_up(unlisted, runner()).grace_seconds == 30
+    assert (unlisted.action, unlisted.grace_seconds) == (Action.LOOK_UP_AND_DELETE, again)
+    none = looked_up(unlisted, None)
+    assert (none.action, none.runner, none.grace_seconds) == (Action.DELETE_POD, None, again)
+    assert looked_up(unlisted, runner()).grace_seconds == again
     # Listed: the drain has just deregistered its idle runner (a busy one keeps every pod).
-    assert (listed.action, listed.runner, listed.grace_seconds) == (Action.DELETE_POD, runner(), 30)
+    assert (listed.action, listed.runner, listed.grace_seconds) == (Action.DELETE_POD, runner(), again)
+
+
+def test_a_second_deletion_ends_the_grace_thirty_seconds_from_now_as_the_api_server_counts_it() -> None:
+    """k8s.io/apiserver's BeforeDelete: new deletionTimestamp = first deletion + new grace. A plain
+    30 would have ended a grace that was over already: a kill without a second chance."""
+    view = told_to_stop(timedelta(seconds=75))
+    assert view.stop_asked == NOW - timedelta(seconds=75)
+    assert hurried_grace(view, NOW) == 105
+    later = NOW + timedelta(seconds=0.5)  # whole seconds, rounded up: never less than 30 s left
+    assert view.stop_asked + timedelta(seconds=hurried_grace(view, later)) - later == timedelta(seconds=30.5)
 
 
 # -- garbage collection ----------------------------------------------------------------------

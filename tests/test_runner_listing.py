@@ -93,8 +93,8 @@ class Pods:
     deleted: list[str] = field(default_factory=list)
     annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    #: (pod, grace) of each deletion that shortened a pod's grace.
-    hurried: list[tuple[str, int]] = field(default_factory=list)
+    #: (pod, grace, resourceVersion precondition) of each deletion that shortened a pod's grace.
+    hurried: list[tuple[str, int, str | None]] = field(default_factory=list)
 
     def delete_pod(
         self,
@@ -105,7 +105,7 @@ class Pods:
         grace_seconds: int | None = None,
     ) -> bool:
         if grace_seconds is not None:
-            self.hurried.append((name, grace_seconds))
+            self.hurried.append((name, grace_seconds, resource_version))
         else:
             self.deleted.append(name)
         return True
@@ -387,17 +387,30 @@ def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("listed", "hurried"),
-    [("none", True), ("idle", True), ("busy", False), ("only-by-name-busy", False)],
+    [
+        ("none", True),
+        ("idle", True),
+        ("offline", True),
+        ("busy", False),
+        ("only-by-name-busy", False),
+        ("two-of-one-name", False),
+    ],
 )
-def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_with_a_short_grace(
+def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_killed_in_30_s(
     harness: Harness, github: responses.RequestsMock, listed: str, hurried: bool
 ) -> None:
     """Scaled down or rolled out, its runner container still runs a minute after the pod was
-    told to stop: told again with a 30 s grace, its idle runner deregistered first, unless
-    GitHub shows its runner busy (in the listing, or asked by its name)."""
+    told to stop: told again, its grace now ending 30 s from now (counted from the first
+    deletion, as the API server counts it), as it was decided on (its resourceVersion), its idle
+    runner deregistered first (once: an offline one the collection took is not asked for
+    again), unless GitHub shows a runner of its name busy: in the listing, asked by its name, or
+    beside an idle namesake (the busy one decides)."""
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
-    if listed in ("idle", "busy"):
-        endpoint.add(1, "build-a", [f"{NS}/build"], busy=listed == "busy")
+    if listed in ("idle", "busy", "offline"):
+        endpoint.add(1, "build-a", [f"{NS}/build"], busy=listed == "busy", status=listed)
+    if listed == "two-of-one-name":
+        endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
+        endpoint.add(2, "build-a", [f"{NS}/build"], status="offline")
     ref = harness.cache.add("build", org="octo-org")
     if listed == "only-by-name-busy":  # a listing missed it; GitHub's name filter finds it
         endpoint.after_page = lambda page: endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
@@ -409,11 +422,10 @@ def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_with_a
 
     harness.managers.sync(ListingKey.of(ref))
 
-    assert harness.pods.hurried == ([("build-a", 30)] if hurried else []), (
-        "build-b was told 30 s ago: not yet"
-    )
+    assert harness.pods.hurried == ([("build-a", 150, "9")] if hurried else []), "build-b: not yet"
     assert harness.pods.deleted == []
-    assert endpoint.deleted == ([(1, 204)] if listed == "idle" else [])
+    deregistered = {"idle": [(1, 204)], "offline": [(1, 204)], "two-of-one-name": [(2, 204)]}
+    assert endpoint.deleted == deregistered.get(listed, [])
     assert endpoint.looked_up == ([("build-a", 200)] if listed in ("none", "only-by-name-busy") else [])
 
 

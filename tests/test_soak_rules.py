@@ -108,8 +108,8 @@ def test_a_pod_left_in_a_deleted_namespace_says_which_container_holds_it() -> No
 
 def test_a_pod_told_to_stop_again_is_found_in_the_operators_log() -> None:
     line = (
-        '{"msg": "pod soak-0/fixed-jpfr5 still runs its runner container 60s after it was told to stop; '
-        'deleting it again with a 30s grace"}'
+        '{"msg": "pod soak-0/fixed-jpfr5 still ran its runner container more than 60s after it was told '
+        'to stop; told again, to be killed 30s from now"}'
     )
     found = soak._OUTLIVED.search(line)
     assert found is not None and found.group(1) == "soak-0/fixed-jpfr5"

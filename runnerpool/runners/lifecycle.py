@@ -51,13 +51,14 @@ The invariants, and how the rules keep them:
   on GitHub, and no job is cut short (the pod is not touched, only no longer waited for).
 * **A pod that outlives its stop** (``outlived_stop``; a deleted pool's, or a live one's that was
   scaled down or rolled out): its runner container still runs ``STOP_OVERDUE`` after the pod
-  was told to stop, and GitHub has no runner of its name (asked by it when the listing showed
-  none; an idle one listed is deregistered first), so it is deleted again with a grace of
-  ``HURRY_GRACE_SECONDS``: the kubelet signals it again and kills it when that grace ends. A
-  runner stops within seconds of its SIGTERM (a busy one's job finishes inside the busy grace,
-  and GitHub keeps a busy runner listed, so it is never hurried); one that does not (a signal
-  lost, a listener hung on its way out) would otherwise hold its node, and a deleted pool's
-  finalizer and its namespace's deletion, for the pod's whole grace, an hour by default.
+  was told to stop, more than ``HURRY_SECONDS`` of its grace left, and GitHub shows no busy
+  runner of its name (asked by it when the listing showed none; an idle one is deregistered
+  first): it is deleted again so that its grace ends ``HURRY_SECONDS`` from now
+  (``hurried_grace``): the kubelet signals it again and kills it then. A runner stops within
+  seconds of its SIGTERM (a busy one's job finishes inside the busy grace, and GitHub keeps a
+  busy runner listed, so it is never hurried); one that does not (a signal lost, a listener hung
+  on its way out) would otherwise hold its node, and a deleted pool's finalizer and its
+  namespace's deletion, for the pod's whole grace, an hour by default.
 * **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
   same reason, a marked pod whose runner container runs keeps its mark until a listing shows
   its runner idle. The mark goes with the pod when its runner is done (the container exits).
@@ -73,6 +74,7 @@ it and the pod goes.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -96,6 +98,8 @@ __all__ = [
     "decide_pod",
     "drained",
     "given_up",
+    "hurried_grace",
+    "hurry",
     "looked_up",
     "outlived_stop",
     "overdue",
@@ -118,8 +122,8 @@ STUCK_MARGIN = timedelta(hours=1)
 #: How long a pod may keep its runner container running after it was told to stop before it is
 #: told again, briefly (``outlived_stop``): an idle runner stops in seconds.
 STOP_OVERDUE = timedelta(seconds=60)
-#: The grace of that second deletion: a clean stop on the second signal, then the kubelet's kill.
-HURRY_GRACE_SECONDS = 30
+#: How long the second deletion leaves it: a clean stop on the second signal, then the kill.
+HURRY_SECONDS = 30
 
 
 class Action(enum.Enum):
@@ -217,7 +221,8 @@ class PodDecision:
     runner: Runner | None = None
     #: For DEREGISTER_AND_DELETE: does a 404 (runner already gone) free the pod?
     delete_if_gone: bool = False
-    #: For DELETE_POD (and LOOK_UP_AND_DELETE): the deletion's grace (``None``: the pod's own).
+    #: For DELETE_POD (and LOOK_UP_AND_DELETE): the deletion's ``gracePeriodSeconds`` (``None``:
+    #: the pod's own), which the API server counts from the pod's first deletion (``hurried_grace``).
     grace_seconds: int | None = None
 
 
@@ -245,6 +250,9 @@ class Plan:
     marks: tuple[BusyMark, ...]
     #: Every pod's decision, the kept ones included (what retirement chooses from).
     decisions: tuple[PodDecision, ...] = ()
+    #: Pods being deleted that ``outlived_stop``: told again once GitHub shows no busy runner of
+    #: theirs (``RunnerManagers._hurry``).
+    outlived: tuple[PodView, ...] = ()
 
 
 def runners_to_collect(runners: Iterable[Runner], pod_names: Iterable[str]) -> list[Runner]:
@@ -298,12 +306,11 @@ def drained(pod: PodView, runner: Runner | None, listing_started: datetime) -> P
     if listed). ``DELETE_POD`` with a runner: any version of the pod (its runner is gone on
     GitHub); without, and ``LOOK_UP_AND_DELETE`` once GitHub has no runner of the pod's name:
     with its resourceVersion as precondition. A pod that ``outlived_stop`` goes again the same
-    way, with a grace of ``HURRY_GRACE_SECONDS``."""
+    way, with ``hurried_grace``."""
     if pod.deleting:
         if not outlived_stop(pod, listing_started):
             return PodDecision(pod, Action.KEEP, "Terminating", runner)
-        action = Action.DELETE_POD if runner is not None else Action.LOOK_UP_AND_DELETE
-        return PodDecision(pod, action, "OutlivedStop", runner, grace_seconds=HURRY_GRACE_SECONDS)
+        return hurry(pod, runner, listing_started)
     if runner is not None:
         return PodDecision(pod, Action.DELETE_POD, "Deregistered", runner)
     if not pod.runner_running:
@@ -331,18 +338,37 @@ def looked_up(decision: PodDecision, runner: Runner | None) -> PodDecision:
 
 def outlived_stop(pod: PodView, listing_started: datetime) -> bool:
     """Its runner container still ran ``STOP_OVERDUE`` after the pod was told to stop, as the
-    listing that started at ``listing_started`` saw it, within its grace (past it, ``overdue``:
-    its node does not answer, and a second deletion would not reach it either) and not already
-    told again (a grace of ``HURRY_GRACE_SECONDS`` or less)."""
+    listing that started at ``listing_started`` saw it, with more than ``HURRY_SECONDS`` of its
+    grace left: past its grace its node does not answer (``overdue``), and one told again (or
+    deleted with a short grace) is about to be killed anyway."""
     asked = pod.stop_asked
     return (
         pod.runner_running
         and asked is not None
-        and pod.grace_seconds is not None
-        and pod.grace_seconds > HURRY_GRACE_SECONDS
+        and pod.deleted_at is not None
         and listing_started >= asked + STOP_OVERDUE
-        and not overdue(pod, listing_started)
+        and pod.deleted_at - listing_started > timedelta(seconds=HURRY_SECONDS)
     )
+
+
+def hurried_grace(pod: PodView, now: datetime) -> int:
+    """The ``gracePeriodSeconds`` that ends ``pod``'s grace ``HURRY_SECONDS`` after ``now``.
+
+    The API server shortens a pod already being deleted by moving its deletionTimestamp to the
+    first deletion's time plus the new grace (k8s.io/apiserver ``rest.BeforeDelete``), so the
+    grace counts from when the pod was first told to stop, not from this request; a plain 30
+    would end a grace that ended already, a kill without a second chance to stop cleanly."""
+    asked = pod.stop_asked
+    elapsed = 0 if asked is None else math.ceil(max((now - asked).total_seconds(), 0.0))
+    return elapsed + HURRY_SECONDS
+
+
+def hurry(pod: PodView, runner: Runner | None, now: datetime) -> PodDecision:
+    """Tell ``pod``, which ``outlived_stop``, to stop again (``hurried_grace``), with its
+    resourceVersion as precondition: once GitHub, asked by its name, has no runner of it
+    (``LOOK_UP_AND_DELETE``), or once ``runner``, listed idle, is deregistered."""
+    action = Action.DELETE_POD if runner is not None else Action.LOOK_UP_AND_DELETE
+    return PodDecision(pod, action, "OutlivedStop", runner, grace_seconds=hurried_grace(pod, now))
 
 
 def overdue(pod: PodView, now: datetime) -> bool:
@@ -387,8 +413,11 @@ def plan(
     now: datetime,
     recreate_deadline: timedelta | None,
     registration_timeout: timedelta | None = None,
+    *,
+    listing_started: datetime | None = None,
 ) -> Plan:
-    """All decisions for one pool. ``runners`` are the pool's own (see ``pool_runners``)."""
+    """All decisions for one pool. ``runners`` are the pool's own (see ``pool_runners``), from
+    the listing that started at ``listing_started`` (``None``: no pod is judged ``outlived_stop``)."""
     by_name: dict[str, Runner] = {}
     for runner in runners:
         # Two registrations under one name should not happen (``--replace``); if they do,
@@ -410,4 +439,7 @@ def plan(
         replace=tuple(d for d in decisions if d.action is not Action.KEEP),
         marks=tuple(marks),
         decisions=tuple(decisions),
+        outlived=tuple(
+            pod for pod in pods if listing_started is not None and outlived_stop(pod, listing_started)
+        ),
     )

@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -367,24 +367,30 @@ class RunnerManagers:
 
     def _delete_pods(self, pool: PoolRef, deletions: Iterable[lifecycle.PodDecision]) -> int:
         """The pods ``deletions`` let go (a drain's once none of the pool's runners is busy, and
-        ``_hurry``'s); how many went."""
+        ``_hurry``'s); how many deletions began (a pod told to stop again is not counted: it was
+        counted when it was first deleted)."""
         deleted = 0
         for decision in deletions:
             view = decision.pod
-            version = None if decision.runner is not None else (view.resource_version or None)
             if decision.grace_seconds is not None:
-                log.info(
-                    "pod %s/%s still runs its runner container %ds after it was told to stop; "
-                    "deleting it again with a %ds grace",
-                    pool.namespace,
-                    view.name,
-                    lifecycle.STOP_OVERDUE.total_seconds(),
-                    decision.grace_seconds,
-                )
-            deleted += self._pods.delete_pod(
-                pool.namespace, view.name, view.uid, version, decision.grace_seconds
-            )
+                self._hurry_pod(pool, view, decision.grace_seconds)
+                continue
+            version = None if decision.runner is not None else (view.resource_version or None)
+            deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
         return deleted
+
+    def _hurry_pod(self, pool: PoolRef, view: lifecycle.PodView, grace: int) -> None:
+        """Delete ``view`` again with ``grace`` (``lifecycle.hurried_grace``), as it was decided
+        on (its resourceVersion: a container that ended since changed it, and 409 means done)."""
+        if self._pods.delete_pod(pool.namespace, view.name, view.uid, view.resource_version or None, grace):
+            log.info(
+                "pod %s/%s still ran its runner container more than %ds after it was told to stop; "
+                "told again, to be killed %ds from now",
+                pool.namespace,
+                view.name,
+                lifecycle.STOP_OVERDUE.total_seconds(),
+                lifecycle.HURRY_SECONDS,
+            )
 
     def _listed_since(self, pool: PoolRef, *, gone: bool) -> datetime:
         """Since when the pool's listing must have started; see ``drain``."""
@@ -538,17 +544,23 @@ class RunnerManagers:
         pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
         runners = _runners_of(pool, snapshot, (pod.name for pod in pods), self._pools)
         self._publish(ref, runner_counts(runners))
-        todo = lifecycle.plan(pods, runners, self._clock(), _deadline(pool), self._registration_timeout)
+        todo = lifecycle.plan(
+            pods,
+            runners,
+            self._clock(),
+            _deadline(pool),
+            self._registration_timeout,
+            listing_started=snapshot.started_at,
+        )
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
         desired = autoscaling.desired_replicas(pool)  # the reconciler's decision, on the pool
         retire = retirement.retirements(todo.decisions, desired, wanted) if desired is not None else ()
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
-        outlived = [pod for pod in pods if lifecycle.outlived_stop(pod, snapshot.started_at)]
-        if todo.collect or todo.replace or todo.marks or outlived:
+        if todo.collect or todo.replace or todo.marks or todo.outlived:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
             self._carry_out(ref, github, todo, halted)
-            self._hurry(ref, github, snapshot, outlived, {runner.name: runner for runner in runners})
+            self._hurry(ref, github, snapshot, todo, runners=runners, halted=halted)
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:
         with self._lock:
@@ -601,28 +613,28 @@ class RunnerManagers:
         ref: PoolRef,
         github: GitHubClient,
         snapshot: Snapshot,
-        outlived: Iterable[lifecycle.PodView],
-        listed: Mapping[str, Runner],
+        todo: lifecycle.Plan,
+        *,
+        runners: Sequence[Runner],
+        halted: Callable[[], bool],
     ) -> None:
         """A live pool's pods that ``lifecycle.outlived_stop`` (scaled down, rolled out), the
-        drain's way: looked up by name when the listing showed no runner of theirs, an idle
-        runner deregistered first, a busy one left to its job; then deleted again with a grace
-        of ``HURRY_GRACE_SECONDS``."""
+        drain's way: looked up by name when the listing showed no runner of theirs, idle runners
+        of their name deregistered first (but those ``todo`` collected already), a busy one left
+        to its job (two of one name: the busy one decides); then told to stop again."""
         delete_runner = deleter(self._removal, ref, github)
-        for view in outlived:
-            runner = listed.get(view.name)
-            if runner is None:
-                runner = self._looked_up(ref, github, snapshot, [view.name]).get(view.name)
-            if runner is not None and (runner.busy or delete_runner(runner.id) is DeleteOutcome.BUSY):
+        collected = {runner.id for runner in todo.collect}
+        for view in todo.outlived:
+            if halted():
+                return
+            named = [runner for runner in runners if runner.name == view.name]
+            if not named:
+                named = list(self._looked_up(ref, github, snapshot, [view.name]).values())
+            if any(runner.busy for runner in named):
                 continue
-            decision = lifecycle.PodDecision(
-                view,
-                lifecycle.Action.DELETE_POD,
-                "OutlivedStop",
-                runner,
-                grace_seconds=lifecycle.HURRY_GRACE_SECONDS,
-            )
-            self._delete_pods(ref, [decision])
+            if any(delete_runner(r.id) is DeleteOutcome.BUSY for r in named if r.id not in collected):
+                continue
+            self._hurry_pod(ref, view, lifecycle.hurried_grace(view, snapshot.started_at))
 
     def _next_delay(
         self, key: ListingKey, github: GitHubClient, snapshot: Snapshot, retry_after: float | None
