@@ -468,19 +468,17 @@ def _settled(reconciler: Reconciler, clock: WallClock, key: str) -> Result:
     return result
 
 
-def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_without_it(
-    api_client: client.ApiClient, namespace: str, lost_node: str, github: responses.RequestsMock
-) -> None:
-    """Before, the finalizer said Deregistered and waited for the pod for ever, the pool and its
-    namespace Terminating with it. Now the pod is named with its node once past its deletion
-    time, and an hour later, GitHub having no runner of its name, the pool goes without it."""
-    clock, key = WallClock(), f"{namespace}/lost"
+def _one_pod_on(
+    api_client: client.ApiClient, namespace: str, name: str, node: str, clock: WallClock
+) -> tuple[Reconciler, RunnerManagers, str]:
+    """A one-replica pool's pod, bound to ``node``, and the real reconciler and runner managers
+    on ``clock`` (their scheduler never started: only their drain runs)."""
     managers = RunnerManagers(
         LiveReader(api_client),
         live_clients(api_client),
         KubePods(Kube(api_client)),
         lambda key: None,
-        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
+        scheduler=BackgroundScheduler(timezone=UTC),
         clock=clock,
     )
     settings = Settings(
@@ -488,14 +486,27 @@ def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_w
     )
     reconciler = make_reconciler(api_client, runners=managers, clock=clock, settings=settings)
     pat_secret(api_client, namespace)
-    create_pool(api_client, namespace, pool_manifest("lost", repo="octo-org/octo-repo", replicas=1))
-    reconciler(key)
-    fill_token(api_client, namespace, "lost", "tok", FUTURE)
-    reconciler(key)
-    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "lost")]
+    create_pool(api_client, namespace, pool_manifest(name, repo="octo-org/octo-repo", replicas=1))
+    reconciler(f"{namespace}/{name}")
+    fill_token(api_client, namespace, name, "tok", FUTURE)
+    reconciler(f"{namespace}/{name}")
+    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, name)]
+    binding = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}}
+    client.CoreV1Api(api_client).create_namespaced_pod_binding(
+        pod, namespace, binding, _preload_content=False
+    )
+    return reconciler, managers, pod
+
+
+def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_without_it(
+    api_client: client.ApiClient, namespace: str, lost_node: str, github: responses.RequestsMock
+) -> None:
+    """Before, the finalizer said Deregistered and waited for the pod for ever, the pool and its
+    namespace Terminating with it. Now the pod is named with its node once past its deletion
+    time, and an hour later, GitHub having no runner of its name, the pool goes without it."""
+    clock, key = WallClock(), f"{namespace}/lost"
+    reconciler, managers, pod = _one_pod_on(api_client, namespace, "lost", lost_node, clock)
     core = client.CoreV1Api(api_client)
-    binding = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": lost_node}}
-    core.create_namespaced_pod_binding(pod, namespace, binding, _preload_content=False)
     endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
     endpoint.add(7, pod, [f"{namespace}/lost"], status="offline")  # its node lost power
     core.delete_namespaced_pod(pod, namespace, grace_period_seconds=30)
@@ -539,27 +550,8 @@ def test_a_deleted_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_wit
     its namespace waited as long. Now the API server takes a second deletion whose grace ends
     30 s later: the kubelet signals the container again and kills it then."""
     clock, key = WallClock(), f"{namespace}/hung"
-    managers = RunnerManagers(
-        LiveReader(api_client),
-        live_clients(api_client),
-        KubePods(Kube(api_client)),
-        lambda key: None,
-        scheduler=BackgroundScheduler(timezone=UTC),  # never started: only drain() runs
-        clock=clock,
-    )
-    settings = Settings(
-        deletion=DeletionSettings(busy_runner_wait=30.0), queue=QueueSettings(status_coalesce=0.0)
-    )
-    reconciler = make_reconciler(api_client, runners=managers, clock=clock, settings=settings)
-    pat_secret(api_client, namespace)
-    create_pool(api_client, namespace, pool_manifest("hung", repo="octo-org/octo-repo", replicas=1))
-    reconciler(key)
-    fill_token(api_client, namespace, "hung", "tok", FUTURE)
-    reconciler(key)
-    [pod] = [p["metadata"]["name"] for p in LiveReader(api_client).list_pods(namespace, "hung")]
+    reconciler, managers, pod = _one_pod_on(api_client, namespace, "hung", lost_node, clock)
     core = client.CoreV1Api(api_client)
-    binding = {"metadata": {"name": pod}, "target": {"kind": "Node", "name": lost_node}}
-    core.create_namespaced_pod_binding(pod, namespace, binding, _preload_content=False)
     started = (clock.now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     running = {"name": naming.RUNNER_CONTAINER, "image": "runner", "imageID": "", "ready": True}
     running |= {"restartCount": 0, "state": {"running": {"startedAt": started}}}

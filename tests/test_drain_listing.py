@@ -57,27 +57,21 @@ class PodsGo:
     #: (pod, grace) of each deletion that shortened a pod's grace.
     hurried: list[tuple[str, int]] = field(default_factory=list)
 
-    def delete_pod(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        resource_version: str | None,
-        grace_seconds: int | None = None,
-    ) -> bool:
-        if grace_seconds is not None:
-            pods = [pod for pods in self.cache.pods.values() for pod in pods]
-            (meta,) = [pod["metadata"] for pod in pods if pod["metadata"]["name"] == name]
-            assert resource_version == meta["resourceVersion"], "told again as it was decided on"
-            first = datetime.strptime(meta["deletionTimestamp"], _RFC3339).replace(tzinfo=UTC)
-            first -= timedelta(seconds=meta["deletionGracePeriodSeconds"])
-            meta["deletionTimestamp"] = (first + timedelta(seconds=grace_seconds)).strftime(_RFC3339)
-            meta["deletionGracePeriodSeconds"] = grace_seconds
-            self.hurried.append((name, grace_seconds))
-            return True
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
         for pool, pods in self.cache.pods.items():
             self.cache.pods[pool] = [pod for pod in pods if pod["metadata"]["name"] != name]
         self.deleted.append(name)
+        return True
+
+    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+        pods = [pod for pods in self.cache.pods.values() for pod in pods]
+        (meta,) = [pod["metadata"] for pod in pods if pod["metadata"]["name"] == name]
+        assert resource_version == meta["resourceVersion"], "told again as it was decided on"
+        first = datetime.strptime(meta["deletionTimestamp"], _RFC3339).replace(tzinfo=UTC)
+        first -= timedelta(seconds=meta["deletionGracePeriodSeconds"])
+        meta["deletionTimestamp"] = (first + timedelta(seconds=grace)).strftime(_RFC3339)
+        meta["deletionGracePeriodSeconds"] = grace
+        self.hurried.append((name, grace))
         return True
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:

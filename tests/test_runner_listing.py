@@ -94,20 +94,14 @@ class Pods:
     annotated: list[tuple[str, str, str | None]] = field(default_factory=list)
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: (pod, grace, resourceVersion precondition) of each deletion that shortened a pod's grace.
-    hurried: list[tuple[str, int, str | None]] = field(default_factory=list)
+    hurried: list[tuple[str, int, str]] = field(default_factory=list)
 
-    def delete_pod(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        resource_version: str | None,
-        grace_seconds: int | None = None,
-    ) -> bool:
-        if grace_seconds is not None:
-            self.hurried.append((name, grace_seconds, resource_version))
-        else:
-            self.deleted.append(name)
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
+        self.deleted.append(name)
+        return True
+
+    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+        self.hurried.append((name, grace, resource_version))
         return True
 
     def annotate_pod(self, namespace: str, name: str, key: str, value: str | None) -> None:

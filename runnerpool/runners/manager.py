@@ -67,14 +67,8 @@ log = logging.getLogger(__name__)
 
 
 class PodWriter(Protocol):
-    def delete_pod(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        resource_version: str | None,
-        grace_seconds: int | None = None,
-    ) -> bool: ...
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool: ...
+    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool: ...
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
 
@@ -84,26 +78,25 @@ class KubePods:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
 
-    def delete_pod(
-        self,
-        namespace: str,
-        name: str,
-        uid: str,
-        resource_version: str | None,
-        grace_seconds: int | None = None,
-    ) -> bool:
+    def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
         """Delete only the pod as it was decided on: a restart since then changed its
         resourceVersion, and the API server answers 409 instead of deleting (``None``: any
-        version of that pod, for a pool being deleted whose runners are all gone).
-        ``grace_seconds``: shorten its grace (``lifecycle.outlived_stop``); ``None``: its own."""
+        version of that pod, for a pool being deleted whose runners are all gone)."""
+        return self._delete(namespace, name, uid, resource_version, {})
+
+    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+        """Delete a pod being deleted again, as it was decided on, with a shorter ``grace``
+        (``gracePeriodSeconds``, counted from its first deletion: ``lifecycle.hurried_grace``)."""
+        return self._delete(namespace, name, uid, resource_version, {"gracePeriodSeconds": grace})
+
+    def _delete(
+        self, namespace: str, name: str, uid: str, resource_version: str | None, options: dict[str, Any]
+    ) -> bool:
         preconditions = {"uid": uid}
         if resource_version is not None:
             preconditions["resourceVersion"] = resource_version
-        body: dict[str, Any] = {"preconditions": preconditions}
-        if grace_seconds is not None:
-            body["gracePeriodSeconds"] = grace_seconds
         try:
-            self._kube.delete(PODS, namespace, name, body)
+            self._kube.delete(PODS, namespace, name, {"preconditions": preconditions, **options})
         except ApiException as err:
             if err.status in (404, 409):
                 return False
@@ -382,7 +375,7 @@ class RunnerManagers:
     def _hurry_pod(self, pool: PoolRef, view: lifecycle.PodView, grace: int) -> None:
         """Delete ``view`` again with ``grace`` (``lifecycle.hurried_grace``), as it was decided
         on (its resourceVersion: a container that ended since changed it, and 409 means done)."""
-        if self._pods.delete_pod(pool.namespace, view.name, view.uid, view.resource_version or None, grace):
+        if self._pods.hurry_pod(pool.namespace, view.name, view.uid, view.resource_version, grace):
             log.info(
                 "pod %s/%s still ran its runner container more than %ds after it was told to stop; "
                 "told again, to be killed %ds from now",
