@@ -868,7 +868,7 @@ def _pool_unconverged(pool: dict[str, Any], pods: list[Any]) -> list[str]:
     return why
 
 
-#: The runner managers' line for a pod told to stop again (``RunnerManagers._delete_pods``).
+#: The runner managers' line for a pod told to stop again (``RunnerManagers._hurry_pod``).
 _OUTLIVED = re.compile(r"pod (\S+) still ran its runner container more than \d+s after it was told to stop")
 
 
