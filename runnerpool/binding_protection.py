@@ -13,6 +13,12 @@ its finalizers are gone, so the pools deregister and let go; the binding is rele
 namespace has no pool left at all, after the operator's last writes there (the credential
 Secret's release, the busy budget's deletion), whichever leader saw the last pool go.
 
+Releases are one at a time. The namespace's last pools go together, and each gone pool's pass
+releases: a pass that listed the binding before another released it would patch a binding that
+is gone, and since that binding was the operator's grant there, the API server answers 403, not
+404 (RBAC decides before the object is looked up): a false "cannot release" warning and a
+forbidden request in the audit log, where the pass after it would have found nothing to do.
+
 Which bindings: those whose subjects name the operator's own ServiceAccount (learnt by
 ``NamespaceAccess.account``) and whose ``roleRef`` is a ClusterRole: the documented one-liner,
 the kustomize component and the chart's ``runnerNamespaces`` all make one of those, under
@@ -86,6 +92,7 @@ class EnablingBindings:
         self._account = account
         self._held: set[str] = set()
         self._lock = threading.Lock()
+        self._release_lock = threading.Lock()
 
     def protect(self, namespace: str) -> bool:
         """Hold the namespace's enabling bindings (once per namespace and process); whether it wrote."""
@@ -103,7 +110,8 @@ class EnablingBindings:
             return False
         with self._lock:
             self._held.discard(namespace)
-        return self._patch_all(namespace, hold=False) > 0
+        with self._release_lock:
+            return self._patch_all(namespace, hold=False) > 0
 
     def _patch_all(self, namespace: str, *, hold: bool) -> int:
         try:

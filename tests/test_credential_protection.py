@@ -7,6 +7,7 @@ finalized, and removing it is what lets the Secret, and a namespace, go.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -298,7 +299,7 @@ class _ChangedBeforeEachPatch(Kube):
 
 
 def test_the_enabling_binding_is_released_even_when_it_changed_since_it_was_read(
-    api_client: client.ApiClient, namespace: str
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
 ) -> None:
     """No pool is left to try again: a conflict on the release must not leave the namespace
     Terminating for good with the operator's finalizer on its binding."""
@@ -314,7 +315,7 @@ def test_the_enabling_binding_is_released_even_when_it_changed_since_it_was_read
 
 
 def test_a_release_that_keeps_meeting_conflicts_fails_the_pass_so_the_work_queue_tries_again(
-    api_client: client.ApiClient, namespace: str
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
 ) -> None:
     _bindings(api_client).protect(namespace)
     bindings = EnablingBindings(
@@ -326,3 +327,57 @@ def test_a_release_that_keeps_meeting_conflicts_fails_the_pass_so_the_work_queue
 
     assert raised.value.status == 409
     assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+
+
+class _AnotherReleaseAfterTheFirstList(Kube):
+    """While the first release holds its listing of the namespace's bindings, another gone pool's
+    pass releases too: as when a namespace's last pools go together."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        super().__init__(api_client)
+        self.bindings: EnablingBindings | None = None
+        self.patches = 0
+        self.lists = 0
+        self._second_listed = threading.Event()
+
+    def list_items(self, resource: Any, namespace: str | None, **query: Any) -> list[dict[str, Any]]:
+        items = super().list_items(resource, namespace, **query)
+        self.lists += 1
+        if self.lists == 1:
+            assert self.bindings is not None
+            second = threading.Thread(target=self.bindings.release_if_unused, args=(namespace,))
+            second.start()
+            # Without one release at a time the second lists at once; with it, it waits for this one.
+            if self._second_listed.wait(timeout=1.0):
+                second.join()
+            self.second = second
+        else:
+            self._second_listed.set()
+        return items
+
+    def patch(
+        self, resource: Any, namespace: str | None, name: str, body: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        self.patches += 1
+        return super().patch(resource, namespace, name, body, **kwargs)
+
+
+def test_two_passes_releasing_the_enabling_binding_at_once_patch_it_once(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
+) -> None:
+    """The namespace is being deleted and its last pools go together. The binding was the
+    operator's grant: a patch on what another pass released already reaches a binding that is gone,
+    which the API server answers with 403 for the operator (a false warning, a forbidden request)."""
+    _bindings(api_client).protect(namespace)
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.delete_namespaced_role_binding(OPERATOR_SERVICE_ACCOUNT, namespace)  # held by the finalizer
+    kube = _AnotherReleaseAfterTheFirstList(api_client)
+    kube.bindings = EnablingBindings(LiveReader(api_client), kube, lambda: OPERATOR_ACCOUNT)
+
+    kube.bindings.release_if_unused(namespace)
+    kube.second.join()
+
+    assert kube.patches == 1, "the second release found nothing left to release"
+    assert not rbac.list_namespaced_role_binding(
+        namespace, field_selector=f"metadata.name={OPERATOR_SERVICE_ACCOUNT}"
+    ).items
