@@ -388,6 +388,7 @@ def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:
         ("busy", False),
         ("only-by-name-busy", False),
         ("two-of-one-name", False),
+        ("busy-beside-an-idle-namesake", False),
     ],
 )
 def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_killed_in_30_s(
@@ -398,13 +399,16 @@ def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_kil
     deletion, as the API server counts it), as it was decided on (its resourceVersion), its idle
     runner deregistered first (once: an offline one the collection took is not asked for
     again), unless GitHub shows a runner of its name busy: in the listing, asked by its name, or
-    beside an idle namesake (the busy one decides)."""
+    beside an idle namesake (the busy one keeps the pod; the idle one goes, as in a drain)."""
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     if listed in ("idle", "busy", "offline"):
         endpoint.add(1, "build-a", [f"{NS}/build"], busy=listed == "busy", status=listed)
     if listed == "two-of-one-name":
         endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
         endpoint.add(2, "build-a", [f"{NS}/build"], status="offline")
+    if listed == "busy-beside-an-idle-namesake":
+        endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
+        endpoint.add(2, "build-a", [f"{NS}/build"])
     ref = harness.cache.add("build", org="octo-org")
     if listed == "only-by-name-busy":  # a listing missed it; GitHub's name filter finds it
         endpoint.after_page = lambda page: endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
@@ -418,7 +422,12 @@ def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_kil
 
     assert harness.pods.hurried == ([("build-a", 150, "9")] if hurried else []), "build-b: not yet"
     assert harness.pods.deleted == []
-    deregistered = {"idle": [(1, 204)], "offline": [(1, 204)], "two-of-one-name": [(2, 204)]}
+    deregistered = {
+        "idle": [(1, 204)],
+        "offline": [(1, 204)],
+        "two-of-one-name": [(2, 204)],
+        "busy-beside-an-idle-namesake": [(2, 204)],  # as the drain does
+    }
     assert endpoint.deleted == deregistered.get(listed, [])
     assert endpoint.looked_up == ([("build-a", 200)] if listed in ("none", "only-by-name-busy") else [])
 

@@ -612,9 +612,10 @@ class RunnerManagers:
         halted: Callable[[], bool],
     ) -> None:
         """A live pool's pods that ``lifecycle.outlived_stop`` (scaled down, rolled out), the
-        drain's way: looked up by name when the listing showed no runner of theirs, idle runners
-        of their name deregistered first (but those ``todo`` collected already), a busy one left
-        to its job (two of one name: the busy one decides); then told to stop again."""
+        drain's way (``_looked_up``, ``_deregister``): looked up by name when the listing showed
+        no runner of theirs, idle runners of their name deregistered (but those ``todo``
+        collected already), a busy one left to its job (two of one name: the busy one keeps the
+        pod); then told to stop again."""
         delete_runner = deleter(self._removal, ref, github)
         collected = {runner.id for runner in todo.collect}
         for view in todo.outlived:
@@ -623,11 +624,9 @@ class RunnerManagers:
             named = [runner for runner in runners if runner.name == view.name]
             if not named:
                 named = list(self._looked_up(ref, github, snapshot, [view.name]).values())
-            if any(runner.busy for runner in named):
-                continue
-            if any(delete_runner(r.id) is DeleteOutcome.BUSY for r in named if r.id not in collected):
-                continue
-            self._hurry_pod(ref, view, lifecycle.hurried_grace(view, snapshot.started_at))
+            busy, _ = _deregister(delete_runner, (runner for runner in named if runner.id not in collected))
+            if not busy:
+                self._hurry_pod(ref, view, lifecycle.hurried_grace(view, snapshot.started_at))
 
     def _next_delay(
         self, key: ListingKey, github: GitHubClient, snapshot: Snapshot, retry_after: float | None
