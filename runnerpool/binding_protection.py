@@ -13,11 +13,21 @@ its finalizers are gone, so the pools deregister and let go; the binding is rele
 namespace has no pool left at all, after the operator's last writes there (the credential
 Secret's release, the busy budget's deletion), whichever leader saw the last pool go.
 
-Releases are one at a time. The namespace's last pools go together, and each gone pool's pass
-releases: a pass that listed the binding before another released it would patch a binding that
-is gone, and since that binding was the operator's grant there, the API server answers 403, not
-404 (RBAC decides before the object is looked up): a false "cannot release" warning and a
-forbidden request in the audit log, where the pass after it would have found nothing to do.
+A leader that stops between the last pool's finalizer and the release (killed, its Lease
+lost) leaves the finalizer on, and no pool is left whose pass would come for it: the
+namespace's deletion, or the binding's, would hang for good. So, as credential Secrets are, the
+bindings that carry the finalizer in namespaces without a pool are released at the start of
+each leadership term (:meth:`EnablingBindings.release_unused`), before the workers start.
+
+A namespace is let go once per teardown. Its last pools go together, and each gone pool's pass
+asks: the first runs the operator's last writes there (``last_writes``: the busy budget's
+deletion) and releases; the others, one at a time after it, find the namespace released
+(:data:`_RELEASED_FOR`) and write nothing. Otherwise a pass that listed the binding, or whose
+cache still showed the budget, before another released the binding would write to a
+namespace where the operator may no longer write: that binding was its grant there, and the API
+server answers 403, not 404 (RBAC decides before the object is looked up): a false "cannot
+release" warning and a forbidden request in the audit log. A pool made there since holds the
+binding again (:meth:`EnablingBindings.protect`) and starts the next teardown.
 
 Which bindings: those whose subjects name the operator's own ServiceAccount (learnt by
 ``NamespaceAccess.account``) and whose ``roleRef`` is a ClusterRole: the documented one-liner,
@@ -40,9 +50,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cachetools import TTLCache
 from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
@@ -56,6 +67,12 @@ log = logging.getLogger(__name__)
 
 #: Reads and patches of one binding when each patch meets a conflict (client-go's DefaultRetry).
 _ATTEMPTS = 5
+#: How long a released namespace is remembered as released: the passes of pools that went
+#: together come within moments; one much later (a pool whose finalizer was removed by hand)
+#: lists the bindings again and finds nothing to release.
+_RELEASED_FOR = 600.0
+#: Namespaces remembered as released at most: more than go together on any cluster.
+_RELEASED_MAX = 4096
 
 
 def _grants(binding: Mapping[str, Any], account: str) -> bool:
@@ -93,6 +110,7 @@ class EnablingBindings:
         self._held: set[str] = set()
         self._lock = threading.Lock()
         self._release_lock = threading.Lock()
+        self._released: TTLCache[str, bool] = TTLCache(_RELEASED_MAX, _RELEASED_FOR)
 
     def protect(self, namespace: str) -> bool:
         """Hold the namespace's enabling bindings (once per namespace and process); whether it wrote."""
@@ -100,18 +118,51 @@ class EnablingBindings:
             if namespace in self._held:
                 return False
             self._held.add(namespace)
+            self._released.pop(namespace, None)
         return self._patch_all(namespace, hold=True) > 0
 
-    def release_if_unused(self, namespace: str) -> bool:
-        """Let the bindings go once the namespace has no pool left at all: called after the last
-        pool's own last writes there (its credential Secret released, the busy budget deleted),
-        which the binding still has to allow."""
+    def release_if_unused(self, namespace: str, last_writes: Callable[[], object] = lambda: None) -> bool:
+        """Once the namespace has no pool left at all: ``last_writes``, the operator's last
+        writes there, which the binding still has to allow (the pools' credential Secrets are
+        released before this, by their own passes), then let the bindings go; whether it
+        patched one. Once per teardown (see the module docstring)."""
         if self._reads.pools_in(namespace):
             return False
-        with self._lock:
-            self._held.discard(namespace)
         with self._release_lock:
-            return self._patch_all(namespace, hold=False) > 0
+            with self._lock:
+                if namespace in self._released:
+                    return False
+                self._held.discard(namespace)
+            last_writes()
+            released = self._patch_all(namespace, hold=False) > 0
+            with self._lock:
+                if namespace not in self._held:  # no pool held it again meanwhile
+                    self._released[namespace] = True
+            return released
+
+    def release_unused(self, namespaces: Sequence[str] | None) -> int:
+        """Release the held bindings of every namespace without a pool; how many namespaces.
+
+        Run at the start of each leadership, on synced caches (see the module docstring).
+        ``namespaces``: the watched ones (``--namespace``; namespace-scoped mode may list
+        RoleBindings only there), ``None`` for all. One list of RoleBindings each (the
+        operator's ClusterRole grants it: the informers watch its own bindings). A failure is
+        logged, never raised: leading must go on, and the next pool deletion there asks again.
+        """
+        released = 0
+        for scope in namespaces if namespaces is not None else [None]:
+            try:
+                held = {
+                    b["metadata"]["namespace"]
+                    for b in self._kube.list_items(ROLE_BINDINGS, scope)
+                    if naming.BINDING_FINALIZER in (b["metadata"].get("finalizers") or [])
+                }
+                released += sum(self.release_if_unused(namespace) for namespace in sorted(held))
+            except ApiException as err:
+                log.warning("could not release enabling RoleBindings no pool needs: %s", describe(err))
+        if released:
+            log.info("released the enabling RoleBindings of %d namespace(s) without pools", released)
+        return released
 
     def _patch_all(self, namespace: str, *, hold: bool) -> int:
         try:

@@ -132,8 +132,8 @@ class FakePoolSecrets:
     def forget(self, namespace: str, pool: str) -> None:
         pass
 
-    def namespace_done(self, namespace: str) -> None:
-        pass
+    def namespace_done(self, namespace: str, last_writes: Callable[[], object]) -> None:
+        last_writes()
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
         return self.reads.get_secret(namespace, secret_name)

@@ -91,8 +91,10 @@ class PoolSecrets(Protocol):
     def protect(self, namespace: str, pool: str, secret_name: str) -> bool: ...
     def finalized(self, namespace: str, pool: str, secret_name: str) -> None: ...
     def forget(self, namespace: str, pool: str) -> None: ...
-    def namespace_done(self, namespace: str) -> None:
-        """The namespace's last pool is gone, and the operator's last write there is done."""
+    def namespace_done(self, namespace: str, last_writes: Callable[[], object]) -> None:
+        """A pool of the namespace is gone: once none is left, ``last_writes`` (what the
+        operator still writes there), then the enabling binding let go; once per teardown,
+        however many pools go at once."""
         ...
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None: ...
@@ -177,8 +179,8 @@ class SecretChecks:
     def forget(self, namespace: str, pool: str) -> None:
         self.protection.forget(namespace, pool)
 
-    def namespace_done(self, namespace: str) -> None:
-        self.bindings.release_if_unused(namespace)
+    def namespace_done(self, namespace: str, last_writes: Callable[[], object]) -> None:
+        self.bindings.release_if_unused(namespace, last_writes)
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
         """Cached once labelled, read by name before that."""

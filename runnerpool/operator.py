@@ -109,7 +109,7 @@ class Operator:
         )
 
     def _leader_parts(self) -> list[Runnable]:
-        """Credential release, the secret updater, runner managers, the poller and the workers."""
+        """Credential and binding release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
         access = NamespaceAccess(kube, watch=self.informers, role=settings.namespace_role)
         token_scheduler = background_scheduler(settings.tokens.threads)
@@ -139,8 +139,9 @@ class Operator:
             scale_set_jit=scale_sets.jit,
         )
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
+        bindings = EnablingBindings(self.informers, kube, access.account)
         jobs = PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools)
-        reconciler = self._reconciler(jobs, access, protection)
+        reconciler = self._reconciler(jobs, access, SecretChecks(protection, bindings, self._webhook.check))
         url_of = settings.github.api_url_of
         poller = DemandPoller(
             self.informers,
@@ -153,6 +154,9 @@ class Operator:
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
             Runnable("credential release", protection.release_unused, leader_only=True),
+            Runnable(
+                "binding release", lambda: bindings.release_unused(settings.namespaces), leader_only=True
+            ),
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
@@ -160,9 +164,7 @@ class Operator:
             Runnable("workers", controller.start, controller.stop, leader_only=True),
         ]
 
-    def _reconciler(
-        self, jobs: PoolJobs, access: NamespaceAccess, protection: CredentialProtection
-    ) -> Reconciler:
+    def _reconciler(self, jobs: PoolJobs, access: NamespaceAccess, secrets: SecretChecks) -> Reconciler:
         settings, kube = self.settings, self._kube
         return Reconciler(
             self.informers,
@@ -175,9 +177,7 @@ class Operator:
                 ScopeGate(settings.tenants.allow_list),
                 RunnerGroupGate(self._clients, settings.github.api_url),
             ),
-            secrets=SecretChecks(
-                protection, EnablingBindings(self.informers, kube, access.account), self._webhook.check
-            ),
+            secrets=secrets,
             states=self._states,
             settings=settings,
         )

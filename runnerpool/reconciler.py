@@ -242,8 +242,8 @@ class Reconciler:
             self._jobs.marked(namespace, name)
             self._secrets.forget(namespace, name)
             writes = Writes()
-            self._release_unused_budget(namespace, writes)
-            self._secrets.namespace_done(namespace)  # the last write there: the enabling binding
+            # The namespace's busy budget goes with its last pool, then the enabling binding.
+            self._secrets.namespace_done(namespace, lambda: self._release_unused_budget(namespace, writes))
             _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems

@@ -381,3 +381,64 @@ def test_two_passes_releasing_the_enabling_binding_at_once_patch_it_once(
     assert not rbac.list_namespaced_role_binding(
         namespace, field_selector=f"metadata.name={OPERATOR_SERVICE_ACCOUNT}"
     ).items
+
+
+def test_at_leadership_start_bindings_are_released_only_where_no_pool_is_left(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
+) -> None:
+    """A leader stopped before its release leaves the finalizer on (no pool's pass comes for
+    it); a namespace that still has a pool keeps it for that pool's deregistration."""
+    core = client.CoreV1Api(api_client)
+    others = core.create_namespace({"metadata": {"generateName": "t-pool-"}}).metadata.name
+    try:
+        client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+            others,
+            {
+                "metadata": {"name": OPERATOR_SERVICE_ACCOUNT},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": NAMESPACE_ROLE,
+                },
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": OPERATOR_SERVICE_ACCOUNT,
+                        "namespace": OPERATOR_NAMESPACE,
+                    }
+                ],
+            },
+        )
+        create_pool(api_client, others, pool_manifest("still-here"))
+        _bindings(api_client).protect(namespace)
+        _bindings(api_client).protect(others)
+
+        assert _bindings(api_client).release_unused([namespace, others]) == 1
+
+        assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == []
+        assert _binding_finalizers(api_client, others, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+    finally:
+        client.RbacAuthorizationV1Api(api_client).patch_namespaced_role_binding(
+            OPERATOR_SERVICE_ACCOUNT, others, {"metadata": {"finalizers": None}}
+        )
+        core.delete_namespace(others)
+
+
+def test_the_namespaces_last_writes_and_release_happen_once_however_many_pools_go_together(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
+) -> None:
+    """Each gone pool's pass asks; a pass whose cache still shows the busy budget another pass
+    deleted would delete it again after the binding, its grant there, went: a 403. A pool made
+    there since starts the next teardown."""
+    bindings = _bindings(api_client)
+    bindings.protect(namespace)
+    last_writes: list[str] = []
+
+    assert bindings.release_if_unused(namespace, lambda: last_writes.append("first"))
+    assert not bindings.release_if_unused(namespace, lambda: last_writes.append("second"))
+    assert last_writes == ["first"]
+
+    bindings.protect(namespace)  # a new pool's first pass
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+    assert bindings.release_if_unused(namespace, lambda: last_writes.append("next teardown"))
+    assert last_writes == ["first", "next teardown"]

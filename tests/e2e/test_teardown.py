@@ -20,12 +20,15 @@ from tests.e2e.runners import (
     ORG,
     REPO,
     delete_namespace_and_wait,
+    namespace_gone,
     runners_of_namespace,
     token_of,
     wait_condition,
     wait_token,
 )
+from tests.helpers import wait_for
 from tests.pools import create_pool, pool_manifest
+from testworld.envtest.serviceaccount import OPERATOR_SERVICE_ACCOUNT
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 
@@ -66,6 +69,23 @@ def test_deleting_a_namespace_deregisters_every_runner_and_finishes(
     assert runners_of_namespace(fake_github, namespace) == [], "runners left registered on GitHub"
     assert _error_lines(operator) == [], "a namespace being deleted is no error"
     print(f"namespace gone {took:.1f}s after its deletion")
+
+
+def test_a_namespace_whose_last_pool_went_while_no_operator_led_finishes_once_one_leads(
+    api_client: client.ApiClient, namespace: str, start_operator: StartOperator
+) -> None:
+    """The leader was killed between the last pool's finalizer and the release of the RoleBinding
+    that enables the operator there: the binding keeps the operator's finalizer, and no pool is
+    left whose pass would come. Deleting the namespace must still finish, once an operator leads."""
+    client.RbacAuthorizationV1Api(api_client).patch_namespaced_role_binding(
+        OPERATOR_SERVICE_ACCOUNT, namespace, {"metadata": {"finalizers": [naming.BINDING_FINALIZER]}}
+    )
+    core = client.CoreV1Api(api_client)
+    core.delete_namespace(namespace)
+
+    start_operator()
+
+    wait_for(lambda: namespace_gone(core, namespace), message=f"namespace {namespace} to be gone")
 
 
 def test_a_lost_token_comes_back_at_once_without_asking_github(
