@@ -17,7 +17,8 @@ A leader that stops between the last pool's finalizer and the release (killed, i
 lost) leaves the finalizer on, and no pool is left whose pass would come for it: the
 namespace's deletion, or the binding's, would hang for good. So, as credential Secrets are, the
 bindings that carry the finalizer in namespaces without a pool are released at the start of
-each leadership term (:meth:`EnablingBindings.release_unused`), before the workers start.
+each leadership term, before the workers start, after the credential Secrets the cache cannot
+show there (``runnerpool.observe.SecretChecks.release_unused``).
 
 A namespace is let go once per teardown. Its last pools go together, and each gone pool's pass
 asks: the first runs the operator's last writes there (``last_writes``: the busy budget's
@@ -38,8 +39,10 @@ binding to a Role is not held: the namespace's deletion deletes the Role itself 
 
 Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
 reconciled by this process (a patch only where the finalizer is missing), and one when its last
-pool is gone. A conflict is read again and decided again at once (several passes may release
-at once; the namespace's deletion marks the binding while its last pools go). Failing to hold
+pool is gone; at each leadership start, one paged list of all RoleBindings (of each watched
+namespace with ``--namespace``), and one list of a namespace's per release. A conflict is read
+again and decided again at once (several passes may release at once; the namespace's deletion
+marks the binding while its last pools go). Failing to hold
 never fails a pass: it is logged, and the next pass tries again. Failing to release (other than
 403/404: the binding or its grant is gone) fails the gone pool's pass, so the work queue
 brings it back: no other pass would come for a namespace without pools, and the namespace
@@ -50,7 +53,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cachetools import TTLCache
@@ -136,33 +139,22 @@ class EnablingBindings:
             last_writes()
             released = self._patch_all(namespace, hold=False) > 0
             with self._lock:
-                if namespace not in self._held:  # no pool held it again meanwhile
+                again = namespace in self._held
+                if not again:
                     self._released[namespace] = True
+            if again:  # a new pool's first pass held it meanwhile, maybe before this release
+                self._patch_all(namespace, hold=True)
             return released
 
-    def release_unused(self, namespaces: Sequence[str] | None) -> int:
-        """Release the held bindings of every namespace without a pool; how many namespaces.
-
-        Run at the start of each leadership, on synced caches (see the module docstring).
-        ``namespaces``: the watched ones (``--namespace``; namespace-scoped mode may list
-        RoleBindings only there), ``None`` for all. One list of RoleBindings each (the
-        operator's ClusterRole grants it: the informers watch its own bindings). A failure is
-        logged, never raised: leading must go on, and the next pool deletion there asks again.
-        """
-        released = 0
-        for scope in namespaces if namespaces is not None else [None]:
-            try:
-                held = {
-                    b["metadata"]["namespace"]
-                    for b in self._kube.list_items(ROLE_BINDINGS, scope)
-                    if naming.BINDING_FINALIZER in (b["metadata"].get("finalizers") or [])
-                }
-                released += sum(self.release_if_unused(namespace) for namespace in sorted(held))
-            except ApiException as err:
-                log.warning("could not release enabling RoleBindings no pool needs: %s", describe(err))
-        if released:
-            log.info("released the enabling RoleBindings of %d namespace(s) without pools", released)
-        return released
+    def held_in(self, scope: str | None) -> set[str]:
+        """The namespaces of ``scope`` (one namespace, or ``None``: all) where a RoleBinding
+        carries the finalizer: one list of RoleBindings, paged (the operator's ClusterRole
+        grants it cluster-wide, namespace-scoped mode's role in each watched namespace)."""
+        return {
+            b["metadata"]["namespace"]
+            for b in self._kube.list_paged(ROLE_BINDINGS, scope)
+            if naming.BINDING_FINALIZER in (b["metadata"].get("finalizers") or [])
+        }
 
     def _patch_all(self, namespace: str, *, hold: bool) -> int:
         try:

@@ -240,6 +240,15 @@ class CredentialProtection:
             log.info("released %d credential Secret(s) that no pool needs", released)
         return released
 
+    def release_listed_in(self, namespace: str) -> int:
+        """Release the protected Secrets of a namespace without pools, listed through the API
+        (by the label): the cache reads Secrets only in namespaces where a pool has passed since
+        this process started (``runnerpool.watches``), so at a leadership start
+        (:meth:`release_unused`) it shows none where the last pool went under another leader.
+        Raises what the API answers."""
+        listed = self._kube.list_items(SECRETS, namespace, label_selector=naming.CREDENTIAL_SELECTOR)
+        return sum(self.release_if_unused(namespace, s["metadata"]["name"]) for s in listed)
+
     def _release_unused_in(self, namespace: str | None, *, finalized: str | None = None) -> int:
         """Over the cached Secrets: a protected one carries the label the cache selects by."""
         released = 0

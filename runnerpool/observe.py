@@ -11,11 +11,14 @@ fakes (``runnerpool.fakes``) and the real jobs meet one definition.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runnerpool import api, naming
+from runnerpool.api_errors import describe
 from runnerpool.binding_protection import EnablingBindings
 from runnerpool.credential_protection import CredentialProtection
 from runnerpool.domain import Drain, PoolRef, RegistrationFailure, WebhookSecretProblem
@@ -33,6 +36,8 @@ __all__ = [
     "WebhookSecretCheck",
     "observe",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class JitJobs(Protocol):
@@ -181,6 +186,30 @@ class SecretChecks:
 
     def namespace_done(self, namespace: str, last_writes: Callable[[], object]) -> None:
         self.bindings.release_if_unused(namespace, last_writes)
+
+    def release_unused(self, namespaces: Sequence[str] | None) -> None:
+        """At the start of each leadership, on synced caches, before the workers: the protection
+        of pools that went under another leader, or while none led. The credential Secrets no
+        pool needs (``CredentialProtection.release_unused``); then, in each namespace whose
+        enabling binding is still held but which has no pool left (a leader stopped between
+        its last pool's finalizer and the release), its protected Secrets, listed through the
+        API, and the binding. ``namespaces``: the watched ones (``--namespace``), ``None``: all.
+        A failure is logged, never raised: leading must go on, and the next pool deletion
+        there asks again."""
+        self.protection.release_unused()
+        for scope in namespaces if namespaces is not None else [None]:
+            try:
+                held = self.bindings.held_in(scope)
+            except Exception as err:
+                log.warning("could not list the enabling RoleBindings to release: %s", describe(err))
+                continue
+            for namespace in sorted(held):
+                try:
+                    self.bindings.release_if_unused(
+                        namespace, functools.partial(self.protection.release_listed_in, namespace)
+                    )
+                except Exception as err:
+                    log.warning("could not release namespace %s: %s", namespace, describe(err))
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
         """Cached once labelled, read by name before that."""

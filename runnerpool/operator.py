@@ -109,7 +109,7 @@ class Operator:
         )
 
     def _leader_parts(self) -> list[Runnable]:
-        """Credential and binding release, the secret updater, runner managers, the poller and the workers."""
+        """Credential release, the secret updater, runner managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
         access = NamespaceAccess(kube, watch=self.informers, role=settings.namespace_role)
         token_scheduler = background_scheduler(settings.tokens.threads)
@@ -141,7 +141,8 @@ class Operator:
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
         bindings = EnablingBindings(self.informers, kube, access.account)
         jobs = PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools)
-        reconciler = self._reconciler(jobs, access, SecretChecks(protection, bindings, self._webhook.check))
+        checks = SecretChecks(protection, bindings, self._webhook.check)
+        reconciler = self._reconciler(jobs, access, checks)
         url_of = settings.github.api_url_of
         poller = DemandPoller(
             self.informers,
@@ -153,9 +154,8 @@ class Operator:
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
-            Runnable("credential release", protection.release_unused, leader_only=True),
             Runnable(
-                "binding release", lambda: bindings.release_unused(settings.namespaces), leader_only=True
+                "credential release", lambda: checks.release_unused(settings.namespaces), leader_only=True
             ),
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),

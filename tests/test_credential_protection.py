@@ -22,7 +22,7 @@ from runnerpool.naming import BINDING_FINALIZER, CREDENTIAL_FINALIZER
 from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
-from runnerpool.runtime.kube import Kube
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
 from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
@@ -383,44 +383,73 @@ def test_two_passes_releasing_the_enabling_binding_at_once_patch_it_once(
     ).items
 
 
-def test_at_leadership_start_bindings_are_released_only_where_no_pool_is_left(
+class _NoSecretsCached(LiveReader):
+    """The operator's cache at a leadership start: it reads Secrets only in namespaces where a
+    pool has passed since the process started, so none in a namespace without pools."""
+
+    def list_secrets(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def _protect_by_hand(api_client: client.ApiClient, namespace: str) -> None:
+    """The credential Secret as a pool's pass left it protected."""
+    pat_secret(api_client, namespace)
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        CRED,
+        namespace,
+        {
+            "metadata": {
+                "finalizers": [CREDENTIAL_FINALIZER],
+                "labels": {naming.CREDENTIAL_LABEL: naming.CREDENTIAL_VALUE},
+            }
+        },
+    )
+
+
+def test_at_leadership_start_a_namespace_without_pools_lets_its_secret_and_binding_go(
     api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
 ) -> None:
-    """A leader stopped before its release leaves the finalizer on (no pool's pass comes for
-    it); a namespace that still has a pool keeps it for that pool's deregistration."""
+    """A leader stopped between the namespace's last pool's finalizer and the releases leaves
+    both protections on, and no pool's pass comes for them: deleting the namespace would hang.
+    The next leader lets them go, the Secret first (its cache does not show it); a namespace
+    that still has a pool keeps both for that pool's deregistration."""
     core = client.CoreV1Api(api_client)
     others = core.create_namespace({"metadata": {"generateName": "t-pool-"}}).metadata.name
+    rbac = client.RbacAuthorizationV1Api(api_client)
     try:
-        client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        binding = rbac.read_namespaced_role_binding(OPERATOR_SERVICE_ACCOUNT, namespace)
+        rbac.create_namespaced_role_binding(
             others,
             {
                 "metadata": {"name": OPERATOR_SERVICE_ACCOUNT},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": NAMESPACE_ROLE,
-                },
-                "subjects": [
-                    {
-                        "kind": "ServiceAccount",
-                        "name": OPERATOR_SERVICE_ACCOUNT,
-                        "namespace": OPERATOR_NAMESPACE,
-                    }
-                ],
+                "roleRef": binding.role_ref,
+                "subjects": binding.subjects,
             },
         )
         create_pool(api_client, others, pool_manifest("still-here"))
-        _bindings(api_client).protect(namespace)
-        _bindings(api_client).protect(others)
+        bindings = _bindings(api_client)
+        for each in (namespace, others):
+            _protect_by_hand(api_client, each)
+            bindings.protect(each)
+        reads = _NoSecretsCached(api_client)
+        checks = SecretChecks(
+            CredentialProtection(reads, Kube(api_client)), bindings, lambda namespace, ref: None
+        )
 
-        assert _bindings(api_client).release_unused([namespace, others]) == 1
+        checks.release_unused([namespace, others])
 
+        assert not _protected(api_client, namespace)
         assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == []
+        assert _protected(api_client, others), "a pool there still needs it"
         assert _binding_finalizers(api_client, others, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
     finally:
-        client.RbacAuthorizationV1Api(api_client).patch_namespaced_role_binding(
+        rbac.patch_namespaced_role_binding(
             OPERATOR_SERVICE_ACCOUNT, others, {"metadata": {"finalizers": None}}
         )
+        core.patch_namespaced_secret(CRED, others, {"metadata": {"finalizers": None}})
         core.delete_namespace(others)
 
 
@@ -442,3 +471,22 @@ def test_the_namespaces_last_writes_and_release_happen_once_however_many_pools_g
     assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
     assert bindings.release_if_unused(namespace, lambda: last_writes.append("next teardown"))
     assert last_writes == ["first", "next teardown"]
+
+
+def test_the_leadership_starts_list_of_role_bindings_reads_every_page(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A cluster holds many RoleBindings: they are read a page at a time, and none is missed."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    binding = rbac.read_namespaced_role_binding(OPERATOR_SERVICE_ACCOUNT, namespace)
+    for n in range(3):
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {"metadata": {"name": f"extra-{n}"}, "roleRef": binding.role_ref, "subjects": binding.subjects},
+        )
+    kube = Kube(api_client)
+
+    paged = [b["metadata"]["name"] for b in kube.list_paged(ROLE_BINDINGS, namespace, page=1)]
+
+    assert len(paged) >= 4
+    assert sorted(paged) == sorted(b["metadata"]["name"] for b in kube.list_items(ROLE_BINDINGS, namespace))

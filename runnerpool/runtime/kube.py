@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
@@ -194,6 +194,20 @@ class Kube:
     def list_items(self, resource: Resource, namespace: str | None, **query: Any) -> list[dict[str, Any]]:
         """The items of one list call (no paging: for the few objects a selector picks)."""
         return list(self._json("GET", resource.path(namespace), query=query).get("items") or [])
+
+    def list_paged(
+        self, resource: Resource, namespace: str | None, *, page: int = 500, **query: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a list no selector keeps small (all RoleBindings of a cluster), read
+        ``page`` at a time (``limit`` and ``continue``), so no answer grows with the cluster."""
+        token: str | None = None
+        while True:
+            paged = {**query, "limit": page, "continue": token}
+            answer = self._json("GET", resource.path(namespace), query=paged)
+            yield from answer.get("items") or []
+            token = (answer.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return
 
     def lister(self, resource: Resource) -> _Lister:
         """A list function for ``SharedInformer`` and ``Watch`` (keyword arguments as the

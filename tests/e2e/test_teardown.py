@@ -72,15 +72,21 @@ def test_deleting_a_namespace_deregisters_every_runner_and_finishes(
 
 
 def test_a_namespace_whose_last_pool_went_while_no_operator_led_finishes_once_one_leads(
-    api_client: client.ApiClient, namespace: str, start_operator: StartOperator
+    api_client: client.ApiClient, namespace: str, credentials: str, start_operator: StartOperator
 ) -> None:
-    """The leader was killed between the last pool's finalizer and the release of the RoleBinding
-    that enables the operator there: the binding keeps the operator's finalizer, and no pool is
-    left whose pass would come. Deleting the namespace must still finish, once an operator leads."""
+    """The leader was killed between the last pool's finalizer and the releases of the credential
+    Secret and of the RoleBinding that enables the operator there: both keep the operator's
+    finalizer, and no pool is left whose pass would come. Deleting the namespace must still
+    finish, once an operator leads."""
     client.RbacAuthorizationV1Api(api_client).patch_namespaced_role_binding(
         OPERATOR_SERVICE_ACCOUNT, namespace, {"metadata": {"finalizers": [naming.BINDING_FINALIZER]}}
     )
     core = client.CoreV1Api(api_client)
+    protection = {
+        "finalizers": [naming.CREDENTIAL_FINALIZER],
+        "labels": {naming.CREDENTIAL_LABEL: naming.CREDENTIAL_VALUE},
+    }
+    core.patch_namespaced_secret(credentials, namespace, {"metadata": protection})
     core.delete_namespace(namespace)
 
     start_operator()
