@@ -10,6 +10,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.helpers import process_alive, wait_for
 from testworld.envtest.controlplane import Component, ControlPlane, ControlPlaneError
+from testworld.ports import free_port
 
 
 def _configmap(name: str, **extra: object) -> client.V1ConfigMap:
@@ -115,3 +116,11 @@ def test_a_failing_component_reports_its_log_tail(tmp_path) -> None:  # type: ig
     with pytest.raises(ControlPlaneError, match="flag provided but not defined") as err:
         process.check_alive()
     assert "exited with code 3" in str(err.value)
+
+
+def test_free_ports_are_never_handed_out_twice() -> None:
+    """The kernel gives a port that was just closed again within about a hundred binds: an
+    operator given it for both its metrics and its probes could not start (a CI failure)."""
+    ports = [free_port() for _ in range(500)]
+
+    assert len(set(ports)) == len(ports)
