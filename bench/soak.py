@@ -75,7 +75,7 @@ from testworld.envtest.serviceaccount import (
 from testworld.envtest.serviceaccount import refusals as rbac_refusals
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.webhooks import WebhookSender
-from testworld.node import seal
+from testworld.node import cgroups, seal
 from testworld.node.node import NODE_NAME, NODE_TOLERATION, Node
 from testworld.ports import free_port
 from testworld.simulator import OperatorProcess, iter_runner_labels
@@ -554,9 +554,15 @@ class World:
         except ApiException as err:
             return f"cannot look ({err.status} {err.reason})"
         parts = ["; ".join(said) or "no condition"]
+        container_ids = []
         for pod in pods:
             parts.append(_pod_held(pod))
             parts += self._last_words(pod)
+            for status in pod.status.container_statuses or []:
+                if status.state.running and status.container_id:
+                    cid = status.container_id.rpartition("://")[2]
+                    container_ids.append(cid)
+                    parts.append(f"{status.name} in the kernel: {cgroups.container_state(cid)}")
         for pool in pools["items"]:
             meta = pool["metadata"]
             deleted = "being deleted" if meta.get("deletionTimestamp") else "not deleted"
@@ -567,15 +573,13 @@ class World:
             ]
             finalizers = meta.get("finalizers") or []
             parts.append(f"pool {meta['name']} ({deleted}, finalizers {finalizers}, {waits or 'no word'})")
-        kubelet = self.plane.workdir / "kubelet.log"
         names = [pod.metadata.name for pod in pods]
-        if names and kubelet.exists():
-            lines = [
-                line
-                for line in kubelet.read_text(errors="replace").splitlines()
-                if any(n in line for n in names)
-            ]
-            parts += [f"kubelet: {line[:300]}" for line in lines[-5:]]
+        for daemon, words in (("kubelet", names), ("containerd", [cid[:12] for cid in container_ids])):
+            log = self.plane.workdir / f"{daemon}.log"
+            if words and log.exists():
+                text = log.read_text(errors="replace")
+                lines = [line for line in text.splitlines() if any(w in line for w in words)]
+                parts += [f"{daemon}: {line[:300]}" for line in lines[-8:]]
         return " | ".join(parts)
 
     def _last_words(self, pod: Any) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from tests.helpers import wait_for
-from testworld.node import seal
+from testworld.node import cgroups, seal
 from testworld.node.node import NODE_TOLERATION, Node
 
 LOOKUP_LIMIT = 1.0
@@ -114,3 +114,26 @@ def test_the_host_sysctls_the_kubelet_sets_are_untouched(node: Node) -> None:
     assert seal.read_sysctls() == seal.KUBELET_SYSCTLS
     # ... while the host's own values, seen through a procfs without the stand-ins, are unchanged.
     assert seal.read_sysctls(seal.HOST_PROC) == before
+
+
+def test_a_running_containers_processes_are_read_from_the_kernel(
+    api_client: client.ApiClient, namespace: str, node: Node
+) -> None:
+    """What the soak shows of a pod that outlives its grace: its container's freezer state and
+    its processes' states, found by the container's id."""
+    core = client.CoreV1Api(api_client)
+    name = f"sleeper-{uuid.uuid4().hex[:6]}"
+    container = {"name": "sleep", "image": node.runner_image.reference, "command": ["sleep", "600"]}
+    spec = {"terminationGracePeriodSeconds": 0, "tolerations": [NODE_TOLERATION], "containers": [container]}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
+
+    def running_container() -> str | None:
+        statuses = core.read_namespaced_pod(name, namespace).status.container_statuses or []
+        return statuses[0].container_id if statuses and statuses[0].state.running else None
+
+    container_id = wait_for(running_container, 60.0, message=f"pod {name} to run")
+
+    said = cgroups.container_state(container_id.rpartition("://")[2])
+
+    assert said.startswith("freezer THAWED; ") and "(sleep, wchan " in said, said
+    assert cgroups.container_state("no-such-container") == "no freezer cgroup"

@@ -123,3 +123,30 @@ def _rmdir(folder: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+def container_state(container_id: str) -> str:
+    """What the kernel says of one container's processes: its v1 freezer state and each
+    process's state (``R``, ``S``, ``D``: uninterruptible, ``T``: stopped, ``Z``) and wait
+    channel. For a pod that outlives its grace: a frozen cgroup (runc 1.1 freezes a cgroup v1
+    container around updates and ``kill --all``) takes no SIGKILL until thawed, and a process
+    in ``D`` none at all."""
+    freezer = _freezer()
+    found = next((d for d in _subtree(freezer) if d.name == container_id), None) if freezer else None
+    if found is None:
+        return "no freezer cgroup"
+    try:
+        state = (found / "freezer.state").read_text().strip()
+        pids = [int(p) for p in (found / "cgroup.procs").read_text().split()]
+    except OSError as err:
+        return f"freezer unreadable ({err.strerror})"
+    described = []
+    for pid in pids[:8]:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+        except OSError:
+            continue
+        comm, _, rest = stat.partition("(")[2].rpartition(")")
+        described.append(f"{pid} {rest.split()[0]} ({comm}, wchan {wchan})")
+    return f"freezer {state}; " + (", ".join(described) or "no process")

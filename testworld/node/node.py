@@ -198,7 +198,7 @@ imports = []
         config_file.write_text(self._containerd_config())
         process = self._spawn(
             "containerd",
-            [str(self.binaries.containerd), "--config", str(config_file), "--log-level", "warn"],
+            [str(self.binaries.containerd), "--config", str(config_file), "--log-level", "info"],
             env={**os.environ, "PATH": self._path()},
         )
         deadline = time.monotonic() + self.ready_timeout
