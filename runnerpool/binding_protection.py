@@ -42,11 +42,10 @@ reconciled by this process (a patch only where the finalizer is missing), and on
 pool is gone; at each leadership start, one paged list of all RoleBindings (of each watched
 namespace with ``--namespace``), and one list of a namespace's per release. A conflict is read
 again and decided again at once (several passes may release at once; the namespace's deletion
-marks the binding while its last pools go). Failing to hold
-never fails a pass: it is logged, and the next pass tries again. Failing to release (other than
-403/404: the binding or its grant is gone) fails the gone pool's pass, so the work queue
-brings it back: no other pass would come for a namespace without pools, and the namespace
-would hang in Terminating.
+marks the binding while its last pools go). Failing to hold never fails a pass: it is logged,
+and the next pass tries again. Failing to release (other than 403/404: the binding or its grant
+is gone) fails the gone pool's pass, so the work queue brings it back: no other pass would come
+for a namespace without pools, and the namespace would hang in Terminating.
 """
 
 from __future__ import annotations

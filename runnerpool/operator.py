@@ -109,7 +109,8 @@ class Operator:
         )
 
     def _leader_parts(self) -> list[Runnable]:
-        """Credential release, the secret updater, runner managers, the poller and the workers."""
+        """Protection release (credential Secrets, enabling bindings), the secret updater, runner
+        managers, the poller and the workers."""
         settings, kube, clients = self.settings, self._kube, self._clients
         access = NamespaceAccess(kube, watch=self.informers, role=settings.namespace_role)
         token_scheduler = background_scheduler(settings.tokens.threads)
@@ -155,7 +156,7 @@ class Operator:
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
             Runnable(
-                "credential release", lambda: checks.release_unused(settings.namespaces), leader_only=True
+                "protection release", lambda: checks.release_unused(settings.namespaces), leader_only=True
             ),
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
