@@ -259,6 +259,10 @@ imports = []
             "syncFrequency": "10s",
             "serializeImagePulls": False,
             "maxPods": 110,
+            # A runtime call that hangs (twice in CI: a runner container still "running" minutes
+            # after its SIGKILL was due, the kubelet's kill never returning) is given up and tried
+            # again after this, not after the default 2 minutes. Pulls, logs and exec are exempt.
+            "runtimeRequestTimeout": "45s",
         }
 
     def _start_kubelet(self) -> None:
