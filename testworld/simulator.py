@@ -110,8 +110,7 @@ class OperatorProcess:
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     #: 0 turns the webhook receiver off: two operators on one machine (failover tests) must not
-    #: share its default port, and a second ``free_port`` may hand out the metrics port again.
-    #: A test that sends deliveries names its own port.
+    #: share its default port. A test that sends deliveries names its own port.
     webhook_port: int = 0
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
     starts: int = field(default=0, init=False)
