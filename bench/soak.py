@@ -557,12 +557,7 @@ class World:
         container_ids = []
         for pod in pods:
             parts.append(_pod_held(pod))
-            parts += self._last_words(pod)
-            for status in pod.status.container_statuses or []:
-                if status.state.running and status.container_id:
-                    cid = status.container_id.rpartition("://")[2]
-                    container_ids.append(cid)
-                    parts.append(f"{status.name} in the kernel: {cgroups.container_state(cid)}")
+            parts += self._running_containers(pod, container_ids)
         for pool in pools["items"]:
             meta = pool["metadata"]
             deleted = "being deleted" if meta.get("deletionTimestamp") else "not deleted"
@@ -582,8 +577,9 @@ class World:
                 parts += [f"{daemon}: {line[:300]}" for line in lines[-8:]]
         return " | ".join(parts)
 
-    def _last_words(self, pod: Any) -> list[str]:
-        """The last lines of each container of ``pod`` still running: what it is waiting for."""
+    def _running_containers(self, pod: Any, container_ids: list[str]) -> list[str]:
+        """Each container of ``pod`` still running: its last lines (what it is waiting for) and
+        its state in the kernel; its id is added to ``container_ids``."""
         lines = []
         for status in pod.status.container_statuses or []:
             if not status.state.running:
@@ -595,6 +591,10 @@ class World:
             except ApiException as err:
                 log = f"cannot read its log ({err.status} {err.reason})"
             lines += [f"{status.name}: {line[:300]}" for line in str(log).splitlines()]
+            if status.container_id:
+                cid = status.container_id.rpartition("://")[2]
+                container_ids.append(cid)
+                lines.append(f"{status.name} in the kernel: {cgroups.container_state(cid)}")
         return lines
 
     def _spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
