@@ -187,15 +187,18 @@ class SecretChecks:
     def namespace_done(self, namespace: str, last_writes: Callable[[], object]) -> None:
         self.bindings.release_if_unused(namespace, last_writes)
 
-    def release_unused(self, namespaces: Sequence[str] | None) -> None:
+    def release_unused(
+        self, namespaces: Sequence[str] | None, last_writes: Callable[[str], object] = lambda namespace: None
+    ) -> None:
         """At the start of each leadership, on synced caches, before the workers: the protection
         of pools that went under another leader, or while none led. The credential Secrets no
         pool needs (``CredentialProtection.release_unused``); then, in each namespace whose
         enabling binding is still held but which has no pool left (a leader stopped between
         its last pool's finalizer and the release), its protected Secrets, listed through the
-        API, and the binding. ``namespaces``: the watched ones (``--namespace``), ``None``: all.
-        A failure is logged, never raised: leading must go on, and the next pool deletion
-        there asks again."""
+        API, the operator's ``last_writes`` there (the busy budget, which the gone pools'
+        passes would have deleted), and the binding. ``namespaces``: the watched ones
+        (``--namespace``), ``None``: all. A failure is logged, never raised: leading must go
+        on, and the next pool deletion there asks again."""
         self.protection.release_unused()
         for scope in namespaces if namespaces is not None else [None]:
             try:
@@ -206,10 +209,14 @@ class SecretChecks:
             for namespace in sorted(held):
                 try:
                     self.bindings.release_if_unused(
-                        namespace, functools.partial(self.protection.release_listed_in, namespace)
+                        namespace, functools.partial(self._last_writes, namespace, last_writes)
                     )
                 except Exception as err:
                     log.warning("could not release namespace %s: %s", namespace, describe(err))
+
+    def _last_writes(self, namespace: str, others: Callable[[str], object]) -> None:
+        self.protection.release_listed_in(namespace)
+        others(namespace)
 
     def credentials(self, namespace: str, secret_name: str) -> dict[str, Any] | None:
         """Cached once labelled, read by name before that."""

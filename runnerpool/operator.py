@@ -156,7 +156,9 @@ class Operator:
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
         return [
             Runnable(
-                "protection release", lambda: checks.release_unused(settings.namespaces), leader_only=True
+                "protection release",
+                lambda: checks.release_unused(settings.namespaces, reconciler.release_unused_budget),
+                leader_only=True,
             ),
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),

@@ -243,7 +243,7 @@ class Reconciler:
             self._secrets.forget(namespace, name)
             writes = Writes()
             # The namespace's busy budget goes with its last pool, then the enabling binding.
-            self._secrets.namespace_done(namespace, lambda: self._release_unused_budget(namespace, writes))
+            self._secrets.namespace_done(namespace, lambda: self.release_unused_budget(namespace, writes))
             _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems
@@ -509,18 +509,23 @@ class Reconciler:
         self._states.forget(namespace, name, expectations=expectations)
         return issued
 
-    def _release_unused_budget(self, namespace: str, writes: Writes) -> None:
+    def release_unused_budget(self, namespace: str, writes: Writes | None = None) -> None:
         """Delete the namespace's busy budget once no pool of the namespace is left.
 
         It has no owner (no one pool may take it along), so without this an uninstall that
         deleted every pool would leave one budget behind in each of their namespaces. Asked
         when a pool is gone from the cache, so the last pool to go sees none left; a pool
-        made meanwhile creates it again on its first pass.
+        made meanwhile creates it again on its first pass. Also asked at a leadership start
+        for a namespace whose last pool went under a leader that stopped before this
+        (``SecretChecks.release_unused``; ``writes``: none, logged here).
         """
         if self._reads.pools_in(namespace):
             return
         live = self._reads.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
-        apply(self._kube, children.budget_child(namespace, live, wanted=False), writes)
+        done = writes if writes is not None else Writes()
+        apply(self._kube, children.budget_child(namespace, live, wanted=False), done)
+        if writes is None and done:
+            log.info("namespace has no pool left", extra={"namespace": namespace, "writes": done.as_log()})
 
     # ------------------------------------------------------------------ status
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from kubernetes import client
 
-from runnerpool import naming
+from runnerpool import children, naming
 from tests.e2e.conftest import StartOperator
 from tests.e2e.runners import (
     ORG,
@@ -92,6 +92,30 @@ def test_a_namespace_whose_last_pool_went_while_no_operator_led_finishes_once_on
     start_operator()
 
     wait_for(lambda: namespace_gone(core, namespace), message=f"namespace {namespace} to be gone")
+
+
+def test_a_live_namespace_whose_last_pool_went_while_no_operator_led_is_left_clean_once_one_leads(
+    api_client: client.ApiClient, namespace: str, credentials: str, start_operator: StartOperator
+) -> None:
+    """The same stop, but the namespace stays (the team deleted its pools, not the namespace):
+    the next leader releases the Secret and the binding and deletes the busy budget that the
+    gone pools' passes would have deleted; nothing of the operator is left there."""
+    client.RbacAuthorizationV1Api(api_client).patch_namespaced_role_binding(
+        OPERATOR_SERVICE_ACCOUNT, namespace, {"metadata": {"finalizers": [naming.BINDING_FINALIZER]}}
+    )
+    policy = client.PolicyV1Api(api_client)
+    policy.create_namespaced_pod_disruption_budget(namespace, children.disruption_budget(namespace))
+
+    start_operator()
+
+    def left_clean() -> bool:
+        budgets = policy.list_namespaced_pod_disruption_budget(namespace).items
+        binding = client.RbacAuthorizationV1Api(api_client).read_namespaced_role_binding(
+            OPERATOR_SERVICE_ACCOUNT, namespace
+        )
+        return not budgets and not binding.metadata.finalizers
+
+    wait_for(left_clean, message=f"the busy budget and the binding's finalizer in {namespace} to be gone")
 
 
 def test_a_lost_token_comes_back_at_once_without_asking_github(
