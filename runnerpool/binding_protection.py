@@ -35,7 +35,9 @@ Which bindings: those whose subjects name the operator's own ServiceAccount (lea
 the kustomize component and the chart's ``runnerNamespaces`` all make one of those, under
 names of their own, and so do namespace-scoped mode's installs (deploy/overlays/namespaced, the
 chart's ``watchNamespaces``: a RoleBinding to a ClusterRole in each watched namespace). A
-binding to a Role is not held: the namespace's deletion deletes the Role itself at once.
+binding to a Role is not held: the namespace's deletion deletes the Role itself at once. Where
+several bindings grant the operator ClusterRoles, the namespace role's (``--namespace-role``,
+which lets it patch RoleBindings) are released last.
 
 Cost: one list of a namespace's RoleBindings the first time a pool of that namespace is
 reconciled by this process (a patch only where the finalizer is missing), and one when its last
@@ -105,10 +107,14 @@ def _finalizer_patch(binding: Mapping[str, Any], *, hold: bool) -> dict[str, Any
 class EnablingBindings:
     """Holds and releases the enabling RoleBindings of the namespaces that have pools."""
 
-    def __init__(self, reads: Reads, kube: Kube, account: Callable[[], str]) -> None:
+    def __init__(
+        self, reads: Reads, kube: Kube, account: Callable[[], str], role: str = naming.NAMESPACE_CLUSTER_ROLE
+    ) -> None:
         self._reads = reads
         self._kube = kube
         self._account = account
+        #: The namespace role (``--namespace-role``): its bindings are released last.
+        self._role = role
         self._held: set[str] = set()
         self._lock = threading.Lock()
         self._release_lock = threading.Lock()
@@ -158,8 +164,12 @@ class EnablingBindings:
     def _patch_all(self, namespace: str, *, hold: bool) -> int:
         try:
             account = self._account()
-            bindings = self._kube.list_items(ROLE_BINDINGS, namespace)
-            return sum(self._patch_one(namespace, b, hold=hold) for b in bindings if _grants(b, account))
+            bindings = [b for b in self._kube.list_items(ROLE_BINDINGS, namespace) if _grants(b, account)]
+            # The namespace role's bindings last: in a namespace being deleted a released binding
+            # goes at once, and another role bound to the operator there (``view``, say) may not
+            # let it patch the bindings still held, which would then hold the namespace for good.
+            bindings.sort(key=lambda b: b["roleRef"].get("name") == self._role)
+            return sum(self._patch_one(namespace, b, hold=hold) for b in bindings)
         except ApiException as err:
             with self._lock:
                 self._held.discard(namespace)  # try again with the next pool or pass

@@ -140,7 +140,7 @@ class Operator:
             scale_set_jit=scale_sets.jit,
         )
         protection = CredentialProtection(self.informers, kube, self._secret_reads)
-        bindings = EnablingBindings(self.informers, kube, access.account)
+        bindings = EnablingBindings(self.informers, kube, access.account, settings.namespace_role)
         jobs = PoolJobs(secrets, runners, others=(self._demand,), scale_sets=scale_sets.pools)
         checks = SecretChecks(protection, bindings, self._webhook.check)
         reconciler = self._reconciler(jobs, access, checks)

@@ -19,9 +19,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from runnerpool.github import transport
+from runnerpool.runtime.kube import Kube
 from tests.helpers import process_alive, wait_for
 from testworld.envtest.controlplane import ComponentGroup, ControlPlane
-from testworld.envtest.serviceaccount import enable_namespace
+from testworld.envtest.serviceaccount import enable_namespace, operator_kubeconfig
 from testworld.node.node import Node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +71,14 @@ def node(control_plane: ControlPlane) -> Iterator[Node]:
 def api_client(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     yield api
+    api.close()
+
+
+@pytest.fixture
+def operator_kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    """The operator's own client: logged in as deploy/'s ServiceAccount, with its permissions."""
+    api = config.new_client_from_config(config_file=str(operator_kubeconfig(control_plane)))
+    yield Kube(api)
     api.close()
 
 

@@ -7,6 +7,7 @@ finalized, and removing it is what lets the Secret, and a namespace, go.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -381,6 +382,38 @@ def test_two_passes_releasing_the_enabling_binding_at_once_patch_it_once(
     assert not rbac.list_namespaced_role_binding(
         namespace, field_selector=f"metadata.name={OPERATOR_SERVICE_ACCOUNT}"
     ).items
+
+
+def test_where_another_role_is_bound_to_the_operator_the_enabling_binding_is_released_last(
+    api_client: client.ApiClient, namespace: str, operator_kube: Kube, runnerpool_crd: dict[str, Any]
+) -> None:
+    """A platform team also bound ``view`` to the operator there, under a name listed after the
+    enabling binding. In a namespace being deleted a released binding goes at once: released
+    first, the enabling binding would take the operator's right to patch the other one with it,
+    and that one would hold the namespace for good."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    enabling = rbac.read_namespaced_role_binding(OPERATOR_SERVICE_ACCOUNT, namespace)
+    view = {
+        "metadata": {"name": "zz-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": enabling.subjects,
+    }
+    rbac.create_namespaced_role_binding(namespace, view)
+    bindings = EnablingBindings(
+        LiveReader(api_client), operator_kube, lambda: OPERATOR_ACCOUNT, NAMESPACE_ROLE
+    )
+    try:
+        bindings.protect(namespace)
+        assert _binding_finalizers(api_client, namespace, "zz-view") == [BINDING_FINALIZER]
+        for name in ("zz-view", OPERATOR_SERVICE_ACCOUNT):  # as the namespace's deletion does
+            rbac.delete_namespaced_role_binding(name, namespace)
+
+        bindings.release_if_unused(namespace)
+
+        assert not rbac.list_namespaced_role_binding(namespace).items, "both bindings gone"
+    finally:
+        with contextlib.suppress(ApiException):
+            rbac.patch_namespaced_role_binding("zz-view", namespace, {"metadata": {"finalizers": None}})
 
 
 class _NoSecretsCached(LiveReader):

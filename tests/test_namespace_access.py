@@ -7,20 +7,15 @@ without a restart) is tests/test_deploy_on_server.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from runnerpool.namespace_access import RECHECK, NamespaceAccess
 from runnerpool.runtime.kube import Kube
 from tests.helpers import wait_for
-from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     enable_namespace,
-    operator_kubeconfig,
 )
 
 
@@ -44,13 +39,6 @@ class Watched:
 
     def unwatch_namespace(self, namespace: str) -> None:
         self.namespaces.discard(namespace)
-
-
-@pytest.fixture
-def operator_kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    api = config.new_client_from_config(config_file=str(operator_kubeconfig(control_plane)))
-    yield Kube(api)
-    api.close()
 
 
 def _allowed_now(kube: Kube, namespace: str) -> bool:
