@@ -272,6 +272,62 @@ def test_delete_outcomes(mock: Any, status: int, body: Any, outcome: DeleteOutco
     assert mock.calls[0].request.method == "DELETE"
 
 
+# -- redirects (a renamed or transferred repository) ---------------------------------------------
+# GitHub answers a request to a moved repository with 301 (GET) or 307 (any other method) and the
+# new place in Location; "receiving an HTTP redirection is not an error and clients should
+# follow that redirect" (REST API docs, "Best practices": follow redirects).
+
+
+def test_a_runner_deletion_redirected_307_is_repeated_where_github_says_and_its_answer_counts(
+    mock: Any,
+) -> None:
+    """A busy runner of a renamed repository is still busy: GitHub's 422 at the new place is
+    the answer, not the 307 before it (taken for "deleted", it let the busy pod go)."""
+    mock.delete(
+        api("/repos/octocat/Hello-World/actions/runners/23"),
+        status=307,
+        headers={"Location": f"{API}/repositories/1296269/actions/runners/23"},
+    )
+    mock.delete(
+        api("/repositories/1296269/actions/runners/23"),
+        json={"message": 'Bad request - Runner "r" is still running a job"'},
+        status=422,
+    )
+
+    assert client().delete_runner(REPO, 23) is DeleteOutcome.BUSY
+    assert [c.request.method for c in mock.calls] == ["DELETE", "DELETE"]
+
+
+def test_a_listing_redirected_301_keeps_its_query(mock: Any) -> None:
+    """PyGithub follows a 301 to the Location's path alone: ``name=`` and ``per_page=`` lost."""
+    mock.get(
+        api("/orgs/octo-org/actions/runners"),
+        status=301,
+        headers={"Location": f"{API}/organizations/9919/actions/runners?name=linux_runner&per_page=100"},
+    )
+    mock.get(
+        f"{API}/organizations/9919/actions/runners",
+        json=fixture("org-runners.json")["body"],
+        match=[responses.matchers.query_param_matcher({"name": "linux_runner", "per_page": "100"})],
+    )
+
+    assert [r.id for r in client().runners_named(ORG, "linux_runner")] == [23]
+
+
+def test_a_redirect_to_another_host_is_not_followed_and_says_so(mock: Any) -> None:
+    """The token goes with the request: it is sent to the configured server only."""
+    mock.delete(
+        api("/orgs/octo-org/actions/runners/23"),
+        status=307,
+        headers={"Location": "https://elsewhere.example.com/orgs/octo-org/actions/runners/23"},
+    )
+
+    with pytest.raises(GitHubError) as info:
+        client().delete_runner(ORG, 23)
+    assert info.value.reason == "GitHubRedirected"
+    assert len(mock.calls) == 1
+
+
 # -- failures ------------------------------------------------------------------------------------
 
 

@@ -574,7 +574,9 @@ class PyGithubClient:
         headers: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
     ) -> tuple[int, dict[str, Any], Any]:
-        """One request: count it, note the budget, and raise PyGithub's exception for >= 400.
+        """One request: count it, note the budget, and raise PyGithub's exception for anything
+        but a 2xx or 304 (a redirect the transport did not follow, to another server, is no
+        success either: a runner deletion answered 307 did not delete it).
 
         ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
         """
@@ -591,7 +593,7 @@ class PyGithubClient:
         if status == 304:
             return status, response_headers, None
         data = structured(answer)
-        if status >= 400:
+        if not 200 <= status < 300:
             raise self._requester.createException(
                 status, response_headers, data if isinstance(data, dict) else {}
             )

@@ -106,6 +106,13 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
         )
     if status == 404:
         return NotFound(detail + "; check the name and that the credentials can see it", status=status)
+    if 300 <= status < 400:
+        return GitHubError(
+            detail + "; the server sent it to another server (the transport follows redirects on "
+            "the same one only): check the GitHub API URL and the pool's scope",
+            reason=Reason.GITHUB_REDIRECTED,
+            status=status,
+        )
     if status >= 500 or status == 408:
         return Unavailable(detail, retry_after=_retry_after_seconds(headers, now), status=status)
     return GitHubError(detail, status=status)

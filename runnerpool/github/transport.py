@@ -21,6 +21,12 @@ What this module does, for every request PyGithub sends (``install`` puts it und
   ``PROBE_INTERVAL`` seconds, until a call to it answers in time. So a slow or hostile host
   holds the shared threads for one deadline at most, and then one thread now and then, never
   all of them.
+* **Redirects on the same server are followed** (``MAX_REDIRECTS``), the request repeated as it
+  was, query included, to the ``Location`` GitHub gives for a renamed or transferred repository
+  or organization (301 for GET, 307 for the rest). PyGithub follows only a 301, to its path
+  alone (a listing's ``per_page`` and ``name`` lost), and hands a 307 back as if it were an
+  answer: a runner deletion answered 307 read as "deleted". A redirect to another server is
+  not followed: the request carries the credential.
 * **A slow tenant gets one call at a time** (``SlowHosts``, by ``Route.tenant``): a namespace
   one of whose calls ran out of its deadline in the last ``PROBE_INTERVAL`` seconds has its
   other calls refused at once while one of its calls is in flight. The host gate alone let a
@@ -66,6 +72,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
 #: Seconds between two probes of a slow host (the calls in between are refused at once).
 PROBE_INTERVAL = 30.0
+#: Redirects followed per request (a moved repository is one; a loop is cut short).
+MAX_REDIRECTS = 3
+_FOLLOWED = frozenset({301, 302, 307, 308})
 
 
 class DeadlineExceeded(requests.exceptions.Timeout):
@@ -369,9 +378,19 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
             HOSTS.enter(origin, tenant)
             timed_out = False
             try:
-                return self._send(
+                response = self._send(
                     call, request, stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
                 )
+                for _ in range(MAX_REDIRECTS):
+                    target = _same_origin_redirect(request, response)
+                    if target is None:
+                        break
+                    response.close()
+                    request = _sent_again(request, target)
+                    response = self._send(
+                        call, request, stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+                    )
+                return response
             except DeadlineExceeded:
                 timed_out = True
                 raise
@@ -402,6 +421,26 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
         if call.expired:  # the body ended just as the watchdog fired: still too late to trust
             raise DeadlineExceeded("no complete answer before the call's deadline", request=request)
         return response
+
+
+def _same_origin_redirect(request: requests.PreparedRequest, response: requests.Response) -> str | None:
+    """Where to send ``request`` again: the Location of a 301, 302, 307 or 308 on the server it
+    was sent to (GitHub's answer for a renamed or transferred repository or organization);
+    ``None`` for any other answer, and for a redirect elsewhere, which is not followed (the
+    request carries the credential) and reaches the client as what it is."""
+    location = response.headers.get("location")
+    if response.status_code not in _FOLLOWED or not location:
+        return None
+    target = urllib.parse.urljoin(request.url or "", location)
+    return target if origin_of(target) == origin_of(request.url or "") else None
+
+
+def _sent_again(request: requests.PreparedRequest, target: str) -> requests.PreparedRequest:
+    """``request`` as it was (method, headers, body: GitHub redirects with 301 for GET and 307
+    for the rest, both meaning "the same request, there"), to ``target``, query included."""
+    again = request.copy()
+    again.prepare_url(target, None)
+    return again
 
 
 def _routed(chosen: route.Route | None, url: str, verify: bool | str, proxies: Any) -> tuple[bool | str, Any]:
