@@ -22,6 +22,10 @@ yet) it is read by name, a ``get`` on Secrets, so a new pool does not wait for t
   reconciled (or after the caller's ``max_age``, when that is shorter);
   :meth:`SecretReads.retry_in` tells the reconciler when to look again.
 
+What it returns is shared, as the cache's objects are: read it, never change it. A copy per
+call was the receiver's cost of a forged delivery (its mirror Secret, every pool's webhook
+secret, copied whole for each ref the delivery's URL names, before the signature was checked).
+
 That is how a Secret created after the pool that names it is noticed: no watch of ours can
 see it, it carries no label of ours yet. The other ways were weighed and left: a watch per
 missing name (field selector ``metadata.name=``) is one more long-lived connection and thread
@@ -43,7 +47,6 @@ from typing import Any, Protocol
 from kubernetes.client.rest import ApiException
 
 from runnerpool.runtime.kube import CONFIG_MAPS, SECRETS, Kube, Resource
-from runnerpool.runtime.store import clone
 
 __all__ = ["SecretCache", "SecretReads", "config_maps"]
 
@@ -104,6 +107,16 @@ class SecretReads:
         """The Secret to decide on: cached, or read now (a missing one: not before its backoff)."""
         return self._lookup(namespace, name, 0.0, None)
 
+    def kept(self, namespace: str, name: str) -> Obj | None:
+        """The Secret as last found, cached or read, however long ago, without reading it: what
+        a caller goes on with while the API server cannot be read."""
+        cached = self._cache.get_secret(namespace, name)
+        if cached is not None:
+            return cached
+        with self._lock:
+            found = self._reads.get((namespace, name))
+        return None if found is None else found.secret
+
     def age(self, namespace: str, name: str) -> float | None:
         """Seconds since the Secret was last read by name; ``None`` when it never was (or is cached)."""
         with self._lock:
@@ -112,7 +125,7 @@ class SecretReads:
 
     def remember(self, namespace: str, name: str, secret: Obj) -> None:
         """What a write of ours answered: the Secret as it is now, until the informer has it."""
-        self._keep((namespace, name), _Read(self._clock(), clone(secret)))
+        self._keep((namespace, name), _Read(self._clock(), secret))
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -142,8 +155,7 @@ class SecretReads:
             if earlier.secret is None and now < earlier.retry_at and waiting:
                 return None
             if earlier.secret is not None and now - earlier.at < reuse_for:
-                kept: Obj = clone(earlier.secret)
-                return kept
+                return earlier.secret
         try:
             secret: Obj = self._kube.get(self._resource, namespace, name)
         except ApiException as err:
@@ -153,7 +165,7 @@ class SecretReads:
             backoff = min(2 * earlier.backoff, self._max_retry) if missed and earlier else self._first_retry
             self._keep(key, _Read(now, None, retry_at=now + backoff, backoff=backoff))
             return None
-        self._keep(key, _Read(now, clone(secret)))
+        self._keep(key, _Read(now, secret))
         return secret
 
     def _keep(self, key: tuple[str, str], read: _Read) -> None:

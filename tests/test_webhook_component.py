@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
@@ -19,14 +20,19 @@ from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINE
 from runnerpool.demand.secret_mirror import (
     BUDGET,
     MAX_DATA_KEY_LENGTH,
+    MirroredSecrets,
     SecretMirror,
     entry_bytes,
     fair_share,
     mirror_key,
 )
+from runnerpool.demand.signature import sign
+from runnerpool.demand.verification import Route, Verifier
 from runnerpool.domain import WebhookSecretProblem
 from runnerpool.github.jobs import Job
+from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
+from runnerpool.runtime.kube import Kube, Resource
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
 from runnerpool.status import webhook_secret_condition
 from runnerpool.webhook_component import operator_webhook_parts
@@ -325,3 +331,61 @@ def test_the_operator_with_a_separate_receiver_shows_a_secret_left_out_of_its_co
     assert (condition["status"], condition["reason"]) == ("False", "SecretNotMirrored")
     assert condition["message"].endswith("pools naming the same Secret and key share one copy)")
     assert _problem(parts.check, others[0]) is None
+
+
+class _MirrorServer(Kube):
+    """The API server holding the receiver's copy of the pools' webhook secrets, counting its
+    reads; each read raises ``failing`` when set."""
+
+    def __init__(self, data: dict[str, str]) -> None:
+        super().__init__(client.ApiClient(client.Configuration()))
+        self.data = data
+        self.gets = 0
+        self.failing: Exception | None = None
+
+    def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
+        self.gets += 1
+        if self.failing is not None:
+            raise self.failing
+        return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"}, "data": self.data}
+
+
+class _TeamPools:
+    """One autoscaling pool in team-a trusting key ``secret`` of its Secret ``hooks``."""
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        raw = {
+            "metadata": {"name": "web", "namespace": "team-a"},
+            "spec": {
+                "repository": "acme/web",
+                "autoscaling": {"maxReplicas": 3, "webhookSecretRef": {"name": "hooks", "key": "secret"}},
+            },
+        }
+        return [ParsedPool(raw, api.RunnerPool.model_validate(raw))]
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        ApiException(status=429, reason="Too Many Requests"),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+    ids=["throttled", "connection-reset"],
+)
+def test_forged_deliveries_while_the_mirror_cannot_be_read_read_it_once_and_are_refused(
+    failing: Exception,
+) -> None:
+    """Anyone on the internet may post to /webhook/team-a/hooks with any signature. While the API
+    server throttles the receiver (a flood may be why) or cannot be reached, each forged delivery
+    read the copy again, twice, and logged twice; a broken connection escaped as a 500."""
+    ref = api.WebhookSecretRef(name="hooks", key="secret")
+    server = _MirrorServer({mirror_key("team-a", ref): base64.b64encode(b"team-a-secret").decode()})
+    server.failing = failing
+    verifier = Verifier(lambda: (), _TeamPools(), MirroredSecrets(server, "ops", "hooks"))
+    body = b'{"action": "queued"}'
+    forged = sign(b"not-the-secret", body)
+
+    verdicts = [verifier(body, forged, Route("team-a", "hooks")) for _ in range(10)]
+
+    assert not any(v.accepted for v in verdicts)
+    assert server.gets == 1, "read again no sooner than the retry gap"

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import http.client
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cachetools import TTLCache
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
@@ -52,6 +55,11 @@ __all__ = [
 #: The receiver's copy of these secrets (one Secret under 1 MiB for every pool) is shared
 #: between namespaces (``secret_mirror.fair_share``): a tenant cannot fill it for the others
 #: with many secrets at this bound, only its own share.
+#: What a read can raise besides a 404: the API server's refusals, and a connection that broke
+#: (``runnerpool.runtime.transport`` gives up after its attempts with the socket's error).
+_READ_FAILED = (ApiException, OSError, http.client.HTTPException)
+#: Failed reads remembered at most (one per webhook Secret pools name).
+_FAILED_MAX = 4096
 MAX_POOL_SECRET_LINES = 8
 MAX_POOL_SECRET_BYTES = 4096
 
@@ -104,6 +112,12 @@ class PoolSecrets:
     def __init__(self, reads: SecretReads, *, ttl: float = 60.0, retry_gap: float = 5.0) -> None:
         self._reads = reads
         self._ttl, self._retry_gap = ttl, retry_gap
+        #: Reads that failed (but for a 404, which the reader backs off itself), not tried again
+        #: for ``retry_gap`` (``_read``): every delivery asks, and ones the internet sends by the
+        #: thousand, signed or not, must not read the Secret (or log) once each while the API
+        #: server refuses or cannot be reached.
+        self._failed: TTLCache[tuple[str, str], Secrets] = TTLCache(_FAILED_MAX, retry_gap)
+        self._failed_lock = threading.Lock()
 
     def get(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
         return self._secrets(namespace, ref, self._ttl)
@@ -128,11 +142,9 @@ class PoolSecrets:
         return self._secrets(namespace, ref, 0.0)
 
     def _secrets(self, namespace: str, ref: api.WebhookSecretRef, max_age: float) -> Secrets:
-        try:
-            raw = self._reads.get(namespace, ref.name, max_age)
-        except ApiException as err:
-            log.warning("cannot read webhook Secret %s/%s: %s", namespace, ref.name, describe(err))
-            return Secrets(problem=f"cannot read Secret {namespace}/{ref.name}: {describe(err)}")
+        raw, failed = self._read(namespace, ref.name, max_age)
+        if failed is not None:
+            return failed
         if raw is None:
             return Secrets(problem=f"Secret {namespace}/{ref.name} not found")
         if _is_credential(raw):
@@ -141,7 +153,27 @@ class PoolSecrets:
                 f"{naming.CREDENTIAL_LABEL}): a webhook secret must be a Secret of its own, since it "
                 "is copied where the internet-facing webhook receiver reads it"
             )
-        return _decoded(dict(raw.get("data") or {}), namespace, ref)
+        return _decoded(raw.get("data") or {}, namespace, ref)
+
+    def _read(
+        self, namespace: str, name: str, max_age: float
+    ) -> tuple[dict[str, Any] | None, Secrets | None]:
+        """The Secret (``None``: not found), or why it cannot be read. While a read failed less
+        than ``retry_gap`` ago it is not read again: the last copy found is used, however old
+        (a secret rotated meanwhile verifies once the API server answers again)."""
+        key = (namespace, name)
+        with self._failed_lock:
+            failed = self._failed.get(key)
+        if failed is None:
+            try:
+                return self._reads.get(namespace, name, max_age), None
+            except _READ_FAILED as err:
+                log.warning("cannot read webhook Secret %s/%s: %s", namespace, name, describe(err))
+                failed = Secrets(problem=f"cannot read Secret {namespace}/{name}: {describe(err)}")
+                with self._failed_lock:
+                    self._failed[key] = failed
+        kept = self._reads.kept(namespace, name)
+        return (kept, None) if kept is not None else (None, failed)
 
 
 def _is_credential(secret: dict[str, Any]) -> bool:
@@ -156,7 +188,7 @@ def _is_credential(secret: dict[str, Any]) -> bool:
     )
 
 
-def _decoded(data: dict[str, str], namespace: str, ref: api.WebhookSecretRef) -> Secrets:
+def _decoded(data: Mapping[str, str], namespace: str, ref: api.WebhookSecretRef) -> Secrets:
     encoded = data.get(ref.key)
     if encoded is None:
         return Secrets(problem=f"Secret {namespace}/{ref.name} has no key {ref.key}")
