@@ -162,3 +162,14 @@ def test_the_reads_kept_are_bounded() -> None:
     for index in range(10):
         reads.remember("ns", f"s{index}", secret())
     assert len(reads._reads) == 3
+
+
+def test_a_reused_read_is_shared_not_copied(world: tuple[SecretReads, Server, Cache, Clock]) -> None:
+    """Every delivery anyone posts to the receiver asks for its copy of every pool's webhook
+    secret: a deep copy of that Secret per ask was the cost of a forged delivery."""
+    reads, server, _, _ = world
+    server.secrets[("ns", "creds")] = secret()
+    first = reads.get("ns", "creds")
+    assert reads.get("ns", "creds") is first
+    assert reads.kept("ns", "creds") is first
+    assert server.gets == 1
