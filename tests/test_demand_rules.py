@@ -224,6 +224,23 @@ def test_completed_jobs_are_forgotten_after_a_while() -> None:
     assert set(later.jobs) == {"2"}
 
 
+def test_more_active_jobs_than_the_status_may_hold_keep_the_oldest_queued_and_every_busy_one() -> None:
+    """A large organization's backlog: past ``api.MAX_TRACKED_JOBS`` the demand was invalid, and
+    every write of the pool's demand (deliveries and polls alike) was refused from then on."""
+    busy = job(1, "in_progress", runner=next(iter(OURS)))
+    demand, _ = rules.apply(None, [busy], T0, runners=OURS)
+    backlog = [job(i, "queued") for i in range(2, api.MAX_TRACKED_JOBS + 2)]
+    demand, _ = rules.apply(demand, backlog, T0 + timedelta(seconds=1), runners=OURS)
+    newer = [job(i, "queued") for i in range(api.MAX_TRACKED_JOBS + 2, api.MAX_TRACKED_JOBS + 10)]
+
+    demand, _ = rules.apply(demand, newer, T0 + timedelta(seconds=2), runners=OURS)
+
+    assert len(demand.jobs) == api.MAX_TRACKED_JOBS
+    assert (demand.busy, demand.queued) == (1, api.MAX_TRACKED_JOBS - 1)
+    assert "1" in demand.jobs and "2" in demand.jobs, "the busy job and the oldest queued stay"
+    assert str(api.MAX_TRACKED_JOBS + 9) not in demand.jobs, "the newest queued wait for room"
+
+
 def test_repair_ends_tracked_jobs_a_poll_no_longer_sees_after_the_grace() -> None:
     demand, _ = rules.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
     grace = timedelta(seconds=60)

@@ -13,7 +13,7 @@ Rules:
   ``a-x1y2z`` look like pool ``a-x1y2z``'s;
 * completed jobs are remembered for ``COMPLETED_TTL`` so that a late ``queued`` cannot
   resurrect them, then forgotten; past ``api.MAX_TRACKED_JOBS`` the oldest completed go
-  first;
+  first, then the newest queued (``_pruned``);
 * polling (``repair``) sees every active job of a repository: a tracked job it no longer
   sees ended while its delivery was lost. If an earlier poll listed it, it has ended now
   (GitHub lists a job until it completes); a job known only from a delivery may just not
@@ -71,14 +71,25 @@ def _counted(demand: api.Demand) -> api.Demand:
 
 
 def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.TrackedJob]:
+    """At most ``api.MAX_TRACKED_JOBS`` (the CRD's bound: over it the status is invalid, and
+    every write of the pool's demand, deliveries and polls alike, was refused): completed jobs
+    past their ``COMPLETED_TTL`` go, then the oldest completed, then the newest queued. A pool
+    runs at most ``api.MAX_REPLICAS`` runners, half the bound, so its count is at its maximum
+    either way; a queued job left out comes back with its next delivery or poll once there is
+    room. The jobs in progress, what keeps busy runners counted, go last (oldest first)."""
     kept = {
         key: job
         for key, job in jobs.items()
         if job.state != "completed" or now - job.updated_at < COMPLETED_TTL
     }
-    if len(kept) > api.MAX_TRACKED_JOBS:
-        completed = sorted((job.updated_at, key) for key, job in kept.items() if job.state == "completed")
-        for _, key in completed[: len(kept) - api.MAX_TRACKED_JOBS]:
+    for state, newest_first in (("completed", False), ("queued", True), ("in_progress", False)):
+        over = len(kept) - api.MAX_TRACKED_JOBS
+        if over <= 0:
+            break
+        ranked = sorted(
+            ((job.updated_at, key) for key, job in kept.items() if job.state == state), reverse=newest_first
+        )
+        for _, key in ranked[:over]:
             del kept[key]
     return kept
 
