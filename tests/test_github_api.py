@@ -407,6 +407,56 @@ def test_secondary_rate_limit_honours_retry_after(mock: Any) -> None:
     assert len(mock.calls) == 1
 
 
+SECONDARY = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+
+
+def test_a_rate_limited_credential_sends_nothing_until_githubs_wait_is_over(mock: Any) -> None:
+    """The limit is the credential's: asking about the next repository while GitHub said wait
+    spends nothing but renews the limit ("your integration may be banned")."""
+    now = [NOW]
+    github = PyGithubClient.from_auth(Auth.Token(PAT), API, FAST, clock=lambda: now[0])
+    mock.get(
+        api("/repos/octo-org/a/actions/runners"),
+        json=basic_error(SECONDARY, 403),
+        status=403,
+        headers={"retry-after": "60"},
+    )
+    mock.get(api("/repos/octo-org/b/actions/runners"), json={"total_count": 0, "runners": []})
+
+    with pytest.raises(RateLimited):
+        github.list_runners(Scope(repository="octo-org/a"))
+    now[0] += 59
+    with pytest.raises(RateLimited) as info:
+        github.list_runners(Scope(repository="octo-org/b"))
+    assert info.value.retry_after == pytest.approx(1)
+    assert len(mock.calls) == 1, "refused before it was sent"
+
+    now[0] += 1
+    assert github.list_runners(Scope(repository="octo-org/b")) == []
+
+
+def test_secondary_limits_without_a_time_wait_a_minute_doubling_while_they_go_on(mock: Any) -> None:
+    now = [NOW]
+    github = PyGithubClient.from_auth(Auth.Token(PAT), API, FAST, clock=lambda: now[0])
+    url = api("/orgs/octo-org/actions/runners")
+    waits = []
+    for _ in range(3):
+        mock.get(url, json=basic_error(SECONDARY, 403), status=403)
+        with pytest.raises(RateLimited) as info:
+            github.list_runners(ORG)
+        assert info.value.retry_after is not None
+        waits.append(info.value.retry_after)
+        now[0] += info.value.retry_after
+    assert waits == [60, 120, 240]
+
+    mock.get(url, json={"total_count": 0, "runners": []})
+    github.list_runners(ORG)
+    mock.get(url, json=basic_error(SECONDARY, 403), status=403)
+    with pytest.raises(RateLimited) as info:
+        github.list_runners(ORG)
+    assert info.value.retry_after == 60, "an answered call starts the doubling again"
+
+
 @pytest.mark.parametrize(
     ("status", "message", "cls", "reason"),
     [

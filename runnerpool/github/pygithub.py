@@ -43,7 +43,14 @@ from github.GithubException import BadAttributeException
 
 from runnerpool.domain import DEFAULT_API_URL, Scope
 from runnerpool.github import redact, transport
-from runnerpool.github.errors import BadCredentials, GitHubError, MalformedResponse, NotFound, Unavailable
+from runnerpool.github.errors import (
+    BadCredentials,
+    GitHubError,
+    MalformedResponse,
+    NotFound,
+    RateLimited,
+    Unavailable,
+)
 from runnerpool.github.jobs import ActiveJobs, InvalidJob, Job, parse_job
 from runnerpool.github.metrics import GITHUB_REQUESTS, NO_ANSWER, publish_budget
 from runnerpool.github.pages import Page, PageCache
@@ -56,6 +63,7 @@ from runnerpool.github.parse import (
     parse_token,
     structured,
 )
+from runnerpool.github.rate_gate import RateLimitGate
 from runnerpool.github.route import Route
 from runnerpool.github.translate import translate_github_exception, untrusted
 from runnerpool.github.types import (
@@ -261,6 +269,7 @@ class PyGithubClient:
         self._rate_limit: RateLimit | None = None
         # GitHub asks for writes to be serial: one at a time for everything on this credential.
         self._writes = threading.Lock()
+        self._rate_gate = RateLimitGate(clock)
 
     @classmethod
     def from_auth(
@@ -614,6 +623,19 @@ class PyGithubClient:
         return next_url
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """One call, unless GitHub rate-limited this credential and its wait is not over
+        (``runnerpool.github.rate_gate``)."""
+        closed = self._rate_gate.refusal()
+        if closed is not None:
+            raise closed
+        try:
+            answer = self._bounded(what, fn)
+        except RateLimited as err:
+            raise self._rate_gate.limited(err) from None
+        self._rate_gate.answered()
+        return answer
+
+    def _bounded(self, what: str, fn: Callable[[], Any]) -> Any:
         """Run one PyGithub call under one deadline and translate whatever it raises."""
         opts = self._options
         try:

@@ -19,13 +19,9 @@ from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, Rate
 from runnerpool.github.types import header
 from runnerpool.reasons import Reason
 
-__all__ = ["SECONDARY_RATE_LIMIT_WAIT", "translate_github_exception", "untrusted"]
+__all__ = ["translate_github_exception", "untrusted"]
 
 log = logging.getLogger(__name__)
-
-#: GitHub asks clients that hit a secondary limit without a ``retry-after`` to wait at least a
-#: minute; used whenever a rate-limit answer carries no usable timing header.
-SECONDARY_RATE_LIMIT_WAIT = 60.0
 
 
 def _retry_after_seconds(headers: Mapping[str, Any] | None, now: float) -> float | None:
@@ -93,8 +89,7 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
         retry_after = _retry_after_seconds(headers, now)
         if retry_after is None and isinstance(exc, RateLimitExceededExceedsMaxWait):
             retry_after = exc.wait
-        if retry_after is None:
-            retry_after = SECONDARY_RATE_LIMIT_WAIT
+        # None: GitHub named no time; the client's gate decides (runnerpool.github.rate_gate).
         return RateLimited(detail, retry_after=retry_after, status=status)
     if status == 401:
         return BadCredentials(detail + "; the token or GitHub App key was rejected", status=status)
