@@ -101,3 +101,22 @@ def test_a_delivery_within_the_window_still_counts(receiver: WebhookServer, pool
     assert send(receiver, signed_body(503, "queued", created=ago(4)))[0] == 200
     app = demand(pools, "app")
     assert app is not None and app.queued == 1
+
+
+def test_a_replayed_completed_delivery_of_a_job_the_pool_never_tracked_changes_nothing(
+    receiver: WebhookServer, pools: Pools
+) -> None:
+    """Whoever captured old ``completed`` deliveries could send them again under new delivery
+    ids: each job the pool did not track was written into its demand (a write and a reconcile
+    each), and enough of them pushed the real completed jobs out of its record, letting a fresh
+    replay of their ``queued`` count again."""
+    assert send(receiver, signed_body(505, "queued", created=ago(1)))[0] == 200
+    before = version(pools)
+
+    for job_id in (506, 507, 508):
+        old = signed_body(job_id, "completed", created=ago(30), started=ago(29), completed=ago(20))
+        assert send(receiver, old)[0] == 200
+
+    assert version(pools) == before
+    app = demand(pools, "app")
+    assert app is not None and set(app.jobs) == {"505"}

@@ -19,7 +19,9 @@ the 10 minutes a completed job is remembered, that covers every replay:
 
 The 5 minutes between the two leave room for the operator's clock to differ from GitHub's
 (up to 2.5 minutes either way). ``completed`` deliveries are never stale: they only end a
-job. A delivery without times (not GitHub's shape) is not judged by age.
+job; but one older than ``STALE_AFTER`` for a job the pool does not track is not recorded
+(``ended_long_ago``, in ``rules.apply``). A delivery without times (not GitHub's shape) is not
+judged by age.
 
 What a real delivery loses: one GitHub sends more than 5 minutes late (GitHub's incidents; a
 redelivery from the UI of an old one) is not counted from the webhook, and polling counts
@@ -34,9 +36,18 @@ from datetime import datetime, timedelta
 
 from runnerpool.github.jobs import Job
 
-__all__ = ["STALE_AFTER", "stale_for"]
+__all__ = ["STALE_AFTER", "ended_long_ago", "stale_for"]
 
 STALE_AFTER = timedelta(minutes=5)
+
+
+def ended_long_ago(job: Job, now: datetime) -> bool:
+    """Whether a job that is over for a pool which does not track it needs no remembering: its
+    latest time is more than ``STALE_AFTER`` old, so any replay of an earlier state of it is
+    stale too. Recording it anyway was a write per replayed ``completed`` delivery, however
+    old, and a flood of them pushed the real completed jobs out of the pool's record."""
+    times = [at for at in (job.created_at, job.started_at, job.completed_at) if at is not None]
+    return bool(times) and now - max(times) > STALE_AFTER
 
 
 def stale_for(job: Job, now: datetime) -> str | None:

@@ -26,6 +26,7 @@ from collections.abc import Collection, Container, Iterable
 from datetime import datetime, timedelta
 
 from runnerpool import api
+from runnerpool.demand.replays import ended_long_ago
 from runnerpool.github.jobs import STATE_RANK, Job, JobState
 
 __all__ = ["COMPLETED_TTL", "Transition", "apply", "delivered", "repair"]
@@ -105,7 +106,7 @@ def apply(
         key = str(job.id)
         old = tracked.get(key)
         state = _state_for(job, runners, old is not None)
-        if state is None:
+        if state is None or (state == "completed" and old is None and ended_long_ago(job, now)):
             continue
         if old is not None and STATE_RANK[state] <= STATE_RANK[old.state]:
             continue
