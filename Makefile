@@ -33,6 +33,7 @@ node: envtest node-packages
 
 crds: $(STAMP)
 	$(BIN)/python -m generators.crd
+	$(BIN)/python -m generators.receiver_policy
 
 # The Python checks, then actionlint on .github/workflows, helm lint on the chart and promtool
 # check rules on deploy/monitoring (all pinned, built once from the Go module proxy into the test

@@ -321,6 +321,7 @@ def test_packaged_chart_carries_the_linked_files(helm: Path, tmp_path: Path) -> 
             ("files/cluster_role.yaml", DEPLOY / "rbac" / "cluster_role.yaml"),
             ("files/dashboard.json", DASHBOARD),
             ("files/alerts.yaml", DEPLOY / "monitoring" / "alerts" / "alerts.yaml"),
+            ("files/webhook_receiver_policy.yaml", DEPLOY / "rbac" / "webhook_receiver_policy.yaml"),
         ):
             member = members[f"runnerpool-operator/{inside}"]
             assert member.isfile(), f"{inside} is packaged as a link"
@@ -1153,7 +1154,8 @@ def _server_side_dry_run(control_plane: ControlPlane, rendered: list[Obj]) -> No
 #: Everything the chart can create (but the CRD), for ``kubectl get KINDS -l``.
 CHART_KINDS = (
     "clusterroles,clusterrolebindings,roles,rolebindings,serviceaccounts,deployments,services,"
-    "poddisruptionbudgets,secrets,ingresses,leases"
+    "poddisruptionbudgets,secrets,ingresses,leases,validatingadmissionpolicies,"
+    "validatingadmissionpolicybindings"
 )
 
 
@@ -1384,3 +1386,16 @@ def test_a_helm_install_that_fails_is_still_uninstalled(
         installer.install()
     installer.uninstall()
     assert helm_calls == ["install", "uninstall"]
+
+
+def test_the_receivers_demand_only_policy_names_the_releases_receiver_account(helm: Path) -> None:
+    """deploy/'s policy names deploy/'s account; a release's receiver has an account of its own."""
+    objects = template(helm, {"serviceAccount": {"webhookName": "hooks-receiver"}})
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:hooks-receiver'"
+    )
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert len(policy["spec"]["validations"]) >= 10, "every status field but demand"

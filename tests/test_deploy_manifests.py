@@ -38,7 +38,15 @@ RECEIVER = "runnerpool-operator-webhook"
 MIRROR = "runnerpool-operator-webhook-pool-secrets"
 GROUP = "runnerpool.dev"
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+ROLE_BINDINGS = {"RoleBinding", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources"}
 
 Obj = dict[str, Any]
@@ -140,6 +148,8 @@ def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list
             ("Deployment", NAMESPACE, RECEIVER),
             ("Service", NAMESPACE, f"{RECEIVER}-metrics"),
             ("PodDisruptionBudget", NAMESPACE, RECEIVER),
+            ("ValidatingAdmissionPolicy", "", f"{RECEIVER}-demand-only"),
+            ("ValidatingAdmissionPolicyBinding", "", f"{RECEIVER}-demand-only"),
         ]
     )
 
@@ -271,7 +281,7 @@ def test_namespace_role_grants_exactly_the_pinned_verbs_and_is_bound_nowhere(obj
         "resourceNames": [RUNNER_HOOKS_ROLE],
     }, "bind on one role only: any other would let the operator grant anything"
     assert not [
-        o for o in objects if o["kind"].endswith("Binding") and o["roleRef"]["name"] == NAMESPACE_ROLE
+        o for o in objects if o["kind"] in ROLE_BINDINGS and o["roleRef"]["name"] == NAMESPACE_ROLE
     ], "which namespaces are enabled is the platform team's choice: deploy/ enables none"
 
 
@@ -298,9 +308,7 @@ def test_metrics_reader_role_reads_only_metrics(objects: list[Obj]) -> None:
     role = one(objects, "ClusterRole", "runnerpool-operator-metrics-reader")
     assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
     assert not [
-        o
-        for o in objects
-        if o["kind"].endswith("Binding") and o["roleRef"]["name"] == role["metadata"]["name"]
+        o for o in objects if o["kind"] in ROLE_BINDINGS and o["roleRef"]["name"] == role["metadata"]["name"]
     ], "who may scrape is the cluster's choice: deploy/ binds the reader role to no one"
 
 

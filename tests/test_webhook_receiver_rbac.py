@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
+from tests.helpers import wait_for
 from tests.pools import create_pool, pat_secret, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE, receiver_kubeconfig
@@ -79,3 +80,45 @@ def test_the_receiver_reads_pools_writes_their_status_and_reads_the_mirror(
     )
     mirror = client.CoreV1Api(receiver).read_namespaced_secret(MIRROR, OPERATOR_NAMESPACE)
     assert mirror.metadata.name == MIRROR
+
+
+def test_the_receiver_changes_a_pools_demand_and_nothing_else_of_its_status(
+    api_client: client.ApiClient, receiver: client.ApiClient, namespace: str
+) -> None:
+    """RBAC grants the whole status subresource; deploy/'s admission policy narrows it to
+    status.demand, so a stolen receiver token cannot rewrite a pool's conditions, its counts
+    (the scale subresource's), or take a count away."""
+    create_pool(api_client, namespace, pool_manifest("p", repo="acme/app"))
+    as_admin, as_receiver = client.CustomObjectsApi(api_client), client.CustomObjectsApi(receiver)
+
+    def patch(custom: client.CustomObjectsApi, status: dict[str, object]) -> int:
+        return _status(
+            lambda: custom.patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, "p", {"status": status}
+            )
+        )
+
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "RunnersReady",
+        "message": "",
+        "lastTransitionTime": "2030-01-01T00:00:00Z",
+    }
+    the_operators = {"readyReplicas": 1, "conditions": [ready], "runners": {"online": 1, "busy": 1}}
+    assert patch(as_admin, the_operators) == 200
+    wait_for(lambda: patch(as_receiver, {"desiredReplicas": 7}) == 403, message="the policy to take effect")
+    refused = {
+        "set replicas": patch(as_receiver, {"replicas": 9}),
+        "take readyReplicas away": patch(as_receiver, {"readyReplicas": None}),
+        "say it is not ready": patch(as_receiver, {"conditions": [{**ready, "status": "False"}]}),
+        "count no busy runner": patch(as_receiver, {"runners": {"busy": 0}}),
+        "write demand and a count together": patch(as_receiver, {"demand": {"queued": 2}, "replicas": 9}),
+    }
+    assert refused == dict.fromkeys(refused, 403)
+    assert patch(as_receiver, {"demand": {"queued": 3}}) == 200
+    status = as_admin.get_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "p")[
+        "status"
+    ]
+    assert status["demand"]["queued"] == 3 and "replicas" not in status
+    assert {k: status[k] for k in the_operators} == the_operators
