@@ -1,4 +1,4 @@
-"""Files the repository keeps generated (the CRD, the Grafana dashboard): write, or check only.
+"""Files the repository keeps generated (CRD, dashboard, receiver policy): write, or check only.
 
 A generator's ``--check`` compares the committed file with what it would write and prints a
 diff and the command to run, so a stale file fails the tests with what to do about it.
