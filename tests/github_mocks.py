@@ -213,14 +213,20 @@ class RunnerGroupsEndpoint:
     ``/enterprises/<slug>``), in the description's shapes (tests/data/github/*runner-group*):
     ``per_page`` capped at 100, ``Link`` pages, an ``ETag`` per page and a bodiless 304 for a
     matching ``If-None-Match``; members of a ``selected`` group under ``/repositories``
-    (organization) or ``/organizations`` (enterprise); 404 for an unknown group."""
+    (organization) or ``/organizations`` (enterprise); 404 for an unknown group. Each group
+    has "Allow public repositories" off (GitHub's default), so a check reads the repositories
+    a pool serves (``GET /repos/{owner}/{repo}``): private unless in ``public``."""
 
     mock: responses.RequestsMock
     scope_path: str = "/orgs/octo-org"
     #: name -> (id, visibility, members: full names or organization logins)
     groups: dict[str, tuple[int, str, list[str]]] = field(default_factory=dict)
-    #: (path, status) of every request, in order.
+    #: (path, status) of every request for groups and members, in order.
     answered: list[tuple[str, int]] = field(default_factory=list)
+    #: The public repositories (``owner/name``); the others are private.
+    public: set[str] = field(default_factory=set)
+    #: (path, status) of every read of a repository.
+    repositories_read: list[tuple[str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         base = f"{self.scope_path}/actions/runner-groups"
@@ -228,6 +234,7 @@ class RunnerGroupsEndpoint:
         self.mock.add_callback(
             responses.GET, gh(base, r"/\d+/(repositories|organizations)"), callback=self._members
         )
+        self.mock.add_callback(responses.GET, gh("/repos/", r"[^/]+/[^/?]+"), callback=self._repository)
 
     @property
     def _enterprise(self) -> bool:
@@ -277,6 +284,20 @@ class RunnerGroupsEndpoint:
             return self._page(request, "organizations", items)
         items = [{"id": n, "name": full.split("/")[1], "full_name": full} for n, full in enumerate(found)]
         return self._page(request, "repositories", items)
+
+    def _repository(self, request: Any) -> tuple[int, dict[str, str], str]:
+        path = urllib.parse.urlsplit(request.url).path
+        full = path.removeprefix("/repos/")
+        public = full in self.public
+        body = json.dumps(
+            {"full_name": full, "private": not public, "visibility": "public" if public else "private"}
+        )
+        etag = f'W/"{hashlib.sha256(body.encode()).hexdigest()[:20]}"'
+        status = 304 if request.headers.get("If-None-Match") == etag else 200
+        self.repositories_read.append((path, status))
+        if status == 304:
+            return 304, {"ETag": etag}, ""
+        return 200, {"ETag": etag, "content-type": "application/json"}, body
 
     def _page(self, request: Any, key: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, str], str]:
         split = urllib.parse.urlsplit(request.url)

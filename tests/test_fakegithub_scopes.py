@@ -150,3 +150,23 @@ def test_the_operators_client_against_the_fake(fake: FakeGitHub) -> None:
         "actions/list-self-hosted-runner-groups-for-org",
         "actions/list-repo-access-to-self-hosted-runner-group-in-org",
     ], "the second check came from the cache"
+
+
+def test_a_group_closed_to_public_repositories_refuses_a_pool_serving_a_public_one(fake: FakeGitHub) -> None:
+    """GitHub's default for a runner group is "Allow public repositories" off: the jobs of a
+    public repository never reach its runners, which would sit idle while those jobs queue."""
+    fake.add_runner_group("octo-org", "closed")
+    fake.add_runner_group("octo-org", "open", allows_public=True)
+    fake.make_public("octo-org/site")
+    github = PyGithubClient.from_auth(Auth.Token(PAT), fake.url, FAST)
+    groups, org = RunnerGroups(), Scope(organization="octo-org")
+
+    with pytest.raises(RepositoryNotAllowed) as refused:
+        groups.check(github, org, "closed", ["octo-org/app", "octo-org/site"])
+    assert "octo-org/site is public" in refused.value.message
+    assert "octo-org/app" not in refused.value.message, "a private one is fine"
+    assert groups.check(github, org, "open", ["octo-org/site"]).name == "open"
+    assert groups.check(github, org, "closed", ["octo-org/app"]).name == "closed"
+
+    reads = [r for r in fake.requests if r.endpoint == "repos/get"]
+    assert len(reads) == 2, "each repository's visibility read once, then cached"

@@ -247,6 +247,44 @@ def test_list_refuses_link_to_another_host(mock: Any) -> None:
         client().list_runners(REPO)
 
 
+# -- a repository's visibility (runner groups closed to public repositories) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "public"),
+    [
+        ({"full_name": "o/site", "private": False, "visibility": "public"}, True),
+        ({"full_name": "o/app", "private": True, "visibility": "private"}, False),
+        ({"full_name": "o/tools", "private": True, "visibility": "internal"}, False),
+        ({"full_name": "o/old", "private": False}, True),  # a server without "visibility"
+    ],
+    ids=["public", "private", "internal", "no-visibility"],
+)
+def test_a_repositorys_visibility(mock: Any, body: dict[str, Any], public: bool) -> None:
+    mock.get(api("/repos/o/r"), json=body, headers={"ETag": '"v1"'})
+    mock.get(
+        api("/repos/o/r"), status=304, match=[responses.matchers.header_matcher({"If-None-Match": '"v1"'})]
+    )
+    github = client()
+
+    assert github.repository_public("o/r") is public
+    assert github.repository_public("o/r") is public, "the 304 keeps the answer"
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_a_repository_the_credential_may_not_see_is_not_public(mock: Any, status: int) -> None:
+    """An organization's runners need admin:org, not repo: such a PAT sees no private repository,
+    and anyone sees a public one."""
+    mock.get(api("/repos/o/secret"), json=basic_error("Not Found", status), status=status)
+    assert client().repository_public("o/secret") is False
+
+
+def test_a_repository_that_says_nothing_of_its_visibility_is_malformed(mock: Any) -> None:
+    mock.get(api("/repos/o/r"), json={"full_name": "o/r"})
+    with pytest.raises(MalformedResponse):
+        client().repository_public("o/r")
+
+
 # -- deletion ------------------------------------------------------------------------------------
 
 

@@ -324,3 +324,6 @@ def test_a_group_looked_up_again_after_its_ten_minutes_costs_free_304s() -> None
         assert groups.check(github, BIG, "Shared", ["octo-org/ml"]).id == 5
 
     assert [status for _path, status in endpoint.answered] == [200, 200, 304, 304]
+    assert endpoint.repositories_read == [("/repos/octo-org/ml", 200), ("/repos/octo-org/ml", 304)], (
+        "the group refuses public repositories: the pool's one is read, then revalidated for free"
+    )

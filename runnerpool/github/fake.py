@@ -47,8 +47,11 @@ class FakeGitHubClient:
     groups: dict[Scope, list[RunnerGroup]] = field(default_factory=dict)
     #: Who may use a selected group, by (scope, group id): repositories or organizations.
     members: dict[tuple[Scope, int], list[str]] = field(default_factory=dict)
-    #: Every runner-group request: ("groups", scope) or ("members", scope).
+    #: Every runner-group request: ("groups", scope), ("members", scope) or ("repository",
+    #: the repository's scope: whether it is public).
     group_requests: list[tuple[str, Scope]] = field(default_factory=list)
+    #: The public repositories (``owner/name``, lower case); every other one is private.
+    public: set[str] = field(default_factory=set)
     #: Every generate-jitconfig request, in order; each makes an offline runner in ``runners``.
     jit_requests: list[tuple[Scope, JitRequest]] = field(default_factory=list)
     _next_runner_id: int = 1000
@@ -107,6 +110,10 @@ class FakeGitHubClient:
     def runner_group_members(self, scope: Scope, group_id: int) -> list[str]:
         self.group_requests.append(("members", scope))
         return list(self.members.get((scope, group_id), []))
+
+    def repository_public(self, repository: str) -> bool:
+        self.group_requests.append(("repository", Scope(repository=repository)))
+        return repository.lower() in self.public
 
 
 @dataclass

@@ -3,11 +3,14 @@
 A pool names its runner group (``spec.runnerGroup``); GitHub knows groups by id (a JIT config
 names the id, ``config.sh --runnergroup`` the name). A name that names no group, or a group
 open to ``selected`` repositories (organization group) or organizations (enterprise group)
-that leaves out one the pool serves, would register runners that never get those jobs; the
-reconciler says so in a condition instead and makes no runner pod.
+that leaves out one the pool serves, or a group closed to public repositories (GitHub's
+default: "Allow public repositories" off) that serves a public one, would register runners
+that never get those jobs; the reconciler says so in a condition instead and makes no runner
+pod.
 
 Budget (docs/github-api-budget.md): a check costs one listing of the scope's groups and, for a
-``selected`` group, one of its members; both are conditional (an unchanged page is a free 304)
+``selected`` group, one of its members; for a group closed to public repositories, one read
+of each repository the pool serves; all are conditional (an unchanged page is a free 304)
 and cached: a found group for ``ttl`` (10 minutes), a missing one or a refusal for
 ``missing_ttl`` (one minute: the user is probably fixing it). The cache is an LRU of at most
 ``max_entries`` groups, keyed by credential, API base, scope and name (case-insensitive, as
@@ -19,6 +22,7 @@ served, however old, until GitHub answers again.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -29,7 +33,7 @@ from runnerpool.domain import Scope
 from runnerpool.github.budget import ScopeBackoff
 from runnerpool.github.errors import GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient
-from runnerpool.github.types import RunnerGroup
+from runnerpool.github.types import PRIVATE, RunnerGroup
 from runnerpool.reasons import Reason
 
 __all__ = [
@@ -65,6 +69,7 @@ class _Entry:
     expires: float
     group: RunnerGroup | None = None
     members: frozenset[str] | None = None
+    public: bool | None = None
     error: GitHubError | None = None
 
 
@@ -113,10 +118,21 @@ class RunnerGroups:
     ) -> RunnerGroup:
         """``resolve``, then whether the group admits every repository (``owner/name``) the
         pool serves: a ``selected`` organization group must list each of them, a ``selected``
-        enterprise group each of their organizations. Raises ``RepositoryNotAllowed``."""
+        enterprise group each of their organizations, and a group that refuses public
+        repositories (GitHub's default for a group) must serve none. Raises
+        ``RepositoryNotAllowed``."""
         group = self.resolve(client, scope, name)
-        if not group.selected or not repositories:
+        if not repositories:
             return group
+        if group.selected:
+            self._check_members(client, scope, group, repositories)
+        if group.refuses_public:
+            self._check_private(client, scope, group, repositories)
+        return group
+
+    def _check_members(
+        self, client: GitHubClient, scope: Scope, group: RunnerGroup, repositories: Sequence[str]
+    ) -> None:
         whose = (_client_key(client), scope.key)
         entry = self._lookup(
             ("members", *whose, group.id),
@@ -140,7 +156,35 @@ class RunnerGroups:
                 f"{', '.join(refused)}: add them to the group on GitHub or remove them from "
                 "spec.autoscaling.repositories"
             )
-        return group
+
+    def _check_private(
+        self, client: GitHubClient, scope: Scope, group: RunnerGroup, repositories: Sequence[str]
+    ) -> None:
+        """Each repository's visibility (one conditional GET each, cached like a group): the
+        jobs of a public one never reach a group that refuses public repositories, so its
+        runners would sit idle while those jobs queue."""
+        whose = (_client_key(client), scope.key)
+        public = []
+        for repository in sorted(set(repositories)):
+            entry = self._lookup(
+                ("public", _client_key(client), repository.lower()),
+                whose,
+                functools.partial(self._visibility, client, repository),
+            )
+            if entry.error is not None:
+                raise entry.error
+            if entry.public:
+                public.append(repository)
+        if public:
+            which = "private repositories only" if group.visibility == PRIVATE else "no public repository"
+            raise RepositoryNotAllowed(
+                f"runner group {group.name!r} of {scope.name} admits {which}, and {', '.join(public)} "
+                f"{'is' if len(public) == 1 else 'are'} public: allow public repositories in the group's "
+                "settings on GitHub, or remove them from spec.autoscaling.repositories"
+            )
+
+    def _visibility(self, client: GitHubClient, repository: str) -> _Entry:
+        return _Entry(self._clock() + self._ttl, public=client.repository_public(repository))
 
     # -- the cache ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The pages last answered (runners, workflow runs, jobs), kept to be revalidated with their
-ETags (a 304 is free)."""
+"""The pages last answered (runners, workflow runs, jobs; a repository's visibility, as a page of
+one), kept to be revalidated with their ETags (a 304 is free)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,23 @@ def parse_runner_group(item: Any, what: str) -> RunnerGroup:
         raise MalformedResponse(f"{what}: runner group id missing or not an integer")
     if not isinstance(name, str) or not isinstance(visibility, str):
         raise MalformedResponse(f"{what}: runner group {group_id} lacks name or visibility")
-    return RunnerGroup(id=group_id, name=name, visibility=visibility, default=default is True)
+    allows_public = item.get("allows_public_repositories") is not False
+    return RunnerGroup(
+        id=group_id, name=name, visibility=visibility, default=default is True, allows_public=allows_public
+    )
+
+
+def parse_public(item: Any, what: str) -> bool:
+    """Whether a repository object says the repository is public (``visibility``, or on a
+    server without it ``private``); ``internal`` is not public."""
+    if not isinstance(item, dict):
+        raise MalformedResponse(f"{what}: the repository is not an object")
+    visibility, private = item.get("visibility"), item.get("private")
+    if isinstance(visibility, str):
+        return visibility == "public"
+    if isinstance(private, bool):
+        return not private
+    raise MalformedResponse(f"{what}: the repository says neither its visibility nor whether it is private")
 
 
 def parse_member(item: Any, what: str, key: str) -> str:

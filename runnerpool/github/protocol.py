@@ -56,6 +56,10 @@ class GitHubClient(Protocol):
         group, organization logins for an enterprise's."""
         ...
 
+    def repository_public(self, repository: str) -> bool:
+        """Whether ``owner/name`` is public (a runner group may refuse public repositories)."""
+        ...
+
 
 @runtime_checkable
 class RateLimitAware(Protocol):

@@ -58,6 +58,7 @@ from runnerpool.github.parse import (
     next_link,
     parse_jitconfig,
     parse_member,
+    parse_public,
     parse_runner,
     parse_runner_group,
     parse_token,
@@ -514,6 +515,35 @@ class PyGithubClient:
             url = self._checked_next(page.next_url, kind.what)
         if kind.last_page is None:
             raise MalformedResponse(f"{kind.what}: pagination did not end after {read} pages")
+
+    def repository_public(self, repository: str) -> bool:
+        """One conditional GET of the repository (its ETag'd answer kept like a page: a 304 is
+        free). A repository the credential may not see (404, or 403 for a token limited to other
+        repositories: a classic PAT with ``admin:org`` but not ``repo`` sees no private one) is
+        not public: anyone may read a public one."""
+        path = f"/repos/{repository}"
+        what = f"GET {path}"
+        cached = self._pages.get(path)
+        headers = {"If-None-Match": cached.etag} if cached is not None else {}
+        try:
+            status, response_headers, data = self._call(
+                what, functools.partial(self._send, "GET", path, "/repos/{owner}/{repo}", headers=headers)
+            )
+        except NotFound:
+            return False
+        except BadCredentials as err:
+            if err.status == 403:
+                return False
+            raise
+        if status == 304:
+            if cached is None:
+                raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+            return bool(cached.items[0])
+        public = parse_public(data, what)
+        etag = header(response_headers, "etag")
+        if etag:
+            self._pages.put(path, Page(etag=etag, items=(public,), next_url=None))
+        return public
 
     def delete_runner(self, scope: Scope, runner_id: int) -> DeleteOutcome:
         self._refuse_app_for_enterprise(scope)

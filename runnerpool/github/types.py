@@ -90,19 +90,31 @@ class Runner:
 SELECTED = "selected"
 
 
+#: An organization group open to the organization's private repositories only.
+PRIVATE = "private"
+
+
 @dataclass(frozen=True)
 class RunnerGroup:
-    """An organization's or enterprise's runner group: the id a JIT config names, and whether
-    only chosen repositories or organizations may use it (``visibility`` ``selected``)."""
+    """An organization's or enterprise's runner group: the id a JIT config names, whether
+    only chosen repositories or organizations may use it (``visibility`` ``selected``), and
+    whether public repositories may (``allows_public_repositories``: GitHub's default is no;
+    a server that does not say is taken to allow them)."""
 
     id: int
     name: str
     visibility: str
     default: bool
+    allows_public: bool = True
 
     @property
     def selected(self) -> bool:
         return self.visibility == SELECTED
+
+    @property
+    def refuses_public(self) -> bool:
+        """Jobs of public repositories never reach this group's runners."""
+        return not self.allows_public or self.visibility == PRIVATE
 
 
 #: The rate-limit bucket (``x-ratelimit-resource``) of the REST calls the budget rule counts.

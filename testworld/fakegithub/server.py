@@ -199,6 +199,11 @@ def _list_run_jobs(fake: FakeGitHub, request: _Request) -> Answer:
     return _not_found() if found is None else _page(request, "jobs", found)
 
 
+def _get_repository(fake: FakeGitHub, request: _Request) -> Answer:
+    found = fake.api_repository(request.params["owner"], request.params["repo"], request.bases)
+    return _not_found() if found is None else Answer(200, found)
+
+
 def _get_job(fake: FakeGitHub, request: _Request) -> Answer:
     repo = _scope_of(fake, request.params)
     job = None if repo is None else fake.api_get_job(repo, request.bases, int(request.params["job_id"]))
@@ -401,6 +406,7 @@ def _routes() -> list[_Route]:
         ]
     repo = scopes["repo"]
     routes += [
+        _Route("repos/get", "GET", re.compile(repo), _get_repository),
         _Route("actions/list-workflow-runs-for-repo", "GET", re.compile(f"{repo}/actions/runs"), _list_runs),
         _Route(
             "actions/list-jobs-for-workflow-run",

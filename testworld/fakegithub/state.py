@@ -17,6 +17,7 @@ import string
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,8 @@ class _RunnerGroup:
     name: str
     visibility: str
     members: tuple[str, ...] = ()
+    #: GitHub's default for a new group (and its Default group): public repositories may not.
+    allows_public: bool = False
 
 
 def _default_group() -> _RunnerGroup:
@@ -153,7 +156,7 @@ def _group_json(scope: Scope, group: _RunnerGroup, bases: Bases) -> dict[str, An
         "visibility": group.visibility,
         "default": group.id == 1,
         "runners_url": f"{url}/runners",
-        "allows_public_repositories": False,
+        "allows_public_repositories": group.allows_public,
         "restricted_to_workflows": False,
         "selected_workflows": [],
         "workflow_restrictions_read_only": False,
@@ -427,6 +430,8 @@ class GitHubState:
         self._credentials: dict[str, int] = {}
         self._sessions: dict[str, int] = {}
         self._groups: dict[tuple[str, str], list[_RunnerGroup]] = {}
+        #: Public repositories (``owner/name``, lower case); every other one is private.
+        self._public: set[str] = set()
         self._group_ids = itertools.count(2)
         for scope in self._initial_scopes:
             self.add_scope(scope)
@@ -496,20 +501,32 @@ class GitHubState:
             return existing
 
     def add_runner_group(
-        self, scope: str | Scope, name: str, *, visibility: str = "all", members: Iterable[str] = ()
+        self,
+        scope: str | Scope,
+        name: str,
+        *,
+        visibility: str = "all",
+        members: Iterable[str] = (),
+        allows_public: bool = False,
     ) -> int:
         """A runner group of an organization or enterprise (scope as ``add_scope`` made it);
         ``members``: the repositories (``owner/name``) or organizations a ``selected`` group
-        admits. Returns the group's id (1 is every scope's ``Default`` group)."""
+        admits; ``allows_public``: its "Allow public repositories" (off, as on GitHub). Returns
+        the group's id (1 is every scope's ``Default`` group)."""
         with self._lock:
             found = self._scope(scope)
             if found.kind == "repo":
                 raise ValueError(f"a repository has no runner groups: {found.name!r}")
             groups = self._groups.setdefault(found.key, [_default_group()])
-            group = _RunnerGroup(next(self._group_ids), name, visibility, tuple(members))
+            group = _RunnerGroup(next(self._group_ids), name, visibility, tuple(members), allows_public)
             groups.append(group)
             self._notify()
             return group.id
+
+    def make_public(self, repository: str) -> None:
+        """``owner/name`` is public from now on (a repository is private unless made so)."""
+        with self._lock:
+            self._public.add(repository.lower())
 
     def scopes(self) -> list[Scope]:
         with self._lock:
@@ -1011,6 +1028,25 @@ class GitHubState:
                 if j.run_id == run_id and j.repo.key == repo.key
             ]
             return found or None
+
+    def api_repository(self, owner: str, name: str, bases: Bases) -> dict[str, Any] | None:
+        """``GET /repos/{owner}/{repo}``: the repository object (the fields the operator reads,
+        and its identity); ``None`` (404) unless the repository or its organization was added."""
+        full = f"{owner}/{name}"
+        if self.api_scope("repo", full) is None and self.api_scope("org", owner) is None:
+            return None
+        with self._lock:
+            public = full.lower() in self._public
+        return {
+            "id": zlib.crc32(full.lower().encode()),
+            "name": name,
+            "full_name": full,
+            "owner": {"login": owner},
+            "private": not public,
+            "visibility": "public" if public else "private",
+            "url": f"{bases.api}/repos/{full}",
+            "html_url": f"{bases.web}/{full}",
+        }
 
     def api_get_job(self, repo: Scope, bases: Bases, job_id: int) -> dict[str, Any] | None:
         with self._lock:
