@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -493,6 +494,58 @@ def test_secondary_limits_without_a_time_wait_a_minute_doubling_while_they_go_on
     with pytest.raises(RateLimited) as info:
         github.list_runners(ORG)
     assert info.value.retry_after == 60, "an answered call starts the doubling again"
+
+
+@pytest.mark.parametrize("spent", ["actions_runner_registration", "core"])
+def test_a_spent_bucket_stops_its_own_calls_only(mock: Any, spent: str) -> None:
+    """Registration tokens and JIT configs come out of a bucket of their own: a spent one must
+    not stop a deleted pool's deregistrations, nor a spent core budget the tokens GitHub would
+    still give."""
+    github = client()
+    limited = {
+        "x-ratelimit-limit": "5000",
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": str(int(NOW) + 3000),
+        "x-ratelimit-resource": spent,
+    }
+    refused = {"json": basic_error("API rate limit exceeded", 403), "status": 403, "headers": limited}
+    token_url = api("/orgs/octo-org/actions/runners/registration-token")
+    delete_url = api("/orgs/octo-org/actions/runners/23")
+    token: Callable[[], object] = lambda: github.registration_token(ORG)  # noqa: E731
+    delete: Callable[[], object] = lambda: github.delete_runner(ORG, 23)  # noqa: E731
+    if spent == "core":
+        mock.delete(delete_url, **refused)
+        mock.post(token_url, json=fixture("org-registration-token.json")["body"], status=201)
+        spend, other = delete, token
+    else:
+        mock.post(token_url, **refused)
+        mock.delete(delete_url, status=204)
+        spend, other = token, delete
+
+    with pytest.raises(RateLimited):
+        spend()
+    other()  # sent, and answered
+    with pytest.raises(RateLimited) as again:
+        spend()
+
+    assert again.value.retry_after == pytest.approx(3000)
+    assert len(mock.calls) == 2, "the spent bucket's second call was not sent"
+
+
+def test_a_limit_met_by_a_call_sent_after_another_is_answered_resets_the_doubling(mock: Any) -> None:
+    now = [NOW]
+    github = PyGithubClient.from_auth(Auth.Token(PAT), API, FAST, clock=lambda: now[0])
+    url = api("/orgs/octo-org/actions/runners")
+    mock.get(url, json=basic_error(SECONDARY, 403), status=403)
+    with pytest.raises(RateLimited):
+        github.list_runners(ORG)
+    now[0] += 60
+    mock.delete(api("/orgs/octo-org/actions/runners/23"), json=basic_error("Not Found", 404), status=404)
+    assert github.delete_runner(ORG, 23) is DeleteOutcome.ALREADY_GONE  # GitHub answered
+    mock.get(url, json=basic_error(SECONDARY, 403), status=403)
+    with pytest.raises(RateLimited) as info:
+        github.list_runners(ORG)
+    assert info.value.retry_after == 60
 
 
 @pytest.mark.parametrize(

@@ -48,9 +48,26 @@ class NotFound(GitHubError):  # noqa: N818 - names fixed by the shared interface
 
 
 class RateLimited(GitHubError):  # noqa: N818 - names fixed by the shared interface
-    """Primary or secondary rate limit; ``retry_after`` says when asking again makes sense."""
+    """Primary or secondary rate limit; ``retry_after`` says when asking again makes sense.
+
+    ``bucket``: a primary limit's (``x-ratelimit-resource``: ``core``, or
+    ``actions_runner_registration`` for registration tokens and JIT configs); ``None`` for a
+    secondary limit, which is the credential's (``runnerpool.github.rate_gate``).
+    """
 
     default_reason = Reason.RATE_LIMITED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Reason | None = None,
+        retry_after: float | None = None,
+        status: int | None = None,
+        bucket: str | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, retry_after=retry_after, status=status)
+        self.bucket = bucket
 
 
 class Unavailable(GitHubError):  # noqa: N818 - names fixed by the shared interface

@@ -68,6 +68,8 @@ from runnerpool.github.rate_gate import RateLimitGate
 from runnerpool.github.route import Route
 from runnerpool.github.translate import translate_github_exception, untrusted
 from runnerpool.github.types import (
+    CORE_BUCKET,
+    REGISTRATION_BUCKET,
     RUNNERS_PER_PAGE,
     DeleteOutcome,
     JitConfig,
@@ -346,7 +348,9 @@ class PyGithubClient:
         path = f"/{scope.path}/actions/runners/registration-token"
         what = f"POST {path}"
         endpoint = f"/{scope.path_template}/actions/runners/registration-token"
-        _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint))
+        _, _, data = self._call(
+            what, functools.partial(self._send, "POST", path, endpoint), bucket=REGISTRATION_BUCKET
+        )
         return parse_token(data, what)
 
     def generate_jitconfig(self, scope: Scope, request: JitRequest) -> JitConfig:
@@ -365,7 +369,9 @@ class PyGithubClient:
             "labels": list(request.labels),
             "work_folder": request.work_folder,
         }
-        _, _, data = self._call(what, functools.partial(self._send, "POST", path, endpoint, body=body))
+        _, _, data = self._call(
+            what, functools.partial(self._send, "POST", path, endpoint, body=body), bucket=REGISTRATION_BUCKET
+        )
         return parse_jitconfig(data, what)
 
     def list_runners(self, scope: Scope) -> list[Runner]:
@@ -652,16 +658,21 @@ class PyGithubClient:
             raise MalformedResponse(f"{what}: next page link points to another server")
         return next_url
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """One call, unless GitHub rate-limited this credential and its wait is not over
-        (``runnerpool.github.rate_gate``)."""
-        closed = self._rate_gate.refusal()
+    def _call(self, what: str, fn: Callable[[], Any], bucket: str = CORE_BUCKET) -> Any:
+        """One call, unless GitHub rate-limited this credential (for calls of ``bucket``) and
+        its wait is not over (``runnerpool.github.rate_gate``)."""
+        closed = self._rate_gate.refusal(bucket)
         if closed is not None:
             raise closed
+        sent_at = self._rate_gate.closes()
         try:
             answer = self._bounded(what, fn)
         except RateLimited as err:
-            raise self._rate_gate.limited(err) from None
+            raise self._rate_gate.limited(err, sent_at) from None
+        except GitHubError as err:
+            if err.status is not None:  # GitHub answered (a 404, a 422), and not with a limit
+                self._rate_gate.answered()
+            raise
         self._rate_gate.answered()
         return answer
 

@@ -16,7 +16,7 @@ from github import GithubException
 from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExceededException
 
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
-from runnerpool.github.types import header
+from runnerpool.github.types import CORE_BUCKET, header
 from runnerpool.reasons import Reason
 
 __all__ = ["translate_github_exception", "untrusted"]
@@ -74,6 +74,15 @@ def _is_rate_limited(status: int, headers: Mapping[str, Any] | None, message: st
     return lowered.startswith("api rate limit exceeded") or "secondary rate limit" in lowered
 
 
+def _bucket(headers: Mapping[str, Any] | None) -> str | None:
+    """A primary limit's bucket (``x-ratelimit-resource``; none said: ``core``); ``None`` for a
+    secondary limit (budget left), which holds for every bucket of the credential."""
+    if header(headers, "x-ratelimit-remaining") != "0":
+        return None
+    resource = header(headers, "x-ratelimit-resource")
+    return resource.strip().lower() if resource and resource.strip() else CORE_BUCKET
+
+
 def translate_github_exception(exc: GithubException, what: str, now: float) -> GitHubError:
     """Map a PyGithub exception to our taxonomy; ``what`` names the call for the message."""
     status = exc.status
@@ -90,7 +99,7 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
         if retry_after is None and isinstance(exc, RateLimitExceededExceedsMaxWait):
             retry_after = exc.wait
         # None: GitHub named no time; the client's gate decides (runnerpool.github.rate_gate).
-        return RateLimited(detail, retry_after=retry_after, status=status)
+        return RateLimited(detail, retry_after=retry_after, status=status, bucket=_bucket(headers))
     if status == 401:
         return BadCredentials(detail + "; the token or GitHub App key was rejected", status=status)
     if status == 403:

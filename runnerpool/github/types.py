@@ -119,6 +119,8 @@ class RunnerGroup:
 
 #: The rate-limit bucket (``x-ratelimit-resource``) of the REST calls the budget rule counts.
 CORE_BUCKET = "core"
+#: Registration tokens' and JIT configs' bucket: a limit of its own.
+REGISTRATION_BUCKET = "actions_runner_registration"
 
 
 @dataclass(frozen=True)
