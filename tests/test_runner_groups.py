@@ -327,3 +327,23 @@ def test_a_group_looked_up_again_after_its_ten_minutes_costs_free_304s() -> None
     assert endpoint.repositories_read == [("/repos/octo-org/ml", 200), ("/repos/octo-org/ml", 304)], (
         "the group refuses public repositories: the pool's one is read, then revalidated for free"
     )
+
+
+def test_a_public_repository_refused_by_a_closed_group_is_let_through_within_a_minute_of_the_fix() -> None:
+    """The group's "Allow public repositories" turned on: the group was found, so cached for ten
+    minutes; the refusal it led to is looked at again within a minute, as the docs promise."""
+    clock = Clock()
+    github = FakeGitHubClient(public={"octo-org/site"})
+    github.groups[ORG] = [RunnerGroup(id=2, name="ci", visibility="all", default=False, allows_public=False)]
+    groups = RunnerGroups(clock=clock)
+    with pytest.raises(RepositoryNotAllowed) as refused:
+        groups.check(github, ORG, "ci", ["octo-org/site"])
+    assert "octo-org/site is public" in refused.value.message
+
+    github.groups[ORG] = [RunnerGroup(id=2, name="ci", visibility="all", default=False, allows_public=True)]
+    clock.now += 30
+    with pytest.raises(RepositoryNotAllowed):
+        groups.check(github, ORG, "ci", ["octo-org/site"])  # cached meanwhile
+    clock.now += 31
+
+    assert groups.check(github, ORG, "ci", ["octo-org/site"]).allows_public

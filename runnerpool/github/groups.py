@@ -12,9 +12,11 @@ Budget (docs/github-api-budget.md): a check costs one listing of the scope's gro
 ``selected`` group, one of its members; for a group closed to public repositories, one read
 of each repository the pool serves; all are conditional (an unchanged page is a free 304)
 and cached: a found group for ``ttl`` (10 minutes), a missing one or a refusal for
-``missing_ttl`` (one minute: the user is probably fixing it). The cache is an LRU of at most
-``max_entries`` groups, keyed by credential, API base, scope and name (case-insensitive, as
-the runner's own configuration compares names). After a failed call (GitHub down, rate
+``missing_ttl`` (one minute: the user is probably fixing it; a refusal also ages the group,
+members and visibilities it came from to that minute). The cache is an LRU of at most
+``max_entries`` answers (groups keyed by credential, API base, scope and name,
+case-insensitive as the runner's own configuration compares names; members by group;
+visibility by repository). After a failed call (GitHub down, rate
 limited) the scope gets no call until ``ScopeBackoff`` allows one; meanwhile the last failure
 is raised again, unless an earlier call found the group (and its members): that answer is
 served, however old, until GitHub answers again.
@@ -22,11 +24,12 @@ served, however old, until GitHub answers again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from runnerpool.domain import Scope
@@ -47,7 +50,9 @@ __all__ = [
 
 GROUP_TTL = 600.0
 MISSING_TTL = 60.0
-MAX_GROUPS = 1024
+#: Cached answers at most: groups, their members and the visibility of repositories pools
+#: serve (a pool may list a hundred).
+MAX_GROUPS = 4096
 #: The longest wait a failure earns before the scope's groups are asked for again.
 BACKOFF_CAP = 60.0
 
@@ -124,10 +129,18 @@ class RunnerGroups:
         group = self.resolve(client, scope, name)
         if not repositories:
             return group
-        if group.selected:
-            self._check_members(client, scope, group, repositories)
-        if group.refuses_public:
-            self._check_private(client, scope, group, repositories)
+        try:
+            if group.selected:
+                self._check_members(client, scope, group, repositories)
+            if group.refuses_public:
+                self._check_private(client, scope, group, repositories)
+        except RepositoryNotAllowed:
+            # The user is probably fixing it (on GitHub, or in the spec): ask again in a minute.
+            whose = (_client_key(client), scope.key)
+            keys: list[Hashable] = [("group", *whose, name.lower()), ("members", *whose, group.id)]
+            keys += [("public", _client_key(client), r.lower()) for r in repositories]
+            self._expire_within(keys, self._missing_ttl)
+            raise
         return group
 
     def _check_members(
@@ -248,6 +261,14 @@ class RunnerGroups:
                 return None
             self._entries.move_to_end(key)
             return entry
+
+    def _expire_within(self, keys: Iterable[Hashable], seconds: float) -> None:
+        latest = self._clock() + seconds
+        with self._lock:
+            for key in keys:
+                entry = self._entries.get(key)
+                if entry is not None and entry.expires > latest:
+                    self._entries[key] = dataclasses.replace(entry, expires=latest)
 
     def _last_known(self, key: Hashable) -> _Entry | None:
         """The last answer GitHub gave for ``key`` that found something, fresh or not."""
