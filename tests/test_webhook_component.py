@@ -16,7 +16,7 @@ from runnerpool.cli import parser, settings_from
 from runnerpool.conditions import Stamp
 from runnerpool.demand import rules
 from runnerpool.demand.runner_names import RunnerNames
-from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINES, PoolSecrets
+from runnerpool.demand.secret import MAX_POOL_SECRET_BYTES, MAX_POOL_SECRET_LINES, STALE_COPY_FOR, PoolSecrets
 from runnerpool.demand.secret_mirror import (
     BUDGET,
     MAX_DATA_KEY_LENGTH,
@@ -33,6 +33,7 @@ from runnerpool.github.jobs import Job
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import Kube, Resource
+from runnerpool.secret_reads import SecretReads
 from runnerpool.settings import OPERATOR, WEBHOOK_RECEIVER
 from runnerpool.status import webhook_secret_condition
 from runnerpool.webhook_component import operator_webhook_parts
@@ -389,3 +390,26 @@ def test_forged_deliveries_while_the_mirror_cannot_be_read_read_it_once_and_are_
 
     assert not any(v.accepted for v in verdicts)
     assert server.gets == 1, "read again no sooner than the retry gap"
+
+
+class _NoCache:
+    def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def test_while_the_secret_cannot_be_read_its_last_copy_verifies_for_five_minutes_at_most() -> None:
+    """A blip of the API server must not refuse every delivery; but a secret rotated because it
+    leaked must not go on verifying for as long as the API server cannot be reached."""
+    now = [1_000.0]
+    ref = api.WebhookSecretRef(name="hooks", key="secret")
+    server = _MirrorServer({"secret": base64.b64encode(b"team-a-secret").decode()})
+    secrets = PoolSecrets(SecretReads(_NoCache(), server, clock=lambda: now[0]), ttl=60.0, retry_gap=0.0)
+    assert secrets.get("team-a", ref).values == (b"team-a-secret",)
+
+    server.failing = ApiException(status=503, reason="Service Unavailable")
+    now[0] += 61  # past the copy's ttl: read again, and the read fails
+    assert secrets.get("team-a", ref).values == (b"team-a-secret",)
+    now[0] += STALE_COPY_FOR - 60
+
+    stale = secrets.get("team-a", ref)
+    assert stale.values == () and stale.problem is not None and "cannot read Secret" in stale.problem

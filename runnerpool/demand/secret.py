@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3.exceptions
 from cachetools import TTLCache
 from kubernetes.client.rest import ApiException
 
@@ -42,11 +43,23 @@ from runnerpool.secret_reads import SecretReads
 __all__ = [
     "MAX_POOL_SECRET_BYTES",
     "MAX_POOL_SECRET_LINES",
+    "STALE_COPY_FOR",
     "PoolSecrets",
     "SecretFile",
     "Secrets",
     "secret_lines",
 ]
+
+#: What a read can raise besides a 404: the API server's refusals, and a connection that broke
+#: (``runnerpool.runtime.transport`` gives up after its attempts with the socket's error; the
+#: kubernetes client's urllib3, used where that transport is not, with urllib3's).
+_READ_FAILED = (ApiException, OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)
+#: Failed reads remembered at most (one per webhook Secret pools name).
+_FAILED_MAX = 4096
+#: While reads fail, the last copy found is used for at most this long after it was read: a
+#: secret rotated because it leaked must not go on verifying deliveries for as long as the
+#: API server cannot be reached.
+STALE_COPY_FOR = 300.0
 
 #: A pool's own webhook secret: at most this many lines (the secret, and the next one while
 #: rotating, with room to spare) of at most this many bytes in all. Every line is tried as an
@@ -55,11 +68,6 @@ __all__ = [
 #: The receiver's copy of these secrets (one Secret under 1 MiB for every pool) is shared
 #: between namespaces (``secret_mirror.fair_share``): a tenant cannot fill it for the others
 #: with many secrets at this bound, only its own share.
-#: What a read can raise besides a 404: the API server's refusals, and a connection that broke
-#: (``runnerpool.runtime.transport`` gives up after its attempts with the socket's error).
-_READ_FAILED = (ApiException, OSError, http.client.HTTPException)
-#: Failed reads remembered at most (one per webhook Secret pools name).
-_FAILED_MAX = 4096
 MAX_POOL_SECRET_LINES = 8
 MAX_POOL_SECRET_BYTES = 4096
 
@@ -159,8 +167,9 @@ class PoolSecrets:
         self, namespace: str, name: str, max_age: float
     ) -> tuple[dict[str, Any] | None, Secrets | None]:
         """The Secret (``None``: not found), or why it cannot be read. While a read failed less
-        than ``retry_gap`` ago it is not read again: the last copy found is used, however old
-        (a secret rotated meanwhile verifies once the API server answers again)."""
+        than ``retry_gap`` ago it is not read again: the last copy found is used meanwhile, if
+        it was read less than ``STALE_COPY_FOR`` ago (a secret rotated meanwhile verifies once
+        the API server answers again)."""
         key = (namespace, name)
         with self._failed_lock:
             failed = self._failed.get(key)
@@ -173,7 +182,10 @@ class PoolSecrets:
                 with self._failed_lock:
                     self._failed[key] = failed
         kept = self._reads.kept(namespace, name)
-        return (kept, None) if kept is not None else (None, failed)
+        age = self._reads.age(namespace, name)
+        if kept is None or (age is not None and age > STALE_COPY_FOR):
+            return None, failed
+        return kept, None
 
 
 def _is_credential(secret: dict[str, Any]) -> bool:
