@@ -37,8 +37,8 @@ HEADER = (
     "# (generators/receiver_policy.py says why); its binding: webhook_receiver_policy_binding.yaml.\n"
 )
 NAME = "runnerpool-operator-webhook-demand-only"
-#: deploy/'s receiver account (deploy/rbac/webhook_receiver_service_account.yaml).
-RECEIVER = "system:serviceaccount:runnerpool-system:runnerpool-operator-webhook"
+#: deploy/'s receiver account's name (deploy/rbac/webhook_receiver_service_account.yaml).
+RECEIVER = "runnerpool-operator-webhook"
 #: The one status field the receiver writes.
 WRITTEN = "demand"
 
@@ -54,6 +54,17 @@ def _unchanged(field: str) -> str:
     new = f"(has(object.status) && has(object.status.{field}))"
     old = f"(has(oldObject.status) && has(oldObject.status.{field}))"
     return f"{new} == {old} && (!{new} || object.status.{field} == oldObject.status.{field})"
+
+
+def receiver_condition(account: str) -> str:
+    """CEL: the request is a ServiceAccount's of this name, in any namespace: an overlay that
+    moves deploy/ to another namespace (``kustomize edit set namespace``) rewrites the account
+    and its bindings but not this string, and would turn the policy off unseen. Another
+    namespace's account of the same name is held to the same rule, which fails safe."""
+    return (
+        "request.userInfo.username.startsWith('system:serviceaccount:') && "
+        f"request.userInfo.username.endsWith(':{account}')"
+    )
 
 
 def policy(receiver: str = RECEIVER) -> dict[str, Any]:
@@ -80,9 +91,7 @@ def policy(receiver: str = RECEIVER) -> dict[str, Any]:
                     }
                 ]
             },
-            "matchConditions": [
-                {"name": "the-webhook-receiver", "expression": f"request.userInfo.username == '{receiver}'"}
-            ],
+            "matchConditions": [{"name": "the-webhook-receiver", "expression": receiver_condition(receiver)}],
             "validations": [
                 {
                     "expression": _unchanged(field),

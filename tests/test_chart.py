@@ -30,6 +30,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from generators import receiver_policy
 from runnerpool.cli import parser, settings_from
 from runnerpool.domain import Scope
 from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
@@ -1393,9 +1394,7 @@ def test_the_receivers_demand_only_policy_names_the_releases_receiver_account(he
     objects = template(helm, {"serviceAccount": {"webhookName": "hooks-receiver"}})
     policy = one(objects, "ValidatingAdmissionPolicy")
     (condition,) = policy["spec"]["matchConditions"]
-    assert condition["expression"] == (
-        f"request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:hooks-receiver'"
-    )
+    assert condition["expression"] == receiver_policy.receiver_condition("hooks-receiver")
     binding = one(objects, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     assert len(policy["spec"]["validations"]) >= 10, "every status field but demand"
