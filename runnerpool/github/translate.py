@@ -112,8 +112,8 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
         return NotFound(detail + "; check the name and that the credentials can see it", status=status)
     if 300 <= status < 400:
         return GitHubError(
-            detail + "; the server sent it to another server (the transport follows redirects on "
-            "the same one only): check the GitHub API URL and the pool's scope",
+            detail + "; a redirect not followed (only up to three on the same server are: this one "
+            "points to another server, or one more): check the GitHub API URL and the pool's scope",
             reason=Reason.GITHUB_REDIRECTED,
             status=status,
         )
