@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from runnerpool.github.errors import RateLimited
 from runnerpool.github.rate_gate import MAX_SECONDARY_WAIT, RateLimitGate
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.test_runner_groups import Clock
 
 
 def _untimed() -> RateLimited:

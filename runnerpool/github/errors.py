@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from runnerpool.reasons import Reason
 
 __all__ = ["BadCredentials", "GitHubError", "MalformedResponse", "NotFound", "RateLimited", "Unavailable"]
@@ -57,16 +59,9 @@ class RateLimited(GitHubError):  # noqa: N818 - names fixed by the shared interf
 
     default_reason = Reason.RATE_LIMITED
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        reason: Reason | None = None,
-        retry_after: float | None = None,
-        status: int | None = None,
-        bucket: str | None = None,
-    ) -> None:
-        super().__init__(message, reason=reason, retry_after=retry_after, status=status)
+    def __init__(self, message: str, *, bucket: str | None = None, **fields: Any) -> None:
+        """``fields``: ``GitHubError``'s (reason, retry_after, status)."""
+        super().__init__(message, **fields)
         self.bucket = bucket
 
 
