@@ -21,6 +21,7 @@ from kubernetes import client
 
 from runnerpool import api, logs
 from runnerpool.demand import metrics
+from runnerpool.demand import receiver as receiver_module
 from runnerpool.demand.receiver import PATH, WebhookServer
 from runnerpool.demand.secret import PoolSecrets, Secrets
 from runnerpool.demand.signature import sign
@@ -495,8 +496,11 @@ def test_malformed_requests_get_4xx_with_one_log_line_and_no_traceback(
     capfd: pytest.CaptureFixture[str],
     path: str,
     secret: bytes,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At the cluster-wide URL and at a pool's own."""
+    """At the cluster-wide URL and at a pool's own (each refusal logged: the rate of those
+    lines is test_a_flood_of_refused_requests_logs_one_line_each_ten_seconds's)."""
+    monkeypatch.setattr(receiver_module, "REFUSAL_LOG_EVERY", 0.0)
     # A receiver whose cap an operator raised to 1 MiB: the 10^5 '[' reach the parser.
     server = hostile_server(recorded, TenantPools(), max_body=1 << 20)
     caplog.set_level(logging.DEBUG)
@@ -630,3 +634,20 @@ def test_300_stalled_uploads_of_the_largest_body_stay_under_the_stated_bound(rec
             sock.close()
         server.stop()
     assert recorded.jobs == []
+
+
+def test_a_flood_of_refused_requests_logs_one_line_each_ten_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone on the internet may send refused requests by the hundred a second: a line each
+    filled the receiver's log; the metric counts every one."""
+    now = [100.0]
+    refusals = receiver_module.RefusalLog(clock=lambda: now[0])
+    caplog.set_level(logging.INFO, logger=receiver_module.__name__)
+
+    for _ in range(100):
+        refusals.refused("203.0.113.7", 401, "missing or invalid X-Hub-Signature-256")
+    now[0] += receiver_module.REFUSAL_LOG_EVERY
+    refusals.refused("203.0.113.8", 401, "missing or invalid X-Hub-Signature-256")
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[1].endswith("(99 more refused since the last such line)")

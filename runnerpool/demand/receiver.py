@@ -41,6 +41,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,7 +59,15 @@ from runnerpool.domain import utcnow
 from runnerpool.github.jobs import InvalidJob, Job, parse_delivery
 from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 
-__all__ = ["DEFAULT_MAX_BODY", "DELIVERY_ID", "HEALTH_PATHS", "PATH", "WebhookServer"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "DELIVERY_ID",
+    "HEALTH_PATHS",
+    "PATH",
+    "REFUSAL_LOG_EVERY",
+    "RefusalLog",
+    "WebhookServer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,31 @@ DEFAULT_MAX_BODY = Limits.max_body
 #: the receiver's 512 Mi limit. Bounded at 64 rather than the UUID's exact shape, so that an id
 #: of another GUID form still counts; 10,000 of them take under 5 MiB with what signed them.
 DELIVERY_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
+#: Seconds between two log lines about refused requests. Anyone on the internet may send them
+#: by the hundred a second, and a line each would fill the receiver's log (and its pipeline's
+#: bill); ``runnerpool_webhook_deliveries_total`` counts every one by result.
+REFUSAL_LOG_EVERY = 10.0
+
+
+class RefusalLog:
+    """The first refused request of each ``REFUSAL_LOG_EVERY`` seconds, and how many went
+    unlogged before it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._quiet = 0
+
+    def refused(self, client: str, code: int, text: str) -> None:
+        with self._lock:
+            now = self._clock()
+            if now < self._next:
+                self._quiet += 1
+                return
+            quiet, self._quiet, self._next = self._quiet, 0, now + REFUSAL_LOG_EVERY
+        more = f" ({quiet} more refused since the last such line)" if quiet else ""
+        log.info("webhook request from %s refused with %d: %s%s", client, code, text, more)
 
 
 @dataclass
@@ -89,6 +124,7 @@ class _Receiver:
     max_body: int
     seen: DeliveryLog
     clock: Callable[[], datetime] = utcnow
+    refusals: RefusalLog = dataclasses.field(default_factory=RefusalLog)
 
 
 class _Headers:
@@ -121,7 +157,7 @@ class _Handler:
         metrics.DELIVERIES.labels(event, result).inc()
         self.response = (code, (text + "\n").encode())
         if 400 <= code < 500:
-            log.info("webhook request from %s refused with %d: %s", self.client, code, text)
+            self.receiver.refusals.refused(self.client, code, text)
 
     def respond(self) -> None:
         if self.method in ("GET", "HEAD") and self.path in HEALTH_PATHS:
