@@ -14,6 +14,7 @@ a SIGTERM or a lost Lease asks for the stop.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from kubernetes import client
 
@@ -154,12 +155,9 @@ class Operator:
             allowed=allowed,
         )
         controller = Controller(self._queue, reconciler, workers=settings.queue.workers)
+        release = partial(checks.release_unused, settings.namespaces, reconciler.release_unused_budget)
         return [
-            Runnable(
-                "protection release",
-                lambda: checks.release_unused(settings.namespaces, reconciler.release_unused_budget),
-                leader_only=True,
-            ),
+            Runnable("protection release", release, leader_only=True),
             scheduler_runnable("secret updater", token_scheduler, secrets.stop_all),
             scheduler_runnable("runner managers", runner_scheduler, runners.stop_all),
             Runnable("demand poller", poller.start, poller.stop, leader_only=True),
