@@ -16,7 +16,7 @@ from github import GithubException
 from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExceededException
 
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
-from runnerpool.github.types import CORE_BUCKET, header
+from runnerpool.github.types import bucket_of, header
 from runnerpool.reasons import Reason
 
 __all__ = ["translate_github_exception", "untrusted"]
@@ -75,12 +75,9 @@ def _is_rate_limited(status: int, headers: Mapping[str, Any] | None, message: st
 
 
 def _bucket(headers: Mapping[str, Any] | None) -> str | None:
-    """A primary limit's bucket (``x-ratelimit-resource``; none said: ``core``); ``None`` for a
-    secondary limit (budget left), which holds for every bucket of the credential."""
-    if header(headers, "x-ratelimit-remaining") != "0":
-        return None
-    resource = header(headers, "x-ratelimit-resource")
-    return resource.strip().lower() if resource and resource.strip() else CORE_BUCKET
+    """A primary limit's bucket; ``None`` for a secondary limit (budget left), which holds for
+    every bucket of the credential."""
+    return bucket_of(headers) if header(headers, "x-ratelimit-remaining") == "0" else None
 
 
 def translate_github_exception(exc: GithubException, what: str, now: float) -> GitHubError:

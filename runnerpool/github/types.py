@@ -19,6 +19,7 @@ __all__ = [
     "RegistrationToken",
     "Runner",
     "RunnerGroup",
+    "bucket_of",
     "header",
 ]
 
@@ -123,6 +124,13 @@ CORE_BUCKET = "core"
 REGISTRATION_BUCKET = "actions_runner_registration"
 
 
+def bucket_of(headers: Mapping[str, Any] | None) -> str:
+    """The rate-limit bucket an answer speaks of (``x-ratelimit-resource``); an answer without
+    it (older GitHub Enterprise Servers) is core's."""
+    resource = (header(headers, "x-ratelimit-resource") or "").strip().lower()
+    return resource or CORE_BUCKET
+
+
 @dataclass(frozen=True)
 class RateLimit:
     """One credential's primary budget as GitHub last reported it.
@@ -144,8 +152,7 @@ class RateLimit:
         would hide a core budget nearly spent from the listings' slowdown rule. An answer
         without ``x-ratelimit-resource`` (older GitHub Enterprise Servers) is core's.
         """
-        resource = header(headers, "x-ratelimit-resource")
-        if resource is not None and resource.strip().lower() != CORE_BUCKET:
+        if bucket_of(headers) != CORE_BUCKET:
             return None
         raw = [header(headers, f"x-ratelimit-{name}") for name in ("remaining", "limit", "reset")]
         if any(value is None for value in raw):
