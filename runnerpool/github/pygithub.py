@@ -529,21 +529,15 @@ class PyGithubClient:
         not public: anyone may read a public one."""
         path = f"/repos/{repository}"
         what = f"GET {path}"
-        cached = self._pages.get(path)
-        headers = {"If-None-Match": cached.etag} if cached is not None else {}
         try:
-            status, response_headers, data = self._call(
-                what, functools.partial(self._send, "GET", path, "/repos/{owner}/{repo}", headers=headers)
-            )
+            cached, response_headers, data = self._revalidated(path, what, "/repos/{owner}/{repo}")
         except NotFound:
             return False
         except BadCredentials as err:
             if err.status == 403:
                 return False
             raise
-        if status == 304:
-            if cached is None:
-                raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+        if cached is not None:
             return bool(cached.items[0])
         public = parse_public(data, what)
         etag = header(response_headers, "etag")
@@ -586,14 +580,8 @@ class PyGithubClient:
     def _page(self, url: str, kind: _Listing, spent: list[int] | None = None) -> Page:
         """One page of a listing under ``key``, revalidated with its ETag; a 304 is free."""
         what, key = kind.what, kind.key
-        cached = self._pages.get(url)
-        headers = {"If-None-Match": cached.etag} if cached is not None else {}
-        status, response_headers, data = self._call(
-            what, functools.partial(self._send, "GET", url, kind.endpoint, headers=headers)
-        )
-        if status == 304:
-            if cached is None:
-                raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+        cached, response_headers, data = self._revalidated(url, what, kind.endpoint)
+        if cached is not None:
             return cached
         if spent is not None:
             spent.append(1)
@@ -609,6 +597,20 @@ class PyGithubClient:
         if page.etag:
             self._pages.put(url, page)
         return page
+
+    def _revalidated(self, url: str, what: str, endpoint: str) -> tuple[Page | None, dict[str, Any], Any]:
+        """A GET revalidated with the ETag of its last answer: that answer (a 304 is free), or
+        ``None`` and the new answer's headers and body."""
+        cached = self._pages.get(url)
+        headers = {"If-None-Match": cached.etag} if cached is not None else {}
+        status, response_headers, data = self._call(
+            what, functools.partial(self._send, "GET", url, endpoint, headers=headers)
+        )
+        if status != 304:
+            return None, response_headers, data
+        if cached is None:
+            raise MalformedResponse(f"{what}: 304 Not Modified to a request without If-None-Match")
+        return cached, response_headers, None
 
     def _send(
         self,
