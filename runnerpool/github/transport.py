@@ -378,19 +378,16 @@ class BoundedAdapter(requests.adapters.HTTPAdapter):
             HOSTS.enter(origin, tenant)
             timed_out = False
             try:
-                response = self._send(
-                    call, request, stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
-                )
-                for _ in range(MAX_REDIRECTS):
-                    target = _same_origin_redirect(request, response)
-                    if target is None:
-                        break
-                    response.close()
-                    request = _sent_again(request, target)
+                for hop in range(MAX_REDIRECTS + 1):
                     response = self._send(
                         call, request, stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
                     )
-                return response
+                    target = _same_origin_redirect(request, response) if hop < MAX_REDIRECTS else None
+                    if target is None:
+                        return response
+                    response.close()
+                    request = _sent_again(request, target)
+                raise AssertionError("unreachable: the last hop returns")
             except DeadlineExceeded:
                 timed_out = True
                 raise
