@@ -31,7 +31,7 @@ from runnerpool.pods.expectations import Expectations
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
-from runnerpool.runtime.kube import Kube
+from runnerpool.runtime.kube import PODS, Kube
 from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
 from tests.github_mocks import RunnerEndpoint, gh, github, live_clients, runner_managers
 from tests.helpers import WallClock, wait_for
@@ -235,6 +235,37 @@ def test_a_new_pod_deleted_before_the_cache_ever_showed_it_does_not_hold_the_del
 
     assert [ref.name for ref in brief.runners.drains] == ["brief"], "drained at once, not after 5 minutes"
     assert brief.expectations.expected(f"{namespace}/brief") == frozenset()
+
+
+def test_a_pod_whose_watch_event_came_before_its_create_answer_does_not_hold_the_deletion(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The pod's watch event can reach the cache before the creating thread gets the API
+    server's answer back (a loaded host). Recorded as expected after its only event, the create
+    stayed "unseen" for the expectations' 5 minutes, and the deleted pool waited that long before
+    deregistering its runner (the bench's ten-pool deletion timed out once in CI)."""
+    expectations, runners = Expectations(), FakeRunnerJobs()
+    reconciler = make_reconciler(api_client, runners=runners, clock=clock, expectations=expectations)
+    kube = reconciler._pods._kube
+    create = kube.create
+
+    def create_seen_by_the_watch_first(resource: Any, ns: str | None, body: Any, **kwargs: Any) -> Any:
+        answer = create(resource, ns, body, **kwargs)
+        if resource is PODS:
+            expectations.observe(f"{namespace}/quick", answer["metadata"]["name"])  # the informer won
+        return answer
+
+    kube.create = create_seen_by_the_watch_first  # type: ignore[method-assign]
+    create_pool(api_client, namespace, pool_manifest("quick"))
+    reconciler(f"{namespace}/quick")
+    fill_token(api_client, namespace, "quick", "AABBCC", FUTURE)
+    reconciler(f"{namespace}/quick")
+    assert len(LiveReader(api_client).list_pods(namespace, "quick")) == 1
+    _delete(api_client, namespace, "quick")
+
+    reconciler(f"{namespace}/quick")
+
+    assert [ref.name for ref in runners.drains] == ["quick"], "drained at once, not after 5 minutes"
 
 
 class RecordedScaleSets:

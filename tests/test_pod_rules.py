@@ -311,6 +311,21 @@ def test_a_pod_the_watch_delivers_between_the_read_and_the_count_is_still_expect
     assert still_pending(before_the_read, read) == 1, "still counted: no second create"
 
 
+def test_a_pod_the_watch_delivers_before_its_create_answers_is_not_expected_after() -> None:
+    """The informer may show a created pod before the creating thread has the API server's
+    answer: recorded after its only event, the name stayed expected until the timeout."""
+    expect = Expectations(timeout=300)
+    with expect.creating("ns/ci") as created:
+        expect.observe("ns/ci", "ci-abcde")  # the watch won the race
+        expect.observe("ns/ci", "ci-older")  # an event of a pod the pool already had
+        created("ci-abcde")
+    with expect.creating("ns/ci") as created:
+        created("ci-older")  # no stale memory of the first creates' window: expected now
+    assert expect.expected("ns/ci") == frozenset({"ci-older"})
+    expect.observe("ns/ci", "ci-older")
+    assert expect.expected("ns/ci") == frozenset()
+
+
 def test_pods_without_the_template_hash_are_outdated() -> None:
     legacy = {"metadata": {"name": "runnerpool-ci-5d4f-abcde", "labels": {"pod-template-hash": "5d4f"}}}
     assert scaling.count([legacy], 1, NEW).outdated == 1

@@ -216,10 +216,9 @@ class PodStep:
         # warning (the server's default), so the pool says TemplateInvalid instead of running pods
         # that silently lack what the user wrote. A rollout only takes old pods away once new ones
         # exist (runnerpool.runners.retirement), so a refused template keeps the current pods.
-        name = str(
-            self._kube.create(PODS, pool.namespace, body, field_validation="Strict")["metadata"]["name"]
-        )
-        self._expectations.created(key, name)
+        with self._expectations.creating(key) as created:
+            answer = self._kube.create(PODS, pool.namespace, body, field_validation="Strict")
+            created(str(answer["metadata"]["name"]))
 
 
 def _refusal_of(failures: tuple[BaseException, ...]) -> ApiException:
