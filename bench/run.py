@@ -115,6 +115,8 @@ class Options:
     resync_period: float
     converge_timeout: float
     out: Path
+    #: Seconds from the deletions until every runner is deregistered and every pool gone.
+    deletion_timeout: float = 600.0
     profile: Path | None = None
     converge_only: bool = False
     github_hour: bool = True
@@ -635,16 +637,18 @@ class SizeRun:
                     names,
                 )
             )
-        timeout = self.opts.converge_timeout
-        if poll_until(lambda: not any(self.fake.runners(scope) for scope in scopes), timeout, 0.2):
+        deadline = start + self.opts.deletion_timeout
+        if poll_until(lambda: not any(self.fake.runners(scope) for scope in scopes), deadline - start, 0.2):
             result.deletion_deregistered = time.perf_counter() - start
 
         def no_pools() -> bool:
             found = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)
             return not found["items"]
 
-        if poll_until(no_pools, timeout, 0.5):
+        if poll_until(no_pools, max(deadline - time.perf_counter(), 0.0), 0.5):
             result.deletion_gone = time.perf_counter() - start
+        if result.deletion_deregistered is None or result.deletion_gone is None:
+            result.notes.append(self._left_after_deletion(scopes))
         result.deletion_cpu_seconds = self.operator.cpu_seconds() - cpu0
         if self.audit.path:
             threading.Event().wait(AUDIT_SETTLE)  # the audit log is written after the response
@@ -659,6 +663,42 @@ class SizeRun:
         self.say(f"N={n}: runners deregistered after {result.deletion_deregistered or float('nan'):.1f}s")
         if result.deletion_writes:
             self.say(f"N={n}: writes to delete: {result.deletion_writes}")
+
+    def _left_after_deletion(self, scopes: list[str]) -> str:
+        """What a deletion that did not finish left behind, for the note a failed run prints:
+        runners still on the fake, pools still there (finalizers, ``RunnersDeregistered``), their
+        pods, whether the operator still runs, and its last warnings."""
+        runners = [
+            f"{scope}: {r['name']} ({r['status']}{', busy' if r['busy'] else ''})"
+            for scope in scopes
+            for r in self.fake.runners(scope)
+        ]
+        custom, core = client.CustomObjectsApi(self.api), client.CoreV1Api(self.api)
+        pools = []
+        for raw in custom.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)[
+            "items"
+        ]:
+            found = [
+                c for c in raw.get("status", {}).get("conditions", []) if c["type"] == "RunnersDeregistered"
+            ]
+            said = (
+                f"{found[0]['status']} {found[0]['reason']}: {found[0]['message']}" if found else "not said"
+            )
+            pools.append(f"{raw['metadata']['name']} {raw['metadata'].get('finalizers', [])} {said}")
+        pods = [
+            f"{p.metadata.name} ({p.status.phase}{', deleting' if p.metadata.deletion_timestamp else ''})"
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector=MANAGED_BY_SELECTOR).items
+        ]
+        lines = self.operator.log_path.read_text(errors="replace").splitlines()
+        warnings = [
+            line[:400] for line in lines if '"level": "warning"' in line or '"level": "error"' in line
+        ]
+        return (
+            f"deletion unfinished after {self.opts.deletion_timeout:.0f}s; "
+            f"runners on GitHub: {runners or 'none'}; pools: {pools or 'none'}; pods: {pods or 'none'}; "
+            f"operator {'running' if self.operator.alive else 'exited'}; "
+            f"its last warnings: {warnings[-10:] or 'none'}"
+        )
 
 
 # ------------------------------------------------------------------------------ report
@@ -811,6 +851,12 @@ def parse(argv: list[str] | None) -> Options:
     p.add_argument("--idle", type=float, default=0.0, metavar="SECONDS", help="then measure an idle window")
     p.add_argument("--deletion", action="store_true", help="then delete every pool at once and time it")
     p.add_argument(
+        "--deletion-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for every runner deregistered and every pool gone",
+    )
+    p.add_argument(
         "--plot",
         type=Path,
         metavar="BENCH.json",
@@ -832,6 +878,7 @@ def parse(argv: list[str] | None) -> Options:
         converge_only=args.converge_only,
         github_hour=not args.no_github_hour,
         deletion=args.deletion,
+        deletion_timeout=args.deletion_timeout,
         idle=args.idle,
         plot=args.plot,
     )
