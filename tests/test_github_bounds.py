@@ -125,6 +125,9 @@ class _GitHubHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.server.lock:
+            self.server.posts += 1
+        time.sleep(self.server.post_seconds)  # how long GitHub takes to answer a write
         self._send(201, _token_body())
 
     def do_GET(self) -> None:
@@ -161,6 +164,9 @@ class _GitHub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _GitHubHandler)
         self.answer: tuple[int, bytes, bool] = (200, b"{}", False)
         self.streamed = 0
+        self.post_seconds = 0.0
+        self.posts = 0
+        self.lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -251,6 +257,35 @@ def test_a_namespace_held_to_one_call_at_a_time_is_told_so_not_that_its_host_is_
     assert err.reason == Reason.GITHUB_HOST_SLOW and took < 0.5
     assert "namespace tenant-a" in err.message and "one at a time" in err.message
     assert "probed" not in err.message
+
+
+def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slow(github: _GitHub) -> None:
+    """A credential's writes go one at a time (GitHub asks so). Each waited inside its own
+    deadline, and one sent with the little time its queue left it missed the deadline though
+    GitHub answered in time: the host was then taken for slow and every call to it refused for
+    half a minute (a mass deletion's deregistrations paused). A write now waits only while half
+    its deadline is left, and one not sent blames no host."""
+    github.post_seconds = DEADLINE * 0.3  # every answer well in time; four in a row are not
+    client = client_from_secret_data({"token": "ghp_queue"}, github.url, _options())
+    outcomes: list[str] = []
+
+    def write() -> None:
+        try:
+            client.registration_token(ORG)
+            outcomes.append("sent")
+        except GitHubError as err:
+            outcomes.append(f"{err.reason}: {err.message}")
+
+    writers = [threading.Thread(target=write, daemon=True) for _ in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(DEADLINE * 2 + SLACK)
+
+    assert len(outcomes) == 4 and 0 < outcomes.count("sent") == github.posts < 4, outcomes
+    assert all("not sent" in outcome for outcome in outcomes if outcome != "sent"), outcomes
+    github.post_seconds = 0.0
+    assert client.registration_token(ORG).token == "AABBCC", "the host is not refused as slow"
 
 
 def test_an_answer_larger_than_the_cap_is_refused_without_reading_it_whole(github: _GitHub) -> None:

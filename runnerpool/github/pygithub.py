@@ -628,7 +628,7 @@ class PyGithubClient:
         ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
         """
         try:
-            with self._writes if method != "GET" else contextlib.nullcontext():
+            with self._write_turn(method, endpoint) if method != "GET" else contextlib.nullcontext():
                 status, response_headers, answer = self._requester.requestJson(
                     method, url, headers=dict(headers or {}), input=body
                 )
@@ -645,6 +645,29 @@ class PyGithubClient:
                 status, response_headers, data if isinstance(data, dict) else {}
             )
         return status, response_headers, data
+
+    @contextlib.contextmanager
+    def _write_turn(self, method: str, endpoint: str) -> Iterator[None]:
+        """GitHub asks for one write at a time per credential: a write waits for the earlier
+        ones, but only while at least half its deadline is left.
+
+        Sent with less, its answer could come too late though GitHub answered in time, and the
+        transport would take the host for slow and refuse every call to it for a while
+        (``transport.SlowHosts``): a pool deletion's DELETEs, queued behind each other on a
+        slow afternoon, paused every deregistration that way. Not sent, it fails as a missed
+        deadline its caller retries, and the host is not blamed."""
+        left = transport.time_left()
+        wait = -1.0 if left is None else max(left - self._options.timeout / 2, 0.0)
+        if not self._writes.acquire(timeout=wait):
+            raise Unavailable(
+                f"{method} {endpoint}: not sent: this credential's earlier writes to GitHub, which "
+                "go one at a time, left it less than half its deadline",
+                reason=Reason.GITHUB_DEADLINE_EXCEEDED,
+            )
+        try:
+            yield
+        finally:
+            self._writes.release()
 
     def _observe_budget(self, headers: Mapping[str, Any]) -> None:
         budget = RateLimit.from_headers(headers)

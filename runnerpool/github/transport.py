@@ -64,6 +64,7 @@ __all__ = [
     "SlowHosts",
     "deadline",
     "install",
+    "time_left",
 ]
 
 #: The largest answer read (bytes, after decompression). GitHub's largest pages the operator
@@ -182,6 +183,12 @@ _current = threading.local()
 
 def _active() -> _Call | None:
     return getattr(_current, "call", None)
+
+
+def time_left() -> float | None:
+    """Seconds left of this thread's current call (``None``: outside any ``deadline`` block)."""
+    call = _active()
+    return None if call is None else call.remaining()
 
 
 @contextlib.contextmanager
