@@ -170,10 +170,12 @@ class EnablingBindings:
             # let it patch the bindings still held, which would then hold the namespace for good.
             bindings.sort(key=lambda b: b["roleRef"].get("name") == self._role)
             return sum(self._patch_one(namespace, b, hold=hold) for b in bindings)
-        except ApiException as err:
+        except Exception as err:
             with self._lock:
                 self._held.discard(namespace)  # try again with the next pool or pass
-            if not hold and err.status not in (403, 404):
+            # A connection error fails the pass as any other call's would (its retry holds
+            # again); kept as held, the namespace was never held for the process's life.
+            if not isinstance(err, ApiException) or (not hold and err.status not in (403, 404)):
                 raise  # the work queue brings the gone pool's pass back: no other pass may come
             verb = "hold" if hold else "release"
             log.warning("cannot %s the enabling RoleBinding in %s: %s", verb, namespace, describe(err))

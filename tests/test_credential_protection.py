@@ -330,6 +330,37 @@ def test_a_release_that_keeps_meeting_conflicts_fails_the_pass_so_the_work_queue
     assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
 
 
+class _UnreachableOnce(Kube):
+    """The API server out of reach for the first list (a restart: every retry refused)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        super().__init__(api_client)
+        self.refused = False
+
+    def list_items(self, resource: Any, namespace: str | None, **query: Any) -> list[dict[str, Any]]:
+        if not self.refused:
+            self.refused = True
+            raise ConnectionRefusedError(111, "Connection refused")
+        return super().list_items(resource, namespace, **query)
+
+
+def test_a_hold_that_could_not_reach_the_api_server_is_tried_again_by_the_next_pass(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: dict[str, Any]
+) -> None:
+    """The namespace counted as held before its bindings were patched, and only an API error
+    undid that: after a connection error no later pass held the binding, so the namespace's
+    deletion took it at once and the pools' finalizers were refused for good."""
+    bindings = EnablingBindings(
+        LiveReader(api_client), _UnreachableOnce(api_client), lambda: OPERATOR_ACCOUNT
+    )
+
+    with pytest.raises(ConnectionRefusedError):
+        bindings.protect(namespace)
+    assert bindings.protect(namespace), "held by the next pass"
+
+    assert _binding_finalizers(api_client, namespace, OPERATOR_SERVICE_ACCOUNT) == [BINDING_FINALIZER]
+
+
 class _AnotherReleaseAfterTheFirstList(Kube):
     """While the first release holds its listing of the namespace's bindings, another gone pool's
     pass releases too: as when a namespace's last pools go together."""
