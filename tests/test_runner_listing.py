@@ -95,6 +95,11 @@ class Pods:
     patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: (pod, grace, resourceVersion precondition) of each deletion that shortened a pod's grace.
     hurried: list[tuple[str, int, str]] = field(default_factory=list)
+    #: Each pool's ``status.desiredReplicas`` as the API server has it (absent: none yet).
+    desired: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def desired_now(self, namespace: str, name: str) -> int | None:
+        return self.desired.get((namespace, name))
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
         self.deleted.append(name)
@@ -369,6 +374,59 @@ def test_a_busy_runner_a_listing_missed_keeps_its_pods_busy_mark(
     assert harness.managers.counts(NS, "build") == api.RunnerCounts(online=0, busy=0, offline=0), "missed"
     assert harness.pods.patched == [], "the busy mark was taken off a pod running a job"
     assert endpoint.looked_up == []
+
+
+def _grown_pool(harness: Harness, github: responses.RequestsMock) -> PoolRef:
+    """A pool that follows demand, scaled 2 -> 5 by the reconciler: the pool cache still shows 2
+    (its watch lags), the pod cache already shows the three new Pending pods beside the two old
+    ones, whose runners are idle."""
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    for i in (1, 2):
+        endpoint.add(i, f"grow-{i}", [f"{NS}/grow"])
+    autoscaling = {"minReplicas": 0, "maxReplicas": 5, "scaleDownDelay": "1m"}
+    ref = harness.cache.add("grow", org="octo-org", autoscaling=autoscaling)
+    harness.cache.pools[(NS, "grow")]["status"] = {"desiredReplicas": 2}
+    runner = {"name": naming.RUNNER_CONTAINER, "restartCount": 0, "state": {"running": {}}}
+
+    def pod(index: int, created: datetime, running: bool) -> dict[str, Any]:
+        meta = {"name": f"grow-{index}", "uid": f"uid-grow-{index}", "resourceVersion": "7"}
+        meta["creationTimestamp"] = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if running:
+            return {"metadata": meta, "status": {"phase": "Running", "containerStatuses": [runner]}}
+        return {"metadata": meta, "status": {"phase": "Pending"}}
+
+    old, new = NOW - timedelta(hours=1), NOW - timedelta(seconds=1)
+    harness.cache.pods[(NS, "grow")] = [pod(i, old, True) for i in (1, 2)] + [
+        pod(i, new, False) for i in (3, 4, 5)
+    ]
+    harness.managers.start(ref)
+    return ref
+
+
+def test_a_round_that_sees_a_scale_ups_pods_before_its_count_keeps_them(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """The reconciler writes ``status.desiredReplicas`` before it creates the pods, but the pool
+    and its pods come through two watches: a round that saw the new pods and the old count took
+    them for surplus and deleted them (a JIT pool's runners with them), for as long as the
+    pools' watch lagged. The round asks the API server for the count before it retires any."""
+    ref = _grown_pool(harness, github)
+    harness.pods.desired[(NS, "grow")] = 5
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert harness.pods.deleted == [], "the scale-up's new pods were taken for surplus"
+
+
+def test_a_scale_down_the_api_server_confirms_takes_the_pods_without_runners_first(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    ref = _grown_pool(harness, github)
+    harness.pods.desired[(NS, "grow")] = 2
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert sorted(harness.pods.deleted) == ["grow-3", "grow-4", "grow-5"]
 
 
 def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:

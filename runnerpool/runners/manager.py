@@ -52,12 +52,12 @@ from runnerpool.github.credentials import CredentialError, teardown_client
 from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome, Runner
-from runnerpool.reads import Reads
+from runnerpool.reads import Reads, parse_pool
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
 from runnerpool.runners.removal import DeleteRunner, ServiceRemoval, deleter
-from runnerpool.runtime.kube import PODS, Kube
+from runnerpool.runtime.kube import PODS, RUNNER_POOLS, Kube
 from runnerpool.scheduling import add_self_scheduling_job
 from runnerpool.settings import RunnerSettings
 
@@ -70,6 +70,7 @@ class PodWriter(Protocol):
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool: ...
     def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool: ...
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    def desired_now(self, namespace: str, name: str) -> int | None: ...
 
 
 class KubePods:
@@ -77,6 +78,19 @@ class KubePods:
 
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
+
+    def desired_now(self, namespace: str, name: str) -> int | None:
+        """The pool's ``autoscaling.desired_replicas`` as the API server has it (``None``: gone,
+        being deleted, or not decided yet): one GET, for a round about to retire pods of a pool
+        that follows demand (``RunnerManagers._confirmed``)."""
+        try:
+            raw = self._kube.get(RUNNER_POOLS, namespace, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        pool = parse_pool(raw).model
+        return None if pool is None or pool.deleting else autoscaling.desired_replicas(pool)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
         """Delete only the pod as it was decided on: a restart since then changed its
@@ -548,12 +562,29 @@ class RunnerManagers:
         wanted = self._wanted_hash(pool) if self._wanted_hash is not None else None
         desired = autoscaling.desired_replicas(pool)  # the reconciler's decision, on the pool
         retire = retirement.retirements(todo.decisions, desired, wanted) if desired is not None else ()
+        if retire and pool.spec.autoscaling is not None:
+            retire = self._confirmed(ref, todo.decisions, wanted)
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks or todo.outlived:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
             self._carry_out(ref, github, todo, halted)
             self._hurry(ref, github, snapshot, todo, runners=runners, halted=halted)
+
+    def _confirmed(
+        self, ref: PoolRef, decisions: Sequence[lifecycle.PodDecision], wanted: str | None
+    ) -> tuple[lifecycle.PodDecision, ...]:
+        """The retirements of a pool that follows demand, decided again on the desired count the
+        API server has now.
+
+        The reconciler writes ``status.desiredReplicas`` before it creates the pods of a
+        scale-up, but the pool and its pods reach this round through two watches: a round
+        could see the new pods and the count before them, take the new pods for surplus and
+        delete them (and a JIT pool's runners with them), again for as long as the pools'
+        watch lagged. A pool with a fixed size has no such race: the reconciler reads its
+        ``spec.replicas`` from the same cache as this round."""
+        desired = self._pods.desired_now(ref.namespace, ref.name)
+        return retirement.retirements(decisions, desired, wanted) if desired is not None else ()
 
     def _publish(self, ref: PoolRef, counts: api.RunnerCounts) -> None:
         with self._lock:
