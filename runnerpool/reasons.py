@@ -96,6 +96,9 @@ class Reason(StrEnum):
     #: The scale set id the pool's status holds is not the pool's scale set on GitHub (its
     #: name in its runner group): no JIT config is made from it (``runnerpool.scale_set_pools``).
     SCALE_SET_NOT_THE_POOLS = "ScaleSetNotThePools"
+    #: A deleted pool's scale set listener has not ended yet (a call to GitHub in flight that
+    #: could make the scale set again): its scale set is deleted, and the pool let go, once it has.
+    SCALE_SET_LISTENER_STOPPING = "ScaleSetListenerStopping"
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"

@@ -58,6 +58,7 @@ from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
 from runnerpool.scaleset.errors import (
     JobStillRunning,
+    ListenerStillRunning,
     RunnerGroupNotFound,
     RunnerNotFound,
     ScaleSetNotFound,
@@ -92,6 +93,8 @@ log = logging.getLogger(__name__)
 LISTENER_CREDENTIALS = "listener"
 #: Seconds the finalizer waits for a pool's listener to end (it deletes its session at once).
 STOP_WAIT = 30.0
+#: Seconds until a finalizer whose pool's listener had not ended looks again.
+STOP_RETRY = 5.0
 
 
 class ScaleSetPoolReads(Protocol):
@@ -368,7 +371,13 @@ class PoolScaleSets:
         under a new id), and a 404 on that id would let the pool go with its live scale set
         left registered. The listener stops first (and is not started again, ``stop_pool``):
         otherwise it could make the scale set again just after it was deleted."""
-        self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT)
+        if not self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT):
+            # Still in a call that may make the scale set after the look-up below found none.
+            raise ListenerStillRunning(
+                f"the scale set listener of {pool.key} has not ended {STOP_WAIT:g} s after it was "
+                "told to stop (a call to GitHub in flight); its scale set is deleted once it has",
+                retry_after=STOP_RETRY,
+            )
         named = _scale_set_named(self._reads, pool)
         if named is None:
             # Deleted by the recorded id only: no one can make a pool's spec unreadable to point

@@ -19,7 +19,7 @@ import pytest
 import requests
 from github import Auth
 
-from runnerpool import api
+from runnerpool import api, scale_set_pools
 from runnerpool.domain import Connection, PoolRef, Scope
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
@@ -35,7 +35,7 @@ from runnerpool.scale_set_pools import (
 )
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
-from runnerpool.scaleset.errors import ScaleSetNotThePools
+from runnerpool.scaleset.errors import ListenerStillRunning, ScaleSetNotThePools
 from runnerpool.scaleset.fake import FakeSink
 from runnerpool.scaleset.listener import (
     CALL_WORKERS,
@@ -663,6 +663,49 @@ def test_deleting_a_pool_deletes_its_scale_set_by_name_when_the_status_id_is_an_
     assert new.id != old.id
     pool_scale_sets(world).delete(world.pool, old.id)
     assert world.service.scale_set(NAME) is None, "the pool's scale set is still registered on GitHub"
+
+
+def test_a_deleted_pools_listener_still_in_a_call_holds_the_deletion_of_its_scale_set_until_it_ends(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told to stop, the listener was still in a call that creates the scale set (its look-up
+    done): the finalizer went on, found no scale set, let the pool go, and the create landed
+    after, a scale set with no pool on GitHub for good. And a second stop answered that the
+    listener had ended: the first had forgotten it."""
+    monkeypatch.setattr(scale_set_pools, "STOP_WAIT", 0.05)
+    ended = threading.Event()
+
+    class InACall:
+        def __init__(self, settings: ScaleSetSettings) -> None:
+            self.settings, self.view = settings, ScaleSetView()
+
+        @property
+        def alive(self) -> bool:
+            return not ended.is_set()
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+        def wait(self, timeout: float | None = None) -> bool:
+            return ended.wait(timeout)
+
+    key: PoolKey = (NS, POOL)
+    listeners = ScaleSetListeners(lambda: [(key, world.settings())], lambda settings, view: InACall(settings))  # type: ignore[arg-type,return-value]
+    listeners.sync()
+    deleting = pool_scale_sets(world, listeners)
+
+    for _ in range(2):
+        with pytest.raises(ListenerStillRunning) as held:
+            deleting.delete(world.pool, None)
+        assert held.value.reason == Reason.SCALE_SET_LISTENER_STOPPING and held.value.retry_after
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))  # the call lands
+    ended.set()
+
+    deleting.delete(world.pool, None)
+
+    assert world.service.scale_set(NAME) is None, "the scale set its listener made is left on GitHub"
 
 
 def _another_teams_scale_set(world: World) -> RunnerScaleSet:

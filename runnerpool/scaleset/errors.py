@@ -31,6 +31,7 @@ from runnerpool.reasons import Reason
 
 __all__ = [
     "JobStillRunning",
+    "ListenerStillRunning",
     "MessageQueueTokenExpired",
     "RunnerExists",
     "RunnerGroupNotFound",
@@ -79,6 +80,14 @@ class SessionConflict(ScaleSetError):  # noqa: N818
 
 class ScaleSetNotFound(ScaleSetError, NotFound):  # noqa: N818
     """404 on a scale set's own path: it was deleted on GitHub (or never existed)."""
+
+
+class ListenerStillRunning(GitHubError):  # noqa: N818
+    """A deleted pool's scale set listener has not ended yet: it may still make the scale set,
+    so the finalizer does not delete it (nor let the pool go) until it has. No refusal of the
+    Actions service: a GitHubError so that the finalizer waits for it as for one."""
+
+    default_reason = Reason.SCALE_SET_LISTENER_STOPPING
 
 
 class ScaleSetNotThePools(ScaleSetError):  # noqa: N818

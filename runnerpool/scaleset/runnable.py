@@ -143,6 +143,9 @@ class ScaleSetListeners:
         #: from before the pool was marked deleting, and must not start its listener again.
         self._syncs = 0
         self._stopped: dict[PoolKey, int] = {}
+        #: Listeners told to stop that had not ended when last waited for (one may still be in
+        #: a call that creates the scale set): ``stop_pool`` waits for them too.
+        self._ending: dict[PoolKey, list[Listener]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,6 +195,7 @@ class ScaleSetListeners:
             if self._stopping.is_set():
                 return
             self._forget_stops(this, {key for key, settings in pools if settings.deleting})
+            self._forget_ended()
             gone = [
                 key
                 for key, listener in self._listeners.items()
@@ -206,6 +210,8 @@ class ScaleSetListeners:
         for key, listener in stopped:
             if not listener.wait(self._replace_wait):
                 log.warning("the scale set listener of %s/%s did not end in time; replacing it", *key)
+                with self._lock:
+                    self._ending.setdefault(key, []).append(listener)
             previous[key] = listener.view
         started = 0
         for key, settings in wanted.items():
@@ -233,16 +239,35 @@ class ScaleSetListeners:
             if after <= this and key not in deleting:
                 del self._stopped[key]
 
+    def _forget_ended(self) -> None:
+        """Under the lock: the stragglers that have ended since."""
+        for key, listeners in list(self._ending.items()):
+            alive = [listener for listener in listeners if listener.alive]
+            if alive:
+                self._ending[key] = alive
+            else:
+                del self._ending[key]
+
     def stop_pool(self, key: PoolKey, timeout: float) -> bool:
         """Stop one pool's listener now (its pool is being deleted), and start none for it
-        until its pool is gone or made again (``sync``); True once it has ended."""
+        until its pool is gone or made again (``sync``); True once it has ended, and every
+        listener of the pool told to stop before with it.
+
+        False keeps them remembered, and the next call waits for them again: the first call
+        forgot the listener, and a second answered True while it was still in a call that
+        could create the scale set after the finalizer had looked for it."""
         with self._lock:
             self._stopped[key] = self._syncs
-            listener = self._listeners.pop(key, None)
-        if listener is None:
-            return True
-        listener.stop()
-        return listener.wait(timeout)
+            current = self._listeners.pop(key, None)
+            listeners = [*self._ending.pop(key, []), *([current] if current is not None else [])]
+        deadline = time.monotonic() + timeout
+        for listener in listeners:
+            listener.stop()
+        left = [each for each in listeners if not each.wait(max(0.0, deadline - time.monotonic()))]
+        if left:
+            with self._lock:
+                self._ending.setdefault(key, []).extend(left)
+        return not left
 
     @staticmethod
     def _ask_all(listeners: list[Listener], deadline: float) -> None:
