@@ -766,17 +766,36 @@ class Reconciler:
             return True
         pods = self._reads.list_pods(pool.namespace, pool.name)
         jit_names = pod_state.jit_secret_names(pods)
-        found = issued or deregistration.may_have_runners(
-            run.raw,
-            jit=_jit(pool),
-            token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),
-            pods=pods,
-            jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
+        found = (
+            issued
+            or deregistration.may_have_runners(
+                run.raw,
+                jit=_jit(pool),
+                token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),
+                pods=pods,
+                jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
+            )
+            or (_jit(pool) and self._marked_live(run))
         )
         if found and _jit(pool):  # its JIT Secrets go with the pods the drain deletes
             self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
         self._jobs.marked(pool.namespace, pool.name)  # marked, or no mark needed: it answered
         return found
+
+    def _marked_live(self, run: _Pass) -> bool:
+        """Whether the pool as the API server has it carries the mark: an earlier pass may
+        have written it (its JIT fills said a config was made, and say nothing since) and this
+        one read a cache that does not show it yet. Let go on that stale read, a scale-set
+        pool's scale set was deleted on GitHub, its busy runners with it, before the finalizer's
+        patch met its 409. One GET, for a JIT pool that shows no runner."""
+        pool = run.pool
+        try:
+            live = self._kube.get(RUNNER_POOLS, pool.namespace, pool.name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return deregistration.marked(live)
 
     def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:
         """Mark a JIT pool once a JIT config was issued for one of its pods; a token pool's mark

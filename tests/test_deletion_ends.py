@@ -12,6 +12,7 @@ the runner managers are the real ones.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,9 +26,10 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
 from runnerpool.conditions import RUNNERS_DEREGISTERED
-from runnerpool.domain import PoolRef
+from runnerpool.domain import Drain, PoolRef
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
+from runnerpool.reads import ParsedPool, parse_pool
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
@@ -278,6 +280,48 @@ class RecordedScaleSets:
 
     def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
         self.deleted.append((pool.name, scale_set_id))
+
+
+class _PoolFrom(LiveReader):
+    """Reads from the API server, but for the pool while ``stale`` is set: a copy read earlier."""
+
+    stale: dict[str, Any] | None = None
+
+    def pool(self, namespace: str, name: str) -> ParsedPool | None:
+        return parse_pool(copy.deepcopy(self.stale)) if self.stale else super().pool(namespace, name)
+
+
+def test_a_pass_on_a_cache_without_the_mark_an_earlier_pass_wrote_keeps_the_scale_set(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The JIT fills said a runner was made, the first pass marked the pool and its runner was
+    busy. A second pass woken before the cache showed the mark found no runner anywhere (the
+    fills had said so once) and let go: the scale set was deleted on GitHub, busy runner and
+    all, before the finalizer's patch met its 409."""
+    tokens, scale_sets = FakeSecretUpdater(), RecordedScaleSets()
+    runners = FakeRunnerJobs(outcome=Drain(busy=1, deregistered=0))
+    reads = _PoolFrom(api_client)
+    reconciler = make_reconciler(
+        api_client, reads=reads, tokens=tokens, runners=runners, clock=clock, scale_sets=scale_sets
+    )
+    manifest = pool_manifest(
+        "arc",
+        org="octo-org",
+        scaleSet={"name": "arc-linux"},
+        autoscaling={"minReplicas": 0, "maxReplicas": 2},
+    )
+    create_pool(api_client, namespace, manifest)
+    reconciler(f"{namespace}/arc")
+    tokens.jit.issued.add((namespace, "arc"))
+    _delete(api_client, namespace, "arc")
+    before_the_mark = _pool(api_client, namespace, "arc")
+
+    assert reconciler(f"{namespace}/arc").requeue_after is not None, "its runner is busy"
+    reads.stale = before_the_mark
+    reconciler(f"{namespace}/arc")
+
+    assert scale_sets.deleted == [], "the scale set went while its runner ran a job"
+    assert [ref.name for ref in runners.drains] == ["arc", "arc"]
 
 
 def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes_its_scale_set(
