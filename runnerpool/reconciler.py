@@ -766,19 +766,17 @@ class Reconciler:
             return True
         pods = self._reads.list_pods(pool.namespace, pool.name)
         jit_names = pod_state.jit_secret_names(pods)
-        found = (
-            issued
-            or deregistration.may_have_runners(
-                run.raw,
-                jit=_jit(pool),
-                token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),
-                pods=pods,
-                jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
-            )
-            or (_jit(pool) and self._marked_live(run))
+        found = issued or deregistration.may_have_runners(
+            run.raw,
+            jit=_jit(pool),
+            token_secret=self._reads.get_secret(pool.namespace, naming.token_secret_name(pool.name)),
+            pods=pods,
+            jit_secrets=[self._reads.get_secret(pool.namespace, n) for n in jit_names],
         )
         if found and _jit(pool):  # its JIT Secrets go with the pods the drain deletes
             self._annotate(run, {naming.MAY_HAVE_RUNNERS_ANNOTATION: "true"})
+        elif _jit(pool):
+            found = self._marked_live(run)
         self._jobs.marked(pool.namespace, pool.name)  # marked, or no mark needed: it answered
         return found
 
