@@ -194,14 +194,18 @@ class JitSecretUpdater:
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         """The pod has used its config or is going: no fill for it from now on."""
         with self._lock:
-            self._done.discard(pod_uid)
-            self._made.discard(pod_uid)
-            pod = self._pods.pop(pod_uid, None)
-            if pod is not None:
-                self._remove_job(pod_uid)
-                state = self._pools.get(pod.ref.key)
-                if state is not None:
-                    state.pods.discard(pod_uid)
+            self._forget(pod_uid)
+
+    def _forget(self, pod_uid: str) -> None:
+        """Under the lock: ``forget_pod``."""
+        self._done.discard(pod_uid)
+        self._made.discard(pod_uid)
+        pod = self._pods.pop(pod_uid, None)
+        if pod is not None:
+            self._remove_job(pod_uid)
+            state = self._pools.get(pod.ref.key)
+            if state is not None:
+                state.pods.discard(pod_uid)
 
     def stop(self, namespace: str, name: str) -> bool:
         """No fill for the pool from now on (it is gone, refused or being deleted); whether
@@ -291,6 +295,7 @@ class JitSecretUpdater:
             self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)
             return
         # The pod stays asked for during the write: a second ask meanwhile is no second runner.
+        gone = False
         try:
             self._patch_secret(ref.namespace, pod.secret, jit_patch(config))
         except Exception as err:
@@ -299,10 +304,17 @@ class JitSecretUpdater:
             failed: PatchFailedError | None = PatchFailedError(
                 f"cannot write the JIT config into Secret {ref.namespace}/{pod.secret}: {status}"
             )
+            # The Secret is its pod's and went with it: a pod deleted before any pass saw it
+            # end (an unscheduled pod goes at once), which no pass will ever forget. Asked
+            # again, each retry made a runner, deleted the last as a leftover, and failed the
+            # pool's TokenReady, every few minutes while the pool lived.
+            gone = status == 404
         else:
             failed = None
         with self._lock:
             self._writing.discard(pod_uid)
+            if gone:
+                self._forget(pod_uid)
             kept, handed_over = pod_uid in self._pods, pod_uid in self._handed_over
             self._handed_over.discard(pod_uid)
             if kept and failed is None:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
@@ -286,6 +287,24 @@ def test_stop_tells_of_a_runner_whose_config_write_failed_and_waits_for_its_retr
     jit_updater._patch_secret = write  # type: ignore[method-assign]
 
     assert jit_updater.stop("team-a", "build") is True
+
+
+def test_a_pod_gone_with_its_secret_before_any_pass_saw_it_end_is_not_filled_again(jit: Harness) -> None:
+    """An unscheduled pod is deleted at once, its JIT Secret with it, and no pass sees it end to
+    forget its fill. Each retry made a runner, failed its write with 404, deleted the last runner
+    as a leftover and failed the pool's TokenReady, every few minutes while the pool lived."""
+    jit_updater = jit.updater.jit
+
+    def gone(namespace: str, name: str, body: dict[str, Any]) -> object:
+        raise ApiException(status=404, reason="Not Found")
+
+    jit_updater._patch_secret = gone  # type: ignore[method-assign]
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert _jobs(jit) == [], "asked again for a pod that is gone"
+    assert jit_updater.failure("team-a", "build") is None, "the pool's TokenReady failed for it"
+    assert jit.github.runners.get(SCOPE, []) == [], "the runner made for it is left on GitHub"
 
 
 def test_a_pool_stopped_while_its_config_is_written_loses_the_runner_and_is_told(jit: Harness) -> None:
