@@ -161,6 +161,13 @@ class NamespaceAccess:
             answer = self._answers.get(namespace)
         return answer is not None and answer.access.enabled
 
+    def refused(self, namespace: str) -> bool:
+        """The last answer for ``namespace`` said not enabled (``False`` before the first: not
+        known yet, as for every namespace right after a start or a leadership change)."""
+        with self._lock:
+            answer = self._answers.get(namespace)
+        return answer is not None and not answer.access.enabled
+
     def forget(self, namespace: str) -> None:
         """Ask again at the next check (a write in the namespace was refused: 403)."""
         with self._lock:

@@ -120,7 +120,7 @@ class Operator:
         def allowed(pool: RunnerPool) -> bool:  # the poller's and the scale-set listeners' pools
             return settings.tenants.allows_pool(pool) and access.enabled(pool.namespace)
 
-        scale_sets = scale_set_pools.assemble(self.informers, kube, clients, settings, allowed)
+        scale_sets = scale_set_pools.assemble(self.informers, kube, clients, settings, allowed, access=access)
         runners = RunnerManagers(
             self.informers,
             clients,

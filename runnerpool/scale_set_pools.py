@@ -97,6 +97,12 @@ STOP_WAIT = 30.0
 STOP_RETRY = 5.0
 
 
+class NamespaceRefusals(Protocol):
+    def refused(self, namespace: str) -> bool:
+        """The namespace is known not to be enabled (``runnerpool.namespace_access``)."""
+        ...
+
+
 class ScaleSetPoolReads(Protocol):
     def scale_set_pools(self) -> list[api.RunnerPool]:
         """Valid pools with ``spec.scaleSet``, being deleted or not."""
@@ -479,14 +485,26 @@ def assemble(
     rest: RestClients,
     settings: Settings,
     allowed: Callable[[api.RunnerPool], bool],
+    *,
+    access: NamespaceRefusals,
 ) -> ScaleSetParts:
     """The scale-set side of the operator: one client cache, the listeners of the pools in
     enabled namespaces that the allow-list admits (``allowed``), writing ``status.scaleSet``;
-    the session owner is the leader's identity (else the host name, as ARC's listener pod's)."""
+    the session owner is the leader's identity (else the host name, as ARC's listener pod's).
+
+    A scale set's claims count the pools the allow-list admits in namespaces not known to be
+    refused (``access``), not only in those known enabled. Right after a start or a leadership
+    change no namespace is known enabled until a pass there checks it, while a deleted pool's
+    finalizer runs no check: counting only the enabled ones, it saw no other pool naming its
+    scale set and deleted it, busy runners of that other pool and all."""
     policy = scale_set_policy(settings.github)
     clients = ScaleSetClients(rest, wire=lambda: Wire(policy), hosts=settings.github.hosts.hosts)
     listened = listened_pools(reads, settings.github.pool_ref, allowed)
-    claims = ScaleSetClaims(listened, reads)
+
+    def claimable(pool: api.RunnerPool) -> bool:
+        return settings.tenants.allows_pool(pool) and not access.refused(pool.namespace)
+
+    claims = ScaleSetClaims(listened_pools(reads, settings.github.pool_ref, claimable), reads)
     listeners = ScaleSetListeners(
         listened,
         listener_factory(

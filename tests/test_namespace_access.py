@@ -52,8 +52,9 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     namespace, clock, watched = disabled_namespace, Clock(), Watched()
     access = NamespaceAccess(operator_kube, watch=watched, clock=clock)
 
+    assert not access.refused(namespace), "not known before it is asked about"
     refused = access.check(namespace)
-    assert not refused.enabled
+    assert not refused.enabled and access.refused(namespace)
     line = (
         f"kubectl create rolebinding runnerpool-operator -n {namespace} "
         f"--clusterrole=runnerpool-operator-namespace "
@@ -70,7 +71,7 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     assert not access.check(namespace).enabled, "cached until the recheck"
     assert access.check(namespace).recheck == RECHECK - 10
     clock.now += RECHECK - 10
-    assert access.check(namespace).enabled
+    assert access.check(namespace).enabled and not access.refused(namespace)
     assert access.enabled(namespace) and watched.namespaces == {namespace}, "its Secrets are watched"
 
 

@@ -52,6 +52,7 @@ from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, list
 from runnerpool.scaleset.session import MessageSession
 from runnerpool.scaleset.types import Label, RunnerScaleSet, RunnerSetting
 from runnerpool.scaleset.wire import Policy, Wire
+from runnerpool.settings import GitHubSettings, Settings
 from tests.pools import pool_manifest
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.scaleset import ScaleSetService, service
@@ -706,6 +707,38 @@ def test_a_deleted_pools_listener_still_in_a_call_holds_the_deletion_of_its_scal
     deleting.delete(world.pool, None)
 
     assert world.service.scale_set(NAME) is None, "the scale set its listener made is left on GitHub"
+
+
+@pytest.mark.parametrize(("refused", "kept"), [(False, True), (True, False)])
+def test_a_pool_in_a_namespace_not_checked_yet_keeps_the_scale_set_it_shares_with_a_deleted_pool(
+    world: World, refused: bool, kept: bool
+) -> None:
+    """Right after a start or a leadership change no namespace is known enabled until a pass
+    there checks it, and a deleted pool's finalizer checks none: it saw no other pool naming its
+    scale set and deleted it, with the other pool's busy runners. A namespace known refused
+    keeps nothing."""
+
+    class NotCheckedYet:
+        def refused(self, namespace: str) -> bool:
+            return refused
+
+    reads = PoolReads(deleting=True)
+    reads.add("team-b", "linux-moved", made="2026-06-02T00:00:00Z")
+    settings = Settings(github=GitHubSettings(api_url=world.fake.url))
+    parts = scale_set_pools.assemble(
+        reads,
+        None,
+        world.rest,
+        settings,
+        lambda pool: False,
+        access=NotCheckedYet(),  # type: ignore[arg-type]
+    )
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+
+    parts.pools.delete(world.pool, None)
+
+    assert (world.service.scale_set(NAME) is not None) is kept
 
 
 def _another_teams_scale_set(world: World) -> RunnerScaleSet:
