@@ -22,9 +22,10 @@ What the marks can miss is covered by what the finalizer sees live (:func:`may_h
 a token in the token Secret, a JIT Secret ever filled (a config issued after the last pass
 before the deletion; the finalizer then marks the pool, before the drain takes the pods), a
 JIT config the secret updater says it wrote when the finalizer stops the pool's jobs (its write
-may have landed a moment before the finalizer reads a cache that does not show it yet), a
-token-mode pod (pools of operator versions before the marks), runners GitHub listed in
-``status.runners``, or a ``TokenReady`` that says the token was issued. The last one is for a
+may have landed a moment before the finalizer reads a cache that does not show it yet), a JIT
+pod whose runner container has started (it had its config), a token-mode pod (pools of
+operator versions before the marks), runners GitHub listed in ``status.runners``, or a
+``TokenReady`` that says the token was issued. The last one is for a
 namespace being deleted: its controller deletes the token Secret, with the mark, and the idle
 pods, whatever their owner, possibly before the finalizer's first pass, while runners
 registered less than a listing ago are not counted yet; the condition, written with the pool's
@@ -62,6 +63,7 @@ from runnerpool import api, children, conditions, naming
 from runnerpool.domain import RFC3339, StuckPod, parse_rfc3339
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
+from runnerpool.pods.state import runner_status
 from runnerpool.reasons import Reason
 
 __all__ = [
@@ -116,13 +118,23 @@ def may_have_runners(
         return True
     if any(secret is not None and _ever_filled(secret) for secret in jit_secrets):
         return True
-    if not jit and any(True for _ in pods):
+    if any(not jit or _runner_started(pod) for pod in pods):
         return True
     status = raw.get("status") or {}
     if any(_says_token_issued(c) for c in status.get("conditions") or ()):
         return True
     listed = status.get("runners") or {}
     return any(int(count or 0) > 0 for count in listed.values())
+
+
+def _runner_started(pod: Mapping[str, Any]) -> bool:
+    """A JIT pod whose runner container has started had its config: its init container waits
+    for the config's volume until then (``runnerpool.pods.registration``). Evidence the pod
+    cache gives while the Secret cache may not show the filled Secret yet (its watch
+    reconnecting), and after the fill forgot the pod (``JitSecretUpdater.forget_pod``)."""
+    runner = runner_status(pod)
+    state = runner.get("state") or {}
+    return "running" in state or "terminated" in state or int(runner.get("restartCount") or 0) > 0
 
 
 #: ``TokenReady`` reasons that say the pool's registration token was issued (a JIT pool's

@@ -796,13 +796,14 @@ class Reconciler:
         return deregistration.marked(live)
 
     def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:
-        """Mark a JIT pool once a JIT config was issued for one of its pods; a token pool's mark
-        is on its token Secret, written with the token (``runnerpool.deregistration``)."""
+        """Mark a JIT pool once a JIT config was issued for one of its pods (its Secret filled,
+        or its runner started); a token pool's mark is on its token Secret, written with the
+        token (``runnerpool.deregistration``)."""
         if (
             not _jit(run.pool)
             or deregistration.marked(run.raw)
             or not deregistration.may_have_runners(
-                run.raw, jit=True, token_secret=None, pods=(), jit_secrets=seen.jit_secrets.values()
+                run.raw, jit=True, token_secret=None, pods=seen.pods, jit_secrets=seen.jit_secrets.values()
             )
         ):
             return

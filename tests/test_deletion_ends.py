@@ -140,6 +140,31 @@ def _jit_pool_deleted_with_a_runner_made(
     return tokens, runners, reconciler
 
 
+def test_a_jit_pool_whose_runner_started_is_drained_while_the_cache_shows_its_secret_empty(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The pod cache shows the runner running while the Secret cache, its watch reconnecting,
+    still shows the JIT Secret empty, and the fill forgot the pod once it was seen started: the
+    finalizer found no config anywhere and let the pool go without GitHub, its runner left
+    registered and its pod taken mid-job. A started runner container had its config."""
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    reconciler = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock)
+    create_pool(api_client, namespace, pool_manifest("started", registration="jit"))
+    reconciler(f"{namespace}/started")
+    (pod,) = LiveReader(api_client).list_pods(namespace, "started")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    running = {"name": naming.RUNNER_CONTAINER, "image": "runner", "imageID": "", "ready": True}
+    running |= {"restartCount": 0, "state": {"running": {"startedAt": now}}}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod["metadata"]["name"], namespace, {"status": {"phase": "Running", "containerStatuses": [running]}}
+    )
+    _delete(api_client, namespace, "started")
+
+    reconciler(f"{namespace}/started")
+
+    assert [ref.name for ref in runners.drains] == ["started"], "let go without asking GitHub"
+
+
 def test_a_jit_pool_whose_config_was_written_a_moment_before_its_deletion_is_drained(
     api_client: client.ApiClient, namespace: str, clock: WallClock
 ) -> None:
