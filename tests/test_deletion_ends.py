@@ -295,6 +295,12 @@ def test_a_pod_whose_watch_event_came_before_its_create_answer_does_not_hold_the
     assert [ref.name for ref in runners.drains] == ["quick"], "drained at once, not after 5 minutes"
 
 
+#: A scale-set pool ``arc`` (its runners' scale set ``arc-linux``).
+_SCALE_SET_POOL = pool_manifest(
+    "arc", org="octo-org", scaleSet={"name": "arc-linux"}, autoscaling={"minReplicas": 0, "maxReplicas": 2}
+)
+
+
 class RecordedScaleSets:
     """``PoolJobs.scale_sets``, keeping what the finalizer asked to delete."""
 
@@ -329,13 +335,7 @@ def test_a_pass_on_a_cache_without_the_mark_an_earlier_pass_wrote_keeps_the_scal
     reconciler = make_reconciler(
         api_client, reads=reads, tokens=tokens, runners=runners, clock=clock, scale_sets=scale_sets
     )
-    manifest = pool_manifest(
-        "arc",
-        org="octo-org",
-        scaleSet={"name": "arc-linux"},
-        autoscaling={"minReplicas": 0, "maxReplicas": 2},
-    )
-    create_pool(api_client, namespace, manifest)
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
     reconciler(f"{namespace}/arc")
     tokens.jit.issued.add((namespace, "arc"))
     _delete(api_client, namespace, "arc")
@@ -356,13 +356,7 @@ def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes
     finalizer asks for it by the pool's name all the same (it skipped GitHub without an id)."""
     scale_sets = RecordedScaleSets()
     reconciler = make_reconciler(api_client, clock=clock, scale_sets=scale_sets)
-    manifest = pool_manifest(
-        "arc",
-        org="octo-org",
-        scaleSet={"name": "arc-linux"},
-        autoscaling={"minReplicas": 0, "maxReplicas": 2},
-    )
-    create_pool(api_client, namespace, manifest)
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
     reconciler(f"{namespace}/arc")
     _delete(api_client, namespace, "arc")
 
