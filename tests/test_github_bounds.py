@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kubernetes_client
+from prometheus_client import REGISTRY
 
 from runnerpool.domain import DEFAULT_API_URL, PoolRef, Scope
 from runnerpool.github import transport
@@ -268,6 +269,9 @@ def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slo
     github.post_seconds = DEADLINE * 0.3  # every answer well in time; four in a row are not
     client = client_from_secret_data({"token": "ghp_queue"}, github.url, _options())
     outcomes: list[str] = []
+    endpoint = "/orgs/{org}/actions/runners/registration-token"
+    labels = {"endpoint": endpoint, "method": "POST", "status": "error"}
+    unanswered = REGISTRY.get_sample_value("runnerpool_github_requests_total", labels) or 0.0
 
     def write() -> None:
         try:
@@ -284,6 +288,8 @@ def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slo
 
     assert len(outcomes) == 4 and 0 < outcomes.count("sent") == github.posts < 4, outcomes
     assert all("not sent" in outcome for outcome in outcomes if outcome != "sent"), outcomes
+    after = REGISTRY.get_sample_value("runnerpool_github_requests_total", labels) or 0.0
+    assert after == unanswered, "a write never sent is no request GitHub left unanswered"
     github.post_seconds = 0.0
     assert client.registration_token(ORG).token == "AABBCC", "the host is not refused as slow"
 

@@ -627,14 +627,14 @@ class PyGithubClient:
 
         ``headers`` is copied because the requester adds ``Authorization`` to the dict it gets.
         """
-        try:
-            with self._write_turn(method, endpoint) if method != "GET" else contextlib.nullcontext():
+        with self._write_turn(method, endpoint) if method != "GET" else contextlib.nullcontext():
+            try:
                 status, response_headers, answer = self._requester.requestJson(
                     method, url, headers=dict(headers or {}), input=body
                 )
-        except Exception:
-            GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
-            raise
+            except Exception:
+                GITHUB_REQUESTS.labels(endpoint, method, NO_ANSWER).inc()
+                raise
         GITHUB_REQUESTS.labels(endpoint, method, str(status)).inc()
         self._observe_budget(response_headers)
         if status == 304:
