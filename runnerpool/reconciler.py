@@ -786,14 +786,8 @@ class Reconciler:
         one read a cache that does not show it yet. Let go on that stale read, a scale-set
         pool's scale set was deleted on GitHub, its busy runners with it, before the finalizer's
         patch met its 409. One GET, for a JIT pool that shows no runner."""
-        pool = run.pool
-        try:
-            live = self._kube.get(RUNNER_POOLS, pool.namespace, pool.name)
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return deregistration.marked(live)
+        live = self._kube.get_if_there(RUNNER_POOLS, run.pool.namespace, run.pool.name)
+        return live is not None and deregistration.marked(live)
 
     def _mark_may_have_runners(self, run: _Pass, secret: dict[str, Any], seen: Observed) -> None:
         """Mark a JIT pool once a JIT config was issued for one of its pods (its Secret filled,

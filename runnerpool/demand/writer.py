@@ -295,12 +295,7 @@ class DemandWriter:
     def _get(self, key: PoolKey) -> dict[str, Any] | None:
         """The pool as the API server has it; ``None`` once it is gone (a poll or a delivery
         racing the pool's deletion: its demand went with it, nothing to warn about)."""
-        try:
-            return self._kube.get(RUNNER_POOLS, key[0], key[1])
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        return self._kube.get_if_there(RUNNER_POOLS, key[0], key[1])
 
     def _pod_names(self, namespace: str, pool: str) -> frozenset[str]:
         """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""

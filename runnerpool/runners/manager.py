@@ -83,13 +83,8 @@ class KubePods:
         """The pool's ``autoscaling.desired_replicas`` as the API server has it (``None``: gone,
         being deleted, or not decided yet): one GET, for a round about to retire pods of a pool
         that follows demand (``RunnerManagers._confirmed``)."""
-        try:
-            raw = self._kube.get(RUNNER_POOLS, namespace, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        pool = parse_pool(raw).model
+        raw = self._kube.get_if_there(RUNNER_POOLS, namespace, name)
+        pool = None if raw is None else parse_pool(raw).model
         return None if pool is None or pool.deleting else autoscaling.desired_replicas(pool)
 
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool:

@@ -159,6 +159,15 @@ class Kube:
     def get(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         return self._json("GET", resource.path(namespace, name))
 
+    def get_if_there(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object as the API server has it now; ``None`` once it is gone (404)."""
+        try:
+            return self.get(resource, namespace, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def create(
         self, resource: Resource, namespace: str, body: Mapping[str, Any], **query: Any
     ) -> dict[str, Any]:
