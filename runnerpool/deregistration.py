@@ -63,7 +63,7 @@ from runnerpool import api, children, conditions, naming
 from runnerpool.domain import RFC3339, StuckPod, parse_rfc3339
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.pods.state import runner_status
+from runnerpool.pods.state import runner_started
 from runnerpool.reasons import Reason
 
 __all__ = [
@@ -118,23 +118,16 @@ def may_have_runners(
         return True
     if any(secret is not None and _ever_filled(secret) for secret in jit_secrets):
         return True
-    if any(not jit or _runner_started(pod) for pod in pods):
+    # A JIT pod whose runner started had its config: its init container waits for the config's
+    # volume until then. The pod cache says so while the Secret cache may not show the filled
+    # Secret yet (its watch reconnecting), and after the fill forgot the pod.
+    if any(not jit or runner_started(pod) for pod in pods):
         return True
     status = raw.get("status") or {}
     if any(_says_token_issued(c) for c in status.get("conditions") or ()):
         return True
     listed = status.get("runners") or {}
     return any(int(count or 0) > 0 for count in listed.values())
-
-
-def _runner_started(pod: Mapping[str, Any]) -> bool:
-    """A JIT pod whose runner container has started had its config: its init container waits
-    for the config's volume until then (``runnerpool.pods.registration``). Evidence the pod
-    cache gives while the Secret cache may not show the filled Secret yet (its watch
-    reconnecting), and after the fill forgot the pod (``JitSecretUpdater.forget_pod``)."""
-    runner = runner_status(pod)
-    state = runner.get("state") or {}
-    return "running" in state or "terminated" in state or int(runner.get("restartCount") or 0) > 0
 
 
 #: ``TokenReady`` reasons that say the pool's registration token was issued (a JIT pool's

@@ -16,7 +16,16 @@ from typing import Any
 
 from runnerpool.naming import JIT_SECRET_ANNOTATION, RUNNER_CONTAINER
 
-__all__ = ["FINISHED_PHASES", "active", "counted", "is_used_up", "ready", "runner_status", "used_up"]
+__all__ = [
+    "FINISHED_PHASES",
+    "active",
+    "counted",
+    "is_used_up",
+    "ready",
+    "runner_started",
+    "runner_status",
+    "used_up",
+]
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -40,6 +49,13 @@ def runner_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """The runner container's status (``{}`` before the kubelet reports one)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((c for c in statuses if c.get("name") == RUNNER_CONTAINER), {})
+
+
+def runner_started(pod: Mapping[str, Any]) -> bool:
+    """The runner container has started, now or before (running, ended, or restarted)."""
+    runner = runner_status(pod)
+    state = runner.get("state") or {}
+    return "running" in state or "terminated" in state or int(runner.get("restartCount") or 0) > 0
 
 
 def used_up(pod: Mapping[str, Any]) -> bool:
