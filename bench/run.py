@@ -637,8 +637,10 @@ class SizeRun:
                     names,
                 )
             )
-        deadline = start + self.opts.deletion_timeout
-        if poll_until(lambda: not any(self.fake.runners(scope) for scope in scopes), deadline - start, 0.2):
+        deadline = start + self.opts.deletion_timeout  # one for both waits
+        if poll_until(
+            lambda: not any(self.fake.runners(scope) for scope in scopes), self.opts.deletion_timeout, 0.2
+        ):
             result.deletion_deregistered = time.perf_counter() - start
 
         def no_pools() -> bool:
