@@ -11,7 +11,7 @@ import pytest
 import responses
 from github import Auth, Github
 
-from runnerpool.github.errors import BadCredentials, RateLimited
+from runnerpool.github.errors import BadCredentials, NotFound, RateLimited
 from runnerpool.github.pygithub import ACTIVE_RUN_STATUSES, PyGithubClient
 from tests.demand_payloads import API, fixture, job_object
 
@@ -150,4 +150,28 @@ def test_bad_credentials_are_reported(mock: responses.RequestsMock) -> None:
         json={"message": "Bad credentials", "documentation_url": "https://docs.github.com"},
     )
     with pytest.raises(BadCredentials):
+        jobs_client().active_jobs(REPO)
+
+
+def test_a_run_gone_between_the_two_listings_takes_only_its_own_jobs(mock: responses.RequestsMock) -> None:
+    """A run deleted after the runs listing answers 404 for its jobs: the repository's other
+    queued jobs still count (a 404 read as "repository gone" ended them all for 10 minutes)."""
+    mock.get(url(RUNS), json=runs(11, 12, status="queued"), match=[status_is("queued")])
+    mock.get(url(RUNS), json=runs(status="in_progress"), match=[status_is("in_progress")])
+    mock.get(url(RUNS), json=runs(status="waiting"), match=[status_is("waiting")])
+    mock.get(url(f"{RUNS}/11/jobs"), json=jobs(job_object(1, "queued", ["self-hosted"], run_id=11)))
+    mock.get(
+        url(f"{RUNS}/12/jobs"),
+        status=404,
+        json={"message": "Not Found", "documentation_url": "https://docs.github.com/rest"},
+    )
+    active = jobs_client().active_jobs(REPO)
+    assert [(job.id, job.state) for job in active.jobs] == [(1, "queued")]
+
+
+def test_the_repository_gone_is_still_reported(mock: responses.RequestsMock) -> None:
+    mock.get(
+        url(RUNS), status=404, json={"message": "Not Found", "documentation_url": "https://docs.github.com"}
+    )
+    with pytest.raises(NotFound):
         jobs_client().active_jobs(REPO)

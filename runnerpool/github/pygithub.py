@@ -441,7 +441,8 @@ class PyGithubClient:
         wider than the pool) and ``status=waiting`` (a run one of whose jobs awaits an
         environment's approval is ``waiting``, whatever its other jobs do: their queued jobs
         would be seen nowhere else), then the latest attempt's jobs of each. An idle
-        repository costs three 304s, which GitHub does not count.
+        repository costs three 304s, which GitHub does not count. A run whose jobs answer 404
+        is skipped: only the runs listing speaks for the repository (a 404 there is raised).
         """
         owner, _, name = repository.partition("/")
         prefix = f"/repos/{urllib.parse.quote(owner)}/{urllib.parse.quote(name)}/actions/runs"
@@ -467,7 +468,13 @@ class PyGithubClient:
                 functools.partial(_job, repository=repository, api_url=self.base_url, what=what),
                 last_page=MAX_RUN_PAGES,
             )
-            for job in self._listing(f"{prefix}/{run_id}/jobs?filter=latest&per_page=100", jobs_kind, spent):
+            try:
+                listed = self._listing(f"{prefix}/{run_id}/jobs?filter=latest&per_page=100", jobs_kind, spent)
+            except NotFound:
+                # The run went between the two listings (deleted, or its repository's
+                # retention ran out): its jobs with it, the repository's others stay.
+                continue
+            for job in listed:
                 jobs.setdefault(job.id, job)
         return ActiveJobs(jobs=tuple(jobs.values()), spent=len(spent))
 
