@@ -27,6 +27,7 @@ pool deleted during a 15 s outage used to make 30 calls in it; now it tries at 0
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections.abc import Callable, Hashable
@@ -119,4 +120,8 @@ class ScopeBackoff:
             last = self._last.get(key)
         if last is None or left <= 0:
             return None
-        return type(last)(last.message, reason=last.reason, retry_after=left, status=last.status)
+        # A copy, not the class called again: a subclass may take other arguments (a scale
+        # set refusal's ``type_name``), and building one anew raised TypeError mid-drain.
+        again = copy.copy(last)
+        again.retry_after = left
+        return again
