@@ -99,6 +99,9 @@ class Reason(StrEnum):
     #: A deleted pool's scale set listener has not ended yet (a call to GitHub in flight that
     #: could make the scale set again): its scale set is deleted, and the pool let go, once it has.
     SCALE_SET_LISTENER_STOPPING = "ScaleSetListenerStopping"
+    #: Another pool being deleted names the same scale set and goes first (its runners in the
+    #: scale set may still run jobs): this pool deletes the scale set once that one is gone.
+    SCALE_SET_STILL_USED = "ScaleSetStillUsed"
     # --- WebhookSecretReady
     SECRET_FOUND = "SecretFound"
     SECRET_NOT_USABLE = "SecretNotUsable"

@@ -63,6 +63,7 @@ from runnerpool.scaleset.errors import (
     RunnerNotFound,
     ScaleSetNotFound,
     ScaleSetNotThePools,
+    ScaleSetStillUsed,
 )
 from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
@@ -95,6 +96,9 @@ LISTENER_CREDENTIALS = "listener"
 STOP_WAIT = 30.0
 #: Seconds until a finalizer whose pool's listener had not ended looks again.
 STOP_RETRY = 5.0
+#: Seconds until a finalizer waiting for another deleted pool naming its scale set looks again
+#: (that pool waits for its busy runners, ``--busy-runner-wait`` apart by default).
+STILL_USED_RETRY = 10.0
 
 
 class NamespaceRefusals(Protocol):
@@ -292,6 +296,8 @@ class ScaleSetClaims:
 
     * ``others``: a pool's deletion leaves its scale set on GitHub while another live pool
       names it (``PoolScaleSets.delete``); that pool has it next.
+    * ``deleted_too``: of several deleted pools naming it, the last in key order deletes it,
+      once the others are gone (their busy runners may still be in it).
     * ``holder``: of the live pools naming one scale set, the one made first (creation time,
       then ``namespace/name``) has it; the others' listeners ask GitHub nothing and show
       ``ScaleSetHeldByAnotherPool`` until it is being deleted, then adopt the scale set.
@@ -329,13 +335,32 @@ class ScaleSetClaims:
         first = min([mine, *rivals], key=self._made)
         return None if first == mine else naming.pool_runner_label(*first)
 
+    def deleted_too(self, pool: PoolRef, runner_group: str | None, name: str) -> tuple[list[str], list[str]]:
+        """The other pools being deleted that name the same scale set (``namespace/name``):
+        those after ``pool`` in key order, then those before it.
+
+        Why: each such pool may still wait for its busy runners in the scale set, and deleting
+        the scale set takes them with it. Exactly one deletes it, the last in key order, once
+        the pools before it are gone (they finish their own drains first); the others leave it
+        to that one. Key order, not "whoever looks last", so two finalizers looking at the same
+        moment never both leave it."""
+        mine: PoolKey = (pool.namespace, pool.name)
+        deleting = [key for key, gone in self._namers(mine, _identity(pool, runner_group, name)) if gone]
+        return (
+            [naming.pool_runner_label(*key) for key in deleting if key > mine],
+            [naming.pool_runner_label(*key) for key in deleting if key < mine],
+        )
+
     def _rivals(self, mine: PoolKey, identity: _ScaleSetIdentity) -> list[PoolKey]:
+        return [key for key, deleting in self._namers(mine, identity) if not deleting]
+
+    def _namers(self, mine: PoolKey, identity: _ScaleSetIdentity) -> list[tuple[PoolKey, bool]]:
+        """The other listened pools that name the scale set ``identity``, each with whether it
+        is being deleted."""
         return [
-            key
+            (key, settings.deleting)
             for key, settings in self._pools()
-            if key != mine
-            and not settings.deleting
-            and _identity(settings.pool, settings.runner_group, settings.name) == identity
+            if key != mine and _identity(settings.pool, settings.runner_group, settings.name) == identity
         ]
 
     def _made(self, key: PoolKey) -> tuple[str, PoolKey]:
@@ -398,6 +423,8 @@ class PoolScaleSets:
                 ", ".join(others),
             )
             return
+        if named is not None and self._left_to_another_deleted_pool(pool, *named):
+            return
         client = self._clients.get(pool, tearing_down=True)
         found = None if named is None else self._found(client, *named)
         recorded = scale_set_id
@@ -419,6 +446,27 @@ class PoolScaleSets:
                 client.delete_scale_set(gone)
             except ScaleSetNotFound:
                 continue  # gone already: what the deletion wanted
+
+    def _left_to_another_deleted_pool(self, pool: PoolRef, runner_group: str | None, name: str) -> bool:
+        """True when a pool being deleted after this one deletes the scale set
+        (``ScaleSetClaims.deleted_too``); raises ``ScaleSetStillUsed`` while one before it is
+        not gone."""
+        after, before = self._claims.deleted_too(pool, runner_group, name)
+        if after:
+            log.info(
+                "pool %s: scale set %r is left to pool(s) %s, being deleted too, to delete",
+                pool.key,
+                name,
+                ", ".join(after),
+            )
+            return True
+        if before:
+            raise ScaleSetStillUsed(
+                f"pool(s) {', '.join(before)}, being deleted too, name scale set {name} and may "
+                "still run jobs in it: it is deleted once they are gone",
+                retry_after=STILL_USED_RETRY,
+            )
+        return False
 
     @staticmethod
     def _found(client: ScaleSetClient, runner_group: str | None, name: str) -> int | None:

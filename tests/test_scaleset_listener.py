@@ -35,7 +35,7 @@ from runnerpool.scale_set_pools import (
 )
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import ScaleSetClients, config_url
-from runnerpool.scaleset.errors import ListenerStillRunning, ScaleSetNotThePools
+from runnerpool.scaleset.errors import ListenerStillRunning, ScaleSetNotThePools, ScaleSetStillUsed
 from runnerpool.scaleset.fake import FakeSink
 from runnerpool.scaleset.listener import (
     CALL_WORKERS,
@@ -852,11 +852,10 @@ def test_deleting_an_old_pool_leaves_the_scale_set_a_live_pool_naming_it_listens
 @pytest.mark.parametrize(
     "other",
     [
-        {"deleting": True},
         {"runnerGroup": "other-group"},
         {"scaleSet": {"name": "another-scale-set"}},
     ],
-    ids=["being deleted too", "another runner group", "another name"],
+    ids=["another runner group", "another name"],
 )
 def test_a_pool_naming_no_scale_set_another_live_pool_names_deletes_its_own(
     world: World, other: dict[str, Any]
@@ -866,6 +865,36 @@ def test_a_pool_naming_no_scale_set_another_live_pool_names_deletes_its_own(
     world.client.create_scale_set(desired_scale_set(world.settings(), 1, "default"))
     pool_scale_sets(world, reads=reads).delete(world.pool, None)
     assert world.service.scale_set(NAME) is None
+
+
+def test_of_two_deleted_pools_naming_one_scale_set_the_last_deletes_it_once_the_other_is_gone(
+    world: World,
+) -> None:
+    """Two pools naming one scale set (a rename), both deleted (a namespace, a GitOps prune):
+    the first finalizer to look saw no live pool naming it and deleted it, with the runners the
+    other pool was still waiting for and their jobs. Exactly one deletes it, after the other."""
+    reads = PoolReads(deleting=True)
+    reads.add("team-b", "linux-v2", deleting=True)
+    group = world.client.runner_group("default")
+    scale_set = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    world.runner(scale_set.id, "linux-aaaaa")  # team-a/linux's runner, running a job
+    later_pool = PoolRef(
+        "team-b", "linux-v2", Scope(organization=ORG), "github-credentials", api_url=world.fake.url
+    )
+    deleting = pool_scale_sets(world, reads=reads)
+
+    deleting.delete(world.pool, scale_set.id)  # team-a/linux's drain is done: it goes, leaving it
+    with pytest.raises(ScaleSetStillUsed) as waiting:
+        deleting.delete(later_pool, None)  # team-b/linux-v2 is done too, team-a/linux not gone yet
+
+    assert world.service.scale_set(NAME) is not None, "deleted under the other pool's runners"
+    assert [runner["runnerName"] for runner in world.service.runners(NAME)] == ["linux-aaaaa"]
+    assert waiting.value.reason == Reason.SCALE_SET_STILL_USED and "team-a/linux" in waiting.value.message
+    assert waiting.value.retry_after
+
+    del reads.parsed[(NS, POOL)]  # team-a/linux went
+    deleting.delete(later_pool, None)
+    assert world.service.scale_set(NAME) is None, "left on GitHub with no pool naming it"
 
 
 def test_a_pool_naming_the_scale_set_an_older_live_pool_has_waits_for_it_asking_github_nothing(

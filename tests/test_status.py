@@ -13,7 +13,7 @@ from runnerpool.domain import RegistrationFailure, WebhookSecretProblem
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound
 from runnerpool.reasons import Reason
-from runnerpool.scaleset.errors import ListenerStillRunning
+from runnerpool.scaleset.errors import ListenerStillRunning, ScaleSetStillUsed
 from runnerpool.tenants import AllowList, GitHubHosts, parse_allow_rule
 from secret_updater import jit as jit_fills  # noqa: F401 - its GitHubError kinds count too, whatever ran first
 
@@ -281,9 +281,9 @@ def test_every_reason_a_gate_closes_with_counts_as_refused() -> None:
     # One pod's fill failing (a busy runner left over with its name), not the pool: its other
     # pods still get runners.
     of_one_pod = {Reason.JIT_RUNNER_NAME_IN_USE}
-    # Only a deleted pool's finalizer meets it (its scale set's listener still ending): no gate
-    # and no token passes it on.
-    of_a_deletion = {ListenerStillRunning.default_reason}
+    # Only a deleted pool's finalizer meets them (its scale set's listener still ending, another
+    # deleted pool naming its scale set not gone): no gate and no token passes them on.
+    of_a_deletion = {ListenerStillRunning.default_reason, ScaleSetStillUsed.default_reason}
     assert of_one_pod | of_a_deletion <= failures, (
         "the list of GitHub failures is the same whichever test ran first"
     )

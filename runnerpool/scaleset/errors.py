@@ -39,6 +39,7 @@ __all__ = [
     "ScaleSetError",
     "ScaleSetNotFound",
     "ScaleSetNotThePools",
+    "ScaleSetStillUsed",
     "SessionConflict",
     "SessionNotFound",
     "error_for",
@@ -88,6 +89,14 @@ class ListenerStillRunning(GitHubError):  # noqa: N818
     Actions service: a GitHubError so that the finalizer waits for it as for one."""
 
     default_reason = Reason.SCALE_SET_LISTENER_STOPPING
+
+
+class ScaleSetStillUsed(GitHubError):  # noqa: N818
+    """Another pool being deleted names the pool's scale set and is not gone yet: its runners
+    there may still run jobs, which deleting the scale set would take. No refusal of the Actions
+    service: a GitHubError so that the finalizer waits for it as for one."""
+
+    default_reason = Reason.SCALE_SET_STILL_USED
 
 
 class ScaleSetNotThePools(ScaleSetError):  # noqa: N818
