@@ -663,11 +663,13 @@ class Reconciler:
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         issued = self._forget(pool.namespace, pool.name, expectations=False)
-        if self._settings.tenants.allow_list.refusal(
-            pool.namespace, pool.scope
-        ) is not None or not self._may_have_runners(run, issued=issued):
-            # No GitHub call for a scope the namespace may not use (it made no runner there),
-            # nor for a pool that never registered a runner (but its scale set, if it has one).
+        # A pool the allow-list refuses now is drained all the same: it has a finalizer only
+        # if it was allowed once, and the runners it registered then (busy ones too) are no
+        # fewer for the rules' change; leaving them, or deleting its scale set under them, was
+        # worse than the cleanup calls at a scope it used.
+        if not self._may_have_runners(run, issued=issued):
+            # No GitHub call for a pool that never registered a runner (but its scale set, if
+            # it has one).
             self._withdraw_token(run)
             return self._let_go(run)
         self._protect_credentials(run)

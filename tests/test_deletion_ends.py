@@ -34,7 +34,8 @@ from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
 from runnerpool.runtime.kube import PODS, Kube
-from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
+from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings, TenantSettings
+from runnerpool.tenants import parse_allow_rule
 from tests.github_mocks import RunnerEndpoint, gh, github, live_clients, runner_managers
 from tests.helpers import WallClock, wait_for
 from tests.pools import (
@@ -347,6 +348,38 @@ def test_a_pass_on_a_cache_without_the_mark_an_earlier_pass_wrote_keeps_the_scal
 
     assert scale_sets.deleted == [], "the scale set went while its runner ran a job"
     assert [ref.name for ref in runners.drains] == ["arc", "arc"]
+
+
+def test_a_pool_the_allow_list_refuses_since_its_runners_started_is_drained_before_its_scale_set_goes(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """Allowed, the pool made runners; the rules then changed (an operator restart) and the
+    pool was deleted: its finalizer skipped the drain and deleted the scale set at once, its
+    busy runners and their jobs with it (and a token pool's runners stayed registered)."""
+    tokens, scale_sets = FakeSecretUpdater(), RecordedScaleSets()
+    runners = FakeRunnerJobs(outcome=Drain(busy=1, deregistered=0))
+    allowed = make_reconciler(api_client, tokens=tokens, runners=runners, clock=clock, scale_sets=scale_sets)
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
+    allowed(f"{namespace}/arc")
+    tokens.jit.issued.add((namespace, "arc"))
+    refusing = make_reconciler(
+        api_client,
+        tokens=tokens,
+        runners=runners,
+        clock=clock,
+        scale_sets=scale_sets,
+        settings=Settings(tenants=TenantSettings(allow=(parse_allow_rule(f"{namespace}=org:another-org"),))),
+    )
+    _delete(api_client, namespace, "arc")
+
+    assert refusing(f"{namespace}/arc").requeue_after is not None, "its runner is busy"
+    assert scale_sets.deleted == [], "the scale set went while its runner ran a job"
+    assert [ref.name for ref in runners.drains] == ["arc"]
+
+    runners.outcome = Drain(busy=0, deregistered=1)
+    refusing(f"{namespace}/arc")
+    assert scale_sets.deleted == [("arc", None)]
+    assert _pool(api_client, namespace, "arc") is None
 
 
 def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes_its_scale_set(
