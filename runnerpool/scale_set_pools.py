@@ -134,12 +134,22 @@ def listened_pools(
 ) -> Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]]:
     """``pools()`` for ``ScaleSetListeners``: ``allowed`` says whether the namespace is enabled
     and the allow-list lets the pool register at its scope (a refused pool gets no listener and
-    makes no GitHub call, as it gets no token)."""
+    makes no GitHub call, as it gets no token).
+
+    Only pools that carry the operator's finalizer: it is what deletes the scale set a listener
+    makes. A pool without it (its first pass not done yet, or refused by a gate before it got
+    one) went at once when deleted, and the scale set its listener had made stayed on GitHub
+    for good; nor may it keep another pool's scale set (``ScaleSetClaims``)."""
 
     def pools() -> Iterable[tuple[PoolKey, ScaleSetSettings]]:
         for pool in reads.scale_set_pools():
             scale_set, scaling = pool.spec.scale_set, pool.spec.autoscaling
-            if scale_set is None or scaling is None or not allowed(pool):
+            if (
+                scale_set is None
+                or scaling is None
+                or naming.POOL_FINALIZER not in pool.finalizers
+                or not allowed(pool)
+            ):
                 continue
             settings = ScaleSetSettings(
                 pool=pool_ref(pool, LISTENER_CREDENTIALS),

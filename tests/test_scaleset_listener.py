@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -19,7 +19,7 @@ import pytest
 import requests
 from github import Auth
 
-from runnerpool import api, scale_set_pools
+from runnerpool import api, naming, scale_set_pools
 from runnerpool.domain import Connection, PoolRef, Scope
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.pygithub import PyGithubClient
@@ -617,10 +617,21 @@ class PoolReads:
         self.parsed: dict[PoolKey, ParsedPool] = {}
         self.add(NS, POOL, **spec)
 
-    def add(self, namespace: str, name: str, made: str = MADE, deleting: bool = False, **spec: Any) -> None:
+    def add(
+        self,
+        namespace: str,
+        name: str,
+        made: str = MADE,
+        deleting: bool = False,
+        finalized: bool = True,
+        **spec: Any,
+    ) -> None:
+        """``finalized``: the pool carries the operator's finalizer (its first pass is done)."""
         given = {"scaleSet": {"name": NAME}, "autoscaling": {"maxReplicas": 5}} | spec
         raw = pool_manifest(name, org=ORG, **given)
         raw["metadata"].update(namespace=namespace, creationTimestamp=made)
+        if finalized:
+            raw["metadata"]["finalizers"] = [naming.POOL_FINALIZER]
         if deleting:
             raw["metadata"]["deletionTimestamp"] = "2026-06-02T12:00:00Z"
         self.parsed[(namespace, name)] = ParsedPool(raw, api.RunnerPool.model_validate(raw))
@@ -636,14 +647,19 @@ class PoolReads:
         return None if parsed is None else parsed.raw
 
 
-def claims(world: World, reads: PoolReads) -> ScaleSetClaims:
-    """The assembly's claims: the pools the listeners would serve (all of ``reads``, on the
+def claims_pools(world: World, reads: PoolReads) -> Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]]:
+    """The pools the listeners would serve (those of ``reads`` ``listened_pools`` takes, on the
     world's GitHub)."""
 
     def pool_ref(pool: api.RunnerPool, credentials: str) -> PoolRef:
         return PoolRef(pool.namespace, pool.name, pool.scope, "github-credentials", api_url=world.fake.url)
 
-    return ScaleSetClaims(listened_pools(reads, pool_ref, lambda pool: True), reads)
+    return listened_pools(reads, pool_ref, lambda pool: True)
+
+
+def claims(world: World, reads: PoolReads) -> ScaleSetClaims:
+    """The assembly's claims."""
+    return ScaleSetClaims(claims_pools(world, reads), reads)
 
 
 def pool_scale_sets(
@@ -865,6 +881,24 @@ def test_a_pool_naming_no_scale_set_another_live_pool_names_deletes_its_own(
     world.client.create_scale_set(desired_scale_set(world.settings(), 1, "default"))
     pool_scale_sets(world, reads=reads).delete(world.pool, None)
     assert world.service.scale_set(NAME) is None
+
+
+def test_a_pool_without_the_finalizer_gets_no_listener_and_keeps_no_scale_set(world: World) -> None:
+    """A scale-set pool refused by a gate on its first pass (a runner-group look-up failing)
+    has no finalizer: its listener made the scale set all the same, and deleting the pool, which
+    went at once, left it on GitHub for good. Nor does such a pool keep a deleted pool's."""
+    reads = PoolReads(deleting=True)
+    reads.add("team-b", "linux-v2", finalized=False)
+    pools = claims_pools(world, reads)
+    listeners = ScaleSetListeners(pools, listener_factory(world.clients, world.sink, OWNER, TIMING))
+    listeners.sync()
+    assert listeners.listening() == {}, "a listener for a pool nothing will clean up after"
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+
+    pool_scale_sets(world, reads=reads).delete(world.pool, None)
+
+    assert world.service.scale_set(NAME) is None, "kept for a pool that can go without a word"
 
 
 def test_of_two_deleted_pools_naming_one_scale_set_the_last_deletes_it_once_the_other_is_gone(
