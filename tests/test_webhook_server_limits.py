@@ -22,7 +22,7 @@ from kubernetes import client
 from runnerpool import api, logs
 from runnerpool.demand import metrics
 from runnerpool.demand import receiver as receiver_module
-from runnerpool.demand.receiver import PATH, WebhookServer
+from runnerpool.demand.receiver import FORM, PATH, WebhookServer
 from runnerpool.demand.secret import PoolSecrets, Secrets
 from runnerpool.demand.signature import sign
 from runnerpool.demand.verification import Verdict, Verifier
@@ -437,6 +437,7 @@ def raw_post(server: WebhookServer, payload: bytes, head: dict[str, str], path: 
 
 
 DEEP = b"[" * 100_000
+TWO_PAYLOADS = b"payload=%7B%7D&payload=%7B%7D"
 WRONG_SHAPES = [
     b"[]",
     b'"a string"',
@@ -474,12 +475,10 @@ def hostile_requests(secret: bytes = SECRET) -> list[tuple[str, bytes, dict[str,
         ("long-delivery", body(1), signed(body(1), **{"X-GitHub-Delivery": "d" * 15 * 1024}), 400),
         ("delivery-not-guid", body(1), signed(body(1), **{"X-GitHub-Delivery": "{a guid?}"}), 400),
         ("no-content-type", body(1), signed(body(1), **{"Content-Type": ""}), 415),
-        (
-            "form-content-type",
-            body(1),
-            signed(body(1), **{"Content-Type": "application/x-www-form-urlencoded"}),
-            415,
-        ),
+        ("text-content-type", body(1), signed(body(1), **{"Content-Type": "text/plain"}), 415),
+        ("form-not-a-form", body(1), signed(body(1), **{"Content-Type": FORM}), 400),
+        ("form-two-payloads", TWO_PAYLOADS, signed(TWO_PAYLOADS, **{"Content-Type": FORM}), 400),
+        ("form-not-ascii", b"payload=\xff", signed(b"payload=\xff", **{"Content-Type": FORM}), 400),
     ]
     cases += [(f"shape-{i}", shape, signed(shape), 400) for i, shape in enumerate(WRONG_SHAPES)]
     cases += [

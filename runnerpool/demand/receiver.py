@@ -13,7 +13,9 @@ Order of checks, so that nothing unverified gets further than it must:
    refuses unsigned webhooks);
 3. event: no ``X-GitHub-Event`` gets 400; ``ping`` gets 200; anything but ``workflow_job``
    gets 202 and is ignored;
-4. a ``Content-Type`` other than JSON gets 415, no ``X-GitHub-Delivery`` or one that is not
+4. a ``Content-Type`` other than JSON or a form (GitHub's default for a hook made through
+   the API: the JSON in field ``payload``, :func:`delivery_json`) gets 415, a form without
+   exactly one ``payload`` 400, no ``X-GitHub-Delivery`` or one that is not
    GUID-like (:data:`DELIVERY_ID`) 400, a body that is not a ``workflow_job`` delivery (not
    JSON, nested past the parser's depth, the wrong shape) 400;
 5. a delivery older than ``replays.STALE_AFTER`` (a replay) gets 202 and changes nothing;
@@ -43,6 +45,7 @@ import logging
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +75,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PATH = "/webhook"
+#: The content types GitHub delivers with (a hook's ``json`` and ``form``).
+JSON, FORM = "application/json", "application/x-www-form-urlencoded"
 #: Answered 200 to ``GET``: what ingress controllers and load balancers probe.
 HEALTH_PATHS = ("/", "/healthz")
 #: The body cap by default: 32 KiB (``webserver.Limits``). Measured on the largest real
@@ -211,8 +216,9 @@ class _Handler:
         if event != "workflow_job":
             self._answer(202, "event ignored: only workflow_job is used", event, "ignored")
             return
-        if not (self.headers.get("Content-Type") or "").startswith("application/json"):
-            self._answer(415, "set the webhook's content type to application/json", event, "invalid")
+        kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if kind not in (JSON, FORM):
+            self._answer(415, f"set the webhook's content type to {JSON} (or {FORM})", event, "invalid")
             return
         delivery = self.headers.get("X-GitHub-Delivery")
         if not delivery:
@@ -224,7 +230,7 @@ class _Handler:
             )
             return
         try:
-            job = parse_delivery(load_json(body))
+            job = parse_delivery(load_json(delivery_json(body, kind)))
         except (ValueError, InvalidJob) as err:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
             return
@@ -248,6 +254,24 @@ class _Handler:
             self._answer(503, "could not record the job; redeliver later", event, "failed")
             return
         self._answer(200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted")
+
+
+def delivery_json(body: bytes, kind: str) -> bytes:
+    """The delivery's JSON: the body itself, or a form's ``payload`` field.
+
+    GitHub sends a hook whose content type is ``form`` (the REST API's default when a hook is
+    made without ``config.content_type``) as ``application/x-www-form-urlencoded`` with the JSON
+    in ``payload``; the signature covers the body as sent. Percent-encoding makes the body up
+    to ~1.8x the JSON, which ``DEFAULT_MAX_BODY`` still holds for GitHub's largest examples."""
+    if kind != FORM:
+        return body
+    fields = urllib.parse.parse_qs(
+        body.decode("ascii"), keep_blank_values=True, strict_parsing=True, errors="strict", max_num_fields=8
+    )
+    payload = fields.get("payload") or []
+    if len(payload) != 1:
+        raise ValueError("a form delivery needs exactly one payload field")
+    return payload[0].encode()
 
 
 def _event_label(event: str | None) -> str:
