@@ -443,6 +443,7 @@ def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:
         ("none", True),
         ("idle", True),
         ("offline", True),
+        ("offline-busy-on-delete", False),
         ("busy", False),
         ("only-by-name-busy", False),
         ("two-of-one-name", False),
@@ -457,10 +458,14 @@ def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_kil
     deletion, as the API server counts it), as it was decided on (its resourceVersion), its idle
     runner deregistered first (once: an offline one the collection took is not asked for
     again), unless GitHub shows a runner of its name busy: in the listing, asked by its name, or
-    beside an idle namesake (the busy one keeps the pod; the idle one goes, as in a drain)."""
+    beside an idle namesake (the busy one keeps the pod; the idle one goes, as in a drain), or
+    by answering the collection's DELETE with 422 (listed offline and idle, it had a job)."""
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     if listed in ("idle", "busy", "offline"):
         endpoint.add(1, "build-a", [f"{NS}/build"], busy=listed == "busy", status=listed)
+    if listed == "offline-busy-on-delete":
+        endpoint.add(1, "build-a", [f"{NS}/build"], status="offline")
+        endpoint.busy_on_delete.add(1)
     if listed == "two-of-one-name":
         endpoint.add(1, "build-a", [f"{NS}/build"], busy=True)
         endpoint.add(2, "build-a", [f"{NS}/build"], status="offline")
@@ -483,6 +488,7 @@ def test_a_live_pools_pod_whose_runner_outlives_its_stop_is_told_again_to_be_kil
     deregistered = {
         "idle": [(1, 204)],
         "offline": [(1, 204)],
+        "offline-busy-on-delete": [(1, 422)],
         "two-of-one-name": [(2, 204)],
         "busy-beside-an-idle-namesake": [(2, 204)],  # as the drain does
     }

@@ -563,8 +563,8 @@ class RunnerManagers:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
         if todo.collect or todo.replace or todo.marks or todo.outlived:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
-            self._carry_out(ref, github, todo, halted)
-            self._hurry(ref, github, snapshot, todo, runners=runners, halted=halted)
+            busy = self._carry_out(ref, github, todo, halted)
+            self._hurry(ref, github, snapshot, todo, runners=runners, busy=busy, halted=halted)
 
     def _confirmed(
         self, ref: PoolRef, decisions: Sequence[lifecycle.PodDecision], wanted: str | None
@@ -593,13 +593,19 @@ class RunnerManagers:
 
     def _carry_out(
         self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan, halted: Callable[[], bool]
-    ) -> None:
+    ) -> frozenset[int]:
+        """Returns the ids of the runners to collect that GitHub answered busy (422): listed
+        offline and idle, they had a job all the same."""
         namespace, name = ref.namespace, ref.name
         delete_runner = deleter(self._removal, ref, github)
+        busy: set[int] = set()
         for runner in todo.collect:
             if halted():
-                return
-            if delete_runner(runner.id) is DeleteOutcome.DELETED:
+                return frozenset(busy)
+            outcome = delete_runner(runner.id)
+            if outcome is DeleteOutcome.BUSY:
+                busy.add(runner.id)
+            if outcome is DeleteOutcome.DELETED:
                 metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
                 log.info(
                     "deleted offline runner %s (id %d) of pool %s: its pod is gone or terminating",
@@ -609,7 +615,7 @@ class RunnerManagers:
                 )
         for decision in todo.replace:
             if halted():
-                return
+                return frozenset(busy)
             pod = decision.pod
             if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
                 assert decision.runner is not None
@@ -624,8 +630,9 @@ class RunnerManagers:
                 log.info("deleted runner pod %s/%s: %s", namespace, pod.name, decision.reason)
         for mark in todo.marks:
             if halted():
-                return
+                return frozenset(busy)
             self._pods.patch_pod(namespace, mark.pod.name, mark.patch())
+        return frozenset(busy)
 
     def _hurry(
         self,
@@ -635,13 +642,14 @@ class RunnerManagers:
         todo: lifecycle.Plan,
         *,
         runners: Sequence[Runner],
+        busy: frozenset[int],
         halted: Callable[[], bool],
     ) -> None:
         """A live pool's pods that ``lifecycle.outlived_stop`` (scaled down, rolled out), the
         drain's way (``_looked_up``, ``_deregister``): looked up by name when the listing showed
         no runner of theirs, idle runners of their name deregistered (but those ``todo``
         collected already), a busy one left to its job (two of one name: the busy one keeps the
-        pod); then told to stop again."""
+        pod; ``busy``: the collected ones GitHub answered busy); then told to stop again."""
         delete_runner = deleter(self._removal, ref, github)
         collected = {runner.id for runner in todo.collect}
         for view in todo.outlived:
@@ -650,8 +658,12 @@ class RunnerManagers:
             named = [runner for runner in runners if runner.name == view.name]
             if not named:
                 named = list(self._looked_up(ref, github, snapshot, [view.name]).values())
-            busy, _ = _deregister(delete_runner, (runner for runner in named if runner.id not in collected))
-            if not busy:
+            if any(runner.id in busy for runner in named):
+                continue  # its DELETE answered 422: it runs a job
+            running, _ = _deregister(
+                delete_runner, (runner for runner in named if runner.id not in collected)
+            )
+            if not running:
                 self._hurry_pod(ref, view, lifecycle.hurried_grace(view, snapshot.started_at))
 
     def _next_delay(
