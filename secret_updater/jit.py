@@ -38,7 +38,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, utcnow
-from runnerpool.github.credentials import ClientCache, teardown_client
+from runnerpool.github.credentials import ClientCache, CredentialError, teardown_client
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
@@ -142,7 +142,7 @@ class JitSecretUpdater:
         self._lock = threading.Lock()
         self._pods: dict[str, _Pod] = {}  # by pod uid, until filled or forgotten
         self._done: set[str] = set()  # pod uids filled, until forgotten
-        self._made: set[str] = set()  # pod uids GitHub made a runner for, until forgotten
+        self._made: set[str] = set()  # pod uids GitHub made (or may have made) a runner for, until forgotten
         self._pools: dict[str, _Pool] = {}
         self._leftovers: dict[str, _Leftover] = {}  # by job id, until gone
         self._issued: set[str] = set()  # stopped pools GitHub made a runner for, until marked
@@ -359,20 +359,34 @@ class JitSecretUpdater:
         return self._scale_set_jit(pod.ref, pod.request)
 
     def _failed(self, pod: _Pod, pod_uid: str, err: Exception) -> None:
+        """Retry the fill after the pool's backoff.
+
+        A failure without GitHub's answer (a timeout, a reset, a 5xx) may have made the runner
+        all the same: the pool's ``stop`` says so from then on, so that a deleted pool's
+        finalizer asks GitHub; and a pod or pool gone meanwhile has that runner looked up and
+        deleted, as after a fill that succeeded too late (``_fill``)."""
         reason, message = classify(err)
         now = self._clock()
+        maybe_made = _may_have_made(err)
         with self._lock:
             state = self._pools.get(pod.ref.key)
-            if state is None or pod_uid not in self._pods:
-                return  # stopped or forgotten meanwhile: nothing to retry, nothing to report
-            previous = state.failure
-            state.attempt += 1
-            delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
-            state.not_before = now + delay
-            state.failure = RegistrationFailure(
-                reason, message, previous.since if previous is not None else now
-            )
-            self._reschedule(pod_uid, state.not_before)
+            known = state is not None and pod_uid in self._pods
+            if state is not None and known:
+                if maybe_made:
+                    self._made.add(pod_uid)
+                previous = state.failure
+                state.attempt += 1
+                delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
+                state.not_before = now + delay
+                state.failure = RegistrationFailure(
+                    reason, message, previous.since if previous is not None else now
+                )
+                self._reschedule(pod_uid, state.not_before)
+        if not known:
+            # Stopped or forgotten meanwhile: nothing to retry, nothing to report.
+            if maybe_made:
+                self._remove_unused(_Leftover(pod.ref, pod.request.name, now))
+            return
         changed = previous is None or (previous.reason, previous.message) != (reason, message)
         log.log(
             logging.WARNING if changed else logging.DEBUG,
@@ -486,3 +500,11 @@ class JitSecretUpdater:
 
 def _job_id(pod_uid: str) -> str:
     return f"jit/{pod_uid}"
+
+
+def _may_have_made(err: Exception) -> bool:
+    """Whether a failed fill may have left a runner on GitHub: any failure but GitHub's own
+    refusal (a 4xx, which makes nothing) or a client that could not be built."""
+    if isinstance(err, GitHubError):
+        return err.status is None or err.status >= 500
+    return not isinstance(err, (CredentialError, PatchFailedError))

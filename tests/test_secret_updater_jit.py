@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
-from runnerpool.github.errors import Unavailable
+from runnerpool.github.errors import NotFound, Unavailable
 from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.runners.leftovers import delete_leftover_runner
@@ -255,6 +255,46 @@ def test_a_runner_made_for_a_pool_stopped_during_the_call_is_deleted_not_left_on
 
     assert jit.patches == [], "no Secret written for a pod whose pool is gone"
     assert [r.name for r in jit.github.runners.get(SCOPE, [])] == [], "the runner made for it is deleted"
+
+
+def test_a_runner_github_made_before_a_timeout_of_a_pool_stopped_meanwhile_is_deleted(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GitHub registered the runner but its answer never came back (a deadline, a reset), and
+    the pool was deleted meanwhile: the failure was dropped with the pool, and its finalizer,
+    told of no runner, let it go without GitHub. The runner stayed registered."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def made_then_lost(scope: Scope, request: JitRequest) -> Any:
+        made(scope, request)
+        jit_updater.stop("team-a", "build")
+        raise Unavailable("POST generate-jitconfig: no answer within the deadline")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", made_then_lost)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == [], "left registered on GitHub"
+
+
+@pytest.mark.parametrize(
+    ("error", "told"), [(Unavailable("no answer"), True), (NotFound("HTTP 404", status=404), False)]
+)
+def test_stop_tells_of_a_runner_a_failed_call_may_have_made(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch, error: Exception, told: bool
+) -> None:
+    """A call that got no answer may have made the runner: a deleted pool's finalizer must ask
+    GitHub. A refusal (a 4xx) made none, and the pool goes without GitHub."""
+
+    def failing(scope: Scope, request: JitRequest) -> Any:
+        raise error
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", failing)
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert jit_updater.stop("team-a", "build") is told
 
 
 def test_stop_says_whether_a_config_was_written_that_the_caches_may_not_show_yet(jit: Harness) -> None:
