@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from runnerpool import api, children, conditions
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.groups import RunnerGroups
+from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroups
 from runnerpool.github.protocol import GitHubClients
 from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.reasons import Reason
@@ -121,7 +121,8 @@ class GitHubHostGate:
 
 @dataclass(frozen=True)
 class RunnerGroupGate:
-    """``spec.runnerGroup`` exists in the pool's scope and may serve its repositories."""
+    """``spec.runnerGroup`` exists in the pool's scope and may serve its repositories; a pool
+    that names none: the scope's default group may serve them."""
 
     github: GitHubClients
     default_api_url: str
@@ -131,7 +132,7 @@ class RunnerGroupGate:
     def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
         name = pool.spec.runner_group
         if name is None:
-            return None
+            return self._check_default(pool, stamp)
         try:
             client = children.github_client(self.github, pool, self.default_api_url)
             group = self.groups.check(client, pool.scope, name, _served_repositories(pool))
@@ -142,6 +143,25 @@ class RunnerGroupGate:
         message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
         found = stamp.condition(conditions.RUNNER_GROUP_READY, True, Reason.RUNNER_GROUP_FOUND, message)
         return Verdict(found, runner_group_id=group.id)
+
+    def _check_default(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
+        """A pool that names no group registers in its scope's default group: closed only when
+        GitHub says that group refuses repositories the pool serves (the Default group of an
+        enterprise refuses public ones unless told otherwise). A look-up that fails says
+        nothing: the pool named no group, and must not lose its runners to a group listing
+        its credential may not be allowed, or GitHub fails to answer."""
+        repositories = _served_repositories(pool)
+        if pool.scope.repository is not None or not repositories:
+            return None
+        try:
+            client = children.github_client(self.github, pool, self.default_api_url)
+            self.groups.check_default(client, pool.scope, repositories)
+        except RepositoryNotAllowed as err:
+            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
+            return Verdict(condition, recheck=RUNNER_GROUP_RECHECK)
+        except (GitHubError, CredentialError):
+            return None
+        return None
 
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""

@@ -200,3 +200,41 @@ def test_a_jit_pool_makes_its_runners_in_its_runner_group(
     [(_, _, request)] = tokens.jit.fills
     assert request.runner_group_id == 7
     assert tokens.started == []
+
+
+def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_a_public_repository_it_serves(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Its runners go to the scope's default group, and GitHub's default for an enterprise's
+    Default group is "Allow public repositories" off: the pool was Ready and its runners sat
+    idle while the public repository's jobs queued. A group look-up that fails refuses nothing:
+    the pool named no group."""
+    scope = Scope(organization="octo-org")
+    github_client = FakeGitHubClient(public={"octo-org/site"})
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    autoscaling = {"maxReplicas": 3, "minReplicas": 1, "repositories": ["site", "api"]}
+    create_pool(api_client, namespace, pool_manifest("web", org="octo-org", autoscaling=autoscaling))
+
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)  # no groups: a 404
+    reconciler(f"{namespace}/web")
+    pool = _pool(api_client, namespace, "web")
+    assert "RunnerGroupReady" not in {c["type"] for c in pool["status"]["conditions"]}
+    assert len(tokens.started) == 1, "a failed look-up of a group the pool never named refused it"
+
+    closed = RunnerGroup(id=1, name="Default", visibility="all", default=True, allows_public=False)
+    github_client.groups[scope] = [closed, RunnerGroup(id=7, name="GPU", visibility="all", default=False)]
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)  # a fresh cache
+    reconciler(f"{namespace}/web")
+    pool = _pool(api_client, namespace, "web")
+    status, reason, message = _condition(pool, "RunnerGroupReady")
+    assert (status, reason) == ("False", "RepositoryNotAllowed")
+    assert "runner group 'Default' of octo-org admits no public repository" in message
+    assert "octo-org/site is public" in message
+    assert _condition(pool, "Ready")[:2] == ("False", "RepositoryNotAllowed")
+
+    github_client.groups[scope] = [RunnerGroup(id=1, name="Default", visibility="all", default=True)]
+    reconciler = _reconciler(api_client, tokens, runners, github_client=github_client)
+    reconciler(f"{namespace}/web")
+    pool = _pool(api_client, namespace, "web")
+    assert "RunnerGroupReady" not in {c["type"] for c in pool["status"]["conditions"]}
+    assert _condition(pool, "Ready")[1] != "RepositoryNotAllowed"

@@ -6,7 +6,8 @@ open to ``selected`` repositories (organization group) or organizations (enterpr
 that leaves out one the pool serves, or a group closed to public repositories (GitHub's
 default: "Allow public repositories" off) that serves a public one, would register runners
 that never get those jobs; the reconciler says so in a condition instead and makes no runner
-pod.
+pod. A pool that names no group registers in the scope's default group (``check_default``),
+which can refuse the same way.
 
 Budget (docs/github-api-budget.md): a check costs one listing of the scope's groups and, for a
 ``selected`` group, one of its members; for a group closed to public repositories, one read
@@ -127,8 +128,38 @@ class RunnerGroups:
         repositories (GitHub's default for a group) must serve none. Raises
         ``RepositoryNotAllowed``."""
         group = self.resolve(client, scope, name)
+        self._admits(
+            client, scope, group, ("group", _client_key(client), scope.key, name.lower()), repositories
+        )
+        return group
+
+    def check_default(
+        self, client: GitHubClient, scope: Scope, repositories: Sequence[str]
+    ) -> RunnerGroup | None:
+        """The scope's default group (GitHub's ``default: true``, where the runners of a pool
+        that names no group go), checked as :meth:`check` checks a named one; None when the
+        listing marks no group default."""
+        whose = (_client_key(client), scope.key)
+        key: Hashable = ("default", *whose)
+        entry = self._lookup(key, whose, lambda: self._find_default(client, scope))
+        if entry.error is not None:
+            raise entry.error
+        if entry.group is not None:
+            self._admits(client, scope, entry.group, key, repositories)
+        return entry.group
+
+    def _admits(
+        self,
+        client: GitHubClient,
+        scope: Scope,
+        group: RunnerGroup,
+        key: Hashable,
+        repositories: Sequence[str],
+    ) -> None:
+        """Raises ``RepositoryNotAllowed`` unless ``group`` (found under ``key``) admits every
+        one of ``repositories``."""
         if not repositories:
-            return group
+            return
         try:
             if group.selected:
                 self._check_members(client, scope, group, repositories)
@@ -137,11 +168,10 @@ class RunnerGroups:
         except RepositoryNotAllowed:
             # The user is probably fixing it (on GitHub, or in the spec): ask again in a minute.
             whose = (_client_key(client), scope.key)
-            keys: list[Hashable] = [("group", *whose, name.lower()), ("members", *whose, group.id)]
+            keys: list[Hashable] = [key, ("members", *whose, group.id)]
             keys += [("public", _client_key(client), r.lower()) for r in repositories]
             self._expire_within(keys, self._missing_ttl)
             raise
-        return group
 
     def _check_members(
         self, client: GitHubClient, scope: Scope, group: RunnerGroup, repositories: Sequence[str]
@@ -230,6 +260,10 @@ class RunnerGroups:
                 f"(groups: {known}): create it on GitHub or fix spec.runnerGroup"
             ),
         )
+
+    def _find_default(self, client: GitHubClient, scope: Scope) -> _Entry:
+        marked = [g for g in client.runner_groups(scope) if g.default]
+        return _Entry(self._clock() + self._ttl, group=marked[0] if marked else None)
 
     def _ask(self, key: Hashable, whose: Hashable, fetch: Callable[[], _Entry]) -> _Entry:
         """One GitHub look-up, unless ``whose`` (a credential's view of a scope) backs off; a 404
