@@ -39,7 +39,7 @@ from apscheduler.schedulers.base import BaseScheduler
 
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError, teardown_client
-from runnerpool.github.errors import GitHubError
+from runnerpool.github.errors import GitHubError, MalformedResponse, NotSent, Unavailable
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
@@ -503,8 +503,14 @@ def _job_id(pod_uid: str) -> str:
 
 
 def _may_have_made(err: Exception) -> bool:
-    """Whether a failed fill may have left a runner on GitHub: any failure but GitHub's own
-    refusal (a 4xx, which makes nothing) or a client that could not be built."""
-    if isinstance(err, GitHubError):
-        return err.status is None or err.status >= 500
-    return not isinstance(err, (CredentialError, PatchFailedError))
+    """Whether a failed fill may have left a runner on GitHub: the request went and its answer
+    was lost or failed (``Unavailable``: a timeout, a reset, a 5xx) or could not be read
+    (``MalformedResponse``), or an unexpected error. Not one that never left (``NotSent``: a
+    pool whose TLS or proxy never worked must still go at once when deleted), GitHub's own
+    refusal (another ``GitHubError``: a 4xx makes nothing), a client that could not be built or
+    a Secret write that failed after a config was written (``_fill`` keeps that one)."""
+    if isinstance(err, NotSent):
+        return False
+    if isinstance(err, (Unavailable, MalformedResponse)):
+        return True
+    return not isinstance(err, (GitHubError, CredentialError, PatchFailedError))

@@ -16,9 +16,11 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
-from runnerpool.github.errors import NotFound, Unavailable
+from runnerpool.github.errors import NotFound, NotSent, Unavailable
+from runnerpool.github.translate import untrusted
 from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
+from runnerpool.reasons import Reason
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.scaleset.errors import ScaleSetNotFound
 from secret_updater.jit import JitSecretUpdater, ScaleSetJit, SecretWrites
@@ -278,13 +280,22 @@ def test_a_runner_github_made_before_a_timeout_of_a_pool_stopped_meanwhile_is_de
 
 
 @pytest.mark.parametrize(
-    ("error", "told"), [(Unavailable("no answer"), True), (NotFound("HTTP 404", status=404), False)]
+    ("error", "told"),
+    [
+        (Unavailable("no answer within the deadline", reason=Reason.GITHUB_DEADLINE_EXCEEDED), True),
+        (Unavailable("HTTP 502", status=502), True),
+        (NotFound("HTTP 404", status=404), False),
+        (NotSent("not sent: the host is held slow", reason=Reason.GITHUB_HOST_SLOW), False),
+        (untrusted("POST generate-jitconfig", OSError("certificate verify failed")), False),
+    ],
+    ids=["deadline", "502", "404", "not sent", "certificate untrusted"],
 )
 def test_stop_tells_of_a_runner_a_failed_call_may_have_made(
     jit: Harness, monkeypatch: pytest.MonkeyPatch, error: Exception, told: bool
 ) -> None:
     """A call that got no answer may have made the runner: a deleted pool's finalizer must ask
-    GitHub. A refusal (a 4xx) made none, and the pool goes without GitHub."""
+    GitHub. A refusal (a 4xx) made none, nor did a request that never left (a pool whose TLS
+    never worked must still go at once), and the pool goes without GitHub."""
 
     def failing(scope: Scope, request: JitRequest) -> Any:
         raise error

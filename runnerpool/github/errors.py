@@ -6,7 +6,15 @@ from typing import Any
 
 from runnerpool.reasons import Reason
 
-__all__ = ["BadCredentials", "GitHubError", "MalformedResponse", "NotFound", "RateLimited", "Unavailable"]
+__all__ = [
+    "BadCredentials",
+    "GitHubError",
+    "MalformedResponse",
+    "NotFound",
+    "NotSent",
+    "RateLimited",
+    "Unavailable",
+]
 
 
 class GitHubError(Exception):
@@ -69,6 +77,13 @@ class Unavailable(GitHubError):  # noqa: N818 - names fixed by the shared interf
     """5xx, timeouts and connection errors: worth retrying soon."""
 
     default_reason = Reason.GITHUB_UNAVAILABLE
+
+
+class NotSent(Unavailable):
+    """The request never reached GitHub (a host held slow, a write's turn that left too little
+    time, a TLS handshake refused, the credential's own token not made, a closed client):
+    whatever it asked for did not happen there. Any other ``Unavailable`` may have: GitHub may
+    have acted on a request whose answer was lost."""
 
 
 class MalformedResponse(GitHubError):  # noqa: N818 - names fixed by the shared interface

@@ -48,6 +48,7 @@ from runnerpool.github.errors import (
     GitHubError,
     MalformedResponse,
     NotFound,
+    NotSent,
     RateLimited,
     Unavailable,
 )
@@ -666,7 +667,7 @@ class PyGithubClient:
         left = transport.time_left()
         wait = -1.0 if left is None else max(left - self._options.timeout / 2, 0.0)
         if not self._writes.acquire(timeout=wait):
-            raise Unavailable(
+            raise NotSent(
                 f"{method} {endpoint}: not sent: this credential's earlier writes to GitHub, which "
                 "go one at a time, left it less than half its deadline",
                 reason=Reason.GITHUB_DEADLINE_EXCEEDED,
@@ -726,7 +727,7 @@ class PyGithubClient:
             ) from None
         except transport.HostSlow as err:
             # Its own words: a slow host, or a namespace held to one call at a time.
-            raise Unavailable(f"{what}: not sent: {err}", reason=Reason.GITHUB_HOST_SLOW) from None
+            raise NotSent(f"{what}: not sent: {err}", reason=Reason.GITHUB_HOST_SLOW) from None
 
     def _translated(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -809,4 +810,4 @@ class PyGithubClient:
         except requests.exceptions.SSLError as exc:
             raise untrusted(f"{what}: installation token", exc) from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unavailable(f"{what}: installation token: {type(exc).__name__}") from None
+            raise NotSent(f"{what}: installation token: {type(exc).__name__}") from None

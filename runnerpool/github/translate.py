@@ -15,7 +15,7 @@ from typing import Any
 from github import GithubException
 from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExceededException
 
-from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, NotSent, RateLimited, Unavailable
 from runnerpool.github.types import bucket_of, header
 from runnerpool.reasons import Reason
 
@@ -119,7 +119,7 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
     return GitHubError(detail, status=status)
 
 
-def untrusted(what: str, exc: Exception) -> Unavailable:
+def untrusted(what: str, exc: Exception) -> NotSent:
     """A TLS failure in plain words (OpenSSL's own text is a traceback's worth of brackets).
 
     A certificate GitHub's host presents that chains to no trusted CA is the common case
@@ -128,10 +128,10 @@ def untrusted(what: str, exc: Exception) -> Unavailable:
     """
     text = str(exc)
     if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        return Unavailable(
+        return NotSent(
             f"{what}: certificate signed by unknown authority: the server's TLS certificate is not "
             "signed by a CA the operator trusts for this pool; put the CA bundle that signed it in "
             "a ConfigMap or Secret and name it in spec.githubServerTLS",
             reason=Reason.GITHUB_CERTIFICATE_UNTRUSTED,
         )
-    return Unavailable(f"{what}: the TLS handshake with the server failed")
+    return NotSent(f"{what}: the TLS handshake with the server failed")

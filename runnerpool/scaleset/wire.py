@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import requests
 
-from runnerpool.github.errors import MalformedResponse, RateLimited, Unavailable
+from runnerpool.github.errors import MalformedResponse, NotSent, RateLimited, Unavailable
 from runnerpool.github.route import Route
 from runnerpool.reasons import Reason
 
@@ -208,7 +208,7 @@ class Wire:
                 f"{what}: the answer is larger than {cap} bytes", reason=Reason.GITHUB_RESPONSE_TOO_LARGE
             ) from None
         if isinstance(outcome, transport.HostSlow):
-            raise Unavailable(f"{what}: not sent: {outcome}", reason=Reason.GITHUB_HOST_SLOW) from None
+            raise NotSent(f"{what}: not sent: {outcome}", reason=Reason.GITHUB_HOST_SLOW) from None
         if isinstance(outcome, requests.exceptions.RequestException):
             why = type(outcome.__cause__ or outcome).__name__  # the poll loop's: aiohttp's own error
             if last:
@@ -244,7 +244,7 @@ class Wire:
 
         with self._lock:
             if self._closed:
-                raise Unavailable(f"{what}: not sent: the client is closed")
+                raise NotSent(f"{what}: not sent: the client is closed")
             sent = poller.Poll(method, url, headers, seconds, cap, self.route)
             poll = asyncio.ensure_future(poller.POLLER.attempt(sent))
             self._tasks.add(poll)
