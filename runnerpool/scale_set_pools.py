@@ -320,14 +320,29 @@ class ScaleSetClaims:
     delete in that window and, once the new pool had relabelled it and was deleted before its
     listener ran again, leave a scale set no pool names on GitHub for good. Another installation
     listening on the same scale set is not seen (it shows as ``ScaleSetSessionHeld``).
+
+    A pool of another namespace counts only once its own credential found or made the scale
+    set (its ``status.scaleSet.id``, which only the operator writes): otherwise any tenant could
+    make a pool naming another team's scale set, with no credential at all, and hold it (made
+    first, its listener would have it; live, a deletion would leave it to it; being deleted,
+    with a finalizer of its own, it would keep the other team's deletion waiting for good). A
+    pool of the same namespace counts as soon as it is listed: one tenant's own pools. So a
+    pool moved to another namespace does not adopt its scale set: the old pool's deletion
+    deletes it and the new pool makes it again.
+
+    ``every``: the pools ``deleted_too`` looks at, the listed ones by default; the operator
+    passes every pool carrying its finalizer, whether its namespace is enabled or its scope
+    allowed now (such a pool is drained all the same, busy runners in the scale set too).
     """
 
     def __init__(
         self,
         pools: Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]],
         reads: ScaleSetPoolReads,
+        every: Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]] | None = None,
     ) -> None:
         self._pools = pools
+        self._every = every or pools
         self._reads = reads
 
     def others(self, pool: PoolRef, runner_group: str | None, name: str) -> list[str]:
@@ -355,23 +370,35 @@ class ScaleSetClaims:
         to that one. Key order, not "whoever looks last", so two finalizers looking at the same
         moment never both leave it."""
         mine: PoolKey = (pool.namespace, pool.name)
-        deleting = [key for key, gone in self._namers(mine, _identity(pool, runner_group, name)) if gone]
+        identity = _identity(pool, runner_group, name)
+        deleting = [key for key, gone in self._namers(mine, identity, self._every()) if gone]
         return (
             [naming.pool_runner_label(*key) for key in deleting if key > mine],
             [naming.pool_runner_label(*key) for key in deleting if key < mine],
         )
 
     def _rivals(self, mine: PoolKey, identity: _ScaleSetIdentity) -> list[PoolKey]:
-        return [key for key, deleting in self._namers(mine, identity) if not deleting]
+        return [key for key, deleting in self._namers(mine, identity, self._pools()) if not deleting]
 
-    def _namers(self, mine: PoolKey, identity: _ScaleSetIdentity) -> list[tuple[PoolKey, bool]]:
-        """The other listened pools that name the scale set ``identity``, each with whether it
-        is being deleted."""
+    def _namers(
+        self, mine: PoolKey, identity: _ScaleSetIdentity, pools: Iterable[tuple[PoolKey, ScaleSetSettings]]
+    ) -> list[tuple[PoolKey, bool]]:
+        """The other pools of ``pools`` that name the scale set ``identity`` and count (same
+        namespace, or vouched for by their own scale set id), each with whether it is being
+        deleted."""
         return [
             (key, settings.deleting)
-            for key, settings in self._pools()
-            if key != mine and _identity(settings.pool, settings.runner_group, settings.name) == identity
+            for key, settings in pools
+            if key != mine
+            and _identity(settings.pool, settings.runner_group, settings.name) == identity
+            and (key[0] == mine[0] or self._found_it(key))
         ]
+
+    def _found_it(self, key: PoolKey) -> bool:
+        """The pool's own listener found or made its scale set (``status.scaleSet.id``)."""
+        parsed = self._reads.pool(*key)
+        known = None if parsed is None or parsed.model is None else parsed.model.status.scale_set
+        return known is not None and bool(known.id)
 
     def _made(self, key: PoolKey) -> tuple[str, PoolKey]:
         """The order pools were made in: creation time (RFC 3339 in UTC sorts as text), then key."""
@@ -562,7 +589,11 @@ def assemble(
     def claimable(pool: api.RunnerPool) -> bool:
         return settings.tenants.allows_pool(pool) and not access.refused(pool.namespace)
 
-    claims = ScaleSetClaims(listened_pools(reads, settings.github.pool_ref, claimable), reads)
+    claims = ScaleSetClaims(
+        listened_pools(reads, settings.github.pool_ref, claimable),
+        reads,
+        every=listened_pools(reads, settings.github.pool_ref, lambda pool: True),
+    )
     listeners = ScaleSetListeners(
         listened,
         listener_factory(

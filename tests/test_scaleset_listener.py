@@ -624,14 +624,18 @@ class PoolReads:
         made: str = MADE,
         deleting: bool = False,
         finalized: bool = True,
+        found: bool = False,
         **spec: Any,
     ) -> None:
-        """``finalized``: the pool carries the operator's finalizer (its first pass is done)."""
+        """``finalized``: the pool carries the operator's finalizer (its first pass is done);
+        ``found``: its own listener found or made the scale set (``status.scaleSet.id``)."""
         given = {"scaleSet": {"name": NAME}, "autoscaling": {"maxReplicas": 5}} | spec
         raw = pool_manifest(name, org=ORG, **given)
         raw["metadata"].update(namespace=namespace, creationTimestamp=made)
         if finalized:
             raw["metadata"]["finalizers"] = [naming.POOL_FINALIZER]
+        if found:
+            raw["status"] = {"scaleSet": {"id": 1}}
         if deleting:
             raw["metadata"]["deletionTimestamp"] = "2026-06-02T12:00:00Z"
         self.parsed[(namespace, name)] = ParsedPool(raw, api.RunnerPool.model_validate(raw))
@@ -739,7 +743,7 @@ def test_a_pool_in_a_namespace_not_checked_yet_keeps_the_scale_set_it_shares_wit
             return refused
 
     reads = PoolReads(deleting=True)
-    reads.add("team-b", "linux-moved", made="2026-06-02T00:00:00Z")
+    reads.add("team-b", "linux-moved", made="2026-06-02T00:00:00Z", found=True)
     settings = Settings(github=GitHubSettings(api_url=world.fake.url))
     parts = scale_set_pools.assemble(
         reads,
@@ -851,7 +855,7 @@ def test_deleting_an_old_pool_leaves_the_scale_set_a_live_pool_naming_it_listens
     """The user made the new pool with the old one's spec.scaleSet.name (the workflows' runs-on),
     then deleted the old one: its finalizer deleted the scale set, the new pool's runners and
     their jobs with it."""
-    reads = PoolReads()
+    reads = PoolReads(found=True)  # its listener runs: it found the scale set
     reads.add(*old, made="2026-05-01T12:00:00Z", deleting=True)
     world.listener(holder=claims(world, reads).holder)
     view = world.listening()
@@ -907,8 +911,8 @@ def test_of_two_deleted_pools_naming_one_scale_set_the_last_deletes_it_once_the_
     """Two pools naming one scale set (a rename), both deleted (a namespace, a GitOps prune):
     the first finalizer to look saw no live pool naming it and deleted it, with the runners the
     other pool was still waiting for and their jobs. Exactly one deletes it, after the other."""
-    reads = PoolReads(deleting=True)
-    reads.add("team-b", "linux-v2", deleting=True)
+    reads = PoolReads(deleting=True, found=True)
+    reads.add("team-b", "linux-v2", deleting=True, found=True)
     group = world.client.runner_group("default")
     scale_set = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
     world.runner(scale_set.id, "linux-aaaaa")  # team-a/linux's runner, running a job
@@ -938,7 +942,7 @@ def test_a_pool_naming_the_scale_set_an_older_live_pool_has_waits_for_it_asking_
     turn: the one made first keeps it, the other says so and takes it over once that one is
     being deleted (which leaves the scale set on GitHub)."""
     reads = PoolReads()
-    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z")
+    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z", found=True)
     world.listener(holder=claims(world, reads).holder)
 
     held = world.wait(lambda v: v.problem is not None, latest=True)
@@ -949,7 +953,7 @@ def test_a_pool_naming_the_scale_set_an_older_live_pool_has_waits_for_it_asking_
     assert [call for call in world.calls if call[0] != "PUBLISH"] == [], "it asked GitHub"
     assert world.service.scale_set(NAME) is None
 
-    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z", deleting=True)
+    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z", deleting=True, found=True)
     view = world.listening()
     assert world.service.scale_set(NAME) is not None and view.scale_set_id
 
@@ -961,13 +965,59 @@ def test_a_listening_pool_lets_go_once_an_older_pool_naming_its_scale_set_is_liv
     world.listener(holder=claims(world, reads).holder)
     view = world.listening()
 
-    reads.add("team-b", "linux-old", made="2026-05-01T12:00:00Z")
+    reads.add(NS, "linux-old", made="2026-05-01T12:00:00Z")
 
     held = world.wait(lambda v: v.problem is not None, latest=True)
     assert held.problem is not None and held.problem[0] == Reason.SCALE_SET_HELD_BY_ANOTHER_POOL
     assert world.fake.wait_for(lambda: world.service.sessions(view.scale_set_id) == []), (
         "its session is closed"
     )
+
+
+def test_another_tenants_pool_naming_a_scale_set_its_credential_never_found_claims_nothing(
+    world: World,
+) -> None:
+    """Any tenant could make a pool naming another team's scale set, without a credential: made
+    first, it held the scale set (the team's new pool waited for it for good); live, the team's
+    old pool's deletion left the scale set to it; being deleted (a finalizer of its own), it
+    kept the team's deletion waiting for good. A pool of another namespace counts only once its
+    own listener found the scale set."""
+    reads = PoolReads(deleting=True)
+    reads.add("team-b", "squat", made="2026-01-01T00:00:00Z")
+    assert claims(world, reads).holder(world.settings()) is None, "held by a pool with no credential"
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    reads.add("team-b", "squat-too", made="2026-01-01T00:00:00Z", deleting=True)
+
+    pool_scale_sets(world, reads=reads).delete(world.pool, None)  # ("team-b", ...) sort after it
+
+    assert world.service.scale_set(NAME) is None, "left on GitHub to another tenant's pools"
+
+
+def test_a_deleted_pool_the_allow_list_refuses_now_still_keeps_the_scale_set_from_going_under_it(
+    world: World,
+) -> None:
+    """A pool refused since it made runners is drained like any other, busy runners in the
+    scale set too: the other deleted pool naming it must wait for it, though no listener
+    serves the refused one."""
+    reads = PoolReads(deleting=True, found=True)
+    reads.add("team-0", "linux-old", deleting=True, found=True)  # before team-a/linux in key order
+
+    def pool_ref(pool: api.RunnerPool, credentials: str) -> PoolRef:
+        return PoolRef(pool.namespace, pool.name, pool.scope, "github-credentials", api_url=world.fake.url)
+
+    refused = ScaleSetClaims(
+        listened_pools(reads, pool_ref, lambda pool: pool.namespace != "team-0"),
+        reads,
+        every=listened_pools(reads, pool_ref, lambda pool: True),
+    )
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    listeners = ScaleSetListeners(lambda: [], lambda settings, view: None)  # type: ignore[arg-type,return-value]
+
+    with pytest.raises(ScaleSetStillUsed):
+        PoolScaleSets(world.clients, listeners, reads, refused).delete(world.pool, None)
+    assert world.service.scale_set(NAME) is not None
 
 
 def test_the_later_view_of_one_scale_set_is_resumed() -> None:
