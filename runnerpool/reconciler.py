@@ -693,11 +693,15 @@ class Reconciler:
                 run, stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.RUNNERS_BUSY, busy)
             )
             return Result(requeue_after=self._settings.deletion.busy_runner_wait)
-        self._report_deregistered(run, stamp, drained)
         run.writes.add(Write.PODS_DELETED, drained.pods_deleted)
         if drained.pods_left:
+            self._report_deregistered(run, stamp, drained)
             return Result(requeue_after=self._settings.deletion.pods_gone_wait)
-        return self._let_go(run)
+        waiting = self._delete_scale_set(run)  # before "deregistered": it may have to wait
+        if waiting is not None:
+            return waiting
+        self._report_deregistered(run, stamp, drained)
+        return self._release(run)
 
     def _report_deregistered(self, run: _Pass, stamp: conditions.Stamp, drained: Drain) -> None:
         """``RunnersDeregistered`` True; pods stuck Terminating (a lost node) are named with their
@@ -733,6 +737,8 @@ class Reconciler:
             credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
             self._jobs.scale_sets.delete(self._pool_ref(run, credentials), scale_set_id)
         except (GitHubError, CredentialError) as err:
+            if err.reason is Reason.SCALE_SET_STILL_USED:
+                return self._scale_set_still_used(run, err.message)
             if deregistration.credential_failure(err):
                 message = (
                     f"cannot delete runner scale set {pool.spec.scale_set.name} (id {scale_set_id}): "
@@ -746,6 +752,18 @@ class Reconciler:
             "pool %s: deleted runner scale set %s (id %s)", run.key, pool.spec.scale_set.name, scale_set_id
         )
         return None
+
+    def _scale_set_still_used(self, run: _Pass, message: str) -> Result:
+        """Another deleted pool naming the scale set may still have busy runners in it: waited
+        for as this pool's own busy runners are (a Normal Event, ``RunnersDeregistered`` False,
+        ``--busy-runner-wait``), not as a failure."""
+        self._recorder.event(run.raw, NORMAL, Reason.WAITING_FOR_BUSY_RUNNERS, message)
+        stamp = conditions.Stamp(run.pool.generation, self._states.clock())
+        condition = stamp.condition(
+            conditions.RUNNERS_DEREGISTERED, False, Reason.SCALE_SET_STILL_USED, message
+        )
+        self._set_condition(run, condition)
+        return Result(requeue_after=self._settings.deletion.busy_runner_wait)
 
     def _release(self, run: _Pass) -> Result:
         """The finalizer goes, and with it the pool's hold on its credential Secret.

@@ -96,9 +96,6 @@ LISTENER_CREDENTIALS = "listener"
 STOP_WAIT = 30.0
 #: Seconds until a finalizer whose pool's listener had not ended looks again.
 STOP_RETRY = 5.0
-#: Seconds until a finalizer waiting for another deleted pool naming its scale set looks again
-#: (that pool waits for its busy runners, ``--busy-runner-wait`` apart by default).
-STILL_USED_RETRY = 10.0
 
 
 class NamespaceRefusals(Protocol):
@@ -500,8 +497,7 @@ class PoolScaleSets:
         if before:
             raise ScaleSetStillUsed(
                 f"pool(s) {', '.join(before)}, being deleted too, name scale set {name} and may "
-                "still run jobs in it: it is deleted once they are gone",
-                retry_after=STILL_USED_RETRY,
+                "still run jobs in it: it is deleted once they are gone"
             )
         return False
 

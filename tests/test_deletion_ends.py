@@ -34,6 +34,7 @@ from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
 from runnerpool.runtime.kube import PODS, Kube
+from runnerpool.scaleset.errors import ScaleSetStillUsed
 from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings, TenantSettings
 from runnerpool.tenants import parse_allow_rule
 from tests.github_mocks import RunnerEndpoint, gh, github, live_clients, runner_managers
@@ -378,6 +379,55 @@ def test_a_pool_the_allow_list_refuses_since_its_runners_started_is_drained_befo
 
     runners.outcome = Drain(busy=0, deregistered=1)
     refusing(f"{namespace}/arc")
+    assert scale_sets.deleted == [("arc", None)]
+    assert _pool(api_client, namespace, "arc") is None
+
+
+class StillUsedScaleSet(RecordedScaleSets):
+    """Another deleted pool naming the scale set is not gone yet."""
+
+    still_used = True
+
+    def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
+        if self.still_used:
+            raise ScaleSetStillUsed("pool(s) team-0/arc, being deleted too, name scale set arc-linux")
+        super().delete(pool, scale_set_id)
+
+
+@pytest.mark.parametrize("had_runners", [True, False], ids=["drained", "never had runners"])
+def test_a_pool_whose_scale_set_another_deleted_pool_still_uses_waits_as_for_busy_runners(
+    api_client: client.ApiClient, namespace: str, clock: WallClock, had_runners: bool
+) -> None:
+    """Drained, it waits for the other pool before deleting the shared scale set: said once, as
+    a wait (not a Warning each pass), and not flipped to "deregistered" and back every pass."""
+    scale_sets, tokens = StillUsedScaleSet(), FakeSecretUpdater()
+    reconciler = make_reconciler(
+        api_client,
+        clock=clock,
+        tokens=tokens,
+        runners=FakeRunnerJobs(outcome=Drain(busy=0, deregistered=0)),
+        scale_sets=scale_sets,
+        settings=Settings(deletion=DeletionSettings(busy_runner_wait=30.0)),
+    )
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
+    reconciler(f"{namespace}/arc")
+    if had_runners:
+        tokens.jit.issued.add((namespace, "arc"))
+    _delete(api_client, namespace, "arc")
+
+    waits = [reconciler(f"{namespace}/arc").requeue_after for _ in range(2)]
+    pool = _pool(api_client, namespace, "arc")
+    assert pool is not None
+    version = pool["metadata"]["resourceVersion"]
+    assert reconciler(f"{namespace}/arc").requeue_after == 30.0
+    assert waits == [30.0, 30.0]
+    condition = next(c for c in pool["status"]["conditions"] if c["type"] == RUNNERS_DEREGISTERED)
+    assert (condition["status"], condition["reason"]) == ("False", "ScaleSetStillUsed")
+    assert _pool(api_client, namespace, "arc")["metadata"]["resourceVersion"] == version, "rewritten"  # type: ignore[index]
+    assert _events(api_client, namespace, "DeregistrationFailed") == []
+
+    scale_sets.still_used = False
+    assert reconciler(f"{namespace}/arc").requeue_after is None
     assert scale_sets.deleted == [("arc", None)]
     assert _pool(api_client, namespace, "arc") is None
 
