@@ -9,15 +9,16 @@ a check is adding a gate to the list the manager gives the reconciler.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runnerpool import api, children, conditions
+from runnerpool.domain import Scope
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroups
-from runnerpool.github.protocol import GitHubClients
+from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.reasons import Reason
 from runnerpool.tenants import AllowList, GitHubHosts
@@ -146,21 +147,36 @@ class RunnerGroupGate:
 
     def _check_default(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
         """A pool that names no group registers in its scope's default group: closed only when
-        GitHub says that group refuses repositories the pool serves (the Default group of an
-        enterprise refuses public ones unless told otherwise). A look-up that fails says
-        nothing: the pool named no group, and must not lose its runners to a group listing
-        its credential may not be allowed, or GitHub fails to answer."""
+        GitHub says that group refuses every repository the pool serves (the Default group of
+        an enterprise refuses public ones unless told otherwise). One it still serves keeps it
+        open: such pools worked before this check, for the repositories the group admits. A
+        look-up that fails says nothing: the pool named no group, and must not lose its
+        runners to a group listing its credential may not be allowed, or GitHub fails to
+        answer. Every look-up after the first is a cached answer."""
         repositories = _served_repositories(pool)
         if pool.scope.repository is not None or not repositories:
             return None
         try:
             client = children.github_client(self.github, pool, self.default_api_url)
-            self.groups.check_default(client, pool.scope, repositories)
-        except RepositoryNotAllowed as err:
-            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
-            return Verdict(condition, recheck=RUNNER_GROUP_RECHECK)
+            refused = self._default_refuses(client, pool.scope, repositories)
+            if refused is None or any(
+                self._default_refuses(client, pool.scope, (repository,)) is None
+                for repository in repositories
+            ):
+                return None
         except (GitHubError, CredentialError):
             return None
+        condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, refused.reason, refused.message)
+        return Verdict(condition, recheck=RUNNER_GROUP_RECHECK)
+
+    def _default_refuses(
+        self, client: GitHubClient, scope: Scope, repositories: Sequence[str]
+    ) -> RepositoryNotAllowed | None:
+        """The default group's refusal of ``repositories`` (it names each one refused)."""
+        try:
+            self.groups.check_default(client, scope, repositories)
+        except RepositoryNotAllowed as err:
+            return err
         return None
 
     def refused(self, namespace: str) -> None:

@@ -202,7 +202,7 @@ def test_a_jit_pool_makes_its_runners_in_its_runner_group(
     assert tokens.started == []
 
 
-def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_a_public_repository_it_serves(
+def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_the_public_repositories_it_serves(
     api_client: client.ApiClient, namespace: str
 ) -> None:
     """Its runners go to the scope's default group, and GitHub's default for an enterprise's
@@ -210,7 +210,7 @@ def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_a_publ
     idle while the public repository's jobs queued. A group look-up that fails refuses nothing:
     the pool named no group."""
     scope = Scope(organization="octo-org")
-    github_client = FakeGitHubClient(public={"octo-org/site"})
+    github_client = FakeGitHubClient(public={"octo-org/site", "octo-org/api"})
     tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
     autoscaling = {"maxReplicas": 3, "minReplicas": 1, "repositories": ["site", "api"]}
     create_pool(api_client, namespace, pool_manifest("web", org="octo-org", autoscaling=autoscaling))
@@ -229,7 +229,7 @@ def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_a_publ
     status, reason, message = _condition(pool, "RunnerGroupReady")
     assert (status, reason) == ("False", "RepositoryNotAllowed")
     assert "runner group 'Default' of octo-org admits no public repository" in message
-    assert "octo-org/site is public" in message
+    assert "octo-org/api, octo-org/site are public" in message
     assert _condition(pool, "Ready")[:2] == ("False", "RepositoryNotAllowed")
 
     github_client.groups[scope] = [RunnerGroup(id=1, name="Default", visibility="all", default=True)]
@@ -238,3 +238,36 @@ def test_a_pool_naming_no_group_is_refused_when_the_default_group_refuses_a_publ
     pool = _pool(api_client, namespace, "web")
     assert "RunnerGroupReady" not in {c["type"] for c in pool["status"]["conditions"]}
     assert _condition(pool, "Ready")[1] != "RepositoryNotAllowed"
+
+
+@pytest.mark.parametrize(
+    ("public", "inherited_closed", "refused"),
+    [
+        ({"octo-org/site"}, False, False),  # it still serves octo-org/api
+        ({"octo-org/site", "octo-org/api"}, False, True),
+        ({"octo-org/site", "octo-org/api"}, True, False),  # the enterprise's Default is not its own
+    ],
+    ids=["one of two public", "both public", "an inherited default closed"],
+)
+def test_a_pool_naming_no_group_is_refused_only_when_the_default_group_serves_none_of_its_repositories(
+    api_client: client.ApiClient, namespace: str, public: set[str], inherited_closed: bool, refused: bool
+) -> None:
+    """Such pools worked before this check for the repositories the group admits: refused
+    whole, they lost those too. And an organization's listing shows its enterprise's shared
+    groups beside its own: its own Default is where its runners go."""
+    scope = Scope(organization="octo-org")
+    github_client = FakeGitHubClient(public=public)
+    own = RunnerGroup(id=1, name="Default", visibility="all", default=True, allows_public=inherited_closed)
+    shared = RunnerGroup(
+        id=2, name="Default", visibility="all", default=True, allows_public=False, inherited=True
+    )
+    github_client.groups[scope] = [shared, own] if inherited_closed else [own]
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    autoscaling = {"maxReplicas": 3, "minReplicas": 1, "repositories": ["site", "api"]}
+    create_pool(api_client, namespace, pool_manifest("web", org="octo-org", autoscaling=autoscaling))
+
+    _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/web")
+
+    types = {c["type"]: c["reason"] for c in _pool(api_client, namespace, "web")["status"]["conditions"]}
+    assert (types.get("RunnerGroupReady") == "RepositoryNotAllowed") is refused
+    assert (tokens.started == []) is refused

@@ -262,7 +262,8 @@ class RunnerGroups:
         )
 
     def _find_default(self, client: GitHubClient, scope: Scope) -> _Entry:
-        marked = [g for g in client.runner_groups(scope) if g.default]
+        """The group marked default; an organization's own before one its enterprise shares."""
+        marked = sorted((g for g in client.runner_groups(scope) if g.default), key=lambda g: g.inherited)
         return _Entry(self._clock() + self._ttl, group=marked[0] if marked else None)
 
     def _ask(self, key: Hashable, whose: Hashable, fetch: Callable[[], _Entry]) -> _Entry:

@@ -97,7 +97,12 @@ def parse_runner_group(item: Any, what: str) -> RunnerGroup:
         raise MalformedResponse(f"{what}: runner group {group_id} lacks name or visibility")
     allows_public = item.get("allows_public_repositories") is not False
     return RunnerGroup(
-        id=group_id, name=name, visibility=visibility, default=default is True, allows_public=allows_public
+        id=group_id,
+        name=name,
+        visibility=visibility,
+        default=default is True,
+        allows_public=allows_public,
+        inherited=item.get("inherited") is True,
     )
 
 

@@ -107,6 +107,8 @@ class RunnerGroup:
     visibility: str
     default: bool
     allows_public: bool = True
+    #: An enterprise's group shared with the organization (its listing shows both kinds).
+    inherited: bool = False
 
     @property
     def selected(self) -> bool:
