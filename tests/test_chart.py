@@ -1389,6 +1389,21 @@ def test_a_helm_install_that_fails_is_still_uninstalled(
     assert helm_calls == ["install", "uninstall"]
 
 
+@pytest.mark.parametrize(
+    ("values", "rendered"),
+    [({"rbac": {"create": False}}, True), ({"webhook": {"statusPolicy": False}}, False)],
+    ids=["own RBAC", "turned off"],
+)
+def test_the_receivers_demand_only_policy_stays_with_a_release_that_brings_its_own_rbac(
+    helm: Path, values: dict[str, Any], rendered: bool
+) -> None:
+    """rbac.create=false dropped the policy with the roles: the internet-facing receiver's
+    account could then rewrite any status field (conditions, counts, a scale set's jobs)."""
+    kinds = [obj["kind"] for obj in template(helm, values)]
+    assert ("ValidatingAdmissionPolicy" in kinds) is rendered
+    assert ("ValidatingAdmissionPolicyBinding" in kinds) is rendered
+
+
 def test_the_receivers_demand_only_policy_names_the_releases_receiver_account(helm: Path) -> None:
     """deploy/'s policy names deploy/'s account; a release's receiver has an account of its own."""
     objects = template(helm, {"serviceAccount": {"webhookName": "hooks-receiver"}})
