@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from kubernetes.client.rest import ApiException
 
 from runnerpool import conditions
+from runnerpool.hook_access import RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE
 from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
 from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import Kube, Resource
@@ -70,9 +71,32 @@ SELF_SUBJECT_ACCESS_REVIEWS = Resource(
 SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io/v1", "selfsubjectreviews", namespaced=False)
 _SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
-#: What the operator needs in every runner namespace before a pool there may start, as
-#: (verb, resource): the first write of every pool, and its Secret informers.
-NEEDED: tuple[tuple[str, str], ...] = (("create", "pods"), ("list", "secrets"), ("watch", "secrets"))
+
+@dataclass(frozen=True)
+class Needed:
+    """One thing the operator must be allowed in a runner namespace (a SelfSubjectAccessReview)."""
+
+    verb: str
+    resource: str
+    group: str = ""
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.resource}" + (f"/{self.name}" if self.name else "")
+
+
+#: What the operator needs in every runner namespace before a pool there may start: the first
+#: write of every pool, its Secret informers, and ``bind`` on the runner hooks' ClusterRole.
+#: The last is what only the platform team can give: a namespace admin may bind ``edit`` or
+#: ``admin`` to the operator's account (they hold those), which covers pods and Secrets, and so
+#: enabled the operator in their own namespace without anyone's consent; ``bind`` is in neither,
+#: and RBAC lets no one grant what they do not hold. Every shipped namespace role has it.
+NEEDED: tuple[Needed, ...] = (
+    Needed("create", "pods"),
+    Needed("list", "secrets"),
+    Needed("watch", "secrets"),
+    Needed("bind", "clusterroles", RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE),
+)
 
 
 class NamespaceWatch(Protocol):
@@ -199,9 +223,7 @@ class NamespaceAccess:
         return user.removeprefix(_SERVICE_ACCOUNT_PREFIX)
 
     def _ask(self, namespace: str) -> Access:
-        missing = [
-            f"{verb} {resource}" for verb, resource in NEEDED if not self._allowed(namespace, verb, resource)
-        ]
+        missing = [str(needed) for needed in NEEDED if not self._allowed(namespace, needed)]
         if not missing:
             return Access(
                 True, f"the operator may create runner pods and read its Secrets in namespace {namespace}"
@@ -212,11 +234,16 @@ class NamespaceAccess:
         )
         return Access(False, message)
 
-    def _allowed(self, namespace: str, verb: str, resource: str) -> bool:
+    def _allowed(self, namespace: str, needed: Needed) -> bool:
+        attributes = {"namespace": namespace, "verb": needed.verb, "resource": needed.resource}
+        if needed.group:
+            attributes["group"] = needed.group
+        if needed.name:
+            attributes["name"] = needed.name
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource}},
+            "spec": {"resourceAttributes": attributes},
         }
         review = self._kube.create(SELF_SUBJECT_ACCESS_REVIEWS, "", body)
         return bool((review.get("status") or {}).get("allowed"))

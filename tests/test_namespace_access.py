@@ -7,11 +7,17 @@ without a restart) is tests/test_deploy_on_server.py.
 
 from __future__ import annotations
 
-from kubernetes import client
+from typing import Any
 
-from runnerpool.namespace_access import RECHECK, NamespaceAccess
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from runnerpool.namespace_access import NEEDED, RECHECK, NamespaceAccess
+from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
 from runnerpool.runtime.kube import Kube
 from tests.helpers import wait_for
+from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
@@ -93,3 +99,47 @@ def test_a_refused_write_has_the_namespace_asked_about_again(
     access.forget(namespace)
     assert not access.check(namespace).enabled
     assert watched.namespaces == set()
+
+
+def test_a_namespace_admin_cannot_enable_the_operator_in_their_own_namespace(
+    api_client: client.ApiClient, operator_kube: Kube, disabled_namespace: str, control_plane: ControlPlane
+) -> None:
+    """A namespace admin may bind ``edit`` (which they hold) to the operator's account: it
+    covers pods and Secrets, and the namespace counted as enabled without the platform team.
+    The shipped namespace role they may not bind; its ``bind`` on the runner hooks' role is
+    what the check now also asks for."""
+    namespace, tenant = disabled_namespace, "carol@example.com"
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_namespaced_role_binding(namespace, _binding("admin-carol", "admin", _user(tenant)))
+    as_tenant = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    as_tenant.set_default_header("Impersonate-User", tenant)
+    tenant_rbac = client.RbacAuthorizationV1Api(as_tenant)
+    operator = {"kind": "ServiceAccount", "name": OPERATOR_SERVICE_ACCOUNT, "namespace": OPERATOR_NAMESPACE}
+
+    with pytest.raises(ApiException) as refused:
+        tenant_rbac.create_namespaced_role_binding(
+            namespace, _binding("runnerpool-operator", NAMESPACE_CLUSTER_ROLE, operator)
+        )
+    assert refused.value.status == 403
+    tenant_rbac.create_namespaced_role_binding(namespace, _binding("operator-edit", "edit", operator))
+    access = NamespaceAccess(operator_kube)
+    wait_for(
+        lambda: access._allowed(namespace, NEEDED[0]),
+        message="the edit binding to take effect",
+    )
+
+    answer = access.check(namespace)
+    assert not answer.enabled, "enabled by the namespace's own admin"
+    assert "bind clusterroles/runnerpool-runner-hooks" in answer.message
+
+
+def _user(name: str) -> dict[str, str]:
+    return {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}
+
+
+def _binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [subject],
+    }
