@@ -44,7 +44,8 @@ import functools
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -124,10 +125,37 @@ def scale_set_labels(pool: api.RunnerPool) -> tuple[str, ...]:
     return (own, *(label for label in pool.spec.labels if label != own))
 
 
+class JustFinalized:
+    """The pools the reconciler put its finalizer on moments ago, before the cache shows it.
+
+    Why: the reconciler asks for a listener (``PoolScaleSets.listen``) in the pass that wrote
+    the finalizer, and the listeners' sync read a cache without it and started none; the
+    finalizer's own watch event wakes no pass (an echo of the operator's write), so the pool
+    waited for the next sync, 10 s. Kept for ``keep`` seconds: the cache lags by far less."""
+
+    def __init__(self, keep: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._keep = keep
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: dict[PoolKey, float] = {}
+
+    def add(self, key: PoolKey) -> None:
+        with self._lock:
+            now = self._clock()
+            self._since = {k: at for k, at in self._since.items() if now - at < self._keep}
+            self._since[key] = now
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            at = self._since.get(key)  # type: ignore[call-overload]  # any key may be asked
+        return at is not None and self._clock() - at < self._keep
+
+
 def listened_pools(
     reads: ScaleSetPoolReads,
     pool_ref: Callable[[api.RunnerPool, str], PoolRef],
     allowed: Callable[[api.RunnerPool], bool],
+    finalized: Container[PoolKey] = frozenset(),
 ) -> Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]]:
     """``pools()`` for ``ScaleSetListeners``: ``allowed`` says whether the namespace is enabled
     and the allow-list lets the pool register at its scope (a refused pool gets no listener and
@@ -136,17 +164,14 @@ def listened_pools(
     Only pools that carry the operator's finalizer: it is what deletes the scale set a listener
     makes. A pool without it (its first pass not done yet, or refused by a gate before it got
     one) went at once when deleted, and the scale set its listener had made stayed on GitHub
-    for good; nor may it keep another pool's scale set (``ScaleSetClaims``)."""
+    for good; nor may it keep another pool's scale set (``ScaleSetClaims``). ``finalized``:
+    those the reconciler has just put it on (``JustFinalized``)."""
 
     def pools() -> Iterable[tuple[PoolKey, ScaleSetSettings]]:
         for pool in reads.scale_set_pools():
             scale_set, scaling = pool.spec.scale_set, pool.spec.autoscaling
-            if (
-                scale_set is None
-                or scaling is None
-                or naming.POOL_FINALIZER not in pool.finalizers
-                or not allowed(pool)
-            ):
+            carries = naming.POOL_FINALIZER in pool.finalizers or (pool.namespace, pool.name) in finalized
+            if scale_set is None or scaling is None or not carries or not allowed(pool):
                 continue
             settings = ScaleSetSettings(
                 pool=pool_ref(pool, LISTENER_CREDENTIALS),
@@ -416,14 +441,19 @@ class PoolScaleSets:
         listeners: ScaleSetListeners,
         reads: ScaleSetPoolReads,
         claims: ScaleSetClaims,
+        finalized: JustFinalized | None = None,
     ) -> None:
         self._clients = clients
         self._listeners = listeners
         self._reads = reads
         self._claims = claims
+        self._finalized = finalized
 
     def listen(self, namespace: str, name: str) -> None:
+        """Asked in the pass that put the finalizer on, or a later one: the pool carries it."""
         if self._listeners.listener((namespace, name)) is None:
+            if self._finalized is not None:
+                self._finalized.add((namespace, name))
             self._listeners.poke()
 
     def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
@@ -580,7 +610,8 @@ def assemble(
     scale set and deleted it, busy runners of that other pool and all."""
     policy = scale_set_policy(settings.github)
     clients = ScaleSetClients(rest, wire=lambda: Wire(policy), hosts=settings.github.hosts.hosts)
-    listened = listened_pools(reads, settings.github.pool_ref, allowed)
+    finalized = JustFinalized()
+    listened = listened_pools(reads, settings.github.pool_ref, allowed, finalized)
 
     def claimable(pool: api.RunnerPool) -> bool:
         return settings.tenants.allows_pool(pool) and not access.refused(pool.namespace)
@@ -603,6 +634,6 @@ def assemble(
     return ScaleSetParts(
         ScaleSetJitConfigs(clients, reads),
         ScaleSetRunnerRemoval(reads, clients),
-        PoolScaleSets(clients, listeners, reads, claims),
+        PoolScaleSets(clients, listeners, reads, claims, finalized),
         listeners,
     )

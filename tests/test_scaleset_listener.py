@@ -27,6 +27,7 @@ from runnerpool.github.types import JitRequest
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
 from runnerpool.scale_set_pools import (
+    JustFinalized,
     PoolScaleSets,
     ScaleSetClaims,
     ScaleSetJitConfigs,
@@ -903,6 +904,28 @@ def test_a_pool_without_the_finalizer_gets_no_listener_and_keeps_no_scale_set(wo
     pool_scale_sets(world, reads=reads).delete(world.pool, None)
 
     assert world.service.scale_set(NAME) is None, "kept for a pool that can go without a word"
+
+
+def test_a_pool_gets_its_listener_at_once_in_the_pass_that_put_its_finalizer_on(world: World) -> None:
+    """The listeners' sync read a cache that did not show the new finalizer yet and started no
+    listener; the finalizer's echo wakes no pass, so the pool waited for the next sync (10 s)."""
+    reads = PoolReads(finalized=False)  # the cache lags behind the finalizer's write
+    finalized = JustFinalized()
+
+    def pool_ref(pool: api.RunnerPool, credentials: str) -> PoolRef:
+        return PoolRef(pool.namespace, pool.name, pool.scope, "github-credentials", api_url=world.fake.url)
+
+    listeners = ScaleSetListeners(
+        listened_pools(reads, pool_ref, lambda pool: True, finalized),
+        listener_factory(world.clients, world.sink, OWNER, TIMING),
+        interval=600,
+    )
+    listeners.start()
+    try:
+        PoolScaleSets(world.clients, listeners, reads, claims(world, reads), finalized).listen(NS, POOL)
+        assert world.fake.wait_for(lambda: (NS, POOL) in listeners.listening(), timeout=10)
+    finally:
+        assert listeners.stop(10)
 
 
 def test_of_two_deleted_pools_naming_one_scale_set_the_last_deletes_it_once_the_other_is_gone(
