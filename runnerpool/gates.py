@@ -9,7 +9,7 @@ a check is adding a gate to the list the manager gives the reconciler.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,32 +152,30 @@ class RunnerGroupGate:
         open: such pools worked before this check, for the repositories the group admits. A
         look-up that fails says nothing: the pool named no group, and must not lose its
         runners to a group listing its credential may not be allowed, or GitHub fails to
-        answer. Every look-up after the first is a cached answer."""
+        answer. Each repository is looked at alone first: the answers are cached, and a look that
+        closes nothing keeps them for their ten minutes."""
         repositories = _served_repositories(pool)
         if pool.scope.repository is not None or not repositories:
             return None
         try:
             client = children.github_client(self.github, pool, self.default_api_url)
-            refused = self._default_refuses(client, pool.scope, repositories)
-            if refused is None or any(
-                self._default_refuses(client, pool.scope, (repository,)) is None
-                for repository in repositories
-            ):
+            if any(self._default_admits(client, pool.scope, repository) for repository in repositories):
                 return None
+            self.groups.check_default(client, pool.scope, repositories)  # raises: names them all
+        except RepositoryNotAllowed as refused:
+            condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, refused.reason, refused.message)
+            return Verdict(condition, recheck=RUNNER_GROUP_RECHECK)
         except (GitHubError, CredentialError):
             return None
-        condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, refused.reason, refused.message)
-        return Verdict(condition, recheck=RUNNER_GROUP_RECHECK)
-
-    def _default_refuses(
-        self, client: GitHubClient, scope: Scope, repositories: Sequence[str]
-    ) -> RepositoryNotAllowed | None:
-        """The default group's refusal of ``repositories`` (it names each one refused)."""
-        try:
-            self.groups.check_default(client, scope, repositories)
-        except RepositoryNotAllowed as err:
-            return err
         return None
+
+    def _default_admits(self, client: GitHubClient, scope: Scope, repository: str) -> bool:
+        """Whether the default group admits ``repository`` (a look that closes nothing)."""
+        try:
+            self.groups.check_default(client, scope, (repository,), refusing=False)
+        except RepositoryNotAllowed:
+            return False
+        return True
 
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""

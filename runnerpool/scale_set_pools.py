@@ -145,6 +145,11 @@ class JustFinalized:
             self._since = {k: at for k, at in self._since.items() if now - at < self._keep}
             self._since[key] = now
 
+    def discard(self, key: PoolKey) -> None:
+        """The pool is being let go: one made again under its name has no finalizer yet."""
+        with self._lock:
+            self._since.pop(key, None)
+
     def __contains__(self, key: object) -> bool:
         with self._lock:
             at = self._since.get(key)  # type: ignore[call-overload]  # any key may be asked
@@ -353,8 +358,10 @@ class ScaleSetClaims:
     deletes it and the new pool makes it again.
 
     ``every``: the pools ``deleted_too`` looks at, the listed ones by default; the operator
-    passes every pool carrying its finalizer, whether its namespace is enabled or its scope
-    allowed now (such a pool is drained all the same, busy runners in the scale set too).
+    passes every pool carrying its finalizer whose scope the allow-list refuses now too (such a
+    pool is drained all the same, busy runners in the scale set too), but none in a namespace
+    known refused (its finalizer waits for the namespace to be enabled again, and another
+    tenant's deletion must not wait with it).
     """
 
     def __init__(
@@ -417,7 +424,9 @@ class ScaleSetClaims:
         ]
 
     def _found_it(self, key: PoolKey) -> bool:
-        """The pool's own listener found or made its scale set (``status.scaleSet.id``)."""
+        """The pool's own listener found or made its scale set (``status.scaleSet.id``: tenants
+        may only read the status, and the webhook receiver's account may write only
+        ``status.demand`` there, by deploy/'s and the chart's admission policy)."""
         parsed = self._reads.pool(*key)
         known = None if parsed is None or parsed.model is None else parsed.model.status.scale_set
         return known is not None and bool(known.id)
@@ -466,6 +475,8 @@ class PoolScaleSets:
         under a new id), and a 404 on that id would let the pool go with its live scale set
         left registered. The listener stops first (and is not started again, ``stop_pool``):
         otherwise it could make the scale set again just after it was deleted."""
+        if self._finalized is not None:
+            self._finalized.discard((pool.namespace, pool.name))
         if not self._listeners.stop_pool((pool.namespace, pool.name), STOP_WAIT):
             # Still in a call that may make the scale set after the look-up below found none.
             raise ListenerStillRunning(
@@ -619,7 +630,9 @@ def assemble(
     claims = ScaleSetClaims(
         listened_pools(reads, settings.github.pool_ref, claimable),
         reads,
-        every=listened_pools(reads, settings.github.pool_ref, lambda pool: True),
+        every=listened_pools(
+            reads, settings.github.pool_ref, lambda pool: not access.refused(pool.namespace)
+        ),
     )
     listeners = ScaleSetListeners(
         listened,

@@ -513,4 +513,6 @@ def _may_have_made(err: Exception) -> bool:
         return False
     if isinstance(err, (Unavailable, MalformedResponse)):
         return True
-    return not isinstance(err, (GitHubError, CredentialError, PatchFailedError))
+    if isinstance(err, GitHubError):
+        return err.status is not None and err.status >= 500  # a 5xx GitHub asked us to wait after
+    return not isinstance(err, (CredentialError, PatchFailedError))

@@ -347,3 +347,30 @@ def test_a_public_repository_refused_by_a_closed_group_is_let_through_within_a_m
     clock.now += 31
 
     assert groups.check(github, ORG, "ci", ["octo-org/site"]).allows_public
+
+
+def test_a_default_group_look_that_closes_nothing_keeps_its_answers_for_ten_minutes() -> None:
+    """A pool naming no group whose default group refuses one of its repositories but serves
+    another stays open: its looks must not age the answers to a minute, or it re-read the
+    groups and every repository's visibility each minute for as long as it lived."""
+    clock = Clock()
+    github = FakeGitHubClient(public={"octo-org/site"})
+    github.groups[ORG] = [
+        RunnerGroup(id=1, name="Default", visibility="all", default=True, allows_public=False)
+    ]
+    groups = RunnerGroups(clock=clock)
+    with pytest.raises(RepositoryNotAllowed):
+        groups.check_default(github, ORG, ["octo-org/site"], refusing=False)
+    asked = len(github.group_requests)
+
+    clock.now += 61
+    with pytest.raises(RepositoryNotAllowed):
+        groups.check_default(github, ORG, ["octo-org/site"], refusing=False)
+    assert len(github.group_requests) == asked, "asked again within the ten minutes"
+
+    with pytest.raises(RepositoryNotAllowed):
+        groups.check_default(github, ORG, ["octo-org/site"])  # this one closes the pool
+    clock.now += 61
+    with pytest.raises(RepositoryNotAllowed):
+        groups.check_default(github, ORG, ["octo-org/site"])
+    assert len(github.group_requests) > asked, "a refusal is looked at again within a minute"

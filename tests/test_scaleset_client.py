@@ -20,8 +20,9 @@ from responses import matchers
 
 from runnerpool import api
 from runnerpool.domain import PoolRef, Scope
+from runnerpool.github import transport
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import BadCredentials, MalformedResponse, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, MalformedResponse, NotSent, RateLimited, Unavailable
 from runnerpool.github.types import DeleteOutcome, RegistrationToken
 from runnerpool.reads import ParsedPool
 from runnerpool.reasons import Reason
@@ -580,6 +581,21 @@ def test_server_errors_are_retried_with_growing_waits(world: World) -> None:
             world.client.runner(5)
     assert world.sleeps[2:] == [1.0, 2.0, 4.0, 8.0]
     assert len(rsps.kept) == 5
+
+
+@pytest.mark.parametrize("went_before", [False, True], ids=["first attempt", "after a 502"])
+def test_a_call_held_unsent_says_so_only_when_no_attempt_went(world: World, went_before: bool) -> None:
+    """Refused unsent (a host held slow) after an attempt that went and failed (a 502), the call
+    was NotSent all the same: a JIT config the service may have made was taken for none, and a
+    deleted pool let go without looking for its runner."""
+    with Mock() as rsps:
+        registration(rsps)
+        if went_before:
+            rsps.get(AGENTS + "/5", status=502)
+        rsps.get(AGENTS + "/5", body=transport.HostSlow("the host is held slow"))
+        with pytest.raises(Unavailable) as raised:
+            world.client.runner(5)
+    assert isinstance(raised.value, NotSent) is not went_before
 
 
 def test_a_long_retry_after_is_the_callers_wait_not_a_sleep(world: World) -> None:

@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
-from runnerpool.github.errors import NotFound, NotSent, Unavailable
+from runnerpool.github.errors import NotFound, NotSent, RateLimited, Unavailable
 from runnerpool.github.translate import untrusted
 from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
@@ -284,11 +284,13 @@ def test_a_runner_github_made_before_a_timeout_of_a_pool_stopped_meanwhile_is_de
     [
         (Unavailable("no answer within the deadline", reason=Reason.GITHUB_DEADLINE_EXCEEDED), True),
         (Unavailable("HTTP 502", status=502), True),
+        (RateLimited("HTTP 503", retry_after=120, status=503), True),  # a 5xx asking for a long wait
+        (RateLimited("HTTP 403", retry_after=60, status=403), False),
         (NotFound("HTTP 404", status=404), False),
         (NotSent("not sent: the host is held slow", reason=Reason.GITHUB_HOST_SLOW), False),
         (untrusted("POST generate-jitconfig", OSError("certificate verify failed")), False),
     ],
-    ids=["deadline", "502", "404", "not sent", "certificate untrusted"],
+    ids=["deadline", "502", "503 retry-after", "rate limit", "404", "not sent", "certificate untrusted"],
 )
 def test_stop_tells_of_a_runner_a_failed_call_may_have_made(
     jit: Harness, monkeypatch: pytest.MonkeyPatch, error: Exception, told: bool

@@ -134,18 +134,20 @@ class RunnerGroups:
         return group
 
     def check_default(
-        self, client: GitHubClient, scope: Scope, repositories: Sequence[str]
+        self, client: GitHubClient, scope: Scope, repositories: Sequence[str], *, refusing: bool = True
     ) -> RunnerGroup | None:
         """The scope's default group (GitHub's ``default: true``, where the runners of a pool
         that names no group go), checked as :meth:`check` checks a named one; None when the
-        listing marks no group default."""
+        listing marks no group default. ``refusing``: a refusal closes the pool (its answers
+        are then asked again within a minute, as the user is probably fixing it); False for
+        a look that closes nothing, which keeps the answers for their ten minutes."""
         whose = (_client_key(client), scope.key)
         key: Hashable = ("default", *whose)
         entry = self._lookup(key, whose, lambda: self._find_default(client, scope))
         if entry.error is not None:
             raise entry.error
         if entry.group is not None:
-            self._admits(client, scope, entry.group, key, repositories)
+            self._admits(client, scope, entry.group, key, repositories, refusing=refusing)
         return entry.group
 
     def _admits(
@@ -155,6 +157,8 @@ class RunnerGroups:
         group: RunnerGroup,
         key: Hashable,
         repositories: Sequence[str],
+        *,
+        refusing: bool = True,
     ) -> None:
         """Raises ``RepositoryNotAllowed`` unless ``group`` (found under ``key``) admits every
         one of ``repositories``."""
@@ -166,6 +170,8 @@ class RunnerGroups:
             if group.refuses_public:
                 self._check_private(client, scope, group, repositories)
         except RepositoryNotAllowed:
+            if not refusing:
+                raise
             # The user is probably fixing it (on GitHub, or in the spec): ask again in a minute.
             whose = (_client_key(client), scope.key)
             keys: list[Hashable] = [key, ("members", *whose, group.id)]

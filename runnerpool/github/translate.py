@@ -119,7 +119,7 @@ def translate_github_exception(exc: GithubException, what: str, now: float) -> G
     return GitHubError(detail, status=status)
 
 
-def untrusted(what: str, exc: Exception) -> NotSent:
+def untrusted(what: str, exc: Exception) -> Unavailable:
     """A TLS failure in plain words (OpenSSL's own text is a traceback's worth of brackets).
 
     A certificate GitHub's host presents that chains to no trusted CA is the common case
@@ -134,4 +134,5 @@ def untrusted(what: str, exc: Exception) -> NotSent:
             "a ConfigMap or Secret and name it in spec.githubServerTLS",
             reason=Reason.GITHUB_CERTIFICATE_UNTRUSTED,
         )
-    return NotSent(f"{what}: the TLS handshake with the server failed")
+    # Any other TLS failure may come after the request went (a record cut mid-answer).
+    return Unavailable(f"{what}: a TLS failure talking to the server")

@@ -150,7 +150,13 @@ class Wire:
         seconds, cap, sent = self._prepared(headers, timeout)
         for attempt in range(self.policy.retries + 1):
             outcome = _outcome(lambda: self._request(method, url, sent, body=body, seconds=seconds, cap=cap))
-            step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=also_retry)
+            try:
+                step = self._judged(what, attempt, outcome, seconds=seconds, cap=cap, also_retry=also_retry)
+            except NotSent as err:
+                if attempt == 0:
+                    raise
+                # An earlier attempt went (a reset, a 5xx): the service may have acted on it.
+                raise Unavailable(err.message, reason=err.reason) from None
             if not isinstance(step, float):
                 return step
             self.sleep(step)
@@ -267,7 +273,9 @@ class Wire:
         if asked is not None and asked.strip().isdigit():
             if float(asked) > policy.backoff_max:
                 raise RateLimited(
-                    f"{what}: HTTP {answer.status_code if answer else ''}".strip(), retry_after=float(asked)
+                    f"{what}: HTTP {answer.status_code if answer else ''}".strip(),
+                    retry_after=float(asked),
+                    status=answer.status_code if answer else None,
                 )
             wait = float(asked)
         log.info("%s: %s; retrying in %.3g s", what, why, wait)
