@@ -349,12 +349,13 @@ class ScaleSetClaims:
     listening on the same scale set is not seen (it shows as ``ScaleSetSessionHeld``).
 
     A pool of another namespace counts only once its own credential found or made the scale
-    set (its ``status.scaleSet.id``, which only the operator writes): otherwise any tenant could
-    make a pool naming another team's scale set, with no credential at all, and hold it (made
-    first, its listener would have it; live, a deletion would leave it to it; being deleted,
-    with a finalizer of its own, it would keep the other team's deletion waiting for good). A
-    pool of the same namespace counts as soon as it is listed: one tenant's own pools. So a
-    pool moved to another namespace does not adopt its scale set: the old pool's deletion
+    set (its ``status.scaleSet.id``, :meth:`_found_it`): otherwise any tenant could make a pool
+    naming another team's scale set, with no credential at all, and hold it (made first, its
+    listener would have it; live, a deletion would leave it to it; being deleted, with a
+    finalizer of its own, it would keep the other team's deletion waiting for good). A pool of
+    the same namespace counts as soon as it is listed: one tenant's own pools. So a pool moved
+    to another namespace adopts the scale set only if its listener finds it (once the old pool
+    is being deleted) before the old pool's finalizer looks; otherwise the old pool's deletion
     deletes it and the new pool makes it again.
 
     ``every``: the pools ``deleted_too`` looks at, the listed ones by default; the operator

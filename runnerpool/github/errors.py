@@ -81,7 +81,8 @@ class Unavailable(GitHubError):  # noqa: N818 - names fixed by the shared interf
 
 class NotSent(Unavailable):
     """The request never reached GitHub (a host held slow, a write's turn that left too little
-    time, a TLS handshake refused, the credential's own token not made, a closed client):
+    time, a server certificate the operator does not trust, the credential's own token not
+    made, a closed client):
     whatever it asked for did not happen there. Any other ``Unavailable`` may have: GitHub may
     have acted on a request whose answer was lost."""
 
