@@ -359,10 +359,12 @@ class ScaleSetClaims:
     deletes it and the new pool makes it again.
 
     ``every``: the pools ``deleted_too`` looks at, the listed ones by default; the operator
-    passes every pool carrying its finalizer whose scope the allow-list refuses now too (such a
-    pool is drained all the same, busy runners in the scale set too), but none in a namespace
-    known refused (its finalizer waits for the namespace to be enabled again, and another
-    tenant's deletion must not wait with it).
+    passes every pool carrying its finalizer, whether the allow-list refuses its scope now (such
+    a pool is drained all the same, busy runners in the scale set too) or its namespace is known
+    refused. The last keeps a deletion waiting for as long as that pool's own waits for its
+    namespace to be enabled again (named in the waiting pool's condition); leaving it out
+    depended on an answer each leader learns anew and one 403 forgets, and one wrong answer
+    deleted the scale set under that pool's busy runners.
     """
 
     def __init__(
@@ -631,9 +633,7 @@ def assemble(
     claims = ScaleSetClaims(
         listened_pools(reads, settings.github.pool_ref, claimable),
         reads,
-        every=listened_pools(
-            reads, settings.github.pool_ref, lambda pool: not access.refused(pool.namespace)
-        ),
+        every=listened_pools(reads, settings.github.pool_ref, lambda pool: True),
     )
     listeners = ScaleSetListeners(
         listened,

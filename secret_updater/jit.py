@@ -152,6 +152,9 @@ class JitSecretUpdater:
         #: runner is left to the next leader, who sees the config written or, if the write
         #: failed, meets the runner as a 409 and replaces it.
         self._handed_over: set[str] = set()
+        #: ``stop_all`` calls so far: a failed fill begun before the last one leaves the runner it
+        #: may have made to the next leader (``_remove_unless_handed_over``).
+        self._stops = 0
 
     # -- the interface the reconciler drives -----------------------------------------------------
 
@@ -241,6 +244,7 @@ class JitSecretUpdater:
         and a fill whose write is in flight keeps the runner GitHub made for it
         (``_handed_over``)."""
         with self._lock:
+            self._stops += 1
             self._handed_over |= self._writing
             for uid in self._pods:
                 self._remove_job(uid)
@@ -268,10 +272,11 @@ class JitSecretUpdater:
             if state.not_before is not None and now < state.not_before:
                 self._reschedule(pod_uid, state.not_before)  # the pool backs off
                 return
+            stops = self._stops
         try:
             self._fill(pod, pod_uid)
         except Exception as err:  # anything: the scheduler must keep going
-            self._failed(pod, pod_uid, err)
+            self._failed(pod, pod_uid, err, stops)
             return
         with self._lock:
             recovered = state.failure is not None
@@ -358,7 +363,7 @@ class JitSecretUpdater:
             raise GitHubError("this operator was started without the scale set client")
         return self._scale_set_jit(pod.ref, pod.request)
 
-    def _failed(self, pod: _Pod, pod_uid: str, err: Exception) -> None:
+    def _failed(self, pod: _Pod, pod_uid: str, err: Exception, stops: int) -> None:
         """Retry the fill after the pool's backoff.
 
         A failure without GitHub's answer (a timeout, a reset, a 5xx) may have made the runner
@@ -385,7 +390,7 @@ class JitSecretUpdater:
         if not known:
             # Stopped or forgotten meanwhile: nothing to retry, nothing to report.
             if maybe_made:
-                self._remove_unused(_Leftover(pod.ref, pod.request.name, now))
+                self._remove_unless_handed_over(_Leftover(pod.ref, pod.request.name, now), stops)
             return
         changed = previous is None or (previous.reason, previous.message) != (reason, message)
         log.log(
@@ -401,6 +406,23 @@ class JitSecretUpdater:
             self._notify(pod.ref.namespace, pod.ref.name)
 
     # -- runners nobody will run ----------------------------------------------------------------
+
+    def _remove_unless_handed_over(self, leftover: _Leftover, stops: int) -> None:
+        """``_remove_unused`` of a runner a failed fill may have made, unless the operator
+        stopped leading since the fill began: the next leader fills the same pod under the same
+        runner name (a 409 has it replace this one) and may already have made its own, which a
+        removal by name here would delete. (A fill that succeeded knows it made the runner, and
+        ``_fill`` removes it by name as before: a busy runner is never removed either way.)"""
+        with self._lock:
+            handed_over = self._stops != stops
+        if handed_over:
+            log.info(
+                "runner %s of pool %s, if made, is left to the next leader: this operator stopped leading",
+                leftover.name,
+                leftover.ref.key,
+            )
+            return
+        self._remove_unused(leftover)
 
     def _remove_unused(self, leftover: _Leftover, client: GitHubClient | None = None) -> None:
         """Delete ``leftover`` on GitHub (the runner managers' rule: never a busy one); a

@@ -762,6 +762,34 @@ def test_a_pool_in_a_namespace_not_checked_yet_keeps_the_scale_set_it_shares_wit
     assert (world.service.scale_set(NAME) is not None) is kept
 
 
+def test_a_deleted_pool_in_a_namespace_known_refused_still_keeps_the_shared_scale_set(world: World) -> None:
+    """Its finalizer waits for the namespace to be enabled again, its busy runners with it: the
+    other deleted pool waits too (a namespace's refusal is an answer each leader learns anew,
+    and one wrong answer deleted the scale set under those runners)."""
+
+    class Refused:
+        def refused(self, namespace: str) -> bool:
+            return True
+
+    reads = PoolReads(deleting=True, found=True)
+    reads.add("team-0", "linux-old", deleting=True, found=True)  # before team-a/linux in key order
+    settings = Settings(github=GitHubSettings(api_url=world.fake.url))
+    parts = scale_set_pools.assemble(
+        reads,
+        None,
+        world.rest,
+        settings,
+        lambda pool: False,
+        access=Refused(),  # type: ignore[arg-type]
+    )
+    group = world.client.runner_group("default")
+    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+
+    with pytest.raises(ScaleSetStillUsed):
+        parts.pools.delete(world.pool, None)
+    assert world.service.scale_set(NAME) is not None
+
+
 def _another_teams_scale_set(world: World) -> RunnerScaleSet:
     """A scale set of the same organization and runner group that is not the pool's."""
     group = world.client.runner_group("default")

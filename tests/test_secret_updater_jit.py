@@ -419,6 +419,28 @@ def test_a_runner_made_as_the_operator_stops_leading_is_deleted_not_written(
     assert [r.name for r in jit.github.runners.get(SCOPE, [])] == []
 
 
+def test_a_fill_that_failed_as_the_operator_stopped_leading_leaves_the_runner_to_the_next_leader(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its answer lost after the Lease was lost, the old leader removed "its" runner by name
+    once the call timed out: by then the new leader had filled the same pod, and the runner of
+    that name was the new leader's. The next leader's fill meets a leftover as a 409 instead."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def lost_as_leadership_ends(scope: Scope, request: JitRequest) -> Any:
+        made(scope, request)
+        jit_updater.stop_all()
+        jit.github.runners[scope] = []  # the next leader's fill of the same pod: a 409, the
+        made(scope, request)  # leftover replaced by its own runner of that name
+        raise Unavailable("POST generate-jitconfig: no answer within the deadline")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", lost_as_leadership_ends)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert [r.name for r in jit.github.runners.get(SCOPE, [])] == ["build-abcde"], "the new leader's runner"
+
+
 def _made_then_stopped(jit: Harness, monkeypatch: pytest.MonkeyPatch, **runner: Any) -> None:
     """GitHub makes the pod's runner (as ``runner`` says), and the pool is deleted meanwhile."""
     jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
