@@ -739,12 +739,22 @@ def test_a_pool_in_a_namespace_not_checked_yet_keeps_the_scale_set_it_shares_wit
     scale set and deleted it, with the other pool's busy runners. A namespace known refused
     keeps nothing."""
 
-    class NotCheckedYet:
+    reads = PoolReads(deleting=True)
+    reads.add("team-b", "linux-moved", made="2026-06-02T00:00:00Z", found=True)
+
+    assembled_with_a_scale_set(world, reads, refused=refused).delete(world.pool, None)
+
+    assert (world.service.scale_set(NAME) is not None) is kept
+
+
+def assembled_with_a_scale_set(world: World, reads: PoolReads, *, refused: bool) -> PoolScaleSets:
+    """The assembly's ``PoolScaleSets``, every namespace known refused (or not checked yet),
+    and the world's pool's scale set on GitHub."""
+
+    class Access:
         def refused(self, namespace: str) -> bool:
             return refused
 
-    reads = PoolReads(deleting=True)
-    reads.add("team-b", "linux-moved", made="2026-06-02T00:00:00Z", found=True)
     settings = Settings(github=GitHubSettings(api_url=world.fake.url))
     parts = scale_set_pools.assemble(
         reads,
@@ -752,14 +762,11 @@ def test_a_pool_in_a_namespace_not_checked_yet_keeps_the_scale_set_it_shares_wit
         world.rest,
         settings,
         lambda pool: False,
-        access=NotCheckedYet(),  # type: ignore[arg-type]
+        access=Access(),  # type: ignore[arg-type]
     )
     group = world.client.runner_group("default")
     world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
-
-    parts.pools.delete(world.pool, None)
-
-    assert (world.service.scale_set(NAME) is not None) is kept
+    return parts.pools
 
 
 def test_a_deleted_pool_in_a_namespace_known_refused_still_keeps_the_shared_scale_set(world: World) -> None:
@@ -767,26 +774,11 @@ def test_a_deleted_pool_in_a_namespace_known_refused_still_keeps_the_shared_scal
     other deleted pool waits too (a namespace's refusal is an answer each leader learns anew,
     and one wrong answer deleted the scale set under those runners)."""
 
-    class Refused:
-        def refused(self, namespace: str) -> bool:
-            return True
-
     reads = PoolReads(deleting=True, found=True)
     reads.add("team-0", "linux-old", deleting=True, found=True)  # before team-a/linux in key order
-    settings = Settings(github=GitHubSettings(api_url=world.fake.url))
-    parts = scale_set_pools.assemble(
-        reads,
-        None,
-        world.rest,
-        settings,
-        lambda pool: False,
-        access=Refused(),  # type: ignore[arg-type]
-    )
-    group = world.client.runner_group("default")
-    world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
 
     with pytest.raises(ScaleSetStillUsed):
-        parts.pools.delete(world.pool, None)
+        assembled_with_a_scale_set(world, reads, refused=True).delete(world.pool, None)
     assert world.service.scale_set(NAME) is not None
 
 
