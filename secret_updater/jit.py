@@ -376,7 +376,8 @@ class JitSecretUpdater:
         with self._lock:
             state = self._pools.get(pod.ref.key)
             known = state is not None and pod_uid in self._pods
-            if state is not None and known:
+            if known:
+                assert state is not None
                 if maybe_made:
                     self._made.add(pod_uid)
                 previous = state.failure
@@ -528,7 +529,7 @@ def _may_have_made(err: Exception) -> bool:
     """Whether a failed fill may have left a runner on GitHub: the request went and its answer
     was lost or failed (``Unavailable``: a timeout, a reset, a 5xx) or could not be read
     (``MalformedResponse``), or an unexpected error. Not one that never left (``NotSent``: a
-    pool whose TLS or proxy never worked must still go at once when deleted), GitHub's own
+    pool whose server certificate was never trusted must still go at once when deleted), GitHub's own
     refusal (another ``GitHubError``: a 4xx makes nothing), a client that could not be built or
     a Secret write that failed after a config was written (``_fill`` keeps that one)."""
     if isinstance(err, NotSent):
