@@ -88,6 +88,18 @@ def _client_key(client: GitHubClient) -> Hashable:
     return id(client)
 
 
+def _whose(client: GitHubClient, scope: Scope) -> tuple[Hashable, str]:
+    """Whose answers a cache entry holds: the client's (its credential and server) and the
+    scope's."""
+    return (_client_key(client), scope.key)
+
+
+def _group_key(whose: tuple[Hashable, str], name: str) -> Hashable:
+    """The cache key of the group ``name`` (GitHub's group names ignore case) of ``whose``
+    (the client's key, the scope's)."""
+    return ("group", *whose, name.lower())
+
+
 class RunnerGroups:
     """The cache and the check, shared by every pool (thread-safe)."""
 
@@ -112,8 +124,8 @@ class RunnerGroups:
 
         Raises ``RunnerGroupNotFound``, or the ``GitHubError`` the listing failed with.
         """
-        whose = (_client_key(client), scope.key)
-        entry = self._lookup(("group", *whose, name.lower()), whose, lambda: self._find(client, scope, name))
+        whose = _whose(client, scope)
+        entry = self._lookup(_group_key(whose, name), whose, lambda: self._find(client, scope, name))
         if entry.error is not None:
             raise entry.error
         assert entry.group is not None
@@ -128,9 +140,7 @@ class RunnerGroups:
         repositories (GitHub's default for a group) must serve none. Raises
         ``RepositoryNotAllowed``."""
         group = self.resolve(client, scope, name)
-        self._admits(
-            client, scope, group, ("group", _client_key(client), scope.key, name.lower()), repositories
-        )
+        self._admits(client, scope, group, _group_key(_whose(client, scope), name), repositories)
         return group
 
     def check_default(
@@ -141,7 +151,7 @@ class RunnerGroups:
         listing marks no group default. ``refusing``: a refusal closes the pool (its answers
         are then asked again within a minute, as the user is probably fixing it); False for
         a look that closes nothing, which keeps the answers for their ten minutes."""
-        whose = (_client_key(client), scope.key)
+        whose = _whose(client, scope)
         key: Hashable = ("default", *whose)
         entry = self._lookup(key, whose, lambda: self._find_default(client, scope))
         if entry.error is not None:
@@ -173,7 +183,7 @@ class RunnerGroups:
             if not refusing:
                 raise
             # The user is probably fixing it (on GitHub, or in the spec): ask again in a minute.
-            whose = (_client_key(client), scope.key)
+            whose = _whose(client, scope)
             keys: list[Hashable] = [key, ("members", *whose, group.id)]
             keys += [("public", _client_key(client), r.lower()) for r in repositories]
             self._expire_within(keys, self._missing_ttl)
@@ -182,7 +192,7 @@ class RunnerGroups:
     def _check_members(
         self, client: GitHubClient, scope: Scope, group: RunnerGroup, repositories: Sequence[str]
     ) -> None:
-        whose = (_client_key(client), scope.key)
+        whose = _whose(client, scope)
         entry = self._lookup(
             ("members", *whose, group.id),
             whose,
@@ -212,7 +222,7 @@ class RunnerGroups:
         """Each repository's visibility (one conditional GET each, cached like a group): the
         jobs of a public one never reach a group that refuses public repositories, so its
         runners would sit idle while those jobs queue."""
-        whose = (_client_key(client), scope.key)
+        whose = _whose(client, scope)
         public = []
         for repository in sorted(set(repositories)):
             entry = self._lookup(

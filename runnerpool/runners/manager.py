@@ -594,28 +594,58 @@ class RunnerManagers:
     def _carry_out(
         self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan, halted: Callable[[], bool]
     ) -> frozenset[int]:
-        """Returns the ids of the runners to collect that GitHub answered busy (422): listed
-        offline and idle, they had a job all the same."""
-        namespace, name = ref.namespace, ref.name
+        """Collects, replaces and marks, in that order, until ``halted``. Returns the ids of the
+        runners to collect that GitHub answered busy (422): listed offline and idle, they had a
+        job all the same."""
         delete_runner = deleter(self._removal, ref, github)
-        busy: set[int] = set()
-        for runner in todo.collect:
+        busy = self._collect(ref, delete_runner, todo.collect, halted)
+        if not halted():
+            self._replace(ref, delete_runner, todo.replace, halted)
+        for mark in todo.marks:
             if halted():
-                return frozenset(busy)
+                break
+            self._pods.patch_pod(ref.namespace, mark.pod.name, mark.patch())
+        return busy
+
+    def _collect(
+        self,
+        ref: PoolRef,
+        delete_runner: DeleteRunner,
+        runners: Sequence[Runner],
+        halted: Callable[[], bool],
+    ) -> frozenset[int]:
+        """Deletes the offline runners whose pods are gone or terminating; returns those GitHub
+        answered busy."""
+        busy: set[int] = set()
+        for runner in runners:
+            if halted():
+                break
             outcome = delete_runner(runner.id)
             if outcome is DeleteOutcome.BUSY:
                 busy.add(runner.id)
             if outcome is DeleteOutcome.DELETED:
-                metrics.RUNNERS_COLLECTED.labels(namespace, name).inc()
+                metrics.RUNNERS_COLLECTED.labels(ref.namespace, ref.name).inc()
                 log.info(
                     "deleted offline runner %s (id %d) of pool %s: its pod is gone or terminating",
                     runner.name,
                     runner.id,
                     ref.key,
                 )
-        for decision in todo.replace:
+        return frozenset(busy)
+
+    def _replace(
+        self,
+        ref: PoolRef,
+        delete_runner: DeleteRunner,
+        decisions: Sequence[lifecycle.PodDecision],
+        halted: Callable[[], bool],
+    ) -> None:
+        """Deletes the pods the plan replaces, deregistering their runners first where it says
+        so; a runner that took a job since the listing keeps its pod."""
+        namespace, name = ref.namespace, ref.name
+        for decision in decisions:
             if halted():
-                return frozenset(busy)
+                return
             pod = decision.pod
             if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
                 assert decision.runner is not None
@@ -628,11 +658,6 @@ class RunnerManagers:
             if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
                 log.info("deleted runner pod %s/%s: %s", namespace, pod.name, decision.reason)
-        for mark in todo.marks:
-            if halted():
-                return frozenset(busy)
-            self._pods.patch_pod(namespace, mark.pod.name, mark.patch())
-        return frozenset(busy)
 
     def _hurry(
         self,
