@@ -179,6 +179,19 @@ class NamespaceAccess:
         left = max(1.0, answer.asked + self._recheck - self._clock())
         return Access(False, access.message, recheck=left)
 
+    def readable(self, namespace: str) -> bool:
+        """May a part beside the reconciler (the webhook secret mirror) read a Secret in
+        ``namespace``? :meth:`check`'s answer, asked when none is cached, so that a namespace
+        never enabled gets not one refused read; when the review fails, the last answer
+        (unknown counts as enabled: the read then says what the API server thinks)."""
+        try:
+            return self.check(namespace).enabled
+        except NamespaceNotSyncedError:
+            return True
+        except ApiException as err:
+            log.debug("cannot ask whether namespace %s is enabled: HTTP %s", namespace, err.status)
+            return not self.refused(namespace)
+
     def enabled(self, namespace: str) -> bool:
         """The last answer for ``namespace``, without asking (``False`` before the first)."""
         with self._lock:

@@ -94,9 +94,9 @@ class Operator:
         reads = self._secret_reads = SecretReads(self.informers, self._kube)
         self._pool_secrets = PoolSecrets(reads)
         self._clients = NamedClientCache.bounded(reads.decoded, settings.github, config_maps(self._kube))
-        self._webhook = operator_webhook_parts(
-            settings, self.informers, self._pool_secrets, self._kube, self._demand, notify=self._queue.add
-        )
+        self._access = NamespaceAccess(self._kube, watch=self.informers, role=settings.namespace_role)
+        parts = (settings, self.informers, self._pool_secrets, self._kube, self._demand)
+        self._webhook = operator_webhook_parts(*parts, notify=self._queue.add, readable=self._access.readable)
         return Supervisor(
             [
                 *self._endpoints(),
@@ -112,8 +112,7 @@ class Operator:
     def _leader_parts(self) -> list[Runnable]:
         """Protection release (credential Secrets, enabling bindings), the secret updater, runner
         managers, the poller and the workers."""
-        settings, kube, clients = self.settings, self._kube, self._clients
-        access = NamespaceAccess(kube, watch=self.informers, role=settings.namespace_role)
+        settings, kube, clients, access = self.settings, self._kube, self._clients, self._access
         token_scheduler = background_scheduler(settings.tokens.threads)
         runner_scheduler = background_scheduler(settings.runners.threads)
 

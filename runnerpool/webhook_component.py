@@ -165,14 +165,18 @@ def operator_webhook_parts(
     writer: DemandWriter,
     *,
     notify: Callable[[str], None],
+    readable: Callable[[str], bool],
 ) -> OperatorWebhookParts:
     """``writer`` records what the receiver verified; ``notify`` wakes a pool whose webhook
-    secret is left out of the copy, or back in."""
+    secret is left out of the copy, or back in; ``readable``: the namespaces where the copy
+    may read Secrets (those the platform team enabled)."""
     demand = settings.demand
     in_process = settings.component != OPERATOR and bool(demand.webhook_port)
     receiver = [webhook_runnable(demand, pools, secrets, writer.record_job)] if in_process else []
     if demand.mirror is None:
         return OperatorWebhookParts(receiver, [], secrets.problem)
-    mirror = SecretMirror(pools, secrets, kube, demand.mirror, interval=demand.mirror_interval, notify=notify)
+    mirror = SecretMirror(
+        pools, secrets, kube, demand.mirror, interval=demand.mirror_interval, notify=notify, readable=readable
+    )
     runnable = Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)
     return OperatorWebhookParts(receiver, [runnable], mirror.problem)

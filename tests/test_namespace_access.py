@@ -143,3 +143,33 @@ def _binding(name: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
         "subjects": [subject],
     }
+
+
+class _Reviews:
+    """The SelfSubjectAccessReviews as the API server answers them: ``allowed``, or failing."""
+
+    def __init__(self, allowed: bool) -> None:
+        self.allowed, self.failing, self.asked = allowed, False, 0
+
+    def create(self, resource: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.asked += 1
+        if self.failing:
+            raise ApiException(status=503, reason="Service Unavailable")
+        return {"status": {"allowed": self.allowed}}
+
+
+def test_a_part_beside_the_reconciler_asks_before_it_reads_and_keeps_the_last_answer_on_failure() -> None:
+    """The webhook secret mirror reads pools' Secrets: in a namespace never enabled it must ask
+    first rather than read and be refused; while the reviews fail it keeps the last answer."""
+    reviews = _Reviews(allowed=False)
+    access = NamespaceAccess(reviews)  # type: ignore[arg-type]
+    assert not access.readable("stranger") and reviews.asked > 0, "asked, not guessed"
+    reviews.failing = True
+    access.forget("stranger")
+    assert access.readable("stranger"), "nothing known: the read says what the API server thinks"
+    clock = Clock()
+    reviews.failing, access = False, NamespaceAccess(reviews, clock=clock)  # type: ignore[arg-type]
+    assert not access.readable("stranger")
+    reviews.failing = True
+    clock.now += RECHECK  # due to be asked again
+    assert not access.readable("stranger"), "the last answer stands while the reviews fail"

@@ -279,6 +279,36 @@ def test_one_tenant_filling_the_mirror_leaves_out_its_own_secrets_and_nobody_els
     assert sorted(woken) == sorted(pool.key for pool in left_out), "their conditions change back"
 
 
+class _ReadsTold(_WebhookSecrets):
+    """The by-name reader, noting the namespaces it was asked to read in."""
+
+    def __init__(self, values: dict[str, bytes]) -> None:
+        super().__init__(values)
+        self.namespaces: set[str] = set()
+
+    def get(self, namespace: str, name: str, max_age: float) -> dict[str, Any]:
+        self.namespaces.add(namespace)
+        return super().get(namespace, name, max_age)
+
+
+def test_the_copy_reads_no_secret_where_the_platform_team_did_not_enable_the_operator() -> None:
+    """A pool in a namespace not enabled: its Secret was read every interval all the same (a
+    refused read and a warning each time), and where the namespace's own admin had bound
+    ``edit`` to the operator, copied for the receiver without the platform team."""
+    team, stranger = _own_secret_pool("team-a", "web"), _own_secret_pool("stranger", "hooks")
+    reads, kube = _ReadsTold({"team-a": b"team-a's secret", "stranger": b"not agreed"}), _MirrorSecret()
+    mirror = SecretMirror(
+        _Pools(team, stranger),
+        PoolSecrets(reads),
+        kube,
+        ("ops", "hooks"),
+        readable=lambda ns: ns == "team-a",  # type: ignore[arg-type]
+    )
+    mirror.sync()
+    assert _in_mirror(kube, team) and not _in_mirror(kube, stranger)
+    assert reads.namespaces == {"team-a"}
+
+
 @pytest.mark.parametrize(
     ("budget", "left_out"),
     [
@@ -319,6 +349,7 @@ def test_the_operator_with_a_separate_receiver_shows_a_secret_left_out_of_its_co
         _MirrorSecret(),  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]  # no receiver in this process
         notify=lambda pool: None,
+        readable=lambda namespace: True,
     )
     assert parts.receiver == [] and [part.leader_only for part in parts.mirror] == [True]
     parts.mirror[0].start()

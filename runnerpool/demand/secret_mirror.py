@@ -158,12 +158,17 @@ class SecretMirror:
         interval: float = 10.0,
         budget: int = BUDGET,
         notify: Callable[[str], None] = lambda pool: None,
+        readable: Callable[[str], bool] = lambda namespace: True,
     ) -> None:
         self._pools = pools
         self._secrets = secrets
         self._kube = kube
         self._namespace, self._name = mirror
         self._interval, self._budget, self._notify = interval, budget, notify
+        #: The namespaces where a pool's secret may be read: not one read where the platform
+        #: team did not enable the operator (a refused read there; or, where a namespace's own
+        #: admin bound ``edit`` to the operator, a copy the platform team never agreed to).
+        self._enabled_in = readable
         #: The keys the last pass left out, with what their pools' conditions say (replaced
         #: whole, never changed in place: the reconciler's threads read it).
         self._left_out: dict[str, WebhookSecretProblem] = {}
@@ -199,7 +204,7 @@ class SecretMirror:
         pools: dict[str, list[str]] = {}
         for pool in self._pools.autoscaling_pools():
             ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
-            if ref is None:
+            if ref is None or not self._enabled_in(pool.namespace):
                 continue
             key = mirror_key(pool.namespace, ref)
             pools.setdefault(key, []).append(pool.key)
