@@ -74,8 +74,12 @@ class PodsGo:
         self.hurried.append((name, grace))
         return True
 
+    #: (pod, patch) of each pod patch: a drain only ever marks pods busy.
+    patched: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        raise AssertionError("a drain patches no pod")
+        assert patch == lifecycle.BusyMark(lifecycle.PodView.of(_pod(name)), True).patch(), "only marks"
+        self.patched.append((name, patch))
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -272,6 +276,27 @@ def test_a_scale_set_runner_that_github_labels_with_the_scale_set_only_is_seen_b
     clock.now += timedelta(seconds=DeletionSettings().busy_runner_wait)
     assert managers.drain(build) == Drain(busy=0, deregistered=1, pods_deleted=1, pods_left=1)
     assert pods.deleted == ["build-aaaaa"] and 8 in endpoint.runners
+
+
+def test_a_deleted_pools_pod_whose_runner_runs_a_job_is_marked_busy_while_the_drain_waits(
+    github: responses.RequestsMock,
+) -> None:
+    """The runner took its job just after the last live round's listing, and then the pool was
+    deleted: the live rounds that mark busy pods stopped with it, so the pod stayed unmarked
+    for the whole deletion, and a node drain or consolidation could evict it, job and all."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build"], busy=True)
+    endpoint.add(8, "build-bbbbb", [f"{NS}/build"])
+    cache.pods[(NS, "build")] = [
+        _running(name, clock.now - timedelta(minutes=5)) for name in ("build-aaaaa", "build-bbbbb")
+    ]
+
+    assert managers.drain(build).busy == 1
+    assert [name for name, _ in pods.patched] == ["build-aaaaa"], "the busy one marked, no other"
+    assert pods.deleted == []
 
 
 def _shifting(endpoint: RunnerEndpoint) -> None:

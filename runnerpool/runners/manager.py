@@ -316,6 +316,7 @@ class RunnerManagers:
         confirmed by the next pass."""
         delete_runner = deleter(self._removal, pool, github)
         runners = self._drained_runners(pool, snapshot, (view.name for view in pods))
+        self._mark(pool, lifecycle.drain_marks(pods, runners))
         busy, deregistered = _deregister(delete_runner, runners)
         if busy:
             return _Drained(busy, deregistered)
@@ -324,6 +325,7 @@ class RunnerManagers:
         doubtful = [d.pod.name for d in decisions if d.action is lifecycle.Action.LOOK_UP_AND_DELETE]
         confirming = [view.name for view in pods if view.name not in listed] if confirm else []
         found = self._looked_up(pool, github, snapshot, doubtful + confirming)
+        self._mark(pool, lifecycle.drain_marks(pods, found.values()))
         busy, more = _deregister(delete_runner, found.values())
         if busy:
             return _Drained(busy, deregistered + more)
@@ -334,6 +336,18 @@ class RunnerManagers:
         )
         abandoned = sum(1 for name in confirming if name not in found)
         return _Drained(0, deregistered + more, deletions, abandoned)
+
+    def _mark(self, pool: PoolRef, marks: Iterable[lifecycle.BusyMark]) -> None:
+        """Patch the busy marks on; one refused is logged, not raised: a drain must go on
+        (its runners' deregistration does not depend on the marks), and the next round
+        marks again."""
+        for mark in marks:
+            try:
+                self._pods.patch_pod(pool.namespace, mark.pod.name, mark.patch())
+            except ApiException as err:
+                log_failure(
+                    log, logging.WARNING, "cannot mark pod %s/%s", pool.namespace, mark.pod.name, err=err
+                )
 
     def _looked_up(
         self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, names: Iterable[str]
@@ -601,10 +615,8 @@ class RunnerManagers:
         busy = self._collect(ref, delete_runner, todo.collect, halted)
         if not halted():
             self._replace(ref, delete_runner, todo.replace, halted)
-        for mark in todo.marks:
-            if halted():
-                break
-            self._pods.patch_pod(ref.namespace, mark.pod.name, mark.patch())
+        if not halted():
+            self._mark(ref, todo.marks)
         return busy
 
     def _collect(
