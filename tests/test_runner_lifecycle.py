@@ -471,6 +471,24 @@ def test_registration_timeout_replaces_only_pods_whose_container_is_not_running(
     assert decide_pod(stuck, runner(), NOW, None, timeout).action is Action.KEEP
 
 
+def test_a_jit_pod_whose_container_never_ran_is_replaced_after_the_registration_timeout() -> None:
+    """A JIT runner is registered when its Secret is filled, before the pod runs: a pod stuck
+    pulling its image kept its slot, and an offline runner on GitHub, until GitHub dropped the
+    runner a day later. Deregistered first (busy-safe), then deleted."""
+    timeout = timedelta(minutes=15)
+    stuck, young = (
+        pod(age=timedelta(hours=1), state="waiting"),
+        pod(age=timedelta(minutes=1), state="waiting"),
+    )
+    decision = decide_pod(stuck, runner(status="offline"), NOW, None, timeout)
+    assert (decision.action, decision.reason) == (Action.DEREGISTER_AND_DELETE, "RegistrationTimeout")
+    assert decision.delete_if_gone, "a runner gone meanwhile leaves a pod that never ran"
+    assert decide_pod(young, runner(status="offline"), NOW, None, timeout).action is Action.KEEP
+    assert decide_pod(stuck, runner(status="offline"), NOW, None, None).action is Action.KEEP
+    ran = pod(age=timedelta(hours=1), restarts=1, state="waiting")
+    assert decide_pod(ran, runner(status="offline"), NOW, None, timeout).reason != "RegistrationTimeout"
+
+
 # -- durations, pools, counts ----------------------------------------------------------------
 
 

@@ -277,9 +277,20 @@ def decide_pod(
         return replacement(pod, runner, "RunnerRestarted" if pod.runner_running else "RunnerFinished")
     if recreate_deadline is not None and _older(pod, now, recreate_deadline):
         return replacement(pod, runner, "RecreateDeadline")
-    if runner is None and registration_timeout is not None and _older(pod, now, registration_timeout):
-        return replacement(pod, None, "RegistrationTimeout")
+    stuck = runner is None or _never_ran(pod, runner)
+    if stuck and registration_timeout is not None and _older(pod, now, registration_timeout):
+        return replacement(pod, runner, "RegistrationTimeout")
     return PodDecision(pod, Action.KEEP, "Idle" if runner is not None else "RunnerNotListed", runner)
+
+
+def _never_ran(pod: PodView, runner: Runner) -> bool:
+    """A JIT pod's runner is registered (offline) when its Secret is filled, before the pod
+    runs: a pod stuck pulling its image, or whose container cannot be created, has a runner
+    all the same, and without this it held its slot (and an offline runner on GitHub) until
+    GitHub dropped the runner a day later. Replaced the busy-safe way (deregistered first)."""
+    return (
+        runner.offline and not pod.runner_running and not pod.runner_terminated and pod.runner_restarts == 0
+    )
 
 
 def _older(pod: PodView, now: datetime, age: timedelta) -> bool:
@@ -405,6 +416,16 @@ def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:
     if not busy and pod.busy_marked:
         return BusyMark(pod, False)
     return None
+
+
+def drain_marks(pods: Iterable[PodView], runners: Iterable[Runner]) -> tuple[BusyMark, ...]:
+    """A deleted pool's pods whose runners run a job, marked busy (never unmarked). The pool's
+    finalizer waits for those jobs, but the live round that marks pods stopped with the pool:
+    a job taken just before the deletion left its pod unmarked, and a node drain or a
+    consolidation meanwhile would evict it, job and all."""
+    busy = {runner.name: runner for runner in runners if runner.busy}
+    marks = (busy_mark_change(pod, busy[pod.name]) for pod in pods if pod.name in busy)
+    return tuple(mark for mark in marks if mark is not None and mark.busy)
 
 
 def plan(
