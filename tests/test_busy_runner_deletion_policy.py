@@ -20,6 +20,9 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
+from runnerpool.runners import lifecycle
+from runnerpool.runners.manager import KubePods
+from runnerpool.runtime.kube import Kube
 from tests.helpers import wait_for
 from testworld.envtest import assets
 from testworld.envtest.controlplane import ControlPlane
@@ -152,3 +155,28 @@ def test_the_pod_garbage_collector_may_still_force_delete_a_busy_pod(
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_pod(busy, namespace)
     assert gone.value.status == 404
+
+
+def test_the_operator_may_still_hurry_a_marked_pod_whose_runner_is_done(
+    api_client: client.ApiClient, namespace: str, policy: None
+) -> None:
+    """A busy-marked pod deleted from outside (``kubectl delete pod``, its namespace going)
+    keeps its mark; when its runner, idle or gone on GitHub, outlives its stop, the runner
+    managers delete it again with a short grace (``lifecycle.hurried_grace``). The policy
+    refused that every time: the pod held its node for its whole hour of grace."""
+    core = client.CoreV1Api(api_client)
+    name = _pod(core, namespace, "done", busy=True)
+    _delete(core, namespace, name, None)  # deleted with its own grace: the job may finish
+    pod = core.read_namespaced_pod(name, namespace)
+    view = lifecycle.PodView.of(api_client.sanitize_for_serialization(pod))
+    assert view.busy_marked and view.deleting
+    unmark = lifecycle.BusyMark(view, False).patch()
+
+    hurried = KubePods(Kube(api_client)).hurry_pod(
+        namespace, name, view.uid, view.resource_version, 90, unmark=unmark
+    )
+
+    assert hurried, "refused, or taken for a pod changed since the decision"
+    after = core.read_namespaced_pod(name, namespace)
+    assert after.metadata.deletion_grace_period_seconds == 90
+    assert naming.BUSY_LABEL not in (after.metadata.labels or {})

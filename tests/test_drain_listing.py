@@ -63,7 +63,9 @@ class PodsGo:
         self.deleted.append(name)
         return True
 
-    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+    def hurry_pod(
+        self, namespace: str, name: str, uid: str, resource_version: str, grace: int, *, unmark: Any = None
+    ) -> bool:
         pods = [pod for pods in self.cache.pods.values() for pod in pods]
         (meta,) = [pod["metadata"] for pod in pods if pod["metadata"]["name"] == name]
         assert resource_version == meta["resourceVersion"], "told again as it was decided on"

@@ -105,7 +105,9 @@ class Pods:
         self.deleted.append(name)
         return True
 
-    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+    def hurry_pod(
+        self, namespace: str, name: str, uid: str, resource_version: str, grace: int, *, unmark: Any = None
+    ) -> bool:
         self.hurried.append((name, grace, resource_version))
         return True
 

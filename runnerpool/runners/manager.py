@@ -68,7 +68,16 @@ log = logging.getLogger(__name__)
 
 class PodWriter(Protocol):
     def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str | None) -> bool: ...
-    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool: ...
+    def hurry_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str,
+        grace: int,
+        *,
+        unmark: dict[str, Any] | None,
+    ) -> bool: ...
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
     def desired_now(self, namespace: str, name: str) -> int | None: ...
 
@@ -93,9 +102,32 @@ class KubePods:
         version of that pod, for a pool being deleted whose runners are all gone)."""
         return self._delete(namespace, name, uid, resource_version, {})
 
-    def hurry_pod(self, namespace: str, name: str, uid: str, resource_version: str, grace: int) -> bool:
+    def hurry_pod(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        resource_version: str,
+        grace: int,
+        *,
+        unmark: dict[str, Any] | None,
+    ) -> bool:
         """Delete a pod being deleted again, as it was decided on, with a shorter ``grace``
-        (``gracePeriodSeconds``, counted from its first deletion: ``lifecycle.hurried_grace``)."""
+        (``gracePeriodSeconds``, counted from its first deletion: ``lifecycle.hurried_grace``).
+
+        ``unmark``: the pod still carries the busy mark (a pod being deleted keeps it), which
+        its runner no longer deserves: GitHub showed it idle or gone. It is taken off first,
+        on the same version: deploy/optional/busy-runner-deletion refuses any shorter grace for
+        a marked pod, whoever asks."""
+        if unmark is not None:
+            try:
+                meta = {**unmark["metadata"], "resourceVersion": resource_version}
+                patched = self._kube.patch(PODS, namespace, name, {**unmark, "metadata": meta})
+            except ApiException as err:
+                if err.status in (404, 409):
+                    return False
+                raise
+            resource_version = patched["metadata"]["resourceVersion"]
         return self._delete(namespace, name, uid, resource_version, {"gracePeriodSeconds": grace})
 
     def _delete(
@@ -398,7 +430,10 @@ class RunnerManagers:
     def _hurry_pod(self, pool: PoolRef, view: lifecycle.PodView, grace: int) -> None:
         """Delete ``view`` again with ``grace`` (``lifecycle.hurried_grace``), as it was decided
         on (its resourceVersion: a container that ended since changed it, and 409 means done)."""
-        if self._pods.hurry_pod(pool.namespace, view.name, view.uid, view.resource_version, grace):
+        unmark = lifecycle.BusyMark(view, False).patch() if view.busy_marked else None
+        if self._pods.hurry_pod(
+            pool.namespace, view.name, view.uid, view.resource_version, grace, unmark=unmark
+        ):
             log.info(
                 "pod %s/%s still ran its runner container more than %ds after it was told to stop; "
                 "told again, to be killed %ds from now",
