@@ -566,6 +566,34 @@ def test_acquire_jobs_uses_the_queue_token_and_close_deletes_the_session(world: 
     assert rsps.kept[3].request.headers["Authorization"] == f"Bearer {ADMIN}"
 
 
+#: The UTF-8 byte-order mark the Actions service may put before a body.
+BOM = b"\xef\xbb\xbf"
+
+
+def with_bom(rsps: Mock, method: str, url: str, data: Any, status: int = 200) -> None:
+    body = BOM + json.dumps(data).encode()
+    rsps.add(method, url, body=body, status=status, content_type="application/json; charset=utf-8")
+
+
+def test_answers_that_start_with_a_utf8_byte_order_mark_are_read(world: World) -> None:
+    """actions/scaleset's client trims a byte-order mark from every answer; ``requests`` refused
+    one ("Unexpected UTF-8 BOM") and the pool showed ``ScaleSetUnreachable``."""
+    busy = actions_exception("JobStillRunningException", "still running")
+    with Mock() as rsps:
+        with_bom(rsps, "POST", API + "/actions/runner-registration", {"url": SERVICE, "token": ADMIN})
+        with_bom(rsps, "POST", SCALE_SETS + "/7/sessions", session_json("queue-1"))
+        with_bom(rsps, "GET", QUEUE, message(3, [{**JOB, "messageType": "JobAvailable"}]))
+        with_bom(rsps, "POST", SCALE_SETS + "/7/acquirejobs", {"count": 1, "value": [1001]})
+        with_bom(rsps, "DELETE", AGENTS + "/41", busy, status=409)
+        session = MessageSession.open(world.client, 7, "runnerpool-0")
+        got = session.poll(0, 5)
+        assert session.acquire_jobs([1001]) == [1001]
+        with pytest.raises(JobStillRunning):  # the error body's exception name is read too
+            world.client.remove_runner(41)
+    assert session.session.session_id == SESSION_ID
+    assert got is not None and got.message_id == 3 and [job.runner_request_id for job in got.jobs] == [1001]
+
+
 def test_server_errors_are_retried_with_growing_waits(world: World) -> None:
     with Mock() as rsps:
         registration(rsps)

@@ -25,7 +25,7 @@ from runnerpool.scaleset.errors import (
     malformed,
 )
 from runnerpool.scaleset.types import JitConfig, RunnerGroup, RunnerReference, RunnerScaleSet
-from runnerpool.scaleset.wire import Wire
+from runnerpool.scaleset.wire import Wire, json_body
 
 __all__ = ["AGENTS", "SCALE_SETS", "ScaleSetClient", "parse"]
 
@@ -88,7 +88,7 @@ class ScaleSetClient:
         if status in (202, 204) or not answer.content:
             return None
         try:
-            return answer.json()
+            return json_body(answer.content)
         except ValueError:
             raise malformed(what, "body is not JSON") from None
 

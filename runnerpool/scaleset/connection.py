@@ -44,7 +44,7 @@ from runnerpool.domain import Scope, web_url_for
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
 from runnerpool.scaleset.errors import error_for, malformed
-from runnerpool.scaleset.wire import Wire
+from runnerpool.scaleset.wire import Wire, json_body
 from runnerpool.tenants import url_host
 
 __all__ = [
@@ -204,7 +204,7 @@ class ActionsConnection:
         if not 200 <= answer.status_code < 300:
             raise error_for(what, answer.status_code, answer.content)
         try:
-            data: Any = answer.json()
+            data: Any = json_body(answer.content)
         except ValueError:
             raise malformed(what, "body is not JSON") from None
         url = data.get("url") if isinstance(data, dict) else None

@@ -15,7 +15,6 @@ the messages (they end up in conditions); the exception name and status say what
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -28,6 +27,7 @@ from runnerpool.github.errors import (
     Unavailable,
 )
 from runnerpool.reasons import Reason
+from runnerpool.scaleset.wire import json_body
 
 __all__ = [
     "JobStillRunning",
@@ -126,7 +126,7 @@ _KNOWN = (
 def exception_name(body: bytes) -> str:
     """The ``typeName`` of an Actions service error body, or ``""``."""
     try:
-        data: Any = json.loads(body)
+        data: Any = json_body(body)
     except ValueError:
         return ""
     name = data.get("typeName") if isinstance(data, dict) else None

@@ -46,7 +46,7 @@ from runnerpool.scaleset.errors import (
     malformed,
 )
 from runnerpool.scaleset.types import JobMessage, JobMessageType, Message, MessageSkip, Session, Statistics
-from runnerpool.scaleset.wire import Answer
+from runnerpool.scaleset.wire import Answer, json_body
 
 __all__ = ["CONFLICT_RETRIES", "CONFLICT_WAIT", "MAX_CAPACITY_HEADER", "MessageSession", "parse_message"]
 
@@ -292,7 +292,7 @@ class MessageSession:
         if answer.status_code != 200:
             raise error_for(what, answer.status_code, answer.content)
         try:
-            value: Any = answer.json().get("value")
+            value: Any = json_body(answer.content).get("value")
         except (ValueError, AttributeError):
             value = None
         if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
@@ -321,7 +321,7 @@ def _poll_answer(answer: Answer) -> Message | None:
     if answer.status_code != 200:
         raise error_for(_POLL, answer.status_code, answer.content)
     try:
-        data = json.loads(answer.content)
+        data = json_body(answer.content)
     except ValueError:
         raise malformed(_POLL, "body is not JSON") from None
     return parse_message(data, _POLL)

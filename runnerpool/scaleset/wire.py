@@ -19,12 +19,16 @@ slow-host gate, and the same retries: ``send`` and ``send_async`` judge each att
 with ``_judged``, whichever ``Answer`` it is (a ``requests.Response``, a poll's ``PollAnswer``).
 ``close`` cancels the polls in flight, so a listener whose client is closed gets
 ``Unavailable`` at once. A poll from a thread (``MessageSession.poll``) is a plain ``send``.
+
+Every answer's body is read as JSON by ``json_body``, which drops a leading UTF-8 byte-order
+mark (the function says why).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -41,12 +45,25 @@ from runnerpool.reasons import Reason
 if TYPE_CHECKING:
     from runnerpool.scaleset.poller import PollAnswer
 
-__all__ = ["Answer", "Policy", "Wire"]
+__all__ = ["Answer", "Policy", "Wire", "json_body"]
 
 log = logging.getLogger(__name__)
 
 #: What the service holds a poll for before it answers 202 (about 50 s), plus room.
 _POLL_HOLD = 50.0
+#: The UTF-8 byte-order mark.
+_BOM = b"\xef\xbb\xbf"
+
+
+def json_body(body: bytes) -> Any:
+    """An answer's body as JSON, a UTF-8 byte-order mark before it dropped; ``ValueError`` when
+    it is not JSON. Every answer of the protocol is read through here.
+
+    Why: the Actions service may start a body with a byte-order mark (actions/scaleset's client
+    trims one from every answer, as ARC's first client did), and ``requests.Response.json``
+    decodes with the charset the answer names (``utf-8``), which refuses it ("Unexpected UTF-8
+    BOM"): the answer was taken for malformed and the pool showed ``ScaleSetUnreachable``."""
+    return json.loads(body.removeprefix(_BOM))
 
 
 @dataclass(frozen=True)
