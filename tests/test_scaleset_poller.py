@@ -155,6 +155,20 @@ def test_a_poll_that_outlives_its_deadline_fails_at_it_and_is_not_retried(queue:
     assert polls.sleeps == [] and len(queue.seen) == 1
 
 
+def test_a_poll_past_its_deadline_does_not_hold_the_host_slow_for_other_sessions(queue: QueueServer) -> None:
+    """The service holds polls silent for about 50 s by design: one stalled poll counted as a
+    slow host, and every other session's poll to it was refused (``GITHUB_HOST_SLOW``)."""
+    queue.answer(Answer(hold=10.0), Answer.of_json(MESSAGE))
+    stalled = Polls(queue.url, Policy(poll_timeout=0.5))
+    err, _ = stalled.failure()
+    assert err.reason == Reason.GITHUB_DEADLINE_EXCEEDED
+
+    got = Polls(queue.url).poll()
+
+    assert got is not None and got.message_id == 4
+    assert len(queue.seen) == 2, "the other session's poll was sent"
+
+
 @pytest.mark.parametrize("announced", [True, False], ids=["content-length", "until-close"])
 def test_an_answer_larger_than_the_cap_is_refused(queue: QueueServer, announced: bool) -> None:
     queue.answer(Answer(200, b"[" + b" " * 5000 + b"]", length=announced))

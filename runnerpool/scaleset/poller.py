@@ -24,7 +24,8 @@ same bounds and route as the requests path:
   ``requests`` reads it on every call); a proxy's login goes as its ``Proxy-Authorization``, never logged.
 * **Bounds**: the attempt's total deadline (``DeadlineExceeded``), the answer cap
   (``ResponseTooLarge``, at most ``max_bytes + 1`` read) and the slow-host gate
-  (``transport.HOSTS``); connection failures are ``requests`` ``ConnectionError``s, so
+  (``transport.HOSTS``: a slow host's polls are refused, but a poll past its deadline does not
+  make its host slow, ``LongPoller._call``); connection failures are ``requests`` ``ConnectionError``s, so
   ``Wire.send_async`` retries them as ``Wire.send`` retries the requests path's.
 * **Answer**: a ``PollAnswer`` (status, headers, body, URL under ``requests.Response``'s names,
   the ones ``Wire`` and ``MessageSession`` read), not a ``requests.Response``: building one per
@@ -140,20 +141,31 @@ class LongPoller:
             await http.close()
 
     async def _call(self, poll: Poll) -> PollAnswer:
-        """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one."""
+        """The attempt behind the slow-host gate, as ``BoundedAdapter`` sends one, but a poll
+        that outlives its deadline leaves the gate as it found it: it neither marks its host
+        slow nor clears a mark another call's missed deadline set.
+
+        Why: the service holds a poll silent for about 50 s by design, so a poll's silence is
+        no sign of the host being slow (ARC gives each listener a client of its own with a
+        5-minute timeout). Counted as one, a single stalled poll had every other session's
+        poll, and on a GHES every call to that host, refused (``HostSlow``, shown as
+        ``GITHUB_HOST_SLOW``) for the probe interval. And what the gate guards, the shared
+        threads, a held poll does not take: it is awaited on this loop. No tenant is passed to
+        the gate, so there is no call in flight to count down on that path."""
         from runnerpool.github import transport  # noqa: PLC0415 - see the module's docstring
 
         routing = self._routing(poll.url, poll.route)
         origin = routing[0]
         transport.HOSTS.enter(origin)
-        timed_out = False
+        overran = False
         try:
             return await self._attempt(poll, routing)
         except transport.DeadlineExceeded:
-            timed_out = True
+            overran = True
             raise
         finally:
-            transport.HOSTS.leave(origin, timed_out=timed_out)
+            if not overran:
+                transport.HOSTS.leave(origin, timed_out=False)
 
     def _routing(self, url: str, route: Route | None) -> _Routing:
         """What depends on ``url``'s origin and the route only, decided once for both (a
