@@ -566,6 +566,17 @@ def test_acquire_jobs_uses_the_queue_token_and_close_deletes_the_session(world: 
     assert rsps.kept[3].request.headers["Authorization"] == f"Bearer {ADMIN}"
 
 
+@pytest.mark.parametrize("answer", [{"count": 0, "value": None}, {"count": 0}], ids=["null", "absent"])
+def test_acquired_jobs_null_or_absent_are_none_acquired_as_the_go_client_reads_them(
+    world: World, answer: dict[str, Any]
+) -> None:
+    """Refused as malformed, the message that offered the jobs was never acknowledged."""
+    with Mock() as rsps:
+        session = opened(world, rsps)
+        rsps.post(SCALE_SETS + "/7/acquirejobs", json=answer)
+        assert session.acquire_jobs([1001]) == []
+
+
 #: The UTF-8 byte-order mark the Actions service may put before a body.
 BOM = b"\xef\xbb\xbf"
 

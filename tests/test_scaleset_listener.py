@@ -307,6 +307,44 @@ def test_a_job_github_offers_again_after_a_cancelled_assignment_is_acquired_agai
     assert between[0].assigned_jobs == 0  # the cancellation's view, before the job was acquired again
 
 
+def test_a_message_whose_jobs_cannot_be_acquired_is_recorded_and_acknowledged_all_the_same(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """actions/scaleset's listener acknowledges a message before it acquires, and the demand
+    follows the assigned jobs. A refused acquire (a 4xx no retry clears) raised out of the
+    message closed the session; the message came again, failed the same way, and the demand froze."""
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.fake.fail_next(1000, 400, path="acquirejobs")
+    world.service.offer_job(scale_set_id)
+    assert world.fake.wait_for(world.acks, timeout=5), "the message was never acknowledged"
+    refused = world.acks()[0]
+    assert world.calls.index(("PUBLISH", str(refused))) < world.calls.index(("ACKED", str(refused)))
+    assert world.service.answered("POST", "/acquirejobs", 400) == 1, "acquired once, not on every delivery"
+    assert "jobs offered were not acquired (POST runnerscalesets/{id}/acquirejobs: HTTP 400" in caplog.text
+    assert "Bearer" not in caplog.text
+
+    world.fake.clear_faults()
+    world.service.offer_job(scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs == 1).problem is None
+    assert world.service.answered("POST", "/sessions", 200) == 1, "one session all along"
+    assert all(view.problem is None for view in world.sink.views(NS, POOL))
+
+
+def test_an_acquire_whose_queue_token_is_refused_again_after_a_refresh_opens_a_new_session(
+    world: World,
+) -> None:
+    """A 401 is the queue token: refreshed once, then the session is opened anew and the
+    message, unacknowledged, comes again there and its job is acquired."""
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.fake.fail_next(2, 401, path="acquirejobs")
+    world.service.offer_job(scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs == 1, latest=True).problem is None
+    assert any(method == "PATCH" and "/sessions/" in url for method, url in world.calls)
+    assert world.service.answered("POST", "/sessions", 200) == 2
+
+
 def rewrite_messages(world: World, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """The fake's queue answers (200s) go through ``change``: GitHub's odd answers, played."""
     hold = world.service._hold

@@ -42,7 +42,8 @@ only, no code copied):
    again and are handled again, which is harmless: the statistics are absolute, acquiring a
    job again acquires nothing, and the busy runners are a set.
 3. **Long poll**: for each message, acquire the jobs its ``JobAvailable`` entries offer (as the
-   listener of actions/scaleset does), compute the new view (``statistics.totalAssignedJobs`` and
+   listener of actions/scaleset does; a failed acquire is logged and the message handled all the
+   same, ``_acquire`` says why), compute the new view (``statistics.totalAssignedJobs`` and
    ``totalRunningJobs``; busy runners: + on ``JobStarted``, - on ``JobCompleted``), **publish it
    through the sink first and acknowledge the message only after the write succeeded**. A
    failed write leaves the message unacknowledged: the service delivers it again. Within a
@@ -81,6 +82,7 @@ from runnerpool.reasons import Reason
 from runnerpool.scaleset.client import SCALE_SETS, ScaleSetClient
 from runnerpool.scaleset.demand import is_new
 from runnerpool.scaleset.errors import (
+    MessageQueueTokenExpired,
     RunnerGroupNotFound,
     ScaleSetError,
     ScaleSetNotFound,
@@ -617,17 +619,7 @@ class ScaleSetListener:
         if not is_new(message, last_message_id) or message.skipped is not None:
             session.acknowledge(message.message_id)  # recorded before (only the ack was lost), or void
             return True
-        offered = [
-            job.runner_request_id for job in message.of(JobMessageType.AVAILABLE) if job.runner_request_id
-        ]
-        if offered:
-            acquired = session.acquire_jobs(offered)
-            log.debug(
-                "scale set %r: acquired %d of %d jobs offered",
-                self.settings.name,
-                len(acquired),
-                len(offered),
-            )
+        self._acquire(session, message)
         try:
             self._publish(_recorded(view, message))
         except Exception as exc:
@@ -640,6 +632,40 @@ class ScaleSetListener:
             return False
         session.acknowledge(message.message_id)
         return True
+
+    def _acquire(self, session: MessageSession, message: Message) -> None:
+        """Acquire the jobs the message offers (``JobAvailable``), as the Go listener does; a
+        failure is logged and the message recorded and acknowledged all the same.
+
+        Why: the demand follows ``totalAssignedJobs``, not acquisitions, and the Go listener
+        acknowledges a message before it acquires, so a failed acquire never leaves a message in
+        the queue. Raised out of ``_handle``, a failure retries do not clear (a 4xx, say) closed
+        the session, the message came again and failed the same way, and the pool's demand froze.
+        Only a queue token refused again after the session's refresh (``acquire_jobs`` refreshes
+        it on a 401) goes up: the session is opened anew, as for a poll's. Acquired before the
+        view is written, unlike upstream: a message whose write fails comes again and is acquired
+        again, which acquires nothing twice. Logged without the message's fields or any token."""
+        offered = [
+            job.runner_request_id for job in message.of(JobMessageType.AVAILABLE) if job.runner_request_id
+        ]
+        if not offered:
+            return
+        name = self.settings.name
+        try:
+            acquired = session.acquire_jobs(offered)
+        except MessageQueueTokenExpired:
+            raise
+        except GitHubError as exc:
+            log.warning(
+                "scale set %r: message %d: the %d jobs offered were not acquired (%s); the message is "
+                "recorded and acknowledged all the same (the demand follows the assigned jobs)",
+                name,
+                message.message_id,
+                len(offered),
+                exc.message,
+            )
+            return
+        log.debug("scale set %r: acquired %d of %d jobs offered", name, len(acquired), len(offered))
 
 
 def _recorded(view: ScaleSetView, message: Message) -> ScaleSetView:

@@ -292,9 +292,12 @@ class MessageSession:
         if answer.status_code != 200:
             raise error_for(what, answer.status_code, answer.content)
         try:
-            value: Any = json_body(answer.content).get("value")
-        except (ValueError, AttributeError):
-            value = None
+            data: Any = json_body(answer.content)
+        except ValueError:
+            data = None
+        value = data.get("value") if isinstance(data, dict) else ()
+        if value is None:  # null or absent: none acquired (the Go client reads an empty list)
+            return []
         if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
             raise malformed(what, "no list of acquired ids")
         return list(value)
