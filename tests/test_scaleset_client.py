@@ -196,31 +196,47 @@ def test_an_admin_token_without_expiry_is_malformed(world: World) -> None:
             world.client.runner(5)
 
 
-#: Service URLs a hostile answer for api.github.com (a tenant's spec.proxy and
+GHES = "https://ghe.example.com/api/v3"
+#: A GHE.com (data residency) enterprise's API: its GitHub is octocorp.ghe.com.
+GHE_COM = "https://api.octocorp.ghe.com"
+
+#: Service URLs a hostile answer for the pool's API (a tenant's spec.proxy and
 #: spec.githubServerTLS can give one) names: an internal service, plain http to GitHub's own
-#: domain, a look-alike host, GitHub's domain on another port.
+#: domain, a look-alike host, GitHub's domain on another port; for a GHE.com pool, another
+#: enterprise's Actions service, and a GHE.com service for a github.com pool.
 NOT_THE_SERVICE = [
-    "http://10.0.0.5:8080/internal/",
-    "http://pipelines.actions.githubusercontent.com/AbC/",
-    "https://pipelines.actions.githubusercontent.com.evil.example/AbC/",
-    "https://pipelines.actions.githubusercontent.com:8443/AbC/",
-    "https://metadata.internal/",
-    "https://[::1/",
+    (API, "http://10.0.0.5:8080/internal/"),
+    (API, "http://pipelines.actions.githubusercontent.com/AbC/"),
+    (API, "https://pipelines.actions.githubusercontent.com.evil.example/AbC/"),
+    (API, "https://pipelines.actions.githubusercontent.com:8443/AbC/"),
+    (API, "https://metadata.internal/"),
+    (API, "https://[::1/"),
+    (API, "https://pipelines.actions.octocorp.ghe.com/AbC/"),
+    (GHE_COM, "https://pipelines.actions.othercorp.ghe.com/AbC/"),
+    (GHE_COM, "https://actions.octocorp.ghe.com.evil.example/AbC/"),
+    (GHE_COM, "http://pipelines.actions.octocorp.ghe.com/AbC/"),
+    (GHE_COM, "https://pipelines.actions.octocorp.ghe.com:8443/AbC/"),
+    (GHE_COM, "https://ghe.com/AbC/"),
 ]
 
 
-@pytest.mark.parametrize("url", NOT_THE_SERVICE)
-def test_a_service_url_that_is_not_githubs_actions_service_is_refused_unsent(world: World, url: str) -> None:
+def client_of(api: str, hosts: tuple[str, ...] = ()) -> ScaleSetClient:
+    """A client of a pool whose GitHub API is ``api``, allowed ``hosts`` (``--github-api-host``)."""
+    wire = Wire(Policy(retries=0))
+    token = RegistrationToken("AABF3JGZDX3P5PMEXLND6TS6FCWO1", datetime.fromtimestamp(NOW + 3600, UTC))
+    connection = ActionsConnection(api, CONFIG_URL, lambda: token, wire, clock=lambda: NOW, hosts=hosts)
+    return ScaleSetClient(connection, wire)
+
+
+@pytest.mark.parametrize(("api", "url"), NOT_THE_SERVICE)
+def test_a_service_url_that_is_not_githubs_actions_service_is_refused_unsent(api: str, url: str) -> None:
     with Mock() as rsps:
-        rsps.post(API + "/actions/runner-registration", json={"url": url, "token": ADMIN})
+        rsps.post(api + "/actions/runner-registration", json={"url": url, "token": ADMIN})
         with pytest.raises(MalformedResponse, match="not called") as raised:
-            world.client.runner_group("default")
-    assert [call.request.url for call in rsps.kept] == [API + "/actions/runner-registration"]
+            client_of(api).runner_group("default")
+    assert [call.request.url for call in rsps.kept] == [api + "/actions/runner-registration"]
     assert raised.value.reason == Reason.MALFORMED_RESPONSE
     assert any(why in str(raised.value) for why in ("not https", "not GitHub's Actions service", "not a URL"))
-
-
-GHES = "https://ghe.example.com/api/v3"
 
 
 @pytest.mark.parametrize(
@@ -230,18 +246,17 @@ GHES = "https://ghe.example.com/api/v3"
         (GHES, "https://ghe.example.com/_services/pipelines/AbC/", ()),
         (GHES, "https://actions.ghe.example.com/AbC/", ("actions.ghe.example.com:443",)),
         ("http://127.0.0.1:8081", "http://127.0.0.1:8081/_actions/", ()),  # the test world's GitHub
+        (GHE_COM, "https://pipelines.actions.octocorp.ghe.com/AbC/", ()),  # GHE.com: its own service
+        (GHE_COM, "https://actions.octocorp.ghe.com/AbC/", ()),
     ],
 )
 def test_githubs_actions_service_the_pools_own_github_and_allowed_hosts_are_called(
     api: str, service: str, hosts: tuple[str, ...]
 ) -> None:
-    wire = Wire(Policy(retries=0))
-    token = RegistrationToken("AABF3JGZDX3P5PMEXLND6TS6FCWO1", datetime.fromtimestamp(NOW + 3600, UTC))
-    connection = ActionsConnection(api, CONFIG_URL, lambda: token, wire, clock=lambda: NOW, hosts=hosts)
     with Mock() as rsps:
         rsps.post(api + "/actions/runner-registration", json={"url": service, "token": ADMIN})
         rsps.get(service + "_apis/distributedtask/pools/0/agents/5", json={"id": 5, "name": "r-5"})
-        assert ScaleSetClient(connection, wire).runner(5).name == "r-5"
+        assert client_of(api, hosts).runner(5).name == "r-5"
 
 
 def test_an_actions_service_redirect_is_not_followed(world: World) -> None:

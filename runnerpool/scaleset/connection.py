@@ -20,12 +20,14 @@ api.github.com itself: an unchecked URL let it aim the operator's pod at any add
 internal ``http://`` service included (``noProxy`` sends it there directly), and read the
 status code back from the pool's conditions. So the URL must be ``https`` on GitHub's Actions
 service: a host under ``actions.githubusercontent.com`` (what github.com answers:
-``https://pipelines.actions.githubusercontent.com/<id>``, ``pipelinesghubeus<N>....``), the
-pool's own GitHub (a GHES serves it on its own host, ``https://<host>/_services/pipelines/<id>``;
-the pool's API origin is trusted as it is, so the test world's ``http`` GitHub works), or a
-``--github-api-host``. Anything else is refused as a malformed answer, unsent. The message
-session's queue URL (``runnerpool.scaleset.session``) comes from an answer too and is held to
-the same rule, and no Actions service request follows a redirect (``runnerpool.scaleset.wire``).
+``https://pipelines.actions.githubusercontent.com/<id>``, ``pipelinesghubeus<N>....``), for a
+pool on GHE.com (``<subdomain>.ghe.com``, data residency) a host under its own
+``actions.<subdomain>.ghe.com``, the pool's own GitHub (a GHES serves it on its own host,
+``https://<host>/_services/pipelines/<id>``; the pool's API origin is trusted as it is, so the
+test world's ``http`` GitHub works), or a ``--github-api-host``. Anything else is refused as a
+malformed answer, unsent. The message session's queue URL (``runnerpool.scaleset.session``)
+comes from an answer too and is held to the same rule, and no Actions service request follows a
+redirect (``runnerpool.scaleset.wire``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from runnerpool.tenants import url_host
 __all__ = [
     "ACTIONS_SERVICE_DOMAIN",
     "API_VERSION",
+    "GHE_COM_DOMAIN",
     "ActionsConnection",
     "Admin",
     "ServiceHosts",
@@ -64,6 +67,10 @@ REFRESH_MARGIN = 60.0
 
 #: github.com's Actions service: the URLs its answers name are on hosts under this domain.
 ACTIONS_SERVICE_DOMAIN = "actions.githubusercontent.com"
+#: GHE.com (GitHub Enterprise Cloud with data residency): each enterprise's GitHub is on
+#: ``<subdomain>.ghe.com`` and its Actions service under ``actions.<subdomain>.ghe.com``
+#: (GitHub's "Network details for GHE.com"; actions/scaleset takes any ``*.ghe.com`` as hosted).
+GHE_COM_DOMAIN = "ghe.com"
 
 RegistrationTokens = Callable[[], RegistrationToken]
 
@@ -97,6 +104,17 @@ def _origin(url: str) -> tuple[str, str]:
     return urllib.parse.urlsplit(url).scheme.lower(), url_host(url)
 
 
+def _actions_domains(web_url: str) -> tuple[str, ...]:
+    """The domains GitHub's Actions service may be under for a pool whose GitHub is at
+    ``web_url``: github.com's, and for a GHE.com pool its own enterprise's (only its own: another
+    enterprise's subdomain is no more the pool's GitHub than any other host)."""
+    host = (urllib.parse.urlsplit(web_url).hostname or "").lower()
+    subdomain = host.removesuffix("." + GHE_COM_DOMAIN)
+    if subdomain == host or not subdomain or "." in subdomain:
+        return (ACTIONS_SERVICE_DOMAIN,)
+    return ACTIONS_SERVICE_DOMAIN, f"actions.{host}"
+
+
 @dataclass(frozen=True)
 class ServiceHosts:
     """Where one pool's Actions service may be (the module docstring says why it is checked).
@@ -114,17 +132,20 @@ class ServiceHosts:
             parsed = urllib.parse.urlsplit(url)
         except ValueError:  # an unclosed IPv6 bracket, say
             return "the Actions service URL is not a URL"
-        if _origin(url) in {_origin(self.api_url), _origin(web_url_for(self.api_url))}:
+        web_url = web_url_for(self.api_url)
+        if _origin(url) in {_origin(self.api_url), _origin(web_url)}:
             return None  # the pool's own GitHub, as its REST calls reach it
         if parsed.scheme.lower() != "https":
             return "the Actions service URL is not https"
         host = (parsed.hostname or "").lower()
-        github = host == ACTIONS_SERVICE_DOMAIN or host.endswith("." + ACTIONS_SERVICE_DOMAIN)
+        domains = _actions_domains(web_url)
+        github = any(host == domain or host.endswith("." + domain) for domain in domains)
         if (github and url_host(url) == f"{host}:443") or url_host(url) in self.hosts:
             return None
+        services = ", ".join(f"*.{domain}" for domain in domains)
         return (
             f"the Actions service URL's host {url_host(url)[:_SHOWN]} is not GitHub's Actions service "
-            f"(*.{ACTIONS_SERVICE_DOMAIN}, the pool's GitHub host, or a --github-api-host)"
+            f"({services}, the pool's GitHub host, or a --github-api-host)"
         )
 
     def checked(self, what: str, url: str) -> str:
