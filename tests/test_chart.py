@@ -466,6 +466,18 @@ def test_notes_create_the_secret_a_pool_reads_by_default(helm: Path, control_pla
     assert created == [DEFAULT_CREDENTIAL_SECRET]
 
 
+def test_notes_say_how_to_enable_a_runner_namespace_when_none_is(
+    helm: Path, control_plane: ControlPlane
+) -> None:
+    """With the defaults (cluster-wide, no runnerNamespaces) every first pool said
+    NamespaceEnabled=False: NOTES went straight to "create a pool"."""
+    told = notes(helm, control_plane)
+    (line,) = re.findall(r"kubectl create rolebinding .*", told)
+    assert "--clusterrole=notes-" in line and "-runnerpool-operator-namespace" in line, line
+    assert "runnerNamespaces" in told
+    assert "rolebinding" not in notes(helm, control_plane, {"runnerNamespaces": ["team-a"]})
+
+
 KUBE_FLOOR = "1.30.0"
 
 
