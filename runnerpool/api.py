@@ -558,7 +558,9 @@ def _open_object(description: str, **properties: JsonSchemaValue) -> JsonSchemaV
 
 _CREDENTIAL_SECRETS = f"{naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*"
 _NOT_OURS = f"not one of the operator's credential Secrets ({_CREDENTIAL_SECRETS})"
-_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_OURS}.")
+#: Where a pod gets a Secret, it is neither the pool's GitHub credential nor the operator's own.
+_NOT_A_CREDENTIAL = f"not the pool's credential Secret (spec.credentialSecretName) nor {_NOT_OURS}"
+_SECRET_NAME = _name_schema(f"The Secret in the pool's namespace; {_NOT_A_CREDENTIAL}.")
 #: What of a core/v1 Volume names a Secret: ``secret.secretName`` and ``projected.sources[].secret.name``.
 SECRET_VOLUME_SOURCE_SCHEMA = _open_object(
     "A Secret as a volume (core/v1 SecretVolumeSource).",
@@ -590,28 +592,49 @@ def _credential_secret_cel(name: str) -> str:
     return "(" + " || ".join(f"{name}.startsWith({cel_string(p)})" for p in _CREDENTIAL_SECRET_PREFIXES) + ")"
 
 
-def _names_credential_secret(volume: dict[str, Any]) -> bool:
-    """Whether a core/v1 Volume (a dict) mounts one of the operator's credential Secrets."""
+#: A CEL expression of a Secret's name (``_credential_secret_cel``, ``_own_credential_cel``) that
+#: holds when the name is refused where the expression is used.
+_RefusedCel = Callable[[str], str]
+
+
+def _own_credential_cel(name: str) -> str:
+    """CEL, at spec level: ``name`` is the pool's own credential Secret."""
+    return f"{name} == self.credentialSecretName"
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A core/v1 object as the wire has it (a template's items are models, spec.volumes dicts)."""
+    return value if isinstance(value, dict) else value.model_dump(by_alias=True)
+
+
+def _volume_secret_names(volume: dict[str, Any]) -> list[object]:
+    """The Secrets a core/v1 Volume or VolumeSource (a dict) mounts: ``secret.secretName`` and
+    ``projected.sources[].secret.name``, the fields the volume rules read."""
     secret = volume.get("secret") or {}
     sources = (volume.get("projected") or {}).get("sources") or ()
-    return _credential_secret(secret.get("secretName")) or any(
-        _credential_secret((source.get("secret") or {}).get("name")) for source in sources
+    return [secret.get("secretName"), *((source.get("secret") or {}).get("name") for source in sources)]
+
+
+def _volume_names_cel(volume: str, refused: _RefusedCel) -> str:
+    """CEL mirror of :func:`_volume_secret_names`: the volume ``volume`` mounts a refused Secret."""
+    return (
+        f"(has({volume}.secret) && has({volume}.secret.secretName) "
+        f"&& {refused(f'{volume}.secret.secretName')}) "
+        f"|| (has({volume}.projected) && has({volume}.projected.sources) && {volume}.projected.sources"
+        f".exists(s, has(s.secret) && has(s.secret.name) && {refused('s.secret.name')}))"
     )
 
 
 #: A volume of the pool (spec.volumes, spec.template.spec.volumes) that names the token or a JIT
 #: Secret would put it where the operator does not: in the runner container, where jobs run.
 _CREDENTIAL_SECRET_VOLUME_RULE = Rule(
-    cel=f"!(has(self.secret) && has(self.secret.secretName) "
-    f"&& {_credential_secret_cel('self.secret.secretName')}) "
-    "&& !(has(self.projected) && has(self.projected.sources) && self.projected.sources.exists(s, "
-    f"has(s.secret) && has(s.secret.name) && {_credential_secret_cel('s.secret.name')}))",
+    cel=f"!({_volume_names_cel('self', _credential_secret_cel)})",
     message=f"a volume must not name the operator's credential Secrets ({_CREDENTIAL_SECRETS}) "
     "in secret.secretName or projected.sources[].secret.name: they hold "
     "registration credentials that only the operator's register container mounts, and anything that "
     "reads one can register runners of its own for the pool's repository or organization; mount a "
     "Secret of your own, named otherwise",
-    check=lambda v: not _names_credential_secret(v if isinstance(v, dict) else v.model_dump(by_alias=True)),
+    check=lambda v: not any(_credential_secret(name) for name in _volume_secret_names(_as_dict(v))),
 )
 
 
@@ -636,10 +659,20 @@ def _secret_ref(source: dict[str, Any] | None, key: str) -> object:
     return ((source or {}).get(key) or {}).get("name")
 
 
+def _env_secret_cel(env: str, refused: _RefusedCel) -> str:
+    """CEL: the env var ``env`` takes its value from a refused Secret (``valueFrom.secretKeyRef``)."""
+    ref = f"{env}.valueFrom.secretKeyRef"
+    return f"has({env}.valueFrom) && has({ref}) && has({ref}.name) && {refused(f'{ref}.name')}"
+
+
+def _env_from_secret_cel(source: str, refused: _RefusedCel) -> str:
+    """CEL: the envFrom source ``source`` takes its variables from a refused Secret (``secretRef``)."""
+    return f"has({source}.secretRef) && has({source}.secretRef.name) && {refused(f'{source}.secretRef.name')}"
+
+
 #: An env var (spec.env, a template container's env) whose valueFrom names a credential Secret.
 _CREDENTIAL_SECRET_ENV_RULE = Rule(
-    cel="!has(self.valueFrom) || !has(self.valueFrom.secretKeyRef) || !has(self.valueFrom.secretKeyRef.name) "
-    f"|| !{_credential_secret_cel('self.valueFrom.secretKeyRef.name')}",
+    cel=f"!({_env_secret_cel('self', _credential_secret_cel)})",
     message=f"an env var's valueFrom.secretKeyRef {_IN_ENV}",
     check=lambda e: not _credential_secret(_secret_ref(e.value_from, "secretKeyRef")),
 )
@@ -648,8 +681,8 @@ _CREDENTIAL_SECRET_ENV_RULE = Rule(
 def _credential_env_from_rule(path: str) -> Rule:
     """A rule that a container's envFrom names no credential Secret."""
     return Rule(
-        cel="!has(self.envFrom) || self.envFrom.all(f, !has(f.secretRef) || !has(f.secretRef.name) "
-        f"|| !{_credential_secret_cel('f.secretRef.name')})",
+        cel="!has(self.envFrom) || self.envFrom.all(f, "
+        f"!({_env_from_secret_cel('f', _credential_secret_cel)}))",
         message=f"{path}.envFrom[].secretRef {_IN_ENV}",
         check=lambda c: not any(_credential_secret(_secret_ref(f, "secretRef")) for f in c.env_from or ()),
     )
@@ -752,7 +785,8 @@ class EnvVar(KubeModel):
     value_from: EnvVarSourceDict | None = Field(
         default=None,
         description="Source for the value (a core/v1 EnvVarSource: secretKeyRef, configMapKeyRef, "
-        f"fieldRef or resourceFieldRef); a secretKeyRef names no {_CREDENTIAL_SECRETS} Secret.",
+        f"fieldRef or resourceFieldRef); a secretKeyRef names neither "
+        f"spec.credentialSecretName nor a {_CREDENTIAL_SECRETS} Secret.",
     )
 
 
@@ -897,7 +931,9 @@ class KeyRef(KubeModel):
 class SecretKeyRef(KeyRef):
     """One key of a Secret in the pool's namespace that the runners get too."""
 
-    name: OwnSecretName = Field(description=f"Name of the Secret in the pool's namespace; {_NOT_OURS}.")
+    name: OwnSecretName = Field(
+        description=f"Name of the Secret in the pool's namespace; {_NOT_A_CREDENTIAL}."
+    )
 
 
 class CertificateFrom(KubeModel):
@@ -1156,8 +1192,8 @@ EnvFromList = Annotated[
     list[Annotated[dict[str, Any], WithJsonSchema(ENV_FROM_SOURCE_SCHEMA)]] | None,
     Field(
         max_length=MAX_TEMPLATE_ITEMS,
-        description="Sources of environment variables (core/v1 EnvFromSource); a secretRef names no "
-        f"{_CREDENTIAL_SECRETS} Secret.",
+        description="Sources of environment variables (core/v1 EnvFromSource); a secretRef names neither "
+        f"spec.credentialSecretName nor a {_CREDENTIAL_SECRETS} Secret.",
     ),
 ]
 
@@ -1168,8 +1204,8 @@ class TemplateEnvVar(_PassThrough):
     name: str = Field(min_length=1, max_length=256, description="Name of the environment variable.")
     value_from: EnvVarSourceDict | None = Field(
         default=None,
-        description="Source for the value (core/v1 EnvVarSource); a secretKeyRef names no "
-        f"{_CREDENTIAL_SECRETS} Secret.",
+        description="Source for the value (core/v1 EnvVarSource); a secretKeyRef names neither "
+        f"spec.credentialSecretName nor a {_CREDENTIAL_SECRETS} Secret.",
     )
 
 
@@ -1282,12 +1318,13 @@ class TemplateVolume(_PassThrough):
     secret: Annotated[dict[str, Any], WithJsonSchema(SECRET_VOLUME_SOURCE_SCHEMA)] | None = Field(
         default=None,
         description=f"A Secret as a volume (core/v1 SecretVolumeSource); not one of the operator's "
-        f"credential Secrets ({naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*).",
+        f"credential Secrets ({naming.TOKEN_SECRET_PREFIX}*, {naming.JIT_SECRET_PREFIX}*) and not "
+        "spec.credentialSecretName.",
     )
     projected: Annotated[dict[str, Any], WithJsonSchema(PROJECTED_VOLUME_SOURCE_SCHEMA)] | None = Field(
         default=None,
         description="Projected sources as a volume (core/v1 ProjectedVolumeSource), at most "
-        f"{MAX_PROJECTED_SOURCES}; none of the operator's credential Secrets.",
+        f"{MAX_PROJECTED_SOURCES}; none of the operator's credential Secrets, nor spec.credentialSecretName.",
     )
 
 
@@ -1452,6 +1489,106 @@ class ScaleSet(KubeModel):
         "(runs-on: <name>); spec.labels are its extra labels. Unique within the runner group. "
         "Immutable."
     )
+
+
+# --------------------------------------------------------------------------------------
+# The pool's GitHub credential (spec.credentialSecretName) stays with the operator: wherever the
+# rules above refuse the operator's own Secrets by prefix, these refuse the pool's credential too.
+# They are spec rules, as only there does CEL see spec.credentialSecretName.
+
+
+def _template_items_cel(field: str, item: str, ok: str) -> str:
+    """CEL at spec level: every ``item`` of the list ``spec.template.spec.<field>`` is ``ok``."""
+    pod = "self.template.spec"
+    return f"(!has(self.template) || !has({pod}) || !has({pod}.{field}) || {pod}.{field}.all({item}, {ok}))"
+
+
+def _no_own_credential_env_cel(container: str) -> str:
+    """CEL: no env var and no envFrom source of ``container`` names the pool's credential Secret."""
+    env = _env_secret_cel("e", _own_credential_cel)
+    env_from = _env_from_secret_cel("f", _own_credential_cel)
+    return (
+        f"(!has({container}.env) || {container}.env.all(e, !({env}))) "
+        f"&& (!has({container}.envFrom) || {container}.envFrom.all(f, !({env_from})))"
+    )
+
+
+def _no_own_credential_volume_cel(volume: str) -> str:
+    """CEL: the volume ``volume`` mounts no key of the pool's credential Secret."""
+    return f"!({_volume_names_cel(volume, _own_credential_cel)})"
+
+
+def _template_pod(spec: RunnerPoolSpec) -> TemplatePodSpec | None:
+    return spec.template.spec if spec.template is not None else None
+
+
+def _env_secret_names(spec: RunnerPoolSpec) -> Iterator[object]:
+    """The Secrets the spec puts in a container's environment: ``spec.env``, and the env and
+    envFrom of the template's containers and init containers (what the env rules read)."""
+    yield from (_secret_ref(e.value_from, "secretKeyRef") for e in spec.env)
+    pod = _template_pod(spec)
+    for container in (*(pod.containers or ()), *(pod.init_containers or ())) if pod is not None else ():
+        yield from (_secret_ref(e.value_from, "secretKeyRef") for e in container.env or ())
+        yield from (_secret_ref(f, "secretRef") for f in container.env_from or ())
+
+
+def _volumes_secret_names(spec: RunnerPoolSpec) -> Iterator[object]:
+    """The Secrets the spec's volumes mount: spec.volumes, spec.workVolume, the template's."""
+    pod = _template_pod(spec)
+    work = [spec.work_volume] if spec.work_volume is not None else []
+    for volume in (*spec.volumes, *work, *(pod.volumes or () if pod is not None else ())):
+        yield from _volume_secret_names(_as_dict(volume))
+
+
+def _ca_secret_names(spec: RunnerPoolSpec) -> Iterator[object]:
+    """The Secret whose key is the pool's CA bundle, mounted in the runner container."""
+    tls = spec.github_server_tls
+    if tls is not None and tls.certificate_from.secret_key_ref is not None:
+        yield tls.certificate_from.secret_key_ref.name
+
+
+def _not_the_pools_credential(
+    where: str, cel: str, names: Callable[[RunnerPoolSpec], Iterator[object]], instead: str
+) -> Rule:
+    """A spec rule that no Secret ``names`` finds (``cel``: the same in CEL) is the pool's
+    credential: runner pods put what those fields name within a job's reach."""
+    return Rule(
+        cel=cel,
+        message=f"{where} must not name the pool's credential Secret (spec.credentialSecretName): it "
+        "holds the pool's GitHub token or App private key, which only the operator reads, and every "
+        f"job could read it there; {instead}",
+        check=lambda s: s.credential_secret_name not in names(s),
+    )
+
+
+_OWN_CREDENTIAL_RULES = (
+    _not_the_pools_credential(
+        "spec.env, and the env and envFrom of spec.template's containers and init containers,",
+        f"(!has(self.env) || self.env.all(e, !({_env_secret_cel('e', _own_credential_cel)}))) && "
+        + _template_items_cel("containers", "c", _no_own_credential_env_cel("c"))
+        + " && "
+        + _template_items_cel("initContainers", "c", _no_own_credential_env_cel("c")),
+        _env_secret_names,
+        "use a Secret of your own",
+    ),
+    _not_the_pools_credential(
+        "spec.volumes, spec.workVolume and spec.template.spec.volumes (secret.secretName, "
+        "projected.sources[].secret.name)",
+        f"(!has(self.volumes) || self.volumes.all(v, {_no_own_credential_volume_cel('v')})) "
+        f"&& (!has(self.workVolume) || {_no_own_credential_volume_cel('self.workVolume')}) && "
+        + _template_items_cel("volumes", "v", _no_own_credential_volume_cel("v")),
+        _volumes_secret_names,
+        "mount a Secret of your own",
+    ),
+    _not_the_pools_credential(
+        "spec.githubServerTLS.certificateFrom.secretKeyRef",
+        "!has(self.githubServerTLS) || !has(self.githubServerTLS.certificateFrom.secretKeyRef) "
+        "|| self.githubServerTLS.certificateFrom.secretKeyRef.name != self.credentialSecretName",
+        _ca_secret_names,
+        "keep the CA bundle in a ConfigMap or a Secret of its own (its key is mounted in the runner "
+        "container)",
+    ),
+)
 
 
 #: How a pool's runner pods register (``spec.registration``; docs/registration.md).
@@ -1661,6 +1798,7 @@ class RunnerPoolSpec(KubeModel):
             "just in time with configs the scale set makes; remove spec.registration",
             check=lambda s: s.scale_set is None or s.registration != REGISTRATION_TOKEN,
         ),
+        *_OWN_CREDENTIAL_RULES,
     )
 
     repository: Repository | None = Field(
@@ -1714,7 +1852,8 @@ class RunnerPoolSpec(KubeModel):
     credential_secret_name: DnsSubdomain = Field(
         default=DEFAULT_CREDENTIAL_SECRET,
         description="Secret in the pool's namespace with the GitHub App or token credentials used "
-        "to obtain registration tokens.",
+        "to obtain registration tokens. Only the operator reads it: the pool's env, volumes and CA "
+        "bundle may not name it, as every job could read it there.",
     )
     github_api_url: GithubApiUrl | None = Field(
         default=None,

@@ -321,6 +321,73 @@ CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
 ]
 INVALID_SPECS += CREDENTIAL_LEAKS
 
+#: The pool's GitHub credential (a PAT, an App's private key) within a job's reach: every place
+#: that refuses the operator's credential Secrets refuses the pool's own credential Secret too.
+_OWN = "ci-app"
+_OWN_REFUSED = "must not name the pool's credential Secret (spec.credentialSecretName)"
+_OWN_ENV = [{"name": "GH_TOKEN", "valueFrom": {"secretKeyRef": {"name": _OWN, "key": "token"}}}]
+_OWN_PROJECTED = {
+    "name": "all",
+    "projected": {"sources": [{"configMap": {"name": "ca"}}, {"secret": {"name": _OWN}}]},
+}
+_ENV_WHERE = "spec.env, and the env and envFrom of spec.template's containers and init containers,"
+_VOLUMES_WHERE = "spec.volumes, spec.workVolume and spec.template.spec.volumes"
+
+
+def _own(**extra: Any) -> dict[str, Any]:
+    return _repo(credentialSecretName=_OWN, **extra)
+
+
+OWN_CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
+    ("env-of-the-pools-credential", _own(env=_OWN_ENV), f"{_ENV_WHERE} {_OWN_REFUSED}"),
+    (
+        "env-of-the-default-credential",
+        _repo(
+            env=[
+                {
+                    "name": "T",
+                    "valueFrom": {"secretKeyRef": {"name": naming.DEFAULT_CREDENTIAL_SECRET, "key": "token"}},
+                }
+            ]
+        ),
+        f"{_ENV_WHERE} {_OWN_REFUSED}",
+    ),
+    *(
+        (
+            f"{key}-env-of-the-pools-credential",
+            {**_in_template(key, "c", env=_OWN_ENV), "credentialSecretName": _OWN},
+            _OWN_REFUSED,
+        )
+        for key in (_CONTAINERS, _INITS)
+    ),
+    *(
+        (
+            f"{key}-env-from-the-pools-credential",
+            {**_in_template(key, "c", envFrom=[{"secretRef": {"name": _OWN}}]), "credentialSecretName": _OWN},
+            f"{_ENV_WHERE} {_OWN_REFUSED}",
+        )
+        for key in (_CONTAINERS, _INITS)
+    ),
+    (
+        "volume-of-the-pools-credential",
+        _own(volumes=[{"name": "gh", "secret": {"secretName": _OWN}}]),
+        f"{_VOLUMES_WHERE} (secret.secretName, projected.sources[].secret.name) {_OWN_REFUSED}",
+    ),
+    ("projected-volume-of-the-pools-credential", _own(volumes=[_OWN_PROJECTED]), _OWN_REFUSED),
+    ("work-volume-of-the-pools-credential", _own(workVolume={"secret": {"secretName": _OWN}}), _OWN_REFUSED),
+    (
+        "template-volume-of-the-pools-credential",
+        _own(template={"spec": {"volumes": [_OWN_PROJECTED]}}),
+        f"{_VOLUMES_WHERE} (secret.secretName, projected.sources[].secret.name) {_OWN_REFUSED}",
+    ),
+    (
+        "ca-from-the-pools-credential",
+        _own(githubServerTLS={"certificateFrom": {"secretKeyRef": {"name": _OWN, "key": "token"}}}),
+        f"spec.githubServerTLS.certificateFrom.secretKeyRef {_OWN_REFUSED}",
+    ),
+]
+INVALID_SPECS += OWN_CREDENTIAL_LEAKS
+
 
 def test_a_token_volume_mounted_at_another_path_in_the_runner_container_is_refused(
     api_client: client.ApiClient, namespace: str
