@@ -768,6 +768,32 @@ class RunnerCounts(KubeModel):
     )
 
 
+def operator_env(name: str) -> bool:
+    """An env var of the runner container that only the operator sets."""
+    return name.startswith(naming.RESERVED_ENV_PREFIX) or name in naming.RESERVED_ENV
+
+
+def _not_operator_env_cel(name: str) -> str:
+    """CEL mirror of ``not operator_env(name)``."""
+    return (
+        f"!{name}.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
+        f"&& !({name} in {cel_list(naming.RESERVED_ENV)})"
+    )
+
+
+def _operator_env_rule(path: str, cel: str, check: Callable[[Any], bool]) -> Rule:
+    """A rule that the runner container's env from ``path`` sets none of the operator's variables:
+    the pool's entries come after the operator's, and the last of a name wins (RUNNER_CONFIG_DIR
+    under the work volume would put the runner's credentials where jobs write)."""
+    return Rule(
+        cel=cel,
+        message=f"{path} must not set {naming.RESERVED_ENV_PREFIX}* variables or "
+        f"{', '.join(naming.RESERVED_ENV)}: the operator sets them from the pool (scope, spec.labels, "
+        "spec.busyGracePeriod, the token and work directory); use another name or spec.labels",
+        check=check,
+    )
+
+
 class EnvVar(KubeModel):
     """Typed enough to validate names; ``valueFrom`` is passed through to the pod as is."""
 
@@ -778,9 +804,15 @@ class EnvVar(KubeModel):
             check=lambda e: e.value is None or e.value_from is None,
         ),
         _CREDENTIAL_SECRET_ENV_RULE,
+        _operator_env_rule(
+            "spec.env", _not_operator_env_cel("self.name"), lambda e: not operator_env(e.name)
+        ),
     )
 
-    name: EnvName = Field(description="Name of the environment variable in the runner container.")
+    name: EnvName = Field(
+        description="Name of the environment variable in the runner container; "
+        f"{naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the operator's."
+    )
     value: str | None = Field(default=None, description="Literal value.")
     value_from: EnvVarSourceDict | None = Field(
         default=None,
@@ -1152,11 +1184,6 @@ _BUSY_ANNOTATION_KEYS = tuple(sorted(naming.BUSY_ANNOTATIONS))
 _OPERATOR_MOUNT_PATHS = naming.OPERATOR_MOUNT_PATHS
 
 
-def operator_env(name: str) -> bool:
-    """An env var of the runner container that only the operator sets."""
-    return name.startswith(naming.RESERVED_ENV_PREFIX) or name in naming.RESERVED_ENV
-
-
 def operator_label(key: str) -> bool:
     """A pod label the operator selects or tracks its pods by."""
     return key.startswith(naming.OPERATOR_PREFIX) or key == naming.MANAGED_BY_LABEL
@@ -1221,17 +1248,10 @@ class TemplateContainer(_PassThrough):
     """A container of the template: ``runner`` merges into the operator's, other names add one."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
-        Rule(
-            cel=f"self.name != {_RUNNER} || !has(self.env) || self.env.all(e, "
-            f"!e.name.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
-            f"&& !(e.name in {cel_list(naming.RESERVED_ENV)}))",
-            message="spec.template.spec.containers[runner].env must not set "
-            f"{naming.RESERVED_ENV_PREFIX}* variables or {', '.join(naming.RESERVED_ENV)}: the "
-            "operator sets them from the pool (scope, spec.labels, spec.busyGracePeriod, the token "
-            "and work directory); use another name or spec.labels",
-            check=lambda c: (
-                c.name != naming.RUNNER_CONTAINER or not any(operator_env(e.name) for e in c.env or ())
-            ),
+        _operator_env_rule(
+            "spec.template.spec.containers[runner].env",
+            f"self.name != {_RUNNER} || !has(self.env) || self.env.all(e, {_not_operator_env_cel('e.name')})",
+            lambda c: c.name != naming.RUNNER_CONTAINER or not any(operator_env(e.name) for e in c.env or ()),
         ),
         Rule(
             cel=f"self.name != {_RUNNER} || !has(self.volumeMounts) || "

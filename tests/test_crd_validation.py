@@ -58,6 +58,10 @@ def _repo(**extra: Any) -> dict[str, Any]:
     return {"repository": "octo-org/hello-world", **extra}
 
 
+_OPERATOR_ENV = (
+    "spec.env must not set RUNNER_* variables or POD_NAME, POD_NAMESPACE, GITHUB_URL: the operator"
+)
+
 INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
         "neither-scope",
@@ -140,6 +144,12 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "env-value-and-from",
         _repo(env=[{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]),
         "set either value or valueFrom on an env var, not both",
+    ),
+    # spec.env comes after the operator's env, and the last of a name wins: RUNNER_CONFIG_DIR
+    # under the work volume made registration write the runner's credentials where jobs write.
+    *(
+        (f"env-overrides-{name}", _repo(env=[{"name": name, "value": "/runner/_work/c"}]), _OPERATOR_ENV)
+        for name in ("RUNNER_CONFIG_DIR", "RUNNER_WORKDIR", "POD_NAME", "GITHUB_URL")
     ),
     ("volume-without-name", _repo(volumes=[{"emptyDir": {}}]), "spec.volumes[0].name: Required value"),
     (
@@ -545,7 +555,7 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         container_mode="dind",
         dind_image="registry.example.com/docker:28-dind",
         env=[
-            api.EnvVar(name="RUNNER_DEBUG", value="1"),
+            api.EnvVar(name="ACTIONS_RUNNER_DEBUG", value="true"),
             api.EnvVar(name="NODE", value_from={"fieldRef": {"fieldPath": "spec.nodeName"}}),
         ],
         resources=api.Resources(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": 2}),

@@ -137,7 +137,7 @@ def runner(
         "ACTIONS_RUNNER_POD_NAME": RUNNER_POD,
         "ACTIONS_RUNNER_CONTAINER_HOOKS": str(home / "k8s-hook.sh"),
         "ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER": "true",
-        "RUNNER_STANDIN_JOB_CONTAINER": IMAGE,
+        "STANDIN_JOB_CONTAINER": IMAGE,
     }
     return Runner(env, home)
 
@@ -208,7 +208,7 @@ def test_a_failing_step_fails_the_job_and_still_cleans_up(
 
 
 def test_without_a_job_container_the_job_fails(runner: Runner) -> None:
-    done = _work(runner, RUNNER_STANDIN_JOB_CONTAINER="")
+    done = _work(runner, STANDIN_JOB_CONTAINER="")
 
     assert done.returncode == 1
     assert "Jobs without a job container are forbidden on this runner" in done.stderr

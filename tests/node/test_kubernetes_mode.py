@@ -41,7 +41,7 @@ def _pool(control_plane: ControlPlane, node: Node) -> dict[str, Any]:
         {"name": "KUBERNETES_SERVICE_HOST", "value": control_plane.pod_address},
         {"name": "KUBERNETES_SERVICE_PORT", "value": str(control_plane.port)},
         # The workflow's `container:`: an image the node has.
-        {"name": "RUNNER_STANDIN_JOB_CONTAINER", "value": node.runner_image.reference},
+        {"name": "STANDIN_JOB_CONTAINER", "value": node.runner_image.reference},
     ]
     return node_pool("km", containerMode=api.KUBERNETES_MODE, env=env)
 

@@ -8,7 +8,7 @@
 #   cleanup_job, with the state prepare_job answered.
 #
 # The job's container image stands in for the workflow's `jobs.<id>.container`: it is
-# RUNNER_STANDIN_JOB_CONTAINER. None, with ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true, fails the
+# STANDIN_JOB_CONTAINER. None, with ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true, fails the
 # job, as the real runner does. The step is a container step (run_container_step) in that
 # image: `bash -c` checks that the environment the runner gave it arrived (STANDIN_JOB, the job's
 # id) and sleeps through the job's duration. (A `run:` step would be run_script_step, an exec
@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/standin-lib.sh"
 
 job_id="$1" duration="$2"
 hooks="${ACTIONS_RUNNER_CONTAINER_HOOKS}"
-image="${RUNNER_STANDIN_JOB_CONTAINER:-}"
+image="${STANDIN_JOB_CONTAINER:-}"
 responses="${RUNNER_WORKDIR:-/runner/_work}/_temp/_runner_hook_responses"
 state='{}'
 
