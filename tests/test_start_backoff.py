@@ -176,34 +176,35 @@ def test_a_runner_github_refuses_as_outdated_backs_off_and_says_so_whatever_its_
     assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "RunnerVersionOutdated")._value.get() >= 3
 
 
-def _young_pod(name: str, started: datetime, finished: datetime, deletion_asked: datetime) -> dict[str, Any]:
-    """A runner pod of template ``t`` deleted with a 30 s grace period, whose runner ran from
-    ``started`` to ``finished`` and exited 143 (SIGTERM)."""
-    grace = 30
+def _ended_pod(
+    name: str, started: datetime, finished: datetime, code: int, message: str = "", busy: bool = False
+) -> dict[str, Any]:
+    """A runner pod of template ``t`` whose runner ran from ``started`` to ``finished`` and
+    exited ``code``, saying ``message``; ``busy``: it carries the operator's busy mark."""
+    terminated = {
+        "exitCode": code,
+        "reason": "Error",
+        "startedAt": started.strftime(RFC3339),
+        "finishedAt": finished.strftime(RFC3339),
+        **({"message": message} if message else {}),
+    }
+    labels = {naming.TEMPLATE_HASH_LABEL: "t", **({naming.BUSY_LABEL: naming.BUSY_VALUE} if busy else {})}
     return {
-        "metadata": {
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {naming.TEMPLATE_HASH_LABEL: "t"},
-            "deletionTimestamp": (deletion_asked + timedelta(seconds=grace)).strftime(RFC3339),
-            "deletionGracePeriodSeconds": grace,
-        },
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels},
         "status": {
-            "containerStatuses": [
-                {
-                    "name": naming.RUNNER_CONTAINER,
-                    "state": {
-                        "terminated": {
-                            "exitCode": 143,
-                            "reason": "Error",
-                            "startedAt": started.strftime(RFC3339),
-                            "finishedAt": finished.strftime(RFC3339),
-                        }
-                    },
-                }
-            ]
+            "containerStatuses": [{"name": naming.RUNNER_CONTAINER, "state": {"terminated": terminated}}]
         },
     }
+
+
+def _young_pod(name: str, started: datetime, finished: datetime, deletion_asked: datetime) -> dict[str, Any]:
+    """A runner pod deleted with a 30 s grace period, whose runner ran from ``started`` to
+    ``finished`` and exited 143 (SIGTERM)."""
+    grace = 30
+    pod = _ended_pod(name, started, finished, 143)
+    pod["metadata"]["deletionTimestamp"] = (deletion_asked + timedelta(seconds=grace)).strftime(RFC3339)
+    pod["metadata"]["deletionGracePeriodSeconds"] = grace
+    return pod
 
 
 def test_a_young_pod_a_scale_down_deleted_is_no_failure_at_start_but_one_that_ended_before_is() -> None:
@@ -221,3 +222,28 @@ def test_a_young_pod_a_scale_down_deleted_is_no_failure_at_start_but_one_that_en
     backoff.observe("ns/auto", 1, "t", [retired, crashed])
     failing = backoff.failing("ns/auto", 1)
     assert failing is not None and failing.reason == "ExitedAtStart", "ended before anyone deleted it"
+
+
+def test_a_job_that_writes_the_outdated_words_and_kills_its_runner_costs_its_pool_nothing() -> None:
+    """GitHub gives an outdated runner no job, so a runner that took one (busy-marked) or ran past
+    STARTED_AFTER and says it is outdated was told so by its job: a job can write the words to
+    /dev/termination-log and kill the entrypoint (exit 137). Before: RunnerVersionOutdated, and the
+    pool's next pods backed off up to 5 minutes each."""
+    now = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    backoff = StartBackoff(clock=lambda: now)
+    words, second = OUTDATED[0], timedelta(seconds=1)
+    forged = [
+        _ended_pod("busy", now - 601 * second, now - 1 * second, 137, words, busy=True),
+        _ended_pod("long", now - 601 * second, now - 1 * second, 137, words),
+        _ended_pod("busy-young", now - 6 * second, now - 1 * second, 137, words, busy=True),
+    ]
+
+    for pod in forged:
+        backoff.observe("ns/ci", 1, "t", [pod])
+        assert backoff.failing("ns/ci", 1) is None, f"{pod['metadata']['name']}: a job's words"
+        assert backoff.wait("ns/ci", 1) is None
+
+    refused = _ended_pod("refused", now - 6 * second, now - 1 * second, 7, words)
+    backoff.observe("ns/ci", 1, "t", [refused])
+    failing = backoff.failing("ns/ci", 1)
+    assert failing is not None and failing.reason == "RunnerVersionOutdated", "a runner that never started"
