@@ -963,9 +963,7 @@ class KeyRef(KubeModel):
 class SecretKeyRef(KeyRef):
     """One key of a Secret in the pool's namespace that the runners get too."""
 
-    name: OwnSecretName = Field(
-        description=f"Name of the Secret in the pool's namespace; {_NOT_A_CREDENTIAL}."
-    )
+    name: OwnSecretName = Field(description=f"Name of the Secret in the pool's namespace; {_NOT_OURS}.")
 
 
 class CertificateFrom(KubeModel):
@@ -1560,13 +1558,6 @@ def _volumes_secret_names(spec: RunnerPoolSpec) -> Iterator[object]:
         yield from _volume_secret_names(_as_dict(volume))
 
 
-def _ca_secret_names(spec: RunnerPoolSpec) -> Iterator[object]:
-    """The Secret whose key is the pool's CA bundle, mounted in the runner container."""
-    tls = spec.github_server_tls
-    if tls is not None and tls.certificate_from.secret_key_ref is not None:
-        yield tls.certificate_from.secret_key_ref.name
-
-
 def _not_the_pools_credential(
     where: str, cel: str, names: Callable[[RunnerPoolSpec], Iterator[object]], instead: str
 ) -> Rule:
@@ -1599,14 +1590,6 @@ _OWN_CREDENTIAL_RULES = (
         + _template_items_cel("volumes", "v", _no_own_credential_volume_cel("v")),
         _volumes_secret_names,
         "mount a Secret of your own",
-    ),
-    _not_the_pools_credential(
-        "spec.githubServerTLS.certificateFrom.secretKeyRef",
-        "!has(self.githubServerTLS) || !has(self.githubServerTLS.certificateFrom.secretKeyRef) "
-        "|| self.githubServerTLS.certificateFrom.secretKeyRef.name != self.credentialSecretName",
-        _ca_secret_names,
-        "keep the CA bundle in a ConfigMap or a Secret of its own (its key is mounted in the runner "
-        "container)",
     ),
 )
 
@@ -1872,8 +1855,8 @@ class RunnerPoolSpec(KubeModel):
     credential_secret_name: DnsSubdomain = Field(
         default=DEFAULT_CREDENTIAL_SECRET,
         description="Secret in the pool's namespace with the GitHub App or token credentials used "
-        "to obtain registration tokens. Only the operator reads it: the pool's env, volumes and CA "
-        "bundle may not name it, as every job could read it there.",
+        "to obtain registration tokens. Only the operator reads it: the pool's env and volumes may "
+        "not name it, as every job could read it there.",
     )
     github_api_url: GithubApiUrl | None = Field(
         default=None,

@@ -390,11 +390,6 @@ OWN_CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
         _own(template={"spec": {"volumes": [_OWN_PROJECTED]}}),
         f"{_VOLUMES_WHERE} (secret.secretName, projected.sources[].secret.name) {_OWN_REFUSED}",
     ),
-    (
-        "ca-from-the-pools-credential",
-        _own(githubServerTLS={"certificateFrom": {"secretKeyRef": {"name": _OWN, "key": "token"}}}),
-        f"spec.githubServerTLS.certificateFrom.secretKeyRef {_OWN_REFUSED}",
-    ),
 ]
 INVALID_SPECS += OWN_CREDENTIAL_LEAKS
 
