@@ -1401,6 +1401,25 @@ def test_a_helm_install_that_fails_is_still_uninstalled(
     assert helm_calls == ["install", "uninstall"]
 
 
+def test_the_operators_binding_policy_names_the_releases_operator_account(helm: Path) -> None:
+    """deploy/'s policy (the operator binds the hooks' role to its runner accounts only) names
+    deploy/'s account; a release's operator has its own, in the release's namespace."""
+    objects = template(helm, {"serviceAccount": {"name": "pools-operator"}}, namespace="ci-ops")
+    policy = one(objects, "ValidatingAdmissionPolicy", f"{RELEASE}-bindings")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert (
+        condition["expression"]
+        == "request.userInfo.username == 'system:serviceaccount:ci-ops:pools-operator'"
+    )
+    deploys = yaml.safe_load((DEPLOY / "rbac" / "operator_binding_policy.yaml").read_text())["spec"]
+    assert {**policy["spec"], "matchConditions": deploys["matchConditions"]} == deploys
+    binding = one(objects, "ValidatingAdmissionPolicyBinding", f"{RELEASE}-bindings")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert not [
+        o for o in template(helm, {"rbac": {"create": False}}) if o["metadata"]["name"].endswith("-bindings")
+    ]
+
+
 @pytest.mark.parametrize(
     ("values", "rendered"),
     [({"rbac": {"create": False}}, True), ({"webhook": {"statusPolicy": False}}, False)],
@@ -1411,17 +1430,18 @@ def test_the_receivers_demand_only_policy_stays_with_a_release_that_brings_its_o
 ) -> None:
     """rbac.create=false dropped the policy with the roles: the internet-facing receiver's
     account could then rewrite any status field (conditions, counts, a scale set's jobs)."""
-    kinds = [obj["kind"] for obj in template(helm, values)]
-    assert ("ValidatingAdmissionPolicy" in kinds) is rendered
-    assert ("ValidatingAdmissionPolicyBinding" in kinds) is rendered
+    names = {
+        obj["metadata"]["name"] for obj in template(helm, values) if obj["kind"].startswith("Validating")
+    }
+    assert (f"{RELEASE}-webhook-demand-only" in names) is rendered
 
 
 def test_the_receivers_demand_only_policy_names_the_releases_receiver_account(helm: Path) -> None:
     """deploy/'s policy names deploy/'s account; a release's receiver has an account of its own."""
     objects = template(helm, {"serviceAccount": {"webhookName": "hooks-receiver"}})
-    policy = one(objects, "ValidatingAdmissionPolicy")
+    policy = one(objects, "ValidatingAdmissionPolicy", f"{RELEASE}-webhook-demand-only")
     (condition,) = policy["spec"]["matchConditions"]
     assert condition["expression"] == receiver_policy.receiver_condition("hooks-receiver")
-    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding", f"{RELEASE}-webhook-demand-only")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     assert len(policy["spec"]["validations"]) >= 10, "every status field but demand"

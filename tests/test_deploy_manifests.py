@@ -150,6 +150,8 @@ def test_default_install_has_exactly_the_operator_and_the_receiver(objects: list
             ("PodDisruptionBudget", NAMESPACE, RECEIVER),
             ("ValidatingAdmissionPolicy", "", f"{RECEIVER}-demand-only"),
             ("ValidatingAdmissionPolicyBinding", "", f"{RECEIVER}-demand-only"),
+            ("ValidatingAdmissionPolicy", "", "runnerpool-operator-bindings"),
+            ("ValidatingAdmissionPolicyBinding", "", "runnerpool-operator-bindings"),
         ]
     )
 

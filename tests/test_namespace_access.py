@@ -13,9 +13,11 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from runnerpool import naming
+from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
 from runnerpool.namespace_access import NEEDED, RECHECK, NamespaceAccess
 from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
-from runnerpool.runtime.kube import Kube
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
 from tests.helpers import wait_for
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
@@ -131,6 +133,51 @@ def test_a_namespace_admin_cannot_enable_the_operator_in_their_own_namespace(
     answer = access.check(namespace)
     assert not answer.enabled, "enabled by the namespace's own admin"
     assert "bind clusterroles/runnerpool-runner-hooks" in answer.message
+
+
+def test_the_operator_binds_the_hooks_role_to_its_runner_accounts_only(
+    api_client: client.ApiClient, operator_kube: Kube, namespace: str
+) -> None:
+    """With ``bind`` on runnerpool-runner-hooks and create/patch of RoleBindings, RBAC let the
+    operator's account grant pods/exec and the namespace's Secrets to anyone (a group, a user,
+    itself): deploy/rbac/operator_binding_policy.yaml holds it to the runner account's binding
+    it builds, and to finalizer patches that change no binding's role or subjects."""
+    runner = naming.runner_account_name("build")
+    account = {"kind": "ServiceAccount", "name": runner, "namespace": namespace}
+    everyone = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:serviceaccounts"}
+    hooks = RUNNER_HOOKS_CLUSTER_ROLE
+
+    def refused(body: dict[str, Any]) -> bool:
+        try:
+            operator_kube.create(
+                ROLE_BINDINGS, namespace, body | {"metadata": {"name": body["metadata"]["name"]}}
+            )
+        except ApiException as err:
+            return err.status == 403 and "binds only runnerpool-runner-hooks" in str(err.body)
+        operator_kube.delete(ROLE_BINDINGS, namespace, body["metadata"]["name"], {})
+        return False
+
+    # The API server compiles and binds a new policy shortly after deploy/rbac is applied.
+    wait_for(lambda: refused(_binding("anyone", hooks, everyone)), 30.0, 0.2, "the policy to be enforced")
+    assert refused(_binding(runner, hooks, _user("mallory@example.com")))
+    assert refused(
+        _binding(
+            "runnerpool-runner-x",
+            hooks,
+            {**account, "name": "runnerpool-runner-x", "namespace": "kube-system"},
+        )
+    )
+    assert refused(_binding(runner, NAMESPACE_CLUSTER_ROLE, account)), "another role"
+
+    operator_kube.create(ROLE_BINDINGS, namespace, _binding(runner, hooks, account))
+    with pytest.raises(ApiException) as widened:
+        operator_kube.patch(ROLE_BINDINGS, namespace, runner, {"subjects": [account, everyone]})
+    assert widened.value.status == 403
+    enabling = client.RbacAuthorizationV1Api(api_client).list_namespaced_role_binding(namespace).items
+    (other,) = [b.metadata.name for b in enabling if b.role_ref.name == NAMESPACE_CLUSTER_ROLE]
+    finalizer = {"metadata": {"finalizers": [naming.BINDING_FINALIZER]}}
+    operator_kube.patch(ROLE_BINDINGS, namespace, other, finalizer)  # role and subjects unchanged
+    operator_kube.patch(ROLE_BINDINGS, namespace, other, {"metadata": {"finalizers": None}})
 
 
 def _user(name: str) -> dict[str, str]:
