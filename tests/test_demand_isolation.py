@@ -303,3 +303,25 @@ def test_a_refusal_fixed_while_another_repository_fails_for_a_while_is_cleared(
     clock.now += timedelta(minutes=1)
     polls.poll_once()
     assert team_a_demand_problem(pools, namespace) is None
+
+
+def test_a_repository_hidden_from_one_credential_keeps_its_jobs_whoever_else_lists_them(
+    api_client: client.ApiClient, namespace: str, other_namespace: str
+) -> None:
+    """A 404 ends only the jobs the pool's own credential listed before: that another tenant's
+    credential lists the repository says nothing of whether this one could ever see it."""
+    team_a, team_b = namespace, other_namespace
+    for tenant in (team_a, team_b):
+        create_pool(api_client, tenant, "app", repository=REPO, labels=["gpu"], autoscaling=GPU)
+    pools = Pools(api_client, [team_a, team_b])
+    clock = Clock()
+    DemandWriter(Kube(api_client), pools, API_URL_OF).record_job(job(8, "queued"))
+    hidden = Refused(NotFound(f"GET /repos/{REPO}/actions/runs: HTTP 404 (Not Found)", status=404))
+    listing = FakeGitHubClient(jobs={REPO: [job(8, "queued")]})
+    polls = poller(api_client, pools, {team_a: hidden, team_b: listing}, clock)
+    for _ in range(2):  # the second poll knows team B's listing of job 8
+        clock.now += timedelta(seconds=30)
+        polls.poll_once()
+    for tenant in (team_a, team_b):
+        demand = pools.demand(tenant, "app")
+        assert demand is not None and demand.queued == 1, tenant

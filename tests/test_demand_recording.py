@@ -239,24 +239,56 @@ class GoneRepository(FakeGitHubClient):
         raise NotFound(f"GET /repos/{repository}/actions/runs: HTTP 404 (Not Found)", status=404)
 
 
-def test_a_repository_that_answers_404_ends_its_tracked_jobs(
+def test_a_repository_deleted_after_a_poll_listed_its_jobs_ends_them(
     api_client: client.ApiClient, pools: Pools
 ) -> None:
-    """Its jobs will never be listed again, nor delivered: left tracked, they would hold runners for ever."""
+    """The credential saw the repository, and now gets 404: it went, and its jobs will never be
+    listed again, nor delivered; left tracked, they would hold runners for ever."""
     clock = Clock()
     writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
-    writer.record_job(job(60, "queued", ["self-hosted", "gpu"]))
+    github: FakeGitHubClient = FakeGitHubClient(jobs={REPO: [job(60, "queued", ["self-hosted", "gpu"])]})
+    poller = DemandPoller(
+        pools, writer, lambda pool: github, GitHubSettings(api_url=API).api_url_of, interval=30, clock=clock
+    )
+    poller.poll_once()
     gpu = demand(pools, "gpu")
     assert gpu is not None and gpu.queued == 1
+    github = GoneRepository()
+    clock.now += timedelta(seconds=30)  # within the grace: a job listed before ends at once
+    poller.poll_once()
+    assert github.jobs_requests == [REPO]
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and gpu.queued == 0 and gpu.jobs["60"].state == "completed"
+
+
+def test_a_repository_the_credential_cannot_see_keeps_the_jobs_its_deliveries_bring(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """GitHub answers 404 for a private repository the credential cannot see (an App installed on
+    selected repositories, a PAT without the repo scope) while its deliveries come. Ending what
+    only they told after the grace left a burst's queued jobs, beyond maxReplicas, unserved."""
+    create(
+        api_client,
+        namespace,
+        "org",
+        organization="octo-org",
+        labels=["big"],
+        autoscaling={"maxReplicas": 1},
+    )
+    pools = Pools(api_client, namespace)
+    clock = Clock()
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of, clock=clock)
+    writer.record_job(job(61, "queued", ["self-hosted", "big"]))
     github = GoneRepository()
     poller = DemandPoller(
         pools, writer, lambda pool: github, GitHubSettings(api_url=API).api_url_of, interval=30, clock=clock
     )
     clock.now += poller.grace
     poller.poll_once()
-    assert github.jobs_requests == [REPO]
-    gpu = demand(pools, "gpu")
-    assert gpu is not None and gpu.queued == 0 and gpu.jobs["60"].state == "completed"
+    assert github.jobs_requests == [REPO], "the repository of the job it tracks is polled"
+    org = demand(pools, "org")
+    assert org is not None and org.queued == 1 and org.jobs["61"].state == "queued"
+    assert org.poll_problem is not None, "the pool says its repository is not found"
 
 
 def test_a_polled_job_no_pool_can_take_leaves_the_others_counted(

@@ -288,6 +288,24 @@ def test_repair_ends_at_once_a_job_an_earlier_poll_listed() -> None:
     assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "completed"}
 
 
+def test_repair_ends_of_a_repository_that_answers_404_only_the_jobs_a_poll_listed() -> None:
+    """404: deleted, or hidden from the credential while its deliveries come; only a job an earlier
+    poll listed shows the repository was visible, and so went since."""
+    demand, _ = rules.apply(None, [job(1, "queued"), job(2, "queued")], T0, runners=OURS)
+    grace = timedelta(seconds=60)
+    after, _ = rules.repair(
+        demand,
+        [],
+        [],
+        now=T0 + 10 * grace,
+        grace=grace,
+        runners=OURS,
+        listed_before={"1"},
+        hidden=["Octo-Org/Hello-World"],
+    )
+    assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "queued"}
+
+
 # ------------------------------------------------------------------ one pool counts a queued job
 
 ORG = {"organization": "octo-org", "repository": None}

@@ -8,9 +8,11 @@ pool, ``spec.autoscaling.repositories`` plus the repositories of jobs it is trac
 hands each pool what it saw (``rules.repair``; a queued job only to the one pool per namespace
 that counts it, ``matching.recording_pools``): new jobs are counted, tracked ones that
 moved on are updated, and tracked ones GitHub no longer shows as active have ended: at once
-if an earlier poll listed them, after a grace period if not (a job just queued may not be
-listed yet). Which jobs were listed is kept in memory, so a new leader's first polls fall
-back on the grace.
+if an earlier poll with the same credential listed them, after a grace period if not (a job
+just queued may not be listed yet). A repository that answers 404 ends only the jobs listed
+before (``rules.repair``'s ``hidden``): the credential may just not see it, while its
+deliveries come. Which jobs each credential listed is kept in memory, so a new leader's first
+polls fall back on the grace.
 
 **Each credential lists for its own pools.** A repository is listed once per credential
 Secret (namespace, Secret, GitHub host) that a pool polling it uses, with that Secret's
@@ -119,6 +121,19 @@ class _Target:
 
 
 @dataclass
+class _Heard:
+    """What one poll tells one pool."""
+
+    pool: api.RunnerPool
+    #: The jobs its own credential listed that it hears of (``recording_pools``).
+    jobs: list[Job] = field(default_factory=list)
+    #: Repositories listed: a tracked job of theirs that no listing showed has ended.
+    repos: list[str] = field(default_factory=list)
+    #: Repositories that answered 404: only their jobs listed before have ended.
+    hidden: list[str] = field(default_factory=list)
+
+
+@dataclass
 class _Spend:
     """What one credential's listings of one poll cost, for its own next-poll delay."""
 
@@ -150,8 +165,9 @@ class DemandPoller:
         self._interval = interval
         self._clock = clock
         self.grace = timedelta(seconds=max(60.0, 2 * interval))
-        #: Ids of jobs a poll listed as active -> when it last did; forgotten after `LISTED_TTL`.
-        self._listed: dict[str, datetime] = {}
+        #: Per credential, ids of jobs its polls listed as active -> when one last did; forgotten
+        #: after `LISTED_TTL`. Per credential: a 404 ends only what the same credential saw.
+        self._listed: dict[CredentialKey, dict[str, datetime]] = {}
         #: Credentials slowed down (a low budget, GitHub's Retry-After) -> when they may list again.
         self._not_before: dict[CredentialKey, float] = {}
         self._stop = threading.Event()
@@ -210,13 +226,16 @@ class DemandPoller:
             )
             return None
 
-    def _remember_listed(self, jobs: Iterable[Job]) -> None:
+    def _remember_listed(self, heard: Iterable[_Heard]) -> None:
         now = self._clock()
-        for job in jobs:
-            if job.state in ACTIVE:
-                self._listed[str(job.id)] = now
-        for key in [k for k, at in self._listed.items() if now - at > LISTED_TTL]:
-            del self._listed[key]
+        for pool_heard in heard:
+            credential = credential_key(pool_heard.pool, self._api_url_of(pool_heard.pool))
+            listed = self._listed.setdefault(credential, {})
+            listed.update((str(job.id), now) for job in pool_heard.jobs if job.state in ACTIVE)
+        for credential, listed in list(self._listed.items()):
+            self._listed[credential] = {key: at for key, at in listed.items() if now - at <= LISTED_TTL}
+            if not self._listed[credential]:
+                del self._listed[credential]
 
     def poll_once(self) -> float:
         """Poll every repository once per credential and record what was seen; seconds until
@@ -229,7 +248,7 @@ class DemandPoller:
         """
         now = self._clock().timestamp()
         spends: dict[CredentialKey, _Spend] = {}
-        seen: dict[tuple[str, str], tuple[api.RunnerPool, list[Job], list[str]]] = {}
+        seen: dict[tuple[str, str], _Heard] = {}
         #: Job id -> each pool whose own credential listed it matching, with its listing of it.
         evidence: dict[int, list[tuple[api.RunnerPool, Job]]] = {}
         unsure: set[tuple[str, str]] = set()
@@ -238,7 +257,8 @@ class DemandPoller:
         refused: dict[tuple[str, str], api.Problem] = {}
         for target in self._targets(now):
             spend = spends.setdefault(target.credential, _Spend())
-            active, problem = self._list(target, spend)
+            active, error = self._list(target, spend)
+            problem = None if error is None else poll_problem(target.repository, error)
             for pool in target.pools:
                 key = (pool.namespace, pool.name)
                 if problem is not None:
@@ -246,9 +266,11 @@ class DemandPoller:
                 if active is None and problem is None:
                     unsure.add(key)  # a rate limit, an outage: says nothing of the credential
                     continue
-                entry = seen.setdefault(key, (pool, [], []))
+                heard = seen.setdefault(key, _Heard(pool))
                 if active is not None:
-                    entry[2].append(target.repository)
+                    heard.repos.append(target.repository)
+                elif error is not None and error.status == 404:
+                    heard.hidden.append(target.repository)
             if active is None:
                 continue
             for job in active.jobs:
@@ -261,26 +283,44 @@ class DemandPoller:
             own = {(pool.namespace, pool.name): job for pool, job in listings}
             # A queued job goes to one pool per namespace (``matching.recording_pools``).
             for pool in recording_pools(listings[0][1], [pool for pool, _ in listings]):
-                seen[(pool.namespace, pool.name)][1].append(own[(pool.namespace, pool.name)])
-        listed_before = frozenset(self._listed)
-        for key, (pool, jobs, repos) in seen.items():
+                seen[(pool.namespace, pool.name)].jobs.append(own[(pool.namespace, pool.name)])
+        self._repair(seen, unsure, refused)
+        self._remember_listed(seen.values())
+        return self._next_delay(spends, now)
+
+    def _repair(
+        self,
+        seen: dict[tuple[str, str], _Heard],
+        unsure: set[tuple[str, str]],
+        refused: dict[tuple[str, str], api.Problem],
+    ) -> None:
+        """Hand each pool what the poll told it (``rules.repair``), with the jobs its own
+        credential listed before."""
+        listed_before = {credential: frozenset(listed) for credential, listed in self._listed.items()}
+        for key, heard in seen.items():
+            pool = heard.pool
             # A listing that failed for a while says nothing: the problem known stays as it was,
             # unless another of the pool's listings went through (then what was refused is known).
-            unknown = key in unsure and not repos
+            unknown = key in unsure and not heard.repos
             kept = pool.status.demand.poll_problem if unknown and pool.status.demand else None
+            before = listed_before.get(credential_key(pool, self._api_url_of(pool)), frozenset())
             try:
                 self._writer.repair(
-                    pool, jobs, repos, self.grace, listed_before, refused=refused.get(key, kept)
+                    pool,
+                    heard.jobs,
+                    heard.repos,
+                    self.grace,
+                    before,
+                    hidden=heard.hidden,
+                    refused=refused.get(key, kept),
                 )
             except DemandWriteFailed as err:
                 log.warning("%s", err)
-        self._remember_listed(job for _, jobs, _ in seen.values() for job in jobs)
-        return self._next_delay(spends, now)
 
-    def _list(self, target: _Target, spend: _Spend) -> tuple[ActiveJobs | None, api.Problem | None]:
-        """One listing with the target's credential (``None`` when GitHub refused it), and the
-        refusal when a human must fix it (:func:`poll_problem`)."""
-        problem = None
+    def _list(self, target: _Target, spend: _Spend) -> tuple[ActiveJobs | None, GitHubError | None]:
+        """One listing with the target's credential, or how GitHub refused it (the caller tells
+        what a human must fix, :func:`poll_problem`, and a 404's repository from the others)."""
+        failed = None
         try:
             active: ActiveJobs | None = target.client.active_jobs(target.repository)
         except GitHubError as err:
@@ -292,17 +332,15 @@ class DemandPoller:
                 err.message,
             )
             spend.retry_after = max(spend.retry_after, err.retry_after or 0.0)
-            problem = poll_problem(target.repository, err)
-            # 404: gone, or no longer visible to the credential: none of its jobs will ever be
-            # listed again, so its tracked jobs end (``rules.repair``), as when none is listed.
-            active = ActiveJobs(jobs=(), spent=1) if err.status == 404 else None
+            spend.spent += 1 if err.status is not None else 0  # GitHub answered: a request spent
+            active, failed = None, err
         finally:
             budget = target.client.rate_limit() if isinstance(target.client, RateLimitAware) else None
             if budget is not None:
                 spend.budget = budget
         if active is not None:
             spend.spent += active.spent
-        return active, problem
+        return active, failed
 
     def _next_delay(self, spends: dict[CredentialKey, _Spend], now: float) -> float:
         """Each credential's own slowdown (``next_listing_delay`` on what its listings spent):

@@ -17,7 +17,12 @@ Rules:
 * polling (``repair``) sees every active job of a repository: a tracked job it no longer
   sees ended while its delivery was lost. If an earlier poll listed it, it has ended now
   (GitHub lists a job until it completes); a job known only from a delivery may just not
-  be listed yet, so it ends only once it has not changed for ``grace``.
+  be listed yet, so it ends only once it has not changed for ``grace``;
+* a repository that answers the poll 404 (``hidden``) was deleted, or the credential cannot
+  see it: a private repository a GitHub App is not installed on, a PAT without the repo scope,
+  whose deliveries still come. Only a job an earlier poll listed ends (the repository was
+  visible then, so it went since); one known from deliveries alone is kept, as when a poll is
+  refused (403), since ending it would leave a queued job unserved.
 """
 
 from __future__ import annotations
@@ -126,23 +131,24 @@ def repair(
     grace: timedelta,
     runners: Container[str],
     listed_before: Collection[str] = (),
+    hidden: Iterable[str] = (),
 ) -> tuple[api.Demand, list[Transition]]:
     """Apply what a poll of the repositories ``polled`` saw, and end what it no longer sees.
 
-    ``listed_before``: ids (as strings) of jobs an earlier poll listed as active.
+    ``listed_before``: ids (as strings) of jobs an earlier poll listed as active; ``hidden``:
+    repositories that answered 404, of which only those jobs end (the module's rules).
     """
     seen = list(seen)
     updated, moved = apply(demand, seen, now, runners=runners)
     visible = {str(job.id) for job in seen}
     repos = {repo.lower() for repo in polled}
+    gone = {repo.lower() for repo in hidden}
     jobs = dict(updated.jobs)
     for key, job in jobs.items():
-        if (
-            job.state in ACTIVE
-            and key not in visible
-            and job.repository.lower() in repos
-            and (key in listed_before or now - job.updated_at >= grace)
-        ):
+        if job.state not in ACTIVE or key in visible:
+            continue
+        repo, listed = job.repository.lower(), key in listed_before
+        if (repo in repos and (listed or now - job.updated_at >= grace)) or (repo in gone and listed):
             jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
     return _counted(api.Demand(jobs=jobs, first_delivery_at=updated.first_delivery_at)), moved
 

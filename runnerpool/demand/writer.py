@@ -244,17 +244,26 @@ class DemandWriter:
         grace: timedelta,
         listed_before: Collection[str] = (),
         *,
+        hidden: Iterable[str] = (),
         refused: api.Problem | None = None,
     ) -> None:
-        """Apply a poll's view (jobs already filtered to ``pool``; ``refused``: why GitHub refused
-        the listing of one of its repositories, ``None`` when none was); raises DemandWriteFailed."""
-        seen, polled = list(seen), list(polled)
+        """Apply a poll's view (jobs already filtered to ``pool``; ``hidden``: its repositories
+        that answered 404; ``refused``: why GitHub refused the listing of one of its repositories,
+        ``None`` when none was); raises DemandWriteFailed."""
+        seen, polled, hidden = list(seen), list(polled), list(hidden)
 
         def change(
             d: api.Demand | None, now: datetime, runners: Container[str]
         ) -> tuple[api.Demand, list[rules.Transition]]:
             repaired, moved = rules.repair(
-                d, seen, polled, now=now, grace=grace, runners=runners, listed_before=listed_before
+                d,
+                seen,
+                polled,
+                now=now,
+                grace=grace,
+                runners=runners,
+                listed_before=listed_before,
+                hidden=hidden,
             )
             return rules.poll_refused(repaired, refused), moved
 
