@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from runnerpool import api
 from runnerpool.demand import matching, rules
 from runnerpool.demand.matching import counting_pool, job_matches, recording_pools, registered_labels
+from runnerpool.demand.runner_names import RunnerNames
 from runnerpool.github.jobs import Job, parse_delivery
 from runnerpool.pods import labels, template
 from runnerpool.pods.spec_memo import SpecMemo
@@ -304,6 +306,44 @@ def test_repair_ends_of_a_repository_that_answers_404_only_the_jobs_a_poll_liste
         hidden=["Octo-Org/Hello-World"],
     )
     assert {key: j.state for key, j in after.jobs.items()} == {"1": "completed", "2": "queued"}
+
+
+def test_a_busy_job_ends_once_its_runners_pod_is_gone_though_no_poll_goes_through() -> None:
+    """GitHub sometimes shows a finished ephemeral runner's job in progress for long, or never
+    sends ``completed`` (actions/runner#4309); with the poll refused (403, nothing polled) the job
+    counted busy for ever, and the pool kept a runner too many."""
+    theirs = "gpu-2-xyz12"
+    demand, _ = rules.apply(None, [job(1, "in_progress", runner="gpu-abcde")], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(2, "queued")], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(2, "in_progress", runner=None)], T0, runners=OURS)
+    grace = timedelta(seconds=60)
+
+    def refused_poll(at: datetime, runners: Container[str]) -> dict[str, str]:
+        after, _ = rules.repair(demand, [], [], now=at, grace=grace, runners=runners)
+        return {key: j.state for key, j in after.jobs.items()}
+
+    pod_gone = frozenset({theirs})
+    assert refused_poll(T0 + grace / 2, pod_gone)["1"] == "in_progress", "a pod the cache may not show yet"
+    assert refused_poll(T0 + grace, OURS)["1"] == "in_progress", "its pod is there: still running"
+    assert refused_poll(T0 + grace, pod_gone) == {"1": "completed", "2": "in_progress"}, (
+        "a job whose runner GitHub did not name keeps to the age limit"
+    )
+    by_name = RunnerNames("gpu")
+    assert refused_poll(T0 + grace, by_name)["1"] == "in_progress", "names alone cannot tell a pod gone"
+
+
+def test_a_job_past_githubs_own_limits_ends_though_no_poll_goes_through() -> None:
+    """GitHub cancels a self-hosted job queued 24 hours and ends one running 5 days: tracked
+    past that, a job whose end was never heard of has ended."""
+    demand, _ = rules.apply(None, [job(1, "queued")], T0, runners=OURS)
+    demand, _ = rules.apply(demand, [job(2, "in_progress", runner="gpu-abcde")], T0, runners=OURS)
+    for at, states in [
+        (T0 + timedelta(hours=24) - timedelta(seconds=1), {"1": "queued", "2": "in_progress"}),
+        (T0 + timedelta(hours=24), {"1": "completed", "2": "in_progress"}),
+        (T0 + timedelta(days=5), {"1": "completed", "2": "completed"}),
+    ]:
+        after, _ = rules.repair(demand, [], [], now=at, grace=timedelta(seconds=60), runners=OURS)
+        assert {key: j.state for key, j in after.jobs.items()} == states, at
 
 
 # ------------------------------------------------------------------ one pool counts a queued job

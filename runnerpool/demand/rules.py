@@ -22,7 +22,14 @@ Rules:
   see it: a private repository a GitHub App is not installed on, a PAT without the repo scope,
   whose deliveries still come. Only a job an earlier poll listed ends (the repository was
   visible then, so it went since); one known from deliveries alone is kept, as when a poll is
-  refused (403), since ending it would leave a queued job unserved.
+  refused (403), since ending it would leave a queued job unserved;
+* a tracked job a poll does not show also ends once it cannot be active any more
+  (``_outlived``): in progress on one of the pool's runners whose pod is gone, once it has not
+  changed for ``grace`` (an ephemeral runner runs one job; GitHub sometimes shows a finished
+  one's job in progress for long, or never sends ``completed``, actions/runner#4309), or past
+  GitHub's own limits (``MAX_AGE``). With the poll refused (403) or the repository hidden (404),
+  such a job was counted for ever, and the pool kept a runner too many. Only a poll applies
+  this: its writer knows the pool's pods, where the receiver tells runners by name alone.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ __all__ = ["COMPLETED_TTL", "Transition", "apply", "delivered", "repair"]
 
 COMPLETED_TTL = timedelta(minutes=10)
 ACTIVE = ("queued", "in_progress")
+#: How long a job may stay in a state on GitHub: a job for self-hosted runners is cancelled
+#: after 24 hours in the queue, and runs 5 days at most. Counted from when the operator learnt
+#: of the state, which is never before GitHub's clock started.
+MAX_AGE: dict[JobState, timedelta] = {"queued": timedelta(hours=24), "in_progress": timedelta(days=5)}
 
 
 class Transition:
@@ -122,6 +133,22 @@ def apply(
     return _counted(api.Demand(jobs=_pruned(tracked, now), first_delivery_at=first)), moved
 
 
+def _outlived(job: api.TrackedJob, now: datetime, grace: timedelta, runners: Container[str]) -> bool:
+    """Whether an active tracked ``job`` has ended whatever its news said (the module's rules).
+
+    A job with no runner named (``_state_for``) keeps to the age limit: whose runner took it is
+    unknown. One whose runner is not the pool's was never tracked in progress here. Where
+    ``runners`` tells by name alone (``runner_names.RunnerNames``), a pod's going shows nothing,
+    and the job keeps to the age limit too.
+    """
+    age = now - job.updated_at
+    if age >= MAX_AGE[job.state]:
+        return True
+    return (
+        job.state == "in_progress" and job.runner is not None and job.runner not in runners and age >= grace
+    )
+
+
 def repair(
     demand: api.Demand | None,
     seen: Iterable[Job],
@@ -148,7 +175,8 @@ def repair(
         if job.state not in ACTIVE or key in visible:
             continue
         repo, listed = job.repository.lower(), key in listed_before
-        if (repo in repos and (listed or now - job.updated_at >= grace)) or (repo in gone and listed):
+        unlisted = (repo in repos and (listed or now - job.updated_at >= grace)) or (repo in gone and listed)
+        if unlisted or _outlived(job, now, grace, runners):
             jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
     return _counted(api.Demand(jobs=jobs, first_delivery_at=updated.first_delivery_at)), moved
 

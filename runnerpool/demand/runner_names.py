@@ -8,8 +8,10 @@ no pods (issue 30: the internet-facing part holds no power), tells them by that 
 fixed length keeps pools of one namespace apart: pool ``a``'s ``a-x1y2z`` is not pool
 ``a-x1y2z``'s (``a-x1y2z-`` and five more), nor the reverse. What the shape cannot tell is
 two pools of the *same name* in two namespaces that both match one job: a job in progress on
-one's runner then also counts busy on the other until it ends (one runner kept a job's
-length too long, never a job lost); the leader's poll, which reads pods, does not add it.
+one's runner then also counts busy on the other (one runner too many, never a job lost) until
+it ends or the leader's next poll, which reads pods, ends it there: its runner is none of that
+pool's pods (``rules._state_for`` when listed, ``rules._outlived`` a grace after it started
+when not). The poll does not add it either.
 """
 
 from __future__ import annotations
