@@ -472,7 +472,7 @@ class DemandSettings:
     webhook_max_connections: int = setting(
         256,
         "--webhook-max-connections",
-        "open webhook connections at most (each may buffer up to 32 KiB of body and 16 KiB of headers); "
+        "open webhook connections at most (each may buffer up to 64 KiB of body and 16 KiB of headers); "
         "more wait to be accepted",
         parse=positive_int,
     )

@@ -112,11 +112,13 @@ class Limits:
     threads: int = 8
     #: Largest body accepted; a larger ``Content-Length`` is answered 413 unread. 32 KiB: the
     #: webhook's deliveries are a few KiB (``runnerpool.demand.receiver.DEFAULT_MAX_BODY``
-    #: says how this was sized), the other endpoints take no body.
+    #: says how this was sized; its server takes twice that, for a form-encoded delivery:
+    #: ``receiver.FORM_FACTOR``), the other endpoints take no body.
     max_body: int = 32 * 1024
     #: Largest request head: GitHub's deliveries send under 2 KiB of headers, a proxy in front
     #: adds a few; a bearer token for the metrics endpoint is 1-2 KiB. With ``max_connections``
-    #: the two bound what clients can make the server buffer: 256 x (32 + 16 KiB) = 12 MiB.
+    #: the two bound what clients can make the server buffer: 256 x (32 + 16 KiB) = 12 MiB, the
+    #: webhook receiver's 256 x (64 + 16 KiB) = 20 MiB.
     max_header: int = 16 * 1024
 
 

@@ -5,8 +5,9 @@ Order of checks, so that nothing unverified gets further than it must:
 0. path: ``/webhook`` (the cluster-wide secret) or ``/webhook/<namespace>/<secret>`` (the
    pools of ``<namespace>`` whose ``webhookSecretRef`` names Secret ``<secret>``,
    ``verification.Route``); anything else gets 404;
-1. size: a body over ``max_body`` (:data:`DEFAULT_MAX_BODY`, 32 KiB, see there) gets 413
-   without being read; no ``Content-Length`` gets 411;
+1. size: a body over ``max_body`` (:data:`DEFAULT_MAX_BODY`, 32 KiB, see there), or
+   :data:`FORM_FACTOR` times that for a form, gets 413 and is not looked at (one over the
+   form's cap is not even received); no ``Content-Length`` gets 411;
 2. signature (``verification.Verifier``), with the secrets the path names and no others:
    the body is not parsed before it verifies. Missing, malformed or signed by none gets 401
    and changes nothing; ``/webhook`` without a cluster-wide secret gets 503 (the operator
@@ -32,9 +33,11 @@ request, however malformed, raises out of the application (a 500 and a traceback
 Also ``GET /`` and ``GET /healthz`` answer 200 (ingress controllers health-check the backend
 port); any other request that is not a ``POST`` gets 404 (405 on ``/webhook``). The HTTP
 server is waitress, with a read deadline, a connection cap and the body limit
-(``runnerpool.webserver`` says why and with what measurements): the 413 over the limit and
-waitress's own refusals (431, 400) are answered before this application runs, and counted
-and logged here. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within
+(``runnerpool.webserver`` says why and with what measurements): the 413 over the form's
+limit and waitress's own refusals (431, 400) are answered before this application runs, and
+counted and logged here. What all connections together may make the receiver buffer is
+``max_connections`` x (the form's limit + ``max_header``): 256 x (64 + 16 KiB) = 20 MiB by
+default. A ``Transfer-Encoding: chunked`` body is de-chunked by the server (within
 the same limit) and then checked as if it had a ``Content-Length``.
 """
 
@@ -65,6 +68,7 @@ from runnerpool.webserver import Limits, StartResponse, WebServer, WsgiApp
 __all__ = [
     "DEFAULT_MAX_BODY",
     "DELIVERY_ID",
+    "FORM_FACTOR",
     "HEALTH_PATHS",
     "PATH",
     "REFUSAL_LOG_EVERY",
@@ -87,6 +91,13 @@ HEALTH_PATHS = ("/", "/healthz")
 #: the largest and leaves room for ~120 steps; a larger delivery gets 413 and the job's end is
 #: learnt from the next poll instead. GitHub's own cap is 25 MB.
 DEFAULT_MAX_BODY = Limits.max_body
+#: A form-encoded delivery (``delivery_json``) may be this many times ``max_body``:
+#: percent-encoding makes GitHub's JSON ~1.5x as long (a step: 165 bytes compact, 245 encoded;
+#: ~1.8x pretty-printed), so under the JSON cap alone a form held about half the steps a JSON
+#: delivery does (~75 of a completed job), and GitHub's settings page makes a hook ``form``
+#: by default. Twice the cap holds whatever the JSON cap does. The server's own limit is the
+#: form's, which bounds what connections may make it buffer (the module's docstring).
+FORM_FACTOR = 2
 #: An ``X-GitHub-Delivery`` the receiver accepts: GitHub sends a GUID (a UUID, 36 characters:
 #: ``72d3162e-cc78-11e3-81ab-4c9367dc0958``). The delivery log keeps the last 10,000 ids
 #: (``deliveries.DeliveryLog``), and the header cap alone let each be 16 KiB: 156 MiB against
@@ -179,9 +190,13 @@ class _Handler:
         if verified is not None:
             self._handle(event, *verified)
 
+    def _content_type(self) -> str:
+        """The media type alone, without parameters (``; charset=...``), lower-case."""
+        return (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+
     def _verified_body(self, event: str) -> tuple[bytes, Verdict] | None:
         """Steps 1 and 2: the body, once its size and signature are right; else the answer is sent."""
-        max_body = self.receiver.max_body
+        max_body = self.receiver.max_body * (FORM_FACTOR if self._content_type() == FORM else 1)
         path = self.path.split("?", 1)[0]
         route = Route.parse(path.removeprefix(PATH + "/")) if path.startswith(PATH + "/") else None
         if path != PATH and route is None:
@@ -216,7 +231,7 @@ class _Handler:
         if event != "workflow_job":
             self._answer(202, "event ignored: only workflow_job is used", event, "ignored")
             return
-        kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        kind = self._content_type()
         if kind not in (JSON, FORM):
             self._answer(415, f"set the webhook's content type to {JSON} (or {FORM})", event, "invalid")
             return
@@ -261,8 +276,8 @@ def delivery_json(body: bytes, kind: str) -> bytes:
 
     GitHub sends a hook whose content type is ``form`` (the REST API's default when a hook is
     made without ``config.content_type``) as ``application/x-www-form-urlencoded`` with the JSON
-    in ``payload``; the signature covers the body as sent. Percent-encoding makes the body up
-    to ~1.8x the JSON, which ``DEFAULT_MAX_BODY`` still holds for GitHub's largest examples."""
+    in ``payload``; the signature covers the body as sent. Percent-encoding makes the body
+    ~1.5x the JSON, hence the form's own cap (:data:`FORM_FACTOR`)."""
     if kind != FORM:
         return body
     fields = urllib.parse.parse_qs(
@@ -301,7 +316,8 @@ def _count_refused(code: int, headers: Mapping[str, str]) -> None:
 class WebhookServer(WebServer):
     """``record`` stores a job on the pools the verdict admits and returns the number of pools
     it was recorded on; it raises to fail. ``secrets``: the cluster-wide secrets, or a
-    ``Verifier`` that also knows the pools' own."""
+    ``Verifier`` that also knows the pools' own. ``max_body`` (or ``limits.max_body``): a JSON
+    delivery's cap; the server takes a form's, :data:`FORM_FACTOR` times that."""
 
     def __init__(
         self,
@@ -320,4 +336,7 @@ class WebhookServer(WebServer):
         verifier = secrets if isinstance(secrets, Verifier) else Verifier(secrets)
         seen = DeliveryLog() if deliveries is None else deliveries  # an empty log is falsy
         receiver = _Receiver(verifier, record, limits.max_body, seen, clock)
-        super().__init__(_app(receiver), host, port, "webhook", limits=limits, on_refused=_count_refused)
+        server_limits = dataclasses.replace(limits, max_body=FORM_FACTOR * limits.max_body)
+        super().__init__(
+            _app(receiver), host, port, "webhook", limits=server_limits, on_refused=_count_refused
+        )
