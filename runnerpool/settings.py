@@ -223,7 +223,8 @@ class RunnerSettings:
         900.0,
         "--registration-timeout",
         "a pod whose runner is not listed this long after its creation (and whose container is "
-        "not running) is replaced: long enough for a slow pull of the runner image",
+        "not running), or whose runner is listed offline while its container cannot start (a JIT "
+        "pod's image pull failing), is replaced: long enough for a slow pull of the runner image",
         parse=positive_float,
         metavar="SECONDS",
     )

@@ -301,6 +301,44 @@ def test_a_deleted_pools_pod_whose_runner_runs_a_job_is_marked_busy_while_the_dr
     assert pods.deleted == []
 
 
+def test_a_deleted_pools_runner_that_github_answers_busy_has_its_pod_marked(
+    github: responses.RequestsMock,
+) -> None:
+    """Listed idle, its DELETE answered 422: it took a job since the listing, and its pod is
+    marked now rather than after the finalizer's next listing."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build"])
+    endpoint.busy_on_delete.add(7)
+    cache.pods[(NS, "build")] = [_running("build-aaaaa", clock.now - timedelta(minutes=5))]
+
+    assert managers.drain(build).busy == 1
+    assert [name for name, _ in pods.patched] == ["build-aaaaa"]
+
+
+def test_no_mark_is_written_once_the_runner_managers_stop(github: responses.RequestsMock) -> None:
+    """``stop_all`` promises no pod write starts after it returns (the next leader's rounds
+    decide now): a stopped leader took marks off pods the next leader saw busy."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add("build", org="octo-org")
+    for name in ("build-aaaaa", "build-bbbbb"):
+        endpoint.add(len(endpoint.runners) + 1, name, [f"{NS}/build"], busy=True)
+    cache.pods[(NS, "build")] = [_running(n, clock.now) for n in ("build-aaaaa", "build-bbbbb")]
+    patch = pods.patch_pod
+
+    def stopping(namespace: str, name: str, body: dict[str, Any]) -> None:
+        patch(namespace, name, body)
+        managers.stop_all()
+
+    pods.patch_pod = stopping  # type: ignore[method-assign]
+    managers.drain(build)
+    assert len(pods.patched) == 1
+
+
 def _shifting(endpoint: RunnerEndpoint) -> None:
     """Between the first and the second page: another pool's ephemeral runner (id 1) is done and
     leaves, another registers. Runner 3 moves onto page 1, already read, and ``total_count``

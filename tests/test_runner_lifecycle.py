@@ -52,6 +52,7 @@ def pod_json(
     marked: bool = False,
     annotations: dict[str, str] | None = None,
     started: timedelta | None = None,
+    waiting: str | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
@@ -67,7 +68,11 @@ def pod_json(
         meta["annotations"] = annotations
     statuses = []
     if state is not None:
-        detail = {"startedAt": (NOW - started).strftime("%Y-%m-%dT%H:%M:%SZ")} if started is not None else {}
+        detail: dict[str, Any] = {}
+        if started is not None:
+            detail["startedAt"] = (NOW - started).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if waiting is not None:
+            detail["reason"] = waiting
         statuses = [
             {
                 "name": "runner",
@@ -476,16 +481,18 @@ def test_a_jit_pod_whose_container_never_ran_is_replaced_after_the_registration_
     pulling its image kept its slot, and an offline runner on GitHub, until GitHub dropped the
     runner a day later. Deregistered first (busy-safe), then deleted."""
     timeout = timedelta(minutes=15)
-    stuck, young = (
-        pod(age=timedelta(hours=1), state="waiting"),
-        pod(age=timedelta(minutes=1), state="waiting"),
-    )
+    stuck = pod(age=timedelta(hours=1), state="waiting", waiting="ImagePullBackOff")
+    young = pod(age=timedelta(minutes=1), state="waiting", waiting="ImagePullBackOff")
+    # Slow, not stuck: the template's own init containers run after register (the runner is
+    # listed offline meanwhile), and a pod may wait for a node.
+    for slow in (pod(age=timedelta(hours=1), state="waiting", waiting="PodInitializing"), pod(state=None)):
+        assert decide_pod(slow, runner(status="offline"), NOW, None, timeout).action is Action.KEEP
     decision = decide_pod(stuck, runner(status="offline"), NOW, None, timeout)
     assert (decision.action, decision.reason) == (Action.DEREGISTER_AND_DELETE, "RegistrationTimeout")
     assert decision.delete_if_gone, "a runner gone meanwhile leaves a pod that never ran"
     assert decide_pod(young, runner(status="offline"), NOW, None, timeout).action is Action.KEEP
     assert decide_pod(stuck, runner(status="offline"), NOW, None, None).action is Action.KEEP
-    ran = pod(age=timedelta(hours=1), restarts=1, state="waiting")
+    ran = pod(age=timedelta(hours=1), restarts=1, state="waiting", waiting="ImagePullBackOff")
     assert decide_pod(ran, runner(status="offline"), NOW, None, timeout).reason != "RegistrationTimeout"
 
 

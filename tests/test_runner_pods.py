@@ -191,6 +191,9 @@ def test_recreate_deadline_replaces_idle_pods_never_busy_ones(
 
     assert endpoint.deleted == [(201, 204), (203, 422)]
     assert cluster.wait_pods("beta", 2, without={idle}) == sorted([busy, took_a_job])
+    # The 422 proves the job before any listing does: marked at once, not a listing later.
+    marked = cluster.pods("beta")[took_a_job].metadata.labels or {}
+    assert marked.get(naming.BUSY_LABEL) == "true", "evictable until the next listing"
 
 
 def test_offline_runners_without_a_pod_are_deleted_never_busy_ones(

@@ -30,7 +30,9 @@ The invariants, and how the rules keep them:
   replaced the same way, never busy ones.
 * **Registration timeout.** A pod whose runner is still not listed after
   ``registration_timeout`` and whose container is not running (stuck pulling its image,
-  crash-looping) is replaced; one whose container runs is left to register.
+  crash-looping) is replaced; one whose container runs is left to register. So is one whose
+  runner is listed offline while its container cannot start (a kubelet failure reason: a JIT
+  runner is registered before its pod runs), deregistered first.
 
 * **A deleted pool's pods** (``drained``) go once the listing shows none of its runners busy:
   a pod whose runner that listing showed (and the drain deregistered), a pod whose runner
@@ -84,6 +86,7 @@ from runnerpool.domain import parse_rfc3339
 from runnerpool.github.types import Runner
 from runnerpool.naming import BUSY_ANNOTATIONS, BUSY_LABEL, BUSY_VALUE, TEMPLATE_HASH_LABEL
 from runnerpool.pods import state
+from runnerpool.pods.failures import reported_reason
 from runnerpool.pods.template import (
     busy_marked,
 )
@@ -167,6 +170,8 @@ class PodView:
     node: str = ""
     #: ``deletionGracePeriodSeconds``: the grace its deletion gave it (``None``: not being deleted).
     grace_seconds: int | None = None
+    #: Why the runner container waits (the kubelet's reason, "": it does not wait).
+    runner_waiting: str = ""
 
     @property
     def stop_asked(self) -> datetime | None:
@@ -200,6 +205,7 @@ class PodView:
             deleted_at=parse_rfc3339(meta.get("deletionTimestamp")),
             node=str((pod.get("spec") or {}).get("nodeName") or ""),
             grace_seconds=_whole(meta.get("deletionGracePeriodSeconds")),
+            runner_waiting=str((current.get("waiting") or {}).get("reason") or ""),
         )
 
     @property
@@ -285,12 +291,15 @@ def decide_pod(
 
 def _never_ran(pod: PodView, runner: Runner) -> bool:
     """A JIT pod's runner is registered (offline) when its Secret is filled, before the pod
-    runs: a pod stuck pulling its image, or whose container cannot be created, has a runner
-    all the same, and without this it held its slot (and an offline runner on GitHub) until
-    GitHub dropped the runner a day later. Replaced the busy-safe way (deregistered first)."""
-    return (
-        runner.offline and not pod.runner_running and not pod.runner_terminated and pod.runner_restarts == 0
-    )
+    runs: a pod whose runner container cannot start (its image cannot be pulled, the container
+    cannot be created) has a runner all the same, and without this it held its slot (and an
+    offline runner on GitHub) until GitHub dropped the runner a day later. Replaced the
+    busy-safe way (deregistered first). Only for a kubelet reason that says it failed
+    (``failures.reported_reason``): a pod still initializing (the template's own init
+    containers run after register, a sidecar's startup) or waiting for a node is slow, not
+    stuck."""
+    failed = reported_reason(pod.runner_waiting) is not None
+    return failed and runner.offline and not pod.runner_running and pod.runner_restarts == 0
 
 
 def _older(pod: PodView, now: datetime, age: timedelta) -> bool:
@@ -418,11 +427,12 @@ def busy_mark_change(pod: PodView, runner: Runner | None) -> BusyMark | None:
     return None
 
 
-def drain_marks(pods: Iterable[PodView], runners: Iterable[Runner]) -> tuple[BusyMark, ...]:
-    """A deleted pool's pods whose runners run a job, marked busy (never unmarked). The pool's
-    finalizer waits for those jobs, but the live round that marks pods stopped with the pool:
-    a job taken just before the deletion left its pod unmarked, and a node drain or a
-    consolidation meanwhile would evict it, job and all."""
+def busy_marks(pods: Iterable[PodView], runners: Iterable[Runner]) -> tuple[BusyMark, ...]:
+    """The pods of ``runners`` that run a job, marked busy (never unmarked): a deleted pool's,
+    whose finalizer waits for those jobs while the live round that marks pods stopped with the
+    pool (a job taken just before the deletion left its pod unmarked, and a node drain or a
+    consolidation meanwhile would evict it, job and all); and any pod whose runner GitHub
+    answered busy (422) when asked to delete it, which proves a job before a listing does."""
     busy = {runner.name: runner for runner in runners if runner.busy}
     marks = (busy_mark_change(pod, busy[pod.name]) for pod in pods if pod.name in busy)
     return tuple(mark for mark in marks if mark is not None and mark.busy)

@@ -348,8 +348,7 @@ class RunnerManagers:
         confirmed by the next pass."""
         delete_runner = deleter(self._removal, pool, github)
         runners = self._drained_runners(pool, snapshot, (view.name for view in pods))
-        self._mark(pool, lifecycle.drain_marks(pods, runners))
-        busy, deregistered = _deregister(delete_runner, runners)
+        busy, deregistered = self._deregister_marking(pool, delete_runner, pods, runners)
         if busy:
             return _Drained(busy, deregistered)
         listed = {runner.name: runner for runner in runners}
@@ -357,8 +356,7 @@ class RunnerManagers:
         doubtful = [d.pod.name for d in decisions if d.action is lifecycle.Action.LOOK_UP_AND_DELETE]
         confirming = [view.name for view in pods if view.name not in listed] if confirm else []
         found = self._looked_up(pool, github, snapshot, doubtful + confirming)
-        self._mark(pool, lifecycle.drain_marks(pods, found.values()))
-        busy, more = _deregister(delete_runner, found.values())
+        busy, more = self._deregister_marking(pool, delete_runner, pods, found.values())
         if busy:
             return _Drained(busy, deregistered + more)
         deletions = tuple(
@@ -369,11 +367,28 @@ class RunnerManagers:
         abandoned = sum(1 for name in confirming if name not in found)
         return _Drained(0, deregistered + more, deletions, abandoned)
 
-    def _mark(self, pool: PoolRef, marks: Iterable[lifecycle.BusyMark]) -> None:
-        """Patch the busy marks on; one refused is logged, not raised: a drain must go on
-        (its runners' deregistration does not depend on the marks), and the next round
-        marks again."""
+    def _deregister_marking(
+        self,
+        pool: PoolRef,
+        delete_runner: DeleteRunner,
+        pods: Sequence[lifecycle.PodView],
+        runners: Iterable[Runner],
+    ) -> tuple[int, int]:
+        """A drain's ``_deregister``, marking the pods of the runners listed busy, and of those
+        GitHub answered busy (``lifecycle.busy_marks``): (busy, deregistered)."""
+        runners = list(runners)
+        self._mark(pool, lifecycle.busy_marks(pods, runners), self._stopping.is_set)
+        busy, deregistered, refused = _deregister(delete_runner, runners)
+        self._mark(pool, lifecycle.busy_marks(pods, refused), self._stopping.is_set)
+        return busy, deregistered
+
+    def _mark(self, pool: PoolRef, marks: Iterable[lifecycle.BusyMark], halted: Callable[[], bool]) -> None:
+        """Patch the marks on (or off), each only while not ``halted``; one refused is logged,
+        not raised: a drain must go on (its runners' deregistration does not depend on the
+        marks), and the next round marks again."""
         for mark in marks:
+            if halted():
+                return
             try:
                 self._pods.patch_pod(pool.namespace, mark.pod.name, mark.patch())
             except ApiException as err:
@@ -650,8 +665,7 @@ class RunnerManagers:
         busy = self._collect(ref, delete_runner, todo.collect, halted)
         if not halted():
             self._replace(ref, delete_runner, todo.replace, halted)
-        if not halted():
-            self._mark(ref, todo.marks)
+        self._mark(ref, todo.marks, halted)
         return busy
 
     def _collect(
@@ -699,6 +713,8 @@ class RunnerManagers:
                 outcome = delete_runner(decision.runner.id)
                 if outcome is DeleteOutcome.BUSY:
                     log.info("pod %s/%s kept: its runner took a job since the listing", namespace, pod.name)
+                    taken = dataclasses.replace(decision.runner, busy=True)
+                    self._mark(ref, lifecycle.busy_marks([pod], [taken]), halted)
                     continue
                 if outcome is DeleteOutcome.ALREADY_GONE and not decision.delete_if_gone:
                     continue  # it may have registered again under a new id: see the next listing
@@ -732,7 +748,7 @@ class RunnerManagers:
                 named = list(self._looked_up(ref, github, snapshot, [view.name]).values())
             if any(runner.id in busy for runner in named):
                 continue  # its DELETE answered 422: it runs a job
-            running, _ = _deregister(
+            running, _, _ = _deregister(
                 delete_runner, (runner for runner in named if runner.id not in collected)
             )
             if not running:
@@ -800,9 +816,11 @@ def _has_namesake(pool: api.RunnerPool, scale_set: str, reads: Reads) -> bool:
     )
 
 
-def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple[int, int]:
-    """Delete the pool's idle ``runners`` on GitHub: (busy, deregistered)."""
+def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple[int, int, list[Runner]]:
+    """Delete the pool's idle ``runners`` on GitHub: (busy, deregistered, and the runners
+    GitHub answered busy: listed idle, they took a job since)."""
     busy = deregistered = 0
+    refused: list[Runner] = []
     for runner in runners:
         if runner.busy:
             busy += 1
@@ -810,9 +828,10 @@ def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple
         outcome = delete_runner(runner.id)
         if outcome is DeleteOutcome.BUSY:
             busy += 1
+            refused.append(dataclasses.replace(runner, busy=True))
         elif outcome is DeleteOutcome.DELETED:
             deregistered += 1
-    return busy, deregistered
+    return busy, deregistered, refused
 
 
 def _deadline(pool: api.RunnerPool) -> timedelta | None:
