@@ -345,6 +345,18 @@ def test_an_acquire_whose_queue_token_is_refused_again_after_a_refresh_opens_a_n
     assert world.service.answered("POST", "/sessions", 200) == 2
 
 
+def test_an_acquire_that_meets_an_outage_leaves_the_message_to_come_again(world: World) -> None:
+    """A 5xx past the retries is no refusal: acknowledged, the message's job would never be
+    offered again, nor acquired; left unacknowledged, the next session acquires it."""
+    world.listener()
+    scale_set_id = world.listening().scale_set_id
+    world.fake.fail_next(5, 503, path="acquirejobs")
+    world.service.offer_job(scale_set_id)
+    assert world.wait(lambda v: v.assigned_jobs == 1, latest=True).problem is None
+    assert world.service.answered("POST", "/acquirejobs", 200) >= 1, "acquired once GitHub answered"
+    assert world.service.answered("POST", "/sessions", 200) >= 2, "the session opened anew"
+
+
 def rewrite_messages(world: World, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """The fake's queue answers (200s) go through ``change``: GitHub's odd answers, played."""
     hold = world.service._hold

@@ -77,7 +77,7 @@ from typing import Any, Protocol, TypeVar
 
 from runnerpool.domain import PoolRef
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import BadCredentials, GitHubError, NotFound
+from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
 from runnerpool.reasons import Reason
 from runnerpool.scaleset.client import SCALE_SETS, ScaleSetClient
 from runnerpool.scaleset.demand import is_new
@@ -641,10 +641,14 @@ class ScaleSetListener:
         acknowledges a message before it acquires, so a failed acquire never leaves a message in
         the queue. Raised out of ``_handle``, a failure retries do not clear (a 4xx, say) closed
         the session, the message came again and failed the same way, and the pool's demand froze.
-        Only a queue token refused again after the session's refresh (``acquire_jobs`` refreshes
-        it on a 401) goes up: the session is opened anew, as for a poll's. Acquired before the
-        view is written, unlike upstream: a message whose write fails comes again and is acquired
-        again, which acquires nothing twice. Logged without the message's fields or any token."""
+        Only a definite refusal (a 4xx, an answer not understood) is swallowed: a queue token
+        refused again after the session's refresh (``acquire_jobs`` refreshes it on a 401), an
+        outage, a rate limit or a request not sent (``Unavailable``, ``RateLimited``) go up, so
+        the session is opened anew after its backoff and the message, unacknowledged, comes
+        again and its jobs are acquired then: acknowledged, a job nobody acquired was never
+        offered again. Acquired before the view is written, unlike upstream: a message whose
+        write fails comes again and is acquired again, which acquires nothing twice. Logged
+        without the message's fields or any token."""
         offered = [
             job.runner_request_id for job in message.of(JobMessageType.AVAILABLE) if job.runner_request_id
         ]
@@ -653,8 +657,8 @@ class ScaleSetListener:
         name = self.settings.name
         try:
             acquired = session.acquire_jobs(offered)
-        except MessageQueueTokenExpired:
-            raise
+        except (MessageQueueTokenExpired, Unavailable, RateLimited):
+            raise  # passing: the session reopens after its backoff and the message comes again
         except GitHubError as exc:
             log.warning(
                 "scale set %r: message %d: the %d jobs offered were not acquired (%s); the message is "
