@@ -24,12 +24,12 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
 * **neither**, when its runner ended because the pod was deleted (a scale-down, a rollout, an
   eviction): a deletion is no failure of the runner, and no start of it either;
 * **refused as outdated**, whatever its exit code: its termination message says GitHub
-  refuses its runner version (``runnerpool.pods.outdated``), and it did not start (never marked
-  busy, terminated before ``STARTED_AFTER``). A failure at start like the first kind, reported as
-  ``RunnerVersionOutdated`` instead of ``ExitedAtStart``. A runner GitHub refuses never gets a
-  job, so the words from a started one are a job's: a job can write them to
-  ``/dev/termination-log`` and kill the entrypoint, and counted, they backed its pool off for up
-  to 5 minutes a pod.
+  refuses its runner version (``runnerpool.pods.outdated``), and its pod was never marked busy
+  (however long it ran: dind waits for dockerd before the listener asks GitHub). A failure at
+  start like the first kind, reported as ``RunnerVersionOutdated`` instead of ``ExitedAtStart``.
+  A runner GitHub refuses never gets a job, so the words from a busy one are a job's: a job can
+  write them to ``/dev/termination-log`` and kill the entrypoint, and counted, they backed its
+  pool off for up to 5 minutes a pod.
 
 The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
 user fixed the command, the image) creates at once. While the pool backs off it reports
@@ -146,9 +146,11 @@ def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
         finished = parse_rfc3339(ended.get("finishedAt")) or now
         ran = _seconds_between(ended.get("startedAt"), finished)
         started = busy_marked(pod) or (ran is not None and ran >= STARTED_AFTER)
-        # GitHub gives an outdated runner no job: the words in a started one's message may be a
-        # job's own (/dev/termination-log), written to throttle its pool.
-        version = None if started else refused_version(ended)
+        # GitHub gives an outdated runner no job: the words in a busy-marked pod's message are a
+        # job's own (/dev/termination-log), written to throttle its pool. Not the run time: a
+        # real outdated runner may take longer than STARTED_AFTER to be refused (dind's wait for
+        # dockerd, a slow start under a CPU limit), and missing it churned pods with no backoff.
+        version = None if busy_marked(pod) else refused_version(ended)
         if version is not None:
             told = f"GitHub refuses runner version {version} as outdated; use a newer runner image"
             return _Verdict(True, f"container {runner.get('name')}: {told}", reason=RUNNER_VERSION_OUTDATED)
