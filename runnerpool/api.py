@@ -769,14 +769,17 @@ class RunnerCounts(KubeModel):
 
 
 def operator_env(name: str) -> bool:
-    """An env var of the runner container that only the operator sets."""
-    return name.startswith(naming.RESERVED_ENV_PREFIX) or name in naming.RESERVED_ENV
+    """An env var of the runner container that only the operator sets (``RUNNER_*`` but the
+    few the pool may tune, ``naming.POOL_RUNNER_ENV``)."""
+    runner = name.startswith(naming.RESERVED_ENV_PREFIX) and name not in naming.POOL_RUNNER_ENV
+    return runner or name in naming.RESERVED_ENV
 
 
 def _not_operator_env_cel(name: str) -> str:
     """CEL mirror of ``not operator_env(name)``."""
     return (
-        f"!{name}.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
+        f"!({name}.startsWith({cel_string(naming.RESERVED_ENV_PREFIX)}) "
+        f"&& !({name} in {cel_list(naming.POOL_RUNNER_ENV)})) "
         f"&& !({name} in {cel_list(naming.RESERVED_ENV)})"
     )
 
@@ -787,8 +790,9 @@ def _operator_env_rule(path: str, cel: str, check: Callable[[Any], bool]) -> Rul
     under the work volume would put the runner's credentials where jobs write)."""
     return Rule(
         cel=cel,
-        message=f"{path} must not set {naming.RESERVED_ENV_PREFIX}* variables or "
-        f"{', '.join(naming.RESERVED_ENV)}: the operator sets them from the pool (scope, spec.labels, "
+        message=f"{path} must not set {naming.RESERVED_ENV_PREFIX}* variables (but "
+        f"{', '.join(naming.POOL_RUNNER_ENV)}) or {', '.join(naming.RESERVED_ENV)}: the operator sets "
+        "them from the pool (scope, spec.labels, "
         "spec.busyGracePeriod, the token and work directory); use another name or spec.labels",
         check=check,
     )
@@ -1591,7 +1595,31 @@ _OWN_CREDENTIAL_RULES = (
         _volumes_secret_names,
         "mount a Secret of your own",
     ),
+    Rule(
+        cel="!has(self.githubServerTLS) || !has(self.githubServerTLS.certificateFrom.secretKeyRef) "
+        "|| self.githubServerTLS.certificateFrom.secretKeyRef.name != self.credentialSecretName "
+        "|| !(self.githubServerTLS.certificateFrom.secretKeyRef.key in "
+        f"{cel_list(naming.SECRET_CREDENTIAL_KEYS)})",
+        message="spec.githubServerTLS.certificateFrom.secretKeyRef must not name the token or private "
+        f"key of the pool's credential Secret ({', '.join(naming.SECRET_CREDENTIAL_KEYS)}): that key is "
+        "mounted in the runner container as its CA file, where every job reads it; a CA bundle kept "
+        "under another key of that Secret is fine",
+        check=lambda s: not _ca_is_the_credential(s),
+    ),
 )
+
+
+def _ca_is_the_credential(spec: RunnerPoolSpec) -> bool:
+    """Whether the pool's CA bundle is its credential's token or private key. The operator's own
+    PEM check refuses such a CA for its GitHub calls only: pods were still made while the pool's
+    registration token lasted, each with the PAT as its CA file."""
+    tls = spec.github_server_tls
+    ref = tls.certificate_from.secret_key_ref if tls is not None else None
+    return (
+        ref is not None
+        and ref.name == spec.credential_secret_name
+        and ref.key in naming.SECRET_CREDENTIAL_KEYS
+    )
 
 
 #: How a pool's runner pods register (``spec.registration``; docs/registration.md).

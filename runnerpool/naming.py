@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "APP_PRIVATE_KEY_KEY",
     "BUSY_ANNOTATIONS",
     "BUSY_DISRUPTION_BUDGET",
     "BUSY_LABEL",
@@ -42,14 +43,17 @@ __all__ = [
     "OPERATOR_MOUNT_PATHS",
     "OPERATOR_PREFIX",
     "OPERATOR_VOLUMES",
+    "PAT_KEY",
     "POOL_FINALIZER",
     "POOL_LABEL",
+    "POOL_RUNNER_ENV",
     "REGISTER_CONTAINER",
     "REQUIRE_JOB_CONTAINER_ENV",
     "RESERVED_ENV",
     "RESERVED_ENV_PREFIX",
     "RUNNER_ACCOUNT_PREFIX",
     "RUNNER_CONTAINER",
+    "SECRET_CREDENTIAL_KEYS",
     "TEMPLATE_HASH_LABEL",
     "TOKEN_EXPIRY_ANNOTATION",
     "TOKEN_ISSUED_ANNOTATION",
@@ -162,6 +166,11 @@ WORK_DIR = "/runner/_work"
 #: What a pool's spec.template may not name: the operator's volumes and where it mounts them.
 OPERATOR_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME, WORK_VOLUME, CA_VOLUME)
 OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_DIR, CA_MOUNT_DIR)
+#: The keys of a pool's credential Secret that hold a secret (``runnerpool.github.credentials``):
+#: a personal access token, a GitHub App's private key.
+PAT_KEY = "token"
+APP_PRIVATE_KEY_KEY = "app-private-key"
+SECRET_CREDENTIAL_KEYS = (PAT_KEY, APP_PRIVATE_KEY_KEY)
 #: The volumes that hold a credential: the pool's registration token, a pod's JIT config, and the
 #: runner's own configuration (its RSA key).  No container of a template and no spec.volumeMounts
 #: may mount them, whatever the path: only the operator's register container (and, for its
@@ -171,6 +180,10 @@ CREDENTIAL_VOLUMES = (TOKEN_VOLUME, JIT_VOLUME, CONFIG_VOLUME)
 #: (scope, labels, token file, work directory, busy grace) and the names below.
 RESERVED_ENV_PREFIX = "RUNNER_"
 RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "GITHUB_URL")
+#: ``RUNNER_*`` variables the pool may set all the same: the runner image's documented wait for
+#: the Docker daemon (dind), and the runner's own settings for running as root (a template with
+#: ``runAsUser: 0``) and for where setup actions cache their tools.
+POOL_RUNNER_ENV = ("RUNNER_DOCKER_WAIT_SECONDS", "RUNNER_ALLOW_RUNASROOT", "RUNNER_TOOL_CACHE")
 #: The runner's setting that makes a job without ``container:`` fail rather than run in the runner
 #: container. In containerMode kubernetes that container holds the runner account's token, so the
 #: operator sets it to "true" there, whatever the pool's env or template say (pods/kubernetes_mode.py).

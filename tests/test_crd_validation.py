@@ -58,9 +58,7 @@ def _repo(**extra: Any) -> dict[str, Any]:
     return {"repository": "octo-org/hello-world", **extra}
 
 
-_OPERATOR_ENV = (
-    "spec.env must not set RUNNER_* variables or POD_NAME, POD_NAMESPACE, GITHUB_URL: the operator"
-)
+_OPERATOR_ENV = "spec.env must not set RUNNER_* variables (but RUNNER_DOCKER_WAIT_SECONDS, "
 
 INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     (
@@ -390,8 +388,28 @@ OWN_CREDENTIAL_LEAKS: list[tuple[str, dict[str, Any], str]] = [
         _own(template={"spec": {"volumes": [_OWN_PROJECTED]}}),
         f"{_VOLUMES_WHERE} (secret.secretName, projected.sources[].secret.name) {_OWN_REFUSED}",
     ),
+    # The CA bundle's key is mounted in the runner container: the token or the private key as
+    # the CA file put it in every job's reach while the pool's registration token lasted.
+    *(
+        (
+            f"ca-is-the-pools-{key}",
+            _own(githubServerTLS={"certificateFrom": {"secretKeyRef": {"name": _OWN, "key": key}}}),
+            "must not name the token or private key of the pool's credential Secret",
+        )
+        for key in naming.SECRET_CREDENTIAL_KEYS
+    ),
 ]
 INVALID_SPECS += OWN_CREDENTIAL_LEAKS
+
+
+def test_a_ca_bundle_beside_the_token_in_the_credential_secret_is_accepted(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Only the named key reaches the runners: a CA kept beside the token (common on a GHES)
+    is the CA, not the credential, and such stored pools must stay readable."""
+    spec = _own(githubServerTLS={"certificateFrom": {"secretKeyRef": {"name": _OWN, "key": "ca.crt"}}})
+    created = _create(api_client, namespace, _pool("ca-beside", spec))
+    api.RunnerPool.model_validate(created)
 
 
 def test_a_token_volume_mounted_at_another_path_in_the_runner_container_is_refused(
@@ -551,6 +569,9 @@ def test_full_spec_round_trips_through_the_models(api_client: client.ApiClient, 
         dind_image="registry.example.com/docker:28-dind",
         env=[
             api.EnvVar(name="ACTIONS_RUNNER_DEBUG", value="true"),
+            # The few RUNNER_* a pool tunes (naming.POOL_RUNNER_ENV): dind's wait for dockerd.
+            api.EnvVar(name="RUNNER_DOCKER_WAIT_SECONDS", value="300"),
+            api.EnvVar(name="RUNNER_TOOL_CACHE", value="/opt/hostedtoolcache"),
             api.EnvVar(name="NODE", value_from={"fieldRef": {"fieldPath": "spec.nodeName"}}),
         ],
         resources=api.Resources(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": 2}),

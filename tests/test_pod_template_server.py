@@ -101,8 +101,9 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     (
         "runner-labels-env",
         _runner(env=[{"name": "RUNNER_LABELS", "value": "gpu"}]),
-        "spec.template.spec.containers[runner].env must not set RUNNER_* variables or POD_NAME, "
-        "POD_NAMESPACE, GITHUB_URL",
+        "spec.template.spec.containers[runner].env must not set RUNNER_* variables (but "
+        "RUNNER_DOCKER_WAIT_SECONDS, RUNNER_ALLOW_RUNASROOT, RUNNER_TOOL_CACHE) or POD_NAME, POD_NAMESPACE, "
+        "GITHUB_URL",
     ),
     ("pod-name-env", _runner(env=[{"name": "POD_NAME", "value": "x"}]), "containers[runner].env must not"),
     (

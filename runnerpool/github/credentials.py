@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 from runnerpool.domain import DEFAULT_API_URL, Connection, PoolRef, pool_key, resolve_api_url, with_userinfo
 from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.github.route import Route
+from runnerpool.naming import APP_PRIVATE_KEY_KEY, PAT_KEY
 from runnerpool.reasons import Reason
 from runnerpool.tenants import GitHubHosts
 
@@ -55,10 +56,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PAT_KEY = "token"
 APP_ID_KEY = "app-id"
 APP_INSTALLATION_ID_KEY = "app-installation-id"
-APP_PRIVATE_KEY_KEY = "app-private-key"
 _APP_KEYS = (APP_ID_KEY, APP_INSTALLATION_ID_KEY, APP_PRIVATE_KEY_KEY)
 #: The keys of a spec.proxy credential Secret (ARC's).
 _PROXY_USER, _PROXY_PASSWORD = "username", "password"
