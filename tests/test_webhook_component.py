@@ -297,16 +297,24 @@ def test_the_copy_reads_no_secret_where_the_platform_team_did_not_enable_the_ope
     ``edit`` to the operator, copied for the receiver without the platform team."""
     team, stranger = _own_secret_pool("team-a", "web"), _own_secret_pool("stranger", "hooks")
     reads, kube = _ReadsTold({"team-a": b"team-a's secret", "stranger": b"not agreed"}), _MirrorSecret()
+    asked: list[str] = []
+
+    def readable(namespace: str) -> bool:
+        asked.append(namespace)
+        return namespace == "team-a"
+
+    sibling = _own_secret_pool("team-a", "api")
     mirror = SecretMirror(
-        _Pools(team, stranger),
-        PoolSecrets(reads),
-        kube,
+        _Pools(team, sibling, stranger),
+        PoolSecrets(reads),  # type: ignore[arg-type]
+        kube,  # type: ignore[arg-type]
         ("ops", "hooks"),
-        readable=lambda ns: ns == "team-a",  # type: ignore[arg-type]
+        readable=readable,
     )
     mirror.sync()
-    assert _in_mirror(kube, team) and not _in_mirror(kube, stranger)
+    assert _in_mirror(kube, team) and _in_mirror(kube, sibling) and not _in_mirror(kube, stranger)
     assert reads.namespaces == {"team-a"}
+    assert sorted(asked) == ["stranger", "team-a"], "asked once a pass per namespace, not per pool"
 
 
 @pytest.mark.parametrize(

@@ -202,9 +202,14 @@ class SecretMirror:
         """Each namespace's readable webhook secrets by mirror key, and which pools name each key."""
         found: dict[str, dict[str, bytes]] = {}
         pools: dict[str, list[str]] = {}
+        enabled: dict[str, bool] = {}  # asked once a pass per namespace, not once per pool
         for pool in self._pools.autoscaling_pools():
             ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
-            if ref is None or not self._enabled_in(pool.namespace):
+            if ref is None:
+                continue
+            if pool.namespace not in enabled:
+                enabled[pool.namespace] = self._enabled_in(pool.namespace)
+            if not enabled[pool.namespace]:
                 continue
             key = mirror_key(pool.namespace, ref)
             pools.setdefault(key, []).append(pool.key)
