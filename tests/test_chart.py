@@ -1415,9 +1415,11 @@ def test_the_operators_binding_policy_names_the_releases_operator_account(helm: 
     assert {**policy["spec"], "matchConditions": deploys["matchConditions"]} == deploys
     binding = one(objects, "ValidatingAdmissionPolicyBinding", f"{RELEASE}-bindings")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
-    assert not [
-        o for o in template(helm, {"rbac": {"create": False}}) if o["metadata"]["name"].endswith("-bindings")
-    ]
+    accounts = {"create": False, "name": "pools-operator", "webhookName": "pools-hooks"}
+    own_rbac = template(helm, {"rbac": {"create": False}, "serviceAccount": accounts})
+    assert one(own_rbac, "ValidatingAdmissionPolicy", f"{RELEASE}-bindings"), "kept with your own RBAC"
+    turned_off = template(helm, {"rbac": {"bindingPolicy": False}})
+    assert not [o for o in turned_off if o["metadata"]["name"].endswith("-bindings")]
 
 
 @pytest.mark.parametrize(
