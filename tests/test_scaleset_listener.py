@@ -9,6 +9,7 @@ listener's transport made (``RecordingWire``) and the sink's own record.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,10 +48,11 @@ from runnerpool.scaleset.listener import (
     Timing,
     alone,
     desired_scale_set,
+    recorded,
 )
 from runnerpool.scaleset.poller import PollAnswer
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, later, listener_factory
-from runnerpool.scaleset.session import MessageSession
+from runnerpool.scaleset.session import MessageSession, parse_message
 from runnerpool.scaleset.types import Label, RunnerScaleSet, RunnerSetting
 from runnerpool.scaleset.wire import Policy, Wire
 from runnerpool.settings import GitHubSettings, Settings
@@ -1210,3 +1212,18 @@ def test_a_sync_that_read_the_pools_before_a_stop_starts_no_listener_for_the_sto
     assert made == []
     listeners.sync()
     assert made == [settings] and listeners.listening() == {key: settings}
+
+
+def test_busy_runners_whose_completion_never_came_do_not_outgrow_the_status() -> None:
+    """A name whose JobCompleted was lost (the service cuts a message at 50 jobs) stayed for
+    good; past the CRD's 1,000 the status write was refused, and no message was acknowledged
+    again. The newest names stay: a pool has at most that many runners."""
+    stale = tuple(f"linux-{i:05}" for i in range(api.MAX_REPLICAS))
+    started = {"messageType": "JobStarted", "runnerRequestId": 7, "runnerName": "linux-new"}
+    message = parse_message(
+        {"messageId": 9, "messageType": "RunnerScaleSetJobMessages", "body": json.dumps([started])}
+    )
+    view = recorded(ScaleSetView(busy_runners=stale), message)
+    assert len(view.busy_runners) == api.MAX_REPLICAS and view.busy_runners[-1] == "linux-new"
+    assert "linux-00000" not in view.busy_runners, "the oldest goes"
+    api.ScaleSetStatus(busyRunners=list(view.busy_runners))  # the status write's bound

@@ -75,6 +75,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
+from runnerpool import api
 from runnerpool.domain import PoolRef
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, RateLimited, Unavailable
@@ -112,6 +113,7 @@ __all__ = [
     "ViewSink",
     "alone",
     "desired_scale_set",
+    "recorded",
 ]
 
 log = logging.getLogger(__name__)
@@ -621,7 +623,7 @@ class ScaleSetListener:
             return True
         self._acquire(session, message)
         try:
-            self._publish(_recorded(view, message))
+            self._publish(recorded(view, message))
         except Exception as exc:
             log.warning(
                 "scale set %r: message %d not recorded (%s); it will be delivered again",
@@ -672,10 +674,13 @@ class ScaleSetListener:
         log.debug("scale set %r: acquired %d of %d jobs offered", name, len(acquired), len(offered))
 
 
-def _recorded(view: ScaleSetView, message: Message) -> ScaleSetView:
+def recorded(view: ScaleSetView, message: Message) -> ScaleSetView:
     """The view after the message: its statistics (the last seen when it had none) and busy
     runners (+ on ``JobStarted``, - on ``JobCompleted``; a set, so a message handled twice
-    changes nothing)."""
+    changes nothing), the newest ``api.MAX_REPLICAS`` of them: a name whose completion never
+    came (the service cuts a message at 50 jobs) stayed for good, and past the CRD's bound the
+    status write was refused, so no message was ever acknowledged again. A pool has at most that
+    many runners, so only such names go."""
     busy = list(view.busy_runners)
     for job in message.jobs:
         if not job.runner_name:
@@ -684,7 +689,8 @@ def _recorded(view: ScaleSetView, message: Message) -> ScaleSetView:
             busy.append(job.runner_name)
         elif job.message_type == JobMessageType.COMPLETED and job.runner_name in busy:
             busy.remove(job.runner_name)
-    recorded = replace(view, last_message_id=message.message_id, busy_runners=tuple(busy), problem=None)
+    newest = tuple(busy[-api.MAX_REPLICAS :])
+    recorded = replace(view, last_message_id=message.message_id, busy_runners=newest, problem=None)
     statistics = message.statistics
     if statistics is None:
         return recorded
