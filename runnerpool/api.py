@@ -815,7 +815,8 @@ class EnvVar(KubeModel):
 
     name: EnvName = Field(
         description="Name of the environment variable in the runner container; "
-        f"{naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the operator's."
+        f"{naming.RESERVED_ENV_PREFIX}* (but {', '.join(naming.POOL_RUNNER_ENV)}) and "
+        f"{', '.join(naming.RESERVED_ENV)} are the operator's."
     )
     value: str | None = Field(default=None, description="Literal value.")
     value_from: EnvVarSourceDict | None = Field(
@@ -1285,8 +1286,8 @@ class TemplateContainer(_PassThrough):
     ) = Field(
         default=None,
         description="Environment variables (core/v1 EnvVar), merged by name. In the runner "
-        f"container {naming.RESERVED_ENV_PREFIX}* and {', '.join(naming.RESERVED_ENV)} are the "
-        "operator's.",
+        f"container {naming.RESERVED_ENV_PREFIX}* (but {', '.join(naming.POOL_RUNNER_ENV)}) and "
+        f"{', '.join(naming.RESERVED_ENV)} are the operator's.",
     )
     env_from: EnvFromList = None
     volume_mounts: Annotated[list[TemplateVolumeMount] | None, Field(max_length=MAX_TEMPLATE_ITEMS)] = Field(

@@ -13,6 +13,8 @@ import re
 
 __all__ = [
     "APP_PRIVATE_KEY_KEY",
+    "ARC_APP_PRIVATE_KEY_KEY",
+    "ARC_PAT_KEY",
     "BUSY_ANNOTATIONS",
     "BUSY_DISRUPTION_BUDGET",
     "BUSY_LABEL",
@@ -170,7 +172,10 @@ OPERATOR_MOUNT_PATHS = (TOKEN_MOUNT_DIR, JIT_MOUNT_DIR, CONFIG_MOUNT_DIR, WORK_D
 #: a personal access token, a GitHub App's private key.
 PAT_KEY = "token"
 APP_PRIVATE_KEY_KEY = "app-private-key"
-SECRET_CREDENTIAL_KEYS = (PAT_KEY, APP_PRIVATE_KEY_KEY)
+#: Those two under the names an ARC credential Secret gives them (read unchanged).
+ARC_PAT_KEY = "github_token"
+ARC_APP_PRIVATE_KEY_KEY = "github_app_private_key"
+SECRET_CREDENTIAL_KEYS = (PAT_KEY, APP_PRIVATE_KEY_KEY, ARC_PAT_KEY, ARC_APP_PRIVATE_KEY_KEY)
 #: The volumes that hold a credential: the pool's registration token, a pod's JIT config, and the
 #: runner's own configuration (its RSA key).  No container of a template and no spec.volumeMounts
 #: may mount them, whatever the path: only the operator's register container (and, for its

@@ -476,12 +476,22 @@ def test_registration_timeout_replaces_only_pods_whose_container_is_not_running(
     assert decide_pod(stuck, runner(), NOW, None, timeout).action is Action.KEEP
 
 
+def _init_waiting(pod: dict[str, Any], reason: str = "ImagePullBackOff") -> dict[str, Any]:
+    """``pod`` with its register init container waiting for ``reason``."""
+    register = {"name": "register", "restartCount": 0, "state": {"waiting": {"reason": reason}}}
+    return {**pod, "status": {**pod["status"], "initContainerStatuses": [register]}}
+
+
 def test_a_jit_pod_whose_container_never_ran_is_replaced_after_the_registration_timeout() -> None:
     """A JIT runner is registered when its Secret is filled, before the pod runs: a pod stuck
     pulling its image kept its slot, and an offline runner on GitHub, until GitHub dropped the
     runner a day later. Deregistered first (busy-safe), then deleted."""
     timeout = timedelta(minutes=15)
-    stuck = pod(age=timedelta(hours=1), state="waiting", waiting="ImagePullBackOff")
+    # The operator's register init container runs the runner's image first: it is the one that
+    # shows the failed pull, while the runner container waits PodInitializing.
+    stuck = PodView.of(
+        _init_waiting(pod_json(age=timedelta(hours=1), state="waiting", waiting="PodInitializing"))
+    )
     young = pod(age=timedelta(minutes=1), state="waiting", waiting="ImagePullBackOff")
     # Slow, not stuck: the template's own init containers run after register (the runner is
     # listed offline meanwhile), and a pod may wait for a node.

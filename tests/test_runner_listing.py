@@ -378,7 +378,7 @@ def test_a_busy_runner_a_listing_missed_keeps_its_pods_busy_mark(
     assert endpoint.looked_up == []
 
 
-def _grown_pool(harness: Harness, github: responses.RequestsMock) -> PoolRef:
+def _grown_pool(harness: Harness, github: responses.RequestsMock) -> tuple[PoolRef, RunnerEndpoint]:
     """A pool that follows demand, scaled 2 -> 5 by the reconciler: the pool cache still shows 2
     (its watch lags), the pod cache already shows the three new Pending pods beside the two old
     ones, whose runners are idle."""
@@ -402,7 +402,7 @@ def _grown_pool(harness: Harness, github: responses.RequestsMock) -> PoolRef:
         pod(i, new, False) for i in (3, 4, 5)
     ]
     harness.managers.start(ref)
-    return ref
+    return ref, endpoint
 
 
 def test_a_round_that_sees_a_scale_ups_pods_before_its_count_keeps_them(
@@ -412,7 +412,7 @@ def test_a_round_that_sees_a_scale_ups_pods_before_its_count_keeps_them(
     and its pods come through two watches: a round that saw the new pods and the old count took
     them for surplus and deleted them (a JIT pool's runners with them), for as long as the
     pools' watch lagged. The round asks the API server for the count before it retires any."""
-    ref = _grown_pool(harness, github)
+    ref, _ = _grown_pool(harness, github)
     harness.pods.desired[(NS, "grow")] = 5
 
     harness.managers.sync(ListingKey.of(ref))
@@ -423,12 +423,34 @@ def test_a_round_that_sees_a_scale_ups_pods_before_its_count_keeps_them(
 def test_a_scale_down_the_api_server_confirms_takes_the_pods_without_runners_first(
     harness: Harness, github: responses.RequestsMock
 ) -> None:
-    ref = _grown_pool(harness, github)
+    ref, _ = _grown_pool(harness, github)
     harness.pods.desired[(NS, "grow")] = 2
 
     harness.managers.sync(ListingKey.of(ref))
 
     assert sorted(harness.pods.deleted) == ["grow-3", "grow-4", "grow-5"]
+
+
+def test_a_retired_pod_whose_runner_answers_busy_is_marked_and_stays_marked(
+    harness: Harness, github: responses.RequestsMock
+) -> None:
+    """grow-1 still carries a mark from its last job, and the listing shows its runner idle: the
+    round's plan unmarks it, and a scale-down picks it. Its DELETE answers 422 (a new job): the
+    pod is marked at once, and the plan's older unmark must not follow it."""
+    ref, endpoint = _grown_pool(harness, github)
+    harness.cache.pods[(NS, "grow")][0]["metadata"]["labels"] = {naming.BUSY_LABEL: naming.BUSY_VALUE}
+    endpoint.busy_on_delete.add(1)
+    harness.pods.desired[(NS, "grow")] = 0
+
+    harness.managers.sync(ListingKey.of(ref))
+
+    assert "grow-1" not in harness.pods.deleted
+    marks = [
+        patch["metadata"]["labels"][naming.BUSY_LABEL]
+        for name, patch in harness.pods.patched
+        if name == "grow-1"
+    ]
+    assert marks == [naming.BUSY_VALUE], "unmarked while its runner runs a job"
 
 
 def _told_to_stop(name: str, ago: timedelta) -> dict[str, Any]:

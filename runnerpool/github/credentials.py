@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 from runnerpool.domain import DEFAULT_API_URL, Connection, PoolRef, pool_key, resolve_api_url, with_userinfo
 from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.github.route import Route
-from runnerpool.naming import APP_PRIVATE_KEY_KEY, PAT_KEY
+from runnerpool.naming import APP_PRIVATE_KEY_KEY, ARC_APP_PRIVATE_KEY_KEY, ARC_PAT_KEY, PAT_KEY
 from runnerpool.reasons import Reason
 from runnerpool.tenants import GitHubHosts
 
@@ -68,10 +68,10 @@ _PASSWORD_CHARS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*
 #: actions-runner-controller's key names for the same values: a Secret made for ARC works
 #: here unchanged (docs/migrating.md); our own name wins where both are present.
 ARC_KEYS = {
-    "github_token": PAT_KEY,
+    ARC_PAT_KEY: PAT_KEY,
     "github_app_id": APP_ID_KEY,
     "github_app_installation_id": APP_INSTALLATION_ID_KEY,
-    "github_app_private_key": APP_PRIVATE_KEY_KEY,
+    ARC_APP_PRIVATE_KEY_KEY: APP_PRIVATE_KEY_KEY,
 }
 
 SecretReader = Callable[[str, str], "Mapping[str, str] | None"]

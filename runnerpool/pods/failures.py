@@ -67,6 +67,7 @@ __all__ = [
     "judge",
     "ready_reason",
     "reported_reason",
+    "start_failure",
 ]
 
 _IMAGE = "image"
@@ -165,15 +166,30 @@ def _unschedulable(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
     return _Stuck(name, UNSCHEDULABLE, f"scheduler: {_scheduler_said(message) or 'no node fits the pod'}")
 
 
-def _stuck(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
+def _cannot_start(pod: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], str, str] | None:
+    """The first container (init containers first: they run first) that waits for a failure
+    reason: the container, its waiting state, the reason reported and what its message names."""
     status = pod.get("status") or {}
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     for container in containers:
         waiting = (container.get("state") or {}).get("waiting") or {}
         found = _VOCABULARY.get(str(waiting.get("reason") or ""))
-        if found is None:
-            continue
-        reported, names = found
+        if found is not None:
+            return container, waiting, *found
+    return None
+
+
+def start_failure(pod: Mapping[str, Any]) -> str | None:
+    """The reason reported for the pod's first container that cannot start (an image that
+    cannot be pulled, a container that cannot be created, a crash loop); ``None``: none."""
+    found = _cannot_start(pod)
+    return found[2] if found is not None else None
+
+
+def _stuck(pod: Mapping[str, Any], now: datetime) -> _Stuck | None:
+    found = _cannot_start(pod)
+    if found is not None:
+        container, waiting, reported, names = found
         detail = {
             _IMAGE: f"image {container.get('image')}",
             _CONTAINER: f"container {container.get('name')}",

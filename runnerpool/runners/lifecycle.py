@@ -86,7 +86,7 @@ from runnerpool.domain import parse_rfc3339
 from runnerpool.github.types import Runner
 from runnerpool.naming import BUSY_ANNOTATIONS, BUSY_LABEL, BUSY_VALUE, TEMPLATE_HASH_LABEL
 from runnerpool.pods import state
-from runnerpool.pods.failures import reported_reason
+from runnerpool.pods.failures import start_failure
 from runnerpool.pods.template import (
     busy_marked,
 )
@@ -170,8 +170,9 @@ class PodView:
     node: str = ""
     #: ``deletionGracePeriodSeconds``: the grace its deletion gave it (``None``: not being deleted).
     grace_seconds: int | None = None
-    #: Why the runner container waits (the kubelet's reason, "": it does not wait).
-    runner_waiting: str = ""
+    #: Why a container of the pod cannot start (``failures.start_failure``: an init container's
+    #: first, as the operator's ``register`` runs the runner's image first; ``None``: none).
+    start_failure: str | None = None
 
     @property
     def stop_asked(self) -> datetime | None:
@@ -205,7 +206,7 @@ class PodView:
             deleted_at=parse_rfc3339(meta.get("deletionTimestamp")),
             node=str((pod.get("spec") or {}).get("nodeName") or ""),
             grace_seconds=_whole(meta.get("deletionGracePeriodSeconds")),
-            runner_waiting=str((current.get("waiting") or {}).get("reason") or ""),
+            start_failure=start_failure(pod),
         )
 
     @property
@@ -294,11 +295,12 @@ def _never_ran(pod: PodView, runner: Runner) -> bool:
     runs: a pod whose runner container cannot start (its image cannot be pulled, the container
     cannot be created) has a runner all the same, and without this it held its slot (and an
     offline runner on GitHub) until GitHub dropped the runner a day later. Replaced the
-    busy-safe way (deregistered first). Only for a kubelet reason that says it failed
-    (``failures.reported_reason``): a pod still initializing (the template's own init
-    containers run after register, a sidecar's startup) or waiting for a node is slow, not
+    busy-safe way (deregistered first). Only for a kubelet reason that says a container of
+    the pod cannot start (``failures.start_failure``, init containers first: ``register`` is
+    built from the runner's image and runs first): a pod still initializing (the template's own
+    init containers run after register, a sidecar's startup) or waiting for a node is slow, not
     stuck."""
-    failed = reported_reason(pod.runner_waiting) is not None
+    failed = pod.start_failure is not None
     return failed and runner.offline and not pod.runner_running and pod.runner_restarts == 0
 
 

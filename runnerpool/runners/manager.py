@@ -663,9 +663,9 @@ class RunnerManagers:
         job all the same."""
         delete_runner = deleter(self._removal, ref, github)
         busy = self._collect(ref, delete_runner, todo.collect, halted)
-        if not halted():
-            self._replace(ref, delete_runner, todo.replace, halted)
-        self._mark(ref, todo.marks, halted)
+        kept = self._replace(ref, delete_runner, todo.replace, halted) if not halted() else set()
+        # A pod kept busy by a 422 keeps its new mark: no unmark from the older listing.
+        self._mark(ref, [mark for mark in todo.marks if mark.pod.name not in kept], halted)
         return busy
 
     def _collect(
@@ -700,27 +700,31 @@ class RunnerManagers:
         delete_runner: DeleteRunner,
         decisions: Sequence[lifecycle.PodDecision],
         halted: Callable[[], bool],
-    ) -> None:
+    ) -> set[str]:
         """Deletes the pods the plan replaces, deregistering their runners first where it says
-        so; a runner that took a job since the listing keeps its pod."""
+        so; a runner that took a job since the listing keeps its pod, marked busy at once (the
+        422 proves the job before a listing does). Returns the names of the pods so kept."""
         namespace, name = ref.namespace, ref.name
+        kept: set[str] = set()
         for decision in decisions:
             if halted():
-                return
+                return kept
             pod = decision.pod
             if decision.action is lifecycle.Action.DEREGISTER_AND_DELETE:
                 assert decision.runner is not None
                 outcome = delete_runner(decision.runner.id)
                 if outcome is DeleteOutcome.BUSY:
                     log.info("pod %s/%s kept: its runner took a job since the listing", namespace, pod.name)
-                    taken = dataclasses.replace(decision.runner, busy=True)
-                    self._mark(ref, lifecycle.busy_marks([pod], [taken]), halted)
+                    kept.add(pod.name)
+                    if not pod.deleting:  # marked whatever the listing said of its mark
+                        self._mark(ref, [lifecycle.BusyMark(pod, True)], halted)
                     continue
                 if outcome is DeleteOutcome.ALREADY_GONE and not decision.delete_if_gone:
                     continue  # it may have registered again under a new id: see the next listing
             if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
                 log.info("deleted runner pod %s/%s: %s", namespace, pod.name, decision.reason)
+        return kept
 
     def _hurry(
         self,
