@@ -12,8 +12,8 @@ variable: the runner image's entrypoint writes the runner's last lines to the co
 termination message, and this module reads GitHub's words there. Every pod of the pool
 would fail the same way until the image is updated, so the start backoff
 (`runnerpool.pods.start_backoff`) counts such a pod as failed at start whatever its exit
-code, and the pool reports ``RunnerVersionOutdated``: if its runner did not start (no busy mark,
-a short run), since a job in a started one can write these words itself.
+code, and the pool reports ``RunnerVersionOutdated``: if its pod was never marked busy, since a
+job in a busy one can write these words itself.
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
     current = runner.get("state") or {}
     if current.get("terminated") and _ended_by_deletion(pod, current["terminated"]):
         return _Verdict(failed=False, ignored=True)
+    marked = busy_marked(pod)
     for state in (current, runner.get("lastState") or {}):
         ended = state.get("terminated")
         if not ended:
@@ -145,16 +146,15 @@ def _verdict(pod: Mapping[str, Any], now: datetime) -> _Verdict | None:
         code = int(ended.get("exitCode") or 0)
         finished = parse_rfc3339(ended.get("finishedAt")) or now
         ran = _seconds_between(ended.get("startedAt"), finished)
-        started = busy_marked(pod) or (ran is not None and ran >= STARTED_AFTER)
         # GitHub gives an outdated runner no job: the words in a busy-marked pod's message are a
         # job's own (/dev/termination-log), written to throttle its pool. Not the run time: a
         # real outdated runner may take longer than STARTED_AFTER to be refused (dind's wait for
         # dockerd, a slow start under a CPU limit), and missing it churned pods with no backoff.
-        version = None if busy_marked(pod) else refused_version(ended)
+        version = None if marked else refused_version(ended)
         if version is not None:
             told = f"GitHub refuses runner version {version} as outdated; use a newer runner image"
             return _Verdict(True, f"container {runner.get('name')}: {told}", reason=RUNNER_VERSION_OUTDATED)
-        if code == 0 or started:
+        if code == 0 or marked or (ran is not None and ran >= STARTED_AFTER):
             return _Verdict(failed=False)
         reason = ended.get("reason") or "Error"
         return _Verdict(True, f"container {runner.get('name')}: {reason}, exit code {code}")

@@ -663,9 +663,14 @@ class RunnerManagers:
         job all the same."""
         delete_runner = deleter(self._removal, ref, github)
         busy = self._collect(ref, delete_runner, todo.collect, halted)
-        kept = self._replace(ref, delete_runner, todo.replace, halted) if not halted() else set()
-        # A pod kept busy by a 422 keeps its new mark: no unmark from the older listing.
-        self._mark(ref, [mark for mark in todo.marks if mark.pod.name not in kept], halted)
+        kept = self._replace(ref, delete_runner, todo.replace, halted) if not halted() else []
+        # A pod kept by a 422 is marked busy whatever the listing said of its mark (the 422
+        # proves the job before a listing does), and the listing's older unmark is dropped.
+        names = {pod.name for pod in kept}
+        marks = [mark for mark in todo.marks if mark.pod.name not in names]
+        self._mark(
+            ref, [*(lifecycle.BusyMark(pod, True) for pod in kept if not pod.deleting), *marks], halted
+        )
         return busy
 
     def _collect(
@@ -700,12 +705,11 @@ class RunnerManagers:
         delete_runner: DeleteRunner,
         decisions: Sequence[lifecycle.PodDecision],
         halted: Callable[[], bool],
-    ) -> set[str]:
+    ) -> list[lifecycle.PodView]:
         """Deletes the pods the plan replaces, deregistering their runners first where it says
-        so; a runner that took a job since the listing keeps its pod, marked busy at once (the
-        422 proves the job before a listing does). Returns the names of the pods so kept."""
+        so; a runner that took a job since the listing keeps its pod. Returns the pods so kept."""
         namespace, name = ref.namespace, ref.name
-        kept: set[str] = set()
+        kept: list[lifecycle.PodView] = []
         for decision in decisions:
             if halted():
                 return kept
@@ -715,9 +719,7 @@ class RunnerManagers:
                 outcome = delete_runner(decision.runner.id)
                 if outcome is DeleteOutcome.BUSY:
                     log.info("pod %s/%s kept: its runner took a job since the listing", namespace, pod.name)
-                    kept.add(pod.name)
-                    if not pod.deleting:  # marked whatever the listing said of its mark
-                        self._mark(ref, [lifecycle.BusyMark(pod, True)], halted)
+                    kept.append(pod)
                     continue
                 if outcome is DeleteOutcome.ALREADY_GONE and not decision.delete_if_gone:
                     continue  # it may have registered again under a new id: see the next listing

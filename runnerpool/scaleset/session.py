@@ -295,7 +295,9 @@ class MessageSession:
             data: Any = json_body(answer.content)
         except ValueError:
             data = None
-        value = data.get("value") if isinstance(data, dict) else ()
+        if not isinstance(data, dict):
+            raise malformed(what, "no list of acquired ids")
+        value = data.get("value")
         if value is None:  # null or absent: none acquired (the Go client reads an empty list)
             return []
         if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
