@@ -176,6 +176,38 @@ def test_a_runner_github_refuses_as_outdated_backs_off_and_says_so_whatever_its_
     assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "RunnerVersionOutdated")._value.get() >= 3
 
 
+def _demand(api_client: client.ApiClient, namespace: str, queued: int) -> None:
+    """What the demand writer records of ``queued`` jobs for the pool."""
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "crash", {"status": {"demand": {"queued": queued}}}
+    )
+
+
+def test_a_pool_that_wants_no_pod_is_not_failing_for_its_last_pods_failure(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock
+) -> None:
+    """Found by the chaos soak: a pool following demand whose pod failed at start (its runner
+    could not reach GitHub during an outage), and whose jobs then ended, wanted no pod and made
+    none, yet reported RunnerPodsFailing until its next job came (hours, for a quiet pool). The
+    streak is kept for its next create's backoff; it is not reported while no pod is wanted."""
+    auto = {"maxReplicas": 2, "scaleDownDelay": "1m"}
+    create_pool(
+        api_client, namespace, pool_manifest("crash", org="octo-org", registration="jit", autoscaling=auto)
+    )
+    _demand(api_client, namespace, queued=1)
+    _crash_loop(api_client, namespace, reconciler, clock, 5)
+    assert _ready(api_client, namespace)["reason"] == "RunnerPodsFailing"
+
+    _demand(api_client, namespace, queued=0)
+    clock.now += timedelta(minutes=2)
+    made = _crash_loop(api_client, namespace, reconciler, clock, 3)  # the used-up pod goes
+
+    assert LiveReader(api_client).list_pods(namespace, "crash") == [], made
+    ready = _ready(api_client, namespace)
+    assert ready["status"] == "True", ready
+    assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "ExitedAtStart")._value.get() == 0
+
+
 def _ended_pod(
     name: str, started: datetime, finished: datetime, code: int, message: str = "", busy: bool = False
 ) -> dict[str, Any]:

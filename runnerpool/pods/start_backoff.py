@@ -34,7 +34,8 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
 The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
 user fixed the command, the image) creates at once. While the pool backs off it reports
 ``Ready`` False, ``RunnerPodsFailing``, with the container's exit reason and code
-(:meth:`StartBackoff.failing`). Kept in memory, like the create backoff: a restarted operator
+(:meth:`StartBackoff.failing`), while it wants pods: a pool whose demand is gone is failing at
+nothing (``runnerpool.pods.step``). Kept in memory, like the create backoff: a restarted operator
 tries once, then backs off again.
 """
 
