@@ -208,6 +208,59 @@ def test_a_pool_that_wants_no_pod_is_not_failing_for_its_last_pods_failure(
     assert metrics.RUNNER_PODS_FAILING.labels(namespace, "crash", "ExitedAtStart")._value.get() == 0
 
 
+def _running(api_client: client.ApiClient, namespace: str, pod: str, since: datetime) -> None:
+    """What the kubelet reports of a ready runner pod whose runner has run since ``since``."""
+    container = {
+        "name": naming.RUNNER_CONTAINER,
+        "image": api.DEFAULT_RUNNER_IMAGE,
+        "imageID": "",
+        "ready": True,
+        "restartCount": 0,
+        "state": {"running": {"startedAt": since.strftime(RFC3339)}},
+    }
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": since.strftime(RFC3339)}
+    client.CoreV1Api(api_client).patch_namespaced_pod_status(
+        pod,
+        namespace,
+        {"status": {"phase": "Running", "conditions": [ready], "containerStatuses": [container]}},
+    )
+
+
+def test_a_pool_with_the_ready_pods_it_wants_is_not_failing_for_a_surge_pods_failure(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock
+) -> None:
+    """The same with a floor: the pool's old pod runs, a job's extra pod fails at start, the job
+    ends elsewhere. The pool has its one ready pod and makes no other, so nothing ends the
+    streak: RunnerPodsFailing "1/1 runner pods ready" until the next scale-up."""
+    auto = {"minReplicas": 1, "maxReplicas": 2, "scaleDownDelay": "1m"}
+    create_pool(
+        api_client, namespace, pool_manifest("crash", org="octo-org", registration="jit", autoscaling=auto)
+    )
+    reconciler(f"{namespace}/crash")
+    (old,) = LiveReader(api_client).list_pods(namespace, "crash")
+    _running(api_client, namespace, old["metadata"]["name"], clock.now - timedelta(hours=1))
+    _demand(api_client, namespace, queued=2)  # one more than the floor
+    reconciler(f"{namespace}/crash")
+    (extra,) = [
+        p
+        for p in LiveReader(api_client).list_pods(namespace, "crash")
+        if p["metadata"]["name"] != old["metadata"]["name"]
+    ]
+    _exited(api_client, namespace, extra["metadata"]["name"], clock.now)
+    reconciler(f"{namespace}/crash")
+    assert _ready(api_client, namespace)["reason"] == "RunnerPodsFailing"
+
+    _demand(api_client, namespace, queued=0)
+    clock.now += timedelta(minutes=2)
+    client.CoreV1Api(api_client).delete_namespaced_pod(
+        extra["metadata"]["name"], namespace, grace_period_seconds=0
+    )
+    reconciler(f"{namespace}/crash")
+
+    ready = _ready(api_client, namespace)
+    assert (ready["status"], ready["reason"]) != ("False", "RunnerPodsFailing"), ready
+
+
 def _ended_pod(
     name: str, started: datetime, finished: datetime, code: int, message: str = "", busy: bool = False
 ) -> dict[str, Any]:
@@ -279,3 +332,51 @@ def test_a_job_that_writes_the_outdated_words_and_kills_its_runner_costs_its_poo
     backoff.observe("ns/ci", 1, "t", [refused])
     failing = backoff.failing("ns/ci", 1)
     assert failing is not None and failing.reason == "RunnerVersionOutdated", "a runner that never took a job"
+
+
+def _failed_pod(name: str, now: datetime) -> dict[str, Any]:
+    return _ended_pod(name, now - timedelta(seconds=3), now - timedelta(seconds=1), 1)
+
+
+def _live_pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "labels": {naming.TEMPLATE_HASH_LABEL: "t"}}}
+
+
+def test_pods_that_fail_together_are_one_failure_of_their_pool() -> None:
+    """Found by review of the chaos soak: three replicas that failed in one GitHub outage counted
+    three in a row, their replacements waited 40 s and the pool said RunnerPodsFailing 76 s
+    after GitHub came back."""
+    clock = WallClock(datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC))
+    backoff = StartBackoff(clock=clock)
+    first = _failed_pod("a", clock.now)
+    backoff.observe("ns/p", 1, "t", [first, _live_pod("b"), _live_pod("c")])
+    clock.now += timedelta(seconds=2)
+    backoff.observe("ns/p", 1, "t", [first, _failed_pod("b", clock.now), _failed_pod("c", clock.now)])
+
+    failure = backoff.failure("ns/p", 1)
+    assert failure is not None and failure.failures == 1, failure
+    assert backoff.wait("ns/p", 1) == pytest.approx(8.0), "the first failure's 10 s, not 40 s"
+
+    # A replacement made after the failure that fails again is the next one in the streak.
+    clock.now += timedelta(seconds=20)
+    backoff.observe("ns/p", 1, "t", [_failed_pod("d", clock.now)])
+    failure = backoff.failure("ns/p", 1)
+    assert failure is not None and failure.failures == 2 and failure.delay == 20.0, failure
+
+
+def test_a_streak_whose_next_pod_was_never_wanted_is_forgotten() -> None:
+    """A pool at zero that fails at start, then gets a job an hour later, neither waits nor says
+    RunnerPodsFailing for a failure of an hour ago; its next failure starts a new streak."""
+    clock = WallClock(datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC))
+    backoff = StartBackoff(clock=clock)
+    backoff.observe("ns/p", 1, "t", [_failed_pod("a", clock.now)])
+    assert backoff.failing("ns/p", 1) is not None
+
+    clock.now += timedelta(seconds=10 + 299)
+    assert backoff.failing("ns/p", 1) is not None, "within the longest delay: still the streak"
+    clock.now += timedelta(hours=1)
+    assert backoff.failing("ns/p", 1) is None
+    assert backoff.wait("ns/p", 1) is None
+    backoff.observe("ns/p", 1, "t", [_failed_pod("b", clock.now)])
+    failure = backoff.failure("ns/p", 1)
+    assert failure is not None and failure.failures == 1, failure

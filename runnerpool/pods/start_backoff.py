@@ -31,11 +31,15 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
   write them to ``/dev/termination-log`` and kill the entrypoint, and counted, they backed its
   pool off for up to 5 minutes a pod.
 
+Pods that fail together are one failure: a pod that was there when the streak last grew does
+not grow it again (one GitHub outage, one bad image for all the pool's pods: one cause). A
+streak whose next pod was due more than ``cap`` ago is forgotten: no pod since was wanted.
+
 The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
 user fixed the command, the image) creates at once. While the pool backs off it reports
 ``Ready`` False, ``RunnerPodsFailing``, with the container's exit reason and code
-(:meth:`StartBackoff.failing`), while it wants pods: a pool whose demand is gone is failing at
-nothing (``runnerpool.pods.step``). Kept in memory, like the create backoff: a restarted operator
+(:meth:`StartBackoff.failing`), while it lacks ready pods: a pool with what it wants is failing
+at nothing (``runnerpool.pods.step``). Kept in memory, like the create backoff: a restarted operator
 tries once, then backs off again.
 """
 
@@ -86,6 +90,8 @@ class StartFailure:
 class _Pool:
     judged: set[str] = field(default_factory=set)
     failure: StartFailure | None = None
+    #: The pods there were when the streak last grew: their failures are that failure's.
+    batch: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,7 @@ class StartBackoff:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._delays = Doubling(base, cap)
+        self._stale_after = cap
         self._clock = clock
         self._lock = threading.Lock()
         self._pools: dict[str, _Pool] = {}
@@ -184,10 +191,10 @@ class StartBackoff:
         until a running pod may count as started while the pool backs off (look again then)."""
         now = self._clock()
         recheck: float | None = None
+        listed = [(str((pod.get("metadata") or {}).get("uid") or ""), pod) for pod in pods]
         with self._lock:
             state = self._pools.setdefault(pool, _Pool())
-            for pod in pods:
-                uid = str((pod.get("metadata") or {}).get("uid") or "")
+            for uid, pod in listed:
                 if not uid or uid in state.judged:
                     continue
                 verdict = (
@@ -200,26 +207,49 @@ class StartBackoff:
                     state.judged.clear()  # old pods are long gone; at worst one is judged twice
                 state.judged.add(uid)
                 if verdict.failed:
-                    state.failure = self._failed(state.failure, generation, verdict, now)
+                    batch = frozenset(uid for uid, _ in listed)
+                    self._failed(state, verdict, uid=uid, generation=generation, now=now, listed=batch)
                 elif not verdict.ignored:
-                    state.failure = None
+                    state.failure, state.batch = None, frozenset()
             return recheck if state.failure is not None else None
 
     def _failed(
-        self, before: StartFailure | None, generation: int, verdict: _Verdict, now: datetime
-    ) -> StartFailure:
-        count = before.failures + 1 if before is not None and before.generation == generation else 1
+        self,
+        state: _Pool,
+        verdict: _Verdict,
+        *,
+        uid: str,
+        generation: int,
+        now: datetime,
+        listed: frozenset[str],
+    ) -> None:
+        """Grow the pool's streak by a pod that failed at start, unless the pod was there when it
+        last grew: pods that fail together (one GitHub outage, one bad image for all the pool's
+        pods) are one failure, as they are one cause. Counted one by one, three replicas that
+        failed in one outage made their replacements wait 40 s, and the pool said
+        RunnerPodsFailing for 76 s after GitHub came back (the chaos soak's 60 s)."""
+        before = self._current(state.failure, generation, now)
+        if before is not None and uid in state.batch:
+            return
+        count = before.failures + 1 if before is not None else 1
         delay = self._delays.after(count)
-        return StartFailure(
-            generation, count, verdict.exit, verdict.reason, delay, now + timedelta(seconds=delay)
-        )
+        retry_at = now + timedelta(seconds=delay)
+        state.failure = StartFailure(generation, count, verdict.exit, verdict.reason, delay, retry_at)
+        state.batch = listed
+
+    def _current(self, failure: StartFailure | None, generation: int, now: datetime) -> StartFailure | None:
+        """``failure`` if it is the current spec's and not stale: a streak whose next pod was due
+        more than the longest delay ago was ended by the pool wanting no pod (no pod since has
+        failed or started), and a job hours later would say it again."""
+        if failure is None or failure.generation != generation:
+            return None
+        return failure if (now - failure.retry_at).total_seconds() <= self._stale_after else None
 
     def failure(self, pool: str, generation: int) -> StartFailure | None:
-        """The pool's streak, if it belongs to its current spec."""
+        """The pool's streak, if it belongs to its current spec and is not stale."""
         with self._lock:
             found = self._pools.get(pool)
-        failure = found.failure if found is not None else None
-        return failure if failure is not None and failure.generation == generation else None
+        return self._current(found.failure if found is not None else None, generation, self._clock())
 
     def wait(self, pool: str, generation: int) -> float | None:
         """Seconds until the pool may create a pod again; ``None``: it may now."""
