@@ -18,7 +18,8 @@ One job per pod on the token jobs' scheduler, asked for any number of times, run
 success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
 retried from 5 s doubling to 5 minutes, GitHub's ``retry-after`` honoured), and per pool: while
 a pool backs off, none of its pods asks GitHub, so an outage costs one call per retry and pool,
-not one per pod. The failure is reported as the token's (``TokenReady``).
+not one per pod. The failure is reported as the token's (``TokenReady``) while a pod of the pool
+waits for a config.
 
 The config lives only in the patch body; errors recorded or logged are scrubbed of it.
 """
@@ -197,18 +198,30 @@ class JitSecretUpdater:
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         """The pod has used its config or is going: no fill for it from now on."""
         with self._lock:
-            self._forget(pod_uid)
+            cleared = self._forget(pod_uid)
+        if cleared is not None:
+            self._notify(cleared.namespace, cleared.name)
 
-    def _forget(self, pod_uid: str) -> None:
-        """Under the lock: ``forget_pod``."""
+    def _forget(self, pod_uid: str) -> PoolRef | None:
+        """Under the lock: ``forget_pod``. Returns the pool whose failure this cleared (tell it):
+        once none of its pods waits for a config, a failed fill is no longer the pool's. Kept,
+        a pool whose pod went (its demand gone) said TokenReady False until its next pod got a
+        config, and its own jobs' demand passed it over for a sibling meanwhile; the backoff
+        (``not_before``) stays for its next pod."""
         self._done.discard(pod_uid)
         self._made.discard(pod_uid)
         pod = self._pods.pop(pod_uid, None)
-        if pod is not None:
-            self._remove_job(pod_uid)
-            state = self._pools.get(pod.ref.key)
-            if state is not None:
-                state.pods.discard(pod_uid)
+        if pod is None:
+            return None
+        self._remove_job(pod_uid)
+        state = self._pools.get(pod.ref.key)
+        if state is None:
+            return None
+        state.pods.discard(pod_uid)
+        if state.pods or state.failure is None:
+            return None
+        state.failure = None
+        return pod.ref
 
     def stop(self, namespace: str, name: str) -> bool:
         """No fill for the pool from now on (it is gone, refused or being deleted); whether
@@ -318,14 +331,15 @@ class JitSecretUpdater:
             failed = None
         with self._lock:
             self._writing.discard(pod_uid)
-            if gone:
-                self._forget(pod_uid)
+            cleared = self._forget(pod_uid) if gone else None
             kept, handed_over = pod_uid in self._pods, pod_uid in self._handed_over
             self._handed_over.discard(pod_uid)
             if kept and failed is None:
                 del self._pods[pod_uid]
                 self._remove_job(pod_uid)
                 self._done.add(pod_uid)
+        if cleared is not None:
+            self._notify(cleared.namespace, cleared.name)
         if not kept and not handed_over:
             # Forgotten during the write, written or not: as above, and no retry will come. A
             # deleted pool's finalizer that stopped it meanwhile also drains (``stop`` said so).

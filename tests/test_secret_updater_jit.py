@@ -165,6 +165,36 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
     assert jit_updater.failure("team-a", "build") is None
 
 
+def test_a_failed_fill_is_no_longer_the_pools_once_no_pod_waits_for_a_config(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: a pool following demand whose pod's fill failed in an outage, and whose
+    pod then went (its job ended elsewhere), said TokenReady False GitHubUnavailable, and so was
+    passed over by the demand of its own jobs, until its next pod got a config: maybe never.
+    The pool's backoff stays: its next pod still waits for it."""
+
+    def down(scope: Scope, request: JitRequest) -> Any:
+        raise Unavailable("HTTP 503")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", down)
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-0", "uid-0", _request("build-0"))
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-1"))
+    _run(jit, "uid-0")
+    assert jit_updater.failure("team-a", "build") is not None
+
+    jit_updater.forget_pod("team-a", "uid-0")
+    assert jit_updater.failure("team-a", "build") is not None, "another pod still waits"
+    jit.notified.clear()
+    jit_updater.forget_pod("team-a", "uid-1")
+
+    assert jit_updater.failure("team-a", "build") is None
+    assert jit.notified == [("team-a", "build")], "the pool's status is written again"
+    jit_updater.fill(POOL, "runner-jit-build-2", "uid-2", _request("build-2"))
+    job = jit.scheduler.get_job("jit/uid-2")
+    assert job is not None and job.next_run_time > jit.clock.now, "the next pod waits for the backoff"
+
+
 def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
     jit_updater = jit.updater.jit
     jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
