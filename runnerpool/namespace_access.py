@@ -17,7 +17,8 @@ operator's real permissions (a Role, a ClusterRoleBinding made by hand, ``--name
 count too), not with a guess from the RoleBindings it could list.
 
 Answers are cached per namespace. One that is not enabled is asked again after ``recheck``
-seconds, so enabling it makes its pools go on without a restart; one that is, after
+seconds (``first_recheck`` the first time: its RoleBinding may be on its way), so enabling it
+makes its pools go on without a restart; one that is, after
 ``enabled_recheck`` seconds, and at once after a 403 from a write (:meth:`forget`), so a
 RoleBinding taken away is noticed too.
 
@@ -46,6 +47,7 @@ from runnerpool.runtime.kube import Kube, Resource
 
 __all__ = [
     "ENABLED_RECHECK",
+    "FIRST_RECHECK",
     "NAMESPACE_CLUSTER_ROLE",
     "RECHECK",
     "Access",
@@ -60,6 +62,10 @@ log = logging.getLogger(__name__)
 DEFAULT_ACCOUNT = "runnerpool-system:runnerpool-operator"
 #: Seconds until a namespace that is not enabled is asked about again.
 RECHECK = 30.0
+#: The same, the first time it is refused: a platform team applies a namespace's RoleBinding
+#: and its pools together, and a pool that came first (or a check the authorizer's cache
+#: answered before it held the new binding) waited 30 s for nothing.
+FIRST_RECHECK = 5.0
 #: Seconds until an enabled namespace is asked about again (a 403 asks at once).
 ENABLED_RECHECK = 300.0
 #: Seconds an enabling waits for the namespace's Secret informers' first list.
@@ -129,6 +135,8 @@ class Access:
 class _Answer:
     access: Access
     asked: float
+    #: Seconds until it is asked again.
+    wait: float
 
 
 class NamespaceAccess:
@@ -139,6 +147,7 @@ class NamespaceAccess:
         watch: NamespaceWatch | None = None,
         clock: Callable[[], float] = time.monotonic,
         recheck: float = RECHECK,
+        first_recheck: float = FIRST_RECHECK,
         enabled_recheck: float = ENABLED_RECHECK,
         role: str = NAMESPACE_CLUSTER_ROLE,
     ) -> None:
@@ -149,6 +158,7 @@ class NamespaceAccess:
         self._watch = watch
         self._clock = clock
         self._recheck = recheck
+        self._first_recheck = first_recheck
         self._enabled_recheck = enabled_recheck
         self._lock = threading.Lock()
         self._answers: dict[str, _Answer] = {}
@@ -166,19 +176,29 @@ class NamespaceAccess:
             asking = self._asking.setdefault(namespace, threading.Lock())
         with asking:
             answer = self._answers.get(namespace)
-            wait = self._enabled_recheck if answer is not None and answer.access.enabled else self._recheck
-            if answer is None or self._clock() - answer.asked >= wait:
+            if answer is None or self._clock() - answer.asked >= answer.wait:
                 # Kept before following: Secrets not listed yet (the follow raises) are waited
                 # for again at the next check, not asked about again (four reviews each time).
-                answer = self._answers[namespace] = _Answer(self._ask(namespace), self._clock())
+                answer = self._answers[namespace] = self._answer(namespace, answer)
                 self._follow(namespace, answer.access.enabled)
             elif answer.access.enabled:
                 self._follow(namespace, True)
         access = answer.access
         if access.enabled:
             return access
-        left = max(1.0, answer.asked + self._recheck - self._clock())
+        left = max(1.0, answer.asked + answer.wait - self._clock())
         return Access(False, access.message, recheck=left)
+
+    def _answer(self, namespace: str, before: _Answer | None) -> _Answer:
+        """Ask; a first refusal (none before, or enabled before) is asked again sooner."""
+        access = self._ask(namespace)
+        if access.enabled:
+            wait = self._enabled_recheck
+        elif before is None or before.access.enabled:
+            wait = self._first_recheck
+        else:
+            wait = self._recheck
+        return _Answer(access, self._clock(), wait)
 
     def readable(self, namespace: str) -> bool:
         """May a part beside the reconciler (the webhook secret mirror) read a Secret in

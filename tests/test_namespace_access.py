@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from runnerpool.hook_access import RUNNER_HOOKS_CLUSTER_ROLE
-from runnerpool.namespace_access import NEEDED, RECHECK, NamespaceAccess
+from runnerpool.namespace_access import FIRST_RECHECK, NEEDED, RECHECK, NamespaceAccess
 from runnerpool.naming import NAMESPACE_CLUSTER_ROLE
 from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
 from tests.helpers import wait_for
@@ -70,8 +70,10 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     )
     assert line in refused.message, "the line names the account the API server knows the operator as"
     assert "create pods" in refused.message and "list secrets" in refused.message
-    assert refused.recheck == RECHECK
+    assert refused.recheck == FIRST_RECHECK, "a first refusal: its RoleBinding may be on its way"
     assert not access.enabled(namespace) and watched.namespaces == set()
+    clock.now += FIRST_RECHECK
+    assert access.check(namespace).recheck == RECHECK, "refused again: asked every 30 s"
 
     enable_namespace(api_client, namespace)
     wait_for(lambda: _allowed_now(operator_kube, namespace), message="the binding to take effect")
@@ -81,6 +83,22 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     clock.now += RECHECK - 10
     assert access.check(namespace).enabled and not access.refused(namespace)
     assert access.enabled(namespace) and watched.namespaces == {namespace}, "its Secrets are watched"
+
+
+def test_a_namespace_enabled_just_after_its_first_check_is_asked_again_within_seconds(
+    api_client: client.ApiClient, operator_kube: Kube, disabled_namespace: str
+) -> None:
+    """A platform team applies a namespace's RoleBinding and its pools together; a pool that came
+    first (or a check the authorizer answered before it held the binding) waited 30 s."""
+    namespace, clock = disabled_namespace, Clock()
+    access = NamespaceAccess(operator_kube, watch=Watched(), clock=clock)
+    assert not access.check(namespace).enabled
+
+    enable_namespace(api_client, namespace)
+    wait_for(lambda: _allowed_now(operator_kube, namespace), message="the binding to take effect")
+    clock.now += 5
+
+    assert access.check(namespace).enabled
 
 
 def test_a_refused_write_has_the_namespace_asked_about_again(
