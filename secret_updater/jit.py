@@ -166,7 +166,7 @@ class JitSecretUpdater:
             if pod_uid in self._done:
                 return
             if (queued := self._pods.get(pod_uid)) is not None:
-                self._follow_scale_set(queued, pod_uid, request)
+                self._follow(queued, pod_uid, pool, request)
                 return
             self._pods[pod_uid] = _Pod(pool, secret, request)
             state = self._pools.setdefault(pool.key, _Pool())
@@ -182,14 +182,17 @@ class JitSecretUpdater:
                 safety_net_seconds=self._policy.permanent_max.total_seconds(),
             )
 
-    def _follow_scale_set(self, queued: _Pod, pod_uid: str, request: JitRequest) -> None:
+    def _follow(self, queued: _Pod, pod_uid: str, pool: PoolRef, request: JitRequest) -> None:
         """Under the lock: a queued pod asked for with another scale set id (its scale set made
-        again on GitHub under a new id, which the pool's status now has) asks for that one.
-        Kept, the old id would be asked for at every retry, a 404 for good. The pool's backoff,
-        earned by the old id, starts over, so the pod asks at once."""
-        if queued.request.scale_set_id == request.scale_set_id:
+        again on GitHub under a new id, which the pool's status now has), or with a pool whose
+        credentials changed (the user fixed or rotated the Secret), asks with those. Kept, the
+        old id would be asked for at every retry, a 404 for good; and fixed credentials waited
+        for a backoff of up to 5 minutes their predecessors earned, where a token pool's job
+        tries them at once. The pool's backoff starts over, so the pod asks at once."""
+        same_set = queued.request.scale_set_id == request.scale_set_id
+        if same_set and queued.ref.credentials_version == pool.credentials_version:
             return
-        self._pods[pod_uid] = replace(queued, request=request)
+        self._pods[pod_uid] = replace(queued, ref=pool, request=request)
         state = self._pools.get(queued.ref.key)
         if state is not None:
             state.attempt, state.not_before = 0, None

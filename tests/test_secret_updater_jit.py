@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import ClientCache
-from runnerpool.github.errors import NotFound, NotSent, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, NotFound, NotSent, RateLimited, Unavailable
 from runnerpool.github.translate import untrusted
 from runnerpool.github.types import JitConfig, JitRequest, Runner
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
@@ -608,3 +608,34 @@ def test_a_queued_fill_asked_for_with_a_new_scale_set_id_asks_that_one_at_once(j
     [(_, secret, body)] = jit.patches
     assert secret == "runner-jit-arc-1" and body["stringData"] == {JIT_SECRET_KEY: "scale-set-config"}
     assert _jobs(jit) == [] and updater.failure(POOL.namespace, POOL.name) is None
+
+
+def test_a_pool_whose_credentials_were_fixed_asks_with_them_at_once(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token pool's job tries fixed or rotated credentials at once (its ref changes); a JIT
+    pod kept waiting for the backoff its pool earned with the bad ones, up to 5 minutes."""
+
+    def refused(scope: Scope, request: JitRequest) -> Any:
+        raise BadCredentials("HTTP 401")
+
+    real = jit.github.generate_jitconfig
+    monkeypatch.setattr(jit.github, "generate_jitconfig", refused)
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-1"))
+    _run(jit, "uid-1")
+    failure = jit_updater.failure("team-a", "build")
+    assert failure is not None and failure.reason == Reason.BAD_CREDENTIALS
+    job = jit.scheduler.get_job("jit/uid-1")
+    assert job is not None and job.next_run_time > jit.clock.now
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", real)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-1"))  # the same: it waits
+    assert jit.scheduler.get_job("jit/uid-1").next_run_time > jit.clock.now  # type: ignore[union-attr]
+    fixed = replace(POOL, credentials_version=POOL.credentials_version + "-fixed")
+    jit_updater.fill(fixed, "runner-jit-build-1", "uid-1", _request("build-1"))
+
+    job = jit.scheduler.get_job("jit/uid-1")
+    assert job is not None and job.next_run_time <= jit.clock.now, "asked at once"
+    _run(jit, "uid-1")
+    assert [secret for _, secret, _ in jit.patches] == ["runner-jit-build-1"]
