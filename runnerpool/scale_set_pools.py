@@ -11,7 +11,7 @@ the operator's assembly wires them (issue 34, docs/scale-sets.md):
 * :class:`StatusSink` — the one writer of ``status.scaleSet``: a merge patch of the status
   subresource with the listener's view, nothing else (the reconciler leaves that key alone).
 * :func:`resumed_view` — a new leader's listener starts from the view the pool's status holds
-  (its scale set, statistics and busy runners); its session still starts at message 0.
+  (its scale set, statistics, busy runners and problem); its session still starts at message 0.
 * :class:`ScaleSetJitConfigs` — a scale-set pool's pod's JIT config, from its scale set.
 
 The scale set id in ``status.scaleSet`` is the listener's record, but not the listener's alone
@@ -54,6 +54,7 @@ from runnerpool.domain import PoolRef, api_url_key
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.reads import ParsedPool
+from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.scaleset.client import ScaleSetClient
 from runnerpool.scaleset.clients import RestClients, ScaleSetClients
@@ -66,7 +67,7 @@ from runnerpool.scaleset.errors import (
     ScaleSetNotThePools,
     ScaleSetStillUsed,
 )
-from runnerpool.scaleset.listener import ScaleSetSettings, ScaleSetView
+from runnerpool.scaleset.listener import Problem, ScaleSetSettings, ScaleSetView
 from runnerpool.scaleset.runnable import PoolKey, ScaleSetListeners, listener_factory
 from runnerpool.scaleset.types import DEFAULT_RUNNER_GROUP
 from runnerpool.scaleset.wire import Policy, Wire
@@ -224,8 +225,26 @@ class StatusSink:
         self._kube.patch(RUNNER_POOLS, namespace, name, body, subresource="status")
 
 
+def _resumed_problem(seen: api.ScaleSetStatus) -> Problem | None:
+    """The problem the status shows, resumed so the new listener clears it once its session opens.
+
+    Why: left out, a new leader's listener that got in at its first try (users restart the
+    operator once they fixed the Secret) with the statistics the status held had nothing to write,
+    and the last leader's problem stayed until the scale set's next message, hours for a quiet
+    pool. A reason this version does not know (a newer operator wrote it) is ``ScaleSetPending``,
+    as the DemandVisible condition reads it: kept as some problem, it is cleared all the same."""
+    if seen.problem is None:
+        return None
+    try:
+        reason = Reason(seen.problem.reason)
+    except ValueError:
+        reason = Reason.SCALE_SET_PENDING
+    return reason, seen.problem.message
+
+
 def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView | None]:
-    """The view a pool's status holds (``None``: none recorded), for a new leader's listener."""
+    """The view a pool's status holds (``None``: none recorded), for a new leader's listener: all
+    of it, so a healthy pool's opened session writes nothing and a problem shown is cleared."""
 
     def resume(key: PoolKey) -> ScaleSetView | None:
         parsed = reads.pool(*key)
@@ -240,6 +259,7 @@ def resumed_view(reads: ScaleSetPoolReads) -> Callable[[PoolKey], ScaleSetView |
             running_jobs=seen.running_jobs,
             busy_runners=tuple(seen.busy_runners),
             dropped_labels=tuple(seen.dropped_labels),
+            problem=_resumed_problem(seen),
         )
 
     return resume

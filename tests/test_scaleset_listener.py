@@ -33,6 +33,7 @@ from runnerpool.scale_set_pools import (
     ScaleSetClaims,
     ScaleSetJitConfigs,
     listened_pools,
+    resumed_view,
     status_of,
 )
 from runnerpool.scaleset.client import ScaleSetClient
@@ -1122,6 +1123,74 @@ def test_the_later_view_of_one_scale_set_is_resumed() -> None:
     assert later(old, new) is new and later(new, old) is new
     other = ScaleSetView(scale_set_id=4, last_message_id=20)
     assert later(old, other) is old and later(None, other) is other and later(None, None) is None
+
+
+def written(view: ScaleSetView) -> dict[str, Any]:
+    """``status.scaleSet`` as ``StatusSink`` writes the view (a merge patch: unset keys absent)."""
+    return {key: value for key, value in status_of(view).items() if value is not None}
+
+
+def resumed_from(scale_set: dict[str, Any]) -> ScaleSetView | None:
+    """The view a new leader's listener starts from when the pool's ``status.scaleSet`` is this."""
+    reads = PoolReads()
+    raw = reads.parsed[(NS, POOL)].raw
+    raw["status"] = {"scaleSet": scale_set}
+    reads.parsed[(NS, POOL)] = ParsedPool(raw, api.RunnerPool.model_validate(raw))
+    return resumed_view(reads)((NS, POOL))
+
+
+def scale_set_on_github(world: World) -> ScaleSetView:
+    """The view of the pool's scale set, made on GitHub, as a listener that held it wrote it."""
+    group = world.client.runner_group("default")
+    made = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    return ScaleSetView(scale_set_id=made.id, runner_group_id=group.id)
+
+
+def polled(world: World) -> bool:
+    """The listener polls its session: it has opened it (``_opened`` ran before)."""
+    return world.fake.wait_for(lambda: any(m == "GET" and "/messages" in u for m, u in world.calls))
+
+
+def test_a_new_leader_resumes_the_status_as_the_last_one_wrote_it_problem_included() -> None:
+    view = ScaleSetView(
+        scale_set_id=7,
+        runner_group_id=1,
+        last_message_id=12,
+        assigned_jobs=2,
+        running_jobs=1,
+        busy_runners=("linux-abc12",),
+        problem=(Reason.SCALE_SET_UNREACHABLE, "the scale set cannot be reached; trying again in 60 s"),
+        dropped_labels=("gpu",),
+    )
+    assert resumed_from(written(view)) == view
+    newer = {"id": 7, "problem": {"reason": "ScaleSetSomethingNewer", "message": "said by a newer operator"}}
+    resumed = resumed_from(newer)
+    assert resumed is not None
+    assert resumed.problem == (Reason.SCALE_SET_PENDING, "said by a newer operator"), "kept, to be cleared"
+
+
+def test_a_problem_the_last_leader_showed_is_cleared_once_the_new_leaders_session_opens(world: World) -> None:
+    """Users restart the operator once they fixed the Secret: the new leader's listener got in at
+    its first try, with the statistics the status held, so it wrote nothing, and the pool said
+    DemandVisible False ScaleSetCredentialsRefused, "trying again in 60 s", until the scale set's
+    next message: hours for a quiet pool."""
+    refused = (
+        Reason.SCALE_SET_CREDENTIALS_REFUSED,
+        "GitHub refused the pool's credentials; trying again in 60 s",
+    )
+    shown = replace(scale_set_on_github(world), problem=refused)
+    world.listener(resume=resumed_from(written(shown)))
+    assert polled(world)
+    latest = world.sink.latest(NS, POOL)
+    assert latest is not None, "nothing written: the status still shows the last leader's problem"
+    assert written(latest) == written(replace(shown, problem=None))
+
+
+def test_a_new_leader_writes_nothing_to_a_quiet_healthy_pools_status(world: World) -> None:
+    """Its status says all there is: a write for each pool at every leader change is needless."""
+    world.listener(resume=resumed_from(written(scale_set_on_github(world))))
+    assert polled(world)
+    assert world.sink.published == []
 
 
 def test_labels_unchanged_mean_no_update(world: World) -> None:
