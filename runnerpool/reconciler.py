@@ -221,6 +221,8 @@ class Reconciler:
         self._secrets = secrets
         self._states = states
         self._settings = settings
+        #: What a pool's token must have left to go to a new pod (``status.has_usable_token``).
+        self._token_min_life = pool_status.token_min_life(settings.tokens.refresh_margin)
         self._pods = PodStep(
             kube,
             states.expectations,
@@ -294,8 +296,11 @@ class Reconciler:
         recheck = self._start_jobs(run, seen, secret)
         decision = self._decide(run, seen)
         recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
-        # A JIT pod waits for its own config, not for the pool's token.
-        token = _jit(run.pool) or pool_status.has_token(secret)
+        # A JIT pod waits for its own config, not for the pool's token; one expired, or about
+        # to, is no token: a pod made with it could not register.
+        token = _jit(run.pool) or pool_status.has_usable_token(
+            secret, self._states.clock(), self._token_min_life
+        )
         self._mark_may_have_runners(run, secret, seen)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -561,6 +566,7 @@ class Reconciler:
             refused=refused.cause if refused is not None else None,
             refused_reason=refused.reason if refused is not None else Reason.POD_CREATE_FAILED,
             gates=run.gates,
+            min_token_life=self._token_min_life,
         )
         metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:

@@ -9,7 +9,7 @@ the stored one, which is what lets a converged pool cost no write.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from runnerpool import api, children, conditions, naming
@@ -24,12 +24,14 @@ __all__ = [
     "POD_CREATE_FAILED_REASON",
     "RUNNER_PODS_FAILING_REASON",
     "SCALE_SET",
+    "TOKEN_MIN_LIFE",
     "WRITTEN_ELSEWHERE",
     "PodCounts",
     "demand_blind",
     "demand_visible_condition",
     "desired_status",
     "has_token",
+    "has_usable_token",
     "merge_patch",
     "notable",
     "ready_condition",
@@ -37,6 +39,8 @@ __all__ = [
     "scaling_condition",
     "token_condition",
     "token_expiry",
+    "token_min_life",
+    "token_usable_until",
     "webhook_secret_condition",
 ]
 
@@ -87,6 +91,12 @@ REFUSALS = frozenset(
 )
 
 
+#: What a registration token must have left to be handed to a new runner pod: the pod is still
+#: to be scheduled, pull its image and run ``config.sh``, and a token that expires meanwhile
+#: leaves it unable to register.
+TOKEN_MIN_LIFE = timedelta(minutes=1)
+
+
 def has_token(secret: dict[str, Any]) -> bool:
     return bool((secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY))
 
@@ -96,9 +106,40 @@ def token_expiry(secret: dict[str, Any]) -> datetime | None:
     return parse_rfc3339(value)
 
 
+def token_min_life(refresh_margin: timedelta) -> timedelta:
+    """``TOKEN_MIN_LIFE``, but at most half the updater's refresh margin: a token refreshed on
+    time (``margin`` before it expires) must never count as none, or a pool with a short
+    margin would lose its token for a moment every hour."""
+    return min(TOKEN_MIN_LIFE, refresh_margin / 2)
+
+
+def token_usable_until(secret: dict[str, Any], min_life: timedelta = TOKEN_MIN_LIFE) -> datetime | None:
+    """When the Secret's token stops being handed to new pods: ``min_life`` before it expires
+    (``None``: its expiry is not annotated)."""
+    expiry = token_expiry(secret)
+    return expiry - min_life if expiry is not None else None
+
+
+def has_usable_token(secret: dict[str, Any], now: datetime, min_life: timedelta = TOKEN_MIN_LIFE) -> bool:
+    """A token a pod made ``now`` can register with: there, and not expiring within ``min_life``.
+
+    A Secret keeps its token past the expiry while the refresh fails (the updater writes only
+    new tokens), so "filled" alone let pods start with a token GitHub no longer takes.
+    """
+    until = token_usable_until(secret, min_life)
+    return has_token(secret) and (until is None or until > now)
+
+
 def token_condition(
-    stamp: conditions.Stamp, pool: api.RunnerPool, secret: dict[str, Any], failure: RegistrationFailure | None
+    stamp: conditions.Stamp,
+    pool: api.RunnerPool,
+    secret: dict[str, Any],
+    failure: RegistrationFailure | None,
+    *,
+    min_life: timedelta = TOKEN_MIN_LIFE,
 ) -> dict[str, Any]:
+    """True while the pool's token may go to new pods (``has_usable_token``): the reconciler
+    makes pods on the same rule, so ``Ready`` says ``TokenNotReady`` whenever none can come."""
     if pool.spec.registers_jit:
         # No pool token: each pod gets its own runner's config (runnerpool.children.jit_child).
         if failure is not None:
@@ -110,7 +151,7 @@ def token_condition(
             "each runner pod gets a just-in-time config of its own",
         )
     expiry = token_expiry(secret)
-    valid = has_token(secret) and (expiry is None or expiry > stamp.now)
+    valid = has_usable_token(secret, stamp.now, min_life)
     if valid and failure is None:
         until = f" until {expiry:{RFC3339}}" if expiry else ""
         return stamp.condition(
@@ -125,11 +166,14 @@ def token_condition(
         )
     if failure is not None:
         return stamp.condition(conditions.TOKEN_READY, False, failure.reason, failure.message)
+    ending = ""
+    if expiry is not None and has_token(secret):  # one too close to its expiry for a new pod
+        ending = f"the token {'expired' if expiry <= stamp.now else 'expires'} at {expiry:{RFC3339}}; "
     return stamp.condition(
         conditions.TOKEN_READY,
         False,
         Reason.WAITING_FOR_TOKEN,
-        f"waiting for the secret updater to put a registration token into Secret "
+        f"{ending}waiting for the secret updater to put a registration token into Secret "
         f"{naming.token_secret_name(pool.name)}",
     )
 
@@ -394,6 +438,7 @@ def desired_status(
     refused: str | None = None,
     refused_reason: Reason = POD_CREATE_FAILED_REASON,
     gates: Sequence[dict[str, Any]] = (),
+    min_token_life: timedelta = TOKEN_MIN_LIFE,
 ) -> dict[str, Any]:
     """The whole status subresource as it should read now, but ``demand`` (not the reconciler's).
 
@@ -405,11 +450,11 @@ def desired_status(
     conditions, and ``WebhookSecretReady`` when it names its own webhook secret
     (``webhook_secret_problem``: why that cannot be used, if it cannot). ``gates``: the
     conditions of the checks a pool passed before it may have runners (``ScopeAllowed``,
-    ``RunnerGroupReady``), only for pools they apply to.
+    ``RunnerGroupReady``), only for pools they apply to; ``min_token_life``: ``has_usable_token``'s.
     """
     decision = decision or Decision.fixed(pool.spec.replicas)
     desired = decision.replicas
-    token = token_condition(stamp, pool, secret, failure)
+    token = token_condition(stamp, pool, secret, failure, min_life=min_token_life)
     ready = ready_condition(stamp, pool, token, pods, desired, refused=refused, refused_reason=refused_reason)
     updates = [token, ready, *gates]
     previous = old.get("conditions") or []

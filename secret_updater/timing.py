@@ -10,6 +10,9 @@ Two situations, two policies:
   before GitHub's own ``retry-after``). Bad credentials, a missing scope or a broken Secret
   need a human; retrying often would only burn rate limit, but retrying at all means a fix
   is picked up without restarting the operator.
+
+Either way a failed refresh is retried while the token it replaces still has time left
+(``before_expiry``): a backoff that outgrows the margin would let the token expire first.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 
 __all__ = [
     "RetryPolicy",
+    "before_expiry",
     "is_transient",
     "next_run_after_failure",
     "next_run_after_success",
@@ -49,6 +53,9 @@ class RetryPolicy:
     min_refresh: timedelta = timedelta(minutes=1)
     #: Padding on top of GitHub's rate-limit reset, which has one-second resolution.
     reset_padding: timedelta = timedelta(seconds=1)
+    #: Shortest retry a token's coming expiry can shorten a backoff to: halving the time left
+    #: would otherwise retry in a tight loop in the token's last seconds.
+    min_retry: timedelta = timedelta(seconds=5)
 
 
 DEFAULT_POLICY = RetryPolicy()
@@ -103,3 +110,28 @@ def next_run_after_failure(
     if retry_after is not None:
         delay = max(delay, timedelta(seconds=retry_after) + policy.reset_padding)
     return delay
+
+
+def before_expiry(
+    delay: timedelta,
+    now: datetime,
+    expires_at: datetime | None,
+    margin: timedelta,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> timedelta:
+    """``delay`` (a retry's), shortened so the retry comes while the current token is still good.
+
+    The token in the Secret (``expires_at``, ``None`` when the job has not filled it yet) is
+    refreshed ``margin`` before it expires, so a retry's backoff can outgrow what it has left:
+    with a 2-minute margin and GitHub rate limiting, retries at 20, 40, 60, 85 and 146 s let
+    the token expire while the refresh waited, and pods were made with it. So the retry comes
+    at the latest when half the margin is left, and once less is left, halfway to the expiry;
+    but never sooner than ``policy.min_retry``. A retry before a rate limit's ``retry_after``
+    asks GitHub nothing: the client's rate gate refuses it unsent (``GitHubError.held_back``).
+    Once the token has expired, there is nothing left to save: the backoff stands.
+    """
+    if expires_at is None or expires_at <= now:
+        return delay
+    left = expires_at - now
+    latest = max(left - margin / 2, left / 2, policy.min_retry)
+    return min(delay, latest)

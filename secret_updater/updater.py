@@ -39,6 +39,7 @@ from runnerpool import log_context
 from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
+from runnerpool.github.errors import GitHubError
 from runnerpool.naming import (
     TOKEN_EXPIRY_ANNOTATION,
     TOKEN_ISSUED_ANNOTATION,
@@ -54,6 +55,7 @@ from secret_updater.shared_tokens import SharedTokens
 from secret_updater.timing import (
     DEFAULT_POLICY,
     RetryPolicy,
+    before_expiry,
     next_run_after_failure,
     next_run_after_success,
 )
@@ -122,6 +124,9 @@ class _PoolState:
     reasons: set[str] = field(default_factory=set)
     # When the last write landed (clock time): a cache read soon after may predate it.
     written_at: datetime | None = None
+    # When the token in the Secret expires (the last one this job wrote, or fetched and found
+    # already written): a failing refresh is retried before then (``timing.before_expiry``).
+    expires_at: datetime | None = None
 
 
 class SecretUpdater:
@@ -354,6 +359,7 @@ class SecretUpdater:
             recovered = state.failure is not None
             state.failure = None
             state.attempt = 0
+            state.expires_at = token.expires_at
             if wrote:
                 state.last_digest = digest
                 state.written_at = now
@@ -375,14 +381,16 @@ class SecretUpdater:
             if not self._is_current(ref.key, generation):
                 return None
             previous = state.failure
-            state.attempt += 1
-            attempt = state.attempt
+            if not _held_back(err):
+                state.attempt += 1
+            attempt, expires_at = state.attempt, state.expires_at
             since = previous.since if previous is not None else now
             state.failure = RegistrationFailure(reason=reason, message=message, since=since)
             state.reasons.add(reason)
             metrics.TOKEN_FAILURES.labels(ref.namespace, ref.name, reason).inc()
         changed = previous is None or (previous.reason, previous.message) != (reason, message)
         delay = next_run_after_failure(attempt, err, self._rng, self._policy)
+        delay = before_expiry(delay, now, expires_at, self._margin, self._policy)
         level = logging.WARNING if changed else logging.DEBUG
         log.log(
             level,
@@ -424,6 +432,14 @@ class SecretUpdater:
             self._notify(ref.namespace, ref.name)
         except Exception as err:
             log_failure(log, logging.ERROR, "notifying the reconciler about pool %s failed", ref.key, err=err)
+
+
+def _held_back(err: Exception) -> bool:
+    """The client refused the call unsent (a rate-limit wait not over, a host held slow): not
+    a try. Counted, such refusals while GitHub rate limits a credential doubled the backoff
+    with every retry that came a little before the wait was over, until it outgrew the
+    token's remaining life."""
+    return isinstance(err, GitHubError) and err.held_back
 
 
 def _describe(err: BaseException) -> str:

@@ -216,6 +216,7 @@ def test_after_a_missed_deadline_the_host_is_refused_at_once_and_others_are_not(
     assert err.reason == Reason.GITHUB_HOST_SLOW
     assert "only probed every" in err.message
     assert took < 0.5 and tarpit.connections == connections, "refused without a request"
+    assert err.held_back, "not a try: the token job's backoff does not grow with it"
     fine = client_from_secret_data({"token": "ghp_fine"}, github.url, _options())
     assert fine.registration_token(ORG).token == "AABBCC"
 
@@ -269,6 +270,7 @@ def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slo
     github.post_seconds = DEADLINE * 0.3  # every answer well in time; four in a row are not
     client = client_from_secret_data({"token": "ghp_queue"}, github.url, _options())
     outcomes: list[str] = []
+    held_back: list[bool] = []
     endpoint = "/orgs/{org}/actions/runners/registration-token"
     labels = {"endpoint": endpoint, "method": "POST", "status": "error"}
     unanswered = REGISTRY.get_sample_value("runnerpool_github_requests_total", labels) or 0.0
@@ -279,6 +281,7 @@ def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slo
             outcomes.append("sent")
         except GitHubError as err:
             outcomes.append(f"{err.reason}: {err.message}")
+            held_back.append(err.held_back)
 
     writers = [threading.Thread(target=write, daemon=True) for _ in range(4)]
     for writer in writers:
@@ -288,6 +291,7 @@ def test_writes_queued_one_at_a_time_do_not_make_a_host_that_answers_in_time_slo
 
     assert len(outcomes) == 4 and 0 < outcomes.count("sent") == github.posts < 4, outcomes
     assert all("not sent" in outcome for outcome in outcomes if outcome != "sent"), outcomes
+    assert held_back and all(held_back), "not sent: not a try (the token job's backoff stays put)"
     after = REGISTRY.get_sample_value("runnerpool_github_requests_total", labels) or 0.0
     assert after == unanswered, "a write never sent is no request GitHub left unanswered"
     github.post_seconds = 0.0

@@ -18,7 +18,9 @@ def test_a_burst_of_calls_limited_together_is_one_limit_not_five() -> None:
     gate = RateLimitGate(clock)
     in_flight = [gate.closes() for _ in range(5)]
 
-    waits = [gate.limited(_untimed(), sent).retry_after for sent in in_flight]
+    limits = [gate.limited(_untimed(), sent) for sent in in_flight]
+    waits = [limit.retry_after for limit in limits]
+    assert not any(limit.held_back for limit in limits), "GitHub's own answers: tries"
 
     assert waits == [60.0] * 5
     clock.now += 60
@@ -50,6 +52,7 @@ def test_a_secondary_limit_closes_every_bucket_and_a_primary_one_its_own() -> No
     assert gate.refusal("core") is None
     refused = gate.refusal("actions_runner_registration")
     assert refused is not None and refused.retry_after == 30
+    assert refused.held_back, "refused unsent: the token job does not count it as a try"
 
     gate.limited(_untimed(), gate.closes())
     for bucket in ("core", "actions_runner_registration"):

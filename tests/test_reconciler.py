@@ -447,6 +447,46 @@ def test_a_token_failure_shows_its_reason(
     )
 
 
+def _rfc3339(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_token_expired_or_about_to_makes_no_pod_and_says_so(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
+) -> None:
+    """The Secret keeps its token past the expiry while the refresh fails: a pod made with it
+    would start, ask GitHub to register and be refused. So would one whose token expires before
+    its runner is up."""
+    create_pool(api_client, namespace, pool_manifest("stale", replicas=2))
+    reconciler(f"{namespace}/stale")
+
+    for expires_in in (timedelta(seconds=-30), timedelta(seconds=30)):
+        fill_token(api_client, namespace, "stale", "tok", _rfc3339(datetime.now(UTC) + expires_in))
+        result = reconciler(f"{namespace}/stale")
+
+        assert _pods(api_client, namespace, "stale") == [], (
+            f"no pod for a token expiring in {expires_in.total_seconds():g} s"
+        )
+        pool = _get(api_client, namespace, "stale")
+        token_ready, ready = _condition(pool, "TokenReady"), _condition(pool, "Ready")
+        assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
+        assert (ready["status"], ready["reason"]) == ("False", "TokenNotReady")
+        assert result.requeue_after == 10.0, "looked at again after the token wait"
+
+    tokens.failures[(namespace, "stale")] = RegistrationFailure(
+        reason="RateLimited", message="HTTP 429", since=datetime.now(UTC)
+    )
+    reconciler(f"{namespace}/stale")
+    token_ready = _condition(_get(api_client, namespace, "stale"), "TokenReady")
+    assert (token_ready["status"], token_ready["reason"]) == ("False", "RateLimited")
+    assert _pods(api_client, namespace, "stale") == []
+
+    del tokens.failures[(namespace, "stale")]
+    fill_token(api_client, namespace, "stale", "tok2", FUTURE)
+    reconciler(f"{namespace}/stale")
+    assert len(_pods(api_client, namespace, "stale")) == 2, "a fresh token brings the pods"
+
+
 def _converged(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str, *, delete: bool = True
 ) -> None:

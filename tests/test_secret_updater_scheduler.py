@@ -11,6 +11,7 @@ from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import BadCredentials, MalformedResponse, NotFound, RateLimited, Unavailable
 from secret_updater.timing import (
     RetryPolicy,
+    before_expiry,
     is_transient,
     next_run_after_failure,
     next_run_after_success,
@@ -94,3 +95,19 @@ def test_jitter_spreads_pools() -> None:
     rng = random.Random(1)
     delays = {next_run_after_failure(3, Unavailable("x"), rng) for _ in range(20)}
     assert len(delays) > 10
+
+
+def test_a_retry_comes_while_the_token_it_replaces_is_still_good() -> None:
+    margin = timedelta(minutes=2)
+
+    def bounded(delay_s: float, left_s: float) -> float:
+        expires = NOW + timedelta(seconds=left_s)
+        return before_expiry(timedelta(seconds=delay_s), NOW, expires, margin).total_seconds()
+
+    assert bounded(146, 120) == 60, "at the latest when half the margin is left"
+    assert bounded(20, 120) == 20, "a backoff that fits stands"
+    assert bounded(300, 30 * 60) == 300, "long before the expiry, the backoff stands"
+    assert bounded(146, 40) == 20, "with less left, halfway to the expiry"
+    assert bounded(146, 6) == POLICY.min_retry.total_seconds(), "but no tight loop at the end"
+    assert bounded(146, -1) == 146, "an expired token has nothing left to save"
+    assert before_expiry(timedelta(seconds=146), NOW, None, margin) == timedelta(seconds=146), "none yet"

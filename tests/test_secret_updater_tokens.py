@@ -23,11 +23,12 @@ from prometheus_client import REGISTRY
 
 from runnerpool.domain import PoolRef, RegistrationFailure, Scope
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
-from runnerpool.github.errors import BadCredentials, NotFound, RateLimited, Unavailable
+from runnerpool.github.errors import BadCredentials, NotFound, NotSent, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import RegistrationToken
 from runnerpool.naming import TOKEN_EXPIRY_ANNOTATION, TOKEN_ISSUED_ANNOTATION, TOKEN_SECRET_KEY
+from runnerpool.reasons import Reason
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.settings import TokenSettings
 from secret_updater import SecretUpdater, token_patch
@@ -90,8 +91,7 @@ def token(value: str, lifetime: timedelta = timedelta(hours=1), *, now: datetime
     return RegistrationToken(token=value, expires_at=now + lifetime)
 
 
-@pytest.fixture
-def harness() -> Iterator[Harness]:
+def make_harness(settings: TokenSettings = TokenSettings()) -> Harness:
     github = FakeGitHubClient()
     clock = Clock()
     secrets = {("team-a", "github-cred"): {"token": "ghp_x"}}
@@ -111,9 +111,27 @@ def harness() -> Iterator[Harness]:
         scheduler=scheduler,
         remove_leftover=delete_leftover_runner,
         rng=random.Random(3),
+        settings=settings,
     )
-    yield Harness(updater, scheduler, github, clock, secrets, patches, notified)
-    updater.stop_all()
+    return Harness(updater, scheduler, github, clock, secrets, patches, notified)
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    made = make_harness()
+    yield made
+    made.updater.stop_all()
+
+
+#: The refresh margin of the reviewers' case: short enough for a backoff to outgrow it.
+SHORT_MARGIN = TokenSettings(refresh_margin_minutes=2)
+
+
+@pytest.fixture
+def short_margin() -> Iterator[Harness]:
+    made = make_harness(SHORT_MARGIN)
+    yield made
+    made.updater.stop_all()
 
 
 def sample(name: str, **labels: str) -> float | None:
@@ -319,6 +337,56 @@ def test_rate_limit_waits_for_reset(harness: Harness) -> None:
     failure = harness.updater.failure("team-a", "build")
     assert failure is not None
     assert failure.reason == "RateLimited"
+
+
+def test_a_refresh_failing_in_a_rate_limit_storm_is_retried_before_the_token_expires(
+    short_margin: Harness,
+) -> None:
+    """A 2-minute margin and GitHub answering 429 (retry after 20 s) to every refresh: the
+    retries came at 20, 40, 60, 85 and 146 s, and the token expired while the refresh waited."""
+    harness = short_margin
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+    harness.run()
+    expiry = T0 + timedelta(hours=1)
+    harness.clock.now = harness.next_run()
+    assert expiry - harness.clock.now == SHORT_MARGIN.refresh_margin
+    harness.github.tokens += [RateLimited("HTTP 429", retry_after=20, status=429)] * 20
+
+    retries = []
+    while expiry - harness.clock.now > timedelta(seconds=5):
+        retry = harness.run()
+        assert retry is not None
+        assert retry < expiry, f"retried {retry - expiry} after the token expired"
+        retries.append(retry)
+        harness.clock.now = retry
+
+    assert retries[0] == expiry - timedelta(seconds=99), "GitHub's 20 s wait is kept while it fits"
+    halfway = expiry - SHORT_MARGIN.refresh_margin / 2
+    assert any(halfway <= retry < expiry for retry in retries), "tried again in the token's last minute"
+
+
+def test_calls_the_client_held_back_unsent_do_not_lengthen_the_backoff(harness: Harness) -> None:
+    """The rate gate refuses a call whose wait is not quite over, a slow host's calls are refused
+    until its probe: neither asked GitHub anything, so neither counts as a try."""
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+    harness.run()
+    harness.clock.now = harness.next_run()
+    gate_refusal = RateLimited("HTTP 429", retry_after=0.5, status=429, held_back=True)
+    slow_host = NotSent("not sent: the host is held slow", reason=Reason.GITHUB_HOST_SLOW, held_back=True)
+    harness.github.tokens += [RateLimited("HTTP 429", retry_after=1, status=429)]
+    harness.github.tokens += [gate_refusal, slow_host] * 3 + [Unavailable("GitHub 502")]
+
+    waits = []
+    for _ in range(8):
+        retry = harness.run()
+        assert retry is not None
+        waits.append((retry - harness.clock.now).total_seconds())
+        harness.clock.now = retry
+
+    assert all(wait <= 5 for wait in waits[:7]), f"the first try's backoff (at most 5 s): {waits}"
+    assert 5 <= waits[7] <= 10, f"the second try's (5 to 10 s), not the eighth's: {waits}"
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,25 @@ def test_token_reasons() -> None:
     assert _reason(_secret(timedelta(hours=1)), FAILURE) == ("True", "RefreshFailing")
 
 
+def test_a_token_about_to_expire_is_no_token_for_a_new_pod() -> None:
+    """A pod made now registers a minute or so later: a token that expires sooner is none, and
+    TokenReady says so (Ready then says TokenNotReady, and the reconciler makes no pod)."""
+    soon = _secret(timedelta(seconds=30))
+    assert _reason(soon) == ("False", "WaitingForToken")
+    assert _reason(soon, FAILURE) == ("False", "BadCredentials")
+    assert (
+        "the token expires at 2026-11-29T12:00:30Z"
+        in status.token_condition(STAMP, POOL, soon, None)["message"]
+    )
+    assert not status.has_usable_token(soon, NOW)
+    assert status.has_usable_token(_secret(timedelta(seconds=61)), NOW)
+    assert status.has_usable_token({"data": {naming.TOKEN_SECRET_KEY: "dA=="}}, NOW), "no expiry: no limit"
+    assert status.token_min_life(timedelta(minutes=30)) == timedelta(minutes=1)
+    assert status.token_min_life(timedelta(minutes=1)) == timedelta(seconds=30), (
+        "a token refreshed on time never counts as none"
+    )
+
+
 def test_ready_needs_enough_ready_pods_and_says_what_a_rollout_waits_for() -> None:
     token = status.token_condition(STAMP, POOL, _secret(timedelta(hours=1)), None)
     desired = POOL.spec.replicas

@@ -21,7 +21,10 @@ class GitHubError(Exception):
     """Any failure talking to GitHub, already classified for the caller.
 
     ``reason`` is CamelCase so the reconciler can copy it into a condition unchanged;
-    ``retry_after`` is GitHub's own hint (seconds) when it gave one.
+    ``retry_after`` is GitHub's own hint (seconds) when it gave one. ``held_back``: the client
+    itself refused the call before sending it, for a wait that ends by itself (GitHub's
+    rate-limit wait not over, a host held slow, a write's turn that left too little time): no
+    try was made, so a caller that backs off per try does not count it as one.
     """
 
     default_reason = Reason.GITHUB_REQUEST_FAILED
@@ -33,12 +36,14 @@ class GitHubError(Exception):
         reason: Reason | None = None,
         retry_after: float | None = None,
         status: int | None = None,
+        held_back: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason or self.default_reason
         self.retry_after = retry_after
         self.status = status
+        self.held_back = held_back
 
     def __repr__(self) -> str:
         name = type(self).__name__
@@ -68,7 +73,7 @@ class RateLimited(GitHubError):  # noqa: N818 - names fixed by the shared interf
     default_reason = Reason.RATE_LIMITED
 
     def __init__(self, message: str, *, bucket: str | None = None, **fields: Any) -> None:
-        """``fields``: ``GitHubError``'s (reason, retry_after, status)."""
+        """``fields``: ``GitHubError``'s (reason, retry_after, status, held_back)."""
         super().__init__(message, **fields)
         self.bucket = bucket
 

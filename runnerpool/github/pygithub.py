@@ -671,6 +671,7 @@ class PyGithubClient:
                 f"{method} {endpoint}: not sent: this credential's earlier writes to GitHub, which "
                 "go one at a time, left it less than half its deadline",
                 reason=Reason.GITHUB_DEADLINE_EXCEEDED,
+                held_back=True,
             )
         try:
             yield
@@ -727,7 +728,9 @@ class PyGithubClient:
             ) from None
         except transport.HostSlow as err:
             # Its own words: a slow host, or a namespace held to one call at a time.
-            raise NotSent(f"{what}: not sent: {err}", reason=Reason.GITHUB_HOST_SLOW) from None
+            raise NotSent(
+                f"{what}: not sent: {err}", reason=Reason.GITHUB_HOST_SLOW, held_back=True
+            ) from None
 
     def _translated(self, what: str, fn: Callable[[], Any]) -> Any:
         try:

@@ -58,7 +58,8 @@ class RateLimitGate:
 
     def refusal(self, bucket: str) -> RateLimited | None:
         """While a call of ``bucket`` may not go: the last limit again (its reason and message,
-        so conditions do not flap), with the seconds left as ``retry_after``; else ``None``."""
+        so conditions do not flap), with the seconds left as ``retry_after`` and ``held_back``
+        (nothing was sent: not another try); else ``None``."""
         now = self._clock()
         with self._lock:
             open_at, last = 0.0, None
@@ -73,6 +74,7 @@ class RateLimitGate:
             retry_after=open_at - now,
             status=last.status,
             bucket=last.bucket,
+            held_back=True,
         )
 
     def closes(self) -> int:

@@ -231,7 +231,9 @@ class Wire:
                 f"{what}: the answer is larger than {cap} bytes", reason=Reason.GITHUB_RESPONSE_TOO_LARGE
             ) from None
         if isinstance(outcome, transport.HostSlow):
-            raise NotSent(f"{what}: not sent: {outcome}", reason=Reason.GITHUB_HOST_SLOW) from None
+            raise NotSent(
+                f"{what}: not sent: {outcome}", reason=Reason.GITHUB_HOST_SLOW, held_back=True
+            ) from None
         if isinstance(outcome, requests.exceptions.RequestException):
             why = type(outcome.__cause__ or outcome).__name__  # the poll loop's: aiohttp's own error
             if last:
