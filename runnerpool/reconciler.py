@@ -301,6 +301,7 @@ class Reconciler:
         token = _jit(run.pool) or pool_status.has_usable_token(
             secret, self._states.clock(), self._token_min_life
         )
+        recheck = _sooner(recheck, self._token_lapse(run, seen, secret))
         self._mark_may_have_runners(run, secret, seen)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
@@ -318,6 +319,21 @@ class Reconciler:
         wait = self._update_status(run, seen, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
+
+    def _token_lapse(self, run: _Pass, seen: Observed, secret: dict[str, Any]) -> float | None:
+        """Seconds until the pool's token stops going to new pods, while its refresh fails.
+
+        ``TokenReady`` must then turn False and pods stop coming, and nothing else wakes the
+        pool: the secret updater notifies a failure only when it is new, the Secret changes only
+        with a new token, and informers do not resync. A refresh that works wakes the pool
+        itself, writing the new token long before then.
+        """
+        if _jit(run.pool) or seen.token_failure is None:
+            return None
+        until, now = pool_status.token_usable_until(secret, self._token_min_life), self._states.clock()
+        if until is None or until <= now or not pool_status.has_token(secret):
+            return None  # no token to lose: the pool already waits for one (``tokens.wait``)
+        return (until - now).total_seconds()
 
     def _check_gates(self, run: _Pass) -> Verdict | None:
         """Each gate in order; the first closed one, or ``None`` (the passed ones are on ``run``)."""

@@ -487,6 +487,46 @@ def test_a_token_expired_or_about_to_makes_no_pod_and_says_so(
     assert len(_pods(api_client, namespace, "stale")) == 2, "a fresh token brings the pods"
 
 
+@pytest.mark.usefixtures("runnerpool_crd")
+def test_a_token_whose_refresh_fails_stops_being_ready_when_it_expires(
+    api_client: client.ApiClient, namespace: str, tokens: FakeSecretUpdater, runners: RunnerManagers
+) -> None:
+    """The refresh's first failure wakes the pool (TokenReady True, RefreshFailing); the same
+    failure again does not, the Secret does not change and nothing resyncs: without a pass
+    due at the expiry, the pool said "the current token is still valid" long after it was not."""
+    now = [datetime.now(UTC).replace(microsecond=0)]
+    reconciler = make_reconciler(
+        api_client,
+        tokens=tokens,
+        runners=runners,
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+        clock=lambda: now[0],
+    )
+    create_pool(api_client, namespace, pool_manifest("lapse"))
+    reconciler(f"{namespace}/lapse")
+    expiry = now[0] + timedelta(minutes=5)
+    fill_token(api_client, namespace, "lapse", "tok", _rfc3339(expiry))
+    tokens.failures[(namespace, "lapse")] = RegistrationFailure(
+        reason="RateLimited", message="HTTP 429", since=now[0]
+    )
+
+    result = reconciler(f"{namespace}/lapse")
+
+    token_ready = _condition(_get(api_client, namespace, "lapse"), "TokenReady")
+    assert (token_ready["status"], token_ready["reason"]) == ("True", "RefreshFailing")
+    assert result.requeue_after is not None, "looked at again before the token expires"
+    assert 0 < result.requeue_after <= (expiry - now[0]).total_seconds() - 60, "a minute before it"
+
+    now[0] += timedelta(seconds=result.requeue_after)
+    result = reconciler(f"{namespace}/lapse")
+
+    pool = _get(api_client, namespace, "lapse")
+    token_ready, ready = _condition(pool, "TokenReady"), _condition(pool, "Ready")
+    assert (token_ready["status"], token_ready["reason"]) == ("False", "RateLimited")
+    assert (ready["status"], ready["reason"]) == ("False", "TokenNotReady")
+    assert result.requeue_after == 10.0
+
+
 def _converged(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, name: str, *, delete: bool = True
 ) -> None:
