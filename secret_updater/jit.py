@@ -47,7 +47,7 @@ from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.reasons import Reason
 from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
-from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, next_run_after_failure
+from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, counts_as_try, next_run_after_failure
 
 __all__ = ["JitSecretUpdater", "RemoveLeftover", "ScaleSetJit", "SecretWrites", "jit_patch"]
 
@@ -398,7 +398,8 @@ class JitSecretUpdater:
                 if maybe_made:
                     self._made.add(pod_uid)
                 previous = state.failure
-                state.attempt += 1
+                if counts_as_try(err):
+                    state.attempt += 1
                 delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
                 state.not_before = now + delay
                 state.failure = RegistrationFailure(

@@ -26,6 +26,7 @@ from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 __all__ = [
     "RetryPolicy",
     "before_expiry",
+    "counts_as_try",
     "is_transient",
     "next_run_after_failure",
     "next_run_after_success",
@@ -135,3 +136,12 @@ def before_expiry(
     left = expires_at - now
     latest = max(left - margin / 2, left / 2, policy.min_retry)
     return min(delay, latest)
+
+
+def counts_as_try(err: Exception) -> bool:
+    """Whether a failure was a try that backs off: not when the client refused the call unsent
+    (``GitHubError.held_back``: a rate-limit wait not over, a host held slow). Counted, such
+    refusals while GitHub rate limits a credential doubled the backoff with every retry that
+    came a little before the wait was over, until it outgrew the token's remaining life (and
+    a JIT pool's pods waited as long for their configs)."""
+    return not (isinstance(err, GitHubError) and err.held_back)

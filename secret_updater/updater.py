@@ -39,7 +39,6 @@ from runnerpool import log_context
 from runnerpool.api_errors import log_failure
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
-from runnerpool.github.errors import GitHubError
 from runnerpool.naming import (
     TOKEN_EXPIRY_ANNOTATION,
     TOKEN_ISSUED_ANNOTATION,
@@ -56,6 +55,7 @@ from secret_updater.timing import (
     DEFAULT_POLICY,
     RetryPolicy,
     before_expiry,
+    counts_as_try,
     next_run_after_failure,
     next_run_after_success,
 )
@@ -381,7 +381,7 @@ class SecretUpdater:
             if not self._is_current(ref.key, generation):
                 return None
             previous = state.failure
-            if not _held_back(err):
+            if counts_as_try(err):
                 state.attempt += 1
             attempt, expires_at = state.attempt, state.expires_at
             since = previous.since if previous is not None else now
@@ -432,14 +432,6 @@ class SecretUpdater:
             self._notify(ref.namespace, ref.name)
         except Exception as err:
             log_failure(log, logging.ERROR, "notifying the reconciler about pool %s failed", ref.key, err=err)
-
-
-def _held_back(err: Exception) -> bool:
-    """The client refused the call unsent (a rate-limit wait not over, a host held slow): not
-    a try. Counted, such refusals while GitHub rate limits a credential doubled the backoff
-    with every retry that came a little before the wait was over, until it outgrew the
-    token's remaining life."""
-    return isinstance(err, GitHubError) and err.held_back
 
 
 def _describe(err: BaseException) -> str:

@@ -639,3 +639,30 @@ def test_a_pool_whose_credentials_were_fixed_asks_with_them_at_once(
     assert job is not None and job.next_run_time <= jit.clock.now, "asked at once"
     _run(jit, "uid-1")
     assert [secret for _, secret, _ in jit.patches] == ["runner-jit-build-1"]
+
+
+def test_calls_the_client_held_back_unsent_do_not_lengthen_a_jit_pools_backoff(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for tokens: a rate-gate refusal or a slow host's refusal asked GitHub nothing, so it is
+    no try; counted, each doubled the pool's wait for its pods' configs."""
+    held = [
+        RateLimited("HTTP 429", retry_after=0.5, status=429, held_back=True),
+        NotSent("not sent: the host is held slow", reason=Reason.GITHUB_HOST_SLOW, held_back=True),
+    ] * 3
+
+    def refused(scope: Scope, request: JitRequest) -> Any:
+        raise held.pop(0)
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", refused)
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-1"))
+    waits = []
+    for _ in range(6):
+        _run(jit, "uid-1")
+        job = jit.scheduler.get_job("jit/uid-1")
+        assert job is not None
+        waits.append((job.next_run_time - jit.clock.now).total_seconds())
+        jit.clock.now = job.next_run_time
+
+    assert all(wait <= 5 for wait in waits), f"the first try's backoff each time: {waits}"
