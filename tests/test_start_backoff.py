@@ -89,14 +89,18 @@ def _crash_loop(
     clock: WallClock,
     seconds: int,
     said: tuple[str, int] = ("", 1),
+    spared: str = "",
 ) -> list[str]:
-    """``seconds`` of a crash-looping pool; returns the uids of the pods it made."""
+    """``seconds`` of a crash-looping pool (but its pod ``spared``, which runs); returns the
+    uids of the pods it made."""
     core, made, crashed = client.CoreV1Api(api_client), [], set()
     for _ in range(seconds):
         clock.now += timedelta(seconds=1)
         reconciler(f"{namespace}/crash")
         for pod in LiveReader(api_client).list_pods(namespace, "crash"):
             meta: dict[str, Any] = pod["metadata"]
+            if meta["name"] == spared:
+                continue
             if meta["uid"] not in made:
                 made.append(meta["uid"])
             if meta["uid"] in crashed:  # used up: the runner managers delete it
@@ -261,6 +265,32 @@ def test_a_pool_with_the_ready_pods_it_wants_is_not_failing_for_a_surge_pods_fai
     assert (ready["status"], ready["reason"]) != ("False", "RunnerPodsFailing"), ready
 
 
+def test_a_rollout_whose_new_pods_fail_at_start_says_so_while_the_old_ones_run(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: WallClock
+) -> None:
+    """The old template's ready pods keep the jobs going, but the new image never starts: the
+    pool says RunnerPodsFailing, not a rollout in progress that never ends."""
+    create_pool(api_client, namespace, pool_manifest("crash", org="octo-org", registration="jit", replicas=1))
+    reconciler(f"{namespace}/crash")
+    (old,) = LiveReader(api_client).list_pods(namespace, "crash")
+    _running(api_client, namespace, old["metadata"]["name"], clock.now - timedelta(hours=1))
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP,
+        api.VERSION,
+        namespace,
+        api.PLURAL,
+        "crash",
+        {"spec": {"runnerImage": "localhost/broken:1"}},
+    )
+
+    made = _crash_loop(api_client, namespace, reconciler, clock, 20, spared=old["metadata"]["name"])
+
+    assert made, "the rollout made new pods"
+    ready = _ready(api_client, namespace)
+    assert ready["reason"] == "RunnerPodsFailing", ready
+    assert "ExitedAtStart" in ready["message"], ready
+
+
 def _ended_pod(
     name: str, started: datetime, finished: datetime, code: int, message: str = "", busy: bool = False
 ) -> dict[str, Any]:
@@ -380,3 +410,18 @@ def test_a_streak_whose_next_pod_was_never_wanted_is_forgotten() -> None:
     backoff.observe("ns/p", 1, "t", [_failed_pod("b", clock.now)])
     failure = backoff.failure("ns/p", 1)
     assert failure is not None and failure.failures == 1, failure
+
+
+def test_a_streak_whose_next_pod_is_slow_to_fail_is_kept() -> None:
+    """A crash-looping pool whose next pod takes long to fail (a slow image pull, a node to wait
+    for) keeps its streak: forgotten, its backoff started again at 10 s."""
+    clock = WallClock(datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC))
+    backoff = StartBackoff(clock=clock)
+    backoff.observe("ns/p", 1, "t", [_failed_pod("a", clock.now)])
+    for _ in range(12):  # ten minutes of a pod that has not run yet
+        clock.now += timedelta(seconds=50)
+        backoff.observe("ns/p", 1, "t", [_live_pod("b")])
+
+    backoff.observe("ns/p", 1, "t", [_failed_pod("b", clock.now)])
+    failure = backoff.failure("ns/p", 1)
+    assert failure is not None and failure.failures == 2, failure

@@ -60,6 +60,9 @@ class PodCounts:
     used_up: int = 0
     #: Active pods stuck before their runner can run, by reason (``runnerpool.pods.failures``).
     failing: tuple[Failing, ...] = ()
+    #: Of the ready pods, those with the current template (a rollout's old pods do not say
+    #: that the new template's runners start).
+    ready_updated: int = 0
 
     @property
     def outdated(self) -> int:
@@ -88,6 +91,7 @@ def count(
         updated=sum(1 for p in running if pod_hash(p) == wanted) + pending,
         used_up=sum(1 for p in live if used_up(p) and not (p.get("metadata") or {}).get("deletionTimestamp")),
         failing=failing,
+        ready_updated=sum(1 for p in running if ready(p) and pod_hash(p) == wanted),
     )
 
 

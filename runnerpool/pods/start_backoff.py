@@ -92,6 +92,8 @@ class _Pool:
     failure: StartFailure | None = None
     #: The pods there were when the streak last grew: their failures are that failure's.
     batch: frozenset[str] = frozenset()
+    #: When a pod of the current template was last seen not judged yet (still starting).
+    starting_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,7 @@ class StartBackoff:
                 )
                 if verdict is None:
                     recheck = _sooner(recheck, _until_started(pod, now))
+                    state.starting_at = now
                     continue
                 if len(state.judged) >= _MAX_JUDGED:
                     state.judged.clear()  # old pods are long gone; at worst one is judged twice
@@ -228,7 +231,7 @@ class StartBackoff:
         pods) are one failure, as they are one cause. Counted one by one, three replicas that
         failed in one outage made their replacements wait 40 s, and the pool said
         RunnerPodsFailing for 76 s after GitHub came back (the chaos soak's 60 s)."""
-        before = self._current(state.failure, generation, now)
+        before = self._current(state, generation, now)
         if before is not None and uid in state.batch:
             return
         count = before.failures + 1 if before is not None else 1
@@ -237,19 +240,22 @@ class StartBackoff:
         state.failure = StartFailure(generation, count, verdict.exit, verdict.reason, delay, retry_at)
         state.batch = listed
 
-    def _current(self, failure: StartFailure | None, generation: int, now: datetime) -> StartFailure | None:
-        """``failure`` if it is the current spec's and not stale: a streak whose next pod was due
-        more than the longest delay ago was ended by the pool wanting no pod (no pod since has
-        failed or started), and a job hours later would say it again."""
-        if failure is None or failure.generation != generation:
+    def _current(self, state: _Pool | None, generation: int, now: datetime) -> StartFailure | None:
+        """The pool's streak if it is the current spec's and not stale: a streak whose next pod
+        was due more than the longest delay ago, and no pod of which has been starting since,
+        was ended by the pool wanting no pod, and a job hours later would say it again. A pod
+        slow to fail (a long image pull, a node to wait for) keeps it."""
+        failure = state.failure if state is not None else None
+        if state is None or failure is None or failure.generation != generation:
             return None
-        return failure if (now - failure.retry_at).total_seconds() <= self._stale_after else None
+        last = max(failure.retry_at, state.starting_at or failure.retry_at)
+        return failure if (now - last).total_seconds() <= self._stale_after else None
 
     def failure(self, pool: str, generation: int) -> StartFailure | None:
         """The pool's streak, if it belongs to its current spec and is not stale."""
         with self._lock:
             found = self._pools.get(pool)
-        return self._current(found.failure if found is not None else None, generation, self._clock())
+        return self._current(found, generation, self._clock())
 
     def wait(self, pool: str, generation: int) -> float | None:
         """Seconds until the pool may create a pod again; ``None``: it may now."""

@@ -117,7 +117,7 @@ class PodStep:
         self, pool: api.RunnerPool, live: Observed, replicas: int
     ) -> tuple[scaling.PodCounts, float | None]:
         """The counts, with the pool's pods failing at start while it backs off from them and
-        lacks ready pods (a streak is not reported while it has what it wants), and the seconds
+        lacks ready pods of its template (not reported while it has what it wants), and the seconds
         until a running pod may end that backoff (the pods judged once, here) or an
         unschedulable one counts as failing, whichever comes first: no pod event comes then."""
         key, wanted = pool_key(pool.namespace, pool.name), self.wanted_hash(pool)
@@ -127,9 +127,10 @@ class PodStep:
         counts = scaling.count(
             live.pods, replicas, wanted, still_pending(live.expected, names), failing=judged.failing
         )
-        # A pool with the ready pods it wants is failing at nothing: its streak waits for its next
-        # create (the chaos soak: a pool whose demand was gone said RunnerPodsFailing for hours).
-        exited = self._starts.failing(key, pool.generation) if counts.ready < replicas else None
+        # A pool with the ready pods it wants, of its current template, is failing at nothing: its
+        # streak waits for its next create (the chaos soak: a pool whose demand was gone said
+        # RunnerPodsFailing for hours). Its older template's ready pods do not hide a rollout's.
+        exited = self._starts.failing(key, pool.generation) if counts.ready_updated < replicas else None
         waits = [w for w in (started, judged.recheck_in) if w is not None]
         recheck = min(waits) if waits else None
         return (counts if exited is None else replace(counts, failing=(*counts.failing, exited))), recheck
