@@ -47,7 +47,13 @@ from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.reasons import Reason
 from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
-from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, counts_as_try, next_run_after_failure
+from secret_updater.timing import (
+    DEFAULT_POLICY,
+    RetryPolicy,
+    counts_as_try,
+    is_transient,
+    next_run_after_failure,
+)
 
 __all__ = ["JitSecretUpdater", "RemoveLeftover", "ScaleSetJit", "SecretWrites", "jit_patch"]
 
@@ -119,6 +125,9 @@ class _Pool:
     attempt: int = 0
     not_before: datetime | None = None
     failure: RegistrationFailure | None = None
+    #: The failure needs a human (bad credentials, a scope GitHub does not know): it stays the
+    #: pool's with no pod waiting, so demand keeps going to a sibling pool that works.
+    lasting: bool = False
     pods: set[str] = field(default_factory=set)
 
 
@@ -185,12 +194,11 @@ class JitSecretUpdater:
     def _follow(self, queued: _Pod, pod_uid: str, pool: PoolRef, request: JitRequest) -> None:
         """Under the lock: a queued pod asked for with another scale set id (its scale set made
         again on GitHub under a new id, which the pool's status now has), or with a pool whose
-        credentials changed (the user fixed or rotated the Secret), asks with those. Kept, the
+        credentials or connection changed (the user fixed or rotated the Secret), asks with those. Kept, the
         old id would be asked for at every retry, a 404 for good; and fixed credentials waited
         for a backoff of up to 5 minutes their predecessors earned, where a token pool's job
         tries them at once. The pool's backoff starts over, so the pod asks at once."""
-        same_set = queued.request.scale_set_id == request.scale_set_id
-        if same_set and queued.ref.credentials_version == pool.credentials_version:
+        if queued.request.scale_set_id == request.scale_set_id and queued.ref == pool:
             return
         self._pods[pod_uid] = replace(queued, ref=pool, request=request)
         state = self._pools.get(queued.ref.key)
@@ -207,10 +215,11 @@ class JitSecretUpdater:
 
     def _forget(self, pod_uid: str) -> PoolRef | None:
         """Under the lock: ``forget_pod``. Returns the pool whose failure this cleared (tell it):
-        once none of its pods waits for a config, a failed fill is no longer the pool's. Kept,
-        a pool whose pod went (its demand gone) said TokenReady False until its next pod got a
-        config, and its own jobs' demand passed it over for a sibling meanwhile; the backoff
-        (``not_before``) stays for its next pod."""
+        once none of its pods waits for a config, a transient failure (an outage, a rate limit)
+        is no longer the pool's. Kept, a pool whose pod went (its demand gone) said TokenReady
+        False until its next pod got a config, and its own jobs' demand passed it over for a
+        sibling meanwhile; the backoff (``not_before``) stays for its next pod. A lasting one
+        (``_Pool.lasting``) stays: cleared, the next job went to the broken pool again."""
         self._done.discard(pod_uid)
         self._made.discard(pod_uid)
         pod = self._pods.pop(pod_uid, None)
@@ -221,7 +230,7 @@ class JitSecretUpdater:
         if state is None:
             return None
         state.pods.discard(pod_uid)
-        if state.pods or state.failure is None:
+        if state.pods or state.failure is None or state.lasting:
             return None
         state.failure = None
         return pod.ref
@@ -405,6 +414,7 @@ class JitSecretUpdater:
                 state.failure = RegistrationFailure(
                     reason, message, previous.since if previous is not None else now
                 )
+                state.lasting = not is_transient(err)
                 self._reschedule(pod_uid, state.not_before)
         if not known:
             # Stopped or forgotten meanwhile: nothing to retry, nothing to report.

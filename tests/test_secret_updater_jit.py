@@ -195,6 +195,25 @@ def test_a_failed_fill_is_no_longer_the_pools_once_no_pod_waits_for_a_config(
     assert job is not None and job.next_run_time > jit.clock.now, "the next pod waits for the backoff"
 
 
+def test_credentials_github_refuses_stay_the_pools_failure_with_no_pod_waiting(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They need a human: cleared with the last pod, the pool's next job went to it again (not to
+    a sibling pool that works) and waited for its backoff before the fill failed once more."""
+
+    def refused(scope: Scope, request: JitRequest) -> Any:
+        raise BadCredentials("HTTP 401")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", refused)
+    jit_updater = jit.updater.jit
+    jit_updater.fill(POOL, "runner-jit-build-0", "uid-0", _request("build-0"))
+    _run(jit, "uid-0")
+    jit_updater.forget_pod("team-a", "uid-0")
+
+    failure = jit_updater.failure("team-a", "build")
+    assert failure is not None and failure.reason == Reason.BAD_CREDENTIALS
+
+
 def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
     jit_updater = jit.updater.jit
     jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
