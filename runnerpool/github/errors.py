@@ -23,8 +23,8 @@ class GitHubError(Exception):
     ``reason`` is CamelCase so the reconciler can copy it into a condition unchanged;
     ``retry_after`` is GitHub's own hint (seconds) when it gave one. ``held_back``: the client
     itself refused the call before sending it, for a wait that ends by itself (GitHub's
-    rate-limit wait not over, a host held slow, a write's turn that left too little time): no
-    try was made, so a caller that backs off per try does not count it as one.
+    rate-limit wait not over, a host held slow): no try was made, so a caller that backs off
+    per try does not count it as one.
     """
 
     default_reason = Reason.GITHUB_REQUEST_FAILED

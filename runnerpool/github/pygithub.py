@@ -663,7 +663,10 @@ class PyGithubClient:
         transport would take the host for slow and refuse every call to it for a while
         (``transport.SlowHosts``): a pool deletion's DELETEs, queued behind each other on a
         slow afternoon, paused every deregistration that way. Not sent, it fails as a missed
-        deadline its caller retries, and the host is not blamed."""
+        deadline its caller retries, and the host is not blamed. It counts as a try
+        (``GitHubError.held_back`` unset): it is congestion, not a wait that ends by itself, and
+        callers that back off per try thin the queue; not counted, every refused caller came
+        back every few seconds and held a thread up to half a deadline each time."""
         left = transport.time_left()
         wait = -1.0 if left is None else max(left - self._options.timeout / 2, 0.0)
         if not self._writes.acquire(timeout=wait):
@@ -671,7 +674,6 @@ class PyGithubClient:
                 f"{method} {endpoint}: not sent: this credential's earlier writes to GitHub, which "
                 "go one at a time, left it less than half its deadline",
                 reason=Reason.GITHUB_DEADLINE_EXCEEDED,
-                held_back=True,
             )
         try:
             yield
