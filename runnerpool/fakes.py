@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from runnerpool import api
@@ -71,7 +72,13 @@ class FakeSecretUpdater:
         return self.failures.get((namespace, name))
 
     def check_secret(
-        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+        self,
+        namespace: str,
+        name: str,
+        encoded_token: str | None,
+        *,
+        recreated: bool,
+        expires_at: datetime | None = None,
     ) -> float | None:
         self.checked.append((namespace, name, recreated))
         return None

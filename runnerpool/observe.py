@@ -15,6 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from runnerpool import api, naming
@@ -65,7 +66,13 @@ class TokenJobs(Protocol):
     def stop(self, namespace: str, name: str) -> None: ...
     def failure(self, namespace: str, name: str) -> RegistrationFailure | None: ...
     def check_secret(
-        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+        self,
+        namespace: str,
+        name: str,
+        encoded_token: str | None,
+        *,
+        recreated: bool,
+        expires_at: datetime | None = None,
     ) -> float | None: ...
     def withdraw(self, namespace: str, name: str, *, has_token: bool) -> bool: ...
     #: Each JIT pod's own config: filled by the same scheduler (``secret_updater.jit``).

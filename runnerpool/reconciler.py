@@ -414,6 +414,7 @@ class Reconciler:
             run.pool.name,
             (secret.get("data") or {}).get(naming.TOKEN_SECRET_KEY),
             recreated=Write.SECRET_CREATED in run.writes,
+            expires_at=pool_status.token_expiry(secret),
         )
 
     def _act_on_pods(self, run: _Pass, decision: Decision, seen: Observed) -> Converged:

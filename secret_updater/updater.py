@@ -244,9 +244,18 @@ class SecretUpdater:
             return state.failure if state is not None else None
 
     def check_secret(
-        self, namespace: str, name: str, encoded_token: str | None, *, recreated: bool
+        self,
+        namespace: str,
+        name: str,
+        encoded_token: str | None,
+        *,
+        recreated: bool,
+        expires_at: datetime | None = None,
     ) -> float | None:
-        """Refill at once a token Secret that lost the token this job wrote.
+        """Refill at once a token Secret that lost the token this job wrote; and learn when the
+        token the Secret holds expires (``expires_at``, its annotation) before the job wrote one:
+        after a restart or a change of leader, a first refresh that fails is retried before
+        then too (``timing.before_expiry``).
 
         ``encoded_token`` is the Secret's ``data`` value as the reconciler's cache shows it
         (base64, or ``None``). The job skips writing a token equal to the last one it wrote,
@@ -262,6 +271,8 @@ class SecretUpdater:
         key = pool_key(namespace, name)
         with self._lock:
             state = self._pools.get(key)
+            if state is not None and state.expires_at is None and encoded_token:
+                state.expires_at = expires_at
             if state is None or state.last_digest is None:
                 return None  # nothing written yet: the job's next run writes whatever it gets
             if not recreated:

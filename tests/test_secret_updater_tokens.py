@@ -366,6 +366,23 @@ def test_a_refresh_failing_in_a_rate_limit_storm_is_retried_before_the_token_exp
     assert any(halfway <= retry < expiry for retry in retries), "tried again in the token's last minute"
 
 
+def test_a_new_leaders_first_refresh_failing_is_retried_before_the_token_in_the_secret_expires(
+    short_margin: Harness,
+) -> None:
+    """After a restart or a change of leader the job has written nothing yet, so it knew no
+    expiry: a first refresh that GitHub rate limited for 5 minutes waited past the expiry of the
+    token the Secret held, and new pods got an expired token."""
+    harness = short_margin
+    expiry = T0 + timedelta(minutes=2)
+    harness.updater.start(POOL)
+    harness.updater.check_secret(POOL.namespace, POOL.name, "dG9rZW4=", recreated=False, expires_at=expiry)
+    harness.github.tokens.append(RateLimited("HTTP 429", retry_after=300, status=429))
+
+    retry = harness.run()
+
+    assert retry is not None and retry < expiry, f"retried at {retry}, the token expires at {expiry}"
+
+
 def test_calls_the_client_held_back_unsent_do_not_lengthen_the_backoff(harness: Harness) -> None:
     """The rate gate refuses a call whose wait is not quite over, a slow host's calls are refused
     until its probe: neither asked GitHub anything, so neither counts as a try."""
