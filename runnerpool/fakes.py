@@ -26,6 +26,8 @@ class FakeJitSecretUpdater:
 
     fills: list[tuple[str, str, JitRequest]] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+    #: The refs of every ``follow``.
+    followed: list[PoolRef] = field(default_factory=list)
     stopped: list[tuple[str, str]] = field(default_factory=list)
     failures: dict[tuple[str, str], RegistrationFailure] = field(default_factory=dict)
     #: (namespace, pool) whose ``stop`` says a config was written that the caches may not show,
@@ -34,6 +36,9 @@ class FakeJitSecretUpdater:
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None:
         self.fills.append((secret, pod_uid, request))
+
+    def follow(self, pool: PoolRef) -> None:
+        self.followed.append(pool)
 
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         self.forgotten.append(pod_uid)

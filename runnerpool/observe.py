@@ -45,6 +45,10 @@ class JitJobs(Protocol):
     """The part of ``secret_updater.jit.JitSecretUpdater`` the reconciler drives."""
 
     def fill(self, pool: PoolRef, secret: str, pod_uid: str, request: JitRequest) -> None: ...
+    def follow(self, pool: PoolRef) -> None:
+        """The pool's ref as this pass built it (a lasting failure made with another ends)."""
+        ...
+
     def forget_pod(self, namespace: str, pod_uid: str) -> None: ...
     def stop(self, namespace: str, name: str) -> bool:
         """No fill for the pool from now on; whether a config was (or is being) written for one

@@ -452,6 +452,7 @@ class Reconciler:
         used.  A pool switched back to token mode still empties the Secrets of its JIT pods;
         pods made in this pass are seen in the next, which their creation brings."""
         ref = self._pool_ref(run, seen.credentials)
+        self._jobs.tokens.jit.follow(ref)
         group = run.runner_group_id if run.runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID
         scale_set = run.pool.status.scale_set
         scale_set_id = scale_set.id if scale_set is not None and run.pool.spec.scale_set else None

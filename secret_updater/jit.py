@@ -40,20 +40,21 @@ from apscheduler.schedulers.base import BaseScheduler
 
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, utcnow
 from runnerpool.github.credentials import ClientCache, CredentialError, teardown_client
-from runnerpool.github.errors import GitHubError, MalformedResponse, NotSent, Unavailable
+from runnerpool.github.errors import (
+    BadCredentials,
+    GitHubError,
+    MalformedResponse,
+    NotFound,
+    NotSent,
+    Unavailable,
+)
 from runnerpool.github.protocol import GitHubClient
 from runnerpool.github.types import DeleteOutcome, JitConfig, JitRequest
 from runnerpool.naming import JIT_RUNNER_ID_ANNOTATION, JIT_SECRET_KEY
 from runnerpool.reasons import Reason
 from runnerpool.scheduling import add_self_scheduling_job
 from secret_updater.failures import PatchFailedError, classify
-from secret_updater.timing import (
-    DEFAULT_POLICY,
-    RetryPolicy,
-    counts_as_try,
-    is_transient,
-    next_run_after_failure,
-)
+from secret_updater.timing import DEFAULT_POLICY, RetryPolicy, counts_as_try, next_run_after_failure
 
 __all__ = ["JitSecretUpdater", "RemoveLeftover", "ScaleSetJit", "SecretWrites", "jit_patch"]
 
@@ -125,9 +126,12 @@ class _Pool:
     attempt: int = 0
     not_before: datetime | None = None
     failure: RegistrationFailure | None = None
-    #: The failure needs a human (bad credentials, a scope GitHub does not know): it stays the
-    #: pool's with no pod waiting, so demand keeps going to a sibling pool that works.
+    #: The failure needs a human (credentials GitHub refuses, a scope it does not know): it
+    #: stays the pool's with no pod waiting, so demand keeps going to a sibling pool that
+    #: works, until the pool's ref changes (``follow``).
     lasting: bool = False
+    #: The ref the failure was made with.
+    failed_with: PoolRef | None = None
     pods: set[str] = field(default_factory=set)
 
 
@@ -203,8 +207,21 @@ class JitSecretUpdater:
         self._pods[pod_uid] = replace(queued, ref=pool, request=request)
         state = self._pools.get(queued.ref.key)
         if state is not None:
-            state.attempt, state.not_before = 0, None
+            state.attempt, state.not_before, state.lasting = 0, None, False
         self._reschedule(pod_uid, self._clock())
+
+    def follow(self, pool: PoolRef) -> None:
+        """The pool's ref as this pass built it. A lasting failure made with another one is no
+        longer the pool's (the user fixed or rotated its credentials): with no pod waiting,
+        nothing else would ask GitHub again, and the pool stayed refused, its demand sent to a
+        sibling, until the operator restarted. The pool is told; its backoff starts over."""
+        with self._lock:
+            state = self._pools.get(pool.key)
+            if state is None or not state.lasting or state.failed_with in (None, pool):
+                return
+            state.failure, state.lasting, state.failed_with = None, False, None
+            state.attempt, state.not_before = 0, None
+        self._notify(pool.namespace, pool.name)
 
     def forget_pod(self, namespace: str, pod_uid: str) -> None:
         """The pod has used its config or is going: no fill for it from now on."""
@@ -306,6 +323,7 @@ class JitSecretUpdater:
         with self._lock:
             recovered = state.failure is not None
             state.failure, state.attempt, state.not_before = None, 0, None
+            state.lasting, state.failed_with = False, None
         if recovered:
             self._notify(pod.ref.namespace, pod.ref.name)
 
@@ -414,7 +432,7 @@ class JitSecretUpdater:
                 state.failure = RegistrationFailure(
                     reason, message, previous.since if previous is not None else now
                 )
-                state.lasting = not is_transient(err)
+                state.lasting, state.failed_with = _lasting(err), pod.ref
                 self._reschedule(pod_uid, state.not_before)
         if not known:
             # Stopped or forgotten meanwhile: nothing to retry, nothing to report.
@@ -567,3 +585,10 @@ def _may_have_made(err: Exception) -> bool:
     if isinstance(err, GitHubError):
         return err.status is not None and err.status >= 500  # a 5xx GitHub asked us to wait after
     return not isinstance(err, (CredentialError, PatchFailedError))
+
+
+def _lasting(err: Exception) -> bool:
+    """A failure only a human ends: credentials GitHub refuses (401, 403), a scope it does not
+    know (404), a credential Secret missing or broken. Anything else (an outage, a leftover
+    runner of the pod's name, a malformed answer) is the pod's or passes."""
+    return isinstance(err, (BadCredentials, NotFound, CredentialError))

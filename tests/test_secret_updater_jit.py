@@ -213,6 +213,14 @@ def test_credentials_github_refuses_stay_the_pools_failure_with_no_pod_waiting(
     failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == Reason.BAD_CREDENTIALS
 
+    # The user fixes the Secret: with no pod waiting, the pool's next pass tells the updater.
+    jit_updater.follow(POOL)
+    assert jit_updater.failure("team-a", "build") is not None, "the same credentials: still refused"
+    jit.notified.clear()
+    jit_updater.follow(replace(POOL, credentials_version=POOL.credentials_version + "-fixed"))
+    assert jit_updater.failure("team-a", "build") is None
+    assert jit.notified == [("team-a", "build")], "the pool's status is written again"
+
 
 def test_a_pod_forgotten_before_its_run_gets_no_runner(jit: Harness) -> None:
     jit_updater = jit.updater.jit
@@ -645,6 +653,14 @@ def test_a_pool_whose_credentials_were_fixed_asks_with_them_at_once(
     _run(jit, "uid-1")
     failure = jit_updater.failure("team-a", "build")
     assert failure is not None and failure.reason == Reason.BAD_CREDENTIALS
+
+    # The user fixes the Secret: with no pod waiting, the pool's next pass tells the updater.
+    jit_updater.follow(POOL)
+    assert jit_updater.failure("team-a", "build") is not None, "the same credentials: still refused"
+    jit.notified.clear()
+    jit_updater.follow(replace(POOL, credentials_version=POOL.credentials_version + "-fixed"))
+    assert jit_updater.failure("team-a", "build") is None
+    assert jit.notified == [("team-a", "build")], "the pool's status is written again"
     job = jit.scheduler.get_job("jit/uid-1")
     assert job is not None and job.next_run_time > jit.clock.now
 

@@ -407,6 +407,8 @@ def test_a_streak_whose_next_pod_was_never_wanted_is_forgotten() -> None:
     clock.now += timedelta(hours=1)
     assert backoff.failing("ns/p", 1) is None
     assert backoff.wait("ns/p", 1) is None
+    backoff.observe("ns/p", 1, "t", [_live_pod("b")])  # the job's pod starts
+    assert backoff.failing("ns/p", 1) is None, "its start does not bring the old failure back"
     backoff.observe("ns/p", 1, "t", [_failed_pod("b", clock.now)])
     failure = backoff.failure("ns/p", 1)
     assert failure is not None and failure.failures == 1, failure

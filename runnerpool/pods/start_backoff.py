@@ -196,6 +196,9 @@ class StartBackoff:
         listed = [(str((pod.get("metadata") or {}).get("uid") or ""), pod) for pod in pods]
         with self._lock:
             state = self._pools.setdefault(pool, _Pool())
+            if state.failure is not None and self._current(state, generation, now) is None:
+                # Stale (or another spec's): the pool's next pod starts a streak of its own.
+                state.failure, state.batch, state.starting_at = None, frozenset(), None
             for uid, pod in listed:
                 if not uid or uid in state.judged:
                     continue
