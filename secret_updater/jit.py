@@ -197,11 +197,11 @@ class JitSecretUpdater:
 
     def _follow(self, queued: _Pod, pod_uid: str, pool: PoolRef, request: JitRequest) -> None:
         """Under the lock: a queued pod asked for with another scale set id (its scale set made
-        again on GitHub under a new id, which the pool's status now has), or with a pool whose
-        credentials or connection changed (the user fixed or rotated the Secret), asks with those. Kept, the
-        old id would be asked for at every retry, a 404 for good; and fixed credentials waited
-        for a backoff of up to 5 minutes their predecessors earned, where a token pool's job
-        tries them at once. The pool's backoff starts over, so the pod asks at once."""
+        again on GitHub under a new id, which the pool's status now has), or with another ref
+        (the user fixed or rotated the credentials), asks with those. Kept, the old id would be
+        asked for at every retry, a 404 for good; and fixed credentials waited for a backoff of
+        up to 5 minutes their predecessors earned, where a token pool's job tries them at once.
+        The pool's backoff starts over, so the pod asks at once."""
         if queued.request.scale_set_id == request.scale_set_id and queued.ref == pool:
             return
         self._pods[pod_uid] = replace(queued, ref=pool, request=request)

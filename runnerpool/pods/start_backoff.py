@@ -33,14 +33,15 @@ Each pod is judged once, by its runner container (``naming.RUNNER_CONTAINER``):
 
 Pods that fail together are one failure: a pod that was there when the streak last grew does
 not grow it again (one GitHub outage, one bad image for all the pool's pods: one cause). A
-streak whose next pod was due more than ``cap`` ago is forgotten: no pod since was wanted.
+streak whose next pod was due more than ``cap`` ago, and of which no pod has been starting
+since, is forgotten: no pod was wanted meanwhile.
 
 The failure is kept with the pool's ``metadata.generation``: a pool whose spec changed (the
 user fixed the command, the image) creates at once. While the pool backs off it reports
 ``Ready`` False, ``RunnerPodsFailing``, with the container's exit reason and code
-(:meth:`StartBackoff.failing`), while it lacks ready pods: a pool with what it wants is failing
-at nothing (``runnerpool.pods.step``). Kept in memory, like the create backoff: a restarted operator
-tries once, then backs off again.
+(:meth:`StartBackoff.failing`), while it lacks ready pods of its current template: a pool with
+what it wants is failing at nothing (``runnerpool.pods.step``). Kept in memory, like the create
+backoff: a restarted operator tries once, then backs off again.
 """
 
 from __future__ import annotations

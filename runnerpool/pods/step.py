@@ -117,9 +117,9 @@ class PodStep:
         self, pool: api.RunnerPool, live: Observed, replicas: int
     ) -> tuple[scaling.PodCounts, float | None]:
         """The counts, with the pool's pods failing at start while it backs off from them and
-        lacks ready pods of its template (not reported while it has what it wants), and the seconds
-        until a running pod may end that backoff (the pods judged once, here) or an
-        unschedulable one counts as failing, whichever comes first: no pod event comes then."""
+        lacks ready pods of its template (not while it has what it wants), and the seconds until
+        a running pod may end that backoff (the pods judged once, here) or an unschedulable one
+        counts as failing, whichever comes first: no pod event comes then."""
         key, wanted = pool_key(pool.namespace, pool.name), self.wanted_hash(pool)
         started = self._starts.observe(key, pool.generation, wanted, live.pods)
         names = [str(p["metadata"].get("name")) for p in live.pods]
