@@ -56,6 +56,11 @@ class Verdict:
 
 
 class Gate(Protocol):
+    @property
+    def on_deletion(self) -> bool:
+        """Asked for a pool being deleted too, before its drain reads the caches (the others
+        would strand its runners: a pool drains at any scope it once used)."""
+
     def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None: ...
 
     def refused(self, namespace: str) -> None:
@@ -66,9 +71,15 @@ class Gate(Protocol):
 class NamespaceGate:
     """The operator may write in the pool's namespace (``runnerpool.namespace_access``): the
     first gate. A namespace that is not enabled gets no Secret write either (``withdraw`` is
-    False: the write would be refused), no token job, no runner manager, no GitHub call."""
+    False: the write would be refused), no token job, no runner manager, no GitHub call.
+
+    Asked on deletion too: the check starts the namespace's informers, and a leader that
+    starts with the pool already being deleted has none there until it asks; a drain reading
+    "no pod" from a namespace not watched would let the pool go under its running runners.
+    Where the operator may no longer write, the deletion waits (it could delete no pod)."""
 
     access: NamespaceAccess
+    on_deletion = True
 
     def check(self, pool: api.RunnerPool, stamp: conditions.Stamp) -> Verdict | None:
         found = self.access.check(pool.namespace)
@@ -81,6 +92,8 @@ class NamespaceGate:
 @dataclass(frozen=True)
 class ScopeGate:
     """The namespace may use the pool's scope (``--allow``); no GitHub call at all otherwise."""
+
+    on_deletion = False
 
     allow: AllowList
 
@@ -105,6 +118,8 @@ class GitHubHostGate:
     no GitHub call at all otherwise. Said in ``ScopeAllowed`` (where the pool may register);
     an allowed host adds no condition of its own."""
 
+    on_deletion = False
+
     hosts: GitHubHosts
     api_url_of: Callable[[api.RunnerPool], str]
 
@@ -124,6 +139,8 @@ class GitHubHostGate:
 class RunnerGroupGate:
     """``spec.runnerGroup`` exists in the pool's scope and may serve its repositories; a pool
     that names none: the scope's default group may serve them."""
+
+    on_deletion = False
 
     github: GitHubClients
     default_api_url: str

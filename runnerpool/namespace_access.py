@@ -11,7 +11,7 @@ its first write would come after its token job had asked GitHub.
 
 So the reconciler asks first (:meth:`NamespaceAccess.check`, a gate before anything is made):
 one SelfSubjectAccessReview per thing the operator needs in every runner namespace (create
-pods, list its Secrets). Every authenticated user may ask those (the built-in
+pods, list and watch its Secrets and runner pods). Every authenticated user may ask those (the built-in
 ``system:basic-user`` role): the check needs no permission of its own, and it answers with the
 operator's real permissions (a Role, a ClusterRoleBinding made by hand, ``--namespaced``'s bindings
 count too), not with a guess from the RoleBindings it could list.
@@ -22,7 +22,7 @@ makes its pools go on without a restart; one that is, after
 ``enabled_recheck`` seconds, and at once after a 403 from a write (:meth:`forget`), so a
 RoleBinding taken away is noticed too.
 
-An enabled namespace gets the operator's Secret informers (``NamespaceWatch``:
+An enabled namespace gets the operator's Secret and pod informers (``NamespaceWatch``:
 ``runnerpool.watches`` says why they are per namespace), and the gate opens only once they
 hold their first list, so no pass takes "not cached yet" for "absent"; a namespace no longer
 enabled has them stopped.
@@ -92,7 +92,7 @@ class Needed:
 
 
 #: What the operator needs in every runner namespace before a pool there may start: the first
-#: write of every pool, its Secret informers, and ``bind`` on the runner hooks' ClusterRole.
+#: write of every pool, its Secret and pod informers, and ``bind`` on the runner hooks' ClusterRole.
 #: The last is what only the platform team can give: a namespace admin may bind ``edit`` or
 #: ``admin`` to the operator's account (they hold those), which covers pods and Secrets, and so
 #: enabled the operator in their own namespace without anyone's consent; ``bind`` is in neither,
@@ -101,6 +101,8 @@ NEEDED: tuple[Needed, ...] = (
     Needed("create", "pods"),
     Needed("list", "secrets"),
     Needed("watch", "secrets"),
+    Needed("list", "pods"),
+    Needed("watch", "pods"),
     Needed("bind", "clusterroles", RBAC_GROUP, RUNNER_HOOKS_CLUSTER_ROLE),
 )
 
@@ -109,11 +111,11 @@ class NamespaceWatch(Protocol):
     """The per-namespace informers (``runnerpool.runtime.informers.InformerSet``)."""
 
     def watch_namespace(self, namespace: str, timeout: float) -> bool: ...
-    def unwatch_namespace(self, namespace: str) -> None: ...
+    def unwatch_namespace(self, namespace: str) -> bool: ...
 
 
 class NamespaceNotSyncedError(RuntimeError):
-    """An enabled namespace whose Secret informers have not listed yet: the queue retries."""
+    """An enabled namespace whose informers have not listed yet: the queue retries."""
 
 
 @dataclass(frozen=True)
@@ -170,15 +172,15 @@ class NamespaceAccess:
         """Whether the operator may work in ``namespace`` (cached; see the module docstring).
 
         Raises what the API server raises for the reviews, and ``NamespaceNotSyncedError``
-        when the namespace is enabled but its Secrets are not listed yet.
+        when the namespace is enabled but its Secrets and pods are not listed yet.
         """
         with self._lock:
             asking = self._asking.setdefault(namespace, threading.Lock())
         with asking:
             answer = self._answers.get(namespace)
             if answer is None or self._clock() - answer.asked >= answer.wait:
-                # Kept before following: Secrets not listed yet (the follow raises) are waited
-                # for again at the next check, not asked about again (four reviews each time).
+                # Kept before following: objects not listed yet (the follow raises) are waited
+                # for again at the next check, not asked about again (six reviews each time).
                 answer = self._answers[namespace] = self._answer(namespace, answer)
                 self._follow(namespace, answer.access.enabled)
             elif answer.access.enabled:
@@ -260,7 +262,8 @@ class NamespaceAccess:
         missing = [str(needed) for needed in NEEDED if not self._allowed(namespace, needed)]
         if not missing:
             return Access(
-                True, f"the operator may create runner pods and read its Secrets in namespace {namespace}"
+                True,
+                f"the operator may create runner pods and read its Secrets and pods in namespace {namespace}",
             )
         message = (
             f"the operator may not {' or '.join(missing)} in namespace {namespace}: it writes only "
@@ -283,11 +286,11 @@ class NamespaceAccess:
         return bool((review.get("status") or {}).get("allowed"))
 
     def _follow(self, namespace: str, enabled: bool) -> None:
-        """Start the namespace's Secret informers (and wait for their list), or stop them."""
+        """Start the namespace's Secret and pod informers (and wait for their list), or stop them."""
         if self._watch is None:
             return
         if not enabled:
             self._watch.unwatch_namespace(namespace)
             return
         if not self._watch.watch_namespace(namespace, SYNC_TIMEOUT):
-            raise NamespaceNotSyncedError(f"the Secrets of namespace {namespace} are not listed yet")
+            raise NamespaceNotSyncedError(f"the Secrets and pods of namespace {namespace} are not listed yet")

@@ -5,8 +5,10 @@ replica or on the leader.
 metrics, and on the leader the workers, the secret updater, runner managers, demand poller and the
 webhook secret mirror), the webhook receiver (its pool cache, probes, metrics and ``POST
 /webhook``: ``runnerpool.webhook_component``), or both in one process. Caches, probes and
-metrics run on every replica, so a new leader begins with warm caches; workers, the secret updater,
-runner managers, the poller and the mirror run only while this replica holds the Lease.
+metrics run on every replica, so a new leader begins with warm caches (but a runner namespace's
+Secrets and pods, which follow its enabling: ``runnerpool.namespace_access``); workers, the
+secret updater, runner managers, the poller and the mirror run only while this replica holds
+the Lease.
 ``runnerpool.runtime.runnables`` starts and stops them: one start path, one stop path, whether
 a SIGTERM or a lost Lease asks for the stop.
 """
@@ -80,7 +82,7 @@ class Operator:
             on_pod=self._states.expectations.observe,
             echo=self._states.echoes.echo,
             cluster_scoped=not settings.namespaced,
-            defer_per_namespace=not settings.namespaced,  # Secrets: where enabled (namespace_access)
+            defer_per_namespace=not settings.namespaced,  # Secrets, pods: where enabled (namespace_access)
         )
         # The poller (and, under ``all``, the receiver) records demand on the pools (status.demand).
         self._demand = DemandWriter(

@@ -21,7 +21,13 @@ from pydantic import ValidationError
 
 from runnerpool import api
 
-__all__ = ["ParsedPool", "Reads", "parse_pool"]
+__all__ = ["ParsedPool", "PodsNotCachedError", "Reads", "parse_pool"]
+
+
+class PodsNotCachedError(LookupError):
+    """The pods of a namespace whose pod informer is not running, or has not listed yet (not
+    enabled yet, or no longer: ``runnerpool.namespace_access``): unknown, not "none". Nothing
+    may be decided there on "no pod": a runner deleted on GitHub, a finalizer let go."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,8 @@ class Reads(Protocol):
     def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
         """The runner pods of one pool (by the pool label), sorted by name: the cached objects
         themselves, shared like the pools (read them, never change them), because every pass
-        and every runner-manager round reads them and copying them was a tenth of the CPU."""
+        and every runner-manager round reads them and copying them was a tenth of the CPU.
+        ``PodsNotCachedError`` where they are not known (a namespace not watched yet)."""
         ...
 
     def namespace_terminating(self, namespace: str) -> bool:

@@ -45,7 +45,7 @@ from runnerpool.pods.expectations import Expectations
 from runnerpool.pods.slow_start import SlowStart
 from runnerpool.pods.start_backoff import StartBackoff
 from runnerpool.pods.step import Converged, PodStep
-from runnerpool.reads import Reads
+from runnerpool.reads import PodsNotCachedError, Reads
 from runnerpool.reasons import Reason
 from runnerpool.runtime.controller import Result, TerminalError
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
@@ -335,10 +335,13 @@ class Reconciler:
             return None  # no token to lose: the pool already waits for one (``tokens.wait``)
         return (until - now).total_seconds()
 
-    def _check_gates(self, run: _Pass) -> Verdict | None:
-        """Each gate in order; the first closed one, or ``None`` (the passed ones are on ``run``)."""
+    def _check_gates(self, run: _Pass, *, deleting: bool = False) -> Verdict | None:
+        """Each gate in order (``deleting``: those asked on deletion); the first closed one, or
+        ``None`` (the passed ones are on ``run``)."""
         stamp = conditions.Stamp(run.pool.generation, self._states.clock())
         for gate in self._gates:
+            if deleting and not gate.on_deletion:
+                continue
             verdict = gate.check(run.pool, stamp)
             if verdict is None:
                 continue
@@ -349,11 +352,13 @@ class Reconciler:
                 run.runner_group_id = verdict.runner_group_id
         return None
 
-    def _refuse(self, run: _Pass, verdict: Verdict) -> Result:
+    def _refuse(self, run: _Pass, verdict: Verdict, *, deleting: bool = False) -> Result:
         """A pool that may not have runners: no token (the job stops; the Secret is emptied if the
-        verdict says so), no runner manager, no new pod; its conditions and an Event say why."""
+        verdict says so), no runner manager, no new pod; its conditions and an Event say why.
+        ``deleting``: its jobs are stopped already, its pod expectations kept for the drain."""
         pool = run.pool
-        self._forget(pool.namespace, pool.name)
+        if not deleting:
+            self._forget(pool.namespace, pool.name)
         if verdict.withdraw:
             self._withdraw_token(run)
         refused = verdict.condition
@@ -687,6 +692,9 @@ class Reconciler:
         if naming.POOL_FINALIZER not in pool.finalizers:
             return Result()
         issued = self._forget(pool.namespace, pool.name, expectations=False)
+        waiting = self._deletion_gates(run)  # before any read of the namespace's caches
+        if waiting is not None:
+            return waiting
         # A pool the allow-list refuses now is drained all the same: it has a finalizer only
         # if it was allowed once, and the runners it registered then (busy ones too) are no
         # fewer for the rules' change; leaving them, or deleting its scale set under them, was
@@ -726,6 +734,25 @@ class Reconciler:
             return waiting
         self._report_deregistered(run, stamp, drained)
         return self._release(run)
+
+    def _deletion_gates(self, run: _Pass) -> Result | None:
+        """The gates asked on deletion (``Gate.on_deletion``); ``None``: passed, and said so (a
+        namespace enabled again while its pool waited to drain).
+
+        Where the operator may no longer read or write, the deletion waits, as the pool says,
+        for the namespace to be enabled again; in a namespace being deleted, whose deletion took
+        the operator's access with it (a Role, or a binding let go by hand), that will not
+        happen: as with a lost credential, it says which runners may be left and goes after
+        ``--credential-lost-wait``."""
+        closed = self._check_gates(run, deleting=True)
+        if closed is None:
+            if run.gates:
+                self._set_condition(run, *run.gates)
+            return None
+        if not self._reads.namespace_terminating(run.pool.namespace):
+            return self._refuse(run, closed, deleting=True)
+        lost = CredentialError(Reason(closed.condition["reason"]), str(closed.condition["message"]))
+        return self._credential_lost(run, lost)
 
     def _report_deregistered(self, run: _Pass, stamp: conditions.Stamp, drained: Drain) -> None:
         """``RunnersDeregistered`` True; pods stuck Terminating (a lost node) are named with their
@@ -860,7 +887,10 @@ class Reconciler:
             since = now
             self._annotate(run, {naming.CREDENTIAL_LOST_ANNOTATION: f"{now:{RFC3339}}"})
         deadline = since + timedelta(seconds=self._settings.deletion.credential_lost_wait)
-        pods = [str(p["metadata"]["name"]) for p in self._reads.list_pods(pool.namespace, pool.name)]
+        try:
+            pods = [str(p["metadata"]["name"]) for p in self._reads.list_pods(pool.namespace, pool.name)]
+        except PodsNotCachedError:
+            pods = []  # the namespace's access went with its deletion: its runners are named by pool
         left = deregistration.left_on_github(pool, pods, self._settings.github.api_url_of(pool))
         if now >= deadline:
             message = f"let go without deregistering ({err.reason}: {err}): {left}"

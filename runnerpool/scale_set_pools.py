@@ -639,9 +639,9 @@ def assemble(
 
     A scale set's claims count the pools the allow-list admits in namespaces not known to be
     refused (``access``), not only in those known enabled. Right after a start or a leadership
-    change no namespace is known enabled until a pass there checks it, while a deleted pool's
-    finalizer runs no check: counting only the enabled ones, it saw no other pool naming its
-    scale set and deleted it, busy runners of that other pool and all."""
+    change no namespace is known enabled until a pass there checks it (a deleted pool's
+    finalizer checks only its own): counting only the enabled ones, it saw no other pool naming
+    its scale set and deleted it, busy runners of that other pool and all."""
     policy = scale_set_policy(settings.github)
     clients = ScaleSetClients(rest, wire=lambda: Wire(policy), hosts=settings.github.hosts.hosts)
     finalized = JustFinalized()

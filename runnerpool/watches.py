@@ -33,7 +33,13 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   previous one too.  Pods are indexed by ``namespace/pool`` label: the reconciler and the
   runner managers read one pool's pods on every pass, and a scan of every cached pod per
   pool would make each round cost O(pools x pods).  Every pod event is also reported to
-  ``on_pod`` (the reconciler's create expectations).
+  ``on_pod`` (the reconciler's create expectations).  Per enabled namespace, as Secrets are
+  (``per_namespace``): a pod's spec holds whatever its authors put in its environment and
+  arguments, often credentials, so listing pods everywhere is reading them, and the
+  operator needs only its own, in the namespaces it runs pools in.  A pool's deletion asks
+  for its namespace first too (``Gate.on_deletion``): a leader that starts with a pool
+  already being deleted has no informer there until it asks, and a drain that read "no pod"
+  from a namespace not watched would let the pool go with its runners still running.
 * **PodDisruptionBudgets**: the namespace's shared busy budget has no owner; a new spec (a
   hand edit) or its deletion brings the namespace's pools back, whose next reconcile
   repairs it.  Its creation and its status (the disruption controller's counts) do not.
@@ -63,7 +69,7 @@ from runnerpool.credential_protection import credential_secret_name
 from runnerpool.demand.matching import pool_scope_keys
 from runnerpool.domain import DEFAULT_API_URL, pool_key
 from runnerpool.naming import CREDENTIAL_SELECTOR, MANAGED_BY_SELECTOR, POOL_LABEL
-from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.reads import ParsedPool, PodsNotCachedError, parse_pool
 from runnerpool.runtime.informers import (
     Event,
     InformerSet,
@@ -260,6 +266,7 @@ def pool_watches(
             label_selector=MANAGED_BY_SELECTOR,
             indexes={BY_POOL: _pod_index},
             observe=_observer(on_pod),
+            per_namespace=True,
         ),
         Watch(BUDGETS, POD_DISRUPTION_BUDGETS, _budget, label_selector=MANAGED_BY_SELECTOR),
         Watch(ACCOUNTS, SERVICE_ACCOUNTS, _owners, label_selector=MANAGED_BY_SELECTOR),
@@ -299,6 +306,16 @@ class PoolCache(InformerSet):
             defer_per_namespace=defer_per_namespace,
         )
 
+    def unwatch_namespace(self, namespace: str) -> bool:
+        """Stop the namespace's informers and, if it had any, bring its pools back: their pods
+        and Secrets left the cache without an event, and each pool's next pass finds the
+        namespace refused and stops its jobs, before a runner manager takes "no pod" for the
+        truth there."""
+        stopped = super().unwatch_namespace(namespace)
+        for key in _namespace_pools(self, namespace) if stopped else ():
+            self._enqueue(key)
+        return stopped
+
     def get_pool(self, namespace: str, name: str) -> Obj | None:
         return self.get(POOLS, namespace, name)
 
@@ -327,7 +344,10 @@ class PoolCache(InformerSet):
         return [found[key] for key in sorted(found)]
 
     def list_pods(self, namespace: str, pool: str) -> list[Obj]:
-        """The runner pods of one pool, by their pool label, from the index (shared: see Reads)."""
+        """The runner pods of one pool, by their pool label, from the index (shared: see Reads);
+        ``PodsNotCachedError`` where the namespace's pods are not cached."""
+        if not self.listed(PODS_, namespace):
+            raise PodsNotCachedError(f"the pods of namespace {namespace} are not cached (not enabled yet?)")
         return self.shared_by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
 
     def pool(self, namespace: str, name: str) -> ParsedPool | None:

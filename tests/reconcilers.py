@@ -44,12 +44,15 @@ def make_reconciler(
     others: Sequence[Forgets] = (),
     echoes: Echoes | None = None,
     scale_sets: ScaleSets | None = None,
+    namespace_gate: Gate | None = None,
 ) -> Reconciler:
     """``reads``: the API server itself by default (nothing lags, so no create is expected
-    for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``."""
+    for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``;
+    ``namespace_gate``: the first gate (none: the test's namespaces count as enabled)."""
     reads = reads or LiveReader(api_client)
     settings = settings or Settings()
     gates: list[Gate] = [
+        *([namespace_gate] if namespace_gate is not None else []),
         GitHubHostGate(settings.github.hosts, settings.github.api_url_of),
         ScopeGate(settings.tenants.allow_list),
     ]

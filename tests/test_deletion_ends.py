@@ -25,11 +25,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, naming
-from runnerpool.conditions import RUNNERS_DEREGISTERED
+from runnerpool.conditions import NAMESPACE_ENABLED, RUNNERS_DEREGISTERED, Stamp
 from runnerpool.domain import Drain, PoolRef
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
+from runnerpool.gates import Verdict
+from runnerpool.namespace_access import Access
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.reasons import Reason
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import Result
@@ -381,6 +384,90 @@ def test_a_pool_the_allow_list_refuses_since_its_runners_started_is_drained_befo
     refusing(f"{namespace}/arc")
     assert scale_sets.deleted == [("arc", None)]
     assert _pool(api_client, namespace, "arc") is None
+
+
+@dataclass
+class SwitchedNamespace:
+    """The namespace gate as the test switches it (``runnerpool.gates.NamespaceGate``)."""
+
+    enabled: bool = True
+    on_deletion = True
+
+    def check(self, pool: api.RunnerPool, stamp: Stamp) -> Verdict:
+        found = Access(self.enabled, "enabled" if self.enabled else "may not create pods", recheck=30.0)
+        return Verdict(found.condition(stamp), recheck=found.recheck, withdraw=self.enabled)
+
+    def refused(self, namespace: str) -> None:
+        """Nothing cached."""
+
+
+def test_a_pool_deleted_where_the_operator_may_no_longer_write_waits_saying_why(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """The enabling RoleBinding taken away past its finalizer: the operator can neither see nor
+    delete the pool's pods there any more, and a drain reading "no pod" would let the pool go
+    under its runners. Its deletion waits, says why, and drains once the namespace is enabled."""
+    gate, runners = SwitchedNamespace(), FakeRunnerJobs(outcome=Drain(busy=0, deregistered=1))
+    reconciler = make_reconciler(api_client, runners=runners, clock=clock, namespace_gate=gate)
+    create_pool(api_client, namespace, pool_manifest("cut"))
+    reconciler(f"{namespace}/cut")
+    fill_token(api_client, namespace, "cut", "tok", FUTURE)
+    gate.enabled = False
+    _delete(api_client, namespace, "cut")
+
+    assert reconciler(f"{namespace}/cut").requeue_after == 30.0
+    pool = _pool(api_client, namespace, "cut") or {}
+    assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
+    found = {c["type"]: (c["status"], c["reason"]) for c in pool["status"]["conditions"]}
+    assert found[NAMESPACE_ENABLED] == ("False", Reason.NAMESPACE_NOT_ENABLED)
+    assert runners.drains == [], "no drain on a cache that cannot show the pool's pods"
+    assert _events(api_client, namespace, Reason.NAMESPACE_NOT_ENABLED)
+
+    gate.enabled = True
+    reconciler(f"{namespace}/cut")
+    assert [ref.name for ref in runners.drains] == ["cut"]
+    assert _pool(api_client, namespace, "cut") is None
+
+
+class _Terminating(LiveReader):
+    """Its namespace is being deleted once ``terminating`` says so."""
+
+    terminating = False
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        return self.terminating
+
+
+def test_a_pool_whose_namespace_deletion_took_the_operators_access_goes_after_the_lost_wait(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """A namespace enabled by a Role (which its deletion deletes at once) or whose binding was
+    let go by hand: access will not come back, and waiting for it held the namespace in
+    Terminating for good. As with a lost credential: say which runners may be left, then go."""
+    gate, runners = SwitchedNamespace(), FakeRunnerJobs(outcome=Drain(busy=0, deregistered=1))
+    reads = _Terminating(api_client)
+    reconciler = make_reconciler(
+        api_client,
+        reads=reads,
+        runners=runners,
+        clock=clock,
+        namespace_gate=gate,
+        settings=Settings(deletion=DeletionSettings(busy_runner_wait=30.0, credential_lost_wait=LOST_WAIT)),
+    )
+    create_pool(api_client, namespace, pool_manifest("gone-with-it"))
+    reconciler(f"{namespace}/gone-with-it")
+    fill_token(api_client, namespace, "gone-with-it", "tok", FUTURE)
+    gate.enabled, reads.terminating = False, True
+    _delete(api_client, namespace, "gone-with-it")
+
+    assert reconciler(f"{namespace}/gone-with-it").requeue_after == 30.0
+    assert _pool(api_client, namespace, "gone-with-it") is not None
+    assert _events(api_client, namespace, Reason.CREDENTIAL_LOST)
+    clock.now += timedelta(seconds=LOST_WAIT)
+    assert reconciler(f"{namespace}/gone-with-it").requeue_after is None
+    assert _pool(api_client, namespace, "gone-with-it") is None
+    assert _events(api_client, namespace, Reason.RUNNERS_LEFT_ON_GITHUB)
+    assert runners.drains == [], "nothing of the namespace could be read"
 
 
 class StillUsedScaleSet(RecordedScaleSets):

@@ -182,14 +182,25 @@ class RunningOperator:
 
 
 @contextlib.contextmanager
-def _operator_as_service_account(api_client: client.ApiClient, namespace: str) -> Iterator[RunningOperator]:
-    """The operator in-process, logged in as deploy/'s ServiceAccount, watching ``namespace``."""
+def _fake_github() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as github:
+        github.add_scope(repo="octo-org/octo-repo")
+        yield github
+
+
+@contextlib.contextmanager
+def _operator_as_service_account(
+    api_client: client.ApiClient, namespace: str, github: FakeGitHub | None = None
+) -> Iterator[RunningOperator]:
+    """The operator in-process, logged in as deploy/'s ServiceAccount, watching ``namespace``
+    (``github``: one that outlives it, for a next operator)."""
     token = _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)
     metrics_port = free_port()
     operator_client = _bearer_client(api_client, token)
     operator_client.user_agent = f"runnerpool-operator-least-privilege/{uuid.uuid4().hex[:8]}"
-    with FakeGitHub() as github:
-        github.add_scope(repo="octo-org/octo-repo")
+    with contextlib.ExitStack() as stack:
+        if github is None:
+            github = stack.enter_context(_fake_github())
         operator = Operator(
             Settings(
                 # Only the test's namespace, so other tests' pools stay out of the audit trail.
@@ -477,6 +488,43 @@ def test_the_operator_needs_exactly_deploys_rbac(
     assert not unused, f"granted but never needed, remove from deploy/rbac: {sorted(unused)}"
 
 
+def test_a_pool_deleted_while_no_operator_ran_is_drained_by_the_next_one(
+    api_client: client.ApiClient, control_plane: ControlPlane, installed: None, namespace: str
+) -> None:
+    """An upgrade or a crash: the pool is deleted while no operator runs. The next leader drains
+    it like any other and deletes its runner's pod itself once the runner is deregistered. It
+    watches a namespace's pods only once it has asked whether the namespace is enabled; a drain
+    that read "no pod" there let the pool go under its pod (garbage collection took the pod
+    after the last listing, and a runner registering meanwhile stayed on GitHub)."""
+    reader, scope = LiveReader(api_client), "octo-org/octo-repo"
+    pat_secret(api_client, namespace)
+    with _fake_github() as github:
+        with _operator_as_service_account(api_client, namespace, github):
+            create_pool(api_client, namespace, pool_manifest("late", repo=scope))
+            [pod] = mark_pods_ready(api_client, namespace, "late", 1)
+            secret = reader.get_secret(namespace, naming.token_secret_name("late")) or {}
+            token = base64.b64decode(secret["data"][naming.TOKEN_SECRET_KEY]).decode()
+            github.register_runner_with_token(scope, token, pod, [f"{namespace}/late", "self-hosted"])
+            wait_for(
+                lambda: _pool_condition(reader, namespace, "Ready", pool="late") == "True",
+                message="the pool to be Ready",
+            )
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "late"
+        )
+        with _operator_as_service_account(api_client, namespace, github) as running:
+            wait_for(lambda: reader.get_pool(namespace, "late") is None, timeout=60, message="the pool to go")
+            deleted = {
+                e["objectRef"].get("name")
+                for e in control_plane.audit_events()
+                if e.get("userAgent") == running.user_agent
+                and e["verb"] == "delete"
+                and e.get("objectRef", {}).get("resource") == "pods"
+            }
+        assert github.runners(scope) == [], "no runner of the pool is left on GitHub"
+        assert pod in deleted, "the new leader deleted the pod itself, after its runner"
+
+
 def test_owner_references_need_the_finalizers_permission(
     api_client: client.ApiClient, namespace: str
 ) -> None:
@@ -533,7 +581,8 @@ def test_the_operator_may_touch_no_secret_and_no_pod_where_not_enabled(
     api_client: client.ApiClient, installed: None, disabled_namespace: str
 ) -> None:
     """What the API server itself answers deploy/'s ServiceAccount: 403 on a Secret (read by
-    name, listed) and on a new pod in a namespace not enabled; 2xx once the RoleBinding is there."""
+    name, listed), on its pods (listed) and on a new pod in a namespace not enabled, and on
+    Secrets and pods listed cluster-wide; 2xx there once the RoleBinding is there."""
     namespace = disabled_namespace
     pat_secret(api_client, namespace)
     operator = client.CoreV1Api(
@@ -543,10 +592,12 @@ def test_the_operator_may_touch_no_secret_and_no_pod_where_not_enabled(
     calls = {
         "get secret": lambda: operator.read_namespaced_secret(naming.DEFAULT_CREDENTIAL_SECRET, namespace),
         "list secrets": lambda: operator.list_namespaced_secret(namespace),
+        "list pods": lambda: operator.list_namespaced_pod(namespace),
         "create pod": lambda: operator.create_namespaced_pod(namespace, pod, dry_run="All"),
     }
     assert {what: _refused(call) for what, call in calls.items()} == dict.fromkeys(calls, 403)
     assert _refused(operator.list_secret_for_all_namespaces) == 403, "no Secret cluster-wide"
+    assert _refused(operator.list_pod_for_all_namespaces) == 403, "no pod cluster-wide"
     enable_namespace(api_client, namespace)
     wait_for(
         lambda: all(_refused(call) == 200 for call in calls.values()),

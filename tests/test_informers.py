@@ -27,6 +27,7 @@ from runnerpool.naming import (
     MANAGED_BY_VALUE,
     POOL_LABEL,
 )
+from runnerpool.reads import PodsNotCachedError
 from runnerpool.runtime.informers import InformerStoppedError, ListWatchAdapter, NamespaceNotWatchedError
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 from runnerpool.runtime.listwatch import (
@@ -775,33 +776,59 @@ def test_all_namespaces_mode(
         assert informer_set.stop(timeout=10)
 
 
-def test_secrets_are_watched_only_in_the_namespaces_asked_for(
+def test_secrets_and_pods_are_watched_only_in_the_namespaces_asked_for(
     api_client: client.ApiClient, namespace: str, other_namespace: str, keys: Keys, runnerpool_crd: Any
 ) -> None:
-    """Cluster mode lists no Secret cluster-wide: a namespace's Secrets are cached once it is
-    watched (enabled), and leave the cache when it no longer is; the rest is watched at start."""
+    """Cluster mode lists no Secret and no pod cluster-wide: a namespace's are cached once it is
+    watched (enabled), and leave the cache when it no longer is, which brings its pools back
+    (no event says so); the rest is watched at start."""
     core = client.CoreV1Api(api_client)
+    managed = {"app.kubernetes.io/managed-by": "runnerpool-operator", POOL_LABEL: "pool-a"}
     for ns in (namespace, other_namespace):
         core.create_namespaced_secret(ns, make_secret("creds", labels=CREDENTIAL))
+        core.create_namespaced_pod(ns, make_pod("pool-a-x", managed))
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": "pool-a"},
+            "spec": {"repository": "octo-org/octo-repo", "credentialSecretName": "creds"},
+        },
+    )
     informer_set = PoolCache(api_client, keys, None, defer_per_namespace=True)
     informer_set.start()
     try:
         assert informer_set.wait_for_sync(timeout=30), "the set syncs without any Secret informer"
         assert informer_set.get_secret(namespace, "creds") is None
         assert informer_set.list_secrets() == []
+        with pytest.raises(PodsNotCachedError):
+            informer_set.list_pods(namespace, "pool-a")  # unknown, not "none": no runner judged by it
+        assert informer_set.count("Pods") == 0
         assert informer_set.watch_namespace(namespace, timeout=30)
         assert informer_set.get_secret(namespace, "creds") is not None, (
             "listed before watch_namespace returned"
         )
         assert [s["metadata"]["namespace"] for s in informer_set.list_secrets()] == [namespace]
+        assert [p["metadata"]["name"] for p in informer_set.list_pods(namespace, "pool-a")] == ["pool-a-x"]
+        assert informer_set.count("Pods") == 1, "not the other namespace's"
         core.create_namespaced_secret(namespace, make_secret("later", labels=OWNED))
         wait_for(
             lambda: informer_set.get_secret(namespace, "later"),
             message="a new Secret of the watched namespace",
         )
-        informer_set.unwatch_namespace(namespace)
+        keys.clear()
+        assert informer_set.unwatch_namespace(namespace)
         assert informer_set.get_secret(namespace, "creds") is None
         assert informer_set.count("CredentialSecrets") == 0
+        with pytest.raises(PodsNotCachedError):
+            informer_set.list_pods(namespace, "pool-a")
+        assert keys.keys == [f"{namespace}/pool-a"], "its pools see the namespace refused"
+        assert not informer_set.unwatch_namespace(namespace), "nothing more to stop"
+        assert keys.keys == [f"{namespace}/pool-a"], "once"
     finally:
         assert informer_set.stop(timeout=10)
 

@@ -45,8 +45,10 @@ class Watched:
         self.namespaces.add(namespace)
         return True
 
-    def unwatch_namespace(self, namespace: str) -> None:
+    def unwatch_namespace(self, namespace: str) -> bool:
+        watched = namespace in self.namespaces
         self.namespaces.discard(namespace)
+        return watched
 
 
 def _allowed_now(kube: Kube, namespace: str) -> bool:

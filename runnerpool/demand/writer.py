@@ -36,13 +36,13 @@ from pydantic import ValidationError
 from runnerpool import api
 from runnerpool import status as pool_status
 from runnerpool.api_errors import describe
-from runnerpool.demand import metrics, rules
+from runnerpool.demand import metrics, rules, runner_names
 from runnerpool.demand.job_labels import JobLabels
 from runnerpool.demand.matching import job_matches, job_scope_keys, recording_pools
 from runnerpool.demand.verification import ANY_POOL, Verdict
 from runnerpool.domain import utcnow
 from runnerpool.github.jobs import Job
-from runnerpool.reads import Reads
+from runnerpool.reads import PodsNotCachedError, Reads
 from runnerpool.runtime.kube import RUNNER_POOLS, Kube
 
 __all__ = ["DemandWriteFailed", "DemandWriter"]
@@ -306,9 +306,15 @@ class DemandWriter:
         racing the pool's deletion: its demand went with it, nothing to warn about)."""
         return self._kube.get_if_there(RUNNER_POOLS, key[0], key[1])
 
-    def _pod_names(self, namespace: str, pool: str) -> frozenset[str]:
-        """A pool's runners register under their pod's name (``runnerpool.pods.template``)."""
-        return frozenset(str(pod["metadata"]["name"]) for pod in self._pools.list_pods(namespace, pool))
+    def _pod_names(self, namespace: str, pool: str) -> Container[str]:
+        """A pool's runners register under their pod's name (``runnerpool.pods.template``); where
+        its pods are not cached yet (a leader's first moments), by their names' shape, as the
+        receiver without a pod cache tells them."""
+        try:
+            pods = self._pools.list_pods(namespace, pool)
+        except PodsNotCachedError:
+            return runner_names.by_name(namespace, pool)
+        return frozenset(str(pod["metadata"]["name"]) for pod in pods)
 
     def _base(self, key: PoolKey) -> _Base | None:
         """The pool to write over without a request when this replica knows it: the cached

@@ -52,7 +52,7 @@ from runnerpool.github.credentials import CredentialError, teardown_client
 from runnerpool.github.errors import GitHubError, RateLimited, Unavailable
 from runnerpool.github.protocol import GitHubClient, GitHubClients, RateLimitAware
 from runnerpool.github.types import DeleteOutcome, Runner
-from runnerpool.reads import Reads, parse_pool
+from runnerpool.reads import PodsNotCachedError, Reads, parse_pool
 from runnerpool.runners import lifecycle, metrics, retirement
 from runnerpool.runners.leftovers import delete_leftover_runner
 from runnerpool.runners.listing import ListingKey, SharedListing, Snapshot, runner_counts
@@ -607,7 +607,11 @@ class RunnerManagers:
             return  # gone, or invalid: the reconciler reports it
         if pool.deleting:
             return  # its finalizer has deregister() remove the runners now
-        pods = [lifecycle.PodView.of(pod) for pod in self._pools.list_pods(ref.namespace, ref.name)]
+        try:
+            listed = self._pools.list_pods(ref.namespace, ref.name)
+        except PodsNotCachedError:
+            return  # its namespace no longer enabled: no runner is judged by pods not seen
+        pods = [lifecycle.PodView.of(pod) for pod in listed]
         runners = _runners_of(pool, snapshot, (pod.name for pod in pods), self._pools)
         self._publish(ref, runner_counts(runners))
         todo = lifecycle.plan(

@@ -276,9 +276,10 @@ class InformerSet:
         deadline = time.monotonic() + timeout
         return all(informer.adapter.synced.wait(max(0.0, deadline - time.monotonic())) for informer in mine)
 
-    def unwatch_namespace(self, namespace: str) -> None:
+    def unwatch_namespace(self, namespace: str) -> bool:
         """Stop the deferred entries' informers for ``namespace``: their objects leave the cache
-        (without events: nothing the operator does follows from "no longer visible")."""
+        (without events: nothing the operator does follows from "no longer visible"). ``True``
+        if there were any."""
         with self._lock:
             gone = [
                 entry.informers.pop(namespace)
@@ -287,6 +288,7 @@ class InformerSet:
             ]
         for informer in gone:
             informer.signal_stop()
+        return bool(gone)
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop every informer; ``True`` if all their threads ended in time.
@@ -328,6 +330,15 @@ class InformerSet:
         if informer is None:
             raise NamespaceNotWatchedError(f"{watch} in namespace {namespace!r} are not watched (yet)")
         return informer
+
+    def listed(self, watch: str, namespace: str) -> bool:
+        """Whether ``watch``'s objects of ``namespace`` are cached: always for an entry watched
+        from the start; for a deferred one, once its informer there has its first list."""
+        entry = self._entries[watch]
+        if not entry.deferred:
+            return True
+        informer = entry.informer_for(namespace)
+        return informer is not None and informer.adapter.synced.is_set()
 
     def _lookup(self, watch: str, namespace: str, name: str) -> tuple[Store | None, str]:
         """The store that holds ``watch``'s objects of ``namespace`` (``None``: a deferred entry
