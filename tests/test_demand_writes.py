@@ -209,17 +209,22 @@ class Servers(Kube):
         return {name: (d.get("queued", 0), d.get("busy", 0)) for name, d in demands.items()}
 
 
-def _five_pools() -> tuple[Servers, PoolCache, DemandWriter]:
-    """Pools a..e of one namespace, all matching a ``self-hosted`` job; ``a`` counts it queued."""
+def _five_pools(*, pods_not_listed: bool = False) -> tuple[Servers, PoolCache, DemandWriter]:
+    """Pools a..e of one namespace, all matching a ``self-hosted`` job; ``a`` counts it queued.
+    ``pods_not_listed``: the operator's writer, which tells runners by the pods it caches, in a
+    namespace whose pods it has not listed yet (else the receiver's, which tells them by name)."""
     raws = [pool(name, rv="1", **AUTOSCALING) for name in "abcde"]
-    cache = PoolCache(offline(), lambda key: None, None)
+    cache = PoolCache(offline(), lambda key: None, None, defer_per_namespace=pods_not_listed)
     for raw in raws:
         deliver(cache, POOLS, "ADDED", raw)
     servers = Servers(*raws)
+    api_url_of = GitHubSettings(api_url=API).api_url_of
     return (
         servers,
         cache,
-        DemandWriter(servers, cache, GitHubSettings(api_url=API).api_url_of, runners=by_name),
+        DemandWriter(servers, cache, api_url_of)
+        if pods_not_listed
+        else DemandWriter(servers, cache, api_url_of, runners=by_name),
     )
 
 
@@ -247,6 +252,17 @@ def test_a_jobs_start_and_end_are_written_only_where_they_change_what_counts() -
     recorder.record_job(_news(1, "completed", runner="c-x1y2z"))
     assert servers.patched() == ["a", "a", "c", "c"]
     assert set(servers.counted().values()) == {(0, 0)}
+
+
+def test_a_leader_whose_pod_cache_has_not_listed_a_namespace_yet_tells_its_runners_by_name() -> None:
+    """A new leader polls before its first pass in a namespace starts that namespace's pod
+    informer: "no pod" there made a job running on the pool's own runner count for nobody, and
+    the pool's busy count fell while the job ran."""
+    servers, cache, recorder = _five_pools(pods_not_listed=True)
+    recorder.record_job(_news(1, "queued"))
+    deliver(cache, POOLS, "MODIFIED", copy.deepcopy(servers.pools["a"].raw))
+    recorder.record_job(_news(1, "in_progress", runner="c-x1y2z"))
+    assert servers.counted()["c"] == (0, 1)
 
 
 def test_an_end_delivered_before_its_queued_is_still_not_counted() -> None:
