@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import responses
+from apscheduler.schedulers.background import BackgroundScheduler
 from kubernetes import client
 
 from runnerpool import api, children, naming
@@ -23,15 +24,16 @@ from runnerpool.conditions import RUNNERS_DEREGISTERED
 from runnerpool.domain import RegistrationFailure, Scope
 from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
-from runnerpool.reads import parse_pool
+from runnerpool.reads import PodsNotCachedError, parse_pool
 from runnerpool.reconciler import (
     InvalidSpecError,
     Reconciler,
 )
-from runnerpool.runners.manager import RunnerManagers
+from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.controller import TerminalError
+from runnerpool.runtime.kube import Kube
 from runnerpool.settings import DeletionSettings, QueueSettings, RunnerSettings, Settings
-from tests.github_mocks import RunnerEndpoint, gh, github, runner_managers
+from tests.github_mocks import RunnerEndpoint, gh, github, live_clients, runner_managers
 from tests.helpers import wait_for
 from tests.pools import (
     LiveReader,
@@ -716,6 +718,45 @@ def test_status_runners_come_from_the_runner_managers_listing(
     assert _get(api_client, namespace, "nu")["status"]["runners"] == {"online": 1, "busy": 1, "offline": 1}
     assert listed == [(1, 200)]
     assert endpoint.listed == listed, "the reconciler reads the runner managers' counts, it does not list"
+
+
+class _PodsUncached(LiveReader):
+    """The cache's reads, while the namespace's pods are not listed (``pods_cached`` False)."""
+
+    pods_cached = True
+
+    def list_pods(self, namespace: str, pool: str) -> list[dict[str, Any]]:
+        if not self.pods_cached:
+            raise PodsNotCachedError(f"the pods of namespace {namespace} are not cached")
+        return super().list_pods(namespace, pool)
+
+
+def test_a_runner_manager_judges_no_runner_by_pods_it_cannot_see(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: Any, github: responses.RequestsMock
+) -> None:
+    """The pool's namespace no longer enabled (its pod informer stopped) or not listed yet: an
+    offline runner without a pod there is not one the round may take for a leftover."""
+    reads = _PodsUncached(api_client)
+    managers = RunnerManagers(
+        reads,
+        live_clients(api_client),
+        KubePods(Kube(api_client)),
+        lambda key: None,
+        scheduler=BackgroundScheduler(timezone=UTC),  # never started: rounds run by sync()
+    )
+    try:
+        _converged(api_client, namespace, make_reconciler(api_client, runners=managers), "pi", delete=False)
+        endpoint = RunnerEndpoint(github, "/repos/octo-org/octo-repo")
+        endpoint.add(61, "pi-gone", [f"{namespace}/pi"], status="offline")
+        [key] = managers.scopes()
+        reads.pods_cached = False
+        managers.sync(key)
+        assert endpoint.deleted == [], "judged by pods it could not see"
+        reads.pods_cached = True
+        managers.sync(key)
+        assert endpoint.deleted == [(61, 204)], "a leftover once its pods are seen"
+    finally:
+        managers.stop_all()
 
 
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(
