@@ -54,3 +54,13 @@ def merge(previous: list[dict[str, Any]], updates: list[dict[str, Any]]) -> list
 
 def find(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def same_state(conditions: list[dict[str, Any]], update: dict[str, Any]) -> bool:
+    """Whether ``conditions`` already say ``update``'s status and reason (its message, time
+    and generation aside): what a pass that only watches one condition need not write."""
+    found = find(conditions, str(update["type"]))
+    return found is not None and (found.get("status"), found.get("reason")) == (
+        update["status"],
+        update["reason"],
+    )

@@ -256,6 +256,11 @@ class Reconciler:
         run = _Pass(pool, raw, self._states.of(key))
         try:
             result = self._finalize(run) if self._ending(run) else self.converge(run)
+        except PodsNotCachedError:
+            # Its namespace stopped being watched since this pass's gate (another pass found it
+            # no longer enabled): the next pass finds it refused.
+            _log_pass(namespace, name, "requeue", run.writes)
+            return Result(requeue_after=1.0)
         except ApiException as err:
             if err.status == 403:
                 for gate in self._gates:
@@ -746,13 +751,20 @@ class Reconciler:
         ``--credential-lost-wait``."""
         closed = self._check_gates(run, deleting=True)
         if closed is None:
-            if run.gates:
-                self._set_condition(run, *run.gates)
+            stored = (run.raw.get("status") or {}).get("conditions") or []
+            changed = [c for c in run.gates if not conditions.same_state(stored, c)]
+            if changed:
+                self._set_condition(run, *changed)
             return None
-        if not self._reads.namespace_terminating(run.pool.namespace):
+        namespace = run.pool.namespace
+        if not self._reads.namespace_terminating(namespace):
             return self._refuse(run, closed, deleting=True)
-        lost = CredentialError(Reason(closed.condition["reason"]), str(closed.condition["message"]))
-        return self._credential_lost(run, lost)
+        taken = (
+            f"namespace {namespace} is being deleted and took the operator's access to it along (a "
+            "Role, or a RoleBinding let go by hand); nothing of the pool there can be read"
+        )
+        lost = CredentialError(Reason.NAMESPACE_NOT_ENABLED, taken)
+        return self._credential_lost(run, lost, restore="grant the operator its namespace role there again")
 
     def _report_deregistered(self, run: _Pass, stamp: conditions.Stamp, drained: Drain) -> None:
         """``RunnersDeregistered`` True; pods stuck Terminating (a lost node) are named with their
@@ -878,9 +890,12 @@ class Reconciler:
         self._patch_pool(run, {"metadata": {"annotations": annotations}})
         run.writes.add(Write.POOL_ANNOTATED)
 
-    def _credential_lost(self, run: _Pass, err: GitHubError | CredentialError) -> Result:
+    def _credential_lost(
+        self, run: _Pass, err: GitHubError | CredentialError, *, restore: str = "restore the credential"
+    ) -> Result:
         """Wait ``--credential-lost-wait`` from when the credential was first found lost, saying
-        which runners may be left; then let the pool go (``runnerpool.deregistration``)."""
+        which runners may be left (and what to ``restore``); then let the pool go
+        (``runnerpool.deregistration``)."""
         pool, now = run.pool, self._states.clock()
         since = deregistration.lost_since(run.raw)
         if since is None:
@@ -898,7 +913,7 @@ class Reconciler:
             self._release(run)
             return Result()
         message = (
-            f"cannot deregister runners: {err.reason}: {err}; restore the credential by "
+            f"cannot deregister runners: {err.reason}: {err}; {restore} by "
             f"{deadline:{RFC3339}} or the pool is let go without deregistering, and {left}"
         )
         self._recorder.event(run.raw, WARNING, Reason.CREDENTIAL_LOST, message)

@@ -346,9 +346,10 @@ class PoolCache(InformerSet):
     def list_pods(self, namespace: str, pool: str) -> list[Obj]:
         """The runner pods of one pool, by their pool label, from the index (shared: see Reads);
         ``PodsNotCachedError`` where the namespace's pods are not cached."""
-        if not self.listed(PODS_, namespace):
+        pods = self.listed_by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
+        if pods is None:
             raise PodsNotCachedError(f"the pods of namespace {namespace} are not cached (not enabled yet?)")
-        return self.shared_by_index(PODS_, namespace, BY_POOL, f"{namespace}/{pool}")
+        return pods
 
     def pool(self, namespace: str, name: str) -> ParsedPool | None:
         found: ParsedPool | None = self.view(POOLS, namespace, name)

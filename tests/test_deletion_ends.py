@@ -462,7 +462,9 @@ def test_a_pool_whose_namespace_deletion_took_the_operators_access_goes_after_th
 
     assert reconciler(f"{namespace}/gone-with-it").requeue_after == 30.0
     assert _pool(api_client, namespace, "gone-with-it") is not None
-    assert _events(api_client, namespace, Reason.CREDENTIAL_LOST)
+    [(_, said)] = _events(api_client, namespace, Reason.CREDENTIAL_LOST)
+    assert "is being deleted and took the operator's access" in said
+    assert "rolebinding" not in said and "credential" not in said, "no fix that cannot work there"
     clock.now += timedelta(seconds=LOST_WAIT)
     assert reconciler(f"{namespace}/gone-with-it").requeue_after is None
     assert _pool(api_client, namespace, "gone-with-it") is None

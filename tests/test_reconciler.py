@@ -759,6 +759,19 @@ def test_a_runner_manager_judges_no_runner_by_pods_it_cannot_see(
         managers.stop_all()
 
 
+def test_a_pass_whose_namespace_stopped_being_watched_meanwhile_comes_back_quietly(
+    api_client: client.ApiClient, namespace: str, runnerpool_crd: Any, github: responses.RequestsMock
+) -> None:
+    """Another pass found the namespace no longer enabled and stopped its informers after this
+    pass's gate: the next pass finds it refused. Not an error in the log, nor the work queue's
+    backoff."""
+    reads = _PodsUncached(api_client)
+    reconciler = make_reconciler(api_client, reads=reads)
+    _converged(api_client, namespace, reconciler, "rho", delete=False)
+    reads.pods_cached = False
+    assert reconciler(f"{namespace}/rho").requeue_after == 1.0
+
+
 def test_an_edited_credential_secret_restarts_the_token_job_at_once(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:

@@ -331,14 +331,15 @@ class InformerSet:
             raise NamespaceNotWatchedError(f"{watch} in namespace {namespace!r} are not watched (yet)")
         return informer
 
-    def listed(self, watch: str, namespace: str) -> bool:
-        """Whether ``watch``'s objects of ``namespace`` are cached: always for an entry watched
-        from the start; for a deferred one, once its informer there has its first list."""
+    def listed_by_index(self, watch: str, namespace: str, index: str, value: str) -> list[Obj] | None:
+        """As :meth:`shared_by_index` for one namespace; ``None`` where a deferred entry holds
+        no list of it (no informer there, or not listed yet). One lookup of the informer: a
+        stop between a check and the read cannot answer "none"."""
         entry = self._entries[watch]
-        if not entry.deferred:
-            return True
         informer = entry.informer_for(namespace)
-        return informer is not None and informer.adapter.synced.is_set()
+        if informer is None or (entry.deferred and not informer.adapter.synced.is_set()):
+            return None
+        return sorted(informer.store.by_index(index, value), key=object_key)
 
     def _lookup(self, watch: str, namespace: str, name: str) -> tuple[Store | None, str]:
         """The store that holds ``watch``'s objects of ``namespace`` (``None``: a deferred entry
