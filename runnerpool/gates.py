@@ -66,6 +66,9 @@ class Gate(Protocol):
     def refused(self, namespace: str) -> None:
         """The API server refused a write in ``namespace`` (403): forget what was known of it."""
 
+    def released(self, namespace: str) -> None:
+        """The namespace's last pool is gone: let go of what was kept for it."""
+
 
 @dataclass(frozen=True)
 class NamespaceGate:
@@ -87,6 +90,9 @@ class NamespaceGate:
 
     def refused(self, namespace: str) -> None:
         self.access.forget(namespace)  # enabled no longer? the next pass asks again
+
+    def released(self, namespace: str) -> None:
+        self.access.let_go(namespace)
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,9 @@ class ScopeGate:
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""
 
+    def released(self, namespace: str) -> None:
+        """Nothing kept per namespace."""
+
 
 @dataclass(frozen=True)
 class GitHubHostGate:
@@ -133,6 +142,9 @@ class GitHubHostGate:
 
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""
+
+    def released(self, namespace: str) -> None:
+        """Nothing kept per namespace."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,9 @@ class RunnerGroupGate:
 
     def refused(self, namespace: str) -> None:
         """Nothing cached per namespace."""
+
+    def released(self, namespace: str) -> None:
+        """Nothing kept per namespace."""
 
 
 def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:

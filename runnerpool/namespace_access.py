@@ -233,6 +233,16 @@ class NamespaceAccess:
         with self._lock:
             self._answers.pop(namespace, None)
 
+    def let_go(self, namespace: str) -> None:
+        """The namespace's last pool is gone: forget its answer and stop its informers. A
+        deleted namespace's would retry their refused lists and watches for as long as the process
+        runs (three threads a namespace, a log line each retry, at most 30 s apart); a pool made
+        there later asks again."""
+        with self._lock:
+            self._answers.pop(namespace, None)
+        if self._watch is not None:
+            self._watch.unwatch_namespace(namespace)
+
     def enable_line(self, namespace: str) -> str:
         """The one command that enables the operator in ``namespace``."""
         return (

@@ -245,7 +245,7 @@ class Reconciler:
             self._secrets.forget(namespace, name)
             writes = Writes()
             # The namespace's busy budget goes with its last pool, then the enabling binding.
-            self._secrets.namespace_done(namespace, lambda: self.release_unused_budget(namespace, writes))
+            self._secrets.namespace_done(namespace, lambda: self._namespace_done(namespace, writes))
             _log_pass(namespace, name, "gone", writes)
             return Result()
         raw, pool, problems = parsed.raw, parsed.model, parsed.problems
@@ -541,6 +541,13 @@ class Reconciler:
         issued = self._jobs.stop(namespace, name)
         self._states.forget(namespace, name, expectations=expectations)
         return issued
+
+    def _namespace_done(self, namespace: str, writes: Writes) -> None:
+        """The namespace's last pool is gone: its busy budget goes, and the gates let go of
+        what they kept for it (its informers), before the enabling binding is released."""
+        self.release_unused_budget(namespace, writes)
+        for gate in self._gates:
+            gate.released(namespace)
 
     def release_unused_budget(self, namespace: str, writes: Writes | None = None) -> None:
         """Delete the namespace's busy budget once no pool of the namespace is left.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -392,6 +392,8 @@ class SwitchedNamespace:
 
     enabled: bool = True
     on_deletion = True
+    #: The namespaces whose last pool went.
+    gone: list[str] = field(default_factory=list)
 
     def check(self, pool: api.RunnerPool, stamp: Stamp) -> Verdict:
         found = Access(self.enabled, "enabled" if self.enabled else "may not create pods", recheck=30.0)
@@ -399,6 +401,9 @@ class SwitchedNamespace:
 
     def refused(self, namespace: str) -> None:
         """Nothing cached."""
+
+    def released(self, namespace: str) -> None:
+        self.gone.append(namespace)
 
 
 def test_a_pool_deleted_where_the_operator_may_no_longer_write_waits_saying_why(
@@ -427,6 +432,9 @@ def test_a_pool_deleted_where_the_operator_may_no_longer_write_waits_saying_why(
     reconciler(f"{namespace}/cut")
     assert [ref.name for ref in runners.drains] == ["cut"]
     assert _pool(api_client, namespace, "cut") is None
+    assert gate.gone == []
+    reconciler(f"{namespace}/cut")  # the gone pool's pass
+    assert gate.gone == [namespace], "its last pool gone, the namespace's informers go too"
 
 
 class _Terminating(LiveReader):

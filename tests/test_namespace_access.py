@@ -72,6 +72,7 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     )
     assert line in refused.message, "the line names the account the API server knows the operator as"
     assert "create pods" in refused.message and "list secrets" in refused.message
+    assert "list pods" in refused.message and "watch pods" in refused.message
     assert refused.recheck == FIRST_RECHECK, "a first refusal: its RoleBinding may be on its way"
     assert not access.enabled(namespace) and watched.namespaces == set()
     clock.now += FIRST_RECHECK
@@ -85,6 +86,12 @@ def test_a_namespace_is_enabled_by_the_rolebinding_and_asked_about_again_after_t
     clock.now += RECHECK - 10
     assert access.check(namespace).enabled and not access.refused(namespace)
     assert access.enabled(namespace) and watched.namespaces == {namespace}, "its Secrets are watched"
+    assert "list pods" not in access.check(namespace).message
+
+    access.let_go(namespace)  # its last pool is gone
+    assert watched.namespaces == set(), "a deleted namespace's informers would retry for good"
+    assert not access.enabled(namespace), "a pool made there later asks again"
+    assert access.check(namespace).enabled and watched.namespaces == {namespace}
 
 
 def test_a_namespace_enabled_just_after_its_first_check_is_asked_again_within_seconds(
