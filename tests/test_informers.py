@@ -564,15 +564,9 @@ def test_unwatched_namespace_is_an_error(informers: PoolCache) -> None:
         informers.get_secret("some-other-namespace", "x")
 
 
-def test_child_events_enqueue_owner(
-    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys, runnerpool_crd: Any
-) -> None:
-    custom = client.CustomObjectsApi(api_client)
-    core = client.CoreV1Api(api_client)
-    informers.start()
-    assert informers.wait_for_sync(timeout=30)
-
-    pool = custom.create_namespaced_custom_object(
+def create_pool_a(api_client: client.ApiClient, namespace: str, credential: str) -> Any:
+    """RunnerPool ``pool-a`` of octo-org/octo-repo, naming ``credential``."""
+    return client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         GROUP,
         VERSION,
         namespace,
@@ -581,9 +575,20 @@ def test_child_events_enqueue_owner(
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
             "metadata": {"name": "pool-a"},
-            "spec": {"repository": "octo-org/octo-repo", "credentialSecretName": "github-credentials"},
+            "spec": {"repository": "octo-org/octo-repo", "credentialSecretName": credential},
         },
     )
+
+
+def test_child_events_enqueue_owner(
+    api_client: client.ApiClient, namespace: str, informers: PoolCache, keys: Keys, runnerpool_crd: Any
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    informers.start()
+    assert informers.wait_for_sync(timeout=30)
+
+    pool = create_pool_a(api_client, namespace, "github-credentials")
     keys.wait_for(f"{namespace}/pool-a")
     cached_pool = wait_for(lambda: informers.get_pool(namespace, "pool-a"), message="pool in cache")
     assert cached_pool is not None
@@ -787,18 +792,7 @@ def test_secrets_and_pods_are_watched_only_in_the_namespaces_asked_for(
     for ns in (namespace, other_namespace):
         core.create_namespaced_secret(ns, make_secret("creds", labels=CREDENTIAL))
         core.create_namespaced_pod(ns, make_pod("pool-a-x", managed))
-    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": KIND,
-            "metadata": {"name": "pool-a"},
-            "spec": {"repository": "octo-org/octo-repo", "credentialSecretName": "creds"},
-        },
-    )
+    create_pool_a(api_client, namespace, "creds")
     informer_set = PoolCache(api_client, keys, None, defer_per_namespace=True)
     informer_set.start()
     try:
