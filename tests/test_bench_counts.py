@@ -54,7 +54,9 @@ def test_ten_pools_converge_stay_quiet_and_go_with_the_writes_and_requests_they_
     assert writes["patch secrets"] <= POOLS + 1 + 4, "one token fill per pool"
     assert writes["patch runnerpools/status"] <= 2 * POOLS, "at most 'starting' and 'ready' per pool"
     per_pool = ("runnerpools", "runnerpools/status", "secrets", "pods")
-    assert sum(result.converge_writes_by_kind.get(kind, 0) for kind in per_pool) <= 6 * POOLS + 1, writes
+    # Six a pool, the credential's protection, and the same refused tries of it as above: a
+    # loaded CI run saw 63 (20 status writes, 13 Secret patches), each bound above met.
+    assert sum(result.converge_writes_by_kind.get(kind, 0) for kind in per_pool) <= 6 * POOLS + 1 + 4, writes
 
     assert result.audit_writes == 0, f"a converged pool writes nothing: {result.audit_write_detail}"
 
