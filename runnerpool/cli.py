@@ -74,6 +74,14 @@ def _add_flag(container: argparse._ActionsContainer, item: dataclasses.Field[Any
     container.add_argument(meta["flag"], **options)
 
 
+#: Enabled runner namespaces the client's connection pool is sized for in cluster mode: each
+#: has a watch of its own per ``per_namespace`` entry (two for Secrets, one for pods). The
+#: size bounds the idle connections the pool keeps, not those it opens (an empty slot costs a
+#: pointer); past it, a watch that restarts finds the pool full, and urllib3 closes its
+#: connection with a warning, and the next request pays a new handshake.
+POOL_SIZED_FOR_NAMESPACES = 256
+
+
 def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
     """One client for every Kubernetes call, with a connection pool that holds them all.
 
@@ -98,7 +106,10 @@ def _api_client(kubeconfig: str | None, settings: Settings) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
     throttle_refresh(configuration)
-    watches = informer_count(pool_watches(), settings.namespaces, cluster_scoped=not settings.namespaced)
+    table = pool_watches()
+    watches = informer_count(table, settings.namespaces, cluster_scoped=not settings.namespaced)
+    if settings.namespaces is None:  # the per-namespace watches come and go with enabled namespaces
+        watches += POOL_SIZED_FOR_NAMESPACES * sum(1 for watch in table if watch.per_namespace)
     configuration.connection_pool_maxsize = (
         watches + settings.queue.workers + settings.api_server.pod_creates + 16
     )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runnerpool import api
-from runnerpool.cli import parser, settings_from
+from runnerpool.cli import _api_client, parser, settings_from
 from runnerpool.settings import Settings
+from runnerpool.watches import pool_watches
 
 
 def _setting_fields() -> dict[str, dataclasses.Field[Any]]:
@@ -111,3 +113,23 @@ def test_a_pools_api_url_is_its_own_else_the_flags_in_every_ref() -> None:
     assert (ref.api_url, ref.credentials_version) == ("https://ghe.example.com/api/v3", "7")
     assert settings.github.pool_ref(own, "7").api_url == "https://ghe2.example.com/api/v3"
     assert Settings().github.api_url_of(plain) == "https://api.github.com"
+
+
+def test_the_connection_pool_keeps_a_connection_for_every_watch_of_many_enabled_namespaces(
+    tmp_path: Path,
+) -> None:
+    """Cluster mode watches Secrets and pods per enabled namespace, three watches each: a pool
+    sized for the table of watches alone was full with a few dozen namespaces, and urllib3
+    closed each restarting watch's connection with a warning."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    settings = Settings()
+    per_namespace = sum(1 for watch in pool_watches() if watch.per_namespace)
+    assert per_namespace == 3, "two Secret watches and the pods'"
+    size = _api_client(str(kubeconfig), settings).configuration.connection_pool_maxsize
+    assert size >= 200 * per_namespace + settings.queue.workers + settings.api_server.pod_creates
