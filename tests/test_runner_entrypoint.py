@@ -714,6 +714,61 @@ def test_a_busy_grace_of_zero_forwards_at_once(sandbox: Sandbox) -> None:
     assert elapsed < 5
 
 
+# --- a signal in the instant the runner exits ------------------------------------------------
+#
+# The operator deregisters an idle runner and deletes its pod together: the runner's session
+# ends and it exits as the kubelet's SIGTERM comes. A signal that lands while bash reaps the
+# child makes bash lose the child's status (the trap jumps out of its waitpid); the entrypoint
+# then waited for the runner for good, held by its own output reader, and the pod stayed
+# Terminating for its grace period (an hour). The shim sends the signal in that instant.
+
+
+@pytest.fixture(scope="module")
+def signal_at_reap(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The LD_PRELOAD shim of tests/shell/signal_at_reap.c, built with gcc."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is needed to build tests/shell/signal_at_reap.c: apt-get install -y gcc libc6-dev")
+    shim = tmp_path_factory.mktemp("shim") / "signal_at_reap.so"
+    subprocess.run(
+        [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(shim), str(STUBS / "signal_at_reap.c"), "-ldl"],
+        check=True,
+    )
+    return str(shim)
+
+
+def test_an_idle_runner_exiting_as_the_signal_comes_ends_the_container(
+    sandbox: Sandbox, signal_at_reap: str
+) -> None:
+    started = time.monotonic()
+    result = run_pod(sandbox, STUB_RUN_EXIT="42", LD_PRELOAD=signal_at_reap, SIGNAL_AT_REAP_STATUS="42")
+
+    assert result.returncode == 0, result.stderr
+    assert "termination requested while the runner is idle" in result.stderr
+    assert "runner stopped (run.sh ended as the signal came; its exit code is unknown)" in result.stderr
+    assert time.monotonic() - started < 10
+
+
+def test_a_busy_runner_exiting_as_a_second_signal_comes_ends_the_container(
+    sandbox: Sandbox, signal_at_reap: str
+) -> None:
+    """The grace's timer (an hour) must not hold the container either."""
+    result, elapsed = terminate_when(
+        sandbox,
+        "stub run job started",
+        STUB_RUN_WORKER="2",
+        STUB_RUN_EXIT="42",
+        RUNNER_BUSY_GRACE_SECONDS="3600",
+        LD_PRELOAD=signal_at_reap,
+        SIGNAL_AT_REAP_STATUS="42",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "stub run job done" in result.stdout
+    assert "finished its job and exited while termination was pending" in result.stderr
+    assert elapsed < 10
+
+
 def test_another_runners_worker_does_not_make_this_one_busy(sandbox: Sandbox) -> None:
     """Only the entrypoint's own descendants count (another pod, or a test, on the same machine)."""
     other = subprocess.Popen(["bash", "-c", "exec -a Runner.Worker sleep 30"])

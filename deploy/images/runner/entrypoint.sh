@@ -259,9 +259,10 @@ on_signal() {
 }
 trap on_signal TERM INT
 
-# Runs "$@" in the background and waits for it, so that a signal that arrives meanwhile is
-# handled at once (bash defers traps while a foreground command runs). Sets child_status.
-run_child() {
+# start_child CMD...: runs CMD in the background (its output to child_output, if set) and makes
+# it the child a signal stops. Run in the background and waited for, so that a signal that
+# arrives meanwhile is handled at once (bash defers traps while a foreground command runs).
+start_child() {
     if [[ -n "${child_output}" ]]; then
         "$@" >&"${child_output}" 2>&1 &
     else
@@ -273,6 +274,10 @@ run_child() {
     if [[ "${terminating}" -eq 1 && "${forwarded}" -eq 0 ]]; then
         forward
     fi
+}
+
+# await_child: returns once the child has ended, and ends the busy grace's timer.
+await_child() {
     # wait returns early (status > 128) when a trapped signal arrives, and wait -n also when
     # the busy grace runs out; keep waiting for the child itself until it has ended. (wait -n
     # with pids needs bash 5.1: the runner image's Ubuntu 22.04 has it.)
@@ -288,15 +293,32 @@ run_child() {
             wait "${child}"
         fi
     done
-    wait "${child}"
-    child_status=$?
-    child=0
     if [[ "${grace_timer}" -ne 0 ]]; then
         log "the runner finished its job and exited while termination was pending"
         kill "${grace_timer}" 2>/dev/null || true
         wait "${grace_timer}" 2>/dev/null
         grace_timer=0
     fi
+}
+
+# collect_child: sets child_status, the ended child's exit code. Called once this script has no
+# other child left (the busy grace's timer ended, the output's reader gone): a trapped signal
+# that arrives in the instant bash reaps the child makes bash lose its status (the trap jumps
+# out of bash's waitpid), and this wait then blocks until every other child has ended; with
+# none left it returns 127 at once. Seen in the test world as a pod whose idle runner exited
+# as it was signalled, Terminating for its whole grace period: the wait was held by the output
+# reader, whose pipe the waiting script itself kept open.
+collect_child() {
+    wait "${child}"
+    child_status=$?
+    child=0
+}
+
+# run_child CMD...: runs CMD as the child and waits until it has ended. Sets child_status.
+run_child() {
+    start_child "$@"
+    await_child
+    collect_child
 }
 
 # keep_tail FILE: copies its input to stdout and leaves its last TAIL_LINES lines in FILE when it
@@ -323,15 +345,19 @@ run_captured() {
     exec {out}> >(keep_tail "${OUTPUT_TAIL}")
     reader=$!
     child_output="${out}"
-    run_child "$@"
+    start_child "$@"
     child_output=""
+    # The child has its own copy: the copy ends once the runner's output does.
     exec {out}>&-
-    # The copy ends once the runner's output does; a leftover process of the runner holding it
-    # open must not hold the container, so wait 2 s at most.
+    await_child
+    # A leftover process of the runner holding its output open must not hold the container
+    # (nor collect_child, see there), so the reader gets 2 s at most.
     while kill -0 "${reader}" 2>/dev/null && [[ "${waited}" -lt 20 ]]; do
         sleep 0.1
         waited=$((waited + 1))
     done
+    kill -KILL "${reader}" 2>/dev/null || true
+    collect_child
 }
 
 # mark WHERE FILE...: creates each marker FILE (and its directory), or dies naming WHERE, the
@@ -465,8 +491,11 @@ run_phase() {
     phase=listener
     run_captured ./run.sh "${run_args[@]}"
     if [[ "${terminating}" -eq 1 ]]; then
-        log "runner stopped (run.sh exit code ${child_status})"
-        last_words "runner stopped (run.sh exit code ${child_status})"
+        local ended="run.sh exit code ${child_status}"
+        # collect_child's lost status (bash answers -1).
+        [[ "${child_status}" -ge 0 ]] || ended="run.sh ended as the signal came; its exit code is unknown"
+        log "runner stopped (${ended})"
+        last_words "runner stopped (${ended})"
         exit 0
     fi
     log "runner exited with code ${child_status}"
