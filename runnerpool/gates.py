@@ -95,11 +95,22 @@ class NamespaceGate:
         self.access.let_go(namespace)
 
 
-@dataclass(frozen=True)
-class ScopeGate:
-    """The namespace may use the pool's scope (``--allow``); no GitHub call at all otherwise."""
+class _NothingPerNamespace:
+    """For a gate that keeps nothing per namespace and lets a deleted pool drain (the rules
+    it checks may have changed since the pool made its runners)."""
 
     on_deletion = False
+
+    def refused(self, namespace: str) -> None:
+        """Nothing cached per namespace."""
+
+    def released(self, namespace: str) -> None:
+        """Nothing kept per namespace."""
+
+
+@dataclass(frozen=True)
+class ScopeGate(_NothingPerNamespace):
+    """The namespace may use the pool's scope (``--allow``); no GitHub call at all otherwise."""
 
     allow: AllowList
 
@@ -114,20 +125,12 @@ class ScopeGate:
         allowed = f"--allow lets namespace {pool.namespace} use {pool.scope.kind} {pool.scope.name}"
         return Verdict(stamp.condition(conditions.SCOPE_ALLOWED, True, Reason.SCOPE_ALLOWED, allowed))
 
-    def refused(self, namespace: str) -> None:
-        """Nothing cached per namespace."""
-
-    def released(self, namespace: str) -> None:
-        """Nothing kept per namespace."""
-
 
 @dataclass(frozen=True)
-class GitHubHostGate:
+class GitHubHostGate(_NothingPerNamespace):
     """The pool's GitHub API URL names a host the operator may call (``--github-api-host``);
     no GitHub call at all otherwise. Said in ``ScopeAllowed`` (where the pool may register);
     an allowed host adds no condition of its own."""
-
-    on_deletion = False
 
     hosts: GitHubHosts
     api_url_of: Callable[[api.RunnerPool], str]
@@ -140,19 +143,11 @@ class GitHubHostGate:
             stamp.condition(conditions.SCOPE_ALLOWED, False, Reason.GITHUB_HOST_NOT_ALLOWED, refusal)
         )
 
-    def refused(self, namespace: str) -> None:
-        """Nothing cached per namespace."""
-
-    def released(self, namespace: str) -> None:
-        """Nothing kept per namespace."""
-
 
 @dataclass(frozen=True)
-class RunnerGroupGate:
+class RunnerGroupGate(_NothingPerNamespace):
     """``spec.runnerGroup`` exists in the pool's scope and may serve its repositories; a pool
     that names none: the scope's default group may serve them."""
-
-    on_deletion = False
 
     github: GitHubClients
     default_api_url: str
@@ -205,12 +200,6 @@ class RunnerGroupGate:
         except RepositoryNotAllowed:
             return False
         return True
-
-    def refused(self, namespace: str) -> None:
-        """Nothing cached per namespace."""
-
-    def released(self, namespace: str) -> None:
-        """Nothing kept per namespace."""
 
 
 def _served_repositories(pool: api.RunnerPool) -> tuple[str, ...]:
