@@ -769,6 +769,18 @@ def test_a_busy_runner_exiting_as_a_second_signal_comes_ends_the_container(
     assert elapsed < 10
 
 
+@pytest.mark.parametrize("signalled", [False, True], ids=["exits", "exits-as-signalled"])
+def test_a_leftover_process_holding_the_runners_output_does_not_hold_the_container(
+    sandbox: Sandbox, signal_at_reap: str, signalled: bool
+) -> None:
+    shim = {"LD_PRELOAD": signal_at_reap, "SIGNAL_AT_REAP_STATUS": "42"} if signalled else {}
+    started = time.monotonic()
+    result = run_pod(sandbox, STUB_RUN_EXIT="42", STUB_RUN_LEAVES="30", **shim)
+
+    assert result.returncode == (0 if signalled else 42), result.stderr
+    assert time.monotonic() - started < 10
+
+
 def test_another_runners_worker_does_not_make_this_one_busy(sandbox: Sandbox) -> None:
     """Only the entrypoint's own descendants count (another pod, or a test, on the same machine)."""
     other = subprocess.Popen(["bash", "-c", "exec -a Runner.Worker sleep 30"])

@@ -15,10 +15,12 @@
 #   STUB_<NAME>_SAYS=TEXT    before that, print TEXT on stderr (a runner's last words)
 #   STUB_<NAME>_WRITES="F G" first write each file F, G (mode 600) in the working directory,
 #                            as config.sh leaves .runner and .credentials
+#   STUB_<NAME>_LEAVES=S     on exit, leave behind a process that holds the stub's output open
+#                            for S seconds (a runner's leftover child)
 set -u
 
 stub_main() {
-    local upper log block worker exit_code term_exit writes says file sleeper=0
+    local upper log block worker exit_code term_exit writes says leaves file sleeper=0
     upper="$(printf '%s' "${STUB_NAME}" | tr '[:lower:]' '[:upper:]')"
     log="${STUB_LOG_DIR:?STUB_LOG_DIR must be set}"
     block="STUB_${upper}_BLOCK"
@@ -64,6 +66,8 @@ stub_main() {
     fi
     says="STUB_${upper}_SAYS"
     [[ -z "${!says:-}" ]] || printf '%s\n' "${!says}" >&2
+    leaves="STUB_${upper}_LEAVES"
+    [[ -z "${!leaves:-}" ]] || sleep "${!leaves}" &
     echo "stub ${STUB_NAME} started"
     exit "${!exit_code:-0}"
 }

@@ -356,7 +356,8 @@ run_captured() {
         sleep 0.1
         waited=$((waited + 1))
     done
-    kill -KILL "${reader}" 2>/dev/null || true
+    # Only a reader still there (it ignores SIGTERM); one that ended may have left its PID to another.
+    [[ "${waited}" -lt 20 ]] || kill -KILL "${reader}" 2>/dev/null || true
     collect_child
 }
 
