@@ -178,7 +178,11 @@ def stuck_pods(stuck: Sequence[StuckPod], *, let_go: bool) -> str:
     """What ``RunnersDeregistered`` and its Event say of pods stuck Terminating (names and nodes,
     never more): whether the pool waits for them, until when, and how they go for good."""
     which = ", ".join(f"{pod.name} on node {pod.node or '(none)'}" for pod in stuck)
-    how = "they go when their node comes back, or once its Node object is deleted (a node gone for good)"
+    how = (
+        "they go when their node comes back, or once its Node object is deleted (a node gone for good); "
+        "a runner that ignored its stop goes when the kubelet kills it, at the end of the grace its pod "
+        "was first deleted with (a shorter grace asked later does not cut that short)"
+    )
     if let_go:
         return (
             f"no runner of this pool is registered; let go while pod(s) {which} are still Terminating, "
@@ -187,7 +191,7 @@ def stuck_pods(stuck: Sequence[StuckPod], *, let_go: bool) -> str:
     until = max(pod.given_up_at for pod in stuck)
     return (
         f"no runner of this pool is registered; pod(s) {which} are still Terminating past their "
-        "deletion time: their node does not answer (powered off, or cut off from the API server) or a "
-        f"finalizer holds them; the pool goes without them from {until:{RFC3339}} if GitHub still has "
-        f"no runner of their names; {how}"
+        "deletion time: their node does not answer (powered off, or cut off from the API server), a "
+        "finalizer holds them, or their runner ignored its stop; the pool goes without them from "
+        f"{until:{RFC3339}} if GitHub still has no runner of their names; {how}"
     )

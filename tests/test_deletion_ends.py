@@ -800,6 +800,7 @@ def test_a_pool_whose_pod_is_stuck_terminating_on_a_lost_node_says_so_and_goes_w
         assert (cond["status"], cond["reason"]) == ("True", "RunnerPodsStuckTerminating")
         given_up_at = (deleted_at + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         assert f"{pod} on node {lost_node}" in cond["message"] and given_up_at in cond["message"], cond
+        assert "or their runner ignored its stop" in cond["message"], "a hurried pod's kubelet may still wait"
         assert _events(api_client, namespace, "RunnerPodsStuckTerminating") == [("Warning", cond["message"])]
 
         clock.now = deleted_at + timedelta(hours=1)
@@ -822,7 +823,9 @@ def test_a_deleted_pools_pod_whose_runner_outlives_its_stop_is_deleted_again_wit
     status stands still; on a live node, a lost signal or a listener hung on its way out), and
     GitHub has no runner of its name. Before, the pod kept its hour of grace, and the pool and
     its namespace waited as long. Now the API server takes a second deletion whose grace ends
-    30 s later: the kubelet signals the container again and kills it then."""
+    30 s later: a kubelet that had not begun to stop it (its node cut off) kills it then; one
+    already stopping it keeps the grace it began with (kubernetes/kubernetes#113606), and the
+    pool's message says so once the new deletion time has passed."""
     clock, key = WallClock(), f"{namespace}/hung"
     reconciler, managers, pod = _one_pod_on(api_client, namespace, "hung", lost_node, clock)
     core = client.CoreV1Api(api_client)

@@ -56,11 +56,15 @@ The invariants, and how the rules keep them:
   was told to stop, more than ``HURRY_SECONDS`` of its grace left, and GitHub shows no busy
   runner of its name (asked by it when the listing showed none; an idle one is deregistered
   first): it is deleted again so that its grace ends ``HURRY_SECONDS`` from now
-  (``hurried_grace``): the kubelet signals it again and kills it then. A runner stops within
-  seconds of its SIGTERM (a busy one's job finishes inside the busy grace, and GitHub keeps a
-  busy runner listed, so it is never hurried); one that does not (a signal lost, a listener hung
-  on its way out) would otherwise hold its node, and a deleted pool's finalizer and its
-  namespace's deletion, for the pod's whole grace, an hour by default.
+  (``hurried_grace``). A runner stops within seconds of its SIGTERM (a busy one's job finishes
+  inside the busy grace, and GitHub keeps a busy runner listed, so it is never hurried); one
+  that does not (a signal lost, a listener hung on its way out) would otherwise hold its node,
+  and a deleted pool's finalizer and its namespace's deletion, for the pod's whole grace, an
+  hour by default. What the shorter grace can do is limited: a kubelet that had not begun to
+  stop the pod (its node was cut off) kills it at the new end, but one already stopping it
+  waits out the grace it began with (kubelet 1.36 too, kubernetes/kubernetes#113606: the
+  running stop is not interrupted), so such a pod, past its new deletion time, is reported
+  stuck (``overdue``) until that first grace ends. Its runner is deregistered either way.
 * **A busy mark stays while a listing cannot see the runner** (``busy_mark_change``): for the
   same reason, a marked pod whose runner container runs keeps its mark until a listing shows
   its runner idle. The mark goes with the pod when its runner is done (the container exits).
@@ -396,8 +400,9 @@ def hurry(pod: PodView, runner: Runner | None, now: datetime) -> PodDecision:
 def overdue(pod: PodView, now: datetime) -> bool:
     """Still there past its deletion time: by then the kubelet has stopped its containers and
     removed it, unless its node does not answer (powered off, cut off from the API server: the
-    pod then stays Terminating for as long as the Node object exists) or a finalizer of someone
-    else's holds it."""
+    pod then stays Terminating for as long as the Node object exists), a finalizer of someone
+    else's holds it, or its runner ignored its stop and its deletion time was moved earlier
+    (``hurry``), which a kubelet already stopping it does not follow."""
     return pod.deleted_at is not None and now >= pod.deleted_at
 
 
