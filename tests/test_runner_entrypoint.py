@@ -730,10 +730,16 @@ def signal_at_reap(tmp_path_factory: pytest.TempPathFactory) -> str:
     if gcc is None:
         pytest.fail("gcc is needed to build tests/shell/signal_at_reap.c: apt-get install -y gcc libc6-dev")
     shim = tmp_path_factory.mktemp("shim") / "signal_at_reap.so"
-    subprocess.run(
+    built = subprocess.run(
         [gcc, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(shim), str(STUBS / "signal_at_reap.c"), "-ldl"],
-        check=True,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    if built.returncode != 0:
+        pytest.fail(
+            f"gcc could not build tests/shell/signal_at_reap.c (apt-get install libc6-dev):\n{built.stderr}"
+        )
     return str(shim)
 
 
@@ -741,7 +747,15 @@ def test_an_idle_runner_exiting_as_the_signal_comes_ends_the_container(
     sandbox: Sandbox, signal_at_reap: str
 ) -> None:
     started = time.monotonic()
-    result = run_pod(sandbox, STUB_RUN_EXIT="42", LD_PRELOAD=signal_at_reap, SIGNAL_AT_REAP_STATUS="42")
+    # It lingers so that the entrypoint is inside its wait when it exits, as a runner's listener
+    # is when its session ends.
+    result = run_pod(
+        sandbox,
+        STUB_RUN_EXIT="42",
+        STUB_RUN_LINGERS="0.5",
+        LD_PRELOAD=signal_at_reap,
+        SIGNAL_AT_REAP_STATUS="42",
+    )
 
     assert result.returncode == 0, result.stderr
     assert "termination requested while the runner is idle" in result.stderr
@@ -775,7 +789,7 @@ def test_a_leftover_process_holding_the_runners_output_does_not_hold_the_contain
 ) -> None:
     shim = {"LD_PRELOAD": signal_at_reap, "SIGNAL_AT_REAP_STATUS": "42"} if signalled else {}
     started = time.monotonic()
-    result = run_pod(sandbox, STUB_RUN_EXIT="42", STUB_RUN_LEAVES="30", **shim)
+    result = run_pod(sandbox, STUB_RUN_EXIT="42", STUB_RUN_LINGERS="0.5", STUB_RUN_LEAVES="15", **shim)
 
     assert result.returncode == (0 if signalled else 42), result.stderr
     assert time.monotonic() - started < 10

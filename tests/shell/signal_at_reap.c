@@ -13,11 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static pid_t (*real_waitpid)(pid_t, int *, int);
+
+/* Resolved at load, not on the first call: that may come from bash's SIGCHLD handler. */
+__attribute__((constructor)) static void find_waitpid(void) {
+    real_waitpid = (pid_t (*)(pid_t, int *, int))dlsym(RTLD_NEXT, "waitpid");
+}
+
 pid_t waitpid(pid_t pid, int *status, int options) {
-    static pid_t (*real_waitpid)(pid_t, int *, int);
-    if (real_waitpid == NULL) {
-        real_waitpid = (pid_t (*)(pid_t, int *, int))dlsym(RTLD_NEXT, "waitpid");
-    }
     pid_t reaped = real_waitpid(pid, status, options);
     const char *wanted = getenv("SIGNAL_AT_REAP_STATUS");
     if (reaped > 0 && status != NULL && wanted != NULL && WIFEXITED(*status) &&

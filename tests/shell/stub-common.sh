@@ -15,12 +15,13 @@
 #   STUB_<NAME>_SAYS=TEXT    before that, print TEXT on stderr (a runner's last words)
 #   STUB_<NAME>_WRITES="F G" first write each file F, G (mode 600) in the working directory,
 #                            as config.sh leaves .runner and .credentials
+#   STUB_<NAME>_LINGERS=S    print the marker, then wait S seconds before that exit
 #   STUB_<NAME>_LEAVES=S     on exit, leave behind a process that holds the stub's output open
 #                            for S seconds (a runner's leftover child)
 set -u
 
 stub_main() {
-    local upper log block worker exit_code term_exit writes says leaves file sleeper=0
+    local upper log block worker exit_code term_exit writes says leaves lingers file sleeper=0
     upper="$(printf '%s' "${STUB_NAME}" | tr '[:lower:]' '[:upper:]')"
     log="${STUB_LOG_DIR:?STUB_LOG_DIR must be set}"
     block="STUB_${upper}_BLOCK"
@@ -69,5 +70,7 @@ stub_main() {
     leaves="STUB_${upper}_LEAVES"
     [[ -z "${!leaves:-}" ]] || sleep "${!leaves}" &
     echo "stub ${STUB_NAME} started"
+    lingers="STUB_${upper}_LINGERS"
+    [[ -z "${!lingers:-}" ]] || sleep "${!lingers}"
     exit "${!exit_code:-0}"
 }

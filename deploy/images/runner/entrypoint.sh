@@ -185,7 +185,7 @@ cd "${RUNNER_DIR}" || die "runner directory ${RUNNER_DIR} does not exist"
     die "${RUNNER_CONFIG_DIR} is not a writable directory (is the runner-config volume mounted?)"
 
 child=0
-# The descriptor run_child sends the child's output to (run_captured sets it); empty: inherited.
+# The descriptor start_child sends the child's output to (run_captured sets it); empty: inherited.
 child_output=""
 # What the child is: "registration" (config.sh), "docker" (the wait for the Docker daemon)
 # or "listener" (run.sh).
@@ -233,7 +233,8 @@ forward() {
 # shellcheck disable=SC2329 # invoked by the trap below
 on_signal() {
     if [[ "${terminating}" -eq 1 ]]; then
-        if [[ "${forwarded}" -eq 0 && "${child}" -ne 0 ]]; then
+        # (Not when the runner has just ended: its job is done, nothing is cancelled.)
+        if [[ "${forwarded}" -eq 0 && "${child}" -ne 0 ]] && kill -0 "${child}" 2>/dev/null; then
             log "termination requested again while the job runs; stopping the runner now (the job is cancelled)"
             forward
         fi
@@ -241,7 +242,7 @@ on_signal() {
     fi
     terminating=1
     if [[ "${child}" -eq 0 ]]; then
-        # Between two steps: run_child passes it on to the next one, which is not busy yet.
+        # Between two steps: start_child passes it on to the next one, which is not busy yet.
         log "termination requested; stopping the runner"
     elif [[ "${phase}" == listener ]] && running_job; then
         if [[ "${BUSY_GRACE}" -eq 0 ]]; then
@@ -305,7 +306,7 @@ await_child() {
 # other child left (the busy grace's timer ended, the output's reader gone): a trapped signal
 # that arrives in the instant bash reaps the child makes bash lose its status (the trap jumps
 # out of bash's waitpid), and this wait then blocks until every other child has ended; with
-# none left it returns 127 at once. Seen in the test world as a pod whose idle runner exited
+# none left it answers -1 at once. Seen in the test world as a pod whose idle runner exited
 # as it was signalled, Terminating for its whole grace period: the wait was held by the output
 # reader, whose pipe the waiting script itself kept open.
 collect_child() {
@@ -338,7 +339,7 @@ keep_tail() {
     [[ "${#kept[@]}" -eq 0 ]] || printf '%s\n' "${kept[@]}" >"$1"
 }
 
-# run_captured CMD...: run_child, with the child's output kept for last_words as it passes.
+# run_captured CMD...: as run_child, with the child's output kept for last_words as it passes.
 run_captured() {
     local out reader waited=0
     rm -f "${OUTPUT_TAIL}"
@@ -356,8 +357,10 @@ run_captured() {
         sleep 0.1
         waited=$((waited + 1))
     done
-    # Only a reader still there (it ignores SIGTERM); one that ended may have left its PID to another.
-    [[ "${waited}" -lt 20 ]] || kill -KILL "${reader}" 2>/dev/null || true
+    # Only a reader still there (it ignores SIGTERM): one that ended may have left its PID to another.
+    if [[ "${waited}" -ge 20 ]] && kill -0 "${reader}" 2>/dev/null; then
+        kill -KILL "${reader}" 2>/dev/null || true
+    fi
     collect_child
 }
 
