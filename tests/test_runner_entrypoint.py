@@ -724,8 +724,9 @@ def test_a_busy_grace_of_zero_forwards_at_once(sandbox: Sandbox) -> None:
 
 
 @pytest.fixture(scope="module")
-def signal_at_reap(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The LD_PRELOAD shim of tests/shell/signal_at_reap.c, built with gcc."""
+def signal_at_reap(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment that preloads tests/shell/signal_at_reap.c (built with gcc), set to
+    signal the entrypoint as it reaps a runner that exits 42."""
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.fail("gcc is needed to build tests/shell/signal_at_reap.c: apt-get install -y gcc libc6-dev")
@@ -740,22 +741,16 @@ def signal_at_reap(tmp_path_factory: pytest.TempPathFactory) -> str:
         pytest.fail(
             f"gcc could not build tests/shell/signal_at_reap.c (apt-get install libc6-dev):\n{built.stderr}"
         )
-    return str(shim)
+    return {"LD_PRELOAD": str(shim), "SIGNAL_AT_REAP_STATUS": "42"}
 
 
 def test_an_idle_runner_exiting_as_the_signal_comes_ends_the_container(
-    sandbox: Sandbox, signal_at_reap: str
+    sandbox: Sandbox, signal_at_reap: dict[str, str]
 ) -> None:
     started = time.monotonic()
     # It lingers so that the entrypoint is inside its wait when it exits, as a runner's listener
     # is when its session ends.
-    result = run_pod(
-        sandbox,
-        STUB_RUN_EXIT="42",
-        STUB_RUN_LINGERS="0.5",
-        LD_PRELOAD=signal_at_reap,
-        SIGNAL_AT_REAP_STATUS="42",
-    )
+    result = run_pod(sandbox, STUB_RUN_EXIT="42", STUB_RUN_LINGERS="0.5", **signal_at_reap)
 
     assert result.returncode == 0, result.stderr
     assert "termination requested while the runner is idle" in result.stderr
@@ -764,7 +759,7 @@ def test_an_idle_runner_exiting_as_the_signal_comes_ends_the_container(
 
 
 def test_a_busy_runner_exiting_as_a_second_signal_comes_ends_the_container(
-    sandbox: Sandbox, signal_at_reap: str
+    sandbox: Sandbox, signal_at_reap: dict[str, str]
 ) -> None:
     """The grace's timer (an hour) must not hold the container either."""
     result, elapsed = terminate_when(
@@ -773,8 +768,7 @@ def test_a_busy_runner_exiting_as_a_second_signal_comes_ends_the_container(
         STUB_RUN_WORKER="2",
         STUB_RUN_EXIT="42",
         RUNNER_BUSY_GRACE_SECONDS="3600",
-        LD_PRELOAD=signal_at_reap,
-        SIGNAL_AT_REAP_STATUS="42",
+        **signal_at_reap,
     )
 
     assert result.returncode == 0, result.stderr
@@ -785,9 +779,9 @@ def test_a_busy_runner_exiting_as_a_second_signal_comes_ends_the_container(
 
 @pytest.mark.parametrize("signalled", [False, True], ids=["exits", "exits-as-signalled"])
 def test_a_leftover_process_holding_the_runners_output_does_not_hold_the_container(
-    sandbox: Sandbox, signal_at_reap: str, signalled: bool
+    sandbox: Sandbox, signal_at_reap: dict[str, str], signalled: bool
 ) -> None:
-    shim = {"LD_PRELOAD": signal_at_reap, "SIGNAL_AT_REAP_STATUS": "42"} if signalled else {}
+    shim = signal_at_reap if signalled else {}
     started = time.monotonic()
     result = run_pod(sandbox, STUB_RUN_EXIT="42", STUB_RUN_LINGERS="0.5", STUB_RUN_LEAVES="15", **shim)
 
