@@ -520,7 +520,8 @@ LEASES: dict[str, tuple[str, Obj, str, str | None]] = {
 def test_the_chart_renders_the_lease_the_operator_elects_on(
     helm: Path, release: str, values: Obj, lease: str, flag: str | None
 ) -> None:
-    """Two releases in one namespace get two Leases; the operator is told the one rendered."""
+    """Two releases in one namespace get two Leases; the operator is told the one rendered, and
+    its Role lets it read and renew that one only (``create`` cannot name an object)."""
     done = run_helm(helm, "template", release, str(CHART), "--namespace", "ci-ops", values=values)
     assert done.returncode == 0, done.stderr
     objects = [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -529,6 +530,13 @@ def test_the_chart_renders_the_lease_the_operator_elects_on(
     assert "spec" not in rendered, "the operator's replicas own the spec"
     ids = [a.split("=", 1)[1] for a in container(objects)["args"] if a.startswith("--leader-election-id=")]
     assert ids == ([flag] if flag else [])
+    [role] = [
+        o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-leader-election")
+    ]
+    assert {(tuple(r["verbs"]), tuple(r.get("resourceNames", ()))) for r in role["rules"]} == {
+        (("create",), ()),
+        (("get", "update"), (lease,)),
+    }
 
 
 NAMESPACED_ROLE = f"{RELEASE}-namespaced"

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from runnerpool.settings import LeaderElectionSettings
 from tests.helpers import operator_help, venv_tool
 from testworld.node import images
 
@@ -348,6 +349,16 @@ def test_leader_election_role_is_namespaced(objects: list[Obj]) -> None:
     assert role["metadata"]["namespace"] == NAMESPACE
     assert "*" not in yaml.safe_dump(role["rules"])
     assert {r for rule in role["rules"] for r in rule["resources"]} == {"leases"}
+
+
+def test_the_operator_reads_and_renews_only_its_own_lease(objects: list[Obj]) -> None:
+    """A leaked operator token cannot hold another controller's Lease in its namespace; ``create``
+    stands alone because the API server cannot authorize it by a name that does not exist yet."""
+    role = one(objects, "Role", "runnerpool-operator-leader-election")
+    assert {(tuple(r["verbs"]), tuple(r.get("resourceNames", ()))) for r in role["rules"]} == {
+        (("create",), ()),
+        (("get", "update"), (LeaderElectionSettings().lease_name,)),
+    }
 
 
 #: Every permission deploy/ grants the webhook receiver, pinned: it faces the internet, so it
