@@ -61,12 +61,13 @@ from kubernetes.client.rest import ApiException
 from bench import soak_plot
 from runnerpool import api, naming
 from runnerpool.reasons import ConditionType
+from runnerpool.settings import LeaderElectionSettings
 from testworld.demo import install_crd
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
-    OPERATOR_NAMESPACE,
     OPERATOR_USER,
+    allow_leader_election_in,
     enable_namespace,
     kubectl,
     operator_kubeconfig,
@@ -87,7 +88,10 @@ REPO = "soak-org/soak-repo"
 PAT = "ghp_soak0000000000000000000000000000000"
 SECRET = b"the chaos soak's webhook secret"
 SLOTS = 2
-LEASE = "runnerpool-soak"
+#: Where the replicas elect, under deploy/'s Lease name and Role (that Lease only): a namespace
+#: of the soak's own, which it never deletes (its runner namespaces it does, chaos included).
+LEASE_NAMESPACE = "soak-leader"
+LEASE = LeaderElectionSettings().lease_name
 #: Within this long after the last disturbance every pool must have converged.
 CONVERGE_SECONDS = 60.0
 #: How long a deleted namespace may take: the namespace controller deletes its pods first, and
@@ -275,6 +279,7 @@ class World:
         self.custom = client.CustomObjectsApi(self.api)
         self.slots = [Slot(i) for i in range(SLOTS)]
         self.operators: dict[str, OperatorProcess] = {}
+        self.leader_flags: tuple[str, ...] = ()  # set once its namespace and Role are made
         self.receiver: OperatorProcess
         self.fake: AuditedFakeGitHub
         self.sender: WebhookSender
@@ -310,6 +315,7 @@ class World:
                 install_crd(self.api)  # 409: installed already (the node tests' session)
             self.audit_from = audit.end_of_complete_events(self.plane.audit_log)
             kubeconfig = operator_kubeconfig(self.plane)
+            self.leader_flags = self._leader_namespace()
             secret_file = self.logs / "webhook-secret"
             secret_file.write_bytes(SECRET + b"\n")
             for name in REPLICAS:
@@ -356,11 +362,7 @@ class World:
             "5",
             "--token-refresh-margin",
             f"{TOKEN_MARGIN_MINUTES:g}",
-            "--leader-elect",
-            "--leader-election-namespace",
-            OPERATOR_NAMESPACE,
-            "--leader-election-id",
-            LEASE,
+            *self.leader_flags,
             "--leader-election-identity",
             identity,
             "--lease-duration",
@@ -370,6 +372,14 @@ class World:
             "--retry-period",
             "1",
         ]
+
+    def _leader_namespace(self) -> tuple[str, ...]:
+        try:
+            self.core.create_namespace({"metadata": {"name": LEASE_NAMESPACE}})
+        except ApiException as err:
+            if err.status != 409:  # 409: an earlier soak on this control plane made it
+                raise
+        return allow_leader_election_in(self.api, LEASE_NAMESPACE)
 
     def _webhook_url(self) -> str:
         return f"http://127.0.0.1:{self.receiver.webhook_port}/webhook"
@@ -652,7 +662,7 @@ class World:
 
     def leader(self) -> str | None:
         try:
-            lease = client.CoordinationV1Api(self.api).read_namespaced_lease(LEASE, OPERATOR_NAMESPACE)
+            lease = client.CoordinationV1Api(self.api).read_namespaced_lease(LEASE, LEASE_NAMESPACE)
         except ApiException as err:
             if err.status == 404:
                 return None

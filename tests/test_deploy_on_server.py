@@ -57,7 +57,7 @@ from tests.test_deploy_manifests import NAMESPACE_ROLE, render
 from testworld.envtest import assets
 from testworld.envtest.certs import private_server
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import enable_namespace
+from testworld.envtest.serviceaccount import allow_leader_election_in, enable_namespace
 from testworld.fakegithub import FakeGitHub
 from testworld.ports import free_port
 
@@ -65,7 +65,6 @@ DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 OPERATOR_NAMESPACE = "runnerpool-system"
 OPERATOR_SA = "runnerpool-operator"
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
-LEADER_ELECTION_ROLE = "runnerpool-operator-leader-election"
 # Checked by admission (OwnerReferencesPermissionEnforcement), never requested: it cannot show in
 # the audit log as a request, but without it the operator's creates with an owner reference fail.
 ADMISSION_ONLY = {("runnerpool.dev", "runnerpools/finalizers", "update")}
@@ -189,29 +188,13 @@ def _fake_github() -> Iterator[FakeGitHub]:
         yield github
 
 
-def _leader_election_in(api_client: client.ApiClient, namespace: str) -> None:
-    """deploy/'s leader-election Role and its binding, moved to ``namespace``: each test's
-    operator elects there, under the Lease name deploy/ ships, so that tests running one after
-    another never share a Lease, and the Role's ``resourceNames`` are what is tested."""
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    create = {"Role": rbac.create_namespaced_role, "RoleBinding": rbac.create_namespaced_role_binding}
-    for doc in render(DEPLOY / "rbac"):
-        if doc["metadata"]["name"] != LEADER_ELECTION_ROLE:
-            continue
-        try:
-            create[doc["kind"]](namespace, {**doc, "metadata": {**doc["metadata"], "namespace": namespace}})
-        except ApiException as err:
-            if err.status != 409:  # a next operator in the same namespace finds them there
-                raise
-
-
 @contextlib.contextmanager
 def _operator_as_service_account(
     api_client: client.ApiClient, namespace: str, github: FakeGitHub | None = None
 ) -> Iterator[RunningOperator]:
     """The operator in-process, logged in as deploy/'s ServiceAccount, watching ``namespace``
     and electing a leader there (``github``: one that outlives it, for a next operator)."""
-    _leader_election_in(api_client, namespace)
+    allow_leader_election_in(api_client, namespace)
     token = _service_account_token(api_client, OPERATOR_NAMESPACE, OPERATOR_SA)
     metrics_port = free_port()
     operator_client = _bearer_client(api_client, token)

@@ -1,7 +1,7 @@
 """Operator processes on one Lease (leader election), for the e2e tests that kill a leader.
 
-The Lease lives where deploy/ puts it (``runnerpool-system``, the only namespace whose Leases
-the operator's ServiceAccount may touch), named after the test's namespace.
+The Lease is deploy/'s (its name, and its Role, which lets the operator's ServiceAccount read and
+renew that one Lease only), in the test's own namespace: tests never share a Lease.
 """
 
 from __future__ import annotations
@@ -11,26 +11,19 @@ from typing import Any
 
 from kubernetes import client
 
-from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
+from runnerpool.settings import LeaderElectionSettings
+from testworld.envtest.serviceaccount import allow_leader_election_in
 from testworld.simulator import OperatorProcess
 
-LEASE = "failover-test"
+LEASE = LeaderElectionSettings().lease_name
 LEASE_DURATION = 4
 RETRY_PERIOD = 1.0
 
 
-def lease(namespace: str) -> str:
-    return f"{LEASE}-{namespace}"
-
-
-def leader_election_flags(namespace: str) -> tuple[str, ...]:
+def leader_election_flags(api_client: client.ApiClient, namespace: str) -> tuple[str, ...]:
     """Short lease timings, so a SIGKILLed leader is replaced within seconds."""
     return (
-        "--leader-elect",
-        "--leader-election-namespace",
-        OPERATOR_NAMESPACE,
-        "--leader-election-id",
-        lease(namespace),
+        *allow_leader_election_in(api_client, namespace),
         "--lease-duration",
         str(LEASE_DURATION),
         "--renew-deadline",
@@ -42,9 +35,7 @@ def leader_election_flags(namespace: str) -> tuple[str, ...]:
 
 def lease_holder(api_client: client.ApiClient, namespace: str) -> str | None:
     try:
-        found = client.CoordinationV1Api(api_client).read_namespaced_lease(
-            lease(namespace), OPERATOR_NAMESPACE
-        )
+        found = client.CoordinationV1Api(api_client).read_namespaced_lease(LEASE, namespace)
     except client.ApiException as err:
         if err.status == 404:
             return None

@@ -42,7 +42,7 @@ def test_one_leader_reconciles_and_a_killed_leader_hands_over(
     credentials: str,
     start_operator: StartOperator,
 ) -> None:
-    flags = leader_election_flags(namespace)
+    flags = leader_election_flags(api_client, namespace)
     first, second = start_operator(*flags), start_operator(*flags)
     holder = wait_for(lambda: lease_holder(api_client, namespace), message="a Lease holder")
     leader = wait_for(

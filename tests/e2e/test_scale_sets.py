@@ -210,7 +210,7 @@ def test_a_new_leader_resumes_the_scale_sets_messages_no_job_lost_none_counted_t
     # A SIGKILLed leader cannot delete its session: the service lets the next owner in once the
     # session has not been polled for session_timeout (GitHub: minutes; here seconds).
     service.poll_wait, service.session_timeout = 1.0, 3.0
-    flags = (*FAST, *leader_election_flags(namespace))
+    flags = (*FAST, *leader_election_flags(api_client, namespace))
     first, second = start_operator(*flags), start_operator(*flags)
     leader = _leader(api_client, namespace, first, second)
     standby = second if leader is first else first

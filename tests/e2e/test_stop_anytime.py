@@ -22,7 +22,7 @@ from runnerpool.launch import STRAGGLER_GRACE as STOP_BOUND
 from tests.e2e.runners import ORG, REPO
 from tests.pools import create_pool, pool_manifest
 from testworld.envtest.controlplane import ControlPlane
-from testworld.envtest.serviceaccount import OPERATOR_NAMESPACE
+from testworld.envtest.serviceaccount import allow_leader_election_in
 from testworld.fakegithub import FakeGitHub
 from testworld.simulator import OperatorProcess, RunnerSimulator
 from testworld.wait import poll_until
@@ -30,17 +30,6 @@ from testworld.wait import poll_until
 #: The first 8 seconds after start, cut in this many slices; one stop at random in each.
 WINDOW_SECONDS = 8.0
 SLICES = 5
-
-
-def _leader_flags(namespace: str) -> tuple[str, ...]:
-    """A Lease of its own, where deploy/'s ServiceAccount may hold one (``runnerpool-system``)."""
-    return (
-        "--leader-elect",
-        "--leader-election-namespace",
-        OPERATOR_NAMESPACE,
-        "--leader-election-id",
-        f"stop-anytime-{namespace}",
-    )
 
 
 def _lines(log: str, *messages: str) -> list[int]:
@@ -72,13 +61,14 @@ def test_sigterm_at_random_moments_after_start_exits_0(
         (i + rng.random()) * WINDOW_SECONDS / SLICES for i in range(SLICES)
     ]
     outcomes = []
+    leader_flags = allow_leader_election_in(api_client, namespace)
     for run, delay in enumerate(delays):
         operator = OperatorProcess(
             operator_credentials,
             fake_github.url,
             tmp_path / f"operator-{run}.log",
             namespaces=[namespace],
-            extra_args=_leader_flags(namespace) if run % 2 else (),
+            extra_args=leader_flags if run % 2 else (),
         )
         started = time.monotonic()
         operator.start().wait_catches()

@@ -100,6 +100,31 @@ def install_operator_rbac(plane: ControlPlane) -> None:
         apply_manifests(plane, "-k", str(DEPLOY / "rbac"))
 
 
+#: deploy/rbac's leader-election Role and its binding: the Lease, read and renewed by name only.
+LEADER_ELECTION_RBAC = ("leader_election_role.yaml", "leader_election_role_binding.yaml")
+
+
+def allow_leader_election_in(api_client: client.ApiClient, namespace: str) -> tuple[str, ...]:
+    """Make deploy/'s leader-election Role and binding again in ``namespace`` (409: there
+    already); returns the operator flags that elect there, under the Lease name deploy/ ships.
+
+    Operators under test elect in a namespace of their own rather than in ``runnerpool-system``:
+    the Role lets deploy/'s account read and renew one Lease by name, so tests electing there
+    would all share that Lease, and a leader one test left behind would hold off the next.
+    """
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    create = {"Role": rbac.create_namespaced_role, "RoleBinding": rbac.create_namespaced_role_binding}
+    for name in LEADER_ELECTION_RBAC:
+        doc = yaml.safe_load((DEPLOY / "rbac" / name).read_text())
+        doc["metadata"]["namespace"] = namespace
+        try:
+            create[doc["kind"]](namespace, doc)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    return ("--leader-elect", "--leader-election-namespace", namespace)
+
+
 def token_of(api_client: client.ApiClient, namespace: str, name: str, seconds: int = TOKEN_SECONDS) -> str:
     """A bound token of ServiceAccount ``namespace/name`` from the TokenRequest API."""
     answer = client.CoreV1Api(api_client).create_namespaced_service_account_token(
