@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from github import Auth
 from prometheus_client import REGISTRY
 
 from runnerpool.domain import Scope, web_url_for
+from runnerpool.github import transport
 from runnerpool.github.errors import (
     BadCredentials,
     GitHubError,
@@ -309,6 +311,38 @@ def test_delete_outcomes(mock: Any, status: int, body: Any, outcome: DeleteOutco
 
     assert client().delete_runner(ORG, 23) is outcome
     assert mock.calls[0].request.method == "DELETE"
+
+
+def test_a_deletion_sent_while_another_thread_lists_gets_its_own_answer(
+    mock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One client serves every thread of its credential (runner rounds, tokens, polling), over
+    one kept connection. PyGithub's connection holds the request it is about to send between
+    ``request()`` and ``getresponse()``: a listing begun by another thread in between was sent
+    in the deletion's place, its 200 read as "deleted", and the busy runner's pod let go."""
+    mock.get(api("/orgs/octo-org/actions/runners"), json={"total_count": 0, "runners": []})
+    busy = {"message": 'Bad request - Runner "r" is still running a job"'}
+    mock.delete(api("/orgs/octo-org/actions/runners/23"), json=busy, status=422)
+    shared = client()
+    listed, deleting = threading.Event(), threading.Event()
+    stored = transport._BoundedHTTPS.request
+
+    def interleaved(self: Any, verb: str, *args: Any, **kwargs: Any) -> None:
+        stored(self, verb, *args, **kwargs)
+        if verb == "DELETE":  # the deletion waits, as a thread switch would make it, until...
+            deleting.set()
+            listed.wait(5)
+        else:  # ...the listing has stored its own request on the same connection
+            listed.set()
+
+    monkeypatch.setattr(transport._BoundedHTTPS, "request", interleaved)
+    lister = threading.Thread(target=lambda: deleting.wait(5) and shared.list_runners(ORG))
+    lister.start()
+    try:
+        assert shared.delete_runner(ORG, 23) is DeleteOutcome.BUSY
+    finally:
+        lister.join(10)
+    assert sorted(c.request.method for c in mock.calls) == ["DELETE", "GET"]
 
 
 # -- redirects (a renamed or transferred repository) ---------------------------------------------

@@ -484,7 +484,46 @@ def _read_capped(response: requests.Response, cap: int) -> None:
     response._content = b"".join(chunks)
 
 
-class _BoundedHTTP(HTTPRequestsConnectionClass):
+class _PerThread:
+    """An attribute of which each thread sees its own value."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        try:
+            return getattr(instance._per_thread, self._name)
+        except AttributeError:
+            raise AttributeError(self._name) from None
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        setattr(instance._per_thread, self._name, value)
+
+
+class _RequestPerThread:
+    """PyGithub's connections keep the request to send on themselves, from ``request()`` to
+    ``getresponse()``, and a requester keeps one connection (``install``), which every thread
+    using the client shares: one client serves its credential's runner rounds, token fills,
+    polling and gates. A listing begun by another thread between the two calls was sent in a
+    runner deletion's place, its 200 taken for "deleted" and the busy runner's pod let go
+    (PyGithub/PyGithub#2052, still open). Here each thread keeps its own request, and PyGithub's
+    two methods run unchanged; the connection's session and pool are thread-safe as they are.
+    """
+
+    verb = _PerThread()
+    url = _PerThread()
+    input = _PerThread()
+    headers = _PerThread()
+    stream = _PerThread()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._per_thread = threading.local()
+        super().__init__(*args, **kwargs)
+
+
+class _BoundedHTTP(_RequestPerThread, HTTPRequestsConnectionClass):
     """PyGithub's http connection, sending through ``BoundedAdapter``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -492,7 +531,7 @@ class _BoundedHTTP(HTTPRequestsConnectionClass):
         self.adapter = _bounded(self.session, self.adapter, "http://")
 
 
-class _BoundedHTTPS(HTTPSRequestsConnectionClass):
+class _BoundedHTTPS(_RequestPerThread, HTTPSRequestsConnectionClass):
     """PyGithub's https connection, sending through ``BoundedAdapter``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
