@@ -108,6 +108,9 @@ class Reason(StrEnum):
     #: The secret is usable, but the copy a separate webhook receiver reads (one Secret, under
     #: 1 MiB, shared between namespaces: ``demand.secret_mirror``) has no room for it.
     SECRET_NOT_MIRRORED = "SecretNotMirrored"
+    #: The pools of the namespace name more keys of the Secret than a delivery to its URL is
+    #: verified with (``demand.verification.MAX_KEYS_PER_ROUTE``), and this pool's is not among them.
+    TOO_MANY_SECRET_KEYS = "TooManySecretKeys"
     # --- NamespaceEnabled
     NAMESPACE_ENABLED = "NamespaceEnabled"
     NAMESPACE_NOT_ENABLED = "NamespaceNotEnabled"

@@ -31,7 +31,7 @@ from runnerpool.demand.job_labels import JobLabels
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.secret import PoolSecrets, SecretFile
 from runnerpool.demand.secret_mirror import MirroredSecrets, SecretMirror
-from runnerpool.demand.verification import Verdict, Verifier
+from runnerpool.demand.verification import Verdict, Verifier, with_route_keys
 from runnerpool.demand.writer import DemandWriter
 from runnerpool.domain import split_key
 from runnerpool.github.jobs import Job
@@ -174,9 +174,9 @@ def operator_webhook_parts(
     in_process = settings.component != OPERATOR and bool(demand.webhook_port)
     receiver = [webhook_runnable(demand, pools, secrets, writer.record_job)] if in_process else []
     if demand.mirror is None:
-        return OperatorWebhookParts(receiver, [], secrets.problem)
+        return OperatorWebhookParts(receiver, [], with_route_keys(pools, secrets.problem))
     mirror = SecretMirror(
         pools, secrets, kube, demand.mirror, interval=demand.mirror_interval, notify=notify, readable=readable
     )
     runnable = Runnable("webhook secret mirror", mirror.start, mirror.stop, leader_only=True)
-    return OperatorWebhookParts(receiver, [runnable], mirror.problem)
+    return OperatorWebhookParts(receiver, [runnable], with_route_keys(pools, mirror.problem))

@@ -27,7 +27,7 @@ from runnerpool.demand.secret_mirror import (
     mirror_key,
 )
 from runnerpool.demand.signature import sign
-from runnerpool.demand.verification import Route, Verifier
+from runnerpool.demand.verification import MAX_KEYS_PER_ROUTE, Route, Verifier
 from runnerpool.domain import WebhookSecretProblem
 from runnerpool.github.jobs import Job
 from runnerpool.reads import ParsedPool
@@ -149,6 +149,9 @@ class _Pools:
     def autoscaling_pools(self, scopes: object = None) -> list[api.RunnerPool]:
         return [pool for pool in self.pools if pool.spec.autoscaling is not None]
 
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        return [ParsedPool({}, pool) for pool in self.pools if pool.namespace == namespace]
+
 
 @pytest.mark.parametrize(
     "metadata",
@@ -221,14 +224,14 @@ class _WebhookSecrets:
         return None
 
 
-def _own_secret_pool(namespace: str, name: str) -> api.RunnerPool:
-    """A pool naming Secret ``name`` of its namespace as its webhook secret."""
+def _own_secret_pool(namespace: str, name: str, key: str = "webhook-secret") -> api.RunnerPool:
+    """A pool naming key ``key`` of Secret ``name`` of its namespace as its webhook secret."""
     return api.RunnerPool.model_validate(
         {
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": f"{name}-{key}", "namespace": namespace},
             "spec": {
                 "repository": "acme/app",
-                "autoscaling": {"maxReplicas": 1, "webhookSecretRef": {"name": name}},
+                "autoscaling": {"maxReplicas": 1, "webhookSecretRef": {"name": name, "key": key}},
             },
         }
     )
@@ -371,6 +374,41 @@ def test_the_operator_with_a_separate_receiver_shows_a_secret_left_out_of_its_co
     assert (condition["status"], condition["reason"]) == ("False", "SecretNotMirrored")
     assert condition["message"].endswith("pools naming the same Secret and key share one copy)")
     assert _problem(parts.check, others[0]) is None
+
+
+@pytest.mark.parametrize("mirror", ["ops/hooks", ""], ids=["separate-receiver", "in-process"])
+def test_a_pool_whose_key_its_url_does_not_try_says_so_and_the_others_do_not(mirror: str) -> None:
+    """A delivery to /webhook/<namespace>/<secret> is verified with the first 8 keys of that
+    Secret by name (``MAX_KEYS_PER_ROUTE``); the pool naming a ninth says so in its condition."""
+    pools = [_own_secret_pool("team-a", "hooks", f"k{i}") for i in range(MAX_KEYS_PER_ROUTE + 1)]
+    args = ["--component", "operator", "--webhook-secret-mirror", mirror]
+    parts = operator_webhook_parts(
+        settings_from(parser().parse_args(args)),
+        _Pools(*pools),  # type: ignore[arg-type]
+        PoolSecrets(_AnyKey(b"team-a's secret")),  # type: ignore[arg-type]
+        _MirrorSecret(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]  # no receiver in this process
+        notify=lambda pool: None,
+        readable=lambda namespace: True,
+    )
+    assert [_problem(parts.check, pool) for pool in pools[:-1]] == [None] * MAX_KEYS_PER_ROUTE
+    problem = _problem(parts.check, pools[-1])
+    assert problem is not None
+    condition = webhook_secret_condition(Stamp(1, datetime(2030, 1, 1, tzinfo=UTC)), problem, "p", "hooks")
+    assert (condition["status"], condition["reason"]) == ("False", "TooManySecretKeys")
+    assert f"not with key k{MAX_KEYS_PER_ROUTE}" in condition["message"]
+
+
+class _AnyKey(_WebhookSecrets):
+    """Every Secret of the namespace holds ``value`` at every key."""
+
+    def __init__(self, value: bytes) -> None:
+        super().__init__({})
+        self.value = value
+
+    def get(self, namespace: str, name: str, max_age: float) -> dict[str, Any]:
+        encoded = base64.b64encode(self.value).decode()
+        return {"metadata": {}, "data": {f"k{i}": encoded for i in range(MAX_KEYS_PER_ROUTE + 1)}}
 
 
 class _MirrorServer(Kube):

@@ -24,11 +24,12 @@ from runnerpool import api, logs
 from runnerpool.demand import metrics
 from runnerpool.demand import receiver as receiver_module
 from runnerpool.demand.receiver import DEFAULT_MAX_BODY, FORM, FORM_FACTOR, PATH, WebhookServer
-from runnerpool.demand.secret import PoolSecrets, Secrets
+from runnerpool.demand.secret import MAX_POOL_SECRET_LINES, PoolSecrets, Secrets
 from runnerpool.demand.signature import sign
-from runnerpool.demand.verification import Verdict, Verifier
+from runnerpool.demand.verification import MAX_KEYS_PER_ROUTE, Route, RouteKeys, Verdict, Verifier
 from runnerpool.github.jobs import Job
 from runnerpool.reads import ParsedPool, parse_pool
+from runnerpool.reasons import Reason
 from runnerpool.runtime.kube import Kube
 from runnerpool.webserver import Limits
 from tests.demand_payloads import delivery, fixture, job_object
@@ -617,6 +618,61 @@ def test_an_unverified_body_is_never_parsed_and_names_only_the_secrets_of_its_ur
     finally:
         server.stop()
     assert recorded.jobs == [4]
+
+
+class ManyKeyPools(TenantPools):
+    """One tenant's ``count`` pools, each naming a key of its own of Secret ``hooks``."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self._parsed = []
+        for i in range(count):
+            ref = {"name": "hooks", "key": f"k{i:04d}"}
+            manifest = pool_manifest(
+                f"p{i}", repo="octo-org/hello-world", autoscaling={"maxReplicas": 1, "webhookSecretRef": ref}
+            )
+            manifest["metadata"]["namespace"] = TENANT
+            self._parsed.append(parse_pool(manifest))
+
+    def pools_in(self, namespace: str) -> list[ParsedPool]:
+        return self._parsed if namespace == TENANT else []
+
+
+class EightLineKeys(TenantSecrets):
+    """Every key of ``hooks`` holds the most a key may (8 secrets); counts the HMACs tried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hmacs = 0
+
+    def get(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets:
+        self.hmacs += MAX_POOL_SECRET_LINES  # verify() tries each value once
+        return Secrets(values=tuple(f"{ref.key}-{i}".encode() for i in range(MAX_POOL_SECRET_LINES)))
+
+    def refresh(self, namespace: str, ref: api.WebhookSecretRef) -> Secrets | None:
+        return None  # read just now
+
+
+def test_a_tenant_naming_many_keys_of_one_secret_cannot_make_forgeries_to_its_url_expensive() -> None:
+    """Every secret a URL names is an HMAC over every delivery to it, forged ones included: one
+    tenant's 100 pools, a key each, made one forgery cost 800 HMACs (0.39 s at 1,000 pools).
+    The URL tries the first 8 keys by name; the pools past them say so, and the others still
+    move."""
+    pools, secrets = ManyKeyPools(100), EightLineKeys()
+    verifier = Verifier(lambda: (SECRET,), pools, secrets)
+    payload = body(4)
+    route = Route(TENANT, "hooks")
+    assert not verifier(payload, "sha256=" + "0" * 64, route).accepted
+    assert secrets.hmacs <= MAX_KEYS_PER_ROUTE * MAX_POOL_SECRET_LINES
+
+    first = pools.pools_in(TENANT)[0].model
+    assert first is not None and verifier(payload, sign(b"k0000-7", payload), route).admits(first)
+    assert not verifier(payload, sign(f"k{MAX_KEYS_PER_ROUTE:04d}-0".encode(), payload), route).accepted
+    keys = RouteKeys(pools)
+    assert keys.problem(TENANT, api.WebhookSecretRef(name="hooks", key="k0000")) is None
+    told = keys.problem(TENANT, api.WebhookSecretRef(name="hooks", key=f"k{MAX_KEYS_PER_ROUTE:04d}"))
+    assert told is not None and told.reason == Reason.TOO_MANY_SECRET_KEYS
+    assert f"k{MAX_KEYS_PER_ROUTE:04d}" in told.cause and "100 keys" in told.cause
 
 
 def _rss_mib() -> float:

@@ -12,7 +12,8 @@ secret is there to exclude.
 * ``POST /webhook``: the cluster-wide secret, and only it;
 * ``POST /webhook/<namespace>/<secret>``: the keys of Secret ``<secret>`` that the pools of
   ``<namespace>`` name in their ``webhookSecretRef`` (one, ``webhook-secret``, unless pools
-  name others), and only those. A delivery verified there moves only those pools.
+  name others), and only those, at most :data:`MAX_KEYS_PER_ROUTE` of them. A delivery
+  verified there moves only those pools.
 
 So an unverified body is never parsed: before, a delivery the cluster-wide secret did not
 sign was parsed as JSON to find which pools' secrets to try (up to 64 KiB, ~3.4 ms of CPU;
@@ -46,9 +47,21 @@ from typing import Any, Protocol
 from runnerpool import api
 from runnerpool.demand.secret import PoolSecrets
 from runnerpool.demand.signature import verify
+from runnerpool.domain import WebhookSecretProblem
+from runnerpool.observe import WebhookSecretCheck
 from runnerpool.reads import ParsedPool
+from runnerpool.reasons import Reason
 
-__all__ = ["ANY_POOL", "Route", "Verdict", "Verifier", "load_json"]
+__all__ = [
+    "ANY_POOL",
+    "MAX_KEYS_PER_ROUTE",
+    "Route",
+    "RouteKeys",
+    "Verdict",
+    "Verifier",
+    "load_json",
+    "with_route_keys",
+]
 
 #: What GitHub sends in ``X-Hub-Signature-256``; nothing else can verify under any secret.
 _WELL_FORMED = re.compile(r"sha256=[0-9a-f]{64}")
@@ -58,6 +71,12 @@ _SECRET = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a
 
 #: Identifies one secret a pool may trust: (namespace, Secret name, key).
 SecretId = tuple[str, str, str]
+#: Keys of one Secret that a delivery to its URL is verified with, the first by name. Each
+#: holds up to ``MAX_POOL_SECRET_LINES`` secrets, each an HMAC over the body of every delivery
+#: to the URL, signed or forged, and a tenant's pools may name any number of keys: 1,000 pools
+#: of one namespace, one key each, made one forged 64 KiB request cost 0.39 s of CPU (8,000
+#: HMACs). At this bound a URL costs at most 64 HMACs (about 3 ms); pools past it are told.
+MAX_KEYS_PER_ROUTE = 8
 
 
 def load_json(body: bytes) -> Any:
@@ -138,8 +157,8 @@ class _AnyPool(Verdict):
 ANY_POOL: Verdict = _AnyPool()
 
 
-def _refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSecretRef]:
-    """The distinct keys of Secret ``secret`` that autoscaling pools of ``parsed`` trust."""
+def _named_refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSecretRef]:
+    """The distinct keys of Secret ``secret`` that autoscaling pools of ``parsed`` trust, by name."""
     unique: dict[str, api.WebhookSecretRef] = {}
     for item in parsed:
         scaling = item.model.spec.autoscaling if item.model is not None else None
@@ -147,6 +166,39 @@ def _refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSecretRe
         if ref is not None and ref.name == secret:
             unique.setdefault(ref.key, ref)
     return [unique[key] for key in sorted(unique)]
+
+
+def _refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSecretRef]:
+    """The keys a delivery to Secret ``secret``'s URL is verified with: the first
+    :data:`MAX_KEYS_PER_ROUTE` by name of those the pools name."""
+    return _named_refs(parsed, secret)[:MAX_KEYS_PER_ROUTE]
+
+
+class RouteKeys:
+    """The operator's side of :data:`MAX_KEYS_PER_ROUTE`: a pool whose key its URL leaves out
+    says so (``WebhookSecretReady=False``), as the receiver that leaves it out cannot."""
+
+    def __init__(self, pools: _Candidates) -> None:
+        self._pools = pools
+
+    def problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
+        named = [r.key for r in _named_refs(self._pools.pools_in(namespace), ref.name)]
+        if ref.key not in named[MAX_KEYS_PER_ROUTE:]:
+            return None
+        return WebhookSecretProblem(
+            Reason.TOO_MANY_SECRET_KEYS,
+            f"the pools of namespace {namespace} name {len(named)} keys of Secret {ref.name}, and a "
+            f"delivery to its URL (/webhook/{namespace}/{ref.name}) is verified with the first "
+            f"{MAX_KEYS_PER_ROUTE} by name only, not with key {ref.key}",
+            "give this pool's webhook a Secret of its own (spec.autoscaling.webhookSecretRef.name, "
+            f"its own URL), or name at most {MAX_KEYS_PER_ROUTE} keys of this one",
+        )
+
+
+def with_route_keys(pools: _Candidates, check: WebhookSecretCheck) -> WebhookSecretCheck:
+    """``check`` (the Secret's own problems first), then whether the pool's URL tries its key."""
+    keys = RouteKeys(pools)
+    return lambda namespace, ref: check(namespace, ref) or keys.problem(namespace, ref)
 
 
 class Verifier:
