@@ -119,12 +119,15 @@ def api_url_key(url: str) -> str:
 def web_url_for(api_url: str) -> str:
     """Derive the web base for ``config.sh --url`` from an API base.
 
-    ``https://api.github.com`` -> ``https://github.com``; GHES ``https://host/api/v3`` ->
-    ``https://host``.
+    ``https://api.github.com`` -> ``https://github.com``; GHE.com ``https://api.acme.ghe.com``
+    -> ``https://acme.ghe.com``; GHES ``https://host/api/v3`` -> ``https://host``: GHES serves
+    its API under a path of the web host, whatever that host is called (``api.corp`` too).
     """
     parsed = urllib.parse.urlsplit(api_url.rstrip("/"))
     if parsed.netloc == "api.github.com":
         return DEFAULT_WEB_URL
+    if parsed.path.startswith("/api/"):
+        return f"{parsed.scheme}://{parsed.netloc}"
     return f"{parsed.scheme}://{parsed.netloc.removeprefix('api.')}"
 
 

@@ -119,6 +119,8 @@ def test_web_url_for_api_bases() -> None:
     assert web_url_for(API) == "https://github.com"
     assert web_url_for(GHES_API) == "https://ghe.example.com"
     assert web_url_for("https://api.ghe.example.com/") == "https://ghe.example.com"
+    # A GHES host named api.*: its API is under /api/v3 of that same host, where runners register.
+    assert web_url_for("https://api.ghes.corp/api/v3") == "https://api.ghes.corp"
 
 
 # -- registration tokens -------------------------------------------------------------------------
