@@ -17,8 +17,9 @@ any more:
 * the last pool using it is finalized (its runners are deregistered),
 * a pool moves to another Secret and no other pool uses the old one,
 * a pool disappears without finalizing (its finalizer removed by hand),
-* a pool disappears whose finalizer another leader removed (the Secrets of its namespace that
-  carry the protection are asked about, since this leader never saw which one it used),
+* a pool disappears (the Secrets of its namespace that carry the protection are asked about
+  too: this leader may never have seen the pool use one, when another leader removed its
+  finalizer or the pool moved off it while no leader ran),
 * at the start of each leadership term, every protected Secret that no pool needs is
   released (covers pools that went away while no operator was running; only cached Secrets
   are asked about, so one protected by a version before the label, whose pools all went
@@ -154,9 +155,12 @@ class CredentialProtection:
         """
         with self._lock:
             previous = self._used.get((namespace, pool))
-            self._used[(namespace, pool)] = secret_name
         if previous is not None and previous != secret_name:
+            # The new Secret is noted only once the old one is answered: a release that fails
+            # fails the pass, and its retry asks about the old Secret again.
             self.release_if_unused(namespace, previous)
+        with self._lock:
+            self._used[(namespace, pool)] = secret_name
         return retry_on_conflict(lambda first: self._mark(namespace, pool, secret_name), _ATTEMPTS)
 
     def _mark(self, namespace: str, pool: str, secret_name: str) -> bool:
@@ -213,16 +217,16 @@ class CredentialProtection:
         """
         with self._lock:
             previous = self._used.get((namespace, pool))
-        if previous is None:
-            # Finalized under another leader: this one never saw which Secret the pool used.
-            # Ask about every Secret of the namespace that carries the protection instead of
-            # leaving it to the next leadership start.
-            self._release_unused_in(namespace, finalized=pool)
-            return
-        self.release_if_unused(namespace, previous, finalized=pool)
-        with self._lock:
-            if self._used.get((namespace, pool)) == previous:
-                del self._used[(namespace, pool)]
+        if previous is not None:
+            self.release_if_unused(namespace, previous, finalized=pool)
+        # And every cached Secret of the namespace that carries the protection: this process
+        # may never have seen the pool use it (finalized under another leader, or moved off it
+        # while no leader ran), and a Secret left protected would hold its namespace's deletion.
+        self._release_unused_in(namespace, finalized=pool)
+        if previous is not None:
+            with self._lock:
+                if self._used.get((namespace, pool)) == previous:
+                    del self._used[(namespace, pool)]
 
     def release_unused(self) -> int:
         """Release every protected Secret that no pool needs; returns how many.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from runnerpool.naming import BINDING_FINALIZER, CREDENTIAL_FINALIZER
 from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
-from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube, Resource
 from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
@@ -222,6 +223,76 @@ def test_a_pool_finalized_under_another_leader_releases_its_secret_when_it_goes(
     new_leader.forget(namespace, "finalized")
 
     assert not _protected(api_client, namespace), "released as the pool went, not at the next leadership"
+
+
+class _FirstReleaseFails(Kube):
+    """The API server failing the first release patch (a JSON patch) with a 500."""
+
+    failed = False
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any] | list[dict[str, Any]],
+        *,
+        subresource: str = "",
+        patch_type: str | None = None,
+    ) -> dict[str, Any]:
+        if isinstance(body, list) and not self.failed:
+            self.failed = True
+            raise ApiException(status=500, reason="etcdserver: request timed out")
+        return super().patch(resource, namespace, name, body, subresource=subresource, patch_type=patch_type)
+
+
+def _move(api_client: client.ApiClient, namespace: str, pool: str, secret: str) -> None:
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace, {"metadata": {"name": secret}, "stringData": {"token": "ghp_other"}}
+    )
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, pool, {"spec": {"credentialSecretName": secret}}
+    )
+
+
+def test_a_failed_release_of_the_secret_a_pool_moved_from_is_tried_again(
+    api_client: client.ApiClient, runnerpool_crd: dict[str, Any], namespace: str
+) -> None:
+    """The pass that found the pool moved released the old Secret after it had noted the new
+    one: its release failing, the retried pass no longer knew the old one, which kept its
+    finalizer for good (and its namespace, once deleted, stayed Terminating)."""
+    pat_secret(api_client, namespace)
+    protection = CredentialProtection(LiveReader(api_client), _FirstReleaseFails(api_client))
+    create_pool(api_client, namespace, pool_manifest("mover"))
+    assert protection.protect(namespace, "mover", CRED)
+    _move(api_client, namespace, "mover", "other")
+
+    with pytest.raises(ApiException):
+        protection.protect(namespace, "mover", "other")
+    protection.protect(namespace, "mover", "other")  # the work queue's retry
+
+    assert not _protected(api_client, namespace), "no pool uses the old Secret any more"
+
+
+def test_a_secret_a_pool_moved_from_while_no_leader_saw_it_goes_with_the_pool(
+    api_client: client.ApiClient, runnerpool_crd: dict[str, Any], namespace: str
+) -> None:
+    """The new leader only ever saw the pool use its new Secret; the old one kept its finalizer
+    after the pool, and the namespace, were gone."""
+    pat_secret(api_client, namespace)
+    old_leader, new_leader = (
+        CredentialProtection(LiveReader(api_client), Kube(api_client)) for _ in range(2)
+    )
+    create_pool(api_client, namespace, pool_manifest("mover"))
+    assert old_leader.protect(namespace, "mover", CRED)
+    _move(api_client, namespace, "mover", "other")
+    assert new_leader.protect(namespace, "mover", "other")
+    _delete_pool(api_client, namespace, "mover")
+    wait_for(lambda: LiveReader(api_client).get_pool(namespace, "mover") is None, message="the pool to go")
+
+    new_leader.forget(namespace, "mover")
+
+    assert not _protected(api_client, namespace) and not _protected(api_client, namespace, "other")
 
 
 def _binding_finalizers(api_client: client.ApiClient, namespace: str, name: str) -> list[str]:
