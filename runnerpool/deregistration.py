@@ -167,10 +167,16 @@ def left_on_github(pool: api.RunnerPool, pod_names: Iterable[str], api_url: str)
     prefix = naming.runner_pod_prefix(pool.name)
     which = f"runner(s) {', '.join(names)}" if names else f"any runner named {prefix}*"
     base = api_url.rstrip("/")
+    scale_set = pool.spec.scale_set
+    also = (
+        f"; so may runner scale set {scale_set.name}: remove it in the runner groups' settings"
+        if scale_set is not None
+        else ""
+    )
     return (
         f"{which} may be left on GitHub in {pool.scope.path}: remove them in its settings "
         f"(Actions > Runners) or with DELETE {base}/{pool.scope.path}/actions/runners/RUNNER_ID "
-        f"(GET {base}/{pool.scope.path}/actions/runners lists their ids)"
+        f"(GET {base}/{pool.scope.path}/actions/runners lists their ids){also}"
     )
 
 

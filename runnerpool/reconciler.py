@@ -810,12 +810,7 @@ class Reconciler:
             if err.reason is Reason.SCALE_SET_STILL_USED:
                 return self._scale_set_still_used(run, err.message)
             if deregistration.credential_failure(err):
-                message = (
-                    f"cannot delete runner scale set {pool.spec.scale_set.name} (id {scale_set_id}): "
-                    f"{err.reason}: {err}; remove it in the runner groups' settings on GitHub"
-                )
-                self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
-                return None  # nothing can delete it without the credential: let the pool go
+                return self._credential_lost(run, err)  # as a drain's: the credential may come back
             doing = f"delete runner scale set {pool.spec.scale_set.name}"
             return self._deregistration_failed(run, doing, err)
         log.info(

@@ -29,6 +29,7 @@ from runnerpool.conditions import NAMESPACE_ENABLED, RUNNERS_DEREGISTERED, Stamp
 from runnerpool.domain import Drain, PoolRef
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.gates import Verdict
+from runnerpool.github.errors import BadCredentials
 from runnerpool.namespace_access import Access
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reads import ParsedPool, parse_pool
@@ -527,6 +528,47 @@ def test_a_pool_whose_scale_set_another_deleted_pool_still_uses_waits_as_for_bus
     assert reconciler(f"{namespace}/arc").requeue_after is None
     assert scale_sets.deleted == [("arc", None)]
     assert _pool(api_client, namespace, "arc") is None
+
+
+class RefusedScaleSets(RecordedScaleSets):
+    """GitHub refuses the credential (401) while ``refused`` is set: a PAT being rotated."""
+
+    refused = True
+
+    def delete(self, pool: PoolRef, scale_set_id: int | None) -> None:
+        if self.refused:
+            raise BadCredentials("401 Bad credentials", status=401)
+        super().delete(pool, scale_set_id)
+
+
+def test_a_scale_set_pool_whose_credential_github_refuses_waits_for_it_before_leaving_its_scale_set(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """One 401 (a PAT being rotated) let the pool go at once and left its scale set on GitHub,
+    where jobs naming it queue for ever. It waits ``--credential-lost-wait`` as a drain does,
+    deletes the scale set once the credential is back, and, were it not to come back, would
+    name the scale set among what is left."""
+    scale_sets = RefusedScaleSets()
+    reconciler = make_reconciler(
+        api_client,
+        clock=clock,
+        scale_sets=scale_sets,
+        settings=Settings(deletion=DeletionSettings(credential_lost_wait=LOST_WAIT)),
+    )
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
+    reconciler(f"{namespace}/arc")
+    _delete(api_client, namespace, "arc")
+
+    assert reconciler(f"{namespace}/arc").requeue_after is not None
+    assert _pool(api_client, namespace, "arc") is not None, "not let go on one refusal"
+    [(_, said)] = _events(api_client, namespace, Reason.CREDENTIAL_LOST)
+    assert "runner scale set arc-linux" in said
+
+    scale_sets.refused = False
+    assert reconciler(f"{namespace}/arc").requeue_after is None
+    assert scale_sets.deleted == [("arc", None)]
+    assert _pool(api_client, namespace, "arc") is None
+    assert _events(api_client, namespace, Reason.RUNNERS_LEFT_ON_GITHUB) == []
 
 
 def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes_its_scale_set(
