@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from runnerpool.naming import BINDING_FINALIZER, CREDENTIAL_FINALIZER
 from runnerpool.observe import SecretChecks
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import RunnerManagers
-from runnerpool.runtime.kube import ROLE_BINDINGS, Kube, Resource
+from runnerpool.runtime.kube import ROLE_BINDINGS, Kube
 from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, pat_secret, pool_manifest
@@ -230,20 +229,11 @@ class _FirstReleaseFails(Kube):
 
     failed = False
 
-    def patch(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        name: str,
-        body: Mapping[str, Any] | list[dict[str, Any]],
-        *,
-        subresource: str = "",
-        patch_type: str | None = None,
-    ) -> dict[str, Any]:
-        if isinstance(body, list) and not self.failed:
+    def patch(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if isinstance(args[3], list) and not self.failed:  # (resource, namespace, name, body)
             self.failed = True
             raise ApiException(status=500, reason="etcdserver: request timed out")
-        return super().patch(resource, namespace, name, body, subresource=subresource, patch_type=patch_type)
+        return super().patch(*args, **kwargs)
 
 
 def _move(api_client: client.ApiClient, namespace: str, pool: str, secret: str) -> None:
