@@ -5,8 +5,10 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
 * **RunnerPools** (``For``): an event enqueues the pool itself, unless it is the echo of
   the reconciler's own write (``runnerpool.echoes``).  Each pool is parsed once
   per resourceVersion (``runnerpool.reads.ParsedPool``) and indexed by the scope it
-  autoscales for (GitHub host + repository or organization, ``demand.matching``) and by the
-  credential Secret it names.
+  autoscales for (GitHub host + repository or organization, ``demand.matching``), by the
+  credential Secret it names and by its own webhook Secret: a pool whose webhook key came,
+  went or changed also enqueues the pools sharing that Secret's URL, whose keys tried there
+  may have changed with it (``demand.verification.MAX_KEYS_PER_ROUTE``).
 * **Secrets**, two informers per namespace, each filtered by a label on the API server, so a
   Secret that is not the operator's is never sent, let alone cached (20,000 Secrets of
   4 KiB cost an operator that cached them all 151 MiB: ``bench/foreign_secrets.py``).
@@ -109,6 +111,7 @@ ACCOUNTS, ROLE_BINDINGS_ = "ServiceAccounts", "RoleBindings"
 # Index names: pods by ``namespace/pool``; pools by autoscaling scope (the pools that follow the
 # demand deliveries and polling report: not scale sets) and by credential Secret.
 BY_POOL, BY_SCOPE, BY_CREDENTIAL = "pool", "autoscaling-scope", "credential-secret"
+BY_WEBHOOK_SECRET = "webhook-secret"
 #: Pools with ``spec.scaleSet`` (being deleted too), all under ``ANY_SCOPE``.
 BY_SCALE_SET = "scale-set"
 #: Under ``BY_SCOPE``, every autoscaling pool is also found under this value.
@@ -152,9 +155,34 @@ def _the_pool(echo: Callable[[Event], bool] | None) -> MapToKeys:
     def keys(event: Event, informers: InformerSet) -> list[str]:
         if echo is not None and echo(event):
             return []  # the reconciler's own write: the pass that made it saw all it holds
-        return [object_key(event.obj)]  # every other change means "look at this pool again"
+        key = object_key(event.obj)  # every other change means "look at this pool again"
+        before = _webhook_secret(event.old)
+        after = None if event.type == DELETED else _webhook_secret(event.obj)
+        if before == after:
+            return [key]
+        # A key of a webhook Secret came or went: which keys its URL tries may have changed for
+        # the pools sharing it (``demand.verification.MAX_KEYS_PER_ROUTE``), and so their condition.
+        namespace = (event.obj.get("metadata") or {}).get("namespace") or ""
+        names = {ref[0] for ref in (before, after) if ref is not None}
+        return [
+            key,
+            *(
+                k
+                for name in sorted(names)
+                for k in informers.keys_by(POOLS, namespace, BY_WEBHOOK_SECRET, name)
+            ),
+        ]
 
     return keys
+
+
+def _webhook_secret(raw: Obj | None) -> tuple[str, str] | None:
+    """The (Secret, key) a pool trusts for its webhook deliveries, read from the raw object."""
+    scaling = ((raw or {}).get("spec") or {}).get("autoscaling")
+    ref = scaling.get("webhookSecretRef") if isinstance(scaling, dict) else None
+    if not isinstance(ref, dict) or not ref.get("name"):
+        return None
+    return str(ref["name"]), str(ref.get("key") or "")
 
 
 def _owners(event: Event, informers: InformerSet) -> list[str]:
@@ -220,6 +248,11 @@ def _credential_index(parsed: ParsedPool) -> list[str]:
     return [credential_secret_name(parsed.raw)]
 
 
+def _webhook_secret_index(parsed: ParsedPool) -> list[str]:
+    ref = _webhook_secret(parsed.raw)
+    return [ref[0]] if ref is not None else []
+
+
 def _pod_index(obj: Obj) -> list[str]:
     pool = pod_pool(obj)
     return [pool] if pool is not None else []
@@ -255,6 +288,7 @@ def pool_watches(
                 BY_SCOPE: _scope_index(default_api_url),
                 BY_CREDENTIAL: _credential_index,
                 BY_SCALE_SET: _scale_set_index,
+                BY_WEBHOOK_SECRET: _webhook_secret_index,
             },
         ),
         Watch(SECRETS_, SECRETS, _secret, label_selector=MANAGED_BY_SELECTOR, per_namespace=True),

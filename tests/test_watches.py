@@ -201,6 +201,32 @@ def test_a_credential_secret_enqueues_the_pools_that_name_it(cache: PoolCache, k
     assert keys == ["ns/b"]
 
 
+def test_a_pool_naming_a_key_of_a_webhook_secret_wakes_the_pools_sharing_that_secrets_url(
+    cache: PoolCache, keys: Keys
+) -> None:
+    """A URL tries the first 8 keys of its Secret by name (``MAX_KEYS_PER_ROUTE``): a pool that
+    comes, goes or changes its key can push another pool's key out of them, or let it in, and
+    that pool's ``WebhookSecretReady`` must follow without waiting for a change of its own."""
+
+    def scaling(key: str, secret: str = "hooks") -> dict[str, Any]:
+        return {"maxReplicas": 1, "webhookSecretRef": {"name": secret, "key": key}}
+
+    deliver(cache, POOLS, ADDED, pool("i", repository="o/r", autoscaling=scaling("i")))
+    deliver(cache, POOLS, ADDED, pool("other", repository="o/r", autoscaling=scaling("x", "elsewhere")))
+    keys.clear()
+    newcomer = pool("a", repository="o/r", autoscaling=scaling("a"))
+    deliver(cache, POOLS, ADDED, newcomer)
+    assert sorted(keys) == ["ns/a", "ns/i"]
+    keys.clear()
+    deliver(
+        cache, POOLS, MODIFIED, {**newcomer, "metadata": {**newcomer["metadata"], "resourceVersion": "2"}}
+    )
+    assert keys == ["ns/a"], "no key changed: only the pool itself"
+    keys.clear()
+    deliver(cache, POOLS, DELETED, newcomer)
+    assert sorted(keys) == ["ns/a", "ns/i"]
+
+
 def test_only_the_operators_secrets_are_asked_for() -> None:
     """The API server filters: a Secret without one of the operator's labels never arrives."""
     secrets = [w for w in pool_watches() if w.resource.plural == "secrets"]
