@@ -810,7 +810,15 @@ class Reconciler:
             if err.reason is Reason.SCALE_SET_STILL_USED:
                 return self._scale_set_still_used(run, err.message)
             if deregistration.credential_failure(err):
-                return self._credential_lost(run, err)  # as a drain's: the credential may come back
+                if scale_set_id is not None:  # the listener made it: wait for the credential, as a drain does
+                    return self._credential_lost(run, err)
+                # Never recorded: a credential that never worked made none (a typo'd Secret).
+                message = (
+                    f"cannot delete runner scale set {pool.spec.scale_set.name}: {err.reason}: {err}; "
+                    "if its listener made it, remove it in the runner groups' settings on GitHub"
+                )
+                self._recorder.event(run.raw, WARNING, Reason.RUNNERS_LEFT_ON_GITHUB, message)
+                return None
             doing = f"delete runner scale set {pool.spec.scale_set.name}"
             return self._deregistration_failed(run, doing, err)
         log.info(

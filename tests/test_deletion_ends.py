@@ -557,6 +557,9 @@ def test_a_scale_set_pool_whose_credential_github_refuses_waits_for_it_before_le
     )
     create_pool(api_client, namespace, _SCALE_SET_POOL)
     reconciler(f"{namespace}/arc")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "arc", {"status": {"scaleSet": {"id": 7}}}
+    )  # what the listener records once it made the scale set
     _delete(api_client, namespace, "arc")
 
     assert reconciler(f"{namespace}/arc").requeue_after is not None
@@ -566,9 +569,29 @@ def test_a_scale_set_pool_whose_credential_github_refuses_waits_for_it_before_le
 
     scale_sets.refused = False
     assert reconciler(f"{namespace}/arc").requeue_after is None
-    assert scale_sets.deleted == [("arc", None)]
+    assert scale_sets.deleted == [("arc", 7)]
     assert _pool(api_client, namespace, "arc") is None
     assert _events(api_client, namespace, Reason.RUNNERS_LEFT_ON_GITHUB) == []
+
+
+def test_a_scale_set_pool_whose_credential_never_worked_is_let_go_at_once(
+    api_client: client.ApiClient, namespace: str, clock: WallClock
+) -> None:
+    """No scale set recorded and a credential GitHub refuses: its listener never made one, and
+    waiting 15 minutes for a credential that never worked (a typo'd Secret) held the namespace."""
+    reconciler = make_reconciler(
+        api_client,
+        clock=clock,
+        scale_sets=RefusedScaleSets(),
+        settings=Settings(deletion=DeletionSettings(credential_lost_wait=LOST_WAIT)),
+    )
+    create_pool(api_client, namespace, _SCALE_SET_POOL)
+    reconciler(f"{namespace}/arc")
+    _delete(api_client, namespace, "arc")
+
+    assert reconciler(f"{namespace}/arc").requeue_after is None
+    assert _pool(api_client, namespace, "arc") is None
+    assert _events(api_client, namespace, Reason.CREDENTIAL_LOST) == []
 
 
 def test_a_scale_set_pool_deleted_before_its_listener_wrote_the_id_still_deletes_its_scale_set(
