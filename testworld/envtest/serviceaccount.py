@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from testworld.envtest import assets, audit
 from testworld.envtest.controlplane import ControlPlane
+from testworld.wait import poll_until
 
 __all__ = [
     "NAMESPACE_ROLE",
@@ -114,14 +115,33 @@ def allow_leader_election_in(api_client: client.ApiClient, namespace: str) -> tu
     """
     rbac = client.RbacAuthorizationV1Api(api_client)
     create = {"Role": rbac.create_namespaced_role, "RoleBinding": rbac.create_namespaced_role_binding}
+    lease = ""
     for name in LEADER_ELECTION_RBAC:
         doc = yaml.safe_load((DEPLOY / "rbac" / name).read_text())
         doc["metadata"]["namespace"] = namespace
+        lease = next((r["resourceNames"][0] for r in doc.get("rules", ()) if r.get("resourceNames")), lease)
         try:
             create[doc["kind"]](namespace, doc)
         except ApiException as err:
             if err.status != 409:
                 raise
+    # The authorizer learns of the new binding from its own watch: an operator started at once
+    # could be refused its first Lease read, which a least-privilege test counts as missing.
+    review = {
+        "spec": {
+            "user": OPERATOR_USER,
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": "update",
+                "group": "coordination.k8s.io",
+                "resource": "leases",
+                "name": lease,
+            },
+        }
+    }
+    authorization = client.AuthorizationV1Api(api_client)
+    if not poll_until(lambda: bool(authorization.create_subject_access_review(review).status.allowed), 30):
+        raise TimeoutError(f"{OPERATOR_USER} was not allowed its Lease {namespace}/{lease} within 30 s")
     return ("--leader-elect", "--leader-election-namespace", namespace)
 
 
