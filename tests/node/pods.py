@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
-from runnerpool import naming
+from runnerpool import children, naming
 from tests.e2e.runners import REPO, get_pool, pool_runners
 from tests.helpers import wait_for
 from testworld.fakegithub import FakeGitHub
@@ -122,3 +123,35 @@ def replacement_pod(core: client.CoreV1Api, fake: FakeGitHub, namespace: str, po
         f"a new pod of {pool} to replace {old}",
     )
     return new
+
+
+def wait_budget_counts(api_client: client.ApiClient, namespace: str, budget: str, healthy: int) -> None:
+    """Until the disruption controller has judged the namespace's ``budget`` on ``healthy`` pods
+    (its verdict, not a sync failure, which refuses everything on its own)."""
+    policy = client.PolicyV1Api(api_client)
+
+    def counted() -> bool:
+        found = policy.read_namespaced_pod_disruption_budget(budget, namespace)
+        status = found.status
+        return bool(
+            status is not None
+            and status.observed_generation == found.metadata.generation
+            and status.current_healthy == healthy
+            and status.desired_healthy == children.BUSY_MIN_AVAILABLE
+            and status.disruptions_allowed == 0
+        )
+
+    wait_for(counted, START_TIMEOUT, 0.5, f"budget {budget} to count {healthy} pod(s)")
+
+
+def evict(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """What ``kubectl drain`` (and the cluster autoscaler, Karpenter) ask: the eviction API."""
+    core.create_namespaced_pod_eviction(
+        name, namespace, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    )
+
+
+def refused_eviction(core: client.CoreV1Api, namespace: str, name: str) -> ApiException:
+    with pytest.raises(ApiException) as refused:
+        evict(core, namespace, name)
+    return refused.value

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
-from runnerpool import api, children, naming
+from runnerpool import api, naming
 from tests.e2e.conftest import NODE_RUNNER_SYNC_SECONDS, StartOperator
 from tests.e2e.runners import REPO, pool_runners
 from tests.helpers import wait_for
@@ -25,11 +24,14 @@ from tests.node.pods import (
     START_TIMEOUT,
     assert_alive,
     conclusions,
+    evict,
     pool_pods,
     pool_status,
     queue_jobs,
+    refused_eviction,
     registered_pods,
     running_pods,
+    wait_budget_counts,
     wait_busy,
     wait_done,
 )
@@ -191,8 +193,8 @@ def test_scaling_3_to_1_with_2_busy_keeps_them_and_reaches_1_after_their_jobs(
     assert_alive(core, namespace, "down", busy)
     # Two busy pods, spec.replicas 1: kubectl drain may take neither (a budget counting the
     # pool's scale, not the busy pods, allowed one eviction here).
-    _wait_budget_counts(api_client, namespace, len(busy))
-    assert [_refused(core, namespace, name).status for name in busy] == [429, 429]
+    wait_budget_counts(api_client, namespace, naming.BUSY_DISRUPTION_BUDGET, len(busy))
+    assert [refused_eviction(core, namespace, name).status for name in busy] == [429, 429]
 
     done = wait_done(fake_github, jobs)
     assert [(d["conclusion"], d["runner_name"]) for d in done.values()] == [("success", n) for n in busy]
@@ -207,37 +209,6 @@ def test_scaling_3_to_1_with_2_busy_keeps_them_and_reaches_1_after_their_jobs(
     assert conclusions(fake_github) == ["success", "success"]
 
 
-def _wait_budget_counts(api_client: client.ApiClient, namespace: str, healthy: int) -> None:
-    """Until the disruption controller has judged the namespace's busy budget on ``healthy`` busy
-    pods (its verdict, not a sync failure, which refuses everything on its own)."""
-    policy = client.PolicyV1Api(api_client)
-
-    def counted() -> bool:
-        budget = policy.read_namespaced_pod_disruption_budget(naming.BUSY_DISRUPTION_BUDGET, namespace)
-        status = budget.status
-        return bool(
-            status is not None
-            and status.observed_generation == budget.metadata.generation
-            and status.current_healthy == healthy
-            and status.desired_healthy == children.BUSY_MIN_AVAILABLE
-            and status.disruptions_allowed == 0
-        )
-
-    wait_for(counted, START_TIMEOUT, 0.5, f"the busy budget to count {healthy} busy pod(s)")
-
-
-def _evict(core: client.CoreV1Api, namespace: str, name: str) -> None:
-    core.create_namespaced_pod_eviction(
-        name, namespace, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
-    )
-
-
-def _refused(core: client.CoreV1Api, namespace: str, name: str) -> ApiException:
-    with pytest.raises(ApiException) as refused:
-        _evict(core, namespace, name)
-    return refused.value
-
-
 def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess, fake_github: FakeGitHub
 ) -> None:
@@ -248,10 +219,10 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
     annotations = core.read_namespaced_pod(busy, namespace).metadata.annotations or {}
     assert naming.BUSY_ANNOTATIONS.items() <= annotations.items()
 
-    err = _refused(core, namespace, busy)
+    err = refused_eviction(core, namespace, busy)
     assert err.status == 429 and "disruption budget" in str(err.body), err.body
 
-    _evict(core, namespace, idle)  # allowed: no budget covers an idle pod
+    evict(core, namespace, idle)  # allowed: no budget covers an idle pod
     wait_for(
         lambda: idle not in pool_pods(core, namespace, "drain"), 20.0, 0.2, f"evicted pod {idle} to stop"
     )
@@ -263,7 +234,7 @@ def test_eviction_of_a_busy_pod_is_refused_and_of_an_idle_one_allowed(
     )
     # Still refused later in the same job, while the evicted pod's replacement starts.
     assert fake_github.job(jobs[0])["status"] == "in_progress"
-    assert _refused(core, namespace, busy).status == 429
+    assert refused_eviction(core, namespace, busy).status == 429
     assert_alive(core, namespace, "drain", [busy])
 
     wait_done(fake_github, jobs)
