@@ -1,8 +1,9 @@
 """Every object a RunnerPool wants besides its runner pods, built in one place: pure functions.
 
 The token Secret (token registration), each JIT pod's Secret (JIT registration), the
-namespace's busy-runner PodDisruptionBudget, and in ``containerMode: kubernetes`` the runner
-ServiceAccount and the RoleBinding that grants it ``hook_access.RUNNER_HOOKS_CLUSTER_ROLE``.
+namespace's busy-runner PodDisruptionBudget, and in ``containerMode: kubernetes`` the
+namespace's job-pod budget, the runner ServiceAccount and the RoleBinding that grants it
+``hook_access.RUNNER_HOOKS_CLUSTER_ROLE``.
 :func:`wanted` turns the pool and what the caches show (``runnerpool.observe.Observed``) into
 rows for the one apply (``runnerpool.apply``); the runner pod itself is
 ``runnerpool.pods.template.runner_pod``.  README.md's "Who owns what" is the table of who
@@ -134,28 +135,54 @@ def disruption_budget(namespace: str) -> dict[str, Any]:
     when the namespace's last pool goes (``Reconciler``). ``maxUnavailable: None`` removes the
     field from a budget an earlier version made (a budget may not have both).
     """
-    labels = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
+    selector = {"matchLabels": {**_MANAGED, naming.BUSY_LABEL: naming.BUSY_VALUE}}
+    return _refusing_budget(namespace, naming.BUSY_DISRUPTION_BUDGET, selector)
+
+
+def job_pods_budget(namespace: str) -> dict[str, Any]:
+    """Voluntary evictions of the pods the container hooks make for ``containerMode: kubernetes``
+    jobs are refused, as :func:`disruption_budget` refuses them for busy runner pods.
+
+    The job runs in those pods, not in the runner pod: a drain that evicted the job pod failed
+    the job while the runner pod's busy mark held. The hooks make such a pod only for a job and
+    delete it at the job's end, and label it ``HOOKS_JOB_POD_LABEL`` (its runner pod's name);
+    their pod template cannot be given a label of ours without taking the user's own hook
+    template (``ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE``) away, so the budget selects every pod
+    with that label in the namespace. A job pod left behind by a runner that died mid-job is
+    covered too, and holds a drain until it is deleted (docs/kubernetes-mode.md). Made by the
+    namespace's kubernetes-mode pools; it goes with the namespace's last pool, as the busy one.
+    """
+    selector = {"matchExpressions": [{"key": naming.HOOKS_JOB_POD_LABEL, "operator": "Exists"}]}
+    return _refusing_budget(namespace, naming.JOB_PODS_DISRUPTION_BUDGET, selector)
+
+
+_MANAGED = {naming.MANAGED_BY_LABEL: naming.MANAGED_BY_VALUE}
+#: The namespace's budgets, each built by name (the one apply makes and deletes them alike).
+_NAMESPACE_BUDGETS = {
+    naming.BUSY_DISRUPTION_BUDGET: disruption_budget,
+    naming.JOB_PODS_DISRUPTION_BUDGET: job_pods_budget,
+}
+
+
+def _refusing_budget(namespace: str, name: str, selector: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": {"name": naming.BUSY_DISRUPTION_BUDGET, "namespace": namespace, "labels": labels},
-        "spec": {
-            "minAvailable": BUSY_MIN_AVAILABLE,
-            "maxUnavailable": None,
-            "selector": {"matchLabels": {**labels, naming.BUSY_LABEL: naming.BUSY_VALUE}},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(_MANAGED)},
+        "spec": {"minAvailable": BUSY_MIN_AVAILABLE, "maxUnavailable": None, "selector": selector},
     }
 
 
 def managed(obj: Mapping[str, Any]) -> bool:
-    """The namespace's budget is the operator's when it carries the managed-by label."""
+    """A namespace's budget is the operator's when it carries the managed-by label."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(naming.MANAGED_BY_LABEL) == naming.MANAGED_BY_VALUE)
 
 
-def budget_child(namespace: str, live: dict[str, Any] | None, *, wanted: bool) -> Child:
-    desired = disruption_budget(namespace) if wanted else None
-    return Child(BUDGET, namespace, naming.BUSY_DISRUPTION_BUDGET, desired, live, managed)
+def budget_child(namespace: str, name: str, live: dict[str, Any] | None, *, wanted: bool) -> Child:
+    """One of ``naming.NAMESPACE_BUDGETS``, made (``wanted``) or deleted."""
+    desired = _NAMESPACE_BUDGETS[name](namespace) if wanted else None
+    return Child(BUDGET, namespace, name, desired, live, managed)
 
 
 def jit_secret(pod: Mapping[str, Any], name: str, pool: str) -> dict[str, Any]:
@@ -228,11 +255,18 @@ def runner_access(
         return controlled_by(obj, pool.uid)
 
     name = naming.runner_account_name(pool.name)
-    hooks = pool.spec.container_mode == api.KUBERNETES_MODE or any(_runs_as(pod, name) for pod in pods)
+    hooks = _uses_hooks(pool, pods)
     return [
         Child(ACCOUNT, pool.namespace, name, service_account(pool) if hooks else None, account, ours),
         Child(BINDING, pool.namespace, name, role_binding(pool) if hooks else None, binding, ours),
     ]
+
+
+def _uses_hooks(pool: api.RunnerPool, pods: Iterable[Mapping[str, Any]]) -> bool:
+    """In ``containerMode: kubernetes``, or a pod of it still runs (a job's hooks need the
+    account, and its job pods the budget, to its end)."""
+    name = naming.runner_account_name(pool.name)
+    return pool.spec.container_mode == api.KUBERNETES_MODE or any(_runs_as(pod, name) for pod in pods)
 
 
 def _runs_as(pod: Mapping[str, Any], account: str) -> bool:
@@ -252,11 +286,17 @@ def wanted(pool: api.RunnerPool, seen: Observed) -> list[Child]:
 
 
 def budgets(pool: api.RunnerPool, seen: Observed) -> list[Child]:
-    """With the pool's pods: the namespace's busy budget, and the per-pool one of an earlier
-    version deleted (two budgets over one busy pod make the eviction API answer 500)."""
+    """With the pool's pods: the namespace's busy budget (and its job pods' one, while the pool's
+    jobs run in pods of their own), and the per-pool one of an earlier version deleted (two
+    budgets over one busy pod make the eviction API answer 500). A pool that leaves
+    ``containerMode: kubernetes`` leaves the job pods' budget to the namespace's other pools."""
     legacy = naming.disruption_budget_name(pool.name)
+    jobs = [naming.JOB_PODS_DISRUPTION_BUDGET] if _uses_hooks(pool, seen.pods) else []
     return [
-        budget_child(pool.namespace, seen.budget, wanted=True),
+        *(
+            budget_child(pool.namespace, name, seen.budgets.get(name), wanted=True)
+            for name in [naming.BUSY_DISRUPTION_BUDGET, *jobs]
+        ),
         Child(
             LEGACY_BUDGET,
             pool.namespace,

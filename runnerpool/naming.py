@@ -31,16 +31,19 @@ __all__ = [
     "CREDENTIAL_VOLUMES",
     "DEFAULT_CREDENTIAL_SECRET",
     "GENERATED_NAME_SUFFIX",
+    "HOOKS_JOB_POD_LABEL",
     "JIT_MOUNT_DIR",
     "JIT_RUNNER_ID_ANNOTATION",
     "JIT_SECRET_ANNOTATION",
     "JIT_SECRET_KEY",
     "JIT_SECRET_PREFIX",
     "JIT_VOLUME",
+    "JOB_PODS_DISRUPTION_BUDGET",
     "MANAGED_BY_LABEL",
     "MANAGED_BY_SELECTOR",
     "MANAGED_BY_VALUE",
     "MAY_HAVE_RUNNERS_ANNOTATION",
+    "NAMESPACE_BUDGETS",
     "NAMESPACE_CLUSTER_ROLE",
     "OPERATOR_MOUNT_PATHS",
     "OPERATOR_PREFIX",
@@ -144,6 +147,15 @@ JIT_SECRET_KEY = "jitconfig"
 DEFAULT_CREDENTIAL_SECRET = "runnerpool-github-cred"
 #: The one PodDisruptionBudget per namespace that covers every pool's busy runner pods.
 BUSY_DISRUPTION_BUDGET = "runnerpool-busy-runners"
+#: The one PodDisruptionBudget per namespace that covers the pods the container hooks make for
+#: ``containerMode: kubernetes`` jobs (``HOOKS_JOB_POD_LABEL``).
+JOB_PODS_DISRUPTION_BUDGET = "runnerpool-job-pods"
+#: The label the container hooks (actions/runner-container-hooks, k8s) put on every pod they
+#: make for a job, the job pod and each container step's: its value is the runner pod's name.
+#: Such a pod exists only while its job runs.
+HOOKS_JOB_POD_LABEL = "runner-pod"
+#: The budgets a namespace of pools may have (``runnerpool.children`` builds them).
+NAMESPACE_BUDGETS = (BUSY_DISRUPTION_BUDGET, JOB_PODS_DISRUPTION_BUDGET)
 #: The runner pod's runner container.
 RUNNER_CONTAINER = "runner"
 #: The runner pod's init container that registers its runner (runnerpool.pods.registration).

@@ -130,7 +130,8 @@ class Observed:
     jit_secrets: Mapping[str, dict[str, Any] | None]
     account: dict[str, Any] | None
     binding: dict[str, Any] | None
-    budget: dict[str, Any] | None
+    #: The namespace's budgets (``children.NAMESPACE_BUDGETS``) by name, those there.
+    budgets: Mapping[str, dict[str, Any]]
     legacy_budget: dict[str, Any] | None
     credentials: dict[str, Any] | None
     #: Seconds until a missing credential Secret is looked for by name again.
@@ -164,7 +165,7 @@ def observe(
         jit_secrets={n: reads.get_secret(ns, n) for n in jit_names},
         account=reads.get_service_account(ns, account),
         binding=reads.get_role_binding(ns, account),
-        budget=reads.get_disruption_budget(ns, naming.BUSY_DISRUPTION_BUDGET),
+        budgets=_budgets(reads, ns),
         legacy_budget=reads.get_disruption_budget(ns, naming.disruption_budget_name(name)),
         credentials=secrets.credentials(ns, pool.spec.credential_secret_name),
         credentials_retry=secrets.retry_in(ns, pool.spec.credential_secret_name),
@@ -238,3 +239,8 @@ class SecretChecks:
 
     def webhook_problem(self, namespace: str, ref: api.WebhookSecretRef) -> WebhookSecretProblem | None:
         return self.webhook(namespace, ref)
+
+
+def _budgets(reads: Reads, namespace: str) -> dict[str, dict[str, Any]]:
+    found = {name: reads.get_disruption_budget(namespace, name) for name in naming.NAMESPACE_BUDGETS}
+    return {name: budget for name, budget in found.items() if budget is not None}

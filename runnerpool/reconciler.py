@@ -239,12 +239,12 @@ class Reconciler:
         parsed = self._reads.pool(namespace, name)
         if parsed is None:
             # Deleted (finalizer already gone) or never ours: no job lingers, and the
-            # namespace's busy budget goes with its last pool.
+            # namespace's budgets go with its last pool.
             self._forget(namespace, name)
             self._jobs.marked(namespace, name)
             self._secrets.forget(namespace, name)
             writes = Writes()
-            # The namespace's busy budget goes with its last pool, then the enabling binding.
+            # The namespace's budgets go with its last pool, then the enabling binding.
             self._secrets.namespace_done(namespace, lambda: self._namespace_done(namespace, writes))
             _log_pass(namespace, name, "gone", writes)
             return Result()
@@ -392,7 +392,7 @@ class Reconciler:
                 run.raw,
                 NORMAL,
                 Reason.UPDATED_DISRUPTION_BUDGET,
-                "brought the busy runners' disruption budget back to spec",
+                "brought a disruption budget of busy runners or their job pods back to spec",
             )
         return secret, foreign
 
@@ -543,14 +543,14 @@ class Reconciler:
         return issued
 
     def _namespace_done(self, namespace: str, writes: Writes) -> None:
-        """The namespace's last pool is gone: its busy budget goes, and the gates let go of
+        """The namespace's last pool is gone: its budgets go, and the gates let go of
         what they kept for it (its informers), before the enabling binding is released."""
         self.release_unused_budget(namespace, writes)
         for gate in self._gates:
             gate.released(namespace)
 
     def release_unused_budget(self, namespace: str, writes: Writes | None = None) -> None:
-        """Delete the namespace's busy budget once no pool of the namespace is left.
+        """Delete the namespace's budgets once no pool of the namespace is left.
 
         It has no owner (no one pool may take it along), so without this an uninstall that
         deleted every pool would leave one budget behind in each of their namespaces. Asked
@@ -561,9 +561,10 @@ class Reconciler:
         """
         if self._reads.pools_in(namespace):
             return
-        live = self._reads.get_disruption_budget(namespace, naming.BUSY_DISRUPTION_BUDGET)
         done = writes if writes is not None else Writes()
-        apply(self._kube, children.budget_child(namespace, live, wanted=False), done)
+        for name in naming.NAMESPACE_BUDGETS:
+            live = self._reads.get_disruption_budget(namespace, name)
+            apply(self._kube, children.budget_child(namespace, name, live, wanted=False), done)
         if writes is None and done:
             log.info("namespace has no pool left", extra={"namespace": namespace, "writes": done.as_log()})
 

@@ -42,9 +42,10 @@ The table (:func:`pool_watches`) is the controller's ``For``/``Owns``/``Watches`
   for its namespace first too (``Gate.on_deletion``): a leader that starts with a pool
   already being deleted has no informer there until it asks, and a drain that read "no pod"
   from a namespace not watched would let the pool go with its runners still running.
-* **PodDisruptionBudgets**: the namespace's shared busy budget has no owner; a new spec (a
-  hand edit) or its deletion brings the namespace's pools back, whose next reconcile
-  repairs it.  Its creation and its status (the disruption controller's counts) do not.
+* **PodDisruptionBudgets**: the namespace's shared budgets (busy runner pods, kubernetes-mode
+  job pods) have no owner; a new spec (a hand edit) or a deletion brings the namespace's
+  pools back, whose next reconcile repairs it.  A creation and a status (the disruption
+  controller's counts) do not.
   A per-pool budget of an earlier version maps to its owner.
 * **ServiceAccounts, RoleBindings** (``Owns``, only the operator's): the runner account of a
   ``containerMode: kubernetes`` pool and its binding to the shipped hooks ClusterRole

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import responses
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -25,9 +26,10 @@ from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_
 from runnerpool.reconciler import Reconciler
 from runnerpool.runtime.kube import Kube
 from runnerpool.writes import Writes
+from tests.github_mocks import RunnerEndpoint, github
 from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, mark_pods_ready, pool_events, pool_manifest
-from tests.test_reconciler import reconciler, runners, tokens
+from tests.test_reconciler import _finalize, reconciler, runners, tokens
 from testworld.envtest.controlplane import ControlPlane
 from testworld.envtest.serviceaccount import (
     DEPLOY,
@@ -36,7 +38,8 @@ from testworld.envtest.serviceaccount import (
     service_account_kubeconfig,
 )
 
-__all__ = ["make_runner_access", "reconciler", "runners", "tokens"]  # fixtures shared with test_reconciler
+# Fixtures shared with test_reconciler and github_mocks.
+__all__ = ["github", "make_runner_access", "reconciler", "runners", "tokens"]
 
 #: actions/runner-container-hooks' ``requiredPermissions`` (packages/k8s/src/k8s/index.ts, the
 #: same in k8s-novolume): the hooks ask a SelfSubjectAccessReview for each before every command.
@@ -241,6 +244,46 @@ def test_a_kubernetes_mode_pool_owns_its_runner_account_keeps_it_and_takes_it_aw
     )
     reconciler(key)
     assert _access(api_client, namespace, "km") == [None, None]
+
+
+def test_the_hooks_job_pods_get_a_budget_that_refuses_their_eviction_until_the_namespaces_last_pool_goes(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, github: responses.RequestsMock
+) -> None:
+    """A job of this mode runs in the pods the hooks make, not in the busy-marked runner pod: a
+    drain that evicted them failed the job. tests/node/test_kubernetes_mode.py evicts one."""
+    RunnerEndpoint(github, "/repos/octo-org/octo-repo")  # no runners to deregister
+    policy = client.PolicyV1Api(api_client)
+
+    def budgets() -> dict[str, Any]:
+        items = policy.list_namespaced_pod_disruption_budget(namespace).items
+        return {b.metadata.name: api_client.sanitize_for_serialization(b.spec) for b in items}
+
+    # No pods (whose JIT runners a deletion would wait for): the budgets come all the same.
+    create_pool(api_client, namespace, pool_manifest("plain", registration="jit", replicas=0))
+    reconciler(f"{namespace}/plain")
+    assert list(budgets()) == [naming.BUSY_DISRUPTION_BUDGET], "only a pool of this mode makes it"
+
+    create_pool(api_client, namespace, _kubernetes_pool("km", replicas=0))
+    reconciler(f"{namespace}/km")
+    job_pods = budgets()[naming.JOB_PODS_DISRUPTION_BUDGET]
+    assert job_pods == {
+        "minAvailable": children.BUSY_MIN_AVAILABLE,
+        "selector": {"matchExpressions": [{"key": "runner-pod", "operator": "Exists"}]},
+    }
+
+    # Shared by the namespace: a pool leaving the mode, or going, while another is left, keeps it.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "km", {"spec": {"containerMode": None}}
+    )
+    reconciler(f"{namespace}/km")
+    for name in ("km", "plain"):
+        assert naming.JOB_PODS_DISRUPTION_BUDGET in budgets(), f"before {name} went"
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name
+        )
+        _finalize(api_client, namespace, reconciler, name)
+        reconciler(f"{namespace}/{name}")  # the pool's deletion event: gone from the cache
+    assert budgets() == {}, "no budget is left behind in a namespace without pools"
 
 
 def test_same_named_objects_the_pool_does_not_control_are_left_byte_for_byte_and_the_pool_says_so(

@@ -24,7 +24,13 @@ from runnerpool.hook_access import HOOK_RULES, RBAC_GROUP, RUNNER_HOOKS_CLUSTER_
 from tests.e2e.runners import REPO, get_pool
 from tests.helpers import wait_for
 from tests.node.conftest import node_pool
-from tests.node.pods import START_TIMEOUT, registered_pods, wait_done
+from tests.node.pods import (
+    START_TIMEOUT,
+    refused_eviction,
+    registered_pods,
+    wait_budget_counts,
+    wait_done,
+)
 from tests.pools import LiveReader, create_pool
 from testworld.envtest import audit
 from testworld.envtest.controlplane import ControlPlane
@@ -33,6 +39,8 @@ from testworld.node.node import Node
 from testworld.simulator import OperatorProcess
 
 JOB_SECONDS = 2.0
+#: Long enough for the test to find the job's pods running and try to evict them.
+LONG_JOB_SECONDS = 30.0
 
 
 def _pool(control_plane: ControlPlane, node: Node) -> dict[str, Any]:
@@ -121,6 +129,42 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
     # The hooks' own permission check came first: a SelfSubjectAccessReview per required verb.
     reviews = _did(requests, "create", "selfsubjectaccessreviews")
     assert len(reviews) >= sum(len(rule["verbs"]) for rule in HOOK_RULES)
+
+
+def test_a_drain_cannot_evict_the_pods_a_job_runs_in(
+    api_client: client.ApiClient,
+    control_plane: ControlPlane,
+    node: Node,
+    namespace: str,
+    operator: OperatorProcess,
+    fake_github: FakeGitHub,
+) -> None:
+    """The job runs in the hooks' pods, not in the runner pod that its busy mark protects: an
+    eviction of the job pod (``kubectl drain``, a node autoscaler) failed the job."""
+    create_pool(api_client, namespace, _pool(control_plane, node))
+    core = client.CoreV1Api(api_client)
+    [runner] = registered_pods(core, fake_github, namespace, "km", 1)
+    job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "km")], LONG_JOB_SECONDS)
+
+    def job_pods() -> list[Any]:
+        """The hooks' pods of the job: the job pod and its step's."""
+        selector = f"{naming.HOOKS_JOB_POD_LABEL}={runner}"
+        return list(core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def both_running() -> list[str]:
+        running = sorted(p.metadata.name for p in job_pods() if p.status.phase == "Running")
+        return running if len(running) == 2 else []
+
+    pods = wait_for(both_running, START_TIMEOUT, message="the job pod and its step's pod to run")
+    wait_budget_counts(api_client, namespace, naming.JOB_PODS_DISRUPTION_BUDGET, len(pods))
+    refusals = [refused_eviction(core, namespace, pod) for pod in pods]
+    assert [err.status for err in refusals] == [429, 429], [err.body for err in refusals]
+    assert fake_github.job(job_id)["status"] == "in_progress"
+
+    done = wait_done(fake_github, [job_id])[job_id]
+    assert (done["conclusion"], done["runner_name"]) == ("success", runner), _log(core, namespace, runner)
+    # The hooks deleted their pods: nothing of the job is left for a drain to wait on.
+    wait_for(lambda: not job_pods(), START_TIMEOUT, message="the hooks to delete the job's pods")
 
 
 def _log(core: client.CoreV1Api, namespace: str, pod: str) -> str:
