@@ -2017,6 +2017,12 @@ class RunnerPoolSpec(KubeModel):
         return REGISTRATION_TOKEN
 
     @property
+    def webhook_secret_ref(self) -> WebhookSecretRef | None:
+        """The Secret key that signs this pool's own deliveries (``None``: a pool not following
+        demand, or one trusting the cluster's webhook secret)."""
+        return self.autoscaling.webhook_secret_ref if self.autoscaling is not None else None
+
+    @property
     def registers_jit(self) -> bool:
         """Whether each runner pod gets a JIT config of its own (no pool-wide token Secret)."""
         return self.registration_mode == REGISTRATION_JIT

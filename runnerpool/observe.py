@@ -157,7 +157,7 @@ def observe(
     account = naming.runner_account_name(name)
     jit = pool.spec.registers_jit
     counts = runners.counts(ns, name)
-    ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+    ref = pool.spec.webhook_secret_ref
     return Observed(
         pods=pods,
         expected=expected,

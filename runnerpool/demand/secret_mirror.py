@@ -204,7 +204,7 @@ class SecretMirror:
         pools: dict[str, list[str]] = {}
         enabled: dict[str, bool] = {}  # asked once a pass per namespace, not once per pool
         for pool in self._pools.autoscaling_pools():
-            ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+            ref = pool.spec.webhook_secret_ref
             if ref is None:
                 continue
             if pool.namespace not in enabled:

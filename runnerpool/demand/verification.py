@@ -137,7 +137,7 @@ class Verdict:
 
     def admits(self, pool: api.RunnerPool) -> bool:
         """May this delivery move ``pool``?"""
-        ref = pool.spec.autoscaling.webhook_secret_ref if pool.spec.autoscaling else None
+        ref = pool.spec.webhook_secret_ref
         if ref is None:
             return self.cluster
         return (pool.namespace, ref.name, ref.key) in self.signed
@@ -161,8 +161,7 @@ def _named_refs(parsed: Iterable[ParsedPool], secret: str) -> list[api.WebhookSe
     """The distinct keys of Secret ``secret`` that autoscaling pools of ``parsed`` trust, by name."""
     unique: dict[str, api.WebhookSecretRef] = {}
     for item in parsed:
-        scaling = item.model.spec.autoscaling if item.model is not None else None
-        ref = scaling.webhook_secret_ref if scaling is not None else None
+        ref = item.model.spec.webhook_secret_ref if item.model is not None else None
         if ref is not None and ref.name == secret:
             unique.setdefault(ref.key, ref)
     return [unique[key] for key in sorted(unique)]
