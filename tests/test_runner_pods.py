@@ -28,6 +28,7 @@ from runnerpool.pods import template
 from runnerpool.reconciler import Reconciler
 from runnerpool.runners.manager import KubePods, RunnerManagers
 from runnerpool.runtime.kube import Kube
+from tests.admission import refusing
 from tests.github_mocks import API, RunnerEndpoint, github, live_clients
 from tests.helpers import wait_for
 from tests.pools import (
@@ -250,6 +251,40 @@ def test_a_busy_runner_is_unmarked_when_idle_again(cluster: Cluster, github: res
     meta = cluster.pods("zeta")[pod].metadata
     assert naming.BUSY_LABEL not in meta.labels
     assert not naming.BUSY_ANNOTATIONS.keys() & (meta.annotations or {}).keys()
+
+
+def test_a_pod_deletion_the_cluster_refuses_holds_up_neither_other_pods_nor_the_busy_marks(
+    cluster: Cluster, github: responses.RequestsMock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An admission policy that refuses deleting finished pods (to keep them for an audit, say)
+    must not leave a runner that took a job unmarked, and evictable, round after round."""
+    ns = cluster.namespace
+    kept, done, busy = cluster.pool("iota", 3)
+    for pod in (kept, done):
+        cluster.kubelet(pod, phase="Succeeded", state="terminated")
+    cluster.kubelet(busy)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(801, busy, [f"{ns}/iota"], busy=True)
+    message = "finished pods are kept for the audit"
+
+    def dry_run() -> object:
+        return cluster.core.delete_namespaced_pod(kept, ns, dry_run="All")
+
+    refuse_kept = f"oldObject.metadata.name != '{kept}'"
+    with refusing(
+        cluster.api_client,
+        ns,
+        operation="DELETE",
+        resource=("", "v1", "pods"),
+        allowed=refuse_kept,
+        message=message,
+        probe=dry_run,
+    ):
+        _sync(cluster.managers)
+
+        assert cluster.wait_pods("iota", 2, without={done}) == sorted([kept, busy]), "the others go"
+        assert cluster.pods("iota")[busy].metadata.labels.get(naming.BUSY_LABEL) == "true"
+        assert f"cannot delete runner pod {ns}/{kept}" in caplog.text and message in caplog.text
 
 
 def test_scale_down_below_the_busy_count_takes_only_idle_pods_and_ends_with_the_jobs(

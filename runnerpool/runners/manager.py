@@ -727,7 +727,16 @@ class RunnerManagers:
                     continue
                 if outcome is DeleteOutcome.ALREADY_GONE and not decision.delete_if_gone:
                     continue  # it may have registered again under a new id: see the next listing
-            if self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version):
+            try:
+                deleted = self._pods.delete_pod(namespace, pod.name, pod.uid, pod.resource_version)
+            except ApiException as err:
+                # Refused by the cluster (an admission policy, say): the other pods' deletions,
+                # and the busy marks after them, must not wait on this one; the next round asks again.
+                log_failure(
+                    log, logging.WARNING, "cannot delete runner pod %s/%s", namespace, pod.name, err=err
+                )
+                continue
+            if deleted:
                 metrics.PODS_REPLACED.labels(namespace, name, decision.reason).inc()
                 log.info("deleted runner pod %s/%s: %s", namespace, pod.name, decision.reason)
         return kept
