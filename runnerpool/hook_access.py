@@ -22,12 +22,17 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 #: The shipped ClusterRole each kubernetes-mode pool's RoleBinding names.
 RUNNER_HOOKS_CLUSTER_ROLE = "runnerpool-runner-hooks"
 
-#: What actions/runner-container-hooks (k8s and k8s-novolume) check they hold, resource by
-#: resource: the job pod (create, read its phase and node, delete), exec into it for each step,
-#: its logs, and Secrets for a job container's registry credentials and a step's environment.
+#: What actions/runner-container-hooks check they hold, resource by resource: the job pod
+#: (create, read its phase and node, delete), exec into it for each step, its logs, Secrets for
+#: a job container's registry credentials and a step's environment; and Jobs, which only the
+#: k8s flavour the actions-runner image ships at ``api.KUBERNETES_HOOK`` (hooks 0.7, the one a
+#: work volume claim uses) checks for and runs container steps as. The k8s-novolume flavour
+#: (hooks 0.8) runs them as pods and checks the first four only. Jobs give a runner nothing
+#: it does not have already: it may create pods in the namespace, and a Job only makes pods.
 HOOK_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "create", "delete"]},
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create", "delete"]},
 )

@@ -128,7 +128,8 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
     assert {f"{runner}-workflow", step} <= set(_did(requests, "delete", "pods")), log
     # The hooks' own permission check came first: a SelfSubjectAccessReview per required verb.
     reviews = _did(requests, "create", "selfsubjectaccessreviews")
-    assert len(reviews) >= sum(len(rule["verbs"]) for rule in HOOK_RULES)
+    # (The stand-in plays k8s-novolume, hooks 0.8: the core-group rules; Jobs are 0.7's.)
+    assert len(reviews) >= sum(len(rule["verbs"]) for rule in HOOK_RULES if rule["apiGroups"] == [""])
 
 
 def test_a_drain_cannot_evict_the_pods_a_job_runs_in(
