@@ -69,6 +69,10 @@ class Reason(StrEnum):
     RUNNER_POD_DISRUPTED = "RunnerPodDisrupted"
     #: A same-named object the pool would make exists and is not the pool's: left alone.
     CHILD_NOT_OWNED = "ChildNotOwned"
+    #: The cluster refused an object the pool needs before any pod (its token Secret, its runner
+    #: ServiceAccount or RoleBinding): a quota, an admission policy. Also the Event's reason when
+    #: it refuses a namespace's disruption budget (the pods are made all the same).
+    CHILD_REFUSED = "ChildRefused"
     # --- TokenReady
     TOKEN_ISSUED = "TokenIssued"
     JIT_CONFIGS = "JitConfigs"

@@ -71,6 +71,9 @@ WEBHOOK_SECRET_RECHECK = 30.0
 #: Seconds until a pool held up by a same-named object it does not own looks again (a foreign
 #: object carries no label of ours, so no watch reports its deletion).
 FOREIGN_RECHECK = 30.0
+#: Status codes of a write the cluster refuses as asked: a quota (403), an admission policy or
+#: webhook (400, 403, 422).
+_REFUSALS = frozenset({400, 403, 422})
 
 
 class Forgets(Protocol):
@@ -295,9 +298,11 @@ class Reconciler:
             runners=self._jobs.runners,
             secrets=self._secrets,
         )
-        secret, foreign = self._apply_children(run, children.wanted(run.pool, seen))
-        if foreign:
-            return self._refuse(run, self._not_owned(run, foreign))
+        secret, foreign, refused = self._apply_children(run, children.wanted(run.pool, seen))
+        if foreign or refused:
+            return self._refuse(
+                run, self._not_owned(run, foreign) if foreign else self._refused(run, refused)
+            )
         recheck = self._start_jobs(run, seen, secret)
         decision = self._decide(run, seen)
         recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
@@ -318,7 +323,9 @@ class Reconciler:
             counts = self._pods.counts(run.pool, decision.replicas, seen)
             wait = self._update_status(run, seen, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        self._apply_children(run, children.budgets(run.pool, seen))
+        _, _, unprotected = self._apply_children(run, children.budgets(run.pool, seen))
+        if unprotected:
+            self._budget_refused(run, unprotected)
         converged = self._act_on_pods(run, decision, seen)
         self._apply_jit_secrets(run, seen)
         wait = self._update_status(run, seen, secret, converged.counts, decision)
@@ -377,12 +384,18 @@ class Reconciler:
         _log_pass(pool.namespace, pool.name, "refused", run.writes)
         return Result(requeue_after=verdict.recheck)
 
-    def _apply_children(self, run: _Pass, rows: list[Child]) -> tuple[dict[str, Any], list[Child]]:
-        """The one apply over ``rows``; the token Secret as it now is, and the foreign objects."""
+    def _apply_children(self, run: _Pass, rows: list[Child]) -> tuple[dict[str, Any], list[Child], list[str]]:
+        """The one apply over ``rows``; the token Secret as it now is, the foreign objects, and
+        what the cluster refused (``_refusal``), each said as the pool's condition will."""
         secret: dict[str, Any] = {}
         foreign: list[Child] = []
+        refused: list[str] = []
         for child in rows:
-            now = apply(self._kube, child, run.writes)
+            try:
+                now = apply(self._kube, child, run.writes)
+            except ApiException as err:
+                refused.append(self._refusal(run, child, err))
+                continue
             if now is FOREIGN:
                 foreign.append(child)
             elif child.kind is children.TOKEN_SECRET:
@@ -394,7 +407,34 @@ class Reconciler:
                 Reason.UPDATED_DISRUPTION_BUDGET,
                 "brought a disruption budget of busy runners or their job pods back to spec",
             )
-        return secret, foreign
+        return secret, foreign, refused
+
+    def _refusal(self, run: _Pass, child: Child, err: ApiException) -> str:
+        """What the cluster said of a write of ``child`` it refused as asked (a quota, an
+        admission policy: 400, 403, 422); anything else is raised (a server error retries with
+        the queue's backoff; a namespace being deleted ends the pass quietly). A 403 may also
+        be the operator's access to the namespace taken away: the gates ask again."""
+        if err.status not in _REFUSALS or is_namespace_terminating(err):
+            raise err
+        if err.status == 403:
+            for gate in self._gates:
+                gate.refused(run.pool.namespace)
+        verb = "creating" if child.live is None else "changing" if child.desired is not None else "deleting"
+        return f"{verb} {child.kind.resource.plural} {child.name} was refused: {describe(err)}"
+
+    def _refused(self, run: _Pass, refused: list[str]) -> Verdict:
+        message = f"{'; '.join(refused)}; the pool tries again every {FOREIGN_RECHECK:.0f}s"
+        stamp = conditions.Stamp(run.pool.generation, self._states.clock())
+        condition = stamp.condition(conditions.READY, False, Reason.CHILD_REFUSED, message)
+        return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
+
+    def _budget_refused(self, run: _Pass, refused: list[str]) -> None:
+        """Pods are made without the namespace's disruption budget: a drain may evict a busy one
+        (its runner still finishes the job when told to stop, within ``spec.busyGracePeriod``).
+        One Warning Event (folded into a count while it repeats); the next pass tries again."""
+        message = f"{'; '.join(refused)}; busy runner pods are not protected from eviction"
+        log.warning("pool %s/%s: %s", run.pool.namespace, run.pool.name, message)
+        self._recorder.event(run.raw, WARNING, Reason.CHILD_REFUSED, message)
 
     def _not_owned(self, run: _Pass, foreign: list[Child]) -> Verdict:
         names = ", ".join(f"{c.kind.resource.plural} {c.name}" for c in foreign)

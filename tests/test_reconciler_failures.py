@@ -74,15 +74,15 @@ def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[c
     return [e for e in items if e.reason == reason and e.involved_object.kind == "RunnerPool"]
 
 
-def _quota(api_client: client.ApiClient, namespace: str, pods: int = 0) -> None:
+def _quota(api_client: client.ApiClient, namespace: str, pods: int = 0, *, resource: str = "pods") -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_resource_quota(
-        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": str(pods)}}}
+        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {resource: str(pods)}}}
     )
     # What the quota controller writes; admission refuses against status.hard (and counts the
-    # pods it admits into status.used itself).
+    # objects it admits into status.used itself).
     core.patch_namespaced_resource_quota_status(
-        QUOTA, namespace, {"status": {"hard": {"pods": str(pods)}, "used": {"pods": "0"}}}
+        QUOTA, namespace, {"status": {"hard": {resource: str(pods)}, "used": {resource: "0"}}}
     )
 
 
@@ -125,6 +125,50 @@ def test_a_refused_create_is_an_event_and_a_condition_naming_the_quota_and_backs
     assert len(_pods(api_client, namespace, "quota")) == 1
     ready = _ready(api_client, namespace, "quota")
     assert (ready["status"], ready["reason"]) == ("False", "RunnersStarting")
+
+
+def test_a_refused_token_secret_is_a_condition_and_an_event_and_is_tried_again(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """It raised out of the pass before: no condition, no Event, the pool silently without pods."""
+    _quota(api_client, namespace, resource="secrets")
+    create_pool(api_client, namespace, pool_manifest("tokenless"))
+
+    result = reconciler(f"{namespace}/tokenless")
+
+    assert result.requeue_after == 30.0
+    ready = _ready(api_client, namespace, "tokenless")
+    assert (ready["status"], ready["reason"]) == ("False", "ChildRefused")
+    secret = naming.token_secret_name("tokenless")
+    assert f"creating secrets {secret} was refused" in ready["message"], ready["message"]
+    assert f"exceeded quota: {QUOTA}" in ready["message"], ready["message"]
+    written = _pool(api_client, namespace, "tokenless")["metadata"]["resourceVersion"]
+    reconciler(f"{namespace}/tokenless")
+    [event] = _events(api_client, namespace, "ChildRefused")
+    assert event.type == "Warning" and event.count == 1 and f"exceeded quota: {QUOTA}" in event.message
+    assert _pool(api_client, namespace, "tokenless")["metadata"]["resourceVersion"] == written
+
+    client.CoreV1Api(api_client).delete_namespaced_resource_quota(QUOTA, namespace)
+    reconciler(f"{namespace}/tokenless")
+    assert LiveReader(api_client).get_secret(namespace, secret) is not None
+    assert _ready(api_client, namespace, "tokenless")["reason"] != "ChildRefused"
+
+
+def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """A policy that wants every budget to allow a disruption: the runners matter more than
+    their eviction protection, and the user hears which they lack."""
+    _quota(api_client, namespace, resource="count/poddisruptionbudgets.policy")
+    _ready_pool(api_client, namespace, reconciler, "unprotected")
+
+    reconciler(f"{namespace}/unprotected")
+
+    assert len(_pods(api_client, namespace, "unprotected")) == 1
+    [event] = _events(api_client, namespace, "ChildRefused")
+    assert event.type == "Warning" and f"exceeded quota: {QUOTA}" in event.message, event.message
+    assert f"creating poddisruptionbudgets {naming.BUSY_DISRUPTION_BUDGET} was refused" in event.message
+    assert "busy runner pods are not protected from eviction" in event.message
 
 
 def test_a_changed_spec_is_tried_at_once_despite_the_backoff(
