@@ -10,7 +10,9 @@ registration exchange, the Actions service's ``{"count", "value"}`` lists, its e
 from __future__ import annotations
 
 import base64
+import email.utils
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -660,6 +662,30 @@ def test_a_long_retry_after_is_the_callers_wait_not_a_sleep(world: World) -> Non
             world.client.runner(5)
     assert raised.value.retry_after == 120.0
     assert world.sleeps == []
+
+
+def test_a_short_retry_after_on_every_attempt_is_kept_for_the_callers_wait(world: World) -> None:
+    """The wire's retries waited as asked, and the last 429 came back as a RateLimited that
+    asked for nothing: the listener's next try came after its own second or two."""
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.get(AGENTS + "/5", status=429, headers={"Retry-After": "20"})
+        with pytest.raises(RateLimited) as raised:
+            world.client.runner(5)
+    assert world.sleeps == [20.0] * 4
+    assert raised.value.retry_after == 20.0
+
+
+def test_a_retry_after_given_as_a_date_is_honoured(world: World) -> None:
+    """RFC 9110 allows an HTTP date; read as no wait, the five attempts went within 15 s."""
+    later = email.utils.formatdate(time.time() + 25, usegmt=True)
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.get(AGENTS + "/5", status=429, headers={"Retry-After": later})
+        with pytest.raises(RateLimited) as raised:
+            world.client.runner(5)
+    assert len(world.sleeps) == 4 and all(20.0 <= wait <= 25.0 for wait in world.sleeps), world.sleeps
+    assert raised.value.retry_after is not None and 20.0 <= raised.value.retry_after <= 25.0
 
 
 def test_a_revoked_admin_token_is_traded_again_once_and_the_call_made_again(world: World) -> None:

@@ -6,7 +6,6 @@ that the per-pool schedulers, not a sleeping request, own the backoff.
 
 from __future__ import annotations
 
-import email.utils
 import http
 import logging
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from github import GithubException
 from github.GithubException import RateLimitExceededExceedsMaxWait, RateLimitExceededException
 
 from runnerpool.github.errors import BadCredentials, GitHubError, NotFound, NotSent, RateLimited, Unavailable
-from runnerpool.github.types import bucket_of, header
+from runnerpool.github.types import asked_wait, bucket_of, header
 from runnerpool.reasons import Reason
 
 __all__ = ["translate_github_exception", "untrusted"]
@@ -26,17 +25,9 @@ log = logging.getLogger(__name__)
 
 def _retry_after_seconds(headers: Mapping[str, Any] | None, now: float) -> float | None:
     """Seconds GitHub asked us to wait: ``retry-after`` first, else the primary-limit reset."""
-    raw = header(headers, "retry-after")
-    if raw is not None:
-        raw = raw.strip()
-        if raw.isdigit():
-            return float(raw)
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError):
-            when = None
-        if when is not None:
-            return max(0.0, when.timestamp() - now)
+    asked = asked_wait(headers, now)
+    if asked is not None:
+        return asked
     reset = header(headers, "x-ratelimit-reset")
     if reset is not None and header(headers, "x-ratelimit-remaining") == "0":
         try:

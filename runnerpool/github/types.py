@@ -6,6 +6,7 @@ GitHub answer turns into.
 
 from __future__ import annotations
 
+import email.utils
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ __all__ = [
     "RegistrationToken",
     "Runner",
     "RunnerGroup",
+    "asked_wait",
     "bucket_of",
     "header",
 ]
@@ -187,3 +189,19 @@ def header(headers: Mapping[str, Any] | None, name: str) -> str | None:
         if str(key).lower() == wanted:
             return str(value)
     return None
+
+
+def asked_wait(headers: Mapping[str, Any] | None, now: float) -> float | None:
+    """Seconds an answer's ``retry-after`` asks for, given as seconds or as an HTTP date (RFC
+    9110, both allowed), or ``None`` when it asks for nothing readable."""
+    raw = header(headers, "retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if raw.isdigit():
+        return float(raw)
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)

@@ -81,7 +81,7 @@ class ScaleSetClient:
             answer = self._send(admin, method, path, what=what, body=body, query=query)
         status = answer.status_code
         if status not in ok:
-            error = error_for(what, status, answer.content)
+            error = error_for(what, status, answer.content, answer.headers)
             if status == 404 and not_found is not None and type(error) is ScaleSetError:
                 raise not_found(str(error), status=404, type_name=error.type_name)
             raise error

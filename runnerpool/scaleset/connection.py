@@ -223,7 +223,7 @@ class ActionsConnection:
             also_retry=(401, 403),
         )
         if not 200 <= answer.status_code < 300:
-            raise error_for(what, answer.status_code, answer.content)
+            raise error_for(what, answer.status_code, answer.content, answer.headers)
         try:
             data: Any = json_body(answer.content)
         except ValueError:

@@ -16,6 +16,8 @@ the messages (they end up in conditions); the exception name and status say what
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from runnerpool.github.errors import (
@@ -26,6 +28,7 @@ from runnerpool.github.errors import (
     RateLimited,
     Unavailable,
 )
+from runnerpool.github.types import asked_wait
 from runnerpool.reasons import Reason
 from runnerpool.scaleset.wire import json_body
 
@@ -133,8 +136,10 @@ def exception_name(body: bytes) -> str:
     return name if isinstance(name, str) else ""
 
 
-def error_for(what: str, status: int, body: bytes) -> GitHubError:
-    """The error an unexpected answer means; ``what`` names the call (no URL, no token)."""
+def error_for(what: str, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> GitHubError:
+    """The error an unexpected answer means; ``what`` names the call (no URL, no token). A
+    429 or 5xx carries the wait its ``retry-after`` asked for, for the caller's backoff: the
+    wire's own retries are spent by the time such an answer comes back here."""
     name = exception_name(body)
     detail = f"{what}: HTTP {status}" + (f" ({name})" if name else "")
     if body:
@@ -144,10 +149,11 @@ def error_for(what: str, status: int, body: bytes) -> GitHubError:
             return kind(detail, status=status, type_name=name)
     if status in (401, 403):
         return BadCredentials(detail + "; the Actions service refused the credentials", status=status)
+    asked = asked_wait(headers, time.time())
     if status == 429:
-        return RateLimited(detail, status=status)
+        return RateLimited(detail, status=status, retry_after=asked)
     if status >= 500:
-        return Unavailable(detail, status=status)
+        return Unavailable(detail, status=status, retry_after=asked)
     return ScaleSetError(detail, status=status, type_name=name)
 
 

@@ -282,7 +282,7 @@ class MessageSession:
         url = urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{message_id}"))
         answer = self._queue("DELETE", url, what, headers={"Content-Type": "application/json"})
         if answer.status_code != 204:
-            raise error_for(what, answer.status_code, answer.content)
+            raise error_for(what, answer.status_code, answer.content, answer.headers)
 
     def _acquire(self, ids: list[int]) -> list[int]:
         what = "POST runnerscalesets/{id}/acquirejobs"
@@ -290,7 +290,7 @@ class MessageSession:
         url = admin.url(f"{SCALE_SETS}/{self.scale_set_id}/acquirejobs")
         answer = self._queue("POST", url, what, headers={"Content-Type": "application/json"}, body=ids)
         if answer.status_code != 200:
-            raise error_for(what, answer.status_code, answer.content)
+            raise error_for(what, answer.status_code, answer.content, answer.headers)
         try:
             data: Any = json_body(answer.content)
         except ValueError:
@@ -324,7 +324,7 @@ def _poll_answer(answer: Answer) -> Message | None:
     if answer.status_code == 202:
         return None
     if answer.status_code != 200:
-        raise error_for(_POLL, answer.status_code, answer.content)
+        raise error_for(_POLL, answer.status_code, answer.content, answer.headers)
     try:
         data = json_body(answer.content)
     except ValueError:

@@ -40,6 +40,7 @@ import requests
 
 from runnerpool.github.errors import MalformedResponse, NotSent, RateLimited, Unavailable
 from runnerpool.github.route import Route
+from runnerpool.github.types import asked_wait
 from runnerpool.reasons import Reason
 
 if TYPE_CHECKING:
@@ -288,15 +289,15 @@ class Wire:
         """The wait before the next attempt (``RateLimited`` when the service asks for longer)."""
         policy = self.policy
         wait = float(min(policy.backoff_max, policy.backoff_min * 2**attempt))
-        asked = None if answer is None else answer.headers.get("retry-after")
-        if asked is not None and asked.strip().isdigit():
-            if float(asked) > policy.backoff_max:
+        asked = None if answer is None else asked_wait(answer.headers, time.time())
+        if asked is not None:
+            if asked > policy.backoff_max:
                 raise RateLimited(
                     f"{what}: HTTP {answer.status_code if answer else ''}".strip(),
-                    retry_after=float(asked),
+                    retry_after=asked,
                     status=answer.status_code if answer else None,
                 )
-            wait = float(asked)
+            wait = asked
         log.info("%s: %s; retrying in %.3g s", what, why, wait)
         return wait
 
