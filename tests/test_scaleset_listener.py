@@ -224,6 +224,27 @@ def test_drifted_labels_are_put_back_and_an_existing_scale_set_adopted(world: Wo
     assert labels_on_github(world) == [NAME, "gpu", "x64"]
 
 
+def test_labels_are_compared_as_github_matches_them_whatever_their_case(world: World) -> None:
+    """GitHub matches ``runs-on`` labels case-insensitively: a scale set labelled ``GPU`` serves
+    a pool that says ``gpu``; patching it at every start, and publishing ``gpu`` as a label
+    GitHub dropped (jobs would never come, the pool said), was wrong."""
+    group = world.client.runner_group("default")
+    labels = (Label(name=NAME), Label(name="GPU"))
+    kept_settings = RunnerSetting(disableUpdate=True, ephemeral=True)
+    as_made = RunnerScaleSet(name=NAME, runnerGroupId=group.id, labels=labels, RunnerSetting=kept_settings)
+    existing = world.client.create_scale_set(as_made)
+    world.listener(labels=("gpu", "Gpu"))
+    view = world.listening()
+    assert view.scale_set_id == existing.id and view.dropped_labels == ()
+    assert not [u for m, u in world.calls if m == "PATCH"], "nothing to put back"
+    assert [
+        label.name for label in desired_scale_set(world.settings(labels=("gpu", "Gpu")), 1, "g").labels
+    ] == [
+        NAME,
+        "gpu",
+    ]
+
+
 def test_labels_github_does_not_keep_are_published_for_the_pool_to_show(world: World) -> None:
     """A GHES without custom scale-set labels keeps only the name, without an error: jobs that ask
     for ``gpu`` would wait for good, unexplained, unless the pool says so."""

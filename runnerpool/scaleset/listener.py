@@ -212,34 +212,38 @@ def desired_scale_set(
     settings: ScaleSetSettings, runner_group_id: int, runner_group_name: str
 ) -> RunnerScaleSet:
     """The scale set as the pool wants it: every label ``System`` (the scale set's own name
-    first), runners ephemeral and not self-updating (the pod's image decides the version)."""
-    names = [settings.name, *(label for label in settings.labels if label != settings.name)]
+    first; one of each name whatever its case, as GitHub matches them), runners ephemeral and
+    not self-updating (the pod's image decides the version)."""
+    names: dict[str, str] = {}
+    for name in (settings.name, *settings.labels):
+        names.setdefault(name.casefold(), name)
     return RunnerScaleSet(
         name=settings.name,
         runnerGroupId=runner_group_id,
         runnerGroupName=runner_group_name,
-        labels=tuple(Label(name=name) for name in dict.fromkeys(names)),
+        labels=tuple(Label(name=name) for name in names.values()),
         RunnerSetting=RunnerSetting(disableUpdate=True, ephemeral=True),
     )
 
 
-def _label_names(scale_set: RunnerScaleSet) -> tuple[str, ...]:
-    return tuple(label.name for label in scale_set.labels)
+def _label_keys(scale_set: RunnerScaleSet) -> frozenset[str]:
+    """The scale set's label names as GitHub matches a job's ``runs-on``: whatever their case."""
+    return frozenset(label.name.casefold() for label in scale_set.labels)
 
 
 def _drifted(found: RunnerScaleSet, wanted: RunnerScaleSet) -> bool:
-    return set(_label_names(found)) != set(_label_names(wanted)) or not found.runner_setting.disable_update
+    return _label_keys(found) != _label_keys(wanted) or not found.runner_setting.disable_update
 
 
 def _asked_and_kept(wanted: RunnerScaleSet, answer: RunnerScaleSet) -> tuple[frozenset[str], frozenset[str]]:
     """The labels asked for, and those GitHub's answer carries."""
-    return frozenset(_label_names(wanted)), frozenset(_label_names(answer))
+    return _label_keys(wanted), _label_keys(answer)
 
 
 def _dropped(found: RunnerScaleSet, wanted: RunnerScaleSet) -> tuple[str, ...]:
     """The wanted labels the scale set GitHub answered with lacks, in the pool's order."""
-    kept = set(_label_names(found))
-    return tuple(name for name in _label_names(wanted) if name not in kept)
+    kept = _label_keys(found)
+    return tuple(label.name for label in wanted.labels if label.name.casefold() not in kept)
 
 
 class _Stopped(Exception):  # noqa: N818 - a signal, not a failure
