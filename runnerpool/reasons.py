@@ -128,6 +128,8 @@ class Reason(StrEnum):
     # --- RunnersDeregistered
     DEREGISTERED = "Deregistered"
     RUNNERS_BUSY = "RunnersBusy"
+    #: The cluster refused a write the deletion needs (an admission policy, a quota).
+    DELETION_REFUSED = "DeletionRefused"
     #: True, and its Event: the runners are gone, but pods are still Terminating past their
     #: deletion time (their node lost); the pool goes without them an hour later, once GitHub
     #: confirms it has none of their runners (``runnerpool.runners.lifecycle.given_up``).

@@ -729,6 +729,36 @@ class Reconciler:
     # ------------------------------------------------------------------ deletion
 
     def _finalize(self, run: _Pass) -> Result:
+        """``_deregister_and_release``, saying so when the cluster refuses one of its writes."""
+        try:
+            return self._deregister_and_release(run)
+        except ApiException as err:
+            if err.status not in _REFUSALS or is_namespace_terminating(err):
+                raise
+            return self._deletion_refused(run, err)
+
+    def _deletion_refused(self, run: _Pass, err: ApiException) -> Result:
+        """A write the deletion needs was refused as asked (an admission policy on the pool's
+        finalizer, on a pod's deletion, a Secret's patch): the finalizer stays, the condition and
+        one Warning Event quote the cluster, and the deletion tries again every
+        ``--busy-runner-wait``. Without this it was retried in silence, ever more slowly."""
+        if err.status == 403:
+            for gate in self._gates:
+                gate.refused(run.pool.namespace)
+        wait = self._settings.deletion.busy_runner_wait
+        message = (
+            f"the cluster refused a write the deletion needs: {describe(err)}; tried again every {wait:.0f}s"
+        )
+        stamp = conditions.Stamp(run.pool.generation, self._states.clock())
+        refused = stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.DELETION_REFUSED, message)
+        before = conditions.find((run.raw.get("status") or {}).get("conditions") or [], refused["type"])
+        self._set_condition(run, refused)
+        if before is None or before.get("reason") != Reason.DELETION_REFUSED:
+            self._recorder.event(run.raw, WARNING, Reason.DELETION_REFUSED, message)
+        _log_pass(run.pool.namespace, run.pool.name, "refused", run.writes)
+        return Result(requeue_after=wait)
+
+    def _deregister_and_release(self, run: _Pass) -> Result:
         """Deregister every runner of the pool, then let it go.
 
         Order matters so that nothing stays registered and no busy runner is killed: stop

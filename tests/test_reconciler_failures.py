@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from runnerpool import metrics, naming
+from runnerpool import api, metrics, naming
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.reconciler import Reconciler
 from runnerpool.settings import QueueSettings, Settings
+from tests.admission import refusing
+from tests.helpers import wait_for
 from tests.pools import LiveReader, create_pool, fill_token, play_kubelet, pool_manifest
 from tests.reconcilers import make_reconciler
 from testworld.envtest.controlplane import ControlPlane
@@ -169,6 +171,50 @@ def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(
     assert event.type == "Warning" and f"exceeded quota: {QUOTA}" in event.message, event.message
     assert f"creating poddisruptionbudgets {naming.BUSY_DISRUPTION_BUDGET} was refused" in event.message
     assert "busy runner pods are not protected from eviction" in event.message
+
+
+def test_a_refused_finalizer_removal_is_a_condition_and_an_event_and_is_tried_again(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """An admission policy that keeps finalizers on: the deletion was retried in silence, ever
+    more slowly (the queue's backoff), the pool Terminating with nothing saying why."""
+    pools = client.CustomObjectsApi(api_client)
+    create_pool(api_client, namespace, pool_manifest("held"))
+    reconciler(f"{namespace}/held")  # its finalizer; no runner ever registered
+    message = "pools keep their finalizers here"
+
+    def dry_run() -> object:
+        unfinalized = {"metadata": {"finalizers": None}}
+        return pools.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "held", unfinalized, dry_run="All"
+        )
+
+    with refusing(
+        api_client,
+        namespace,
+        operation="UPDATE",
+        resource=(api.GROUP, api.VERSION, api.PLURAL),
+        allowed="has(object.metadata.finalizers) && size(object.metadata.finalizers) > 0",
+        message=message,
+        probe=dry_run,
+    ):
+        pools.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "held")
+        for _ in range(2):
+            result = reconciler(f"{namespace}/held")
+            assert result.requeue_after == 30.0
+
+        conds = _pool(api_client, namespace, "held")["status"]["conditions"]
+        [held] = [c for c in conds if c["type"] == "RunnersDeregistered"]
+        assert (held["status"], held["reason"]) == ("False", "DeletionRefused")
+        assert message in held["message"], held["message"]
+        [event] = _events(api_client, namespace, "DeletionRefused")
+        assert event.type == "Warning" and event.count == 1 and message in event.message
+
+    def gone() -> bool:  # (the API server drops the policy from its cache a moment later)
+        reconciler(f"{namespace}/held")
+        return LiveReader(api_client).get_pool(namespace, "held") is None
+
+    wait_for(gone, message="the pool to go once the policy is gone")
 
 
 def test_a_changed_spec_is_tried_at_once_despite_the_backoff(
