@@ -34,9 +34,10 @@ from typing import Any
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
+from kubernetes.client.rest import ApiException
 
 from runnerpool import log_context
-from runnerpool.api_errors import log_failure
+from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
 from runnerpool.naming import (
@@ -446,13 +447,16 @@ class SecretUpdater:
 
 
 def _describe(err: BaseException) -> str:
-    """Short, secret-free description of a Kubernetes client error."""
-    status = getattr(err, "status", None)
-    reason = getattr(err, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
-    return type(err).__name__
+    """The API server's answer to a refused write (its status, reason and message: what a
+    quota or an admission policy says, and so what to fix); of any other error only its type,
+    since a client error's text may quote the request, token and all. ``_scrub`` still runs:
+    an admission webhook's message may quote the object it refused."""
+    return describe(err) if isinstance(err, ApiException) else type(err).__name__
 
 
 def _scrub(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
+    """``text`` without ``secret``, as written and as a Secret's ``data`` carries it (base64)."""
+    if not secret:
+        return text
+    encoded = base64.b64encode(secret.encode()).decode()
+    return text.replace(secret, "***").replace(encoded, "***")

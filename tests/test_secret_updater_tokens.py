@@ -8,6 +8,7 @@ fires immediately; it waits on an event, not a timer.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import random
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
+from kubernetes.client.rest import ApiException
 from prometheus_client import REGISTRY
 
 from runnerpool.domain import PoolRef, RegistrationFailure, Scope
@@ -474,6 +476,28 @@ def test_patch_failure_is_transient_and_scrubbed(harness: Harness) -> None:
     harness.updater._patch_secret = lambda ns, name, body: harness.patches.append((ns, name, body))
     harness.run()
     assert len(harness.patches) == 1
+
+
+def test_a_refused_token_write_quotes_the_cluster_without_the_token(harness: Harness) -> None:
+    """A policy's or quota's refusal said only "HTTP 403 Forbidden": nothing to act on. A
+    webhook may quote the Secret it refused, whose data holds the token in base64."""
+    encoded = base64.b64encode(TOKEN_1.encode()).decode()
+    message = f"secrets are read-only here (data.runnertoken={encoded}, stringData {TOKEN_1})"
+
+    def refused_patch(ns: str, name: str, body: dict[str, Any]) -> None:
+        status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
+        raise ApiException(status=403, reason="Forbidden", body=json.dumps(status))
+
+    harness.updater._patch_secret = refused_patch
+    harness.updater.start(POOL)
+    harness.github.tokens.append(token(TOKEN_1))
+
+    harness.run()
+
+    failure = harness.updater.failure("team-a", "build")
+    assert failure is not None and failure.reason == "TokenSecretPatchFailed"
+    assert "403 Forbidden: secrets are read-only here" in failure.message, failure.message
+    assert TOKEN_1 not in failure.message and encoded not in failure.message
 
 
 def test_unexpected_error_never_escapes(harness: Harness) -> None:
