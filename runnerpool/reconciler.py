@@ -410,17 +410,22 @@ class Reconciler:
         return secret, foreign, refused
 
     def _refusal(self, run: _Pass, child: Child, err: ApiException) -> str:
-        """What the cluster said of a write of ``child`` it refused as asked (a quota, an
-        admission policy: 400, 403, 422); anything else is raised (a server error retries with
-        the queue's backoff; a namespace being deleted ends the pass quietly). A 403 may also
-        be the operator's access to the namespace taken away: the gates ask again."""
+        """What the cluster said of a write of ``child`` it refused as asked
+        (``_raise_unless_refused``)."""
+        self._raise_unless_refused(run, err)
+        verb = "creating" if child.live is None else "changing" if child.desired is not None else "deleting"
+        return f"{verb} {child.kind.resource.plural} {child.name} was refused: {describe(err)}"
+
+    def _raise_unless_refused(self, run: _Pass, err: ApiException) -> None:
+        """Raise ``err`` unless the cluster refused the write as asked (a quota, an admission
+        policy: ``_REFUSALS``): a server error retries with the queue's backoff, a namespace
+        being deleted ends the pass quietly. A 403 may also be the operator's access to the
+        namespace taken away: the gates ask again."""
         if err.status not in _REFUSALS or is_namespace_terminating(err):
             raise err
         if err.status == 403:
             for gate in self._gates:
                 gate.refused(run.pool.namespace)
-        verb = "creating" if child.live is None else "changing" if child.desired is not None else "deleting"
-        return f"{verb} {child.kind.resource.plural} {child.name} was refused: {describe(err)}"
 
     def _refused(self, run: _Pass, refused: list[str]) -> Verdict:
         message = f"{'; '.join(refused)}; the pool tries again every {FOREIGN_RECHECK:.0f}s"
@@ -517,7 +522,11 @@ class Reconciler:
             if children.jit_done(pod):
                 self._jobs.tokens.jit.forget_pod(run.pool.namespace, uid)
             child = children.jit_child(run.pool.name, pod, name, live)
-            now = None if child is None else apply(self._kube, child, run.writes)
+            try:
+                now = None if child is None else apply(self._kube, child, run.writes)
+            except ApiException as err:
+                self._jit_secret_refused(run, name, err)
+                continue
             if now is FOREIGN:
                 log.warning(
                     "pool %s: Secret %s is not pod %s's; leaving it", run.key, name, pod["metadata"]["name"]
@@ -527,6 +536,22 @@ class Reconciler:
                     str(pod["metadata"]["name"]), request.labels, group, request.work_folder, scale_set_id
                 )
                 self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
+        if Write.JIT_SECRET_CREATED in run.writes:
+            self._pods.secret_created(run.pool)
+
+    def _jit_secret_refused(self, run: _Pass, name: str, err: ApiException) -> None:
+        """A JIT pod's Secret refused as asked: its pod cannot start. Told as a refused pod is
+        (``Ready=False PodCreateFailed`` and a ``FailedCreate`` Event quoting the cluster, the
+        Secret's drawn name as ``runner-jit-POOL-*`` so that one cause reads the same every
+        time), and the pool's creates back off; before, the pass raised, and the pool said
+        nothing while its pods waited for a Secret that never came."""
+        self._raise_unless_refused(run, err)
+        pattern = f'"{naming.jit_secret_name(run.pool.name, "*")}"'
+        cause = describe(err).replace(f'"{name}"', pattern)
+        failure = self._pods.secret_refused(run.pool, f"its JIT Secret was refused: {cause}")
+        self._recorder.event(
+            run.raw, WARNING, Reason.FAILED_CREATE, f"creating a runner pod failed: {failure.cause}"
+        )
 
     def _decide(self, run: _Pass, seen: Observed) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
@@ -733,8 +758,7 @@ class Reconciler:
         try:
             return self._deregister_and_release(run)
         except ApiException as err:
-            if err.status not in _REFUSALS or is_namespace_terminating(err):
-                raise
+            self._raise_unless_refused(run, err)
             return self._deletion_refused(run, err)
 
     def _deletion_refused(self, run: _Pass, err: ApiException) -> Result:
@@ -742,9 +766,6 @@ class Reconciler:
         finalizer, on a pod's deletion, a Secret's patch): the finalizer stays, the condition and
         one Warning Event quote the cluster, and the deletion tries again every
         ``--busy-runner-wait``. Without this it was retried in silence, ever more slowly."""
-        if err.status == 403:
-            for gate in self._gates:
-                gate.refused(run.pool.namespace)
         wait = self._settings.deletion.busy_runner_wait
         message = (
             f"the cluster refused a write the deletion needs: {describe(err)}; tried again every {wait:.0f}s"

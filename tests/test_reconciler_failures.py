@@ -156,6 +156,35 @@ def test_a_refused_token_secret_is_a_condition_and_an_event_and_is_tried_again(
     assert _ready(api_client, namespace, "tokenless")["reason"] != "ChildRefused"
 
 
+def test_a_refused_jit_secret_is_told_as_a_refused_pod_and_backs_off(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, clock: _Clock
+) -> None:
+    """A quota on Secrets in a JIT pool's namespace: its pods came, their Secrets did not, and
+    the pool said nothing while they waited for good (the pass raised before its status)."""
+    _quota(api_client, namespace, resource="secrets")
+    create_pool(api_client, namespace, pool_manifest("jit", registration="jit"))
+    reconciler(f"{namespace}/jit")
+    reconciler(f"{namespace}/jit")
+
+    [pod] = _pods(api_client, namespace, "jit")
+    ready = _ready(api_client, namespace, "jit")
+    assert (ready["status"], ready["reason"]) == ("False", "PodCreateFailed")
+    assert "its JIT Secret was refused" in ready["message"] and f"exceeded quota: {QUOTA}" in ready["message"]
+    assert 'secrets "runner-jit-jit-*" is forbidden' in ready["message"], ready["message"]
+    written = _pool(api_client, namespace, "jit")["metadata"]["resourceVersion"]
+    reconciler(f"{namespace}/jit")  # asked again, refused again: one Event counting, no status write
+    [event] = _events(api_client, namespace, "FailedCreate")
+    assert event.type == "Warning" and event.count == 2 and "its JIT Secret was refused" in event.message
+    assert _pool(api_client, namespace, "jit")["metadata"]["resourceVersion"] == written
+
+    client.CoreV1Api(api_client).delete_namespaced_resource_quota(QUOTA, namespace)
+    clock.now += 10.0
+    reconciler(f"{namespace}/jit")
+    assert LiveReader(api_client).list_secrets(namespace), "the pod's Secret, at last"
+    assert _ready(api_client, namespace, "jit")["reason"] == "RunnersStarting"
+    assert _pods(api_client, namespace, "jit") == [pod]
+
+
 def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:

@@ -109,6 +109,16 @@ class PodStep:
             return counts
         return _after(counts, scaling.creates(counts))
 
+    def secret_refused(self, pool: api.RunnerPool, cause: str) -> CreateFailure:
+        """A pod's own (JIT) Secret refused, by a quota on Secrets, say: the pod cannot start
+        without it, so the pool reports it and backs off its creates as for a refused pod."""
+        return self._backoff.failed(pool_key(pool.namespace, pool.name), self.wanted_hash(pool), cause)
+
+    def secret_created(self, pool: api.RunnerPool) -> None:
+        """A pod's own Secret went through: a refusal of one is over (a refused pod is refused
+        again at the next create, and says so again)."""
+        self._backoff.succeeded(pool_key(pool.namespace, pool.name))
+
     def create_failure(self, pool: api.RunnerPool) -> CreateFailure | None:
         """The refusal the pool reports: its current template's last create was refused."""
         return self._backoff.failure(pool_key(pool.namespace, pool.name), self.wanted_hash(pool))
