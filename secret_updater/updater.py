@@ -37,7 +37,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import log_context
-from runnerpool.api_errors import describe, log_failure
+from runnerpool.api_errors import log_failure, one_line, status_of
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
 from runnerpool.naming import (
@@ -358,11 +358,8 @@ class SecretUpdater:
                     with self._lock:
                         state.failure = cleared
                     raise PatchFailedError(
-                        _scrub(
-                            f"cannot write the token into Secret {ref.namespace}/{ref.token_secret}: "
-                            f"{_describe(err)}",
-                            token.token,
-                        )
+                        f"cannot write the token into Secret {ref.namespace}/{ref.token_secret}: "
+                        f"{_describe(err, token.token)}"
                     ) from None
         now = self._clock()
         with self._lock:
@@ -446,12 +443,16 @@ class SecretUpdater:
             log_failure(log, logging.ERROR, "notifying the reconciler about pool %s failed", ref.key, err=err)
 
 
-def _describe(err: BaseException) -> str:
+def _describe(err: BaseException, secret: str) -> str:
     """The API server's answer to a refused write (its status, reason and message: what a
-    quota or an admission policy says, and so what to fix); of any other error only its type,
-    since a client error's text may quote the request, token and all. ``_scrub`` still runs:
-    an admission webhook's message may quote the object it refused."""
-    return describe(err) if isinstance(err, ApiException) else type(err).__name__
+    quota or an admission policy says, and so what to fix), without ``secret``; of any other
+    error only its type, since a client error's text may quote the request, token and all.
+    Scrubbed before it is cut to one line's length: an admission webhook's message may quote
+    the object it refused, and a token cut in two would no longer be found."""
+    if not isinstance(err, ApiException):
+        return type(err).__name__
+    status = status_of(err)
+    return one_line(_scrub(f"{status.code} {status.reason}: {status.message}", secret))
 
 
 def _scrub(text: str, secret: str) -> str:
