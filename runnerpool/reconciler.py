@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, children, conditions, deregistration, metrics, naming
 from runnerpool import status as pool_status
-from runnerpool.api_errors import describe, is_namespace_terminating, status_of
+from runnerpool.api_errors import describe, is_access_denied, is_namespace_terminating, status_of
 from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
 from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcnow
@@ -71,6 +71,8 @@ WEBHOOK_SECRET_RECHECK = 30.0
 #: Seconds until a pool held up by a same-named object it does not own looks again (a foreign
 #: object carries no label of ours, so no watch reports its deletion).
 FOREIGN_RECHECK = 30.0
+#: How long a refusal told as an Event is not told again while passes keep meeting it.
+REFUSAL_MEMORY = 3600.0
 #: Status codes of a write the cluster refuses as asked: a quota (403), an admission policy or
 #: webhook (400, 403, 422).
 _REFUSALS = frozenset({400, 403, 422})
@@ -137,6 +139,17 @@ class PoolState:
 
     #: The pods whose bad ending was told (``runnerpool.pods.endings``), by uid.
     endings_told: frozenset[str] = frozenset()
+    #: The refusals told as Events, and when each was last met (forgotten once not met for
+    #: ``REFUSAL_MEMORY``: met again later, it is news again).
+    refusals_told: dict[str, float] = field(default_factory=dict)
+
+    def refusal_news(self, said: str) -> bool:
+        """Remember ``said``; whether it was not met within ``REFUSAL_MEMORY``."""
+        now = time.monotonic()
+        self.refusals_told = {k: t for k, t in self.refusals_told.items() if now - t < REFUSAL_MEMORY}
+        news = said not in self.refusals_told
+        self.refusals_told[said] = now
+        return news
 
     def failing_changed(self, reasons: frozenset[str]) -> bool:
         """Remember ``reasons``; whether they differ from the ones last seen (then: news)."""
@@ -299,10 +312,10 @@ class Reconciler:
             secrets=self._secrets,
         )
         secret, foreign, refused = self._apply_children(run, children.wanted(run.pool, seen))
-        if foreign or refused:
-            return self._refuse(
-                run, self._not_owned(run, foreign) if foreign else self._refused(run, refused)
-            )
+        if foreign:
+            return self._refuse(run, self._not_owned(run, foreign))
+        if refused:
+            return self._refuse(run, self._refused(run, refused), keep_jobs=True)
         recheck = self._start_jobs(run, seen, secret)
         decision = self._decide(run, seen)
         recheck = _sooner(_sooner(recheck, decision.recheck_after), _rechecks(seen))
@@ -323,9 +336,7 @@ class Reconciler:
             counts = self._pods.counts(run.pool, decision.replicas, seen)
             wait = self._update_status(run, seen, secret, counts, decision)
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
-        _, _, unprotected = self._apply_children(run, children.budgets(run.pool, seen))
-        if unprotected:
-            self._budget_refused(run, unprotected)
+        self._apply_children(run, children.budgets(run.pool, seen))
         converged = self._act_on_pods(run, decision, seen)
         self._apply_jit_secrets(run, seen)
         wait = self._update_status(run, seen, secret, converged.counts, decision)
@@ -364,12 +375,16 @@ class Reconciler:
                 run.runner_group_id = verdict.runner_group_id
         return None
 
-    def _refuse(self, run: _Pass, verdict: Verdict, *, deleting: bool = False) -> Result:
+    def _refuse(
+        self, run: _Pass, verdict: Verdict, *, deleting: bool = False, keep_jobs: bool = False
+    ) -> Result:
         """A pool that may not have runners: no token (the job stops; the Secret is emptied if the
         verdict says so), no runner manager, no new pod; its conditions and an Event say why.
-        ``deleting``: its jobs are stopped already, its pod expectations kept for the drain."""
+        ``deleting``: its jobs are stopped already, its pod expectations kept for the drain.
+        ``keep_jobs``: no new pod, but the jobs run on (the runner manager keeps marking the
+        busy pods of a pool whose child the cluster refuses)."""
         pool = run.pool
-        if not deleting:
+        if not deleting and not keep_jobs:
             self._forget(pool.namespace, pool.name)
         if verdict.withdraw:
             self._withdraw_token(run)
@@ -386,7 +401,10 @@ class Reconciler:
 
     def _apply_children(self, run: _Pass, rows: list[Child]) -> tuple[dict[str, Any], list[Child], list[str]]:
         """The one apply over ``rows``; the token Secret as it now is, the foreign objects, and
-        what the cluster refused (``_refusal``), each said as the pool's condition will."""
+        the creates the cluster refused (``_refusal``), each said as the pool's condition will.
+        A refused change or deletion of an object that is there, and a refused budget, are told
+        by an Event, and the pass goes on (a label it cannot repair stops no runner; a budget
+        refused stops no pod)."""
         secret: dict[str, Any] = {}
         foreign: list[Child] = []
         refused: list[str] = []
@@ -394,8 +412,12 @@ class Reconciler:
             try:
                 now = apply(self._kube, child, run.writes)
             except ApiException as err:
-                refused.append(self._refusal(run, child, err))
-                continue
+                said = self._refusal(run, child, err)
+                if child.live is None and child.kind is not children.BUDGET:
+                    refused.append(said)
+                    continue
+                self._tell_refused(run, said)
+                now = child.live
             if now is FOREIGN:
                 foreign.append(child)
             elif child.kind is children.TOKEN_SECRET:
@@ -414,16 +436,19 @@ class Reconciler:
         (``_raise_unless_refused``)."""
         self._raise_unless_refused(run, err)
         verb = "creating" if child.live is None else "changing" if child.desired is not None else "deleting"
-        return f"{verb} {child.kind.resource.plural} {child.name} was refused: {describe(err)}"
+        said = f"{verb} {child.kind.resource.plural} {child.name} was refused: {describe(err)}"
+        if child.kind is children.BUDGET and child.desired is not None:
+            said += "; the pods it covers are not protected from eviction"
+        return said
 
     def _raise_unless_refused(self, run: _Pass, err: ApiException) -> None:
         """Raise ``err`` unless the cluster refused the write as asked (a quota, an admission
         policy: ``_REFUSALS``): a server error retries with the queue's backoff, a namespace
-        being deleted ends the pass quietly. A 403 may also be the operator's access to the
-        namespace taken away: the gates ask again."""
+        being deleted ends the pass quietly. The operator's access to the namespace taken away
+        (the authorizer's 403, not a quota's): the gates ask again."""
         if err.status not in _REFUSALS or is_namespace_terminating(err):
             raise err
-        if err.status == 403:
+        if is_access_denied(err):
             for gate in self._gates:
                 gate.refused(run.pool.namespace)
 
@@ -433,13 +458,15 @@ class Reconciler:
         condition = stamp.condition(conditions.READY, False, Reason.CHILD_REFUSED, message)
         return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
 
-    def _budget_refused(self, run: _Pass, refused: list[str]) -> None:
-        """Pods are made without the namespace's disruption budget: a drain may evict a busy one
-        (its runner still finishes the job when told to stop, within ``spec.busyGracePeriod``).
-        One Warning Event (folded into a count while it repeats); the next pass tries again."""
-        message = f"{'; '.join(refused)}; busy runner pods are not protected from eviction"
-        log.warning("pool %s/%s: %s", run.pool.namespace, run.pool.name, message)
-        self._recorder.event(run.raw, WARNING, Reason.CHILD_REFUSED, message)
+    def _tell_refused(self, run: _Pass, said: str) -> None:
+        """A refusal the pass goes on without (a disruption budget: the pods come all the same,
+        and a drain may evict a busy one, whose runner still finishes its job when told to stop,
+        within ``spec.busyGracePeriod``; a repair of a child that is there): a Warning Event
+        once while the same refusal lasts (``PoolState.refusal_news``); the next pass tries
+        again."""
+        if run.state.refusal_news(said):
+            log.warning("pool %s/%s: %s", run.pool.namespace, run.pool.name, said)
+            self._recorder.event(run.raw, WARNING, Reason.CHILD_REFUSED, said)
 
     def _not_owned(self, run: _Pass, foreign: list[Child]) -> Verdict:
         names = ", ".join(f"{c.kind.resource.plural} {c.name}" for c in foreign)
@@ -754,14 +781,18 @@ class Reconciler:
     # ------------------------------------------------------------------ deletion
 
     def _finalize(self, run: _Pass) -> Result:
-        """``_deregister_and_release``, saying so when the cluster refuses one of its writes."""
+        """``_deregister_and_release``, saying so when the cluster refuses one of its writes
+        (``told``: the pass began with that said already)."""
+        stored = (run.raw.get("status") or {}).get("conditions") or []
+        before = conditions.find(stored, conditions.RUNNERS_DEREGISTERED)
+        told = before is not None and before.get("reason") == Reason.DELETION_REFUSED
         try:
-            return self._deregister_and_release(run)
+            return self._deregister_and_release(run, refused_before=told)
         except ApiException as err:
             self._raise_unless_refused(run, err)
-            return self._deletion_refused(run, err)
+            return self._deletion_refused(run, err, told=told)
 
-    def _deletion_refused(self, run: _Pass, err: ApiException) -> Result:
+    def _deletion_refused(self, run: _Pass, err: ApiException, *, told: bool) -> Result:
         """A write the deletion needs was refused as asked (an admission policy on the pool's
         finalizer, on a pod's deletion, a Secret's patch): the finalizer stays, the condition and
         one Warning Event quote the cluster, and the deletion tries again every
@@ -772,14 +803,13 @@ class Reconciler:
         )
         stamp = conditions.Stamp(run.pool.generation, self._states.clock())
         refused = stamp.condition(conditions.RUNNERS_DEREGISTERED, False, Reason.DELETION_REFUSED, message)
-        before = conditions.find((run.raw.get("status") or {}).get("conditions") or [], refused["type"])
         self._set_condition(run, refused)
-        if before is None or before.get("reason") != Reason.DELETION_REFUSED:
+        if not told:
             self._recorder.event(run.raw, WARNING, Reason.DELETION_REFUSED, message)
         _log_pass(run.pool.namespace, run.pool.name, "refused", run.writes)
         return Result(requeue_after=wait)
 
-    def _deregister_and_release(self, run: _Pass) -> Result:
+    def _deregister_and_release(self, run: _Pass, *, refused_before: bool = False) -> Result:
         """Deregister every runner of the pool, then let it go.
 
         Order matters so that nothing stays registered and no busy runner is killed: stop
@@ -836,7 +866,8 @@ class Reconciler:
         waiting = self._delete_scale_set(run)  # before "deregistered": it may have to wait
         if waiting is not None:
             return waiting
-        self._report_deregistered(run, stamp, drained)
+        if not refused_before:  # else it flipped True, then False again at each refused release
+            self._report_deregistered(run, stamp, drained)
         return self._release(run)
 
     def _deletion_gates(self, run: _Pass) -> Result | None:

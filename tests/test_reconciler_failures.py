@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from runnerpool import api, metrics, naming
+from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.pods.create_backoff import CreateBackoff
 from runnerpool.reconciler import Reconciler
 from runnerpool.settings import QueueSettings, Settings
@@ -199,7 +200,54 @@ def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(
     [event] = _events(api_client, namespace, "ChildRefused")
     assert event.type == "Warning" and f"exceeded quota: {QUOTA}" in event.message, event.message
     assert f"creating poddisruptionbudgets {naming.BUSY_DISRUPTION_BUDGET} was refused" in event.message
-    assert "busy runner pods are not protected from eviction" in event.message
+    assert "the pods it covers are not protected from eviction" in event.message
+    reconciler(f"{namespace}/unprotected")  # refused again: told once while it lasts
+    [event] = _events(api_client, namespace, "ChildRefused")
+    assert event.count == 1
+
+
+def test_a_refused_repair_of_a_child_is_told_and_stops_no_runner(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A policy that refuses changes of the token Secret (a label to put back, say): told once,
+    and the pool runs on. Stopping its jobs for it would stop its busy marks and its token."""
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    reconciler = make_reconciler(
+        api_client,
+        tokens=tokens,
+        runners=runners,
+        settings=Settings(queue=QueueSettings(status_coalesce=0.0)),
+    )
+    _ready_pool(api_client, namespace, reconciler, "kept")
+    reconciler(f"{namespace}/kept")
+    secret = naming.token_secret_name("kept")
+    core = client.CoreV1Api(api_client)
+    core.patch_namespaced_secret(secret, namespace, {"metadata": {"labels": {naming.POOL_LABEL: None}}})
+    message = "token Secrets are changed only by their owners' pipelines here"
+
+    def dry_run() -> object:
+        return core.patch_namespaced_secret(
+            secret, namespace, {"metadata": {"labels": {"x": "y"}}}, dry_run="All"
+        )
+
+    with refusing(
+        api_client,
+        namespace,
+        operation="UPDATE",
+        resource=("", "v1", "secrets"),
+        allowed=f"object.metadata.name != '{secret}'",
+        message=message,
+        probe=dry_run,
+    ):
+        for _ in range(2):
+            reconciler(f"{namespace}/kept")
+
+    [event] = _events(api_client, namespace, "ChildRefused")
+    assert event.count == 1 and f"changing secrets {secret} was refused" in event.message, event.message
+    assert message in event.message
+    assert _ready(api_client, namespace, "kept")["reason"] != "ChildRefused"
+    assert (tokens.stopped, runners.stopped) == ([], []), "the pool's jobs run on"
+    assert len(_pods(api_client, namespace, "kept")) == 1
 
 
 def test_a_refused_finalizer_removal_is_a_condition_and_an_event_and_is_tried_again(
@@ -208,8 +256,7 @@ def test_a_refused_finalizer_removal_is_a_condition_and_an_event_and_is_tried_ag
     """An admission policy that keeps finalizers on: the deletion was retried in silence, ever
     more slowly (the queue's backoff), the pool Terminating with nothing saying why."""
     pools = client.CustomObjectsApi(api_client)
-    create_pool(api_client, namespace, pool_manifest("held"))
-    reconciler(f"{namespace}/held")  # its finalizer; no runner ever registered
+    _ready_pool(api_client, namespace, reconciler, "held")  # a token issued: runners maybe
     message = "pools keep their finalizers here"
 
     def dry_run() -> object:
@@ -228,9 +275,11 @@ def test_a_refused_finalizer_removal_is_a_condition_and_an_event_and_is_tried_ag
         probe=dry_run,
     ):
         pools.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "held")
-        for _ in range(2):
+        versions = []
+        for _ in range(3):
             result = reconciler(f"{namespace}/held")
             assert result.requeue_after == 30.0
+            versions.append(_pool(api_client, namespace, "held")["metadata"]["resourceVersion"])
 
         conds = _pool(api_client, namespace, "held")["status"]["conditions"]
         [held] = [c for c in conds if c["type"] == "RunnersDeregistered"]
@@ -238,6 +287,7 @@ def test_a_refused_finalizer_removal_is_a_condition_and_an_event_and_is_tried_ag
         assert message in held["message"], held["message"]
         [event] = _events(api_client, namespace, "DeletionRefused")
         assert event.type == "Warning" and event.count == 1 and message in event.message
+        assert versions[1] == versions[2], "said once: not written again at each attempt"
 
     def gone() -> bool:  # (the API server drops the policy from its cache a moment later)
         reconciler(f"{namespace}/held")
