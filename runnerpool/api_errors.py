@@ -164,3 +164,16 @@ def is_namespace_terminating(err: BaseException) -> bool:
     if any(isinstance(c, dict) and c.get("reason") == _NAMESPACE_TERMINATING_CAUSE for c in causes):
         return True
     return _NAMESPACE_TERMINATING_TEXT in status.message
+
+
+#: The authorizer's refusal (RBAC's words: ``User "..." cannot create resource "secrets" ...``).
+_ACCESS_DENIED = re.compile(r'\bcannot [a-z]+ resource "')
+
+
+def is_access_denied(err: BaseException) -> bool:
+    """A 403 from the API server's authorizer: the operator may not do this there (its access
+    to the namespace taken away, say), not a quota or an admission policy refusing this one
+    request, which answer 403 too."""
+    if not isinstance(err, ApiException) or err.status != 403:
+        return False
+    return _ACCESS_DENIED.search(status_of(err).message) is not None

@@ -25,7 +25,7 @@ from kubernetes.informer import SharedInformer
 from urllib3 import HTTPResponse
 
 from runnerpool import api
-from runnerpool.api_errors import describe
+from runnerpool.api_errors import describe, is_access_denied
 from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.github.fake import FakeGitHubClients
 from runnerpool.runners.listing import ListingKey
@@ -273,3 +273,27 @@ def test_a_demand_write_that_fails_says_why_on_one_line(
     text = str(failed.value)
     assert "\n" not in text and _message(err) in text and str(code) in text
     assert not any(forbidden in text for forbidden in HEADER_TEXT), text
+
+
+@pytest.mark.parametrize(
+    ("message", "denied"),
+    [
+        (
+            'secrets is forbidden: User "system:serviceaccount:runnerpool-system:runnerpool-operator" '
+            'cannot create resource "secrets" in API group "" in the namespace "team-a"',
+            True,
+        ),
+        (
+            'secrets "runner-token-build" is forbidden: exceeded quota: no-secrets, requested: secrets=1, '
+            "used: secrets=0, limited: secrets=0",
+            False,
+        ),
+        ('admission webhook "policy.example.com" denied the request: budgets must allow a disruption', False),
+    ],
+    ids=["rbac", "quota", "webhook"],
+)
+def test_only_the_authorizers_403_counts_as_access_taken_away(message: str, denied: bool) -> None:
+    """A quota's or a policy's 403 had the gates ask the API server again about the namespace
+    (six access reviews) at every pass that met it."""
+    status = {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message}
+    assert is_access_denied(ApiException(status=403, reason="Forbidden", body=json.dumps(status))) is denied
