@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import responses
 from apscheduler.schedulers.background import BackgroundScheduler
+from kubernetes.client.rest import ApiException
 
 from runnerpool import naming
 from runnerpool.domain import Drain, PoolRef, StuckPod
@@ -184,6 +185,29 @@ def test_a_runner_that_registered_late_is_found_before_the_finalizer_lets_go(
     assert managers.drain(late) == Drain(busy=0, deregistered=1)
     assert endpoint.runners == {}
     assert len(endpoint.listed) == 2
+
+
+def test_a_pod_deletion_the_cluster_refuses_holds_up_none_of_the_others(
+    github: responses.RequestsMock,
+) -> None:
+    """Its runners deregistered, a deleted pool's pods go; one the cluster refuses to delete (an
+    admission policy) stopped the drain at that pod, and every pod after it stayed up."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    RunnerEndpoint(github, "/orgs/octo-org")  # its runners are gone already
+    ref = cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [_pod("build-kept"), _pod("build-other")]
+    refuse = pods.delete_pod
+
+    def refusing(namespace: str, name: str, uid: str, resource_version: str | None) -> bool:
+        if name == "build-kept":
+            raise ApiException(status=422, reason="Invalid")
+        return refuse(namespace, name, uid, resource_version)
+
+    pods.delete_pod = refusing  # type: ignore[method-assign]
+    with pytest.raises(ApiException):  # for the pool to say so
+        managers.drain(ref)
+    assert pods.deleted == ["build-other"]
 
 
 def test_a_runner_listed_busy_is_listed_again_before_the_next_try(github: responses.RequestsMock) -> None:

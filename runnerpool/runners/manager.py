@@ -431,15 +431,23 @@ class RunnerManagers:
     def _delete_pods(self, pool: PoolRef, deletions: Iterable[lifecycle.PodDecision]) -> int:
         """The pods ``deletions`` let go (a drain's once none of the pool's runners is busy, and
         ``_hurry``'s); how many deletions began (a pod told to stop again is not counted: it was
-        counted when it was first deleted)."""
+        counted when it was first deleted). A deletion the cluster refuses holds up none of the
+        others (their runners are deregistered already); the first refusal is raised after them,
+        for the pool to say so."""
         deleted = 0
+        refused: ApiException | None = None
         for decision in deletions:
             view = decision.pod
-            if decision.grace_seconds is not None:
-                self._hurry_pod(pool, view, decision.grace_seconds)
-                continue
-            version = None if decision.runner is not None else (view.resource_version or None)
-            deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
+            try:
+                if decision.grace_seconds is not None:
+                    self._hurry_pod(pool, view, decision.grace_seconds)
+                    continue
+                version = None if decision.runner is not None else (view.resource_version or None)
+                deleted += self._pods.delete_pod(pool.namespace, view.name, view.uid, version)
+            except ApiException as err:
+                refused = refused or err
+        if refused is not None:
+            raise refused
         return deleted
 
     def _hurry_pod(self, pool: PoolRef, view: lifecycle.PodView, grace: int) -> None:
