@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from runnerpool import api, naming
@@ -74,18 +75,30 @@ def _did(requests: list[dict[str, Any]], verb: str, resource: str, subresource: 
     ]
 
 
-def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
+@pytest.fixture
+def one_runner(
     api_client: client.ApiClient,
     control_plane: ControlPlane,
     node: Node,
     namespace: str,
     operator: OperatorProcess,
     fake_github: FakeGitHub,
-    gc_follows_pools: None,
-) -> None:
+) -> tuple[client.CoreV1Api, str]:
+    """The mode's pool ``km`` of one runner, registered: the core API and the runner pod's name."""
     create_pool(api_client, namespace, _pool(control_plane, node))
     core = client.CoreV1Api(api_client)
     [runner] = registered_pods(core, fake_github, namespace, "km", 1)
+    return core, runner
+
+
+def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
+    one_runner: tuple[client.CoreV1Api, str],
+    control_plane: ControlPlane,
+    namespace: str,
+    fake_github: FakeGitHub,
+    gc_follows_pools: None,
+) -> None:
+    core, runner = one_runner
     account = naming.runner_account_name("km")
     spec = core.read_namespaced_pod(runner, namespace).spec
     assert (spec.service_account_name, spec.automount_service_account_token) == (account, True)
@@ -133,18 +146,14 @@ def test_a_job_runs_in_pods_the_runner_creates_with_its_own_service_account(
 
 
 def test_a_drain_cannot_evict_the_pods_a_job_runs_in(
+    one_runner: tuple[client.CoreV1Api, str],
     api_client: client.ApiClient,
-    control_plane: ControlPlane,
-    node: Node,
     namespace: str,
-    operator: OperatorProcess,
     fake_github: FakeGitHub,
 ) -> None:
     """The job runs in the hooks' pods, not in the runner pod that its busy mark protects: an
     eviction of the job pod (``kubectl drain``, a node autoscaler) failed the job."""
-    create_pool(api_client, namespace, _pool(control_plane, node))
-    core = client.CoreV1Api(api_client)
-    [runner] = registered_pods(core, fake_github, namespace, "km", 1)
+    core, runner = one_runner
     job_id = fake_github.queue_job(REPO, [naming.pool_runner_label(namespace, "km")], LONG_JOB_SECONDS)
 
     def job_pods() -> list[Any]:
