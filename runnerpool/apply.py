@@ -68,6 +68,11 @@ class Child:
     #: ``False``: only an existing object is repaired (a JIT Secret of a pod that is going).
     create: bool = True
 
+    @property
+    def key(self) -> str:
+        """Which object this is, in a log or a pool's memory: ``plural namespace/name``."""
+        return f"{self.kind.resource.plural} {self.namespace}/{self.name}"
+
 
 #: :func:`apply`'s answer for an object of the same name the pool does not control.
 FOREIGN: dict[str, Any] = {}

@@ -71,8 +71,9 @@ WEBHOOK_SECRET_RECHECK = 30.0
 #: Seconds until a pool held up by a same-named object it does not own looks again (a foreign
 #: object carries no label of ours, so no watch reports its deletion).
 FOREIGN_RECHECK = 30.0
-#: How long a refusal told as an Event is not told again while passes keep meeting it.
-REFUSAL_MEMORY = 3600.0
+#: How often a refusal that lasts is told again as an Event (the API server keeps an Event an
+#: hour by default: the refusal, which has no condition, would be told nowhere after that).
+REFUSAL_RETELL = 1800.0
 #: Status codes of a write the cluster refuses as asked: a quota (403), an admission policy or
 #: webhook (400, 403, 422).
 _REFUSALS = frozenset({400, 403, 422})
@@ -139,17 +140,22 @@ class PoolState:
 
     #: The pods whose bad ending was told (``runnerpool.pods.endings``), by uid.
     endings_told: frozenset[str] = frozenset()
-    #: The refusals told as Events, and when each was last met (forgotten once not met for
-    #: ``REFUSAL_MEMORY``: met again later, it is news again).
-    refusals_told: dict[str, float] = field(default_factory=dict)
+    #: The refusals told as Events, by child (``Child.key``): what was said, and when.
+    refusals_told: dict[str, tuple[str, float]] = field(default_factory=dict)
 
-    def refusal_news(self, said: str) -> bool:
-        """Remember ``said``; whether it was not met within ``REFUSAL_MEMORY``."""
+    def refusal_news(self, child: str, said: str) -> bool:
+        """Remember ``said`` of ``child``; whether to tell it: new, changed, or told
+        ``REFUSAL_RETELL`` ago (an Event expires, after an hour by default)."""
         now = time.monotonic()
-        self.refusals_told = {k: t for k, t in self.refusals_told.items() if now - t < REFUSAL_MEMORY}
-        news = said not in self.refusals_told
-        self.refusals_told[said] = now
-        return news
+        told = self.refusals_told.get(child)
+        if told is not None and told[0] == said and now - told[1] < REFUSAL_RETELL:
+            return False
+        self.refusals_told[child] = (said, now)
+        return True
+
+    def refusal_over(self, child: str) -> None:
+        """``child`` went through: a refusal of it met again is news again."""
+        self.refusals_told.pop(child, None)
 
     def failing_changed(self, reasons: frozenset[str]) -> bool:
         """Remember ``reasons``; whether they differ from the ones last seen (then: news)."""
@@ -278,7 +284,7 @@ class Reconciler:
             _log_pass(namespace, name, "requeue", run.writes)
             return Result(requeue_after=1.0)
         except ApiException as err:
-            if err.status == 403:
+            if is_access_denied(err):
                 for gate in self._gates:
                     gate.refused(namespace)
             if not _ends_quietly(run, err):
@@ -338,10 +344,11 @@ class Reconciler:
             return Result(requeue_after=_sooner(_sooner(wait, self._settings.tokens.wait), recheck))
         self._apply_children(run, children.budgets(run.pool, seen))
         converged = self._act_on_pods(run, decision, seen)
-        self._apply_jit_secrets(run, seen)
+        secrets_wait = self._apply_jit_secrets(run, seen)
         wait = self._update_status(run, seen, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
-        return Result(requeue_after=_sooner(_sooner(wait, recheck), converged.retry_in))
+        retry = _sooner(converged.retry_in, secrets_wait)
+        return Result(requeue_after=_sooner(_sooner(wait, recheck), retry))
 
     def _token_lapse(self, run: _Pass, seen: Observed, secret: dict[str, Any]) -> float | None:
         """Seconds until the pool's token stops going to new pods, while its refresh fails.
@@ -416,8 +423,10 @@ class Reconciler:
                 if child.live is None and child.kind is not children.BUDGET:
                     refused.append(said)
                     continue
-                self._tell_refused(run, said)
+                self._tell_refused(run, child, said)
                 now = child.live
+            else:
+                run.state.refusal_over(child.key)
             if now is FOREIGN:
                 foreign.append(child)
             elif child.kind is children.TOKEN_SECRET:
@@ -458,13 +467,13 @@ class Reconciler:
         condition = stamp.condition(conditions.READY, False, Reason.CHILD_REFUSED, message)
         return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
 
-    def _tell_refused(self, run: _Pass, said: str) -> None:
+    def _tell_refused(self, run: _Pass, child: Child, said: str) -> None:
         """A refusal the pass goes on without (a disruption budget: the pods come all the same,
         and a drain may evict a busy one, whose runner still finishes its job when told to stop,
         within ``spec.busyGracePeriod``; a repair of a child that is there): a Warning Event
-        once while the same refusal lasts (``PoolState.refusal_news``); the next pass tries
-        again."""
-        if run.state.refusal_news(said):
+        once, and again every ``REFUSAL_RETELL`` while it lasts (``PoolState.refusal_news``); the
+        next pass tries again."""
+        if run.state.refusal_news(child.key, said):
             log.warning("pool %s/%s: %s", run.pool.namespace, run.pool.name, said)
             self._recorder.event(run.raw, WARNING, Reason.CHILD_REFUSED, said)
 
@@ -529,10 +538,11 @@ class Reconciler:
             message = failures.describe(pods.failing)
             self._recorder.event(run.raw, WARNING, failures.ready_reason(pods.failing), message)
 
-    def _apply_jit_secrets(self, run: _Pass, seen: Observed) -> None:
+    def _apply_jit_secrets(self, run: _Pass, seen: Observed) -> float | None:
         """Each JIT pod's own Secret: created empty, filled by the token scheduler, emptied once
         used.  A pool switched back to token mode still empties the Secrets of its JIT pods;
-        pods made in this pass are seen in the next, which their creation brings."""
+        pods made in this pass are seen in the next, which their creation brings. Returns the
+        seconds until Secrets the cluster refused are asked for again (``_jit_secrets_refused``)."""
         ref = self._pool_ref(run, seen.credentials)
         self._jobs.tokens.jit.follow(ref)
         group = run.runner_group_id if run.runner_group_id is not None else DEFAULT_RUNNER_GROUP_ID
@@ -541,6 +551,7 @@ class Reconciler:
         # A scale set not made yet: its pods wait, empty; the listener's status write brings a pass.
         may_fill = run.pool.spec.scale_set is None or scale_set_id is not None
         request = JitRequest(run.pool.name, tuple(labels.registered(run.pool)), group, naming.WORK_DIR)
+        refused: dict[str, ApiException] = {}
         for pod in seen.pods:
             name = pod_state.jit_secret_name(pod)
             if name is None:
@@ -552,7 +563,8 @@ class Reconciler:
             try:
                 now = None if child is None else apply(self._kube, child, run.writes)
             except ApiException as err:
-                self._jit_secret_refused(run, name, err)
+                self._raise_unless_refused(run, err)
+                refused[name] = err
                 continue
             if now is FOREIGN:
                 log.warning(
@@ -563,22 +575,29 @@ class Reconciler:
                     str(pod["metadata"]["name"]), request.labels, group, request.work_folder, scale_set_id
                 )
                 self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
+        if refused:
+            return self._jit_secrets_refused(run, refused)
         if Write.JIT_SECRET_CREATED in run.writes:
             self._pods.secret_created(run.pool)
+        return None
 
-    def _jit_secret_refused(self, run: _Pass, name: str, err: ApiException) -> None:
-        """A JIT pod's Secret refused as asked: its pod cannot start. Told as a refused pod is
-        (``Ready=False PodCreateFailed`` and a ``FailedCreate`` Event quoting the cluster, the
-        Secret's drawn name as ``runner-jit-POOL-*`` so that one cause reads the same every
-        time), and the pool's creates back off; before, the pass raised, and the pool said
-        nothing while its pods waited for a Secret that never came."""
-        self._raise_unless_refused(run, err)
+    def _jit_secrets_refused(self, run: _Pass, refused: Mapping[str, ApiException]) -> float:
+        """JIT pods' Secrets refused as asked: those pods cannot start. Told as a refused pod
+        is (``Ready=False PodCreateFailed`` and one ``FailedCreate`` Event a pass quoting the
+        cluster, the Secret's drawn name as ``runner-jit-POOL-*`` so that one cause reads the
+        same every time), the pool's creates back off, and the Secrets are asked for again when
+        the backoff ends. Before, the pass raised, and the pool said nothing while its pods
+        waited for a Secret that never came."""
+        name, err = next(iter(refused.items()))
         pattern = f'"{naming.jit_secret_name(run.pool.name, "*")}"'
         cause = describe(err).replace(f'"{name}"', pattern)
-        failure = self._pods.secret_refused(run.pool, f"its JIT Secret was refused: {cause}")
+        failure = self._pods.secret_refused(
+            run.pool, f"the JIT Secret of {len(refused)} pod(s) was refused: {cause}"
+        )
         self._recorder.event(
             run.raw, WARNING, Reason.FAILED_CREATE, f"creating a runner pod failed: {failure.cause}"
         )
+        return failure.delay
 
     def _decide(self, run: _Pass, seen: Observed) -> Decision:
         """``spec.replicas``, or what demand asks for, held during the scale-down delay only
@@ -866,9 +885,21 @@ class Reconciler:
         waiting = self._delete_scale_set(run)  # before "deregistered": it may have to wait
         if waiting is not None:
             return waiting
-        if not refused_before:  # else it flipped True, then False again at each refused release
+        return self._release_reported(run, stamp, drained, refused_before=refused_before)
+
+    def _release_reported(
+        self, run: _Pass, stamp: conditions.Stamp, drained: Drain, *, refused_before: bool
+    ) -> Result:
+        """``RunnersDeregistered``, then the finalizer goes. After a refused release the report
+        comes once the release went through: before it, "deregistered" flipped back to
+        ``DeletionRefused`` at each refused attempt (the pool may be held by a finalizer of
+        someone else's; gone, the write ends the pass quietly)."""
+        if not refused_before:
             self._report_deregistered(run, stamp, drained)
-        return self._release(run)
+            return self._release(run)
+        released = self._release(run)
+        self._report_deregistered(run, stamp, drained)
+        return released
 
     def _deletion_gates(self, run: _Pass) -> Result | None:
         """The gates asked on deletion (``Gate.on_deletion``); ``None``: passed, and said so (a

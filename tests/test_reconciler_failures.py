@@ -170,12 +170,18 @@ def test_a_refused_jit_secret_is_told_as_a_refused_pod_and_backs_off(
     [pod] = _pods(api_client, namespace, "jit")
     ready = _ready(api_client, namespace, "jit")
     assert (ready["status"], ready["reason"]) == ("False", "PodCreateFailed")
-    assert "its JIT Secret was refused" in ready["message"] and f"exceeded quota: {QUOTA}" in ready["message"]
+    assert "the JIT Secret of 1 pod(s) was refused" in ready["message"], ready["message"]
+    assert f"exceeded quota: {QUOTA}" in ready["message"]
     assert 'secrets "runner-jit-jit-*" is forbidden' in ready["message"], ready["message"]
     written = _pool(api_client, namespace, "jit")["metadata"]["resourceVersion"]
-    reconciler(f"{namespace}/jit")  # asked again, refused again: one Event counting, no status write
+    result = reconciler(f"{namespace}/jit")  # asked again, refused again: one Event counting, no status write
+    assert result.requeue_after is not None and result.requeue_after <= 4.0, (
+        "asked again when the backoff ends"
+    )
     [event] = _events(api_client, namespace, "FailedCreate")
-    assert event.type == "Warning" and event.count == 2 and "its JIT Secret was refused" in event.message
+    assert (
+        event.type == "Warning" and event.count == 2 and "JIT Secret of 1 pod(s) was refused" in event.message
+    )
     assert _pool(api_client, namespace, "jit")["metadata"]["resourceVersion"] == written
 
     client.CoreV1Api(api_client).delete_namespaced_resource_quota(QUOTA, namespace)
@@ -184,6 +190,24 @@ def test_a_refused_jit_secret_is_told_as_a_refused_pod_and_backs_off(
     assert LiveReader(api_client).list_secrets(namespace), "the pod's Secret, at last"
     assert _ready(api_client, namespace, "jit")["reason"] == "RunnersStarting"
     assert _pods(api_client, namespace, "jit") == [pod]
+
+
+def test_a_pods_jit_secret_made_does_not_hide_a_refused_pod(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """A JIT pool under a full pod quota: the Secret of the pod that was admitted went through,
+    and that wiped the refusal of the second pod: the pool said RunnersStarting and created at
+    once again, refused again, at every pass."""
+    _quota(api_client, namespace, pods=1)
+    create_pool(api_client, namespace, pool_manifest("half", registration="jit", replicas=2))
+    reconciler(f"{namespace}/half")  # one pod admitted, the second refused
+    reconciler(f"{namespace}/half")  # the admitted pod's Secret made
+
+    assert len(_pods(api_client, namespace, "half")) == 1
+    assert [s["metadata"]["name"] for s in LiveReader(api_client).list_secrets(namespace)]
+    ready = _ready(api_client, namespace, "half")
+    assert (ready["status"], ready["reason"]) == ("False", "PodCreateFailed"), ready
+    assert f"exceeded quota: {QUOTA}" in ready["message"]
 
 
 def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(

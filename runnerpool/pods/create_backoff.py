@@ -71,6 +71,8 @@ class CreateFailure:
     #: The pod as written is refused (400 strict decoding, 422 invalid), not the cluster's
     #: state (a quota, Pod Security, a webhook): the pool's template needs a fix.
     invalid: bool = False
+    #: A pod's own (JIT) Secret was refused, not the pod: only a Secret that goes through ends it.
+    secret: bool = False
 
     @property
     def reason(self) -> Reason:
@@ -103,14 +105,16 @@ class CreateBackoff:
         left = found.retry_at - self._clock()
         return left if left > 0 else None
 
-    def failed(self, pool: str, template: str, cause: str, *, invalid: bool = False) -> CreateFailure:
-        """Count a refusal (``invalid``: of the pod as written); returns it with the time of the
-        next attempt."""
+    def failed(
+        self, pool: str, template: str, cause: str, *, invalid: bool = False, secret: bool = False
+    ) -> CreateFailure:
+        """Count a refusal (``invalid``: of the pod as written; ``secret``: of a pod's Secret);
+        returns it with the time of the next attempt."""
         with self._lock:
             before = self._failures.get(pool)
             count = before.failures + 1 if before is not None and before.template == template else 1
             delay = self._delays.after(count)
-            failure = CreateFailure(cause, template, count, delay, self._clock() + delay, invalid)
+            failure = CreateFailure(cause, template, count, delay, self._clock() + delay, invalid, secret)
             self._failures[pool] = failure
             return failure
 

@@ -112,12 +112,15 @@ class PodStep:
     def secret_refused(self, pool: api.RunnerPool, cause: str) -> CreateFailure:
         """A pod's own (JIT) Secret refused, by a quota on Secrets, say: the pod cannot start
         without it, so the pool reports it and backs off its creates as for a refused pod."""
-        return self._backoff.failed(pool_key(pool.namespace, pool.name), self.wanted_hash(pool), cause)
+        key = pool_key(pool.namespace, pool.name)
+        return self._backoff.failed(key, self.wanted_hash(pool), cause, secret=True)
 
     def secret_created(self, pool: api.RunnerPool) -> None:
-        """A pod's own Secret went through: a refusal of one is over (a refused pod is refused
-        again at the next create, and says so again)."""
-        self._backoff.succeeded(pool_key(pool.namespace, pool.name))
+        """Pods' own Secrets went through, none refused: a refusal of one is over (not a pod's,
+        which only a pod create ends)."""
+        failure = self.create_failure(pool)
+        if failure is not None and failure.secret:
+            self._backoff.succeeded(pool_key(pool.namespace, pool.name))
 
     def create_failure(self, pool: api.RunnerPool) -> CreateFailure | None:
         """The refusal the pool reports: its current template's last create was refused."""
@@ -155,7 +158,9 @@ class PodStep:
         counts, recheck = self._count(pool, live, replicas)
         wanted = scaling.creates(counts)
         if not wanted:
-            self._backoff.forget(key)  # nothing to create: no refusal left to report
+            failure = self.create_failure(pool)
+            if failure is None or not failure.secret:  # a pod's refused Secret is still to report
+                self._backoff.forget(key)  # nothing to create: no refusal left to report
             return Converged(counts, retry_in=recheck)
         wait = self._backing_off(pool)
         if wait is not None:
