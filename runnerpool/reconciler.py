@@ -577,8 +577,7 @@ class Reconciler:
                 self._jobs.tokens.jit.fill(ref, name, uid, pod_request)
         if refused:
             return self._jit_secrets_refused(run, refused)
-        if Write.JIT_SECRET_CREATED in run.writes:
-            self._pods.secret_created(run.pool)
+        self._pods.no_secret_refused(run.pool)
         return None
 
     def _jit_secrets_refused(self, run: _Pass, refused: Mapping[str, ApiException]) -> float:

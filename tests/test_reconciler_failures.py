@@ -192,6 +192,29 @@ def test_a_refused_jit_secret_is_told_as_a_refused_pod_and_backs_off(
     assert _pods(api_client, namespace, "jit") == [pod]
 
 
+def test_a_refused_jit_secret_of_a_pod_gone_is_no_longer_reported(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """The pod whose Secret was refused went (scaled away): the pool kept saying PodCreateFailed
+    for good, since no Secret and no pod was made again to end it."""
+    _quota(api_client, namespace, resource="secrets")
+    create_pool(api_client, namespace, pool_manifest("gone", registration="jit"))
+    reconciler(f"{namespace}/gone")
+    reconciler(f"{namespace}/gone")
+    assert _ready(api_client, namespace, "gone")["reason"] == "PodCreateFailed"
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, "gone", {"spec": {"replicas": 0}}
+    )
+    [pod] = _pods(api_client, namespace, "gone")
+    client.CoreV1Api(api_client).delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+    wait_for(lambda: not _pods(api_client, namespace, "gone"), message="the pod to go")
+    reconciler(f"{namespace}/gone")
+
+    ready = _ready(api_client, namespace, "gone")
+    assert (ready["status"], ready["reason"]) == ("True", "RunnersReady"), ready
+
+
 def test_a_pods_jit_secret_made_does_not_hide_a_refused_pod(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler
 ) -> None:

@@ -115,9 +115,10 @@ class PodStep:
         key = pool_key(pool.namespace, pool.name)
         return self._backoff.failed(key, self.wanted_hash(pool), cause, secret=True)
 
-    def secret_created(self, pool: api.RunnerPool) -> None:
-        """Pods' own Secrets went through, none refused: a refusal of one is over (not a pod's,
-        which only a pod create ends)."""
+    def no_secret_refused(self, pool: api.RunnerPool) -> None:
+        """No pod's own Secret was refused in this pass (made, or none left to make: the pod
+        whose Secret was refused is gone): a refusal of one is over. A pod's is not: only a
+        pod create ends that."""
         failure = self.create_failure(pool)
         if failure is not None and failure.secret:
             self._backoff.succeeded(pool_key(pool.namespace, pool.name))
