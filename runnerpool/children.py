@@ -12,7 +12,7 @@ creates, patches and deletes each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from runnerpool import api, naming
@@ -244,41 +244,35 @@ def runner_access(
     pool: api.RunnerPool,
     account: dict[str, Any] | None,
     binding: dict[str, Any] | None,
-    pods: Iterable[Mapping[str, Any]] = (),
+    account_in_use: bool = False,
 ) -> list[Child]:
     """The runner ServiceAccount and its RoleBinding (as cached: ``account``, ``binding``):
     wanted in ``containerMode: kubernetes``, and after the pool leaves that mode for as long as
-    one of its ``pods`` that has not finished runs as the account (a busy one's job hooks use
-    it: without the binding the job fails mid-run); deleted (if the pool's) otherwise."""
+    a pod of the pool that has not finished runs as the account (``account_in_use``: a busy
+    one's job hooks use it, and without the binding the job fails mid-run); deleted (if the
+    pool's) otherwise."""
 
     def ours(obj: Mapping[str, Any]) -> bool:
         return controlled_by(obj, pool.uid)
 
     name = naming.runner_account_name(pool.name)
-    hooks = _uses_hooks(pool, pods)
+    hooks = _uses_hooks(pool, account_in_use)
     return [
         Child(ACCOUNT, pool.namespace, name, service_account(pool) if hooks else None, account, ours),
         Child(BINDING, pool.namespace, name, role_binding(pool) if hooks else None, binding, ours),
     ]
 
 
-def _uses_hooks(pool: api.RunnerPool, pods: Iterable[Mapping[str, Any]]) -> bool:
+def _uses_hooks(pool: api.RunnerPool, account_in_use: bool) -> bool:
     """In ``containerMode: kubernetes``, or a pod of it still runs (a job's hooks need the
     account, and its job pods the budget, to its end)."""
-    name = naming.runner_account_name(pool.name)
-    return pool.spec.container_mode == api.KUBERNETES_MODE or any(_runs_as(pod, name) for pod in pods)
-
-
-def _runs_as(pod: Mapping[str, Any], account: str) -> bool:
-    """A pod that has not finished and runs as ``account``."""
-    phase = (pod.get("status") or {}).get("phase")
-    return (pod.get("spec") or {}).get("serviceAccountName") == account and phase not in state.FINISHED_PHASES
+    return pool.spec.container_mode == api.KUBERNETES_MODE or account_in_use
 
 
 def wanted(pool: api.RunnerPool, seen: Observed) -> list[Child]:
     """The pool's own children before any pod, in the order they are applied: the runner access
     (a pod naming a ServiceAccount that does not exist yet is refused), then the token Secret."""
-    rows = runner_access(pool, seen.account, seen.binding, seen.pods)
+    rows = runner_access(pool, seen.account, seen.binding, seen.account_in_use)
     if not pool.spec.registers_jit:
         name, secret = naming.token_secret_name(pool.name), token_secret(pool)
         rows.append(Child(TOKEN_SECRET, pool.namespace, name, secret, seen.token_secret, rows[0].ours))
@@ -291,7 +285,7 @@ def budgets(pool: api.RunnerPool, seen: Observed) -> list[Child]:
     budgets over one busy pod make the eviction API answer 500). A pool that leaves
     ``containerMode: kubernetes`` leaves the job pods' budget to the namespace's other pools."""
     legacy = naming.disruption_budget_name(pool.name)
-    jobs = [naming.JOB_PODS_DISRUPTION_BUDGET] if _uses_hooks(pool, seen.pods) else []
+    jobs = [naming.JOB_PODS_DISRUPTION_BUDGET] if _uses_hooks(pool, seen.account_in_use) else []
     return [
         *(
             budget_child(pool.namespace, name, seen.budgets.get(name), wanted=True)

@@ -130,6 +130,8 @@ class Observed:
     jit_secrets: Mapping[str, dict[str, Any] | None]
     account: dict[str, Any] | None
     binding: dict[str, Any] | None
+    #: A pod of the pool that has not finished runs as ``account`` (its job hooks use it).
+    account_in_use: bool
     #: The namespace's budgets (``children.NAMESPACE_BUDGETS``) by name, those there.
     budgets: Mapping[str, dict[str, Any]]
     legacy_budget: dict[str, Any] | None
@@ -165,6 +167,7 @@ def observe(
         jit_secrets={n: reads.get_secret(ns, n) for n in jit_names},
         account=reads.get_service_account(ns, account),
         binding=reads.get_role_binding(ns, account),
+        account_in_use=any(pod_state.runs_as(pod, account) for pod in pods),
         budgets=_budgets(reads, ns),
         legacy_budget=reads.get_disruption_budget(ns, naming.disruption_budget_name(name)),
         credentials=secrets.credentials(ns, pool.spec.credential_secret_name),

@@ -24,6 +24,7 @@ __all__ = [
     "ready",
     "runner_started",
     "runner_status",
+    "runs_as",
     "used_up",
 ]
 
@@ -69,6 +70,12 @@ def used_up(pod: Mapping[str, Any]) -> bool:
 def ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def runs_as(pod: Mapping[str, Any], account: str) -> bool:
+    """A pod that has not finished and runs as ServiceAccount ``account``."""
+    phase = (pod.get("status") or {}).get("phase")
+    return (pod.get("spec") or {}).get("serviceAccountName") == account and phase not in FINISHED_PHASES
 
 
 def jit_secret_name(pod: Mapping[str, Any]) -> str | None:
