@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +74,14 @@ def status_of(err: ApiException) -> ApiStatus:
 MAX_DESCRIPTION = 500
 
 
-def describe(err: BaseException) -> str:
+def describe(err: BaseException, redact: Callable[[str], str] | None = None) -> str:
     """One line for a log: what went wrong, never HTTP headers, a body dump or a traceback.
 
     A Kubernetes API error gives its status code, reason and the API's message
     (``404 NotFound: runnerpools "x" not found``); an error that classifies itself with
     ``reason`` and ``message`` (the GitHub and credential errors) gives those; anything else
-    ``Type: text``. Always one line, at most ``MAX_DESCRIPTION`` characters.
+    ``Type: text``. Always one line, at most ``MAX_DESCRIPTION`` characters. ``redact`` takes a
+    secret out of the text *before* it is cut: a secret cut in two would no longer be found.
     """
     if isinstance(err, ApiException):
         status = status_of(err)
@@ -91,7 +93,7 @@ def describe(err: BaseException) -> str:
             text = f"{reason}: {message}"
         else:
             text = f"{type(err).__name__}: {err}"
-    return one_line(text)
+    return one_line(text if redact is None else redact(text))
 
 
 def one_line(text: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import random
@@ -37,7 +38,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import log_context
-from runnerpool.api_errors import log_failure, one_line, status_of
+from runnerpool.api_errors import describe, log_failure
 from runnerpool.domain import PoolRef, RegistrationFailure, pool_key, rfc3339, split_key, utcnow
 from runnerpool.github.credentials import ClientCache
 from runnerpool.naming import (
@@ -451,8 +452,7 @@ def _describe(err: BaseException, secret: str) -> str:
     the object it refused, and a token cut in two would no longer be found."""
     if not isinstance(err, ApiException):
         return type(err).__name__
-    status = status_of(err)
-    return one_line(_scrub(f"{status.code} {status.reason}: {status.message}", secret))
+    return describe(err, redact=functools.partial(_scrub, secret=secret))
 
 
 def _scrub(text: str, secret: str) -> str:
