@@ -10,6 +10,7 @@ nothing of the operator.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = [
     "APP_PRIVATE_KEY_KEY",
@@ -37,6 +38,7 @@ __all__ = [
     "JIT_SECRET_ANNOTATION",
     "JIT_SECRET_KEY",
     "JIT_SECRET_PREFIX",
+    "JIT_SECRET_SUFFIX",
     "JIT_VOLUME",
     "JOB_PODS_DISRUPTION_BUDGET",
     "MANAGED_BY_LABEL",
@@ -76,6 +78,7 @@ __all__ = [
     "runner_pod_name_pattern",
     "runner_pod_prefix",
     "token_secret_name",
+    "without_drawn_names",
 ]
 
 # -- finalizers -----------------------------------------------------------------------------------
@@ -227,8 +230,13 @@ def runner_account_name(pool: str) -> str:
 
 
 def jit_secret_name(pool: str, suffix: str) -> str:
-    """A JIT pod's Secret: ``runner-jit-<pool>-<suffix>``, the suffix drawn per pod."""
+    """A JIT pod's Secret: ``runner-jit-<pool>-<suffix>``, the suffix drawn per pod
+    (:data:`JIT_SECRET_SUFFIX`)."""
     return f"{JIT_SECRET_PREFIX}{pool}-{suffix}"
+
+
+#: What ``pods.registration`` draws for a JIT Secret's suffix: ``secrets.token_hex(5)``.
+JIT_SECRET_SUFFIX = "[0-9a-f]{10}"
 
 
 def runner_pod_prefix(pool: str) -> str:
@@ -250,6 +258,15 @@ def runner_pod_name_pattern(pool: str) -> re.Pattern[str]:
     and pool ``a-b``'s ``a-b-x1y2z`` is not pool ``a``'s. Pools of one name in two namespaces
     have one pattern: the name does not tell them apart."""
     return re.compile(re.escape(runner_pod_prefix(pool)) + GENERATED_NAME_SUFFIX)
+
+
+def without_drawn_names(prefix: str, suffix: str) -> Callable[[str], str]:
+    """A redaction for ``api_errors.describe``: every quoted name of ``prefix`` and a drawn
+    ``suffix`` (a pattern) told as ``"<prefix>*"``. The API server's message of a refused create
+    names the object, and its name is drawn anew for each attempt; masked, one cause reads the
+    same every time: one Event counting the attempts, one condition message, no status write."""
+    pattern = re.compile(rf'"{re.escape(prefix)}{suffix}"')
+    return lambda text: pattern.sub(f'"{prefix}*"', text)
 
 
 def disruption_budget_name(pool: str) -> str:

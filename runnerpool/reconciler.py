@@ -587,9 +587,9 @@ class Reconciler:
         same every time), the pool's creates back off, and the Secrets are asked for again when
         the backoff ends. Before, the pass raised, and the pool said nothing while its pods
         waited for a Secret that never came."""
-        name, err = next(iter(refused.items()))
-        pattern = f'"{naming.jit_secret_name(run.pool.name, "*")}"'
-        cause = describe(err).replace(f'"{name}"', pattern)
+        prefix = naming.jit_secret_name(run.pool.name, "")
+        redact = naming.without_drawn_names(prefix, naming.JIT_SECRET_SUFFIX)
+        cause = describe(next(iter(refused.values())), redact=redact)
         failure = self._pods.secret_refused(
             run.pool, f"the JIT Secret of {len(refused)} pod(s) was refused: {cause}"
         )

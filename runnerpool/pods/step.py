@@ -13,7 +13,6 @@ pool reports until a create goes through.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -57,14 +56,10 @@ _POD_INVALID = frozenset({400, 422})
 
 
 def refusal(err: ApiException, pool: str) -> str:
-    """What the API server said of a refused runner pod, without the name it drew for it.
-
-    The name is generated before admission, so each refusal names another pod
-    (``pods "p-x7k2q" is forbidden: ...``); with ``p-*`` instead, the same cause reads the same
-    every time: one Event counting the attempts, one condition message, no status write.
-    """
+    """What the API server said of a refused runner pod, without the name it drew for it
+    (``pods "p-x7k2q" is forbidden: ...`` as ``"p-*"``: the name is generated before admission)."""
     prefix = naming.runner_pod_prefix(pool)
-    return re.sub(rf'"{re.escape(prefix)}{naming.GENERATED_NAME_SUFFIX}"', f'"{prefix}*"', describe(err))
+    return describe(err, redact=naming.without_drawn_names(prefix, naming.GENERATED_NAME_SUFFIX))
 
 
 class PodStep:
