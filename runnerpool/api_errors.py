@@ -25,6 +25,7 @@ __all__ = [
     "describe",
     "fold_api_error_text",
     "is_namespace_terminating",
+    "is_refusal",
     "log_failure",
     "one_line",
     "one_line_errors_from",
@@ -155,6 +156,17 @@ def one_line_errors_from(*logger_names: str, trace_to: logging.Logger) -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, OneLineErrors) for f in target.filters):
             target.addFilter(OneLineErrors(trace_to))
+
+
+#: Status codes of a write the cluster refuses as asked: a quota (403), an admission policy or
+#: webhook (400, 403, 422).
+_REFUSALS = frozenset({400, 403, 422})
+
+
+def is_refusal(err: BaseException) -> bool:
+    """A write the cluster refused as asked (``_REFUSALS``), which asking again the same way
+    will not change, not a server error or a namespace being deleted."""
+    return isinstance(err, ApiException) and err.status in _REFUSALS and not is_namespace_terminating(err)
 
 
 def is_namespace_terminating(err: BaseException) -> bool:

@@ -107,6 +107,7 @@ class FakeRunnerJobs:
     drains: list[PoolRef] = field(default_factory=list)
     rounds_forward: list[tuple[str, str]] = field(default_factory=list)
     outcome: Drain = field(default_factory=lambda: Drain(busy=0, deregistered=0))
+    marks_refused: dict[str, str] = field(default_factory=dict)
 
     def start(self, pool: PoolRef) -> None:
         self.started.append(pool)
@@ -119,6 +120,9 @@ class FakeRunnerJobs:
 
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
         return self.runner_counts.get(pool_key(namespace, name))
+
+    def mark_refused(self, namespace: str, name: str) -> str | None:
+        return self.marks_refused.get(pool_key(namespace, name))
 
     def drain(self, pool: PoolRef) -> Drain:
         self.drains.append(pool)

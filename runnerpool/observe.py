@@ -90,6 +90,7 @@ class RunnerJobs(Protocol):
     def start(self, pool: PoolRef) -> None: ...
     def stop(self, namespace: str, name: str) -> None: ...
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None: ...
+    def mark_refused(self, namespace: str, name: str) -> str | None: ...
     def drain(self, pool: PoolRef) -> Drain: ...
     def bring_round_forward(self, namespace: str, name: str) -> None: ...
 
@@ -140,6 +141,8 @@ class Observed:
     credentials_retry: float | None
     token_failure: RegistrationFailure | None
     runner_counts: dict[str, Any] | None
+    #: What the cluster said of the busy marks it refused in the runner manager's latest round.
+    mark_refused: str | None
     webhook_problem: WebhookSecretProblem | None
 
 
@@ -174,6 +177,7 @@ def observe(
         credentials_retry=secrets.retry_in(ns, pool.spec.credential_secret_name),
         token_failure=(tokens.jit if jit else tokens).failure(ns, name),
         runner_counts=None if counts is None else counts.model_dump(by_alias=True),
+        mark_refused=runners.mark_refused(ns, name),
         webhook_problem=None if ref is None else secrets.webhook_problem(ns, ref),
     )
 

@@ -160,6 +160,8 @@ class Reason(StrEnum):
     DEREGISTERED_RUNNERS = "DeregisteredRunners"
     DEREGISTRATION_FAILED = "DeregistrationFailed"
     FAILED_CREATE = "FailedCreate"
+    #: The cluster refused the runner manager's busy mark (or unmark) of a runner pod.
+    BUSY_MARK_REFUSED = "BusyMarkRefused"
     # --- bounded GitHub calls (``runnerpool.github.transport``, ``runnerpool.tenants.GitHubHosts``)
     GITHUB_DEADLINE_EXCEEDED = "GitHubDeadlineExceeded"
     GITHUB_RESPONSE_TOO_LARGE = "GitHubResponseTooLarge"

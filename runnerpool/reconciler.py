@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, children, conditions, deregistration, metrics, naming
 from runnerpool import status as pool_status
-from runnerpool.api_errors import describe, is_access_denied, is_namespace_terminating, status_of
+from runnerpool.api_errors import describe, is_access_denied, is_namespace_terminating, is_refusal, status_of
 from runnerpool.apply import FOREIGN, Child, apply, controlled_by
 from runnerpool.autoscaling import Decision, Window
 from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcnow
@@ -74,9 +74,8 @@ FOREIGN_RECHECK = 30.0
 #: How often a refusal that lasts is told again as an Event (the API server keeps an Event an
 #: hour by default: the refusal, which has no condition, would be told nowhere after that).
 REFUSAL_RETELL = 1800.0
-#: Status codes of a write the cluster refuses as asked: a quota (403), an admission policy or
-#: webhook (400, 403, 422).
-_REFUSALS = frozenset({400, 403, 422})
+#: The key of the runner manager's refused busy marks in ``PoolState.refusal_news``.
+_BUSY_MARKS = "busy-marks"
 
 
 class Forgets(Protocol):
@@ -332,6 +331,7 @@ class Reconciler:
         )
         recheck = _sooner(recheck, self._token_lapse(run, seen, secret))
         self._mark_may_have_runners(run, secret, seen)
+        self._tell_marks_refused(run, seen.mark_refused)
         if run.pool.spec.autoscaling is not None:
             # The runner managers retire above status.desiredReplicas: it must be there before
             # the pods this decision makes, or they could take the new pods for surplus.
@@ -423,7 +423,7 @@ class Reconciler:
                 if child.live is None and child.kind is not children.BUDGET:
                     refused.append(said)
                     continue
-                self._tell_refused(run, child, said)
+                self._tell_refused(run, child.key, said)
                 now = child.live
             else:
                 run.state.refusal_over(child.key)
@@ -452,10 +452,10 @@ class Reconciler:
 
     def _raise_unless_refused(self, run: _Pass, err: ApiException) -> None:
         """Raise ``err`` unless the cluster refused the write as asked (a quota, an admission
-        policy: ``_REFUSALS``): a server error retries with the queue's backoff, a namespace
+        policy: ``api_errors.is_refusal``): a server error retries with the queue's backoff, a namespace
         being deleted ends the pass quietly. The operator's access to the namespace taken away
         (the authorizer's 403, not a quota's): the gates ask again."""
-        if err.status not in _REFUSALS or is_namespace_terminating(err):
+        if not is_refusal(err):
             raise err
         if is_access_denied(err):
             for gate in self._gates:
@@ -467,15 +467,26 @@ class Reconciler:
         condition = stamp.condition(conditions.READY, False, Reason.CHILD_REFUSED, message)
         return Verdict(condition, recheck=FOREIGN_RECHECK, withdraw=False)
 
-    def _tell_refused(self, run: _Pass, child: Child, said: str) -> None:
+    def _tell_refused(self, run: _Pass, key: str, said: str, reason: Reason = Reason.CHILD_REFUSED) -> None:
         """A refusal the pass goes on without (a disruption budget: the pods come all the same,
         and a drain may evict a busy one, whose runner still finishes its job when told to stop,
-        within ``spec.busyGracePeriod``; a repair of a child that is there): a Warning Event
-        once, and again every ``REFUSAL_RETELL`` while it lasts (``PoolState.refusal_news``); the
-        next pass tries again."""
-        if run.state.refusal_news(child.key, said):
+        within ``spec.busyGracePeriod``; a repair of a child that is there; a busy mark), of
+        ``key`` (a child's, ``_BUSY_MARKS``): a Warning Event once, and again every
+        ``REFUSAL_RETELL`` while it lasts (``PoolState.refusal_news``); the next pass (or round)
+        tries again."""
+        if run.state.refusal_news(key, said):
             log.warning("pool %s/%s: %s", run.pool.namespace, run.pool.name, said)
-            self._recorder.event(run.raw, WARNING, Reason.CHILD_REFUSED, said)
+            self._recorder.event(run.raw, WARNING, reason, said)
+
+    def _tell_marks_refused(self, run: _Pass, said: str | None) -> None:
+        """The busy marks the cluster refused in the runner manager's latest round (``said``,
+        ``RunnerJobs.mark_refused``; an admission policy that keeps pods' labels, say): the
+        pods of running jobs are not covered by the busy budget. Before, only the manager's
+        log said so."""
+        if said is None:
+            run.state.refusal_over(_BUSY_MARKS)
+        else:
+            self._tell_refused(run, _BUSY_MARKS, said, Reason.BUSY_MARK_REFUSED)
 
     def _not_owned(self, run: _Pass, foreign: list[Child]) -> Verdict:
         names = ", ".join(f"{c.kind.resource.plural} {c.name}" for c in foreign)

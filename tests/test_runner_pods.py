@@ -287,6 +287,55 @@ def test_a_pod_deletion_the_cluster_refuses_holds_up_neither_other_pods_nor_the_
         assert f"cannot delete runner pod {ns}/{kept}" in caplog.text and message in caplog.text
 
 
+def test_a_busy_mark_the_cluster_refuses_is_a_warning_event_on_the_pool_while_it_lasts(
+    cluster: Cluster, github: responses.RequestsMock
+) -> None:
+    """An admission policy that keeps runner pods' labels as they were made: the pod of a runner
+    with a job is not covered by the busy budget, and a drain may evict it mid-job. Before,
+    only the runner manager's log said so."""
+    ns = cluster.namespace
+    (busy,) = cluster.pool("kappa", 1)
+    cluster.kubelet(busy)
+    RunnerEndpoint(github).add(901, busy, [f"{ns}/kappa"], busy=True)
+    reconciler = make_reconciler(cluster.api_client, runners=cluster.managers)
+    message = "runner pods keep the labels they were made with"
+    marked = {"metadata": {"labels": {naming.BUSY_LABEL: naming.BUSY_VALUE}}}
+
+    def dry_run() -> object:
+        return cluster.core.patch_namespaced_pod(busy, ns, marked, dry_run="All")
+
+    def refusals() -> list[client.CoreV1Event]:
+        items = cluster.core.list_namespaced_event(ns).items
+        return [e for e in items if e.reason == "BusyMarkRefused" and e.involved_object.name == "kappa"]
+
+    with refusing(
+        cluster.api_client,
+        ns,
+        operation="UPDATE",
+        resource=("", "v1", "pods"),
+        allowed=f"!has(object.metadata.labels) || !('{naming.BUSY_LABEL}' in object.metadata.labels)",
+        message=message,
+        probe=dry_run,
+    ):
+        _sync(cluster.managers)
+        for _ in range(2):
+            reconciler(f"{ns}/kappa")
+
+        [event] = refusals()
+        assert event.type == "Warning" and event.count == 1, "told once while it lasts"
+        assert f"marking busy runner pod {busy} was refused" in event.message and message in event.message
+        assert naming.BUSY_LABEL not in (cluster.pods("kappa")[busy].metadata.labels or {})
+
+    def marked_now() -> bool:
+        _sync(cluster.managers)
+        return cluster.pods("kappa")[busy].metadata.labels.get(naming.BUSY_LABEL) == naming.BUSY_VALUE
+
+    wait_for(marked_now, message="the busy mark once the policy is gone")
+    assert cluster.managers.mark_refused(ns, "kappa") is None, "the refusal is over"
+    reconciler(f"{ns}/kappa")
+    assert [e.count for e in refusals()] == [1], "nothing more is told"
+
+
 def test_scale_down_below_the_busy_count_takes_only_idle_pods_and_ends_with_the_jobs(
     cluster: Cluster, github: responses.RequestsMock
 ) -> None:

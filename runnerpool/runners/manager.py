@@ -45,7 +45,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 
 from runnerpool import api, autoscaling, log_context
-from runnerpool.api_errors import describe, log_failure
+from runnerpool.api_errors import describe, is_refusal, log_failure
 from runnerpool.domain import Drain, PoolRef, StuckPod, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
 from runnerpool.github.credentials import CredentialError, teardown_client
@@ -213,6 +213,7 @@ class RunnerManagers:
         self._refs: dict[str, PoolRef] = {}
         self._scopes: dict[ListingKey, dict[str, PoolRef]] = {}
         self._counts: dict[str, api.RunnerCounts] = {}
+        self._marks_refused: dict[str, str] = {}
         self._credentials: dict[ListingKey, str] = {}
         # Per pool being drained: the earliest start its next listing may have, and whether
         # its pods were seen gone by then (see ``drain``).
@@ -261,12 +262,19 @@ class RunnerManagers:
             if ref is not None:
                 self._detach(ref)
             self._counts.pop(key, None)
+            self._marks_refused.pop(key, None)
         metrics.forget_pool(namespace, name)
 
     def counts(self, namespace: str, name: str) -> api.RunnerCounts | None:
         """The pool's runner counts from the latest listing; ``None`` before its first one."""
         with self._lock:
             return self._counts.get(pool_key(namespace, name))
+
+    def mark_refused(self, namespace: str, name: str) -> str | None:
+        """What the cluster said of the busy marks (or unmarks) of the pool's latest round that
+        it refused; ``None`` when it refused none."""
+        with self._lock:
+            return self._marks_refused.get(pool_key(namespace, name))
 
     def drain(self, pool: PoolRef) -> Drain:
         """For a deleted pool's finalizer: delete its idle runners on GitHub now, and once none
@@ -382,19 +390,39 @@ class RunnerManagers:
         self._mark(pool, lifecycle.busy_marks(pods, refused), self._stopping.is_set)
         return busy, deregistered
 
-    def _mark(self, pool: PoolRef, marks: Iterable[lifecycle.BusyMark], halted: Callable[[], bool]) -> None:
-        """Patch the marks on (or off), each only while not ``halted``; one refused is logged,
+    def _mark(
+        self, pool: PoolRef, marks: Iterable[lifecycle.BusyMark], halted: Callable[[], bool]
+    ) -> list[str]:
+        """Patch the marks on (or off), each only while not ``halted``; one that fails is logged,
         not raised: a drain must go on (its runners' deregistration does not depend on the
-        marks), and the next round marks again."""
+        marks), and the next round marks again. Returns what the cluster said of the marks it
+        refused as asked (an admission policy, say: ``api_errors.is_refusal``), for the pool's
+        Event (``mark_refused``): asking again will not change it."""
+        refused: list[str] = []
         for mark in marks:
             if halted():
-                return
+                break
             try:
                 self._pods.patch_pod(pool.namespace, mark.pod.name, mark.patch())
             except ApiException as err:
                 log_failure(
                     log, logging.WARNING, "cannot mark pod %s/%s", pool.namespace, mark.pod.name, err=err
                 )
+                if is_refusal(err):
+                    refused.append(_mark_refusal(mark, err))
+        return refused
+
+    def _publish_refusal(self, ref: PoolRef, said: str | None) -> None:
+        """What the cluster said of this round's refused marks (``None``: none refused);
+        the reconciler is told when that changed."""
+        with self._lock:
+            if ref.key not in self._refs or self._marks_refused.get(ref.key) == said:
+                return
+            if said is None:
+                del self._marks_refused[ref.key]
+            else:
+                self._marks_refused[ref.key] = said
+        self._notify(ref.key)
 
     def _looked_up(
         self, pool: PoolRef, github: GitHubClient, snapshot: Snapshot, names: Iterable[str]
@@ -637,10 +665,13 @@ class RunnerManagers:
             retire = self._confirmed(ref, todo.decisions, wanted)
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
+        refused: list[str] = []
         if todo.collect or todo.replace or todo.marks or todo.outlived:
             github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
-            busy = self._carry_out(ref, github, todo, halted)
+            busy, refused = self._carry_out(ref, github, todo, halted)
             self._hurry(ref, github, snapshot, todo, runners=runners, busy=busy, halted=halted)
+        if not halted():  # a round cut short may not have met the refusal it would meet again
+            self._publish_refusal(ref, "; ".join(refused) or None)
 
     def _confirmed(
         self, ref: PoolRef, decisions: Sequence[lifecycle.PodDecision], wanted: str | None
@@ -669,10 +700,10 @@ class RunnerManagers:
 
     def _carry_out(
         self, ref: PoolRef, github: GitHubClient, todo: lifecycle.Plan, halted: Callable[[], bool]
-    ) -> frozenset[int]:
+    ) -> tuple[frozenset[int], list[str]]:
         """Collects, replaces and marks, in that order, until ``halted``. Returns the ids of the
         runners to collect that GitHub answered busy (422): listed offline and idle, they had a
-        job all the same."""
+        job all the same; and the marks the cluster refused (``_mark``)."""
         delete_runner = deleter(self._removal, ref, github)
         busy = self._collect(ref, delete_runner, todo.collect, halted)
         kept = self._replace(ref, delete_runner, todo.replace, halted) if not halted() else []
@@ -680,10 +711,10 @@ class RunnerManagers:
         # proves the job before a listing does), and the listing's older unmark is dropped.
         names = {pod.name for pod in kept}
         marks = [mark for mark in todo.marks if mark.pod.name not in names]
-        self._mark(
+        refused = self._mark(
             ref, [*(lifecycle.BusyMark(pod, True) for pod in kept if not pod.deleting), *marks], halted
         )
-        return busy
+        return busy, refused
 
     def _collect(
         self,
@@ -859,6 +890,19 @@ def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple
         elif outcome is DeleteOutcome.DELETED:
             deregistered += 1
     return busy, deregistered, refused
+
+
+def _mark_refusal(mark: lifecycle.BusyMark, err: ApiException) -> str:
+    """A refused mark as the pool's Event tells it: the cluster's words and what it costs."""
+    if mark.busy:
+        return (
+            f"marking busy runner pod {mark.pod.name} was refused: {describe(err)}; "
+            "a drain or the cluster autoscaler may evict it mid-job"
+        )
+    return (
+        f"unmarking idle runner pod {mark.pod.name} was refused: {describe(err)}; "
+        "the busy budget keeps drains from evicting it"
+    )
 
 
 def _deadline(pool: api.RunnerPool) -> timedelta | None:
