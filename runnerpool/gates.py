@@ -17,7 +17,7 @@ from runnerpool import api, children, conditions
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import CredentialError
 from runnerpool.github.errors import GitHubError
-from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroups
+from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
 from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.reasons import Reason
@@ -49,6 +49,9 @@ class Verdict:
     withdraw: bool = True
     #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
     runner_group_id: int | None = None
+    #: No new pod, but the pool's jobs run on: the gate got no answer (GitHub down), which
+    #: says nothing against the runners that run (their busy pods are still to be marked).
+    keep_jobs: bool = False
 
     @property
     def open(self) -> bool:
@@ -164,7 +167,17 @@ class RunnerGroupGate(_NothingPerNamespace):
         except (GitHubError, CredentialError) as err:
             wait = err.retry_after or RUNNER_GROUP_RECHECK
             condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
-            return Verdict(condition, recheck=max(wait, RUNNER_GROUP_RECHECK))
+            # Only GitHub's answer of the group closes the pool. No answer (a 502 or a rate limit
+            # with nothing cached, as after a restart or a leader change; a credential that
+            # fails) stopped its runner manager and emptied its token: the busy pods went
+            # unmarked, evictable, and registering pods lost their token.
+            answered = isinstance(err, RunnerGroupNotFound | RepositoryNotAllowed)
+            return Verdict(
+                condition,
+                recheck=max(wait, RUNNER_GROUP_RECHECK),
+                withdraw=answered,
+                keep_jobs=not answered,
+            )
         message = f"runners join runner group {group.name!r} (id {group.id}) of {pool.scope.name}"
         found = stamp.condition(conditions.RUNNER_GROUP_READY, True, Reason.RUNNER_GROUP_FOUND, message)
         return Verdict(found, runner_group_id=group.id)

@@ -305,7 +305,7 @@ class Reconciler:
         """Gates, observe, desire and apply the children, status, then the pods."""
         closed = self._check_gates(run)
         if closed is not None:
-            return self._refuse(run, closed)
+            return self._refuse(run, closed, keep_jobs=closed.keep_jobs)
         self._ensure_finalizer(run)
         self._protect_credentials(run)
         seen = observe(

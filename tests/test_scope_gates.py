@@ -13,6 +13,7 @@ from kubernetes import client
 from runnerpool import naming
 from runnerpool.domain import Scope
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
+from runnerpool.github.errors import Unavailable
 from runnerpool.github.fake import FakeGitHubClient, FakeGitHubClients
 from runnerpool.github.types import RunnerGroup
 from runnerpool.reconciler import Reconciler
@@ -177,6 +178,46 @@ def test_a_runner_group_must_exist_and_admit_the_pools_repositories(
     reasons = [why for _, why, _ in pool_events(api_client, namespace)]
     assert reasons.count("RunnerGroupNotFound") == 1 and reasons.count("RepositoryNotAllowed") == 1
     assert "RunnerGroupFound" in reasons, "the recovery is news"
+
+
+def test_a_runner_group_github_cannot_tell_of_keeps_the_pools_runners_looked_after(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A 502 on the group listing with nothing cached (the operator restarted, or another
+    replica took the lead) stopped the pool's runner manager and emptied its token: its busy
+    pods went unmarked, evictable mid-job, and registering pods lost their token. No answer is
+    not GitHub saying the group is gone: no new pod meanwhile, but the jobs run on."""
+    github_client = FakeGitHubClient()
+    scope = Scope(organization="octo-org")
+    github_client.groups[scope] = [RunnerGroup(id=7, name="GPU", visibility="all", default=False)]
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    create_pool(api_client, namespace, pool_manifest("gpu", org="octo-org", runnerGroup="GPU", replicas=2))
+    _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")
+    fill_token(api_client, namespace, "gpu", "tok", FUTURE)
+    _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")
+    assert len(LiveReader(api_client).list_pods(namespace, "gpu")) == 2
+
+    github_client.groups_failure = Unavailable(
+        "GET /orgs/octo-org/actions/runner-groups: HTTP 502 Bad Gateway", status=502
+    )
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        "runnerpool.dev", "v1alpha1", namespace, "runnerpools", "gpu", {"spec": {"replicas": 3}}
+    )
+    result = _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")
+
+    status, reason, _ = _condition(_pool(api_client, namespace, "gpu"), "RunnerGroupReady")
+    assert (status, reason) == ("False", "GitHubUnavailable")
+    assert result.requeue_after is not None and result.requeue_after >= 60
+    assert runners.stopped == [] and tokens.stopped == [] and tokens.emptied == [], "the jobs run on"
+    assert len(LiveReader(api_client).list_pods(namespace, "gpu")) == 2, "no new pod meanwhile"
+
+    github_client.groups_failure = None
+    _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")
+    assert _condition(_pool(api_client, namespace, "gpu"), "RunnerGroupReady")[:2] == (
+        "True",
+        "RunnerGroupFound",
+    )
+    assert len(LiveReader(api_client).list_pods(namespace, "gpu")) == 3
 
 
 def test_a_jit_pool_makes_its_runners_in_its_runner_group(

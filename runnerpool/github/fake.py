@@ -50,6 +50,8 @@ class FakeGitHubClient:
     #: Every runner-group request: ("groups", scope), ("members", scope) or ("repository",
     #: the repository's scope: whether it is public).
     group_requests: list[tuple[str, Scope]] = field(default_factory=list)
+    #: What every runner-group listing raises while set (GitHub down, say).
+    groups_failure: GitHubError | None = None
     #: The public repositories (``owner/name``, lower case); every other one is private.
     public: set[str] = field(default_factory=set)
     #: Every generate-jitconfig request, in order; each makes an offline runner in ``runners``.
@@ -103,6 +105,8 @@ class FakeGitHubClient:
 
     def runner_groups(self, scope: Scope) -> list[RunnerGroup]:
         self.group_requests.append(("groups", scope))
+        if self.groups_failure is not None:
+            raise self.groups_failure
         if scope not in self.groups:
             raise NotFound(f"GET /{scope.path}/actions/runner-groups: HTTP 404 (Not Found)", status=404)
         return list(self.groups[scope])
