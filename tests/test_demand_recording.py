@@ -121,6 +121,22 @@ def test_a_queued_job_counts_in_one_autoscaling_pool_it_matches_and_nowhere_else
     assert cpu is not None and (cpu.queued, cpu.busy) == (0, 0)
 
 
+def test_a_job_delivered_queued_counts_whatever_status_its_object_shows(
+    api_client: client.ApiClient, pools: Pools
+) -> None:
+    """GitHub names a delivery's state in ``action``; a job with an environment comes
+    ``queued`` while its object still says ``waiting`` (GitHub's own example payload). Read
+    from the object, that job was dropped, and its pool waited for the next poll, or for ever.
+    Waiting on a protection rule (``action: waiting``) wants no runner yet."""
+    writer = DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of)
+    waiting = delivery(job_object(4, "waiting", ["self-hosted", "gpu"]))
+    assert writer.record_job(parse_delivery(waiting)) == 0, "action: waiting"
+
+    assert writer.record_job(parse_delivery({**waiting, "action": "queued"})) == 1
+    gpu = demand(pools, "gpu")
+    assert gpu is not None and (gpu.queued, sorted(gpu.jobs)) == (1, ["4"])
+
+
 def test_deliveries_to_two_replicas_at_once_all_count(api_client: client.ApiClient, pools: Pools) -> None:
     replicas = [
         DemandWriter(Kube(api_client), pools, GitHubSettings(api_url=API).api_url_of) for _ in range(2)

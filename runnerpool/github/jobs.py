@@ -9,6 +9,7 @@ has it) and ``completed``. GitHub's other states (``waiting`` for an environment
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,6 +50,10 @@ class ActiveJobs:
     spent: int
 
 
+#: The ``action`` of a delivery for a job a protection rule holds (an environment's reviewers).
+_WAITING = "waiting"
+
+
 def parse_job(item: Any, repository: str, api_url: str) -> Job:
     """Parse one job object; ``repository`` and ``api_url`` come from the payload or the poller."""
     if not isinstance(item, dict):
@@ -80,7 +85,11 @@ def parse_job(item: Any, repository: str, api_url: str) -> Job:
 
 
 def parse_delivery(payload: Any) -> Job:
-    """The job of a ``workflow_job`` delivery; the repository comes from ``repository``."""
+    """The job of a ``workflow_job`` delivery; the repository comes from ``repository``, its
+    state from ``action``, as GitHub documents it ("the job state is included in the webhook
+    payload as the action property"): a job with an environment is delivered ``queued`` while
+    its object still says ``status: waiting``. ``action: waiting`` (a protection rule holds
+    the job) wants no runner yet; a delivery without a known action falls back to ``status``."""
     if not isinstance(payload, dict):
         raise InvalidJob("the delivery is not a JSON object")
     repo = payload.get("repository")
@@ -93,4 +102,8 @@ def parse_delivery(payload: Any) -> Job:
     base, sep, _ = url.rpartition("/repos/")
     if not sep:
         raise InvalidJob("repository.url does not look like <api>/repos/<owner>/<name>")
-    return parse_job(payload.get("workflow_job"), full_name, base)
+    job = parse_job(payload.get("workflow_job"), full_name, base)
+    action = payload.get("action")
+    if action == _WAITING:
+        return dataclasses.replace(job, state=None)
+    return dataclasses.replace(job, state=action) if action in STATE_RANK else job
