@@ -304,6 +304,34 @@ def test_a_scale_set_runner_that_github_labels_with_the_scale_set_only_is_seen_b
     assert pods.deleted == ["build-aaaaa"] and 8 in endpoint.runners
 
 
+def test_a_scale_set_pools_runners_with_and_without_its_label_are_all_its_own(
+    github: responses.RequestsMock,
+) -> None:
+    """GitHub kept the pool's label on its newer runners only (a GitHub Enterprise Server
+    upgraded to 3.18 while the pool ran): the older ones, labelled with the scale set's name
+    alone, were hidden as soon as one labelled runner was listed, and one with a job had its
+    pod left unmarked, evictable mid-job."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    build = cache.add(
+        "build", org="octo-org", scaleSet={"name": "my-scale-set"}, autoscaling={"maxReplicas": 2}
+    )
+    endpoint.add(7, "build-aaaaa", [f"{NS}/build", "my-scale-set"])
+    endpoint.add(9, "build-ccccc", ["my-scale-set"], busy=True)
+    cache.pods[(NS, "build")] = [
+        _running(name, clock.now - timedelta(minutes=5)) for name in ("build-aaaaa", "build-ccccc")
+    ]
+    managers.start(build)
+
+    managers.sync(ListingKey.of(build))
+
+    assert [name for name, _ in pods.patched] == ["build-ccccc"], "the busy one marked"
+    counts = managers.counts(NS, "build")
+    assert counts is not None and (counts.online, counts.busy) == (1, 1)
+    assert pods.deleted == []
+
+
 def test_a_deleted_pools_pod_whose_runner_runs_a_job_is_marked_busy_while_the_drain_waits(
     github: responses.RequestsMock,
 ) -> None:

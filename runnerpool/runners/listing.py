@@ -97,20 +97,20 @@ class Snapshot:
         pod_names: Iterable[str],
         named_like_no_other: Callable[[], bool],
     ) -> list[Runner]:
-        """A scale-set pool's runners: by the pool's label, or, where GitHub kept none of them
-        with it, those labelled with the scale set's name and no pool's label that are named
-        after one of the pool's pods or, when ``named_like_no_other()`` says no other pool's
-        runners could have that label and name (asked only when such a runner is listed), named
-        as the pool's pods are (``naming.runner_pod_name_pattern``).
+        """A scale-set pool's runners: by the pool's label, and those labelled with the scale
+        set's name and no pool's label that are named after one of the pool's pods or, when
+        ``named_like_no_other()`` says no other pool's runners could have that label and name
+        (asked only when such a runner is listed), named as the pool's pods are
+        (``naming.runner_pod_name_pattern``).
 
         A GitHub Enterprise Server before 3.18 keeps only the scale set's name as its runners'
         label (docs/scale-sets.md): without the pod names its runners were invisible, and a busy
         one's pod was neither marked busy nor kept by a deletion's drain; without the name's
         shape, a runner whose pod vanished (force-deleted, its node lost) stayed registered,
-        offline, for good, since no pod of its name was left to find it by."""
+        offline, for good, since no pod of its name was left to find it by. Both kinds at once
+        (the server upgraded while the pool ran): the older runners were hidden as soon as one
+        labelled runner was listed, a busy one's pod unmarked."""
         own = self.of_pool(namespace, pool)
-        if own:
-            return own
         names = set(pod_names)
         labelled = [
             r
@@ -121,7 +121,7 @@ class Snapshot:
         orphans = {r.id for r in labelled if r.name not in names and shape.fullmatch(r.name)}
         if orphans and not named_like_no_other():
             orphans = set()
-        return [r for r in labelled if r.name in names or r.id in orphans]
+        return [*own, *(r for r in labelled if r.name in names or r.id in orphans)]
 
     @functools.cached_property
     def _by_label(self) -> dict[str, list[Runner]]:
