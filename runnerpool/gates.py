@@ -16,8 +16,8 @@ from typing import Any, Protocol
 from runnerpool import api, children, conditions
 from runnerpool.domain import Scope
 from runnerpool.github.credentials import CredentialError
-from runnerpool.github.errors import GitHubError
-from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroupNotFound, RunnerGroups
+from runnerpool.github.errors import GitHubError, NotFound
+from runnerpool.github.groups import RepositoryNotAllowed, RunnerGroups
 from runnerpool.github.protocol import GitHubClient, GitHubClients
 from runnerpool.namespace_access import NamespaceAccess
 from runnerpool.reasons import Reason
@@ -49,8 +49,9 @@ class Verdict:
     withdraw: bool = True
     #: The id of the pool's runner group, once its gate found it (JIT runners are made in it).
     runner_group_id: int | None = None
-    #: No new pod, but the pool's jobs run on: the gate got no answer (GitHub down), which
-    #: says nothing against the runners that run (their busy pods are still to be marked).
+    #: No new pod, but the pool's jobs run on: the gate's look-up failed (GitHub down, a
+    #: credential refused), which says nothing against the runners that run (their busy pods
+    #: are still to be marked).
     keep_jobs: bool = False
 
     @property
@@ -167,11 +168,12 @@ class RunnerGroupGate(_NothingPerNamespace):
         except (GitHubError, CredentialError) as err:
             wait = err.retry_after or RUNNER_GROUP_RECHECK
             condition = stamp.condition(conditions.RUNNER_GROUP_READY, False, err.reason, err.message)
-            # Only GitHub's answer of the group closes the pool. No answer (a 502 or a rate limit
-            # with nothing cached, as after a restart or a leader change; a credential that
-            # fails) stopped its runner manager and emptied its token: the busy pods went
-            # unmarked, evictable, and registering pods lost their token.
-            answered = isinstance(err, RunnerGroupNotFound | RepositoryNotAllowed)
+            # Only GitHub's answer of the group (or of the scope: a 404) closes the pool. A look-up
+            # that failed (a 502 or a rate limit with nothing cached, as after a restart or a
+            # leader change; a credential refused or missing) stopped its runner manager and
+            # emptied its token: the busy pods went unmarked, evictable, and registering pods
+            # lost their token.
+            answered = isinstance(err, NotFound | RepositoryNotAllowed)
             return Verdict(
                 condition,
                 recheck=max(wait, RUNNER_GROUP_RECHECK),

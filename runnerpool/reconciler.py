@@ -389,9 +389,12 @@ class Reconciler:
         verdict says so), no runner manager, no new pod; its conditions and an Event say why.
         ``deleting``: its jobs are stopped already, its pod expectations kept for the drain.
         ``keep_jobs``: no new pod, but the jobs run on (the runner manager keeps marking the
-        busy pods of a pool whose child the cluster refuses)."""
+        busy pods of a pool whose child the cluster refuses); started if they are not, as in a
+        new leader, and the marks the cluster refuses told."""
         pool = run.pool
-        if not deleting and not keep_jobs:
+        if keep_jobs and not deleting:
+            self._keep_runner_manager(run)
+        elif not deleting:
             self._forget(pool.namespace, pool.name)
         if verdict.withdraw:
             self._withdraw_token(run)
@@ -460,6 +463,14 @@ class Reconciler:
         if is_access_denied(err):
             for gate in self._gates:
                 gate.refused(run.pool.namespace)
+
+    def _keep_runner_manager(self, run: _Pass) -> None:
+        """The pool's runner manager runs (idempotent), though the pool may make no pod: its
+        busy pods are still to be marked, and a new leader has no manager running yet."""
+        pool = run.pool
+        credentials = self._secrets.credentials(pool.namespace, pool.spec.credential_secret_name)
+        self._jobs.runners.start(self._pool_ref(run, credentials))
+        self._tell_marks_refused(run, self._jobs.runners.mark_refused(pool.namespace, pool.name))
 
     def _refused(self, run: _Pass, refused: list[str]) -> Verdict:
         message = f"{'; '.join(refused)}; the pool tries again every {FOREIGN_RECHECK:.0f}s"

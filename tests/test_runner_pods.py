@@ -294,9 +294,12 @@ def test_a_busy_mark_the_cluster_refuses_is_a_warning_event_on_the_pool_while_it
     with a job is not covered by the busy budget, and a drain may evict it mid-job. Before,
     only the runner manager's log said so."""
     ns = cluster.namespace
-    (busy,) = cluster.pool("kappa", 1)
-    cluster.kubelet(busy)
-    RunnerEndpoint(github).add(901, busy, [f"{ns}/kappa"], busy=True)
+    busy, later = cluster.pool("kappa", 2)
+    for pod in (busy, later):
+        cluster.kubelet(pod)
+    endpoint = RunnerEndpoint(github)
+    endpoint.add(901, busy, [f"{ns}/kappa"], busy=True)
+    endpoint.add(902, later, [f"{ns}/kappa"])
     reconciler = make_reconciler(cluster.api_client, runners=cluster.managers)
     message = "runner pods keep the labels they were made with"
     marked = {"metadata": {"labels": {naming.BUSY_LABEL: naming.BUSY_VALUE}}}
@@ -318,12 +321,15 @@ def test_a_busy_mark_the_cluster_refuses_is_a_warning_event_on_the_pool_while_it
         probe=dry_run,
     ):
         _sync(cluster.managers)
-        for _ in range(2):
-            reconciler(f"{ns}/kappa")
+        reconciler(f"{ns}/kappa")
+        endpoint.runners[902]["busy"] = True  # another job starts: the same cause, not news
+        _sync(cluster.managers)
+        reconciler(f"{ns}/kappa")
 
         [event] = refusals()
         assert event.type == "Warning" and event.count == 1, "told once while it lasts"
-        assert f"marking busy runner pod {busy} was refused" in event.message and message in event.message
+        assert "marking busy runner pods was refused" in event.message and message in event.message
+        assert 'pods "kappa-*"' in event.message, "the drawn names masked"
         assert naming.BUSY_LABEL not in (cluster.pods("kappa")[busy].metadata.labels or {})
 
     def marked_now() -> bool:

@@ -203,13 +203,19 @@ def test_a_runner_group_github_cannot_tell_of_keeps_the_pools_runners_looked_aft
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
         "runnerpool.dev", "v1alpha1", namespace, "runnerpools", "gpu", {"spec": {"replicas": 3}}
     )
+    # The new leader: its own cache, no job running yet; a runner's mark refused meanwhile.
+    tokens, runners = FakeSecretUpdater(), FakeRunnerJobs()
+    refused = "marking busy runner pods was refused: 422 Invalid: runner pods keep their labels"
+    runners.marks_refused[f"{namespace}/gpu"] = refused
     result = _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")
 
     status, reason, _ = _condition(_pool(api_client, namespace, "gpu"), "RunnerGroupReady")
     assert (status, reason) == ("False", "GitHubUnavailable")
     assert result.requeue_after is not None and result.requeue_after >= 60
+    assert [ref.name for ref in runners.started] == ["gpu"], "the runner manager marks the busy pods"
     assert runners.stopped == [] and tokens.stopped == [] and tokens.emptied == [], "the jobs run on"
     assert len(LiveReader(api_client).list_pods(namespace, "gpu")) == 2, "no new pod meanwhile"
+    assert ("Warning", "BusyMarkRefused", refused) in pool_events(api_client, namespace)
 
     github_client.groups_failure = None
     _reconciler(api_client, tokens, runners, github_client=github_client)(f"{namespace}/gpu")

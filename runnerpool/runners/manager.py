@@ -44,7 +44,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 
-from runnerpool import api, autoscaling, log_context
+from runnerpool import api, autoscaling, log_context, naming
 from runnerpool.api_errors import describe, is_refusal, log_failure
 from runnerpool.domain import Drain, PoolRef, StuckPod, parse_duration, pool_key, utcnow
 from runnerpool.github.budget import ScopeBackoff, listing_cost, next_listing_delay
@@ -409,7 +409,7 @@ class RunnerManagers:
                     log, logging.WARNING, "cannot mark pod %s/%s", pool.namespace, mark.pod.name, err=err
                 )
                 if is_refusal(err):
-                    refused.append(_mark_refusal(mark, err))
+                    refused.append(_mark_refusal(pool, mark, err))
         return refused
 
     def _publish_refusal(self, ref: PoolRef, said: str | None) -> None:
@@ -665,13 +665,14 @@ class RunnerManagers:
             retire = self._confirmed(ref, todo.decisions, wanted)
         if retire:
             todo = dataclasses.replace(todo, replace=todo.replace + retire)
-        refused: list[str] = []
-        if todo.collect or todo.replace or todo.marks or todo.outlived:
-            github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
-            busy, refused = self._carry_out(ref, github, todo, halted)
-            self._hurry(ref, github, snapshot, todo, runners=runners, busy=busy, halted=halted)
+        if not (todo.collect or todo.replace or todo.marks or todo.outlived):
+            self._publish_refusal(ref, None)
+            return
+        github = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
+        busy, refused = self._carry_out(ref, github, todo, halted)
         if not halted():  # a round cut short may not have met the refusal it would meet again
-            self._publish_refusal(ref, "; ".join(refused) or None)
+            self._publish_refusal(ref, "; ".join(sorted(set(refused))) or None)
+        self._hurry(ref, github, snapshot, todo, runners=runners, busy=busy, halted=halted)
 
     def _confirmed(
         self, ref: PoolRef, decisions: Sequence[lifecycle.PodDecision], wanted: str | None
@@ -892,17 +893,18 @@ def _deregister(delete_runner: DeleteRunner, runners: Iterable[Runner]) -> tuple
     return busy, deregistered, refused
 
 
-def _mark_refusal(mark: lifecycle.BusyMark, err: ApiException) -> str:
-    """A refused mark as the pool's Event tells it: the cluster's words and what it costs."""
+def _mark_refusal(pool: PoolRef, mark: lifecycle.BusyMark, err: ApiException) -> str:
+    """A refused mark as the pool's Event tells it: the cluster's words and what it costs,
+    without the pod's name (the log has it), so that one cause reads the same whichever pods
+    meet it: told once while it lasts, not at each job's start."""
+    prefix = naming.runner_pod_prefix(pool.name)
+    cause = describe(err, redact=naming.without_drawn_names(prefix, naming.GENERATED_NAME_SUFFIX))
     if mark.busy:
         return (
-            f"marking busy runner pod {mark.pod.name} was refused: {describe(err)}; "
-            "a drain or the cluster autoscaler may evict it mid-job"
+            f"marking busy runner pods was refused: {cause}; "
+            "a drain or the cluster autoscaler may evict them mid-job"
         )
-    return (
-        f"unmarking idle runner pod {mark.pod.name} was refused: {describe(err)}; "
-        "the busy budget keeps drains from evicting it"
-    )
+    return f"unmarking idle runner pods was refused: {cause}; the busy budget keeps drains from evicting them"
 
 
 def _deadline(pool: api.RunnerPool) -> timedelta | None:
