@@ -348,7 +348,10 @@ class Reconciler:
         wait = self._update_status(run, seen, secret, converged.counts, decision)
         # A refused create is tried again when its backoff ends, whatever else happens meanwhile.
         retry = _sooner(converged.retry_in, secrets_wait)
-        return Result(requeue_after=_sooner(_sooner(wait, recheck), retry))
+        # A refusal told by an Event alone is told again while it lasts; nothing else may wake
+        # a quiet pool before its Event expires.
+        retell = REFUSAL_RETELL if run.state.refusals_told else None
+        return Result(requeue_after=_sooner(_sooner(wait, recheck), _sooner(retry, retell)))
 
     def _token_lapse(self, run: _Pass, seen: Observed, secret: dict[str, Any]) -> float | None:
         """Seconds until the pool's token stops going to new pods, while its refresh fails.

@@ -17,7 +17,7 @@ from kubernetes import client
 from runnerpool import api, metrics, naming
 from runnerpool.fakes import FakeRunnerJobs, FakeSecretUpdater
 from runnerpool.pods.create_backoff import CreateBackoff
-from runnerpool.reconciler import Reconciler
+from runnerpool.reconciler import REFUSAL_RETELL, Reconciler
 from runnerpool.settings import QueueSettings, Settings
 from tests.admission import refusing
 from tests.helpers import wait_for
@@ -251,6 +251,21 @@ def test_a_refused_disruption_budget_is_an_event_and_the_pods_come_all_the_same(
     reconciler(f"{namespace}/unprotected")  # refused again: told once while it lasts
     [event] = _events(api_client, namespace, "ChildRefused")
     assert event.count == 1
+
+
+def test_a_quiet_pool_whose_budget_is_refused_is_looked_at_again_to_retell_it(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler
+) -> None:
+    """Told by an Event alone, which the API server drops after an hour: a converged JIT pool
+    has nothing else that wakes it, and the refusal went untold for good."""
+    _quota(api_client, namespace, resource="count/poddisruptionbudgets.policy")
+    create_pool(api_client, namespace, pool_manifest("quiet", registration="jit", replicas=0))
+    for _ in range(2):
+        result = reconciler(f"{namespace}/quiet")
+
+    [event] = _events(api_client, namespace, "ChildRefused")
+    assert event.count == 1
+    assert result.requeue_after is not None and result.requeue_after <= REFUSAL_RETELL
 
 
 def test_a_refused_repair_of_a_child_is_told_and_stops_no_runner(
