@@ -2070,6 +2070,12 @@ class TrackedJob(KubeModel):
         default=None, max_length=256, description="Runner that took the job, once in progress."
     )
     updated_at: Timestamp = Field(description="When the operator learnt of this state.")
+    unconfirmed: bool | None = Field(
+        default=None,
+        description="Known only from a queued delivery too old to count (a redelivery, a job "
+        "held for an environment's approval): not counted until a poll of its repository lists "
+        "it; ended when the poll does not.",
+    )
 
 
 class Demand(KubeModel):

@@ -102,7 +102,8 @@ def observe_pool(pool: api.RunnerPool, status: dict[str, Any], failing: Iterable
     ready = conditions.find(status["conditions"], ConditionType.READY)
     POOL_READY_CONDITION.labels(*labels).set(1 if ready is not None and ready["status"] == "True" else 0)
     demand = pool.status.demand
-    queued = [job.updated_at for job in (demand.jobs.values() if demand else ()) if job.state == "queued"]
+    jobs = demand.jobs.values() if demand else ()
+    queued = [job.updated_at for job in jobs if job.state == "queued" and not job.unconfirmed]
     if queued:
         OLDEST_QUEUED.labels(*labels).set(min(queued).timestamp())
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Container
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -451,3 +452,18 @@ def test_a_started_or_ended_job_is_written_only_on_the_pools_it_concerns() -> No
         )
         assert [f"{p.namespace}/{p.name}" for p in heard] == ["ci/a", "ci/c", "team-b/a"]
     assert [p.name for p in recording_pools(job(1, "queued"), models, lambda p: True)] == ["a", "a"]
+
+
+def test_an_unconfirmed_job_counts_only_once_news_young_enough_confirms_it() -> None:
+    """A late ``queued`` delivery is kept unconfirmed (not counted); a poll's listing or a fresh
+    delivery confirms it, a later state supersedes it, and it never unmakes what is tracked."""
+    late = dataclasses.replace(job(9, "queued"), unconfirmed=True)
+    kept, moved = rules.apply(None, [late], T0, runners=())
+    assert (kept.queued, moved) == (0, []) and kept.jobs["9"].unconfirmed
+
+    confirmed, _ = rules.apply(kept, [job(9, "queued")], T0, runners=())
+    assert confirmed.queued == 1 and not confirmed.jobs["9"].unconfirmed
+    started, _ = rules.apply(kept, [job(9, "in_progress", runner="gpu-x1y2z")], T0, runners={"gpu-x1y2z"})
+    assert (started.queued, started.busy) == (0, 1)
+    again, moved = rules.apply(confirmed, [late], T0, runners=())
+    assert again == confirmed and moved == [], "a replay of it changes nothing"

@@ -7,6 +7,7 @@ The job's own times, inside the signed body, say how old it is.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -16,13 +17,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from runnerpool.demand.polling import DemandPoller
 from runnerpool.demand.receiver import WebhookServer
 from runnerpool.demand.signature import sign
 from runnerpool.demand.writer import DemandWriter
+from runnerpool.github.fake import FakeGitHubClient
+from runnerpool.github.jobs import parse_delivery
 from runnerpool.runtime.kube import Kube
 from runnerpool.settings import GitHubSettings
 from tests.demand_payloads import API, delivery, job_object
-from tests.test_demand_recording import Pools, create, demand
+from tests.test_demand_recording import REPO, Pools, create, demand, job
 from tests.test_demand_webhook import post
 
 pytestmark = pytest.mark.usefixtures("runnerpool_crd")
@@ -120,3 +124,61 @@ def test_a_replayed_completed_delivery_of_a_job_the_pool_never_tracked_changes_n
     assert version(pools) == before
     app = demand(pools, "app")
     assert app is not None and set(app.jobs) == {"505"}
+
+
+def test_a_late_queued_delivery_has_an_organization_pool_poll_its_repository_to_count_it(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """An organization pool that lists no repositories hears of a job only from its
+    deliveries: a ``queued`` one more than 5 minutes late (a redelivery, a job held for an
+    environment's approval) was dropped, and the job waited for a runner for good. It is kept
+    unconfirmed, not counted, until a poll of its repository lists it; a replay of it costs
+    no runner and no further write."""
+    create(api_client, namespace, "org", organization="octo-org", autoscaling={"maxReplicas": 5})
+    pools = Pools(api_client, namespace)
+    api_url_of = GitHubSettings(api_url=API).api_url_of
+    writer = DemandWriter(Kube(api_client), pools, api_url_of)
+    server = WebhookServer(0, lambda: (SECRET,), writer.record_job, host="127.0.0.1")
+    server.start()
+    try:
+        late = signed_body(520, "queued", created=ago(20), repository=REPO)
+        status, text = send(server, late)
+        assert status == 202 and "count it once a poll of its repository lists it" in text, text
+        org = demand(pools, "org")
+        assert org is not None and org.queued == 0 and org.jobs["520"].unconfirmed
+        written = str(pools.get("org")["metadata"]["resourceVersion"])
+        assert send(server, late)[0] == 202
+        assert str(pools.get("org")["metadata"]["resourceVersion"]) == written, "a replay writes nothing"
+    finally:
+        server.stop()
+
+    github = FakeGitHubClient()
+    github.jobs[REPO] = [job(520, "queued", LABELS, created=ago(20))]
+    poller = DemandPoller(pools, writer, lambda pool: github, api_url_of, interval=30)
+    poller.poll_once()
+    org = demand(pools, "org")
+    assert github.jobs_requests == [REPO], "the job's repository is polled"
+    assert org is not None and org.queued == 1 and not org.jobs["520"].unconfirmed
+
+    github.jobs[REPO] = []  # it ran and ended, its deliveries lost
+    poller.poll_once()
+    org = demand(pools, "org")
+    assert org is not None and org.queued == 0 and org.jobs["520"].state == "completed"
+
+
+def test_a_late_queued_delivery_no_poll_lists_ends_at_the_next_poll(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A replay of an old job's ``queued``: the poll of its repository does not list it."""
+    create(api_client, namespace, "org", organization="octo-org", autoscaling={"maxReplicas": 5})
+    pools = Pools(api_client, namespace)
+    api_url_of = GitHubSettings(api_url=API).api_url_of
+    writer = DemandWriter(Kube(api_client), pools, api_url_of)
+    late = json.loads(signed_body(521, "queued", created=ago(40), repository=REPO))
+    assert writer.record_job(dataclasses.replace(parse_delivery(late), unconfirmed=True)) == 1
+    github = FakeGitHubClient()
+    poller = DemandPoller(pools, writer, lambda pool: github, api_url_of, interval=30)
+    poller.poll_once()
+    org = demand(pools, "org")
+    assert org is not None and org.queued == 0 and org.jobs["521"].state == "completed"
+    assert github.jobs_requests == [REPO]

@@ -59,6 +59,7 @@ __all__ = [
     "counting_pool",
     "job_matches",
     "job_scope_keys",
+    "listed_repositories",
     "organization_scope_key",
     "pool_scope_keys",
     "recording_pools",
@@ -132,6 +133,18 @@ def scope_holds(pool: api.RunnerPool, repository: str) -> bool:
 def pool_scope_keys(pool: api.RunnerPool, default_api_url: str) -> list[str]:
     """The old form of :func:`scope_keys`, until ``runnerpool.watches`` passes the resolved URL."""
     return scope_keys(pool, resolve_api_url(pool.spec.github_api_url, default_api_url))
+
+
+def listed_repositories(pool: api.RunnerPool) -> list[str]:
+    """``owner/name`` of the repositories a pool that follows demand polls whatever it tracks:
+    its own, or those its ``spec.autoscaling.repositories`` lists (an organization pool names
+    them within its organization)."""
+    scaling = pool.spec.autoscaling
+    if scaling is None:
+        return []
+    if pool.spec.repository is not None:
+        return [pool.spec.repository]
+    return [name if "/" in name else f"{pool.spec.organization}/{name}" for name in scaling.repositories]
 
 
 def job_matches(pool: api.RunnerPool, job: Job, api_url: str) -> bool:

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 
 from runnerpool import api
 from runnerpool.api_errors import describe, log_failure
-from runnerpool.demand.matching import job_matches, recording_pools
+from runnerpool.demand.matching import job_matches, listed_repositories, recording_pools
 from runnerpool.demand.rules import ACTIVE
 from runnerpool.demand.writer import DemandWriteFailed, DemandWriter
 from runnerpool.domain import api_url_key, utcnow
@@ -83,13 +83,11 @@ def poll_problem(repository: str, err: GitHubError) -> api.Problem | None:
 
 def polled_repositories(pool: api.RunnerPool) -> list[str]:
     """``owner/name`` of every repository whose jobs the pool's demand depends on."""
-    scaling = pool.spec.autoscaling
-    if scaling is None:
+    if pool.spec.autoscaling is None:
         return []
+    named = listed_repositories(pool)
     if pool.spec.repository is not None:
-        return [pool.spec.repository]
-    # An enterprise pool lists owner/name; an organization pool names within its organization.
-    named = [name if "/" in name else f"{pool.spec.organization}/{name}" for name in scaling.repositories]
+        return named
     tracked = [
         job.repository
         for job in (pool.status.demand.jobs.values() if pool.status.demand else ())

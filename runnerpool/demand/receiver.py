@@ -19,7 +19,10 @@ Order of checks, so that nothing unverified gets further than it must:
    exactly one ``payload`` 400, no ``X-GitHub-Delivery`` or one that is not
    GUID-like (:data:`DELIVERY_ID`) 400, a body that is not a ``workflow_job`` delivery (not
    JSON, nested past the parser's depth, the wrong shape) 400;
-5. a delivery older than ``replays.STALE_AFTER`` (a replay) gets 202 and changes nothing;
+5. a delivery older than ``replays.STALE_AFTER`` (a replay, or a real one sent late) gets 202
+   and changes nothing, but a ``queued`` one on a pool that does not poll its repository
+   anyway: kept there unconfirmed, not counted, it has the next poll confirm or end the job
+   (``demand.rules``);
 6. duplicate delivery (the same ``X-GitHub-Delivery`` signed by the same secrets,
    ``deliveries``): 200, counted once;
 7. the job is recorded, on the pools it counts for whose secret signed it, before the
@@ -250,13 +253,16 @@ class _Handler:
             self._answer(400, f"not a workflow_job delivery: {err}", event, "invalid")
             return
         stale = stale_for(job, self.receiver.clock())
-        if stale is not None:
+        if stale is not None and job.state != "queued":
             self._answer(202, f"job {job.id} {job.state}: {stale}; changes nothing", event, "stale")
             return
-        self._record(event, delivery, job, verdict)
+        if stale is not None:  # counted once a poll of its repository lists it (``demand.rules``)
+            job = dataclasses.replace(job, unconfirmed=True)
+        self._record(event, delivery, job, verdict, stale)
 
-    def _record(self, event: str, delivery: str, job: Job, verdict: Verdict) -> None:
-        """Steps 6 and 7: once per delivery, answered only once the job is written."""
+    def _record(self, event: str, delivery: str, job: Job, verdict: Verdict, stale: str | None) -> None:
+        """Steps 6 and 7: once per delivery, answered only once the job is written (``stale``:
+        why a ``queued`` delivery is too old to count, kept unconfirmed: step 5)."""
         seen, key = self.receiver.seen, (delivery, verdict.signers)
         if not seen.claim(key):
             self._answer(200, "duplicate delivery, already counted", event, "duplicate")
@@ -267,6 +273,14 @@ class _Handler:
             seen.release(key)
             log.warning("delivery %s (job %s) not recorded: %s", delivery, job.id, describe(err))
             self._answer(503, "could not record the job; redeliver later", event, "failed")
+            return
+        if stale is not None:
+            said = (
+                f"{pools} pool(s) count it once a poll of its repository lists it"
+                if pools
+                else "changes nothing"
+            )
+            self._answer(202, f"job {job.id} queued: {stale}; {said}", event, "stale")
             return
         self._answer(200, f"job {job.id} {job.state or 'ignored'}: {pools} pool(s)", event, "accepted")
 

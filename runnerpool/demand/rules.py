@@ -18,6 +18,12 @@ Rules:
   sees ended while its delivery was lost. If an earlier poll listed it, it has ended now
   (GitHub lists a job until it completes); a job known only from a delivery may just not
   be listed yet, so it ends only once it has not changed for ``grace``;
+* a ``queued`` delivery too old to count (``replays.stale_for``: a redelivery, a job held for
+  an environment's approval) is kept *unconfirmed* on a pool that does not poll its repository
+  anyway (``matching.listed_repositories``): not counted, it has the next poll list the
+  repository, which confirms the job (listed: counted from then on) or ends it (not listed).
+  An organization or enterprise pool that lists no repositories lost such a job for good. A
+  replay costs one status write and one poll per ``COMPLETED_TTL`` at most, and no runner;
 * a repository that answers the poll 404 (``hidden``) was deleted, or the credential cannot
   see it: a private repository a GitHub App is not installed on, a PAT without the repo scope,
   whose deliveries still come. Only a job an earlier poll listed ends (the repository was
@@ -78,7 +84,7 @@ def _state_for(job: Job, runners: Container[str], tracked: bool) -> JobState | N
 
 
 def _counted(demand: api.Demand) -> api.Demand:
-    states = [job.state for job in demand.jobs.values()]
+    states = [job.state for job in demand.jobs.values() if not job.unconfirmed]
     return api.Demand(
         queued=states.count("queued"),
         busy=states.count("in_progress"),
@@ -124,13 +130,27 @@ def apply(
         state = _state_for(job, runners, old is not None)
         if state is None or (state == "completed" and old is None and ended_long_ago(job, now)):
             continue
-        if old is not None and STATE_RANK[state] <= STATE_RANK[old.state]:
+        if old is not None and (job.unconfirmed or not _confirms(old, state)):
             continue
         runner = job.runner_name if state == "in_progress" else (old.runner if old else None)
-        tracked[key] = api.TrackedJob(state=state, repository=job.repository, runner=runner, updated_at=now)
-        moved.append(Transition(job, state))
+        tracked[key] = api.TrackedJob(
+            state=state,
+            repository=job.repository,
+            runner=runner,
+            updated_at=now,
+            unconfirmed=True if job.unconfirmed else None,
+        )
+        if not job.unconfirmed:
+            moved.append(Transition(job, state))
     first = demand.first_delivery_at if demand else None
     return _counted(api.Demand(jobs=_pruned(tracked, now), first_delivery_at=first)), moved
+
+
+def _confirms(old: api.TrackedJob, state: JobState) -> bool:
+    """Whether news of ``state`` (a poll's, or a delivery young enough to count) changes the
+    tracked ``old``: a later state, or the same one of a job known only unconfirmed."""
+    rank, before = STATE_RANK[state], STATE_RANK[old.state]
+    return rank > before or (rank == before and bool(old.unconfirmed))
 
 
 def _outlived(job: api.TrackedJob, now: datetime, grace: timedelta, runners: Container[str]) -> bool:
@@ -175,6 +195,9 @@ def repair(
         if job.state not in ACTIVE or key in visible:
             continue
         repo, listed = job.repository.lower(), key in listed_before
+        # A job known only unconfirmed (``apply``) is as good as listed: its delivery was
+        # minutes old, and the poll that does not show it is GitHub's word that it is not queued.
+        listed = listed or bool(job.unconfirmed)
         unlisted = (repo in repos and (listed or now - job.updated_at >= grace)) or (repo in gone and listed)
         if unlisted or _outlived(job, now, grace, runners):
             jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})

@@ -38,7 +38,7 @@ from runnerpool import status as pool_status
 from runnerpool.api_errors import describe
 from runnerpool.demand import metrics, rules, runner_names
 from runnerpool.demand.job_labels import JobLabels
-from runnerpool.demand.matching import job_matches, job_scope_keys, recording_pools
+from runnerpool.demand.matching import job_matches, job_scope_keys, listed_repositories, recording_pools
 from runnerpool.demand.verification import ANY_POOL, Verdict
 from runnerpool.domain import utcnow
 from runnerpool.github.jobs import Job
@@ -184,6 +184,8 @@ class DemandWriter:
         matching = self._matching(job, candidates)
         admitted = [pool for pool in matching if verdict.admits(pool)]
         pools = recording_pools(job, admitted, lambda pool: self._concerns(pool, job))
+        if job.unconfirmed:  # only where no poll would see it otherwise (``rules``)
+            pools = [pool for pool in pools if not _lists(pool, job.repository)]
         chosen = {(pool.namespace, pool.name) for pool in pools}
         marked = [
             pool
@@ -386,3 +388,8 @@ class DemandWriter:
         status = base.pool.status.model_copy(update={"demand": demand})
         pool = base.pool.model_copy(update={"status": status})
         self._written[key] = _Written((*base.replaced, base.version), str(version), pool)
+
+
+def _lists(pool: api.RunnerPool, repository: str) -> bool:
+    """Whether ``pool`` polls ``repository`` whatever it tracks (``matching.listed_repositories``)."""
+    return repository.lower() in {repo.lower() for repo in listed_repositories(pool)}

@@ -39,6 +39,9 @@ class Job:
     created_at: datetime | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None
+    #: A queued delivery too old to count (``demand.replays.stale_for``): it only has a poll of
+    #: its repository confirm the job (``demand.rules``).
+    unconfirmed: bool = False
 
 
 @dataclass(frozen=True)
