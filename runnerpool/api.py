@@ -2074,7 +2074,7 @@ class TrackedJob(KubeModel):
         default=None,
         description="Known only from a queued delivery too old to count (a redelivery, a job "
         "held for an environment's approval): not counted until a poll of its repository lists "
-        "it; ended when the poll does not.",
+        "it; ended when the poll does not (or the repository answers 404).",
     )
 
 

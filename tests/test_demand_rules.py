@@ -467,3 +467,27 @@ def test_an_unconfirmed_job_counts_only_once_news_young_enough_confirms_it() -> 
     assert (started.queued, started.busy) == (0, 1)
     again, moved = rules.apply(confirmed, [late], T0, runners=())
     assert again == confirmed and moved == [], "a replay of it changes nothing"
+
+
+def test_a_flood_of_unconfirmed_jobs_pushes_no_real_one_out_and_counts_no_busy_runner() -> None:
+    """Late ``queued`` deliveries of other jobs, as many as the record holds (a replay flood):
+    a real job queued after them is kept and counted. A job started on no named runner counts
+    busy only where it was counted queued, never where it was only unconfirmed."""
+    base = dataclasses.replace(job(1, "queued"), unconfirmed=True)
+    flood = [dataclasses.replace(base, id=1000 + n) for n in range(api.MAX_TRACKED_JOBS)]
+    demand, _ = rules.apply(None, flood, T0, runners=())
+    demand, _ = rules.apply(demand, [job(7, "queued")], T0 + timedelta(seconds=5), runners=())
+    assert "7" in demand.jobs and demand.queued == 1 and len(demand.jobs) == api.MAX_TRACKED_JOBS
+
+    started, _ = rules.apply(demand, [job(1000, "in_progress")], T0, runners={"gpu-x1y2z"})
+    assert (started.busy, started.jobs["1000"].state) == (0, "completed")
+
+
+def test_an_unconfirmed_job_an_older_operator_moved_on_counts_as_it_is_now() -> None:
+    """An operator that knows no such flag merges only what it changed: the flag stays on a
+    job it saw start, which is busy whatever the flag says."""
+    late = dataclasses.replace(job(9, "queued"), unconfirmed=True)
+    kept, _ = rules.apply(None, [late], T0, runners=())
+    moved_on = kept.jobs["9"].model_copy(update={"state": "in_progress", "runner": "gpu-x1y2z"})
+    demand, _ = rules.apply(api.Demand(jobs={"9": moved_on}), [], T0, runners={"gpu-x1y2z"})
+    assert demand.busy == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -88,12 +89,14 @@ def test_a_replayed_queued_delivery_changes_nothing_while_the_ended_job_is_remem
 
 
 def test_a_replayed_queued_delivery_of_a_job_ended_past_the_forget_window_changes_nothing(
-    receiver: WebhookServer, pools: Pools
+    receiver: WebhookServer, pools: Pools, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The job was queued 12 minutes ago and has ended: forgotten after 10, never counted again."""
+    caplog.set_level(logging.INFO)
     before = version(pools)
     status, text = send(receiver, signed_body(502, "queued", created=ago(12)))
     assert status == 202 and "changes nothing" in text, text
+    assert "recorded nowhere" not in caplog.text, "the pool polls the repository: nothing to say"
     in_progress = signed_body(502, "in_progress", created=ago(12), started=ago(11), runner="app-x1y2z")
     assert send(receiver, in_progress)[0] == 202
     assert version(pools) == before

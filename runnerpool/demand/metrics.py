@@ -81,7 +81,7 @@ RUN = _by_workflow(
 DELIVERIES = Counter(
     "runnerpool_webhook_deliveries",
     "Webhook deliveries by event and outcome (accepted, duplicate, ignored, unsigned, "
-    "bad_signature, too_large, invalid, stale (a replay, changed nothing), failed).",
+    "bad_signature, too_large, invalid, stale (a replay or a late delivery: counted nothing), failed).",
     ["event", "result"],
 )
 DELIVERY_POOLS = Histogram(

@@ -28,9 +28,9 @@ redelivery from the UI of an old one) is not counted from the webhook, and polli
 the job instead at its next poll (``--demand-poll-interval``, 30 s by default). A job that
 waited for an environment's approval may carry its creation time when it is queued: it is
 counted by the poll too: where the pool does not poll the job's repository anyway (an
-organization or enterprise pool that does not list it), the late ``queued`` delivery is kept
-there unconfirmed, not counted, so that the next poll lists that repository and confirms the
-job or ends it (``rules``). A replay then costs one status write and one poll per
+organization pool that does not list it), the late ``queued`` delivery is kept there
+unconfirmed, not counted, so that the next poll lists that repository and confirms the job or
+ends it (``rules``). A replay then costs a few status writes and a poll per
 ``rules.COMPLETED_TTL`` at most, and no runner.
 """
 

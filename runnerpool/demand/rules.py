@@ -22,8 +22,10 @@ Rules:
   an environment's approval) is kept *unconfirmed* on a pool that does not poll its repository
   anyway (``matching.listed_repositories``): not counted, it has the next poll list the
   repository, which confirms the job (listed: counted from then on) or ends it (not listed).
-  An organization or enterprise pool that lists no repositories lost such a job for good. A
-  replay costs one status write and one poll per ``COMPLETED_TTL`` at most, and no runner;
+  An organization pool that lists no repositories lost such a job for good. While polls of
+  the repository are refused it stays, not counted, until GitHub's own limit (``MAX_AGE``). A
+  replay costs a few status writes (recorded, ended, forgotten) and a poll per
+  ``COMPLETED_TTL`` at most, and no runner; a flood of them is pruned before any real job;
 * a repository that answers the poll 404 (``hidden``) was deleted, or the credential cannot
   see it: a private repository a GitHub App is not installed on, a PAT without the repo scope,
   whose deliveries still come. Only a job an earlier poll listed ends (the repository was
@@ -40,7 +42,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from datetime import datetime, timedelta
 
 from runnerpool import api
@@ -84,7 +86,7 @@ def _state_for(job: Job, runners: Container[str], tracked: bool) -> JobState | N
 
 
 def _counted(demand: api.Demand) -> api.Demand:
-    states = [job.state for job in demand.jobs.values() if not job.unconfirmed]
+    states = [job.state for job in demand.jobs.values() if not _unconfirmed(job)]
     return api.Demand(
         queued=states.count("queued"),
         busy=states.count("in_progress"),
@@ -93,10 +95,17 @@ def _counted(demand: api.Demand) -> api.Demand:
     )
 
 
+def _unconfirmed(job: api.TrackedJob) -> bool:
+    """Queued as far as a late delivery says, and no poll has listed it (``apply``). Only a
+    queued one: an older operator, which knows no such flag, may have moved it on since."""
+    return bool(job.unconfirmed) and job.state == "queued"
+
+
 def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.TrackedJob]:
     """At most ``api.MAX_TRACKED_JOBS`` (the CRD's bound: over it the status is invalid, and
     every write of the pool's demand, deliveries and polls alike, was refused): completed jobs
-    past their ``COMPLETED_TTL`` go, then the oldest completed, then the newest queued. A pool
+    past their ``COMPLETED_TTL`` go, then the unconfirmed (a flood of replays must not push a
+    real job out), then the oldest completed, then the newest queued. A pool
     runs at most ``api.MAX_REPLICAS`` runners, half the bound, so its count is at its maximum
     either way; a queued job left out comes back with its next delivery or poll once there is
     room. The jobs in progress, what keeps busy runners counted, go last (oldest first)."""
@@ -105,12 +114,18 @@ def _pruned(jobs: dict[str, api.TrackedJob], now: datetime) -> dict[str, api.Tra
         for key, job in jobs.items()
         if job.state != "completed" or now - job.updated_at < COMPLETED_TTL
     }
-    for state, newest_first in (("completed", False), ("queued", True), ("in_progress", False)):
+    kinds: tuple[tuple[Callable[[api.TrackedJob], bool], bool], ...] = (
+        (_unconfirmed, True),
+        (lambda job: job.state == "completed", False),
+        (lambda job: job.state == "queued", True),
+        (lambda job: job.state == "in_progress", False),
+    )
+    for kind, newest_first in kinds:
         over = len(kept) - api.MAX_TRACKED_JOBS
         if over <= 0:
             break
         ranked = sorted(
-            ((job.updated_at, key) for key, job in kept.items() if job.state == state), reverse=newest_first
+            ((job.updated_at, key) for key, job in kept.items() if kind(job)), reverse=newest_first
         )
         for _, key in ranked[:over]:
             del kept[key]
@@ -127,7 +142,7 @@ def apply(
     for job in jobs:
         key = str(job.id)
         old = tracked.get(key)
-        state = _state_for(job, runners, old is not None)
+        state = _state_for(job, runners, old is not None and not _unconfirmed(old))
         if state is None or (state == "completed" and old is None and ended_long_ago(job, now)):
             continue
         if old is not None and (job.unconfirmed or not _confirms(old, state)):
@@ -150,7 +165,7 @@ def _confirms(old: api.TrackedJob, state: JobState) -> bool:
     """Whether news of ``state`` (a poll's, or a delivery young enough to count) changes the
     tracked ``old``: a later state, or the same one of a job known only unconfirmed."""
     rank, before = STATE_RANK[state], STATE_RANK[old.state]
-    return rank > before or (rank == before and bool(old.unconfirmed))
+    return rank > before or (rank == before and _unconfirmed(old))
 
 
 def _outlived(job: api.TrackedJob, now: datetime, grace: timedelta, runners: Container[str]) -> bool:
@@ -197,10 +212,10 @@ def repair(
         repo, listed = job.repository.lower(), key in listed_before
         # A job known only unconfirmed (``apply``) is as good as listed: its delivery was
         # minutes old, and the poll that does not show it is GitHub's word that it is not queued.
-        listed = listed or bool(job.unconfirmed)
+        listed = listed or _unconfirmed(job)
         unlisted = (repo in repos and (listed or now - job.updated_at >= grace)) or (repo in gone and listed)
         if unlisted or _outlived(job, now, grace, runners):
-            jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now})
+            jobs[key] = job.model_copy(update={"state": "completed", "updated_at": now, "unconfirmed": None})
     return _counted(api.Demand(jobs=jobs, first_delivery_at=updated.first_delivery_at)), moved
 
 

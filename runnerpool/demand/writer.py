@@ -206,7 +206,7 @@ class DemandWriter:
             self.change(pool, recorded)
         for pool in marked:
             self.change(pool, lambda d, now, runners: (rules.delivered(d, now), []))
-        if verdict.delivered:
+        if verdict.delivered and not job.unconfirmed:
             metrics.DELIVERY_POOLS.observe(len(pools))
             if matching and not pools and job.state is not None:
                 log.info(
