@@ -295,11 +295,10 @@ def test_a_busy_mark_the_cluster_refuses_is_a_warning_event_on_the_pool_while_it
     only the runner manager's log said so."""
     ns = cluster.namespace
     busy, later = cluster.pool("kappa", 2)
-    for pod in (busy, later):
-        cluster.kubelet(pod)
     endpoint = RunnerEndpoint(github)
-    endpoint.add(901, busy, [f"{ns}/kappa"], busy=True)
-    endpoint.add(902, later, [f"{ns}/kappa"])
+    for runner_id, pod in enumerate((busy, later), start=901):
+        cluster.kubelet(pod)
+        endpoint.add(runner_id, pod, [f"{ns}/kappa"], busy=pod == busy)
     reconciler = make_reconciler(cluster.api_client, runners=cluster.managers)
     message = "runner pods keep the labels they were made with"
     marked = {"metadata": {"labels": {naming.BUSY_LABEL: naming.BUSY_VALUE}}}
