@@ -74,6 +74,8 @@ FOREIGN_RECHECK = 30.0
 #: How often a refusal that lasts is told again as an Event (the API server keeps an Event an
 #: hour by default: the refusal, which has no condition, would be told nowhere after that).
 REFUSAL_RETELL = 1800.0
+#: How many status-coalescing windows a new pool's first status waits for its token at most.
+FIRST_STATUS_TOKEN_WAIT = 5
 #: The key of the runner manager's refused busy marks in ``PoolState.refusal_news``.
 _BUSY_MARKS = "busy-marks"
 
@@ -182,6 +184,8 @@ class PoolStates:
     starts: StartBackoff = field(default_factory=StartBackoff)
     #: The resourceVersions of the reconciler's own pool writes (their events wake no pass).
     echoes: Echoes = field(default_factory=Echoes)
+    #: Seconds for the status writes' coalescing windows.
+    monotonic: Callable[[], float] = time.monotonic
 
     def of(self, key: str) -> PoolState:
         return self.pools.setdefault(key, PoolState())
@@ -742,7 +746,8 @@ class Reconciler:
         metrics.observe_pool(pool, status, pods.failing if pods else ())
         if status == old:
             return None
-        wait = self._coalesced(run, old, status)
+        token = _jit(pool) or pool_status.has_token(secret)
+        wait = self._coalesced(run, old, status, token=token)
         if wait is not None:
             return wait
         # A new desiredReplicas of a pool that follows demand is the runner managers' to act
@@ -760,15 +765,19 @@ class Reconciler:
         self._record_scaling(run, old.get("desiredReplicas"), decision)
         return None
 
-    def _coalesced(self, run: _Pass, old: dict[str, Any], status: dict[str, Any]) -> float | None:
+    def _coalesced(
+        self, run: _Pass, old: dict[str, Any], status: dict[str, Any], *, token: bool
+    ) -> float | None:
         """Seconds a status change waits (pod counts while pods start fold into one write),
         or ``None`` to write it now (and remember when)."""
-        state, now, gap = run.state, time.monotonic(), self._settings.queue.status_coalesce
+        state, now, gap = run.state, self._states.monotonic(), self._settings.queue.status_coalesce
         if not old and state.status_written is None and not _has_failure(status):
-            # A new pool's first status waits as long as a coalesced one: its token usually
-            # comes within that time, and "waiting for the token" would be overwritten at once.
+            # A new pool's first status waits as long as a coalesced one, and while its token
+            # is still to come up to FIRST_STATUS_TOKEN_WAIT of them: "waiting for the token"
+            # would be overwritten at once. Pools made together (a chart of a hundred) get
+            # their tokens over seconds, and each wrote its status twice.
             state.first_seen = now if state.first_seen is None else state.first_seen
-            wait = state.first_seen + gap - now
+            wait = state.first_seen + gap * (1 if token else FIRST_STATUS_TOKEN_WAIT) - now
             if wait > 0 and run.pool.spec.autoscaling is None:
                 return wait
         if state.status_written is not None and not pool_status.notable(old, status):

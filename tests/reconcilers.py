@@ -3,6 +3,7 @@ for the background jobs (``runnerpool.fakes``) unless a test passes its own coll
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -45,6 +46,7 @@ def make_reconciler(
     echoes: Echoes | None = None,
     scale_sets: ScaleSets | None = None,
     namespace_gate: Gate | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Reconciler:
     """``reads``: the API server itself by default (nothing lags, so no create is expected
     for long: ``Expectations(timeout=0)``); ``github``: also check ``spec.runnerGroup``;
@@ -76,6 +78,7 @@ def make_reconciler(
             clock,
             starts=starts or StartBackoff(clock=clock),
             echoes=echoes or Echoes(),
+            monotonic=monotonic,
         ),
         settings=settings,
     )

@@ -26,6 +26,7 @@ from runnerpool.fakes import FakeSecretUpdater
 from runnerpool.pods.expectations import Expectations
 from runnerpool.reads import PodsNotCachedError, parse_pool
 from runnerpool.reconciler import (
+    FIRST_STATUS_TOKEN_WAIT,
     InvalidSpecError,
     Reconciler,
 )
@@ -136,48 +137,54 @@ def test_a_new_pool_waits_for_its_token_without_error(
 
 
 @pytest.mark.usefixtures("runnerpool_crd")
-def test_a_new_pools_first_status_waits_as_long_as_a_coalesced_one(
+def test_a_new_pools_first_status_waits_for_its_token_a_few_coalescing_windows(
     api_client: client.ApiClient,
     namespace: str,
     tokens: FakeSecretUpdater,
     runners: RunnerManagers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """ "Waiting for the token" is not written when the token may still come within the
-    coalescing time (the next write would replace it at once), but it is written after."""
-    coalesce = 1.5
+    """ "Waiting for the token" is not written while the token may still come (the next write
+    would replace it at once): pools made together get their tokens over seconds, and each
+    wrote its status twice. It is written once the token is later than that."""
+    coalesce, now = 1.5, [0.0]
     reconciler = make_reconciler(
         api_client,
         tokens=tokens,
         runners=runners,
         settings=Settings(queue=QueueSettings(status_coalesce=coalesce)),
+        monotonic=lambda: now[0],
     )
     create_pool(api_client, namespace, pool_manifest("early"))
 
     first = reconciler(f"{namespace}/early")
 
-    assert first.requeue_after is not None and 0 < first.requeue_after <= coalesce
+    assert first.requeue_after == pytest.approx(coalesce * FIRST_STATUS_TOKEN_WAIT)
     pool = _get(api_client, namespace, "early")
     assert naming.POOL_FINALIZER in pool["metadata"]["finalizers"]
     assert not pool.get("status"), "no status while the token may still come"
+    now[0] += 2 * coalesce
+    reconciler(f"{namespace}/early")
+    assert not _get(api_client, namespace, "early").get("status"), "two windows on: still none"
 
-    def written() -> dict[str, Any] | None:
-        reconciler(f"{namespace}/early")
-        return _get(api_client, namespace, "early").get("status") or None
-
-    status = wait_for(written, timeout=10 * coalesce, interval=0.2, message="the pool's first status")
+    now[0] = coalesce * FIRST_STATUS_TOKEN_WAIT
+    reconciler(f"{namespace}/early")
+    status = _get(api_client, namespace, "early")["status"]
     token_ready = _condition({"status": status}, "TokenReady")
     assert (token_ready["status"], token_ready["reason"]) == ("False", "WaitingForToken")
 
-    # A token in time: the pass that makes the pods says so, though its status waits.
+    # A token two windows late: the pass that makes the pods writes the first status, once.
     create_pool(api_client, namespace, pool_manifest("prompt"))
+    reconciler(f"{namespace}/prompt")
+    now[0] += 2 * coalesce
     reconciler(f"{namespace}/prompt")
     fill_token(api_client, namespace, "prompt", "tok", FUTURE)
     caplog.set_level(logging.INFO, logger="runnerpool.reconciler")
-    result = reconciler(f"{namespace}/prompt")
-    assert result.requeue_after is not None, "the first status still waits"
+    reconciler(f"{namespace}/prompt")
     assert [r.__dict__["action"] for r in caplog.records] == ["create"]
     assert len(_pods(api_client, namespace, "prompt")) == 1
+    token_ready = _condition(_get(api_client, namespace, "prompt"), "TokenReady")
+    assert token_ready["status"] == "True", "one status write, the token in it"
 
 
 def test_a_filled_token_brings_the_pods_then_ready(
