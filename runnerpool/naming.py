@@ -79,6 +79,7 @@ __all__ = [
     "runner_pod_prefix",
     "token_secret_name",
     "without_drawn_names",
+    "without_runner_pod_names",
 ]
 
 # -- finalizers -----------------------------------------------------------------------------------
@@ -267,6 +268,12 @@ def without_drawn_names(prefix: str, suffix: str) -> Callable[[str], str]:
     same every time: one Event counting the attempts, one condition message, no status write."""
     pattern = re.compile(rf'"{re.escape(prefix)}{suffix}"')
     return lambda text: pattern.sub(f'"{prefix}*"', text)
+
+
+def without_runner_pod_names(pool: str) -> Callable[[str], str]:
+    """``without_drawn_names`` for pool ``pool``'s runner pods (``"p-x7k2q"`` as ``"p-*"``): the
+    one masking of a refused create and of a refused busy mark, which the cluster words alike."""
+    return without_drawn_names(runner_pod_prefix(pool), GENERATED_NAME_SUFFIX)
 
 
 def disruption_budget_name(pool: str) -> str:

@@ -58,8 +58,7 @@ _POD_INVALID = frozenset({400, 422})
 def refusal(err: ApiException, pool: str) -> str:
     """What the API server said of a refused runner pod, without the name it drew for it
     (``pods "p-x7k2q" is forbidden: ...`` as ``"p-*"``: the name is generated before admission)."""
-    prefix = naming.runner_pod_prefix(pool)
-    return describe(err, redact=naming.without_drawn_names(prefix, naming.GENERATED_NAME_SUFFIX))
+    return describe(err, redact=naming.without_runner_pod_names(pool))
 
 
 class PodStep:

@@ -897,8 +897,7 @@ def _mark_refusal(pool: PoolRef, mark: lifecycle.BusyMark, err: ApiException) ->
     """A refused mark as the pool's Event tells it: the cluster's words and what it costs,
     without the pod's name (the log has it), so that one cause reads the same whichever pods
     meet it: told once while it lasts, not at each job's start."""
-    prefix = naming.runner_pod_prefix(pool.name)
-    cause = describe(err, redact=naming.without_drawn_names(prefix, naming.GENERATED_NAME_SUFFIX))
+    cause = describe(err, redact=naming.without_runner_pod_names(pool.name))
     if mark.busy:
         return (
             f"marking busy runner pods was refused: {cause}; "
