@@ -60,6 +60,7 @@ from runnerpool.settings import GitHubSettings, Settings
 from tests.pools import pool_manifest
 from testworld.fakegithub import FakeGitHub
 from testworld.fakegithub.scaleset import ScaleSetService, service
+from testworld.wait import poll_until
 
 ORG = "octo-org"
 PAT = "ghp_scaleset_listener"
@@ -136,7 +137,11 @@ class World:
         return ScaleSetSettings(self.pool, NAME, **given)
 
     def listener(
-        self, resume: ScaleSetView | None = None, holder: Holder = alone, **changes: Any
+        self,
+        resume: ScaleSetView | None = None,
+        holder: Holder = alone,
+        timing: Timing = TIMING,
+        **changes: Any,
     ) -> ScaleSetListener:
         settings = self.settings(**changes)
         made = ScaleSetListener(
@@ -145,7 +150,7 @@ class World:
             self.sink,
             OWNER,
             resume=resume,
-            timing=TIMING,
+            timing=timing,
             holder=holder,
         )
         self.listeners.append(made)
@@ -621,6 +626,23 @@ def test_an_unreachable_service_is_shown_and_retried(world: World) -> None:
     down = world.wait(lambda v: v.problem is not None)
     assert down.problem is not None and down.problem[0] == Reason.SCALE_SET_UNREACHABLE
     world.listening()
+
+
+def test_a_session_that_fails_at_once_each_time_is_reopened_after_a_growing_wait(world: World) -> None:
+    """A poll answering 404 ends the session, and the first reopening is at once. Each new session
+    failing the same way used to count as the first failure again, so the listener reopened
+    sessions in a loop as fast as GitHub answered (five requests a round, about 0.2 s here). The
+    waits come from the second failure on: two of a second before the third and fourth poll."""
+    world.fake.fail_next(3, 404, method="GET", path="/messages")
+    began = time.monotonic()
+    world.listener(timing=Timing(backoff_min=1.0, backoff_max=1.0, conflict_wait=60, jitter=0))
+
+    def polls() -> int:
+        return sum(method == "GET" and "/messages" in url for method, url in world.calls)
+
+    assert poll_until(lambda: polls() > 3, timeout=10, interval=0.005)
+    assert time.monotonic() - began >= 2.0
+    assert world.listening().problem is None
 
 
 # -- the clients ------------------------------------------------------------------------------

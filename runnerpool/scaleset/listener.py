@@ -303,7 +303,10 @@ class ScaleSetListener:
         self._view = resume or ScaleSetView()
         self._stopping = threading.Event()
         self._open: _Open | None = None
-        #: Set once a session is open, cleared by the next failure (whose backoff starts anew).
+        #: Set once a session has answered a poll (a message handled and acknowledged, or none
+        #: to give), cleared by the next failure, whose backoff then starts anew. Not at the
+        #: open: a session that fails at once each time (its poll or an acknowledgement 404, so
+        #: reopened without a wait) would start anew at every open and ask GitHub in a loop.
         self._listening = False
         #: The labels this listener last asked GitHub for (create or update) and those GitHub's
         #: answer kept: when it dropped some (a GHES without custom labels), the same answer
@@ -573,8 +576,10 @@ class ScaleSetListener:
                         raise _HeldByAnotherPool(holder)
                 message = await self._poll(session, last_message_id)
                 if message is None:
+                    self._listening = True
                     continue
                 if await self._call(self._handle, session, message, last_message_id):
+                    self._listening = True
                     failures = 0
                     last_message_id = max(last_message_id, message.message_id)
                     continue
@@ -613,7 +618,6 @@ class ScaleSetListener:
             )
         if view != self.view:
             self._publish(view)
-        self._listening = True
         log.info("scale set %r: listening as %r", self.settings.name, self._owner)
 
     def _handle(self, session: MessageSession, message: Message, last_message_id: int) -> bool:
