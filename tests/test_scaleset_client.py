@@ -329,6 +329,28 @@ def test_an_unknown_runner_group_is_named(world: World) -> None:
             world.client.runner_group("gpu-runners")
 
 
+@pytest.mark.parametrize("empty", [{"count": 0, "value": None}, {"count": 0}], ids=["null", "absent"])
+def test_an_empty_listing_with_a_null_or_absent_value_is_empty_as_the_go_client_reads_it(
+    world: World, empty: dict[str, Any]
+) -> None:
+    """A scale set not made yet is made, and an unknown group named, not a malformed answer."""
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.get(SCALE_SETS, json=empty)
+        rsps.get(SERVICE + "_apis/runtime/runnergroups/", json=empty)
+        assert world.client.scale_set(1, "k8s-linux") is None
+        with pytest.raises(RunnerGroupNotFound, match="'gpu-runners'"):
+            world.client.runner_group("gpu-runners")
+
+
+def test_a_listing_without_a_value_list_that_is_not_empty_is_malformed(world: World) -> None:
+    with Mock() as rsps:
+        registration(rsps)
+        rsps.get(SCALE_SETS, json={"count": 1, "value": None})
+        with pytest.raises(MalformedResponse, match="no value list"):
+            world.client.scale_set(1, "k8s-linux")
+
+
 def test_jit_config_and_the_runner_exceptions(world: World) -> None:
     jit = {
         "runner": {"id": 41, "name": "pool-abc", "runnerScaleSetId": 7},

@@ -44,8 +44,12 @@ def parse(model: type[M], data: Any, what: str) -> M:
 
 
 def _listed(model: type[M], data: Any, what: str) -> list[M]:
-    """``{"count": n, "value": [...]}``, the service's list envelope."""
+    """``{"count": n, "value": [...]}``, the service's list envelope. ``count: 0`` with a null
+    or absent ``value`` is an empty list, as GitHub's Go client reads it (it looks at ``count``
+    first): refused as malformed, a pool whose scale set is still to be made never got one."""
     value = data.get("value") if isinstance(data, dict) else None
+    if value is None and isinstance(data, dict) and data.get("count") == 0:
+        return []
     if not isinstance(value, list):
         raise malformed(what, "no value list in the answer")
     return [parse(model, item, what) for item in value]
