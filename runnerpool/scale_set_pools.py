@@ -118,6 +118,10 @@ class ScaleSetPoolReads(Protocol):
         (``spec.scale_set``), and not parsed again per call."""
         ...
 
+    def namespace_terminating(self, namespace: str) -> bool:
+        """Whether the namespace is being deleted: its pools are finalized as deleted ones."""
+        ...
+
 
 def scale_set_labels(pool: api.RunnerPool) -> tuple[str, ...]:
     """The scale set's extra labels (its name is always the first): the pool's own runner
@@ -185,7 +189,10 @@ def listened_pools(
                 max_runners=scaling.max_replicas,
                 runner_group=pool.spec.runner_group,
                 labels=scale_set_labels(pool),
-                deleting=pool.deleting,
+                # As the reconciler finalizes it: a pool of a namespace being deleted is drained
+                # and its scale set deleted before the namespace's sweep marks the pool itself.
+                # Listened to meanwhile, its listener made the scale set again, for good.
+                deleting=pool.deleting or reads.namespace_terminating(pool.namespace),
             )
             yield (pool.namespace, pool.name), settings
 

@@ -712,6 +712,8 @@ class PoolReads:
 
     def __init__(self, **spec: Any) -> None:
         self.parsed: dict[PoolKey, ParsedPool] = {}
+        #: The namespaces being deleted.
+        self.terminating: set[str] = set()
         self.add(NS, POOL, **spec)
 
     def add(
@@ -746,6 +748,9 @@ class PoolReads:
     def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
         parsed = self.pool(namespace, name)
         return None if parsed is None else parsed.raw
+
+    def namespace_terminating(self, namespace: str) -> bool:
+        return namespace in self.terminating
 
 
 def claims_pools(world: World, reads: PoolReads) -> Callable[[], Iterable[tuple[PoolKey, ScaleSetSettings]]]:
@@ -959,6 +964,26 @@ def test_deleting_a_pool_stops_its_listener_first_so_none_makes_the_scale_set_ag
     pools[key] = world.settings(deleting=True)
     listeners.sync()
     time.sleep(0.3)  # a listener would have made it again by now
+    assert listeners.listening() == {} and world.service.scale_set(NAME) is None
+    assert listeners.stop(10)
+
+
+def test_a_pool_whose_namespace_is_being_deleted_is_not_listened_to_again_once_its_scale_set_went(
+    world: World,
+) -> None:
+    """The reconciler finalizes a pool as soon as its namespace is Terminating, before the
+    namespace's sweep marks the pool deleted. Its scale set was deleted, and the next sync,
+    seeing a pool not being deleted, started a listener that made the scale set again: left on
+    GitHub once the namespace was gone."""
+    reads = PoolReads()
+    listeners = ScaleSetListeners(
+        claims_pools(world, reads), listener_factory(world.clients, world.sink, OWNER, TIMING), interval=60
+    )
+    listeners.sync()
+    world.listening()
+    reads.terminating.add(NS)
+    pool_scale_sets(world, listeners, reads).delete(world.pool, None)
+    listeners.sync()
     assert listeners.listening() == {} and world.service.scale_set(NAME) is None
     assert listeners.stop(10)
 
