@@ -434,6 +434,36 @@ def test_a_runner_a_paged_listing_missed_is_looked_up_by_name_before_its_pod_goe
         assert pods.deleted == ["build-aaaaa"] and 3 not in endpoint.runners
 
 
+def test_a_runner_that_registered_as_its_pod_went_is_looked_up_by_name_when_the_last_listing_misses_it(
+    github: responses.RequestsMock,
+) -> None:
+    """The pool is deleted while a pod registers its runner: the pod goes as one whose runner
+    does not run, and its runner registers as it goes. The listing that confirms "nothing left"
+    missed it (pages shift in a busy scope), and the finalizer let go with the runner still
+    registered on GitHub. Now the pods that went before their runner was listed are looked up."""
+    clock, cache = Clock(), Cache()
+    managers, pods = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org", page_size=2)
+    for runner_id in (1, 2, 4):
+        endpoint.add(runner_id, f"other-{runner_id}{runner_id}{runner_id}", [f"{NS}/other"])
+    build = cache.add("build", org="octo-org")
+    registering = {"metadata": {"name": "build-aaaaa", "uid": "uid-build-aaaaa", "resourceVersion": "5"}}
+    cache.pods[(NS, "build")] = [{**registering, "status": {"phase": "Pending"}}]
+
+    assert managers.drain(build).pods_deleted == 1 and pods.deleted == ["build-aaaaa"]
+    endpoint.add(3, "build-aaaaa", [f"{NS}/build"])  # registered as its pod went
+    _shifting(endpoint)
+    clock.now += timedelta(seconds=1)
+    waited = managers.drain(build)  # the pods are gone: a listing that started after that
+    assert waited.listing_wait is not None
+    clock.now += timedelta(seconds=waited.listing_wait)
+
+    assert managers.drain(build) == Drain(busy=0, deregistered=1)
+    listed = managers.listing.latest(ListingKey.of(build))
+    assert listed is not None and 3 not in {runner.id for runner in listed.runners}, "the listing missed it"
+    assert endpoint.looked_up == [("build-aaaaa", 200)] and 3 not in endpoint.runners
+
+
 @pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
 def test_a_runner_of_the_pods_name_with_another_pools_label_is_never_deregistered_and_busy_keeps_the_pod(
     github: responses.RequestsMock, busy: bool

@@ -169,6 +169,20 @@ class _Drained:
     abandoned: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class _DrainMemo:
+    """What a deleted pool's drain remembers between its passes (see ``RunnerManagers.drain``)."""
+
+    #: The earliest start the next listing may have.
+    since: datetime
+    #: Whether the pool's pods were seen gone by then.
+    gone_seen: bool = False
+    #: Pods deleted before any listing showed their runner (one still registering, say): a
+    #: runner that registered as its pod went is looked up by name once the pods are gone,
+    #: since one listing of a busy scope can miss it (pages shift as runners come and go).
+    unlisted: frozenset[str] = frozenset()
+
+
 class RunnerManagers:
     """All scopes' runner managers, on one scheduler."""
 
@@ -215,9 +229,8 @@ class RunnerManagers:
         self._counts: dict[str, api.RunnerCounts] = {}
         self._marks_refused: dict[str, str] = {}
         self._credentials: dict[ListingKey, str] = {}
-        # Per pool being drained: the earliest start its next listing may have, and whether
-        # its pods were seen gone by then (see ``drain``).
-        self._drained: dict[str, tuple[datetime, bool]] = {}
+        # Per pool being drained (see ``drain``).
+        self._drained: dict[str, _DrainMemo] = {}
         # Shared by a scope's rounds and its deleted pools' drains, and kept after the scope's
         # last pool went (its finalizer drains after that): see runnerpool.github.budget.
         self._backoff = ScopeBackoff(interval, lambda: self._clock().timestamp())
@@ -320,18 +333,17 @@ class RunnerManagers:
             snapshot = self.listing.recent(key, pool.scope, github, since=since, gap=self._kick_gap)
             if not isinstance(snapshot, Snapshot):
                 return Drain(busy=0, deregistered=0, pods_left=len(pods), listing_wait=snapshot, stuck=stuck)
-            done = self._deregister_drained(pool, github, snapshot, pods, confirm=not waited)
+            unlisted = self._unlisted(pool) if not waited else ()
+            done = self._deregister_drained(
+                pool, github, snapshot, pods, confirm=not waited, unlisted=unlisted
+            )
         except GitHubError as err:
             wait = self._backoff.failed(key, err)
             log.info("deregistration in %s paused for %.0fs: %s", key, wait, err.reason)
             raise self._backoff.refusal(key) or err from err  # with the scope's wait
         self._backoff.succeeded(key)
         left = len(pods) - done.abandoned
-        with self._lock:
-            if done.busy or left:  # the next pass needs a listing that started after this one's
-                self._drained[pool.key] = (snapshot.started_at + _LATER, not waited)
-            else:
-                self._drained.pop(pool.key, None)
+        self._remember(pool, done, snapshot.started_at, gone=not waited, left=left)
         if done.busy:
             return Drain(busy=done.busy, deregistered=done.deregistered, pods_left=left, stuck=stuck)
         deleted = self._delete_pods(pool, done.deletions)
@@ -345,6 +357,7 @@ class RunnerManagers:
         pods: list[lifecycle.PodView],
         *,
         confirm: bool,
+        unlisted: Iterable[str] = (),
     ) -> _Drained:
         """Deregister the pool's idle runners ``snapshot`` shows; once none is busy, look up the
         runners of the running pods it showed none for (``_looked_up``), deregister those too,
@@ -353,7 +366,8 @@ class RunnerManagers:
         ``confirm``: only pods given up on are left (``lifecycle.given_up``: stuck Terminating,
         their node lost); those GitHub has no runner of, neither listed nor looked up by name,
         are no longer waited for (``_Drained.abandoned``). One listed is deregistered now and
-        confirmed by the next pass."""
+        confirmed by the next pass. ``unlisted``: pods gone before their runner was listed
+        (``_DrainMemo``), looked up by name too when this listing does not show them."""
         delete_runner = deleter(self._removal, pool, github)
         runners = self._drained_runners(pool, snapshot, (view.name for view in pods))
         busy, deregistered = self._deregister_marking(pool, delete_runner, pods, runners)
@@ -363,7 +377,8 @@ class RunnerManagers:
         decisions = [lifecycle.drained(view, listed.get(view.name), snapshot.started_at) for view in pods]
         doubtful = [d.pod.name for d in decisions if d.action is lifecycle.Action.LOOK_UP_AND_DELETE]
         confirming = [view.name for view in pods if view.name not in listed] if confirm else []
-        found = self._looked_up(pool, github, snapshot, doubtful + confirming)
+        late = [name for name in unlisted if name not in listed]
+        found = self._looked_up(pool, github, snapshot, doubtful + confirming + late)
         busy, more = self._deregister_marking(pool, delete_runner, pods, found.values())
         if busy:
             return _Drained(busy, deregistered + more)
@@ -498,11 +513,28 @@ class RunnerManagers:
         """Since when the pool's listing must have started; see ``drain``."""
         now = self._clock()
         with self._lock:
-            since, gone_seen = self._drained.get(pool.key, (now - timedelta(seconds=self._kick_gap), False))
-            if gone and not gone_seen:
-                since = max(since, now)
-                self._drained[pool.key] = (since, True)
-            return since
+            memo = self._drained.get(pool.key, _DrainMemo(now - timedelta(seconds=self._kick_gap)))
+            if gone and not memo.gone_seen:
+                memo = dataclasses.replace(memo, since=max(memo.since, now), gone_seen=True)
+                self._drained[pool.key] = memo
+            return memo.since
+
+    def _remember(self, pool: PoolRef, done: _Drained, listed_at: datetime, *, gone: bool, left: int) -> None:
+        """After a drain pass: the pool's ``_DrainMemo`` for the next, or none once it is done."""
+        with self._lock:
+            if not (done.busy or left):
+                self._drained.pop(pool.key, None)
+                return
+            # The next pass needs a listing that started after this one's.
+            went = (decision.pod.name for decision in done.deletions if decision.runner is None)
+            unlisted = self._drained.get(pool.key, _DrainMemo(listed_at)).unlisted.union(went)
+            self._drained[pool.key] = _DrainMemo(listed_at + _LATER, gone, unlisted)
+
+    def _unlisted(self, pool: PoolRef) -> tuple[str, ...]:
+        """The pods the drain deleted before a listing showed their runner (``_DrainMemo``)."""
+        with self._lock:
+            memo = self._drained.get(pool.key)
+        return tuple(sorted(memo.unlisted)) if memo is not None else ()
 
     def delete_leftover(self, github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
         """A JIT fill's leftover runner (``runnerpool.runners.leftovers``), deleted the pool's way."""
