@@ -187,6 +187,34 @@ def test_a_runner_that_registered_late_is_found_before_the_finalizer_lets_go(
     assert len(endpoint.listed) == 2
 
 
+def test_a_drain_that_ended_without_its_last_pass_leaves_nothing_to_a_later_pool_of_its_name(
+    github: responses.RequestsMock,
+) -> None:
+    """The first pool of the name was let go while its drain waited for a listing (its finalizer
+    taken off by hand, or its credential lost). Its memory said "pods seen gone long ago", so
+    the drain of a later pool of that name took a listing from before its pods went for the
+    confirming one, and let go with a runner that registered late still on GitHub."""
+    clock, cache = Clock(), Cache()
+    managers, _ = _managers(clock, cache)
+    endpoint = RunnerEndpoint(github, "/orgs/octo-org")
+    other, build = cache.add("other", org="octo-org"), cache.add("build", org="octo-org")
+    cache.pods[(NS, "build")] = [{**_pod("build-aaaaa"), "status": {"phase": "Pending"}}]
+    assert managers.drain(build).pods_deleted == 1
+    clock.now += timedelta(seconds=0.5)
+    assert managers.drain(build).listing_wait is not None  # pods seen gone; then let go
+    clock.now += timedelta(hours=1)
+    managers.start(build)  # a pool of the same name, live
+
+    assert managers.drain(other) == Drain(busy=0, deregistered=0)  # lists the scope: empty
+    clock.now += timedelta(seconds=0.5)
+    endpoint.add(7, "build-bbbbb", [f"{NS}/build"])  # registered after that listing, pod gone since
+    waited = managers.drain(build)  # deleted in turn, its pods gone
+
+    assert waited.listing_wait is not None, "no listing from before its pods went confirms it"
+    clock.now += timedelta(seconds=waited.listing_wait)
+    assert managers.drain(build) == Drain(busy=0, deregistered=1) and endpoint.runners == {}
+
+
 def test_a_pod_deletion_the_cluster_refuses_holds_up_none_of_the_others(
     github: responses.RequestsMock,
 ) -> None:

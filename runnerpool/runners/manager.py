@@ -240,9 +240,13 @@ class RunnerManagers:
     # -- registry (driven by the reconciler) ----------------------------------------------------
 
     def start(self, pool: PoolRef) -> None:
-        """Manage ``pool``'s runners; a new scope gets its first run now."""
+        """Manage ``pool``'s runners; a new scope gets its first run now. A live pool is not
+        being drained: what an earlier drain under its name remembered goes (one that ended
+        without its last pass, by a lost credential or a finalizer taken off by hand, would
+        let a later deletion of a pool of that name skip the listing that finds late runners)."""
         key = ListingKey.of(pool)
         with self._lock:
+            self._drained.pop(pool.key, None)
             if self._refs.get(pool.key) == pool:
                 return
             old = self._refs.get(pool.key)
