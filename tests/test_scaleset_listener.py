@@ -511,6 +511,31 @@ def test_a_session_another_owner_holds_is_shown_and_taken_over_once_freed(world:
     assert world.fake.wait_for(lambda: world.service.sessions(created.id) == [OWNER])
 
 
+def test_rounds_waiting_for_a_held_session_leave_no_backoff_to_the_next_failure(world: World) -> None:
+    """Each round that found the session held counted as a failure, and since 879ea07 an open
+    session no longer starts the count anew: after five such rounds, the new session's first
+    poll answering 404 was followed by a wait of 2**5 backoffs (32 s here) before the next."""
+    group = world.client.runner_group("default")
+    created = world.client.create_scale_set(desired_scale_set(world.settings(), group.id, group.name))
+    other = MessageSession.open(world.client, created.id, "another-replica", conflict_retries=0)
+    world.listener(timing=Timing(backoff_min=1.0, backoff_max=60, conflict_wait=0.05, jitter=0))
+
+    def asked(method: str, part: str) -> int:
+        return sum(called == method and part in url for called, url in world.calls)
+
+    assert poll_until(lambda: asked("POST", "/sessions") >= 5, timeout=10, interval=0.01)
+    world.fake.fail_next(1, 404, method="GET", path="/messages")
+    other.close()
+    assert poll_until(lambda: asked("GET", "/messages") >= 2, timeout=10, interval=0.01)
+    assert world.listening().problem is None
+
+
+def test_a_backoff_after_any_number_of_failures_is_the_longest() -> None:
+    """A scale set held by another pool for a day is thousands of rounds: 2.0 ** 1025 overflowed,
+    and the listener's task died with an OverflowError."""
+    assert Timing(jitter=0).backoff(5000) == Timing().backoff_max
+
+
 def test_expired_queue_tokens_are_renewed_without_a_problem(world: World) -> None:
     world.listener()
     scale_set_id = world.listening().scale_set_id

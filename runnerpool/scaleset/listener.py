@@ -201,7 +201,7 @@ class Timing:
 
     def backoff(self, failures: int) -> float:
         """The wait after ``failures`` failures in a row (1, 2, 4, ... capped, less jitter)."""
-        wait = min(self.backoff_max, self.backoff_min * 2 ** max(0, failures - 1))
+        wait = min(self.backoff_max, self.backoff_min * 2.0 ** min(max(0, failures - 1), 64))
         return float(wait * (1.0 - self.jitter * random.random()))
 
 
@@ -381,7 +381,9 @@ class ScaleSetListener:
                 if self._listening:  # it worked until now: a new run of failures starts
                     failures = 0
                 self._listening = False
-                failures += 1
+                # A scale set or session held by another is no failure of ours: waited for
+                # (``_held``), it leaves no backoff to the first failure after it.
+                failures = 0 if isinstance(exc, (_HeldByAnotherPool, SessionConflict)) else failures + 1
                 wait = await self._call(self._failed, exc, failures)
             else:
                 failures = 0
