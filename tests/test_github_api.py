@@ -568,6 +568,20 @@ def test_a_spent_bucket_stops_its_own_calls_only(mock: Any, spent: str) -> None:
     assert len(mock.calls) == 2, "the spent bucket's second call was not sent"
 
 
+def test_a_registration_call_limited_by_an_answer_naming_no_bucket_waits_too(mock: Any) -> None:
+    """An older GitHub Enterprise Server names no bucket: its answer is core's, and the token
+    job's retries, pulled in before the token expires, went on being sent through the wait."""
+    github = client()
+    limited = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOW) + 3000)}
+    token_url = api("/orgs/octo-org/actions/runners/registration-token")
+    mock.post(token_url, json=basic_error("API rate limit exceeded", 403), status=403, headers=limited)
+    for _ in range(2):
+        with pytest.raises(RateLimited) as info:
+            github.registration_token(ORG)
+    assert info.value.held_back and info.value.retry_after == pytest.approx(3000)
+    assert len(mock.calls) == 1, "the second call was not sent"
+
+
 def test_a_limit_met_by_a_call_sent_after_another_is_answered_resets_the_doubling(mock: Any) -> None:
     now = [NOW]
     github = PyGithubClient.from_auth(Auth.Token(PAT), API, FAST, clock=lambda: now[0])

@@ -704,7 +704,7 @@ class PyGithubClient:
         try:
             answer = self._bounded(what, fn)
         except RateLimited as err:
-            raise self._rate_gate.limited(err, sent_at) from None
+            raise self._rate_gate.limited(err, sent_at, bucket) from None
         except GitHubError as err:
             if err.status is not None:  # GitHub answered (a 404, a 422), and not with a limit
                 self._rate_gate.answered()

@@ -18,7 +18,10 @@ caller already backs off by it).
   (``x-ratelimit-resource``): registration tokens and JIT configs come out of
   ``actions_runner_registration``, everything else out of ``core``, so a spent registration
   bucket must not stop the deregistration of a deleted pool's runners, nor a spent core budget
-  the tokens GitHub would still give. A secondary limit is the credential's: every call waits.
+  the tokens GitHub would still give. An answer that names no bucket is core's (older GitHub
+  Enterprise Servers, which keep no registration bucket either), so a registration call so
+  answered closes its own bucket too: else its retries went on being sent through the wait.
+  A secondary limit is the credential's: every call waits.
 * **How long.** GitHub's time when it names one. A secondary limit without one waits
   ``SECONDARY_RATE_LIMIT_WAIT`` (a minute), doubling with each such limit in a row up to
   ``MAX_SECONDARY_WAIT``. Only a limit met by a call sent after the last one closed the gate
@@ -82,10 +85,11 @@ class RateLimitGate:
         with self._lock:
             return self._closes
 
-    def limited(self, err: RateLimited, sent_at: int) -> RateLimited:
-        """Close on ``err`` (a call sent when ``closes()`` said ``sent_at``); returns it with
-        the wait set: GitHub's, or for an untimed secondary limit the doubling one."""
-        gate = _EVERY_BUCKET if err.bucket is None else err.bucket
+    def limited(self, err: RateLimited, sent_at: int, called: str | None = None) -> RateLimited:
+        """Close on ``err`` (a call of bucket ``called`` sent when ``closes()`` said ``sent_at``);
+        returns it with the wait set: GitHub's, or for an untimed secondary limit the doubling
+        one."""
+        gates = {_EVERY_BUCKET} if err.bucket is None else {err.bucket, called or err.bucket}
         with self._lock:
             if err.retry_after is not None:
                 wait = err.retry_after
@@ -95,8 +99,9 @@ class RateLimitGate:
                 doublings = max(self._untimed - 1, 0)
                 wait = min(SECONDARY_RATE_LIMIT_WAIT * 2.0 ** min(doublings, 32), MAX_SECONDARY_WAIT)
             until = self._clock() + wait
-            if until > self._until.get(gate, 0.0):
-                self._until[gate], self._last[gate] = until, err
+            for gate in gates:
+                if until > self._until.get(gate, 0.0):
+                    self._until[gate], self._last[gate] = until, err
             self._closes += 1
         return RateLimited(
             err.message, reason=err.reason, retry_after=wait, status=err.status, bucket=err.bucket
