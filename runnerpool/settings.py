@@ -72,6 +72,21 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: The longest ``--token-refresh-margin``: a token lasts an hour, and with a margin near it a
+#: fresh token is due again at once, so each pool fetched one every minute (its shortest gap).
+MAX_TOKEN_REFRESH_MARGIN = 50.0
+
+
+def token_refresh_margin(text: str) -> float:
+    value = positive_float(text)
+    if value > MAX_TOKEN_REFRESH_MARGIN:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_TOKEN_REFRESH_MARGIN:g} minutes (a registration token lasts 60: "
+            f"a longer margin refreshes it every minute), got {text}"
+        )
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -186,8 +201,8 @@ class TokenSettings:
     refresh_margin_minutes: float = setting(
         30.0,
         "--token-refresh-margin",
-        "refresh a registration token this long before it expires",
-        parse=positive_float,
+        "refresh a registration token this long before it expires (at most 50 of its 60 minutes)",
+        parse=token_refresh_margin,
         metavar="MINUTES",
     )
     threads: int = setting(

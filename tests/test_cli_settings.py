@@ -78,6 +78,7 @@ def test_flags_reach_their_groups() -> None:
         (["--workers=0"], "must be greater than 0"),
         (["--metrics-port=70000"], "must be a port number"),
         (["--log-format=xml"], "invalid choice"),
+        (["--token-refresh-margin=60"], "must be at most 50 minutes"),
     ],
 )
 def test_bad_flags_say_what_to_fix(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
