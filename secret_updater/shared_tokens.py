@@ -6,15 +6,27 @@ fresh enough asks GitHub, the others take the same one.  A new pool in a scope t
 already has a token gets it at once, without a request, and a scope costs two token
 requests an hour however many pools it has.  The credential is part of the key, so
 a pool never receives a token obtained with another namespace's credentials.
+
+GitHub's failure is shared too, for ``FAILURE_SHARED``: the pools of a scope are due
+together (they share one token's expiry), and while GitHub answered 502 or refused a revoked
+PAT each of them asked in turn, a hundred requests in a burst for one answer, and as many at
+every step of their backoff. Each pool still backs off on it as on its own try.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Hashable
 from datetime import datetime, timedelta
 
+from runnerpool.github.errors import GitHubError
 from runnerpool.github.types import RegistrationToken
+
+#: How long GitHub's failure to give a scope's token answers for the other pools of the scope:
+#: the pools that waited for the request, and those due with them, which follow within
+#: milliseconds; shorter than the shortest backoff (2.5 s), so a retry always asks GitHub.
+FAILURE_SHARED = timedelta(seconds=2)
 
 
 class SharedTokens:
@@ -24,6 +36,7 @@ class SharedTokens:
         self._lock = threading.Lock()
         self._tokens: dict[Hashable, RegistrationToken] = {}
         self._fetching: dict[Hashable, threading.Lock] = {}
+        self._failed: dict[Hashable, tuple[GitHubError, datetime]] = {}
 
     def get(self, key: Hashable, fetch: Callable[[], RegistrationToken]) -> RegistrationToken:
         """A token with more than the refresh margin left; ``fetch`` runs once per key at a time."""
@@ -33,11 +46,30 @@ class SharedTokens:
             cached = self._fresh(key)
             if cached is not None:
                 return cached
-            token = fetch()
+            self._raise_failed(key)
+            try:
+                token = fetch()
+            except GitHubError as err:
+                now = self._clock()
+                with self._lock:
+                    self._failed = {k: failed for k, failed in self._failed.items() if failed[1] > now}
+                    self._failed[key] = (err, now + FAILURE_SHARED)
+                raise
             with self._lock:
+                self._failed.pop(key, None)
                 self._tokens[key] = token
                 self._drop_expired()
             return token
+
+    def _raise_failed(self, key: Hashable) -> None:
+        """GitHub's answer to the key's last request, again, while it is shared."""
+        with self._lock:
+            failed = self._failed.get(key)
+            if failed is not None and failed[1] <= self._clock():
+                del self._failed[key]
+                failed = None
+        if failed is not None:
+            raise copy.copy(failed[0])  # a copy: one raised object per thread's traceback
 
     def _fresh(self, key: Hashable) -> RegistrationToken | None:
         with self._lock:

@@ -549,6 +549,7 @@ def test_stop_removes_metric_series(harness: Harness) -> None:
     harness.updater.start(POOL)
     harness.github.tokens += [NotFound("HTTP 404"), token(TOKEN_1)]
     harness.run()
+    harness.clock.advance(timedelta(minutes=5))  # its retry, after the backoff
     harness.run()
     labels = {"namespace": "team-a", "pool": "build"}
     assert sample("runnerpool_token_fills_total", **labels) == 1
@@ -709,6 +710,28 @@ def test_pools_of_one_scope_share_one_token_request(harness: Harness) -> None:
         ("team-a", "runner-token-deploy"): TOKEN_1,
         ("team-b", "runner-token-build"): TOKEN_2,
     }
+
+
+def test_pools_of_one_scope_due_together_share_githubs_failure_too(harness: Harness) -> None:
+    """GitHub answers 502 (or refuses a revoked PAT) when a scope's pools are due together: one
+    request answers for all of them. Before, each pool asked in turn, a hundred requests for one
+    answer; each still backs off, and after its backoff the scope asks again, once."""
+    pools = [replace(POOL, name=f"build-{index}") for index in range(5)]
+    for pool in pools:
+        harness.updater.start(pool)
+    harness.github.tokens += [Unavailable("GitHub 502"), token(TOKEN_1)]
+
+    for pool in pools:
+        harness.run(pool)
+    assert len(harness.github.token_requests) == 1, "one request for the scope's pools due together"
+    assert all(harness.next_run(pool) > harness.clock.now for pool in pools), "each backs off"
+
+    harness.clock.advance(timedelta(minutes=5))
+    for pool in pools:
+        harness.run(pool)
+    assert len(harness.github.token_requests) == 2
+    assert {body["stringData"][TOKEN_SECRET_KEY] for _, _, body in harness.patches} == {TOKEN_1}
+    assert len(harness.patches) == 5
 
 
 # -- a Secret that lost its token -------------------------------------------------------------------
