@@ -198,7 +198,7 @@ def test_a_drain_that_ended_without_its_last_pass_leaves_nothing_to_a_later_pool
     managers, _ = _managers(clock, cache)
     endpoint = RunnerEndpoint(github, "/orgs/octo-org")
     other, build = cache.add("other", org="octo-org"), cache.add("build", org="octo-org")
-    cache.pods[(NS, "build")] = [{**_pod("build-aaaaa"), "status": {"phase": "Pending"}}]
+    cache.pods[(NS, "build")] = [{**_pod("build-aaaaa"), "spec": {"nodeName": "node-1"}}]
     assert managers.drain(build).pods_deleted == 1
     clock.now += timedelta(seconds=0.5)
     assert managers.drain(build).listing_wait is not None  # pods seen gone; then let go
@@ -475,10 +475,11 @@ def test_a_runner_that_registered_as_its_pod_went_is_looked_up_by_name_when_the_
     for runner_id in (1, 2, 4):
         endpoint.add(runner_id, f"other-{runner_id}{runner_id}{runner_id}", [f"{NS}/other"])
     build = cache.add("build", org="octo-org")
-    registering = {"metadata": {"name": "build-aaaaa", "uid": "uid-build-aaaaa", "resourceVersion": "5"}}
-    cache.pods[(NS, "build")] = [{**registering, "status": {"phase": "Pending"}}]
+    registering = {**_pod("build-aaaaa"), "spec": {"nodeName": "node-1"}, "status": {"phase": "Pending"}}
+    unscheduled = {**_pod("build-bbbbb"), "status": {"phase": "Pending"}}  # never ran: not asked for
+    cache.pods[(NS, "build")] = [registering, unscheduled]
 
-    assert managers.drain(build).pods_deleted == 1 and pods.deleted == ["build-aaaaa"]
+    assert managers.drain(build).pods_deleted == 2 and pods.deleted == ["build-aaaaa", "build-bbbbb"]
     endpoint.add(3, "build-aaaaa", [f"{NS}/build"])  # registered as its pod went
     _shifting(endpoint)
     clock.now += timedelta(seconds=1)

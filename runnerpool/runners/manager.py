@@ -177,9 +177,9 @@ class _DrainMemo:
     since: datetime
     #: Whether the pool's pods were seen gone by then.
     gone_seen: bool = False
-    #: Pods deleted before any listing showed their runner (one still registering, say): a
-    #: runner that registered as its pod went is looked up by name once the pods are gone,
-    #: since one listing of a busy scope can miss it (pages shift as runners come and go).
+    #: Scheduled pods deleted before any listing showed their runner (one still registering,
+    #: say): a runner that registered as its pod went is looked up by name once the pods are
+    #: gone, since one listing of a busy scope can miss it (pages shift as runners come and go).
     unlisted: frozenset[str] = frozenset()
 
 
@@ -381,7 +381,8 @@ class RunnerManagers:
         decisions = [lifecycle.drained(view, listed.get(view.name), snapshot.started_at) for view in pods]
         doubtful = [d.pod.name for d in decisions if d.action is lifecycle.Action.LOOK_UP_AND_DELETE]
         confirming = [view.name for view in pods if view.name not in listed] if confirm else []
-        late = [name for name in unlisted if name not in listed]
+        asked = {*doubtful, *confirming}
+        late = [name for name in unlisted if name not in listed and name not in asked]
         found = self._looked_up(pool, github, snapshot, doubtful + confirming + late)
         busy, more = self._deregister_marking(pool, delete_runner, pods, found.values())
         if busy:
@@ -530,7 +531,9 @@ class RunnerManagers:
                 self._drained.pop(pool.key, None)
                 return
             # The next pass needs a listing that started after this one's.
-            went = (decision.pod.name for decision in done.deletions if decision.runner is None)
+            # Only a scheduled pod can have registered a runner: one never scheduled (a pool
+            # deleted while its pods waited for room) would cost a request each for nothing.
+            went = (d.pod.name for d in done.deletions if d.runner is None and d.pod.node)
             unlisted = self._drained.get(pool.key, _DrainMemo(listed_at)).unlisted.union(went)
             self._drained[pool.key] = _DrainMemo(listed_at + _LATER, gone, unlisted)
 
