@@ -331,12 +331,15 @@ class SecretUpdater:
     def _fill(self, state: _PoolState, ref: PoolRef, generation: int) -> _Outcome | None:
         client = self._clients.get(ref.namespace, ref.credential_secret_name, ref.api_url, ref.connection)
         # The credentials' version too: a replaced job does not wait for (or take the token of)
-        # its stale predecessor's request made with the Secret's previous content.
+        # its stale predecessor's request made with the Secret's previous content. And the
+        # connection: a pool whose CA bundle or proxy fails must not hand its failure (shared
+        # by ``SharedTokens``) to a pool of the same credential that reaches GitHub its own way.
         shared_key = (
             ref.namespace,
             ref.credential_secret_name,
             ref.credentials_version,
             ref.api_url,
+            ref.connection,
             ref.scope.key,
         )
         token = self._shared.get(shared_key, lambda: client.registration_token(ref.scope))

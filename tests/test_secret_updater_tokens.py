@@ -23,7 +23,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from kubernetes.client.rest import ApiException
 from prometheus_client import REGISTRY
 
-from runnerpool.domain import PoolRef, RegistrationFailure, Scope
+from runnerpool.domain import Connection, PoolRef, ProxyRef, RegistrationFailure, Scope
 from runnerpool.github.credentials import ClientCache, client_from_secret_data
 from runnerpool.github.errors import BadCredentials, NotFound, NotSent, RateLimited, Unavailable
 from runnerpool.github.fake import FakeGitHubClient
@@ -732,6 +732,23 @@ def test_pools_of_one_scope_due_together_share_githubs_failure_too(harness: Harn
     assert len(harness.github.token_requests) == 2
     assert {body["stringData"][TOKEN_SECRET_KEY] for _, _, body in harness.patches} == {TOKEN_1}
     assert len(harness.patches) == 5
+
+
+def test_a_pool_reaching_github_its_own_way_is_not_handed_anothers_failure(harness: Harness) -> None:
+    """Same Secret and scope, but one pool goes through a proxy that fails: the other, due with
+    it, asks GitHub for itself and gets its token."""
+    proxied = replace(
+        POOL, name="proxied", connection=Connection(proxies=(ProxyRef("http", "http://proxy:3128"),))
+    )
+    for pool in (proxied, POOL):
+        harness.updater.start(pool)
+    harness.github.tokens += [NotSent("proxy refused the connection"), token(TOKEN_1)]
+
+    harness.run(proxied)
+    harness.run(POOL)
+
+    assert [body["stringData"][TOKEN_SECRET_KEY] for _, _, body in harness.patches] == [TOKEN_1]
+    assert harness.updater.failure("team-a", "build") is None
 
 
 # -- a Secret that lost its token -------------------------------------------------------------------
