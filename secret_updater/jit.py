@@ -12,7 +12,8 @@ busy (``remove_leftover``, i.e. ``runnerpool.runners.leftovers``; this module de
 runner itself), and the fill asks again. The same rule removes the runner of a fill whose pod
 or pool went while GitHub made it or while its config was written: nothing would run it, and a
 deleted pool's finalizer may have drained already. That removal is tried again with the same
-backoff until GitHub has no runner of that name (``_remove_unused``), for at most a day.
+backoff until GitHub has no runner of that name (``_remove_unused``), for at most a day; of
+that id, too, when GitHub's answer gave it: a new leader may have made its own by that name.
 
 One job per pod on the token jobs' scheduler, asked for any number of times, run once to
 success. Failures follow the token jobs' rules (``secret_updater.timing``: transient ones
@@ -33,7 +34,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.base import BaseScheduler
@@ -65,9 +66,17 @@ _NAME_IN_USE = 409
 #: removes an ephemeral runner (a JIT runner is one) that has not connected for a day.
 LEFTOVER_TRIES_FOR = timedelta(days=1)
 
-#: Removes the pool's runner of that name unless busy (``None``: none). Given by the assembly:
-#: ``runnerpool.runners.leftovers.delete_leftover_runner``, the runner managers' rule.
-RemoveLeftover = Callable[[GitHubClient, PoolRef, str], DeleteOutcome | None]
+
+class RemoveLeftover(Protocol):
+    """Removes the pool's runner of that name (with ``runner_id``, only if it is that one) unless
+    busy (``None``: none). Given by the assembly: ``runnerpool.runners.leftovers
+    .delete_leftover_runner``, the runner managers' rule."""
+
+    def __call__(
+        self, github: GitHubClient, pool: PoolRef, name: str, *, runner_id: int | None = None
+    ) -> DeleteOutcome | None: ...
+
+
 #: Makes a scale-set pool's runner and its JIT config through the scale set (the Actions
 #: service, no REST budget). Given by the assembly: ``runnerpool.scaleset``'s client.
 ScaleSetJit = Callable[[PoolRef, JitRequest], JitConfig]
@@ -115,6 +124,8 @@ class _Leftover:
     name: str
     since: datetime
     attempt: int = 0
+    #: The runner's id when the fill's answer said it: only that runner is deleted.
+    runner_id: int | None = None
 
     @property
     def job_id(self) -> str:
@@ -340,7 +351,9 @@ class JitSecretUpdater:
             # The pod or its pool went while GitHub made the runner: nobody will run it, and a
             # deleted pool's finalizer may have drained already, its runner manager stopped:
             # nothing else would ever delete it.
-            self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)
+            self._remove_unused(
+                _Leftover(ref, pod.request.name, self._clock(), runner_id=config.runner_id), client
+            )
             return
         # The pod stays asked for during the write: a second ask meanwhile is no second runner.
         gone = False
@@ -373,7 +386,9 @@ class JitSecretUpdater:
         if not kept and not handed_over:
             # Forgotten during the write, written or not: as above, and no retry will come. A
             # deleted pool's finalizer that stopped it meanwhile also drains (``stop`` said so).
-            self._remove_unused(_Leftover(ref, pod.request.name, self._clock()), client)
+            self._remove_unused(
+                _Leftover(ref, pod.request.name, self._clock(), runner_id=config.runner_id), client
+            )
             return
         if failed is not None:
             raise failed from None
@@ -459,7 +474,7 @@ class JitSecretUpdater:
         stopped leading since the fill began: the next leader fills the same pod under the same
         runner name (a 409 has it replace this one) and may already have made its own, which a
         removal by name here would delete. (A fill that succeeded knows it made the runner, and
-        ``_fill`` removes it by name as before: a busy runner is never removed either way.)"""
+        ``_fill`` removes it by its id: a busy runner is never removed either way.)"""
         with self._lock:
             handed_over = self._stops != stops
         if handed_over:
@@ -481,7 +496,7 @@ class JitSecretUpdater:
         worked for it when a deleted namespace took its Secrets (``teardown_client``)."""
         try:
             github = client if client is not None else teardown_client(self._clients, leftover.ref)
-            outcome = self._remove_leftover(github, leftover.ref, leftover.name)
+            outcome = self._remove_leftover(github, leftover.ref, leftover.name, runner_id=leftover.runner_id)
             if outcome is DeleteOutcome.BUSY:
                 raise _LeftoverBusyError(f"runner {leftover.name} runs a job; deleted once done", status=409)
         except Exception as err:  # anything: the runner must not be forgotten

@@ -484,6 +484,30 @@ def test_a_runner_made_as_the_operator_stops_leading_is_deleted_not_written(
     assert [r.name for r in jit.github.runners.get(SCOPE, [])] == []
 
 
+def test_a_runner_made_as_the_operator_stops_leading_is_deleted_but_not_the_next_leaders_of_its_name(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next leader filled the same pod meanwhile: its 409 replaced this runner with its own
+    of the same name. Deleted by name, that one went too, and the pod's config named a runner
+    GitHub no longer had."""
+    jit_updater, made = jit.updater.jit, jit.github.generate_jitconfig
+
+    def replaced_by_the_next_leader(scope: Scope, request: JitRequest) -> Any:
+        config = made(scope, request)
+        jit_updater.stop_all()
+        jit.github.runners[scope] = [r for r in jit.github.runners[scope] if r.id != config.runner_id]
+        made(scope, request)
+        return config
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", replaced_by_the_next_leader)
+    jit_updater.fill(POOL, "runner-jit-build-1", "uid-1", _request("build-abcde"))
+    _run(jit, "uid-1")
+
+    assert jit.patches == []
+    (kept,) = jit.github.runners[SCOPE]
+    assert kept.name == "build-abcde" and not any(runner_id == kept.id for _, runner_id in jit.github.deleted)
+
+
 def test_a_fill_that_failed_as_the_operator_stopped_leading_leaves_the_runner_to_the_next_leader(
     jit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

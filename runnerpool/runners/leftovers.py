@@ -25,10 +25,19 @@ log = logging.getLogger(__name__)
 
 
 def delete_leftover_runner(
-    github: GitHubClient, pool: PoolRef, name: str, *, removal: ServiceRemoval | None = None
+    github: GitHubClient,
+    pool: PoolRef,
+    name: str,
+    *,
+    runner_id: int | None = None,
+    removal: ServiceRemoval | None = None,
 ) -> DeleteOutcome | None:
     """Delete the pool's runner called ``name`` unless it is busy, or another pool's
     (``DeleteOutcome.NOT_THE_POOLS``: ``_another_pools``); ``None``: there is none.
+
+    ``runner_id``: the one runner GitHub made for a fill that knows it (its answer said), and
+    only that one: the runner of that name may be another's by now (a new leader's fill of the
+    same pod, after a 409, replaced it), and deleting it left the pod with a config of no runner.
 
     Found with GitHub's lookup by name (one small conditional request; the scope's whole listing
     cost a request per changed page, on every try of a fill and of a removal tried again). A
@@ -36,6 +45,8 @@ def delete_leftover_runner(
     ``removal``: the Actions service's way for a scale-set pool (``runnerpool.runners.removal``).
     """
     named = github.runners_named(pool.scope, name)
+    if runner_id is not None:
+        named = [runner for runner in named if runner.id == runner_id]
     if not named:
         return None
     if any(runner.busy for runner in named):

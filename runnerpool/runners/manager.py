@@ -543,9 +543,11 @@ class RunnerManagers:
             memo = self._drained.get(pool.key)
         return tuple(sorted(memo.unlisted)) if memo is not None else ()
 
-    def delete_leftover(self, github: GitHubClient, pool: PoolRef, name: str) -> DeleteOutcome | None:
+    def delete_leftover(
+        self, github: GitHubClient, pool: PoolRef, name: str, *, runner_id: int | None = None
+    ) -> DeleteOutcome | None:
         """A JIT fill's leftover runner (``runnerpool.runners.leftovers``), deleted the pool's way."""
-        return delete_leftover_runner(github, pool, name, removal=self._removal)
+        return delete_leftover_runner(github, pool, name, runner_id=runner_id, removal=self._removal)
 
     def _detach(self, ref: PoolRef) -> None:
         """Under ``_lock``: take ``ref`` out of its scope, and the scope away if it was the last."""
