@@ -65,6 +65,8 @@ _NAME_IN_USE = 409
 #: How long a runner made for a pod or pool that went is tried to be deleted: GitHub itself
 #: removes an ephemeral runner (a JIT runner is one) that has not connected for a day.
 LEFTOVER_TRIES_FOR = timedelta(days=1)
+#: How often a failing pool's other pods look again while one of them asks GitHub for all.
+PROBE_WAIT = timedelta(seconds=1)
 
 
 class RemoveLeftover(Protocol):
@@ -143,6 +145,10 @@ class _Pool:
     lasting: bool = False
     #: The ref the failure was made with.
     failed_with: PoolRef | None = None
+    #: A pod of the failing pool is asking GitHub once its backoff ended: the others wait for
+    #: its answer. Before, every pod due then passed the check together, up to
+    #: ``--token-threads`` calls a retry, each counted as a try of the pool's backoff.
+    probing: bool = False
     pods: set[str] = field(default_factory=set)
 
 
@@ -325,6 +331,11 @@ class JitSecretUpdater:
             if state.not_before is not None and now < state.not_before:
                 self._reschedule(pod_uid, state.not_before)  # the pool backs off
                 return
+            if state.failure is not None:  # one pod asks for the failing pool
+                if state.probing:
+                    self._reschedule(pod_uid, now + PROBE_WAIT)
+                    return
+                state.probing = True
             stops = self._stops
         try:
             self._fill(pod, pod_uid)
@@ -334,6 +345,7 @@ class JitSecretUpdater:
         with self._lock:
             recovered = state.failure is not None
             state.failure, state.attempt, state.not_before = None, 0, None
+            state.probing = False
             state.lasting, state.failed_with = False, None
         if recovered:
             self._notify(pod.ref.namespace, pod.ref.name)
@@ -434,6 +446,8 @@ class JitSecretUpdater:
         maybe_made = _may_have_made(err)
         with self._lock:
             state = self._pools.get(pod.ref.key)
+            if state is not None:
+                state.probing = False  # answered, the pod known or not
             known = state is not None and pod_uid in self._pods
             if known:
                 assert state is not None

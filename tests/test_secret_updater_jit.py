@@ -165,6 +165,36 @@ def test_an_outage_backs_the_whole_pool_off_then_fills_every_pod(
     assert jit_updater.failure("team-a", "build") is None
 
 
+def test_once_a_failing_pools_backoff_ends_one_pod_asks_github_for_all(
+    jit: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its pods are all due when the backoff ends, and run on several threads: each passed the
+    check while the first one's call was out, so a retry cost a call per thread, and the pool's
+    backoff grew by as many tries. Here the others run while the first one's call is out."""
+    calls: list[str] = []
+    jit_updater = jit.updater.jit
+
+    def down(scope: Scope, request: JitRequest) -> Any:
+        calls.append(request.name)
+        if len(calls) == 2:  # the retry's call is out: the other pods' jobs run meanwhile
+            for i in (1, 2):
+                _run(jit, f"uid-{i}")
+        raise Unavailable("HTTP 503")
+
+    monkeypatch.setattr(jit.github, "generate_jitconfig", down)
+    for i in range(3):
+        jit_updater.fill(POOL, f"runner-jit-build-{i}", f"uid-{i}", _request(f"build-{i}"))
+    _run(jit, "uid-0")
+    first_retry = jit.scheduler.get_job("jit/uid-0").next_run_time  # type: ignore[union-attr]
+    jit.clock.now = first_retry
+
+    _run(jit, "uid-0")
+
+    assert calls == ["build-0", "build-0"], "one call a retry for the whole pool"
+    second_retry = jit.scheduler.get_job("jit/uid-0").next_run_time  # type: ignore[union-attr]
+    assert second_retry - first_retry <= timedelta(seconds=10), "the second try's backoff, not a later one's"
+
+
 def test_a_failed_fill_is_no_longer_the_pools_once_no_pod_waits_for_a_config(
     jit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
