@@ -224,8 +224,9 @@ class PoolRef:
     scope: Scope
     credential_secret_name: str
     api_url: str = DEFAULT_API_URL
-    # The credential Secret's resourceVersion: an edit replaces the job, so fixed or
-    # rotated credentials are tried at once instead of at the next slow retry.
+    # The credential Secret's content, hashed (``credentials.credentials_version``): an edit
+    # replaces the job, so fixed or rotated credentials are tried at once instead of at the
+    # next slow retry.
     credentials_version: str = ""
     #: ``None``: the operator's own CA bundle and proxy.
     connection: Connection | None = None

@@ -34,7 +34,7 @@ from runnerpool.domain import RFC3339, Drain, PoolRef, pool_key, split_key, utcn
 from runnerpool.echoes import Echoes
 from runnerpool.events import NORMAL, WARNING, EventRecorder
 from runnerpool.gates import Gate, Verdict
-from runnerpool.github.credentials import CredentialError
+from runnerpool.github.credentials import CredentialError, credentials_version
 from runnerpool.github.errors import GitHubError
 from runnerpool.github.types import DEFAULT_RUNNER_GROUP_ID, JitRequest
 from runnerpool.observe import Observed, PoolSecrets, RunnerJobs, TokenJobs, observe
@@ -670,8 +670,7 @@ class Reconciler:
 
     def _pool_ref(self, run: _Pass, credentials: dict[str, Any] | None) -> PoolRef:
         """What the pool's jobs work with; ``credentials``: its credential Secret as last read."""
-        version = (credentials or {}).get("metadata", {}).get("resourceVersion", "missing")
-        return self._settings.github.pool_ref(run.pool, version)
+        return self._settings.github.pool_ref(run.pool, credentials_version(credentials))
 
     def _forget(self, namespace: str, name: str, *, expectations: bool = True) -> bool:
         """A pool gone, refused or being deleted: its jobs stop and its memory goes (but for its

@@ -796,6 +796,24 @@ def test_an_edited_credential_secret_restarts_the_token_job_at_once(
     assert len(set(versions)) == 3, "each credential change hands the job a new PoolRef"
 
 
+def test_a_credential_secret_whose_metadata_alone_changed_keeps_the_token_job(
+    api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
+) -> None:
+    """Its resourceVersion keyed the jobs: the operator's own protection label, or any tool that
+    annotates Secrets, replaced every job of the credential, and each scope fetched again a
+    token it had."""
+    create_pool(api_client, namespace, pool_manifest("lambda"))
+    pat_secret(api_client, namespace, token="ghp_kept")
+    reconciler(f"{namespace}/lambda")
+    client.CoreV1Api(api_client).patch_namespaced_secret(
+        naming.DEFAULT_CREDENTIAL_SECRET,
+        namespace,
+        {"metadata": {"annotations": {"backup.example/at": "now"}}},
+    )
+    reconciler(f"{namespace}/lambda")
+    assert len({ref.credentials_version for ref in tokens.started}) == 1
+
+
 def test_status_keeps_counting_running_pods_while_the_token_is_missing(
     api_client: client.ApiClient, namespace: str, reconciler: Reconciler, tokens: FakeSecretUpdater
 ) -> None:

@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from runnerpool.domain import DEFAULT_API_URL, Connection, PoolRef, pool_key, resolve_api_url, with_userinfo
 from runnerpool.github.protocol import GitHubClient, GitHubClients
@@ -51,6 +51,7 @@ __all__ = [
     "SecretReader",
     "bounded_factory",
     "client_from_secret_data",
+    "credentials_version",
     "teardown_client",
 ]
 
@@ -265,6 +266,16 @@ def bounded_factory(timeout: int, max_response_bytes: int) -> ClientFactory:
         return client_from_secret_data(data, base_url, options)
 
     return build
+
+
+def credentials_version(secret: Mapping[str, Any] | None) -> str:
+    """What a pool's jobs are keyed by (``PoolRef.credentials_version``): the Secret's content,
+    not its ``resourceVersion``. A write that changed only its metadata (the operator's own
+    protection label and finalizer, a tool that annotates Secrets) replaced every job of the
+    credential, and each scope fetched a token it already had."""
+    if secret is None:
+        return "missing"
+    return _fingerprint(secret.get("data") or {})[:16]
 
 
 def _fingerprint(data: Mapping[str, str]) -> str:
