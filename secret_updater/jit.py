@@ -457,12 +457,16 @@ class JitSecretUpdater:
                 if counts_as_try(err):
                     state.attempt += 1
                 delay = next_run_after_failure(state.attempt, err, self._rng, self._policy)
-                state.not_before = now + delay
+                if not isinstance(err, _LeftoverBusyError):
+                    # The pool's: none of its pods asks before it ends. A runner of this pod's
+                    # own name in the way is the pod's alone: held up by it, the scheduler ran
+                    # the same pod first each time, and the pool's other pods got no config.
+                    state.not_before = now + delay
                 state.failure = RegistrationFailure(
                     reason, message, previous.since if previous is not None else now
                 )
                 state.lasting, state.failed_with = _lasting(err), pod.ref
-                self._reschedule(pod_uid, state.not_before)
+                self._reschedule(pod_uid, now + delay)
         if not known:
             # Stopped or forgotten meanwhile: nothing to retry, nothing to report.
             if maybe_made:

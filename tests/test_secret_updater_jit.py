@@ -117,6 +117,21 @@ def test_a_runner_of_that_name_without_the_pools_label_is_another_tenants_and_le
     assert "another pool's" in failure.message
 
 
+def test_a_runner_of_one_pods_name_in_the_way_holds_up_that_pod_alone(jit: Harness) -> None:
+    """Its failure backed the whole pool off, and the scheduler runs the pods due together in
+    the same order: the pod in the way went first each time, and the others never got a config."""
+    theirs = Runner(id=5, name="build-abcde", status="online", busy=False, labels=("team-b/build", "gpu"))
+    jit.github.runners[SCOPE] = [theirs]
+    for index, name in enumerate(("build-abcde", "build-fghij", "build-klmno")):
+        jit.updater.jit.fill(POOL, f"runner-jit-build-{index}", f"uid-{index}", _request(name))
+
+    for index in range(3):
+        _run(jit, f"uid-{index}")
+
+    assert sorted(secret for _, secret, _ in jit.patches) == ["runner-jit-build-1", "runner-jit-build-2"]
+    assert _jobs(jit) == ["jit/uid-0"], "the pod in the way is asked for again, after its backoff"
+
+
 def test_a_leftover_with_no_pool_label_at_all_is_still_deleted(jit: Harness) -> None:
     """A scale set's runner keeps no pool label where GitHub has no custom scale-set labels:
     only another pool's label keeps a leftover."""
