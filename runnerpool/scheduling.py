@@ -7,8 +7,8 @@ and a late run still happens.
 
 "Never overlaps itself" is kept here, per added job, not by APScheduler's ``max_instances``:
 APScheduler counts running instances per job *id*, and a job replaced under the same id (a
-token job whose pool changed - protecting the credential Secret changes its resourceVersion
-- or a scope that lost its last pool and got a new one) shared its stale predecessor's count.
+token job whose pool changed - its credential Secret edited - or a scope that lost its last
+pool and got a new one) shared its stale predecessor's count.
 Its first run was skipped while the stale run went on, and waited for the safety net: minutes
 in which a new pool waited for its token or its first listing. Here every ``add`` gets its
 own guard, so a replaced job runs at once, whatever its predecessor is doing (blocked on a

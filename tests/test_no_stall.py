@@ -1,7 +1,8 @@
 """No pool stalls behind a stale run of its own job (issue 22: "No stall").
 
-Protecting a pool's credential Secret changes its resourceVersion, which replaces the pool's
-token job and its scope's runner manager (``PoolRef.credentials_version``) milliseconds after
+Editing a pool's credential Secret (before 03ebf18, protecting it too: its resourceVersion keyed
+the jobs) replaces the pool's token job and its scope's runner manager
+(``PoolRef.credentials_version``), here milliseconds after
 their first start, while that first run is still in flight. APScheduler skipped the
 replacement ("maximum number of running instances reached": it counts instances per job id)
 and the stale run, seeing it was stale, scheduled nothing: the pool waited for the 5-minute
@@ -156,7 +157,7 @@ def test_a_token_job_replaced_while_its_first_request_hangs_fills_the_secret_at_
     try:
         world.updater.start(POOL)
         wait_for(lambda: stale.held() == 1, message="the first token request to be in flight")
-        # The reconciler protected the credential Secret: a new resourceVersion, a new job.
+        # The credential Secret was edited: a new version, a new job.
         world.updater.start(replace(POOL, credentials_version="2"))
 
         wait_for(world.patches.__len__, timeout=PROMPT, message="the replaced job to fill the Secret")
@@ -336,7 +337,7 @@ class Model:
             self.tokens.secrets[(NS, "github-cred")] = {"token": "ghp_x"}
             self.version = 1
         elif event == "protect" and self.version:
-            self.version += 1  # the finalizer on the credential Secret: a new resourceVersion
+            self.version += 1  # an edit of the Secret (its protection too, before 03ebf18): a new version
         self.reconcile()
 
     def reconcile(self) -> None:

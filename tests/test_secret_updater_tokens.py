@@ -444,7 +444,7 @@ def test_missing_credential_secret_then_fixed(harness: Harness) -> None:
     harness.secrets[("team-a", "github-cred")] = {"token": "ghp_new"}
     harness.github.tokens.append(token(TOKEN_1))
     harness.clock.advance(timedelta(seconds=1))
-    # What the reconciler does when the credential Secret's resourceVersion changes.
+    # What the reconciler does when the credential Secret's content changes.
     harness.updater.start(replace(POOL, credentials_version="2"))
     assert harness.next_run() == harness.clock.now, "a fixed credential is tried at once"
     harness.run()
@@ -615,8 +615,8 @@ def test_running_scheduler_fires_first_fill_immediately() -> None:
 
 
 def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at_once() -> None:
-    """Protecting the credential Secret changes its resourceVersion, so the reconciler starts
-    the pool's job again milliseconds after the first start: the first run, now stale, must
+    """An edit of the credential Secret has the reconciler start the pool's job again, here
+    milliseconds after the first start: the first run, now stale, must
     not leave the replacement waiting for the safety net (minutes without a token)."""
     github, in_flight, release = FakeGitHubClient(), threading.Event(), threading.Event()
 
@@ -639,7 +639,7 @@ def test_a_pool_started_again_while_its_first_run_is_in_flight_gets_its_token_at
     try:
         updater.start(POOL)
         assert in_flight.wait(10), "the first run did not start"
-        updater.start(replace(POOL, credentials_version="2"))  # the Secret's new resourceVersion
+        updater.start(replace(POOL, credentials_version="2"))  # the Secret's new content
         wait_for(lambda: written, timeout=5, message="a token from the restarted job within seconds")
         release.set()
         wait_for(lambda: not github.tokens, message="the stale request to be answered")
