@@ -9,8 +9,9 @@ a pool never receives a token obtained with another namespace's credentials.
 
 GitHub's failure is shared too, for ``FAILURE_SHARED``: the pools of a scope are due
 together (they share one token's expiry), and while GitHub answered 502 or refused a revoked
-PAT each of them asked in turn, a hundred requests in a burst for one answer, and as many at
-every step of their backoff. Each pool still backs off on it as on its own try.
+PAT each of them asked in turn: a hundred requests in a burst for one answer. Each pool still
+backs off on it as on its own try; their later retries, spread by the backoff's jitter, share
+an answer only when they fall within ``FAILURE_SHARED`` of one another.
 """
 
 from __future__ import annotations
