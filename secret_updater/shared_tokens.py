@@ -65,11 +65,8 @@ class SharedTokens:
     def _raise_failed(self, key: Hashable) -> None:
         """GitHub's answer to the key's last request, again, while it is shared."""
         with self._lock:
-            failed = self._failed.get(key)
-            if failed is not None and failed[1] <= self._clock():
-                del self._failed[key]
-                failed = None
-        if failed is not None:
+            failed = self._failed.get(key)  # an expired one goes at the next failure's pruning
+        if failed is not None and failed[1] > self._clock():
             raise copy.copy(failed[0])  # a copy: one raised object per thread's traceback
 
     def _fresh(self, key: Hashable) -> RegistrationToken | None:

@@ -530,11 +530,11 @@ class RunnerManagers:
             if not (done.busy or left):
                 self._drained.pop(pool.key, None)
                 return
-            # The next pass needs a listing that started after this one's.
             # Only a scheduled pod can have registered a runner: one never scheduled (a pool
             # deleted while its pods waited for room) would cost a request each for nothing.
             went = (d.pod.name for d in done.deletions if d.runner is None and d.pod.node)
             unlisted = self._drained.get(pool.key, _DrainMemo(listed_at)).unlisted.union(went)
+            # The next pass needs a listing that started after this one's.
             self._drained[pool.key] = _DrainMemo(listed_at + _LATER, gone, unlisted)
 
     def _unlisted(self, pool: PoolRef) -> tuple[str, ...]:
